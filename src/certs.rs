@@ -1,0 +1,1 @@
+//! X.509: fingerprints, validity, chain and key checks.

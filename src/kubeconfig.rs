@@ -1,0 +1,1 @@
+//! Kubeconfigs: parse, sanitize, rewrite, serialize.

@@ -1,0 +1,16 @@
+//! spokekeeper keeps a GitOps hub's kubeconfigs for its spoke clusters valid.
+//!
+//! The pipeline, per spoke: observe -> decide -> extract -> validate -> seal -> commit.
+//! Modules, in the order the dependencies point:
+//! - [`cli`]: commands and their output (thin; calls the rest);
+//! - [`spoke`]: reaching a spoke (SSH extraction, TLS probe, live API check);
+//! - [`seal`]: Sealed Secrets, natively;
+//! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;
+//! - [`secret`]: the in-memory wrapper every plaintext travels in.
+
+pub mod certs;
+pub mod cli;
+pub mod kubeconfig;
+pub mod seal;
+pub mod secret;
+pub mod spoke;

@@ -1,0 +1,1 @@
+//! Reaching a spoke: SSH extraction, TLS probe, live API check.
