@@ -40,6 +40,10 @@ impl SecretBytes {
         &self.0
     }
 
+    pub fn expose_mut(&mut self) -> &mut [u8] {
+        &mut self.0
+    }
+
     pub fn len(&self) -> usize {
         self.0.len()
     }

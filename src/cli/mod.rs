@@ -20,10 +20,19 @@ pub enum Format {
 }
 
 #[derive(Debug, Parser)]
-#[command(name = "spokekeeper", version, about = "Keeps a GitOps hub's spoke kubeconfigs valid: probe, rotate, seal, commit, alert")]
+#[command(
+    name = "spokekeeper",
+    version,
+    about = "Keeps a GitOps hub's spoke kubeconfigs valid: probe, rotate, seal, commit, alert"
+)]
 pub struct Cli {
     /// The configuration file.
-    #[arg(long, global = true, env = "SPOKEKEEPER_CONFIG", default_value = "spokekeeper.yaml")]
+    #[arg(
+        long,
+        global = true,
+        env = "SPOKEKEEPER_CONFIG",
+        default_value = "spokekeeper.yaml"
+    )]
     pub config: PathBuf,
 
     /// Output format (each command has its own default).
@@ -63,9 +72,12 @@ pub fn main() -> ExitCode {
         Command::Seal(args) => seal::seal(&args, cli.output),
         Command::Unseal(args) => seal::unseal(&args, cli.output),
         Command::Inspect(args) => inspect::run(&args, cli.output),
-        Command::Run | Command::Rotate | Command::Check | Command::Status | Command::Init | Command::Demo => {
-            not_built_yet(&cli.command)
-        }
+        Command::Run
+        | Command::Rotate
+        | Command::Check
+        | Command::Status
+        | Command::Init
+        | Command::Demo => not_built_yet(&cli.command),
     }
 }
 
@@ -78,12 +90,8 @@ fn not_built_yet(command: &Command) -> ExitCode {
     ExitCode::from(2)
 }
 
-/// Prints an error chain to stderr as one line per cause.
-pub(crate) fn report(context: &str, err: &dyn std::error::Error) {
-    eprintln!("error: {context}: {err}");
-    let mut source = err.source();
-    while let Some(cause) = source {
-        eprintln!("  caused by: {cause}");
-        source = cause.source();
-    }
+/// Prints a command's error to stderr and returns the failure exit code.
+pub(crate) fn fail(command: &str, message: &str) -> ExitCode {
+    eprintln!("spokekeeper {command}: error: {message}");
+    ExitCode::FAILURE
 }

@@ -1,30 +1,192 @@
-//! `spokekeeper seal` and `spokekeeper unseal`.
+//! `spokekeeper seal` (kubeseal-compatible) and `spokekeeper unseal` (recovery).
 
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::Format;
+use base64::Engine;
+use time::OffsetDateTime;
+
+use super::{Format, fail};
+use crate::seal::manifest::MAX_MANIFEST_BYTES;
+use crate::seal::{RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput, hybrid_encrypt};
+use crate::secret::SecretBytes;
 
 #[derive(Debug, clap::Args)]
 pub struct SealArgs {
-    /// The sealing certificate (what the controller serves at /v1/cert.pem) or public key, PEM.
+    /// The sealing certificate (what the controller serves at /v1/cert.pem) or RSA public key, PEM.
     #[arg(long)]
     pub cert: PathBuf,
+    /// strict (default), namespace-wide or cluster-wide; default: the Secret's own scope annotation.
+    #[arg(long, value_enum)]
+    pub scope: Option<Scope>,
+    /// The Secret's name, when the input has none (required with --raw for strict scope).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// The Secret's namespace, when the input has none.
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// Seal stdin as one value and print bare base64 (for spec.encryptedData).
+    #[arg(long, conflicts_with = "merge_into")]
+    pub raw: bool,
+    /// Add or replace the input's keys in this SealedSecret file, in place.
+    #[arg(long, value_name = "FILE")]
+    pub merge_into: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
 pub struct UnsealArgs {
-    /// Private keys, comma-separated or repeated.
-    #[arg(long = "recovery-key", value_delimiter = ',', required = true)]
+    /// Private keys: PEM (PKCS#1 or PKCS#8) or the controller's key Secret; comma-separated or repeated.
+    #[arg(
+        long = "recovery-key",
+        value_name = "KEY",
+        value_delimiter = ',',
+        required = true
+    )]
     pub recovery_key: Vec<PathBuf>,
-    /// The SealedSecret; `-` or nothing reads stdin.
+    /// The SealedSecret (YAML or JSON); `-` or nothing reads stdin.
     pub file: Option<PathBuf>,
 }
 
-pub fn seal(_args: &SealArgs, _format: Option<Format>) -> ExitCode {
-    ExitCode::from(2)
+pub fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
+    match try_seal(args, format) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => fail("seal", &msg),
+    }
 }
 
-pub fn unseal(_args: &UnsealArgs, _format: Option<Format>) -> ExitCode {
-    ExitCode::from(2)
+fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), String> {
+    let cert = std::fs::read(&args.cert)
+        .map_err(|e| format!("cannot read --cert {}: {e}", args.cert.display()))?;
+    let key = SealingKey::from_pem(
+        &cert,
+        &args.cert.display().to_string(),
+        OffsetDateTime::now_utc(),
+    )
+    .map_err(|e| e.to_string())?;
+    let input = read_limited(None)?;
+
+    if args.raw {
+        let scope = args.scope.unwrap_or_default();
+        let namespace = args.namespace.as_deref().unwrap_or("");
+        let name = args.name.as_deref().unwrap_or("");
+        if scope != Scope::ClusterWide && namespace.is_empty() {
+            return Err("--raw needs --namespace (unless --scope cluster-wide)".into());
+        }
+        if scope == Scope::Strict && name.is_empty() {
+            return Err("--raw with strict scope needs --name".into());
+        }
+        let ct = hybrid_encrypt(&key, &scope.label(namespace, name), input.expose())
+            .map_err(|e| e.to_string())?;
+        let b64 = base64::engine::general_purpose::STANDARD.encode(ct);
+        return write_stdout(b64.as_bytes());
+    }
+
+    let mut secret = SecretInput::parse(input.expose()).map_err(|e| format!("stdin: {e}"))?;
+    secret
+        .apply_flags(args.name.as_deref(), args.namespace.as_deref())
+        .map_err(|e| format!("stdin: {e}"))?;
+
+    if let Some(path) = &args.merge_into {
+        return merge_into(path, &secret, &key, args.scope);
+    }
+    let scope = args.scope.unwrap_or_else(|| secret.annotated_scope());
+    let sealed = SealedSecret::seal(&secret, &key, scope).map_err(|e| e.to_string())?;
+    let text = match format.unwrap_or(Format::Yaml) {
+        Format::Json => sealed.to_json(),
+        Format::Yaml => sealed.to_yaml(),
+        Format::Table => return Err("-o table does not apply: use -o yaml or -o json".into()),
+    };
+    write_stdout(text.as_bytes())
+}
+
+/// Seals into an existing SealedSecret with its own name, namespace and scope, keeping
+/// its format; the file is replaced atomically.
+fn merge_into(
+    path: &Path,
+    secret: &SecretInput,
+    key: &SealingKey,
+    scope: Option<Scope>,
+) -> Result<(), String> {
+    let shown = path.display();
+    let existing =
+        std::fs::read(path).map_err(|e| format!("cannot read --merge-into {shown}: {e}"))?;
+    let mut sealed = SealedSecret::parse(&existing).map_err(|e| format!("{shown}: {e}"))?;
+    if let Some(scope) = scope.filter(|s| *s != sealed.scope()) {
+        return Err(format!(
+            "{shown} is sealed {}, but --scope {scope} was given: drop --scope, or reseal the whole Secret",
+            sealed.scope()
+        ));
+    }
+    sealed.add_values(secret, key).map_err(|e| e.to_string())?;
+    let is_json = existing.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+    let text = if is_json {
+        sealed.to_json()
+    } else {
+        sealed.to_yaml()
+    };
+    crate::fsutil::write_atomic(path, text.as_bytes())
+        .map_err(|e| format!("cannot write {shown}: {e}"))
+}
+
+pub fn unseal(args: &UnsealArgs, _format: Option<Format>) -> ExitCode {
+    match try_unseal(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(msg) => fail("unseal", &msg),
+    }
+}
+
+fn try_unseal(args: &UnsealArgs) -> Result<(), String> {
+    let mut keys = Vec::new();
+    for path in &args.recovery_key {
+        let bytes = SecretBytes::from(
+            std::fs::read(path)
+                .map_err(|e| format!("cannot read --recovery-key {}: {e}", path.display()))?,
+        );
+        keys.extend(
+            RecoveryKey::load_all(bytes.expose(), &path.display().to_string())
+                .map_err(|e| e.to_string())?,
+        );
+    }
+    let input = read_limited(args.file.as_deref())?;
+    let shown = args
+        .file
+        .as_deref()
+        .map_or("stdin".into(), |p| p.display().to_string());
+    let sealed = SealedSecret::parse(input.expose()).map_err(|e| format!("{shown}: {e}"))?;
+    if !sealed.template.data.is_empty() {
+        eprintln!(
+            "warning: {shown}: spec.template.data holds Go templates; they are not rendered here"
+        );
+    }
+    let secret = sealed.unseal(&keys).map_err(|e| format!("{shown}: {e}"))?;
+    write_stdout(secret.to_yaml().expose())
+}
+
+/// Reads a file or stdin into memory, refusing more than a manifest can hold.
+fn read_limited(path: Option<&Path>) -> Result<SecretBytes, String> {
+    let limit = MAX_MANIFEST_BYTES as u64 + 1;
+    let mut buf = Vec::new();
+    let result = match path.filter(|p| p.as_os_str() != "-") {
+        Some(p) => std::fs::File::open(p)
+            .and_then(|f| f.take(limit).read_to_end(&mut buf))
+            .map_err(|e| format!("cannot read {}: {e}", p.display())),
+        None => std::io::stdin()
+            .take(limit)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("cannot read stdin: {e}")),
+    };
+    let buf = SecretBytes::new(buf);
+    result?;
+    if buf.len() > MAX_MANIFEST_BYTES {
+        return Err(format!("input is over the {MAX_MANIFEST_BYTES}-byte limit"));
+    }
+    Ok(buf)
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), String> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|_| out.flush())
+        .map_err(|e| format!("cannot write stdout: {e}"))
 }

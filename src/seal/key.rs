@@ -1,0 +1,385 @@
+//! Sealing keys (the controller's public certificate) and recovery keys (its private key).
+
+use std::fmt;
+
+use rsa::pkcs1::{DecodeRsaPrivateKey, DecodeRsaPublicKey};
+use rsa::pkcs8::{DecodePrivateKey, DecodePublicKey};
+use rsa::traits::PublicKeyParts;
+use sha2::{Digest, Sha256};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+use x509_parser::prelude::{FromDer, X509Certificate};
+use zeroize::Zeroizing;
+
+/// Smaller keys are refused: the controller has generated 4096-bit keys since v0.12.
+pub const MIN_RSA_BITS: usize = 2048;
+
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error(
+        "{source_name}: no PEM block found: pass the controller's certificate (kubeseal --fetch-cert, or /v1/cert.pem)"
+    )]
+    NoPem { source_name: String },
+    #[error(
+        "{source_name}: this is a private key; pass the controller's certificate instead (kubeseal --fetch-cert)"
+    )]
+    PrivateKeyGiven { source_name: String },
+    #[error("{source_name}: PEM block {label:?} is not a certificate or RSA public key")]
+    UnexpectedPem { source_name: String, label: String },
+    #[error("{source_name}: the certificate does not parse: {reason}")]
+    BadCertificate { source_name: String, reason: String },
+    #[error("{source_name}: the key is {algorithm}, not RSA: Sealed Secrets only uses RSA keys")]
+    NotRsa {
+        source_name: String,
+        algorithm: String,
+    },
+    #[error("{source_name}: the RSA key is {bits} bits; at least {MIN_RSA_BITS} are required")]
+    TooSmall { source_name: String, bits: usize },
+    #[error("{source_name}: the RSA public key does not parse: {reason}")]
+    BadPublicKey { source_name: String, reason: String },
+    #[error(
+        "{source_name}: the certificate expired on {not_after}: fetch the controller's current certificate"
+    )]
+    Expired {
+        source_name: String,
+        not_after: String,
+    },
+    #[error(
+        "{source_name}: no RSA private key found: pass a PEM (RSA PRIVATE KEY or PRIVATE KEY) or the controller's key Secret (kubectl -n kube-system get secret -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml)"
+    )]
+    NoPrivateKey { source_name: String },
+    #[error("{source_name}: the private key does not parse: {reason}")]
+    BadPrivateKey { source_name: String, reason: String },
+}
+
+/// The public half: what sealing encrypts to. Cheap to clone.
+#[derive(Clone)]
+pub struct SealingKey {
+    public: rsa::PublicKey,
+    fingerprint: String,
+    not_after: Option<OffsetDateTime>,
+}
+
+impl SealingKey {
+    /// From a PEM certificate (as the controller serves it) or a bare RSA public key PEM.
+    /// Refuses non-RSA, small and expired keys; `now` decides what expired means.
+    pub fn from_pem(pem: &[u8], source_name: &str, now: OffsetDateTime) -> Result<Self, KeyError> {
+        let text = String::from_utf8_lossy(pem);
+        let block = pem_blocks(&text).next().ok_or_else(|| KeyError::NoPem {
+            source_name: source_name.into(),
+        })?;
+        let der = block.der().map_err(|reason| KeyError::BadCertificate {
+            source_name: source_name.into(),
+            reason,
+        })?;
+        match block.label {
+            "CERTIFICATE" => Self::from_cert_der(&der, source_name, now),
+            "PUBLIC KEY" => {
+                let public = rsa::PublicKey::from_public_key_der(&der).map_err(|e| {
+                    KeyError::BadPublicKey {
+                        source_name: source_name.into(),
+                        reason: e.to_string(),
+                    }
+                })?;
+                Self::checked(public, sha256_hex(&der), None, source_name)
+            }
+            "RSA PUBLIC KEY" => {
+                let public =
+                    rsa::PublicKey::from_pkcs1_der(&der).map_err(|e| KeyError::BadPublicKey {
+                        source_name: source_name.into(),
+                        reason: e.to_string(),
+                    })?;
+                Self::checked(public, sha256_hex(&der), None, source_name)
+            }
+            label if label.contains("PRIVATE KEY") => Err(KeyError::PrivateKeyGiven {
+                source_name: source_name.into(),
+            }),
+            label => Err(KeyError::UnexpectedPem {
+                source_name: source_name.into(),
+                label: label.into(),
+            }),
+        }
+    }
+
+    fn from_cert_der(der: &[u8], source_name: &str, now: OffsetDateTime) -> Result<Self, KeyError> {
+        let bad = |reason: String| KeyError::BadCertificate {
+            source_name: source_name.into(),
+            reason,
+        };
+        let (_, cert) = X509Certificate::from_der(der).map_err(|e| bad(e.to_string()))?;
+        let spki = cert.public_key();
+        let oid = spki.algorithm.algorithm.to_id_string();
+        if oid != RSA_ENCRYPTION_OID {
+            return Err(KeyError::NotRsa {
+                source_name: source_name.into(),
+                algorithm: algorithm_name(&oid),
+            });
+        }
+        let not_after = OffsetDateTime::from_unix_timestamp(cert.validity().not_after.timestamp())
+            .map_err(|e| bad(e.to_string()))?;
+        if not_after < now {
+            return Err(KeyError::Expired {
+                source_name: source_name.into(),
+                not_after: not_after.format(&Rfc3339).unwrap_or_default(),
+            });
+        }
+        let public =
+            rsa::PublicKey::from_public_key_der(spki.raw).map_err(|e| KeyError::BadPublicKey {
+                source_name: source_name.into(),
+                reason: e.to_string(),
+            })?;
+        Self::checked(public, sha256_hex(der), Some(not_after), source_name)
+    }
+
+    fn checked(
+        public: rsa::PublicKey,
+        fingerprint: String,
+        not_after: Option<OffsetDateTime>,
+        source_name: &str,
+    ) -> Result<Self, KeyError> {
+        let bits = public.size() * 8;
+        if bits < MIN_RSA_BITS {
+            return Err(KeyError::TooSmall {
+                source_name: source_name.into(),
+                bits,
+            });
+        }
+        Ok(Self {
+            public,
+            fingerprint: format!("sha256:{fingerprint}"),
+            not_after,
+        })
+    }
+
+    pub fn public_key(&self) -> &rsa::PublicKey {
+        &self.public
+    }
+
+    /// `sha256:<hex>` of the certificate DER (or of the public key DER when no certificate).
+    pub fn fingerprint(&self) -> &str {
+        &self.fingerprint
+    }
+
+    pub fn not_after(&self) -> Option<OffsetDateTime> {
+        self.not_after
+    }
+
+    pub fn bits(&self) -> usize {
+        self.public.size() * 8
+    }
+}
+
+impl fmt::Debug for SealingKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SealingKey")
+            .field("fingerprint", &self.fingerprint)
+            .field("bits", &self.bits())
+            .field("not_after", &self.not_after)
+            .finish()
+    }
+}
+
+/// A private key, for recovery and tests only. Never used on the daemon path.
+pub struct RecoveryKey {
+    private: rsa::PrivateKey,
+    name: String,
+}
+
+impl RecoveryKey {
+    /// Every RSA private key in `bytes`: PEM (PKCS#1 or PKCS#8, several blocks allowed)
+    /// or the controller's key Secret (YAML or JSON; a `List` of them too).
+    pub fn load_all(bytes: &[u8], source_name: &str) -> Result<Vec<RecoveryKey>, KeyError> {
+        let text = Zeroizing::new(String::from_utf8_lossy(bytes).into_owned());
+        if text.contains("-----BEGIN") {
+            return Self::from_pem_text(&text, source_name);
+        }
+        Self::from_key_secrets(&text, source_name)
+    }
+
+    fn from_pem_text(text: &str, source_name: &str) -> Result<Vec<RecoveryKey>, KeyError> {
+        let bad = |e: &dyn fmt::Display| KeyError::BadPrivateKey {
+            source_name: source_name.into(),
+            reason: e.to_string(),
+        };
+        let mut keys = Vec::new();
+        for block in pem_blocks(text) {
+            let private = match block.label {
+                "RSA PRIVATE KEY" => {
+                    rsa::PrivateKey::from_pkcs1_pem(block.text).map_err(|e| bad(&e))?
+                }
+                "PRIVATE KEY" => {
+                    rsa::PrivateKey::from_pkcs8_pem(block.text).map_err(|e| bad(&e))?
+                }
+                _ => continue,
+            };
+            let name = if keys.is_empty() {
+                source_name.to_string()
+            } else {
+                format!("{source_name}#{}", keys.len() + 1)
+            };
+            keys.push(RecoveryKey { private, name });
+        }
+        if keys.is_empty() {
+            return Err(KeyError::NoPrivateKey {
+                source_name: source_name.into(),
+            });
+        }
+        Ok(keys)
+    }
+
+    fn from_key_secrets(text: &str, source_name: &str) -> Result<Vec<RecoveryKey>, KeyError> {
+        use base64::Engine;
+        #[derive(serde::Deserialize)]
+        struct Doc {
+            #[serde(default)]
+            kind: String,
+            #[serde(default)]
+            data: std::collections::BTreeMap<String, Zeroizing<String>>,
+            #[serde(default)]
+            items: Vec<Doc>,
+        }
+        let none = || KeyError::NoPrivateKey {
+            source_name: source_name.into(),
+        };
+        let doc: Doc = if text.trim_start().starts_with('{') {
+            serde_json::from_str(text).map_err(|_| none())?
+        } else {
+            serde_saphyr::from_str(text).map_err(|_| none())?
+        };
+        let docs = if doc.kind == "List" {
+            doc.items
+        } else {
+            vec![doc]
+        };
+        let mut keys = Vec::new();
+        for (i, d) in docs.iter().enumerate() {
+            let Some(b64) = d.data.get("tls.key") else {
+                continue;
+            };
+            let pem = base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map(Zeroizing::new)
+                .map_err(|e| KeyError::BadPrivateKey {
+                    source_name: source_name.into(),
+                    reason: format!("data.tls.key is not base64: {e}"),
+                })?;
+            let pem = Zeroizing::new(String::from_utf8_lossy(&pem).into_owned());
+            let name = format!("{source_name}[{i}]");
+            keys.extend(Self::from_pem_text(&pem, &name)?);
+        }
+        if keys.is_empty() {
+            return Err(none());
+        }
+        Ok(keys)
+    }
+
+    pub fn private_key(&self) -> &rsa::PrivateKey {
+        &self.private
+    }
+
+    /// Where the key came from (file, and index when it held several): for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// `sha256:<hex>` of the public key's SPKI DER.
+    pub fn public_fingerprint(&self) -> String {
+        use rsa::pkcs8::EncodePublicKey;
+        match self.private.to_public_key().to_public_key_der() {
+            Ok(der) => format!("sha256:{}", sha256_hex(der.as_bytes())),
+            Err(_) => "sha256:?".into(),
+        }
+    }
+}
+
+impl fmt::Debug for RecoveryKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecoveryKey")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+const RSA_ENCRYPTION_OID: &str = "1.2.840.113549.1.1.1";
+
+fn algorithm_name(oid: &str) -> String {
+    match oid {
+        "1.2.840.10045.2.1" => "ECDSA".into(),
+        "1.3.101.112" => "Ed25519".into(),
+        "1.3.101.113" => "Ed448".into(),
+        "1.2.840.10040.4.1" => "DSA".into(),
+        other => format!("algorithm {other}"),
+    }
+}
+
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    Sha256::digest(bytes)
+        .iter()
+        .fold(String::with_capacity(64), |mut s, b| {
+            let _ = write!(s, "{b:02x}");
+            s
+        })
+}
+
+/// One `-----BEGIN LABEL-----` ... `-----END LABEL-----` block, borrowed from the input.
+struct PemBlock<'a> {
+    label: &'a str,
+    /// The whole block, markers included.
+    text: &'a str,
+    body: &'a str,
+}
+
+impl PemBlock<'_> {
+    fn der(&self) -> Result<Vec<u8>, String> {
+        use base64::Engine;
+        let b64: String = self.body.split_whitespace().collect();
+        base64::engine::general_purpose::STANDARD
+            .decode(b64)
+            .map_err(|e| format!("PEM body is not base64: {e}"))
+    }
+}
+
+fn pem_blocks(text: &str) -> impl Iterator<Item = PemBlock<'_>> {
+    let mut rest = text;
+    std::iter::from_fn(move || {
+        let start = rest.find("-----BEGIN ")?;
+        let label_start = start + "-----BEGIN ".len();
+        let label_len = rest[label_start..].find("-----")?;
+        let label = &rest[label_start..label_start + label_len];
+        let end_marker = format!("-----END {label}-----");
+        let body_start = label_start + label_len + "-----".len();
+        let end = rest[body_start..].find(&end_marker)? + body_start;
+        let block_end = end + end_marker.len();
+        let block = PemBlock {
+            label,
+            text: &rest[start..block_end],
+            body: &rest[body_start..end],
+        };
+        rest = &rest[block_end..];
+        Some(block)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pem_blocks_finds_each_block() {
+        let text = "junk\n-----BEGIN A-----\nQUJD\n-----END A-----\n-----BEGIN B C-----\nRA==\n-----END B C-----\n";
+        let blocks: Vec<_> = pem_blocks(text).collect();
+        assert_eq!(blocks.len(), 2);
+        assert_eq!(blocks[0].label, "A");
+        assert_eq!(blocks[0].der().unwrap(), b"ABC");
+        assert_eq!(blocks[1].label, "B C");
+        assert_eq!(blocks[1].der().unwrap(), b"D");
+        assert!(blocks[1].text.starts_with("-----BEGIN B C-----"));
+        assert!(blocks[1].text.ends_with("-----END B C-----"));
+    }
+
+    #[test]
+    fn unterminated_pem_is_not_a_block() {
+        assert_eq!(pem_blocks("-----BEGIN A-----\nQUJD\n").count(), 0);
+    }
+}

@@ -1,0 +1,764 @@
+//! Secrets in, SealedSecrets out (and back, for recovery).
+//!
+//! Output matches kubeseal >= v0.32: YAML starts with `---`, keys sorted as go-yaml sorts
+//! them, no creationTimestamp; JSON in kubeseal's field order. The top-level metadata
+//! carries only name, namespace and annotations (the scope, and any recorded state);
+//! the template keeps the Secret's labels, annotations, type and immutable.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde::Deserialize;
+use zeroize::Zeroizing;
+
+use super::crypto::{SealError, UnsealError, hybrid_decrypt, hybrid_encrypt};
+use super::key::{RecoveryKey, SealingKey};
+use super::yaml::{json_string, scalar};
+use super::{API_VERSION, KIND, LAST_APPLIED_ANNOTATIONS, Scope};
+use crate::secret::SecretBytes;
+
+/// Kubernetes caps a Secret at 1 MiB; base64 and sealing add about 40%.
+pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ManifestError {
+    #[error("input is {0} bytes, over the {MAX_MANIFEST_BYTES}-byte limit")]
+    TooLarge(usize),
+    #[error("input is neither YAML nor JSON: {0}")]
+    Syntax(String),
+    #[error("expected kind {expected}, found {found:?}: {hint}")]
+    WrongKind {
+        expected: &'static str,
+        found: String,
+        hint: &'static str,
+    },
+    #[error("the Secret has no data: add `data` (base64) or `stringData` entries")]
+    NoData,
+    #[error("data.{key} is not valid base64: {reason} (use stringData for plain text)")]
+    BadBase64 { key: String, reason: String },
+    #[error("{field} {value:?} is not a valid Kubernetes name: {rule}")]
+    BadName {
+        field: &'static str,
+        value: String,
+        rule: &'static str,
+    },
+    #[error("{field} is missing: {fix}")]
+    Missing {
+        field: &'static str,
+        fix: &'static str,
+    },
+    #[error("{field} is {found:?} in the input but {given:?} was given: they must agree")]
+    Conflict {
+        field: &'static str,
+        found: String,
+        given: String,
+    },
+    #[error("sealing failed: {0}")]
+    Seal(#[from] SealError),
+    #[error("encryptedData.{key} is not base64: {reason}")]
+    BadCiphertext { key: String, reason: String },
+    #[error("{}", format_unseal_failures(.0))]
+    Unseal(Vec<(String, UnsealError)>),
+}
+
+fn format_unseal_failures(failures: &[(String, UnsealError)]) -> String {
+    let mut s = String::from("it does not unseal:");
+    for (key, err) in failures {
+        let _ = write!(s, " encryptedData.{key}: {err};");
+    }
+    s.pop();
+    s
+}
+
+/// A Secret to seal. Values are plaintext and live in [`SecretBytes`].
+#[derive(Debug, Default)]
+pub struct SecretInput {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub type_: Option<String>,
+    pub immutable: Option<bool>,
+    pub data: BTreeMap<String, SecretBytes>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawSecret {
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: RawMeta,
+    #[serde(default, rename = "type")]
+    type_: Option<String>,
+    #[serde(default)]
+    immutable: Option<bool>,
+    #[serde(default)]
+    data: Option<BTreeMap<String, Zeroizing<String>>>,
+    #[serde(default)]
+    string_data: Option<BTreeMap<String, Zeroizing<String>>>,
+}
+
+#[derive(Default, Deserialize)]
+struct RawMeta {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    labels: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestError> {
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge(bytes.len()));
+    }
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| ManifestError::Syntax(format!("not UTF-8: {e}")))?;
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
+    }
+}
+
+impl SecretInput {
+    /// A Secret manifest, YAML or JSON, with `data` and/or `stringData` (stringData wins,
+    /// as in the API server).
+    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
+        let raw: RawSecret = parse_doc(bytes)?;
+        if raw.kind != "Secret" {
+            return Err(ManifestError::WrongKind {
+                expected: "Secret",
+                found: raw.kind,
+                hint: "pipe a Secret, e.g. kubectl create secret generic NAME --from-file=... --dry-run=client -o yaml",
+            });
+        }
+        let mut data = BTreeMap::new();
+        for (key, b64) in raw.data.unwrap_or_default() {
+            data.insert(key.clone(), decode_b64(&key, &b64)?);
+        }
+        for (key, value) in raw.string_data.unwrap_or_default() {
+            data.insert(key, SecretBytes::new(value.as_bytes().to_vec()));
+        }
+        if data.is_empty() {
+            return Err(ManifestError::NoData);
+        }
+        let mut annotations = raw.metadata.annotations.unwrap_or_default();
+        for a in LAST_APPLIED_ANNOTATIONS {
+            annotations.remove(a);
+        }
+        Ok(SecretInput {
+            name: raw.metadata.name.unwrap_or_default(),
+            namespace: raw.metadata.namespace.unwrap_or_default(),
+            labels: raw.metadata.labels.unwrap_or_default(),
+            annotations,
+            type_: raw.type_,
+            immutable: raw.immutable,
+            data,
+        })
+    }
+
+    /// Fills name and namespace from flags; a flag that contradicts the input is an error.
+    pub fn apply_flags(
+        &mut self,
+        name: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<(), ManifestError> {
+        for (field, current, given) in [
+            ("metadata.name", &mut self.name, name),
+            ("metadata.namespace", &mut self.namespace, namespace),
+        ] {
+            let Some(given) = given else { continue };
+            if current.is_empty() {
+                *current = given.to_string();
+            } else if current != given {
+                return Err(ManifestError::Conflict {
+                    field,
+                    found: current.clone(),
+                    given: given.into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The scope this Secret asks for in its own annotations (kubeseal honours them).
+    pub fn annotated_scope(&self) -> Scope {
+        Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
+    }
+}
+
+fn decode_b64(key: &str, b64: &str) -> Result<SecretBytes, ManifestError> {
+    let b64 = b64.trim();
+    let mut out = SecretBytes::new(vec![0u8; b64.len() / 4 * 3 + 3]);
+    let n = B64
+        .decode_slice(b64.as_bytes(), out.expose_mut())
+        .map_err(|e| ManifestError::BadBase64 {
+            key: key.into(),
+            reason: e.to_string(),
+        })?;
+    let mut exact = SecretBytes::with_capacity(n);
+    exact.try_extend(&out.expose()[..n]);
+    Ok(exact)
+}
+
+/// The Secret template inside a SealedSecret.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Template {
+    pub name: Option<String>,
+    pub namespace: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub type_: Option<String>,
+    pub immutable: Option<bool>,
+    /// Go templates over the decrypted values; kept when read, never written by us.
+    pub data: BTreeMap<String, Option<String>>,
+}
+
+/// A SealedSecret manifest. Holds only ciphertext: safe to print, log and commit.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SealedSecret {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub template: Template,
+    pub encrypted_data: BTreeMap<String, String>,
+}
+
+impl SealedSecret {
+    /// Seals every value of `input` to `key` in `scope`, as kubeseal does.
+    pub fn seal(
+        input: &SecretInput,
+        key: &SealingKey,
+        scope: Scope,
+    ) -> Result<Self, ManifestError> {
+        check_names(&input.name, &input.namespace, scope)?;
+        let mut annotations = input.annotations.clone();
+        set_scope_annotation(&mut annotations, scope);
+        let mut sealed = SealedSecret {
+            name: input.name.clone(),
+            namespace: input.namespace.clone(),
+            labels: BTreeMap::new(),
+            annotations: BTreeMap::new(),
+            template: Template {
+                name: Some(input.name.clone()).filter(|n| !n.is_empty()),
+                namespace: Some(input.namespace.clone()).filter(|n| !n.is_empty()),
+                labels: input.labels.clone(),
+                annotations,
+                type_: input.type_.clone(),
+                immutable: input.immutable,
+                data: BTreeMap::new(),
+            },
+            encrypted_data: BTreeMap::new(),
+        };
+        set_scope_annotation(&mut sealed.annotations, scope);
+        sealed.add_values(input, key)?;
+        Ok(sealed)
+    }
+
+    /// Seals `input`'s values into this SealedSecret (adding or replacing keys), with this
+    /// SealedSecret's own name, namespace and scope: kubeseal's `--merge-into`.
+    pub fn add_values(
+        &mut self,
+        input: &SecretInput,
+        key: &SealingKey,
+    ) -> Result<(), ManifestError> {
+        let label = self.label();
+        for (k, v) in &input.data {
+            check_data_key(k)?;
+            let ct = hybrid_encrypt(key, &label, v.expose())?;
+            self.encrypted_data.insert(k.clone(), B64.encode(ct));
+        }
+        Ok(())
+    }
+
+    /// The scope the controller will use: from the top-level annotations.
+    pub fn scope(&self) -> Scope {
+        Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
+    }
+
+    /// The OAEP label the controller will use to unseal.
+    pub fn label(&self) -> Vec<u8> {
+        self.scope().label(&self.namespace, &self.name)
+    }
+
+    /// Decrypts every value with the first key that works. Recovery and tests only.
+    pub fn unseal(&self, keys: &[RecoveryKey]) -> Result<UnsealedSecret, ManifestError> {
+        let label = self.label();
+        let mut data = BTreeMap::new();
+        let mut failures = Vec::new();
+        for (k, v) in &self.encrypted_data {
+            let ct = B64
+                .decode(v.trim())
+                .map_err(|e| ManifestError::BadCiphertext {
+                    key: k.clone(),
+                    reason: e.to_string(),
+                })?;
+            match hybrid_decrypt(keys, &label, &ct) {
+                Ok(plain) => {
+                    data.insert(k.clone(), plain);
+                }
+                Err(e) => failures.push((k.clone(), e)),
+            }
+        }
+        if !failures.is_empty() {
+            return Err(ManifestError::Unseal(failures));
+        }
+        Ok(UnsealedSecret {
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            labels: self.template.labels.clone(),
+            annotations: self.template.annotations.clone(),
+            type_: self.template.type_.clone(),
+            immutable: self.template.immutable,
+            data,
+        })
+    }
+
+    /// Reads a SealedSecret from YAML or JSON (with or without `creationTimestamp: null`).
+    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Raw {
+            #[serde(default)]
+            kind: String,
+            #[serde(default)]
+            api_version: String,
+            #[serde(default)]
+            metadata: RawMeta,
+            #[serde(default)]
+            spec: RawSpec,
+        }
+        #[derive(Default, Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct RawSpec {
+            #[serde(default)]
+            template: RawTemplate,
+            #[serde(default)]
+            encrypted_data: Option<BTreeMap<String, String>>,
+        }
+        #[derive(Default, Deserialize)]
+        struct RawTemplate {
+            #[serde(default)]
+            metadata: RawMeta,
+            #[serde(default, rename = "type")]
+            type_: Option<String>,
+            #[serde(default)]
+            immutable: Option<bool>,
+            #[serde(default)]
+            data: Option<BTreeMap<String, Option<String>>>,
+        }
+        let raw: Raw = parse_doc(bytes)?;
+        if raw.kind != KIND || raw.api_version != API_VERSION {
+            return Err(ManifestError::WrongKind {
+                expected: "SealedSecret (bitnami.com/v1alpha1)",
+                found: format!("{} ({})", raw.kind, raw.api_version),
+                hint: "pass a SealedSecret manifest, as kubeseal or spokekeeper seal writes it",
+            });
+        }
+        let t = raw.spec.template;
+        Ok(SealedSecret {
+            name: raw.metadata.name.ok_or(ManifestError::Missing {
+                field: "metadata.name",
+                fix: "a SealedSecret needs the name it was sealed for",
+            })?,
+            namespace: raw.metadata.namespace.unwrap_or_default(),
+            labels: raw.metadata.labels.unwrap_or_default(),
+            annotations: raw.metadata.annotations.unwrap_or_default(),
+            template: Template {
+                name: t.metadata.name,
+                namespace: t.metadata.namespace,
+                labels: t.metadata.labels.unwrap_or_default(),
+                annotations: t.metadata.annotations.unwrap_or_default(),
+                type_: t.type_,
+                immutable: t.immutable,
+                data: t.data.unwrap_or_default(),
+            },
+            encrypted_data: raw.spec.encrypted_data.ok_or(ManifestError::Missing {
+                field: "spec.encryptedData",
+                fix: "nothing sealed in it; reseal the Secret",
+            })?,
+        })
+    }
+
+    /// kubeseal's YAML: `---`, keys sorted as go-yaml sorts them, 2-space indent.
+    pub fn to_yaml(&self) -> String {
+        let mut out = String::from("---\n");
+        write_yaml_map(&mut out, 0, self.tree());
+        out
+    }
+
+    /// kubeseal's JSON: Go struct field order, maps sorted, 2-space indent.
+    pub fn to_json(&self) -> String {
+        let mut out = String::new();
+        write_json(&mut out, 0, &Node::Map(self.tree()));
+        out.push('\n');
+        out
+    }
+
+    /// The manifest as a tree in kubeseal's JSON field order; YAML re-sorts it.
+    fn tree(&self) -> Vec<(String, Node)> {
+        let meta = |name: Option<&str>,
+                    ns: Option<&str>,
+                    labels: &BTreeMap<String, String>,
+                    annotations: &BTreeMap<String, String>| {
+            let mut m = Vec::new();
+            if let Some(n) = name.filter(|n| !n.is_empty()) {
+                m.push(("name".into(), Node::str(n)));
+            }
+            if let Some(n) = ns.filter(|n| !n.is_empty()) {
+                m.push(("namespace".into(), Node::str(n)));
+            }
+            if !labels.is_empty() {
+                m.push(("labels".into(), Node::strings(labels)));
+            }
+            if !annotations.is_empty() {
+                m.push(("annotations".into(), Node::strings(annotations)));
+            }
+            Node::Map(m)
+        };
+        let t = &self.template;
+        let mut template = vec![(
+            "metadata".into(),
+            meta(
+                t.name.as_deref(),
+                t.namespace.as_deref(),
+                &t.labels,
+                &t.annotations,
+            ),
+        )];
+        if let Some(ty) = &t.type_ {
+            template.push(("type".into(), Node::str(ty)));
+        }
+        if let Some(b) = t.immutable {
+            template.push(("immutable".into(), Node::Bool(b)));
+        }
+        if !t.data.is_empty() {
+            let data = t
+                .data
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_deref().map_or(Node::Null, Node::str)))
+                .collect();
+            template.push(("data".into(), Node::Map(data)));
+        }
+        vec![
+            ("kind".into(), Node::str(KIND)),
+            ("apiVersion".into(), Node::str(API_VERSION)),
+            (
+                "metadata".into(),
+                meta(
+                    Some(&self.name),
+                    Some(&self.namespace),
+                    &self.labels,
+                    &self.annotations,
+                ),
+            ),
+            (
+                "spec".into(),
+                Node::Map(vec![
+                    ("template".into(), Node::Map(template)),
+                    ("encryptedData".into(), Node::strings(&self.encrypted_data)),
+                ]),
+            ),
+        ]
+    }
+}
+
+fn set_scope_annotation(annotations: &mut BTreeMap<String, String>, scope: Scope) {
+    annotations.remove(super::ANNOTATION_CLUSTER_WIDE);
+    annotations.remove(super::ANNOTATION_NAMESPACE_WIDE);
+    if let Some(a) = scope.annotation() {
+        annotations.insert(a.into(), "true".into());
+    }
+}
+
+fn check_names(name: &str, namespace: &str, scope: Scope) -> Result<(), ManifestError> {
+    if name.is_empty() {
+        return Err(ManifestError::Missing {
+            field: "metadata.name",
+            fix: "set it in the Secret or pass --name",
+        });
+    }
+    if namespace.is_empty() && scope != Scope::ClusterWide {
+        return Err(ManifestError::Missing {
+            field: "metadata.namespace",
+            fix: "set it in the Secret or pass --namespace (only cluster-wide sealing can do without)",
+        });
+    }
+    let subdomain = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 253
+            && s.split('.').all(|part| {
+                !part.is_empty()
+                    && part
+                        .bytes()
+                        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            })
+    };
+    if !subdomain(name) {
+        return Err(ManifestError::BadName {
+            field: "metadata.name",
+            value: name.into(),
+            rule: "lowercase letters, digits, '-' and '.', at most 253 characters",
+        });
+    }
+    if !namespace.is_empty()
+        && (namespace.len() > 63 || namespace.contains('.') || !subdomain(namespace))
+    {
+        return Err(ManifestError::BadName {
+            field: "metadata.namespace",
+            value: namespace.into(),
+            rule: "lowercase letters, digits and '-', at most 63 characters",
+        });
+    }
+    Ok(())
+}
+
+fn check_data_key(key: &str) -> Result<(), ManifestError> {
+    let ok = !key.is_empty()
+        && key.len() <= 253
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._".contains(&b));
+    if ok {
+        return Ok(());
+    }
+    Err(ManifestError::BadName {
+        field: "data key",
+        value: key.into(),
+        rule: "letters, digits, '-', '_' and '.'",
+    })
+}
+
+/// A decrypted Secret (recovery output). Its data is secret.
+#[derive(Debug)]
+pub struct UnsealedSecret {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub type_: Option<String>,
+    pub immutable: Option<bool>,
+    pub data: BTreeMap<String, SecretBytes>,
+}
+
+impl UnsealedSecret {
+    /// The Secret manifest (data base64), as kubectl would print it.
+    pub fn to_yaml(&self) -> SecretBytes {
+        let mut meta = vec![("name".to_string(), Node::str(&self.name))];
+        if !self.namespace.is_empty() {
+            meta.push(("namespace".into(), Node::str(&self.namespace)));
+        }
+        if !self.labels.is_empty() {
+            meta.push(("labels".into(), Node::strings(&self.labels)));
+        }
+        if !self.annotations.is_empty() {
+            meta.push(("annotations".into(), Node::strings(&self.annotations)));
+        }
+        let data = self
+            .data
+            .iter()
+            .map(|(k, v)| (k.clone(), Node::Str(B64.encode(v.expose()))))
+            .collect();
+        let mut tree = vec![
+            ("apiVersion".to_string(), Node::str("v1")),
+            ("kind".into(), Node::str("Secret")),
+            ("metadata".into(), Node::Map(meta)),
+            ("data".into(), Node::Map(data)),
+        ];
+        if let Some(t) = &self.type_ {
+            tree.push(("type".into(), Node::str(t)));
+        }
+        if let Some(b) = self.immutable {
+            tree.push(("immutable".into(), Node::Bool(b)));
+        }
+        let mut out = String::from("---\n");
+        write_yaml_map(&mut out, 0, tree);
+        SecretBytes::from(out)
+    }
+}
+
+enum Node {
+    Str(String),
+    Bool(bool),
+    Null,
+    Map(Vec<(String, Node)>),
+}
+
+impl Node {
+    fn str(s: &str) -> Node {
+        Node::Str(s.to_string())
+    }
+
+    fn strings(map: &BTreeMap<String, String>) -> Node {
+        Node::Map(map.iter().map(|(k, v)| (k.clone(), Node::str(v))).collect())
+    }
+}
+
+fn write_yaml_map(out: &mut String, indent: usize, mut entries: Vec<(String, Node)>) {
+    entries.sort_by(|a, b| go_yaml_key_order(&a.0, &b.0));
+    for (key, node) in entries {
+        let pad = " ".repeat(indent);
+        match node {
+            Node::Str(s) => {
+                let _ = writeln!(out, "{pad}{}: {}", scalar(&key), scalar(&s));
+            }
+            Node::Bool(b) => {
+                let _ = writeln!(out, "{pad}{}: {b}", scalar(&key));
+            }
+            Node::Null => {
+                let _ = writeln!(out, "{pad}{}: null", scalar(&key));
+            }
+            Node::Map(m) if m.is_empty() => {
+                let _ = writeln!(out, "{pad}{}: {{}}", scalar(&key));
+            }
+            Node::Map(m) => {
+                let _ = writeln!(out, "{pad}{}:", scalar(&key));
+                write_yaml_map(out, indent + 2, m);
+            }
+        }
+    }
+}
+
+fn write_json(out: &mut String, indent: usize, node: &Node) {
+    match node {
+        Node::Str(s) => out.push_str(&json_string(s)),
+        Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Node::Null => out.push_str("null"),
+        Node::Map(m) if m.is_empty() => out.push_str("{}"),
+        Node::Map(m) => {
+            out.push_str("{\n");
+            for (i, (k, v)) in m.iter().enumerate() {
+                out.push_str(&" ".repeat(indent + 2));
+                out.push_str(&json_string(k));
+                out.push_str(": ");
+                write_json(out, indent + 2, v);
+                out.push_str(if i + 1 < m.len() { ",\n" } else { "\n" });
+            }
+            out.push_str(&" ".repeat(indent));
+            out.push('}');
+        }
+    }
+}
+
+/// go-yaml v2's map key order: letters after other characters, digit runs compared as
+/// numbers. Plain byte order for everything we write except odd keys like `key10`.
+fn go_yaml_key_order(a: &str, b: &str) -> std::cmp::Ordering {
+    use std::cmp::Ordering;
+    let (ar, br): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    for i in 0..ar.len().min(br.len()) {
+        if ar[i] == br[i] {
+            continue;
+        }
+        let (al, bl) = (ar[i].is_alphabetic(), br[i].is_alphabetic());
+        if al && bl {
+            return ar[i].cmp(&br[i]);
+        }
+        if al || bl {
+            return if bl {
+                Ordering::Less
+            } else {
+                Ordering::Greater
+            };
+        }
+        let number = |r: &[char]| {
+            let digits: String = r[i..].iter().take_while(|c| c.is_ascii_digit()).collect();
+            (digits.parse::<u128>().unwrap_or(0), digits.len())
+        };
+        let ((an, alen), (bn, blen)) = (number(&ar), number(&br));
+        // A leading zero inside a longer number compares as a digit, not as a number.
+        let zero_inside = (ar[i] == '0' || br[i] == '0')
+            && i > 0
+            && ar[..i]
+                .iter()
+                .rev()
+                .take_while(|c| c.is_ascii_digit())
+                .any(|&c| c != '0');
+        if !zero_inside && an != bn {
+            return an.cmp(&bn);
+        }
+        if alen != blen {
+            return alen.cmp(&blen);
+        }
+        return ar[i].cmp(&br[i]);
+    }
+    ar.len().cmp(&br.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn go_key_order() {
+        let mut keys = vec![
+            "spec",
+            "kind",
+            "metadata",
+            "apiVersion",
+            "key10",
+            "key2",
+            "a.b",
+            "ab",
+            "a-b",
+        ];
+        keys.sort_by(|a, b| go_yaml_key_order(a, b));
+        assert_eq!(
+            keys,
+            [
+                "a-b",
+                "a.b",
+                "ab",
+                "apiVersion",
+                "key2",
+                "key10",
+                "kind",
+                "metadata",
+                "spec"
+            ]
+        );
+    }
+
+    #[test]
+    fn names_are_checked() {
+        assert!(check_names("ok-name.x", "ns", Scope::Strict).is_ok());
+        assert!(
+            check_names("", "ns", Scope::Strict)
+                .unwrap_err()
+                .to_string()
+                .contains("--name")
+        );
+        assert!(
+            check_names("n", "", Scope::Strict)
+                .unwrap_err()
+                .to_string()
+                .contains("--namespace")
+        );
+        assert!(check_names("n", "", Scope::ClusterWide).is_ok());
+        // A '/' would make the strict label ambiguous.
+        assert!(check_names("a/b", "ns", Scope::Strict).is_err());
+        assert!(check_names("n", "a.b", Scope::Strict).is_err());
+        assert!(check_data_key("tls.crt").is_ok());
+        assert!(check_data_key("a/b").is_err());
+    }
+
+    #[test]
+    fn base64_decodes_exactly() {
+        assert_eq!(decode_b64("k", "aGVsbG8=").unwrap().expose(), b"hello");
+        assert_eq!(decode_b64("k", "").unwrap().expose(), b"");
+        assert!(
+            decode_b64("k", "!!!")
+                .unwrap_err()
+                .to_string()
+                .contains("data.k")
+        );
+    }
+}
