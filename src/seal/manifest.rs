@@ -122,7 +122,11 @@ fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestEr
     if text.trim_start().starts_with('{') {
         serde_json::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
     } else {
-        serde_saphyr::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
+        // No snippet: the lines around a syntax error may hold a Secret's values.
+        let mut options = serde_saphyr::Options::default();
+        options.with_snippet = false;
+        serde_saphyr::from_str_with_options(text, options)
+            .map_err(|e| ManifestError::Syntax(e.to_string()))
     }
 }
 
