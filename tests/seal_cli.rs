@@ -421,3 +421,12 @@ print(s.to_yaml())
         assert_eq!(plain.data["value"].expose(), value, "{scope}");
     }
 }
+
+#[test]
+fn oversized_input_is_refused() {
+    let big = vec![b'a'; spokekeeper::seal::manifest::MAX_MANIFEST_BYTES + 1];
+    let (code, stdout, stderr) = seal(&[], &cert(), big);
+    assert_eq!(code, 1);
+    assert!(stdout.is_empty());
+    assert!(stderr.contains("over the 4194304-byte limit"), "{stderr}");
+}

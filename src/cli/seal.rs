@@ -163,25 +163,33 @@ fn try_unseal(args: &UnsealArgs) -> Result<(), String> {
     write_stdout(secret.to_yaml().expose())
 }
 
-/// Reads a file or stdin into memory, refusing more than a manifest can hold.
+/// Reads a file or stdin into memory, refusing more than a manifest can hold. The buffer
+/// is reserved up front so it never reallocates (and leaves no unzeroized copy behind).
 fn read_limited(path: Option<&Path>) -> Result<SecretBytes, String> {
-    let limit = MAX_MANIFEST_BYTES as u64 + 1;
-    let mut buf = Vec::new();
-    let result = match path.filter(|p| p.as_os_str() != "-") {
-        Some(p) => std::fs::File::open(p)
-            .and_then(|f| f.take(limit).read_to_end(&mut buf))
-            .map_err(|e| format!("cannot read {}: {e}", p.display())),
-        None => std::io::stdin()
-            .take(limit)
-            .read_to_end(&mut buf)
-            .map_err(|e| format!("cannot read stdin: {e}")),
+    let (mut reader, shown): (Box<dyn Read>, String) = match path.filter(|p| p.as_os_str() != "-") {
+        Some(p) => (
+            Box::new(
+                std::fs::File::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
+            ),
+            p.display().to_string(),
+        ),
+        None => (Box::new(std::io::stdin()), "stdin".into()),
     };
-    let buf = SecretBytes::new(buf);
-    result?;
-    if buf.len() > MAX_MANIFEST_BYTES {
-        return Err(format!("input is over the {MAX_MANIFEST_BYTES}-byte limit"));
+    let mut buf = SecretBytes::with_capacity(MAX_MANIFEST_BYTES);
+    let mut chunk = zeroize::Zeroizing::new([0u8; 16 * 1024]);
+    loop {
+        let n = reader
+            .read(chunk.as_mut())
+            .map_err(|e| format!("cannot read {shown}: {e}"))?;
+        if n == 0 {
+            return Ok(buf);
+        }
+        if !buf.try_extend(&chunk[..n]) {
+            return Err(format!(
+                "{shown} is over the {MAX_MANIFEST_BYTES}-byte limit"
+            ));
+        }
     }
-    Ok(buf)
 }
 
 fn write_stdout(bytes: &[u8]) -> Result<(), String> {
