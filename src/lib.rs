@@ -10,6 +10,7 @@
 
 pub mod certs;
 pub mod cli;
+pub mod config;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod seal;

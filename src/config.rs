@@ -1,0 +1,691 @@
+//! spokekeeper.yaml: types, loading, validation.
+//!
+//! Every error names the file, the line where known, and the fix. Unknown keys are
+//! errors (a typo must not silently fall back to a default). Relative paths resolve
+//! against the configuration file's directory.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Component, Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::seal::Scope;
+
+pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
+pub const DEFAULT_SECRET_KEY: &str = "value";
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+
+#[derive(Debug, thiserror::Error)]
+#[error("{file}: {message}")]
+pub struct ConfigError {
+    pub file: String,
+    pub message: String,
+}
+
+/// A duration written as a number and a unit: `30s`, `15m`, `24h`, `30d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+        let n: u64 = num.parse().map_err(|_| {
+            format!("{s:?} is not a duration: write a number and a unit, like 30s, 15m, 24h or 30d")
+        })?;
+        let secs = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            _ => {
+                return Err(format!(
+                    "{s:?} has no known unit: use s, m, h or d (e.g. 30d)"
+                ));
+            }
+        };
+        n.checked_mul(secs)
+            .map(|t| Span(Duration::from_secs(t)))
+            .ok_or_else(|| format!("{s:?} is too long"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs();
+        match s {
+            s if s % 86_400 == 0 && s > 0 => write!(f, "{}d", s / 86_400),
+            s if s % 3600 == 0 && s > 0 => write!(f, "{}h", s / 3600),
+            s if s % 60 == 0 && s > 0 => write!(f, "{}m", s / 60),
+            s => write!(f, "{s}s"),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Distro {
+    K3s,
+    Rke2,
+    Kubeadm,
+}
+
+impl Distro {
+    /// Where each distribution writes its admin kubeconfig.
+    pub fn kubeconfig_path(self) -> &'static str {
+        match self {
+            Distro::K3s => "/etc/rancher/k3s/k3s.yaml",
+            Distro::Rke2 => "/etc/rancher/rke2/rke2.yaml",
+            Distro::Kubeadm => "/etc/kubernetes/admin.conf",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    repo: RawRepo,
+    sealing: RawSealing,
+    #[serde(default)]
+    schedule: Option<String>,
+    #[serde(default)]
+    metrics: Option<RawMetrics>,
+    #[serde(default)]
+    renew_before: Option<Span>,
+    #[serde(default)]
+    verify_every: Option<Span>,
+    #[serde(default)]
+    alerts: Option<RawAlerts>,
+    #[serde(default)]
+    ssh: SshOverrides,
+    spokes: Vec<RawSpoke>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRepo {
+    path: PathBuf,
+    #[serde(default)]
+    remote: Option<String>,
+    #[serde(default)]
+    branch: Option<String>,
+    #[serde(default)]
+    author: Option<String>,
+    #[serde(default)]
+    push: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSealing {
+    cert: PathBuf,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawMetrics {
+    listen: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawAlerts {
+    #[serde(default)]
+    warn_before: Option<Span>,
+    #[serde(default)]
+    critical_before: Option<Span>,
+    #[serde(default)]
+    alertmanager: Option<String>,
+    #[serde(default)]
+    webhook: Option<String>,
+}
+
+/// SSH settings as written: every field optional so a spoke can override any of them.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SshOverrides {
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub identity: Option<PathBuf>,
+    #[serde(default)]
+    pub known_hosts: Option<PathBuf>,
+    #[serde(default)]
+    pub sudo: Option<bool>,
+    #[serde(default)]
+    pub connect_timeout: Option<Span>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecretRef {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpoke {
+    name: String,
+    address: String,
+    #[serde(default)]
+    distro: Option<Distro>,
+    #[serde(default)]
+    kubeconfig_path: Option<String>,
+    #[serde(default)]
+    api_server: Option<String>,
+    #[serde(default)]
+    ssh: SshOverrides,
+    #[serde(default)]
+    secret: Option<RawSecretRef>,
+    #[serde(default)]
+    scope: Option<Scope>,
+    #[serde(default)]
+    output: Option<PathBuf>,
+}
+
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoConfig {
+    pub path: PathBuf,
+    pub remote: String,
+    pub branch: String,
+    pub author: Option<String>,
+    pub push: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertsConfig {
+    pub warn_before: Duration,
+    pub critical_before: Duration,
+    pub alertmanager: Option<url::Url>,
+    pub webhook: Option<url::Url>,
+}
+
+/// SSH settings for one spoke, defaults and overrides applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SshSettings {
+    pub user: String,
+    pub port: u16,
+    pub identity: Option<PathBuf>,
+    pub known_hosts: Option<PathBuf>,
+    pub sudo: bool,
+    pub connect_timeout: Duration,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretRef {
+    pub name: String,
+    pub namespace: String,
+    pub key: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpokeConfig {
+    pub name: String,
+    pub address: String,
+    pub distro: Distro,
+    pub kubeconfig_path: String,
+    /// None: https://ADDRESS:PORT-from-the-extracted-kubeconfig.
+    pub api_server: Option<url::Url>,
+    pub ssh: SshSettings,
+    pub secret: SecretRef,
+    pub scope: Scope,
+    /// Relative to the repo root; never absolute, never leaves the repo.
+    pub output: PathBuf,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    pub file: PathBuf,
+    pub repo: RepoConfig,
+    pub sealing_cert: PathBuf,
+    pub schedule: String,
+    pub metrics_listen: SocketAddr,
+    pub renew_before: Duration,
+    pub verify_every: Duration,
+    pub alerts: AlertsConfig,
+    pub spokes: Vec<SpokeConfig>,
+}
+
+impl Config {
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            file: file.clone(),
+            message: format!("cannot read it: {e} (pass --config FILE, or set SPOKEKEEPER_CONFIG; `spokekeeper init` writes one)"),
+        })?;
+        let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        Self::parse(&text, &file, &base)
+    }
+
+    /// Parses and validates; `base` resolves relative paths.
+    pub fn parse(text: &str, file: &str, base: &Path) -> Result<Config, ConfigError> {
+        let err = |message: String| ConfigError {
+            file: file.to_string(),
+            message,
+        };
+        let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| err(format!("{e}")))?;
+        let resolve = |p: &Path| {
+            if p.is_absolute() {
+                p.to_path_buf()
+            } else {
+                base.join(p)
+            }
+        };
+
+        let schedule = raw.schedule.unwrap_or_else(|| "*/15 * * * *".into());
+        croner::Cron::from_str(&schedule).map_err(|e| {
+            err(format!("schedule {schedule:?} is not a cron expression ({e}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"))
+        })?;
+        let listen = raw
+            .metrics
+            .map_or(DEFAULT_METRICS_LISTEN.to_string(), |m| m.listen);
+        let metrics_listen = listen.parse().map_err(|_| {
+            err(format!(
+                "metrics.listen {listen:?} is not HOST:PORT: e.g. 127.0.0.1:9464"
+            ))
+        })?;
+
+        let alerts = raw.alerts;
+        let url = |field: &str, v: Option<String>| -> Result<Option<url::Url>, ConfigError> {
+            v.map(|s| {
+                url::Url::parse(&s)
+                    .ok()
+                    .filter(|u| matches!(u.scheme(), "http" | "https"))
+                    .ok_or_else(|| err(format!("{field} {s:?} is not an http(s) URL")))
+            })
+            .transpose()
+        };
+        let (warn, crit, am, hook) = match alerts {
+            Some(a) => (a.warn_before, a.critical_before, a.alertmanager, a.webhook),
+            None => (None, None, None, None),
+        };
+        let alerts = AlertsConfig {
+            warn_before: warn.map_or(Duration::from_secs(30 * 86_400), |s| s.0),
+            critical_before: crit.map_or(Duration::from_secs(7 * 86_400), |s| s.0),
+            alertmanager: url("alerts.alertmanager", am)?,
+            webhook: url("alerts.webhook", hook)?,
+        };
+        if alerts.critical_before > alerts.warn_before {
+            return Err(err(format!(
+                "alerts.critical_before ({}) is longer than alerts.warn_before ({}): critical must come later, closer to expiry",
+                Span(alerts.critical_before),
+                Span(alerts.warn_before)
+            )));
+        }
+
+        if raw.spokes.is_empty() {
+            return Err(err(
+                "spokes is empty: add at least one spoke (name and address)".into(),
+            ));
+        }
+        let mut names = BTreeSet::new();
+        let mut outputs = BTreeSet::new();
+        let mut spokes = Vec::with_capacity(raw.spokes.len());
+        for s in raw.spokes {
+            let at = format!("spokes[{}]", s.name);
+            if !is_dns_label(&s.name) {
+                return Err(err(format!(
+                    "spoke name {:?} must be lowercase letters, digits and '-' (at most 63): it names files, branches and Secrets",
+                    s.name
+                )));
+            }
+            if !names.insert(s.name.clone()) {
+                return Err(err(format!(
+                    "{at}: the name is used twice: spoke names must be unique"
+                )));
+            }
+            if s.address.trim().is_empty() || s.address.contains(['/', ' ']) {
+                return Err(err(format!(
+                    "{at}.address {:?} must be a host name or IP address",
+                    s.address
+                )));
+            }
+            let api_server = s
+                .api_server
+                .map(|u| {
+                    url::Url::parse(&u)
+                        .ok()
+                        .filter(|p| p.scheme() == "https" && p.host().is_some())
+                        .ok_or_else(|| {
+                            err(format!(
+                                "{at}.api_server {u:?} must be an https:// URL with a host"
+                            ))
+                        })
+                })
+                .transpose()?;
+            let distro = s.distro.unwrap_or(Distro::K3s);
+            let kubeconfig_path = s
+                .kubeconfig_path
+                .unwrap_or_else(|| distro.kubeconfig_path().into());
+            if !kubeconfig_path.starts_with('/') {
+                return Err(err(format!(
+                    "{at}.kubeconfig_path {kubeconfig_path:?} must be an absolute path on the node"
+                )));
+            }
+            let o = merge_ssh(&raw.ssh, &s.ssh);
+            let ssh = SshSettings {
+                user: o.user.unwrap_or_else(|| "root".into()),
+                port: o.port.unwrap_or(22),
+                identity: o.identity.as_deref().map(resolve),
+                known_hosts: o.known_hosts.as_deref().map(resolve),
+                sudo: o.sudo.unwrap_or(false),
+                connect_timeout: o.connect_timeout.map_or(Duration::from_secs(10), |s| s.0),
+            };
+            if ssh.port == 0 {
+                return Err(err(format!("{at}.ssh.port must be 1-65535")));
+            }
+            let secret = s.secret.unwrap_or(RawSecretRef {
+                name: None,
+                namespace: None,
+                key: None,
+            });
+            let secret = SecretRef {
+                name: secret
+                    .name
+                    .unwrap_or_else(|| format!("{}-kubeconfig", s.name)),
+                namespace: secret
+                    .namespace
+                    .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.into()),
+                key: secret.key.unwrap_or_else(|| DEFAULT_SECRET_KEY.into()),
+            };
+            let output = s
+                .output
+                .unwrap_or_else(|| PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)));
+            if output.is_absolute()
+                || output
+                    .components()
+                    .any(|c| !matches!(c, Component::Normal(_)))
+            {
+                return Err(err(format!(
+                    "{at}.output {:?} must be a relative path inside the repo, without '..'",
+                    output.display()
+                )));
+            }
+            if !outputs.insert(output.clone()) {
+                return Err(err(format!(
+                    "{at}.output {:?} is used by another spoke",
+                    output.display()
+                )));
+            }
+            spokes.push(SpokeConfig {
+                name: s.name,
+                address: s.address,
+                distro,
+                kubeconfig_path,
+                api_server,
+                ssh,
+                secret,
+                scope: s.scope.unwrap_or_default(),
+                output,
+            });
+        }
+
+        Ok(Config {
+            file: PathBuf::from(file),
+            repo: RepoConfig {
+                path: resolve(&raw.repo.path),
+                remote: raw.repo.remote.unwrap_or_else(|| "origin".into()),
+                branch: raw.repo.branch.unwrap_or_else(|| "main".into()),
+                author: raw.repo.author,
+                push: raw.repo.push.unwrap_or(true),
+            },
+            sealing_cert: resolve(&raw.sealing.cert),
+            schedule,
+            metrics_listen,
+            renew_before: raw
+                .renew_before
+                .map_or(Duration::from_secs(30 * 86_400), |s| s.0),
+            verify_every: raw
+                .verify_every
+                .map_or(Duration::from_secs(86_400), |s| s.0),
+            alerts,
+            spokes,
+        })
+    }
+}
+
+fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
+    SshOverrides {
+        user: spoke.user.clone().or_else(|| defaults.user.clone()),
+        port: spoke.port.or(defaults.port),
+        identity: spoke.identity.clone().or_else(|| defaults.identity.clone()),
+        known_hosts: spoke
+            .known_hosts
+            .clone()
+            .or_else(|| defaults.known_hosts.clone()),
+        sudo: spoke.sudo.or(defaults.sudo),
+        connect_timeout: spoke.connect_timeout.or(defaults.connect_timeout),
+    }
+}
+
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+repo:
+  path: fleet
+  branch: trunk
+  author: "spokekeeper <spokekeeper@example.org>"
+  push: false
+sealing:
+  cert: keys/sealed-secrets-infra.pem
+schedule: "@hourly"
+metrics:
+  listen: 127.0.0.1:9999
+renew_before: 20d
+verify_every: 12h
+alerts:
+  warn_before: 21d
+  critical_before: 3d
+  alertmanager: http://alertmanager.monitoring:9093
+ssh:
+  user: spokekeeper
+  identity: ssh/id_ed25519
+  known_hosts: /etc/spokekeeper/known_hosts
+  sudo: true
+  connect_timeout: 5s
+spokes:
+  - name: dev
+    address: 192.168.1.20
+    ssh: { port: 2222, sudo: false }
+  - name: test
+    address: test.example.org
+    distro: kubeadm
+    api_server: https://api.test.example.org:6443
+    scope: namespace-wide
+    secret: { name: t, namespace: other, key: kubeconfig }
+    output: clusters/test.yaml
+"#;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(
+            text,
+            "/etc/spokekeeper/spokekeeper.yaml",
+            Path::new("/etc/spokekeeper"),
+        )
+    }
+
+    #[test]
+    fn full_file_with_defaults_and_overrides() {
+        let c = parse(FULL).unwrap();
+        assert_eq!(c.repo.path, Path::new("/etc/spokekeeper/fleet"));
+        assert_eq!(
+            (c.repo.remote.as_str(), c.repo.branch.as_str(), c.repo.push),
+            ("origin", "trunk", false)
+        );
+        assert_eq!(
+            c.sealing_cert,
+            Path::new("/etc/spokekeeper/keys/sealed-secrets-infra.pem")
+        );
+        assert_eq!(c.renew_before, Duration::from_secs(20 * 86_400));
+        assert_eq!(c.verify_every, Duration::from_secs(12 * 3600));
+        assert_eq!(c.alerts.critical_before, Duration::from_secs(3 * 86_400));
+        assert_eq!(c.metrics_listen.port(), 9999);
+        let dev = &c.spokes[0];
+        assert_eq!(dev.kubeconfig_path, "/etc/rancher/k3s/k3s.yaml");
+        assert_eq!(dev.ssh.port, 2222);
+        assert!(!dev.ssh.sudo, "the spoke's override wins");
+        assert_eq!(dev.ssh.user, "spokekeeper", "the default fills the rest");
+        assert_eq!(
+            dev.ssh.identity.as_deref(),
+            Some(Path::new("/etc/spokekeeper/ssh/id_ed25519"))
+        );
+        assert_eq!(dev.ssh.connect_timeout, Duration::from_secs(5));
+        assert_eq!(
+            dev.secret,
+            SecretRef {
+                name: "dev-kubeconfig".into(),
+                namespace: "flux-system".into(),
+                key: "value".into()
+            }
+        );
+        assert_eq!(dev.output, Path::new("fluxcd/dev-kubeconfig-sealed.yaml"));
+        assert_eq!(dev.scope, Scope::Strict);
+        let test = &c.spokes[1];
+        assert_eq!(test.kubeconfig_path, "/etc/kubernetes/admin.conf");
+        assert!(test.ssh.sudo);
+        assert_eq!(test.ssh.port, 22);
+        assert_eq!(test.scope, Scope::NamespaceWide);
+        assert_eq!(test.api_server.as_ref().unwrap().port(), Some(6443));
+    }
+
+    fn refused(text: &str, needles: &[&str]) {
+        let e = parse(text).unwrap_err().to_string();
+        assert!(e.starts_with("/etc/spokekeeper/spokekeeper.yaml: "), "{e}");
+        for n in needles {
+            assert!(e.contains(n), "want {n:?} in: {e}");
+        }
+    }
+
+    const MIN: &str =
+        "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+
+    #[test]
+    fn minimal_file_takes_defaults() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.schedule, "*/15 * * * *");
+        assert_eq!(c.metrics_listen.to_string(), DEFAULT_METRICS_LISTEN);
+        assert_eq!(c.spokes[0].ssh.user, "root");
+        assert_eq!(c.alerts.warn_before, Duration::from_secs(30 * 86_400));
+    }
+
+    #[test]
+    fn mistakes_name_the_field_and_the_fix() {
+        refused(&MIN.replace("address", "adress"), &["adress", "line 4"]);
+        refused(&format!("{MIN}bogus: 1\n"), &["bogus"]);
+        refused(
+            &format!("{MIN}renew_before: 30\n"),
+            &["renew_before", "30d"],
+        );
+        refused(&format!("{MIN}renew_before: 3w\n"), &["s, m, h or d"]);
+        refused(
+            &format!("{MIN}schedule: \"every day\"\n"),
+            &["schedule", "@hourly"],
+        );
+        refused(
+            &format!("{MIN}metrics: {{listen: nowhere}}\n"),
+            &["metrics.listen", "HOST:PORT"],
+        );
+        refused(
+            &format!("{MIN}alerts: {{warn_before: 1d, critical_before: 7d}}\n"),
+            &["critical_before", "warn_before"],
+        );
+        refused(
+            &MIN.replace("name: dev", "name: Dev_1"),
+            &["Dev_1", "lowercase"],
+        );
+        refused(
+            &format!("{MIN}  - {{name: dev, address: 10.0.0.2}}\n"),
+            &["spokes[dev]", "unique"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, output: ../escape.yaml"),
+            &["output", "inside the repo"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, api_server: http://x:6443"),
+            &["api_server", "https"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, distro: talos"),
+            &["talos"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, scope: global"),
+            &["strict, namespace-wide or cluster-wide"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, kubeconfig_path: k3s.yaml"),
+            &["absolute"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, ssh: {prot: 22}"),
+            &["prot"],
+        );
+        refused(
+            "repo: {path: f}\nsealing: {cert: c}\nspokes: []\n",
+            &["at least one spoke"],
+        );
+    }
+
+    #[test]
+    fn spans_read_and_print() {
+        assert_eq!(
+            "30d".parse::<Span>().unwrap().0,
+            Duration::from_secs(2_592_000)
+        );
+        assert_eq!(Span(Duration::from_secs(90)).to_string(), "90s");
+        assert_eq!(Span(Duration::from_secs(7200)).to_string(), "2h");
+        assert!("99999999999999999999d".parse::<Span>().is_err());
+        assert!("d".parse::<Span>().is_err());
+    }
+
+    #[test]
+    fn load_names_a_missing_file_and_the_fix() {
+        let e = Config::load(Path::new("/nonexistent/spokekeeper.yaml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("/nonexistent/spokekeeper.yaml") && e.contains("--config"),
+            "{e}"
+        );
+    }
+}
