@@ -300,6 +300,14 @@ fn exec_auth_provider_file_paths_and_insecure_are_refused_by_name() {
         &with_user_line(&f.yaml, "password: hunter2"),
         "users[default].user.password",
     );
+    // Spellings Go's YAML reads as true, or that are not booleans at all, are refused
+    // by name too rather than guessed at.
+    for spelling in ["\"true\"", "yes", "True", "1", "[true]"] {
+        assert_refused_naming(
+            &with_cluster_line(&f.yaml, &format!("insecure-skip-tls-verify: {spelling}")),
+            "clusters[default].cluster.insecure-skip-tls-verify",
+        );
+    }
     // false is harmless, and null means absent.
     sanitized(
         &with_cluster_line(&f.yaml, "insecure-skip-tls-verify: false"),

@@ -4,7 +4,7 @@
 use url::Url;
 
 use super::KubeconfigError;
-use super::raw::{Named, RawCluster, RawConfig, RawUser};
+use super::raw::{Flag, Named, RawCluster, RawConfig, RawUser};
 use super::server;
 use crate::certs::{self, CertError, CertInfo, PrivateKey, pem};
 use crate::secret::SecretBytes;
@@ -91,7 +91,11 @@ fn forbid(out: &mut Vec<KubeconfigError>, field: String, what: &'static str, fix
 
 fn forbidden_in_cluster(name: &str, c: &RawCluster, out: &mut Vec<KubeconfigError>) {
     let field = |f: &str| format!("clusters[{name}].cluster.{f}");
-    if c.insecure_skip_tls_verify == Some(true) {
+    // Anything but an explicit false (a quoted "true", "yes") is refused too.
+    if matches!(
+        c.insecure_skip_tls_verify,
+        Some(Flag::Bool(true) | Flag::Other)
+    ) {
         forbid(
             out,
             field("insecure-skip-tls-verify"),
@@ -251,7 +255,7 @@ fn assess_cluster(cluster: &Named<RawCluster>, a: &mut Assessment) {
     let Some(body) = &cluster.body else {
         a.problems.push(KubeconfigError::Missing {
             field: format!("clusters[{name}].cluster"),
-            fix: FIX_PLUGIN,
+            fix: "the cluster entry needs server and certificate-authority-data",
         });
         return;
     };
@@ -300,7 +304,7 @@ fn assess_user(user: &Named<RawUser>, a: &mut Assessment) {
     let Some(body) = &user.body else {
         a.problems.push(KubeconfigError::Missing {
             field: format!("users[{name}].user"),
-            fix: FIX_PLUGIN,
+            fix: "the user entry needs client-certificate-data and client-key-data, or a token",
         });
         return;
     };

@@ -35,7 +35,7 @@ pub(crate) struct RawCluster {
     #[serde(rename = "tls-server-name")]
     pub tls_server_name: Option<String>,
     #[serde(rename = "insecure-skip-tls-verify")]
-    pub insecure_skip_tls_verify: Option<bool>,
+    pub insecure_skip_tls_verify: Option<Flag>,
     #[serde(rename = "certificate-authority")]
     pub certificate_authority: Option<Present>,
     #[serde(rename = "proxy-url")]
@@ -75,6 +75,29 @@ pub(crate) struct Present;
 impl<'de> Deserialize<'de> for Present {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         serde::de::IgnoredAny::deserialize(d).map(|_| Present)
+    }
+}
+
+/// A boolean as written; anything that is not a boolean is kept as `Other` so it can be
+/// refused by field name rather than as a parse error.
+#[derive(Debug)]
+pub(crate) enum Flag {
+    Bool(bool),
+    Other,
+}
+
+impl<'de> Deserialize<'de> for Flag {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Any {
+            Bool(bool),
+            Other(serde::de::IgnoredAny),
+        }
+        Ok(match Any::deserialize(d)? {
+            Any::Bool(b) => Flag::Bool(b),
+            Any::Other(_) => Flag::Other,
+        })
     }
 }
 
