@@ -1,0 +1,136 @@
+//! The API server URL and host names: parsed, never edited as text.
+
+use std::net::{IpAddr, Ipv6Addr};
+
+use url::Url;
+
+/// An https URL with a host, no credentials, no query, no fragment.
+pub(crate) fn parse_server(s: &str) -> Result<Url, String> {
+    let url = Url::parse(s).map_err(|e| format!("not a URL ({e})"))?;
+    if url.scheme() != "https" {
+        return Err(format!(
+            "uses {}://; only https keeps credentials and API traffic private",
+            url.scheme()
+        ));
+    }
+    if url.host().is_none() {
+        return Err("has no host".into());
+    }
+    if !url.username().is_empty() || url.password().is_some() {
+        return Err("carries credentials in the URL".into());
+    }
+    if url.query().is_some() || url.fragment().is_some() {
+        return Err("has a query or a fragment, which an API server URL never has".into());
+    }
+    Ok(url)
+}
+
+/// The URL as written into the kubeconfig: `https://host:port`, without the bare `/`
+/// path the url crate adds.
+pub(crate) fn server_string(url: &Url) -> String {
+    let s = url.as_str();
+    if url.path() == "/" {
+        s.trim_end_matches('/').to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+/// What a host argument turned out to be.
+pub(crate) enum Host {
+    Ip(IpAddr),
+    Name(String),
+}
+
+/// An IPv4 or IPv6 address (brackets optional) or a DNS name; nothing else.
+pub(crate) fn parse_host(host: &str) -> Result<Host, String> {
+    let inner = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
+    if let Some(inner) = inner {
+        return inner
+            .parse::<Ipv6Addr>()
+            .map(|ip| Host::Ip(IpAddr::V6(ip)))
+            .map_err(|_| "is bracketed but not an IPv6 address".into());
+    }
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Ok(Host::Ip(ip));
+    }
+    if is_dns_name(host) {
+        Ok(Host::Name(host.to_ascii_lowercase()))
+    } else {
+        Err("is neither an IP address nor a DNS name (letters, digits, '-' and '.')".into())
+    }
+}
+
+/// RFC 1123 host name; the last label must not be all digits (the url crate would read
+/// `1.2.3` as an IPv4 address).
+pub(crate) fn is_dns_name(s: &str) -> bool {
+    let s = s.strip_suffix('.').unwrap_or(s);
+    if s.is_empty() || s.len() > 253 {
+        return false;
+    }
+    let labels_ok = s.split('.').all(|l| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    });
+    labels_ok
+        && !s
+            .rsplit('.')
+            .next()
+            .is_some_and(|l| l.bytes().all(|b| b.is_ascii_digit()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_urls() {
+        let u = parse_server("https://127.0.0.1:6443").unwrap();
+        assert_eq!(server_string(&u), "https://127.0.0.1:6443");
+        let u = parse_server("https://rancher.example/k8s/clusters/c-1").unwrap();
+        assert_eq!(
+            server_string(&u),
+            "https://rancher.example/k8s/clusters/c-1"
+        );
+        for bad in [
+            "http://a:6443",
+            "https://u:p@a:6443",
+            "https://a/?x=1",
+            "a:6443",
+            "https://",
+        ] {
+            assert!(parse_server(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn hosts() {
+        assert!(matches!(
+            parse_host("[fd00::1]"),
+            Ok(Host::Ip(IpAddr::V6(_)))
+        ));
+        assert!(matches!(parse_host("fd00::1"), Ok(Host::Ip(IpAddr::V6(_)))));
+        assert!(matches!(
+            parse_host("10.0.0.1"),
+            Ok(Host::Ip(IpAddr::V4(_)))
+        ));
+        assert!(
+            matches!(parse_host("API.example.org"), Ok(Host::Name(n)) if n == "api.example.org")
+        );
+        for bad in [
+            "",
+            "a b",
+            "evil.com/x",
+            "a@b",
+            "1.2.3",
+            "-a.b",
+            "[1.2.3.4]",
+            "a..b",
+        ] {
+            assert!(parse_host(bad).is_err(), "{bad}");
+        }
+    }
+}
