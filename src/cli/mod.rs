@@ -90,6 +90,16 @@ fn not_built_yet(command: &Command) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// Prints an error chain to stderr as one line per cause.
+pub(crate) fn report(context: &str, err: &dyn std::error::Error) {
+    eprintln!("error: {context}: {err}");
+    let mut source = err.source();
+    while let Some(cause) = source {
+        eprintln!("  caused by: {cause}");
+        source = cause.source();
+    }
+}
+
 /// Prints a command's error to stderr and returns the failure exit code.
 pub(crate) fn fail(command: &str, message: &str) -> ExitCode {
     eprintln!("spokekeeper {command}: error: {message}");

@@ -5,10 +5,11 @@ use std::fmt;
 use rsa::pkcs1::{DecodeRsaPrivateKey, DecodeRsaPublicKey};
 use rsa::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use rsa::traits::PublicKeyParts;
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::certs::{fingerprint, pem};
 use zeroize::Zeroizing;
 
 /// Smaller keys are refused: the controller has generated 4096-bit keys since v0.12.
@@ -64,32 +65,32 @@ impl SealingKey {
     /// From a PEM certificate (as the controller serves it) or a bare RSA public key PEM.
     /// Refuses non-RSA, small and expired keys; `now` decides what expired means.
     pub fn from_pem(pem: &[u8], source_name: &str, now: OffsetDateTime) -> Result<Self, KeyError> {
-        let text = String::from_utf8_lossy(pem);
-        let block = pem_blocks(&text).next().ok_or_else(|| KeyError::NoPem {
+        let blocks = pem::blocks(pem).map_err(|e| KeyError::BadCertificate {
+            source_name: source_name.into(),
+            reason: e.to_string(),
+        })?;
+        let block = blocks.into_iter().next().ok_or_else(|| KeyError::NoPem {
             source_name: source_name.into(),
         })?;
-        let der = block.der().map_err(|reason| KeyError::BadCertificate {
-            source_name: source_name.into(),
-            reason,
-        })?;
-        match block.label {
-            "CERTIFICATE" => Self::from_cert_der(&der, source_name, now),
+        let der = block.der.expose();
+        match block.label.as_str() {
+            "CERTIFICATE" => Self::from_cert_der(der, source_name, now),
             "PUBLIC KEY" => {
-                let public = rsa::PublicKey::from_public_key_der(&der).map_err(|e| {
+                let public = rsa::PublicKey::from_public_key_der(der).map_err(|e| {
                     KeyError::BadPublicKey {
                         source_name: source_name.into(),
                         reason: e.to_string(),
                     }
                 })?;
-                Self::checked(public, sha256_hex(&der), None, source_name)
+                Self::checked(public, fingerprint(der), None, source_name)
             }
             "RSA PUBLIC KEY" => {
                 let public =
-                    rsa::PublicKey::from_pkcs1_der(&der).map_err(|e| KeyError::BadPublicKey {
+                    rsa::PublicKey::from_pkcs1_der(der).map_err(|e| KeyError::BadPublicKey {
                         source_name: source_name.into(),
                         reason: e.to_string(),
                     })?;
-                Self::checked(public, sha256_hex(&der), None, source_name)
+                Self::checked(public, fingerprint(der), None, source_name)
             }
             label if label.contains("PRIVATE KEY") => Err(KeyError::PrivateKeyGiven {
                 source_name: source_name.into(),
@@ -128,7 +129,7 @@ impl SealingKey {
                 source_name: source_name.into(),
                 reason: e.to_string(),
             })?;
-        Self::checked(public, sha256_hex(der), Some(not_after), source_name)
+        Self::checked(public, fingerprint(der), Some(not_after), source_name)
     }
 
     fn checked(
@@ -189,27 +190,24 @@ impl RecoveryKey {
     /// Every RSA private key in `bytes`: PEM (PKCS#1 or PKCS#8, several blocks allowed)
     /// or the controller's key Secret (YAML or JSON; a `List` of them too).
     pub fn load_all(bytes: &[u8], source_name: &str) -> Result<Vec<RecoveryKey>, KeyError> {
-        let text = Zeroizing::new(String::from_utf8_lossy(bytes).into_owned());
-        if text.contains("-----BEGIN") {
-            return Self::from_pem_text(&text, source_name);
+        if pem::looks_like_pem(bytes) {
+            return Self::from_pem(bytes, source_name);
         }
+        let text = Zeroizing::new(String::from_utf8_lossy(bytes).into_owned());
         Self::from_key_secrets(&text, source_name)
     }
 
-    fn from_pem_text(text: &str, source_name: &str) -> Result<Vec<RecoveryKey>, KeyError> {
+    fn from_pem(pem_data: &[u8], source_name: &str) -> Result<Vec<RecoveryKey>, KeyError> {
         let bad = |e: &dyn fmt::Display| KeyError::BadPrivateKey {
             source_name: source_name.into(),
             reason: e.to_string(),
         };
         let mut keys = Vec::new();
-        for block in pem_blocks(text) {
-            let private = match block.label {
-                "RSA PRIVATE KEY" => {
-                    rsa::PrivateKey::from_pkcs1_pem(block.text).map_err(|e| bad(&e))?
-                }
-                "PRIVATE KEY" => {
-                    rsa::PrivateKey::from_pkcs8_pem(block.text).map_err(|e| bad(&e))?
-                }
+        for block in pem::blocks(pem_data).map_err(|e| bad(&e))? {
+            let der = block.der.expose();
+            let private = match block.label.as_str() {
+                "RSA PRIVATE KEY" => rsa::PrivateKey::from_pkcs1_der(der).map_err(|e| bad(&e))?,
+                "PRIVATE KEY" => rsa::PrivateKey::from_pkcs8_der(der).map_err(|e| bad(&e))?,
                 _ => continue,
             };
             let name = if keys.is_empty() {
@@ -263,9 +261,8 @@ impl RecoveryKey {
                     source_name: source_name.into(),
                     reason: format!("data.tls.key is not base64: {e}"),
                 })?;
-            let pem = Zeroizing::new(String::from_utf8_lossy(&pem).into_owned());
             let name = format!("{source_name}[{i}]");
-            keys.extend(Self::from_pem_text(&pem, &name)?);
+            keys.extend(Self::from_pem(&pem, &name)?);
         }
         if keys.is_empty() {
             return Err(none());
@@ -286,7 +283,7 @@ impl RecoveryKey {
     pub fn public_fingerprint(&self) -> String {
         use rsa::pkcs8::EncodePublicKey;
         match self.private.to_public_key().to_public_key_der() {
-            Ok(der) => format!("sha256:{}", sha256_hex(der.as_bytes())),
+            Ok(der) => fingerprint(der.as_bytes()),
             Err(_) => "sha256:?".into(),
         }
     }
@@ -309,77 +306,5 @@ fn algorithm_name(oid: &str) -> String {
         "1.3.101.113" => "Ed448".into(),
         "1.2.840.10040.4.1" => "DSA".into(),
         other => format!("algorithm {other}"),
-    }
-}
-
-pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    Sha256::digest(bytes)
-        .iter()
-        .fold(String::with_capacity(64), |mut s, b| {
-            let _ = write!(s, "{b:02x}");
-            s
-        })
-}
-
-/// One `-----BEGIN LABEL-----` ... `-----END LABEL-----` block, borrowed from the input.
-struct PemBlock<'a> {
-    label: &'a str,
-    /// The whole block, markers included.
-    text: &'a str,
-    body: &'a str,
-}
-
-impl PemBlock<'_> {
-    fn der(&self) -> Result<Vec<u8>, String> {
-        use base64::Engine;
-        let b64: String = self.body.split_whitespace().collect();
-        base64::engine::general_purpose::STANDARD
-            .decode(b64)
-            .map_err(|e| format!("PEM body is not base64: {e}"))
-    }
-}
-
-fn pem_blocks(text: &str) -> impl Iterator<Item = PemBlock<'_>> {
-    let mut rest = text;
-    std::iter::from_fn(move || {
-        let start = rest.find("-----BEGIN ")?;
-        let label_start = start + "-----BEGIN ".len();
-        let label_len = rest[label_start..].find("-----")?;
-        let label = &rest[label_start..label_start + label_len];
-        let end_marker = format!("-----END {label}-----");
-        let body_start = label_start + label_len + "-----".len();
-        let end = rest[body_start..].find(&end_marker)? + body_start;
-        let block_end = end + end_marker.len();
-        let block = PemBlock {
-            label,
-            text: &rest[start..block_end],
-            body: &rest[body_start..end],
-        };
-        rest = &rest[block_end..];
-        Some(block)
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn pem_blocks_finds_each_block() {
-        let text = "junk\n-----BEGIN A-----\nQUJD\n-----END A-----\n-----BEGIN B C-----\nRA==\n-----END B C-----\n";
-        let blocks: Vec<_> = pem_blocks(text).collect();
-        assert_eq!(blocks.len(), 2);
-        assert_eq!(blocks[0].label, "A");
-        assert_eq!(blocks[0].der().unwrap(), b"ABC");
-        assert_eq!(blocks[1].label, "B C");
-        assert_eq!(blocks[1].der().unwrap(), b"D");
-        assert!(blocks[1].text.starts_with("-----BEGIN B C-----"));
-        assert!(blocks[1].text.ends_with("-----END B C-----"));
-    }
-
-    #[test]
-    fn unterminated_pem_is_not_a_block() {
-        assert_eq!(pem_blocks("-----BEGIN A-----\nQUJD\n").count(), 0);
     }
 }
