@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod fsutil;
 pub mod kubeconfig;
+pub mod repo;
 pub mod seal;
 pub mod secret;
 pub mod spoke;

@@ -1,0 +1,382 @@
+//! The fleet repo, through the git CLI: it honours the operator's SSH config, agent,
+//! credential helpers and commit signing. No shell, no prompts, every call timed out.
+//!
+//! One clone is owned by spokekeeper. A tick: [`Repo::lock`], [`Repo::sync`] (fetch and
+//! rebase, keeping local commits not yet pushed), [`Repo::write_atomic`] +
+//! [`Repo::commit`] per rotated spoke, one [`Repo::push`].
+
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::process::Command;
+
+use crate::config::RepoConfig;
+
+/// A git call that takes longer than this is killed: a hung remote must not hang a tick.
+pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
+/// Push attempts when the remote moved under us (non-fast-forward).
+pub const PUSH_ATTEMPTS: usize = 4;
+const LOCK_FILE: &str = "spokekeeper.lock";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RepoError {
+    #[error("{path} is not a git clone: clone the fleet repo there first (git clone URL {path})")]
+    NotAClone { path: String },
+    #[error("git {args} failed: {stderr}")]
+    Git { args: String, stderr: String },
+    #[error(
+        "git {args} did not finish within {secs}s and was stopped: check the remote and the network"
+    )]
+    Timeout { args: String, secs: u64 },
+    #[error("cannot run git: {0} (install git)")]
+    Spawn(std::io::Error),
+    #[error("another spokekeeper run holds {0}: wait for it to finish")]
+    Locked(String),
+    #[error("{path}: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("refusing to commit {file}: the staged change contains {what}; nothing was committed")]
+    Plaintext { file: String, what: &'static str },
+    #[error(
+        "the push was rejected {attempts} times because the remote kept moving; the commits stay local and the next run pushes them"
+    )]
+    PushRaced { attempts: usize },
+    #[error("{file} is outside the repo")]
+    OutsideRepo { file: String },
+}
+
+/// What `push` did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pushed {
+    /// Nothing was ahead of the remote.
+    Nothing,
+    /// Pushed, after this many rebases onto a remote that had moved.
+    Done { rebases: usize },
+}
+
+pub struct Repo {
+    path: PathBuf,
+    remote: String,
+    branch: String,
+    author: Option<(String, String)>,
+}
+
+/// Holds the repo lock until dropped.
+pub struct RepoLock {
+    _file: std::fs::File,
+}
+
+impl Repo {
+    pub async fn open(config: &RepoConfig) -> Result<Repo, RepoError> {
+        let repo = Repo {
+            path: config.path.clone(),
+            remote: config.remote.clone(),
+            branch: config.branch.clone(),
+            author: config.author.as_deref().and_then(parse_author),
+        };
+        let top = repo
+            .git(["rev-parse", "--show-toplevel"])
+            .await
+            .map_err(|_| RepoError::NotAClone {
+                path: repo.path.display().to_string(),
+            })?;
+        let top = PathBuf::from(top.trim());
+        let here = std::fs::canonicalize(&repo.path).map_err(|e| repo.io(&repo.path, e))?;
+        if std::fs::canonicalize(&top).ok().as_deref() != Some(here.as_path()) {
+            return Err(RepoError::NotAClone {
+                path: repo.path.display().to_string(),
+            });
+        }
+        Ok(repo)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// An exclusive lock on the clone, so two runs never interleave their git calls.
+    pub fn lock(&self) -> Result<RepoLock, RepoError> {
+        let path = self.path.join(".git").join(LOCK_FILE);
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| self.io(&path, e))?;
+        match file.try_lock() {
+            Ok(()) => Ok(RepoLock { _file: file }),
+            Err(std::fs::TryLockError::WouldBlock) => {
+                Err(RepoError::Locked(path.display().to_string()))
+            }
+            Err(std::fs::TryLockError::Error(e)) => Err(self.io(&path, e)),
+        }
+    }
+
+    /// Brings the clone to the remote branch: discards uncommitted changes (a crash
+    /// between write and commit), fetches, and rebases local commits that were not pushed.
+    pub async fn sync(&self) -> Result<(), RepoError> {
+        let status = self
+            .git(["status", "--porcelain", "--untracked-files=no"])
+            .await?;
+        if !status.trim().is_empty() {
+            tracing::warn!(repo = %self.path.display(), "discarding uncommitted changes left by an interrupted run");
+            self.git(["reset", "--hard", "--quiet", "HEAD"]).await?;
+        }
+        self.abort_stale_rebase().await;
+        self.git(["fetch", "--quiet", &self.remote, &self.branch])
+            .await?;
+        self.git(["checkout", "--quiet", &self.branch]).await?;
+        let upstream = format!("{}/{}", self.remote, self.branch);
+        if let Err(e) = self.git(["rebase", "--quiet", &upstream]).await {
+            // Local commits that conflict with the remote are dropped, not kept forever:
+            // the state they recorded is re-derived from the spokes on this tick.
+            let _ = self.git(["rebase", "--abort"]).await;
+            tracing::warn!(error = %e, "local commits conflict with the remote; resetting to it");
+            self.git(["reset", "--hard", "--quiet", &upstream]).await?;
+        }
+        Ok(())
+    }
+
+    async fn abort_stale_rebase(&self) {
+        let git_dir = self.path.join(".git");
+        if git_dir.join("rebase-merge").exists() || git_dir.join("rebase-apply").exists() {
+            tracing::warn!("aborting a rebase left by an interrupted run");
+            let _ = self.git(["rebase", "--abort"]).await;
+        }
+    }
+
+    /// The committed contents of `rel` at HEAD, or None when it is not there.
+    pub fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
+        let path = self.inside(rel)?;
+        match std::fs::read(&path) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(self.io(&path, e)),
+        }
+    }
+
+    /// Writes `rel` atomically (temp file, fsync, rename), creating directories.
+    pub fn write_atomic(&self, rel: &Path, bytes: &[u8]) -> Result<(), RepoError> {
+        let path = self.inside(rel)?;
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| self.io(dir, e))?;
+        }
+        crate::fsutil::write_atomic(&path, bytes).map_err(|e| self.io(&path, e))
+    }
+
+    /// Commits `rel` alone with `message`; returns the new commit, or None when the file
+    /// did not change. Refuses (and unstages) a change that carries plaintext.
+    pub async fn commit(&self, rel: &Path, message: &str) -> Result<Option<String>, RepoError> {
+        let rel_s = rel.to_string_lossy().into_owned();
+        self.inside(rel)?;
+        self.git(["add", "--", &rel_s]).await?;
+        let diff = self
+            .git(["diff", "--cached", "--no-color", "-U0", "--", &rel_s])
+            .await?;
+        if diff.trim().is_empty() {
+            return Ok(None);
+        }
+        if let Some(what) = plaintext_in(&diff) {
+            let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
+            let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
+            return Err(RepoError::Plaintext { file: rel_s, what });
+        }
+        self.git(["commit", "--quiet", "-m", message, "--", &rel_s])
+            .await?;
+        Ok(Some(
+            self.git(["rev-parse", "HEAD"]).await?.trim().to_string(),
+        ))
+    }
+
+    /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
+    pub async fn push(&self) -> Result<Pushed, RepoError> {
+        let upstream = format!("{}/{}", self.remote, self.branch);
+        let refspec = format!("HEAD:refs/heads/{}", self.branch);
+        for attempt in 0..PUSH_ATTEMPTS {
+            let ahead = self
+                .git(["rev-list", "--count", &format!("{upstream}..HEAD")])
+                .await?;
+            if ahead.trim() == "0" {
+                return Ok(Pushed::Nothing);
+            }
+            match self
+                .git(["push", "--quiet", "--porcelain", &self.remote, &refspec])
+                .await
+            {
+                Ok(_) => {
+                    // Keep the remote-tracking ref current without another fetch.
+                    let _ = self
+                        .git(["update-ref", &format!("refs/remotes/{upstream}"), "HEAD"])
+                        .await;
+                    return Ok(Pushed::Done { rebases: attempt });
+                }
+                Err(RepoError::Git { stderr, .. }) if is_non_fast_forward(&stderr) => {
+                    tracing::info!(attempt, "push rejected: the remote moved; rebasing");
+                    self.git(["fetch", "--quiet", &self.remote, &self.branch])
+                        .await?;
+                    if let Err(e) = self.git(["rebase", "--quiet", &upstream]).await {
+                        let _ = self.git(["rebase", "--abort"]).await;
+                        return Err(e);
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Err(RepoError::PushRaced {
+            attempts: PUSH_ATTEMPTS,
+        })
+    }
+
+    /// Commits on HEAD not yet on the remote branch (by the remote-tracking ref).
+    pub async fn unpushed(&self) -> Result<usize, RepoError> {
+        let n = self
+            .git([
+                "rev-list",
+                "--count",
+                &format!("{}/{}..HEAD", self.remote, self.branch),
+            ])
+            .await?;
+        Ok(n.trim().parse().unwrap_or(0))
+    }
+
+    /// Runs git in the clone; stdout on success.
+    async fn git<I, S>(&self, args: I) -> Result<String, RepoError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let args: Vec<std::ffi::OsString> =
+            args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+        let shown = args
+            .iter()
+            .map(|a| a.to_string_lossy())
+            .collect::<Vec<_>>()
+            .join(" ");
+        let mut cmd = Command::new("git");
+        cmd.arg("-C")
+            .arg(&self.path)
+            .args(&args)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_SSH_VARIANT", "ssh")
+            .env("LC_ALL", "C")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        // Batch mode: an ssh remote must never wait for a password or a host-key answer.
+        if std::env::var_os("GIT_SSH_COMMAND").is_none() {
+            cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
+        }
+        if let Some((name, email)) = &self.author {
+            for (k, v) in [
+                ("GIT_AUTHOR_NAME", name),
+                ("GIT_AUTHOR_EMAIL", email),
+                ("GIT_COMMITTER_NAME", name),
+                ("GIT_COMMITTER_EMAIL", email),
+            ] {
+                cmd.env(k, v);
+            }
+        }
+        let child = cmd.spawn().map_err(RepoError::Spawn)?;
+        let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
+            .await
+            .map_err(|_| RepoError::Timeout {
+                args: shown.clone(),
+                secs: GIT_TIMEOUT.as_secs(),
+            })?
+            .map_err(RepoError::Spawn)?;
+        if !out.status.success() {
+            // push --porcelain reports rejections on stdout: keep both.
+            let stderr = format!(
+                "{} {}",
+                String::from_utf8_lossy(&out.stderr).trim(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            );
+            return Err(RepoError::Git {
+                args: shown,
+                stderr: stderr.trim().to_string(),
+            });
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    fn inside(&self, rel: &Path) -> Result<PathBuf, RepoError> {
+        let ok = rel
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !ok || rel.as_os_str().is_empty() {
+            return Err(RepoError::OutsideRepo {
+                file: rel.display().to_string(),
+            });
+        }
+        Ok(self.path.join(rel))
+    }
+
+    fn io(&self, path: &Path, source: std::io::Error) -> RepoError {
+        RepoError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// `Name <email>` into its parts.
+fn parse_author(s: &str) -> Option<(String, String)> {
+    let (name, rest) = s.split_once('<')?;
+    let email = rest.strip_suffix('>')?;
+    Some((name.trim().to_string(), email.trim().to_string()))
+}
+
+/// The remote moved (retry after a rebase), as opposed to a hook or permission refusal
+/// ("[remote rejected]"), which no retry fixes.
+fn is_non_fast_forward(output: &str) -> bool {
+    [
+        "non-fast-forward",
+        "fetch first",
+        "remote contains work",
+        "stale info",
+    ]
+    .iter()
+    .any(|m| output.contains(m))
+}
+
+/// What in an added line of a staged diff would be plaintext key material.
+pub fn plaintext_in(diff: &str) -> Option<&'static str> {
+    let added: Vec<&str> = diff
+        .lines()
+        .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
+        .map(|l| &l[1..])
+        .collect();
+    if added.iter().any(|l| l.contains("client-key-data")) {
+        return Some("client-key-data (a plaintext kubeconfig key)");
+    }
+    if added
+        .iter()
+        .any(|l| l.contains("-----BEGIN") && l.contains("PRIVATE KEY-----"))
+    {
+        return Some("a PEM private key");
+    }
+    let is_secret = added
+        .iter()
+        .any(|l| l.trim() == "kind: Secret" || l.contains("\"kind\": \"Secret\""));
+    let has_data = added.iter().any(|l| {
+        let t = l.trim_start();
+        t.starts_with("data:")
+            || t.starts_with("stringData:")
+            || t.starts_with("\"data\":")
+            || t.starts_with("\"stringData\":")
+    });
+    if is_secret && has_data {
+        return Some("a plaintext Secret with data");
+    }
+    if added.iter().any(|l| l.trim() == "kind: Config")
+        && added.iter().any(|l| l.trim_start().starts_with("token:"))
+    {
+        return Some("a plaintext kubeconfig token");
+    }
+    None
+}

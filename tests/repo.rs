@@ -1,0 +1,284 @@
+//! The fleet repo against a real bare remote: commit, push, races, plaintext refusal,
+//! locking, crash leftovers, an unreachable remote.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use spokekeeper::config::RepoConfig;
+use spokekeeper::repo::{Pushed, Repo, RepoError};
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// A bare remote with one commit on main, and `n` clones of it.
+fn fleet(n: usize) -> (tempfile::TempDir, PathBuf, Vec<PathBuf>) {
+    let dir = tempfile::tempdir().unwrap();
+    let remote = dir.path().join("remote.git");
+    git(
+        dir.path(),
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    let seed = dir.path().join("seed");
+    git(
+        dir.path(),
+        &[
+            "clone",
+            "--quiet",
+            remote.to_str().unwrap(),
+            seed.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
+    git(
+        &seed,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "seed",
+            "--allow-empty",
+        ],
+    );
+    git(&seed, &["add", "README.md"]);
+    git(
+        &seed,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "readme",
+        ],
+    );
+    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+    let clones = (0..n)
+        .map(|i| {
+            let c = dir.path().join(format!("clone{i}"));
+            git(
+                dir.path(),
+                &[
+                    "clone",
+                    "--quiet",
+                    remote.to_str().unwrap(),
+                    c.to_str().unwrap(),
+                ],
+            );
+            c
+        })
+        .collect();
+    (dir, remote, clones)
+}
+
+fn config(path: &Path) -> RepoConfig {
+    RepoConfig {
+        path: path.to_path_buf(),
+        remote: "origin".into(),
+        branch: "main".into(),
+        author: Some("spokekeeper <spokekeeper@example.org>".into()),
+        push: true,
+    }
+}
+
+async fn open(path: &Path) -> Repo {
+    Repo::open(&config(path)).await.unwrap()
+}
+
+#[tokio::test]
+async fn commit_push_and_idempotence() {
+    let (_d, remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    repo.sync().await.unwrap();
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    assert_eq!(repo.read(rel).unwrap(), None);
+    repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap();
+    let sha = repo
+        .commit(rel, "dev: initial credential")
+        .await
+        .unwrap()
+        .expect("a commit");
+    assert_eq!(
+        repo.commit(rel, "again").await.unwrap(),
+        None,
+        "nothing changed, nothing committed"
+    );
+    assert_eq!(repo.unpushed().await.unwrap(), 1);
+    assert_eq!(repo.push().await.unwrap(), Pushed::Done { rebases: 0 });
+    assert_eq!(repo.push().await.unwrap(), Pushed::Nothing);
+    let log = git(&remote, &["log", "--format=%H %an <%ae> %s", "main"]);
+    let first = log.lines().next().unwrap();
+    assert_eq!(
+        first,
+        format!("{sha} spokekeeper <spokekeeper@example.org> dev: initial credential")
+    );
+    assert_eq!(
+        git(&remote, &["show", &format!("main:{}", rel.display())]),
+        "kind: SealedSecret\n"
+    );
+}
+
+#[tokio::test]
+async fn push_rebases_over_a_concurrent_commit() {
+    let (_d, remote, clones) = fleet(2);
+    let ours = open(&clones[0]).await;
+    let theirs = open(&clones[1]).await;
+    ours.sync().await.unwrap();
+    theirs.sync().await.unwrap();
+    theirs.write_atomic(Path::new("b.yaml"), b"b\n").unwrap();
+    theirs.commit(Path::new("b.yaml"), "theirs").await.unwrap();
+    theirs.push().await.unwrap();
+    // Our clone has not fetched: the first push is rejected, then rebased and pushed.
+    ours.write_atomic(Path::new("a.yaml"), b"a\n").unwrap();
+    ours.commit(Path::new("a.yaml"), "ours").await.unwrap();
+    assert_eq!(ours.push().await.unwrap(), Pushed::Done { rebases: 1 });
+    let subjects = git(&remote, &["log", "--format=%s", "main"]);
+    assert_eq!(
+        subjects.lines().take(2).collect::<Vec<_>>(),
+        ["ours", "theirs"]
+    );
+}
+
+#[tokio::test]
+async fn plaintext_is_never_committed() {
+    let (_d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    let cases: [(&str, &[u8]); 4] = [
+        ("k.yaml", b"users:\n- user:\n    client-key-data: LS0t\n"),
+        (
+            "p.pem",
+            b"-----BEGIN EC PRIVATE KEY-----\nMHc=\n-----END EC PRIVATE KEY-----\n",
+        ),
+        (
+            "s.yaml",
+            b"apiVersion: v1\nkind: Secret\ndata:\n  value: aGk=\n",
+        ),
+        (
+            "t.yaml",
+            b"apiVersion: v1\nkind: Config\nusers:\n- user:\n    token: abc\n",
+        ),
+    ];
+    let head = git(&clones[0], &["rev-parse", "HEAD"]);
+    for (file, bytes) in cases {
+        repo.write_atomic(Path::new(file), bytes).unwrap();
+        let err = repo.commit(Path::new(file), "leak").await.unwrap_err();
+        assert!(matches!(err, RepoError::Plaintext { .. }), "{file}: {err}");
+        assert!(err.to_string().contains("nothing was committed"), "{err}");
+    }
+    assert_eq!(
+        git(&clones[0], &["rev-parse", "HEAD"]),
+        head,
+        "no commit was made"
+    );
+    assert_eq!(
+        git(&clones[0], &["diff", "--cached", "--name-only"]),
+        "",
+        "nothing left staged"
+    );
+}
+
+#[tokio::test]
+async fn lock_is_exclusive_and_released_on_drop() {
+    let (_d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    let held = repo.lock().unwrap();
+    assert!(matches!(repo.lock(), Err(RepoError::Locked(_))));
+    drop(held);
+    repo.lock().unwrap();
+}
+
+#[tokio::test]
+async fn sync_discards_crash_leftovers_and_keeps_unpushed_commits() {
+    let (_d, remote, clones) = fleet(2);
+    let repo = open(&clones[0]).await;
+    // A committed but unpushed change survives a sync over a moved remote.
+    repo.write_atomic(Path::new("kept.yaml"), b"kept\n")
+        .unwrap();
+    repo.commit(Path::new("kept.yaml"), "kept").await.unwrap();
+    let other = open(&clones[1]).await;
+    other.write_atomic(Path::new("other.yaml"), b"o\n").unwrap();
+    other
+        .commit(Path::new("other.yaml"), "other")
+        .await
+        .unwrap();
+    other.push().await.unwrap();
+    // A written but uncommitted change (crash between write and commit) is discarded.
+    std::fs::write(clones[0].join("README.md"), "half-done\n").unwrap();
+    repo.sync().await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(clones[0].join("README.md")).unwrap(),
+        "fleet\n"
+    );
+    assert!(
+        clones[0].join("other.yaml").exists(),
+        "rebased onto the remote"
+    );
+    assert_eq!(repo.unpushed().await.unwrap(), 1);
+    repo.push().await.unwrap();
+    assert!(git(&remote, &["log", "--format=%s", "main"]).contains("kept"));
+}
+
+#[tokio::test]
+async fn unreachable_remote_fails_clearly_and_recovers() {
+    let (d, remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    repo.write_atomic(Path::new("a.yaml"), b"a\n").unwrap();
+    repo.commit(Path::new("a.yaml"), "a").await.unwrap();
+    let moved = d.path().join("moved.git");
+    std::fs::rename(&remote, &moved).unwrap();
+    let err = repo.push().await.unwrap_err();
+    assert!(err.to_string().contains("git push"), "{err}");
+    assert!(repo.sync().await.is_err(), "fetch fails too");
+    assert_eq!(repo.unpushed().await.unwrap(), 1, "the commit stays local");
+    std::fs::rename(&moved, &remote).unwrap();
+    repo.sync().await.unwrap();
+    assert_eq!(repo.push().await.unwrap(), Pushed::Done { rebases: 0 });
+}
+
+#[tokio::test]
+async fn refuses_paths_outside_and_non_clones() {
+    let (d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    for bad in ["../x.yaml", "/etc/passwd", ""] {
+        assert!(
+            matches!(
+                repo.write_atomic(Path::new(bad), b"x"),
+                Err(RepoError::OutsideRepo { .. })
+            ),
+            "{bad}"
+        );
+    }
+    let plain = d.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let err = Repo::open(&config(&plain))
+        .await
+        .err()
+        .expect("not a clone");
+    assert!(err.to_string().contains("git clone"), "{err}");
+    // A subdirectory of a clone is not the clone.
+    std::fs::create_dir(clones[0].join("sub")).unwrap();
+    assert!(Repo::open(&config(&clones[0].join("sub"))).await.is_err());
+}
