@@ -11,6 +11,7 @@ use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
+use tokio::time::{Instant, timeout_at};
 
 use super::sanitize_remote_text;
 use crate::secret::SecretBytes;
@@ -78,43 +79,50 @@ pub async fn check_live(
     let _ = rustls::crypto::ring::default_provider().install_default();
 
     let secs = limit.as_secs_f64();
-    let fut = async {
-        let mut config = Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default())
-            .await
-            .map_err(|e| LiveError::Unusable(unusable_reason(&e)))?;
-        config.connect_timeout = Some(limit);
-        config.read_timeout = Some(limit);
-        config.write_timeout = Some(limit);
-        let server = config.cluster_url.to_string();
-        let client = Client::try_from(config).map_err(|e| {
-            LiveError::Unusable(format!(
-                "cannot build a client from its certificates or key ({})",
-                kind_of(&e)
-            ))
-        })?;
+    let deadline = Instant::now() + limit;
+    let mut config = timeout_at(
+        deadline,
+        Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()),
+    )
+    .await
+    .map_err(|_| LiveError::Unusable("loading it did not finish in time".into()))?
+    .map_err(|e| LiveError::Unusable(unusable_reason(&e)))?;
+    config.connect_timeout = Some(limit);
+    config.read_timeout = Some(limit);
+    config.write_timeout = Some(limit);
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| {
+        LiveError::Unusable(format!(
+            "cannot build a client from its certificates or key ({})",
+            kind_of(&e)
+        ))
+    })?;
+    let calls = async {
         let version = client
             .apiserver_version()
             .await
-            .map_err(|e| classify(&server, &e))?;
-        let review = Api::<SelfSubjectReview>::all(client)
+            .map_err(|e| classify(&server, secs, &e))?;
+        let review = Api::<SelfSubjectReview>::all(client.clone())
             .create(&PostParams::default(), &SelfSubjectReview::default())
             .await
-            .map_err(|e| classify(&server, &e))?;
-        let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
-        Ok(LiveReport {
-            git_version: version.git_version,
-            platform: version.platform,
-            username: user.username.unwrap_or_default(),
-            uid: user.uid,
-            groups: user.groups.unwrap_or_default(),
-            server,
-        })
+            .map_err(|e| classify(&server, secs, &e))?;
+        Ok((version, review))
     };
-    tokio::time::timeout(limit, fut).await.unwrap_or_else(|_| {
-        Err(LiveError::TimedOut {
-            server: "the spoke API server".into(),
-            secs,
-        })
+    let (version, review) =
+        timeout_at(deadline, calls)
+            .await
+            .map_err(|_| LiveError::TimedOut {
+                server: server.clone(),
+                secs,
+            })??;
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    Ok(LiveReport {
+        git_version: version.git_version,
+        platform: version.platform,
+        username: user.username.unwrap_or_default(),
+        uid: user.uid,
+        groups: user.groups.unwrap_or_default(),
+        server,
     })
 }
 
@@ -211,7 +219,7 @@ fn kind_of(e: &kube::Error) -> &'static str {
     }
 }
 
-fn classify(server: &str, e: &kube::Error) -> LiveError {
+fn classify(server: &str, secs: f64, e: &kube::Error) -> LiveError {
     let server = server.to_owned();
     if let kube::Error::Api(status) = e {
         let message = sanitize_remote_text(&status.message, 200);
@@ -225,39 +233,33 @@ fn classify(server: &str, e: &kube::Error) -> LiveError {
             },
         };
     }
+    // io::Error::source() skips the error it wraps, so io errors are opened with get_ref().
     let mut cause: Option<&(dyn StdError + 'static)> = Some(e);
     while let Some(err) = cause {
         if let Some(tls) = err.downcast_ref::<rustls::Error>() {
             return classify_tls(server, tls);
         }
-        if let Some(io) = err.downcast_ref::<std::io::Error>() {
-            if let Some(tls) = io.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>()) {
-                return classify_tls(server, tls);
+        let Some(io) = err.downcast_ref::<std::io::Error>() else {
+            cause = err.source();
+            continue;
+        };
+        use std::io::ErrorKind as K;
+        let reason = match io.kind() {
+            K::ConnectionRefused => Some("connection refused (API server down, or wrong port)"),
+            K::TimedOut => return LiveError::TimedOut { server, secs },
+            K::HostUnreachable | K::NetworkUnreachable => Some("no route to the host"),
+            K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof => {
+                Some("the connection was closed by the server")
             }
-            use std::io::ErrorKind as K;
-            let reason = match io.kind() {
-                K::ConnectionRefused => Some("connection refused (API server down, or wrong port)"),
-                K::TimedOut => Some("connection timed out"),
-                K::HostUnreachable | K::NetworkUnreachable => Some("no route to the host"),
-                K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof => {
-                    Some("the connection was closed by the server")
-                }
-                _ => None,
-            };
-            if let Some(reason) = reason {
-                return LiveError::Unreachable {
-                    server,
-                    reason: reason.into(),
-                };
-            }
-        }
-        if err.to_string().contains("timed out") {
+            _ => None,
+        };
+        if let Some(reason) = reason {
             return LiveError::Unreachable {
                 server,
-                reason: "connection timed out".into(),
+                reason: reason.into(),
             };
         }
-        cause = err.source();
+        cause = io.get_ref().map(|inner| inner as &(dyn StdError + 'static));
     }
     LiveError::Other {
         server,
