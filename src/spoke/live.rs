@@ -1,0 +1,398 @@
+//! Live validation: call the spoke API with a kubeconfig before anyone relies on it.
+//!
+//! The client is built from the in-memory bytes (no temp file). The kubeconfig module
+//! sanitizes first, but this check stands alone: a kubeconfig that could run a command,
+//! read a local file, or skip TLS verification is refused before a client exists.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+use kube::api::{Api, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
+use kube::{Client, Config};
+use tokio::time::{Instant, timeout_at};
+
+use super::sanitize_remote_text;
+use crate::secret::SecretBytes;
+
+/// Who the kubeconfig authenticates as, and what answered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LiveReport {
+    /// The API server URL that was called.
+    pub server: String,
+    /// `gitVersion` from GET /version, e.g. `v1.33.1+k3s1`.
+    pub git_version: String,
+    pub platform: String,
+    pub username: String,
+    pub uid: Option<String>,
+    pub groups: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("kubeconfig refused before use: {0}")]
+    Unsafe(String),
+    #[error("kubeconfig does not parse: {0}")]
+    Parse(&'static str),
+    #[error("kubeconfig cannot be used: {0}")]
+    Unusable(String),
+    #[error("{server} is unreachable: {reason}")]
+    Unreachable { server: String, reason: String },
+    #[error(
+        "x509: certificate signed by unknown authority: the CA in the kubeconfig does not match what {server} \
+         presents (the spoke was rebuilt, or the address points at another cluster): extract a fresh kubeconfig"
+    )]
+    UnknownAuthority { server: String },
+    #[error("TLS with {server} failed: {reason}")]
+    Tls { server: String, reason: String },
+    #[error(
+        "{server} rejected the client certificate (401 Unauthorized): it expired, or was issued by another \
+         cluster's client CA: extract a fresh kubeconfig"
+    )]
+    Unauthorized { server: String },
+    #[error("{server} answered 403 Forbidden: {message}")]
+    Forbidden { server: String, message: String },
+    #[error("{server} did not answer within {secs}s")]
+    TimedOut { server: String, secs: f64 },
+    #[error("{server} answered {code}: {message}")]
+    Api {
+        server: String,
+        code: u16,
+        message: String,
+    },
+    #[error("calling {server} failed: {reason}")]
+    Other { server: String, reason: String },
+}
+
+/// Builds a client from `kubeconfig` (its current context), calls GET /version and
+/// creates a SelfSubjectReview. Everything, client setup included, within `limit`.
+pub async fn check_live(
+    kubeconfig: &SecretBytes,
+    limit: Duration,
+) -> Result<LiveReport, LiveError> {
+    let text =
+        std::str::from_utf8(kubeconfig.expose()).map_err(|_| LiveError::Parse("not UTF-8"))?;
+    let parsed = Kubeconfig::from_yaml(text).map_err(|e| LiveError::Parse(parse_reason(&e)))?;
+    refuse_unsafe(&parsed).map_err(LiveError::Unsafe)?;
+    // kube builds its rustls config from the process default provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+
+    let secs = limit.as_secs_f64();
+    let deadline = Instant::now() + limit;
+    let mut config = timeout_at(
+        deadline,
+        Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()),
+    )
+    .await
+    .map_err(|_| LiveError::Unusable("loading it did not finish in time".into()))?
+    .map_err(|e| LiveError::Unusable(unusable_reason(&e)))?;
+    config.connect_timeout = Some(limit);
+    config.read_timeout = Some(limit);
+    config.write_timeout = Some(limit);
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| {
+        LiveError::Unusable(format!(
+            "cannot build a client from its certificates or key ({})",
+            kind_of(&e)
+        ))
+    })?;
+    let calls = async {
+        let version = client
+            .apiserver_version()
+            .await
+            .map_err(|e| classify(&server, secs, &e))?;
+        let review = Api::<SelfSubjectReview>::all(client.clone())
+            .create(&PostParams::default(), &SelfSubjectReview::default())
+            .await
+            .map_err(|e| classify(&server, secs, &e))?;
+        Ok((version, review))
+    };
+    let (version, review) =
+        timeout_at(deadline, calls)
+            .await
+            .map_err(|_| LiveError::TimedOut {
+                server: server.clone(),
+                secs,
+            })??;
+    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    Ok(LiveReport {
+        git_version: version.git_version,
+        platform: version.platform,
+        username: user.username.unwrap_or_default(),
+        uid: user.uid,
+        groups: user.groups.unwrap_or_default(),
+        server,
+    })
+}
+
+/// Refuses anything that would make building or using the client do more than talk
+/// TLS to the server with embedded credentials. Checks every entry, not just the current.
+fn refuse_unsafe(kc: &Kubeconfig) -> Result<(), String> {
+    for named in &kc.clusters {
+        let Some(c) = &named.cluster else { continue };
+        let name = shown_name(&named.name);
+        if c.insecure_skip_tls_verify == Some(true) {
+            return Err(format!("cluster {name} sets insecure-skip-tls-verify"));
+        }
+        if c.certificate_authority.is_some() {
+            return Err(format!(
+                "cluster {name} points certificate-authority at a file; only embedded data is accepted"
+            ));
+        }
+        if c.proxy_url.is_some() {
+            return Err(format!(
+                "cluster {name} sets proxy-url; the hub connects directly"
+            ));
+        }
+    }
+    for named in &kc.auth_infos {
+        let Some(a) = &named.auth_info else { continue };
+        let name = shown_name(&named.name);
+        if a.exec.is_some() {
+            return Err(format!(
+                "user {name} has an exec credential plugin (it would run a command)"
+            ));
+        }
+        if a.auth_provider.is_some() {
+            return Err(format!("user {name} has an auth-provider"));
+        }
+        for (key, set) in [
+            ("client-certificate", a.client_certificate.is_some()),
+            ("client-key", a.client_key.is_some()),
+            ("tokenFile", a.token_file.is_some()),
+        ] {
+            if set {
+                return Err(format!(
+                    "user {name} points {key} at a file; only embedded data is accepted"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn shown_name(name: &str) -> String {
+    format!("{:?}", sanitize_remote_text(name, 64))
+}
+
+// The parser's own messages can quote the input, which may be key material: only the
+// category is kept.
+fn parse_reason(e: &KubeconfigError) -> &'static str {
+    match e {
+        KubeconfigError::Parse(_) => "not YAML, or not shaped like a kubeconfig",
+        KubeconfigError::KindMismatch | KubeconfigError::ApiVersionMismatch => {
+            "several documents of different kinds or versions"
+        }
+        _ => "invalid kubeconfig",
+    }
+}
+
+fn unusable_reason(e: &KubeconfigError) -> String {
+    let what = match e {
+        KubeconfigError::CurrentContextNotSet => "no current-context",
+        KubeconfigError::LoadContext(_) => "the current-context names no context",
+        KubeconfigError::LoadClusterOfContext(_) => "the context names no cluster",
+        KubeconfigError::MissingClusterUrl => "the cluster has no server URL",
+        KubeconfigError::ParseClusterUrl(_) => "the server URL does not parse",
+        KubeconfigError::LoadCertificateAuthority(_) => {
+            "certificate-authority-data is not valid base64"
+        }
+        KubeconfigError::LoadClientCertificate(_) => {
+            "client-certificate-data is missing or not valid base64"
+        }
+        KubeconfigError::LoadClientKey(_) => "client-key-data is missing or not valid base64",
+        KubeconfigError::ParseCertificates(_) => {
+            "certificate-authority-data is not PEM certificates"
+        }
+        _ => "the configuration is incomplete",
+    };
+    what.to_owned()
+}
+
+/// The Rust type of an error, never its message: messages may quote key bytes.
+fn kind_of(e: &kube::Error) -> &'static str {
+    match e {
+        kube::Error::RustlsTls(_) => "the client certificate or key does not load",
+        kube::Error::TlsRequired => "the server URL is not https",
+        _ => "client setup failed",
+    }
+}
+
+fn classify(server: &str, secs: f64, e: &kube::Error) -> LiveError {
+    let server = server.to_owned();
+    if let kube::Error::Api(status) = e {
+        let message = sanitize_remote_text(&status.message, 200);
+        return match status.code {
+            401 => LiveError::Unauthorized { server },
+            403 => LiveError::Forbidden { server, message },
+            code => LiveError::Api {
+                server,
+                code,
+                message,
+            },
+        };
+    }
+    // io::Error::source() skips the error it wraps, so io errors are opened with get_ref().
+    let mut cause: Option<&(dyn StdError + 'static)> = Some(e);
+    while let Some(err) = cause {
+        if let Some(tls) = err.downcast_ref::<rustls::Error>() {
+            return classify_tls(server, tls);
+        }
+        let Some(io) = err.downcast_ref::<std::io::Error>() else {
+            cause = err.source();
+            continue;
+        };
+        use std::io::ErrorKind as K;
+        let reason = match io.kind() {
+            K::ConnectionRefused => Some("connection refused (API server down, or wrong port)"),
+            K::TimedOut => return LiveError::TimedOut { server, secs },
+            K::HostUnreachable | K::NetworkUnreachable => Some("no route to the host"),
+            K::ConnectionReset | K::ConnectionAborted | K::UnexpectedEof => {
+                Some("the connection was closed by the server")
+            }
+            _ => None,
+        };
+        if let Some(reason) = reason {
+            return LiveError::Unreachable {
+                server,
+                reason: reason.into(),
+            };
+        }
+        cause = io.get_ref().map(|inner| inner as &(dyn StdError + 'static));
+    }
+    LiveError::Other {
+        server,
+        reason: sanitize_remote_text(&e.to_string(), 200),
+    }
+}
+
+fn classify_tls(server: String, e: &rustls::Error) -> LiveError {
+    use rustls::{AlertDescription as A, CertificateError as C, Error as E};
+    match e {
+        E::InvalidCertificate(C::UnknownIssuer | C::BadSignature) => LiveError::UnknownAuthority { server },
+        E::InvalidCertificate(C::NotValidForName | C::NotValidForNameContext { .. }) => LiveError::Tls {
+            server,
+            reason: "the serving certificate does not cover this address (x509: certificate is valid for other names)"
+                .into(),
+        },
+        E::InvalidCertificate(C::Expired | C::ExpiredContext { .. }) => {
+            LiveError::Tls { server, reason: "the serving certificate has expired".into() }
+        }
+        // Servers that check client certificates during the handshake reject them here.
+        E::AlertReceived(A::BadCertificate | A::CertificateExpired | A::UnknownCA | A::CertificateRequired) => {
+            LiveError::Unauthorized { server }
+        }
+        E::InvalidMessage(_) => LiveError::Tls { server, reason: "the server does not speak TLS on that port".into() },
+        other => LiveError::Tls { server, reason: other.to_string() },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = "apiVersion: v1
+kind: Config
+clusters:
+- name: default
+  cluster:
+    server: https://127.0.0.1:6443
+    certificate-authority-data: AAAA
+contexts:
+- name: default
+  context: {cluster: default, user: default}
+current-context: default
+users:
+- name: default
+  user:
+    client-certificate-data: AAAA
+    client-key-data: AAAA
+";
+
+    fn refused(extra_cluster: &str, extra_user: &str) -> Option<String> {
+        let text = BASE
+            .replace(
+                "    certificate-authority-data: AAAA\n",
+                &format!("    certificate-authority-data: AAAA\n{extra_cluster}"),
+            )
+            .replace(
+                "    client-key-data: AAAA\n",
+                &format!("    client-key-data: AAAA\n{extra_user}"),
+            );
+        refuse_unsafe(&Kubeconfig::from_yaml(&text).unwrap()).err()
+    }
+
+    #[test]
+    fn hostile_fields_are_refused_and_named() {
+        assert_eq!(refused("", ""), None);
+        assert_eq!(refused("    insecure-skip-tls-verify: false\n", ""), None);
+        let cases = [
+            (
+                "    insecure-skip-tls-verify: true\n",
+                "",
+                "insecure-skip-tls-verify",
+            ),
+            (
+                "    certificate-authority: /etc/shadow\n",
+                "",
+                "certificate-authority at a file",
+            ),
+            ("    proxy-url: http://10.0.0.1:3128\n", "", "proxy-url"),
+            (
+                "",
+                "    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      command: /bin/sh\n",
+                "exec",
+            ),
+            ("", "    auth-provider:\n      name: gcp\n", "auth-provider"),
+            (
+                "",
+                "    client-certificate: /root/cert.pem\n",
+                "client-certificate at a file",
+            ),
+            (
+                "",
+                "    client-key: /root/key.pem\n",
+                "client-key at a file",
+            ),
+            ("", "    tokenFile: /var/run/token\n", "tokenFile at a file"),
+        ];
+        for (c, u, want) in cases {
+            let why = refused(c, u).unwrap_or_else(|| panic!("not refused: {want}"));
+            assert!(why.contains(want), "{why}");
+        }
+    }
+
+    #[tokio::test]
+    async fn parse_errors_do_not_echo_the_input() {
+        let secret = "client-key-data: [c2VjcmV0LWtleS1tYXRlcmlhbA==";
+        let err = check_live(
+            &SecretBytes::from(secret.to_owned()),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap_err();
+        let shown = err.to_string();
+        assert!(matches!(err, LiveError::Parse(_)), "{shown}");
+        assert!(!shown.contains("c2VjcmV0"), "{shown}");
+    }
+
+    #[tokio::test]
+    async fn an_exec_plugin_is_refused_before_any_client_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let marker = dir.path().join("ran");
+        let text = BASE.replace(
+            "    client-key-data: AAAA\n",
+            &format!(
+                "    client-key-data: AAAA\n    exec:\n      apiVersion: client.authentication.k8s.io/v1\n      \
+                 command: /bin/sh\n      args: [\"-c\", \"touch {}\"]\n",
+                marker.display()
+            ),
+        );
+        let err = check_live(&SecretBytes::from(text), Duration::from_secs(2))
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LiveError::Unsafe(_)), "{err}");
+        assert!(!marker.exists());
+    }
+}

@@ -1,0 +1,404 @@
+//! TLS probe of a spoke API server: take the serving chain without trusting it.
+//!
+//! This is how a rebuilt spoke (new CA) is seen without SSH: the recorded CA no longer
+//! signs what the server presents. The probe decides nothing; it reports.
+
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
+use rustls::crypto::{WebPkiSupportedAlgorithms, verify_tls12_signature, verify_tls13_signature};
+use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
+use rustls::{ClientConfig, DigitallySignedStruct, SignatureScheme};
+use time::OffsetDateTime;
+use tokio::net::TcpStream;
+use tokio::time::{Instant, timeout_at};
+use tokio_rustls::TlsConnector;
+use x509_parser::extensions::GeneralName;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use super::host_port;
+use crate::certs;
+
+/// What the spoke API presented.
+#[derive(Clone, Debug)]
+pub struct ProbeReport {
+    /// `host:port` that was probed.
+    pub server: String,
+    /// The host part of the URL, as written (IP address or DNS name).
+    pub host: String,
+    /// The presented chain, DER, serving certificate first. Not verified.
+    pub chain: Vec<Vec<u8>>,
+    /// `sha256:<hex>` of the serving certificate.
+    pub serving_sha256: String,
+    pub not_before: OffsetDateTime,
+    pub not_after: OffsetDateTime,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<IpAddr>,
+    /// The host is covered by the SANs: an IP SAN for an IP, a DNS SAN for a name.
+    pub address_in_sans: bool,
+}
+
+/// Whether the serving certificate chains (by signature) to a given CA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaCheck {
+    /// Signed by the CA, directly or through certificates the server presented.
+    Verified,
+    /// Not signed by that CA: the spoke was rebuilt, or this is another cluster.
+    NotSignedByCa,
+    /// The CA given does not parse as an X.509 certificate.
+    UnusableCa,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    #[error("invalid API server URL {url:?}: {reason}")]
+    InvalidUrl { url: String, reason: String },
+    #[error("{server} is unreachable: connection refused (API server down, or wrong port)")]
+    Refused { server: String },
+    #[error("{server} is unreachable: no answer within {secs}s while {phase}")]
+    TimedOut {
+        server: String,
+        phase: &'static str,
+        secs: f64,
+    },
+    #[error("{server} is unreachable: {reason}")]
+    Unreachable { server: String, reason: String },
+    #[error(
+        "{server} does not speak TLS (something else answers on that port, e.g. plain HTTP or SSH): check \
+         the API server URL"
+    )]
+    NotTls { server: String },
+    #[error("TLS handshake with {server} failed: {reason}")]
+    Handshake { server: String, reason: String },
+    #[error("{server} completed TLS without presenting a certificate")]
+    NoCertificate { server: String },
+    #[error("{server} presented a serving certificate that does not parse as X.509")]
+    BadCertificate { server: String },
+}
+
+impl ProbeError {
+    /// The server could not be reached at all: says nothing about its CA.
+    pub fn is_unreachable(&self) -> bool {
+        matches!(
+            self,
+            Self::Refused { .. } | Self::TimedOut { .. } | Self::Unreachable { .. }
+        )
+    }
+}
+
+impl ProbeReport {
+    /// Checks the presented serving certificate against `ca_der` by signature only:
+    /// a change detector, not a trust decision (validity and usage are not checked).
+    pub fn check_ca(&self, ca_der: &[u8]) -> CaCheck {
+        if X509Certificate::from_der(ca_der).is_err() {
+            return CaCheck::UnusableCa;
+        }
+        let mut used = vec![false; self.chain.len()];
+        let mut current = 0;
+        for _ in 0..self.chain.len() {
+            if certs::verify_signed_by(&self.chain[current], ca_der).is_ok() {
+                return CaCheck::Verified;
+            }
+            // Climb through a presented intermediate that signed the current certificate.
+            let next = (1..self.chain.len()).find(|&i| {
+                !used[i] && certs::verify_signed_by(&self.chain[current], &self.chain[i]).is_ok()
+            });
+            match next {
+                Some(i) => {
+                    used[i] = true;
+                    current = i;
+                }
+                None => break,
+            }
+        }
+        CaCheck::NotSignedByCa
+    }
+}
+
+/// Connects to `server` (`https://host:port`), completes a TLS handshake without
+/// trusting the server, and reports its serving certificate. Bounded by `limit` in all.
+pub async fn probe(server: &str, limit: Duration) -> Result<ProbeReport, ProbeError> {
+    let (host, port) = parse_server(server)?;
+    let shown = host_port(&host, port);
+    let deadline = Instant::now() + limit;
+    let secs = limit.as_secs_f64();
+    let tcp = match timeout_at(deadline, TcpStream::connect((host.as_str(), port))).await {
+        Err(_) => {
+            return Err(ProbeError::TimedOut {
+                server: shown,
+                phase: "connecting",
+                secs,
+            });
+        }
+        Ok(Err(e)) => return Err(connect_error(shown, &e)),
+        Ok(Ok(tcp)) => tcp,
+    };
+    let recorder = Arc::new(Recorder::default());
+    let connector = TlsConnector::from(Arc::new(client_config(recorder.clone())));
+    let name = ServerName::try_from(host.clone()).map_err(|e| ProbeError::InvalidUrl {
+        url: server.to_owned(),
+        reason: e.to_string(),
+    })?;
+    match timeout_at(deadline, connector.connect(name, tcp)).await {
+        Err(_) => {
+            return Err(ProbeError::TimedOut {
+                server: shown,
+                phase: "in the TLS handshake",
+                secs,
+            });
+        }
+        Ok(Err(e)) => return Err(handshake_error(shown, &e)),
+        Ok(Ok(mut tls)) => {
+            // Polite close; the report does not depend on it.
+            let _ = timeout_at(deadline, tokio::io::AsyncWriteExt::shutdown(&mut tls)).await;
+        }
+    }
+    let chain = recorder.take().unwrap_or_default();
+    report(shown, host, chain)
+}
+
+fn report(server: String, host: String, chain: Vec<Vec<u8>>) -> Result<ProbeReport, ProbeError> {
+    let Some(leaf_der) = chain.first() else {
+        return Err(ProbeError::NoCertificate { server });
+    };
+    let Ok((_, leaf)) = X509Certificate::from_der(leaf_der) else {
+        return Err(ProbeError::BadCertificate { server });
+    };
+    let mut dns_names = Vec::new();
+    let mut ip_addresses = Vec::new();
+    if let Ok(Some(san)) = leaf.subject_alternative_name() {
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::DNSName(d) => dns_names.push((*d).to_owned()),
+                GeneralName::IPAddress(b) => {
+                    if let Ok(a) = <[u8; 4]>::try_from(*b) {
+                        ip_addresses.push(IpAddr::from(a));
+                    } else if let Ok(a) = <[u8; 16]>::try_from(*b) {
+                        ip_addresses.push(IpAddr::from(a));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+    let address_in_sans = covers(&host, &dns_names, &ip_addresses);
+    Ok(ProbeReport {
+        serving_sha256: certs::fingerprint(leaf_der),
+        not_before: leaf.validity().not_before.to_datetime(),
+        not_after: leaf.validity().not_after.to_datetime(),
+        server,
+        host,
+        dns_names,
+        ip_addresses,
+        address_in_sans,
+        chain,
+    })
+}
+
+/// IP hosts need an IP SAN (a DNS SAN spelling the IP does not count); names need a
+/// DNS SAN, where `*.` covers exactly one leftmost label.
+fn covers(host: &str, dns: &[String], ips: &[IpAddr]) -> bool {
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return ips.contains(&ip);
+    }
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    dns.iter().any(|san| {
+        let san = san.trim_end_matches('.').to_ascii_lowercase();
+        match san.strip_prefix("*.") {
+            Some(suffix) => host
+                .split_once('.')
+                .is_some_and(|(label, rest)| !label.is_empty() && rest == suffix),
+            None => san == host,
+        }
+    })
+}
+
+fn parse_server(server: &str) -> Result<(String, u16), ProbeError> {
+    let invalid = |reason: &str| ProbeError::InvalidUrl {
+        url: server.to_owned(),
+        reason: reason.to_owned(),
+    };
+    let url = url::Url::parse(server).map_err(|e| invalid(&e.to_string()))?;
+    if url.scheme() != "https" {
+        return Err(invalid("the scheme must be https"));
+    }
+    let host = match url.host() {
+        Some(url::Host::Domain(d)) => d.to_owned(),
+        Some(url::Host::Ipv4(a)) => a.to_string(),
+        Some(url::Host::Ipv6(a)) => a.to_string(),
+        None => return Err(invalid("no host")),
+    };
+    let port = url
+        .port_or_known_default()
+        .ok_or_else(|| invalid("no port"))?;
+    Ok((host, port))
+}
+
+fn connect_error(server: String, e: &std::io::Error) -> ProbeError {
+    use std::io::ErrorKind as K;
+    match e.kind() {
+        K::ConnectionRefused => ProbeError::Refused { server },
+        K::TimedOut => ProbeError::TimedOut {
+            server,
+            phase: "connecting",
+            secs: 0.0,
+        },
+        _ => ProbeError::Unreachable {
+            server,
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn handshake_error(server: String, e: &std::io::Error) -> ProbeError {
+    use std::io::ErrorKind as K;
+    let tls = e
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>());
+    match (tls, e.kind()) {
+        (Some(rustls::Error::InvalidMessage(_)), _) => ProbeError::NotTls { server },
+        (Some(rustls::Error::AlertReceived(alert)), _) => ProbeError::Handshake {
+            server,
+            reason: format!("the server sent the TLS alert {alert:?}"),
+        },
+        (Some(other), _) => ProbeError::Handshake {
+            server,
+            reason: other.to_string(),
+        },
+        (None, K::UnexpectedEof | K::ConnectionReset | K::ConnectionAborted | K::BrokenPipe) => {
+            ProbeError::Handshake {
+                server,
+                reason: "the server closed the connection during the handshake".into(),
+            }
+        }
+        (None, _) => ProbeError::Handshake {
+            server,
+            reason: e.to_string(),
+        },
+    }
+}
+
+fn client_config(recorder: Arc<Recorder>) -> ClientConfig {
+    // The probe pins ring rather than relying on a process default being installed.
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("ring supports the default TLS versions")
+        .dangerous()
+        .with_custom_certificate_verifier(recorder)
+        .with_no_client_auth()
+}
+
+/// Accepts any chain and keeps it. Handshake signatures are still checked, so the
+/// server proves it holds the key of the certificate it presents.
+#[derive(Debug)]
+struct Recorder {
+    seen: Mutex<Option<Vec<Vec<u8>>>>,
+    algorithms: WebPkiSupportedAlgorithms,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Self {
+            seen: Mutex::new(None),
+            algorithms: rustls::crypto::ring::default_provider().signature_verification_algorithms,
+        }
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Option<Vec<Vec<u8>>> {
+        self.seen.lock().ok()?.take()
+    }
+}
+
+impl ServerCertVerifier for Recorder {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        _now: UnixTime,
+    ) -> Result<ServerCertVerified, rustls::Error> {
+        let chain = std::iter::once(end_entity)
+            .chain(intermediates)
+            .map(|c| c.to_vec())
+            .collect();
+        if let Ok(mut seen) = self.seen.lock() {
+            *seen = Some(chain);
+        }
+        Ok(ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls12_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, rustls::Error> {
+        verify_tls13_signature(message, cert, dss, &self.algorithms)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.algorithms.supported_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn san_coverage_distinguishes_ip_and_dns() {
+        let dns = vec![
+            "kubernetes".to_owned(),
+            "*.spokes.example.org".to_owned(),
+            "10.0.0.9".to_owned(),
+        ];
+        let ips = vec!["127.0.0.5".parse().unwrap(), "::1".parse().unwrap()];
+        assert!(covers("127.0.0.5", &dns, &ips));
+        assert!(covers("::1", &dns, &ips));
+        assert!(!covers("127.0.0.6", &dns, &ips));
+        // An IP spelled as a DNS SAN does not cover the IP.
+        assert!(!covers("10.0.0.9", &dns, &ips));
+        assert!(covers("KUBERNETES", &dns, &ips));
+        assert!(covers("dev.spokes.example.org", &dns, &ips));
+        assert!(!covers("a.dev.spokes.example.org", &dns, &ips));
+        assert!(!covers("spokes.example.org", &dns, &ips));
+    }
+
+    #[test]
+    fn server_urls_must_be_https_with_a_host() {
+        assert_eq!(
+            parse_server("https://127.0.0.5:6443").unwrap(),
+            ("127.0.0.5".into(), 6443)
+        );
+        assert_eq!(
+            parse_server("https://[::1]:6443/").unwrap(),
+            ("::1".into(), 6443)
+        );
+        assert_eq!(
+            parse_server("https://dev.example.org").unwrap(),
+            ("dev.example.org".into(), 443)
+        );
+        assert!(
+            parse_server("http://127.0.0.5:6443")
+                .unwrap_err()
+                .to_string()
+                .contains("https")
+        );
+        assert!(parse_server("127.0.0.5:6443").is_err());
+    }
+}

@@ -1,0 +1,191 @@
+//! Live validation against lab API servers: who a kubeconfig authenticates as, and a
+//! clear reason when it does not work.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use spokekeeper::secret::SecretBytes;
+use spokekeeper::spoke::{LiveError, check_live, read_over_ssh};
+use support::{Hostile, KubeconfigParts, Lab, NodeOptions, kubeconfig_yaml};
+
+const LIMIT: Duration = Duration::from_secs(10);
+
+fn api_only() -> NodeOptions {
+    NodeOptions {
+        sshd: false,
+        ..NodeOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn a_good_kubeconfig_authenticates_and_names_its_user() {
+    let lab = Lab::new();
+    let node = lab.add_node(NodeOptions {
+        git_version: "v1.32.5+k3s1".into(),
+        ..api_only()
+    });
+    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    assert_eq!(report.username, "system:admin");
+    assert_eq!(report.groups, ["system:masters", "system:authenticated"]);
+    assert_eq!(report.git_version, "v1.32.5+k3s1");
+    assert_eq!(report.platform, "linux/amd64");
+    assert_eq!(report.server, format!("{}/", node.api_url));
+}
+
+#[tokio::test]
+async fn the_kubeconfig_extracted_over_ssh_works_once_pointed_at_the_node() {
+    let lab = Lab::new();
+    let node = lab.add_node(NodeOptions::default());
+    let extracted = read_over_ssh(
+        &node.address_string(),
+        &node.ssh_settings("root"),
+        node.kubeconfig_path_str(),
+    )
+    .await
+    .unwrap();
+    // What the kubeconfig module will do: same file, server host rewritten.
+    let text = std::str::from_utf8(extracted.expose()).unwrap();
+    let rewritten = text.replace("https://127.0.0.1:", &format!("https://{}:", node.address));
+    let report = check_live(&SecretBytes::from(rewritten), LIMIT)
+        .await
+        .unwrap();
+    assert_eq!(report.username, "system:admin");
+}
+
+#[tokio::test]
+async fn an_old_ca_fails_as_unknown_authority() {
+    let lab = Lab::new();
+    let mut node = lab.add_node(api_only());
+    let stale = node.hub_kubeconfig();
+    node.rebuild();
+    let err = check_live(&stale, LIMIT).await.unwrap_err();
+    assert!(matches!(err, LiveError::UnknownAuthority { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("x509: certificate signed by unknown authority"),
+        "{err}"
+    );
+    // The fresh one works.
+    assert!(check_live(&node.hub_kubeconfig(), LIMIT).await.is_ok());
+}
+
+#[tokio::test]
+async fn an_expired_client_certificate_is_unauthorized() {
+    let lab = Lab::new();
+    let node = lab.add_node(NodeOptions {
+        client_cert_days: -1,
+        ..api_only()
+    });
+    let err = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap_err();
+    assert!(matches!(err, LiveError::Unauthorized { .. }), "{err}");
+    assert!(err.to_string().contains("401 Unauthorized"), "{err}");
+    assert!(err.to_string().contains("expired"), "{err}");
+}
+
+#[tokio::test]
+async fn a_client_certificate_from_another_cluster_is_unauthorized() {
+    let lab = Lab::new();
+    let node = lab.add_node(api_only());
+    let other = lab.add_node(api_only());
+    let mixed = KubeconfigParts {
+        ca_pem: node.parts().ca_pem,
+        ..other.parts()
+    };
+    let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
+    let err = check_live(&SecretBytes::from(text), LIMIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LiveError::Unauthorized { .. }), "{err}");
+}
+
+#[tokio::test]
+async fn a_server_certificate_without_the_address_fails_tls() {
+    let lab = Lab::new();
+    let node = lab.add_node(NodeOptions {
+        address_in_sans: false,
+        ..api_only()
+    });
+    let err = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap_err();
+    assert!(matches!(err, LiveError::Tls { .. }), "{err}");
+    assert!(
+        err.to_string().contains("does not cover this address"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn an_api_that_is_down_is_unreachable() {
+    let lab = Lab::new();
+    let mut node = lab.add_node(api_only());
+    node.stop_api();
+    let err = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap_err();
+    assert!(matches!(err, LiveError::Unreachable { .. }), "{err}");
+    assert!(err.to_string().contains("connection refused"), "{err}");
+}
+
+#[tokio::test]
+async fn a_silent_server_is_cut_off_by_the_timeout() {
+    let lab = Lab::new();
+    let node = lab.add_node(api_only());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let hold = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = listener.accept().await {
+            held.push(s);
+        }
+    });
+    let text = kubeconfig_yaml(
+        &format!("https://{addr}"),
+        &node.parts(),
+        None,
+        "/nonexistent",
+    );
+    let started = Instant::now();
+    let err = check_live(&SecretBytes::from(text), Duration::from_secs(2))
+        .await
+        .unwrap_err();
+    let took = started.elapsed();
+    hold.abort();
+    assert!(matches!(err, LiveError::TimedOut { .. }), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with(&format!("https://{addr}/ did not answer within 2s")),
+        "{err}"
+    );
+    assert!(
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(3000),
+        "took {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn hostile_kubeconfigs_from_a_node_are_refused_before_use() {
+    let lab = Lab::new();
+    for hostile in [
+        Hostile::ExecPlugin,
+        Hostile::InsecureSkipTlsVerify,
+        Hostile::CaFile,
+        Hostile::AuthProvider,
+    ] {
+        let node = lab.add_node(NodeOptions {
+            hostile: Some(hostile),
+            ..NodeOptions::default()
+        });
+        let extracted = read_over_ssh(
+            &node.address_string(),
+            &node.ssh_settings("root"),
+            node.kubeconfig_path_str(),
+        )
+        .await
+        .unwrap();
+        let text = std::str::from_utf8(extracted.expose()).unwrap();
+        let rewritten = text.replace("https://127.0.0.1:", &format!("https://{}:", node.address));
+        let err = check_live(&SecretBytes::from(rewritten), LIMIT)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, LiveError::Unsafe(_)), "{hostile:?}: {err}");
+        assert!(!node.exec_marker().exists(), "the exec plugin ran");
+    }
+}

@@ -1,0 +1,90 @@
+//! Loopback addresses for lab nodes, leased through lock files so that tests in one
+//! process and in several test binaries never share one.
+//!
+//! The lease is an flock on /tmp/spokekeeper-lab/addr/127.0.X.Y; the kernel drops it when
+//! the process dies, so a crashed run frees its addresses. The lock file records the
+//! sshd it started, and the next holder kills that sshd if it outlived its test.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::net::Ipv4Addr;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+pub(crate) const LAB_DIR: &str = "/tmp/spokekeeper-lab";
+
+/// 127.0.0.2 ..= 127.0.255.254, skipping .0 and .255 in the last octet.
+const RANGE: usize = 256 * 254 - 1;
+
+pub(crate) struct AddressLease {
+    pub addr: Ipv4Addr,
+    file: File,
+}
+
+impl AddressLease {
+    pub fn acquire() -> AddressLease {
+        static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
+        let dir = Path::new(LAB_DIR).join("addr");
+        fs::create_dir_all(&dir).expect("create the lab's address directory");
+        // Start each process somewhere else to avoid walking the same taken addresses.
+        let _ = NEXT.compare_exchange(
+            usize::MAX,
+            std::process::id() as usize * 131 % RANGE,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
+        for _ in 0..RANGE {
+            let i = NEXT.fetch_add(1, Ordering::SeqCst) % RANGE + 1;
+            let addr = Ipv4Addr::new(127, 0, (i / 254) as u8, (i % 254 + 1) as u8);
+            let path = dir.join(addr.to_string());
+            let Ok(file) = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+            else {
+                continue;
+            };
+            if file.try_lock().is_ok() {
+                let mut lease = AddressLease { addr, file };
+                lease.clean_up_after_previous_holder();
+                return lease;
+            }
+        }
+        panic!("no free loopback address left in 127.0.0.0/16 (all {RANGE} lab leases are held)");
+    }
+
+    /// Records the sshd serving this address, for the next holder should we crash.
+    pub fn record_sshd(&mut self, pid: u32, config: &Path) {
+        let _ = self.file.set_len(0);
+        let _ = self.file.seek(SeekFrom::Start(0));
+        let _ = writeln!(self.file, "sshd {pid} {}", config.display());
+    }
+
+    pub fn sudoers_path(&self) -> PathBuf {
+        // sudo skips files whose name contains a dot.
+        PathBuf::from(format!(
+            "/etc/sudoers.d/spokekeeper-lab-{}",
+            self.addr.to_string().replace('.', "-")
+        ))
+    }
+
+    fn clean_up_after_previous_holder(&mut self) {
+        let mut record = String::new();
+        let _ = self.file.read_to_string(&mut record);
+        let mut words = record.split_whitespace();
+        if let (Some("sshd"), Some(pid), Some(config)) = (words.next(), words.next(), words.next())
+            && let Ok(pid) = pid.parse::<i32>()
+            && let Ok(cmdline) = fs::read(format!("/proc/{pid}/cmdline"))
+            && cmdline
+                .windows(config.len())
+                .any(|w| w == config.as_bytes())
+            && let Some(pid) = rustix::process::Pid::from_raw(pid)
+        {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+        }
+        let _ = fs::remove_file(self.sudoers_path());
+        let _ = self.file.set_len(0);
+    }
+}

@@ -1,0 +1,367 @@
+//! A mock spoke API server: real TLS, real client-certificate authentication, and the
+//! wire behaviour of kube-apiserver for GET /version and POST selfsubjectreviews.
+//!
+//! Like kube-apiserver, client certificates are requested but optional at the TLS layer
+//! (Go's tls.RequestClientCert); authentication happens per request, and a missing,
+//! foreign or expired certificate gets a 401 Status, not a failed handshake.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::mpsc as std_mpsc;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustls::crypto::ring;
+use rustls::pki_types::{CertificateDer, UnixTime};
+use rustls::server::WebPkiClientVerifier;
+use rustls::server::danger::{ClientCertVerified, ClientCertVerifier};
+use rustls::{
+    DigitallySignedStruct, DistinguishedName, RootCertStore, ServerConfig, SignatureScheme,
+};
+use tokio::net::{TcpListener, TcpSocket};
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+use tokio_rustls::TlsAcceptor;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use super::pki::Pki;
+
+pub(crate) const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+
+/// What one API server instance serves; rebuilt with the node.
+pub(crate) struct ApiIdentity {
+    tls: Arc<ServerConfig>,
+    authenticator: Arc<dyn ClientCertVerifier>,
+    git_version: String,
+}
+
+impl ApiIdentity {
+    pub fn new(pki: &Pki, git_version: &str) -> ApiIdentity {
+        let provider = Arc::new(ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        roots
+            .add(CertificateDer::from(pki.client_ca_der.clone()))
+            .expect("client CA");
+        let authenticator =
+            WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+                .allow_unauthenticated()
+                .build()
+                .expect("client verifier");
+        let tls = ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .expect("protocol versions")
+            .with_client_cert_verifier(Arc::new(RequestClientCert(authenticator.clone())))
+            .with_single_cert(pki.serving_chain.clone(), pki.serving_key())
+            .expect("serving certificate");
+        ApiIdentity {
+            tls: Arc::new(tls),
+            authenticator,
+            git_version: git_version.to_owned(),
+        }
+    }
+}
+
+/// A running server; dropping it stops it (the port is closed when drop returns).
+pub(crate) struct ApiServer {
+    stop: Option<oneshot::Sender<()>>,
+    done: std_mpsc::Receiver<()>,
+    pub port: u16,
+}
+
+impl ApiServer {
+    /// Binds `addr` (port 0: any) on the lab runtime and serves until dropped.
+    pub fn start(
+        rt: &Handle,
+        addr: SocketAddr,
+        identity: ApiIdentity,
+    ) -> std::io::Result<ApiServer> {
+        let (ready_tx, ready_rx) = std_mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (done_tx, done_rx) = std_mpsc::channel();
+        rt.spawn(async move {
+            let listener = match bind(addr) {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let port = listener.local_addr().map(|a| a.port());
+            let _ = ready_tx.send(port);
+            serve(listener, Arc::new(identity), stop_rx).await;
+            let _ = done_tx.send(());
+        });
+        let port = ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| std::io::Error::other("the lab runtime did not start the API server"))??;
+        Ok(ApiServer {
+            stop: Some(stop_tx),
+            done: done_rx,
+            port,
+        })
+    }
+}
+
+impl Drop for ApiServer {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            let _ = self.done.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    // Rebuilds rebind the same port while old connections sit in TIME_WAIT.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(1024)
+}
+
+async fn serve(listener: TcpListener, identity: Arc<ApiIdentity>, mut stop: oneshot::Receiver<()>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                if let Ok((tcp, _)) = accepted {
+                    conns.spawn(connection(tcp, identity.clone()));
+                }
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+}
+
+async fn connection(tcp: tokio::net::TcpStream, identity: Arc<ApiIdentity>) {
+    let acceptor = TlsAcceptor::from(identity.tls.clone());
+    let Ok(Ok(tls)) = tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await
+    else {
+        return;
+    };
+    let user = authenticate(
+        tls.get_ref().1.peer_certificates(),
+        identity.authenticator.as_ref(),
+    );
+    let git_version = identity.git_version.clone();
+    let service = hyper::service::service_fn(move |req| {
+        let user = user.clone();
+        let git_version = git_version.clone();
+        async move { Ok::<_, Infallible>(respond(req, user.as_ref(), &git_version).await) }
+    });
+    let _ = hyper::server::conn::http1::Builder::new()
+        .serve_connection(TokioIo::new(tls), service)
+        .await;
+}
+
+#[derive(Clone, Debug)]
+struct User {
+    name: String,
+    groups: Vec<String>,
+}
+
+/// The x509 authenticator: chain to the client CA, valid now, clientAuth; the user is
+/// the subject CN and the groups its O values.
+fn authenticate(
+    certs: Option<&[CertificateDer<'static>]>,
+    verifier: &dyn ClientCertVerifier,
+) -> Option<User> {
+    let (leaf, intermediates) = certs?.split_first()?;
+    verifier
+        .verify_client_cert(leaf, intermediates, UnixTime::now())
+        .ok()?;
+    let (_, cert) = X509Certificate::from_der(leaf).ok()?;
+    let name = cert
+        .subject()
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_owned();
+    let mut groups: Vec<String> = cert
+        .subject()
+        .iter_organization()
+        .filter_map(|o| o.as_str().ok().map(str::to_owned))
+        .collect();
+    groups.push("system:authenticated".into());
+    Some(User { name, groups })
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    user: Option<&User>,
+    git_version: &str,
+) -> Response<Full<Bytes>> {
+    let Some(user) = user else {
+        return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
+    };
+    match (req.method(), req.uri().path()) {
+        (&Method::GET, "/version") => json(StatusCode::OK, &version(git_version), true),
+        (&Method::POST, SSR_PATH) => {
+            let body = match Limited::new(req.into_body(), 3 << 20).collect().await {
+                Ok(b) => b.to_bytes(),
+                Err(_) => {
+                    return status(
+                        StatusCode::PAYLOAD_TOO_LARGE,
+                        "RequestEntityTooLarge",
+                        "request is too large",
+                    );
+                }
+            };
+            let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
+            match parsed {
+                Ok(v)
+                    if v.get("kind")
+                        .and_then(|k| k.as_str())
+                        .is_none_or(|k| k == "SelfSubjectReview") =>
+                {
+                    let review = serde_json::json!({
+                        "kind": "SelfSubjectReview",
+                        "apiVersion": "authentication.k8s.io/v1",
+                        "metadata": {"creationTimestamp": null},
+                        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+                    });
+                    json(StatusCode::CREATED, &review, false)
+                }
+                _ => status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the body of the request was in an unknown format",
+                ),
+            }
+        }
+        (_, "/version" | SSR_PATH) => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+        ),
+        _ => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+        ),
+    }
+}
+
+fn version(git_version: &str) -> serde_json::Value {
+    let minor = git_version.split('.').nth(1).unwrap_or("33").to_owned();
+    serde_json::json!({
+        "major": "1",
+        "minor": minor,
+        "emulationMajor": "1",
+        "emulationMinor": minor,
+        "minCompatibilityMajor": "1",
+        "minCompatibilityMinor": "32",
+        "gitVersion": git_version,
+        "gitCommit": "99d91538b1327da933356c318dc8040335fbb66c",
+        "gitTreeState": "clean",
+        "buildDate": "2025-05-14T23:49:42Z",
+        "goVersion": "go1.24.2",
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    })
+}
+
+/// A metav1.Status failure, as the API server writes it.
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = serde_json::json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code.as_u16(),
+    });
+    json(code, &body, false)
+}
+
+fn json(code: StatusCode, body: &serde_json::Value, pretty: bool) -> Response<Full<Bytes>> {
+    let mut text = if pretty {
+        serde_json::to_string_pretty(body)
+    } else {
+        serde_json::to_string(body)
+    }
+    .expect("JSON serializes");
+    text.push('\n');
+    Response::builder()
+        .status(code)
+        .header("Audit-Id", audit_id())
+        .header("Cache-Control", "no-cache, private")
+        .header("Content-Type", "application/json")
+        .header(
+            "X-Kubernetes-Pf-Flowschema-Uid",
+            "00000000-0000-0000-0000-000000000000",
+        )
+        .body(Full::new(Bytes::from(text)))
+        .expect("valid response")
+}
+
+fn audit_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), n)
+}
+
+/// Requests a client certificate and checks the handshake signature (so the client
+/// holds the key), but accepts any chain: authentication is per request, as in Go.
+#[derive(Debug)]
+struct RequestClientCert(Arc<dyn ClientCertVerifier>);
+
+impl ClientCertVerifier for RequestClientCert {
+    fn offer_client_auth(&self) -> bool {
+        true
+    }
+
+    fn client_auth_mandatory(&self) -> bool {
+        false
+    }
+
+    fn root_hint_subjects(&self) -> &[DistinguishedName] {
+        self.0.root_hint_subjects()
+    }
+
+    fn verify_client_cert(
+        &self,
+        _end_entity: &CertificateDer<'_>,
+        _intermediates: &[CertificateDer<'_>],
+        _now: UnixTime,
+    ) -> Result<ClientCertVerified, rustls::Error> {
+        Ok(ClientCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.0.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.0.supported_verify_schemes()
+    }
+}

@@ -1,0 +1,444 @@
+//! The lab: real spoke nodes for tests and benchmarks.
+//!
+//! A [`Node`] is a real `sshd` on its own loopback address (127.0.X.Y, leased so that
+//! parallel tests and test binaries never collide), with its own host key, a client
+//! identity, a generated known_hosts, and a k3s-shaped kubeconfig (mode 600) in its
+//! directory; plus a mock Kubernetes API server with real TLS and client-certificate
+//! authentication. Everything a node starts is stopped when it is dropped, also when a
+//! test panics. Tests run as root (sshd, useradd, sudoers).
+//!
+//! ```ignore
+//! let lab = Lab::new();
+//! let node = lab.add_node(NodeOptions::default());
+//! let bytes = spokekeeper::spoke::read_over_ssh(&node.address.to_string(), &node.ssh_settings("root"), node.kubeconfig_path_str()).await?;
+//! ```
+//!
+//! The k3s.yaml says `server: https://127.0.0.1:<api_port>` like a real k3s file (k3s
+//! writes 127.0.0.1; spokekeeper rewrites the host). Nothing listens there: the API is on
+//! the node's address. [`Node::hub_kubeconfig`] is the same file with the host rewritten.
+#![allow(dead_code)]
+
+mod addr;
+mod api;
+mod pki;
+mod sshd;
+
+use std::fs;
+use std::net::{IpAddr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustix::process::Signal;
+use spokekeeper::secret::SecretBytes;
+use spokekeeper::spoke::SshSettings;
+
+pub use pki::{Hostile, KubeconfigParts, kubeconfig_yaml};
+
+use addr::AddressLease;
+use api::{ApiIdentity, ApiServer};
+use pki::{Pki, PkiOptions};
+use sshd::Sshd;
+
+/// The unprivileged node user, allowed `sudo cat` of its node's k3s.yaml only.
+pub const LAB_USER: &str = "spokelab";
+
+/// How a node is made.
+#[derive(Clone, Debug)]
+pub struct NodeOptions {
+    /// Start an sshd (false: API-only node, for probe benchmarks).
+    pub sshd: bool,
+    /// Start the API server.
+    pub api: bool,
+    /// Days until the client certificate expires; 0 or less: already expired.
+    pub client_cert_days: i64,
+    /// Whether the serving certificate names the node's address.
+    pub address_in_sans: bool,
+    /// Make the kubeconfig on the node hostile.
+    pub hostile: Option<Hostile>,
+    /// What GET /version reports.
+    pub git_version: String,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        Self {
+            sshd: true,
+            api: true,
+            client_cert_days: 365,
+            address_in_sans: true,
+            hostile: None,
+            git_version: "v1.33.1+k3s1".into(),
+        }
+    }
+}
+
+/// Owns the runtime the API servers run on, so the lab works from sync and async tests
+/// alike and stops deterministically.
+struct LabRuntime(Option<tokio::runtime::Runtime>);
+
+impl LabRuntime {
+    fn handle(&self) -> &tokio::runtime::Handle {
+        self.0.as_ref().expect("lab runtime").handle()
+    }
+}
+
+impl Drop for LabRuntime {
+    fn drop(&mut self) {
+        // Drop may run inside a test's runtime, where a blocking shutdown panics.
+        if let Some(rt) = self.0.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+pub struct Lab {
+    rt: Arc<LabRuntime>,
+}
+
+impl Lab {
+    pub fn new() -> Lab {
+        assert!(
+            rustix::process::geteuid().is_root(),
+            "the lab runs sshd, useradd and sudoers as root: run the tests as root (CI does)"
+        );
+        fs::create_dir_all("/run/sshd").expect("create /run/sshd");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("lab-api")
+            .enable_all()
+            .build()
+            .expect("lab runtime");
+        Lab {
+            rt: Arc::new(LabRuntime(Some(rt))),
+        }
+    }
+
+    pub fn add_node(&self, opts: NodeOptions) -> Node {
+        Node::new(self.rt.clone(), opts)
+    }
+
+    pub fn add_nodes(&self, n: usize, opts: &NodeOptions) -> Vec<Node> {
+        (0..n).map(|_| self.add_node(opts.clone())).collect()
+    }
+}
+
+impl Default for Lab {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// One spoke node. Fields are facts that do not change for its lifetime (a rebuild
+/// keeps address and ports).
+pub struct Node {
+    pub address: IpAddr,
+    /// 0 when the node has no sshd.
+    pub ssh_port: u16,
+    pub api_port: u16,
+    /// `https://ADDRESS:API_PORT`
+    pub api_url: String,
+    pub dir: PathBuf,
+    /// The k3s.yaml on the node (root, mode 600).
+    pub kubeconfig_path: PathBuf,
+    /// known_hosts with this node's host key, as the hub would have it.
+    pub known_hosts_path: PathBuf,
+    /// The hub's private key, authorized for root and [`LAB_USER`].
+    pub identity_path: PathBuf,
+    opts: NodeOptions,
+    pki: Pki,
+    // Drop order matters: servers stop before the lease and the runtime go.
+    api: Option<ApiServer>,
+    sshd: Option<Sshd>,
+    sudoers: Option<PathBuf>,
+    lease: AddressLease,
+    tmp: tempfile::TempDir,
+    rt: Arc<LabRuntime>,
+}
+
+impl Node {
+    fn new(rt: Arc<LabRuntime>, opts: NodeOptions) -> Node {
+        let lease = AddressLease::acquire();
+        let addr = lease.addr;
+        // Short: control sockets and sshd paths stay far below the 108-byte limit.
+        let tmp = tempfile::Builder::new()
+            .prefix("skl")
+            .tempdir_in("/tmp")
+            .expect("node dir");
+        let dir = tmp.path().to_owned();
+        // Readable by the lab user (sshd reads its authorized_keys as that user).
+        fs::set_permissions(&dir, fs::Permissions::from_mode(0o755)).expect("chmod node dir");
+        let pki = Pki::generate(&PkiOptions {
+            address: IpAddr::V4(addr),
+            address_in_sans: opts.address_in_sans,
+            client_cert_days: opts.client_cert_days,
+        });
+        let mut node = Node {
+            address: IpAddr::V4(addr),
+            ssh_port: 0,
+            api_port: 0,
+            api_url: String::new(),
+            kubeconfig_path: dir.join("k3s.yaml"),
+            known_hosts_path: dir.join("known_hosts"),
+            identity_path: dir.join("id_ed25519"),
+            dir,
+            opts,
+            pki,
+            api: None,
+            sshd: None,
+            sudoers: None,
+            lease,
+            tmp,
+            rt,
+        };
+        let api = node.start_api_on(0);
+        node.api_port = api.port;
+        node.api_url = format!("https://{addr}:{}", api.port);
+        if node.opts.api {
+            node.api = Some(api);
+        }
+        node.write_kubeconfig();
+        if node.opts.sshd {
+            node.setup_ssh();
+        }
+        node
+    }
+
+    fn setup_ssh(&mut self) {
+        sshd::ensure_user(LAB_USER);
+        sshd::keygen(&self.dir.join("ssh_host_ed25519_key"));
+        sshd::keygen(&self.identity_path);
+        for user in ["root", LAB_USER] {
+            self.set_authorized_key_options(user, "");
+        }
+        let rule = format!(
+            "{LAB_USER} ALL=(root) NOPASSWD: /usr/bin/cat {}\n",
+            self.kubeconfig_path.display()
+        );
+        self.set_sudoers(&rule)
+            .expect("the lab's own sudoers rule is valid");
+        let sshd = Sshd::start(&self.dir, self.lease.addr, 0);
+        self.ssh_port = sshd.port;
+        self.lease
+            .record_sshd(sshd.pid().as_raw_nonzero().get() as u32, &sshd.config);
+        self.sshd = Some(sshd);
+        fs::write(
+            &self.known_hosts_path,
+            format!("{}\n", self.host_key_line()),
+        )
+        .expect("write known_hosts");
+    }
+
+    /// SSH settings that reach this node as `user` (root, or [`LAB_USER`] with sudo).
+    pub fn ssh_settings(&self, user: &str) -> SshSettings {
+        SshSettings {
+            user: user.into(),
+            port: self.ssh_port,
+            identity: self.identity_path.clone(),
+            known_hosts: self.known_hosts_path.clone(),
+            sudo: user != "root",
+            connect_timeout: Duration::from_secs(10),
+            command_timeout: Duration::from_secs(20),
+        }
+    }
+
+    pub fn address_string(&self) -> String {
+        self.address.to_string()
+    }
+
+    pub fn kubeconfig_path_str(&self) -> &str {
+        self.kubeconfig_path.to_str().expect("UTF-8 path")
+    }
+
+    /// The known_hosts line for the current host key.
+    pub fn host_key_line(&self) -> String {
+        let key = sshd::public_key(&self.dir.join("ssh_host_ed25519_key"));
+        format!("[{}]:{} {key}", self.address, self.ssh_port)
+    }
+
+    /// Exactly what is in the node's k3s.yaml.
+    pub fn kubeconfig_bytes(&self) -> Vec<u8> {
+        fs::read(&self.kubeconfig_path).expect("read k3s.yaml")
+    }
+
+    /// The k3s.yaml with the server host rewritten to the node's address, as the hub uses it.
+    pub fn hub_kubeconfig(&self) -> SecretBytes {
+        SecretBytes::from(kubeconfig_yaml(
+            &self.api_url,
+            &self.pki.parts,
+            self.opts.hostile,
+            &self.exec_marker_str(),
+        ))
+    }
+
+    pub fn parts(&self) -> KubeconfigParts {
+        self.pki.parts.clone()
+    }
+
+    pub fn server_ca_der(&self) -> Vec<u8> {
+        self.pki.server_ca_der.clone()
+    }
+
+    pub fn client_ca_der(&self) -> Vec<u8> {
+        self.pki.client_ca_der.clone()
+    }
+
+    pub fn client_cert_der(&self) -> Vec<u8> {
+        self.pki.client_cert_der.clone()
+    }
+
+    /// Where the hostile exec plugin would leave its mark.
+    pub fn exec_marker(&self) -> PathBuf {
+        self.dir.join("exec-plugin-ran")
+    }
+
+    fn exec_marker_str(&self) -> String {
+        self.exec_marker().display().to_string()
+    }
+
+    /// A reinstall: new CAs and certificates, a new k3s.yaml, the API restarted on the
+    /// same address and port (if it was running).
+    pub fn rebuild(&mut self) {
+        self.pki = Pki::generate(&PkiOptions {
+            address: self.address,
+            address_in_sans: self.opts.address_in_sans,
+            client_cert_days: self.opts.client_cert_days,
+        });
+        self.write_kubeconfig();
+        if self.api.take().is_some() {
+            self.start_api();
+        }
+    }
+
+    pub fn stop_api(&mut self) {
+        self.api = None;
+    }
+
+    pub fn start_api(&mut self) {
+        if self.api.is_none() {
+            self.api = Some(self.start_api_on(self.api_port));
+        }
+    }
+
+    pub fn api_running(&self) -> bool {
+        self.api.is_some()
+    }
+
+    /// Kills sshd: connections are then refused.
+    pub fn stop_sshd(&mut self) {
+        self.sshd = None;
+    }
+
+    /// Starts sshd again on the same port.
+    pub fn start_sshd(&mut self) {
+        if self.sshd.is_none() && self.ssh_port != 0 {
+            self.sshd = Some(Sshd::start(&self.dir, self.lease.addr, self.ssh_port));
+        }
+    }
+
+    /// SIGSTOP the sshd listener: TCP connects still succeed (the kernel's backlog) but
+    /// nothing answers, like a wedged node.
+    pub fn sigstop(&self) {
+        self.sshd
+            .as_ref()
+            .expect("node has sshd")
+            .signal(Signal::STOP);
+    }
+
+    pub fn sigcont(&self) {
+        self.sshd
+            .as_ref()
+            .expect("node has sshd")
+            .signal(Signal::CONT);
+    }
+
+    /// A reinstalled OS: new host key, sshd restarted on the same port. The node's
+    /// known_hosts file keeps the old key (so the hub's view is now "changed").
+    pub fn rotate_host_key(&mut self) {
+        self.sshd = None;
+        sshd::keygen(&self.dir.join("ssh_host_ed25519_key"));
+        self.sshd = Some(Sshd::start(&self.dir, self.lease.addr, self.ssh_port));
+    }
+
+    /// Rewrites `user`'s authorized_keys: the identity's public key after `options`
+    /// (e.g. a forced command). sshd reads it on every login.
+    pub fn set_authorized_key_options(&self, user: &str, options: &str) {
+        let key = sshd::public_key(&self.identity_path);
+        let sep = if options.is_empty() { "" } else { " " };
+        let path = self.dir.join(format!("authorized_keys.{user}"));
+        fs::write(&path, format!("{options}{sep}{key}\n")).expect("write authorized_keys");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o644))
+            .expect("chmod authorized_keys");
+    }
+
+    /// Replaces this node's sudoers drop-in; refused (and nothing installed) unless
+    /// `visudo -cf` accepts it.
+    pub fn set_sudoers(&mut self, rules: &str) -> Result<(), String> {
+        let target = self.lease.sudoers_path();
+        sshd::install_sudoers(&target, rules)?;
+        self.sudoers = Some(target);
+        Ok(())
+    }
+
+    /// Writes a root-owned file (mode 600) into the node directory.
+    pub fn write_file(&self, name: &str, bytes: &[u8]) -> PathBuf {
+        let path = self.dir.join(name);
+        fs::write(&path, bytes).expect("write node file");
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o600)).expect("chmod node file");
+        path
+    }
+
+    fn write_kubeconfig(&self) {
+        let server = format!("https://127.0.0.1:{}", self.api_port);
+        let text = kubeconfig_yaml(
+            &server,
+            &self.pki.parts,
+            self.opts.hostile,
+            &self.exec_marker_str(),
+        );
+        self.write_file("k3s.yaml", text.as_bytes());
+    }
+
+    fn start_api_on(&self, port: u16) -> ApiServer {
+        let identity = ApiIdentity::new(&self.pki, &self.opts.git_version);
+        let addr = SocketAddr::new(self.address, port);
+        ApiServer::start(self.rt.handle(), addr, identity)
+            .unwrap_or_else(|e| panic!("lab API server on {addr} did not start: {e}"))
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.api = None;
+        self.sshd = None;
+        if let Some(path) = self.sudoers.take() {
+            let _ = fs::remove_file(path);
+        }
+    }
+}
+
+/// Peak resident memory of this process (VmHWM), in KiB.
+pub fn peak_rss_kib() -> Option<u64> {
+    let status = fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// Resets VmHWM to the current RSS (Linux >= 4.0), to measure one phase's peak.
+pub fn reset_peak_rss() -> bool {
+    fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// Installs ring as the process default (kube builds its TLS config from it).
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+/// A short private scratch directory under /tmp.
+pub fn scratch_dir() -> tempfile::TempDir {
+    tempfile::Builder::new()
+        .prefix("sks")
+        .tempdir_in("/tmp")
+        .expect("scratch dir")
+}
