@@ -14,6 +14,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::seal::Scope;
+pub use crate::spoke::{Distro, SshSettings};
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -75,23 +76,23 @@ impl fmt::Display for Span {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Distro {
-    K3s,
-    Rke2,
-    Kubeadm,
+impl<'de> Deserialize<'de> for Distro {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
 }
 
-impl Distro {
-    /// Where each distribution writes its admin kubeconfig.
-    pub fn kubeconfig_path(self) -> &'static str {
-        match self {
-            Distro::K3s => "/etc/rancher/k3s/k3s.yaml",
-            Distro::Rke2 => "/etc/rancher/rke2/rke2.yaml",
-            Distro::Kubeadm => "/etc/kubernetes/admin.conf",
-        }
-    }
+/// Where a spoke's kubeconfig is read from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// Over SSH from the node (the default).
+    #[default]
+    Ssh,
+    /// A file on this host: spokekeeper runs on the node itself (and the demo).
+    Local,
 }
 
 #[derive(Debug, Deserialize)]
@@ -169,6 +170,8 @@ pub struct SshOverrides {
     pub sudo: Option<bool>,
     #[serde(default)]
     pub connect_timeout: Option<Span>,
+    #[serde(default)]
+    pub command_timeout: Option<Span>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,6 +192,8 @@ struct RawSpoke {
     address: String,
     #[serde(default)]
     distro: Option<Distro>,
+    #[serde(default)]
+    source: Option<SourceKind>,
     #[serde(default)]
     kubeconfig_path: Option<String>,
     #[serde(default)]
@@ -228,17 +233,6 @@ pub struct AlertsConfig {
     pub webhook: Option<url::Url>,
 }
 
-/// SSH settings for one spoke, defaults and overrides applied.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SshSettings {
-    pub user: String,
-    pub port: u16,
-    pub identity: Option<PathBuf>,
-    pub known_hosts: Option<PathBuf>,
-    pub sudo: bool,
-    pub connect_timeout: Duration,
-}
-
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SecretRef {
     pub name: String,
@@ -251,6 +245,7 @@ pub struct SpokeConfig {
     pub name: String,
     pub address: String,
     pub distro: Distro,
+    pub source: SourceKind,
     pub kubeconfig_path: String,
     /// None: https://ADDRESS:PORT-from-the-extracted-kubeconfig.
     pub api_server: Option<url::Url>,
@@ -391,13 +386,15 @@ impl Config {
                 )));
             }
             let o = merge_ssh(&raw.ssh, &s.ssh);
+            let d = SshSettings::default();
             let ssh = SshSettings {
-                user: o.user.unwrap_or_else(|| "root".into()),
-                port: o.port.unwrap_or(22),
-                identity: o.identity.as_deref().map(resolve),
-                known_hosts: o.known_hosts.as_deref().map(resolve),
-                sudo: o.sudo.unwrap_or(false),
-                connect_timeout: o.connect_timeout.map_or(Duration::from_secs(10), |s| s.0),
+                user: o.user.unwrap_or(d.user),
+                port: o.port.unwrap_or(d.port),
+                identity: o.identity.as_deref().map_or(d.identity, resolve),
+                known_hosts: o.known_hosts.as_deref().map_or(d.known_hosts, resolve),
+                sudo: o.sudo.unwrap_or(d.sudo),
+                connect_timeout: o.connect_timeout.map_or(d.connect_timeout, |s| s.0),
+                command_timeout: o.command_timeout.map_or(d.command_timeout, |s| s.0),
             };
             if ssh.port == 0 {
                 return Err(err(format!("{at}.ssh.port must be 1-65535")));
@@ -439,6 +436,7 @@ impl Config {
                 name: s.name,
                 address: s.address,
                 distro,
+                source: s.source.unwrap_or_default(),
                 kubeconfig_path,
                 api_server,
                 ssh,
@@ -483,6 +481,7 @@ fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
             .or_else(|| defaults.known_hosts.clone()),
         sudo: spoke.sudo.or(defaults.sudo),
         connect_timeout: spoke.connect_timeout.or(defaults.connect_timeout),
+        command_timeout: spoke.command_timeout.or(defaults.command_timeout),
     }
 }
 
@@ -565,9 +564,14 @@ spokes:
         assert!(!dev.ssh.sudo, "the spoke's override wins");
         assert_eq!(dev.ssh.user, "spokekeeper", "the default fills the rest");
         assert_eq!(
-            dev.ssh.identity.as_deref(),
-            Some(Path::new("/etc/spokekeeper/ssh/id_ed25519"))
+            dev.ssh.identity,
+            Path::new("/etc/spokekeeper/ssh/id_ed25519")
         );
+        assert_eq!(
+            dev.ssh.known_hosts,
+            Path::new("/etc/spokekeeper/known_hosts")
+        );
+        assert_eq!(dev.source, SourceKind::Ssh);
         assert_eq!(dev.ssh.connect_timeout, Duration::from_secs(5));
         assert_eq!(
             dev.secret,

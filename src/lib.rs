@@ -14,6 +14,7 @@ pub mod config;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod repo;
+pub mod rotate;
 pub mod seal;
 pub mod secret;
 pub mod spoke;

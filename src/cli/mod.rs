@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod inspect;
+mod rotate;
 mod seal;
 
 /// Output format. Commands that print for people default to a table.
@@ -48,7 +49,7 @@ pub enum Command {
     /// The daemon: tick on the schedule, serve /metrics, /healthz, /readyz.
     Run,
     /// One tick now, for some or all spokes.
-    Rotate,
+    Rotate(rotate::RotateArgs),
     /// Expiry and health report (exit 0 ok, 1 warning, 2 critical).
     Check,
     /// Seal a Secret (YAML or JSON) from stdin, like kubeseal.
@@ -72,19 +73,17 @@ pub fn main() -> ExitCode {
         Command::Seal(args) => seal::seal(&args, cli.output),
         Command::Unseal(args) => seal::unseal(&args, cli.output),
         Command::Inspect(args) => inspect::run(&args, cli.output),
-        Command::Run
-        | Command::Rotate
-        | Command::Check
-        | Command::Status
-        | Command::Init
-        | Command::Demo => not_built_yet(&cli.command),
+        Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
+        Command::Run | Command::Check | Command::Status | Command::Init | Command::Demo => {
+            not_built_yet(&cli.command)
+        }
     }
 }
 
 fn not_built_yet(command: &Command) -> ExitCode {
     let name = format!("{command:?}").to_lowercase();
     eprintln!(
-        "spokekeeper {name}: not built yet in this version. Working today: seal, unseal, inspect. \
+        "spokekeeper {name}: not built yet in this version. Working today: rotate, seal, unseal, inspect. \
          See README.md, section \"Status\"."
     );
     ExitCode::from(2)

@@ -1,0 +1,180 @@
+//! `spokekeeper rotate [SPOKE...] [--all] [--force] [--dry-run]`: one tick now.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use time::OffsetDateTime;
+
+use super::{Format, fail};
+use crate::config::Config;
+use crate::repo::Repo;
+use crate::rotate::{self, Context, Options, Outcome, TickReport};
+use crate::seal::SealingKey;
+
+#[derive(Debug, clap::Args)]
+pub struct RotateArgs {
+    /// Spokes to work on (names from the configuration).
+    pub spokes: Vec<String>,
+    /// Every configured spoke.
+    #[arg(long, conflicts_with = "spokes")]
+    pub all: bool,
+    /// Re-extract and commit even when nothing says so.
+    #[arg(long)]
+    pub force: bool,
+    /// Decide, extract and validate, but write, commit and push nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+    /// How many spokes are worked on at once.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: usize,
+}
+
+pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => return fail("rotate", &e.to_string()),
+    };
+    if args.spokes.is_empty() && !args.all {
+        let names: Vec<&str> = config.spokes.iter().map(|s| s.name.as_str()).collect();
+        return fail(
+            "rotate",
+            &format!(
+                "name the spokes to rotate ({}), or pass --all",
+                names.join(", ")
+            ),
+        );
+    }
+    if let Some(unknown) = args
+        .spokes
+        .iter()
+        .find(|n| !config.spokes.iter().any(|s| &s.name == *n))
+    {
+        return fail(
+            "rotate",
+            &format!("no spoke named {unknown:?} in {}", config_path.display()),
+        );
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail("rotate", &format!("cannot start the runtime: {e}")),
+    };
+    let opts = Options {
+        force: args.force,
+        dry_run: args.dry_run,
+        only: args.spokes.clone(),
+        concurrency: args.concurrency,
+    };
+    let report = match runtime.block_on(run_tick(config, &opts)) {
+        Ok(r) => r,
+        Err(e) => return fail("rotate", &e),
+    };
+    print_report(&report, format.unwrap_or(Format::Table));
+    if report.ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// Loads the sealing key, opens the repo and runs one tick.
+pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, String> {
+    let pem = std::fs::read(&config.sealing_cert).map_err(|e| {
+        format!(
+            "cannot read sealing.cert {}: {e}",
+            config.sealing_cert.display()
+        )
+    })?;
+    let sealing = SealingKey::from_pem(
+        &pem,
+        &config.sealing_cert.display().to_string(),
+        OffsetDateTime::now_utc(),
+    )
+    .map_err(|e| format!("sealing.cert: {e}"))?;
+    let repo = Repo::open(&config.repo)
+        .await
+        .map_err(|e| format!("repo.path: {e}"))?;
+    let ctx = Context::new(config, sealing, repo);
+    rotate::tick(&ctx, opts).await.map_err(|e| e.to_string())
+}
+
+pub fn print_report(report: &TickReport, format: Format) {
+    match format {
+        Format::Json => println!(
+            "{}",
+            serde_json::to_string_pretty(report).unwrap_or_default()
+        ),
+        Format::Yaml => print!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
+        Format::Table => {
+            let mut rows = vec![
+                [
+                    "SPOKE",
+                    "ACTION",
+                    "REASON",
+                    "CA",
+                    "CLIENT CERT UNTIL",
+                    "COMMIT",
+                ]
+                .map(String::from),
+            ];
+            for s in &report.spokes {
+                let (action, commit) = match &s.outcome {
+                    Outcome::Healthy => ("healthy".to_string(), String::new()),
+                    Outcome::Unchanged => ("unchanged".into(), String::new()),
+                    Outcome::Rotated { commit } => {
+                        ("rotated".into(), commit.chars().take(12).collect())
+                    }
+                    Outcome::WouldRotate => ("would rotate".into(), "(dry run)".into()),
+                    Outcome::NotRenewed => ("not renewed".into(), String::new()),
+                    Outcome::Failed { stage, .. } => (format!("FAILED at {stage}"), String::new()),
+                };
+                rows.push([
+                    s.spoke.clone(),
+                    action,
+                    s.reason.as_ref().map(|r| r.to_string()).unwrap_or_default(),
+                    s.ca_sha256
+                        .as_deref()
+                        .map(rotate::state::short)
+                        .unwrap_or_default(),
+                    s.client_not_after
+                        .map(rotate::state::rfc3339)
+                        .unwrap_or_default(),
+                    commit,
+                ]);
+            }
+            print_table(&rows);
+            for s in &report.spokes {
+                match &s.outcome {
+                    Outcome::Failed { stage, error } => {
+                        eprintln!("{}: failed at {stage}: {error}", s.spoke)
+                    }
+                    Outcome::NotRenewed => eprintln!(
+                        "{}: the client certificate expires soon and the node has not renewed it yet \
+                         (k3s renews on restart within 120 days of expiry): restart k3s on the node",
+                        s.spoke
+                    ),
+                    _ => {}
+                }
+            }
+            if let Some(e) = &report.repo_error {
+                eprintln!("fleet repo: {e}");
+            }
+        }
+    }
+}
+
+pub(crate) fn print_table(rows: &[[String; 6]]) {
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    for row in rows {
+        let line: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        println!("{}", line.join("  ").trim_end());
+    }
+}

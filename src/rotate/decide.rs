@@ -1,0 +1,185 @@
+//! observe -> decide: from the recorded state and a TLS probe, whether a spoke needs a
+//! fresh credential. Pure: no I/O here, so every rule is unit-tested.
+
+use std::fmt;
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::state::{Recorded, rfc3339, short};
+use crate::config::SpokeConfig;
+use crate::seal::SealedSecret;
+use crate::spoke::{CaCheck, ProbeError, ProbeReport};
+
+/// Why a spoke is rotated. The first that applies names the commit.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Reason {
+    /// Nothing committed yet.
+    Initial,
+    /// The committed manifest or its annotations cannot be read (edited by hand?).
+    Unreadable {
+        detail: String,
+    },
+    /// The serving certificate no longer verifies against the recorded CA: rebuilt.
+    CaChanged {
+        old: String,
+    },
+    /// The recorded client certificate expires within `renew_before`.
+    ClientExpiring {
+        #[serde(with = "time::serde::rfc3339")]
+        not_after: OffsetDateTime,
+    },
+    /// Sealed to another sealing certificate than the one configured.
+    SealingKeyChanged {
+        old: String,
+        new: String,
+    },
+    /// The configuration asks for something the commit does not have.
+    ConfigChanged {
+        detail: String,
+    },
+    Forced,
+    /// `verify_every` elapsed: re-extract and compare contents.
+    Periodic,
+}
+
+impl fmt::Display for Reason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Reason::Initial => f.write_str("initial credential"),
+            Reason::Unreadable { detail } => write!(f, "committed manifest unreadable ({detail})"),
+            Reason::CaChanged { old } => write!(f, "CA changed {}", short(old)),
+            Reason::ClientExpiring { not_after } => {
+                write!(f, "client certificate expiring on {}", rfc3339(*not_after))
+            }
+            Reason::SealingKeyChanged { old, new } => {
+                write!(f, "sealing key changed {} -> {}", short(old), short(new))
+            }
+            Reason::ConfigChanged { detail } => write!(f, "configuration changed ({detail})"),
+            Reason::Forced => f.write_str("forced"),
+            Reason::Periodic => f.write_str("periodic check"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Nothing to do: no SSH at all.
+    Healthy,
+    Rotate(Reason),
+    /// The API could not be probed: report it, touch nothing.
+    Unreachable(String),
+}
+
+/// What was observed for one spoke.
+pub struct Observed<'a> {
+    /// The committed manifest and its recorded state, or why they could not be read.
+    pub committed: Option<Result<(&'a SealedSecret, &'a Recorded), String>>,
+    /// None when no probe was needed (nothing recorded to compare with).
+    pub probe: Option<&'a Result<ProbeReport, ProbeError>>,
+}
+
+pub struct Policy<'a> {
+    pub now: OffsetDateTime,
+    pub renew_before: Duration,
+    pub sealing_sha256: &'a str,
+    pub force: bool,
+    /// `verify_every` has elapsed since this spoke was last re-extracted.
+    pub verify_due: bool,
+}
+
+/// The server URL a spoke's kubeconfig should carry, when the configuration fixes it.
+pub fn configured_server(spoke: &SpokeConfig) -> Option<String> {
+    spoke
+        .api_server
+        .as_ref()
+        .map(|u| u.as_str().trim_end_matches('/').to_string())
+}
+
+pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> Decision {
+    let (sealed, recorded) = match &seen.committed {
+        None => return Decision::Rotate(Reason::Initial),
+        Some(Err(detail)) => {
+            return Decision::Rotate(Reason::Unreadable {
+                detail: detail.clone(),
+            });
+        }
+        Some(Ok(pair)) => *pair,
+    };
+    match seen.probe {
+        Some(Ok(report)) => match report.check_ca(&recorded.ca_der) {
+            CaCheck::Verified => {}
+            CaCheck::NotSignedByCa => {
+                return Decision::Rotate(Reason::CaChanged {
+                    old: recorded.ca_sha256.clone(),
+                });
+            }
+            CaCheck::UnusableCa => {
+                return Decision::Rotate(Reason::Unreadable {
+                    detail: "recorded CA does not parse".into(),
+                });
+            }
+        },
+        Some(Err(e)) => return Decision::Unreachable(e.to_string()),
+        None => {}
+    }
+    if let Some(not_after) = recorded.client_not_after
+        && not_after - policy.now < policy.renew_before
+    {
+        return Decision::Rotate(Reason::ClientExpiring { not_after });
+    }
+    if recorded.sealing_sha256 != policy.sealing_sha256 {
+        return Decision::Rotate(Reason::SealingKeyChanged {
+            old: recorded.sealing_sha256.clone(),
+            new: policy.sealing_sha256.to_string(),
+        });
+    }
+    if let Some(detail) = config_drift(spoke, sealed, recorded) {
+        return Decision::Rotate(Reason::ConfigChanged { detail });
+    }
+    if policy.force {
+        return Decision::Rotate(Reason::Forced);
+    }
+    if policy.verify_due {
+        return Decision::Rotate(Reason::Periodic);
+    }
+    Decision::Healthy
+}
+
+/// A difference between the configuration and what was committed.
+fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded) -> Option<String> {
+    if sealed.name != spoke.secret.name || sealed.namespace != spoke.secret.namespace {
+        return Some(format!(
+            "secret {}/{} -> {}/{}",
+            sealed.namespace, sealed.name, spoke.secret.namespace, spoke.secret.name
+        ));
+    }
+    if sealed.scope() != spoke.scope {
+        return Some(format!("scope {} -> {}", sealed.scope(), spoke.scope));
+    }
+    if !sealed.encrypted_data.contains_key(&spoke.secret.key) || sealed.encrypted_data.len() != 1 {
+        return Some(format!("key -> {}", spoke.secret.key));
+    }
+    if recorded.spoke != spoke.name {
+        return Some(format!("spoke {} -> {}", recorded.spoke, spoke.name));
+    }
+    match configured_server(spoke) {
+        Some(server) if recorded.server.trim_end_matches('/') != server => {
+            return Some(format!("server {} -> {server}", recorded.server));
+        }
+        Some(_) => {}
+        None => {
+            let host = url::Url::parse(&recorded.server)
+                .ok()
+                .and_then(|u| u.host_str().map(str::to_string));
+            let host = host
+                .as_deref()
+                .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
+            if host != Some(spoke.address.trim_start_matches('[').trim_end_matches(']')) {
+                return Some(format!("address {} -> {}", recorded.server, spoke.address));
+            }
+        }
+    }
+    None
+}

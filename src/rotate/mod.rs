@@ -1,0 +1,384 @@
+//! The per-spoke pipeline: observe -> decide -> extract -> validate -> seal -> commit,
+//! then one push per tick.
+//!
+//! Spokes run concurrently up to a bound and one spoke's failure never blocks another;
+//! commits are made one at a time, in configuration order, under the repo lock. A
+//! credential is committed only after it worked against the live API, so a working
+//! committed credential is never replaced by one that was not validated.
+
+pub mod decide;
+pub mod refresh;
+pub mod state;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use futures::StreamExt;
+use time::OffsetDateTime;
+
+pub use decide::{Decision, Reason};
+pub use refresh::Stage;
+
+use crate::config::{Config, SpokeConfig};
+use crate::repo::{Pushed, Repo};
+use crate::seal::{SealedSecret, SealingKey};
+use crate::spoke;
+use state::{Recorded, rfc3339, short};
+
+/// What one tick needs: the configuration, the sealing key and the fleet repo.
+pub struct Context {
+    pub config: Config,
+    pub sealing: SealingKey,
+    pub repo: Repo,
+    pub probe_timeout: Duration,
+    pub live_timeout: Duration,
+    /// When each spoke was last re-extracted (in memory: a fresh process re-checks once).
+    verified: Mutex<HashMap<String, OffsetDateTime>>,
+}
+
+impl Context {
+    pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Context {
+        Context {
+            config,
+            sealing,
+            repo,
+            probe_timeout: Duration::from_secs(10),
+            live_timeout: Duration::from_secs(20),
+            verified: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    /// Rotate even when nothing says so.
+    pub force: bool,
+    /// Decide and validate, but write, commit and push nothing.
+    pub dry_run: bool,
+    /// Only these spokes (empty: all).
+    pub only: Vec<String>,
+    /// How many spokes are worked on at once.
+    pub concurrency: usize,
+}
+
+/// What happened to one spoke.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Nothing needed doing (no SSH).
+    Healthy,
+    /// Re-extracted on schedule; the same credential: nothing to commit.
+    Unchanged,
+    /// A fresh credential was committed (and pushed, unless the push failed).
+    Rotated { commit: String },
+    /// --dry-run: would have committed this.
+    WouldRotate,
+    /// The client certificate is expiring and the node has not renewed it yet.
+    NotRenewed,
+    /// Stopped at `stage`; the committed credential is untouched.
+    Failed { stage: Stage, error: String },
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SpokeReport {
+    pub spoke: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    pub reason: Option<Reason>,
+    /// The CA the hub's credential trusts after this tick.
+    pub ca_sha256: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub client_not_after: Option<OffsetDateTime>,
+    /// Who the new credential authenticated as, when one was validated.
+    pub user: Option<String>,
+}
+
+impl SpokeReport {
+    pub fn failed(&self) -> bool {
+        matches!(self.outcome, Outcome::Failed { .. })
+    }
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct TickReport {
+    pub spokes: Vec<SpokeReport>,
+    /// Commits pushed this tick (0 when nothing was ahead).
+    pub pushed: bool,
+    /// Why the repo could not be synced or pushed, when it could not.
+    pub repo_error: Option<String>,
+}
+
+impl TickReport {
+    pub fn ok(&self) -> bool {
+        self.repo_error.is_none() && !self.spokes.iter().any(SpokeReport::failed)
+    }
+}
+
+/// A credential ready to commit.
+struct Proposal {
+    manifest: String,
+    message: String,
+}
+
+/// One tick over the selected spokes.
+pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::repo::RepoError> {
+    let _lock = ctx.repo.lock()?;
+    let mut repo_error = None;
+    if !opts.dry_run
+        && let Err(e) = ctx.repo.sync().await
+    {
+        tracing::warn!(error = %e, "cannot sync the fleet repo; working from the local clone");
+        repo_error = Some(format!("sync: {e}"));
+    }
+    let spokes: Vec<&SpokeConfig> = ctx
+        .config
+        .spokes
+        .iter()
+        .filter(|s| opts.only.is_empty() || opts.only.contains(&s.name))
+        .collect();
+    let now = OffsetDateTime::now_utc();
+    let mut results: Vec<(usize, SpokeReport, Option<Proposal>)> =
+        futures::stream::iter(spokes.iter().enumerate())
+            .map(|(i, spoke)| async move {
+                let (report, proposal) = reconcile(ctx, spoke, opts, now).await;
+                (i, report, proposal)
+            })
+            .buffer_unordered(opts.concurrency.max(1))
+            .collect()
+            .await;
+    results.sort_by_key(|(i, _, _)| *i);
+
+    let mut committed = 0;
+    let mut reports = Vec::with_capacity(results.len());
+    for (i, mut report, proposal) in results {
+        if let Some(p) = proposal {
+            let spoke = spokes[i];
+            match commit(ctx, spoke, &p).await {
+                Ok(sha) => {
+                    committed += 1;
+                    report.outcome = Outcome::Rotated { commit: sha };
+                }
+                Err(e) => {
+                    report.outcome = Outcome::Failed {
+                        stage: Stage::Commit,
+                        error: e,
+                    }
+                }
+            }
+        }
+        reports.push(report);
+    }
+
+    let mut pushed = false;
+    if !opts.dry_run && ctx.config.repo.push {
+        match ctx.repo.push().await {
+            Ok(Pushed::Done { rebases }) => {
+                pushed = true;
+                tracing::info!(committed, rebases, "pushed");
+            }
+            Ok(Pushed::Nothing) => {}
+            Err(e) => repo_error = Some(format!("push: {e}")),
+        }
+    }
+    Ok(TickReport {
+        spokes: reports,
+        pushed,
+        repo_error,
+    })
+}
+
+async fn commit(ctx: &Context, spoke: &SpokeConfig, p: &Proposal) -> Result<String, String> {
+    ctx.repo
+        .write_atomic(&spoke.output, p.manifest.as_bytes())
+        .map_err(|e| e.to_string())?;
+    match ctx.repo.commit(&spoke.output, &p.message).await {
+        Ok(Some(sha)) => Ok(sha),
+        Ok(None) => Err("nothing changed in the file (unexpected: sealing is randomized)".into()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// observe -> decide -> (extract -> validate -> seal) for one spoke.
+async fn reconcile(
+    ctx: &Context,
+    spoke: &SpokeConfig,
+    opts: &Options,
+    now: OffsetDateTime,
+) -> (SpokeReport, Option<Proposal>) {
+    let mut report = SpokeReport {
+        spoke: spoke.name.clone(),
+        outcome: Outcome::Healthy,
+        reason: None,
+        ca_sha256: None,
+        client_not_after: None,
+        user: None,
+    };
+    // observe
+    let committed = match ctx.repo.read(&spoke.output) {
+        Ok(c) => c,
+        Err(e) => {
+            report.outcome = Outcome::Failed {
+                stage: Stage::Observe,
+                error: e.to_string(),
+            };
+            return (report, None);
+        }
+    };
+    let parsed = committed.as_deref().map(|bytes| {
+        let sealed = SealedSecret::parse(bytes).map_err(|e| e.to_string())?;
+        let recorded = Recorded::from_annotations(&sealed.annotations)?;
+        Ok::<_, String>((sealed, recorded))
+    });
+    let probe = match &parsed {
+        Some(Ok((_, recorded))) => {
+            let server =
+                decide::configured_server(spoke).unwrap_or_else(|| recorded.server.clone());
+            Some(spoke::probe(&server, ctx.probe_timeout).await)
+        }
+        _ => None,
+    };
+    if let Some(Ok((_, r))) = &parsed {
+        report.ca_sha256 = Some(r.ca_sha256.clone());
+        report.client_not_after = r.client_not_after;
+    }
+    // decide
+    let verify_due = {
+        let last = ctx
+            .verified
+            .lock()
+            .map(|m| m.get(&spoke.name).copied())
+            .unwrap_or(None);
+        let since = last.or(parsed
+            .as_ref()
+            .and_then(|p| p.as_ref().ok())
+            .map(|(_, r)| r.rotated_at));
+        since.is_none_or(|t| now - t >= ctx.config.verify_every)
+    };
+    let seen = decide::Observed {
+        committed: parsed
+            .as_ref()
+            .map(|p| p.as_ref().map(|(s, r)| (s, r)).map_err(Clone::clone)),
+        probe: probe.as_ref(),
+    };
+    let policy = decide::Policy {
+        now,
+        renew_before: ctx.config.renew_before,
+        sealing_sha256: ctx.sealing.fingerprint(),
+        force: opts.force,
+        verify_due,
+    };
+    let reason = match decide::decide(spoke, &seen, &policy) {
+        Decision::Healthy => return (report, None),
+        Decision::Unreachable(error) => {
+            report.outcome = Outcome::Failed {
+                stage: Stage::Probe,
+                error,
+            };
+            return (report, None);
+        }
+        Decision::Rotate(reason) => reason,
+    };
+    report.reason = Some(reason.clone());
+
+    // extract -> validate
+    let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
+        Ok(f) => f,
+        Err(f) => {
+            report.outcome = Outcome::Failed {
+                stage: f.stage,
+                error: f.error,
+            };
+            return (report, None);
+        }
+    };
+    if let Ok(mut m) = ctx.verified.lock() {
+        m.insert(spoke.name.clone(), now);
+    }
+    let recorded = refresh::record(spoke, &fresh, &ctx.sealing, now);
+    report.user = Some(fresh.live.username.clone());
+    let previous = parsed
+        .as_ref()
+        .and_then(|p| p.as_ref().ok())
+        .map(|(_, r)| r);
+    match (&reason, previous) {
+        // On schedule, and the node serves what the hub already has.
+        (Reason::Periodic, Some(prev)) if prev.content_sha256 == recorded.content_sha256 => {
+            report.outcome = Outcome::Unchanged;
+            return (report, None);
+        }
+        // Expiring, but the node still serves the same certificate: say so, keep it.
+        (Reason::ClientExpiring { .. }, Some(prev))
+            if prev.client_sha256 == recorded.client_sha256 =>
+        {
+            report.outcome = Outcome::NotRenewed;
+            return (report, None);
+        }
+        _ => {}
+    }
+    let reason = match (&reason, previous) {
+        (Reason::Periodic, Some(_)) => Reason::ConfigChanged {
+            detail: "content changed on the node".into(),
+        },
+        _ => reason,
+    };
+    report.reason = Some(reason.clone());
+    report.ca_sha256 = Some(recorded.ca_sha256.clone());
+    report.client_not_after = recorded.client_not_after;
+
+    // seal
+    let manifest = match refresh::seal(spoke, &fresh, &ctx.sealing, &recorded) {
+        Ok(m) => m,
+        Err(f) => {
+            report.outcome = Outcome::Failed {
+                stage: f.stage,
+                error: f.error,
+            };
+            return (report, None);
+        }
+    };
+    if opts.dry_run {
+        report.outcome = Outcome::WouldRotate;
+        return (report, None);
+    }
+    let message = commit_message(spoke, &reason, previous, &recorded, &fresh.live);
+    (report, Some(Proposal { manifest, message }))
+}
+
+/// One line that says why, then the facts a reviewer wants.
+fn commit_message(
+    spoke: &SpokeConfig,
+    reason: &Reason,
+    previous: Option<&Recorded>,
+    new: &Recorded,
+    live: &spoke::LiveReport,
+) -> String {
+    let why = match (reason, previous) {
+        (Reason::CaChanged { old }, _) => {
+            format!("CA changed {} -> {}", short(old), short(&new.ca_sha256))
+        }
+        _ => reason.to_string(),
+    };
+    let mut msg = format!("{}: rotate kubeconfig: {why}\n\n", spoke.name);
+    msg.push_str(&format!("server: {}\n", new.server));
+    msg.push_str(&format!(
+        "CA: {} (valid until {})\n",
+        new.ca_sha256,
+        rfc3339(new.ca_not_after)
+    ));
+    if let (Some(fp), Some(na)) = (&new.client_sha256, new.client_not_after) {
+        msg.push_str(&format!(
+            "client certificate: {fp} (valid until {})\n",
+            rfc3339(na)
+        ));
+    }
+    msg.push_str(&format!(
+        "validated: authenticated as {} against {} ({})\n",
+        live.username, live.server, live.git_version
+    ));
+    msg.push_str(&format!(
+        "sealed to: {} ({} {}/{})\n",
+        new.sealing_sha256, spoke.scope, spoke.secret.namespace, spoke.secret.name
+    ));
+    msg
+}

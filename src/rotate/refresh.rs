@@ -1,0 +1,149 @@
+//! extract -> validate -> seal: a fresh credential from the node, proven against the
+//! live API before anything is written.
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::state::Recorded;
+use crate::config::{SourceKind, SpokeConfig};
+use crate::kubeconfig::{self, Sanitized};
+use crate::seal::{SealedSecret, SealingKey, SecretInput};
+use crate::secret::SecretBytes;
+use crate::spoke::{self, LiveReport, Source};
+
+/// Where a spoke's pipeline stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    Observe,
+    Probe,
+    Extract,
+    Validate,
+    Seal,
+    Commit,
+    Push,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let s = serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string));
+        f.write_str(s.as_deref().unwrap_or("?"))
+    }
+}
+
+#[derive(Debug)]
+pub struct Failure {
+    pub stage: Stage,
+    pub error: String,
+}
+
+fn fail(stage: Stage) -> impl Fn(String) -> Failure {
+    move |error| Failure { stage, error }
+}
+
+/// A credential that was extracted, sanitized, pointed at the spoke and accepted by it.
+pub struct Fresh {
+    pub kubeconfig: Sanitized,
+    pub yaml: SecretBytes,
+    pub content_sha256: String,
+    pub live: LiveReport,
+}
+
+pub fn source(spoke: &SpokeConfig) -> Source {
+    match spoke.source {
+        SourceKind::Ssh => Source::Ssh {
+            address: spoke.address.clone(),
+            ssh: spoke.ssh.clone(),
+            path: spoke.kubeconfig_path.clone(),
+        },
+        SourceKind::Local => Source::Local {
+            path: spoke.kubeconfig_path.clone().into(),
+        },
+    }
+}
+
+/// Reads the node's kubeconfig and proves it works against the spoke API.
+pub async fn extract_and_validate(
+    spoke: &SpokeConfig,
+    now: OffsetDateTime,
+    live_timeout: Duration,
+) -> Result<Fresh, Failure> {
+    let bytes = spoke::extract(&source(spoke))
+        .await
+        .map_err(|e| fail(Stage::Extract)(e.to_string()))?;
+    let invalid = fail(Stage::Validate);
+    let parsed = kubeconfig::parse(bytes.expose()).map_err(|e| invalid(e.to_string()))?;
+    drop(bytes);
+    let mut kc = kubeconfig::sanitize(&parsed, &spoke.name).map_err(|e| invalid(e.to_string()))?;
+    drop(parsed);
+    match &spoke.api_server {
+        Some(url) => kc.rewrite_server(url.host_str().unwrap_or(&spoke.address), url.port(), None),
+        None => kc.rewrite_server(&spoke.address, None, None),
+    }
+    .map_err(|e| invalid(e.to_string()))?;
+    if let Some(problem) = kc.validity_problems(now).into_iter().next() {
+        return Err(invalid(problem.to_string()));
+    }
+    let yaml = kc.to_yaml();
+    let live = spoke::check_live(&yaml, live_timeout).await.map_err(|e| {
+        invalid(format!(
+            "the new credential does not work against the live API: {e}"
+        ))
+    })?;
+    let content_sha256 = kc.content_sha256();
+    Ok(Fresh {
+        kubeconfig: kc,
+        yaml,
+        content_sha256,
+        live,
+    })
+}
+
+/// The recorded state for a fresh credential.
+pub fn record(
+    spoke: &SpokeConfig,
+    fresh: &Fresh,
+    sealing: &SealingKey,
+    now: OffsetDateTime,
+) -> Recorded {
+    let kc = &fresh.kubeconfig;
+    let ca = &kc.ca_certs()[0];
+    let client = kc.client_certs().first();
+    Recorded {
+        spoke: spoke.name.clone(),
+        server: kc.server_string(),
+        ca_sha256: ca.fingerprint.clone(),
+        ca_der: ca.der.clone(),
+        ca_not_after: ca.not_after,
+        client_sha256: client.map(|c| c.fingerprint.clone()),
+        client_not_after: client.map(|c| c.not_after),
+        content_sha256: fresh.content_sha256.clone(),
+        sealing_sha256: sealing.fingerprint().to_string(),
+        rotated_at: now,
+    }
+}
+
+/// Seals the fresh kubeconfig into the spoke's SealedSecret, with the recorded state.
+pub fn seal(
+    spoke: &SpokeConfig,
+    fresh: &Fresh,
+    sealing: &SealingKey,
+    recorded: &Recorded,
+) -> Result<String, Failure> {
+    let mut input = SecretInput {
+        name: spoke.secret.name.clone(),
+        namespace: spoke.secret.namespace.clone(),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    input
+        .data
+        .insert(spoke.secret.key.clone(), fresh.yaml.clone());
+    let mut sealed = SealedSecret::seal(&input, sealing, spoke.scope)
+        .map_err(|e| fail(Stage::Seal)(e.to_string()))?;
+    sealed.annotations.extend(recorded.to_annotations());
+    Ok(sealed.to_yaml())
+}

@@ -1,0 +1,492 @@
+//! The rotation pipeline end to end, through the binary and a spokekeeper.yaml: real sshd
+//! nodes, real TLS API servers, a real bare git remote, the upstream sealing key.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use spokekeeper::seal::{RecoveryKey, SealedSecret};
+use spokekeeper::secret::SecretBytes;
+use support::{Hostile, Lab, Node, NodeOptions};
+
+fn vectors() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
+}
+
+fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+struct Fleet {
+    nodes: Vec<Node>,
+    dir: tempfile::TempDir,
+    remote: PathBuf,
+    clone: PathBuf,
+    config: PathBuf,
+    // Last: the lab's runtime outlives the nodes.
+    _lab: Lab,
+}
+
+impl Fleet {
+    fn new(opts: &[NodeOptions]) -> Fleet {
+        let lab = Lab::new();
+        let nodes: Vec<Node> = opts.iter().map(|o| lab.add_node(o.clone())).collect();
+        let dir = tempfile::tempdir().unwrap();
+        let remote = dir.path().join("fleet.git");
+        git(
+            dir.path(),
+            &[
+                "init",
+                "--quiet",
+                "--bare",
+                "--initial-branch=main",
+                remote.to_str().unwrap(),
+            ],
+        );
+        let seed = dir.path().join("seed");
+        git(
+            dir.path(),
+            &[
+                "clone",
+                "--quiet",
+                remote.to_str().unwrap(),
+                seed.to_str().unwrap(),
+            ],
+        );
+        std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
+        git(&seed, &["add", "README.md"]);
+        git(
+            &seed,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "--quiet",
+                "-m",
+                "seed",
+            ],
+        );
+        git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+        let clone = dir.path().join("clone");
+        git(
+            dir.path(),
+            &[
+                "clone",
+                "--quiet",
+                remote.to_str().unwrap(),
+                clone.to_str().unwrap(),
+            ],
+        );
+        let mut yaml = format!(
+            "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
+            clone.display(),
+            vectors().join("key/cert.pem").display()
+        );
+        for (i, n) in nodes.iter().enumerate() {
+            yaml.push_str(&format!(
+                "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
+                n.address,
+                n.kubeconfig_path.display(),
+                n.ssh_port,
+                n.identity_path.display(),
+                n.known_hosts_path.display()
+            ));
+        }
+        let config = dir.path().join("spokekeeper.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        Fleet {
+            nodes,
+            dir,
+            remote,
+            clone,
+            config,
+            _lab: lab,
+        }
+    }
+
+    fn rotate(&self, args: &[&str]) -> (i32, String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("rotate")
+            .args(args)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+
+    fn rotate_json(&self, args: &[&str]) -> (i32, serde_json::Value, String) {
+        let mut all = vec!["-o", "json"];
+        all.extend_from_slice(args);
+        let (code, out, err) = self.rotate(&all);
+        let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+        (code, json, err)
+    }
+
+    fn remote_log(&self) -> Vec<String> {
+        git(&self.remote, &["log", "--format=%s", "main"])
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+
+    fn output(&self, i: usize) -> PathBuf {
+        self.clone
+            .join(format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"))
+    }
+
+    fn remote_file(&self, i: usize) -> String {
+        git(
+            &self.remote,
+            &[
+                "show",
+                &format!("main:fluxcd/spoke{i}-kubeconfig-sealed.yaml"),
+            ],
+        )
+    }
+
+    /// The kubeconfig the hub would get from spoke i's committed SealedSecret.
+    fn unsealed(&self, i: usize) -> SecretBytes {
+        let keys = RecoveryKey::load_all(
+            &std::fs::read(vectors().join("key/tls.key")).unwrap(),
+            "tls.key",
+        )
+        .unwrap();
+        let sealed = SealedSecret::parse(self.remote_file(i).as_bytes()).unwrap();
+        assert_eq!(sealed.namespace, "flux-system");
+        assert_eq!(sealed.name, format!("spoke{i}-kubeconfig"));
+        let mut secret = sealed.unseal(&keys).unwrap();
+        secret.data.remove("value").expect("key value")
+    }
+
+    /// Every secret byte of every node, searched for in the remote's whole history, the
+    /// clone and the test's directory.
+    fn assert_no_plaintext(&self) {
+        let history = git(&self.remote, &["log", "-p", "--all", "--format=%B"]);
+        for n in &self.nodes {
+            let key = &n.parts().client_key_pem;
+            let body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
+            use base64::Engine;
+            let b64_of_pem = base64::engine::general_purpose::STANDARD.encode(key.as_bytes());
+            for needle in [&body[..40], &b64_of_pem[..40]] {
+                assert!(
+                    !history.contains(needle),
+                    "client key in the remote history"
+                );
+                let found = grep_dir(self.dir.path(), needle.as_bytes(), &n.dir);
+                assert!(found.is_empty(), "client key on disk in {found:?}");
+            }
+        }
+    }
+}
+
+/// Files under `root` containing `needle`, except under `skip` (the node's own files).
+fn grep_dir(root: &Path, needle: &[u8], skip: &Path) -> Vec<PathBuf> {
+    let mut hits = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            let p = e.path();
+            if p.starts_with(skip) {
+                continue;
+            }
+            if p.is_dir() {
+                stack.push(p);
+            } else if std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
+            {
+                hits.push(p);
+            }
+        }
+    }
+    hits
+}
+
+fn action(report: &serde_json::Value, i: usize) -> String {
+    report["spokes"][i]["action"].as_str().unwrap().to_string()
+}
+
+async fn authenticates(kubeconfig: &SecretBytes) -> spokekeeper::spoke::LiveReport {
+    support::install_crypto_provider();
+    spokekeeper::spoke::check_live(kubeconfig, std::time::Duration::from_secs(10))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn first_run_seals_every_spoke_second_commits_nothing_rebuild_commits_one() {
+    let mut fleet = Fleet::new(&[
+        NodeOptions::default(),
+        NodeOptions::default(),
+        NodeOptions::default(),
+    ]);
+    let (code, out, err) = fleet.rotate(&["--all"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("SPOKE") && out.contains("rotated") && out.contains("initial credential"),
+        "{out}"
+    );
+    let log = fleet.remote_log();
+    assert_eq!(log.len(), 4, "seed + one commit per spoke, pushed: {log:?}");
+    for i in 0..3 {
+        assert!(
+            log.contains(&format!("spoke{i}: rotate kubeconfig: initial credential")),
+            "{log:?}"
+        );
+        let kc = fleet.unsealed(i);
+        let text = std::str::from_utf8(kc.expose()).unwrap();
+        let server = format!(
+            "https://{}:{}",
+            fleet.nodes[i].address, fleet.nodes[i].api_port
+        );
+        assert!(
+            text.contains(&format!("server: \"{server}\"")),
+            "server rewritten to {server}"
+        );
+        assert!(!text.contains("127.0.0.1:"), "the host was rewritten");
+        let live = authenticates(&kc).await;
+        assert_eq!(live.username, "system:admin");
+    }
+
+    // Nothing changed: nothing committed, no SSH needed.
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{err}");
+    for i in 0..3 {
+        assert_eq!(action(&report, i), "healthy", "{report}");
+    }
+    assert_eq!(fleet.remote_log().len(), 4);
+
+    // Rebuild spoke1: exactly one new commit, for spoke1, naming the CA change.
+    let before: Vec<String> = (0..3).map(|i| fleet.remote_file(i)).collect();
+    let old_ca = spokekeeper::certs::fingerprint(&fleet.nodes[1].server_ca_der());
+    fleet.nodes[1].rebuild();
+    let new_ca = spokekeeper::certs::fingerprint(&fleet.nodes[1].server_ca_der());
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 1), "rotated");
+    assert_eq!(report["spokes"][1]["reason"]["kind"], "ca-changed");
+    assert_eq!(report["spokes"][1]["ca_sha256"], new_ca.as_str());
+    let log = fleet.remote_log();
+    assert_eq!(log.len(), 5, "{log:?}");
+    let short = |fp: &str| format!("sha256:{}..", &fp[7..15]);
+    assert_eq!(
+        log[0],
+        format!(
+            "spoke1: rotate kubeconfig: CA changed {} -> {}",
+            short(&old_ca),
+            short(&new_ca)
+        )
+    );
+    assert_eq!(
+        fleet.remote_file(0),
+        before[0],
+        "other spokes byte-identical"
+    );
+    assert_eq!(
+        fleet.remote_file(2),
+        before[2],
+        "other spokes byte-identical"
+    );
+    let kc = fleet.unsealed(1);
+    authenticates(&kc).await;
+    let body = git(&fleet.remote, &["log", "-1", "--format=%B", "main"]);
+    assert!(
+        body.contains("validated: authenticated as system:admin"),
+        "{body}"
+    );
+    fleet.assert_no_plaintext();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hostile_spoke_is_refused_and_others_are_not_affected() {
+    let hostile = NodeOptions {
+        hostile: Some(Hostile::ExecPlugin),
+        ..NodeOptions::default()
+    };
+    let fleet = Fleet::new(&[NodeOptions::default(), hostile]);
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "a refused spoke fails the run: {report}");
+    assert_eq!(action(&report, 0), "rotated");
+    assert_eq!(action(&report, 1), "failed");
+    assert_eq!(report["spokes"][1]["stage"], "validate");
+    let error = report["spokes"][1]["error"].as_str().unwrap();
+    assert!(error.contains("exec"), "the field is named: {error}");
+    assert!(
+        !fleet.nodes[1].exec_marker().exists(),
+        "nothing was executed"
+    );
+    assert!(
+        !fleet.output(1).exists(),
+        "nothing written for the hostile spoke"
+    );
+    assert_eq!(
+        fleet.remote_log().len(),
+        2,
+        "only the good spoke was committed"
+    );
+    assert!(err.is_empty() || !err.contains("client-key"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn outages_leave_the_committed_credential_and_the_next_run_recovers() {
+    let mut fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    let committed: Vec<String> = (0..2).map(|i| fleet.remote_file(i)).collect();
+
+    // spoke0's API down: reported at the probe, no SSH, nothing touched.
+    fleet.nodes[0].stop_api();
+    let (code, report, _) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1);
+    assert_eq!(report["spokes"][0]["stage"], "probe", "{report}");
+    assert!(
+        report["spokes"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("unreachable"),
+        "{report}"
+    );
+    assert_eq!(action(&report, 1), "healthy");
+    assert_eq!(fleet.remote_file(0), committed[0]);
+    fleet.nodes[0].start_api();
+    assert_eq!(
+        fleet.rotate_json(&["--all"]).1["spokes"][0]["action"],
+        "healthy"
+    );
+
+    // spoke1 rebuilt AND its host key changed: the rebuild is seen, the extraction is
+    // refused with the host-key message, the old credential stays.
+    fleet.nodes[1].rebuild();
+    fleet.nodes[1].rotate_host_key();
+    let (code, report, _) = fleet.rotate_json(&["spoke1"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        report["spokes"][0]["reason"]["kind"], "ca-changed",
+        "{report}"
+    );
+    assert_eq!(report["spokes"][0]["stage"], "extract");
+    assert!(
+        report["spokes"][0]["error"]
+            .as_str()
+            .unwrap()
+            .contains("CHANGED"),
+        "{report}"
+    );
+    assert_eq!(
+        fleet.remote_file(1),
+        committed[1],
+        "committed credential intact"
+    );
+    // The operator accepts the new host key: the next run rotates.
+    let line = fleet.nodes[1].host_key_line();
+    std::fs::write(&fleet.nodes[1].known_hosts_path, format!("{line}\n")).unwrap();
+    let (code, report, err) = fleet.rotate_json(&["spoke1"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated");
+    authenticates(&fleet.unsealed(1)).await;
+
+    // The remote is unreachable: the rotation is committed locally, the run fails
+    // clearly, and the next run pushes it.
+    fleet.nodes[0].rebuild();
+    let moved = fleet.dir.path().join("moved.git");
+    std::fs::rename(&fleet.remote, &moved).unwrap();
+    let (code, report, _) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1);
+    assert_eq!(action(&report, 0), "rotated", "{report}");
+    assert!(
+        report["repo_error"].as_str().unwrap().contains("push"),
+        "{report}"
+    );
+    std::fs::rename(&moved, &fleet.remote).unwrap();
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["pushed"], true);
+    assert_eq!(
+        action(&report, 0),
+        "healthy",
+        "the local commit was kept, not redone"
+    );
+    authenticates(&fleet.unsealed(0)).await;
+    fleet.assert_no_plaintext();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rejected_push_is_reported_and_retried_next_run() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    // The remote refuses one push (a hook, as a protected branch would).
+    let hook = fleet.remote.join("hooks/pre-receive");
+    let marker = fleet.dir.path().join("rejected-once");
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\nif [ ! -e {m} ]; then touch {m}; echo 'denied by test hook' >&2; exit 1; fi\n", m = marker.display()),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, report, _) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1);
+    assert!(
+        report["repo_error"]
+            .as_str()
+            .unwrap()
+            .contains("denied by test hook"),
+        "{report}"
+    );
+    assert_eq!(fleet.remote_log().len(), 1, "nothing reached the remote");
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["pushed"], true);
+    assert_eq!(fleet.remote_log().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn dry_run_changes_nothing_and_force_rotates() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let (code, report, err) = fleet.rotate_json(&["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(action(&report, 0), "would-rotate");
+    assert_eq!(fleet.remote_log().len(), 1);
+    assert!(!fleet.output(0).exists());
+    assert_eq!(fleet.rotate(&["spoke0"]).0, 0);
+    let (code, report, _) = fleet.rotate_json(&["spoke0", "--force"]);
+    assert_eq!(code, 0);
+    assert_eq!(report["spokes"][0]["reason"]["kind"], "forced");
+    assert_eq!(fleet.remote_log()[0], "spoke0: rotate kubeconfig: forced");
+    // Usage errors are clear.
+    let (code, _, err) = fleet.rotate(&[]);
+    assert_eq!(code, 1);
+    assert!(err.contains("--all"), "{err}");
+    let (code, _, err) = fleet.rotate(&["nosuch"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("no spoke named \"nosuch\""), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn expiring_client_certificate_not_yet_renewed_is_reported() {
+    let fleet = Fleet::new(&[NodeOptions {
+        client_cert_days: 5,
+        ..NodeOptions::default()
+    }]);
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    let (code, report, _) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(action(&report, 0), "not-renewed");
+    assert_eq!(report["spokes"][0]["reason"]["kind"], "client-expiring");
+    assert_eq!(fleet.remote_log().len(), 2, "nothing new committed");
+}
