@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod init;
 mod inspect;
 mod rotate;
 mod seal;
@@ -61,7 +62,7 @@ pub enum Command {
     /// Per spoke: committed state, the hub's view, the probe.
     Status,
     /// Scaffold a spokekeeper.yaml and print the least-privilege node recipe.
-    Init,
+    Init(init::InitArgs),
     /// The whole loop against an embedded simulated fleet.
     Demo,
 }
@@ -74,7 +75,8 @@ pub fn main() -> ExitCode {
         Command::Unseal(args) => seal::unseal(&args, cli.output),
         Command::Inspect(args) => inspect::run(&args, cli.output),
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
-        Command::Run | Command::Check | Command::Status | Command::Init | Command::Demo => {
+        Command::Init(args) => init::run(&args, &cli.config),
+        Command::Run | Command::Check | Command::Status | Command::Demo => {
             not_built_yet(&cli.command)
         }
     }
@@ -83,7 +85,7 @@ pub fn main() -> ExitCode {
 fn not_built_yet(command: &Command) -> ExitCode {
     let name = format!("{command:?}").to_lowercase();
     eprintln!(
-        "spokekeeper {name}: not built yet in this version. Working today: rotate, seal, unseal, inspect. \
+        "spokekeeper {name}: not built yet in this version. Working today: rotate, seal, unseal, inspect, init. \
          See README.md, section \"Status\"."
     );
     ExitCode::from(2)

@@ -1,0 +1,90 @@
+//! `spokekeeper init`: scaffold a spokekeeper.yaml and print the node recipe.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::fail;
+use crate::spoke::NODE_RECIPE;
+
+/// A starting configuration: every key of the contract, with its default or an example.
+pub const TEMPLATE: &str = r#"# spokekeeper.yaml: keeps the hub's kubeconfigs for its spokes valid.
+# Relative paths resolve against this file's directory. Durations take s, m, h, d.
+repo:
+  path: fleet                          # a clone of the fleet repo, owned by spokekeeper
+  remote: origin
+  branch: main
+  author: "spokekeeper <spokekeeper@example.org>"
+  push: true                           # false: commit only
+sealing:
+  cert: keys/sealed-secrets-infra.pem  # kubeseal --fetch-cert > keys/sealed-secrets-infra.pem
+schedule: "*/15 * * * *"               # 5-field cron, or @hourly, @daily
+metrics:
+  listen: 127.0.0.1:9464
+renew_before: 30d                      # rotate when the stored client cert expires sooner
+verify_every: 24h                      # also re-extract this often, to catch changes a probe cannot see
+alerts:
+  warn_before: 30d
+  critical_before: 7d
+  # alertmanager: http://alertmanager.monitoring:9093
+  # webhook: https://hooks.example.org/spokekeeper
+ssh:                                   # defaults for every spoke; a spoke may override any field
+  user: spokekeeper                    # see the node recipe `spokekeeper init` prints
+  port: 22
+  identity: /etc/spokekeeper/ssh/id_ed25519
+  known_hosts: /etc/spokekeeper/ssh/known_hosts   # strict: unknown or changed host keys are refused
+  sudo: true                           # read the file with `sudo -n cat`
+  connect_timeout: 10s
+spokes:
+  - name: dev
+    address: 192.168.1.20              # SSH target, and the host written into the kubeconfig
+    distro: k3s                        # k3s | rke2 | kubeadm: sets the kubeconfig path
+    # kubeconfig_path: /etc/rancher/k3s/k3s.yaml
+    # api_server: https://192.168.1.20:6443
+    # ssh: { port: 2222 }
+    # secret: { name: dev-kubeconfig, namespace: flux-system, key: value }
+    # scope: strict                    # strict | namespace-wide | cluster-wide
+    # output: fluxcd/dev-kubeconfig-sealed.yaml
+"#;
+
+#[derive(Debug, clap::Args)]
+pub struct InitArgs {
+    /// Overwrite an existing configuration file.
+    #[arg(long)]
+    pub force: bool,
+}
+
+pub fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
+    if config_path.exists() && !args.force {
+        eprintln!(
+            "{} exists: left as it is (pass --force to overwrite). The node recipe follows.\n",
+            config_path.display()
+        );
+    } else {
+        if let Err(e) = crate::fsutil::write_atomic(config_path, TEMPLATE.as_bytes()) {
+            return fail(
+                "init",
+                &format!("cannot write {}: {e}", config_path.display()),
+            );
+        }
+        eprintln!(
+            "wrote {}: edit repo, sealing and spokes. The node recipe follows.\n",
+            config_path.display()
+        );
+    }
+    print!("{NODE_RECIPE}");
+    ExitCode::SUCCESS
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    #[test]
+    fn template_is_a_valid_configuration() {
+        let c = Config::parse(TEMPLATE, "spokekeeper.yaml", Path::new("/etc/spokekeeper")).unwrap();
+        assert_eq!(c.spokes[0].name, "dev");
+        assert_eq!(c.spokes[0].kubeconfig_path, "/etc/rancher/k3s/k3s.yaml");
+        assert!(c.spokes[0].ssh.sudo);
+    }
+}
