@@ -183,3 +183,190 @@ fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded)
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::seal::Scope;
+
+    fn spoke(extra: &str) -> SpokeConfig {
+        let text = format!(
+            "repo: {{path: f}}\nsealing: {{cert: c}}\nspokes:\n  - {{name: dev, address: 10.0.0.1{extra}}}\n"
+        );
+        Config::parse(&text, "t.yaml", std::path::Path::new("/"))
+            .unwrap()
+            .spokes
+            .remove(0)
+    }
+
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
+    }
+
+    fn recorded() -> Recorded {
+        Recorded {
+            spoke: "dev".into(),
+            server: "https://10.0.0.1:6443".into(),
+            ca_sha256: "sha256:ca".into(),
+            ca_der: vec![],
+            ca_not_after: now() + time::Duration::days(3000),
+            client_sha256: Some("sha256:cl".into()),
+            client_not_after: Some(now() + time::Duration::days(200)),
+            content_sha256: "c".into(),
+            sealing_sha256: "sha256:seal".into(),
+            rotated_at: now() - time::Duration::days(1),
+        }
+    }
+
+    fn sealed(scope: Scope) -> SealedSecret {
+        let mut s = SealedSecret {
+            name: "dev-kubeconfig".into(),
+            namespace: "flux-system".into(),
+            ..Default::default()
+        };
+        if let Some(a) = scope.annotation() {
+            s.annotations.insert(a.into(), "true".into());
+        }
+        s.encrypted_data.insert("value".into(), "AgA".into());
+        s
+    }
+
+    fn policy() -> Policy<'static> {
+        Policy {
+            now: now(),
+            renew_before: Duration::from_secs(30 * 86_400),
+            sealing_sha256: "sha256:seal",
+            force: false,
+            verify_due: false,
+        }
+    }
+
+    fn run(spoke: &SpokeConfig, s: &SealedSecret, r: &Recorded, p: &Policy<'_>) -> Decision {
+        decide(
+            spoke,
+            &Observed {
+                committed: Some(Ok((s, r))),
+                probe: None,
+            },
+            p,
+        )
+    }
+
+    #[test]
+    fn nothing_committed_or_unreadable() {
+        let sp = spoke("");
+        assert_eq!(
+            decide(
+                &sp,
+                &Observed {
+                    committed: None,
+                    probe: None
+                },
+                &policy()
+            ),
+            Decision::Rotate(Reason::Initial)
+        );
+        let d = decide(
+            &sp,
+            &Observed {
+                committed: Some(Err("bad".into())),
+                probe: None,
+            },
+            &policy(),
+        );
+        assert_eq!(
+            d,
+            Decision::Rotate(Reason::Unreadable {
+                detail: "bad".into()
+            })
+        );
+    }
+
+    #[test]
+    fn each_rule_in_order() {
+        let sp = spoke("");
+        let (s, r) = (sealed(Scope::Strict), recorded());
+        assert_eq!(run(&sp, &s, &r, &policy()), Decision::Healthy);
+        let mut expiring = recorded();
+        expiring.client_not_after = Some(now() + time::Duration::days(29));
+        assert!(matches!(
+            run(&sp, &s, &expiring, &policy()),
+            Decision::Rotate(Reason::ClientExpiring { .. })
+        ));
+        let mut token_only = recorded();
+        token_only.client_not_after = None;
+        assert_eq!(run(&sp, &s, &token_only, &policy()), Decision::Healthy);
+        let other_key = Policy {
+            sealing_sha256: "sha256:new",
+            ..policy()
+        };
+        assert!(matches!(
+            run(&sp, &s, &r, &other_key),
+            Decision::Rotate(Reason::SealingKeyChanged { .. })
+        ));
+        // Expiry outranks a sealing key change: it is the more urgent reason.
+        assert!(matches!(
+            run(&sp, &s, &expiring, &other_key),
+            Decision::Rotate(Reason::ClientExpiring { .. })
+        ));
+        assert!(matches!(
+            run(&spoke(", scope: cluster-wide"), &s, &r, &policy()),
+            Decision::Rotate(Reason::ConfigChanged { .. })
+        ));
+        assert!(matches!(
+            run(&spoke(", secret: {key: kubeconfig}"), &s, &r, &policy()),
+            Decision::Rotate(Reason::ConfigChanged { .. })
+        ));
+        let moved = spoke("").clone();
+        let moved = SpokeConfig {
+            address: "10.0.0.2".into(),
+            ..moved
+        };
+        assert!(matches!(
+            run(&moved, &s, &r, &policy()),
+            Decision::Rotate(Reason::ConfigChanged { .. })
+        ));
+        assert_eq!(
+            run(
+                &sp,
+                &s,
+                &r,
+                &Policy {
+                    force: true,
+                    ..policy()
+                }
+            ),
+            Decision::Rotate(Reason::Forced)
+        );
+        assert_eq!(
+            run(
+                &sp,
+                &s,
+                &r,
+                &Policy {
+                    verify_due: true,
+                    ..policy()
+                }
+            ),
+            Decision::Rotate(Reason::Periodic)
+        );
+    }
+
+    #[test]
+    fn reasons_read_well() {
+        let r = Reason::SealingKeyChanged {
+            old: "sha256:0011223344556677".into(),
+            new: "sha256:8899aabbccddeeff".into(),
+        };
+        assert_eq!(
+            r.to_string(),
+            "sealing key changed sha256:00112233.. -> sha256:8899aabb.."
+        );
+        let r = Reason::ClientExpiring { not_after: now() };
+        assert_eq!(
+            r.to_string(),
+            "client certificate expiring on 2027-01-15T08:00:00Z"
+        );
+    }
+}
