@@ -490,3 +490,23 @@ async fn expiring_client_certificate_not_yet_renewed_is_reported() {
     assert_eq!(report["spokes"][0]["reason"]["kind"], "client-expiring");
     assert_eq!(fleet.remote_log().len(), 2, "nothing new committed");
 }
+
+#[test]
+fn the_demo_sealing_key_is_refused_outside_the_demo() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt");
+    let text = std::fs::read_to_string(&fleet.config).unwrap();
+    let cert = vectors().join("key/cert.pem");
+    std::fs::write(
+        &fleet.config,
+        text.replace(cert.to_str().unwrap(), demo.to_str().unwrap()),
+    )
+    .unwrap();
+    let (code, out, err) = fleet.rotate(&["--all"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("demo key") && err.contains("kubeseal --fetch-cert"),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log().len(), 1, "nothing committed");
+}

@@ -330,3 +330,31 @@ fn raw_seal_matches_the_controllers_label() {
         .failure()
         .stderr(predicates::str::contains("--name"));
 }
+
+#[test]
+fn sealing_fingerprint_is_what_openssl_says() {
+    let pem = read("key/cert.pem");
+    let key = SealingKey::from_pem(&pem, "cert.pem", OffsetDateTime::now_utc()).unwrap();
+    let out = std::process::Command::new("openssl")
+        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
+        .arg(vectors().join("key/cert.pem"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let hex = text
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .replace(':', "")
+        .to_lowercase();
+    assert_eq!(key.fingerprint(), format!("sha256:{hex}"));
+    assert!(!key.is_demo());
+    let demo =
+        std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt")).unwrap();
+    assert!(
+        SealingKey::from_pem(&demo, "demo", OffsetDateTime::now_utc())
+            .unwrap()
+            .is_demo()
+    );
+}

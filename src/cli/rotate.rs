@@ -96,7 +96,7 @@ pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, Stri
     let repo = Repo::open(&config.repo)
         .await
         .map_err(|e| format!("repo.path: {e}"))?;
-    let ctx = Context::new(config, sealing, repo);
+    let ctx = Context::new(config, sealing, repo)?;
     rotate::tick(&ctx, opts).await.map_err(|e| e.to_string())
 }
 

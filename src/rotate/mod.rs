@@ -38,7 +38,25 @@ pub struct Context {
 }
 
 impl Context {
-    pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Context {
+    /// Refuses the demo sealing key: its private half is published in keys/demo/.
+    pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Result<Context, String> {
+        if sealing.is_demo() {
+            return Err(format!(
+                "sealing.cert {} is spokekeeper's demo key, whose private key is public (keys/demo/): \
+                 anyone could unseal what is sealed to it. Use the hub controller's certificate \
+                 (kubeseal --fetch-cert > keys/sealed-secrets-infra.pem)",
+                config.sealing_cert.display()
+            ));
+        }
+        Ok(Self::unchecked(config, sealing, repo))
+    }
+
+    /// For `spokekeeper demo` only: allows the demo key.
+    pub fn for_demo(config: Config, sealing: SealingKey, repo: Repo) -> Context {
+        Self::unchecked(config, sealing, repo)
+    }
+
+    fn unchecked(config: Config, sealing: SealingKey, repo: Repo) -> Context {
         Context {
             config,
             sealing,

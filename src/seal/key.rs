@@ -147,7 +147,7 @@ impl SealingKey {
         }
         Ok(Self {
             public,
-            fingerprint: format!("sha256:{fingerprint}"),
+            fingerprint,
             not_after,
         })
     }
@@ -168,7 +168,21 @@ impl SealingKey {
     pub fn bits(&self) -> usize {
         self.public.size() * 8
     }
+
+    /// True for the demo key in keys/demo/, whose private half is public: nothing real
+    /// may be sealed to it.
+    pub fn is_demo(&self) -> bool {
+        let demo = pem::blocks(DEMO_CERT_PEM.as_bytes())
+            .ok()
+            .and_then(|b| b.into_iter().next());
+        demo.is_some_and(|b| fingerprint(b.der.expose()) == self.fingerprint)
+    }
 }
+
+/// The demo sealing certificate (keys/demo/tls.crt).
+pub const DEMO_CERT_PEM: &str = include_str!("../../keys/demo/tls.crt");
+/// The demo's private key (keys/demo/tls.key): public on purpose, for `spokekeeper demo`.
+pub const DEMO_KEY_PEM: &str = include_str!("../../keys/demo/tls.key");
 
 impl fmt::Debug for SealingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
