@@ -420,8 +420,17 @@ impl Drop for Node {
 
 /// Peak resident memory of this process (VmHWM), in KiB.
 pub fn peak_rss_kib() -> Option<u64> {
+    proc_status_kib("VmHWM:")
+}
+
+/// Current resident memory of this process (VmRSS), in KiB.
+pub fn rss_kib() -> Option<u64> {
+    proc_status_kib("VmRSS:")
+}
+
+fn proc_status_kib(field: &str) -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
