@@ -401,10 +401,23 @@ impl Node {
     }
 
     fn start_api_on(&self, port: u16) -> ApiServer {
-        let identity = ApiIdentity::new(&self.pki, &self.opts.git_version);
         let addr = SocketAddr::new(self.address, port);
-        ApiServer::start(self.rt.handle(), addr, identity)
-            .unwrap_or_else(|e| panic!("lab API server on {addr} did not start: {e}"))
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let identity = ApiIdentity::new(&self.pki, &self.opts.git_version);
+            match ApiServer::start(self.rt.handle(), addr, identity) {
+                Ok(server) => return server,
+                // A process forked by a concurrent test (ssh-keygen, sshd, ssh) holds a
+                // copy of the old listener until it execs: the port frees in moments.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("lab API server on {addr} did not start: {e}"),
+            }
+        }
     }
 }
 
