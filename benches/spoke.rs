@@ -3,9 +3,10 @@
 //! `cargo test` runs it once with tiny sizes as a smoke test.
 //!
 //! Sizes can be overridden: SPOKE_BENCH_PROBE=10,100,500 SPOKE_BENCH_EXTRACT=10,50
-//! SPOKE_BENCH_LIVE=10,100. Peak memory is this process's VmHWM during the phase, reset
-//! before it; it includes the lab's own API servers (same process) but not the ssh
-//! client processes.
+//! SPOKE_BENCH_LIVE=10,100. Memory: this process's VmRSS when the phase starts (after
+//! the nodes exist) and its VmHWM during the phase (reset first); both include the lab's
+//! own API servers (same process) and allocator pages kept from earlier phases, not the
+//! ssh client processes.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -23,6 +24,7 @@ struct Row {
     wall: Duration,
     latencies: Vec<Duration>,
     failures: usize,
+    start_kib: Option<u64>,
     peak_kib: Option<u64>,
 }
 
@@ -133,6 +135,7 @@ where
     let nodes = lab.add_nodes(n, opts);
     let setup = started.elapsed();
     let ops: Vec<Fut> = nodes.iter().map(&op).collect();
+    let start_kib = support::rss_kib();
     support::reset_peak_rss();
     let started = Instant::now();
     let results = rt.block_on(async {
@@ -171,14 +174,24 @@ where
         wall,
         latencies: results.into_iter().map(|(t, _)| t).collect(),
         failures,
+        start_kib,
         peak_kib,
     }
 }
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<14} {:>5} {:>9} {:>10} {:>12} {:>10} {:>10} {:>11} {:>6}",
-        "phase", "N", "setup s", "wall ms", "wall/N ms", "p50 ms", "max ms", "VmHWM MiB", "failed"
+        "{:<14} {:>5} {:>9} {:>10} {:>12} {:>10} {:>10} {:>11} {:>11} {:>6}",
+        "phase",
+        "N",
+        "setup s",
+        "wall ms",
+        "wall/N ms",
+        "p50 ms",
+        "max ms",
+        "RSS0 MiB",
+        "VmHWM MiB",
+        "failed"
     );
     for r in rows {
         let mut l = r.latencies.clone();
@@ -187,7 +200,7 @@ fn print(rows: &[Row]) {
         let p50 = l.get(l.len() / 2).copied().unwrap_or_default();
         let max = l.last().copied().unwrap_or_default();
         println!(
-            "{:<14} {:>5} {:>9.1} {:>10.1} {:>12.2} {:>10.1} {:>10.1} {:>11} {:>6}",
+            "{:<14} {:>5} {:>9.1} {:>10.1} {:>12.2} {:>10.1} {:>10.1} {:>11} {:>11} {:>6}",
             r.phase,
             r.n,
             r.setup.as_secs_f64(),
@@ -195,9 +208,13 @@ fn print(rows: &[Row]) {
             ms(r.wall) / r.n as f64,
             ms(p50),
             ms(max),
-            r.peak_kib
-                .map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            mib(r.start_kib),
+            mib(r.peak_kib),
             r.failures
         );
     }
+}
+
+fn mib(kib: Option<u64>) -> String {
+    kib.map_or("?".into(), |k| format!("{:.1}", k as f64 / 1024.0))
 }

@@ -55,6 +55,7 @@ fn nodes_are_isolated_and_everything_stops_on_drop() {
     let lab = Lab::new();
     let nodes = lab.add_nodes(3, &NodeOptions::default());
     let mut addresses: Vec<_> = nodes.iter().map(|n| n.address).collect();
+    addresses.sort();
     addresses.dedup();
     assert_eq!(addresses.len(), 3, "each node has its own address");
     for n in &nodes {

@@ -155,7 +155,7 @@ async fn a_silent_server_is_cut_off_by_the_timeout() {
         "{err}"
     );
     assert!(
-        took >= Duration::from_millis(1900) && took < Duration::from_millis(3000),
+        took >= Duration::from_millis(1900) && took < Duration::from_millis(3500),
         "took {took:?}"
     );
 }

@@ -141,7 +141,7 @@ async fn a_silent_server_times_out_within_the_limit() {
     );
     assert!(err.is_unreachable());
     assert!(
-        took >= Duration::from_millis(1400) && took < Duration::from_millis(2500),
+        took >= Duration::from_millis(1400) && took < Duration::from_millis(3000),
         "took {took:?}"
     );
 }

@@ -1,7 +1,9 @@
 //! Reading a node's kubeconfig into memory: over SSH, or from a local file.
 //!
-//! The bytes go straight into a [`SecretBytes`] reserved at the cap, so nothing is
-//! reallocated (and left behind unzeroized); they are never written to disk or logged.
+//! The bytes are gathered in fixed-size zeroized chunks and copied once into a
+//! [`SecretBytes`] of the exact size: no buffer is ever reallocated (which would leave
+//! an unzeroized copy behind), and memory follows the file's size, not the cap. They
+//! are never written to disk or logged.
 
 use std::fs::File;
 use std::io::Read;
@@ -168,7 +170,7 @@ fn read_local_blocking(path: &Path) -> Result<SecretBytes, ExtractError> {
     if meta.len() > MAX_KUBECONFIG_BYTES as u64 {
         return Err(too_large());
     }
-    let mut out = SecretBytes::with_capacity(MAX_KUBECONFIG_BYTES);
+    let mut out = Chunks::new(MAX_KUBECONFIG_BYTES);
     let mut buf = Zeroizing::new([0u8; 8192]);
     loop {
         let n = match file.read(&mut buf[..]) {
@@ -178,14 +180,14 @@ fn read_local_blocking(path: &Path) -> Result<SecretBytes, ExtractError> {
             Err(e) => return Err(fail(e.to_string())),
         };
         // The file may have grown since the size check.
-        if !out.try_extend(&buf[..n]) {
+        if !out.push(&buf[..n]) {
             return Err(too_large());
         }
     }
-    if out.is_empty() {
+    if out.len == 0 {
         return Err(ExtractError::Empty { origin: shown });
     }
-    Ok(out)
+    Ok(out.finish())
 }
 
 /// Reads a stream to its end into a buffer reserved at `limit`; more is an error.
@@ -194,7 +196,7 @@ pub(crate) async fn read_capped<R: AsyncRead + Unpin>(
     limit: usize,
     origin: &str,
 ) -> Result<SecretBytes, ExtractError> {
-    let mut out = SecretBytes::with_capacity(limit);
+    let mut out = Chunks::new(limit);
     let mut buf = Zeroizing::new([0u8; 8192]);
     loop {
         let n = reader
@@ -205,9 +207,9 @@ pub(crate) async fn read_capped<R: AsyncRead + Unpin>(
                 detail: format!("reading the output failed: {e}"),
             })?;
         if n == 0 {
-            return Ok(out);
+            return Ok(out.finish());
         }
-        if !out.try_extend(&buf[..n]) {
+        if !out.push(&buf[..n]) {
             return Err(ExtractError::TooLarge {
                 origin: origin.to_owned(),
                 limit,
@@ -216,10 +218,74 @@ pub(crate) async fn read_capped<R: AsyncRead + Unpin>(
     }
 }
 
+/// Bytes gathered in chunks that never grow, up to `limit` in all.
+struct Chunks {
+    chunks: Vec<Zeroizing<Vec<u8>>>,
+    len: usize,
+    limit: usize,
+}
+
+impl Chunks {
+    const CHUNK: usize = 16 * 1024;
+
+    fn new(limit: usize) -> Self {
+        Self {
+            chunks: Vec::new(),
+            len: 0,
+            limit,
+        }
+    }
+
+    /// False (and nothing kept) when `data` would go over the limit.
+    fn push(&mut self, mut data: &[u8]) -> bool {
+        if self.limit - self.len < data.len() {
+            return false;
+        }
+        self.len += data.len();
+        while !data.is_empty() {
+            let room = self.chunks.last().map_or(0, |c| c.capacity() - c.len());
+            if room == 0 {
+                self.chunks
+                    .push(Zeroizing::new(Vec::with_capacity(Self::CHUNK)));
+                continue;
+            }
+            let (now, rest) = data.split_at(room.min(data.len()));
+            self.chunks
+                .last_mut()
+                .expect("a chunk with room")
+                .extend_from_slice(now);
+            data = rest;
+        }
+        true
+    }
+
+    fn finish(self) -> SecretBytes {
+        let mut out = SecretBytes::with_capacity(self.len);
+        for chunk in &self.chunks {
+            let fits = out.try_extend(chunk);
+            debug_assert!(fits, "reserved exactly the gathered length");
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::io::Write;
+
+    #[test]
+    fn chunks_keep_order_and_size_exactly() {
+        let data: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+        let mut c = Chunks::new(100_000);
+        for piece in data.chunks(7000) {
+            assert!(c.push(piece));
+        }
+        assert!(!c.push(b"x"));
+        let out = c.finish();
+        assert_eq!(out.expose(), &data[..]);
+        assert_eq!(out.len(), 100_000);
+    }
 
     #[tokio::test]
     async fn read_capped_accepts_exactly_the_limit_and_refuses_one_more() {

@@ -90,6 +90,10 @@ pub async fn check_live(
     config.connect_timeout = Some(limit);
     config.read_timeout = Some(limit);
     config.write_timeout = Some(limit);
+    // Belt and braces after refuse_unsafe; and no HTTPS_PROXY from the environment:
+    // the live check must reach the spoke the way the probe does, directly.
+    config.accept_invalid_certs = false;
+    config.proxy_url = None;
     let server = config.cluster_url.to_string();
     let client = Client::try_from(config).map_err(|e| {
         LiveError::Unusable(format!(

@@ -131,7 +131,8 @@ async fn run_cat(
     } else {
         format!("cat {path}")
     };
-    // `command`/`arg` shell-quote each word: the remote login shell sees one literal path.
+    // SSH always hands the command line to the remote login shell; `command`/`arg`
+    // quote each word, so the path arrives as one literal argument.
     let mut cmd = if s.sudo {
         let mut c = session.command("sudo");
         c.arg("-n").arg("cat");

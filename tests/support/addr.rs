@@ -9,7 +9,6 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub(crate) const LAB_DIR: &str = "/tmp/spokekeeper-lab";
 
@@ -22,19 +21,11 @@ pub(crate) struct AddressLease {
 }
 
 impl AddressLease {
+    /// The lowest free address: lock files stay few (as many as nodes ever ran at once).
     pub fn acquire() -> AddressLease {
-        static NEXT: AtomicUsize = AtomicUsize::new(usize::MAX);
         let dir = Path::new(LAB_DIR).join("addr");
         fs::create_dir_all(&dir).expect("create the lab's address directory");
-        // Start each process somewhere else to avoid walking the same taken addresses.
-        let _ = NEXT.compare_exchange(
-            usize::MAX,
-            std::process::id() as usize * 131 % RANGE,
-            Ordering::SeqCst,
-            Ordering::SeqCst,
-        );
-        for _ in 0..RANGE {
-            let i = NEXT.fetch_add(1, Ordering::SeqCst) % RANGE + 1;
+        for i in 1..=RANGE {
             let addr = Ipv4Addr::new(127, 0, (i / 254) as u8, (i % 254 + 1) as u8);
             let path = dir.join(addr.to_string());
             let Ok(file) = OpenOptions::new()

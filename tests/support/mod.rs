@@ -401,10 +401,23 @@ impl Node {
     }
 
     fn start_api_on(&self, port: u16) -> ApiServer {
-        let identity = ApiIdentity::new(&self.pki, &self.opts.git_version);
         let addr = SocketAddr::new(self.address, port);
-        ApiServer::start(self.rt.handle(), addr, identity)
-            .unwrap_or_else(|e| panic!("lab API server on {addr} did not start: {e}"))
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let identity = ApiIdentity::new(&self.pki, &self.opts.git_version);
+            match ApiServer::start(self.rt.handle(), addr, identity) {
+                Ok(server) => return server,
+                // A process forked by a concurrent test (ssh-keygen, sshd, ssh) holds a
+                // copy of the old listener until it execs: the port frees in moments.
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::AddrInUse
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                Err(e) => panic!("lab API server on {addr} did not start: {e}"),
+            }
+        }
     }
 }
 
@@ -420,8 +433,17 @@ impl Drop for Node {
 
 /// Peak resident memory of this process (VmHWM), in KiB.
 pub fn peak_rss_kib() -> Option<u64> {
+    proc_status_kib("VmHWM:")
+}
+
+/// Current resident memory of this process (VmRSS), in KiB.
+pub fn rss_kib() -> Option<u64> {
+    proc_status_kib("VmRSS:")
+}
+
+fn proc_status_kib(field: &str) -> Option<u64> {
     let status = fs::read_to_string("/proc/self/status").ok()?;
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }
 

@@ -58,8 +58,13 @@ impl Sshd {
                 Err(e) => last_error = e,
             }
             drop(sshd);
-            if requested != 0 || !last_error.contains("Address already in use") {
+            if !last_error.contains("Address already in use") {
                 break;
+            }
+            // A fixed port may still be held for a moment by a process forked before it
+            // closed; a free port is simply chosen again.
+            if requested != 0 {
+                std::thread::sleep(Duration::from_millis(200));
             }
         }
         panic!("sshd for {} did not start: {last_error}", dir.display());
