@@ -17,4 +17,5 @@ pub mod repo;
 pub mod rotate;
 pub mod seal;
 pub mod secret;
+pub mod sim;
 pub mod spoke;

@@ -19,8 +19,6 @@
 #![allow(dead_code)]
 
 mod addr;
-mod api;
-mod pki;
 mod sshd;
 
 use std::fs;
@@ -34,11 +32,10 @@ use rustix::process::Signal;
 use spokekeeper::secret::SecretBytes;
 use spokekeeper::spoke::SshSettings;
 
-pub use pki::{Hostile, KubeconfigParts, kubeconfig_yaml};
+pub use spokekeeper::sim::{Hostile, KubeconfigParts, kubeconfig_yaml};
 
 use addr::AddressLease;
-use api::{ApiIdentity, ApiServer};
-use pki::{Pki, PkiOptions};
+use spokekeeper::sim::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use sshd::Sshd;
 
 /// The unprivileged node user, allowed `sudo cat` of its node's k3s.yaml only.

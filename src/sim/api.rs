@@ -31,10 +31,10 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::pki::Pki;
 
-pub(crate) const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+pub const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 
 /// What one API server instance serves; rebuilt with the node.
-pub(crate) struct ApiIdentity {
+pub struct ApiIdentity {
     tls: Arc<ServerConfig>,
     authenticator: Arc<dyn ClientCertVerifier>,
     git_version: String,
@@ -67,7 +67,7 @@ impl ApiIdentity {
 }
 
 /// A running server; dropping it stops it (the port is closed when drop returns).
-pub(crate) struct ApiServer {
+pub struct ApiServer {
     stop: Option<oneshot::Sender<()>>,
     done: std_mpsc::Receiver<()>,
     pub port: u16,

@@ -33,7 +33,7 @@ pub struct KubeconfigParts {
     pub client_key_pem: String,
 }
 
-pub(crate) struct Pki {
+pub struct Pki {
     pub server_ca_der: Vec<u8>,
     pub client_ca_der: Vec<u8>,
     pub client_cert_der: Vec<u8>,
@@ -42,7 +42,7 @@ pub(crate) struct Pki {
     pub parts: KubeconfigParts,
 }
 
-pub(crate) struct PkiOptions {
+pub struct PkiOptions {
     pub address: IpAddr,
     pub address_in_sans: bool,
     pub client_cert_days: i64,

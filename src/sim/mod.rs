@@ -1,0 +1,13 @@
+//! Simulated spokes, for `spokekeeper demo`, the tests and the benchmarks: certificates
+//! shaped like k3s's (server CA, client CA, serving and admin certificates, k3s.yaml) and
+//! a mock Kubernetes API server with real TLS and per-request client-certificate
+//! authentication. It emulates kube-apiserver's wire behaviour for what spokekeeper calls
+//! (GET /version, POST selfsubjectreviews); it is not an API server.
+//!
+//! Never used on the rotation path: only the demo and tests construct these.
+
+pub mod api;
+pub mod pki;
+
+pub use api::{ApiIdentity, ApiServer};
+pub use pki::{Hostile, KubeconfigParts, Pki, PkiOptions, kubeconfig_yaml};
