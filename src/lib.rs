@@ -11,6 +11,7 @@
 pub mod certs;
 pub mod cli;
 pub mod config;
+pub mod demo;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod repo;

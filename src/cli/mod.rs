@@ -10,7 +10,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod init;
 mod inspect;
-mod rotate;
+pub(crate) mod rotate;
 mod seal;
 
 /// Output format. Commands that print for people default to a table.
@@ -76,16 +76,18 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args, cli.output),
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
-        Command::Run | Command::Check | Command::Status | Command::Demo => {
-            not_built_yet(&cli.command)
-        }
+        Command::Demo => match crate::demo::run() {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => fail("demo", &e),
+        },
+        Command::Run | Command::Check | Command::Status => not_built_yet(&cli.command),
     }
 }
 
 fn not_built_yet(command: &Command) -> ExitCode {
     let name = format!("{command:?}").to_lowercase();
     eprintln!(
-        "spokekeeper {name}: not built yet in this version. Working today: rotate, seal, unseal, inspect, init. \
+        "spokekeeper {name}: not built yet in this version. Working today: rotate, seal, unseal, inspect, init, demo. \
          See README.md, section \"Status\"."
     );
     ExitCode::from(2)
