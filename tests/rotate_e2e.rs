@@ -177,6 +177,13 @@ impl Fleet {
         secret.data.remove("value").expect("key value")
     }
 
+    /// The client certificate's notAfter in spoke i's committed credential.
+    fn unsealed_client_not_after(&self, i: usize) -> time::OffsetDateTime {
+        let kc = spokekeeper::kubeconfig::parse(self.unsealed(i).expose()).unwrap();
+        let kc = spokekeeper::kubeconfig::sanitize(&kc, "x").unwrap();
+        kc.client_certs()[0].not_after
+    }
+
     /// Every secret byte of every node, searched for in the remote's whole history, the
     /// clone and the test's directory.
     fn assert_no_plaintext(&self) {
@@ -478,8 +485,8 @@ async fn dry_run_changes_nothing_and_force_rotates() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn expiring_client_certificate_not_yet_renewed_is_reported() {
-    let fleet = Fleet::new(&[NodeOptions {
+async fn expiring_client_certificate_is_reported_until_the_node_renews_it() {
+    let mut fleet = Fleet::new(&[NodeOptions {
         client_cert_days: 5,
         ..NodeOptions::default()
     }]);
@@ -489,6 +496,29 @@ async fn expiring_client_certificate_not_yet_renewed_is_reported() {
     assert_eq!(action(&report, 0), "not-renewed");
     assert_eq!(report["spokes"][0]["reason"]["kind"], "client-expiring");
     assert_eq!(fleet.remote_log().len(), 2, "nothing new committed");
+    assert!(
+        fleet
+            .rotate(&["--all"])
+            .2
+            .contains("has not renewed it yet"),
+        "a person is told what to do"
+    );
+
+    // The node renews (k3s restarted): the next run re-extracts and commits it.
+    let old_client = fleet.unsealed_client_not_after(0);
+    fleet.nodes[0].renew_client_cert(365);
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated");
+    assert_eq!(report["spokes"][0]["reason"]["kind"], "client-expiring");
+    let log = fleet.remote_log();
+    assert!(
+        log[0].starts_with("spoke0: rotate kubeconfig: client certificate expiring on "),
+        "{log:?}"
+    );
+    assert!(fleet.unsealed_client_not_after(0) > old_client + time::Duration::days(300));
+    authenticates(&fleet.unsealed(0)).await;
+    assert_eq!(action(&fleet.rotate_json(&["--all"]).1, 0), "healthy");
 }
 
 #[test]

@@ -40,6 +40,9 @@ pub struct Pki {
     pub serving_chain: Vec<CertificateDer<'static>>,
     pub serving_key_pkcs8: Vec<u8>,
     pub parts: KubeconfigParts,
+    /// Kept to renew the admin certificate the way k3s does: same CA, same key.
+    client_ca: CertifiedIssuer<'static, KeyPair>,
+    admin_key: KeyPair,
 }
 
 pub struct PkiOptions {
@@ -99,7 +102,26 @@ impl Pki {
             serving_chain: vec![serving_cert.der().clone(), server_ca.der().clone()],
             serving_key_pkcs8: serving_key.serialize_der(),
             parts,
+            client_ca,
+            admin_key,
         }
+    }
+
+    /// What k3s does on restart within 120 days of expiry: a new admin certificate from
+    /// the same client CA, for the same key, valid `days` from now.
+    pub fn renew_client(&mut self, days: i64) {
+        let mut admin = leaf_params(
+            "system:admin",
+            Some("system:masters"),
+            OffsetDateTime::now_utc(),
+            days,
+        );
+        admin.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = admin
+            .signed_by(&self.admin_key, &self.client_ca)
+            .expect("sign admin");
+        self.client_cert_der = cert.der().to_vec();
+        self.parts.client_chain_pem = format!("{}{}", cert.pem(), self.client_ca.pem());
     }
 
     pub fn serving_key(&self) -> PrivateKeyDer<'static> {

@@ -308,6 +308,12 @@ impl Node {
         }
     }
 
+    /// The node renews its client certificate (same CA, same key), as k3s does on restart.
+    pub fn renew_client_cert(&mut self, days: i64) {
+        self.pki.renew_client(days);
+        self.write_kubeconfig();
+    }
+
     pub fn stop_api(&mut self) {
         self.api = None;
     }
