@@ -332,13 +332,16 @@ fn parse_author(s: &str) -> Option<(String, String)> {
 }
 
 /// The remote moved (retry after a rebase), as opposed to a hook or permission refusal
-/// ("[remote rejected]"), which no retry fixes.
+/// ("[remote rejected] ... hook declined"), which no retry fixes. A ref that moved
+/// between our view and the remote's update is reported as "cannot lock ref ... but
+/// expected": a race too.
 fn is_non_fast_forward(output: &str) -> bool {
     [
         "non-fast-forward",
         "fetch first",
         "remote contains work",
         "stale info",
+        "but expected",
     ]
     .iter()
     .any(|m| output.contains(m))

@@ -540,3 +540,47 @@ fn the_demo_sealing_key_is_refused_outside_the_demo() {
     );
     assert_eq!(fleet.remote_log().len(), 1, "nothing committed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_concurrent_commit_on_the_remote_is_rebased_over() {
+    let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
+    // Someone else pushes to the fleet repo right as spokekeeper pushes: a pre-push hook
+    // in spokekeeper's clone lands a commit on the remote first (once).
+    let other = fleet.dir.path().join("other");
+    git(
+        fleet.dir.path(),
+        &[
+            "clone",
+            "--quiet",
+            fleet.remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    let marker = fleet.dir.path().join("raced-once");
+    let hook = fleet.clone.join(".git/hooks/pre-push");
+    std::fs::write(
+        &hook,
+        format!(
+            "#!/bin/sh\nif [ ! -e {m} ]; then touch {m}\n cd {o} && echo x > apps.yaml && git add apps.yaml && \
+             git -c user.name=o -c user.email=o@o commit -q -m 'someone else' && git push -q origin HEAD:main\nfi\n",
+            m = marker.display(),
+            o = other.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert!(marker.exists(), "the race happened");
+    let log = fleet.remote_log();
+    assert_eq!(
+        log.len(),
+        4,
+        "seed, theirs, and our two rebased on top: {log:?}"
+    );
+    assert_eq!(log[2], "someone else");
+    for i in 0..2 {
+        authenticates(&fleet.unsealed(i)).await;
+    }
+}
