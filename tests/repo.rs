@@ -1,96 +1,18 @@
 //! The fleet repo against a real bare remote: commit, push, races, plaintext refusal,
 //! locking, crash leftovers, an unreachable remote.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use spokekeeper::config::RepoConfig;
 use spokekeeper::repo::{Pushed, Repo, RepoError};
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
+use support::git::{fleet_remote, git};
 
 /// A bare remote with one commit on main, and `n` clones of it.
 fn fleet(n: usize) -> (tempfile::TempDir, PathBuf, Vec<PathBuf>) {
     let dir = tempfile::tempdir().unwrap();
-    let remote = dir.path().join("remote.git");
-    git(
-        dir.path(),
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            remote.to_str().unwrap(),
-        ],
-    );
-    let seed = dir.path().join("seed");
-    git(
-        dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            remote.to_str().unwrap(),
-            seed.to_str().unwrap(),
-        ],
-    );
-    std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-            "--allow-empty",
-        ],
-    );
-    git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "readme",
-        ],
-    );
-    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-    let clones = (0..n)
-        .map(|i| {
-            let c = dir.path().join(format!("clone{i}"));
-            git(
-                dir.path(),
-                &[
-                    "clone",
-                    "--quiet",
-                    remote.to_str().unwrap(),
-                    c.to_str().unwrap(),
-                ],
-            );
-            c
-        })
-        .collect();
+    let (remote, clones) = fleet_remote(dir.path(), n);
     (dir, remote, clones)
 }
 

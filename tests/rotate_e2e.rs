@@ -8,25 +8,11 @@ use std::process::Command;
 
 use spokekeeper::seal::{RecoveryKey, SealedSecret};
 use spokekeeper::secret::SecretBytes;
+use support::git::{fleet_remote, git};
 use support::{Hostile, Lab, Node, NodeOptions};
 
 fn vectors() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
 struct Fleet {
@@ -44,53 +30,8 @@ impl Fleet {
         let lab = Lab::new();
         let nodes: Vec<Node> = opts.iter().map(|o| lab.add_node(o.clone())).collect();
         let dir = tempfile::tempdir().unwrap();
-        let remote = dir.path().join("fleet.git");
-        git(
-            dir.path(),
-            &[
-                "init",
-                "--quiet",
-                "--bare",
-                "--initial-branch=main",
-                remote.to_str().unwrap(),
-            ],
-        );
-        let seed = dir.path().join("seed");
-        git(
-            dir.path(),
-            &[
-                "clone",
-                "--quiet",
-                remote.to_str().unwrap(),
-                seed.to_str().unwrap(),
-            ],
-        );
-        std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
-        git(&seed, &["add", "README.md"]);
-        git(
-            &seed,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "--quiet",
-                "-m",
-                "seed",
-            ],
-        );
-        git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-        let clone = dir.path().join("clone");
-        git(
-            dir.path(),
-            &[
-                "clone",
-                "--quiet",
-                remote.to_str().unwrap(),
-                clone.to_str().unwrap(),
-            ],
-        );
+        let (remote, mut clones) = fleet_remote(dir.path(), 1);
+        let clone = clones.remove(0);
         let mut yaml = format!(
             "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
             clone.display(),

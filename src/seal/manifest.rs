@@ -72,7 +72,8 @@ fn format_unseal_failures(failures: &[(String, UnsealError)]) -> String {
     s
 }
 
-/// A Secret to seal. Values are plaintext and live in [`SecretBytes`].
+/// A plaintext Secret: what is sealed, and what unsealing gives back. Values live in
+/// [`SecretBytes`].
 #[derive(Debug, Default)]
 pub struct SecretInput {
     pub name: String,
@@ -293,7 +294,7 @@ impl SealedSecret {
     }
 
     /// Decrypts every value with the first key that works. Recovery and tests only.
-    pub fn unseal(&self, keys: &[RecoveryKey]) -> Result<UnsealedSecret, ManifestError> {
+    pub fn unseal(&self, keys: &[RecoveryKey]) -> Result<SecretInput, ManifestError> {
         let label = self.label();
         let mut data = BTreeMap::new();
         let mut failures = Vec::new();
@@ -314,7 +315,7 @@ impl SealedSecret {
         if !failures.is_empty() {
             return Err(ManifestError::Unseal(failures));
         }
-        Ok(UnsealedSecret {
+        Ok(SecretInput {
             name: self.name.clone(),
             namespace: self.namespace.clone(),
             labels: self.template.labels.clone(),
@@ -542,19 +543,7 @@ fn check_data_key(key: &str) -> Result<(), ManifestError> {
     })
 }
 
-/// A decrypted Secret (recovery output). Its data is secret.
-#[derive(Debug)]
-pub struct UnsealedSecret {
-    pub name: String,
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub type_: Option<String>,
-    pub immutable: Option<bool>,
-    pub data: BTreeMap<String, SecretBytes>,
-}
-
-impl UnsealedSecret {
+impl SecretInput {
     /// The Secret manifest (data base64), as kubectl would print it.
     pub fn to_yaml(&self) -> SecretBytes {
         let mut meta = vec![("name".to_string(), Node::str(&self.name))];

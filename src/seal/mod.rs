@@ -17,7 +17,7 @@ use std::str::FromStr;
 
 pub use crypto::{hybrid_decrypt, hybrid_encrypt};
 pub use key::{KeyError, RecoveryKey, SealingKey};
-pub use manifest::{ManifestError, SealedSecret, SecretInput, UnsealedSecret};
+pub use manifest::{ManifestError, SealedSecret, SecretInput};
 
 pub const API_VERSION: &str = "bitnami.com/v1alpha1";
 pub const KIND: &str = "SealedSecret";

@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 mod addr;
+pub mod git;
 mod sshd;
 
 use std::fs;

@@ -1,0 +1,79 @@
+//! A fleet repo for tests: a real bare remote with one commit on main, and clones of it.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Runs git in `dir`; panics with git's stderr when it fails.
+pub fn git(dir: &Path, args: &[&str]) -> String {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .expect("run git");
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `dir/fleet.git` with a README committed on main, and `clones` clones of it
+/// (`dir/clone0`, ...).
+pub fn fleet_remote(dir: &Path, clones: usize) -> (PathBuf, Vec<PathBuf>) {
+    let remote = dir.join("fleet.git");
+    let remote_s = remote.to_str().expect("utf-8 path");
+    git(
+        dir,
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            remote_s,
+        ],
+    );
+    let seed = dir.join("seed");
+    git(
+        dir,
+        &[
+            "clone",
+            "--quiet",
+            remote_s,
+            seed.to_str().expect("utf-8 path"),
+        ],
+    );
+    std::fs::write(seed.join("README.md"), "fleet\n").expect("write README");
+    git(&seed, &["add", "README.md"]);
+    git(
+        &seed,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "seed",
+        ],
+    );
+    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+    let clones = (0..clones)
+        .map(|i| {
+            let c = dir.join(format!("clone{i}"));
+            git(
+                dir,
+                &[
+                    "clone",
+                    "--quiet",
+                    remote_s,
+                    c.to_str().expect("utf-8 path"),
+                ],
+            );
+            c
+        })
+        .collect();
+    (remote, clones)
+}
