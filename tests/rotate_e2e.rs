@@ -525,3 +525,30 @@ async fn a_concurrent_commit_on_the_remote_is_rebased_over() {
         authenticates(&fleet.unsealed(i)).await;
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn periodic_check_catches_what_a_probe_cannot_see() {
+    let mut fleet = Fleet::new(&[NodeOptions::default()]);
+    let mut config = std::fs::read_to_string(&fleet.config).unwrap();
+    config.push_str("verify_every: 1s\n");
+    std::fs::write(&fleet.config, config).unwrap();
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    // Re-extracted on schedule, same content: nothing committed.
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "unchanged", "{report}");
+    assert_eq!(fleet.remote_log().len(), 2);
+    // The node renewed its client certificate early: same CA, nothing for a probe to see.
+    fleet.nodes[0].renew_client_cert(400);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated", "{report}");
+    assert_eq!(report["spokes"][0]["reason"]["kind"], "content-changed");
+    assert_eq!(
+        fleet.remote_log()[0],
+        "spoke0: rotate kubeconfig: content changed on the node (periodic check)"
+    );
+    authenticates(&fleet.unsealed(0)).await;
+}

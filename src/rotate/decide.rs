@@ -42,6 +42,8 @@ pub enum Reason {
     Forced,
     /// `verify_every` elapsed: re-extract and compare contents.
     Periodic,
+    /// A periodic re-extraction found content the hub does not have.
+    ContentChanged,
 }
 
 impl fmt::Display for Reason {
@@ -59,6 +61,7 @@ impl fmt::Display for Reason {
             Reason::ConfigChanged { detail } => write!(f, "configuration changed ({detail})"),
             Reason::Forced => f.write_str("forced"),
             Reason::Periodic => f.write_str("periodic check"),
+            Reason::ContentChanged => f.write_str("content changed on the node (periodic check)"),
         }
     }
 }

@@ -121,7 +121,7 @@ impl SpokeReport {
 #[derive(Debug, serde::Serialize)]
 pub struct TickReport {
     pub spokes: Vec<SpokeReport>,
-    /// Commits pushed this tick (0 when nothing was ahead).
+    /// Whether commits were pushed this tick (false when nothing was ahead).
     pub pushed: bool,
     /// Why the repo could not be synced or pushed, when it could not.
     pub repo_error: Option<String>,
@@ -335,9 +335,7 @@ async fn reconcile(
         _ => {}
     }
     let reason = match (&reason, previous) {
-        (Reason::Periodic, Some(_)) => Reason::ConfigChanged {
-            detail: "content changed on the node".into(),
-        },
+        (Reason::Periodic, Some(_)) => Reason::ContentChanged,
         _ => reason,
     };
     report.reason = Some(reason.clone());
