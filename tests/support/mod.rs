@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 mod addr;
+pub mod fleet;
 pub mod git;
 mod sshd;
 
