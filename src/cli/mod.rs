@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod check;
 mod init;
 mod inspect;
 mod rotate;
@@ -51,8 +52,8 @@ pub enum Command {
     Run,
     /// One tick now, for some or all spokes.
     Rotate(rotate::RotateArgs),
-    /// Expiry and health report (exit 0 ok, 1 warning, 2 critical).
-    Check,
+    /// Expiry and health report (exit 0 ok, 1 warning, 2 critical or expired, 3 unknown).
+    Check(check::CheckArgs),
     /// Seal a Secret (YAML or JSON) from stdin, like kubeseal.
     Seal(seal::SealArgs),
     /// Recovery: print the unsealed Secret, given the controller's private key.
@@ -76,9 +77,8 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args, cli.output),
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
-        Command::Run | Command::Check | Command::Status | Command::Demo => {
-            not_built_yet(&cli.command)
-        }
+        Command::Check(args) => check::run(&args, &cli.config, cli.output),
+        Command::Run | Command::Status | Command::Demo => not_built_yet(&cli.command),
     }
 }
 
