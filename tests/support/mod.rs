@@ -311,6 +311,13 @@ impl Node {
         }
     }
 
+    /// The node now serves a client certificate valid for `days` (as k3s renews on
+    /// restart). The lab makes its PKI as a whole, so this is a rebuild: new CAs too.
+    pub fn renew_client_cert(&mut self, days: i64) {
+        self.opts.client_cert_days = days;
+        self.rebuild();
+    }
+
     pub fn stop_api(&mut self) {
         self.api = None;
     }
