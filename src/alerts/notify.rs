@@ -89,12 +89,17 @@ impl Notifier {
         // reqwest is built without a crypto provider: it uses the process default, and
         // panics without one. Installing twice is harmless (the first one stays).
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(opts.timeout)
-            .connect_timeout(opts.timeout)
-            .user_agent(concat!("spokekeeper/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .map_err(|e| format!("cannot set up the alert HTTP client: {}", chain(&e)))?;
+        let client = match client_builder(&opts).build() {
+            Ok(c) => c,
+            Err(e) => {
+                // No system CA certificates (a minimal image): http sinks still work.
+                tracing::warn!(
+                    error = %chain(&e),
+                    "https alert sinks cannot be verified without the system's CA certificates: install ca-certificates"
+                );
+                without_system_roots(&opts)?
+            }
+        };
         let alertmanager = cfg.alertmanager.as_ref().map(|u| {
             let mut u = u.clone();
             let path = format!("{}/api/v2/alerts", u.path().trim_end_matches('/'));
@@ -174,6 +179,27 @@ impl Notifier {
         }
         self.log.remember(findings);
     }
+}
+
+fn client_builder(opts: &NotifyOptions) -> reqwest::ClientBuilder {
+    reqwest::Client::builder()
+        .timeout(opts.timeout)
+        .connect_timeout(opts.timeout)
+        .user_agent(concat!("spokekeeper/", env!("CARGO_PKG_VERSION")))
+}
+
+/// A client that trusts no CA: every https sink fails verification, clearly, per send.
+fn without_system_roots(opts: &NotifyOptions) -> Result<reqwest::Client, String> {
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let tls = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| format!("cannot set up TLS for alert sinks: {e}"))?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    client_builder(opts)
+        .tls_backend_preconfigured(tls)
+        .build()
+        .map_err(|e| format!("cannot set up the alert HTTP client: {}", chain(&e)))
 }
 
 fn log_change(c: &Change) {
@@ -289,6 +315,41 @@ mod tests {
         assert_eq!(shown_hook(&u), "https://hooks.example.org:8443/...");
         let u = url::Url::parse("http://u:p@am.monitoring:9093/api/v2/alerts?x=1").unwrap();
         assert_eq!(shown_am(&u), "http://am.monitoring:9093/api/v2/alerts");
+    }
+
+    /// The fallback for hosts without CA certificates still delivers to http sinks.
+    #[tokio::test]
+    async fn the_client_without_system_roots_posts_over_http() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url =
+            url::Url::parse(&format!("http://{}/hook", listener.local_addr().unwrap())).unwrap();
+        let server = tokio::spawn(async move {
+            let (mut sock, _) = listener.accept().await.unwrap();
+            let mut req = Vec::new();
+            let mut buf = [0u8; 4096];
+            while !String::from_utf8_lossy(&req).contains("[1,2]") {
+                let n = sock.read(&mut buf).await.unwrap();
+                assert!(n > 0, "closed before the body");
+                req.extend_from_slice(&buf[..n]);
+            }
+            sock.write_all(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
+                .await
+                .unwrap();
+            String::from_utf8_lossy(&req).into_owned()
+        });
+        let opts = NotifyOptions::default();
+        let client = without_system_roots(&opts).unwrap();
+        post(&client, &opts, Sink::Webhook, &url, &[1, 2])
+            .await
+            .unwrap();
+        let req = server.await.unwrap();
+        assert!(req.starts_with("POST /hook HTTP/1.1\r\n"), "{req}");
+        assert!(
+            req.to_lowercase()
+                .contains("content-type: application/json"),
+            "{req}"
+        );
     }
 
     #[test]
