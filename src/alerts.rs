@@ -237,9 +237,9 @@ pub fn evaluate(
         let probe = seen.probe.as_ref().and_then(|p| p.as_ref().ok());
         match &seen.recorded {
             RecordedState::Recorded(r) => {
-                match (r.client_sha256.as_ref(), r.client_not_after) {
-                    (_, Some(na)) => out.push(expiry(cfg, spoke, Subject::Client, na, now)),
-                    _ => out.push(plain(
+                match r.client_not_after {
+                    Some(na) => out.push(expiry(cfg, spoke, Subject::Client, na, now)),
+                    None => out.push(plain(
                         spoke,
                         Subject::Client,
                         Status::Ok,
