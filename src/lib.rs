@@ -8,6 +8,7 @@
 //! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;
 //! - [`secret`]: the in-memory wrapper every plaintext travels in.
 
+pub mod alerts;
 pub mod certs;
 pub mod cli;
 pub mod config;

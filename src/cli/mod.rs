@@ -8,6 +8,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod check;
 mod init;
 mod inspect;
 pub(crate) mod rotate;
@@ -51,8 +52,8 @@ pub enum Command {
     Run,
     /// One tick now, for some or all spokes.
     Rotate(rotate::RotateArgs),
-    /// Expiry and health report (exit 0 ok, 1 warning, 2 critical).
-    Check,
+    /// Expiry and health report (exit 0 ok, 1 warning, 2 critical or expired, 3 unknown).
+    Check(check::CheckArgs),
     /// Seal a Secret (YAML or JSON) from stdin, like kubeseal.
     Seal(seal::SealArgs),
     /// Recovery: print the unsealed Secret, given the controller's private key.
@@ -80,14 +81,15 @@ pub fn main() -> ExitCode {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail("demo", &e),
         },
-        Command::Run | Command::Check | Command::Status => not_built_yet(&cli.command),
+        Command::Check(args) => check::run(&args, &cli.config, cli.output),
+        Command::Run | Command::Status => not_built_yet(&cli.command),
     }
 }
 
 fn not_built_yet(command: &Command) -> ExitCode {
     let name = format!("{command:?}").to_lowercase();
     eprintln!(
-        "spokekeeper {name}: not built yet in this version. Working today: rotate, seal, unseal, inspect, init, demo. \
+        "spokekeeper {name}: not built yet in this version. Working today: rotate, check, seal, unseal, inspect, init, demo. \
          See README.md, section \"Status\"."
     );
     ExitCode::from(2)

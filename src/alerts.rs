@@ -1,0 +1,453 @@
+//! Expiry and health alerts: grade every certificate the hub depends on, then tell
+//! Alertmanager, a webhook and the log.
+//!
+//! [`evaluate`] is pure (recorded state, probe results, sealing certificate, the clock
+//! and an optional tick report in; findings out), so every rule is unit-tested and
+//! `spokekeeper check` and the daemon grade alike. [`Notifier`] holds what was sent last
+//! time, so the daemon keeps one across ticks:
+//!
+//! ```ignore
+//! let report = rotate::tick(&ctx, &opts).await?;
+//! let seen = alerts::observe(&ctx.config, &ctx.repo, &[], probe_timeout).await;
+//! let sealing = alerts::SealingCert::from_key(&ctx.sealing, "sealing.cert");
+//! let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(&report));
+//! let failed_sinks = notifier.notify(&findings, now).await; // bounded, never fails the tick
+//! ```
+
+mod alertmanager;
+mod notify;
+mod observe;
+mod webhook;
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use crate::config::{AlertsConfig, Span};
+use crate::rotate::TickReport;
+use crate::rotate::state::{rfc3339, short};
+use crate::spoke::CaCheck;
+
+pub use alertmanager::PostableAlert;
+pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
+pub use observe::{Observation, RecordedState, SealingCert, observe};
+pub use webhook::Change;
+
+/// How a finding is graded. Ordered from best to worst for `check`'s exit code, except
+/// that critical and expired rank above unknown (see [`Status::exit_code`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warning,
+    /// Could not be checked: unreachable, never rotated, state unreadable.
+    Unknown,
+    Critical,
+    Expired,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::Unknown => "unknown",
+            Status::Critical => "critical",
+            Status::Expired => "expired",
+        }
+    }
+
+    /// Nagios convention: 0 ok, 1 warning, 2 critical, 3 unknown.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Status::Ok => 0,
+            Status::Warning => 1,
+            Status::Critical | Status::Expired => 2,
+            Status::Unknown => 3,
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a finding is about. The four certificates carry the `cert` label in alerts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Subject {
+    /// The client certificate in the hub's kubeconfig (recorded state).
+    Client,
+    /// The cluster CA the hub's kubeconfig trusts (recorded state).
+    Ca,
+    /// The spoke API's serving certificate (probe).
+    Serving,
+    /// The sealing certificate the spoke's credential is sealed to.
+    Sealing,
+    /// Whether the spoke API answered the probe.
+    Api,
+    /// The last tick's outcome for the spoke.
+    Rotation,
+    /// The committed SealedSecret and its annotations.
+    State,
+}
+
+impl Subject {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Subject::Client => "client",
+            Subject::Ca => "ca",
+            Subject::Serving => "serving",
+            Subject::Sealing => "sealing",
+            Subject::Api => "api",
+            Subject::Rotation => "rotation",
+            Subject::State => "state",
+        }
+    }
+
+    pub fn is_cert(self) -> bool {
+        matches!(
+            self,
+            Subject::Client | Subject::Ca | Subject::Serving | Subject::Sealing
+        )
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            Subject::Client => "client certificate",
+            Subject::Ca => "cluster CA",
+            Subject::Serving => "serving certificate",
+            Subject::Sealing => "sealing certificate",
+            Subject::Api => "API server",
+            Subject::Rotation => "rotation",
+            Subject::State => "recorded state",
+        }
+    }
+}
+
+/// The alert a non-ok finding raises (x509-certificate-exporter / cert-manager style).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum AlertName {
+    #[serde(rename = "SpokekeeperCertificateExpiring")]
+    CertificateExpiring,
+    #[serde(rename = "SpokekeeperCertificateExpired")]
+    CertificateExpired,
+    #[serde(rename = "SpokekeeperCaMismatch")]
+    CaMismatch,
+    #[serde(rename = "SpokekeeperSpokeUnreachable")]
+    SpokeUnreachable,
+    #[serde(rename = "SpokekeeperRotationFailing")]
+    RotationFailing,
+}
+
+impl AlertName {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertName::CertificateExpiring => "SpokekeeperCertificateExpiring",
+            AlertName::CertificateExpired => "SpokekeeperCertificateExpired",
+            AlertName::CaMismatch => "SpokekeeperCaMismatch",
+            AlertName::SpokeUnreachable => "SpokekeeperSpokeUnreachable",
+            AlertName::RotationFailing => "SpokekeeperRotationFailing",
+        }
+    }
+}
+
+/// One graded fact about one spoke.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Finding {
+    pub spoke: String,
+    #[serde(rename = "cert")]
+    pub subject: Subject,
+    #[serde(rename = "severity")]
+    pub status: Status,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_after: Option<OffsetDateTime>,
+    /// Whole days left, rounded down; negative once expired.
+    pub days_left: Option<i64>,
+    /// One line for the table.
+    pub detail: String,
+    #[serde(rename = "alertname")]
+    pub alert: Option<AlertName>,
+    /// Alert annotations: one line, and the full story with exact dates and what to do.
+    #[serde(skip)]
+    pub summary: String,
+    #[serde(skip)]
+    pub description: String,
+}
+
+impl Finding {
+    /// The Alertmanager `severity` label, when this finding raises an alert.
+    pub fn severity(&self) -> Option<&'static str> {
+        self.alert?;
+        match self.status {
+            Status::Ok => None,
+            Status::Warning | Status::Unknown => Some("warning"),
+            Status::Critical | Status::Expired => Some("critical"),
+        }
+    }
+}
+
+/// Where a certificate stands: expired once `now` is past notAfter (notAfter itself is
+/// still valid, RFC 5280), critical when less than `critical_before` is left, warning
+/// when less than `warn_before` is left.
+pub fn grade(not_after: OffsetDateTime, now: OffsetDateTime, cfg: &AlertsConfig) -> Status {
+    let left = not_after - now;
+    if left.is_negative() {
+        Status::Expired
+    } else if left < cfg.critical_before {
+        Status::Critical
+    } else if left < cfg.warn_before {
+        Status::Warning
+    } else {
+        Status::Ok
+    }
+}
+
+/// The worst status, as `check` ranks them (critical over unknown over warning).
+pub fn overall(findings: &[Finding]) -> Status {
+    let rank = |s: Status| match s {
+        Status::Ok => 0,
+        Status::Warning => 1,
+        Status::Unknown => 2,
+        Status::Critical | Status::Expired => 3,
+    };
+    findings
+        .iter()
+        .map(|f| f.status)
+        .max_by_key(|s| (rank(*s), *s))
+        .unwrap_or(Status::Ok)
+}
+
+/// Grades every spoke. Order: per spoke as observed, then client, CA, serving, sealing,
+/// API, rotation, state.
+pub fn evaluate(
+    cfg: &AlertsConfig,
+    spokes: &[Observation],
+    sealing: &SealingCert,
+    now: OffsetDateTime,
+    tick: Option<&TickReport>,
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for seen in spokes {
+        let spoke = seen.spoke.as_str();
+        let probe = seen.probe.as_ref().and_then(|p| p.as_ref().ok());
+        match &seen.recorded {
+            RecordedState::Recorded(r) => {
+                match r.client_not_after {
+                    Some(na) => out.push(expiry(cfg, spoke, Subject::Client, na, now)),
+                    None => out.push(plain(
+                        spoke,
+                        Subject::Client,
+                        Status::Ok,
+                        "no client certificate (token credential)".into(),
+                    )),
+                }
+                match probe.map(|p| p.check_ca(&r.ca_der)) {
+                    Some(CaCheck::NotSignedByCa) => out.push(ca_mismatch(spoke, &r.ca_sha256)),
+                    Some(CaCheck::UnusableCa) => out.push(plain(
+                        spoke,
+                        Subject::Ca,
+                        Status::Unknown,
+                        "the recorded CA (annotation spokekeeper.io/ca-data) does not parse: run `spokekeeper rotate` for this spoke".into(),
+                    )),
+                    Some(CaCheck::Verified) | None => {
+                        out.push(expiry(cfg, spoke, Subject::Ca, r.ca_not_after, now))
+                    }
+                }
+            }
+            RecordedState::Missing => out.push(plain(
+                spoke,
+                Subject::State,
+                Status::Unknown,
+                "never rotated: nothing committed yet (run `spokekeeper rotate`)".into(),
+            )),
+            RecordedState::Unreadable(why) => out.push(plain(
+                spoke,
+                Subject::State,
+                Status::Unknown,
+                format!(
+                    "committed SealedSecret unreadable: {why} (`spokekeeper rotate` replaces it)"
+                ),
+            )),
+        }
+        if let Some(p) = probe {
+            out.push(expiry(cfg, spoke, Subject::Serving, p.not_after, now));
+        }
+        out.push(match sealing.not_after {
+            Some(na) => expiry(cfg, spoke, Subject::Sealing, na, now),
+            None => plain(
+                spoke,
+                Subject::Sealing,
+                Status::Ok,
+                format!("{} is a bare public key: no expiry date", sealing.source),
+            ),
+        });
+        match &seen.probe {
+            Some(Ok(p)) => out.push(plain(
+                spoke,
+                Subject::Api,
+                Status::Ok,
+                format!("reachable at {}", p.server),
+            )),
+            Some(Err(e)) => out.push(unreachable(spoke, &e.to_string())),
+            None => {}
+        }
+        if let Some(tick) = tick
+            && let Some(report) = tick.spokes.iter().find(|r| r.spoke == spoke)
+        {
+            out.push(rotation(spoke, report));
+        }
+    }
+    out
+}
+
+fn plain(spoke: &str, subject: Subject, status: Status, detail: String) -> Finding {
+    Finding {
+        spoke: spoke.into(),
+        subject,
+        status,
+        not_after: None,
+        days_left: None,
+        summary: format!("spoke {spoke}: {}: {detail}", subject.title()),
+        description: detail.clone(),
+        detail,
+        alert: None,
+    }
+}
+
+fn expiry(
+    cfg: &AlertsConfig,
+    spoke: &str,
+    subject: Subject,
+    not_after: OffsetDateTime,
+    now: OffsetDateTime,
+) -> Finding {
+    let status = grade(not_after, now, cfg);
+    let days = crate::certs::days_until(not_after, now);
+    let date = rfc3339(not_after);
+    let when = match status {
+        Status::Expired => format!("expired on {date}"),
+        _ if days == 0 => format!("expires within a day, on {date}"),
+        _ if days == 1 => format!("expires in 1 day, on {date}"),
+        _ => format!("expires in {days} days, on {date}"),
+    };
+    let detail = match status {
+        Status::Ok => format!("valid for {days} more days"),
+        Status::Warning => format!(
+            "expires in {days} days (warning below {})",
+            span(cfg.warn_before)
+        ),
+        Status::Critical => format!(
+            "expires in {days} days (critical below {})",
+            span(cfg.critical_before)
+        ),
+        _ => format!("expired {} days ago", -days),
+    };
+    let title = subject.title();
+    Finding {
+        spoke: spoke.into(),
+        subject,
+        status,
+        not_after: Some(not_after),
+        days_left: Some(days),
+        alert: match status {
+            Status::Warning | Status::Critical => Some(AlertName::CertificateExpiring),
+            Status::Expired => Some(AlertName::CertificateExpired),
+            _ => None,
+        },
+        summary: format!("spoke {spoke}: the {title} {when}"),
+        description: format!(
+            "The {title} of spoke {spoke} {when} (spokekeeper warns below {}, critical below {}). {}",
+            span(cfg.warn_before),
+            span(cfg.critical_before),
+            advice(subject, spoke)
+        ),
+        detail,
+    }
+}
+
+fn advice(subject: Subject, spoke: &str) -> String {
+    match subject {
+        Subject::Client => format!(
+            "Renew it on the node (k3s and RKE2 renew client certificates on restart within 120 days of expiry; kubeadm: `kubeadm certs renew admin.conf`), then run `spokekeeper rotate {spoke} --force` or wait for the periodic check to commit it."
+        ),
+        Subject::Ca => format!(
+            "Rotate the cluster CA on the spoke (k3s: `k3s certificate rotate-ca`); spokekeeper sees the new CA and commits a fresh kubeconfig for {spoke}."
+        ),
+        Subject::Serving => "Renew the API server's serving certificate on the node (k3s renews it on restart within 120 days of expiry).".into(),
+        _ => "Fetch the controller's current certificate (`kubeseal --fetch-cert`) into sealing.cert; spokekeeper then re-seals every spoke to it.".into(),
+    }
+}
+
+fn ca_mismatch(spoke: &str, recorded: &str) -> Finding {
+    let detail = format!(
+        "the API presents a certificate not signed by the recorded CA {}: spoke rebuilt?",
+        short(recorded)
+    );
+    Finding {
+        spoke: spoke.into(),
+        subject: Subject::Ca,
+        status: Status::Critical,
+        not_after: None,
+        days_left: None,
+        alert: Some(AlertName::CaMismatch),
+        summary: format!("spoke {spoke}: its CA changed; the hub's kubeconfig no longer trusts it"),
+        description: format!(
+            "Spoke {spoke}'s API server presents a serving certificate that is not signed by the CA recorded for the hub's kubeconfig ({recorded}): Flux cannot reach the spoke (x509: certificate signed by unknown authority). Run `spokekeeper rotate {spoke}` to commit a fresh kubeconfig."
+        ),
+        detail,
+    }
+}
+
+fn unreachable(spoke: &str, error: &str) -> Finding {
+    Finding {
+        spoke: spoke.into(),
+        subject: Subject::Api,
+        status: Status::Unknown,
+        not_after: None,
+        days_left: None,
+        alert: Some(AlertName::SpokeUnreachable),
+        summary: format!("spoke {spoke}: the API server cannot be probed"),
+        description: format!(
+            "spokekeeper could not probe spoke {spoke}'s API server: {error}. The committed kubeconfig is left as it is; check the API server and the network from the hub."
+        ),
+        detail: error.into(),
+    }
+}
+
+fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
+    use crate::rotate::Outcome;
+    match &report.outcome {
+        Outcome::Failed { stage, error } => Finding {
+            spoke: spoke.into(),
+            subject: Subject::Rotation,
+            status: Status::Warning,
+            not_after: None,
+            days_left: None,
+            alert: Some(AlertName::RotationFailing),
+            summary: format!("spoke {spoke}: rotation failed at {stage}"),
+            description: format!(
+                "The last tick for spoke {spoke} failed at {stage}: {error}. The committed kubeconfig is untouched; `spokekeeper rotate {spoke}` shows the same check."
+            ),
+            detail: format!("failed at {stage}: {error}"),
+        },
+        other => {
+            let what = serde_json::to_value(other)
+                .ok()
+                .and_then(|v| v["action"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            plain(spoke, Subject::Rotation, Status::Ok, what)
+        }
+    }
+}
+
+fn span(d: Duration) -> String {
+    Span(d).to_string()
+}
+
+#[cfg(test)]
+mod tests;

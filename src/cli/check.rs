@@ -1,0 +1,181 @@
+//! `spokekeeper check [SPOKE...] [-o json]`: expiry and health, for people, cron,
+//! Nagios-style monitors and CI.
+//!
+//! Reads the fleet repo clone as it is (no fetch, no SSH, no commits) and TLS-probes
+//! each spoke, then grades like the daemon's alerts. Exit codes (Nagios): 0 ok,
+//! 1 warning, 2 critical or expired, 3 unknown. Unknown (could not check: configuration,
+//! repo or sealing certificate unreadable, a spoke never rotated, its state unreadable,
+//! or unreachable) ranks below critical and above warning: a known critical problem is
+//! never hidden, and a warning never hides a spoke that could not be checked.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::ExitCode;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::Format;
+use crate::alerts::{self, Finding, SealingCert, Status};
+use crate::config::{Config, Span};
+use crate::repo::Repo;
+use crate::rotate::state::rfc3339;
+
+#[derive(Debug, clap::Args)]
+pub struct CheckArgs {
+    /// Spokes to check (names from the configuration; default: all).
+    pub spokes: Vec<String>,
+    /// Bound on each spoke's TLS probe (s, m, h, d).
+    #[arg(long, default_value = "10s")]
+    pub probe_timeout: Span,
+}
+
+#[derive(Serialize)]
+struct Report<'a> {
+    status: Status,
+    exit_code: u8,
+    #[serde(with = "time::serde::rfc3339")]
+    checked_at: OffsetDateTime,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    warn_before: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    critical_before: Option<String>,
+    findings: &'a [Finding],
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+    let format = format.unwrap_or(Format::Table);
+    let now = OffsetDateTime::now_utc();
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => return cannot_check(format, now, &e.to_string()),
+    };
+    if let Some(unknown) = args
+        .spokes
+        .iter()
+        .find(|n| !config.spokes.iter().any(|s| &s.name == *n))
+    {
+        let msg = format!("no spoke named {unknown:?} in {}", config_path.display());
+        return cannot_check(format, now, &msg);
+    }
+    let sealing = match SealingCert::load(&config.sealing_cert, now) {
+        Ok(s) => s,
+        Err(e) => return cannot_check(format, now, &e),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return cannot_check(format, now, &format!("cannot start the runtime: {e}")),
+    };
+    let seen = runtime.block_on(async {
+        let repo = Repo::open(&config.repo)
+            .await
+            .map_err(|e| format!("repo.path: {e}"))?;
+        Ok::<_, String>(alerts::observe(&config, &repo, &args.spokes, args.probe_timeout.0).await)
+    });
+    let seen = match seen {
+        Ok(s) => s,
+        Err(e) => return cannot_check(format, now, &e),
+    };
+    let findings = alerts::evaluate(&config.alerts, &seen, &sealing, now, None);
+    let status = alerts::overall(&findings);
+    let report = Report {
+        status,
+        exit_code: status.exit_code(),
+        checked_at: now,
+        warn_before: Some(Span(config.alerts.warn_before).to_string()),
+        critical_before: Some(Span(config.alerts.critical_before).to_string()),
+        findings: &findings,
+        error: None,
+    };
+    print(format, &report, &table(&report, seen.len()));
+    ExitCode::from(status.exit_code())
+}
+
+/// Exit 3: nothing could be graded. JSON readers still get a report on stdout.
+fn cannot_check(format: Format, now: OffsetDateTime, message: &str) -> ExitCode {
+    eprintln!("spokekeeper check: UNKNOWN: {message}");
+    let report = Report {
+        status: Status::Unknown,
+        exit_code: Status::Unknown.exit_code(),
+        checked_at: now,
+        warn_before: None,
+        critical_before: None,
+        findings: &[],
+        error: Some(message.into()),
+    };
+    if format != Format::Table {
+        print(format, &report, "");
+    }
+    ExitCode::from(Status::Unknown.exit_code())
+}
+
+fn print(format: Format, report: &Report<'_>, table: &str) {
+    let text = match format {
+        Format::Table => table.to_string(),
+        Format::Json => serde_json::to_string_pretty(report).unwrap_or_default() + "\n",
+        Format::Yaml => serde_saphyr::to_string(report).unwrap_or_default(),
+    };
+    // A closed pipe (`| head`) is no reason to panic; the exit code still counts.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+}
+
+fn table(report: &Report<'_>, spokes: usize) -> String {
+    let mut rows = vec![
+        [
+            "SPOKE",
+            "CERT",
+            "SEVERITY",
+            "NOT AFTER",
+            "DAYS LEFT",
+            "DETAIL",
+        ]
+        .map(String::from),
+    ];
+    for f in report.findings {
+        rows.push([
+            f.spoke.clone(),
+            f.subject.as_str().into(),
+            f.status.as_str().into(),
+            f.not_after.map_or_else(|| "-".into(), rfc3339),
+            f.days_left.map_or_else(|| "-".into(), |d| d.to_string()),
+            f.detail.clone(),
+        ]);
+    }
+    let widths: Vec<usize> = (0..6)
+        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for row in &rows {
+        let cells: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(cell, w)| format!("{cell:<w$}"))
+            .collect();
+        out.push_str(cells.join("  ").trim_end());
+        out.push('\n');
+    }
+    let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
+    let counts: Vec<String> = [
+        Status::Expired,
+        Status::Critical,
+        Status::Unknown,
+        Status::Warning,
+        Status::Ok,
+    ]
+    .into_iter()
+    .filter(|s| count(*s) > 0)
+    .map(|s| format!("{} {s}", count(s)))
+    .collect();
+    out.push_str(&format!(
+        "\n{}: {} ({spokes} spoke{})\n",
+        report.status.as_str().to_uppercase(),
+        counts.join(", "),
+        if spokes == 1 { "" } else { "s" }
+    ));
+    out
+}

@@ -1,0 +1,730 @@
+//! The alert sinks against emulated receivers on 127.0.0.1: an Alertmanager that checks
+//! method, path and Content-Type and answers 200 like the real one, and a webhook. The
+//! lab test drives the daemon's loop in-process: tick, observe, evaluate, notify.
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri};
+use serde_json::Value;
+use spokekeeper::alerts::{
+    self, AlertName, Finding, Notifier, NotifyOptions, SealingCert, Sink, Status, Subject,
+};
+use spokekeeper::certs::CertInfo;
+use spokekeeper::config::{AlertsConfig, Config};
+use spokekeeper::repo::Repo;
+use spokekeeper::rotate::state::rfc3339;
+use spokekeeper::rotate::{self, Context, Options};
+use spokekeeper::seal::SealingKey;
+use support::{Lab, Node, NodeOptions};
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
+
+const AM_PATH: &str = "/api/v2/alerts";
+/// Webhook paths often are the secret (Slack-style): they must never be printed.
+const HOOK_PATH: &str = "/hooks/T000/secret-token";
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Answer200,
+    Answer400,
+    Answer500,
+    Hang,
+}
+
+/// One delivered POST: when it arrived and its JSON body.
+#[derive(Clone, Debug)]
+struct Post {
+    at: OffsetDateTime,
+    body: Value,
+}
+
+#[derive(Default)]
+struct Seen {
+    requests: usize,
+    posts: Vec<Post>,
+    violations: Vec<String>,
+}
+
+#[derive(Clone)]
+struct Receiver {
+    base: String,
+    path: &'static str,
+    mode: Arc<Mutex<Mode>>,
+    seen: Arc<Mutex<Seen>>,
+}
+
+impl Receiver {
+    async fn start(path: &'static str) -> Receiver {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let r = Receiver {
+            base: format!("http://{}", listener.local_addr().unwrap()),
+            path,
+            mode: Arc::new(Mutex::new(Mode::Answer200)),
+            seen: Arc::new(Mutex::new(Seen::default())),
+        };
+        let app = axum::Router::new().fallback(receive).with_state(r.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        r
+    }
+
+    fn url(&self) -> String {
+        format!("{}{}", self.base, self.path)
+    }
+
+    fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    fn posts(&self) -> Vec<Post> {
+        self.seen.lock().unwrap().posts.clone()
+    }
+
+    fn requests(&self) -> usize {
+        self.seen.lock().unwrap().requests
+    }
+
+    fn assert_clean(&self) {
+        let v = &self.seen.lock().unwrap().violations;
+        assert!(v.is_empty(), "{}: {v:?}", self.path);
+    }
+}
+
+async fn receive(
+    State(r): State<Receiver>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> (StatusCode, String) {
+    let at = OffsetDateTime::now_utc();
+    let mode = *r.mode.lock().unwrap();
+    let violation = |what: String, code| {
+        let mut seen = r.seen.lock().unwrap();
+        seen.requests += 1;
+        seen.violations.push(what.clone());
+        (code, what)
+    };
+    if method != Method::POST {
+        return violation(format!("method {method}"), StatusCode::METHOD_NOT_ALLOWED);
+    }
+    if uri.path() != r.path {
+        return violation(format!("path {}", uri.path()), StatusCode::NOT_FOUND);
+    }
+    let ct = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if ct != "application/json" {
+        return violation(
+            format!("content-type {ct:?}"),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        );
+    }
+    let Ok(json) = serde_json::from_slice::<Value>(&body) else {
+        return violation("body is not JSON".into(), StatusCode::BAD_REQUEST);
+    };
+    r.seen.lock().unwrap().requests += 1;
+    match mode {
+        Mode::Answer200 => {
+            r.seen.lock().unwrap().posts.push(Post { at, body: json });
+            (StatusCode::OK, String::new())
+        }
+        Mode::Answer400 => (StatusCode::BAD_REQUEST, "bad alert".into()),
+        Mode::Answer500 => (StatusCode::INTERNAL_SERVER_ERROR, "boom".into()),
+        Mode::Hang => {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            (StatusCode::OK, String::new())
+        }
+    }
+}
+
+fn time(v: &Value) -> OffsetDateTime {
+    OffsetDateTime::parse(v.as_str().unwrap(), &Rfc3339).unwrap()
+}
+
+/// Alerts of one POST by (alertname, spoke, cert, severity).
+fn alerts_in(post: &Post) -> BTreeMap<(String, String, String, String), Value> {
+    let mut out = BTreeMap::new();
+    for a in post.body.as_array().expect("a JSON array of alerts") {
+        let l = &a["labels"];
+        let s = |k: &str| l[k].as_str().unwrap_or("").to_string();
+        let mut keys: Vec<&String> = l.as_object().unwrap().keys().collect();
+        keys.sort();
+        let want: &[&str] = if l.get("cert").is_some() {
+            &["alertname", "cert", "severity", "spoke"]
+        } else {
+            &["alertname", "severity", "spoke"]
+        };
+        assert_eq!(keys, want, "{a:#}");
+        assert!(a["annotations"]["summary"].is_string());
+        assert!(a["annotations"]["description"].is_string());
+        let prev = out.insert(
+            (s("alertname"), s("spoke"), s("cert"), s("severity")),
+            a.clone(),
+        );
+        assert!(prev.is_none(), "one alert per label set");
+    }
+    out
+}
+
+fn key(alert: &str, spoke: &str, cert: &str, sev: &str) -> (String, String, String, String) {
+    (alert.into(), spoke.into(), cert.into(), sev.into())
+}
+
+fn changes(post: &Post) -> Vec<(String, String, String, String)> {
+    assert_eq!(post.body["source"], "spokekeeper");
+    post.body["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            let s = |k: &str| c[k].as_str().unwrap().to_string();
+            (s("spoke"), s("cert"), s("previous"), s("severity"))
+        })
+        .collect()
+}
+
+fn change(spoke: &str, cert: &str, from: &str, to: &str) -> (String, String, String, String) {
+    (spoke.into(), cert.into(), from.into(), to.into())
+}
+
+// ---- the daemon's loop against the lab ------------------------------------------------
+
+fn vectors() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}");
+}
+
+/// Spokes with the given client certificate lifetimes, rotated once by the binary.
+fn fleet(dir: &Path, nodes: &[Node], am: &str, hook: &str) -> PathBuf {
+    let remote = dir.join("fleet.git");
+    let r = remote.to_str().unwrap();
+    git(
+        dir,
+        &["init", "--quiet", "--bare", "--initial-branch=main", r],
+    );
+    let seed = dir.join("seed");
+    git(dir, &["clone", "--quiet", r, seed.to_str().unwrap()]);
+    std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(
+        &seed,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "seed",
+        ],
+    );
+    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+    let clone = dir.join("clone");
+    git(dir, &["clone", "--quiet", r, clone.to_str().unwrap()]);
+    let mut yaml = format!(
+        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\n\
+         sealing:\n  cert: {}\nrenew_before: 1d\n\
+         alerts:\n  warn_before: 30d\n  critical_before: 7d\n  alertmanager: {am}\n  webhook: {hook}\nspokes:\n",
+        clone.display(),
+        vectors().join("key/cert.pem").display()
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
+            n.address,
+            n.kubeconfig_path.display(),
+            n.ssh_port,
+            n.identity_path.display(),
+            n.known_hosts_path.display()
+        ));
+    }
+    let config = dir.join("spokekeeper.yaml");
+    std::fs::write(&config, yaml).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(&config)
+        .args(["rotate", "--all"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    config
+}
+
+/// What the daemon does each tick.
+async fn tick_and_notify(ctx: &Context, notifier: &mut Notifier) -> Vec<Finding> {
+    tick_with_and_notify(ctx, notifier, &Options::default()).await
+}
+
+async fn tick_with_and_notify(
+    ctx: &Context,
+    notifier: &mut Notifier,
+    opts: &Options,
+) -> Vec<Finding> {
+    let report = rotate::tick(ctx, opts).await.unwrap();
+    let seen = alerts::observe(&ctx.config, &ctx.repo, &[], Duration::from_secs(5)).await;
+    let sealing = SealingCert::from_key(&ctx.sealing, "cert.pem");
+    let now = OffsetDateTime::now_utc();
+    let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(&report));
+    let errors = notifier.notify(&findings, now).await;
+    assert!(errors.is_empty(), "{errors:?}");
+    findings
+}
+
+fn client_not_after(node: &Node) -> OffsetDateTime {
+    CertInfo::from_der(&node.client_cert_der())
+        .unwrap()
+        .not_after
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_changes() {
+    support::install_crypto_provider();
+    let am = Receiver::start(AM_PATH).await;
+    let hook = Receiver::start(HOOK_PATH).await;
+    let lab = Lab::new();
+    let mut nodes: Vec<Node> = [5, 20, 300]
+        .iter()
+        .map(|&d| {
+            lab.add_node(NodeOptions {
+                client_cert_days: d,
+                ..NodeOptions::default()
+            })
+        })
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &nodes, &am.base, &hook.url());
+    let config = Config::load(&config).unwrap();
+    let cert = vectors().join("key/cert.pem");
+    let sealing = SealingKey::from_pem(
+        &std::fs::read(&cert).unwrap(),
+        "cert.pem",
+        OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let period = Duration::from_secs(60);
+    let mut notifier = Notifier::new(
+        &ctx.config.alerts,
+        NotifyOptions {
+            evaluation_period: period,
+            ..NotifyOptions::default()
+        },
+    )
+    .unwrap();
+
+    // 1. Two client certificates inside the thresholds: two alerts, two changes.
+    tick_and_notify(&ctx, &mut notifier).await;
+    let posts = am.posts();
+    assert_eq!(posts.len(), 1);
+    let first = alerts_in(&posts[0]);
+    let crit = key(
+        "SpokekeeperCertificateExpiring",
+        "spoke0",
+        "client",
+        "critical",
+    );
+    let warn = key(
+        "SpokekeeperCertificateExpiring",
+        "spoke1",
+        "client",
+        "warning",
+    );
+    assert_eq!(
+        first.keys().cloned().collect::<Vec<_>>(),
+        [crit.clone(), warn.clone()]
+    );
+    for (k, node) in [(&crit, &nodes[0]), (&warn, &nodes[1])] {
+        let a = &first[k];
+        let date = rfc3339(client_not_after(node));
+        let description = a["annotations"]["description"].as_str().unwrap();
+        assert!(
+            description.contains(&date),
+            "exact date {date} in: {description}"
+        );
+        assert!(a["annotations"]["summary"].as_str().unwrap().contains(&k.1));
+        assert!(time(&a["startsAt"]) <= posts[0].at);
+        let ahead = time(&a["endsAt"]) - posts[0].at;
+        assert!(
+            ahead > period * 3 && ahead <= period * 4,
+            "endsAt {ahead} ahead"
+        );
+    }
+    let hooks = hook.posts();
+    assert_eq!(hooks.len(), 1);
+    let mut c = changes(&hooks[0]);
+    c.sort();
+    assert_eq!(
+        c,
+        [
+            change("spoke0", "client", "ok", "critical"),
+            change("spoke1", "client", "ok", "warning")
+        ]
+    );
+
+    // 2. Nothing changed: Alertmanager hears the same alerts again, the webhook nothing.
+    tick_and_notify(&ctx, &mut notifier).await;
+    let posts = am.posts();
+    assert_eq!(posts.len(), 2);
+    let again = alerts_in(&posts[1]);
+    assert_eq!(
+        again.keys().collect::<Vec<_>>(),
+        first.keys().collect::<Vec<_>>()
+    );
+    assert_eq!(again[&crit]["startsAt"], first[&crit]["startsAt"]);
+    assert!(time(&again[&crit]["endsAt"]) > time(&first[&crit]["endsAt"]));
+    assert_eq!(hook.posts().len(), 1);
+
+    // 3. spoke0's node renews its certificate (same CA: a probe cannot see it, and it is
+    // not inside renew_before); the operator rotates it now: resolved.
+    nodes[0].renew_client_cert(300);
+    let force_spoke0 = Options {
+        force: true,
+        only: vec!["spoke0".into()],
+        concurrency: 1,
+        ..Options::default()
+    };
+    let findings = tick_with_and_notify(&ctx, &mut notifier, &force_spoke0).await;
+    let rotation = findings
+        .iter()
+        .find(|f| f.spoke == "spoke0" && f.subject == Subject::Rotation)
+        .unwrap();
+    assert_eq!(rotation.detail, "rotated");
+    let posts = am.posts();
+    assert_eq!(posts.len(), 3);
+    let third = alerts_in(&posts[2]);
+    assert_eq!(third.len(), 2);
+    assert!(
+        time(&third[&crit]["endsAt"]) <= posts[2].at,
+        "resolved: {:#}",
+        third[&crit]
+    );
+    assert!(time(&third[&warn]["endsAt"]) > posts[2].at, "still active");
+    let hooks = hook.posts();
+    assert_eq!(hooks.len(), 2);
+    assert_eq!(
+        changes(&hooks[1]),
+        [change("spoke0", "client", "critical", "ok")]
+    );
+
+    // 4. The resolution was sent once.
+    tick_and_notify(&ctx, &mut notifier).await;
+    let posts = am.posts();
+    assert_eq!(alerts_in(&posts[3]).keys().collect::<Vec<_>>(), [&warn]);
+    assert_eq!(hook.posts().len(), 2);
+
+    // 5. spoke2's API goes down: unreachable, and its tick fails.
+    nodes[2].stop_api();
+    tick_and_notify(&ctx, &mut notifier).await;
+    let posts = am.posts();
+    let fifth = alerts_in(&posts[4]);
+    let down = key("SpokekeeperSpokeUnreachable", "spoke2", "", "warning");
+    let failing = key("SpokekeeperRotationFailing", "spoke2", "", "warning");
+    assert_eq!(
+        fifth.keys().collect::<Vec<_>>(),
+        [&warn, &failing, &down],
+        "{fifth:#?}"
+    );
+    let why = fifth[&failing]["annotations"]["description"]
+        .as_str()
+        .unwrap();
+    assert!(
+        why.contains("failed at probe") && why.contains("refused"),
+        "{why}"
+    );
+    let mut c = changes(&hook.posts()[2]);
+    c.sort();
+    assert_eq!(
+        c,
+        [
+            change("spoke2", "api", "ok", "unknown"),
+            change("spoke2", "rotation", "ok", "warning")
+        ]
+    );
+
+    // 6. Back up: both resolve.
+    nodes[2].start_api();
+    tick_and_notify(&ctx, &mut notifier).await;
+    let posts = am.posts();
+    let sixth = alerts_in(&posts[5]);
+    for k in [&down, &failing] {
+        assert!(time(&sixth[k]["endsAt"]) <= posts[5].at, "{k:?} resolved");
+        assert_eq!(sixth[k]["startsAt"], fifth[k]["startsAt"]);
+    }
+    assert!(time(&sixth[&warn]["endsAt"]) > posts[5].at);
+    let hooks = hook.posts();
+    assert_eq!(hooks.len(), 4);
+    let mut c = changes(&hooks[3]);
+    c.sort();
+    assert_eq!(
+        c,
+        [
+            change("spoke2", "api", "unknown", "ok"),
+            change("spoke2", "rotation", "warning", "ok")
+        ]
+    );
+    let active: Vec<String> = notifier
+        .active_alerts()
+        .map(|a| a.labels["spoke"].clone())
+        .collect();
+    assert_eq!(active, ["spoke1"]);
+    am.assert_clean();
+    hook.assert_clean();
+}
+
+// ---- failing sinks ----------------------------------------------------------------------
+
+fn critical(spoke: &str) -> Finding {
+    Finding {
+        spoke: spoke.into(),
+        subject: Subject::Client,
+        status: Status::Critical,
+        not_after: Some(OffsetDateTime::now_utc() + time::Duration::days(3)),
+        days_left: Some(3),
+        detail: "expires in 3 days".into(),
+        alert: Some(AlertName::CertificateExpiring),
+        summary: format!("spoke {spoke}: client certificate expires in 3 days"),
+        description: "d".into(),
+    }
+}
+
+fn sinks(am: &str, hook: &str) -> AlertsConfig {
+    AlertsConfig {
+        warn_before: Duration::from_secs(30 * 86_400),
+        critical_before: Duration::from_secs(7 * 86_400),
+        alertmanager: Some(am.parse().unwrap()),
+        webhook: Some(hook.parse().unwrap()),
+    }
+}
+
+const QUICK: NotifyOptions = NotifyOptions {
+    attempts: 3,
+    timeout: Duration::from_millis(400),
+    backoff: Duration::from_millis(50),
+    evaluation_period: Duration::from_secs(60),
+};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn failing_sinks_are_retried_reported_and_do_not_block() {
+    let am = Receiver::start(AM_PATH).await;
+    let hook = Receiver::start(HOOK_PATH).await;
+    am.set(Mode::Answer500);
+    hook.set(Mode::Hang);
+    let mut n = Notifier::new(&sinks(&am.base, &hook.url()), QUICK).unwrap();
+    let findings = [critical("dev")];
+
+    let started = Instant::now();
+    let errors = n.notify(&findings, OffsetDateTime::now_utc()).await;
+    let took = started.elapsed();
+    // Bounded: 3 tries of 400 ms plus 50 + 100 ms of backoff, both sinks at once.
+    assert!(
+        took >= Duration::from_millis(1200),
+        "the hung sink was waited for: {took:?}"
+    );
+    assert!(took < Duration::from_secs(4), "{took:?}");
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    let by = |s: Sink| errors.iter().find(|e| e.sink == s).unwrap();
+    let e = by(Sink::Alertmanager);
+    assert_eq!(e.attempts, 3);
+    assert_eq!(e.last, "HTTP 500 Internal Server Error: boom");
+    assert_eq!(e.target, format!("{}{AM_PATH}", am.base));
+    let e = by(Sink::Webhook);
+    assert_eq!(e.attempts, 3);
+    assert!(e.last.contains("no answer within 400ms"), "{}", e.last);
+    let shown = e.to_string();
+    assert!(
+        !shown.contains("secret-token"),
+        "the webhook path is hidden: {shown}"
+    );
+    assert!(
+        shown.contains(&format!("alerts.webhook {}/...", hook.base)),
+        "{shown}"
+    );
+    assert_eq!((am.requests(), hook.requests()), (3, 3));
+    assert!(am.posts().is_empty() && hook.posts().is_empty());
+
+    // Both answer again: the alert is re-sent and the undelivered change delivered.
+    am.set(Mode::Answer200);
+    hook.set(Mode::Answer200);
+    assert!(
+        n.notify(&findings, OffsetDateTime::now_utc())
+            .await
+            .is_empty()
+    );
+    assert_eq!(am.posts().len(), 1);
+    assert_eq!(
+        changes(&hook.posts()[0]),
+        [change("dev", "client", "ok", "critical")]
+    );
+    // Resolved while the Alertmanager fails: the resolution is kept and sent later.
+    am.set(Mode::Answer500);
+    assert_eq!(n.notify(&[], OffsetDateTime::now_utc()).await.len(), 1);
+    am.set(Mode::Answer200);
+    let now = OffsetDateTime::now_utc();
+    assert!(n.notify(&[], now).await.is_empty());
+    let posts = am.posts();
+    assert_eq!(posts.len(), 2);
+    let resolved = &posts[1].body[0];
+    assert_eq!(resolved["labels"]["spoke"], "dev");
+    assert!(time(&resolved["endsAt"]) <= posts[1].at);
+    assert_eq!(
+        changes(&hook.posts()[1]),
+        [change("dev", "client", "critical", "ok")]
+    );
+    am.assert_clean();
+    hook.assert_clean();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_webhook_does_not_hold_back_alertmanager_and_a_400_is_not_retried() {
+    let am = Receiver::start(AM_PATH).await;
+    let hook = Receiver::start(HOOK_PATH).await;
+    hook.set(Mode::Hang);
+    let one_slow_try = NotifyOptions {
+        attempts: 1,
+        timeout: Duration::from_secs(2),
+        ..QUICK
+    };
+    let mut n = Notifier::new(&sinks(&am.base, &hook.url()), one_slow_try).unwrap();
+    let started = OffsetDateTime::now_utc();
+    let errors = n.notify(&[critical("dev")], started).await;
+    let ended = OffsetDateTime::now_utc();
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].sink, Sink::Webhook);
+    assert!(
+        ended - started >= time::Duration::seconds(2),
+        "waited for the webhook"
+    );
+    let posts = am.posts();
+    assert_eq!(posts.len(), 1);
+    assert!(
+        posts[0].at - started < time::Duration::seconds(2),
+        "delivered while the webhook hung, not after it"
+    );
+
+    // A 400 is not retried (with tries to spare).
+    hook.set(Mode::Answer200);
+    let mut n = Notifier::new(&sinks(&am.base, &hook.url()), QUICK).unwrap();
+    am.set(Mode::Answer400);
+    let before = am.requests();
+    let errors = n
+        .notify(&[critical("dev")], OffsetDateTime::now_utc())
+        .await;
+    let e = errors
+        .iter()
+        .find(|e| e.sink == Sink::Alertmanager)
+        .unwrap();
+    assert_eq!(e.attempts, 1, "the same request would be refused again");
+    assert_eq!(am.requests() - before, 1);
+    assert!(e.last.starts_with("HTTP 400"), "{}", e.last);
+
+    // Nothing listening at all.
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap()
+    };
+    let mut n = Notifier::new(&sinks(&format!("http://{closed}"), &hook.url()), QUICK).unwrap();
+    let errors = n
+        .notify(&[critical("dev")], OffsetDateTime::now_utc())
+        .await;
+    assert_eq!(errors.len(), 1);
+    assert_eq!(errors[0].attempts, 3);
+    assert!(
+        errors[0].last.to_lowercase().contains("connect"),
+        "{}",
+        errors[0].last
+    );
+    am.assert_clean();
+    hook.assert_clean();
+}
+
+// ---- the log sink -----------------------------------------------------------------------
+
+#[derive(Clone, Default)]
+struct LogBuf(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogBuf {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(b);
+        Ok(b.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl LogBuf {
+    fn take(&self) -> String {
+        String::from_utf8(std::mem::take(&mut *self.0.lock().unwrap())).unwrap()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_log_hears_changes_once_at_a_matching_level() {
+    let buf = LogBuf::default();
+    let writer = buf.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_ansi(false)
+        .with_max_level(tracing::Level::INFO)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let cfg = AlertsConfig {
+        alertmanager: None,
+        webhook: None,
+        ..sinks("http://127.0.0.1:1", "http://127.0.0.1:1")
+    };
+    let mut n = Notifier::new(&cfg, QUICK).unwrap();
+    let mut f = critical("dev");
+    f.description = "The client certificate of spoke dev expires on 2027-01-01T00:00:00Z".into();
+    assert!(
+        n.notify(&[f.clone()], OffsetDateTime::now_utc())
+            .await
+            .is_empty()
+    );
+    let log = buf.take();
+    assert_eq!(log.lines().count(), 1, "{log}");
+    assert!(
+        log.contains("ERROR")
+            && log.contains("spoke=\"dev\"")
+            && log.contains("alert=\"SpokekeeperCertificateExpiring\"")
+            && log.contains("2027-01-01T00:00:00Z"),
+        "{log}"
+    );
+    n.notify(&[f.clone()], OffsetDateTime::now_utc()).await;
+    assert_eq!(buf.take(), "", "no change, no line");
+    f.status = Status::Warning;
+    n.notify(&[f], OffsetDateTime::now_utc()).await;
+    let log = buf.take();
+    assert!(
+        log.contains(" WARN ") && log.contains("severity=warning"),
+        "{log}"
+    );
+    n.notify(&[], OffsetDateTime::now_utc()).await;
+    let log = buf.take();
+    assert!(log.contains(" INFO ") && log.contains("resolved"), "{log}");
+}

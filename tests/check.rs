@@ -1,0 +1,386 @@
+//! `spokekeeper check` through the binary: real sshd nodes and TLS API servers, a real
+//! bare git remote, state recorded by `spokekeeper rotate --all` first.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+use spokekeeper::certs::CertInfo;
+use spokekeeper::rotate::state::rfc3339;
+use support::{Lab, Node, NodeOptions};
+use time::OffsetDateTime;
+
+fn vectors() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A fleet clone (seeded bare remote), one spoke per node, and a spokekeeper.yaml.
+struct Fleet {
+    nodes: Vec<Node>,
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    _lab: Lab,
+}
+
+impl Fleet {
+    fn new(client_cert_days: &[i64]) -> Fleet {
+        let lab = Lab::new();
+        let nodes: Vec<Node> = client_cert_days
+            .iter()
+            .map(|&d| {
+                lab.add_node(NodeOptions {
+                    client_cert_days: d,
+                    ..NodeOptions::default()
+                })
+            })
+            .collect();
+        let dir = tempfile::tempdir().unwrap();
+        let clone = seeded_clone(dir.path());
+        let mut yaml = format!(
+            "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\n\
+             sealing:\n  cert: {}\nrenew_before: 1d\n\
+             alerts:\n  warn_before: 30d\n  critical_before: 7d\nspokes:\n",
+            clone.display(),
+            vectors().join("key/cert.pem").display()
+        );
+        for (i, n) in nodes.iter().enumerate() {
+            yaml.push_str(&format!(
+                "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
+                n.address,
+                n.kubeconfig_path.display(),
+                n.ssh_port,
+                n.identity_path.display(),
+                n.known_hosts_path.display()
+            ));
+        }
+        let config = dir.path().join("spokekeeper.yaml");
+        std::fs::write(&config, yaml).unwrap();
+        Fleet {
+            nodes,
+            dir,
+            config,
+            _lab: lab,
+        }
+    }
+
+    fn run(&self, args: &[&str]) -> (i32, String, String) {
+        spokekeeper(&self.config, args)
+    }
+
+    fn check_json(&self, spokes: &[&str]) -> (i32, Value) {
+        let mut args = vec!["-o", "json", "check"];
+        args.extend_from_slice(spokes);
+        let (code, out, err) = self.run(&args);
+        let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+        (code, json)
+    }
+
+    fn client_not_after(&self, i: usize) -> OffsetDateTime {
+        CertInfo::from_der(&self.nodes[i].client_cert_der())
+            .unwrap()
+            .not_after
+    }
+}
+
+fn spokekeeper(config: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// A clone of a bare remote with one commit on main.
+fn seeded_clone(dir: &Path) -> PathBuf {
+    let remote = dir.join("fleet.git");
+    let r = remote.to_str().unwrap();
+    git(
+        dir,
+        &["init", "--quiet", "--bare", "--initial-branch=main", r],
+    );
+    let seed = dir.join("seed");
+    git(dir, &["clone", "--quiet", r, seed.to_str().unwrap()]);
+    std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(
+        &seed,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "seed",
+        ],
+    );
+    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+    let clone = dir.join("clone");
+    git(dir, &["clone", "--quiet", r, clone.to_str().unwrap()]);
+    clone
+}
+
+fn finding<'a>(report: &'a Value, spoke: &str, cert: &str) -> &'a Value {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["spoke"] == spoke && f["cert"] == cert)
+        .unwrap_or_else(|| panic!("no {spoke}/{cert} finding in {report:#}"))
+}
+
+fn has_finding(report: &Value, spoke: &str, cert: &str) -> bool {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|f| f["spoke"] == spoke && f["cert"] == cert)
+}
+
+#[test]
+fn client_certs_expiring_in_5_20_and_300_days_grade_critical_warning_ok() {
+    let mut fleet = Fleet::new(&[5, 20, 300, 365]);
+    // spoke3 is left never rotated.
+    let (code, out, err) = fleet.run(&["rotate", "spoke0", "spoke1", "spoke2"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(!out.contains("not renewed"), "renew_before 1d: {out}");
+
+    let (code, report) = fleet.check_json(&["spoke0", "spoke1", "spoke2"]);
+    assert_eq!(code, 2, "{report:#}");
+    assert_eq!(report["status"], "critical");
+    assert_eq!(report["exit_code"], 2);
+    assert_eq!(report["warn_before"], "30d");
+    for (i, severity, days) in [(0, "critical", 4), (1, "warning", 19), (2, "ok", 299)] {
+        let spoke = format!("spoke{i}");
+        let f = finding(&report, &spoke, "client");
+        assert_eq!(f["severity"], severity, "{f:#}");
+        assert_eq!(f["days_left"], days, "{f:#}");
+        assert_eq!(
+            f["not_after"],
+            rfc3339(fleet.client_not_after(i)),
+            "the exact recorded date"
+        );
+        let alert = if severity == "ok" {
+            Value::Null
+        } else {
+            "SpokekeeperCertificateExpiring".into()
+        };
+        assert_eq!(f["alertname"], alert);
+        // Everything else about these spokes is fine.
+        for cert in ["ca", "serving", "sealing", "api"] {
+            assert_eq!(finding(&report, &spoke, cert)["severity"], "ok", "{cert}");
+        }
+        assert!(!has_finding(&report, &spoke, "state"));
+    }
+    assert_eq!(
+        finding(&report, "spoke0", "sealing")["not_after"],
+        "2036-11-26T16:44:04Z"
+    );
+
+    // One spoke at a time: each grade has its exit code.
+    let (code, out, _) = fleet.run(&["check", "spoke1"]);
+    assert_eq!(code, 1, "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "SPOKE", "CERT", "SEVERITY", "NOT", "AFTER", "DAYS", "LEFT", "DETAIL"
+        ]
+    );
+    let row = lines
+        .iter()
+        .find(|l| l.starts_with("spoke1") && l.split_whitespace().nth(1) == Some("client"))
+        .unwrap();
+    let na = rfc3339(fleet.client_not_after(1));
+    assert!(
+        row.contains("warning") && row.contains(&na) && row.contains(" 19 "),
+        "{row}"
+    );
+    assert!(
+        out.contains("\nWARNING: 1 warning, 4 ok (1 spoke)\n"),
+        "{out}"
+    );
+    assert_eq!(fleet.run(&["check", "spoke2"]).0, 0);
+    assert_eq!(fleet.check_json(&["spoke2"]).1["status"], "ok");
+
+    // Never rotated: unknown (3), but a known critical is never hidden behind it.
+    let (code, report) = fleet.check_json(&["spoke3"]);
+    assert_eq!(code, 3, "{report:#}");
+    let state = finding(&report, "spoke3", "state");
+    assert_eq!(state["severity"], "unknown");
+    assert!(state["detail"].as_str().unwrap().contains("never rotated"));
+    assert_eq!(fleet.check_json(&[]).0, 2, "critical beats unknown");
+
+    // Unreachable: unknown, above warning and below critical.
+    fleet.nodes[2].stop_api();
+    let (code, report) = fleet.check_json(&["spoke2"]);
+    assert_eq!(code, 3, "{report:#}");
+    let api = finding(&report, "spoke2", "api");
+    assert_eq!(api["severity"], "unknown");
+    assert_eq!(api["alertname"], "SpokekeeperSpokeUnreachable");
+    assert!(api["detail"].as_str().unwrap().contains("refused"), "{api}");
+    assert_eq!(finding(&report, "spoke2", "client")["severity"], "ok");
+    assert_eq!(fleet.check_json(&["spoke1", "spoke2"]).0, 3);
+    assert_eq!(fleet.check_json(&["spoke0", "spoke2"]).0, 2);
+    fleet.nodes[2].start_api();
+
+    // A rebuilt spoke: the hub's kubeconfig no longer trusts it. check commits nothing.
+    fleet.nodes[2].rebuild();
+    let committed = std::fs::read(
+        fleet
+            .dir
+            .path()
+            .join("clone/fluxcd/spoke2-kubeconfig-sealed.yaml"),
+    )
+    .unwrap();
+    let (code, report) = fleet.check_json(&["spoke2"]);
+    assert_eq!(code, 2, "{report:#}");
+    let ca = finding(&report, "spoke2", "ca");
+    assert_eq!(ca["severity"], "critical");
+    assert_eq!(ca["alertname"], "SpokekeeperCaMismatch");
+    assert_eq!(
+        std::fs::read(
+            fleet
+                .dir
+                .path()
+                .join("clone/fluxcd/spoke2-kubeconfig-sealed.yaml")
+        )
+        .unwrap(),
+        committed,
+        "check changes nothing"
+    );
+}
+
+/// A certificate for the vectors' sealing key, valid until `not_after`.
+fn sealing_cert(not_after: OffsetDateTime) -> String {
+    use rsa::pkcs8::EncodePrivateKey;
+    let keys = spokekeeper::seal::RecoveryKey::load_all(
+        &std::fs::read(vectors().join("key/tls.key")).unwrap(),
+        "tls.key",
+    )
+    .unwrap();
+    let der = keys[0].private_key().to_pkcs8_der().unwrap();
+    let key = rcgen::KeyPair::from_pkcs8_der_and_sign_algo(
+        &der.as_bytes().into(),
+        &rcgen::PKCS_RSA_SHA256,
+    )
+    .unwrap();
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    p.not_before = not_after - time::Duration::days(365);
+    p.not_after = not_after;
+    p.self_signed(&key).unwrap().pem()
+}
+
+#[test]
+fn the_sealing_certificate_is_graded_even_when_expired() {
+    let dir = tempfile::tempdir().unwrap();
+    let clone = seeded_clone(dir.path());
+    let now = OffsetDateTime::now_utc();
+    let soon = now + time::Duration::days(3);
+    let gone = now - time::Duration::days(2);
+    for (name, not_after, severity, alert) in [
+        (
+            "soon.pem",
+            soon,
+            "critical",
+            "SpokekeeperCertificateExpiring",
+        ),
+        ("gone.pem", gone, "expired", "SpokekeeperCertificateExpired"),
+    ] {
+        let cert = dir.path().join(name);
+        std::fs::write(&cert, sealing_cert(not_after)).unwrap();
+        let config = dir.path().join("spokekeeper.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 127.0.0.1}}\n",
+                clone.display(),
+                cert.display()
+            ),
+        )
+        .unwrap();
+        let (code, out, err) = spokekeeper(&config, &["check", "-o", "json"]);
+        assert_eq!(code, 2, "{out}\n{err}");
+        let report: Value = serde_json::from_str(&out).unwrap();
+        let f = finding(&report, "dev", "sealing");
+        assert_eq!(f["severity"], severity, "{f:#}");
+        assert_eq!(f["alertname"], alert);
+        assert_eq!(f["not_after"], rfc3339(not_after));
+        // dev was never rotated and has no api_server: unknown, but sealing is worse.
+        assert_eq!(finding(&report, "dev", "state")["severity"], "unknown");
+        assert!(!has_finding(&report, "dev", "api"), "nothing to probe");
+    }
+}
+
+#[test]
+fn what_cannot_be_checked_exits_3_and_says_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nowhere.yaml");
+    let (code, out, err) = spokekeeper(&missing, &["check"]);
+    assert_eq!(code, 3, "{out}");
+    assert!(out.is_empty(), "{out}");
+    assert!(
+        err.contains("UNKNOWN") && err.contains("nowhere.yaml") && err.contains("--config"),
+        "{err}"
+    );
+
+    let not_a_clone = dir.path().join("empty");
+    std::fs::create_dir(&not_a_clone).unwrap();
+    let config = dir.path().join("spokekeeper.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 127.0.0.1}}\n",
+            not_a_clone.display(),
+            vectors().join("key/cert.pem").display()
+        ),
+    )
+    .unwrap();
+    let (code, out, err) = spokekeeper(&config, &["check", "-o", "json"]);
+    assert_eq!(code, 3, "{out}\n{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["status"], "unknown");
+    assert_eq!(report["exit_code"], 3);
+    let error = report["error"].as_str().unwrap();
+    assert!(
+        error.contains("not a git clone") && error.contains("git clone"),
+        "{error}"
+    );
+    assert!(err.contains(error), "{err}");
+
+    let (code, _, err) = spokekeeper(&config, &["check", "nosuch"]);
+    assert_eq!(code, 3);
+    assert!(err.contains("no spoke named \"nosuch\""), "{err}");
+
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("cert.pem", "absent.pem")).unwrap();
+    let (code, _, err) = spokekeeper(&config, &["check"]);
+    assert_eq!(code, 3);
+    assert!(
+        err.contains("sealing.cert") && err.contains("absent.pem"),
+        "{err}"
+    );
+}
