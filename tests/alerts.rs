@@ -6,7 +6,6 @@ mod support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -23,6 +22,8 @@ use spokekeeper::repo::Repo;
 use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{self, Context, Options};
 use spokekeeper::seal::SealingKey;
+use support::fleet::{config_yaml, spokekeeper as run_binary, vectors};
+use support::git::fleet_remote;
 use support::{Lab, Node, NodeOptions};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -198,79 +199,16 @@ fn change(spoke: &str, cert: &str, from: &str, to: &str) -> (String, String, Str
 
 // ---- the daemon's loop against the lab ------------------------------------------------
 
-fn vectors() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "git {args:?}");
-}
-
 /// Spokes with the given client certificate lifetimes, rotated once by the binary.
 fn fleet(dir: &Path, nodes: &[Node], am: &str, hook: &str) -> PathBuf {
-    let remote = dir.join("fleet.git");
-    let r = remote.to_str().unwrap();
-    git(
-        dir,
-        &["init", "--quiet", "--bare", "--initial-branch=main", r],
+    let clone = fleet_remote(dir, 1).1.remove(0);
+    let extra = format!(
+        "renew_before: 1d\nalerts:\n  warn_before: 30d\n  critical_before: 7d\n  alertmanager: {am}\n  webhook: {hook}\n"
     );
-    let seed = dir.join("seed");
-    git(dir, &["clone", "--quiet", r, seed.to_str().unwrap()]);
-    std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
-    git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-        ],
-    );
-    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-    let clone = dir.join("clone");
-    git(dir, &["clone", "--quiet", r, clone.to_str().unwrap()]);
-    let mut yaml = format!(
-        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\n\
-         sealing:\n  cert: {}\nrenew_before: 1d\n\
-         alerts:\n  warn_before: 30d\n  critical_before: 7d\n  alertmanager: {am}\n  webhook: {hook}\nspokes:\n",
-        clone.display(),
-        vectors().join("key/cert.pem").display()
-    );
-    for (i, n) in nodes.iter().enumerate() {
-        yaml.push_str(&format!(
-            "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
-            n.address,
-            n.kubeconfig_path.display(),
-            n.ssh_port,
-            n.identity_path.display(),
-            n.known_hosts_path.display()
-        ));
-    }
     let config = dir.join("spokekeeper.yaml");
-    std::fs::write(&config, yaml).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(&config)
-        .args(["rotate", "--all"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    std::fs::write(&config, config_yaml(&clone, nodes, &extra)).unwrap();
+    let (code, out, err) = run_binary(&config, &["rotate", "--all"]);
+    assert_eq!(code, 0, "{out}{err}");
     config
 }
 

@@ -3,144 +3,46 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-
 use serde_json::Value;
 use spokekeeper::certs::CertInfo;
 use spokekeeper::rotate::state::rfc3339;
-use support::{Lab, Node, NodeOptions};
+use support::NodeOptions;
+use support::fleet::{Fleet, spokekeeper, vectors};
+use support::git::fleet_remote;
 use time::OffsetDateTime;
 
-fn vectors() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
+/// The thresholds under test; `renew_before: 1d` so rotate does not treat 5 days as due.
+const ALERTS: &str = "renew_before: 1d\nalerts:\n  warn_before: 30d\n  critical_before: 7d\n";
+
+/// One spoke per client-certificate lifetime.
+fn fleet_with_client_days(days: &[i64]) -> Fleet {
+    let opts: Vec<NodeOptions> = days
+        .iter()
+        .map(|&d| NodeOptions {
+            client_cert_days: d,
+            ..NodeOptions::default()
+        })
+        .collect();
+    Fleet::with(&opts, ALERTS)
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+fn check_json(fleet: &Fleet, spokes: &[&str]) -> (i32, Value) {
+    let mut args = vec!["-o", "json", "check"];
+    args.extend_from_slice(spokes);
+    let (code, out, err) = fleet.run(&args);
+    let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (code, json)
 }
 
-/// A fleet clone (seeded bare remote), one spoke per node, and a spokekeeper.yaml.
-struct Fleet {
-    nodes: Vec<Node>,
-    dir: tempfile::TempDir,
-    config: PathBuf,
-    _lab: Lab,
+fn client_not_after(fleet: &Fleet, i: usize) -> OffsetDateTime {
+    CertInfo::from_der(&fleet.nodes[i].client_cert_der())
+        .unwrap()
+        .not_after
 }
 
-impl Fleet {
-    fn new(client_cert_days: &[i64]) -> Fleet {
-        let lab = Lab::new();
-        let nodes: Vec<Node> = client_cert_days
-            .iter()
-            .map(|&d| {
-                lab.add_node(NodeOptions {
-                    client_cert_days: d,
-                    ..NodeOptions::default()
-                })
-            })
-            .collect();
-        let dir = tempfile::tempdir().unwrap();
-        let clone = seeded_clone(dir.path());
-        let mut yaml = format!(
-            "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\n\
-             sealing:\n  cert: {}\nrenew_before: 1d\n\
-             alerts:\n  warn_before: 30d\n  critical_before: 7d\nspokes:\n",
-            clone.display(),
-            vectors().join("key/cert.pem").display()
-        );
-        for (i, n) in nodes.iter().enumerate() {
-            yaml.push_str(&format!(
-                "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
-                n.address,
-                n.kubeconfig_path.display(),
-                n.ssh_port,
-                n.identity_path.display(),
-                n.known_hosts_path.display()
-            ));
-        }
-        let config = dir.path().join("spokekeeper.yaml");
-        std::fs::write(&config, yaml).unwrap();
-        Fleet {
-            nodes,
-            dir,
-            config,
-            _lab: lab,
-        }
-    }
-
-    fn run(&self, args: &[&str]) -> (i32, String, String) {
-        spokekeeper(&self.config, args)
-    }
-
-    fn check_json(&self, spokes: &[&str]) -> (i32, Value) {
-        let mut args = vec!["-o", "json", "check"];
-        args.extend_from_slice(spokes);
-        let (code, out, err) = self.run(&args);
-        let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-        (code, json)
-    }
-
-    fn client_not_after(&self, i: usize) -> OffsetDateTime {
-        CertInfo::from_der(&self.nodes[i].client_cert_der())
-            .unwrap()
-            .not_after
-    }
-}
-
-fn spokekeeper(config: &Path, args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(config)
-        .args(args)
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
-
-/// A clone of a bare remote with one commit on main.
-fn seeded_clone(dir: &Path) -> PathBuf {
-    let remote = dir.join("fleet.git");
-    let r = remote.to_str().unwrap();
-    git(
-        dir,
-        &["init", "--quiet", "--bare", "--initial-branch=main", r],
-    );
-    let seed = dir.join("seed");
-    git(dir, &["clone", "--quiet", r, seed.to_str().unwrap()]);
-    std::fs::write(seed.join("README.md"), "fleet\n").unwrap();
-    git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-        ],
-    );
-    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-    let clone = dir.join("clone");
-    git(dir, &["clone", "--quiet", r, clone.to_str().unwrap()]);
-    clone
+/// A clone of a seeded bare remote.
+fn seeded_clone(dir: &std::path::Path) -> std::path::PathBuf {
+    fleet_remote(dir, 1).1.remove(0)
 }
 
 fn finding<'a>(report: &'a Value, spoke: &str, cert: &str) -> &'a Value {
@@ -162,13 +64,13 @@ fn has_finding(report: &Value, spoke: &str, cert: &str) -> bool {
 
 #[test]
 fn client_certs_expiring_in_5_20_and_300_days_grade_critical_warning_ok() {
-    let mut fleet = Fleet::new(&[5, 20, 300, 365]);
+    let mut fleet = fleet_with_client_days(&[5, 20, 300, 365]);
     // spoke3 is left never rotated.
     let (code, out, err) = fleet.run(&["rotate", "spoke0", "spoke1", "spoke2"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(!out.contains("not renewed"), "renew_before 1d: {out}");
 
-    let (code, report) = fleet.check_json(&["spoke0", "spoke1", "spoke2"]);
+    let (code, report) = check_json(&fleet, &["spoke0", "spoke1", "spoke2"]);
     assert_eq!(code, 2, "{report:#}");
     assert_eq!(report["status"], "critical");
     assert_eq!(report["exit_code"], 2);
@@ -180,7 +82,7 @@ fn client_certs_expiring_in_5_20_and_300_days_grade_critical_warning_ok() {
         assert_eq!(f["days_left"], days, "{f:#}");
         assert_eq!(
             f["not_after"],
-            rfc3339(fleet.client_not_after(i)),
+            rfc3339(client_not_after(&fleet, i)),
             "the exact recorded date"
         );
         let alert = if severity == "ok" {
@@ -214,7 +116,7 @@ fn client_certs_expiring_in_5_20_and_300_days_grade_critical_warning_ok() {
         .iter()
         .find(|l| l.starts_with("spoke1") && l.split_whitespace().nth(1) == Some("client"))
         .unwrap();
-    let na = rfc3339(fleet.client_not_after(1));
+    let na = rfc3339(client_not_after(&fleet, 1));
     assert!(
         row.contains("warning") && row.contains(&na) && row.contains(" 19 "),
         "{row}"
@@ -224,51 +126,39 @@ fn client_certs_expiring_in_5_20_and_300_days_grade_critical_warning_ok() {
         "{out}"
     );
     assert_eq!(fleet.run(&["check", "spoke2"]).0, 0);
-    assert_eq!(fleet.check_json(&["spoke2"]).1["status"], "ok");
+    assert_eq!(check_json(&fleet, &["spoke2"]).1["status"], "ok");
 
     // Never rotated: unknown (3), but a known critical is never hidden behind it.
-    let (code, report) = fleet.check_json(&["spoke3"]);
+    let (code, report) = check_json(&fleet, &["spoke3"]);
     assert_eq!(code, 3, "{report:#}");
     let state = finding(&report, "spoke3", "state");
     assert_eq!(state["severity"], "unknown");
     assert!(state["detail"].as_str().unwrap().contains("never rotated"));
-    assert_eq!(fleet.check_json(&[]).0, 2, "critical beats unknown");
+    assert_eq!(check_json(&fleet, &[]).0, 2, "critical beats unknown");
 
     // Unreachable: unknown, above warning and below critical.
     fleet.nodes[2].stop_api();
-    let (code, report) = fleet.check_json(&["spoke2"]);
+    let (code, report) = check_json(&fleet, &["spoke2"]);
     assert_eq!(code, 3, "{report:#}");
     let api = finding(&report, "spoke2", "api");
     assert_eq!(api["severity"], "unknown");
     assert_eq!(api["alertname"], "SpokekeeperSpokeUnreachable");
     assert!(api["detail"].as_str().unwrap().contains("refused"), "{api}");
     assert_eq!(finding(&report, "spoke2", "client")["severity"], "ok");
-    assert_eq!(fleet.check_json(&["spoke1", "spoke2"]).0, 3);
-    assert_eq!(fleet.check_json(&["spoke0", "spoke2"]).0, 2);
+    assert_eq!(check_json(&fleet, &["spoke1", "spoke2"]).0, 3);
+    assert_eq!(check_json(&fleet, &["spoke0", "spoke2"]).0, 2);
     fleet.nodes[2].start_api();
 
     // A rebuilt spoke: the hub's kubeconfig no longer trusts it. check commits nothing.
     fleet.nodes[2].rebuild();
-    let committed = std::fs::read(
-        fleet
-            .dir
-            .path()
-            .join("clone/fluxcd/spoke2-kubeconfig-sealed.yaml"),
-    )
-    .unwrap();
-    let (code, report) = fleet.check_json(&["spoke2"]);
+    let committed = std::fs::read(fleet.output(2)).unwrap();
+    let (code, report) = check_json(&fleet, &["spoke2"]);
     assert_eq!(code, 2, "{report:#}");
     let ca = finding(&report, "spoke2", "ca");
     assert_eq!(ca["severity"], "critical");
     assert_eq!(ca["alertname"], "SpokekeeperCaMismatch");
     assert_eq!(
-        std::fs::read(
-            fleet
-                .dir
-                .path()
-                .join("clone/fluxcd/spoke2-kubeconfig-sealed.yaml")
-        )
-        .unwrap(),
+        std::fs::read(fleet.output(2)).unwrap(),
         committed,
         "check changes nothing"
     );

@@ -24,30 +24,56 @@ pub struct Fleet {
     _lab: Lab,
 }
 
+/// A spokekeeper.yaml for `nodes` (spoke0, spoke1, ...) over `clone`, with `extra`
+/// top-level lines (e.g. `renew_before: 1d`).
+pub fn config_yaml(clone: &Path, nodes: &[Node], extra: &str) -> String {
+    let mut yaml = format!(
+        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\n{extra}spokes:\n",
+        clone.display(),
+        vectors().join("key/cert.pem").display()
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
+            n.address,
+            n.kubeconfig_path.display(),
+            n.ssh_port,
+            n.identity_path.display(),
+            n.known_hosts_path.display()
+        ));
+    }
+    yaml
+}
+
+/// Runs the binary with `--config config` and `args`: (exit code, stdout, stderr).
+pub fn spokekeeper(config: &Path, args: &[&str]) -> (i32, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
 impl Fleet {
     pub fn new(opts: &[NodeOptions]) -> Fleet {
+        Self::with(opts, "")
+    }
+
+    /// With `extra` top-level configuration lines.
+    pub fn with(opts: &[NodeOptions], extra: &str) -> Fleet {
         let lab = Lab::new();
         let nodes: Vec<Node> = opts.iter().map(|o| lab.add_node(o.clone())).collect();
         let dir = tempfile::tempdir().unwrap();
         let (remote, mut clones) = fleet_remote(dir.path(), 1);
         let clone = clones.remove(0);
-        let mut yaml = format!(
-            "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
-            clone.display(),
-            vectors().join("key/cert.pem").display()
-        );
-        for (i, n) in nodes.iter().enumerate() {
-            yaml.push_str(&format!(
-                "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
-                n.address,
-                n.kubeconfig_path.display(),
-                n.ssh_port,
-                n.identity_path.display(),
-                n.known_hosts_path.display()
-            ));
-        }
         let config = dir.path().join("spokekeeper.yaml");
-        std::fs::write(&config, yaml).unwrap();
+        std::fs::write(&config, config_yaml(&clone, &nodes, extra)).unwrap();
         Fleet {
             nodes,
             dir,
@@ -58,19 +84,15 @@ impl Fleet {
         }
     }
 
+    /// Any command: (exit code, stdout, stderr).
+    pub fn run(&self, args: &[&str]) -> (i32, String, String) {
+        spokekeeper(&self.config, args)
+    }
+
     pub fn rotate(&self, args: &[&str]) -> (i32, String, String) {
-        let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-            .arg("--config")
-            .arg(&self.config)
-            .arg("rotate")
-            .args(args)
-            .output()
-            .unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
+        let mut all = vec!["rotate"];
+        all.extend_from_slice(args);
+        self.run(&all)
     }
 
     pub fn rotate_json(&self, args: &[&str]) -> (i32, serde_json::Value, String) {
