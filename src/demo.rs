@@ -24,6 +24,11 @@ use crate::seal::key::{DEMO_CERT_PEM, DEMO_KEY_PEM};
 use crate::seal::{RecoveryKey, SealedSecret, SealingKey};
 use crate::sim::{ApiIdentity, ApiServer, Pki, PkiOptions, kubeconfig_yaml};
 
+/// println! that survives a closed pipe (`spokekeeper demo | head`).
+macro_rules! say {
+    ($($arg:tt)*) => { crate::cli::out(&format!("{}\n", format_args!($($arg)*))) };
+}
+
 const SPOKES: [&str; 3] = ["dev", "test", "prod"];
 const REBUILT: usize = 1;
 
@@ -121,7 +126,7 @@ fn git(dir: &Path, args: &[&str]) -> Result<String, String> {
 }
 
 fn step(n: u32, text: &str) {
-    println!("\n== {n}. {text}");
+    say!("\n== {n}. {text}");
 }
 
 /// Runs the demo; every error names what failed.
@@ -144,7 +149,7 @@ pub fn run() -> Result<(), String> {
         .build()
         .map_err(|e| e.to_string())?;
 
-    println!(
+    say!(
         "spokekeeper demo: a simulated fleet in {}",
         root_path.display()
     );
@@ -207,7 +212,7 @@ pub fn run() -> Result<(), String> {
     let mut spokes = Vec::new();
     for name in SPOKES {
         let s = SimSpoke::start(name, root_path, sim.handle())?;
-        println!(
+        say!(
             "   {name:<5} k3s API on https://127.0.0.1:{}  kubeconfig {}",
             s.port,
             s.k3s_yaml().display()
@@ -284,7 +289,7 @@ pub fn run() -> Result<(), String> {
     );
     let old_ca = crate::certs::fingerprint(&rebuilt.pki.server_ca_der);
     rebuilt.rebuild(sim.handle())?;
-    println!(
+    say!(
         "   CA {} -> {}",
         old_ca,
         crate::certs::fingerprint(&rebuilt.pki.server_ca_der)
@@ -317,7 +322,7 @@ pub fn run() -> Result<(), String> {
             Duration::from_secs(10),
         ))
         .map_err(|e| format!("the committed credential does not work: {e}"))?;
-    println!(
+    say!(
         "   {file} unseals; it authenticates as {} (groups {}) against {} ({})",
         live.username,
         live.groups.join(","),
@@ -329,8 +334,8 @@ pub fn run() -> Result<(), String> {
         7,
         "the fleet repo's log: one commit per rotation, each saying why",
     );
-    print!("{}", git(&remote, &["log", "--format=%h %s", "main"])?);
-    println!(
+    crate::cli::out(&git(&remote, &["log", "--format=%h %s", "main"])?);
+    say!(
         "\nDone. Nothing here touched your machine beyond {}, now removed.",
         root_path.display()
     );

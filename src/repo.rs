@@ -149,7 +149,8 @@ impl Repo {
         }
     }
 
-    /// The committed contents of `rel` at HEAD, or None when it is not there.
+    /// The contents of `rel` in the clone's working tree (after [`Repo::sync`], what HEAD
+    /// holds), or None when it is not there.
     pub fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
         let path = self.inside(rel)?;
         match std::fs::read(&path) {

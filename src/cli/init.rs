@@ -71,7 +71,7 @@ pub fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
             config_path.display()
         );
     }
-    print!("{NODE_RECIPE}");
+    super::out(NODE_RECIPE);
     ExitCode::SUCCESS
 }
 

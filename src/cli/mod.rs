@@ -105,6 +105,15 @@ pub(crate) fn report(context: &str, err: &dyn std::error::Error) {
     }
 }
 
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+pub fn out(text: &str) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let _ = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush());
+}
+
 /// Prints a command's error to stderr and returns the failure exit code.
 pub(crate) fn fail(command: &str, message: &str) -> ExitCode {
     eprintln!("spokekeeper {command}: error: {message}");

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use time::OffsetDateTime;
 
-use super::{Format, fail};
+use super::{Format, fail, out};
 use crate::config::Config;
 use crate::repo::Repo;
 use crate::rotate::{self, Context, Options, Outcome, TickReport};
@@ -102,11 +102,11 @@ pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, Stri
 
 pub fn print_report(report: &TickReport, format: Format) {
     match format {
-        Format::Json => println!(
-            "{}",
+        Format::Json => out(&format!(
+            "{}\n",
             serde_json::to_string_pretty(report).unwrap_or_default()
-        ),
-        Format::Yaml => print!("{}", serde_saphyr::to_string(report).unwrap_or_default()),
+        )),
+        Format::Yaml => out(&serde_saphyr::to_string(report).unwrap_or_default()),
         Format::Table => {
             let mut rows = vec![
                 [
@@ -169,12 +169,15 @@ pub(crate) fn print_table(rows: &[[String; 6]]) {
     let widths: Vec<usize> = (0..6)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
+    let mut text = String::new();
     for row in rows {
         let line: Vec<String> = row
             .iter()
             .zip(&widths)
             .map(|(cell, w)| format!("{cell:<w$}"))
             .collect();
-        println!("{}", line.join("  ").trim_end());
+        text.push_str(line.join("  ").trim_end());
+        text.push('\n');
     }
+    out(&text);
 }
