@@ -13,6 +13,7 @@ pub mod cli;
 pub mod config;
 pub mod fsutil;
 pub mod kubeconfig;
+pub mod metrics;
 pub mod repo;
 pub mod rotate;
 pub mod seal;
