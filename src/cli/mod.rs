@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod init;
 mod inspect;
 mod rotate;
+mod run;
 mod seal;
 
 /// Output format. Commands that print for people default to a table.
@@ -48,7 +49,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The daemon: tick on the schedule, serve /metrics, /healthz, /readyz.
-    Run,
+    Run(run::RunArgs),
     /// One tick now, for some or all spokes.
     Rotate(rotate::RotateArgs),
     /// Expiry and health report (exit 0 ok, 1 warning, 2 critical).
@@ -76,9 +77,8 @@ pub fn main() -> ExitCode {
         Command::Inspect(args) => inspect::run(&args, cli.output),
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
-        Command::Run | Command::Check | Command::Status | Command::Demo => {
-            not_built_yet(&cli.command)
-        }
+        Command::Run(args) => run::run(&args, &cli.config),
+        Command::Check | Command::Status | Command::Demo => not_built_yet(&cli.command),
     }
 }
 
