@@ -87,6 +87,8 @@ async fn serve(opts: Options) -> Result<(), String> {
     ));
     let listen = opts.listen.unwrap_or(loaded.config().metrics_listen);
     let listener = http::bind(listen).await?;
+    // Port 0 binds any free port: say which.
+    let listen = listener.local_addr().unwrap_or(listen);
     let (stop_http, http_stopped) = oneshot::channel::<()>();
     let app = http::router(health.clone(), metrics.clone());
     let server = tokio::spawn(async move {
