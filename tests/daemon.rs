@@ -885,3 +885,27 @@ fn memory_with_100_spokes_idle_and_during_a_tick() {
     assert!(idle < 48 * 1024, "idle RSS {idle} KiB");
     assert!(peak < 128 * 1024, "peak RSS {peak} KiB");
 }
+
+#[test]
+fn a_second_signal_cancels_the_running_tick_at_once() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    fs::write(&fleet.config, fleet.yaml(&[0], &[0])).unwrap();
+    fleet.nodes[0].sigstop();
+    let mut d = Daemon::start(&fleet.config, &["--now", "--interval", "1h"]);
+    assert!(d.wait_for("tick started", 1, FIVE_S), "{}", d.log());
+    d.signal(Signal::TERM);
+    assert!(d.wait_for("letting the running tick finish", 1, FIVE_S));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(d.alive(), "still in its grace");
+    let sent = Instant::now();
+    d.signal(Signal::INT);
+    let status = d.wait_exit(Duration::from_secs(5)).expect("exits");
+    let took = sent.elapsed();
+    fleet.nodes[0].sigcont();
+    let log = d.log();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(took < Duration::from_secs(3), "{took:?}");
+    assert!(log.contains("SIGINT while stopping: cancelling"), "{log}");
+    assert!(log.contains("tick cancelled"), "{log}");
+    fleet.assert_clean();
+}

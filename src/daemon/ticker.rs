@@ -157,7 +157,7 @@ impl Ticker {
                         stop_by = Some(Instant::now() + SHUTDOWN_GRACE);
                     }
                     Sig::Stop(name) => {
-                        tracing::warn!("{name} again: cancelling the running tick");
+                        tracing::warn!("{name} while stopping: cancelling the running tick now");
                         break None;
                     }
                 },
