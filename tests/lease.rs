@@ -1033,3 +1033,63 @@ fn two_daemons_one_ticks_the_other_takes_over_never_both() {
         .collect();
     assert!(holders.len() > 5, "{holders:?}");
 }
+
+#[test]
+fn losing_the_lease_cancels_the_running_tick() {
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &["a"]).remove(0);
+    // The spoke's SSH port accepts and never answers: the tick waits on it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for conn in silent.incoming().map_while(Result::ok) {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let identity = dir.path().join("id_ed25519");
+    let keygen = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&identity)
+        .status()
+        .unwrap();
+    assert!(keygen.success());
+    let known_hosts = dir.path().join("known_hosts");
+    fs::write(&known_hosts, "").unwrap();
+    let yaml = fs::read_to_string(&config).unwrap();
+    let spoke = yaml.split("spokes:\n").next().unwrap().to_string()
+        + &format!(
+            "spokes:\n  - name: hanging\n    address: 127.0.0.1\n    ssh: {{ port: {port}, identity: {}, known_hosts: {}, connect_timeout: 60s }}\n",
+            identity.display(),
+            known_hosts.display()
+        );
+    fs::write(&config, spoke).unwrap();
+    let ep = emu.endpoint();
+    let p = Proc::start("a", &config, &emu.kubeconfig(&ep));
+    let started = p
+        .wait_for("tick started", 1, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the tick is waiting on SSH"
+    );
+    assert!(p.times("tick finished").is_empty());
+
+    emu.set_holder("spokekeeper", "intruder", SystemTime::now(), 15);
+    let cancelled = p
+        .wait_for("tick cancelled", 1, Duration::from_secs(8))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    assert!(
+        p.log()
+            .contains("lost the lease: cancelling the running tick"),
+        "{}",
+        p.log()
+    );
+    assert!(cancelled - started < Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(p.times("tick started").len(), 1, "{}", p.log());
+    assert!(p.times("tick finished").is_empty(), "{}", p.log());
+}
