@@ -3,6 +3,7 @@
 //! The pipeline, per spoke: observe -> decide -> extract -> validate -> seal -> commit.
 //! Modules, in the order the dependencies point:
 //! - [`cli`]: commands and their output (thin; calls the rest);
+//! - [`daemon`], [`metrics`]: `spokekeeper run`: schedule, leader election, endpoints;
 //! - [`spoke`]: reaching a spoke (SSH extraction, TLS probe, live API check);
 //! - [`seal`]: Sealed Secrets, natively;
 //! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;
@@ -12,9 +13,11 @@ pub mod alerts;
 pub mod certs;
 pub mod cli;
 pub mod config;
+pub mod daemon;
 pub mod demo;
 pub mod fsutil;
 pub mod kubeconfig;
+pub mod metrics;
 pub mod repo;
 pub mod rotate;
 pub mod seal;

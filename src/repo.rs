@@ -119,6 +119,7 @@ impl Repo {
     /// Brings the clone to the remote branch: discards uncommitted changes (a crash
     /// between write and commit), fetches, and rebases local commits that were not pushed.
     pub async fn sync(&self) -> Result<(), RepoError> {
+        self.remove_stale_index_lock();
         let status = self
             .git(["status", "--porcelain", "--untracked-files=no"])
             .await?;
@@ -139,6 +140,17 @@ impl Repo {
             self.git(["reset", "--hard", "--quiet", &upstream]).await?;
         }
         Ok(())
+    }
+
+    /// A git killed mid-commit (a cancelled tick, SIGKILL) leaves `index.lock`, and every
+    /// later git call fails on it. Holding the repo lock, no git of ours is running: it
+    /// is stale. Call only under [`Repo::lock`].
+    fn remove_stale_index_lock(&self) {
+        let lock = self.path.join(".git").join("index.lock");
+        if lock.exists() {
+            tracing::warn!(path = %lock.display(), "removing a stale git index lock left by an interrupted run");
+            let _ = std::fs::remove_file(&lock);
+        }
     }
 
     async fn abort_stale_rebase(&self) {

@@ -147,6 +147,8 @@ async fn sync_discards_crash_leftovers_and_keeps_unpushed_commits() {
         .await
         .unwrap();
     other.push().await.unwrap();
+    // A git killed mid-commit left its index lock.
+    std::fs::write(clones[0].join(".git/index.lock"), "").unwrap();
     // A written but uncommitted change (crash between write and commit) is discarded.
     std::fs::write(clones[0].join("README.md"), "half-done\n").unwrap();
     repo.sync().await.unwrap();

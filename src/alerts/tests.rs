@@ -341,6 +341,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         outcome,
         reason: None,
         ca_sha256: None,
+        ca_not_after: None,
         client_not_after: None,
         user: None,
     };

@@ -12,6 +12,7 @@ mod check;
 mod init;
 mod inspect;
 pub(crate) mod rotate;
+mod run;
 mod seal;
 
 /// Output format. Commands that print for people default to a table.
@@ -49,7 +50,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The daemon: tick on the schedule, serve /metrics, /healthz, /readyz.
-    Run,
+    Run(run::RunArgs),
     /// One tick now, for some or all spokes.
     Rotate(rotate::RotateArgs),
     /// Expiry and health report (exit 0 ok, 1 warning, 2 critical or expired, 3 unknown).
@@ -71,6 +72,12 @@ pub enum Command {
 /// Parses the command line and runs the command.
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // The daemon says what each tick did; one-shot commands print their own report.
+    init_logging(if matches!(cli.command, Command::Run(_)) {
+        "info"
+    } else {
+        "warn"
+    });
     match cli.command {
         Command::Seal(args) => seal::seal(&args, cli.output),
         Command::Unseal(args) => seal::unseal(&args, cli.output),
@@ -82,14 +89,15 @@ pub fn main() -> ExitCode {
             Err(e) => fail("demo", &e),
         },
         Command::Check(args) => check::run(&args, &cli.config, cli.output),
-        Command::Run | Command::Status => not_built_yet(&cli.command),
+        Command::Run(args) => run::run(&args, &cli.config),
+        Command::Status => not_built_yet(&cli.command),
     }
 }
 
 fn not_built_yet(command: &Command) -> ExitCode {
     let name = format!("{command:?}").to_lowercase();
     eprintln!(
-        "spokekeeper {name}: not built yet in this version. Working today: rotate, check, seal, unseal, inspect, init, demo. \
+        "spokekeeper {name}: not built yet in this version. Working today: run, rotate, check, seal, unseal, inspect, init, demo. \
          See README.md, section \"Status\"."
     );
     ExitCode::from(2)
@@ -103,6 +111,20 @@ pub(crate) fn report(context: &str, err: &dyn std::error::Error) {
         eprintln!("  caused by: {cause}");
         source = cause.source();
     }
+}
+
+/// Logs to stderr; `SPOKEKEEPER_LOG` (e.g. `debug`, `spokekeeper=trace`) overrides the
+/// level. Colour only on a terminal: journald and pod logs get plain text.
+fn init_logging(default: &str) {
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SPOKEKEEPER_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default)),
+        )
+        .init();
 }
 
 /// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.

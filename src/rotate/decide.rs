@@ -46,6 +46,23 @@ pub enum Reason {
     ContentChanged,
 }
 
+impl Reason {
+    /// The reason's kind, as in JSON output and the metrics' `reason` label.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Reason::Initial => "initial",
+            Reason::Unreadable { .. } => "unreadable",
+            Reason::CaChanged { .. } => "ca-changed",
+            Reason::ClientExpiring { .. } => "client-expiring",
+            Reason::SealingKeyChanged { .. } => "sealing-key-changed",
+            Reason::ConfigChanged { .. } => "config-changed",
+            Reason::Forced => "forced",
+            Reason::Periodic => "periodic",
+            Reason::ContentChanged => "content-changed",
+        }
+    }
+}
+
 impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
@@ -354,6 +371,30 @@ mod tests {
             ),
             Decision::Rotate(Reason::Periodic)
         );
+    }
+
+    #[test]
+    fn kind_is_the_json_tag() {
+        for r in [
+            Reason::Initial,
+            Reason::Unreadable {
+                detail: String::new(),
+            },
+            Reason::CaChanged { old: String::new() },
+            Reason::ClientExpiring { not_after: now() },
+            Reason::SealingKeyChanged {
+                old: String::new(),
+                new: String::new(),
+            },
+            Reason::ConfigChanged {
+                detail: String::new(),
+            },
+            Reason::Forced,
+            Reason::Periodic,
+            Reason::ContentChanged,
+        ] {
+            assert_eq!(serde_json::to_value(&r).unwrap()["kind"], r.kind());
+        }
     }
 
     #[test]

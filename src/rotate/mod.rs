@@ -107,6 +107,8 @@ pub struct SpokeReport {
     /// The CA the hub's credential trusts after this tick.
     pub ca_sha256: Option<String>,
     #[serde(with = "time::serde::rfc3339::option")]
+    pub ca_not_after: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
     pub client_not_after: Option<OffsetDateTime>,
     /// Who the new credential authenticated as, when one was validated.
     pub user: Option<String>,
@@ -229,6 +231,7 @@ async fn reconcile(
         outcome: Outcome::Healthy,
         reason: None,
         ca_sha256: None,
+        ca_not_after: None,
         client_not_after: None,
         user: None,
     };
@@ -258,6 +261,7 @@ async fn reconcile(
     };
     if let Some(Ok((_, r))) = &parsed {
         report.ca_sha256 = Some(r.ca_sha256.clone());
+        report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
     }
     // decide
@@ -340,6 +344,7 @@ async fn reconcile(
     };
     report.reason = Some(reason.clone());
     report.ca_sha256 = Some(recorded.ca_sha256.clone());
+    report.ca_not_after = Some(recorded.ca_not_after);
     report.client_not_after = recorded.client_not_after;
 
     // seal

@@ -1,0 +1,192 @@
+//! /healthz, /readyz and /metrics.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use tokio::net::TcpListener;
+
+use super::schedule::Schedule;
+use crate::metrics::{self, Metrics};
+
+/// What /readyz decides from; updated by the tick loop.
+pub struct Health {
+    state: Mutex<HealthState>,
+}
+
+struct HealthState {
+    schedule: Schedule,
+    jitter: Duration,
+    config: String,
+    /// The last tick's finish, or when we began waiting for the first one.
+    since: SystemTime,
+    ticked: bool,
+    /// Some(false): a standby replica (leader election, not the leader).
+    leader: Option<bool>,
+}
+
+impl Health {
+    pub fn new(schedule: Schedule, jitter: Duration, config: String, leader_elect: bool) -> Health {
+        Health {
+            state: Mutex::new(HealthState {
+                schedule,
+                jitter,
+                config,
+                since: SystemTime::now(),
+                ticked: false,
+                leader: leader_elect.then_some(false),
+            }),
+        }
+    }
+
+    pub fn config_loaded(&self, schedule: Schedule, config: String) {
+        self.with(|s| {
+            s.schedule = schedule;
+            s.config = config;
+        });
+    }
+
+    pub fn tick_finished(&self, at: SystemTime) {
+        self.with(|s| {
+            s.since = at;
+            s.ticked = true;
+        });
+    }
+
+    /// A new leader gets the same grace as a fresh start.
+    pub fn leading(&self, leading: bool) {
+        self.with(|s| {
+            if leading && s.leader == Some(false) {
+                s.since = SystemTime::now();
+                s.ticked = false;
+            }
+            s.leader = s.leader.map(|_| leading);
+        });
+    }
+
+    /// Ok with what is ready, or Err with why not.
+    pub fn readiness(&self, now: SystemTime) -> Result<String, String> {
+        let s = self
+            .state
+            .lock()
+            .map_err(|_| "the health state is poisoned".to_string())?;
+        if s.leader == Some(false) {
+            return Ok(format!(
+                "ready: standby (not the leader), config {}",
+                s.config
+            ));
+        }
+        // Ticks finish a little after their slot: allow up to the 2nd slot after the last
+        // finish (before the first tick: one full period after it is due).
+        let deadline = s
+            .schedule
+            .nth_after(s.since, 2)
+            .and_then(|d| d.checked_add(s.jitter));
+        let what = if s.ticked {
+            "the last tick finished"
+        } else {
+            "started waiting for the first tick"
+        };
+        let ago = now.duration_since(s.since).unwrap_or_default().as_secs();
+        match deadline {
+            Some(d) if now <= d => Ok(format!("ready: {what} {ago}s ago, config {}", s.config)),
+            _ => Err(format!(
+                "not ready: {what} {ago}s ago, more than two periods of schedule {}: see the log for why ticks do not finish",
+                s.schedule
+            )),
+        }
+    }
+
+    fn with(&self, f: impl FnOnce(&mut HealthState)) {
+        if let Ok(mut s) = self.state.lock() {
+            f(&mut s);
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Shared {
+    health: Arc<Health>,
+    metrics: Arc<Metrics>,
+}
+
+pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(Shared { health, metrics })
+}
+
+async fn readyz(State(s): State<Shared>) -> Response {
+    match s.health.readiness(SystemTime::now()) {
+        Ok(msg) => (StatusCode::OK, format!("{msg}\n")).into_response(),
+        Err(msg) => (StatusCode::SERVICE_UNAVAILABLE, format!("{msg}\n")).into_response(),
+    }
+}
+
+async fn metrics_text(State(s): State<Shared>) -> Response {
+    match s.metrics.encode() {
+        Ok(text) => ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response(),
+        Err(_) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "cannot encode the metrics\n",
+        )
+            .into_response(),
+    }
+}
+
+/// Binds `addr`; the error says which address and how to pick another.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr).await.map_err(|e| {
+        format!("cannot listen on {addr} for /metrics, /healthz and /readyz: {e} (set metrics.listen in the config, or pass --listen ADDR)")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ready_until_two_slots_after_the_last_tick() {
+        let h = Health::new(
+            Schedule::every(Duration::from_secs(10)).unwrap(),
+            Duration::from_secs(1),
+            "c.yaml".into(),
+            false,
+        );
+        let start = SystemTime::now();
+        assert!(h.readiness(start).unwrap().contains("first tick"));
+        assert!(h.readiness(start + Duration::from_secs(20)).is_ok());
+        let e = h.readiness(start + Duration::from_secs(23)).unwrap_err();
+        assert!(e.contains("more than two periods"), "{e}");
+        h.tick_finished(start + Duration::from_secs(15));
+        assert!(
+            h.readiness(start + Duration::from_secs(35))
+                .unwrap()
+                .contains("last tick")
+        );
+        assert!(h.readiness(start + Duration::from_secs(37)).is_err());
+    }
+
+    #[test]
+    fn a_standby_is_ready_and_a_new_leader_gets_grace() {
+        let h = Health::new(
+            Schedule::every(Duration::from_secs(10)).unwrap(),
+            Duration::ZERO,
+            "c.yaml".into(),
+            true,
+        );
+        let later = SystemTime::now() + Duration::from_secs(3600);
+        assert!(h.readiness(later).unwrap().contains("standby"));
+        h.leading(true);
+        let now = SystemTime::now();
+        assert!(h.readiness(now + Duration::from_secs(5)).is_ok());
+        assert!(h.readiness(now + Duration::from_secs(25)).is_err());
+    }
+}

@@ -1,0 +1,310 @@
+//! The tick loop of `spokekeeper run`.
+//!
+//! A tick runs in its own task, so an error or a panic in it is logged and counted and
+//! never ends the daemon. Cancelling a tick drops it: the repo writes files atomically
+//! and kills the git it started; the next tick's sync discards what was not committed.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::http::Health;
+use super::signals::{Sig, Signals};
+use super::{Loaded, MAX_NAP, Options, SHUTDOWN_GRACE, load, schedule};
+use crate::metrics::Metrics;
+use crate::rotate::{self, Outcome, TickReport};
+
+/// How a tick ended, for the loop.
+enum Ended {
+    /// Finished, failed or cancelled by a lost lease: carry on.
+    Continue,
+    /// A stop signal came during the tick.
+    Stop,
+}
+
+/// The tick loop: one tick at a time, while leading.
+pub(super) struct Ticker {
+    pub opts: Options,
+    pub loaded: Loaded,
+    pub metrics: Arc<Metrics>,
+    pub health: Arc<Health>,
+    /// Whether this process may tick (always true without leader election).
+    pub leader: watch::Receiver<bool>,
+    pub leader_alive: bool,
+    pub signals: Signals,
+}
+
+impl Ticker {
+    /// Returns on SIGTERM or SIGINT, after the running tick finished or was cancelled.
+    pub async fn run(&mut self) {
+        let mut leading = *self.leader.borrow_and_update();
+        // The slot the next tick belongs to, and when it starts (slot + jitter).
+        let mut due = leading.then(|| self.first_slot());
+        let mut wake = due.map(|s| s + schedule::jitter(self.opts.jitter));
+        loop {
+            let nap = wake.map_or(MAX_NAP, |w| {
+                w.duration_since(SystemTime::now())
+                    .unwrap_or_default()
+                    .min(MAX_NAP)
+            });
+            tokio::select! {
+                sig = self.signals.recv() => match sig {
+                    Sig::Stop(name) => {
+                        tracing::info!("{name}: stopping (no tick was running)");
+                        return;
+                    }
+                    Sig::Reload => {
+                        if self.reload().await && leading {
+                            due = self.loaded.schedule.next_after(SystemTime::now());
+                            wake = due.map(|s| s + schedule::jitter(self.opts.jitter));
+                        }
+                    }
+                },
+                changed = self.leader.changed(), if self.leader_alive => {
+                    if changed.is_err() {
+                        self.leader_alive = false;
+                        tracing::error!("leader election stopped: not ticking");
+                    }
+                    let now_leading = self.leader_alive && *self.leader.borrow_and_update();
+                    if now_leading != leading {
+                        leading = now_leading;
+                        self.health.leading(leading);
+                        due = leading.then(|| self.first_slot());
+                        wake = due.map(|s| s + schedule::jitter(self.opts.jitter));
+                        if let Some(w) = wake {
+                            tracing::info!(next = %rfc3339(w), "leading: ticking on the schedule");
+                        }
+                    }
+                }
+                _ = tokio::time::sleep(nap), if wake.is_some() => {
+                    let (Some(slot), Some(w)) = (due, wake) else { continue };
+                    if SystemTime::now() < w {
+                        continue;
+                    }
+                    let ended = self.tick().await;
+                    let end = SystemTime::now();
+                    if matches!(ended, Ended::Stop) {
+                        return;
+                    }
+                    leading = self.leader_alive && *self.leader.borrow_and_update();
+                    if !leading {
+                        self.health.leading(false);
+                    }
+                    due = leading.then(|| self.next_slot(slot, end));
+                    wake = due.map(|s| s.max(end) + schedule::jitter(self.opts.jitter));
+                }
+            }
+        }
+    }
+
+    fn first_slot(&self) -> SystemTime {
+        let now = SystemTime::now();
+        if self.opts.tick_now {
+            return now;
+        }
+        self.loaded.schedule.next_after(now).unwrap_or(now)
+    }
+
+    /// The slot after `slot`; when the tick ran past it, now (late, never overlapping).
+    fn next_slot(&self, slot: SystemTime, end: SystemTime) -> SystemTime {
+        let schedule = &self.loaded.schedule;
+        match schedule.next_after(slot) {
+            Some(next) if next > end => next,
+            Some(next) => {
+                let took = end.duration_since(slot).unwrap_or_default();
+                tracing::warn!(
+                    took_s = took.as_secs(),
+                    missed = %rfc3339(next),
+                    schedule = %schedule,
+                    "the tick ran past the next scheduled time: the next tick starts now instead (ticks never overlap)"
+                );
+                end
+            }
+            None => {
+                tracing::error!(schedule = %schedule, "the schedule has no further time: no more ticks");
+                end + Duration::from_secs(86_400 * 365)
+            }
+        }
+    }
+
+    /// Runs one tick to its end, unless a stop signal's grace runs out or the lease is
+    /// lost, which cancel it.
+    async fn tick(&mut self) -> Ended {
+        let ctx = self.loaded.context.clone();
+        let opts = rotate::Options {
+            concurrency: self.opts.concurrency,
+            ..rotate::Options::default()
+        };
+        let started = Instant::now();
+        tracing::info!(spokes = ctx.config.spokes.len(), "tick started");
+        let mut task = {
+            let ctx = ctx.clone();
+            tokio::task::spawn_local(async move { rotate::tick(&ctx, &opts).await })
+        };
+        let mut stop_by: Option<Instant> = None;
+        let joined = loop {
+            let grace = stop_by.unwrap_or_else(|| Instant::now() + MAX_NAP);
+            tokio::select! {
+                joined = &mut task => break Some(joined),
+                sig = self.signals.recv() => match sig {
+                    Sig::Reload => {
+                        self.reload().await;
+                    }
+                    Sig::Stop(name) if stop_by.is_none() => {
+                        tracing::info!(grace_s = SHUTDOWN_GRACE.as_secs(), "{name}: letting the running tick finish, then stopping");
+                        stop_by = Some(Instant::now() + SHUTDOWN_GRACE);
+                    }
+                    Sig::Stop(name) => {
+                        tracing::warn!("{name} while stopping: cancelling the running tick now");
+                        break None;
+                    }
+                },
+                _ = tokio::time::sleep_until(grace), if stop_by.is_some() => {
+                    tracing::warn!(grace_s = SHUTDOWN_GRACE.as_secs(), "the tick did not finish in time after the stop signal: cancelling it");
+                    break None;
+                }
+                changed = self.leader.changed(), if self.leader_alive => {
+                    if changed.is_err() || !*self.leader.borrow() {
+                        tracing::warn!("lost the lease: cancelling the running tick");
+                        break None;
+                    }
+                }
+            }
+        };
+        let took = started.elapsed();
+        match joined {
+            None => {
+                task.abort();
+                let _ = task.await;
+                tracing::warn!(
+                    took_ms = took.as_millis() as u64,
+                    "tick cancelled: nothing it had not committed was kept"
+                );
+                self.report_unpushed(&ctx).await;
+            }
+            Some(Ok(Ok(report))) => {
+                let now = SystemTime::now();
+                self.metrics.observe_tick(&report, took, now);
+                self.health.tick_finished(now);
+                log_report(&report, took);
+                if report
+                    .repo_error
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("push"))
+                {
+                    self.report_unpushed(&ctx).await;
+                }
+            }
+            Some(Ok(Err(e))) => {
+                tracing::error!(error = %e, "tick failed");
+                self.metrics.error("", "tick");
+            }
+            Some(Err(e)) => {
+                tracing::error!(error = %e, "tick failed unexpectedly (a bug: please report it)");
+                self.metrics.error("", "tick");
+            }
+        }
+        if stop_by.is_some() {
+            Ended::Stop
+        } else {
+            Ended::Continue
+        }
+    }
+
+    /// Says so when commits stay in the local clone only.
+    async fn report_unpushed(&self, ctx: &rotate::Context) {
+        if !ctx.config.repo.push {
+            return;
+        }
+        match tokio::time::timeout(Duration::from_secs(1), ctx.repo.unpushed()).await {
+            Ok(Ok(0)) => {}
+            Ok(Ok(n)) => tracing::warn!(
+                commits = n,
+                repo = %ctx.repo.path().display(),
+                "commits are in the local clone but not pushed: the next tick pushes them"
+            ),
+            Ok(Err(e)) => {
+                tracing::warn!(error = %e, "cannot tell whether commits are left unpushed")
+            }
+            Err(_) => tracing::warn!("cannot tell in time whether commits are left unpushed"),
+        }
+    }
+
+    /// Returns whether the schedule changed. A broken file keeps the running config.
+    async fn reload(&mut self) -> bool {
+        let path = self.opts.config.display().to_string();
+        tracing::info!(config = %path, "SIGHUP: reloading the configuration");
+        match load(&self.opts.config, self.opts.interval).await {
+            Ok(new) => {
+                let old = self.loaded.config();
+                if self.opts.listen.is_none() && new.config().metrics_listen != old.metrics_listen {
+                    tracing::warn!(
+                        listening = %old.metrics_listen,
+                        configured = %new.config().metrics_listen,
+                        "metrics.listen changed: restart to listen there"
+                    );
+                }
+                let changed = new.schedule.to_string() != self.loaded.schedule.to_string();
+                self.metrics
+                    .set_sealing_not_after(new.context.sealing.not_after());
+                self.health.config_loaded(new.schedule.clone(), path);
+                tracing::info!(
+                    spokes = new.config().spokes.len(),
+                    schedule = %new.schedule,
+                    "configuration reloaded"
+                );
+                self.loaded = new;
+                changed
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "configuration not reloaded: still running on the previous one");
+                self.metrics.error("", "reload");
+                false
+            }
+        }
+    }
+}
+
+fn log_report(report: &TickReport, took: Duration) {
+    let mut rotated = 0;
+    let mut failed = 0;
+    for s in &report.spokes {
+        match &s.outcome {
+            Outcome::Rotated { commit } => {
+                rotated += 1;
+                let reason = s
+                    .reason
+                    .as_ref()
+                    .map(ToString::to_string)
+                    .unwrap_or_default();
+                tracing::info!(spoke = %s.spoke, %reason, %commit, "rotated");
+            }
+            Outcome::Failed { stage, error } => {
+                failed += 1;
+                tracing::warn!(spoke = %s.spoke, %stage, %error, "spoke failed");
+            }
+            Outcome::NotRenewed => tracing::warn!(
+                spoke = %s.spoke,
+                "the client certificate expires soon and the node has not renewed it: restart k3s on the node"
+            ),
+            _ => {}
+        }
+    }
+    if let Some(e) = &report.repo_error {
+        tracing::warn!(error = %e, "fleet repo");
+    }
+    tracing::info!(
+        took_ms = took.as_millis() as u64,
+        spokes = report.spokes.len(),
+        rotated,
+        failed,
+        pushed = report.pushed,
+        "tick finished"
+    );
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    crate::rotate::state::rfc3339(time::OffsetDateTime::from(t))
+}

@@ -1,0 +1,282 @@
+//! Prometheus metrics of `spokekeeper run`, updated from each tick's report so the
+//! pipeline itself carries no metrics plumbing.
+//!
+//! Gauges describe the last tick (a spoke that left the configuration leaves them);
+//! counters only grow. Fleet-wide errors (sync, push, a tick that failed as a whole,
+//! a rejected reload) carry `spoke=""`.
+
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use time::OffsetDateTime;
+
+use crate::rotate::{Outcome, Reason, TickReport};
+
+/// What `/metrics` answers with (prometheus-client writes OpenMetrics text).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+type Timestamp = Gauge<f64, AtomicU64>;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CertLabels {
+    spoke: String,
+    cert: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SpokeLabels {
+    spoke: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RotationLabels {
+    spoke: String,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    spoke: String,
+    stage: String,
+}
+
+pub struct Metrics {
+    registry: Registry,
+    cert_not_after: Family<CertLabels, Timestamp>,
+    spoke_up: Family<SpokeLabels, Gauge>,
+    rotations: Family<RotationLabels, Counter>,
+    errors: Family<ErrorLabels, Counter>,
+    tick_duration: Histogram,
+    last_tick: Timestamp,
+    sealing_not_after: Timestamp,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("spokekeeper");
+        let m = Metrics {
+            cert_not_after: Family::default(),
+            spoke_up: Family::default(),
+            rotations: Family::default(),
+            errors: Family::default(),
+            // 0.25 s .. about 17 min.
+            tick_duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
+            last_tick: Timestamp::default(),
+            sealing_not_after: Timestamp::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "certificate_not_after_timestamp_seconds",
+            "When a spoke credential's certificate expires (cert=client: the committed client certificate; cert=ca: the cluster CA)",
+            m.cert_not_after.clone(),
+        );
+        registry.register(
+            "spoke_up",
+            "1 when the spoke's API answered the last tick's probe, 0 when it did not",
+            m.spoke_up.clone(),
+        );
+        // Counters get the _total suffix from the OpenMetrics encoder.
+        registry.register(
+            "rotations",
+            "Credentials committed, by spoke and reason",
+            m.rotations.clone(),
+        );
+        registry.register(
+            "errors",
+            "Failures, by spoke (empty: the whole fleet) and pipeline stage",
+            m.errors.clone(),
+        );
+        registry.register(
+            "tick_duration_seconds",
+            "How long ticks took",
+            m.tick_duration.clone(),
+        );
+        registry.register(
+            "last_tick_timestamp_seconds",
+            "When the last tick finished",
+            m.last_tick.clone(),
+        );
+        registry.register(
+            "sealing_certificate_not_after_timestamp_seconds",
+            "When the sealing certificate in use expires",
+            m.sealing_not_after.clone(),
+        );
+        Metrics { registry, ..m }
+    }
+
+    /// Records a finished tick.
+    pub fn observe_tick(&self, report: &TickReport, took: Duration, finished: SystemTime) {
+        self.tick_duration.observe(took.as_secs_f64());
+        self.last_tick.set(unix_seconds(finished));
+        self.cert_not_after.clear();
+        self.spoke_up.clear();
+        for s in &report.spokes {
+            let probe_failed = matches!(
+                s.outcome,
+                Outcome::Failed {
+                    stage: crate::rotate::Stage::Probe,
+                    ..
+                }
+            );
+            self.spoke_up
+                .get_or_create(&SpokeLabels {
+                    spoke: s.spoke.clone(),
+                })
+                .set(i64::from(!probe_failed));
+            for (cert, not_after) in [("client", s.client_not_after), ("ca", s.ca_not_after)] {
+                if let Some(t) = not_after {
+                    self.cert_not_after
+                        .get_or_create(&CertLabels {
+                            spoke: s.spoke.clone(),
+                            cert,
+                        })
+                        .set(offset_seconds(t));
+                }
+            }
+            match &s.outcome {
+                Outcome::Rotated { .. } => {
+                    let reason = s.reason.as_ref().map_or("unknown", Reason::kind);
+                    self.rotations
+                        .get_or_create(&RotationLabels {
+                            spoke: s.spoke.clone(),
+                            reason,
+                        })
+                        .inc();
+                }
+                Outcome::Failed { stage, .. } => self.error(&s.spoke, &stage.to_string()),
+                _ => {}
+            }
+        }
+        if let Some(e) = &report.repo_error {
+            // rotate writes "sync: ..." or "push: ...".
+            let stage = e.split_once(':').map_or("repo", |(stage, _)| stage.trim());
+            self.error("", stage);
+        }
+    }
+
+    /// Counts one failure at `stage` (`spoke` empty: not about one spoke).
+    pub fn error(&self, spoke: &str, stage: &str) {
+        self.errors
+            .get_or_create(&ErrorLabels {
+                spoke: spoke.to_string(),
+                stage: stage.to_string(),
+            })
+            .inc();
+    }
+
+    pub fn set_sealing_not_after(&self, not_after: Option<OffsetDateTime>) {
+        self.sealing_not_after
+            .set(not_after.map_or(f64::NAN, offset_seconds));
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+fn offset_seconds(t: OffsetDateTime) -> f64 {
+    t.unix_timestamp() as f64
+}
+
+fn unix_seconds(t: SystemTime) -> f64 {
+    t.duration_since(UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rotate::{SpokeReport, Stage};
+
+    fn spoke(name: &str, outcome: Outcome, reason: Option<Reason>) -> SpokeReport {
+        SpokeReport {
+            spoke: name.into(),
+            outcome,
+            reason,
+            ca_sha256: None,
+            ca_not_after: Some(time::macros::datetime!(2036-01-02 03:04:05 UTC)),
+            client_not_after: Some(time::macros::datetime!(2030-01-02 03:04:05 UTC)),
+            user: None,
+        }
+    }
+
+    #[test]
+    fn a_tick_report_becomes_series() {
+        let m = Metrics::new();
+        let report = TickReport {
+            spokes: vec![
+                spoke(
+                    "dev",
+                    Outcome::Rotated {
+                        commit: "abc".into(),
+                    },
+                    Some(Reason::Initial),
+                ),
+                spoke(
+                    "test",
+                    Outcome::Failed {
+                        stage: Stage::Probe,
+                        error: "unreachable".into(),
+                    },
+                    None,
+                ),
+            ],
+            pushed: true,
+            repo_error: Some("push: rejected".into()),
+        };
+        m.observe_tick(
+            &report,
+            Duration::from_millis(1500),
+            UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+        );
+        m.set_sealing_not_after(Some(time::macros::datetime!(2031-01-01 00:00:00 UTC)));
+        let text = m.encode().unwrap();
+        for line in [
+            "spokekeeper_certificate_not_after_timestamp_seconds{spoke=\"dev\",cert=\"client\"} 1893553445.0",
+            "spokekeeper_certificate_not_after_timestamp_seconds{spoke=\"dev\",cert=\"ca\"} 2082855845.0",
+            "spokekeeper_spoke_up{spoke=\"dev\"} 1",
+            "spokekeeper_spoke_up{spoke=\"test\"} 0",
+            "spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1",
+            "spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1",
+            "spokekeeper_errors_total{spoke=\"\",stage=\"push\"} 1",
+            "spokekeeper_tick_duration_seconds_count 1",
+            "spokekeeper_tick_duration_seconds_bucket{le=\"2.0\"} 1",
+            "spokekeeper_tick_duration_seconds_bucket{le=\"1.0\"} 0",
+            "spokekeeper_last_tick_timestamp_seconds 1700000000.0",
+            "spokekeeper_sealing_certificate_not_after_timestamp_seconds 1924992000.0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
+        }
+        assert!(text.ends_with("# EOF\n"));
+
+        // A later tick without "test": its gauges go, its counters stay.
+        let later = TickReport {
+            spokes: vec![spoke("dev", Outcome::Healthy, None)],
+            pushed: false,
+            repo_error: None,
+        };
+        m.observe_tick(&later, Duration::from_secs(1), SystemTime::now());
+        let text = m.encode().unwrap();
+        assert!(
+            !text.contains("spokekeeper_spoke_up{spoke=\"test\"}"),
+            "{text}"
+        );
+        assert!(text.contains("spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1"));
+        assert!(text.contains("spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1"));
+    }
+}

@@ -1,0 +1,1095 @@
+//! Leader election against an emulated Kubernetes API that implements Leases with real
+//! optimistic concurrency: in-process contenders first, then two `spokekeeper run
+//! --leader-elect` processes, recording who ticked when.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use rustix::process::{Pid, Signal, kill_process};
+use serde_json::{Value, json};
+use spokekeeper::daemon::lease::{self, LeaseLock, Observed, Timing};
+use tokio::sync::{oneshot, watch};
+
+const NS: &str = "spokekeeper-test";
+const PREFIX: &str = "/apis/coordination.k8s.io/v1/namespaces/";
+
+// ---------------------------------------------------------------------------------------
+// The emulated API server.
+
+/// One accepted write, as the emulator saw it.
+#[derive(Clone, Debug)]
+struct Write {
+    name: String,
+    holder: Option<String>,
+}
+
+#[derive(Default)]
+struct Store {
+    /// (namespace, name) -> the stored Lease.
+    leases: HashMap<(String, String), Value>,
+    /// Like etcd's revision: one counter for every write.
+    revision: u64,
+    writes: Vec<Write>,
+}
+
+impl Store {
+    fn stamp(&mut self, obj: &mut Value, ns: &str) {
+        self.revision += 1;
+        let meta = &mut obj["metadata"];
+        meta["namespace"] = json!(ns);
+        meta["resourceVersion"] = json!(self.revision.to_string());
+        if meta.get("uid").is_none() {
+            meta["uid"] = json!(format!("00000000-0000-4000-8000-{:012}", self.revision));
+        }
+        if meta.get("creationTimestamp").is_none() {
+            meta["creationTimestamp"] = json!("2025-01-01T00:00:00Z");
+        }
+        self.writes.push(Write {
+            name: obj["metadata"]["name"].as_str().unwrap_or_default().into(),
+            holder: obj["spec"]["holderIdentity"].as_str().map(str::to_string),
+        });
+    }
+}
+
+struct Shared {
+    store: Mutex<Store>,
+    /// Milliseconds every GET waits after reading, so contenders can race.
+    get_delay_ms: AtomicU64,
+}
+
+/// A front door to the shared store; `partitioned` makes its requests hang.
+struct Endpoint {
+    addr: SocketAddr,
+    partitioned: Arc<AtomicBool>,
+    _stop: oneshot::Sender<()>,
+}
+
+struct Emulator {
+    shared: Arc<Shared>,
+    rt: Option<tokio::runtime::Runtime>,
+    dir: tempfile::TempDir,
+}
+
+impl Emulator {
+    fn new() -> Emulator {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("emulated-api")
+            .enable_all()
+            .build()
+            .unwrap();
+        Emulator {
+            shared: Arc::new(Shared {
+                store: Mutex::new(Store::default()),
+                get_delay_ms: AtomicU64::new(0),
+            }),
+            rt: Some(rt),
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn endpoint(&self) -> Endpoint {
+        let rt = self.rt.as_ref().unwrap();
+        let listener = rt
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let addr = listener.local_addr().unwrap();
+        let partitioned = Arc::new(AtomicBool::new(false));
+        let (stop_tx, mut stop) = oneshot::channel::<()>();
+        let (shared, cut) = (self.shared.clone(), partitioned.clone());
+        rt.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = &mut stop => break,
+                    accepted = listener.accept() => {
+                        let Ok((tcp, _)) = accepted else { continue };
+                        let (shared, cut) = (shared.clone(), cut.clone());
+                        tokio::spawn(async move {
+                            let service = hyper::service::service_fn(move |req| {
+                                let (shared, cut) = (shared.clone(), cut.clone());
+                                async move { Ok::<_, Infallible>(handle(req, &shared, &cut).await) }
+                            });
+                            let _ = hyper::server::conn::http1::Builder::new()
+                                .serve_connection(TokioIo::new(tcp), service)
+                                .await;
+                        });
+                    }
+                }
+            }
+        });
+        Endpoint {
+            addr,
+            partitioned,
+            _stop: stop_tx,
+        }
+    }
+
+    /// A kubeconfig for `endpoint` (plain HTTP on loopback, no credentials).
+    fn kubeconfig(&self, endpoint: &Endpoint) -> PathBuf {
+        let path = self
+            .dir
+            .path()
+            .join(format!("kubeconfig-{}", endpoint.addr.port()));
+        fs::write(
+            &path,
+            format!(
+                "apiVersion: v1\nkind: Config\nclusters:\n- name: emulator\n  cluster:\n    server: http://{}\ncontexts:\n- name: emulator\n  context:\n    cluster: emulator\n    user: nobody\n    namespace: {NS}\ncurrent-context: emulator\nusers:\n- name: nobody\n  user: {{}}\n",
+                endpoint.addr
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    fn lease(&self, name: &str) -> Option<Value> {
+        let store = self.shared.store.lock().unwrap();
+        store
+            .leases
+            .get(&(NS.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn holder(&self, name: &str) -> Option<String> {
+        self.lease(name)
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+    }
+
+    fn writes(&self, name: &str) -> Vec<Write> {
+        let store = self.shared.store.lock().unwrap();
+        store
+            .writes
+            .iter()
+            .filter(|w| w.name == name)
+            .cloned()
+            .collect()
+    }
+
+    /// Someone else writes the lease directly: `holder`, renewed now.
+    fn set_holder(&self, name: &str, holder: &str, renewed: SystemTime, duration_s: i64) {
+        let mut store = self.shared.store.lock().unwrap();
+        let key = (NS.to_string(), name.to_string());
+        let mut obj = store.leases.get(&key).cloned().unwrap_or_else(|| {
+            json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": {"name": name}})
+        });
+        obj["spec"] = json!({
+            "holderIdentity": holder,
+            "leaseDurationSeconds": duration_s,
+            "acquireTime": micro(renewed),
+            "renewTime": micro(renewed),
+            "leaseTransitions": 0,
+        });
+        store.stamp(&mut obj, NS);
+        store.leases.insert(key, obj);
+    }
+
+    fn client(&self, endpoint: &Endpoint) -> kube::Client {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let yaml = fs::read_to_string(self.kubeconfig(endpoint)).unwrap();
+        let kc = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
+        let rt = self.rt.as_ref().unwrap();
+        let config = rt
+            .block_on(kube::Config::from_custom_kubeconfig(
+                kc,
+                &kube::config::KubeConfigOptions::default(),
+            ))
+            .unwrap();
+        // The client's connection tasks run on the caller's runtime.
+        let _guard = rt.enter();
+        kube::Client::try_from(config).unwrap()
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn micro(t: SystemTime) -> String {
+    let t = time::OffsetDateTime::from(t);
+    format!(
+        "{}.{:06}Z",
+        t.format(&time::macros::format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second]"
+        ))
+        .unwrap(),
+        t.microsecond()
+    )
+}
+
+async fn handle(
+    req: Request<Incoming>,
+    shared: &Shared,
+    cut: &AtomicBool,
+) -> Response<Full<Bytes>> {
+    while cut.load(Ordering::SeqCst) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let path = req.uri().path().to_string();
+    let Some(rest) = path.strip_prefix(PREFIX) else {
+        return status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+            "",
+        );
+    };
+    let parts: Vec<&str> = rest.split('/').collect();
+    let (ns, name) = match parts.as_slice() {
+        [ns, "leases"] => (ns.to_string(), None),
+        [ns, "leases", name] => (ns.to_string(), Some(name.to_string())),
+        _ => {
+            return status(
+                StatusCode::NOT_FOUND,
+                "NotFound",
+                "the server could not find the requested resource",
+                "",
+            );
+        }
+    };
+    let method = req.method().clone();
+    let body = req
+        .into_body()
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .unwrap_or_default();
+    match (method, name) {
+        (Method::GET, Some(name)) => {
+            let found = shared
+                .store
+                .lock()
+                .unwrap()
+                .leases
+                .get(&(ns, name.clone()))
+                .cloned();
+            // Read, then wait: contenders that read within the delay saw the same version.
+            let delay = shared.get_delay_ms.load(Ordering::SeqCst);
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+            match found {
+                Some(obj) => respond(StatusCode::OK, &obj),
+                None => not_found(&name),
+            }
+        }
+        (Method::POST, None) => {
+            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the body of the request was in an unknown format",
+                    "",
+                );
+            };
+            let name = obj["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let mut store = shared.store.lock().unwrap();
+            let key = (ns.clone(), name.clone());
+            if store.leases.contains_key(&key) {
+                return status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+                    &name,
+                );
+            }
+            store.stamp(&mut obj, &ns);
+            store.leases.insert(key, obj.clone());
+            respond(StatusCode::CREATED, &obj)
+        }
+        (Method::PUT, Some(name)) => {
+            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the body of the request was in an unknown format",
+                    "",
+                );
+            };
+            if obj["metadata"]["name"].as_str() != Some(name.as_str()) {
+                return status(
+                    StatusCode::BAD_REQUEST,
+                    "BadRequest",
+                    "the name of the object does not match the name on the URL",
+                    &name,
+                );
+            }
+            let mut store = shared.store.lock().unwrap();
+            let key = (ns.clone(), name.clone());
+            let Some(current) = store.leases.get(&key) else {
+                return not_found(&name);
+            };
+            let Some(sent) = obj["metadata"]["resourceVersion"].as_str() else {
+                return status(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "Invalid",
+                    &format!(
+                        "Lease.coordination.k8s.io \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+                    ),
+                    &name,
+                );
+            };
+            if Some(sent) != current["metadata"]["resourceVersion"].as_str() {
+                return status(
+                    StatusCode::CONFLICT,
+                    "Conflict",
+                    &format!(
+                        "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+                    ),
+                    &name,
+                );
+            }
+            obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+            obj["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
+            store.stamp(&mut obj, &ns);
+            store.leases.insert(key, obj.clone());
+            respond(StatusCode::OK, &obj)
+        }
+        _ => status(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "MethodNotAllowed",
+            "the server does not allow this method on the requested resource",
+            "",
+        ),
+    }
+}
+
+fn not_found(name: &str) -> Response<Full<Bytes>> {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("leases.coordination.k8s.io \"{name}\" not found"),
+        name,
+    )
+}
+
+fn status(code: StatusCode, reason: &str, message: &str, name: &str) -> Response<Full<Bytes>> {
+    let body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"},
+        "code": code.as_u16(),
+    });
+    respond(code, &body)
+}
+
+fn respond(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .unwrap()
+}
+
+// ---------------------------------------------------------------------------------------
+// In-process contenders.
+
+const LONG: Duration = Duration::from_secs(15);
+
+fn contender(emu: &Emulator, lease: &str, id: &str, duration: Duration) -> (Endpoint, LeaseLock) {
+    let ep = emu.endpoint();
+    let lock = LeaseLock::new(emu.client(&ep), NS, lease, id, duration);
+    (ep, lock)
+}
+
+#[test]
+fn the_first_contender_creates_and_renews_the_other_sees_it_held() {
+    let emu = Emulator::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_ea, a) = contender(&emu, "l1", "a", LONG);
+    let (_eb, b) = contender(&emu, "l1", "b", LONG);
+    let before = SystemTime::now();
+    assert_eq!(
+        rt.block_on(a.try_acquire_or_renew()).unwrap(),
+        Observed::Leader
+    );
+    let created = emu.lease("l1").unwrap();
+    assert_eq!(created["spec"]["holderIdentity"], "a");
+    assert_eq!(created["spec"]["leaseDurationSeconds"], 15);
+    assert_eq!(created["spec"]["leaseTransitions"], 0);
+    match rt.block_on(b.try_acquire_or_renew()).unwrap() {
+        Observed::Held { holder, expires } => {
+            assert_eq!(holder, "a");
+            let left = expires.duration_since(before).unwrap();
+            assert!(
+                left > Duration::from_secs(14) && left <= Duration::from_secs(16),
+                "{left:?}"
+            );
+        }
+        other => panic!("b must see a's lease: {other:?}"),
+    }
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        rt.block_on(a.try_acquire_or_renew()).unwrap(),
+        Observed::Leader
+    );
+    let renewed = emu.lease("l1").unwrap();
+    assert_eq!(
+        renewed["spec"]["acquireTime"],
+        created["spec"]["acquireTime"]
+    );
+    assert_ne!(renewed["spec"]["renewTime"], created["spec"]["renewTime"]);
+    let rv = |l: &Value| {
+        l["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    assert!(rv(&renewed) > rv(&created));
+    assert_eq!(emu.writes("l1").len(), 2, "b wrote nothing");
+}
+
+#[test]
+fn racing_contenders_one_wins_by_resource_version() {
+    let emu = Emulator::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    // Both read before either writes.
+    emu.shared.get_delay_ms.store(150, Ordering::SeqCst);
+    for round in 0..3 {
+        let name = format!("race{round}");
+        let (_ea, a) = contender(&emu, &name, "a", LONG);
+        let (_eb, b) = contender(&emu, &name, "b", LONG);
+        // Nothing there: both create, the API answers one of them AlreadyExists.
+        let (ra, rb) =
+            rt.block_on(async { tokio::join!(a.try_acquire_or_renew(), b.try_acquire_or_renew()) });
+        let outcomes = [ra.unwrap(), rb.unwrap()];
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == Observed::Leader).count(),
+            1,
+            "{outcomes:?}"
+        );
+        assert!(outcomes.contains(&Observed::Lost), "{outcomes:?}");
+        let winner = if outcomes[0] == Observed::Leader {
+            "a"
+        } else {
+            "b"
+        };
+        assert_eq!(emu.holder(&name).as_deref(), Some(winner));
+
+        // Expired: both update the same resourceVersion, the API answers one 409 Conflict.
+        emu.set_holder(
+            &name,
+            "gone",
+            SystemTime::now() - Duration::from_secs(60),
+            15,
+        );
+        let (ra, rb) =
+            rt.block_on(async { tokio::join!(a.try_acquire_or_renew(), b.try_acquire_or_renew()) });
+        let outcomes = [ra.unwrap(), rb.unwrap()];
+        assert_eq!(
+            outcomes.iter().filter(|o| **o == Observed::Leader).count(),
+            1,
+            "{outcomes:?}"
+        );
+        assert!(outcomes.contains(&Observed::Lost), "{outcomes:?}");
+        let winner = if outcomes[0] == Observed::Leader {
+            "a"
+        } else {
+            "b"
+        };
+        let lease = emu.lease(&name).unwrap();
+        assert_eq!(lease["spec"]["holderIdentity"], winner);
+        assert_eq!(lease["spec"]["leaseTransitions"], 1, "one takeover");
+    }
+}
+
+#[test]
+fn an_expired_lease_is_taken_over_and_a_released_one_at_once() {
+    let emu = Emulator::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_ea, a) = contender(&emu, "l2", "a", Duration::from_secs(1));
+    let (_eb, b) = contender(&emu, "l2", "b", Duration::from_secs(1));
+    assert_eq!(
+        rt.block_on(a.try_acquire_or_renew()).unwrap(),
+        Observed::Leader
+    );
+    assert!(matches!(
+        rt.block_on(b.try_acquire_or_renew()).unwrap(),
+        Observed::Held { .. }
+    ));
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(
+        rt.block_on(b.try_acquire_or_renew()).unwrap(),
+        Observed::Leader
+    );
+    assert_eq!(emu.lease("l2").unwrap()["spec"]["leaseTransitions"], 1);
+    // a comes back: b holds it now.
+    match rt.block_on(a.try_acquire_or_renew()).unwrap() {
+        Observed::Held { holder, .. } => assert_eq!(holder, "b"),
+        other => panic!("{other:?}"),
+    }
+    assert!(
+        !rt.block_on(a.release()).unwrap(),
+        "a cannot release b's lease"
+    );
+    assert!(rt.block_on(b.release()).unwrap());
+    assert_eq!(emu.holder("l2"), None);
+    assert_eq!(
+        rt.block_on(a.try_acquire_or_renew()).unwrap(),
+        Observed::Leader
+    );
+    assert_eq!(emu.holder("l2").as_deref(), Some("a"));
+}
+
+/// Samples two contenders' leadership every few milliseconds. A contender whose
+/// election was stopped (its sender dropped) does not lead, whatever it said last.
+struct Watcher {
+    rx: Arc<Mutex<Vec<watch::Receiver<bool>>>>,
+    samples: Arc<Mutex<Vec<(Instant, bool, bool)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Watcher {
+    fn start(a: watch::Receiver<bool>, b: watch::Receiver<bool>) -> Watcher {
+        let rx = Arc::new(Mutex::new(vec![a, b]));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, s, st) = (rx.clone(), samples.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !st.load(Ordering::SeqCst) {
+                let leads = {
+                    let r = r.lock().unwrap();
+                    let lead = |x: &watch::Receiver<bool>| x.has_changed().is_ok() && *x.borrow();
+                    (lead(&r[0]), lead(&r[1]))
+                };
+                s.lock().unwrap().push((Instant::now(), leads.0, leads.1));
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        });
+        Watcher { rx, samples, stop }
+    }
+
+    /// Contender `i` restarted with a new election.
+    fn replace(&self, i: usize, rx: watch::Receiver<bool>) {
+        self.rx.lock().unwrap()[i] = rx;
+    }
+
+    fn now(&self) -> (bool, bool) {
+        let s = self.samples.lock().unwrap();
+        s.last().map_or((false, false), |(_, a, b)| (*a, *b))
+    }
+
+    /// When `pred` first held at or after `from`.
+    fn first(&self, from: Instant, pred: impl Fn(bool, bool) -> bool) -> Option<Instant> {
+        let s = self.samples.lock().unwrap();
+        s.iter()
+            .find(|(t, a, b)| *t >= from && pred(*a, *b))
+            .map(|(t, _, _)| *t)
+    }
+
+    fn wait(&self, timeout: Duration, pred: impl Fn(bool, bool) -> bool) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            let (a, b) = self.now();
+            if pred(a, b) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        false
+    }
+
+    fn never_both(&self) {
+        let s = self.samples.lock().unwrap();
+        assert!(s.len() > 1000, "sampled {} times", s.len());
+        assert!(!s.iter().any(|(_, a, b)| *a && *b), "two leaders at once");
+    }
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn elections_never_have_two_leaders_through_death_and_partition() {
+    let timing = Timing {
+        lease_duration: Duration::from_secs(3),
+        renew_every: Duration::from_secs(1),
+        renew_deadline: Duration::from_secs(2),
+    };
+    let emu = Emulator::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ids = ["a", "b"];
+    let contenders: Vec<(Endpoint, Arc<LeaseLock>)> = ids
+        .iter()
+        .map(|id| {
+            let (ep, lock) = contender(&emu, "l3", id, timing.lease_duration);
+            (ep, Arc::new(lock))
+        })
+        .collect();
+    let (ta, ra) = watch::channel(false);
+    let (tb, rb) = watch::channel(false);
+    let watcher = Watcher::start(ra, rb);
+    let mut tasks = vec![
+        rt.spawn(lease::elect(contenders[0].1.clone(), timing, ta)),
+        rt.spawn(lease::elect(contenders[1].1.clone(), timing, tb)),
+    ];
+    assert!(
+        watcher.wait(Duration::from_secs(2), |a, b| a ^ b),
+        "one leader"
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    let (a_leads, b_leads) = watcher.now();
+    assert!(
+        a_leads ^ b_leads,
+        "still exactly one after several renewals"
+    );
+    let leads = |i: usize| move |a: bool, b: bool| if i == 0 { a } else { b };
+
+    // The leader dies without releasing: the other takes over within the lease duration.
+    let (dead, survivor) = if a_leads { (0, 1) } else { (1, 0) };
+    tasks[dead].abort();
+    let died = Instant::now();
+    assert!(
+        watcher.wait(Duration::from_secs(5), leads(survivor)),
+        "takeover"
+    );
+    let took = watcher.first(died, leads(survivor)).unwrap() - died;
+    assert!(
+        took <= timing.lease_duration + Duration::from_millis(500),
+        "took {took:?}"
+    );
+
+    // The dead one comes back as a standby and the survivor keeps the lease.
+    let (tx, rx) = watch::channel(false);
+    watcher.replace(dead, rx);
+    tasks[dead] = rt.spawn(lease::elect(contenders[dead].1.clone(), timing, tx));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(emu.holder("l3").as_deref(), Some(ids[survivor]));
+
+    // The leader is cut off from the API: it steps down within the renew deadline, and
+    // the standby takes over only once the lease expired.
+    contenders[survivor]
+        .0
+        .partitioned
+        .store(true, Ordering::SeqCst);
+    let cut = Instant::now();
+    let survivor_down = move |a: bool, b: bool| !leads(survivor)(a, b);
+    assert!(watcher.wait(Duration::from_secs(4), survivor_down));
+    let down = watcher.first(cut, survivor_down).unwrap() - cut;
+    assert!(
+        down <= timing.renew_deadline + Duration::from_millis(500),
+        "stepped down after {down:?}"
+    );
+    assert!(
+        watcher.wait(Duration::from_secs(6), leads(dead)),
+        "the standby took over"
+    );
+    let up = watcher.first(cut, leads(dead)).unwrap() - cut;
+    assert!(
+        up > down,
+        "the standby led only after the cut-off leader stopped"
+    );
+    assert_eq!(emu.holder("l3").as_deref(), Some(ids[dead]));
+    contenders[survivor]
+        .0
+        .partitioned
+        .store(false, Ordering::SeqCst);
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !leads(survivor)(watcher.now().0, watcher.now().1),
+        "the healed one stays standby"
+    );
+    watcher.never_both();
+    for t in &tasks {
+        t.abort();
+    }
+    rt.shutdown_background();
+}
+
+// ---------------------------------------------------------------------------------------
+// Two daemons.
+
+struct Proc {
+    name: String,
+    child: Child,
+    lines: Arc<Mutex<Vec<(Instant, String)>>>,
+}
+
+impl Proc {
+    fn start(name: &str, config: &Path, kubeconfig: &Path) -> Proc {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+            .arg("--config")
+            .arg(config)
+            .args([
+                "run",
+                "--leader-elect",
+                "--now",
+                "--interval",
+                "1s",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAME", name)
+            .env("POD_NAMESPACE", NS)
+            .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+            .env("NO_COLOR", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().unwrap();
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                sink.lock().unwrap().push((Instant::now(), line));
+            }
+        });
+        Proc {
+            name: name.into(),
+            child,
+            lines,
+        }
+    }
+
+    fn times(&self, needle: &str) -> Vec<Instant> {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .filter(|(_, l)| l.contains(needle))
+            .map(|(t, _)| *t)
+            .collect()
+    }
+
+    fn log(&self) -> String {
+        let lines = self.lines.lock().unwrap();
+        lines
+            .iter()
+            .map(|(_, l)| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    fn wait_for(&self, needle: &str, count: usize, timeout: Duration) -> Option<Instant> {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if let Some(t) = self.times(needle).get(count - 1) {
+                return Some(*t);
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        None
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill_process(Pid::from_raw(self.child.id() as i32).unwrap(), sig).unwrap();
+    }
+
+    /// Tick intervals [start, end]; a tick still open ends at `until`.
+    fn ticks(&self, until: Instant) -> Vec<(Instant, Instant)> {
+        let lines = self.lines.lock().unwrap();
+        let mut out = Vec::new();
+        let mut open = None;
+        for (t, l) in lines.iter() {
+            if l.contains("tick started") {
+                open = Some(*t);
+            } else if (l.contains("tick finished")
+                || l.contains("tick cancelled")
+                || l.contains("tick failed"))
+                && let Some(s) = open.take()
+            {
+                out.push((s, *t));
+            }
+        }
+        if let Some(s) = open {
+            out.push((s, until));
+        }
+        out
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn git(dir: &Path, args: &[&str]) {
+    let out = Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A remote with a seed commit and a clone + config per contender. The one spoke is
+/// unreachable (its SSH identity does not exist): ticks are quick and fail at extract.
+fn fleet(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
+    let remote = dir.join("fleet.git");
+    git(
+        dir,
+        &[
+            "init",
+            "--quiet",
+            "--bare",
+            "--initial-branch=main",
+            remote.to_str().unwrap(),
+        ],
+    );
+    let seed = dir.join("seed");
+    git(
+        dir,
+        &[
+            "clone",
+            "--quiet",
+            remote.to_str().unwrap(),
+            seed.to_str().unwrap(),
+        ],
+    );
+    fs::write(seed.join("README.md"), "fleet\n").unwrap();
+    git(&seed, &["add", "README.md"]);
+    git(
+        &seed,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "seed",
+        ],
+    );
+    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+    let cert =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets/key/cert.pem");
+    names
+        .iter()
+        .map(|name| {
+            let clone = dir.join(format!("clone-{name}"));
+            git(dir, &["clone", "--quiet", remote.to_str().unwrap(), clone.to_str().unwrap()]);
+            let config = dir.join(format!("{name}.yaml"));
+            fs::write(
+                &config,
+                format!(
+                    "repo:\n  path: {}\nsealing:\n  cert: {}\nspokes:\n  - name: unreachable\n    address: 127.255.0.1\n    ssh: {{ port: 1, identity: {}/no-such-key }}\n",
+                    clone.display(),
+                    cert.display(),
+                    dir.display()
+                ),
+            )
+            .unwrap();
+            config
+        })
+        .collect()
+}
+
+#[test]
+fn two_daemons_one_ticks_the_other_takes_over_never_both() {
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let configs = fleet(dir.path(), &["a", "b", "c"]);
+    let eps: Vec<Endpoint> = (0..3).map(|_| emu.endpoint()).collect();
+    let kcs: Vec<PathBuf> = eps.iter().map(|e| emu.kubeconfig(e)).collect();
+    let t0 = Instant::now();
+    let mut procs = vec![
+        Proc::start("a", &configs[0], &kcs[0]),
+        Proc::start("b", &configs[1], &kcs[1]),
+    ];
+    std::thread::sleep(Duration::from_secs(6));
+    let ticked: Vec<usize> = procs
+        .iter()
+        .map(|p| p.times("tick started").len())
+        .collect();
+    let leader = match ticked.as_slice() {
+        [n, 0] if *n >= 3 => 0,
+        [0, n] if *n >= 3 => 1,
+        _ => panic!(
+            "exactly one ticks: {ticked:?}\n{}\n---\n{}",
+            procs[0].log(),
+            procs[1].log()
+        ),
+    };
+    let follower = 1 - leader;
+    assert_eq!(
+        emu.holder("spokekeeper").as_deref(),
+        Some(procs[leader].name.as_str())
+    );
+
+    // The leader dies (no release): the follower takes over within the lease duration.
+    procs[leader].signal(Signal::KILL);
+    let killed = Instant::now();
+    let _ = procs[leader].child.wait();
+    let first = procs[follower]
+        .wait_for("tick started", 1, Duration::from_secs(20))
+        .unwrap_or_else(|| panic!("no takeover:\n{}", procs[follower].log()));
+    let took = first - killed;
+    eprintln!("takeover after the leader was killed: {took:?}");
+    assert!(took <= Duration::from_millis(15_500), "took {took:?}");
+    assert_eq!(
+        emu.holder("spokekeeper").as_deref(),
+        Some(procs[follower].name.as_str())
+    );
+
+    // A third replica waits; the leader stops gracefully and releases: it takes over
+    // without waiting for the lease to expire.
+    procs.push(Proc::start("c", &configs[2], &kcs[2]));
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        procs[2].times("tick started").is_empty(),
+        "{}",
+        procs[2].log()
+    );
+    procs[follower].signal(Signal::TERM);
+    let stopped = Instant::now();
+    let c_first = procs[2]
+        .wait_for("tick started", 1, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("no takeover after release:\n{}", procs[2].log()));
+    eprintln!(
+        "takeover after the leader released: {:?}",
+        c_first - stopped
+    );
+    assert!(
+        c_first - stopped < Duration::from_secs(7),
+        "{:?}",
+        c_first - stopped
+    );
+    let status = procs[follower].child.wait().unwrap();
+    assert!(status.success());
+    assert!(
+        procs[follower].log().contains("released the lease"),
+        "{}",
+        procs[follower].log()
+    );
+
+    // Someone else takes the lease: c notices at its next renewal and stops ticking.
+    emu.set_holder("spokekeeper", "intruder", SystemTime::now(), 15);
+    let lost = procs[2]
+        .wait_for("lost the lease", 1, Duration::from_secs(7))
+        .unwrap_or_else(|| panic!("{}", procs[2].log()));
+    std::thread::sleep(Duration::from_secs(3));
+    let late: Vec<Instant> = procs[2]
+        .times("tick started")
+        .into_iter()
+        .filter(|t| *t > lost)
+        .collect();
+    assert!(
+        late.is_empty(),
+        "ticked after losing the lease:\n{}",
+        procs[2].log()
+    );
+
+    // Over the whole test: no two processes ticked at the same time.
+    let end = Instant::now();
+    let mut all: Vec<(Instant, Instant, String)> = Vec::new();
+    for (i, p) in procs.iter().enumerate() {
+        let until = if i == leader { killed } else { end };
+        all.extend(
+            p.ticks(until)
+                .into_iter()
+                .map(|(s, e)| (s, e, p.name.clone())),
+        );
+    }
+    all.sort_by_key(|(s, _, _)| *s);
+    assert!(all.len() >= 10, "{all:?}");
+    for w in all.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0 || w[0].2 == w[1].2,
+            "{} ticked {:?}..{:?} while {} started at {:?}",
+            w[0].2,
+            w[0].0 - t0,
+            w[0].1 - t0,
+            w[1].2,
+            w[1].0 - t0
+        );
+    }
+    let holders: Vec<Option<String>> = emu
+        .writes("spokekeeper")
+        .into_iter()
+        .map(|w| w.holder)
+        .collect();
+    assert!(holders.len() > 5, "{holders:?}");
+}
+
+#[test]
+fn losing_the_lease_cancels_the_running_tick() {
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &["a"]).remove(0);
+    // The spoke's SSH port accepts and never answers: the tick waits on it.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = silent.local_addr().unwrap().port();
+    let held = Arc::new(Mutex::new(Vec::new()));
+    let keep = held.clone();
+    std::thread::spawn(move || {
+        for conn in silent.incoming().map_while(Result::ok) {
+            keep.lock().unwrap().push(conn);
+        }
+    });
+    let identity = dir.path().join("id_ed25519");
+    let keygen = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&identity)
+        .status()
+        .unwrap();
+    assert!(keygen.success());
+    let known_hosts = dir.path().join("known_hosts");
+    fs::write(&known_hosts, "").unwrap();
+    let yaml = fs::read_to_string(&config).unwrap();
+    let spoke = yaml.split("spokes:\n").next().unwrap().to_string()
+        + &format!(
+            "spokes:\n  - name: hanging\n    address: 127.0.0.1\n    ssh: {{ port: {port}, identity: {}, known_hosts: {}, connect_timeout: 60s }}\n",
+            identity.display(),
+            known_hosts.display()
+        );
+    fs::write(&config, spoke).unwrap();
+    let ep = emu.endpoint();
+    let p = Proc::start("a", &config, &emu.kubeconfig(&ep));
+    let started = p
+        .wait_for("tick started", 1, Duration::from_secs(10))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !held.lock().unwrap().is_empty(),
+        "the tick is waiting on SSH"
+    );
+    assert!(p.times("tick finished").is_empty());
+
+    emu.set_holder("spokekeeper", "intruder", SystemTime::now(), 15);
+    let cancelled = p
+        .wait_for("tick cancelled", 1, Duration::from_secs(8))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    assert!(
+        p.log()
+            .contains("lost the lease: cancelling the running tick"),
+        "{}",
+        p.log()
+    );
+    assert!(cancelled - started < Duration::from_secs(8));
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(p.times("tick started").len(), 1, "{}", p.log());
+    assert!(p.times("tick finished").is_empty(), "{}", p.log());
+}
