@@ -666,3 +666,63 @@ async fn the_log_hears_changes_once_at_a_matching_level() {
     let log = buf.take();
     assert!(log.contains(" INFO ") && log.contains("resolved"), "{log}");
 }
+
+/// The daemon itself (`spokekeeper run`) grades after every tick and tells Alertmanager.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemon_sends_alerts_after_each_tick() {
+    let am = Receiver::start(AM_PATH).await;
+    let hook = Receiver::start(HOOK_PATH).await;
+    let lab = Lab::new();
+    let nodes = vec![lab.add_node(NodeOptions {
+        client_cert_days: 5,
+        ..NodeOptions::default()
+    })];
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &nodes, &am.base, &hook.url());
+    struct Daemon(std::process::Child);
+    impl Drop for Daemon {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _daemon = Daemon(
+        std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+            .arg("--config")
+            .arg(&config)
+            .args([
+                "run",
+                "--now",
+                "--interval",
+                "1s",
+                "--listen",
+                "127.0.0.1:0",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while am.posts().len() < 2 && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let posts = am.posts();
+    assert!(
+        posts.len() >= 2,
+        "Alertmanager heard {} evaluations",
+        posts.len()
+    );
+    let crit = key(
+        "SpokekeeperCertificateExpiring",
+        "spoke0",
+        "client",
+        "critical",
+    );
+    for p in &posts[..2] {
+        let alerts = alerts_in(p);
+        assert!(alerts.contains_key(&crit), "{alerts:#?}");
+        assert!(time(&alerts[&crit]["endsAt"]) > p.at, "still active");
+    }
+    assert_eq!(hook.posts().len(), 1, "the webhook hears the change once");
+}

@@ -85,7 +85,9 @@ async fn serve(opts: Options) -> Result<(), String> {
     let (leadership, leader) = Leadership::start(opts.leader.as_ref()).await?;
     tracing::info!(listen = %http.addr, schedule = %schedule, spokes = loaded.config().spokes.len(), "running: serving /metrics, /healthz and /readyz");
 
+    let notifier = ticker::notifier(&loaded)?;
     Ticker {
+        notifier,
         opts,
         loaded,
         metrics,

@@ -13,6 +13,7 @@ use tokio::time::Instant;
 use super::http::Health;
 use super::signals::{Sig, Signals};
 use super::{Loaded, MAX_NAP, Options, SHUTDOWN_GRACE, load, schedule};
+use crate::alerts::{self, Notifier, NotifyOptions};
 use crate::metrics::Metrics;
 use crate::rotate::{self, Outcome, TickReport};
 
@@ -34,6 +35,22 @@ pub(super) struct Ticker {
     pub leader: watch::Receiver<bool>,
     pub leader_alive: bool,
     pub signals: Signals,
+    /// The alert sinks and what each was last told; kept across ticks and reloads that
+    /// leave `alerts:` as it was.
+    pub notifier: Notifier,
+}
+
+/// The sinks for a configuration: active alerts stay valid for a few schedule periods.
+pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, String> {
+    let period = loaded
+        .schedule
+        .period_at(SystemTime::now())
+        .unwrap_or(Duration::from_secs(15 * 60));
+    let opts = NotifyOptions {
+        evaluation_period: period,
+        ..NotifyOptions::default()
+    };
+    Notifier::new(&loaded.config().alerts, opts).map_err(|e| format!("alerts: {e}"))
 }
 
 impl Ticker {
@@ -189,6 +206,7 @@ impl Ticker {
                 self.metrics.observe_tick(&report, took, now);
                 self.health.tick_finished(now);
                 log_report(&report, took);
+                self.alert(&ctx, &report).await;
                 if report
                     .repo_error
                     .as_deref()
@@ -210,6 +228,22 @@ impl Ticker {
             Ended::Stop
         } else {
             Ended::Continue
+        }
+    }
+
+    /// Grades every spoke's certificates and tells the sinks. A failing sink is logged,
+    /// never fails the tick.
+    async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) {
+        let seen = alerts::observe(&ctx.config, &ctx.repo, &[], ctx.probe_timeout).await;
+        let sealing = alerts::SealingCert::from_key(
+            &ctx.sealing,
+            &ctx.config.sealing_cert.display().to_string(),
+        );
+        let now = time::OffsetDateTime::now_utc();
+        let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(report));
+        for e in self.notifier.notify(&findings, now).await {
+            tracing::warn!(error = %e, "alert sink failed");
+            self.metrics.error("", "alert");
         }
     }
 
@@ -247,6 +281,14 @@ impl Ticker {
                     );
                 }
                 let changed = new.schedule.to_string() != self.loaded.schedule.to_string();
+                if changed || new.config().alerts != old.alerts {
+                    match notifier(&new) {
+                        Ok(n) => self.notifier = n,
+                        Err(e) => {
+                            tracing::error!(error = %e, "alert sinks not reloaded: keeping the previous ones")
+                        }
+                    }
+                }
                 self.metrics
                     .set_sealing_not_after(new.context.sealing.not_after());
                 self.health.config_loaded(new.schedule.clone(), path);
