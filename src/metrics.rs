@@ -79,7 +79,7 @@ impl Metrics {
         };
         registry.register(
             "certificate_not_after_timestamp_seconds",
-            "When a spoke credential's certificate expires (cert=client: the committed client certificate; cert=ca: the cluster CA)",
+            "When a spoke credential's certificate expires (client: the committed client certificate, ca: the cluster CA, serving: what the API presents, sealing: what it is sealed to)",
             m.cert_not_after.clone(),
         );
         registry.register(
@@ -174,6 +174,17 @@ impl Metrics {
                 stage: stage.to_string(),
             })
             .inc();
+    }
+
+    /// A certificate's notAfter that the tick report does not carry (the serving
+    /// certificate from the probe, the sealing certificate per spoke).
+    pub fn set_cert_not_after(&self, spoke: &str, cert: &'static str, not_after: OffsetDateTime) {
+        self.cert_not_after
+            .get_or_create(&CertLabels {
+                spoke: spoke.to_string(),
+                cert,
+            })
+            .set(offset_seconds(not_after));
     }
 
     pub fn set_sealing_not_after(&self, not_after: Option<OffsetDateTime>) {

@@ -482,6 +482,18 @@ fn ticks_on_the_interval_and_the_endpoints_follow_the_committed_state() {
             Some(not_after),
             "{m}"
         );
+        let series = |cert: &str| {
+            sample(
+                &m,
+                &format!(
+                    "spokekeeper_certificate_not_after_timestamp_seconds{{spoke=\"spoke{i}\",cert=\"{cert}\"}}"
+                ),
+            )
+        };
+        let ca = rfc3339_seconds(&committed.annotations["spokekeeper.io/ca-not-after"]);
+        assert_eq!(series("ca"), Some(ca), "{m}");
+        assert!(series("serving").is_some_and(|t| t > unix_now()), "{m}");
+        assert!(series("sealing").is_some_and(|t| t > unix_now()), "{m}");
         assert_eq!(
             sample(&m, &format!("spokekeeper_spoke_up{{spoke=\"spoke{i}\"}}")),
             Some(1.0)

@@ -202,11 +202,20 @@ impl Ticker {
                 self.report_unpushed(&ctx).await;
             }
             Some(Ok(Ok(report))) => {
+                let findings = self.alert(&ctx, &report).await;
                 let now = SystemTime::now();
+                // Together, with no await between: a scrape sees one tick's series.
                 self.metrics.observe_tick(&report, took, now);
+                for f in &findings {
+                    if let (Some(t), alerts::Subject::Serving | alerts::Subject::Sealing) =
+                        (f.not_after, f.subject)
+                    {
+                        self.metrics
+                            .set_cert_not_after(&f.spoke, f.subject.as_str(), t);
+                    }
+                }
                 self.health.tick_finished(now);
                 log_report(&report, took);
-                self.alert(&ctx, &report).await;
                 if report
                     .repo_error
                     .as_deref()
@@ -233,7 +242,7 @@ impl Ticker {
 
     /// Grades every spoke's certificates and tells the sinks. A failing sink is logged,
     /// never fails the tick.
-    async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) {
+    async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) -> Vec<alerts::Finding> {
         let seen = alerts::observe(&ctx.config, &ctx.repo, &[], ctx.probe_timeout).await;
         let sealing = alerts::SealingCert::from_key(
             &ctx.sealing,
@@ -245,6 +254,7 @@ impl Ticker {
             tracing::warn!(error = %e, "alert sink failed");
             self.metrics.error("", "alert");
         }
+        findings
     }
 
     /// Says so when commits stay in the local clone only.
