@@ -15,77 +15,14 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::process::{Pid, Signal, kill_process};
 use spokekeeper::seal::{SealedSecret, SealingKey};
+use support::fleet::vectors;
+use support::git::{fleet_remote, git};
 use support::{Lab, Node, NodeOptions};
-
-fn vectors() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
-}
-
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// A bare remote with one seed commit, and spokekeeper's clone of it.
 fn fleet_repo(dir: &Path) -> (PathBuf, PathBuf) {
-    let remote = dir.join("fleet.git");
-    git(
-        dir,
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            remote.to_str().unwrap(),
-        ],
-    );
-    let seed = dir.join("seed");
-    git(
-        dir,
-        &[
-            "clone",
-            "--quiet",
-            remote.to_str().unwrap(),
-            seed.to_str().unwrap(),
-        ],
-    );
-    fs::write(seed.join("README.md"), "fleet\n").unwrap();
-    git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-        ],
-    );
-    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-    let clone = dir.join("clone");
-    git(
-        dir,
-        &[
-            "clone",
-            "--quiet",
-            remote.to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
-    (remote, clone)
+    let (remote, mut clones) = fleet_remote(dir, 1);
+    (remote, clones.remove(0))
 }
 
 fn config_head(clone: &Path) -> String {

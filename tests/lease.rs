@@ -2,6 +2,8 @@
 //! optimistic concurrency: in-process contenders first, then two `spokekeeper run
 //! --leader-elect` processes, recording who ticked when.
 
+mod support;
+
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fs;
@@ -20,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use rustix::process::{Pid, Signal, kill_process};
 use serde_json::{Value, json};
 use spokekeeper::daemon::lease::{self, LeaseLock, Observed, Timing};
+use support::git::fleet_remote;
 use tokio::sync::{oneshot, watch};
 
 const NS: &str = "spokekeeper-test";
@@ -830,67 +833,16 @@ impl Drop for Proc {
     }
 }
 
-fn git(dir: &Path, args: &[&str]) {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A remote with a seed commit and a clone + config per contender. The one spoke is
 /// unreachable (its SSH identity does not exist): ticks are quick and fail at extract.
 fn fleet(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
-    let remote = dir.join("fleet.git");
-    git(
-        dir,
-        &[
-            "init",
-            "--quiet",
-            "--bare",
-            "--initial-branch=main",
-            remote.to_str().unwrap(),
-        ],
-    );
-    let seed = dir.join("seed");
-    git(
-        dir,
-        &[
-            "clone",
-            "--quiet",
-            remote.to_str().unwrap(),
-            seed.to_str().unwrap(),
-        ],
-    );
-    fs::write(seed.join("README.md"), "fleet\n").unwrap();
-    git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-        ],
-    );
-    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+    let (_, clones) = fleet_remote(dir, names.len());
     let cert =
         Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets/key/cert.pem");
     names
         .iter()
-        .map(|name| {
-            let clone = dir.join(format!("clone-{name}"));
-            git(dir, &["clone", "--quiet", remote.to_str().unwrap(), clone.to_str().unwrap()]);
+        .zip(clones)
+        .map(|(name, clone)| {
             let config = dir.join(format!("{name}.yaml"));
             fs::write(
                 &config,
