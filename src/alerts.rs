@@ -32,7 +32,7 @@ use crate::spoke::CaCheck;
 
 pub use alertmanager::PostableAlert;
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
-pub use observe::{Observation, RecordedState, SealingCert, observe};
+pub use observe::{Observation, RecordedState, SealingCert, observe, observe_after_tick};
 pub use webhook::Change;
 
 /// How a finding is graded. Ordered from best to worst for `check`'s exit code, except

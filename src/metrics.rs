@@ -223,6 +223,7 @@ mod tests {
             ca_not_after: Some(time::macros::datetime!(2036-01-02 03:04:05 UTC)),
             client_not_after: Some(time::macros::datetime!(2030-01-02 03:04:05 UTC)),
             user: None,
+            probe: None,
         }
     }
 

@@ -726,3 +726,57 @@ async fn the_daemon_sends_alerts_after_each_tick() {
     }
     assert_eq!(hook.posts().len(), 1, "the webhook hears the change once");
 }
+
+/// After a tick, alerts reuse the tick's probe instead of probing each spoke again.
+#[tokio::test]
+async fn after_a_tick_the_ticks_probe_is_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let clone = fleet_remote(dir.path(), 1).1.remove(0);
+    // Nothing listens on port 1: a fresh probe would be refused.
+    let text = format!(
+        "repo: {{path: {}}}\nsealing: {{cert: c.pem}}\nspokes:\n  - {{name: dev, address: 127.0.0.1, api_server: \"https://127.0.0.1:1\"}}\n  - {{name: other, address: 127.0.0.1, api_server: \"https://127.0.0.1:1\"}}\n",
+        clone.display()
+    );
+    let config = Config::parse(&text, "t.yaml", dir.path()).unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    let now = OffsetDateTime::now_utc();
+    let taken = spokekeeper::spoke::ProbeReport {
+        server: "127.0.0.1:1".into(),
+        host: "127.0.0.1".into(),
+        chain: vec![],
+        serving_sha256: "sha256:00".into(),
+        not_before: now,
+        not_after: now + time::Duration::days(90),
+        dns_names: vec![],
+        ip_addresses: vec![],
+        address_in_sans: true,
+    };
+    let tick = rotate::TickReport {
+        spokes: vec![rotate::SpokeReport {
+            spoke: "dev".into(),
+            outcome: rotate::Outcome::Healthy,
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: Some(Ok(taken.clone())),
+        }],
+        pushed: false,
+        repo_error: None,
+    };
+    let seen = alerts::observe_after_tick(&config, &repo, &tick, Duration::from_secs(2)).await;
+    let dev = seen[0]
+        .probe
+        .as_ref()
+        .unwrap()
+        .as_ref()
+        .expect("the tick's probe");
+    assert_eq!(dev.not_after, taken.not_after);
+    // A spoke the tick did not probe is probed now.
+    let other = seen[1].probe.as_ref().unwrap();
+    assert!(
+        other.as_ref().is_err_and(|e| e.is_unreachable()),
+        "{other:?}"
+    );
+}

@@ -10,6 +10,7 @@ use time::format_description::well_known::Rfc3339;
 
 use crate::config::{Config, SpokeConfig};
 use crate::repo::Repo;
+use crate::rotate::TickReport;
 use crate::rotate::decide::configured_server;
 use crate::rotate::state::Recorded;
 use crate::seal::{KeyError, SealedSecret, SealingKey};
@@ -86,7 +87,7 @@ pub async fn observe(
         .iter()
         .filter(|s| only.is_empty() || only.contains(&s.name));
     let mut seen: Vec<(usize, Observation)> = futures::stream::iter(spokes.enumerate())
-        .map(|(i, spoke)| async move { (i, observe_one(spoke, repo, timeout).await) })
+        .map(|(i, spoke)| async move { (i, observe_one(spoke, repo, timeout, None).await) })
         .buffer_unordered(CONCURRENCY)
         .collect()
         .await;
@@ -94,7 +95,40 @@ pub async fn observe(
     seen.into_iter().map(|(_, o)| o).collect()
 }
 
-async fn observe_one(spoke: &SpokeConfig, repo: &Repo, timeout: Duration) -> Observation {
+/// Like [`observe`] after a tick: the recorded state is read again (the tick may have
+/// committed), and the tick's own probe of each spoke is reused, so a spoke is probed
+/// once per tick. Spokes the tick did not probe (nothing was recorded before) are probed.
+pub async fn observe_after_tick(
+    config: &Config,
+    repo: &Repo,
+    tick: &TickReport,
+    timeout: Duration,
+) -> Vec<Observation> {
+    let probed = |name: &str| {
+        tick.spokes
+            .iter()
+            .find(|s| s.spoke == name)
+            .and_then(|s| s.probe.clone())
+    };
+    let mut seen: Vec<(usize, Observation)> =
+        futures::stream::iter(config.spokes.iter().enumerate())
+            .map(|(i, spoke)| {
+                let known = probed(&spoke.name);
+                async move { (i, observe_one(spoke, repo, timeout, known).await) }
+            })
+            .buffer_unordered(CONCURRENCY)
+            .collect()
+            .await;
+    seen.sort_by_key(|(i, _)| *i);
+    seen.into_iter().map(|(_, o)| o).collect()
+}
+
+async fn observe_one(
+    spoke: &SpokeConfig,
+    repo: &Repo,
+    timeout: Duration,
+    known: Option<Result<ProbeReport, ProbeError>>,
+) -> Observation {
     let recorded = match repo.read(&spoke.output) {
         Ok(None) => RecordedState::Missing,
         Ok(Some(bytes)) => match SealedSecret::parse(&bytes)
@@ -110,9 +144,10 @@ async fn observe_one(spoke: &SpokeConfig, repo: &Repo, timeout: Duration) -> Obs
         RecordedState::Recorded(r) => Some(r.server.clone()),
         _ => None,
     });
-    let probe = match server {
-        Some(server) => Some(spoke::probe(&server, timeout).await),
-        None => None,
+    let probe = match (known, server) {
+        (Some(known), _) => Some(known),
+        (None, Some(server)) => Some(spoke::probe(&server, timeout).await),
+        (None, None) => None,
     };
     Observation {
         spoke: spoke.name.clone(),

@@ -344,6 +344,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         ca_not_after: None,
         client_not_after: None,
         user: None,
+        probe: None,
     };
     let tick = TickReport {
         spokes: vec![

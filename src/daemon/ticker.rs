@@ -243,7 +243,8 @@ impl Ticker {
     /// Grades every spoke's certificates and tells the sinks. A failing sink is logged,
     /// never fails the tick.
     async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) -> Vec<alerts::Finding> {
-        let seen = alerts::observe(&ctx.config, &ctx.repo, &[], ctx.probe_timeout).await;
+        let seen =
+            alerts::observe_after_tick(&ctx.config, &ctx.repo, report, ctx.probe_timeout).await;
         let sealing = alerts::SealingCert::from_key(
             &ctx.sealing,
             &ctx.config.sealing_cert.display().to_string(),

@@ -23,7 +23,7 @@ pub use refresh::Stage;
 use crate::config::{Config, SpokeConfig};
 use crate::repo::{Pushed, Repo};
 use crate::seal::{SealedSecret, SealingKey};
-use crate::spoke;
+use crate::spoke::{self, ProbeError, ProbeReport};
 use state::{Recorded, rfc3339, short};
 
 /// What one tick needs: the configuration, the sealing key and the fleet repo.
@@ -112,6 +112,10 @@ pub struct SpokeReport {
     pub client_not_after: Option<OffsetDateTime>,
     /// Who the new credential authenticated as, when one was validated.
     pub user: Option<String>,
+    /// The TLS probe this tick took, when it took one: alerts grade from it rather
+    /// than probing again.
+    #[serde(skip)]
+    pub probe: Option<Result<ProbeReport, ProbeError>>,
 }
 
 impl SpokeReport {
@@ -234,6 +238,7 @@ async fn reconcile(
         ca_not_after: None,
         client_not_after: None,
         user: None,
+        probe: None,
     };
     // observe
     let committed = match ctx.repo.read(&spoke.output) {
@@ -251,7 +256,7 @@ async fn reconcile(
         let recorded = Recorded::from_annotations(&sealed.annotations)?;
         Ok::<_, String>((sealed, recorded))
     });
-    let probe = match &parsed {
+    report.probe = match &parsed {
         Some(Ok((_, recorded))) => {
             let server =
                 decide::configured_server(spoke).unwrap_or_else(|| recorded.server.clone());
@@ -281,7 +286,7 @@ async fn reconcile(
         committed: parsed
             .as_ref()
             .map(|p| p.as_ref().map(|(s, r)| (s, r)).map_err(Clone::clone)),
-        probe: probe.as_ref(),
+        probe: report.probe.as_ref(),
     };
     let policy = decide::Policy {
         now,
