@@ -7,7 +7,7 @@ mod support;
 use std::collections::HashMap;
 use std::convert::Infallible;
 use std::fs;
-use std::io::{BufRead, BufReader};
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -755,14 +755,7 @@ impl Proc {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap();
-        let lines = Arc::new(Mutex::new(Vec::new()));
-        let stderr = child.stderr.take().unwrap();
-        let sink = lines.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push((Instant::now(), line));
-            }
-        });
+        let lines = support::logs::capture_stderr(&mut child);
         Proc {
             name: name.into(),
             child,

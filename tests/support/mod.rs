@@ -21,6 +21,7 @@
 mod addr;
 pub mod fleet;
 pub mod git;
+pub mod logs;
 mod sshd;
 
 use std::fs;

@@ -1,0 +1,22 @@
+//! A child's stderr, line by line with arrival times, for tests that watch a daemon.
+
+use std::io::{BufRead, BufReader};
+use std::process::Child;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Lines the child writes to stderr (spawned with `Stdio::piped()`), as they arrive.
+pub type Lines = Arc<Mutex<Vec<(Instant, String)>>>;
+
+/// Starts collecting `child`'s stderr in a background thread.
+pub fn capture_stderr(child: &mut Child) -> Lines {
+    let lines: Lines = Arc::new(Mutex::new(Vec::new()));
+    let stderr = child.stderr.take().expect("stderr piped");
+    let sink = lines.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().unwrap().push((Instant::now(), line));
+        }
+    });
+    lines
+}
