@@ -1,0 +1,109 @@
+{{/*
+Names, labels, the rendered spokekeeper.yaml and the per-namespace access the spokes need.
+*/}}
+{{- define "spokekeeper.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "spokekeeper.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "spokekeeper.labels" -}}
+{{ include "spokekeeper.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "spokekeeper.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- .Values.serviceAccount.name | default (include "spokekeeper.fullname" .) -}}
+{{- else -}}
+{{- .Values.serviceAccount.name | default "default" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Fixed paths inside the pod. */}}
+{{- define "spokekeeper.fleetPath" -}}/var/lib/spokekeeper/fleet{{- end -}}
+
+{{/*
+spokekeeper.yaml: .Values.config plus what the chart decides (paths, listen address, hub).
+A relative sealing.cert is taken inside the fleet repo.
+*/}}
+{{- define "spokekeeper.config" -}}
+{{- $c := deepCopy .Values.config -}}
+{{- $repo := $c.repo | default dict -}}
+{{- $_ := set $repo "path" (include "spokekeeper.fleetPath" .) -}}
+{{- $_ := set $repo "branch" .Values.fleet.branch -}}
+{{- $_ := set $c "repo" $repo -}}
+{{- $sealing := $c.sealing | default dict -}}
+{{- if not (isAbs $sealing.cert) -}}
+{{- $_ := set $sealing "cert" (printf "%s/%s" (include "spokekeeper.fleetPath" .) $sealing.cert) -}}
+{{- end -}}
+{{- $ssh := $c.ssh | default dict -}}
+{{- $_ := set $ssh "identity" "/etc/spokekeeper/ssh/id_ed25519" -}}
+{{- $_ := set $ssh "known_hosts" "/etc/spokekeeper/ssh/known_hosts" -}}
+{{- $_ := set $c "ssh" $ssh -}}
+{{- $_ := set $c "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port))) -}}
+{{- if .Values.hub.enabled -}}
+{{- $ctl := .Values.hub.controller -}}
+{{- $_ := set $c "hub" (dict "controller" (dict "namespace" $ctl.namespace "name" $ctl.name "port" $ctl.port) "verify_timeout" .Values.hub.verifyTimeout) -}}
+{{- end -}}
+{{- toYaml $c -}}
+{{- end -}}
+
+{{/*
+What the hub code reads per namespace, from config.spokes with the daemon's defaults
+(secret NAME-kubeconfig in flux-system, Kustomization NAME in flux-system), as JSON:
+{"NS": {"sealedsecrets": [names], "kustomizations": [names]}}.
+*/}}
+{{- define "spokekeeper.spokeAccess" -}}
+{{- $byNs := dict -}}
+{{- range .Values.config.spokes -}}
+{{- $secret := .secret | default dict -}}
+{{- $kust := .kustomization | default dict -}}
+{{- $sns := $secret.namespace | default "flux-system" -}}
+{{- $sname := $secret.name | default (printf "%s-kubeconfig" .name) -}}
+{{- $kns := $kust.namespace | default "flux-system" -}}
+{{- $kname := $kust.name | default .name -}}
+{{- $e := get $byNs $sns | default (dict "sealedsecrets" list "kustomizations" list) -}}
+{{- $_ := set $e "sealedsecrets" (append $e.sealedsecrets $sname | uniq | sortAlpha) -}}
+{{- $_ := set $byNs $sns $e -}}
+{{- $e := get $byNs $kns | default (dict "sealedsecrets" list "kustomizations" list) -}}
+{{- $_ := set $e "kustomizations" (append $e.kustomizations $kname | uniq | sortAlpha) -}}
+{{- $_ := set $byNs $kns $e -}}
+{{- end -}}
+{{- toJson $byNs -}}
+{{- end -}}
+
+{{- define "spokekeeper.containerSecurityContext" -}}
+runAsNonRoot: true
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end -}}
+
+{{/* git over ssh with the fleet deploy key, strict host keys, never a prompt. */}}
+{{- define "spokekeeper.gitEnv" -}}
+- name: HOME
+  value: /var/lib/spokekeeper
+- name: GIT_SSH_COMMAND
+  value: ssh -i /etc/spokekeeper/git/identity -o IdentitiesOnly=yes -o UserKnownHostsFile=/etc/spokekeeper/git/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes
+{{- end -}}
+
+{{- define "spokekeeper.volumeMounts" -}}
+- name: state
+  mountPath: /var/lib/spokekeeper
+- name: tmp
+  mountPath: /tmp
+- name: git
+  mountPath: /etc/spokekeeper/git
+  readOnly: true
+{{- end -}}
