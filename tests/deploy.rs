@@ -1297,6 +1297,18 @@ fn dockerfile_builds_in_stages_and_runs_as_a_user_with_ssh_and_git() {
         .last()
         .unwrap()
         .to_string();
+    // The build toolchain is the one Cargo.toml promises to support.
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml")).unwrap();
+    let rust_version = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .unwrap()
+        .trim_matches('"');
+    let image = steps[stages[0]].1.split_whitespace().next().unwrap();
+    assert!(
+        image.starts_with(&format!("rust:{rust_version}-")),
+        "build image {image}: use rust:{rust_version} (Cargo.toml's rust-version)"
+    );
     let runtime = &steps[*stages.last().unwrap()..];
     // The build stage copies only what exists here.
     for (op, args) in &steps[..*stages.last().unwrap()] {
