@@ -224,6 +224,7 @@ mod tests {
             client_not_after: Some(time::macros::datetime!(2030-01-02 03:04:05 UTC)),
             user: None,
             probe: None,
+            hub: None,
         }
     }
 
@@ -250,6 +251,8 @@ mod tests {
             ],
             pushed: true,
             repo_error: Some("push: rejected".into()),
+            sealing: None,
+            sealing_key: None,
         };
         m.observe_tick(
             &report,
@@ -281,6 +284,8 @@ mod tests {
             spokes: vec![spoke("dev", Outcome::Healthy, None)],
             pushed: false,
             repo_error: None,
+            sealing: None,
+            sealing_key: None,
         };
         m.observe_tick(&later, Duration::from_secs(1), SystemTime::now());
         let text = m.encode().unwrap();

@@ -345,6 +345,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         client_not_after: None,
         user: None,
         probe: None,
+        hub: None,
     };
     let tick = TickReport {
         spokes: vec![
@@ -359,6 +360,8 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         ],
         pushed: false,
         repo_error: None,
+        sealing: None,
+        sealing_key: None,
     };
     let fs = evaluate(
         &cfg(),
