@@ -146,6 +146,14 @@ impl TickReport {
     pub fn ok(&self) -> bool {
         self.repo_error.is_none() && !self.spokes.iter().any(SpokeReport::failed)
     }
+
+    /// Every credential pushed this tick was unsealed on the hub and its Kustomization
+    /// is Ready (trivially true without `hub:`).
+    pub fn hub_ok(&self) -> bool {
+        self.spokes
+            .iter()
+            .all(|s| s.hub.as_ref().is_none_or(|h| h.ok()))
+    }
 }
 
 /// A credential ready to commit.
