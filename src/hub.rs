@@ -97,6 +97,9 @@ impl Hub {
                 )
             })?,
         };
+        // No retries inside the client: a 503 from the service proxy (controller down)
+        // falls back to the pinned copy at once, and verification polls on its own.
+        config.default_retry = false;
         config.connect_timeout = Some(CALL_TIMEOUT);
         config.read_timeout = Some(CALL_TIMEOUT);
         config.write_timeout = Some(CALL_TIMEOUT);
