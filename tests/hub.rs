@@ -260,7 +260,49 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
     assert_eq!(s["kustomization"]["condition"]["status"], "True");
     assert_eq!(s["probe"]["state"], "ok");
     assert_eq!(status["hub"]["reachable"], true);
+    let (code, table, err) = l.fleet.run(&["status"]);
+    assert_eq!(code, 0, "{table}\n{err}");
+    let header = table.lines().next().unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["SPOKE", "COMMITTED", "CA", "SYNCED", "READY", "PROBE"]
+    );
+    assert!(
+        table.lines().nth(1).unwrap().ends_with("True    True   ok"),
+        "{table}"
+    );
+
+    // The table output of rotate says what the hub made of each pushed credential.
+    let (code, _, err) = l.fleet.rotate(&["spoke1", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("spoke1: hub: synced, ready"), "{err}");
     l.assert_within_access();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_without_a_hub_reports_the_commit_and_the_probe() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let (code, out, err) = fleet.run(&["status", "-o", "json"]);
+    assert_eq!(code, 1, "nothing committed yet is a warning: {out}\n{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["spokes"][0]["committed"]["state"], "missing");
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    let (code, out, err) = fleet.run(&["status", "-o", "json"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["hub"], Value::Null);
+    assert_eq!(status["spokes"][0]["sealed_secret"], Value::Null);
+    assert_eq!(status["spokes"][0]["probe"]["state"], "ok");
+    assert!(status["spokes"][0]["committed"]["ca_sha256"].is_string());
+    // A configuration that does not load: exit 2, with the field named.
+    std::fs::write(
+        &fleet.config,
+        "repo: {path: x}\nsealing: {cert: c}\nhub: {kubecfg: x}\nspokes: []\n",
+    )
+    .unwrap();
+    let (code, _, err) = fleet.run(&["status"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("kubecfg"), "{err}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -371,7 +413,8 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kustomization_not_ready_is_reported() {
-    let l = lab(1, "  verify_timeout: 10s\n");
+    // A configured port: the Service is not read.
+    let l = lab(1, "  verify_timeout: 10s\n  controller: {port: http}\n");
     l.hub.set_flux(Flux::Failing(
         "Secret/flux-system/spoke0-kubeconfig: x509: certificate signed by unknown authority"
             .into(),
@@ -389,6 +432,11 @@ async fn kustomization_not_ready_is_reported() {
         status["spokes"][0]["kustomization"]["condition"]["status"],
         "False"
     );
+    assert_eq!(
+        requests_to(&l.hub, "GET", "/services/sealed-secrets-controller"),
+        0
+    );
+    assert!(requests_to(&l.hub, "GET", "/proxy/v1/cert.pem") >= 1);
     l.assert_within_access();
 }
 
