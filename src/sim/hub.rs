@@ -263,8 +263,9 @@ impl Drop for HubSim {
 }
 
 /// The RBAC request attributes (group, resource[/subresource], verb) the API server's
-/// authorizer derives from a request to a named, namespaced object: GET is get, PATCH
-/// patch, PUT update, DELETE delete, POST create. None for anything else.
+/// authorizer derives from a namespaced request: on a named object GET is get, PATCH
+/// patch, PUT update, DELETE delete; on a collection GET is list and POST create. None
+/// for anything else.
 pub fn rbac_attributes(method: &str, path: &str) -> Option<(String, String, &'static str)> {
     let verb = match method {
         "GET" => "get",
@@ -281,7 +282,14 @@ pub fn rbac_attributes(method: &str, path: &str) -> Option<(String, String, &'st
         _ => return None,
     };
     match rest {
-        ["namespaces", _ns, resource, _name] => Some((group, resource.to_string(), verb)),
+        ["namespaces", _ns, resource] => match verb {
+            "get" => Some((group, resource.to_string(), "list")),
+            "create" => Some((group, resource.to_string(), "create")),
+            _ => None,
+        },
+        ["namespaces", _ns, resource, _name] if verb != "create" => {
+            Some((group, resource.to_string(), verb))
+        }
         ["namespaces", _ns, resource, _name, sub, ..] => {
             Some((group, format!("{resource}/{sub}"), verb))
         }
@@ -772,9 +780,17 @@ mod tests {
             Some("kustomize.toolkit.fluxcd.io|kustomizations|patch")
         );
         assert_eq!(
-            a("GET", "/api/v1/namespaces/x/secrets"),
-            None,
-            "a list is not a named get"
+            a("GET", "/api/v1/namespaces/x/secrets").as_deref(),
+            Some("|secrets|list"),
+            "a collection GET is a list, not a get"
+        );
+        assert_eq!(
+            a("POST", "/apis/coordination.k8s.io/v1/namespaces/x/leases").as_deref(),
+            Some("coordination.k8s.io|leases|create")
+        );
+        assert_eq!(
+            a("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l").as_deref(),
+            Some("coordination.k8s.io|leases|update")
         );
         assert_eq!(a("GET", "/version"), None);
     }
