@@ -521,3 +521,78 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     );
     assert_eq!(action(&report, 0), "healthy");
 }
+
+/// `spokekeeper run` with a hub: the tick's hub results reach /metrics and the alert log.
+#[test]
+fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let l = lab(1, "  verify_timeout: 3s\n");
+    l.hub.set_keys(vec![key("other-key")]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(&l.fleet.config)
+        .args(["run", "--now", "--listen", "127.0.0.1:0"])
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let lines = support::logs::capture_stderr(&mut child);
+    let _child = Kill(child);
+    let log = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let end = Instant::now() + Duration::from_secs(60);
+    while !log().contains("tick finished") {
+        assert!(Instant::now() < end, "no tick finished:\n{}", log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = log();
+    assert!(text.contains("SpokekeeperHubNotReady"), "{text}");
+    assert!(
+        text.contains("no key could decrypt secret (value)"),
+        "{text}"
+    );
+    let addr: std::net::SocketAddr = text
+        .split("listen=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no listen address in:\n{text}"));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut metrics = String::new();
+    s.read_to_string(&mut metrics).unwrap();
+    for line in [
+        "spokekeeper_hub_reachable 1",
+        "spokekeeper_hub_synced{spoke=\"spoke0\"} 0",
+        "spokekeeper_hub_ready{spoke=\"spoke0\"} 0",
+        "spokekeeper_errors_total{spoke=\"spoke0\",stage=\"hub\"} 1",
+        "spokekeeper_rotations_total{spoke=\"spoke0\",reason=\"initial\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "want {line:?} in:\n{metrics}"
+        );
+    }
+    l.assert_within_access();
+}
