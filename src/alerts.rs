@@ -94,6 +94,8 @@ pub enum Subject {
     Rotation,
     /// The committed SealedSecret and its annotations.
     State,
+    /// Whether the hub unsealed the pushed credential and Flux deploys with it.
+    Hub,
 }
 
 impl Subject {
@@ -106,6 +108,7 @@ impl Subject {
             Subject::Api => "api",
             Subject::Rotation => "rotation",
             Subject::State => "state",
+            Subject::Hub => "hub",
         }
     }
 
@@ -125,6 +128,7 @@ impl Subject {
             Subject::Api => "API server",
             Subject::Rotation => "rotation",
             Subject::State => "recorded state",
+            Subject::Hub => "hub",
         }
     }
 }
@@ -142,6 +146,8 @@ pub enum AlertName {
     SpokeUnreachable,
     #[serde(rename = "SpokekeeperRotationFailing")]
     RotationFailing,
+    #[serde(rename = "SpokekeeperHubNotReady")]
+    HubNotReady,
 }
 
 impl AlertName {
@@ -152,6 +158,7 @@ impl AlertName {
             AlertName::CaMismatch => "SpokekeeperCaMismatch",
             AlertName::SpokeUnreachable => "SpokekeeperSpokeUnreachable",
             AlertName::RotationFailing => "SpokekeeperRotationFailing",
+            AlertName::HubNotReady => "SpokekeeperHubNotReady",
         }
     }
 }
@@ -300,6 +307,9 @@ pub fn evaluate(
             && let Some(report) = tick.spokes.iter().find(|r| r.spoke == spoke)
         {
             out.push(rotation(spoke, report));
+            if let Some(h) = &report.hub {
+                out.push(hub(spoke, h));
+            }
         }
     }
     out
@@ -442,6 +452,33 @@ fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
                 .unwrap_or_default();
             plain(spoke, Subject::Rotation, Status::Ok, what)
         }
+    }
+}
+
+/// After a push: a SealedSecret the controller did not unseal, or a Kustomization not
+/// Ready with the new credential. The commit stays; this says the hub is not using it.
+fn hub(spoke: &str, h: &crate::hub::verify::HubReport) -> Finding {
+    if h.ok() {
+        return plain(spoke, Subject::Hub, Status::Ok, h.summary());
+    }
+    let detail = h.summary();
+    let advice = if !h.synced.ok {
+        "Check the Sealed Secrets controller (`kubectl -n kube-system logs deploy/sealed-secrets-controller`) and the SealedSecret's status; if its key was replaced, spokekeeper re-seals once it serves the new certificate."
+    } else {
+        "Check the Kustomization (`flux get kustomizations`) and its events."
+    };
+    Finding {
+        spoke: spoke.into(),
+        subject: Subject::Hub,
+        status: Status::Warning,
+        not_after: None,
+        days_left: None,
+        alert: Some(AlertName::HubNotReady),
+        summary: format!("spoke {spoke}: the hub is not using the pushed kubeconfig: {detail}"),
+        description: format!(
+            "spokekeeper pushed a validated kubeconfig for spoke {spoke}, but on the hub it is {detail}. The commit is kept. {advice}"
+        ),
+        detail,
     }
 }
 

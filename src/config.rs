@@ -19,6 +19,10 @@ pub use crate::spoke::{Distro, SshSettings};
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
 pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "kube-system";
+pub const DEFAULT_CONTROLLER_NAME: &str = "sealed-secrets-controller";
+pub const DEFAULT_KUSTOMIZATION_NAMESPACE: &str = "flux-system";
+pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(120);
 
 #[derive(Debug, thiserror::Error)]
 #[error("{file}: {message}")]
@@ -112,7 +116,40 @@ struct RawConfig {
     alerts: Option<RawAlerts>,
     #[serde(default)]
     ssh: SshOverrides,
+    #[serde(default)]
+    hub: Option<RawHub>,
     spokes: Vec<RawSpoke>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawHub {
+    #[serde(default)]
+    kubeconfig: Option<PathBuf>,
+    #[serde(default)]
+    controller: Option<RawController>,
+    #[serde(default)]
+    verify_timeout: Option<Span>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawController {
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    port: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKustomizationRef {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -206,6 +243,8 @@ struct RawSpoke {
     scope: Option<Scope>,
     #[serde(default)]
     output: Option<PathBuf>,
+    #[serde(default)]
+    kustomization: Option<RawKustomizationRef>,
 }
 
 impl<'de> Deserialize<'de> for Scope {
@@ -240,6 +279,32 @@ pub struct SecretRef {
     pub key: String,
 }
 
+/// The hub cluster's API: where the Sealed Secrets controller and Flux run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HubConfig {
+    /// None: in-cluster, else KUBECONFIG or ~/.kube/config (kube::Config::infer).
+    pub kubeconfig: Option<PathBuf>,
+    pub controller: ControllerRef,
+    /// Bounds waiting for Synced, then Ready, after a push.
+    pub verify_timeout: Duration,
+}
+
+/// The Sealed Secrets controller's Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ControllerRef {
+    pub namespace: String,
+    pub name: String,
+    /// None: the Service's first port (its name, else its number).
+    pub port: Option<String>,
+}
+
+/// The Flux Kustomization that deploys to a spoke with its kubeconfig.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KustomizationRef {
+    pub name: String,
+    pub namespace: String,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SpokeConfig {
     pub name: String,
@@ -254,6 +319,8 @@ pub struct SpokeConfig {
     pub scope: Scope,
     /// Relative to the repo root; never absolute, never leaves the repo.
     pub output: PathBuf,
+    /// Used only when `hub:` is configured.
+    pub kustomization: KustomizationRef,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -266,6 +333,8 @@ pub struct Config {
     pub renew_before: Duration,
     pub verify_every: Duration,
     pub alerts: AlertsConfig,
+    /// None: no hub API; sealing.cert is used as is.
+    pub hub: Option<HubConfig>,
     pub spokes: Vec<SpokeConfig>,
 }
 
@@ -432,6 +501,26 @@ impl Config {
                     output.display()
                 )));
             }
+            let k = s.kustomization.unwrap_or(RawKustomizationRef {
+                name: None,
+                namespace: None,
+            });
+            let kustomization = KustomizationRef {
+                name: k.name.unwrap_or_else(|| s.name.clone()),
+                namespace: k
+                    .namespace
+                    .unwrap_or_else(|| DEFAULT_KUSTOMIZATION_NAMESPACE.into()),
+            };
+            for (field, v) in [
+                ("name", &kustomization.name),
+                ("namespace", &kustomization.namespace),
+            ] {
+                if !is_dns_subdomain(v) {
+                    return Err(err(format!(
+                        "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
+                    )));
+                }
+            }
             spokes.push(SpokeConfig {
                 name: s.name,
                 address: s.address,
@@ -443,10 +532,55 @@ impl Config {
                 secret,
                 scope: s.scope.unwrap_or_default(),
                 output,
+                kustomization,
             });
         }
 
+        let hub = raw
+            .hub
+            .map(|h| {
+                let c = h.controller.unwrap_or_default();
+                let controller = ControllerRef {
+                    namespace: c
+                        .namespace
+                        .unwrap_or_else(|| DEFAULT_CONTROLLER_NAMESPACE.into()),
+                    name: c.name.unwrap_or_else(|| DEFAULT_CONTROLLER_NAME.into()),
+                    port: c.port,
+                };
+                for (field, v) in [
+                    ("namespace", &controller.namespace),
+                    ("name", &controller.name),
+                ] {
+                    if !is_dns_label(v) {
+                        return Err(err(format!(
+                            "hub.controller.{field} {v:?} is not a Kubernetes name: lowercase letters, digits and '-' (e.g. {})",
+                            if field == "name" { DEFAULT_CONTROLLER_NAME } else { DEFAULT_CONTROLLER_NAMESPACE }
+                        )));
+                    }
+                }
+                if let Some(p) = &controller.port
+                    && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+                {
+                    return Err(err(format!(
+                        "hub.controller.port {p:?} must be the Service's port name or number (e.g. http or 8080), or left out to use its first port"
+                    )));
+                }
+                let verify_timeout = h.verify_timeout.map_or(DEFAULT_VERIFY_TIMEOUT, |s| s.0);
+                if verify_timeout.is_zero() {
+                    return Err(err(
+                        "hub.verify_timeout must be longer than 0s: e.g. 2m".into(),
+                    ));
+                }
+                Ok(HubConfig {
+                    kubeconfig: h.kubeconfig.as_deref().map(resolve),
+                    controller,
+                    verify_timeout,
+                })
+            })
+            .transpose()?;
+
         Ok(Config {
+            hub,
             file: PathBuf::from(file),
             repo: RepoConfig {
                 path: resolve(&raw.repo.path),
@@ -483,6 +617,10 @@ fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
         connect_timeout: spoke.connect_timeout.or(defaults.connect_timeout),
         command_timeout: spoke.command_timeout.or(defaults.command_timeout),
     }
+}
+
+fn is_dns_subdomain(s: &str) -> bool {
+    !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
 fn is_dns_label(s: &str) -> bool {
@@ -667,6 +805,79 @@ spokes:
         refused(
             "repo: {path: f}\nsealing: {cert: c}\nspokes: []\n",
             &["at least one spoke"],
+        );
+    }
+
+    #[test]
+    fn hub_keys_and_their_defaults() {
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.hub, None, "no hub: key, no hub API");
+        assert_eq!(
+            c.spokes[0].kustomization,
+            KustomizationRef {
+                name: "dev".into(),
+                namespace: "flux-system".into()
+            }
+        );
+        let c = parse(&format!("{MIN}hub: {{}}\n")).unwrap();
+        let hub = c.hub.unwrap();
+        assert_eq!(hub.kubeconfig, None);
+        assert_eq!(
+            hub.controller,
+            ControllerRef {
+                namespace: "kube-system".into(),
+                name: "sealed-secrets-controller".into(),
+                port: None
+            }
+        );
+        assert_eq!(hub.verify_timeout, Duration::from_secs(120));
+        let text = MIN.replace(
+            "10.0.0.1}",
+            "10.0.0.1, kustomization: {name: apps-dev, namespace: fleet}}",
+        ) + "hub:\n  kubeconfig: hub.kubeconfig\n  controller: {namespace: ss, name: sealer, port: http}\n  verify_timeout: 30s\n";
+        let c = parse(&text).unwrap();
+        let hub = c.hub.unwrap();
+        assert_eq!(
+            hub.kubeconfig.as_deref(),
+            Some(Path::new("/etc/spokekeeper/hub.kubeconfig"))
+        );
+        assert_eq!(hub.controller.port.as_deref(), Some("http"));
+        assert_eq!(hub.controller.name, "sealer");
+        assert_eq!(hub.verify_timeout, Duration::from_secs(30));
+        assert_eq!(c.spokes[0].kustomization.name, "apps-dev");
+        assert_eq!(c.spokes[0].kustomization.namespace, "fleet");
+    }
+
+    #[test]
+    fn hub_mistakes_name_the_field() {
+        refused(&format!("{MIN}hub: {{kubecfg: x}}\n"), &["kubecfg"]);
+        refused(
+            &format!("{MIN}hub: {{controller: {{nmae: x}}}}\n"),
+            &["nmae"],
+        );
+        refused(
+            &format!("{MIN}hub: {{controller: {{name: Sealed_Secrets}}}}\n"),
+            &["hub.controller.name", "sealed-secrets-controller"],
+        );
+        refused(
+            &format!("{MIN}hub: {{controller: {{port: \"http/8080\"}}}}\n"),
+            &["hub.controller.port"],
+        );
+        refused(
+            &format!("{MIN}hub: {{verify_timeout: 0s}}\n"),
+            &["hub.verify_timeout"],
+        );
+        refused(
+            &format!("{MIN}hub: {{verify_timeout: 2}}\n"),
+            &["verify_timeout"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {name: Dev}}"),
+            &["spokes[dev].kustomization.name", "Dev"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {nam: dev}}"),
+            &["nam"],
         );
     }
 

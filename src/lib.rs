@@ -4,6 +4,7 @@
 //! Modules, in the order the dependencies point:
 //! - [`cli`]: commands and their output (thin; calls the rest);
 //! - [`daemon`], [`metrics`]: `spokekeeper run`: schedule, leader election, endpoints;
+//! - [`hub`]: the hub's API (sealing certificate, SealedSecret and Kustomization status);
 //! - [`spoke`]: reaching a spoke (SSH extraction, TLS probe, live API check);
 //! - [`seal`]: Sealed Secrets, natively;
 //! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;
@@ -16,6 +17,7 @@ pub mod config;
 pub mod daemon;
 pub mod demo;
 pub mod fsutil;
+pub mod hub;
 pub mod kubeconfig;
 pub mod metrics;
 pub mod repo;

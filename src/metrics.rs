@@ -55,6 +55,9 @@ pub struct Metrics {
     tick_duration: Histogram,
     last_tick: Timestamp,
     sealing_not_after: Timestamp,
+    hub_reachable: Gauge,
+    hub_synced: Family<SpokeLabels, Gauge>,
+    hub_ready: Family<SpokeLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -75,6 +78,9 @@ impl Metrics {
             tick_duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
             last_tick: Timestamp::default(),
             sealing_not_after: Timestamp::default(),
+            hub_reachable: Gauge::default(),
+            hub_synced: Family::default(),
+            hub_ready: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -112,6 +118,21 @@ impl Metrics {
             "sealing_certificate_not_after_timestamp_seconds",
             "When the sealing certificate in use expires",
             m.sealing_not_after.clone(),
+        );
+        registry.register(
+            "hub_reachable",
+            "1 when the last tick fetched the sealing certificate from the hub, 0 when it sealed to the pinned copy (absent without hub:)",
+            m.hub_reachable.clone(),
+        );
+        registry.register(
+            "hub_synced",
+            "1 when the hub unsealed the spoke's last pushed credential (SealedSecret Synced), 0 when not within hub.verify_timeout",
+            m.hub_synced.clone(),
+        );
+        registry.register(
+            "hub_ready",
+            "1 when the spoke's Kustomization was Ready after the last pushed credential, 0 when not",
+            m.hub_ready.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -157,6 +178,24 @@ impl Metrics {
                 }
                 Outcome::Failed { stage, .. } => self.error(&s.spoke, &stage.to_string()),
                 _ => {}
+            }
+        }
+        if let Some(c) = &report.sealing {
+            self.hub_reachable.set(i64::from(c.reachable));
+        }
+        for s in &report.spokes {
+            let Some(h) = &s.hub else { continue };
+            let labels = SpokeLabels {
+                spoke: s.spoke.clone(),
+            };
+            self.hub_synced
+                .get_or_create(&labels)
+                .set(i64::from(h.synced.ok));
+            self.hub_ready
+                .get_or_create(&labels)
+                .set(i64::from(h.ready.as_ref().is_some_and(|r| r.ok)));
+            if !h.ok() {
+                self.error(&s.spoke, "hub");
             }
         }
         if let Some(e) = &report.repo_error {
@@ -224,7 +263,55 @@ mod tests {
             client_not_after: Some(time::macros::datetime!(2030-01-02 03:04:05 UTC)),
             user: None,
             probe: None,
+            hub: None,
         }
+    }
+
+    #[test]
+    fn hub_verification_becomes_series() {
+        use crate::hub::verify::{Check, HubReport};
+        let check = |ok: bool, status: &str| Check {
+            ok,
+            status: status.into(),
+            reason: None,
+            message: String::new(),
+        };
+        let m = Metrics::new();
+        let mut good = spoke("dev", Outcome::Rotated { commit: "a".into() }, None);
+        good.hub = Some(HubReport {
+            synced: check(true, "True"),
+            ready: Some(check(true, "True")),
+            requested_at: None,
+        });
+        let mut stuck = spoke("test", Outcome::Rotated { commit: "b".into() }, None);
+        stuck.hub = Some(HubReport {
+            synced: check(false, "False"),
+            ready: None,
+            requested_at: None,
+        });
+        let report = TickReport {
+            spokes: vec![good, stuck],
+            pushed: true,
+            repo_error: None,
+            sealing: Some(crate::hub::cert::CertReport {
+                reachable: true,
+                ..Default::default()
+            }),
+            sealing_key: None,
+        };
+        m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
+        let text = m.encode().unwrap();
+        for line in [
+            "spokekeeper_hub_reachable 1",
+            "spokekeeper_hub_synced{spoke=\"dev\"} 1",
+            "spokekeeper_hub_ready{spoke=\"dev\"} 1",
+            "spokekeeper_hub_synced{spoke=\"test\"} 0",
+            "spokekeeper_hub_ready{spoke=\"test\"} 0",
+            "spokekeeper_errors_total{spoke=\"test\",stage=\"hub\"} 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
+        }
+        assert!(!text.contains("{spoke=\"dev\",stage=\"hub\"}"), "{text}");
     }
 
     #[test]
@@ -250,6 +337,11 @@ mod tests {
             ],
             pushed: true,
             repo_error: Some("push: rejected".into()),
+            sealing: Some(crate::hub::cert::CertReport {
+                reachable: false,
+                ..Default::default()
+            }),
+            sealing_key: None,
         };
         m.observe_tick(
             &report,
@@ -271,6 +363,7 @@ mod tests {
             "spokekeeper_tick_duration_seconds_bucket{le=\"1.0\"} 0",
             "spokekeeper_last_tick_timestamp_seconds 1700000000.0",
             "spokekeeper_sealing_certificate_not_after_timestamp_seconds 1924992000.0",
+            "spokekeeper_hub_reachable 0",
         ] {
             assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
         }
@@ -281,6 +374,8 @@ mod tests {
             spokes: vec![spoke("dev", Outcome::Healthy, None)],
             pushed: false,
             repo_error: None,
+            sealing: None,
+            sealing_key: None,
         };
         m.observe_tick(&later, Duration::from_secs(1), SystemTime::now());
         let text = m.encode().unwrap();

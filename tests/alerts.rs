@@ -761,9 +761,12 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
             client_not_after: None,
             user: None,
             probe: Some(Ok(taken.clone())),
+            hub: None,
         }],
         pushed: false,
         repo_error: None,
+        sealing: None,
+        sealing_key: None,
     };
     let seen = alerts::observe_after_tick(&config, &repo, &tick, Duration::from_secs(2)).await;
     let dev = seen[0]

@@ -70,6 +70,8 @@ struct Shared {
     store: Mutex<Store>,
     /// Milliseconds every GET waits after reading, so contenders can race.
     get_delay_ms: AtomicU64,
+    /// Every request: (method, path).
+    requests: Mutex<Vec<(String, String)>>,
 }
 
 /// A front door to the shared store; `partitioned` makes its requests hang.
@@ -97,6 +99,7 @@ impl Emulator {
             shared: Arc::new(Shared {
                 store: Mutex::new(Store::default()),
                 get_delay_ms: AtomicU64::new(0),
+                requests: Mutex::new(Vec::new()),
             }),
             rt: Some(rt),
             dir: tempfile::tempdir().unwrap(),
@@ -243,6 +246,11 @@ async fn handle(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let path = req.uri().path().to_string();
+    shared
+        .requests
+        .lock()
+        .unwrap()
+        .push((req.method().to_string(), path.clone()));
     let Some(rest) = path.strip_prefix(PREFIX) else {
         return status(
             StatusCode::NOT_FOUND,
@@ -552,6 +560,25 @@ fn an_expired_lease_is_taken_over_and_a_released_one_at_once() {
         Observed::Leader
     );
     assert_eq!(emu.holder("l2").as_deref(), Some("a"));
+
+    // Create, read, update: all within what the Helm chart grants (lease::ACCESS).
+    let requests = emu.shared.requests.lock().unwrap().clone();
+    let mut verbs = std::collections::BTreeSet::new();
+    for (method, path) in &requests {
+        let (group, resource, verb) = spokekeeper::sim::hub::rbac_attributes(method, path)
+            .unwrap_or_else(|| panic!("{method} {path}"));
+        assert!(
+            lease::ACCESS
+                .iter()
+                .any(|a| a.group == group && a.resource == resource && a.verbs.contains(&verb)),
+            "{method} {path}: {verb} {group}/{resource} is not in lease::ACCESS"
+        );
+        verbs.insert(verb);
+    }
+    assert_eq!(
+        verbs.into_iter().collect::<Vec<_>>(),
+        ["create", "get", "update"]
+    );
 }
 
 /// Samples two contenders' leadership every few milliseconds. A contender whose

@@ -345,6 +345,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         client_not_after: None,
         user: None,
         probe: None,
+        hub: None,
     };
     let tick = TickReport {
         spokes: vec![
@@ -359,6 +360,8 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         ],
         pushed: false,
         repo_error: None,
+        sealing: None,
+        sealing_key: None,
     };
     let fs = evaluate(
         &cfg(),
@@ -429,4 +432,59 @@ fn overall_ranks_critical_over_unknown_over_warning() {
         .map(Status::exit_code),
         [0, 1, 2, 2, 3]
     );
+}
+
+#[test]
+fn a_stuck_sealed_secret_raises_hub_not_ready() {
+    use crate::hub::verify::{Check, HubReport};
+    let issuer = ca();
+    let obs = Observation {
+        spoke: "dev".into(),
+        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        probe: Some(Ok(probe_by(&issuer, far()))),
+    };
+    let stuck = HubReport {
+        synced: Check {
+            ok: false,
+            status: "False".into(),
+            reason: Some("ErrUnsealFailed".into()),
+            message: "no key could decrypt secret (value)".into(),
+        },
+        ready: None,
+        requested_at: None,
+    };
+    let tick = TickReport {
+        spokes: vec![SpokeReport {
+            spoke: "dev".into(),
+            outcome: Outcome::Rotated {
+                commit: "abc".into(),
+            },
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: None,
+            hub: Some(stuck),
+        }],
+        pushed: true,
+        repo_error: None,
+        sealing: None,
+        sealing_key: None,
+    };
+    let findings = evaluate(&cfg(), &[obs], &sealing(Some(far())), now(), Some(&tick));
+    let hub: Vec<_> = findings
+        .iter()
+        .filter(|f| f.subject == Subject::Hub)
+        .collect();
+    assert_eq!(hub.len(), 1, "{findings:?}");
+    assert_eq!(hub[0].status, Status::Warning);
+    assert_eq!(hub[0].alert, Some(AlertName::HubNotReady));
+    assert!(
+        hub[0]
+            .description
+            .contains("no key could decrypt secret (value)")
+    );
+    assert!(hub[0].description.contains("commit is kept"));
+    assert_eq!(hub[0].severity(), Some("warning"));
 }

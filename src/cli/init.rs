@@ -34,6 +34,10 @@ ssh:                                   # defaults for every spoke; a spoke may o
   known_hosts: /etc/spokekeeper/ssh/known_hosts   # strict: unknown or changed host keys are refused
   sudo: true                           # read the file with `sudo -n cat`
   connect_timeout: 10s
+# hub:                                 # optional: fetch the sealing certificate, verify after a push
+#   kubeconfig: /etc/spokekeeper/hub.kubeconfig   # absent: in-cluster, else KUBECONFIG or ~/.kube/config
+#   controller: { namespace: kube-system, name: sealed-secrets-controller }
+#   verify_timeout: 2m
 spokes:
   - name: dev
     address: 192.168.1.20              # SSH target, and the host written into the kubeconfig
@@ -43,6 +47,7 @@ spokes:
     # ssh: { port: 2222 }
     # secret: { name: dev-kubeconfig, namespace: flux-system, key: value }
     # scope: strict                    # strict | namespace-wide | cluster-wide
+    # kustomization: { name: dev, namespace: flux-system }   # the Flux Kustomization that deploys to it
     # output: fluxcd/dev-kubeconfig-sealed.yaml
 "#;
 
@@ -86,5 +91,18 @@ mod tests {
         assert_eq!(c.spokes[0].name, "dev");
         assert_eq!(c.spokes[0].kubeconfig_path, "/etc/rancher/k3s/k3s.yaml");
         assert!(c.spokes[0].ssh.sudo);
+    }
+
+    #[test]
+    fn the_commented_hub_lines_are_valid_when_uncommented() {
+        let text = TEMPLATE
+            .replace("# hub:", "hub:")
+            .replace("#   ", "  ")
+            .replace("    # kustomization:", "    kustomization:");
+        let c = Config::parse(&text, "spokekeeper.yaml", Path::new("/etc/spokekeeper")).unwrap();
+        let hub = c.hub.expect("hub");
+        assert_eq!(hub.controller.name, "sealed-secrets-controller");
+        assert_eq!(hub.verify_timeout, std::time::Duration::from_secs(120));
+        assert_eq!(c.spokes[0].kustomization.name, "dev");
     }
 }

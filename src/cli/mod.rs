@@ -14,6 +14,7 @@ mod inspect;
 pub(crate) mod rotate;
 mod run;
 mod seal;
+mod status;
 
 /// Output format. Commands that print for people default to a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,7 +62,8 @@ pub enum Command {
     Unseal(seal::UnsealArgs),
     /// A kubeconfig's or certificate's fingerprints, validity and problems.
     Inspect(inspect::InspectArgs),
-    /// Per spoke: committed state, the hub's view, the probe.
+    /// Per spoke: committed state, the hub's SealedSecret and Kustomization, the probe
+    /// (exit 0 ok, 1 warning, 2 hub or configuration unreadable).
     Status,
     /// Scaffold a spokekeeper.yaml and print the least-privilege node recipe.
     Init(init::InitArgs),
@@ -90,17 +92,8 @@ pub fn main() -> ExitCode {
         },
         Command::Check(args) => check::run(&args, &cli.config, cli.output),
         Command::Run(args) => run::run(&args, &cli.config),
-        Command::Status => not_built_yet(&cli.command),
+        Command::Status => status::run(&cli.config, cli.output),
     }
-}
-
-fn not_built_yet(command: &Command) -> ExitCode {
-    let name = format!("{command:?}").to_lowercase();
-    eprintln!(
-        "spokekeeper {name}: not built yet in this version. Working today: run, rotate, check, seal, unseal, inspect, init, demo. \
-         See README.md, section \"Status\"."
-    );
-    ExitCode::from(2)
 }
 
 /// Prints an error chain to stderr as one line per cause.

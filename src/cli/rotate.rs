@@ -72,7 +72,7 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
         Err(e) => return fail("rotate", &e),
     };
     print_report(&report, format.unwrap_or(Format::Table));
-    if report.ok() {
+    if report.ok() && report.hub_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
@@ -160,6 +160,23 @@ pub fn print_report(report: &TickReport, format: Format) {
             }
             if let Some(e) = &report.repo_error {
                 eprintln!("fleet repo: {e}");
+            }
+            if let Some(c) = &report.sealing {
+                if let Some(r) = &c.renewed {
+                    eprintln!(
+                        "sealing certificate renewed on the hub: {} -> {} (every spoke re-sealed)",
+                        rotate::state::short(&r.old),
+                        rotate::state::short(&r.new)
+                    );
+                }
+                if let Some(e) = &c.error {
+                    eprintln!("sealing certificate: {e}");
+                }
+            }
+            for s in &report.spokes {
+                if let Some(h) = &s.hub {
+                    eprintln!("{}: hub: {}", s.spoke, h.summary());
+                }
             }
         }
     }

@@ -17,6 +17,13 @@ use kube::api::PostParams;
 use tokio::sync::watch;
 use tokio::time::Instant;
 
+/// Everything leader election calls on the API (the Helm chart's Role grants these).
+pub const ACCESS: &[crate::hub::Access] = &[crate::hub::Access {
+    group: "coordination.k8s.io",
+    resource: "leases",
+    verbs: &["get", "create", "update"],
+}];
+
 /// Where the in-cluster service account's namespace is mounted.
 pub const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 

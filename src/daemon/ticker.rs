@@ -206,6 +206,9 @@ impl Ticker {
                 let now = SystemTime::now();
                 // Together, with no await between: a scrape sees one tick's series.
                 self.metrics.observe_tick(&report, took, now);
+                if let Some(key) = &report.sealing_key {
+                    self.metrics.set_sealing_not_after(key.not_after());
+                }
                 for f in &findings {
                     if let (Some(t), alerts::Subject::Serving | alerts::Subject::Sealing) =
                         (f.not_after, f.subject)
@@ -245,8 +248,10 @@ impl Ticker {
     async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) -> Vec<alerts::Finding> {
         let seen =
             alerts::observe_after_tick(&ctx.config, &ctx.repo, report, ctx.probe_timeout).await;
+        // The key this tick sealed to: a renewal fetched from the hub replaces the one
+        // loaded at start.
         let sealing = alerts::SealingCert::from_key(
-            &ctx.sealing,
+            report.sealing_key.as_ref().unwrap_or(&ctx.sealing),
             &ctx.config.sealing_cert.display().to_string(),
         );
         let now = time::OffsetDateTime::now_utc();

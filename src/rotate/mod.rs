@@ -116,6 +116,9 @@ pub struct SpokeReport {
     /// than probing again.
     #[serde(skip)]
     pub probe: Option<Result<ProbeReport, ProbeError>>,
+    /// After a push with `hub:` configured: whether the hub unsealed it and Flux is Ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hub: Option<crate::hub::verify::HubReport>,
 }
 
 impl SpokeReport {
@@ -131,11 +134,25 @@ pub struct TickReport {
     pub pushed: bool,
     /// Why the repo could not be synced or pushed, when it could not.
     pub repo_error: Option<String>,
+    /// With `hub:` configured: the controller's certificate as fetched this tick.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealing: Option<crate::hub::cert::CertReport>,
+    /// The sealing key this tick sealed to (alerts grade it).
+    #[serde(skip)]
+    pub sealing_key: Option<SealingKey>,
 }
 
 impl TickReport {
     pub fn ok(&self) -> bool {
         self.repo_error.is_none() && !self.spokes.iter().any(SpokeReport::failed)
+    }
+
+    /// Every credential pushed this tick was unsealed on the hub and its Kustomization
+    /// is Ready (trivially true without `hub:`).
+    pub fn hub_ok(&self) -> bool {
+        self.spokes
+            .iter()
+            .all(|s| s.hub.as_ref().is_none_or(|h| h.ok()))
     }
 }
 
@@ -155,6 +172,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         tracing::warn!(error = %e, "cannot sync the fleet repo; working from the local clone");
         repo_error = Some(format!("sync: {e}"));
     }
+    let (sealing, cert) = crate::hub::cert::for_tick(ctx, opts.dry_run).await;
     let spokes: Vec<&SpokeConfig> = ctx
         .config
         .spokes
@@ -162,10 +180,11 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         .filter(|s| opts.only.is_empty() || opts.only.contains(&s.name))
         .collect();
     let now = OffsetDateTime::now_utc();
+    let sealing = &sealing;
     let mut results: Vec<(usize, SpokeReport, Option<Proposal>)> =
         futures::stream::iter(spokes.iter().enumerate())
             .map(|(i, spoke)| async move {
-                let (report, proposal) = reconcile(ctx, spoke, opts, now).await;
+                let (report, proposal) = reconcile(ctx, spoke, opts, now, sealing).await;
                 (i, report, proposal)
             })
             .buffer_unordered(opts.concurrency.max(1))
@@ -175,12 +194,14 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
 
     let mut committed = 0;
     let mut reports = Vec::with_capacity(results.len());
+    let mut sealed_now = Vec::new();
     for (i, mut report, proposal) in results {
         if let Some(p) = proposal {
             let spoke = spokes[i];
             match commit(ctx, spoke, &p).await {
                 Ok(sha) => {
                     committed += 1;
+                    sealed_now.push((reports.len(), p.manifest.clone()));
                     report.outcome = Outcome::Rotated { commit: sha };
                 }
                 Err(e) => {
@@ -205,10 +226,15 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
             Err(e) => repo_error = Some(format!("push: {e}")),
         }
     }
+    if pushed && let Some(hub) = &ctx.config.hub {
+        crate::hub::verify::after_push(hub, &spokes, &mut reports, &sealed_now).await;
+    }
     Ok(TickReport {
         spokes: reports,
         pushed,
         repo_error,
+        sealing: cert,
+        sealing_key: Some(sealing.clone()),
     })
 }
 
@@ -229,6 +255,7 @@ async fn reconcile(
     spoke: &SpokeConfig,
     opts: &Options,
     now: OffsetDateTime,
+    sealing: &SealingKey,
 ) -> (SpokeReport, Option<Proposal>) {
     let mut report = SpokeReport {
         spoke: spoke.name.clone(),
@@ -239,6 +266,7 @@ async fn reconcile(
         client_not_after: None,
         user: None,
         probe: None,
+        hub: None,
     };
     // observe
     let committed = match ctx.repo.read(&spoke.output) {
@@ -291,7 +319,7 @@ async fn reconcile(
     let policy = decide::Policy {
         now,
         renew_before: ctx.config.renew_before,
-        sealing_sha256: ctx.sealing.fingerprint(),
+        sealing_sha256: sealing.fingerprint(),
         force: opts.force,
         verify_due,
     };
@@ -322,7 +350,7 @@ async fn reconcile(
     if let Ok(mut m) = ctx.verified.lock() {
         m.insert(spoke.name.clone(), now);
     }
-    let recorded = refresh::record(spoke, &fresh, &ctx.sealing, now);
+    let recorded = refresh::record(spoke, &fresh, sealing, now);
     report.user = Some(fresh.live.username.clone());
     let previous = parsed
         .as_ref()
@@ -353,7 +381,7 @@ async fn reconcile(
     report.client_not_after = recorded.client_not_after;
 
     // seal
-    let manifest = match refresh::seal(spoke, &fresh, &ctx.sealing, &recorded) {
+    let manifest = match refresh::seal(spoke, &fresh, sealing, &recorded) {
         Ok(m) => m,
         Err(f) => {
             report.outcome = Outcome::Failed {

@@ -4,9 +4,13 @@
 //! authentication. It emulates kube-apiserver's wire behaviour for what spokekeeper calls
 //! (GET /version, POST selfsubjectreviews); it is not an API server.
 //!
+//! [`hub`] emulates the hub's API (the controller's certificate through the service
+//! proxy, SealedSecret and Kustomization status, the reconcile annotation).
+//!
 //! Never used on the rotation path: only the demo and tests construct these.
 
 pub mod api;
+pub mod hub;
 pub mod pki;
 
 pub use api::{ApiIdentity, ApiServer};

@@ -1,0 +1,421 @@
+//! `spokekeeper status [-o json]`: per spoke, what is committed, what the hub made of it
+//! (the SealedSecret's Synced and the Kustomization's Ready conditions) and a TLS probe.
+//!
+//! Reads the fleet clone as it is and only reads the hub (no reconcile request). Exit
+//! codes: 0 everything fine, 1 a warning (not committed, not synced, the hub's copy is
+//! not the committed one, not ready, probe failed or CA changed), 2 the configuration,
+//! the repo or the hub API cannot be read.
+
+use std::path::Path;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{Format, out};
+use crate::alerts::{self, RecordedState};
+use crate::config::{Config, SpokeConfig};
+use crate::hub::{Condition, Hub, HubObject};
+use crate::repo::Repo;
+use crate::rotate::state::{rfc3339, short};
+use crate::seal::SealedSecret;
+use crate::spoke::CaCheck;
+
+#[derive(Debug, Serialize)]
+struct Report {
+    exit_code: u8,
+    /// None: no `hub:` configured.
+    hub: Option<HubState>,
+    spokes: Vec<SpokeStatus>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct HubState {
+    reachable: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct SpokeStatus {
+    spoke: String,
+    ok: bool,
+    committed: Committed,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sealed_secret: Option<Seen>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kustomization: Option<Seen>,
+    probe: Probe,
+    /// What is not fine, one phrase each.
+    problems: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Committed {
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rotated_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ca_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    client_not_after: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sealing_sha256: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+/// A hub object's state.
+#[derive(Debug, Serialize)]
+struct Seen {
+    namespace: String,
+    name: String,
+    exists: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    condition: Option<Condition>,
+    generation: Option<i64>,
+    observed_generation: Option<i64>,
+    /// SealedSecret: whether it holds the committed ciphertext.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    matches_commit: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    last_handled_reconcile_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+struct Probe {
+    state: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    server: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    detail: Option<String>,
+}
+
+const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
+    let format = format.unwrap_or(Format::Table);
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => return unable(format, &e.to_string()),
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return unable(format, &format!("cannot start the runtime: {e}")),
+    };
+    let report = match runtime.block_on(gather(&config)) {
+        Ok(r) => r,
+        Err(e) => return unable(format, &e),
+    };
+    print(&report, format);
+    ExitCode::from(report.exit_code)
+}
+
+async fn gather(config: &Config) -> Result<Report, String> {
+    let repo = Repo::open(&config.repo)
+        .await
+        .map_err(|e| format!("repo.path: {e}"))?;
+    let seen = alerts::observe(config, &repo, &[], PROBE_TIMEOUT).await;
+    let hub = match &config.hub {
+        Some(cfg) => Some(Hub::connect(cfg).await),
+        None => None,
+    };
+    let mut hub_state = hub.as_ref().map(|h| HubState {
+        reachable: h.is_ok(),
+        error: h.as_ref().err().cloned(),
+    });
+    let mut spokes = Vec::new();
+    for (spoke, obs) in config.spokes.iter().zip(seen) {
+        let committed_ct = repo
+            .read(&spoke.output)
+            .ok()
+            .flatten()
+            .and_then(|b| SealedSecret::parse(&b).ok())
+            .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned());
+        let (sealed, kustomization) = match &hub {
+            Some(Ok(h)) => {
+                let (s, k) = hub_view(h, spoke, committed_ct.as_deref()).await;
+                if let Some(e) = s.error.as_ref().or(k.error.as_ref())
+                    && let Some(st) = hub_state.as_mut()
+                {
+                    st.reachable = false;
+                    st.error.get_or_insert_with(|| e.clone());
+                }
+                (Some(s), Some(k))
+            }
+            _ => (None, None),
+        };
+        spokes.push(spoke_status(spoke, &obs, sealed, kustomization));
+    }
+    let hub_down = hub_state.as_ref().is_some_and(|h| !h.reachable);
+    let exit_code = if hub_down {
+        2
+    } else if spokes.iter().any(|s| !s.ok) {
+        1
+    } else {
+        0
+    };
+    Ok(Report {
+        exit_code,
+        hub: hub_state,
+        spokes,
+        error: None,
+    })
+}
+
+async fn hub_view(hub: &Hub, spoke: &SpokeConfig, committed: Option<&str>) -> (Seen, Seen) {
+    let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
+    let sealed = seen(ns, name, hub.sealed_secret(ns, name).await, "Synced", |o| {
+        committed.map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
+    });
+    let k = &spoke.kustomization;
+    let kustomization = seen(
+        &k.namespace,
+        &k.name,
+        hub.kustomization(&k.namespace, &k.name).await,
+        "Ready",
+        |_| None,
+    );
+    (sealed, kustomization)
+}
+
+fn seen(
+    namespace: &str,
+    name: &str,
+    got: Result<Option<HubObject>, String>,
+    condition: &str,
+    matches: impl Fn(&HubObject) -> Option<bool>,
+) -> Seen {
+    let mut s = Seen {
+        namespace: namespace.into(),
+        name: name.into(),
+        exists: false,
+        condition: None,
+        generation: None,
+        observed_generation: None,
+        matches_commit: None,
+        last_handled_reconcile_at: None,
+        error: None,
+    };
+    match got {
+        Ok(Some(o)) => {
+            s.exists = true;
+            s.condition = o.condition(condition).cloned();
+            s.matches_commit = matches(&o);
+            s.generation = o.generation;
+            s.observed_generation = o.observed_generation;
+            s.last_handled_reconcile_at = o.last_handled_reconcile_at;
+        }
+        Ok(None) => {}
+        Err(e) => s.error = Some(e),
+    }
+    s
+}
+
+fn spoke_status(
+    spoke: &SpokeConfig,
+    obs: &alerts::Observation,
+    sealed: Option<Seen>,
+    kustomization: Option<Seen>,
+) -> SpokeStatus {
+    let mut problems = Vec::new();
+    let mut committed = Committed {
+        state: "committed",
+        rotated_at: None,
+        ca_sha256: None,
+        client_not_after: None,
+        sealing_sha256: None,
+        error: None,
+    };
+    let mut ca_der = None;
+    match &obs.recorded {
+        RecordedState::Recorded(r) => {
+            committed.rotated_at = Some(rfc3339(r.rotated_at));
+            committed.ca_sha256 = Some(r.ca_sha256.clone());
+            committed.client_not_after = r.client_not_after.map(rfc3339);
+            committed.sealing_sha256 = Some(r.sealing_sha256.clone());
+            ca_der = Some(r.ca_der.clone());
+        }
+        RecordedState::Missing => {
+            committed.state = "missing";
+            problems.push("nothing committed (run `spokekeeper rotate`)".into());
+        }
+        RecordedState::Unreadable(e) => {
+            committed.state = "unreadable";
+            committed.error = Some(e.clone());
+            problems.push(format!("committed SealedSecret unreadable: {e}"));
+        }
+    }
+    if let Some(s) = &sealed {
+        match (&s.error, s.exists, &s.condition) {
+            (Some(_), _, _) => {}
+            (None, false, _) => problems.push(format!(
+                "SealedSecret {}/{} is not on the hub",
+                s.namespace, s.name
+            )),
+            (None, true, c) => {
+                if s.matches_commit == Some(false) {
+                    problems.push(
+                        "the hub's SealedSecret is not the committed one (Flux has not applied it)"
+                            .into(),
+                    );
+                }
+                match c {
+                    Some(c) if c.status == "True" => {}
+                    Some(c) => problems.push(format!(
+                        "not synced: Synced {}{}",
+                        c.status,
+                        c.message
+                            .as_deref()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
+                    )),
+                    None => problems.push("not synced: no Synced condition".into()),
+                }
+                if s.generation.is_some() && s.observed_generation < s.generation {
+                    problems.push("the controller has not processed the latest generation".into());
+                }
+            }
+        }
+    }
+    if let Some(k) = &kustomization {
+        match (&k.error, k.exists, &k.condition) {
+            (Some(_), _, _) => {}
+            (None, false, _) => problems.push(format!(
+                "Kustomization {}/{} is not on the hub (set spokes[{}].kustomization)",
+                k.namespace, k.name, spoke.name
+            )),
+            (None, true, Some(c)) if c.status == "True" => {}
+            (None, true, c) => problems.push(format!(
+                "not ready: {}",
+                c.as_ref()
+                    .map(|c| format!(
+                        "Ready {}{}",
+                        c.status,
+                        c.message
+                            .as_deref()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
+                    ))
+                    .unwrap_or_else(|| "no Ready condition".into())
+            )),
+        }
+    }
+    let probe = match &obs.probe {
+        None => Probe {
+            state: "not probed",
+            server: None,
+            detail: None,
+        },
+        Some(Err(e)) => {
+            problems.push(format!("API unreachable: {e}"));
+            Probe {
+                state: "unreachable",
+                server: None,
+                detail: Some(e.to_string()),
+            }
+        }
+        Some(Ok(p)) => match ca_der.as_deref().map(|d| p.check_ca(d)) {
+            Some(CaCheck::NotSignedByCa) => {
+                problems.push(
+                    "the API's certificate is not signed by the committed CA (rebuilt?)".into(),
+                );
+                Probe {
+                    state: "ca-changed",
+                    server: Some(p.server.clone()),
+                    detail: None,
+                }
+            }
+            _ => Probe {
+                state: "ok",
+                server: Some(p.server.clone()),
+                detail: Some(format!(
+                    "serving certificate valid until {}",
+                    rfc3339(p.not_after)
+                )),
+            },
+        },
+    };
+    SpokeStatus {
+        spoke: spoke.name.clone(),
+        ok: problems.is_empty(),
+        committed,
+        sealed_secret: sealed,
+        kustomization,
+        probe,
+        problems,
+    }
+}
+
+fn unable(format: Format, error: &str) -> ExitCode {
+    let report = Report {
+        exit_code: 2,
+        hub: None,
+        spokes: Vec::new(),
+        error: Some(error.to_string()),
+    };
+    if format == Format::Table {
+        eprintln!("spokekeeper status: error: {error}");
+    } else {
+        print(&report, format);
+    }
+    ExitCode::from(2)
+}
+
+fn print(report: &Report, format: Format) {
+    match format {
+        Format::Json => out(&format!(
+            "{}\n",
+            serde_json::to_string_pretty(report).unwrap_or_default()
+        )),
+        Format::Yaml => out(&serde_saphyr::to_string(report).unwrap_or_default()),
+        Format::Table => {
+            let cond = |s: &Option<Seen>| match s {
+                None => "-".to_string(),
+                Some(s) if s.error.is_some() => "error".into(),
+                Some(s) if !s.exists => "missing".into(),
+                Some(s) => s
+                    .condition
+                    .as_ref()
+                    .map_or("-".into(), |c| c.status.clone()),
+            };
+            let mut rows =
+                vec![["SPOKE", "COMMITTED", "CA", "SYNCED", "READY", "PROBE"].map(String::from)];
+            for s in &report.spokes {
+                rows.push([
+                    s.spoke.clone(),
+                    s.committed
+                        .rotated_at
+                        .clone()
+                        .unwrap_or_else(|| s.committed.state.into()),
+                    s.committed
+                        .ca_sha256
+                        .as_deref()
+                        .map(short)
+                        .unwrap_or_default(),
+                    cond(&s.sealed_secret),
+                    cond(&s.kustomization),
+                    s.probe.state.into(),
+                ]);
+            }
+            super::rotate::print_table(&rows);
+            if let Some(h) = &report.hub
+                && let Some(e) = &h.error
+            {
+                eprintln!("hub: {e}");
+            }
+            for s in &report.spokes {
+                for p in &s.problems {
+                    eprintln!("{}: {p}", s.spoke);
+                }
+            }
+        }
+    }
+}

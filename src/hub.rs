@@ -1,0 +1,412 @@
+//! The hub cluster's API: the Sealed Secrets controller's certificate, the SealedSecrets
+//! Flux applies from the fleet repo, and the Kustomizations that deploy to the spokes.
+//!
+//! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
+//! the Helm chart's Role grants and nothing more; the emulated hub's tests check that
+//! every request maps to an entry.
+
+pub mod cert;
+pub mod verify;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::{Api, Client};
+use serde::Serialize;
+
+use crate::config::{ControllerRef, HubConfig};
+
+/// One RBAC rule the hub code needs (namespaced; Role, not ClusterRole).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub group: &'static str,
+    pub resource: &'static str,
+    pub verbs: &'static [&'static str],
+}
+
+/// Everything this module calls on the hub.
+pub const ACCESS: &[Access] = &[
+    // The controller's Service: its port name.
+    Access {
+        group: "",
+        resource: "services",
+        verbs: &["get"],
+    },
+    // GET .../services/http:<name>:<port>/proxy/v1/cert.pem, as kubeseal --fetch-cert.
+    Access {
+        group: "",
+        resource: "services/proxy",
+        verbs: &["get"],
+    },
+    Access {
+        group: "bitnami.com",
+        resource: "sealedsecrets",
+        verbs: &["get"],
+    },
+    // patch: the reconcile.fluxcd.io/requestedAt annotation (what `flux reconcile` sets).
+    Access {
+        group: "kustomize.toolkit.fluxcd.io",
+        resource: "kustomizations",
+        verbs: &["get", "patch"],
+    },
+];
+
+/// The annotation `flux reconcile` sets to ask for a reconciliation now.
+pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
+
+/// Bounds each API call, so an unresponsive hub never holds a tick for long.
+pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub fn sealed_secret_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("bitnami.com", "v1alpha1", "SealedSecret"),
+        "sealedsecrets",
+    )
+}
+
+pub fn kustomization_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
+        "kustomizations",
+    )
+}
+
+/// A client for the hub's API.
+#[derive(Clone)]
+pub struct Hub {
+    client: Client,
+    controller: ControllerRef,
+}
+
+impl Hub {
+    /// From `hub.kubeconfig`, else in-cluster, KUBECONFIG or ~/.kube/config.
+    pub async fn connect(cfg: &HubConfig) -> Result<Hub, String> {
+        let mut config = match &cfg.kubeconfig {
+            Some(path) => {
+                let kc = kube::config::Kubeconfig::read_from(path)
+                    .map_err(|e| format!("hub.kubeconfig {}: {e}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kc, &Default::default())
+                    .await
+                    .map_err(|e| format!("hub.kubeconfig {}: {e}", path.display()))?
+            }
+            None => kube::Config::infer().await.map_err(|e| {
+                format!(
+                    "no hub API configuration ({e}): set hub.kubeconfig, or run in the hub cluster"
+                )
+            })?,
+        };
+        // No retries inside the client: a 503 from the service proxy (controller down)
+        // falls back to the pinned copy at once, and verification polls on its own.
+        config.default_retry = false;
+        config.connect_timeout = Some(CALL_TIMEOUT);
+        config.read_timeout = Some(CALL_TIMEOUT);
+        config.write_timeout = Some(CALL_TIMEOUT);
+        let client = Client::try_from(config).map_err(|e| format!("hub API client: {e}"))?;
+        Ok(Hub {
+            client,
+            controller: cfg.controller.clone(),
+        })
+    }
+
+    /// Where the certificate is fetched from, for messages.
+    pub fn controller(&self) -> String {
+        format!("{}/{}", self.controller.namespace, self.controller.name)
+    }
+
+    /// The controller's certificate PEM, through the API server's service proxy, as
+    /// `kubeseal --fetch-cert` gets it.
+    pub async fn fetch_cert(&self) -> Result<String, String> {
+        let c = &self.controller;
+        let port = match &c.port {
+            Some(p) => p.clone(),
+            None => {
+                let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
+                let svc = svc.get(&c.name).await.map_err(|e| {
+                    format!(
+                        "service {}: {e} (hub.controller names the Sealed Secrets controller's Service)",
+                        self.controller()
+                    )
+                })?;
+                first_port(&svc).ok_or_else(|| {
+                    format!(
+                        "service {} has no ports: set hub.controller.port",
+                        self.controller()
+                    )
+                })?
+            }
+        };
+        let path = format!(
+            "/api/v1/namespaces/{}/services/http:{}:{}/proxy/v1/cert.pem",
+            c.namespace, c.name, port
+        );
+        let req = hyper::http::Request::get(&path)
+            .header("Accept", "*/*")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        self.client
+            .request_text(req)
+            .await
+            .map_err(|e| format!("GET {path}: {e}"))
+    }
+
+    pub async fn sealed_secret(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HubObject>, String> {
+        self.get(&sealed_secret_resource(), namespace, name).await
+    }
+
+    pub async fn kustomization(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HubObject>, String> {
+        self.get(&kustomization_resource(), namespace, name).await
+    }
+
+    async fn get(
+        &self,
+        ar: &ApiResource,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<HubObject>, String> {
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, ar);
+        let obj = api
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("{} {namespace}/{name}: {e}", ar.plural))?;
+        Ok(obj.map(|o| HubObject::from_dynamic(&o)))
+    }
+
+    /// Sets reconcile.fluxcd.io/requestedAt with a JSON merge patch, as `flux reconcile`.
+    pub async fn request_reconcile(
+        &self,
+        namespace: &str,
+        name: &str,
+        at: &str,
+    ) -> Result<(), String> {
+        let api: Api<DynamicObject> =
+            Api::namespaced_with(self.client.clone(), namespace, &kustomization_resource());
+        let patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: at}}});
+        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ())
+            .map_err(|e| format!("kustomizations {namespace}/{name}: annotate {REQUESTED_AT}: {e}"))
+    }
+}
+
+/// The port kubeseal uses: the Service's first port, by name, else by number.
+fn first_port(svc: &Service) -> Option<String> {
+    let port = svc.spec.as_ref()?.ports.as_ref()?.first()?;
+    Some(match &port.name {
+        Some(n) if !n.is_empty() => n.clone(),
+        _ => port.port.to_string(),
+    })
+}
+
+/// A status condition (metav1.Condition shape).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Condition {
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub status: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<String>,
+}
+
+/// What spokekeeper reads of a SealedSecret or Kustomization on the hub.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct HubObject {
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    pub conditions: Vec<Condition>,
+    /// SealedSecret: spec.encryptedData (ciphertext only).
+    #[serde(skip)]
+    pub encrypted_data: BTreeMap<String, String>,
+    /// Kustomization: the requestedAt Flux handled last.
+    pub last_handled_reconcile_at: Option<String>,
+    pub requested_at: Option<String>,
+}
+
+impl HubObject {
+    pub fn from_dynamic(o: &DynamicObject) -> HubObject {
+        let mut h = HubObject::from_json(&o.data);
+        h.generation = o.metadata.generation;
+        h.requested_at = o
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(REQUESTED_AT).cloned());
+        h
+    }
+
+    /// From an object's JSON body (what DynamicObject keeps besides metadata).
+    pub fn from_json(v: &serde_json::Value) -> HubObject {
+        let status = &v["status"];
+        let conditions = status["conditions"]
+            .as_array()
+            .map(|cs| {
+                cs.iter()
+                    .filter_map(|c| serde_json::from_value(c.clone()).ok())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let encrypted_data = v["spec"]["encryptedData"]
+            .as_object()
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                    .collect()
+            })
+            .unwrap_or_default();
+        HubObject {
+            generation: v["metadata"]["generation"].as_i64(),
+            observed_generation: status["observedGeneration"].as_i64(),
+            conditions,
+            encrypted_data,
+            last_handled_reconcile_at: status["lastHandledReconcileAt"]
+                .as_str()
+                .map(str::to_string),
+            requested_at: v["metadata"]["annotations"][REQUESTED_AT]
+                .as_str()
+                .map(str::to_string),
+        }
+    }
+
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+        self.conditions.iter().find(|c| c.type_ == type_)
+    }
+
+    /// The controller has looked at the current spec (observedGeneration caught up).
+    pub fn observed(&self) -> bool {
+        match (self.generation, self.observed_generation) {
+            (Some(g), Some(o)) => o >= g,
+            // Objects without generation tracking: the condition is all there is.
+            (None, _) => true,
+            (Some(_), None) => false,
+        }
+    }
+}
+
+/// `time.Now().Format(time.RFC3339Nano)` as Go writes it (trailing zeros trimmed).
+pub fn rfc3339_nano(t: time::OffsetDateTime) -> String {
+    let t = t.to_offset(time::UtcOffset::UTC);
+    let base = t
+        .format(time::macros::format_description!(
+            "[year]-[month]-[day]T[hour]:[minute]:[second]"
+        ))
+        .unwrap_or_default();
+    let nanos = t.nanosecond();
+    if nanos == 0 {
+        format!("{base}Z")
+    } else {
+        let frac = format!("{nanos:09}");
+        format!("{base}.{}Z", frac.trim_end_matches('0'))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_secret_that_failed_to_unseal() {
+        // As the controller writes it (v0.32): Synced False, observedGeneration caught up.
+        let v = serde_json::json!({
+            "apiVersion": "bitnami.com/v1alpha1",
+            "kind": "SealedSecret",
+            "metadata": {"name": "dev-kubeconfig", "namespace": "flux-system", "generation": 3},
+            "spec": {"encryptedData": {"value": "AgB..."}, "template": {"metadata": {"name": "dev-kubeconfig"}}},
+            "status": {
+                "conditions": [{
+                    "type": "Synced", "status": "False",
+                    "reason": "ErrUnsealFailed",
+                    "message": "no key could decrypt secret (value)",
+                    "lastUpdateTime": "2025-05-01T10:00:00Z",
+                    "lastTransitionTime": "2025-05-01T10:00:00Z"
+                }],
+                "observedGeneration": 3
+            }
+        });
+        let h = HubObject::from_json(&v);
+        assert_eq!(h.generation, Some(3));
+        assert!(h.observed());
+        let synced = h.condition("Synced").unwrap();
+        assert_eq!(synced.status, "False");
+        assert_eq!(
+            synced.message.as_deref(),
+            Some("no key could decrypt secret (value)")
+        );
+        assert_eq!(h.encrypted_data["value"], "AgB...");
+        assert!(h.condition("Ready").is_none());
+    }
+
+    #[test]
+    fn a_kustomization_behind_its_generation_and_request() {
+        let v = serde_json::json!({
+            "metadata": {"name": "dev", "generation": 5,
+                         "annotations": {"reconcile.fluxcd.io/requestedAt": "2025-05-01T10:00:00.5Z"}},
+            "status": {
+                "observedGeneration": 4,
+                "lastHandledReconcileAt": "2025-04-30T09:00:00Z",
+                "conditions": [
+                    {"type": "Reconciling", "status": "True", "reason": "Progressing", "message": "Reconciliation in progress", "lastTransitionTime": "2025-05-01T10:00:01Z", "observedGeneration": 5},
+                    {"type": "Ready", "status": "Unknown", "reason": "Progressing", "message": "Reconciliation in progress", "lastTransitionTime": "2025-05-01T10:00:01Z", "observedGeneration": 5}
+                ]
+            }
+        });
+        let h = HubObject::from_json(&v);
+        assert!(!h.observed(), "4 of 5");
+        assert_eq!(h.condition("Ready").unwrap().status, "Unknown");
+        assert_eq!(
+            h.condition("Ready").unwrap().reason.as_deref(),
+            Some("Progressing")
+        );
+        assert_eq!(h.requested_at.as_deref(), Some("2025-05-01T10:00:00.5Z"));
+        assert_eq!(
+            h.last_handled_reconcile_at.as_deref(),
+            Some("2025-04-30T09:00:00Z")
+        );
+        // No status at all (just created): nothing observed, no conditions.
+        let h = HubObject::from_json(&serde_json::json!({"metadata": {"generation": 1}}));
+        assert!(!h.observed());
+        assert!(h.conditions.is_empty());
+        // A malformed condition is skipped, not fatal.
+        let h = HubObject::from_json(
+            &serde_json::json!({"status": {"conditions": [{"type": 1}, {"type": "Ready", "status": "True"}]}}),
+        );
+        assert_eq!(h.conditions.len(), 1);
+    }
+
+    #[test]
+    fn requested_at_is_go_rfc3339_nano() {
+        let t = time::macros::datetime!(2025-05-01 10:00:00.120000000 UTC);
+        assert_eq!(rfc3339_nano(t), "2025-05-01T10:00:00.12Z");
+        let t = time::macros::datetime!(2025-05-01 10:00:00 UTC);
+        assert_eq!(rfc3339_nano(t), "2025-05-01T10:00:00Z");
+        let t = time::macros::datetime!(2025-05-01 10:00:00.000000001 +02:00);
+        assert_eq!(rfc3339_nano(t), "2025-05-01T08:00:00.000000001Z");
+    }
+
+    #[test]
+    fn access_lists_only_reads_and_the_annotation_patch() {
+        for a in ACCESS {
+            for v in a.verbs {
+                assert!(["get", "patch"].contains(v), "{a:?}");
+            }
+        }
+        assert!(
+            ACCESS
+                .iter()
+                .any(|a| a.verbs.contains(&"patch") && a.resource == "kustomizations")
+        );
+    }
+}

@@ -1,0 +1,157 @@
+//! The sealing certificate for a tick: fetched from the controller when the hub is
+//! configured, else (or when the hub cannot be reached) the pinned copy in sealing.cert.
+//!
+//! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
+//! the fleet repo) before any spoke is committed, and every spoke is then re-sealed to it
+//! because its recorded sealing-cert-sha256 differs.
+
+use std::path::Path;
+
+use serde::Serialize;
+use time::OffsetDateTime;
+
+use super::{CALL_TIMEOUT, Hub};
+use crate::rotate::Context;
+use crate::rotate::state::short;
+use crate::seal::SealingKey;
+
+/// What the tick saw of the controller's certificate.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct CertReport {
+    /// Whether the controller's certificate could be fetched.
+    pub reachable: bool,
+    /// The certificate sealed to in this tick.
+    pub sha256: String,
+    /// Set when the fetched certificate differs from the pinned one.
+    pub renewed: Option<Renewed>,
+    /// Why the pinned copy was used (unreachable, refused) or could not be updated.
+    pub error: Option<String>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Renewed {
+    pub old: String,
+    pub new: String,
+    /// The commit that pinned it, when sealing.cert is inside the fleet repo.
+    pub commit: Option<String>,
+}
+
+/// The key to seal to in this tick, and what happened on the hub (None: no hub).
+pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>) {
+    let now = OffsetDateTime::now_utc();
+    let pinned = pinned(ctx, now);
+    let Some(cfg) = &ctx.config.hub else {
+        return (pinned, None);
+    };
+    let mut report = CertReport {
+        sha256: pinned.fingerprint().to_string(),
+        ..CertReport::default()
+    };
+    let fetched = tokio::time::timeout(2 * CALL_TIMEOUT, async {
+        let hub = Hub::connect(cfg).await?;
+        hub.fetch_cert().await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(format!(
+            "no answer within {}s",
+            (2 * CALL_TIMEOUT).as_secs()
+        ))
+    });
+    let pem = match fetched {
+        Ok(pem) => pem,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: sealing to the pinned copy");
+            report.error = Some(format!(
+                "hub unreachable, sealed to the pinned sealing.cert: {e}"
+            ));
+            return (pinned, Some(report));
+        }
+    };
+    report.reachable = true;
+    let source = format!(
+        "the controller's certificate ({}/{})",
+        cfg.controller.namespace, cfg.controller.name
+    );
+    let key = match SealingKey::from_pem(pem.as_bytes(), &source, now) {
+        Ok(k) if k.is_demo() => Err(format!(
+            "{source} is spokekeeper's demo key, whose private key is public: refused"
+        )),
+        Ok(k) => Ok(k),
+        Err(e) => Err(format!("refused: {e}")),
+    };
+    let key = match key {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!(error = %e, "the hub's sealing certificate is not usable: sealing to the pinned copy");
+            report.error = Some(e);
+            return (pinned, Some(report));
+        }
+    };
+    if key.fingerprint() == pinned.fingerprint() {
+        return (pinned, Some(report));
+    }
+    let mut renewed = Renewed {
+        old: pinned.fingerprint().to_string(),
+        new: key.fingerprint().to_string(),
+        commit: None,
+    };
+    tracing::info!(old = %renewed.old, new = %renewed.new, "the controller's sealing certificate changed: re-sealing every spoke");
+    report.sha256 = renewed.new.clone();
+    if !dry_run {
+        match pin(ctx, pem.as_bytes(), &renewed).await {
+            Ok(commit) => renewed.commit = commit,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot pin the renewed sealing certificate (sealing to it anyway)");
+                report.error = Some(format!("cannot pin the renewed certificate: {e}"));
+            }
+        }
+    }
+    report.renewed = Some(renewed);
+    (key, Some(report))
+}
+
+/// sealing.cert as it is now on disk; the key loaded at start when it cannot be read.
+fn pinned(ctx: &Context, now: OffsetDateTime) -> SealingKey {
+    let path = &ctx.config.sealing_cert;
+    std::fs::read(path)
+        .map_err(|e| e.to_string())
+        .and_then(|pem| {
+            SealingKey::from_pem(&pem, &path.display().to_string(), now).map_err(|e| e.to_string())
+        })
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "sealing.cert cannot be read: using the copy loaded at start");
+            ctx.sealing.clone()
+        })
+}
+
+/// Writes sealing.cert atomically; commits it when it is inside the fleet repo.
+async fn pin(ctx: &Context, pem: &[u8], renewed: &Renewed) -> Result<Option<String>, String> {
+    let path = &ctx.config.sealing_cert;
+    let Some(rel) = inside(path, ctx.repo.path()) else {
+        crate::fsutil::write_atomic(path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(None);
+    };
+    ctx.repo
+        .write_atomic(&rel, pem)
+        .map_err(|e| e.to_string())?;
+    let message = format!(
+        "sealing: controller certificate renewed {} -> {}\n\nold: {}\nnew: {}\nEvery spoke is re-sealed to the new certificate.\n",
+        short(&renewed.old),
+        short(&renewed.new),
+        renewed.old,
+        renewed.new
+    );
+    ctx.repo
+        .commit(&rel, &message)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn inside(path: &Path, repo: &Path) -> Option<std::path::PathBuf> {
+    if let Ok(rel) = path.strip_prefix(repo) {
+        return Some(rel.to_path_buf());
+    }
+    let (p, r) = (path.canonicalize().ok()?, repo.canonicalize().ok()?);
+    p.strip_prefix(r).ok().map(Path::to_path_buf)
+}

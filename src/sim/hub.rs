@@ -1,0 +1,810 @@
+//! An emulated hub API server: what kube-apiserver, the Sealed Secrets controller and
+//! Flux show spokekeeper, on the wire.
+//!
+//! - GET the controller's Service, and GET `services/http:<name>:<port>/proxy/v1/cert.pem`
+//!   (text/plain PEM; 503 "no endpoints available" while the controller is down);
+//! - GET SealedSecrets (bitnami.com/v1alpha1): on each read, "Flux" applies the file the
+//!   `source` closure returns (what the fleet repo holds), bumping generation when the
+//!   spec changed; the "controller" then really unseals it with its private keys and
+//!   writes the Synced condition and observedGeneration;
+//! - GET and PATCH (merge patch only, like the API server for custom resources)
+//!   Kustomizations (kustomize.toolkit.fluxcd.io/v1): a new reconcile.fluxcd.io/requestedAt
+//!   goes through Ready Unknown/Progressing to Ready True or False, and
+//!   status.lastHandledReconcileAt echoes it.
+//!
+//! Errors are metav1 Status objects. Plain HTTP on loopback, no authentication. Every
+//! request is recorded, so tests can hold the client to its RBAC contract.
+
+use std::collections::BTreeMap;
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio::runtime::Handle;
+use tokio::sync::oneshot;
+use tokio::task::JoinSet;
+
+use crate::seal::{RecoveryKey, SealedSecret};
+
+/// What "Flux" would apply for a path in the fleet repo (None: not there).
+pub type Source = Arc<dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync>;
+
+/// A spoke as the hub knows it.
+#[derive(Clone, Debug)]
+pub struct SimSpoke {
+    pub secret_namespace: String,
+    pub secret_name: String,
+    pub kustomization_namespace: String,
+    pub kustomization_name: String,
+    /// The SealedSecret's path in the fleet repo.
+    pub file: String,
+}
+
+/// How the Sealed Secrets controller behaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Controller {
+    /// Serves its certificate and unseals.
+    Up,
+    /// Its pod is gone: the proxy answers 503 and nothing is unsealed.
+    Down,
+    /// Serves its certificate but never gets to a SealedSecret (status stays behind).
+    Stalled,
+}
+
+/// How Flux's kustomize-controller finishes a requested reconcile.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Flux {
+    Ready,
+    /// Ready False with this message.
+    Failing(String),
+    /// Stays Progressing; never handles the request.
+    Stalled,
+}
+
+/// One request the server saw.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub method: String,
+    pub path: String,
+    pub content_type: Option<String>,
+    pub body: String,
+}
+
+pub const CONTROLLER_PORT_NAME: &str = "http";
+
+struct State {
+    namespace: String,
+    name: String,
+    cert_pem: String,
+    keys: Vec<RecoveryKey>,
+    controller: Controller,
+    flux: Flux,
+    source: Source,
+    spokes: Vec<SimSpoke>,
+    /// (namespace, name) -> object.
+    sealed: BTreeMap<(String, String), Value>,
+    kustomizations: BTreeMap<(String, String), Kustomization>,
+    revision: u64,
+    seen: Vec<Seen>,
+}
+
+struct Kustomization {
+    obj: Value,
+    /// A requestedAt not handled yet, and how many reads it has been in progress.
+    pending: Option<(String, u32)>,
+}
+
+/// A running emulated hub; dropping it stops it.
+pub struct HubSim {
+    state: Arc<Mutex<State>>,
+    stop: Option<oneshot::Sender<()>>,
+    done: std_mpsc::Receiver<()>,
+    pub addr: SocketAddr,
+}
+
+impl HubSim {
+    /// Serves on 127.0.0.1 (any port) on `rt`: a controller `namespace/name` with
+    /// certificate `cert_pem` and private `keys`.
+    pub fn start(
+        rt: &Handle,
+        namespace: &str,
+        name: &str,
+        cert_pem: &str,
+        keys: Vec<RecoveryKey>,
+        source: Source,
+    ) -> std::io::Result<HubSim> {
+        let state = Arc::new(Mutex::new(State {
+            namespace: namespace.into(),
+            name: name.into(),
+            cert_pem: cert_pem.into(),
+            keys,
+            controller: Controller::Up,
+            flux: Flux::Ready,
+            source,
+            spokes: Vec::new(),
+            sealed: BTreeMap::new(),
+            kustomizations: BTreeMap::new(),
+            revision: 100,
+            seen: Vec::new(),
+        }));
+        let (ready_tx, ready_rx) = std_mpsc::channel();
+        let (stop_tx, stop_rx) = oneshot::channel();
+        let (done_tx, done_rx) = std_mpsc::channel();
+        let shared = state.clone();
+        rt.spawn(async move {
+            let listener = match TcpListener::bind("127.0.0.1:0").await {
+                Ok(l) => l,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            let _ = ready_tx.send(listener.local_addr());
+            serve(listener, shared, stop_rx).await;
+            let _ = done_tx.send(());
+        });
+        let addr = ready_rx
+            .recv_timeout(Duration::from_secs(10))
+            .map_err(|_| std::io::Error::other("the runtime did not start the hub"))??;
+        Ok(HubSim {
+            state,
+            stop: Some(stop_tx),
+            done: done_rx,
+            addr,
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a spoke: its Kustomization exists (Ready, as after an earlier deploy).
+    pub fn add_spoke(&self, spoke: SimSpoke) {
+        let mut st = self.lock();
+        st.revision += 1;
+        let obj = json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "Kustomization",
+            "metadata": {
+                "name": spoke.kustomization_name,
+                "namespace": spoke.kustomization_namespace,
+                "generation": 1,
+                "resourceVersion": st.revision.to_string(),
+                "uid": format!("00000000-0000-4000-8000-{:012}", st.revision),
+                "creationTimestamp": "2025-01-01T00:00:00Z",
+                "finalizers": ["finalizers.fluxcd.io"],
+            },
+            "spec": {
+                "interval": "10m",
+                "path": format!("./clusters/{}", spoke.kustomization_name),
+                "prune": true,
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
+                "kubeConfig": {"secretRef": {"name": spoke.secret_name, "key": "value"}},
+            },
+            "status": {
+                "observedGeneration": 1,
+                "conditions": [condition("Ready", "True", "ReconciliationSucceeded", "Applied revision: main@sha1:0000000000000000000000000000000000000000")],
+            },
+        });
+        st.kustomizations.insert(
+            (
+                spoke.kustomization_namespace.clone(),
+                spoke.kustomization_name.clone(),
+            ),
+            Kustomization { obj, pending: None },
+        );
+        st.spokes.push(spoke);
+    }
+
+    /// The controller's key rotation: a new certificate; it keeps the old keys to
+    /// decrypt what is still sealed to them, as the real controller does.
+    pub fn renew_key(&self, cert_pem: &str, key: RecoveryKey) {
+        let mut st = self.lock();
+        st.cert_pem = cert_pem.into();
+        st.keys.push(key);
+    }
+
+    /// Replaces the controller's private keys (a lost key: nothing old unseals).
+    pub fn set_keys(&self, keys: Vec<RecoveryKey>) {
+        self.lock().keys = keys;
+    }
+
+    pub fn set_controller(&self, c: Controller) {
+        self.lock().controller = c;
+    }
+
+    pub fn set_flux(&self, f: Flux) {
+        self.lock().flux = f;
+    }
+
+    pub fn requests(&self) -> Vec<Seen> {
+        self.lock().seen.clone()
+    }
+
+    /// The SealedSecret as stored (spec and status), if Flux applied it.
+    pub fn sealed_secret(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .sealed
+            .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    pub fn kustomization(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .kustomizations
+            .get(&(namespace.to_string(), name.to_string()))
+            .map(|k| k.obj.clone())
+    }
+
+    /// A kubeconfig that reaches this server (plain HTTP, no credentials).
+    pub fn kubeconfig_yaml(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: hub\n  cluster:\n    server: http://{}\ncontexts:\n- name: hub\n  context:\n    cluster: hub\n    user: spokekeeper\ncurrent-context: hub\nusers:\n- name: spokekeeper\n  user: {{}}\n",
+            self.addr
+        )
+    }
+}
+
+impl Drop for HubSim {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+            let _ = self.done.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+/// The RBAC request attributes (group, resource[/subresource], verb) the API server's
+/// authorizer derives from a namespaced request: on a named object GET is get, PATCH
+/// patch, PUT update, DELETE delete; on a collection GET is list and POST create. None
+/// for anything else.
+pub fn rbac_attributes(method: &str, path: &str) -> Option<(String, String, &'static str)> {
+    let verb = match method {
+        "GET" => "get",
+        "PATCH" => "patch",
+        "PUT" => "update",
+        "DELETE" => "delete",
+        "POST" => "create",
+        _ => return None,
+    };
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => (String::new(), rest),
+        ["apis", group, _version, rest @ ..] => (group.to_string(), rest),
+        _ => return None,
+    };
+    match rest {
+        ["namespaces", _ns, resource] => match verb {
+            "get" => Some((group, resource.to_string(), "list")),
+            "create" => Some((group, resource.to_string(), "create")),
+            _ => None,
+        },
+        ["namespaces", _ns, resource, _name] if verb != "create" => {
+            Some((group, resource.to_string(), verb))
+        }
+        ["namespaces", _ns, resource, _name, sub, ..] => {
+            Some((group, format!("{resource}/{sub}"), verb))
+        }
+        _ => None,
+    }
+}
+
+async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, mut stop: oneshot::Receiver<()>) {
+    let mut conns = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => {
+                if let Ok((tcp, _)) = accepted {
+                    let state = state.clone();
+                    conns.spawn(async move {
+                        let service = hyper::service::service_fn(move |req| {
+                            let state = state.clone();
+                            async move { Ok::<_, Infallible>(handle(req, &state).await) }
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(tcp), service)
+                            .await;
+                    });
+                }
+            }
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+    drop(listener);
+    conns.shutdown().await;
+}
+
+async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<Bytes>> {
+    let method = req.method().clone();
+    let path = req.uri().path().to_string();
+    let content_type = req
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let body = match Limited::new(req.into_body(), 1 << 20).collect().await {
+        Ok(b) => String::from_utf8_lossy(&b.to_bytes()).into_owned(),
+        Err(_) => {
+            return status(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                "request is too large",
+                None,
+            );
+        }
+    };
+    let mut st = state.lock().unwrap_or_else(|p| p.into_inner());
+    st.seen.push(Seen {
+        method: method.to_string(),
+        path: path.clone(),
+        content_type: content_type.clone(),
+        body: body.clone(),
+    });
+    let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
+    match parts.as_slice() {
+        ["api", "v1", "namespaces", ns, "services", name] => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            service(&st, ns, name)
+        }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "services",
+            target,
+            "proxy",
+            rest @ ..,
+        ] => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            proxy(&st, ns, target, &rest.join("/"))
+        }
+        [
+            "apis",
+            "bitnami.com",
+            "v1alpha1",
+            "namespaces",
+            ns,
+            "sealedsecrets",
+            name,
+        ] => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            let key = (ns.to_string(), name.to_string());
+            apply(&mut st, &key);
+            unseal(&mut st, &key);
+            match st.sealed.get(&key) {
+                Some(obj) => json_response(StatusCode::OK, obj),
+                None => not_found("bitnami.com", "sealedsecrets", name),
+            }
+        }
+        [
+            "apis",
+            "kustomize.toolkit.fluxcd.io",
+            "v1",
+            "namespaces",
+            ns,
+            "kustomizations",
+            name,
+        ] => {
+            let key = (ns.to_string(), name.to_string());
+            if !st.kustomizations.contains_key(&key) {
+                return not_found("kustomize.toolkit.fluxcd.io", "kustomizations", name);
+            }
+            match method {
+                Method::GET => {
+                    reconcile(&mut st, &key);
+                    json_response(StatusCode::OK, &st.kustomizations[&key].obj)
+                }
+                Method::PATCH => patch(&mut st, &key, content_type.as_deref(), &body),
+                _ => not_allowed(),
+            }
+        }
+        _ => status(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            "the server could not find the requested resource",
+            None,
+        ),
+    }
+}
+
+fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
+    if ns != st.namespace || name != st.name {
+        return not_found("", "services", name);
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "kind": "Service",
+            "apiVersion": "v1",
+            "metadata": {
+                "name": st.name, "namespace": st.namespace,
+                "labels": {"app.kubernetes.io/name": "sealed-secrets"},
+                "resourceVersion": "42", "uid": "00000000-0000-4000-8000-00000000002a",
+            },
+            "spec": {
+                "ports": [{"name": CONTROLLER_PORT_NAME, "protocol": "TCP", "port": 8080, "targetPort": 8080}],
+                "selector": {"app.kubernetes.io/name": "sealed-secrets"},
+                "clusterIP": "10.43.0.42", "type": "ClusterIP",
+            },
+        }),
+    )
+}
+
+/// `[scheme:]name[:port]` -> the controller's cert.pem.
+fn proxy(st: &State, ns: &str, target: &str, rest: &str) -> Response<Full<Bytes>> {
+    let mut fields = target.split(':').collect::<Vec<_>>();
+    if matches!(fields.first(), Some(&"http" | &"https")) && fields.len() > 1 {
+        fields.remove(0);
+    }
+    let (name, port) = (fields[0], fields.get(1).copied().unwrap_or(""));
+    if ns != st.namespace || name != st.name {
+        return not_found("", "services", name);
+    }
+    if !["", CONTROLLER_PORT_NAME, "8080"].contains(&port) {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            &format!("no endpoints available for service \"{target}\""),
+            None,
+        );
+    }
+    if st.controller == Controller::Down {
+        return status(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "ServiceUnavailable",
+            &format!("no endpoints available for service \"{name}\""),
+            None,
+        );
+    }
+    if rest != "v1/cert.pem" {
+        return Response::builder()
+            .status(StatusCode::NOT_FOUND)
+            .header("Content-Type", "text/plain; charset=utf-8")
+            .body(Full::new(Bytes::from("404 page not found\n")))
+            .expect("response");
+    }
+    Response::builder()
+        .status(StatusCode::OK)
+        .header("Content-Type", "text/plain")
+        .body(Full::new(Bytes::from(st.cert_pem.clone())))
+        .expect("response")
+}
+
+/// Flux applies what the fleet repo holds for this SealedSecret.
+fn apply(st: &mut State, key: &(String, String)) {
+    let Some(spoke) = st
+        .spokes
+        .iter()
+        .find(|s| s.secret_namespace == key.0 && s.secret_name == key.1)
+        .cloned()
+    else {
+        return;
+    };
+    let Some(bytes) = (st.source)(&spoke.file) else {
+        return;
+    };
+    let Ok(sealed) = SealedSecret::parse(&bytes) else {
+        return;
+    };
+    let spec = json!({
+        "encryptedData": sealed.encrypted_data,
+        "template": {"metadata": {"name": sealed.name, "namespace": sealed.namespace}},
+    });
+    st.revision += 1;
+    let revision = st.revision.to_string();
+    match st.sealed.get_mut(key) {
+        Some(obj) if obj["spec"] == spec => {
+            st.revision -= 1;
+        }
+        Some(obj) => {
+            let generation = obj["metadata"]["generation"].as_i64().unwrap_or(1) + 1;
+            obj["metadata"]["generation"] = json!(generation);
+            obj["metadata"]["resourceVersion"] = json!(revision);
+            obj["spec"] = spec;
+        }
+        None => {
+            let obj = json!({
+                "apiVersion": "bitnami.com/v1alpha1",
+                "kind": "SealedSecret",
+                "metadata": {
+                    "name": key.1, "namespace": key.0, "generation": 1,
+                    "resourceVersion": revision,
+                    "uid": format!("00000000-0000-4000-8000-{:012}", st.revision),
+                    "creationTimestamp": "2025-01-01T00:00:00Z",
+                    "labels": {"kustomize.toolkit.fluxcd.io/name": "infra", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+                },
+                "spec": spec,
+            });
+            st.sealed.insert(key.clone(), obj);
+        }
+    }
+}
+
+/// The controller unseals the current generation once, with the keys it has.
+fn unseal(st: &mut State, key: &(String, String)) {
+    if st.controller != Controller::Up {
+        return;
+    }
+    let Some(obj) = st.sealed.get(key) else {
+        return;
+    };
+    let generation = obj["metadata"]["generation"].as_i64().unwrap_or(1);
+    if obj["status"]["observedGeneration"].as_i64() == Some(generation) {
+        return;
+    }
+    let text = serde_json::to_vec(obj).unwrap_or_default();
+    let result = SealedSecret::parse(&text)
+        .map_err(|e| e.to_string())
+        .and_then(|s| {
+            s.unseal(&st.keys).map(|_| ()).map_err(|_| {
+                let names: Vec<&str> = s.encrypted_data.keys().map(String::as_str).collect();
+                format!("no key could decrypt secret ({})", names.join(", "))
+            })
+        });
+    let now = "2025-06-01T12:00:00Z";
+    let mut c = json!({"type": "Synced", "lastUpdateTime": now, "lastTransitionTime": now});
+    match result {
+        Ok(()) => c["status"] = json!("True"),
+        Err(message) => {
+            c["status"] = json!("False");
+            c["reason"] = json!("ErrUnsealFailed");
+            c["message"] = json!(message);
+        }
+    }
+    st.revision += 1;
+    let revision = st.revision.to_string();
+    let obj = st.sealed.get_mut(key).expect("present");
+    obj["status"] = json!({"conditions": [c], "observedGeneration": generation});
+    obj["metadata"]["resourceVersion"] = json!(revision);
+}
+
+/// A requested reconcile: one read in progress, then done as `flux` says.
+fn reconcile(st: &mut State, key: &(String, String)) {
+    let flux = st.flux.clone();
+    st.revision += 1;
+    let revision = st.revision.to_string();
+    let k = st.kustomizations.get_mut(key).expect("checked");
+    let Some((at, reads)) = k.pending.clone() else {
+        st.revision -= 1;
+        return;
+    };
+    let status = &mut k.obj["status"];
+    if reads == 0 || flux == Flux::Stalled {
+        status["conditions"] = json!([
+            condition(
+                "Reconciling",
+                "True",
+                "Progressing",
+                "Reconciliation in progress"
+            ),
+            condition(
+                "Ready",
+                "Unknown",
+                "Progressing",
+                "Reconciliation in progress"
+            ),
+        ]);
+        k.pending = Some((at, reads + 1));
+    } else {
+        status["conditions"] = json!([match flux {
+            Flux::Failing(msg) => condition("Ready", "False", "ReconciliationFailed", &msg),
+            _ => condition(
+                "Ready",
+                "True",
+                "ReconciliationSucceeded",
+                "Applied revision: main@sha1:1111111111111111111111111111111111111111"
+            ),
+        }]);
+        status["lastHandledReconcileAt"] = json!(at);
+        k.pending = None;
+    }
+    k.obj["metadata"]["resourceVersion"] = json!(revision);
+}
+
+fn patch(
+    st: &mut State,
+    key: &(String, String),
+    content_type: Option<&str>,
+    body: &str,
+) -> Response<Full<Bytes>> {
+    // Custom resources take JSON and merge patches only (no strategic merge).
+    let ct = content_type
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim();
+    if ![
+        "application/merge-patch+json",
+        "application/json-patch+json",
+        "application/apply-patch+yaml",
+    ]
+    .contains(&ct)
+    {
+        return status(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+            None,
+        );
+    }
+    if ct != "application/merge-patch+json" {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "only merge patches are emulated",
+            None,
+        );
+    }
+    let Ok(p) = serde_json::from_str::<Value>(body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "error decoding patch: invalid JSON",
+            None,
+        );
+    };
+    st.revision += 1;
+    let revision = st.revision.to_string();
+    let k = st.kustomizations.get_mut(key).expect("checked");
+    let before = k.obj["metadata"]["annotations"][crate::hub::REQUESTED_AT].clone();
+    // status is a subresource: a patch to the main resource leaves it alone.
+    let kept = k.obj["status"].clone();
+    merge(&mut k.obj, &p);
+    k.obj["status"] = kept;
+    k.obj["metadata"]["resourceVersion"] = json!(revision);
+    let after = k.obj["metadata"]["annotations"][crate::hub::REQUESTED_AT].clone();
+    if after != before
+        && let Some(at) = after.as_str()
+    {
+        k.pending = Some((at.to_string(), 0));
+    }
+    json_response(StatusCode::OK, &k.obj)
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    let Some(p) = patch.as_object() else {
+        *target = patch.clone();
+        return;
+    };
+    if !target.is_object() {
+        *target = json!({});
+    }
+    let t = target.as_object_mut().expect("object");
+    for (k, v) in p {
+        if v.is_null() {
+            t.remove(k);
+        } else {
+            merge(t.entry(k.clone()).or_insert(Value::Null), v);
+        }
+    }
+}
+
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    json!({
+        "type": type_, "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": "2025-06-01T12:00:00Z", "observedGeneration": 1,
+    })
+}
+
+fn not_found(group: &str, resource: &str, name: &str) -> Response<Full<Bytes>> {
+    let what = if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    };
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("{what} \"{name}\" not found"),
+        Some(json!({"name": name, "group": group, "kind": resource})),
+    )
+}
+
+fn not_allowed() -> Response<Full<Bytes>> {
+    status(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "MethodNotAllowed",
+        "the server does not allow this method on the requested resource",
+        None,
+    )
+}
+
+fn status(
+    code: StatusCode,
+    reason: &str,
+    message: &str,
+    details: Option<Value>,
+) -> Response<Full<Bytes>> {
+    let mut body = json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {},
+        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
+    });
+    if let Some(d) = details {
+        body["details"] = d;
+    }
+    json_response(code, &body)
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .header("Cache-Control", "no-cache, private")
+        .body(Full::new(Bytes::from(format!("{body}\n"))))
+        .expect("response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rbac_attributes_as_the_authorizer_derives_them() {
+        let a = |m, p| rbac_attributes(m, p).map(|(g, r, v)| format!("{g}|{r}|{v}"));
+        assert_eq!(
+            a("GET", "/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem").as_deref(),
+            Some("|services/proxy|get")
+        );
+        assert_eq!(
+            a(
+                "GET",
+                "/api/v1/namespaces/kube-system/services/sealed-secrets-controller"
+            )
+            .as_deref(),
+            Some("|services|get")
+        );
+        assert_eq!(
+            a(
+                "PATCH",
+                "/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/dev"
+            )
+            .as_deref(),
+            Some("kustomize.toolkit.fluxcd.io|kustomizations|patch")
+        );
+        assert_eq!(
+            a("GET", "/api/v1/namespaces/x/secrets").as_deref(),
+            Some("|secrets|list"),
+            "a collection GET is a list, not a get"
+        );
+        assert_eq!(
+            a("POST", "/apis/coordination.k8s.io/v1/namespaces/x/leases").as_deref(),
+            Some("coordination.k8s.io|leases|create")
+        );
+        assert_eq!(
+            a("PUT", "/apis/coordination.k8s.io/v1/namespaces/x/leases/l").as_deref(),
+            Some("coordination.k8s.io|leases|update")
+        );
+        assert_eq!(a("GET", "/version"), None);
+    }
+
+    #[test]
+    fn merge_patch_sets_and_removes() {
+        let mut v = json!({"metadata": {"annotations": {"a": "1", "b": "2"}, "name": "x"}});
+        merge(
+            &mut v,
+            &json!({"metadata": {"annotations": {"a": null, "c": "3"}}}),
+        );
+        assert_eq!(
+            v,
+            json!({"metadata": {"annotations": {"b": "2", "c": "3"}, "name": "x"}})
+        );
+    }
+}

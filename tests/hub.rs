@@ -1,0 +1,598 @@
+//! The hub integration against the lab (real sshd spokes, a real git remote) and the
+//! emulated hub API (src/sim/hub.rs), through the binary: the controller's certificate
+//! fetched and pinned, a renewal re-sealing every spoke in one tick, the post-push
+//! verification reaching Ready, a stuck SealedSecret, an unreachable hub, `status`, and
+//! every request held to hub::ACCESS.
+
+mod support;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::{Value, json};
+use spokekeeper::hub::ACCESS;
+use spokekeeper::seal::{RecoveryKey, SealedSecret};
+use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
+use support::NodeOptions;
+use support::fleet::{Fleet, action, authenticates, vectors};
+use support::git::git;
+
+const PINNED: &str = "keys/sealed-secrets.pem";
+
+struct HubLab {
+    fleet: Fleet,
+    hub: HubSim,
+    // Last: the hub runs on it.
+    rt: Option<tokio::runtime::Runtime>,
+}
+
+impl Drop for HubLab {
+    fn drop(&mut self) {
+        if let Some(rt) = self.rt.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+fn key(dir: &str) -> RecoveryKey {
+    RecoveryKey::load_all(
+        &std::fs::read(vectors().join(dir).join("tls.key")).unwrap(),
+        dir,
+    )
+    .unwrap()
+    .remove(0)
+}
+
+fn cert(dir: &str) -> String {
+    let file = if dir == "key" { "cert.pem" } else { "tls.crt" };
+    std::fs::read_to_string(vectors().join(dir).join(file)).unwrap()
+}
+
+/// `n` spokes; sealing.cert pinned in the fleet repo under keys/ (the old key); the
+/// hub's controller serves the same certificate; `hub_extra` goes under `hub:`.
+fn lab(n: usize, hub_extra: &str) -> HubLab {
+    let fleet = Fleet::new(&vec![NodeOptions::default(); n]);
+    std::fs::create_dir_all(fleet.clone.join("keys")).unwrap();
+    std::fs::write(fleet.clone.join(PINNED), cert("key")).unwrap();
+    git(&fleet.clone, &["add", PINNED]);
+    git(
+        &fleet.clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "pin the controller's certificate",
+        ],
+    );
+    git(&fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let remote = fleet.remote.clone();
+    // "Flux": what the fleet repo's main holds.
+    let source = Arc::new(move |file: &str| {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&remote)
+            .args(["show", &format!("main:{file}")])
+            .output()
+            .ok()?;
+        out.status.success().then_some(out.stdout)
+    });
+    let hub = HubSim::start(
+        rt.handle(),
+        "kube-system",
+        "sealed-secrets-controller",
+        &cert("key"),
+        vec![key("key")],
+        source,
+    )
+    .unwrap();
+    for i in 0..n {
+        hub.add_spoke(SimSpoke {
+            secret_namespace: "flux-system".into(),
+            secret_name: format!("spoke{i}-kubeconfig"),
+            kustomization_namespace: "flux-system".into(),
+            kustomization_name: format!("spoke{i}"),
+            file: format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"),
+        });
+    }
+    let kubeconfig = fleet.dir.path().join("hub.kubeconfig");
+    std::fs::write(&kubeconfig, hub.kubeconfig_yaml()).unwrap();
+    let text = std::fs::read_to_string(&fleet.config).unwrap();
+    let old = vectors().join("key/cert.pem");
+    let text = text.replace(
+        old.to_str().unwrap(),
+        fleet.clone.join(PINNED).to_str().unwrap(),
+    );
+    std::fs::write(
+        &fleet.config,
+        format!(
+            "{text}hub:\n  kubeconfig: {}\n{hub_extra}",
+            kubeconfig.display()
+        ),
+    )
+    .unwrap();
+    HubLab {
+        fleet,
+        hub,
+        rt: Some(rt),
+    }
+}
+
+impl HubLab {
+    fn sealed(&self, i: usize) -> SealedSecret {
+        SealedSecret::parse(self.fleet.remote_file(i).as_bytes()).unwrap()
+    }
+
+    fn status(&self) -> (i32, Value, String) {
+        let (code, out, err) = self.fleet.run(&["status", "-o", "json"]);
+        let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+        (code, json, err)
+    }
+
+    /// Every request the hub saw is one the Helm chart's Role grants (hub::ACCESS).
+    fn assert_within_access(&self) {
+        let seen = self.hub.requests();
+        assert!(!seen.is_empty());
+        for r in &seen {
+            let (group, resource, verb) = rbac_attributes(&r.method, &r.path)
+                .unwrap_or_else(|| panic!("{} {} is not a named-object request", r.method, r.path));
+            assert!(
+                ACCESS
+                    .iter()
+                    .any(|a| a.group == group && a.resource == resource && a.verbs.contains(&verb)),
+                "{} {} needs {verb} on {resource:?} in group {group:?}, which hub::ACCESS does not grant",
+                r.method,
+                r.path
+            );
+        }
+    }
+}
+
+fn requests_to(hub: &HubSim, method: &str, suffix: &str) -> usize {
+    hub.requests()
+        .iter()
+        .filter(|r| r.method == method && r.path.ends_with(suffix))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cert_fetched_and_a_push_verified_until_ready() {
+    let l = lab(2, "  verify_timeout: 30s\n");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    // The certificate came through the service proxy, the port named by the Service.
+    assert_eq!(
+        requests_to(
+            &l.hub,
+            "GET",
+            "/namespaces/kube-system/services/sealed-secrets-controller"
+        ),
+        1
+    );
+    assert_eq!(
+        requests_to(
+            &l.hub,
+            "GET",
+            "/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem"
+        ),
+        1
+    );
+    assert_eq!(report["sealing"]["reachable"], true, "{report}");
+    assert_eq!(report["sealing"]["renewed"], Value::Null);
+    let pinned_fp = spokekeeper::seal::SealingKey::from_pem(
+        cert("key").as_bytes(),
+        "t",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap()
+    .fingerprint()
+    .to_string();
+    assert_eq!(report["sealing"]["sha256"], pinned_fp.as_str());
+    for i in 0..2 {
+        assert_eq!(action(&report, i), "rotated");
+        let hub = &report["spokes"][i]["hub"];
+        assert_eq!(hub["synced"]["ok"], true, "{hub}");
+        assert_eq!(hub["synced"]["status"], "True");
+        assert_eq!(hub["ready"]["ok"], true, "{hub}");
+        assert_eq!(hub["ready"]["status"], "True");
+        assert_eq!(hub["ready"]["reason"], "ReconciliationSucceeded");
+        let at = hub["requested_at"].as_str().unwrap();
+        time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
+            .expect("RFC 3339");
+        // The reconcile request is what `flux reconcile` sends.
+        let patches: Vec<_> = l
+            .hub
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH")
+            .filter(|r| r.path == format!("/apis/kustomize.toolkit.fluxcd.io/v1/namespaces/flux-system/kustomizations/spoke{i}"))
+            .collect();
+        assert_eq!(patches.len(), 1, "{patches:?}");
+        assert_eq!(
+            patches[0].content_type.as_deref(),
+            Some("application/merge-patch+json")
+        );
+        let body: Value = serde_json::from_str(&patches[0].body).unwrap();
+        assert_eq!(
+            body,
+            json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": at}}})
+        );
+        let k = l
+            .hub
+            .kustomization("flux-system", &format!("spoke{i}"))
+            .unwrap();
+        assert_eq!(k["status"]["lastHandledReconcileAt"], at);
+        // The hub holds, and unsealed, exactly what was committed.
+        let on_hub = l
+            .hub
+            .sealed_secret("flux-system", &format!("spoke{i}-kubeconfig"))
+            .unwrap();
+        assert_eq!(
+            on_hub["spec"]["encryptedData"]["value"],
+            l.sealed(i).encrypted_data["value"].as_str()
+        );
+        authenticates(&l.fleet.unsealed(i)).await;
+    }
+    l.assert_within_access();
+
+    // Nothing to commit: nothing to verify, no reconcile requested.
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "healthy");
+    assert_eq!(report["spokes"][0]["hub"], Value::Null);
+    assert_eq!(requests_to(&l.hub, "PATCH", "/kustomizations/spoke0"), 1);
+
+    let (code, status, err) = l.status();
+    assert_eq!(code, 0, "{status}\n{err}");
+    let s = &status["spokes"][0];
+    assert_eq!(s["ok"], true, "{status}");
+    assert_eq!(s["sealed_secret"]["condition"]["status"], "True");
+    assert_eq!(s["sealed_secret"]["matches_commit"], true);
+    assert_eq!(s["kustomization"]["condition"]["status"], "True");
+    assert_eq!(s["probe"]["state"], "ok");
+    assert_eq!(status["hub"]["reachable"], true);
+    let (code, table, err) = l.fleet.run(&["status"]);
+    assert_eq!(code, 0, "{table}\n{err}");
+    let header = table.lines().next().unwrap();
+    assert_eq!(
+        header.split_whitespace().collect::<Vec<_>>(),
+        ["SPOKE", "COMMITTED", "CA", "SYNCED", "READY", "PROBE"]
+    );
+    assert!(
+        table.lines().nth(1).unwrap().ends_with("True    True   ok"),
+        "{table}"
+    );
+
+    // The table output of rotate says what the hub made of each pushed credential.
+    let (code, _, err) = l.fleet.rotate(&["spoke1", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("spoke1: hub: synced, ready"), "{err}");
+    l.assert_within_access();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn status_without_a_hub_reports_the_commit_and_the_probe() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let (code, out, err) = fleet.run(&["status", "-o", "json"]);
+    assert_eq!(code, 1, "nothing committed yet is a warning: {out}\n{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["spokes"][0]["committed"]["state"], "missing");
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    let (code, out, err) = fleet.run(&["status", "-o", "json"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let status: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(status["hub"], Value::Null);
+    assert_eq!(status["spokes"][0]["sealed_secret"], Value::Null);
+    assert_eq!(status["spokes"][0]["probe"]["state"], "ok");
+    assert!(status["spokes"][0]["committed"]["ca_sha256"].is_string());
+    // A configuration that does not load: exit 2, with the field named.
+    std::fs::write(
+        &fleet.config,
+        "repo: {path: x}\nsealing: {cert: c}\nhub: {kubecfg: x}\nspokes: []\n",
+    )
+    .unwrap();
+    let (code, _, err) = fleet.run(&["status"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("kubecfg"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
+    let l = lab(2, "  verify_timeout: 30s\n");
+    assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
+    let before: Vec<String> = (0..2).map(|i| l.fleet.remote_file(i)).collect();
+    // The controller renews its key; it keeps the old one to decrypt older secrets.
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let renewed = &report["sealing"]["renewed"];
+    assert!(renewed["commit"].is_string(), "{report}");
+    let new_fp = renewed["new"].as_str().unwrap();
+    assert_ne!(renewed["old"], renewed["new"]);
+    let log = l.fleet.remote_log();
+    // Newest first: the two spokes, then the certificate, all pushed in this tick.
+    assert!(
+        log[2].starts_with("sealing: controller certificate renewed sha256:"),
+        "{log:?}"
+    );
+    assert!(
+        log[2].contains(&format!("-> {}", spokekeeper::rotate::state::short(new_fp))),
+        "{log:?}"
+    );
+    assert_eq!(
+        git(&l.fleet.remote, &["show", &format!("main:{PINNED}")]),
+        cert("other-key"),
+        "the renewed certificate is pinned in the fleet repo"
+    );
+    for i in 0..2 {
+        assert_eq!(
+            report["spokes"][i]["reason"]["kind"], "sealing-key-changed",
+            "{report}"
+        );
+        assert!(log[i].contains("sealing key changed"), "{log:?}");
+        assert_ne!(l.fleet.remote_file(i), before[i]);
+        let sealed = l.sealed(i);
+        assert_eq!(
+            sealed.annotations["spokekeeper.io/sealing-cert-sha256"],
+            new_fp
+        );
+        // Re-extracted and sealed to the new key only: the old key cannot open it.
+        assert!(sealed.unseal(&[key("key")]).is_err());
+        let mut secret = sealed.unseal(&[key("other-key")]).expect("the new key");
+        authenticates(&secret.data.remove("value").unwrap()).await;
+        assert_eq!(report["spokes"][i]["hub"]["synced"]["ok"], true, "{report}");
+        assert_eq!(report["spokes"][i]["hub"]["ready"]["ok"], true, "{report}");
+    }
+    // Renewed once: the next tick seals to the pinned copy and has nothing to do.
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["sealing"]["renewed"], Value::Null, "{report}");
+    assert_eq!(report["sealing"]["sha256"], new_fp);
+    assert_eq!(action(&report, 0), "healthy");
+    assert_eq!(action(&report, 1), "healthy");
+    l.assert_within_access();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
+    let l = lab(1, "  verify_timeout: 5s\n");
+    // The controller lost its key (reinstalled without the backup): it serves the old
+    // certificate's copy from the cache, but cannot decrypt.
+    l.hub.set_keys(vec![key("other-key")]);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated", "{report}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["ok"], false, "{hub}");
+    assert_eq!(hub["synced"]["status"], "False");
+    assert_eq!(
+        hub["synced"]["message"],
+        "no key could decrypt secret (value)"
+    );
+    assert_eq!(hub["ready"], Value::Null, "no reconcile requested for it");
+    assert_eq!(requests_to(&l.hub, "PATCH", "/kustomizations/spoke0"), 0);
+    // The validated commit stays pushed.
+    assert!(l.fleet.remote_log()[0].starts_with("spoke0: rotate kubeconfig: initial credential"));
+    authenticates(&l.fleet.unsealed(0)).await;
+
+    let (code, status, err) = l.status();
+    assert_eq!(code, 1, "{status}\n{err}");
+    let problems = status["spokes"][0]["problems"].to_string();
+    assert!(
+        problems.contains("no key could decrypt secret (value)"),
+        "{problems}"
+    );
+
+    // A controller that never gets to it: timed out, bounded by verify_timeout.
+    l.hub.set_keys(vec![key("key")]);
+    l.hub.set_controller(Controller::Stalled);
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["status"], "TimedOut", "{hub}");
+    assert!(
+        hub["synced"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("has not looked at generation"),
+        "{hub}"
+    );
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    l.assert_within_access();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kustomization_not_ready_is_reported() {
+    // A configured port: the Service is not read.
+    let l = lab(1, "  verify_timeout: 10s\n  controller: {port: http}\n");
+    l.hub.set_flux(Flux::Failing(
+        "Secret/flux-system/spoke0-kubeconfig: x509: certificate signed by unknown authority"
+            .into(),
+    ));
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["ok"], true, "{hub}");
+    assert_eq!(hub["ready"]["status"], "False", "{hub}");
+    assert_eq!(hub["ready"]["reason"], "ReconciliationFailed");
+    assert!(hub["ready"]["message"].as_str().unwrap().contains("x509"));
+    let (code, status, err) = l.status();
+    assert_eq!(code, 1, "{status}\n{err}");
+    assert_eq!(
+        status["spokes"][0]["kustomization"]["condition"]["status"],
+        "False"
+    );
+    assert_eq!(
+        requests_to(&l.hub, "GET", "/services/sealed-secrets-controller"),
+        0
+    );
+    assert!(requests_to(&l.hub, "GET", "/proxy/v1/cert.pem") >= 1);
+    l.assert_within_access();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn hub_unreachable_seals_to_the_pinned_copy_and_still_rotates() {
+    let l = lab(1, "  verify_timeout: 2s\n");
+    // The controller's pod is gone: the proxy answers 503.
+    l.hub.set_controller(Controller::Down);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(action(&report, 0), "rotated", "{report}\n{err}");
+    assert_eq!(report["sealing"]["reachable"], false, "{report}");
+    let error = report["sealing"]["error"].as_str().unwrap();
+    assert!(
+        error.contains("no endpoints available for service"),
+        "{error}"
+    );
+    // Sealed to the pinned copy, which the controller will be able to open.
+    let mut secret = l.sealed(0).unseal(&[key("key")]).unwrap();
+    authenticates(&secret.data.remove("value").unwrap()).await;
+    // With the controller down nothing is unsealed: reported, exit 1.
+    assert_eq!(code, 1);
+    assert_eq!(report["spokes"][0]["hub"]["synced"]["status"], "TimedOut");
+
+    // The whole API unreachable: the same, and `status` says it cannot read the hub.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    let kc = l.fleet.dir.path().join("hub.kubeconfig");
+    let text = std::fs::read_to_string(&kc).unwrap();
+    std::fs::write(
+        &kc,
+        text.replace(&l.hub.addr.to_string(), &format!("127.0.0.1:{port}")),
+    )
+    .unwrap();
+    let (_, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(action(&report, 0), "rotated", "{report}\n{err}");
+    assert_eq!(report["sealing"]["reachable"], false);
+    assert_eq!(report["spokes"][0]["reason"]["kind"], "forced");
+    let (code, status, err) = l.status();
+    assert_eq!(code, 2, "{status}\n{err}");
+    assert_eq!(status["hub"]["reachable"], false);
+    assert_eq!(status["spokes"][0]["committed"]["state"], "committed");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    let demo =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt"))
+            .unwrap();
+    l.hub.renew_key(&demo, key("other-key"));
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert!(
+        report["sealing"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("demo key"),
+        "{report}"
+    );
+    assert_eq!(report["sealing"]["renewed"], Value::Null);
+    assert!(
+        l.sealed(0).unseal(&[key("key")]).is_ok(),
+        "the pinned copy was used"
+    );
+    assert_eq!(
+        git(&l.fleet.remote, &["show", &format!("main:{PINNED}")]),
+        cert("key")
+    );
+    l.hub.renew_key(
+        "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
+        key("other-key"),
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert!(
+        report["sealing"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("refused"),
+        "{report}"
+    );
+    assert_eq!(action(&report, 0), "healthy");
+}
+
+/// `spokekeeper run` with a hub: the tick's hub results reach /metrics and the alert log.
+#[test]
+fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let l = lab(1, "  verify_timeout: 3s\n");
+    l.hub.set_keys(vec![key("other-key")]);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(&l.fleet.config)
+        .args(["run", "--now", "--listen", "127.0.0.1:0"])
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let lines = support::logs::capture_stderr(&mut child);
+    let _child = Kill(child);
+    let log = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let end = Instant::now() + Duration::from_secs(60);
+    while !log().contains("tick finished") {
+        assert!(Instant::now() < end, "no tick finished:\n{}", log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = log();
+    assert!(text.contains("SpokekeeperHubNotReady"), "{text}");
+    assert!(
+        text.contains("no key could decrypt secret (value)"),
+        "{text}"
+    );
+    let addr: std::net::SocketAddr = text
+        .split("listen=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no listen address in:\n{text}"));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut metrics = String::new();
+    s.read_to_string(&mut metrics).unwrap();
+    for line in [
+        "spokekeeper_hub_reachable 1",
+        "spokekeeper_hub_synced{spoke=\"spoke0\"} 0",
+        "spokekeeper_hub_ready{spoke=\"spoke0\"} 0",
+        "spokekeeper_errors_total{spoke=\"spoke0\",stage=\"hub\"} 1",
+        "spokekeeper_rotations_total{spoke=\"spoke0\",reason=\"initial\"} 1",
+    ] {
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "want {line:?} in:\n{metrics}"
+        );
+    }
+    l.assert_within_access();
+}
