@@ -387,32 +387,17 @@ fn grant(ns: &str, group: &str, resource: &str, verb: &str, names: &[&str]) -> G
     )
 }
 
-/// What the code calls on the hub API, and nothing more. The hub code exports this as
-/// `spokekeeper::hub::ACCESS` and `spokekeeper::daemon::lease::ACCESS` (group, resource,
-/// verbs); switch to those constants once they are merged.
-const ACCESS: &[(&str, &str, &[&str])] = &[
-    ("", "services", &["get"]),
-    ("", "services/proxy", &["get"]),
-    ("bitnami.com", "sealedsecrets", &["get"]),
-    (
-        "kustomize.toolkit.fluxcd.io",
-        "kustomizations",
-        &["get", "patch"],
-    ),
-    (
-        "coordination.k8s.io",
-        "leases",
-        &["get", "create", "update"],
-    ),
-];
-
+/// What the code calls on the hub API, and nothing more: the hub client and the Lease
+/// lock export their calls, and tests/hub.rs and tests/lease.rs check every request the
+/// emulated API server saw against these same lists.
 fn access() -> BTreeSet<(String, String, String)> {
-    ACCESS
+    spokekeeper::hub::ACCESS
         .iter()
-        .flat_map(|(g, r, verbs)| {
-            verbs
+        .chain(spokekeeper::daemon::lease::ACCESS)
+        .flat_map(|a| {
+            a.verbs
                 .iter()
-                .map(move |v| (g.to_string(), r.to_string(), v.to_string()))
+                .map(move |v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
         })
         .collect()
 }
@@ -899,9 +884,7 @@ fn chart_pod_is_locked_down_and_wired_to_its_files() {
 
 #[test]
 fn chart_config_is_accepted_by_spokekeeper() {
-    // The hub block is checked above; the configuration parser learns `hub` with the hub
-    // integration, so this renders without it (switch to the defaults once it is merged).
-    let objects = read_all(&render_with("hub: {enabled: false}\n"), "chart (no hub)");
+    let objects = read_all(&render(&[]), "chart (defaults)");
     let text = config_text(&objects);
     let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
         .unwrap_or_else(|e| panic!("the chart's spokekeeper.yaml is refused: {e}\n{text}"));
@@ -923,6 +906,7 @@ fn served_metric_names() -> BTreeSet<String> {
         client_not_after: Some(time::OffsetDateTime::now_utc()),
         user: None,
         probe: None,
+        hub: None,
     };
     let report = TickReport {
         spokes: vec![
@@ -944,6 +928,8 @@ fn served_metric_names() -> BTreeSet<String> {
         ],
         pushed: true,
         repo_error: None,
+        sealing: None,
+        sealing_key: None,
     };
     let metrics = spokekeeper::metrics::Metrics::new();
     metrics.observe_tick(
