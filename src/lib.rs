@@ -15,6 +15,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod forge;
 pub mod fsutil;
 pub mod kubeconfig;
 pub mod metrics;

@@ -23,6 +23,8 @@ fn config(path: &Path) -> RepoConfig {
         branch: "main".into(),
         author: Some("spokekeeper <spokekeeper@example.org>".into()),
         push: true,
+        mode: Default::default(),
+        forge: None,
     }
 }
 

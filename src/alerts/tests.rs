@@ -26,6 +26,7 @@ fn cfg() -> AlertsConfig {
         critical_before: Duration::from_secs(7 * DAY as u64),
         alertmanager: None,
         webhook: None,
+        pending_review_after: Duration::from_secs(4 * 3600),
     }
 }
 
