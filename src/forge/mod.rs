@@ -187,13 +187,14 @@ impl Forge {
         }
     }
 
-    /// Updates the open pull request of `p.branch`, or opens one (with labels and
-    /// reviewers).
+    /// Updates `open` (the branch's open pull request from [`Forge::find_open`]), or
+    /// opens one (with labels and reviewers).
     pub async fn open_or_update(
         &self,
         p: &Proposal<'_>,
+        open: Option<PullRequest>,
     ) -> Result<(PullRequest, Action), ForgeError> {
-        if let Some(pr) = self.find_open(p.branch, p.base).await? {
+        if let Some(pr) = open {
             return Ok((self.update(&pr, p).await?, Action::Updated));
         }
         let created = match self.kind {

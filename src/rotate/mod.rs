@@ -329,16 +329,8 @@ async fn reconcile(
     report.reason = Some(reason.clone());
     if let Some(rv) = review
         && !opts.force
-        && let Some(branch) = rv.branch(ctx, spoke).await
-        && review::branch_fixes(spoke, &branch, report.probe.as_ref(), &policy)
+        && rv.waiting(ctx, spoke, &mut report, &policy).await
     {
-        report.outcome = Outcome::Pending {
-            branch: review::branch_name(spoke),
-            commit: None,
-            pull_request: None,
-            change: None,
-            pending_seconds: None,
-        };
         return (report, None);
     }
 

@@ -81,6 +81,37 @@ impl Review {
         Some(Branch { head, recorded })
     }
 
+    /// Whether the spoke's fix already waits on its branch (then the report says
+    /// pending). Probes the spoke when the target branch gave nothing to probe with.
+    pub(super) async fn waiting(
+        &self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        policy: &Policy<'_>,
+    ) -> bool {
+        let Some(branch) = self.branch(ctx, spoke).await else {
+            return false;
+        };
+        if report.probe.is_none()
+            && let Some((_, r)) = &branch.recorded
+        {
+            let server = decide::configured_server(spoke).unwrap_or_else(|| r.server.clone());
+            report.probe = Some(crate::spoke::probe(&server, ctx.probe_timeout).await);
+        }
+        if !branch_fixes(spoke, &branch, report.probe.as_ref(), policy) {
+            return false;
+        }
+        report.outcome = Outcome::Pending {
+            branch: branch_name(spoke),
+            commit: None,
+            pull_request: None,
+            change: None,
+            pending_seconds: None,
+        };
+        true
+    }
+
     /// After reconcile: push the proposal to the spoke's branch and open or update its
     /// pull request; for a pending spoke, find (or reopen) its pull request.
     pub(super) async fn settle(
@@ -138,8 +169,8 @@ impl Review {
             match (proposal, forge.find_open(&name, &base).await) {
                 (None, Ok(Some(pr))) => Ok(Some((pr, None))),
                 (_, Err(e)) => Err(e),
-                _ => forge
-                    .open_or_update(&ask)
+                (_, Ok(open)) => forge
+                    .open_or_update(&ask, open)
                     .await
                     .map(|(pr, a)| Some((pr, Some(a)))),
             }
