@@ -94,6 +94,8 @@ pub enum Subject {
     Rotation,
     /// The committed SealedSecret and its annotations.
     State,
+    /// A fresh credential waiting for review (`repo.mode: pull-request`).
+    Review,
 }
 
 impl Subject {
@@ -106,6 +108,7 @@ impl Subject {
             Subject::Api => "api",
             Subject::Rotation => "rotation",
             Subject::State => "state",
+            Subject::Review => "review",
         }
     }
 
@@ -125,6 +128,7 @@ impl Subject {
             Subject::Api => "API server",
             Subject::Rotation => "rotation",
             Subject::State => "recorded state",
+            Subject::Review => "pull request",
         }
     }
 }
@@ -142,6 +146,8 @@ pub enum AlertName {
     SpokeUnreachable,
     #[serde(rename = "SpokekeeperRotationFailing")]
     RotationFailing,
+    #[serde(rename = "SpokekeeperReviewPending")]
+    ReviewPending,
 }
 
 impl AlertName {
@@ -152,6 +158,7 @@ impl AlertName {
             AlertName::CaMismatch => "SpokekeeperCaMismatch",
             AlertName::SpokeUnreachable => "SpokekeeperSpokeUnreachable",
             AlertName::RotationFailing => "SpokekeeperRotationFailing",
+            AlertName::ReviewPending => "SpokekeeperReviewPending",
         }
     }
 }
@@ -233,6 +240,7 @@ pub fn evaluate(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for seen in spokes {
+        let first = out.len();
         let spoke = seen.spoke.as_str();
         let probe = seen.probe.as_ref().and_then(|p| p.as_ref().ok());
         match &seen.recorded {
@@ -300,9 +308,60 @@ pub fn evaluate(
             && let Some(report) = tick.spokes.iter().find(|r| r.spoke == spoke)
         {
             out.push(rotation(spoke, report));
+            if let Some(f) = review(cfg, spoke, report, &out[first..]) {
+                out.push(f);
+            }
         }
     }
     out
+}
+
+/// A pending pull request: a warning; critical with an alert once the hub's credential
+/// is broken (this spoke's findings show a CA mismatch, an expired certificate, or
+/// nothing usable committed) and the fix has waited longer than `pending_review_after`.
+fn review(
+    cfg: &AlertsConfig,
+    spoke: &str,
+    report: &crate::rotate::SpokeReport,
+    found: &[Finding],
+) -> Option<Finding> {
+    let crate::rotate::Outcome::Pending {
+        branch,
+        pull_request,
+        pending_seconds,
+        ..
+    } = &report.outcome
+    else {
+        return None;
+    };
+    let age = Duration::from_secs(pending_seconds.unwrap_or(0));
+    let broken = found.iter().any(|f| {
+        f.alert == Some(AlertName::CaMismatch)
+            || (matches!(f.subject, Subject::Client | Subject::Ca) && f.status == Status::Expired)
+            || (f.subject == Subject::State && f.status == Status::Unknown)
+    });
+    let at = pull_request
+        .as_ref()
+        .map_or_else(|| format!("branch {branch}"), |p| p.url.clone());
+    let waited = crate::rotate::review::human(age.as_secs());
+    let detail = format!("waiting for review for {waited}: {at}");
+    if broken && age > cfg.pending_review_after {
+        return Some(Finding {
+            spoke: spoke.into(),
+            subject: Subject::Review,
+            status: Status::Critical,
+            not_after: None,
+            days_left: None,
+            alert: Some(AlertName::ReviewPending),
+            summary: format!("spoke {spoke}: the fix for a broken hub credential waits for review"),
+            description: format!(
+                "The hub's credential for spoke {spoke} no longer works and its validated replacement has waited for review for {waited} (more than alerts.pending_review_after, {}): review and merge {at}.",
+                span(cfg.pending_review_after)
+            ),
+            detail,
+        });
+    }
+    Some(plain(spoke, Subject::Review, Status::Warning, detail))
 }
 
 fn plain(spoke: &str, subject: Subject, status: Status, detail: String) -> Finding {

@@ -55,6 +55,8 @@ pub struct Metrics {
     tick_duration: Histogram,
     last_tick: Timestamp,
     sealing_not_after: Timestamp,
+    pending_review: Family<SpokeLabels, Gauge>,
+    pending_review_age: Family<SpokeLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -75,6 +77,8 @@ impl Metrics {
             tick_duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
             last_tick: Timestamp::default(),
             sealing_not_after: Timestamp::default(),
+            pending_review: Family::default(),
+            pending_review_age: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -113,6 +117,16 @@ impl Metrics {
             "When the sealing certificate in use expires",
             m.sealing_not_after.clone(),
         );
+        registry.register(
+            "pending_review",
+            "1 when the spoke's fresh credential waits for review on its branch and pull request (repo.mode: pull-request), else 0",
+            m.pending_review.clone(),
+        );
+        registry.register(
+            "pending_review_age_seconds",
+            "How long the spoke's pull request has been open",
+            m.pending_review_age.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -122,7 +136,26 @@ impl Metrics {
         self.last_tick.set(unix_seconds(finished));
         self.cert_not_after.clear();
         self.spoke_up.clear();
+        self.pending_review.clear();
+        self.pending_review_age.clear();
         for s in &report.spokes {
+            let labels = SpokeLabels {
+                spoke: s.spoke.clone(),
+            };
+            let pending = match &s.outcome {
+                Outcome::Pending {
+                    pending_seconds, ..
+                } => Some(*pending_seconds),
+                _ => None,
+            };
+            self.pending_review
+                .get_or_create(&labels)
+                .set(i64::from(pending.is_some()));
+            if let Some(Some(age)) = pending {
+                self.pending_review_age
+                    .get_or_create(&labels)
+                    .set(i64::try_from(age).unwrap_or(i64::MAX));
+            }
             let probe_failed = matches!(
                 s.outcome,
                 Outcome::Failed {
@@ -247,6 +280,17 @@ mod tests {
                     },
                     None,
                 ),
+                spoke(
+                    "stage",
+                    Outcome::Pending {
+                        branch: "spokekeeper/stage".into(),
+                        commit: None,
+                        pull_request: None,
+                        change: None,
+                        pending_seconds: Some(5400),
+                    },
+                    Some(Reason::Initial),
+                ),
             ],
             pushed: true,
             repo_error: Some("push: rejected".into()),
@@ -266,6 +310,9 @@ mod tests {
             "spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1",
             "spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1",
             "spokekeeper_errors_total{spoke=\"\",stage=\"push\"} 1",
+            "spokekeeper_pending_review{spoke=\"stage\"} 1",
+            "spokekeeper_pending_review{spoke=\"dev\"} 0",
+            "spokekeeper_pending_review_age_seconds{spoke=\"stage\"} 5400",
             "spokekeeper_tick_duration_seconds_count 1",
             "spokekeeper_tick_duration_seconds_bucket{le=\"2.0\"} 1",
             "spokekeeper_tick_duration_seconds_bucket{le=\"1.0\"} 0",
