@@ -518,3 +518,72 @@ async fn a_hung_forge_times_out_and_the_branch_stays() {
     );
     assert!(r.branch_head(0).is_some());
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_and_the_table_show_pending_reviews_and_their_age() {
+    let r = review(Kind::Github, 1, "");
+    let (code, out, err) = r.fleet.rotate(&["--all"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("pending (opened)") && out.contains("#1"),
+        "{out}"
+    );
+    assert!(
+        err.contains("spoke0: waiting for review on spokekeeper/spoke0 for ")
+            && err.contains("https://github.com/org/fleet/pull/1"),
+        "{err}"
+    );
+    r.merge(0);
+    // The hub's credential works; a forced rotation waits for review: a warning.
+    let (code, report, err) = r.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(code, 1, "{json}");
+    let review = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["cert"] == "review")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(review["severity"], "warning");
+    assert_eq!(review["alertname"], Value::Null);
+    assert!(
+        review["detail"].as_str().unwrap().contains("/pull/2"),
+        "{review}"
+    );
+}
+
+#[test]
+fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after() {
+    // Nothing usable on the target branch (never merged), the fix open for 5 hours.
+    let r = review(Kind::Gitlab, 1, "");
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    std::fs::write(
+        &r.fleet.config,
+        format!("{yaml}alerts:\n  pending_review_after: 4h\n"),
+    )
+    .unwrap();
+    r.forge
+        .insert_pull("spokekeeper/spoke0", "main", Duration::from_secs(5 * 3600));
+    let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(code, 2, "{json}");
+    let review = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["cert"] == "review")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(review["severity"], "critical");
+    assert_eq!(review["alertname"], "SpokekeeperReviewPending");
+    assert!(
+        review["detail"].as_str().unwrap().contains("for 5h 0m"),
+        "{review}"
+    );
+    assert!(
+        r.forge.seen().iter().all(|s| s.method == "GET"),
+        "check only reads"
+    );
+}

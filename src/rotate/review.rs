@@ -194,6 +194,69 @@ impl Review {
     }
 }
 
+/// For `check`: the open pull request of each named spoke, as a tick report that holds
+/// only pending spokes (and those whose look-up failed). Reads the forge, not git.
+pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> super::TickReport {
+    let mut out = Vec::new();
+    let forge = config
+        .repo
+        .forge
+        .as_ref()
+        .map(|f| Forge::new(f).map_err(|e| e.to_string()));
+    let Some(forge) = forge else {
+        return super::TickReport {
+            spokes: out,
+            pushed: false,
+            repo_error: None,
+        };
+    };
+    let now = OffsetDateTime::now_utc();
+    for spoke in config.spokes.iter().filter(|s| spokes.contains(&s.name)) {
+        let branch = branch_name(spoke);
+        let mut report = SpokeReport {
+            spoke: spoke.name.clone(),
+            outcome: Outcome::Healthy,
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: None,
+        };
+        let found = match &forge {
+            Ok(f) => f
+                .find_open(&branch, &config.repo.branch)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        match found {
+            Ok(None) => continue,
+            Ok(Some(pr)) => {
+                report.outcome = Outcome::Pending {
+                    branch,
+                    commit: None,
+                    pending_seconds: Some(age(&pr, now)),
+                    pull_request: Some(pr),
+                    change: None,
+                }
+            }
+            Err(e) => {
+                report.outcome = Outcome::Failed {
+                    stage: Stage::Review,
+                    error: format!("cannot look up the pull request of {branch}: {e}"),
+                }
+            }
+        }
+        out.push(report);
+    }
+    super::TickReport {
+        spokes: out,
+        pushed: false,
+        repo_error: None,
+    }
+}
+
 fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &str) {
     let kept = match pushed {
         Some(sha) => format!("branch {branch} pushed at {}", &sha[..sha.len().min(12)]),
