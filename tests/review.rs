@@ -388,6 +388,24 @@ async fn forbidden_wrong_repository_and_missing_token_are_reported() {
     );
     assert!(r.branch_head(0).is_some());
 
+    // A forge that echoes the token in an error: it is cut out.
+    r.forge.fault(
+        Method::POST,
+        Fault::Status(
+            500,
+            vec![],
+            json!({"message": format!("internal error for Bearer {TOKEN}")}),
+        ),
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 1);
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(e.contains("500") && e.contains("Bearer [redacted]"), "{e}");
+    assert!(
+        !report.to_string().contains(TOKEN) && !err.contains(TOKEN),
+        "{e}"
+    );
+
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     std::fs::write(
         &r.fleet.config,
