@@ -305,7 +305,11 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
     let left: Vec<_> = std::fs::read_dir(clones[0].join(".git"))
         .unwrap()
         .flatten()
-        .filter(|e| e.file_name().to_string_lossy().starts_with("spokekeeper-index"))
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("spokekeeper-index")
+        })
         .collect();
     assert!(left.is_empty(), "private indexes are removed: {left:?}");
 }

@@ -605,3 +605,31 @@ fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after(
         "check only reads"
     );
 }
+
+#[test]
+fn a_dry_run_pushes_nothing_and_opens_nothing() {
+    let r = review(Kind::Gitea, 1, "");
+    let (code, report, err) = r.fleet.rotate_json(&["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "would-rotate", "{report}");
+    assert!(r.branch_head(0).is_none());
+    assert!(r.forge.seen().is_empty());
+
+    let (code, _, _) = r.rotate();
+    assert_eq!(code, 0);
+    let head = r.branch_head(0);
+    let writes = r.forge.seen().iter().filter(|s| s.method != "GET").count();
+    let (code, report, err) = r.fleet.rotate_json(&["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "pending", "{report}");
+    assert_eq!(
+        spoke(&report, 0)["pull_request"]["number"],
+        1,
+        "looked up, read-only"
+    );
+    assert_eq!(r.branch_head(0), head);
+    assert_eq!(
+        r.forge.seen().iter().filter(|s| s.method != "GET").count(),
+        writes
+    );
+}
