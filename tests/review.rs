@@ -226,6 +226,37 @@ async fn open_update_merge(kind: Kind) {
     assert_eq!(live.username, "system:admin");
     assert_eq!(r.forge.pulls().len(), 1);
     r.clone_is_on_main_and_clean();
+
+    // Rebuilt after the merge: a new pull request that names both CAs.
+    let merged = r.fleet.remote_file(0);
+    r.fleet.nodes[0].rebuild();
+    let newest_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    assert_eq!(spoke(&report, 0)["reason"]["kind"], "ca-changed");
+    let open = r.forge.open_pulls();
+    assert_eq!((open.len(), open[0].number), (1, 2), "{open:?}");
+    let short = |fp: &str| format!("sha256:{}..", &fp[7..15]);
+    assert_eq!(
+        open[0].title,
+        format!(
+            "spoke0: rotate kubeconfig: CA changed {} -> {}",
+            short(&new_ca),
+            short(&newest_ca)
+        )
+    );
+    assert!(
+        open[0].body.contains(&format!("previous CA: {new_ca}"))
+            && open[0].body.contains(&format!("CA: {newest_ca}")),
+        "{}",
+        open[0].body
+    );
+    assert_eq!(
+        r.fleet.remote_file(0),
+        merged,
+        "main keeps the merged credential until the next merge"
+    );
     r.fleet.assert_no_plaintext();
 }
 
