@@ -96,6 +96,8 @@ pub enum Subject {
     State,
     /// Whether the hub unsealed the pushed credential and Flux deploys with it.
     Hub,
+    /// A fresh credential waiting for review (`repo.mode: pull-request`).
+    Review,
 }
 
 impl Subject {
@@ -109,6 +111,7 @@ impl Subject {
             Subject::Rotation => "rotation",
             Subject::State => "state",
             Subject::Hub => "hub",
+            Subject::Review => "review",
         }
     }
 
@@ -129,6 +132,7 @@ impl Subject {
             Subject::Rotation => "rotation",
             Subject::State => "recorded state",
             Subject::Hub => "hub",
+            Subject::Review => "pull request",
         }
     }
 }
@@ -148,6 +152,8 @@ pub enum AlertName {
     RotationFailing,
     #[serde(rename = "SpokekeeperHubNotReady")]
     HubNotReady,
+    #[serde(rename = "SpokekeeperReviewPending")]
+    ReviewPending,
 }
 
 impl AlertName {
@@ -159,6 +165,7 @@ impl AlertName {
             AlertName::SpokeUnreachable => "SpokekeeperSpokeUnreachable",
             AlertName::RotationFailing => "SpokekeeperRotationFailing",
             AlertName::HubNotReady => "SpokekeeperHubNotReady",
+            AlertName::ReviewPending => "SpokekeeperReviewPending",
         }
     }
 }
@@ -240,6 +247,7 @@ pub fn evaluate(
 ) -> Vec<Finding> {
     let mut out = Vec::new();
     for seen in spokes {
+        let first = out.len();
         let spoke = seen.spoke.as_str();
         let probe = seen.probe.as_ref().and_then(|p| p.as_ref().ok());
         match &seen.recorded {
@@ -310,9 +318,60 @@ pub fn evaluate(
             if let Some(h) = &report.hub {
                 out.push(hub(spoke, h));
             }
+            if let Some(f) = review(cfg, spoke, report, &out[first..]) {
+                out.push(f);
+            }
         }
     }
     out
+}
+
+/// A pending pull request: a warning; critical with an alert once the hub's credential
+/// is broken (this spoke's findings show a CA mismatch, an expired certificate, or
+/// nothing usable committed) and the fix has waited longer than `pending_review_after`.
+fn review(
+    cfg: &AlertsConfig,
+    spoke: &str,
+    report: &crate::rotate::SpokeReport,
+    found: &[Finding],
+) -> Option<Finding> {
+    let crate::rotate::Outcome::Pending {
+        branch,
+        pull_request,
+        pending_seconds,
+        ..
+    } = &report.outcome
+    else {
+        return None;
+    };
+    let age = Duration::from_secs(pending_seconds.unwrap_or(0));
+    let broken = found.iter().any(|f| {
+        f.alert == Some(AlertName::CaMismatch)
+            || (matches!(f.subject, Subject::Client | Subject::Ca) && f.status == Status::Expired)
+            || (f.subject == Subject::State && f.status == Status::Unknown)
+    });
+    let at = pull_request
+        .as_ref()
+        .map_or_else(|| format!("branch {branch}"), |p| p.url.clone());
+    let waited = crate::rotate::review::human(age.as_secs());
+    let detail = format!("waiting for review for {waited}: {at}");
+    if broken && age > cfg.pending_review_after {
+        return Some(Finding {
+            spoke: spoke.into(),
+            subject: Subject::Review,
+            status: Status::Critical,
+            not_after: None,
+            days_left: None,
+            alert: Some(AlertName::ReviewPending),
+            summary: format!("spoke {spoke}: the fix for a broken hub credential waits for review"),
+            description: format!(
+                "The hub's credential for spoke {spoke} no longer works and its validated replacement has waited for review for {waited} (more than alerts.pending_review_after, {}): review and merge {at}.",
+                span(cfg.pending_review_after)
+            ),
+            detail,
+        });
+    }
+    Some(plain(spoke, Subject::Review, Status::Warning, detail))
 }
 
 fn plain(spoke: &str, subject: Subject, status: Status, detail: String) -> Finding {

@@ -164,6 +164,33 @@ struct RawRepo {
     author: Option<String>,
     #[serde(default)]
     push: Option<bool>,
+    #[serde(default)]
+    mode: Option<RepoMode>,
+    #[serde(default)]
+    forge: Option<RawForge>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawForge {
+    kind: ForgeKind,
+    url: String,
+    repository: String,
+    #[serde(default)]
+    token_file: Option<PathBuf>,
+    #[serde(default)]
+    token_env: Option<String>,
+    /// Present only to be refused with the fix: a token never lives in the config.
+    #[serde(default)]
+    token: Option<serde::de::IgnoredAny>,
+    #[serde(default)]
+    labels: Vec<String>,
+    #[serde(default)]
+    reviewers: Vec<String>,
+    #[serde(default)]
+    timeout: Option<Span>,
+    #[serde(default)]
+    rate_limit_wait: Option<Span>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -189,6 +216,8 @@ struct RawAlerts {
     alertmanager: Option<String>,
     #[serde(default)]
     webhook: Option<String>,
+    #[serde(default)]
+    pending_review_after: Option<Span>,
 }
 
 /// SSH settings as written: every field optional so a spoke can override any of them.
@@ -255,6 +284,52 @@ impl<'de> Deserialize<'de> for Scope {
     }
 }
 
+/// How a rotation reaches the target branch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum RepoMode {
+    /// Commit on the target branch and push (the default).
+    #[default]
+    Direct,
+    /// One branch `spokekeeper/<spoke>` and one pull request per rotated spoke.
+    PullRequest,
+}
+
+/// Which forge API opens the pull requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ForgeKind {
+    Github,
+    Gitlab,
+    /// Gitea and Forgejo (the same API).
+    #[serde(alias = "forgejo")]
+    Gitea,
+}
+
+/// Where the forge token is read from at each use (never from the config itself).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenSource {
+    File(PathBuf),
+    Env(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ForgeConfig {
+    pub kind: ForgeKind,
+    /// The API base as written (GitLab gets /api/v4, Gitea /api/v1 appended).
+    pub url: url::Url,
+    /// owner/name; for GitLab a numeric project id or group/project.
+    pub repository: String,
+    pub token: TokenSource,
+    pub labels: Vec<String>,
+    /// Usernames (GitHub, Gitea); GitLab: numeric user ids.
+    pub reviewers: Vec<String>,
+    /// Per request (default 20s).
+    pub timeout: Duration,
+    /// The longest rate-limit wait honoured before giving up until the next tick (60s).
+    pub rate_limit_wait: Duration,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RepoConfig {
     pub path: PathBuf,
@@ -262,6 +337,9 @@ pub struct RepoConfig {
     pub branch: String,
     pub author: Option<String>,
     pub push: bool,
+    pub mode: RepoMode,
+    /// Set exactly when `mode` is pull-request.
+    pub forge: Option<ForgeConfig>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -270,6 +348,8 @@ pub struct AlertsConfig {
     pub critical_before: Duration,
     pub alertmanager: Option<url::Url>,
     pub webhook: Option<url::Url>,
+    /// How long a fix for a broken hub credential may wait for review before an alert.
+    pub pending_review_after: Duration,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -387,15 +467,22 @@ impl Config {
             })
             .transpose()
         };
-        let (warn, crit, am, hook) = match alerts {
-            Some(a) => (a.warn_before, a.critical_before, a.alertmanager, a.webhook),
-            None => (None, None, None, None),
+        let (warn, crit, am, hook, pending) = match alerts {
+            Some(a) => (
+                a.warn_before,
+                a.critical_before,
+                a.alertmanager,
+                a.webhook,
+                a.pending_review_after,
+            ),
+            None => (None, None, None, None, None),
         };
         let alerts = AlertsConfig {
             warn_before: warn.map_or(Duration::from_secs(30 * 86_400), |s| s.0),
             critical_before: crit.map_or(Duration::from_secs(7 * 86_400), |s| s.0),
             alertmanager: url("alerts.alertmanager", am)?,
             webhook: url("alerts.webhook", hook)?,
+            pending_review_after: pending.map_or(Duration::from_secs(4 * 3600), |s| s.0),
         };
         if alerts.critical_before > alerts.warn_before {
             return Err(err(format!(
@@ -578,6 +665,26 @@ impl Config {
                 })
             })
             .transpose()?;
+        let mode = raw.repo.mode.unwrap_or_default();
+        let forge = match (mode, raw.repo.forge) {
+            (RepoMode::Direct, None) => None,
+            (RepoMode::Direct, Some(_)) => {
+                return Err(err(
+                    "repo.forge is set but repo.mode is direct: set repo.mode: pull-request, or remove repo.forge".into(),
+                ));
+            }
+            (RepoMode::PullRequest, None) => {
+                return Err(err(
+                    "repo.mode pull-request needs repo.forge (kind, url, repository, token_file or token_env)".into(),
+                ));
+            }
+            (RepoMode::PullRequest, Some(f)) => Some(forge_config(f, &resolve).map_err(err)?),
+        };
+        if mode == RepoMode::PullRequest && raw.repo.push == Some(false) {
+            return Err(err(
+                "repo.push: false cannot work with repo.mode pull-request (the branch must be pushed to open a pull request): remove one".into(),
+            ));
+        }
 
         Ok(Config {
             hub,
@@ -588,6 +695,8 @@ impl Config {
                 branch: raw.repo.branch.unwrap_or_else(|| "main".into()),
                 author: raw.repo.author,
                 push: raw.repo.push.unwrap_or(true),
+                mode,
+                forge,
             },
             sealing_cert: resolve(&raw.sealing.cert),
             schedule,
@@ -602,6 +711,69 @@ impl Config {
             spokes,
         })
     }
+}
+
+fn forge_config(f: RawForge, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<ForgeConfig, String> {
+    if f.token.is_some() {
+        return Err(
+            "repo.forge.token is not allowed: a token never goes in the configuration file. \
+             Put it in a file (repo.forge.token_file: /etc/spokekeeper/forge-token, mode 600) \
+             or an environment variable (repo.forge.token_env: SPOKEKEEPER_FORGE_TOKEN)"
+                .into(),
+        );
+    }
+    let token = match (f.token_file, f.token_env) {
+        (Some(p), None) => TokenSource::File(resolve(&p)),
+        (None, Some(v)) if !v.trim().is_empty() => TokenSource::Env(v),
+        (None, None) | (None, Some(_)) => {
+            return Err(
+                "repo.forge needs token_file (a file holding the token) or token_env (the variable's name)".into(),
+            );
+        }
+        (Some(_), Some(_)) => {
+            return Err("repo.forge has both token_file and token_env: keep exactly one".into());
+        }
+    };
+    let url = url::Url::parse(&f.url)
+        .ok()
+        .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
+        .ok_or_else(|| {
+            format!(
+                "repo.forge.url {:?} is not an http(s) URL: e.g. https://api.github.com, https://gitlab.example.org",
+                f.url
+            )
+        })?;
+    let repo = f.repository.trim();
+    let ok = match f.kind {
+        ForgeKind::Gitlab => {
+            repo.bytes().all(|b| b.is_ascii_digit()) && !repo.is_empty()
+                || repo.split('/').count() >= 2 && repo.split('/').all(|p| !p.is_empty())
+        }
+        _ => repo.split('/').count() == 2 && repo.split('/').all(|p| !p.is_empty()),
+    };
+    if !ok {
+        return Err(format!(
+            "repo.forge.repository {:?} must be owner/name (GitLab: a numeric project id or group/project)",
+            f.repository
+        ));
+    }
+    if f.kind == ForgeKind::Gitlab
+        && let Some(r) = f.reviewers.iter().find(|r| r.parse::<u64>().is_err())
+    {
+        return Err(format!(
+            "repo.forge.reviewers {r:?}: GitLab takes reviewer user ids (numbers, from /api/v4/users?username=NAME)"
+        ));
+    }
+    Ok(ForgeConfig {
+        kind: f.kind,
+        url,
+        repository: repo.to_string(),
+        token,
+        labels: f.labels,
+        reviewers: f.reviewers,
+        timeout: f.timeout.map_or(Duration::from_secs(20), |s| s.0),
+        rate_limit_wait: f.rate_limit_wait.map_or(Duration::from_secs(60), |s| s.0),
+    })
 }
 
 fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
@@ -805,6 +977,81 @@ spokes:
         refused(
             "repo: {path: f}\nsealing: {cert: c}\nspokes: []\n",
             &["at least one spoke"],
+        );
+    }
+
+    const REVIEW: &str = "repo:\n  path: f\n  mode: pull-request\n  forge:\n    kind: gitlab\n    url: https://gitlab.example.org\n    repository: infra/fleet\n    token_env: FORGE_TOKEN\n    labels: [spokekeeper]\n    reviewers: [\"42\"]\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+
+    #[test]
+    fn review_mode_reads_the_forge() {
+        let c = parse(REVIEW).unwrap();
+        assert_eq!(c.repo.mode, RepoMode::PullRequest);
+        let f = c.repo.forge.unwrap();
+        assert_eq!(f.kind, ForgeKind::Gitlab);
+        assert_eq!(f.repository, "infra/fleet");
+        assert_eq!(f.token, TokenSource::Env("FORGE_TOKEN".into()));
+        assert_eq!((f.labels.len(), f.reviewers.len()), (1, 1));
+        assert_eq!(f.timeout, Duration::from_secs(20));
+        assert_eq!(c.alerts.pending_review_after, Duration::from_secs(4 * 3600));
+        let c = parse(&REVIEW.replace("token_env: FORGE_TOKEN", "token_file: tok")).unwrap();
+        assert_eq!(
+            c.repo.forge.unwrap().token,
+            TokenSource::File("/etc/spokekeeper/tok".into()),
+            "relative to the configuration"
+        );
+        assert_eq!(parse(MIN).unwrap().repo.mode, RepoMode::Direct);
+    }
+
+    #[test]
+    fn review_mode_mistakes_name_the_field_and_the_fix() {
+        refused(
+            &REVIEW.replace("token_env: FORGE_TOKEN", "token: ghp_abc"),
+            &["repo.forge.token", "token_file", "token_env"],
+        );
+        refused(
+            &REVIEW.replace("    token_env: FORGE_TOKEN\n", ""),
+            &["token_file", "token_env"],
+        );
+        refused(
+            &REVIEW.replace("token_env: FORGE_TOKEN", "token_env: A\n    token_file: b"),
+            &["exactly one"],
+        );
+        refused(
+            &REVIEW.replace("[\"42\"]", "[alice]"),
+            &["reviewers", "user ids"],
+        );
+        refused(
+            &REVIEW.replace("kind: gitlab", "kind: bitbucket"),
+            &["bitbucket"],
+        );
+        refused(
+            &REVIEW
+                .replace("kind: gitlab", "kind: github")
+                .replace("infra/fleet", "fleet"),
+            &["repo.forge.repository", "owner/name"],
+        );
+        refused(
+            &REVIEW.replace("https://gitlab.example.org", "gitlab"),
+            &["repo.forge.url"],
+        );
+        refused(
+            &REVIEW.replace("  mode: pull-request\n", ""),
+            &["repo.mode: pull-request"],
+        );
+        refused(
+            &REVIEW.replace("  forge:", "  push: false\n  forge:"),
+            &["repo.push"],
+        );
+        let no_forge = "repo: {path: f, mode: pull-request}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+        refused(no_forge, &["repo.forge"]);
+        assert_eq!(
+            parse(&REVIEW.replace("kind: gitlab", "kind: forgejo"))
+                .unwrap()
+                .repo
+                .forge
+                .unwrap()
+                .kind,
+            ForgeKind::Gitea
         );
     }
 

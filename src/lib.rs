@@ -16,6 +16,7 @@ pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod demo;
+pub mod forge;
 pub mod fsutil;
 pub mod hub;
 pub mod kubeconfig;

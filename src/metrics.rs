@@ -58,6 +58,8 @@ pub struct Metrics {
     hub_reachable: Gauge,
     hub_synced: Family<SpokeLabels, Gauge>,
     hub_ready: Family<SpokeLabels, Gauge>,
+    pending_review: Family<SpokeLabels, Gauge>,
+    pending_review_age: Family<SpokeLabels, Gauge>,
 }
 
 impl Default for Metrics {
@@ -81,6 +83,8 @@ impl Metrics {
             hub_reachable: Gauge::default(),
             hub_synced: Family::default(),
             hub_ready: Family::default(),
+            pending_review: Family::default(),
+            pending_review_age: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -134,6 +138,16 @@ impl Metrics {
             "1 when the spoke's Kustomization was Ready after the last pushed credential, 0 when not",
             m.hub_ready.clone(),
         );
+        registry.register(
+            "pending_review",
+            "1 when the spoke's fresh credential waits for review on its branch and pull request (repo.mode: pull-request), else 0",
+            m.pending_review.clone(),
+        );
+        registry.register(
+            "pending_review_age_seconds",
+            "How long the spoke's pull request has been open",
+            m.pending_review_age.clone(),
+        );
         Metrics { registry, ..m }
     }
 
@@ -143,7 +157,26 @@ impl Metrics {
         self.last_tick.set(unix_seconds(finished));
         self.cert_not_after.clear();
         self.spoke_up.clear();
+        self.pending_review.clear();
+        self.pending_review_age.clear();
         for s in &report.spokes {
+            let labels = SpokeLabels {
+                spoke: s.spoke.clone(),
+            };
+            let pending = match &s.outcome {
+                Outcome::Pending {
+                    pending_seconds, ..
+                } => Some(*pending_seconds),
+                _ => None,
+            };
+            self.pending_review
+                .get_or_create(&labels)
+                .set(i64::from(pending.is_some()));
+            if let Some(Some(age)) = pending {
+                self.pending_review_age
+                    .get_or_create(&labels)
+                    .set(i64::try_from(age).unwrap_or(i64::MAX));
+            }
             let probe_failed = matches!(
                 s.outcome,
                 Outcome::Failed {
@@ -334,6 +367,17 @@ mod tests {
                     },
                     None,
                 ),
+                spoke(
+                    "stage",
+                    Outcome::Pending {
+                        branch: "spokekeeper/stage".into(),
+                        commit: None,
+                        pull_request: None,
+                        change: None,
+                        pending_seconds: Some(5400),
+                    },
+                    Some(Reason::Initial),
+                ),
             ],
             pushed: true,
             repo_error: Some("push: rejected".into()),
@@ -358,6 +402,9 @@ mod tests {
             "spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1",
             "spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1",
             "spokekeeper_errors_total{spoke=\"\",stage=\"push\"} 1",
+            "spokekeeper_pending_review{spoke=\"stage\"} 1",
+            "spokekeeper_pending_review{spoke=\"dev\"} 0",
+            "spokekeeper_pending_review_age_seconds{spoke=\"stage\"} 5400",
             "spokekeeper_tick_duration_seconds_count 1",
             "spokekeeper_tick_duration_seconds_bucket{le=\"2.0\"} 1",
             "spokekeeper_tick_duration_seconds_bucket{le=\"1.0\"} 0",

@@ -14,6 +14,9 @@ use tokio::process::Command;
 
 use crate::config::RepoConfig;
 
+mod branch;
+pub use branch::BRANCH_PREFIX;
+
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Push attempts when the remote moved under us (non-fast-forward).
@@ -262,6 +265,20 @@ impl Repo {
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
     {
+        self.git_with(args, &[], None).await
+    }
+
+    /// [`Repo::git`] with extra environment and, optionally, bytes on stdin.
+    async fn git_with<I, S>(
+        &self,
+        args: I,
+        env: &[(&str, &OsStr)],
+        input: Option<&[u8]>,
+    ) -> Result<String, RepoError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
         let args: Vec<std::ffi::OsString> =
             args.into_iter().map(|a| a.as_ref().to_owned()).collect();
         let shown = args
@@ -276,7 +293,12 @@ impl Repo {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_SSH_VARIANT", "ssh")
             .env("LC_ALL", "C")
-            .stdin(Stdio::null())
+            .envs(env.iter().copied())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .kill_on_drop(true);
@@ -294,7 +316,11 @@ impl Repo {
                 cmd.env(k, v);
             }
         }
-        let child = cmd.spawn().map_err(RepoError::Spawn)?;
+        let mut child = cmd.spawn().map_err(RepoError::Spawn)?;
+        if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            stdin.write_all(bytes).await.map_err(RepoError::Spawn)?;
+        }
         let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
             .await
             .map_err(|_| RepoError::Timeout {

@@ -456,6 +456,7 @@ fn sinks(am: &str, hook: &str) -> AlertsConfig {
         critical_before: Duration::from_secs(7 * 86_400),
         alertmanager: Some(am.parse().unwrap()),
         webhook: Some(hook.parse().unwrap()),
+        pending_review_after: Duration::from_secs(4 * 3600),
     }
 }
 

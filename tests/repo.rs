@@ -23,6 +23,8 @@ fn config(path: &Path) -> RepoConfig {
         branch: "main".into(),
         author: Some("spokekeeper <spokekeeper@example.org>".into()),
         push: true,
+        mode: Default::default(),
+        forge: None,
     }
 }
 
@@ -205,4 +207,109 @@ async fn refuses_paths_outside_and_non_clones() {
     // A subdirectory of a clone is not the clone.
     std::fs::create_dir(clones[0].join("sub")).unwrap();
     assert!(Repo::open(&config(&clones[0].join("sub"))).await.is_err());
+}
+
+/// Review branches: a plumbing commit on the remote target branch, pushed with a lease;
+/// the clone's checkout and working tree are never touched.
+#[tokio::test]
+async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
+    let (_d, remote, clones) = fleet(2);
+    let repo = open(&clones[0]).await;
+    repo.sync().await.unwrap();
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    let branch = "spokekeeper/dev";
+    let first = repo
+        .commit_on_target(
+            rel,
+            b"kind: SealedSecret\nv: 1\n",
+            "dev: rotate kubeconfig: initial credential",
+        )
+        .await
+        .unwrap();
+    repo.push_branch(branch, &first, None).await.unwrap();
+    assert_eq!(
+        repo.remote_branch_head(branch).await.as_deref(),
+        Some(first.as_str())
+    );
+    assert_eq!(
+        git(&remote, &["show", &format!("{branch}:{}", rel.display())]),
+        "kind: SealedSecret\nv: 1\n"
+    );
+    assert_eq!(
+        git(&clones[0], &["symbolic-ref", "--short", "HEAD"]).trim(),
+        "main"
+    );
+    assert_eq!(git(&clones[0], &["status", "--porcelain"]).trim(), "");
+    assert_eq!(
+        repo.read(rel).unwrap(),
+        None,
+        "the working tree has no trace of it"
+    );
+    assert!(!repo.merged(&first).await);
+
+    // "Create" when the branch exists is refused: someone else's branch is never clobbered.
+    let second = repo
+        .commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "dev: again")
+        .await
+        .unwrap();
+    let e = repo.push_branch(branch, &second, None).await.unwrap_err();
+    assert!(matches!(e, RepoError::Git { .. }), "{e}");
+
+    // Another client moved the branch: a lease on the head we saw is refused.
+    let other = &clones[1];
+    git(
+        other,
+        &["fetch", "--quiet", "origin", &format!("{branch}:{branch}")],
+    );
+    git(other, &["checkout", "--quiet", branch]);
+    std::fs::write(other.join("note"), "x").unwrap();
+    git(other, &["add", "note"]);
+    git(
+        other,
+        &[
+            "-c",
+            "user.name=o",
+            "-c",
+            "user.email=o@o",
+            "commit",
+            "--quiet",
+            "-m",
+            "other",
+        ],
+    );
+    git(other, &["push", "--quiet", "origin", branch]);
+    let e = repo
+        .push_branch(branch, &second, Some(&first))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("stale info"), "{e}");
+
+    // With the head the remote really has, the branch is replaced (not stacked).
+    repo.fetch_review_branches().await.unwrap();
+    let now = repo.remote_branch_head(branch).await.unwrap();
+    assert_ne!(now, first);
+    repo.push_branch(branch, &second, Some(&now)).await.unwrap();
+    let parent = git(&remote, &["rev-parse", &format!("{branch}^")]);
+    assert_eq!(
+        parent,
+        git(&remote, &["rev-parse", "main"]),
+        "one commit on main"
+    );
+
+    // The plaintext guard holds for review commits too.
+    let e = repo
+        .commit_on_target(rel, b"users:\n- user:\n    client-key-data: AAAA\n", "leak")
+        .await
+        .unwrap_err();
+    assert!(matches!(e, RepoError::Plaintext { .. }), "{e}");
+    let left: Vec<_> = std::fs::read_dir(clones[0].join(".git"))
+        .unwrap()
+        .flatten()
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .starts_with("spokekeeper-index")
+        })
+        .collect();
+    assert!(left.is_empty(), "private indexes are removed: {left:?}");
 }

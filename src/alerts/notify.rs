@@ -359,6 +359,7 @@ mod tests {
             critical_before: Duration::from_secs(5),
             alertmanager: Some(url::Url::parse("http://am:9093/prefix/").unwrap()),
             webhook: None,
+            pending_review_after: Duration::from_secs(3600),
         };
         let n = Notifier::new(&cfg, NotifyOptions::default()).unwrap();
         assert_eq!(

@@ -26,6 +26,7 @@ fn cfg() -> AlertsConfig {
         critical_before: Duration::from_secs(7 * DAY as u64),
         alertmanager: None,
         webhook: None,
+        pending_review_after: Duration::from_secs(4 * 3600),
     }
 }
 
@@ -487,4 +488,84 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
     );
     assert!(hub[0].description.contains("commit is kept"));
     assert_eq!(hub[0].severity(), Some("warning"));
+}
+
+#[test]
+fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() {
+    let issuer = ca();
+    let healthy = Observation {
+        spoke: "dev".into(),
+        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        probe: Some(Ok(probe_by(&issuer, far()))),
+    };
+    let never = Observation {
+        spoke: "dev".into(),
+        recorded: RecordedState::Missing,
+        probe: None,
+    };
+    let tick = |secs: u64| TickReport {
+        spokes: vec![SpokeReport {
+            spoke: "dev".into(),
+            outcome: Outcome::Pending {
+                branch: "spokekeeper/dev".into(),
+                commit: None,
+                pull_request: Some(crate::forge::PullRequest {
+                    number: 7,
+                    url: "https://github.com/org/fleet/pull/7".into(),
+                    created_at: now() - time::Duration::seconds(secs as i64),
+                }),
+                change: None,
+                pending_seconds: Some(secs),
+            },
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: None,
+            hub: None,
+        }],
+        pushed: false,
+        repo_error: None,
+        sealing: None,
+        sealing_key: None,
+    };
+    let review = |obs: &Observation, secs| {
+        evaluate(
+            &cfg(),
+            std::slice::from_ref(obs),
+            &sealing(Some(far())),
+            now(),
+            Some(&tick(secs)),
+        )
+        .into_iter()
+        .find(|f| f.subject == Subject::Review)
+        .unwrap()
+    };
+    let four_h = 4 * 3600;
+    // The hub's credential works: waiting is only a warning, however long.
+    let f = review(&healthy, 10 * four_h);
+    assert_eq!((f.status, f.alert), (Status::Warning, None));
+    assert!(
+        f.detail.contains("pull/7") && f.detail.contains("1d 16h"),
+        "{}",
+        f.detail
+    );
+    // Broken (nothing usable committed): a warning until pending_review_after, then an alert.
+    let f = review(&never, four_h);
+    assert_eq!((f.status, f.alert), (Status::Warning, None));
+    let f = review(&never, four_h + 1);
+    assert_eq!(
+        (f.status, f.alert, f.severity()),
+        (
+            Status::Critical,
+            Some(AlertName::ReviewPending),
+            Some("critical")
+        )
+    );
+    assert!(
+        f.description.contains("alerts.pending_review_after, 4h"),
+        "{}",
+        f.description
+    );
 }

@@ -17,8 +17,9 @@ use time::OffsetDateTime;
 
 use super::Format;
 use crate::alerts::{self, Finding, SealingCert, Status};
-use crate::config::{Config, Span};
+use crate::config::{Config, RepoMode, Span};
 use crate::repo::Repo;
+use crate::rotate::review;
 use crate::rotate::state::rfc3339;
 
 #[derive(Debug, clap::Args)]
@@ -75,13 +76,20 @@ pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> Exit
         let repo = Repo::open(&config.repo)
             .await
             .map_err(|e| format!("repo.path: {e}"))?;
-        Ok::<_, String>(alerts::observe(&config, &repo, &args.spokes, args.probe_timeout.0).await)
+        let seen = alerts::observe(&config, &repo, &args.spokes, args.probe_timeout.0).await;
+        // Review mode: open pull requests are part of the picture.
+        let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();
+        let reviews = match config.repo.mode {
+            RepoMode::PullRequest => Some(review::open_reviews(&config, &names).await),
+            RepoMode::Direct => None,
+        };
+        Ok::<_, String>((seen, reviews))
     });
-    let seen = match seen {
+    let (seen, reviews) = match seen {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };
-    let findings = alerts::evaluate(&config.alerts, &seen, &sealing, now, None);
+    let findings = alerts::evaluate(&config.alerts, &seen, &sealing, now, reviews.as_ref());
     let status = alerts::overall(&findings);
     let report = Report {
         status,

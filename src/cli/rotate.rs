@@ -129,6 +129,24 @@ pub fn print_report(report: &TickReport, format: Format) {
                     Outcome::WouldRotate => ("would rotate".into(), "(dry run)".into()),
                     Outcome::NotRenewed => ("not renewed".into(), String::new()),
                     Outcome::Failed { stage, .. } => (format!("FAILED at {stage}"), String::new()),
+                    Outcome::Pending {
+                        commit,
+                        pull_request,
+                        change,
+                        ..
+                    } => {
+                        let what = match change {
+                            Some(crate::forge::Action::Opened) => "pending (opened)",
+                            Some(crate::forge::Action::Updated) => "pending (updated)",
+                            None => "pending",
+                        };
+                        let at = commit
+                            .as_deref()
+                            .map(|c| c.chars().take(12).collect::<String>())
+                            .into_iter()
+                            .chain(pull_request.as_ref().map(|p| format!("#{}", p.number)));
+                        (what.into(), at.collect::<Vec<_>>().join(" "))
+                    }
                 };
                 rows.push([
                     s.spoke.clone(),
@@ -150,6 +168,20 @@ pub fn print_report(report: &TickReport, format: Format) {
                     Outcome::Failed { stage, error } => {
                         eprintln!("{}: failed at {stage}: {error}", s.spoke)
                     }
+                    Outcome::Pending {
+                        branch,
+                        pull_request,
+                        pending_seconds,
+                        ..
+                    } => match pull_request {
+                        Some(pr) => eprintln!(
+                            "{}: waiting for review on {branch} for {}: {}",
+                            s.spoke,
+                            rotate::review::human(pending_seconds.unwrap_or(0)),
+                            pr.url
+                        ),
+                        None => eprintln!("{}: the fix waits on branch {branch}", s.spoke),
+                    },
                     Outcome::NotRenewed => eprintln!(
                         "{}: the client certificate expires soon and the node has not renewed it yet \
                          (k3s renews on restart within 120 days of expiry): restart k3s on the node",

@@ -343,6 +343,18 @@ fn log_report(report: &TickReport, took: Duration) {
                 failed += 1;
                 tracing::warn!(spoke = %s.spoke, %stage, %error, "spoke failed");
             }
+            Outcome::Pending {
+                branch,
+                pull_request,
+                pending_seconds,
+                ..
+            } => tracing::info!(
+                spoke = %s.spoke,
+                %branch,
+                url = pull_request.as_ref().map_or("", |p| p.url.as_str()),
+                pending_seconds = pending_seconds.unwrap_or(0),
+                "waiting for review"
+            ),
             Outcome::NotRenewed => tracing::warn!(
                 spoke = %s.spoke,
                 "the client certificate expires soon and the node has not renewed it: restart k3s on the node"

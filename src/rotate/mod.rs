@@ -8,6 +8,7 @@
 
 pub mod decide;
 pub mod refresh;
+pub mod review;
 pub mod state;
 
 use std::collections::HashMap;
@@ -96,6 +97,18 @@ pub enum Outcome {
     NotRenewed,
     /// Stopped at `stage`; the committed credential is untouched.
     Failed { stage: Stage, error: String },
+    /// `repo.mode: pull-request`: the fix is on `branch`, waiting for review.
+    Pending {
+        branch: String,
+        /// Pushed to the branch this tick (None: it already held the fix).
+        commit: Option<String>,
+        /// The open pull request (None: none found, e.g. in a dry run).
+        pull_request: Option<crate::forge::PullRequest>,
+        /// Whether this tick opened or updated the pull request.
+        change: Option<crate::forge::Action>,
+        /// Since the pull request was opened.
+        pending_seconds: Option<u64>,
+    },
 }
 
 #[derive(Clone, Debug, serde::Serialize)]
@@ -160,6 +173,7 @@ impl TickReport {
 struct Proposal {
     manifest: String,
     message: String,
+    content_sha256: String,
 }
 
 /// One tick over the selected spokes.
@@ -172,6 +186,9 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         tracing::warn!(error = %e, "cannot sync the fleet repo; working from the local clone");
         repo_error = Some(format!("sync: {e}"));
     }
+    // Review branches first: a renewed sealing certificate may be proposed on one.
+    let review = review::Review::start(ctx).await;
+    let review = review.as_ref();
     let (sealing, cert) = crate::hub::cert::for_tick(ctx, opts.dry_run).await;
     let spokes: Vec<&SpokeConfig> = ctx
         .config
@@ -184,7 +201,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let mut results: Vec<(usize, SpokeReport, Option<Proposal>)> =
         futures::stream::iter(spokes.iter().enumerate())
             .map(|(i, spoke)| async move {
-                let (report, proposal) = reconcile(ctx, spoke, opts, now, sealing).await;
+                let (report, proposal) = reconcile(ctx, spoke, opts, now, sealing, review).await;
                 (i, report, proposal)
             })
             .buffer_unordered(opts.concurrency.max(1))
@@ -196,7 +213,10 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let mut reports = Vec::with_capacity(results.len());
     let mut sealed_now = Vec::new();
     for (i, mut report, proposal) in results {
-        if let Some(p) = proposal {
+        if let Some(rv) = review {
+            rv.settle(ctx, spokes[i], &mut report, proposal.as_ref(), opts.dry_run)
+                .await;
+        } else if let Some(p) = proposal {
             let spoke = spokes[i];
             match commit(ctx, spoke, &p).await {
                 Ok(sha) => {
@@ -256,6 +276,7 @@ async fn reconcile(
     opts: &Options,
     now: OffsetDateTime,
     sealing: &SealingKey,
+    review: Option<&review::Review>,
 ) -> (SpokeReport, Option<Proposal>) {
     let mut report = SpokeReport {
         spoke: spoke.name.clone(),
@@ -335,6 +356,12 @@ async fn reconcile(
         Decision::Rotate(reason) => reason,
     };
     report.reason = Some(reason.clone());
+    if let Some(rv) = review
+        && !opts.force
+        && rv.waiting(ctx, spoke, &mut report, &policy).await
+    {
+        return (report, None);
+    }
 
     // extract -> validate
     let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
@@ -396,7 +423,15 @@ async fn reconcile(
         return (report, None);
     }
     let message = commit_message(spoke, &reason, previous, &recorded, &fresh.live);
-    (report, Some(Proposal { manifest, message }))
+    let content_sha256 = recorded.content_sha256.clone();
+    (
+        report,
+        Some(Proposal {
+            manifest,
+            message,
+            content_sha256,
+        }),
+    )
 }
 
 /// One line that says why, then the facts a reviewer wants.

@@ -23,6 +23,8 @@ pub enum Stage {
     Seal,
     Commit,
     Push,
+    /// Opening or updating the pull request (`repo.mode: pull-request`).
+    Review,
 }
 
 impl std::fmt::Display for Stage {

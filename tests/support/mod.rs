@@ -20,6 +20,7 @@
 
 mod addr;
 pub mod fleet;
+pub mod forge;
 pub mod git;
 pub mod logs;
 mod sshd;

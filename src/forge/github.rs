@@ -1,0 +1,95 @@
+//! GitHub REST: pulls, issue labels, requested reviewers.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+
+use super::{Forge, ForgeError, Proposal, PullRequest, encode, pull_request};
+
+fn repo(f: &Forge) -> String {
+    format!("{}/repos/{}", f.api, f.repository)
+}
+
+fn owner(f: &Forge) -> &str {
+    f.repository.split('/').next().unwrap_or_default()
+}
+
+pub(super) async fn find_open(
+    f: &Forge,
+    branch: &str,
+    base: &str,
+) -> Result<Option<PullRequest>, ForgeError> {
+    let url = format!(
+        "{}/pulls?state=open&head={}&base={}",
+        repo(f),
+        encode(&format!("{}:{branch}", owner(f))),
+        encode(base)
+    );
+    let what = "listing open pull requests";
+    let a = f.call(Method::GET, &url, None, what).await?;
+    let list = a.body.as_array().ok_or_else(|| f.unexpected(what, &a))?;
+    Ok(list
+        .iter()
+        .filter(|p| p.pointer("/head/ref").and_then(Value::as_str) == Some(branch))
+        .find_map(|p| pull_request(p, "number", "html_url")))
+}
+
+/// None: one already exists (422).
+pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullRequest>, ForgeError> {
+    let what = "opening the pull request";
+    let body = json!({"title": p.title, "head": p.branch, "base": p.base, "body": p.body});
+    let a = f
+        .call(
+            Method::POST,
+            &format!("{}/pulls", repo(f)),
+            Some(&body),
+            what,
+        )
+        .await?;
+    if f.already_exists(&a) {
+        return Ok(None);
+    }
+    let pr = match a.status.as_u16() {
+        201 => pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))?,
+        _ => return Err(f.unexpected(what, &a)),
+    };
+    if !f.labels.is_empty() {
+        let url = format!("{}/issues/{}/labels", repo(f), pr.number);
+        let a = f
+            .call(
+                Method::POST,
+                &url,
+                Some(&json!({"labels": f.labels})),
+                "adding labels",
+            )
+            .await?;
+        if !a.status.is_success() {
+            return Err(f.unexpected("adding labels", &a));
+        }
+    }
+    if !f.reviewers.is_empty() {
+        let url = format!("{}/pulls/{}/requested_reviewers", repo(f), pr.number);
+        let body = json!({"reviewers": f.reviewers});
+        let a = f
+            .call(Method::POST, &url, Some(&body), "requesting reviewers")
+            .await?;
+        if !a.status.is_success() {
+            return Err(f.unexpected("requesting reviewers", &a));
+        }
+    }
+    Ok(Some(pr))
+}
+
+pub(super) async fn update(
+    f: &Forge,
+    pr: &PullRequest,
+    p: &Proposal<'_>,
+) -> Result<PullRequest, ForgeError> {
+    let what = "updating the pull request";
+    let url = format!("{}/pulls/{}", repo(f), pr.number);
+    let body = json!({"title": p.title, "body": p.body});
+    let a = f.call(Method::PATCH, &url, Some(&body), what).await?;
+    if a.status.as_u16() != 200 {
+        return Err(f.unexpected(what, &a));
+    }
+    pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))
+}

@@ -1,0 +1,537 @@
+//! Pull requests on the forge that hosts the fleet repo (`repo.mode: pull-request`):
+//! GitHub, GitLab (merge requests) and Gitea/Forgejo, over their REST APIs.
+//!
+//! One call, [`Forge::open_or_update`]: find the open pull request of a branch, update
+//! its title and body, or open one. A create that races another ("already exists":
+//! GitHub 422, GitLab and Gitea 409) is looked up and updated instead. Rate limits are
+//! waited out when the wait is short (bounded by [`Forge::max_wait`]), else reported.
+//! The token is read from a file or the environment when the client is built, kept in a
+//! secrecy wrapper, and cut out of any error text.
+
+mod gitea;
+mod github;
+mod gitlab;
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue};
+use reqwest::{Method, StatusCode};
+use secrecy::{ExposeSecret, SecretString};
+use serde_json::Value;
+use time::OffsetDateTime;
+
+use crate::config::{ForgeConfig, ForgeKind, TokenSource};
+
+/// An open pull (merge) request.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct PullRequest {
+    /// GitHub and Gitea: the number; GitLab: the iid (`!N`).
+    pub number: u64,
+    pub url: String,
+    #[serde(with = "time::serde::rfc3339")]
+    pub created_at: OffsetDateTime,
+}
+
+/// What to propose.
+pub struct Proposal<'a> {
+    pub branch: &'a str,
+    pub base: &'a str,
+    pub title: &'a str,
+    pub body: &'a str,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Action {
+    Opened,
+    Updated,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeError {
+    #[error("{0}")]
+    Token(String),
+    #[error(
+        "{kind} answered 401 Unauthorized to {what}: the token in {source_} is wrong or expired ({detail})"
+    )]
+    Unauthorized {
+        kind: &'static str,
+        what: String,
+        source_: String,
+        detail: String,
+    },
+    #[error(
+        "{kind} answered 403 Forbidden to {what}: the token lacks permission (pull requests: write) ({detail})"
+    )]
+    Forbidden {
+        kind: &'static str,
+        what: String,
+        detail: String,
+    },
+    #[error(
+        "{kind} answered 404 Not Found to {what}: check repo.forge.repository ({repository}) and repo.forge.url ({detail})"
+    )]
+    NotFound {
+        kind: &'static str,
+        what: String,
+        repository: String,
+        detail: String,
+    },
+    #[error("{kind} rate limit hit on {what}: retry after {}s (longer than the {}s spokekeeper waits); the next tick retries", retry.as_secs(), max.as_secs())]
+    RateLimited {
+        kind: &'static str,
+        what: String,
+        retry: Duration,
+        max: Duration,
+    },
+    #[error("{kind} did not answer {what} within {}s", secs)]
+    Timeout {
+        kind: &'static str,
+        what: String,
+        secs: u64,
+    },
+    #[error("{kind}: {what} failed: {detail}")]
+    Other {
+        kind: &'static str,
+        what: String,
+        detail: String,
+    },
+}
+
+/// A forge client for one tick.
+pub struct Forge {
+    kind: ForgeKind,
+    /// The API root: GitHub as configured, GitLab .../api/v4, Gitea .../api/v1.
+    api: String,
+    repository: String,
+    token: SecretString,
+    token_source: String,
+    labels: Vec<String>,
+    reviewers: Vec<String>,
+    http: reqwest::Client,
+    /// Longest rate-limit wait honoured before reporting.
+    pub max_wait: Duration,
+    timeout: Duration,
+}
+
+impl std::fmt::Debug for Forge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Forge")
+            .field("kind", &self.kind)
+            .field("api", &self.api)
+            .field("repository", &self.repository)
+            .field("token", &"[redacted]")
+            .finish()
+    }
+}
+
+/// A response: status and JSON body (Null when empty or not JSON).
+struct Answer {
+    status: StatusCode,
+    body: Value,
+}
+
+impl Forge {
+    /// Reads the token and builds the client.
+    pub fn new(cfg: &ForgeConfig) -> Result<Forge, ForgeError> {
+        let (timeout, max_wait) = (cfg.timeout, cfg.rate_limit_wait);
+        let (token, token_source) = read_token(&cfg.token)?;
+        let base = cfg.url.as_str().trim_end_matches('/').to_string();
+        let api = match cfg.kind {
+            ForgeKind::Github => base,
+            ForgeKind::Gitlab if base.ends_with("/api/v4") => base,
+            ForgeKind::Gitlab => format!("{base}/api/v4"),
+            ForgeKind::Gitea if base.ends_with("/api/v1") => base,
+            ForgeKind::Gitea => format!("{base}/api/v1"),
+        };
+        // reqwest has no crypto provider of its own: it takes the process default.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let http = reqwest::Client::builder()
+            .timeout(timeout)
+            .connect_timeout(timeout)
+            .user_agent(concat!("spokekeeper/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| ForgeError::Token(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Forge {
+            kind: cfg.kind,
+            api,
+            repository: cfg.repository.clone(),
+            token,
+            token_source,
+            labels: cfg.labels.clone(),
+            reviewers: cfg.reviewers.clone(),
+            http,
+            max_wait,
+            timeout,
+        })
+    }
+
+    fn name(&self) -> &'static str {
+        match self.kind {
+            ForgeKind::Github => "GitHub",
+            ForgeKind::Gitlab => "GitLab",
+            ForgeKind::Gitea => "Gitea",
+        }
+    }
+
+    /// The open pull request from `branch` into `base`, if any.
+    pub async fn find_open(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Option<PullRequest>, ForgeError> {
+        match self.kind {
+            ForgeKind::Github => github::find_open(self, branch, base).await,
+            ForgeKind::Gitlab => gitlab::find_open(self, branch, base).await,
+            ForgeKind::Gitea => gitea::find_open(self, branch, base).await,
+        }
+    }
+
+    /// Updates `open` (the branch's open pull request from [`Forge::find_open`]), or
+    /// opens one (with labels and reviewers).
+    pub async fn open_or_update(
+        &self,
+        p: &Proposal<'_>,
+        open: Option<PullRequest>,
+    ) -> Result<(PullRequest, Action), ForgeError> {
+        if let Some(pr) = open {
+            return Ok((self.update(&pr, p).await?, Action::Updated));
+        }
+        let created = match self.kind {
+            ForgeKind::Github => github::create(self, p).await?,
+            ForgeKind::Gitlab => gitlab::create(self, p).await?,
+            ForgeKind::Gitea => gitea::create(self, p).await?,
+        };
+        match created {
+            Some(pr) => Ok((pr, Action::Opened)),
+            // Opened by someone else between our look-up and our create.
+            None => match self.find_open(p.branch, p.base).await? {
+                Some(pr) => Ok((self.update(&pr, p).await?, Action::Updated)),
+                None => Err(self.other(
+                    "opening the pull request",
+                    "the forge says one already exists but lists none open".into(),
+                )),
+            },
+        }
+    }
+
+    async fn update(&self, pr: &PullRequest, p: &Proposal<'_>) -> Result<PullRequest, ForgeError> {
+        match self.kind {
+            ForgeKind::Github => github::update(self, pr, p).await,
+            ForgeKind::Gitlab => gitlab::update(self, pr, p).await,
+            ForgeKind::Gitea => gitea::update(self, pr, p).await,
+        }
+    }
+
+    /// Sends one request; waits out a short rate limit once.
+    async fn call(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<Answer, ForgeError> {
+        let mut waited = false;
+        loop {
+            let mut req = self.http.request(method.clone(), url);
+            req = match self.kind {
+                ForgeKind::Github => req
+                    .bearer_auth(self.token.expose_secret())
+                    .header("Accept", "application/vnd.github+json")
+                    .header("X-GitHub-Api-Version", "2022-11-28"),
+                ForgeKind::Gitlab => req.header("PRIVATE-TOKEN", self.token.expose_secret()),
+                ForgeKind::Gitea => req
+                    .header(
+                        "Authorization",
+                        format!("token {}", self.token.expose_secret()),
+                    )
+                    .header("Accept", "application/json"),
+            };
+            if let Some(b) = body {
+                req = req.json(b);
+            }
+            let resp = req.send().await.map_err(|e| self.transport(what, e))?;
+            let status = resp.status();
+            let headers = resp.headers().clone();
+            let text = resp.text().await.map_err(|e| self.transport(what, e))?;
+            let body = serde_json::from_str(&text).unwrap_or(Value::Null);
+            if let Some(retry) = self.rate_limited(status, &headers, &body) {
+                if !waited && retry <= self.max_wait {
+                    tracing::info!(
+                        forge = self.name(),
+                        wait_s = retry.as_secs(),
+                        "rate limited; waiting"
+                    );
+                    tokio::time::sleep(retry).await;
+                    waited = true;
+                    continue;
+                }
+                return Err(ForgeError::RateLimited {
+                    kind: self.name(),
+                    what: what.into(),
+                    retry,
+                    max: self.max_wait,
+                });
+            }
+            let answer = Answer { status, body };
+            return match status.as_u16() {
+                200..=299 | 409 | 422 => Ok(answer),
+                401 => Err(ForgeError::Unauthorized {
+                    kind: self.name(),
+                    what: what.into(),
+                    source_: self.token_source.clone(),
+                    detail: self.detail(&answer.body, &text),
+                }),
+                403 => Err(ForgeError::Forbidden {
+                    kind: self.name(),
+                    what: what.into(),
+                    detail: self.detail(&answer.body, &text),
+                }),
+                404 => Err(ForgeError::NotFound {
+                    kind: self.name(),
+                    what: what.into(),
+                    repository: self.repository.clone(),
+                    detail: self.detail(&answer.body, &text),
+                }),
+                _ => Err(self.other(
+                    what,
+                    format!("HTTP {status}: {}", self.detail(&answer.body, &text)),
+                )),
+            };
+        }
+    }
+
+    /// How long to wait when this answer is a rate limit: 429, or GitHub's 403 with
+    /// Retry-After or `x-ratelimit-remaining: 0` (then until `x-ratelimit-reset`).
+    fn rate_limited(&self, status: StatusCode, h: &HeaderMap, body: &Value) -> Option<Duration> {
+        let num = |k: &str| {
+            h.get(k)
+                .and_then(|v: &HeaderValue| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
+        let retry_after = num("retry-after").map(Duration::from_secs);
+        let exhausted = num("x-ratelimit-remaining") == Some(0);
+        let until_reset = num("x-ratelimit-reset").map(|reset| {
+            let now = OffsetDateTime::now_utc().unix_timestamp().max(0) as u64;
+            Duration::from_secs(reset.saturating_sub(now).max(1))
+        });
+        let says_rate = body
+            .get("message")
+            .and_then(Value::as_str)
+            .is_some_and(|m| m.to_ascii_lowercase().contains("rate limit"));
+        match status.as_u16() {
+            429 => Some(
+                retry_after
+                    .or(until_reset)
+                    .unwrap_or(Duration::from_secs(60)),
+            ),
+            403 if retry_after.is_some() => retry_after,
+            403 if exhausted || says_rate => Some(until_reset.unwrap_or(Duration::from_secs(60))),
+            _ => None,
+        }
+    }
+
+    fn transport(&self, what: &str, e: reqwest::Error) -> ForgeError {
+        if e.is_timeout() {
+            ForgeError::Timeout {
+                kind: self.name(),
+                what: what.into(),
+                secs: self.timeout.as_secs().max(1),
+            }
+        } else {
+            self.other(what, self.redact(&without_url(&e)))
+        }
+    }
+
+    fn other(&self, what: &str, detail: String) -> ForgeError {
+        ForgeError::Other {
+            kind: self.name(),
+            what: what.into(),
+            detail,
+        }
+    }
+
+    /// The forge's own message from an error body, short and without the token.
+    fn detail(&self, body: &Value, text: &str) -> String {
+        let msg = match body.get("message") {
+            Some(Value::String(s)) => s.clone(),
+            Some(v @ (Value::Array(_) | Value::Object(_))) => v.to_string(),
+            _ => text.to_string(),
+        };
+        let mut msg = self.redact(msg.trim());
+        if let Some(errors) = body.get("errors").filter(|e| !e.is_null()) {
+            msg.push_str(&format!(" {}", self.redact(&errors.to_string())));
+        }
+        if msg.chars().count() > 300 {
+            msg = msg.chars().take(300).collect::<String>() + "...";
+        }
+        msg
+    }
+
+    fn redact(&self, s: &str) -> String {
+        let t = self.token.expose_secret();
+        if t.is_empty() {
+            s.to_string()
+        } else {
+            s.replace(t, "[redacted]")
+        }
+    }
+
+    /// Whether a 409/422 answer means "a pull request for this branch already exists".
+    fn already_exists(&self, a: &Answer) -> bool {
+        let text = a.body.to_string().to_ascii_lowercase();
+        matches!(a.status.as_u16(), 409 | 422) && text.contains("already exist")
+    }
+
+    fn unexpected(&self, what: &str, a: &Answer) -> ForgeError {
+        self.other(
+            what,
+            format!("HTTP {}: {}", a.status, self.detail(&a.body, "")),
+        )
+    }
+}
+
+/// reqwest's error text without the URL (it may carry query parameters).
+fn without_url(e: &reqwest::Error) -> String {
+    let mut s = e.to_string();
+    if let Some(u) = e.url() {
+        s = s.replace(u.as_str(), "<forge>");
+    }
+    let mut src = std::error::Error::source(e);
+    while let Some(inner) = src {
+        s.push_str(&format!(": {inner}"));
+        src = inner.source();
+    }
+    s
+}
+
+fn read_token(src: &TokenSource) -> Result<(SecretString, String), ForgeError> {
+    let (text, name) = match src {
+        TokenSource::File(p) => (
+            std::fs::read_to_string(p).map_err(|e| {
+                ForgeError::Token(format!(
+                    "repo.forge.token_file {}: cannot read it: {e} (write the forge token there, mode 600)",
+                    p.display()
+                ))
+            })?,
+            format!("repo.forge.token_file {}", p.display()),
+        ),
+        TokenSource::Env(v) => (
+            std::env::var(v).map_err(|_| {
+                ForgeError::Token(format!(
+                    "repo.forge.token_env {v}: the variable is not set (export {v}=<forge token>)"
+                ))
+            })?,
+            format!("repo.forge.token_env {v}"),
+        ),
+    };
+    let token = text.trim();
+    if token.is_empty() || token.contains(char::is_whitespace) {
+        return Err(ForgeError::Token(format!(
+            "{name}: the token is empty or has spaces inside: it must hold the token alone"
+        )));
+    }
+    Ok((SecretString::from(token.to_string()), name))
+}
+
+/// A pull request from a JSON object: `number_key` (number or iid), `url_key`, created_at.
+fn pull_request(v: &Value, number_key: &str, url_key: &str) -> Option<PullRequest> {
+    let created = v.get("created_at")?.as_str()?;
+    Some(PullRequest {
+        number: v.get(number_key)?.as_u64()?,
+        url: v.get(url_key)?.as_str()?.to_string(),
+        created_at: OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339)
+            .ok()?,
+    })
+}
+
+/// Percent-encodes one path segment (GitLab's group%2Fproject, branch names in queries).
+fn encode(s: &str) -> String {
+    url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn forge(kind: ForgeKind, url: &str) -> Forge {
+        let dir = tempfile::tempdir().unwrap();
+        let token = dir.path().join("t");
+        std::fs::write(&token, "s3cr3t-token\n").unwrap();
+        Forge::new(&ForgeConfig {
+            kind,
+            url: url.parse().unwrap(),
+            repository: "org/fleet".into(),
+            token: TokenSource::File(token),
+            labels: vec![],
+            reviewers: vec![],
+            timeout: Duration::from_secs(5),
+            rate_limit_wait: Duration::from_secs(5),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn api_roots_per_kind() {
+        assert_eq!(
+            forge(ForgeKind::Github, "https://api.github.com/").api,
+            "https://api.github.com"
+        );
+        assert_eq!(
+            forge(ForgeKind::Gitlab, "https://gitlab.example.org").api,
+            "https://gitlab.example.org/api/v4"
+        );
+        assert_eq!(
+            forge(ForgeKind::Gitea, "https://gitea.example.org/api/v1").api,
+            "https://gitea.example.org/api/v1"
+        );
+    }
+
+    #[test]
+    fn token_is_redacted_and_never_debugged() {
+        let f = forge(ForgeKind::Github, "https://api.github.com");
+        assert!(!format!("{f:?}").contains("s3cr3t"));
+        let body = serde_json::json!({"message": "bad credentials s3cr3t-token"});
+        let d = f.detail(&body, "");
+        assert_eq!(d, "bad credentials [redacted]");
+    }
+
+    #[test]
+    fn rate_limits_read_from_headers() {
+        let f = forge(ForgeKind::Github, "https://api.github.com");
+        let mut h = HeaderMap::new();
+        h.insert("retry-after", HeaderValue::from_static("7"));
+        assert_eq!(
+            f.rate_limited(StatusCode::FORBIDDEN, &h, &Value::Null),
+            Some(Duration::from_secs(7))
+        );
+        let mut h = HeaderMap::new();
+        h.insert("x-ratelimit-remaining", HeaderValue::from_static("0"));
+        let reset = OffsetDateTime::now_utc().unix_timestamp() + 30;
+        h.insert("x-ratelimit-reset", reset.to_string().parse().unwrap());
+        let wait = f
+            .rate_limited(StatusCode::FORBIDDEN, &h, &Value::Null)
+            .unwrap();
+        assert!(wait >= Duration::from_secs(28) && wait <= Duration::from_secs(30));
+        assert_eq!(
+            f.rate_limited(StatusCode::FORBIDDEN, &HeaderMap::new(), &Value::Null),
+            None,
+            "a plain 403 is a permission problem"
+        );
+    }
+
+    #[test]
+    fn missing_token_names_the_field_and_the_fix() {
+        let e = read_token(&TokenSource::Env("SPOKEKEEPER_TEST_UNSET_TOKEN".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("repo.forge.token_env") && e.contains("export"),
+            "{e}"
+        );
+        let e = read_token(&TokenSource::File("/nonexistent/token".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("repo.forge.token_file"), "{e}");
+    }
+}

@@ -1,0 +1,427 @@
+//! Review mode (`repo.mode: pull-request`): a rotation becomes a branch
+//! `spokekeeper/<spoke>` and a pull request instead of a commit on the target branch.
+//!
+//! - **Decide** runs against the target branch's committed state, as in direct mode (the
+//!   clone's checkout stays on the target branch; review commits are made with plumbing
+//!   on a private index and pushed by commit id).
+//! - **Pending**: when the target branch says "rotate", the spoke's review branch is
+//!   read (`origin/spokekeeper/<spoke>`, fetched each tick). If the branch is not merged
+//!   and its manifest, put through the same decision with the same probe, would be
+//!   healthy, the fix is already waiting for review: the spoke is *pending*, nothing is
+//!   extracted, and the open pull request is looked up (and opened again when there is
+//!   none, e.g. the forge failed on an earlier tick). If the branch's manifest would
+//!   itself be rotated (the spoke was rebuilt again, the sealing key changed, its client
+//!   certificate is expiring) the spoke is re-extracted and the branch is replaced with
+//!   `--force-with-lease` on the head we read; the same pull request is updated. A fresh
+//!   credential with the same content hash as the branch's is not pushed again.
+//!   `--force` always re-extracts.
+//! - **Merged**: the next tick sees a healthy target branch and touches nothing. The
+//!   merged branch is left on the remote (the forge can delete it on merge); it is
+//!   ignored because its head is in the target branch, and a later rotation replaces it.
+//! - **Forge errors**: the branch is always pushed before the forge is called, so a
+//!   forge failure loses nothing: the spoke is reported failed at stage `review`, and the
+//!   next tick finds the branch pending and opens the pull request then.
+
+use time::OffsetDateTime;
+
+use super::decide::{self, Decision, Observed, Policy, Reason};
+use super::state::Recorded;
+use super::{Context, Outcome, Proposal, SpokeReport, Stage};
+use crate::config::{RepoMode, SpokeConfig};
+use crate::forge::{self, Forge, PullRequest};
+use crate::repo::RepoError;
+use crate::seal::SealedSecret;
+use crate::spoke::{ProbeError, ProbeReport};
+
+/// Review mode for one tick: the forge client (or why there is none).
+pub struct Review {
+    forge: Result<Forge, String>,
+}
+
+/// The unmerged review branch of a spoke.
+pub struct Branch {
+    pub head: String,
+    /// The manifest it holds, when it holds a readable one.
+    pub recorded: Option<(SealedSecret, Recorded)>,
+}
+
+pub fn branch_name(spoke: &SpokeConfig) -> String {
+    format!("{}{}", crate::repo::BRANCH_PREFIX, spoke.name)
+}
+
+impl Review {
+    /// None in direct mode. Fetches the review branches; a forge that cannot be set up
+    /// (no token) is reported per spoke, after its branch is pushed.
+    pub async fn start(ctx: &Context) -> Option<Review> {
+        let cfg = ctx.config.repo.forge.as_ref()?;
+        if ctx.config.repo.mode != RepoMode::PullRequest {
+            return None;
+        }
+        if let Err(e) = ctx.repo.fetch_review_branches().await {
+            tracing::warn!(error = %e, "cannot fetch the review branches; using the last fetched");
+        }
+        Some(Review {
+            forge: Forge::new(cfg).map_err(|e| e.to_string()),
+        })
+    }
+
+    /// The spoke's review branch, unless there is none or it is merged.
+    pub async fn branch(&self, ctx: &Context, spoke: &SpokeConfig) -> Option<Branch> {
+        let head = ctx.repo.remote_branch_head(&branch_name(spoke)).await?;
+        if ctx.repo.merged(&head).await {
+            return None;
+        }
+        let recorded = match ctx.repo.show(&head, &spoke.output).await {
+            Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|s| {
+                let r = Recorded::from_annotations(&s.annotations).ok()?;
+                Some((s, r))
+            }),
+            _ => None,
+        };
+        Some(Branch { head, recorded })
+    }
+
+    /// Whether the spoke's fix already waits on its branch (then the report says
+    /// pending). Probes the spoke when the target branch gave nothing to probe with.
+    pub(super) async fn waiting(
+        &self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        policy: &Policy<'_>,
+    ) -> bool {
+        let Some(branch) = self.branch(ctx, spoke).await else {
+            return false;
+        };
+        if report.probe.is_none()
+            && let Some((_, r)) = &branch.recorded
+        {
+            let server = decide::configured_server(spoke).unwrap_or_else(|| r.server.clone());
+            report.probe = Some(crate::spoke::probe(&server, ctx.probe_timeout).await);
+        }
+        if !branch_fixes(spoke, &branch, report.probe.as_ref(), policy) {
+            return false;
+        }
+        report.outcome = Outcome::Pending {
+            branch: branch_name(spoke),
+            commit: None,
+            pull_request: None,
+            change: None,
+            pending_seconds: None,
+        };
+        true
+    }
+
+    /// After reconcile: push the proposal to the spoke's branch and open or update its
+    /// pull request; for a pending spoke, find (or reopen) its pull request.
+    pub(super) async fn settle(
+        &self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        proposal: Option<&Proposal>,
+        dry_run: bool,
+    ) {
+        let pending = matches!(report.outcome, Outcome::Pending { .. });
+        if proposal.is_none() && !pending {
+            return;
+        }
+        let name = branch_name(spoke);
+        let base = ctx.repo.target_branch().to_string();
+        let mut pushed = None;
+        if let Some(p) = proposal {
+            match push(ctx, spoke, &name, p).await {
+                Ok(sha) => pushed = sha,
+                Err(e) => {
+                    report.outcome = Outcome::Failed {
+                        stage: Stage::Push,
+                        error: format!("branch {name}: {e}"),
+                    };
+                    return;
+                }
+            }
+        }
+        let forge = match &self.forge {
+            Ok(f) => f,
+            Err(e) => return fail(report, &name, pushed.as_deref(), e),
+        };
+        let now = OffsetDateTime::now_utc();
+        let result = if dry_run {
+            forge
+                .find_open(&name, &base)
+                .await
+                .map(|pr| pr.map(|pr| (pr, None)))
+        } else {
+            let (title, body) = match proposal {
+                Some(p) => describe(&p.message, report.reason.as_ref()),
+                None => match pending_message(ctx, &name).await {
+                    Some(m) => describe(&m, report.reason.as_ref()),
+                    None => (format!("{}: rotate kubeconfig", spoke.name), String::new()),
+                },
+            };
+            let ask = forge::Proposal {
+                branch: &name,
+                base: &base,
+                title: &title,
+                body: &body,
+            };
+            // A pending spoke with an open pull request is left as it is.
+            match (proposal, forge.find_open(&name, &base).await) {
+                (None, Ok(Some(pr))) => Ok(Some((pr, None))),
+                (_, Err(e)) => Err(e),
+                (_, Ok(open)) => forge
+                    .open_or_update(&ask, open)
+                    .await
+                    .map(|(pr, a)| Some((pr, Some(a)))),
+            }
+        };
+        match result {
+            Ok(found) => {
+                let (pr, change) = found.map_or((None, None), |(pr, a)| (Some(pr), a));
+                if let Some(pr) = &pr {
+                    tracing::info!(spoke = %spoke.name, number = pr.number, url = %pr.url, ?change, "pull request");
+                }
+                report.outcome = Outcome::Pending {
+                    branch: name,
+                    commit: pushed,
+                    pending_seconds: pr.as_ref().map(|p| age(p, now)),
+                    pull_request: pr,
+                    change,
+                };
+            }
+            Err(e) => fail(report, &name, pushed.as_deref(), &e.to_string()),
+        }
+    }
+}
+
+/// For `check`: the open pull request of each named spoke, as a tick report that holds
+/// only pending spokes (and those whose look-up failed). Reads the forge, not git.
+pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> super::TickReport {
+    let mut out = Vec::new();
+    let forge = config
+        .repo
+        .forge
+        .as_ref()
+        .map(|f| Forge::new(f).map_err(|e| e.to_string()));
+    let Some(forge) = forge else {
+        return super::TickReport {
+            spokes: out,
+            pushed: false,
+            repo_error: None,
+            sealing: None,
+            sealing_key: None,
+        };
+    };
+    let now = OffsetDateTime::now_utc();
+    for spoke in config.spokes.iter().filter(|s| spokes.contains(&s.name)) {
+        let branch = branch_name(spoke);
+        let mut report = SpokeReport {
+            spoke: spoke.name.clone(),
+            outcome: Outcome::Healthy,
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: None,
+            hub: None,
+        };
+        let found = match &forge {
+            Ok(f) => f
+                .find_open(&branch, &config.repo.branch)
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.clone()),
+        };
+        match found {
+            Ok(None) => continue,
+            Ok(Some(pr)) => {
+                report.outcome = Outcome::Pending {
+                    branch,
+                    commit: None,
+                    pending_seconds: Some(age(&pr, now)),
+                    pull_request: Some(pr),
+                    change: None,
+                }
+            }
+            Err(e) => {
+                report.outcome = Outcome::Failed {
+                    stage: Stage::Review,
+                    error: format!("cannot look up the pull request of {branch}: {e}"),
+                }
+            }
+        }
+        out.push(report);
+    }
+    super::TickReport {
+        spokes: out,
+        pushed: false,
+        repo_error: None,
+        sealing: None,
+        sealing_key: None,
+    }
+}
+
+fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &str) {
+    let kept = match pushed {
+        Some(sha) => format!("branch {branch} pushed at {}", &sha[..sha.len().min(12)]),
+        None => format!("branch {branch} kept"),
+    };
+    report.outcome = Outcome::Failed {
+        stage: Stage::Review,
+        error: format!(
+            "{kept}; the pull request could not be opened or updated (the next tick retries): {error}"
+        ),
+    };
+}
+
+fn age(pr: &PullRequest, now: OffsetDateTime) -> u64 {
+    (now - pr.created_at).whole_seconds().max(0) as u64
+}
+
+/// Commits the proposal on the target branch's head and pushes it to the spoke's
+/// branch, replacing what is there only if it is still what we read. Returns None when
+/// the branch already carries the same content (nothing pushed).
+async fn push(
+    ctx: &Context,
+    spoke: &SpokeConfig,
+    branch: &str,
+    p: &Proposal,
+) -> Result<Option<String>, RepoError> {
+    let head = ctx.repo.remote_branch_head(branch).await;
+    if let Some(h) = &head
+        && !ctx.repo.merged(h).await
+        && let Ok(Some(bytes)) = ctx.repo.show(h, &spoke.output).await
+        && let Ok(sealed) = SealedSecret::parse(&bytes)
+        && let Ok(r) = Recorded::from_annotations(&sealed.annotations)
+        && r.content_sha256 == p.content_sha256
+        && r.sealing_sha256 == ctx.sealing.fingerprint()
+    {
+        return Ok(None);
+    }
+    let sha = ctx
+        .repo
+        .commit_on_target(&spoke.output, p.manifest.as_bytes(), &p.message)
+        .await?;
+    ctx.repo.push_branch(branch, &sha, head.as_deref()).await?;
+    Ok(Some(sha))
+}
+
+/// The commit message of the branch's head, to reopen a pull request with.
+async fn pending_message(ctx: &Context, branch: &str) -> Option<String> {
+    let head = ctx.repo.remote_branch_head(branch).await?;
+    ctx.repo.commit_message(&head).await.ok()
+}
+
+/// Title (the commit's subject) and body (its facts, the full fingerprints, what to do).
+pub fn describe(message: &str, reason: Option<&Reason>) -> (String, String) {
+    let (title, rest) = message.split_once('\n').unwrap_or((message, ""));
+    let mut body = String::new();
+    if let Some(Reason::CaChanged { old }) = reason {
+        body.push_str(&format!("previous CA: {old}\n"));
+    }
+    body.push_str(rest.trim());
+    body.push_str(
+        "\n\nOpened by spokekeeper after validating the new credential against the live API. \
+         Merging makes the hub use it; if the spoke changes again first, spokekeeper replaces \
+         this branch and updates this pull request.\n",
+    );
+    (title.trim().to_string(), body)
+}
+
+/// Whether the branch's manifest would be healthy: the fix is waiting for review.
+pub fn branch_fixes(
+    spoke: &SpokeConfig,
+    branch: &Branch,
+    probe: Option<&Result<ProbeReport, ProbeError>>,
+    policy: &Policy<'_>,
+) -> bool {
+    let Some((sealed, recorded)) = &branch.recorded else {
+        return false;
+    };
+    let seen = Observed {
+        committed: Some(Ok((sealed, recorded))),
+        probe,
+    };
+    let policy = Policy {
+        now: policy.now,
+        renew_before: policy.renew_before,
+        sealing_sha256: policy.sealing_sha256,
+        force: false,
+        verify_due: false,
+    };
+    decide::decide(spoke, &seen, &policy) == Decision::Healthy
+}
+
+/// Whether the hub's committed credential no longer works (so a fix waiting for review
+/// is urgent): nothing usable committed, a rebuilt spoke, or an expired client cert.
+pub fn hub_broken(reason: Option<&Reason>, now: OffsetDateTime) -> bool {
+    match reason {
+        Some(Reason::Initial | Reason::Unreadable { .. } | Reason::CaChanged { .. }) => true,
+        Some(Reason::ClientExpiring { not_after }) => *not_after <= now,
+        _ => false,
+    }
+}
+
+/// An age for people: `45s`, `12m`, `3h 27m`, `2d 4h`.
+pub fn human(secs: u64) -> String {
+    let (d, h, m) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60);
+    match (d, h, m) {
+        (0, 0, 0) => format!("{secs}s"),
+        (0, 0, m) => format!("{m}m"),
+        (0, h, m) => format!("{h}h {m}m"),
+        (d, h, _) => format!("{d}d {h}h"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_plainly() {
+        assert_eq!(human(45), "45s");
+        assert_eq!(human(12 * 60 + 5), "12m");
+        assert_eq!(human(3 * 3600 + 27 * 60), "3h 27m");
+        assert_eq!(human(2 * 86_400 + 4 * 3600 + 59), "2d 4h");
+    }
+
+    #[test]
+    fn description_carries_both_fingerprints() {
+        let msg = "dev: rotate kubeconfig: CA changed sha256:aaaa.. -> sha256:bbbb..\n\nCA: sha256:bbbbfull (valid until 2036-01-01T00:00:00Z)\nvalidated: authenticated as system:admin\n";
+        let (title, body) = describe(
+            msg,
+            Some(&Reason::CaChanged {
+                old: "sha256:aaaafull".into(),
+            }),
+        );
+        assert_eq!(
+            title,
+            "dev: rotate kubeconfig: CA changed sha256:aaaa.. -> sha256:bbbb.."
+        );
+        assert!(
+            body.starts_with("previous CA: sha256:aaaafull\nCA: sha256:bbbbfull"),
+            "{body}"
+        );
+        assert!(
+            body.contains("validated: authenticated as system:admin"),
+            "{body}"
+        );
+    }
+
+    #[test]
+    fn broken_means_the_hub_cannot_use_what_is_committed() {
+        let now = OffsetDateTime::now_utc();
+        let ca = Reason::CaChanged { old: "x".into() };
+        assert!(hub_broken(Some(&ca), now));
+        let expiring = Reason::ClientExpiring {
+            not_after: now + time::Duration::days(3),
+        };
+        assert!(!hub_broken(Some(&expiring), now), "still works for 3 days");
+        let expired = Reason::ClientExpiring {
+            not_after: now - time::Duration::hours(1),
+        };
+        assert!(hub_broken(Some(&expired), now));
+        assert!(!hub_broken(Some(&Reason::Forced), now));
+    }
+}

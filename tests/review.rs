@@ -1,0 +1,735 @@
+//! Review mode (`repo.mode: pull-request`) in the lab, through the binary: real sshd
+//! spokes, real TLS API servers, a real bare git remote, and an emulated forge per kind
+//! (tests/support/forge.rs) that checks paths, the token header and the JSON bodies.
+
+mod support;
+
+use std::time::Duration;
+
+use axum::http::Method;
+use serde_json::{Value, json};
+use support::NodeOptions;
+use support::fleet::{Fleet, action};
+use support::forge::{Fault, ForgeSim, Kind, TOKEN};
+use support::git::git;
+
+const KINDS: [Kind; 3] = [Kind::Github, Kind::Gitlab, Kind::Gitea];
+
+struct Review {
+    fleet: Fleet,
+    forge: ForgeSim,
+    token_file: std::path::PathBuf,
+}
+
+/// A fleet of `n` spokes in review mode against an emulated forge of `kind`;
+/// `extra` goes under `repo.forge`.
+fn review(kind: Kind, n: usize, extra: &str) -> Review {
+    let fleet = Fleet::new(&vec![NodeOptions::default(); n]);
+    let forge = ForgeSim::start(kind, fleet.remote.clone());
+    let token_file = fleet.dir.path().join("forge-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let yaml = std::fs::read_to_string(&fleet.config).unwrap();
+    let forge_yaml = format!(
+        "repo:\n  mode: pull-request\n  forge:\n    kind: {}\n    url: {}\n    repository: {}\n    token_file: {}\n    timeout: 2s\n    rate_limit_wait: 3s\n{extra}",
+        kind.name(),
+        forge.url(),
+        forge.repository(),
+        token_file.display()
+    );
+    std::fs::write(&fleet.config, yaml.replacen("repo:\n", &forge_yaml, 1)).unwrap();
+    Review {
+        fleet,
+        forge,
+        token_file,
+    }
+}
+
+impl Review {
+    fn rotate(&self) -> (i32, Value, String) {
+        self.fleet.rotate_json(&["--all"])
+    }
+
+    fn branch_head(&self, spoke: usize) -> Option<String> {
+        let out = std::process::Command::new("git")
+            .arg("-C")
+            .arg(&self.fleet.remote)
+            .args(["rev-parse", "--verify", "--quiet"])
+            .arg(format!("refs/heads/spokekeeper/spoke{spoke}"))
+            .output()
+            .unwrap();
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+    }
+
+    fn main_files(&self) -> String {
+        git(
+            &self.fleet.remote,
+            &["ls-tree", "-r", "--name-only", "main"],
+        )
+    }
+
+    /// Merges the review branch into main on the remote, as a reviewer would.
+    fn merge(&self, spoke: usize) {
+        let branch = format!("spokekeeper/spoke{spoke}");
+        let dir = support::scratch_dir();
+        let work = dir.path().join("merge");
+        git(
+            dir.path(),
+            &[
+                "clone",
+                "--quiet",
+                self.fleet.remote.to_str().unwrap(),
+                work.to_str().unwrap(),
+            ],
+        );
+        git(
+            &work,
+            &[
+                "-c",
+                "user.name=reviewer",
+                "-c",
+                "user.email=r@example.org",
+                "merge",
+                "--quiet",
+                "--no-ff",
+                "-m",
+                "Merge review",
+                &format!("origin/{branch}"),
+            ],
+        );
+        git(&work, &["push", "--quiet", "origin", "HEAD:main"]);
+        self.forge.mark_merged(&branch);
+    }
+
+    fn clone_is_on_main_and_clean(&self) {
+        let head = git(&self.fleet.clone, &["symbolic-ref", "--short", "HEAD"]);
+        assert_eq!(head.trim(), "main");
+        let status = git(&self.fleet.clone, &["status", "--porcelain"]);
+        assert_eq!(status.trim(), "", "the clone's working tree is untouched");
+    }
+}
+
+fn spoke(report: &Value, i: usize) -> &Value {
+    &report["spokes"][i]
+}
+
+/// The title and body fields as each API names them.
+fn body_field(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Gitlab => "description",
+        _ => "body",
+    }
+}
+
+async fn open_update_merge(kind: Kind) {
+    let mut r = review(kind, 1, "");
+    // First rotation: a branch and a pull request; nothing on main.
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let s = spoke(&report, 0);
+    assert_eq!(s["action"], "pending", "{report}");
+    assert_eq!(s["change"], "opened", "{report}");
+    assert_eq!(s["branch"], "spokekeeper/spoke0");
+    let first = r.branch_head(0).expect("branch pushed");
+    assert_eq!(s["commit"], first.as_str());
+    assert_eq!(s["pull_request"]["number"], 1);
+    assert!(
+        !r.main_files().contains("spoke0"),
+        "main is untouched: {}",
+        r.main_files()
+    );
+    let shown = git(
+        &r.fleet.remote,
+        &["show", "--format=%s", "--name-only", "spokekeeper/spoke0"],
+    );
+    assert!(
+        shown.starts_with("spoke0: rotate kubeconfig: initial credential\n")
+            && shown.contains("fluxcd/spoke0-kubeconfig-sealed.yaml"),
+        "{shown}"
+    );
+    let parent = git(&r.fleet.remote, &["rev-parse", "spokekeeper/spoke0^"]);
+    let main = git(&r.fleet.remote, &["rev-parse", "main"]);
+    assert_eq!(parent, main, "the branch is one commit on main");
+    r.clone_is_on_main_and_clean();
+    let pulls = r.forge.open_pulls();
+    assert_eq!(pulls.len(), 1);
+    assert_eq!(
+        (pulls[0].head.as_str(), pulls[0].base.as_str()),
+        ("spokekeeper/spoke0", "main")
+    );
+    assert_eq!(
+        pulls[0].title,
+        "spoke0: rotate kubeconfig: initial credential"
+    );
+    assert!(
+        pulls[0]
+            .body
+            .contains("validated: authenticated as system:admin")
+            && pulls[0].body.contains("client certificate: sha256:")
+            && pulls[0].body.contains("valid until"),
+        "{}",
+        pulls[0].body
+    );
+    let create = r
+        .forge
+        .seen()
+        .into_iter()
+        .find(|s| s.method == "POST")
+        .unwrap();
+    assert!(
+        create.body[body_field(kind)].is_string(),
+        "{:?}",
+        create.body
+    );
+
+    // Nothing changed: pending, nothing pushed, the pull request left alone.
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "pending", "{report}");
+    assert_eq!(spoke(&report, 0)["change"], Value::Null, "{report}");
+    assert_eq!(spoke(&report, 0)["commit"], Value::Null, "{report}");
+    assert!(
+        spoke(&report, 0)["pending_seconds"].as_u64().is_some(),
+        "{report}"
+    );
+    assert_eq!(r.branch_head(0).as_deref(), Some(first.as_str()));
+    let writes = |f: &ForgeSim| f.count("POST") + f.count("PATCH") + f.count("PUT");
+    let before = writes(&r.forge);
+
+    // Rebuilt before the merge: the branch is replaced, the same pull request updated.
+    let old_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    r.fleet.nodes[0].rebuild();
+    let new_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "updated", "{report}");
+    assert_eq!(spoke(&report, 0)["pull_request"]["number"], 1);
+    let second = r.branch_head(0).unwrap();
+    assert_ne!(second, first, "replaced with --force-with-lease");
+    assert_eq!(
+        git(&r.fleet.remote, &["rev-parse", "spokekeeper/spoke0^"]),
+        main,
+        "still one commit on main, not a stack"
+    );
+    assert_eq!(r.forge.pulls().len(), 1, "no second pull request");
+    assert_eq!(writes(&r.forge), before + 1, "one update call");
+    let body = &r.forge.open_pulls()[0].body;
+    assert!(body.contains(&new_ca) && !body.contains(&old_ca), "{body}");
+
+    // Merged: the next tick is healthy and touches nothing.
+    r.merge(0);
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "healthy", "{report}");
+    let live = support::fleet::authenticates(&r.fleet.unsealed(0)).await;
+    assert_eq!(live.username, "system:admin");
+    assert_eq!(r.forge.pulls().len(), 1);
+    r.clone_is_on_main_and_clean();
+
+    // Rebuilt after the merge: a new pull request that names both CAs.
+    let merged = r.fleet.remote_file(0);
+    r.fleet.nodes[0].rebuild();
+    let newest_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    assert_eq!(spoke(&report, 0)["reason"]["kind"], "ca-changed");
+    let open = r.forge.open_pulls();
+    assert_eq!((open.len(), open[0].number), (1, 2), "{open:?}");
+    let short = |fp: &str| format!("sha256:{}..", &fp[7..15]);
+    assert_eq!(
+        open[0].title,
+        format!(
+            "spoke0: rotate kubeconfig: CA changed {} -> {}",
+            short(&new_ca),
+            short(&newest_ca)
+        )
+    );
+    assert!(
+        open[0].body.contains(&format!("previous CA: {new_ca}"))
+            && open[0].body.contains(&format!("CA: {newest_ca}")),
+        "{}",
+        open[0].body
+    );
+    assert_eq!(
+        r.fleet.remote_file(0),
+        merged,
+        "main keeps the merged credential until the next merge"
+    );
+    r.fleet.assert_no_plaintext();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn github_opens_updates_and_merges() {
+    open_update_merge(Kind::Github).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitlab_opens_updates_and_merges() {
+    open_update_merge(Kind::Gitlab).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn gitea_opens_updates_and_merges() {
+    open_update_merge(Kind::Gitea).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_spokes_give_two_pull_requests_with_labels_and_reviewers() {
+    for kind in KINDS {
+        let reviewer = if kind == Kind::Gitlab {
+            "\"42\""
+        } else {
+            "alice"
+        };
+        let r = review(
+            kind,
+            2,
+            &format!("    labels: [spokekeeper, security]\n    reviewers: [{reviewer}]\n"),
+        );
+        let (code, report, err) = r.rotate();
+        assert_eq!(code, 0, "{kind:?}: {report}\n{err}");
+        let pulls = r.forge.open_pulls();
+        assert_eq!(pulls.len(), 2, "{kind:?}: {pulls:?}");
+        for (i, p) in pulls.iter().enumerate() {
+            assert_eq!(spoke(&report, i)["change"], "opened");
+            assert_eq!(p.head, format!("spokekeeper/spoke{i}"));
+            assert_eq!(p.labels, ["spokekeeper", "security"], "{kind:?}");
+            if kind != Kind::Gitea {
+                assert_eq!(p.reviewers.len(), 1, "{kind:?}");
+            }
+        }
+        let seen = r.forge.seen();
+        let posts: Vec<_> = seen.iter().filter(|s| s.method == "POST").collect();
+        match kind {
+            Kind::Github => {
+                let labels = posts
+                    .iter()
+                    .find(|s| s.path.ends_with("/issues/1/labels"))
+                    .unwrap();
+                assert_eq!(labels.body, json!({"labels": ["spokekeeper", "security"]}));
+                let rev = posts
+                    .iter()
+                    .find(|s| s.path == "/repos/org/fleet/pulls/1/requested_reviewers")
+                    .unwrap();
+                assert_eq!(rev.body, json!({"reviewers": ["alice"]}));
+                let list = seen.iter().find(|s| s.method == "GET").unwrap();
+                assert!(
+                    list.query.contains("head=org%3Aspokekeeper%2Fspoke")
+                        && list.query.contains("state=open"),
+                    "{}",
+                    list.query
+                );
+            }
+            Kind::Gitlab => {
+                let c = posts[0];
+                assert_eq!(c.path, "/api/v4/projects/org%2Ffleet/merge_requests");
+                assert_eq!(c.body["labels"], "spokekeeper,security");
+                assert_eq!(c.body["reviewer_ids"], json!([42]));
+                assert_eq!(c.body["target_branch"], "main");
+            }
+            Kind::Gitea => {
+                let c = posts
+                    .iter()
+                    .find(|s| s.path == "/api/v1/repos/org/fleet/pulls")
+                    .unwrap();
+                assert_eq!(
+                    c.body["labels"],
+                    json!([3, 4]),
+                    "label ids, looked up by name"
+                );
+                let rev = posts
+                    .iter()
+                    .find(|s| s.path.ends_with("/requested_reviewers"))
+                    .unwrap();
+                assert_eq!(rev.body, json!({"reviewers": ["alice"]}));
+            }
+        }
+        r.merge(0);
+        r.merge(1);
+        let (code, report, err) = r.rotate();
+        assert_eq!(code, 0, "{report}\n{err}");
+        assert_eq!(
+            (action(&report, 0), action(&report, 1)),
+            ("healthy".into(), "healthy".into())
+        );
+        assert!(r.main_files().contains("spoke0") && r.main_files().contains("spoke1"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_token_keeps_the_branch_and_the_next_tick_opens_the_pull_request() {
+    for kind in KINDS {
+        let r = review(kind, 1, "");
+        std::fs::write(&r.token_file, "wrong-token\n").unwrap();
+        let (code, report, err) = r.rotate();
+        assert_eq!(code, 1, "{kind:?}: {report}");
+        let s = spoke(&report, 0);
+        assert_eq!(
+            (s["action"].as_str(), s["stage"].as_str()),
+            (Some("failed"), Some("review")),
+            "{report}"
+        );
+        let e = s["error"].as_str().unwrap();
+        assert!(
+            e.contains("401")
+                && e.contains("repo.forge.token_file")
+                && e.contains("branch spokekeeper/spoke0 pushed"),
+            "{e}"
+        );
+        assert!(
+            !e.contains("wrong-token") && !err.contains("wrong-token"),
+            "{e}"
+        );
+        let pushed = r.branch_head(0).expect("the branch push is not lost");
+        assert!(r.forge.pulls().is_empty());
+
+        std::fs::write(&r.token_file, format!("{TOKEN}\n")).unwrap();
+        let (code, report, err) = r.rotate();
+        assert_eq!(code, 0, "{report}\n{err}");
+        assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+        assert_eq!(
+            spoke(&report, 0)["commit"],
+            Value::Null,
+            "not extracted or pushed again"
+        );
+        assert_eq!(r.branch_head(0), Some(pushed));
+        assert_eq!(r.forge.open_pulls().len(), 1);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn forbidden_wrong_repository_and_missing_token_are_reported() {
+    let r = review(Kind::Github, 1, "");
+    r.forge.fault(
+        Method::POST,
+        Fault::Status(
+            403,
+            vec![],
+            json!({"message": "Resource not accessible by personal access token", "documentation_url": "https://docs.github.com/rest/pulls/pulls#create-a-pull-request", "status": "403"}),
+        ),
+    );
+    let (code, report, _) = r.rotate();
+    assert_eq!(code, 1);
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(
+        e.contains("403") && e.contains("permission") && e.contains("Resource not accessible"),
+        "{e}"
+    );
+    assert!(r.branch_head(0).is_some());
+
+    // A forge that echoes the token in an error: it is cut out.
+    r.forge.fault(
+        Method::POST,
+        Fault::Status(
+            500,
+            vec![],
+            json!({"message": format!("internal error for Bearer {TOKEN}")}),
+        ),
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 1);
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(e.contains("500") && e.contains("Bearer [redacted]"), "{e}");
+    assert!(
+        !report.to_string().contains(TOKEN) && !err.contains(TOKEN),
+        "{e}"
+    );
+
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    std::fs::write(
+        &r.fleet.config,
+        yaml.replace("repository: org/fleet", "repository: org/other"),
+    )
+    .unwrap();
+    let (code, report, _) = r.rotate();
+    assert_eq!(code, 1);
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(
+        e.contains("404") && e.contains("repo.forge.repository (org/other)"),
+        "{e}"
+    );
+
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    let yaml = yaml.replace(
+        &format!("token_file: {}", r.token_file.display()),
+        "token_env: SPOKEKEEPER_TEST_NO_SUCH_VAR",
+    );
+    std::fs::write(&r.fleet.config, yaml).unwrap();
+    let (code, report, _) = r.rotate();
+    assert_eq!(code, 1);
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(
+        e.contains("SPOKEKEEPER_TEST_NO_SUCH_VAR") && e.contains("not set"),
+        "{e}"
+    );
+    assert!(r.forge.pulls().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pull_request_that_already_exists_is_updated_not_duplicated() {
+    for kind in KINDS {
+        let r = review(kind, 1, "");
+        // Another client opened it 5 hours ago; the list call misses it (a race).
+        let n = r
+            .forge
+            .insert_pull("spokekeeper/spoke0", "main", Duration::from_secs(5 * 3600));
+        r.forge.fault(Method::GET, Fault::HideList);
+        let (code, report, err) = r.rotate();
+        assert_eq!(code, 0, "{kind:?}: {report}\n{err}");
+        let s = spoke(&report, 0);
+        assert_eq!(s["change"], "updated", "{kind:?}: {report}");
+        assert_eq!(s["pull_request"]["number"], n);
+        assert!(
+            s["pending_seconds"].as_u64().unwrap() >= 5 * 3600,
+            "{report}"
+        );
+        let statuses: Vec<_> = r.forge.seen().iter().map(|s| s.method.clone()).collect();
+        assert!(
+            statuses.iter().filter(|m| *m == "POST").count() >= 1,
+            "{statuses:?}"
+        );
+        assert_eq!(r.forge.pulls().len(), 1, "{kind:?}");
+        assert_eq!(
+            r.forge.pulls()[0].title,
+            "spoke0: rotate kubeconfig: initial credential"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn rate_limits_are_waited_out_when_short_and_reported_when_long() {
+    // GitHub: 403 with x-ratelimit-remaining 0 until x-ratelimit-reset.
+    let r = review(Kind::Github, 1, "");
+    let reset = time::OffsetDateTime::now_utc().unix_timestamp() + 1;
+    r.forge.fault(
+        Method::GET,
+        Fault::Status(
+            403,
+            vec![("x-ratelimit-remaining", "0".into()), ("x-ratelimit-reset", reset.to_string())],
+            json!({"message": "API rate limit exceeded for user ID 1.", "documentation_url": "https://docs.github.com/rest/overview/resources-in-the-rest-api#rate-limiting"}),
+        ),
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened");
+    assert_eq!(r.forge.count("GET"), 2, "asked again after the reset");
+
+    // GitLab: 429 with Retry-After: spoke0's create waits 1s once, then is told 3600s
+    // (reported, branch kept); spoke1's create goes through.
+    let r = review(Kind::Gitlab, 2, "");
+    for wait in ["1", "3600"] {
+        r.forge.fault(
+            Method::POST,
+            Fault::Status(
+                429,
+                vec![("retry-after", wait.into())],
+                json!({"message": "Retry later"}),
+            ),
+        );
+    }
+    let started = std::time::Instant::now();
+    let (code, report, _) = r.rotate();
+    assert!(started.elapsed() < Duration::from_secs(60), "bounded wait");
+    assert_eq!(code, 1, "{report}");
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(
+        e.contains("rate limit") && e.contains("3600s") && e.contains("next tick"),
+        "{e}"
+    );
+    assert_eq!(
+        r.forge.count("POST"),
+        3,
+        "one retry after the short wait, none after the long"
+    );
+    assert_eq!(spoke(&report, 1)["change"], "opened", "{report}");
+    assert!(r.branch_head(0).is_some(), "the branch stays pushed");
+    let (code, report, _) = r.rotate();
+    assert_eq!(code, 0, "{report}");
+    assert_eq!(spoke(&report, 0)["change"], "opened");
+    assert_eq!(spoke(&report, 1)["change"], Value::Null);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_forge_times_out_and_the_branch_stays() {
+    let r = review(Kind::Gitea, 1, "");
+    r.forge
+        .fault(Method::GET, Fault::Delay(Duration::from_secs(8)));
+    let started = std::time::Instant::now();
+    let (code, report, _) = r.rotate();
+    assert_eq!(code, 1, "{report}");
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(e.contains("did not answer") && e.contains("2s"), "{e}");
+    assert!(
+        started.elapsed() < Duration::from_secs(8),
+        "the timeout, not the hang, ended it"
+    );
+    assert!(r.branch_head(0).is_some());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn check_and_the_table_show_pending_reviews_and_their_age() {
+    let r = review(Kind::Github, 1, "");
+    let (code, out, err) = r.fleet.rotate(&["--all"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains("pending (opened)") && out.contains("#1"),
+        "{out}"
+    );
+    assert!(
+        err.contains("spoke0: waiting for review on spokekeeper/spoke0 for ")
+            && err.contains("https://github.com/org/fleet/pull/1"),
+        "{err}"
+    );
+    r.merge(0);
+    // The hub's credential works; a forced rotation waits for review: a warning.
+    let (code, report, err) = r.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(code, 1, "{json}");
+    let review = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["cert"] == "review")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(review["severity"], "warning");
+    assert_eq!(review["alertname"], Value::Null);
+    assert!(
+        review["detail"].as_str().unwrap().contains("/pull/2"),
+        "{review}"
+    );
+}
+
+#[test]
+fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after() {
+    // Nothing usable on the target branch (never merged), the fix open for 5 hours.
+    let r = review(Kind::Gitlab, 1, "");
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    std::fs::write(
+        &r.fleet.config,
+        format!("{yaml}alerts:\n  pending_review_after: 4h\n"),
+    )
+    .unwrap();
+    r.forge
+        .insert_pull("spokekeeper/spoke0", "main", Duration::from_secs(5 * 3600));
+    let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(code, 2, "{json}");
+    let review = json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["cert"] == "review")
+        .unwrap_or_else(|| panic!("{json}"));
+    assert_eq!(review["severity"], "critical");
+    assert_eq!(review["alertname"], "SpokekeeperReviewPending");
+    assert!(
+        review["detail"].as_str().unwrap().contains("for 5h 0m"),
+        "{review}"
+    );
+    assert!(
+        r.forge.seen().iter().all(|s| s.method == "GET"),
+        "check only reads"
+    );
+}
+
+#[test]
+fn a_dry_run_pushes_nothing_and_opens_nothing() {
+    let r = review(Kind::Gitea, 1, "");
+    let (code, report, err) = r.fleet.rotate_json(&["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "would-rotate", "{report}");
+    assert!(r.branch_head(0).is_none());
+    assert!(r.forge.seen().is_empty());
+
+    let (code, _, _) = r.rotate();
+    assert_eq!(code, 0);
+    let head = r.branch_head(0);
+    let writes = r.forge.seen().iter().filter(|s| s.method != "GET").count();
+    let (code, report, err) = r.fleet.rotate_json(&["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "pending", "{report}");
+    assert_eq!(
+        spoke(&report, 0)["pull_request"]["number"],
+        1,
+        "looked up, read-only"
+    );
+    assert_eq!(r.branch_head(0), head);
+    assert_eq!(
+        r.forge.seen().iter().filter(|s| s.method != "GET").count(),
+        writes
+    );
+}
+
+/// `spokekeeper run` in review mode: /metrics carries the pending review and its age.
+#[test]
+fn the_daemon_exports_pending_reviews() {
+    use std::io::{Read, Write};
+    let r = review(Kind::Github, 1, "");
+    let (code, _, _) = r.rotate();
+    assert_eq!(code, 0);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(&r.fleet.config)
+        .args(["run", "--now", "--listen", "127.0.0.1:0"])
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .env("NO_COLOR", "1")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let lines = support::logs::capture_stderr(&mut child);
+    let _stop = Stop(child);
+    let log = || {
+        let l = lines.lock().unwrap();
+        l.iter()
+            .map(|(_, s)| s.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let end = std::time::Instant::now() + Duration::from_secs(30);
+    while !log().contains("tick finished") && std::time::Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let text = log();
+    assert!(
+        text.contains("waiting for review") && text.contains("/pull/1"),
+        "{text}"
+    );
+    let addr: std::net::SocketAddr = text
+        .split("listen=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("{text}"));
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    assert!(
+        body.lines()
+            .any(|l| l == "spokekeeper_pending_review{spoke=\"spoke0\"} 1"),
+        "{body}"
+    );
+    let age = body
+        .lines()
+        .find_map(|l| l.strip_prefix("spokekeeper_pending_review_age_seconds{spoke=\"spoke0\"} "))
+        .unwrap_or_else(|| panic!("{body}"));
+    assert!(age.trim().parse::<u64>().unwrap() < 600, "{age}");
+}
