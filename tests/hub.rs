@@ -596,3 +596,79 @@ fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
     }
     l.assert_within_access();
 }
+
+/// Review mode never pushes the target branch: a renewed certificate is proposed on its
+/// own branch and pull request, and every spoke's re-sealed credential on its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
+    use support::forge::{ForgeSim, Kind, TOKEN};
+    let l = lab(2, "  verify_timeout: 5s\n");
+    assert_eq!(l.fleet.rotate(&["--all"]).0, 0, "seeded directly");
+    let main_before = git(&l.fleet.remote, &["rev-parse", "main"]);
+    let forge = ForgeSim::start(Kind::Github, l.fleet.remote.clone());
+    let token_file = l.fleet.dir.path().join("forge-token");
+    std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let yaml = std::fs::read_to_string(&l.fleet.config).unwrap();
+    let review = format!(
+        "repo:\n  mode: pull-request\n  forge:\n    kind: github\n    url: {}\n    repository: {}\n    token_file: {}\n",
+        forge.url(),
+        forge.repository(),
+        token_file.display()
+    );
+    std::fs::write(&l.fleet.config, yaml.replacen("repo:\n", &review, 1)).unwrap();
+
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        git(&l.fleet.remote, &["rev-parse", "main"]),
+        main_before,
+        "main is not pushed to in review mode"
+    );
+    let renewed = &report["sealing"]["renewed"];
+    assert!(renewed["commit"].is_string(), "{report}");
+    let branch = "spokekeeper/sealing.cert";
+    assert_eq!(
+        git(&l.fleet.remote, &["show", &format!("{branch}:{PINNED}")]),
+        cert("other-key"),
+        "the renewed certificate waits on its own branch"
+    );
+    let pulls = forge.open_pulls();
+    let heads: Vec<&str> = pulls.iter().map(|p| p.head.as_str()).collect();
+    assert_eq!(pulls.len(), 3, "{heads:?}");
+    let cert_pr = pulls.iter().find(|p| p.head == branch).expect("{heads:?}");
+    assert!(
+        cert_pr
+            .title
+            .starts_with("sealing: controller certificate renewed"),
+        "{}",
+        cert_pr.title
+    );
+    for i in 0..2 {
+        assert_eq!(report["spokes"][i]["action"], "pending", "{report}");
+        let head = format!("spokekeeper/spoke{i}");
+        let file = format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml");
+        let text = git(&l.fleet.remote, &["show", &format!("{head}:{file}")]);
+        let sealed = SealedSecret::parse(text.as_bytes()).unwrap();
+        assert_eq!(
+            sealed.annotations["spokekeeper.io/sealing-cert-sha256"],
+            renewed["new"].as_str().unwrap()
+        );
+        assert!(
+            sealed.unseal(&[key("key")]).is_err(),
+            "sealed to the new key"
+        );
+    }
+    // The next tick: everything waits for review; nothing new is pushed or opened.
+    let cert_head = git(&l.fleet.remote, &["rev-parse", branch]);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(git(&l.fleet.remote, &["rev-parse", branch]), cert_head);
+    assert_eq!(forge.pulls().len(), 3);
+    assert_eq!(git(&l.fleet.remote, &["rev-parse", "main"]), main_before);
+    let status = git(&l.fleet.clone, &["status", "--porcelain"]);
+    assert!(
+        status.trim().is_empty(),
+        "the clone is left clean: {status}"
+    );
+}

@@ -3,7 +3,8 @@
 //!
 //! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
 //! the fleet repo) before any spoke is committed, and every spoke is then re-sealed to it
-//! because its recorded sealing-cert-sha256 differs.
+//! because its recorded sealing-cert-sha256 differs. In review mode it is proposed on
+//! its own branch and pull request instead.
 
 use std::path::Path;
 
@@ -11,9 +12,15 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::{CALL_TIMEOUT, Hub};
+use crate::config::RepoMode;
+use crate::forge::Forge;
 use crate::rotate::Context;
 use crate::rotate::state::short;
 use crate::seal::SealingKey;
+
+/// Review mode's branch for a renewed certificate. Spoke names are DNS labels, so no
+/// spoke's branch can be this one.
+pub const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
 
 /// What the tick saw of the controller's certificate.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
@@ -132,9 +139,6 @@ async fn pin(ctx: &Context, pem: &[u8], renewed: &Renewed) -> Result<Option<Stri
         crate::fsutil::write_atomic(path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(None);
     };
-    ctx.repo
-        .write_atomic(&rel, pem)
-        .map_err(|e| e.to_string())?;
     let message = format!(
         "sealing: controller certificate renewed {} -> {}\n\nold: {}\nnew: {}\nEvery spoke is re-sealed to the new certificate.\n",
         short(&renewed.old),
@@ -142,10 +146,74 @@ async fn pin(ctx: &Context, pem: &[u8], renewed: &Renewed) -> Result<Option<Stri
         renewed.old,
         renewed.new
     );
+    if ctx.config.repo.mode == RepoMode::PullRequest {
+        return propose(ctx, &rel, pem, &message).await;
+    }
+    ctx.repo
+        .write_atomic(&rel, pem)
+        .map_err(|e| e.to_string())?;
     ctx.repo
         .commit(&rel, &message)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// Review mode: the target branch is never pushed to, so the renewed certificate goes
+/// on its own branch and pull request, like a rotation. The clone's checkout is left as
+/// it is; until the pull request is merged the pinned copy there stays the old one.
+async fn propose(
+    ctx: &Context,
+    rel: &Path,
+    pem: &[u8],
+    message: &str,
+) -> Result<Option<String>, String> {
+    let repo = &ctx.repo;
+    let head = repo.remote_branch_head(CERT_BRANCH).await;
+    let waiting = match &head {
+        Some(h) if !repo.merged(h).await => {
+            repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem)
+        }
+        _ => false,
+    };
+    let pushed = if waiting {
+        None
+    } else {
+        let sha = repo
+            .commit_on_target(rel, pem, message)
+            .await
+            .map_err(|e| e.to_string())?;
+        repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
+            .await
+            .map_err(|e| format!("branch {CERT_BRANCH}: {e}"))?;
+        Some(sha)
+    };
+    let forge = ctx
+        .config
+        .repo
+        .forge
+        .as_ref()
+        .ok_or("repo.mode pull-request without repo.forge")?;
+    let forge = Forge::new(forge).map_err(|e| e.to_string())?;
+    let base = repo.target_branch();
+    let open = forge
+        .find_open(CERT_BRANCH, base)
+        .await
+        .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+    if open.is_none() || pushed.is_some() {
+        let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
+        let ask = crate::forge::Proposal {
+            branch: CERT_BRANCH,
+            base,
+            title,
+            body,
+        };
+        let (pr, action) = forge
+            .open_or_update(&ask, open)
+            .await
+            .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+        tracing::info!(number = pr.number, url = %pr.url, ?action, "sealing certificate pull request");
+    }
+    Ok(pushed)
 }
 
 fn inside(path: &Path, repo: &Path) -> Option<std::path::PathBuf> {
