@@ -6,6 +6,8 @@
 //! certificates; the demo sealing key from keys/demo/. Then: a first rotation, a second
 //! that commits nothing, a rebuild of one spoke, the CA change detected and committed,
 //! the new commit unsealed and proven against the rebuilt spoke, and the fleet repo's log.
+//! A simulated hub (src/sim/hub.rs: the controller holding the demo key, and Flux) serves
+//! the sealing certificate and shows each pushed credential Synced and Ready.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
@@ -219,6 +221,40 @@ pub fn run() -> Result<(), String> {
         );
         spokes.push(s);
     }
+    // The hub: the Sealed Secrets controller (holding the demo key) and Flux, applying
+    // what the fleet repo's main holds.
+    let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "keys/demo/tls.key")
+        .map_err(|e| e.to_string())?;
+    let source_remote = remote.clone();
+    let source: crate::sim::hub::Source = std::sync::Arc::new(move |file: &str| {
+        git(&source_remote, &["show", &format!("main:{file}")])
+            .ok()
+            .map(String::into_bytes)
+    });
+    let hub_api = crate::sim::hub::HubSim::start(
+        sim.handle(),
+        "kube-system",
+        "sealed-secrets-controller",
+        DEMO_CERT_PEM,
+        keys,
+        source,
+    )
+    .map_err(|e| format!("the simulated hub: {e}"))?;
+    for s in &spokes {
+        hub_api.add_spoke(crate::sim::hub::SimSpoke {
+            secret_namespace: "flux-system".into(),
+            secret_name: format!("{}-kubeconfig", s.name),
+            kustomization_namespace: "flux-system".into(),
+            kustomization_name: s.name.into(),
+            file: format!("fluxcd/{}-kubeconfig-sealed.yaml", s.name),
+        });
+    }
+    let hub_kubeconfig = root_path.join("hub.kubeconfig");
+    std::fs::write(&hub_kubeconfig, hub_api.kubeconfig_yaml()).map_err(|e| e.to_string())?;
+    say!(
+        "   hub   API on http://{}: the Sealed Secrets controller (demo key) and Flux",
+        hub_api.addr
+    );
     let cert = root_path.join("sealed-secrets-demo.pem");
     std::fs::write(&cert, DEMO_CERT_PEM).map_err(|e| e.to_string())?;
     let mut yaml = format!(
@@ -233,6 +269,10 @@ pub fn run() -> Result<(), String> {
             s.k3s_yaml().display()
         ));
     }
+    yaml.push_str(&format!(
+        "hub:\n  kubeconfig: {}\n  verify_timeout: 20s\n",
+        hub_kubeconfig.display()
+    ));
     let config_path = root_path.join("spokekeeper.yaml");
     std::fs::write(&config_path, &yaml).map_err(|e| e.to_string())?;
     let config = Config::load(&config_path).map_err(|e| e.to_string())?;
@@ -258,12 +298,17 @@ pub fn run() -> Result<(), String> {
         if !report.ok() {
             return Err(format!("{label}: the tick failed (see above)"));
         }
+        if !report.hub_ok() {
+            return Err(format!(
+                "{label}: the hub did not take a pushed credential (see above)"
+            ));
+        }
         Ok(report)
     };
 
     step(
         2,
-        "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed",
+        "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed, then verified on the hub (SealedSecret Synced, Flux reconcile requested, Kustomization Ready)",
     );
     tick("first tick")?;
     step(
@@ -340,6 +385,7 @@ pub fn run() -> Result<(), String> {
         root_path.display()
     );
     drop(ctx);
+    drop(hub_api);
     drop(spokes);
     sim.shutdown_timeout(Duration::from_secs(2));
     Ok(())

@@ -36,6 +36,8 @@ pub struct Context {
     pub live_timeout: Duration,
     /// When each spoke was last re-extracted (in memory: a fresh process re-checks once).
     verified: Mutex<HashMap<String, OffsetDateTime>>,
+    /// `spokekeeper demo`: the demo key is allowed, also from the (simulated) hub.
+    demo: bool,
 }
 
 impl Context {
@@ -54,7 +56,15 @@ impl Context {
 
     /// For `spokekeeper demo` only: allows the demo key.
     pub fn for_demo(config: Config, sealing: SealingKey, repo: Repo) -> Context {
-        Self::unchecked(config, sealing, repo)
+        Context {
+            demo: true,
+            ..Self::unchecked(config, sealing, repo)
+        }
+    }
+
+    /// Whether this is the demo's context, where the demo key is allowed.
+    pub fn is_demo(&self) -> bool {
+        self.demo
     }
 
     fn unchecked(config: Config, sealing: SealingKey, repo: Repo) -> Context {
@@ -65,6 +75,7 @@ impl Context {
             probe_timeout: Duration::from_secs(10),
             live_timeout: Duration::from_secs(20),
             verified: Mutex::new(HashMap::new()),
+            demo: false,
         }
     }
 }
