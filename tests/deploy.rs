@@ -925,12 +925,40 @@ fn served_metric_names() -> BTreeSet<String> {
                 },
                 None,
             ),
+            spoke(
+                "prod",
+                Outcome::Pending {
+                    branch: "spokekeeper/prod".into(),
+                    commit: None,
+                    pull_request: Some(spokekeeper::forge::PullRequest {
+                        number: 7,
+                        url: "https://github.com/org/fleet/pull/7".into(),
+                        created_at: time::OffsetDateTime::now_utc(),
+                    }),
+                    change: None,
+                    pending_seconds: Some(60),
+                },
+                Some(Reason::Initial),
+            ),
         ],
         pushed: true,
         repo_error: None,
         sealing: None,
         sealing_key: None,
     };
+    // The pushed credential as the hub took it.
+    let mut report = report;
+    let check = |ok| spokekeeper::hub::verify::Check {
+        ok,
+        status: "True".into(),
+        reason: None,
+        message: String::new(),
+    };
+    report.spokes[0].hub = Some(spokekeeper::hub::verify::HubReport {
+        synced: check(true),
+        ready: Some(check(true)),
+        requested_at: None,
+    });
     let metrics = spokekeeper::metrics::Metrics::new();
     metrics.observe_tick(
         &report,
@@ -1009,6 +1037,9 @@ fn prometheus_rules_use_served_metrics_and_grade_like_the_daemon() {
         "spokekeeper_spoke_up",
         "spokekeeper_errors_total",
         "spokekeeper_last_tick_timestamp_seconds",
+        "spokekeeper_hub_synced",
+        "spokekeeper_hub_ready",
+        "spokekeeper_pending_review_age_seconds",
     ] {
         assert!(used.contains(m), "no alert on {m}");
     }
@@ -1349,4 +1380,60 @@ fn dockerfile_builds_in_stages_and_runs_as_a_user_with_ssh_and_git() {
         Some("/usr/local/bin/spokekeeper")
     );
     assert!(matches!(parse_cli(&json("CMD")).command, Sub::Run(_)));
+}
+
+#[test]
+fn chart_mounts_the_forge_token_for_review_mode() {
+    let values = "forgeTokenSecret: fleet-forge\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: gitlab\n      url: https://gitlab.example.org\n      repository: infra/fleet\n      token_env: LEFT_OVER\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
+    let objects = read_all(&render_with(values), "chart (review mode)");
+    let text = config_text(&objects);
+    let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
+        .unwrap_or_else(|e| panic!("the chart's spokekeeper.yaml is refused: {e}\n{text}"));
+    let forge = config.repo.forge.expect("repo.forge kept");
+    assert_eq!(
+        forge.token,
+        spokekeeper::config::TokenSource::File("/etc/spokekeeper/forge/token".into()),
+        "the chart points token_file at the mounted Secret, replacing token_env"
+    );
+    let pod = deployment(&objects)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "forge")
+        .expect("a forge volume");
+    let secret = volume.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("fleet-forge"));
+    assert_eq!(secret.default_mode, Some(0o440));
+    let main = pod
+        .containers
+        .iter()
+        .find(|c| c.name == "spokekeeper")
+        .unwrap();
+    let mount = main
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "forge")
+        .expect("the forge token is mounted");
+    assert_eq!(mount.mount_path, "/etc/spokekeeper/forge");
+    assert_eq!(mount.read_only, Some(true));
+    // Without the value, nothing is mounted.
+    let defaults = read_all(&render(&[]), "chart (defaults)");
+    let pod = deployment(&defaults)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap();
+    assert!(pod.volumes.iter().flatten().all(|v| v.name != "forge"));
 }

@@ -51,6 +51,12 @@ A relative sealing.cert is taken inside the fleet repo.
 {{- $_ := set $ssh "known_hosts" "/etc/spokekeeper/ssh/known_hosts" -}}
 {{- $_ := set $c "ssh" $ssh -}}
 {{- $_ := set $c "metrics" (dict "listen" (printf "0.0.0.0:%d" (int .Values.metrics.port))) -}}
+{{- if .Values.forgeTokenSecret -}}
+{{- $forge := $repo.forge | default dict -}}
+{{- $_ := unset $forge "token_env" -}}
+{{- $_ := set $forge "token_file" "/etc/spokekeeper/forge/token" -}}
+{{- $_ := set $repo "forge" $forge -}}
+{{- end -}}
 {{- if .Values.hub.enabled -}}
 {{- $ctl := .Values.hub.controller -}}
 {{- $_ := set $c "hub" (dict "controller" (dict "namespace" $ctl.namespace "name" $ctl.name "port" $ctl.port) "verify_timeout" .Values.hub.verifyTimeout) -}}
