@@ -672,3 +672,68 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
         "the clone is left clean: {status}"
     );
 }
+
+/// A fresh install: nothing pinned yet. The controller's certificate is fetched, every
+/// spoke sealed to it, and the certificate pinned in the fleet repo by the same tick.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_start_without_a_pinned_certificate_fetches_and_pins_it() {
+    let l = lab(2, "  verify_timeout: 10s\n");
+    git(&l.fleet.clone, &["rm", "--quiet", PINNED]);
+    git(
+        &l.fleet.clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "nothing pinned yet",
+        ],
+    );
+    git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    assert!(!l.fleet.clone.join(PINNED).exists());
+
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let log = l.fleet.remote_log();
+    assert!(
+        log[2].starts_with("sealing: pin the controller's certificate sha256:"),
+        "pinned before the spokes' commits: {log:?}"
+    );
+    assert_eq!(
+        git(&l.fleet.remote, &["show", &format!("main:{PINNED}")]),
+        cert("key")
+    );
+    let fp = report["sealing"]["sha256"].as_str().unwrap().to_string();
+    for i in 0..2 {
+        assert_eq!(action(&report, i), "rotated", "{report}");
+        let sealed = l.sealed(i);
+        assert_eq!(sealed.annotations["spokekeeper.io/sealing-cert-sha256"], fp);
+        let mut secret = sealed.unseal(&[key("key")]).expect("the controller's key");
+        authenticates(&secret.data.remove("value").unwrap()).await;
+    }
+    // Pinned once: the next tick has nothing to do.
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(l.fleet.remote_log().len(), log.len(), "{report}");
+    l.assert_within_access();
+}
+
+/// Nothing pinned and no hub answering: a clear error naming sealing.cert and the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn first_start_without_a_pinned_certificate_or_a_hub_says_what_to_do() {
+    let l = lab(1, "");
+    std::fs::remove_file(l.fleet.clone.join(PINNED)).unwrap();
+    l.hub.set_controller(Controller::Down);
+    let (code, out, err) = l.fleet.rotate(&["--all"]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("sealing.cert")
+            && err.contains("does not exist yet")
+            && err.contains("kubeseal --fetch-cert"),
+        "{err}"
+    );
+    assert_eq!(l.fleet.remote_log().len(), 2, "nothing committed");
+}

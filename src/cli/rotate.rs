@@ -3,13 +3,10 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use time::OffsetDateTime;
-
 use super::{Format, fail, out};
 use crate::config::Config;
 use crate::repo::Repo;
 use crate::rotate::{self, Context, Options, Outcome, TickReport};
-use crate::seal::SealingKey;
 
 #[derive(Debug, clap::Args)]
 pub struct RotateArgs {
@@ -81,18 +78,7 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
 
 /// Loads the sealing key, opens the repo and runs one tick.
 pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, String> {
-    let pem = std::fs::read(&config.sealing_cert).map_err(|e| {
-        format!(
-            "cannot read sealing.cert {}: {e}",
-            config.sealing_cert.display()
-        )
-    })?;
-    let sealing = SealingKey::from_pem(
-        &pem,
-        &config.sealing_cert.display().to_string(),
-        OffsetDateTime::now_utc(),
-    )
-    .map_err(|e| format!("sealing.cert: {e}"))?;
+    let sealing = crate::hub::cert::initial(&config).await?;
     let repo = Repo::open(&config.repo)
         .await
         .map_err(|e| format!("repo.path: {e}"))?;

@@ -54,18 +54,7 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
         sha256: pinned.fingerprint().to_string(),
         ..CertReport::default()
     };
-    let fetched = tokio::time::timeout(2 * CALL_TIMEOUT, async {
-        let hub = Hub::connect(cfg).await?;
-        hub.fetch_cert().await
-    })
-    .await
-    .unwrap_or_else(|_| {
-        Err(format!(
-            "no answer within {}s",
-            (2 * CALL_TIMEOUT).as_secs()
-        ))
-    });
-    let pem = match fetched {
+    let pem = match fetch(cfg).await {
         Ok(pem) => pem,
         Err(e) => {
             tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: sealing to the pinned copy");
@@ -96,6 +85,18 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
         }
     };
     if key.fingerprint() == pinned.fingerprint() {
+        // First start from the hub (see `initial`): the certificate is not pinned yet.
+        if !dry_run && !ctx.config.sealing_cert.exists() {
+            let message = format!(
+                "sealing: pin the controller's certificate {}\n\n{}\nFetched from {source}, as kubeseal --fetch-cert does.\n",
+                short(key.fingerprint()),
+                key.fingerprint()
+            );
+            if let Err(e) = pin(ctx, pem.as_bytes(), &message).await {
+                tracing::error!(error = %e, "cannot pin the controller's certificate");
+                report.error = Some(format!("cannot pin the certificate: {e}"));
+            }
+        }
         return (pinned, Some(report));
     }
     let mut renewed = Renewed {
@@ -106,7 +107,14 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
     tracing::info!(old = %renewed.old, new = %renewed.new, "the controller's sealing certificate changed: re-sealing every spoke");
     report.sha256 = renewed.new.clone();
     if !dry_run {
-        match pin(ctx, pem.as_bytes(), &renewed).await {
+        let message = format!(
+            "sealing: controller certificate renewed {} -> {}\n\nold: {}\nnew: {}\nEvery spoke is re-sealed to the new certificate.\n",
+            short(&renewed.old),
+            short(&renewed.new),
+            renewed.old,
+            renewed.new
+        );
+        match pin(ctx, pem.as_bytes(), &message).await {
             Ok(commit) => renewed.commit = commit,
             Err(e) => {
                 tracing::error!(error = %e, "cannot pin the renewed sealing certificate (sealing to it anyway)");
@@ -116,6 +124,53 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
     }
     report.renewed = Some(renewed);
     (key, Some(report))
+}
+
+/// The controller's certificate PEM, bounded in time.
+async fn fetch(cfg: &crate::config::HubConfig) -> Result<String, String> {
+    tokio::time::timeout(2 * CALL_TIMEOUT, async {
+        let hub = Hub::connect(cfg).await?;
+        hub.fetch_cert().await
+    })
+    .await
+    .unwrap_or_else(|_| {
+        Err(format!(
+            "no answer within {}s",
+            (2 * CALL_TIMEOUT).as_secs()
+        ))
+    })
+}
+
+/// The sealing key a process starts with: sealing.cert, or, when that file does not
+/// exist yet and `hub:` is configured, the controller's certificate (the first tick
+/// pins it). Any other problem with sealing.cert is an error that names it.
+pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, String> {
+    let path = &config.sealing_cert;
+    let now = OffsetDateTime::now_utc();
+    match std::fs::read(path) {
+        Ok(pem) => SealingKey::from_pem(&pem, &path.display().to_string(), now)
+            .map_err(|e| format!("sealing.cert: {e}")),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.hub.is_some() => {
+            let cfg = config.hub.as_ref().expect("checked");
+            let source = format!(
+                "the controller's certificate ({}/{})",
+                cfg.controller.namespace, cfg.controller.name
+            );
+            let pem = fetch(cfg).await.map_err(|f| {
+                format!(
+                    "sealing.cert {} does not exist yet and the hub cannot give it: {f} \
+                     (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
+                    path.display(),
+                    path.display()
+                )
+            })?;
+            let key = SealingKey::from_pem(pem.as_bytes(), &source, now)
+                .map_err(|e| format!("{source}: {e}"))?;
+            tracing::info!(sha256 = %key.fingerprint(), path = %path.display(), "sealing.cert does not exist yet: using the controller's certificate; the tick pins it");
+            Ok(key)
+        }
+        Err(e) => Err(format!("cannot read sealing.cert {}: {e}", path.display())),
+    }
 }
 
 /// sealing.cert as it is now on disk; the key loaded at start when it cannot be read.
@@ -133,27 +188,20 @@ fn pinned(ctx: &Context, now: OffsetDateTime) -> SealingKey {
 }
 
 /// Writes sealing.cert atomically; commits it when it is inside the fleet repo.
-async fn pin(ctx: &Context, pem: &[u8], renewed: &Renewed) -> Result<Option<String>, String> {
+async fn pin(ctx: &Context, pem: &[u8], message: &str) -> Result<Option<String>, String> {
     let path = &ctx.config.sealing_cert;
     let Some(rel) = inside(path, ctx.repo.path()) else {
         crate::fsutil::write_atomic(path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(None);
     };
-    let message = format!(
-        "sealing: controller certificate renewed {} -> {}\n\nold: {}\nnew: {}\nEvery spoke is re-sealed to the new certificate.\n",
-        short(&renewed.old),
-        short(&renewed.new),
-        renewed.old,
-        renewed.new
-    );
     if ctx.config.repo.mode == RepoMode::PullRequest {
-        return propose(ctx, &rel, pem, &message).await;
+        return propose(ctx, &rel, pem, message).await;
     }
     ctx.repo
         .write_atomic(&rel, pem)
         .map_err(|e| e.to_string())?;
     ctx.repo
-        .commit(&rel, &message)
+        .commit(&rel, message)
         .await
         .map_err(|e| e.to_string())
 }
