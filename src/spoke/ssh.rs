@@ -81,6 +81,11 @@ pub(crate) async fn read_file(
     })?;
     let session = connect(&dir, address, s, &target).await?;
     let result = timeout(s.command_timeout, run_cat(&session, s, path, &target)).await;
+    if result.is_err() {
+        // The remote command still runs: a polite close only stops the master, which
+        // then waits for it, no longer named after our directory ("ssh: [stopped mux]").
+        terminate_processes_under(dir.path());
+    }
     let closed = timeout(CLOSE_TIMEOUT, session.close()).await;
     if result.is_ok() && matches!(closed, Ok(Ok(()))) {
         dir.clean = true;
@@ -502,7 +507,8 @@ impl Drop for SessionDir {
     }
 }
 
-/// Linux: finds our own ssh processes by the unique session directory in their argv.
+/// Linux: finds our own ssh processes by the unique session directory in their command
+/// line (the master retitles itself "ssh: DIR/SOCKET [mux]", one string).
 fn terminate_processes_under(dir: &Path) {
     let mut prefix = dir.as_os_str().as_bytes().to_vec();
     prefix.push(b'/');
@@ -521,8 +527,8 @@ fn terminate_processes_under(dir: &Path) {
             continue;
         };
         if cmdline
-            .split(|b| *b == 0)
-            .any(|arg| arg.starts_with(&prefix))
+            .windows(prefix.len())
+            .any(|w| w == prefix.as_slice())
             && let Some(pid) = rustix::process::Pid::from_raw(pid)
         {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
