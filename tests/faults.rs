@@ -12,7 +12,7 @@
 //! | kubeconfig truncated mid-file | `kubeconfig_truncated_mid_file` |
 //! | push rejected | `push_rejected` |
 //! | remote unreachable | `remote_unreachable` |
-//! | disk full while writing | `disk_full_while_writing` |
+//! | disk full while writing | `disk_full_while_writing` (tmpfs), `killed_mid_write_by_the_file_size_limit` (RLIMIT_FSIZE) |
 //! | SIGKILL between commit and push | `sigkill_between_commit_and_push` |
 //! | SIGKILL between write and commit | `sigkill_between_write_and_commit` |
 //! | two `rotate` runs at once | `two_runs_at_once_never_interleave` |
@@ -697,6 +697,52 @@ async fn two_runs_at_once_never_interleave() {
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(action(&report, 0), "healthy");
+    authenticates(&fleet.unsealed(0)).await;
+    assert_clean_clone(&fleet.clone);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn killed_mid_write_by_the_file_size_limit() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    let committed = fleet.remote_file(0);
+    // RLIMIT_FSIZE of 4 KiB: writing the sealed manifest (larger) raises SIGXFSZ, which
+    // kills the process mid-write.
+    let out = Command::new("sh")
+        .arg("-c")
+        .arg("ulimit -f 8; exec \"$0\" --config \"$1\" rotate --all --force")
+        .arg(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg(&fleet.config)
+        .output()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        out.status.signal(),
+        Some(rustix::process::Signal::XFSZ.as_raw()),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let leftovers: Vec<String> = std::fs::read_dir(fleet.clone.join("fluxcd"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".spokekeeper-"))
+        .collect();
+    assert_eq!(
+        leftovers.len(),
+        1,
+        "a partial temporary file: {leftovers:?}"
+    );
+    intact(&fleet, 0, &committed).await;
+    assert_eq!(
+        std::fs::read_to_string(fleet.output(0)).unwrap(),
+        committed,
+        "the file itself was never half-written"
+    );
+    fleet.assert_no_plaintext();
+    let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated");
     authenticates(&fleet.unsealed(0)).await;
     assert_clean_clone(&fleet.clone);
 }
