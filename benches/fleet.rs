@@ -11,7 +11,8 @@
 //! - SSH key exchange: the client's cost of a handshake per KexAlgorithms choice.
 //!
 //! `cargo bench --bench fleet` runs N = 10, 100, 1000; `cargo test` runs a smoke round.
-//! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes.
+//! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes,
+//! FLEET_BENCH_CONCURRENCY=8,32 the `--concurrency` values tried for each tick.
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -261,11 +262,12 @@ fn baseline(nodes: &[Node]) -> (Measured, usize) {
     (m, commits - 1)
 }
 
-/// `rounds` sequential `ssh true` with spokekeeper's options and `kex` (None: ssh's default).
-fn handshakes(node: &Node, kex: Option<&str>, rounds: usize) -> Measured {
-    let mut script = String::from("set -eu\n");
+/// `rounds` sequential `ssh true` with spokekeeper's options and `kex` (None: ssh's
+/// default), in each of `parallel` loops at once.
+fn handshakes(node: &Node, kex: Option<&str>, rounds: usize, parallel: usize) -> Measured {
+    let mut one = String::new();
     for _ in 0..rounds {
-        script.push_str(&format!(
+        one.push_str(&format!(
             "ssh -n -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} \
              -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes -i {} -p {} {} root@{} true\n",
             node.known_hosts_path.display(),
@@ -276,6 +278,11 @@ fn handshakes(node: &Node, kex: Option<&str>, rounds: usize) -> Measured {
             node.address
         ));
     }
+    let mut script = String::from("set -eu\npids=\n");
+    for _ in 0..parallel {
+        script.push_str(&format!("( set -e\n{one}) &\npids=\"$pids $!\"\n"));
+    }
+    script.push_str("for p in $pids; do wait $p; done\n");
     let mut cmd = Command::new("sh");
     cmd.arg("-c").arg(script);
     let m = measure(cmd);
@@ -305,6 +312,12 @@ fn main() {
     let full = std::env::args().any(|a| a == "--bench");
     let ssh_sizes = sizes("FLEET_BENCH_SSH", full, &[10, 100], &[2]);
     let tls_sizes = sizes("FLEET_BENCH_TLS", full, &[1000], &[3]);
+    // 8 (the default) must be among them: the ratio to the baseline uses it.
+    let concurrency = sizes("FLEET_BENCH_CONCURRENCY", full, &[8, 32], &[8]);
+    assert!(
+        concurrency.contains(&8),
+        "FLEET_BENCH_CONCURRENCY must include 8"
+    );
     let lab = Lab::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
@@ -346,23 +359,29 @@ fn main() {
             commits: Some(fleet.commits() - commits),
         });
 
-        for node in &mut fleet.nodes {
-            node.rebuild();
+        let mut rebuilt_wall = Duration::MAX;
+        for &c in &concurrency {
+            for node in &mut fleet.nodes {
+                node.rebuild();
+            }
+            let logins = ssh_logins(&fleet.nodes);
+            let commits = fleet.commits();
+            let rebuilt = fleet.rotate(&["--concurrency", &c.to_string()]);
+            assert_eq!(rebuilt.code, 0, "rebuilt tick: {}", rebuilt.stderr);
+            assert_eq!(actions(&rebuilt).get("rotated"), Some(&n));
+            rows.push(Row {
+                what: format!("all rebuilt tick, c={c}"),
+                n,
+                wall: rebuilt.wall,
+                cpu: rebuilt.cpu,
+                peak_kib: Some(rebuilt.peak_kib),
+                ssh: Some(ssh_logins(&fleet.nodes) - logins),
+                commits: Some(fleet.commits() - commits),
+            });
+            if c == 8 {
+                rebuilt_wall = rebuilt.wall;
+            }
         }
-        let logins = ssh_logins(&fleet.nodes);
-        let commits = fleet.commits();
-        let rebuilt = fleet.rotate(&[]);
-        assert_eq!(rebuilt.code, 0, "rebuilt tick: {}", rebuilt.stderr);
-        assert_eq!(actions(&rebuilt).get("rotated"), Some(&n));
-        rows.push(Row {
-            what: "all rebuilt tick".into(),
-            n,
-            wall: rebuilt.wall,
-            cpu: rebuilt.cpu,
-            peak_kib: Some(rebuilt.peak_kib),
-            ssh: Some(ssh_logins(&fleet.nodes) - logins),
-            commits: Some(fleet.commits() - commits),
-        });
 
         let logins = ssh_logins(&fleet.nodes);
         let (manual, manual_commits) = baseline(&fleet.nodes);
@@ -375,7 +394,7 @@ fn main() {
             ssh: Some(ssh_logins(&fleet.nodes) - logins),
             commits: Some(manual_commits),
         });
-        ratios.push((n, rebuilt.wall, manual.wall));
+        ratios.push((n, rebuilt_wall, manual.wall));
     }
 
     for &n in &tls_sizes {
@@ -388,19 +407,21 @@ fn main() {
             "N={n} (TLS-only): lab and first tick in {:.1}s",
             setup.elapsed().as_secs_f64()
         );
-        let commits = fleet.commits();
-        let healthy = fleet.rotate(&[]);
-        assert_eq!(healthy.code, 0, "healthy tick: {}", healthy.stderr);
-        assert_eq!(actions(&healthy).get("healthy"), Some(&n));
-        rows.push(Row {
-            what: "healthy tick (TLS-only)".into(),
-            n,
-            wall: healthy.wall,
-            cpu: healthy.cpu,
-            peak_kib: Some(healthy.peak_kib),
-            ssh: Some(0),
-            commits: Some(fleet.commits() - commits),
-        });
+        for &c in &concurrency {
+            let commits = fleet.commits();
+            let healthy = fleet.rotate(&["--concurrency", &c.to_string()]);
+            assert_eq!(healthy.code, 0, "healthy tick: {}", healthy.stderr);
+            assert_eq!(actions(&healthy).get("healthy"), Some(&n));
+            rows.push(Row {
+                what: format!("healthy tick, TLS, c={c}"),
+                n,
+                wall: healthy.wall,
+                cpu: healthy.cpu,
+                peak_kib: Some(healthy.peak_kib),
+                ssh: Some(0),
+                commits: Some(fleet.commits() - commits),
+            });
+        }
     }
 
     print(&rows);
@@ -420,7 +441,7 @@ fn main() {
     });
     let rounds = if full { 30 } else { 2 };
     for kex in [None, Some("curve25519-sha256")] {
-        let m = handshakes(&node, kex, rounds);
+        let m = handshakes(&node, kex, rounds, 1);
         println!(
             "ssh handshake, KexAlgorithms {:<32} wall {:>6.1} ms, client CPU {:>5.1} ms (mean of {rounds})",
             kex.unwrap_or("(default)"),
@@ -428,16 +449,22 @@ fn main() {
             m.cpu.as_secs_f64() * 1000.0 / rounds as f64,
         );
     }
+    // The machine's limit for session setup: 8 loops of `ssh true` at once.
+    let m = handshakes(&node, Some("curve25519-sha256"), rounds, 8);
+    println!(
+        "ssh sessions, curve25519-sha256, 8 at once: {:.1} sessions/s",
+        (8 * rounds) as f64 / m.wall.as_secs_f64()
+    );
 }
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<24} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8}",
+        "{:<28} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8}",
         "run", "N", "wall s", "per spoke", "CPU s", "peak MiB", "SSH", "commits"
     );
     for r in rows {
         println!(
-            "{:<24} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8}",
+            "{:<28} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8}",
             r.what,
             r.n,
             r.wall.as_secs_f64(),
