@@ -3,6 +3,9 @@
 use std::io::Write;
 use std::path::Path;
 
+/// How temporary files start; a process killed mid-write leaves one behind.
+pub const TEMP_PREFIX: &str = ".spokekeeper-";
+
 /// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path`
 /// and fsyncs the directory. Readers see the old file or the new one, never a mix.
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
@@ -11,7 +14,7 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         _ => Path::new("."),
     };
     let mut tmp = tempfile::Builder::new()
-        .prefix(".spokekeeper-")
+        .prefix(TEMP_PREFIX)
         .tempfile_in(dir)?;
     tmp.write_all(bytes)?;
     tmp.as_file().sync_all()?;

@@ -131,6 +131,7 @@ impl Repo {
             self.git(["reset", "--hard", "--quiet", "HEAD"]).await?;
         }
         self.abort_stale_rebase().await;
+        self.remove_stale_temp_files().await;
         self.git(["fetch", "--quiet", &self.remote, &self.branch])
             .await?;
         self.git(["checkout", "--quiet", &self.branch]).await?;
@@ -153,6 +154,26 @@ impl Repo {
         if lock.exists() {
             tracing::warn!(path = %lock.display(), "removing a stale git index lock left by an interrupted run");
             let _ = std::fs::remove_file(&lock);
+        }
+    }
+
+    /// A run killed while writing leaves its temporary file beside the output (never
+    /// committed, but it would stay forever). Call only under [`Repo::lock`].
+    async fn remove_stale_temp_files(&self) {
+        let Ok(untracked) = self.git(["ls-files", "--others", "-z"]).await else {
+            return;
+        };
+        for rel in untracked.split('\0') {
+            let stale = Path::new(rel)
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with(crate::fsutil::TEMP_PREFIX));
+            if stale {
+                tracing::warn!(
+                    file = rel,
+                    "removing a temporary file left by an interrupted run"
+                );
+                let _ = std::fs::remove_file(self.path.join(rel));
+            }
         }
     }
 

@@ -81,6 +81,11 @@ pub(crate) async fn read_file(
     })?;
     let session = connect(&dir, address, s, &target).await?;
     let result = timeout(s.command_timeout, run_cat(&session, s, path, &target)).await;
+    if result.is_err() {
+        // The remote command still runs: a polite close only stops the master, which
+        // then waits for it, no longer named after our directory ("ssh: [stopped mux]").
+        terminate_processes_under(dir.path());
+    }
     let closed = timeout(CLOSE_TIMEOUT, session.close()).await;
     if result.is_ok() && matches!(closed, Ok(Ok(()))) {
         dir.clean = true;
@@ -451,6 +456,12 @@ fn ssh_config(s: &SshSettings) -> Result<String, String> {
         "RequestTTY no".into(),
         "EscapeChar none".into(),
         "ConnectionAttempts 1".into(),
+        // curve25519 first: the default sntrup761 hybrid costs the client ~7x the CPU of
+        // a handshake (measured in benches/fleet.rs). What it protects against, a recorded
+        // session decrypted years later, does not fit a kubeconfig whose client
+        // certificate expires within a year. The rest: for servers without curve25519
+        // (FIPS mode); all known to OpenSSH >= 7.3.
+        "KexAlgorithms curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,ecdh-sha2-nistp384,ecdh-sha2-nistp521,diffie-hellman-group16-sha512,diffie-hellman-group18-sha512,diffie-hellman-group14-sha256".into(),
         // A node that stops answering mid-session is dropped by ssh itself too.
         format!("ServerAliveInterval {alive}"),
         "ServerAliveCountMax 3".into(),
@@ -502,7 +513,8 @@ impl Drop for SessionDir {
     }
 }
 
-/// Linux: finds our own ssh processes by the unique session directory in their argv.
+/// Linux: finds our own ssh processes by the unique session directory in their command
+/// line (the master retitles itself "ssh: DIR/SOCKET [mux]", one string).
 fn terminate_processes_under(dir: &Path) {
     let mut prefix = dir.as_os_str().as_bytes().to_vec();
     prefix.push(b'/');
@@ -521,8 +533,8 @@ fn terminate_processes_under(dir: &Path) {
             continue;
         };
         if cmdline
-            .split(|b| *b == 0)
-            .any(|arg| arg.starts_with(&prefix))
+            .windows(prefix.len())
+            .any(|w| w == prefix.as_slice())
             && let Some(pid) = rustix::process::Pid::from_raw(pid)
         {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::TERM);
@@ -604,6 +616,7 @@ mod tests {
         assert!(c.contains("    StrictHostKeyChecking yes\n"));
         assert!(c.contains("    ServerAliveInterval 10\n"));
         assert!(c.contains("    ProxyCommand none\n"));
+        assert!(c.contains("    KexAlgorithms curve25519-sha256,"));
     }
 
     #[test]

@@ -1,0 +1,479 @@
+//! A whole fleet through the binary: `spokekeeper rotate --all` against N lab spokes, and
+//! beside it, in the same run on the same nodes, the manual procedure as a shell loop.
+//!
+//! Per N (real sshd per node; N=1000 uses TLS-only nodes read with `source: local`,
+//! which the healthy tick never reads anyway):
+//! - healthy tick (nothing to rotate): wall, CPU (spokekeeper and what it ran), peak RSS,
+//!   SSH logins the nodes' sshd accepted (must be 0);
+//! - every node rebuilt (new CAs), then one tick: wall, per spoke, commits, push;
+//! - baseline: `sh` running, per spoke, `ssh cat`, `sed` the address, a Secret, `spokekeeper
+//!   seal`, `git commit`; one `git push` at the end; the ratio spokekeeper / baseline;
+//! - SSH key exchange: the client's cost of a handshake per KexAlgorithms choice.
+//!
+//! `cargo bench --bench fleet` runs N = 10, 100, 1000; `cargo test` runs a smoke round.
+//! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes,
+//! FLEET_BENCH_CONCURRENCY=8,32 the `--concurrency` values tried for each tick.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use support::fleet::{config_yaml, vectors};
+use support::git::{fleet_remote, git};
+use support::{Lab, Node, NodeOptions};
+
+const BIN: &str = env!("CARGO_BIN_EXE_spokekeeper");
+
+/// One process run: wall, CPU of it and everything it waited for, its peak RSS.
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+    peak_kib: u64,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd`, sampling its VmHWM until it exits; CPU from this process's cutime+cstime.
+fn measure(mut cmd: Command) -> Measured {
+    let cpu0 = children_cpu();
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let peak = Arc::new(AtomicU64::new(0));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(Ordering::Relaxed) {
+                if let Some(kib) = status_kib(pid, "VmHWM:") {
+                    peak.fetch_max(kib, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        })
+    };
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let err_reader = std::thread::spawn(move || {
+        let _ = err_pipe.read_to_string(&mut stderr);
+        stderr
+    });
+    let _ = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout);
+    let status = child.wait().expect("wait");
+    let wall = started.elapsed();
+    done.store(true, Ordering::Relaxed);
+    sampler.join().expect("sampler");
+    Measured {
+        wall,
+        cpu: children_cpu().saturating_sub(cpu0),
+        peak_kib: peak.load(Ordering::Relaxed),
+        code: status.code().unwrap_or(-1),
+        stdout,
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU time of every child this process has reaped (and theirs): cutime + cstime.
+fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let rest = stat.rsplit_once(')').expect("stat").1;
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    // Fields 16 and 17 (cutime, cstime), counted from the state field (3); in USER_HZ,
+    // which the /proc ABI fixes at 100.
+    Duration::from_millis((f[13] + f[14]) * 10)
+}
+
+/// SSH logins every node's sshd has accepted so far.
+fn ssh_logins(nodes: &[Node]) -> usize {
+    nodes
+        .iter()
+        .map(|n| {
+            std::fs::read_to_string(n.dir.join("sshd.log"))
+                .unwrap_or_default()
+                .matches("Accepted publickey")
+                .count()
+        })
+        .sum()
+}
+
+struct Fleet {
+    nodes: Vec<Node>,
+    _dir: tempfile::TempDir,
+    remote: PathBuf,
+    config: PathBuf,
+}
+
+impl Fleet {
+    fn new(lab: &Lab, n: usize, sshd: bool) -> Fleet {
+        let opts = NodeOptions {
+            sshd,
+            ..NodeOptions::default()
+        };
+        let nodes = lab.add_nodes(n, &opts);
+        let dir = support::scratch_dir();
+        let (remote, mut clones) = fleet_remote(dir.path(), 1);
+        let clone = clones.remove(0);
+        let config = dir.path().join("spokekeeper.yaml");
+        let yaml = if sshd {
+            config_yaml(&clone, &nodes, "")
+        } else {
+            local_config(&clone, &nodes)
+        };
+        std::fs::write(&config, yaml).expect("write config");
+        Fleet {
+            nodes,
+            _dir: dir,
+            remote,
+            config,
+        }
+    }
+
+    fn rotate(&self, extra: &[&str]) -> Measured {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--config")
+            .arg(&self.config)
+            .args(["rotate", "--all", "-o", "json"])
+            .args(extra);
+        measure(cmd)
+    }
+
+    fn commits(&self) -> usize {
+        git(&self.remote, &["rev-list", "--count", "main"])
+            .trim()
+            .parse()
+            .expect("count")
+    }
+}
+
+/// TLS-only nodes: the kubeconfig is read on this host (`source: local`).
+fn local_config(clone: &Path, nodes: &[Node]) -> String {
+    let mut yaml = format!(
+        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
+        clone.display(),
+        vectors().join("key/cert.pem").display()
+    );
+    for (i, n) in nodes.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - name: spoke{i}\n    address: {}\n    source: local\n    kubeconfig_path: {}\n",
+            n.address,
+            n.kubeconfig_path.display()
+        ));
+    }
+    yaml
+}
+
+fn actions(m: &Measured) -> std::collections::BTreeMap<String, usize> {
+    let report: serde_json::Value = serde_json::from_str(&m.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", m.stdout, m.stderr));
+    let mut counts = std::collections::BTreeMap::new();
+    for s in report["spokes"].as_array().expect("spokes") {
+        let a = s["action"].as_str().unwrap_or("?").to_string();
+        if a == "failed" && !counts.contains_key("failed") {
+            eprintln!("first failure: {s}");
+        }
+        *counts.entry(a).or_insert(0) += 1;
+    }
+    counts
+}
+
+/// The manual procedure for every spoke, as a POSIX shell loop.
+const BASELINE: &str = r#"set -eu
+list=$1 clone=$2 cert=$3 sk=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+mkdir -p "$clone/fluxcd"
+while read -r name addr port id kh path; do
+  ssh -n -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$kh" \
+      -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes -i "$id" -p "$port" \
+      "root@$addr" cat "$path" > "$work/k3s.yaml"
+  sed "s/127.0.0.1/$addr/" "$work/k3s.yaml" > "$work/hub.yaml"
+  {
+    printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-kubeconfig\n  namespace: flux-system\ntype: Opaque\ndata:\n  value: ' "$name"
+    base64 -w0 "$work/hub.yaml"
+    echo
+  } | "$sk" seal --cert "$cert" > "$clone/fluxcd/$name-kubeconfig-sealed.yaml"
+  git -C "$clone" add "fluxcd/$name-kubeconfig-sealed.yaml"
+  git -C "$clone" -c user.name=ops -c user.email=ops@example.org commit -q -m "rotate $name kubeconfig"
+  rm -f "$work/k3s.yaml" "$work/hub.yaml"
+done < "$list"
+git -C "$clone" push -q origin HEAD:main
+"#;
+
+fn baseline(nodes: &[Node]) -> (Measured, usize) {
+    let dir = support::scratch_dir();
+    let (remote, mut clones) = fleet_remote(dir.path(), 1);
+    let clone = clones.remove(0);
+    let script = dir.path().join("baseline.sh");
+    std::fs::write(&script, BASELINE).expect("write script");
+    let list = dir.path().join("spokes");
+    let lines: String = nodes
+        .iter()
+        .enumerate()
+        .map(|(i, n)| {
+            format!(
+                "spoke{i} {} {} {} {} {}\n",
+                n.address,
+                n.ssh_port,
+                n.identity_path.display(),
+                n.known_hosts_path.display(),
+                n.kubeconfig_path.display()
+            )
+        })
+        .collect();
+    std::fs::write(&list, lines).expect("write list");
+    let mut cmd = Command::new("sh");
+    cmd.arg(&script)
+        .arg(&list)
+        .arg(&clone)
+        .arg(vectors().join("key/cert.pem"))
+        .arg(BIN);
+    let m = measure(cmd);
+    assert_eq!(m.code, 0, "baseline failed: {}", m.stderr);
+    let commits: usize = git(&remote, &["rev-list", "--count", "main"])
+        .trim()
+        .parse()
+        .expect("count");
+    (m, commits - 1)
+}
+
+/// `rounds` sequential `ssh true` with spokekeeper's options and `kex` (None: ssh's
+/// default), in each of `parallel` loops at once.
+fn handshakes(node: &Node, kex: Option<&str>, rounds: usize, parallel: usize) -> Measured {
+    let mut one = String::new();
+    for _ in 0..rounds {
+        one.push_str(&format!(
+            "ssh -n -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile={} \
+             -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes -i {} -p {} {} root@{} true\n",
+            node.known_hosts_path.display(),
+            node.identity_path.display(),
+            node.ssh_port,
+            kex.map(|k| format!("-o KexAlgorithms={k}"))
+                .unwrap_or_default(),
+            node.address
+        ));
+    }
+    let mut script = String::from("set -eu\npids=\n");
+    for _ in 0..parallel {
+        script.push_str(&format!("( set -e\n{one}) &\npids=\"$pids $!\"\n"));
+    }
+    script.push_str("for p in $pids; do wait $p; done\n");
+    let mut cmd = Command::new("sh");
+    cmd.arg("-c").arg(script);
+    let m = measure(cmd);
+    assert_eq!(m.code, 0, "ssh failed: {}", m.stderr);
+    m
+}
+
+struct Row {
+    what: String,
+    n: usize,
+    wall: Duration,
+    cpu: Duration,
+    peak_kib: Option<u64>,
+    ssh: Option<usize>,
+    commits: Option<usize>,
+}
+
+fn sizes(var: &str, full: bool, full_sizes: &[usize], smoke: &[usize]) -> Vec<usize> {
+    match std::env::var(var) {
+        Ok(v) => v.split(',').filter_map(|s| s.trim().parse().ok()).collect(),
+        Err(_) if full => full_sizes.to_vec(),
+        Err(_) => smoke.to_vec(),
+    }
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let ssh_sizes = sizes("FLEET_BENCH_SSH", full, &[10, 100], &[2]);
+    let tls_sizes = sizes("FLEET_BENCH_TLS", full, &[1000], &[3]);
+    // 8 (the default) must be among them: the ratio to the baseline uses it.
+    let concurrency = sizes("FLEET_BENCH_CONCURRENCY", full, &[8, 32], &[8]);
+    assert!(
+        concurrency.contains(&8),
+        "FLEET_BENCH_CONCURRENCY must include 8"
+    );
+    let lab = Lab::new();
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    println!(
+        "fleet benchmark: {cores} cores, {} build of spokekeeper",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+    let mut rows = Vec::new();
+    let mut ratios = Vec::new();
+
+    for &n in &ssh_sizes {
+        let setup = Instant::now();
+        let mut fleet = Fleet::new(&lab, n, true);
+        let first = fleet.rotate(&[]);
+        assert_eq!(first.code, 0, "first tick: {}", first.stderr);
+        assert_eq!(actions(&first).get("rotated"), Some(&n));
+        eprintln!(
+            "N={n}: lab and first tick in {:.1}s",
+            setup.elapsed().as_secs_f64()
+        );
+
+        let logins = ssh_logins(&fleet.nodes);
+        let commits = fleet.commits();
+        let healthy = fleet.rotate(&[]);
+        assert_eq!(healthy.code, 0, "healthy tick: {}", healthy.stderr);
+        assert_eq!(actions(&healthy).get("healthy"), Some(&n));
+        let ssh = ssh_logins(&fleet.nodes) - logins;
+        assert_eq!(ssh, 0, "a healthy tick opens no SSH session");
+        rows.push(Row {
+            what: "healthy tick".into(),
+            n,
+            wall: healthy.wall,
+            cpu: healthy.cpu,
+            peak_kib: Some(healthy.peak_kib),
+            ssh: Some(ssh),
+            commits: Some(fleet.commits() - commits),
+        });
+
+        let mut rebuilt_wall = Duration::MAX;
+        for &c in &concurrency {
+            for node in &mut fleet.nodes {
+                node.rebuild();
+            }
+            let logins = ssh_logins(&fleet.nodes);
+            let commits = fleet.commits();
+            let rebuilt = fleet.rotate(&["--concurrency", &c.to_string()]);
+            assert_eq!(rebuilt.code, 0, "rebuilt tick: {}", rebuilt.stderr);
+            assert_eq!(actions(&rebuilt).get("rotated"), Some(&n));
+            rows.push(Row {
+                what: format!("all rebuilt tick, c={c}"),
+                n,
+                wall: rebuilt.wall,
+                cpu: rebuilt.cpu,
+                peak_kib: Some(rebuilt.peak_kib),
+                ssh: Some(ssh_logins(&fleet.nodes) - logins),
+                commits: Some(fleet.commits() - commits),
+            });
+            if c == 8 {
+                rebuilt_wall = rebuilt.wall;
+            }
+        }
+
+        let logins = ssh_logins(&fleet.nodes);
+        let (manual, manual_commits) = baseline(&fleet.nodes);
+        rows.push(Row {
+            what: "baseline sh loop".into(),
+            n,
+            wall: manual.wall,
+            cpu: manual.cpu,
+            peak_kib: None,
+            ssh: Some(ssh_logins(&fleet.nodes) - logins),
+            commits: Some(manual_commits),
+        });
+        ratios.push((n, rebuilt_wall, manual.wall));
+    }
+
+    for &n in &tls_sizes {
+        let setup = Instant::now();
+        let fleet = Fleet::new(&lab, n, false);
+        let first = fleet.rotate(&[]);
+        assert_eq!(first.code, 0, "first tick: {}", first.stderr);
+        assert_eq!(actions(&first).get("rotated"), Some(&n));
+        eprintln!(
+            "N={n} (TLS-only): lab and first tick in {:.1}s",
+            setup.elapsed().as_secs_f64()
+        );
+        for &c in &concurrency {
+            let commits = fleet.commits();
+            let healthy = fleet.rotate(&["--concurrency", &c.to_string()]);
+            assert_eq!(healthy.code, 0, "healthy tick: {}", healthy.stderr);
+            assert_eq!(actions(&healthy).get("healthy"), Some(&n));
+            rows.push(Row {
+                what: format!("healthy tick, TLS, c={c}"),
+                n,
+                wall: healthy.wall,
+                cpu: healthy.cpu,
+                peak_kib: Some(healthy.peak_kib),
+                ssh: Some(0),
+                commits: Some(fleet.commits() - commits),
+            });
+        }
+    }
+
+    print(&rows);
+    for (n, ours, manual) in &ratios {
+        println!(
+            "N={n}: spokekeeper / baseline wall = {:.2} ({:.2}s / {:.2}s)",
+            ours.as_secs_f64() / manual.as_secs_f64(),
+            ours.as_secs_f64(),
+            manual.as_secs_f64()
+        );
+    }
+
+    // The client's side of one SSH handshake, per key exchange.
+    let node = lab.add_node(NodeOptions {
+        api: false,
+        ..NodeOptions::default()
+    });
+    let rounds = if full { 30 } else { 2 };
+    for kex in [None, Some("curve25519-sha256")] {
+        let m = handshakes(&node, kex, rounds, 1);
+        println!(
+            "ssh handshake, KexAlgorithms {:<32} wall {:>6.1} ms, client CPU {:>5.1} ms (mean of {rounds})",
+            kex.unwrap_or("(default)"),
+            m.wall.as_secs_f64() * 1000.0 / rounds as f64,
+            m.cpu.as_secs_f64() * 1000.0 / rounds as f64,
+        );
+    }
+    // The machine's limit for session setup: 8 loops of `ssh true` at once.
+    let m = handshakes(&node, Some("curve25519-sha256"), rounds, 8);
+    println!(
+        "ssh sessions, curve25519-sha256, 8 at once: {:.1} sessions/s",
+        (8 * rounds) as f64 / m.wall.as_secs_f64()
+    );
+}
+
+fn print(rows: &[Row]) {
+    println!(
+        "{:<28} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8}",
+        "run", "N", "wall s", "per spoke", "CPU s", "peak MiB", "SSH", "commits"
+    );
+    for r in rows {
+        println!(
+            "{:<28} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8}",
+            r.what,
+            r.n,
+            r.wall.as_secs_f64(),
+            r.wall.as_secs_f64() * 1000.0 / r.n as f64,
+            r.cpu.as_secs_f64(),
+            r.peak_kib
+                .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            r.ssh.map_or("-".into(), |s| s.to_string()),
+            r.commits.map_or("-".into(), |c| c.to_string()),
+        );
+    }
+}
