@@ -310,8 +310,9 @@ async fn soak() {
         "the daemon stopped ticking"
     );
     let ticks = daemon.count("tick finished");
-    let rotated = daemon.count("rotated spoke=");
-    let spoke_failures = daemon.count("spoke failed spoke=");
+    // The ticker's lines only: an alert resolving reads "rotation: rotated spoke=" too.
+    let rotated = daemon.count("daemon::ticker: rotated spoke=");
+    let spoke_failures = daemon.count("daemon::ticker: spoke failed spoke=");
     let repo_warnings = daemon.count("fleet repo");
     let panics = daemon.count("panicked");
     if let Ok(path) = std::env::var("SOAK_LOG") {
