@@ -5,7 +5,8 @@
 //! unseals and authenticates, no plaintext key is on disk, and the daemon's RSS did not
 //! grow.
 //!
-//! SOAK_SPOKES (200), SOAK_MINUTES (30), SOAK_TICK_SECS (5), SOAK_SEED (from the clock).
+//! SOAK_SPOKES (200), SOAK_MINUTES (30), SOAK_TICK_SECS (5), SOAK_SEED (from the clock),
+//! SOAK_LOG (a file for the daemon's log).
 
 mod support;
 
@@ -309,10 +310,16 @@ async fn soak() {
         "the daemon stopped ticking"
     );
     let ticks = daemon.count("tick finished");
-    let rotated = daemon.count("rotated spoke=");
-    let spoke_failures = daemon.count("spoke failed spoke=");
+    // The ticker's lines only: an alert resolving reads "rotation: rotated spoke=" too.
+    let rotated = daemon.count("daemon::ticker: rotated spoke=");
+    let spoke_failures = daemon.count("daemon::ticker: spoke failed spoke=");
     let repo_warnings = daemon.count("fleet repo");
     let panics = daemon.count("panicked");
+    if let Ok(path) = std::env::var("SOAK_LOG") {
+        let lines = daemon.lines.lock().unwrap();
+        let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+        std::fs::write(&path, text.join("\n")).unwrap();
+    }
     drop(daemon);
 
     // The next run finds nothing left to do, and every credential works.
@@ -352,13 +359,19 @@ async fn soak() {
     let first = median(&rss[..q]);
     let last = median(&rss[rss.len() - q..]);
     let max = rss.iter().map(|(_, k)| *k).max().unwrap_or(0);
-    let commits = git(&fleet.remote, &["rev-list", "--count", "main"]);
+    let authors = git(&fleet.remote, &["log", "--format=%an", "main"]);
+    let by = |who: &str| authors.lines().filter(|a| *a == who).count();
+    let mut commits = BTreeMap::new();
+    for who in ["spokekeeper", "racer", "t"] {
+        commits.insert(who, by(who));
+    }
+    commits.insert("total", authors.lines().count());
     println!("soak summary");
     println!("  spokes {spokes}, chaos for {minutes} min, seed {seed}");
     println!(
         "  daemon ticks {ticks}, rotations logged {rotated}, spoke failures logged {spoke_failures}, repo warnings {repo_warnings}"
     );
-    println!("  remote commits {}", commits.trim());
+    println!("  remote commits by author {commits:?}");
     println!("  chaos actions {actions:?}");
     println!("  final rotate: exit 0, {final_actions:?}");
     println!("  all {spokes} committed credentials unseal and authenticate");
