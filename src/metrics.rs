@@ -288,15 +288,10 @@ mod tests {
 
     fn spoke(name: &str, outcome: Outcome, reason: Option<Reason>) -> SpokeReport {
         SpokeReport {
-            spoke: name.into(),
-            outcome,
             reason,
-            ca_sha256: None,
             ca_not_after: Some(time::macros::datetime!(2036-01-02 03:04:05 UTC)),
             client_not_after: Some(time::macros::datetime!(2030-01-02 03:04:05 UTC)),
-            user: None,
-            probe: None,
-            hub: None,
+            ..SpokeReport::new(name, outcome)
         }
     }
 
@@ -417,13 +412,7 @@ mod tests {
         assert!(text.ends_with("# EOF\n"));
 
         // A later tick without "test": its gauges go, its counters stay.
-        let later = TickReport {
-            spokes: vec![spoke("dev", Outcome::Healthy, None)],
-            pushed: false,
-            repo_error: None,
-            sealing: None,
-            sealing_key: None,
-        };
+        let later = TickReport::of(vec![spoke("dev", Outcome::Healthy, None)]);
         m.observe_tick(&later, Duration::from_secs(1), SystemTime::now());
         let text = m.encode().unwrap();
         assert!(

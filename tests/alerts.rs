@@ -752,23 +752,10 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
         ip_addresses: vec![],
         address_in_sans: true,
     };
-    let tick = rotate::TickReport {
-        spokes: vec![rotate::SpokeReport {
-            spoke: "dev".into(),
-            outcome: rotate::Outcome::Healthy,
-            reason: None,
-            ca_sha256: None,
-            ca_not_after: None,
-            client_not_after: None,
-            user: None,
-            probe: Some(Ok(taken.clone())),
-            hub: None,
-        }],
-        pushed: false,
-        repo_error: None,
-        sealing: None,
-        sealing_key: None,
-    };
+    let tick = rotate::TickReport::of(vec![rotate::SpokeReport {
+        probe: Some(Ok(taken.clone())),
+        ..rotate::SpokeReport::new("dev", rotate::Outcome::Healthy)
+    }]);
     let seen = alerts::observe_after_tick(&config, &repo, &tick, Duration::from_secs(2)).await;
     let dev = seen[0]
         .probe

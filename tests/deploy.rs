@@ -898,18 +898,14 @@ fn chart_config_is_accepted_by_spokekeeper() {
 fn served_metric_names() -> BTreeSet<String> {
     use spokekeeper::rotate::{Outcome, Reason, SpokeReport, Stage, TickReport};
     let spoke = |name: &str, outcome, reason| SpokeReport {
-        spoke: name.into(),
-        outcome,
         reason,
-        ca_sha256: None,
         ca_not_after: Some(time::OffsetDateTime::now_utc()),
         client_not_after: Some(time::OffsetDateTime::now_utc()),
-        user: None,
-        probe: None,
-        hub: None,
+        ..SpokeReport::new(name, outcome)
     };
     let report = TickReport {
-        spokes: vec![
+        pushed: true,
+        ..TickReport::of(vec![
             spoke(
                 "dev",
                 Outcome::Rotated {
@@ -940,11 +936,7 @@ fn served_metric_names() -> BTreeSet<String> {
                 },
                 Some(Reason::Initial),
             ),
-        ],
-        pushed: true,
-        repo_error: None,
-        sealing: None,
-        sealing_key: None,
+        ])
     };
     // The pushed credential as the hub took it.
     let mut report = report;

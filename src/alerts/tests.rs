@@ -337,17 +337,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
         probe: Some(Ok(probe_by(&issuer, far()))),
     };
-    let report = |name: &str, outcome| SpokeReport {
-        spoke: name.into(),
-        outcome,
-        reason: None,
-        ca_sha256: None,
-        ca_not_after: None,
-        client_not_after: None,
-        user: None,
-        probe: None,
-        hub: None,
-    };
+    let report = SpokeReport::new;
     let tick = TickReport {
         spokes: vec![
             report(

@@ -88,16 +88,7 @@ pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullReq
         201 => pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))?,
         _ => return Err(f.unexpected(what, &a)),
     };
-    if !f.reviewers.is_empty() {
-        let url = format!("{}/pulls/{}/requested_reviewers", repo(f), pr.number);
-        let body = json!({"reviewers": f.reviewers});
-        let a = f
-            .call(Method::POST, &url, Some(&body), "requesting reviewers")
-            .await?;
-        if !a.status.is_success() {
-            return Err(f.unexpected("requesting reviewers", &a));
-        }
-    }
+    f.request_reviewers(&repo(f), pr.number).await?;
     Ok(Some(pr))
 }
 

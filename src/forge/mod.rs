@@ -383,6 +383,21 @@ impl Forge {
         matches!(a.status.as_u16(), 409 | 422) && text.contains("already exist")
     }
 
+    /// GitHub and Gitea share this endpoint: POST {repo}/pulls/{n}/requested_reviewers.
+    async fn request_reviewers(&self, repo: &str, number: u64) -> Result<(), ForgeError> {
+        if self.reviewers.is_empty() {
+            return Ok(());
+        }
+        let what = "requesting reviewers";
+        let url = format!("{repo}/pulls/{number}/requested_reviewers");
+        let body = serde_json::json!({"reviewers": self.reviewers});
+        let a = self.call(Method::POST, &url, Some(&body), what).await?;
+        if !a.status.is_success() {
+            return Err(self.unexpected(what, &a));
+        }
+        Ok(())
+    }
+
     fn unexpected(&self, what: &str, a: &Answer) -> ForgeError {
         self.other(
             what,

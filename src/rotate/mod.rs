@@ -146,6 +146,21 @@ pub struct SpokeReport {
 }
 
 impl SpokeReport {
+    /// `spoke` with `outcome`, before anything else is known.
+    pub fn new(spoke: &str, outcome: Outcome) -> SpokeReport {
+        SpokeReport {
+            spoke: spoke.to_string(),
+            outcome,
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: None,
+            hub: None,
+        }
+    }
+
     pub fn failed(&self) -> bool {
         matches!(self.outcome, Outcome::Failed { .. })
     }
@@ -167,6 +182,17 @@ pub struct TickReport {
 }
 
 impl TickReport {
+    /// Just these spokes: nothing pushed, no repo error, no hub.
+    pub fn of(spokes: Vec<SpokeReport>) -> TickReport {
+        TickReport {
+            spokes,
+            pushed: false,
+            repo_error: None,
+            sealing: None,
+            sealing_key: None,
+        }
+    }
+
     pub fn ok(&self) -> bool {
         self.repo_error.is_none() && !self.spokes.iter().any(SpokeReport::failed)
     }
@@ -289,17 +315,7 @@ async fn reconcile(
     sealing: &SealingKey,
     review: Option<&review::Review>,
 ) -> (SpokeReport, Option<Proposal>) {
-    let mut report = SpokeReport {
-        spoke: spoke.name.clone(),
-        outcome: Outcome::Healthy,
-        reason: None,
-        ca_sha256: None,
-        ca_not_after: None,
-        client_not_after: None,
-        user: None,
-        probe: None,
-        hub: None,
-    };
+    let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
     // observe
     let committed = match ctx.repo.read(&spoke.output) {
         Ok(c) => c,

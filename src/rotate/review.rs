@@ -204,28 +204,12 @@ pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> 
         .as_ref()
         .map(|f| Forge::new(f).map_err(|e| e.to_string()));
     let Some(forge) = forge else {
-        return super::TickReport {
-            spokes: out,
-            pushed: false,
-            repo_error: None,
-            sealing: None,
-            sealing_key: None,
-        };
+        return super::TickReport::of(out);
     };
     let now = OffsetDateTime::now_utc();
     for spoke in config.spokes.iter().filter(|s| spokes.contains(&s.name)) {
         let branch = branch_name(spoke);
-        let mut report = SpokeReport {
-            spoke: spoke.name.clone(),
-            outcome: Outcome::Healthy,
-            reason: None,
-            ca_sha256: None,
-            ca_not_after: None,
-            client_not_after: None,
-            user: None,
-            probe: None,
-            hub: None,
-        };
+        let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
         let found = match &forge {
             Ok(f) => f
                 .find_open(&branch, &config.repo.branch)
@@ -253,13 +237,7 @@ pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> 
         }
         out.push(report);
     }
-    super::TickReport {
-        spokes: out,
-        pushed: false,
-        repo_error: None,
-        sealing: None,
-        sealing_key: None,
-    }
+    super::TickReport::of(out)
 }
 
 fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &str) {
