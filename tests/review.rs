@@ -102,6 +102,42 @@ impl Review {
         self.forge.mark_merged(&branch);
     }
 
+    /// Squash-merges the review branch into main on the remote (GitHub's "Squash and
+    /// merge"): a new commit on main with the branch's file; the branch stays.
+    fn squash_merge(&self, spoke: usize) {
+        let branch = format!("spokekeeper/spoke{spoke}");
+        let dir = support::scratch_dir();
+        let work = dir.path().join("squash");
+        git(
+            dir.path(),
+            &[
+                "clone",
+                "--quiet",
+                self.fleet.remote.to_str().unwrap(),
+                work.to_str().unwrap(),
+            ],
+        );
+        git(
+            &work,
+            &["merge", "--quiet", "--squash", &format!("origin/{branch}")],
+        );
+        git(
+            &work,
+            &[
+                "-c",
+                "user.name=reviewer",
+                "-c",
+                "user.email=r@example.org",
+                "commit",
+                "--quiet",
+                "-m",
+                "spoke: rotate (squashed)",
+            ],
+        );
+        git(&work, &["push", "--quiet", "origin", "HEAD:main"]);
+        self.forge.mark_merged(&branch);
+    }
+
     fn clone_is_on_main_and_clean(&self) {
         let head = git(&self.fleet.clone, &["symbolic-ref", "--short", "HEAD"]);
         assert_eq!(head.trim(), "main");
@@ -732,4 +768,33 @@ fn the_daemon_exports_pending_reviews() {
         .find_map(|l| l.strip_prefix("spokekeeper_pending_review_age_seconds{spoke=\"spoke0\"} "))
         .unwrap_or_else(|| panic!("{body}"));
     assert!(age.trim().parse::<u64>().unwrap() < 600, "{age}");
+}
+
+/// A squash merge leaves the branch's commit outside main: the branch still counts as
+/// merged (main holds its file), so a periodic re-check proposes nothing again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_squash_merged_branch_is_not_proposed_again() {
+    let r = review(Kind::Github, 1, "");
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    std::fs::write(
+        &r.fleet.config,
+        yaml.replacen("repo:\n", "verify_every: 1s\nrepo:\n", 1),
+    )
+    .unwrap();
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    r.squash_merge(0);
+    let head = r
+        .branch_head(0)
+        .expect("the branch stays after a squash merge");
+    std::thread::sleep(Duration::from_millis(1100));
+    // verify_every is due: the spoke is re-extracted, found unchanged, and no pull
+    // request is opened from the merged branch.
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "unchanged", "{report}");
+    assert_eq!(r.forge.pulls().len(), 1, "{:?}", r.forge.pulls());
+    assert_eq!(r.forge.open_pulls().len(), 0);
+    assert_eq!(r.branch_head(0).as_deref(), Some(head.as_str()));
 }

@@ -218,7 +218,7 @@ async fn propose(
     let repo = &ctx.repo;
     let head = repo.remote_branch_head(CERT_BRANCH).await;
     let waiting = match &head {
-        Some(h) if !repo.merged(h).await => {
+        Some(h) if !repo.merged(h, rel).await => {
             repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem)
         }
         _ => false,

@@ -60,12 +60,33 @@ impl Repo {
         self.git(["log", "-1", "--format=%B", commit]).await
     }
 
-    /// Whether `commit` is already in the remote target branch (its change was merged).
-    pub async fn merged(&self, commit: &str) -> bool {
+    /// Whether the review branch at `commit`, which changes only `rel`, was merged into
+    /// the remote target branch: `commit` is in it (a merge commit or a fast-forward), or
+    /// the target's `rel` is the branch's (a squash or rebase merge makes new commits
+    /// with the same file).
+    pub async fn merged(&self, commit: &str, rel: &Path) -> bool {
         let upstream = format!("{}/{}", self.remote, self.branch);
-        self.git(["merge-base", "--is-ancestor", commit, &upstream])
+        if self
+            .git(["merge-base", "--is-ancestor", commit, &upstream])
             .await
             .is_ok()
+        {
+            return true;
+        }
+        let rel = rel.to_string_lossy();
+        let blob = |rev: String| async move {
+            self.git(["rev-parse", "--verify", "--quiet", &rev])
+                .await
+                .ok()
+                .map(|s| s.trim().to_string())
+        };
+        match (
+            blob(format!("{commit}:{rel}")).await,
+            blob(format!("{upstream}:{rel}")).await,
+        ) {
+            (Some(a), Some(b)) => a == b,
+            _ => false,
+        }
     }
 
     /// One commit on top of the remote target branch that writes `bytes` to `rel`;

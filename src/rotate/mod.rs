@@ -211,6 +211,8 @@ struct Proposal {
     manifest: String,
     message: String,
     content_sha256: String,
+    /// The sealing certificate this tick sealed to.
+    sealing_sha256: String,
 }
 
 /// One tick over the selected spokes.
@@ -457,6 +459,7 @@ async fn reconcile(
             manifest,
             message,
             content_sha256,
+            sealing_sha256: sealing.fingerprint().to_string(),
         }),
     )
 }

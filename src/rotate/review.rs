@@ -68,7 +68,7 @@ impl Review {
     /// The spoke's review branch, unless there is none or it is merged.
     pub async fn branch(&self, ctx: &Context, spoke: &SpokeConfig) -> Option<Branch> {
         let head = ctx.repo.remote_branch_head(&branch_name(spoke)).await?;
-        if ctx.repo.merged(&head).await {
+        if ctx.repo.merged(&head, &spoke.output).await {
             return None;
         }
         let recorded = match ctx.repo.show(&head, &spoke.output).await {
@@ -268,12 +268,12 @@ async fn push(
 ) -> Result<Option<String>, RepoError> {
     let head = ctx.repo.remote_branch_head(branch).await;
     if let Some(h) = &head
-        && !ctx.repo.merged(h).await
+        && !ctx.repo.merged(h, &spoke.output).await
         && let Ok(Some(bytes)) = ctx.repo.show(h, &spoke.output).await
         && let Ok(sealed) = SealedSecret::parse(&bytes)
         && let Ok(r) = Recorded::from_annotations(&sealed.annotations)
         && r.content_sha256 == p.content_sha256
-        && r.sealing_sha256 == ctx.sealing.fingerprint()
+        && r.sealing_sha256 == p.sealing_sha256
     {
         return Ok(None);
     }
