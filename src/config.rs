@@ -743,6 +743,19 @@ fn forge_config(f: RawForge, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Forge
                 f.url
             )
         })?;
+    // The token travels in a header: plain HTTP only to this machine.
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(a)) => a.is_loopback(),
+        Some(url::Host::Ipv6(a)) => a.is_loopback(),
+        Some(url::Host::Domain(d)) => d == "localhost",
+        None => false,
+    };
+    if url.scheme() == "http" && !loopback {
+        return Err(format!(
+            "repo.forge.url {:?} is plain http: the token would cross the network in clear; use https",
+            f.url
+        ));
+    }
     let repo = f.repository.trim();
     let ok = match f.kind {
         ForgeKind::Gitlab => {
@@ -1033,6 +1046,14 @@ spokes:
         refused(
             &REVIEW.replace("https://gitlab.example.org", "gitlab"),
             &["repo.forge.url"],
+        );
+        refused(
+            &REVIEW.replace("https://gitlab.example.org", "http://gitlab.example.org"),
+            &["repo.forge.url", "https"],
+        );
+        assert!(
+            parse(&REVIEW.replace("https://gitlab.example.org", "http://127.0.0.1:8080")).is_ok(),
+            "loopback may be plain http"
         );
         refused(
             &REVIEW.replace("  mode: pull-request\n", ""),

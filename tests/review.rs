@@ -798,3 +798,32 @@ async fn a_squash_merged_branch_is_not_proposed_again() {
     assert_eq!(r.forge.open_pulls().len(), 0);
     assert_eq!(r.branch_head(0).as_deref(), Some(head.as_str()));
 }
+
+/// A redirect is an error, not followed: GitLab's PRIVATE-TOKEN header would go along to
+/// wherever it points.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_redirecting_forge_is_refused_and_the_token_stays_home() {
+    let r = review(Kind::Gitlab, 1, "");
+    r.forge.fault(
+        Method::GET,
+        Fault::Status(
+            301,
+            vec![(
+                "Location",
+                "https://elsewhere.invalid/api/v4/projects?token=x".to_string(),
+            )],
+            json!({"message": "moved"}),
+        ),
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 1, "{report}\n{err}");
+    let e = spoke(&report, 0)["error"].as_str().unwrap();
+    assert!(
+        e.contains("redirect to https://elsewhere.invalid/api/v4/projects")
+            && e.contains("does not follow redirects")
+            && !e.contains("token=x"),
+        "{e}"
+    );
+    assert!(!format!("{report}{err}").contains(TOKEN));
+    assert!(r.branch_head(0).is_some(), "the branch push is kept");
+}

@@ -150,6 +150,9 @@ impl Forge {
             .timeout(timeout)
             .connect_timeout(timeout)
             .user_agent(concat!("spokekeeper/", env!("CARGO_PKG_VERSION")))
+            // A redirect would carry the token (GitLab's PRIVATE-TOKEN is not stripped)
+            // to wherever it points: answered as an error instead.
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| ForgeError::Token(format!("cannot build the HTTP client: {e}")))?;
         Ok(Forge {
@@ -252,6 +255,23 @@ impl Forge {
             }
             let resp = req.send().await.map_err(|e| self.transport(what, e))?;
             let status = resp.status();
+            if status.is_redirection() {
+                let to = resp
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("?")
+                    .split('?')
+                    .next()
+                    .unwrap_or("?")
+                    .to_string();
+                return Err(self.other(
+                    what,
+                    format!(
+                        "HTTP {status}, a redirect to {to}: spokekeeper does not follow redirects with the token; set repo.forge.url to the API's own address"
+                    ),
+                ));
+            }
             let headers = resp.headers().clone();
             let text = resp.text().await.map_err(|e| self.transport(what, e))?;
             let body = serde_json::from_str(&text).unwrap_or(Value::Null);
