@@ -230,6 +230,15 @@ impl Repo {
     }
 
     /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
+    /// How many local commits the remote target branch does not have.
+    pub async fn ahead(&self) -> Result<usize, RepoError> {
+        let upstream = format!("{}/{}", self.remote, self.branch);
+        let n = self
+            .git(["rev-list", "--count", &format!("{upstream}..HEAD")])
+            .await?;
+        Ok(n.trim().parse().unwrap_or(0))
+    }
+
     pub async fn push(&self) -> Result<Pushed, RepoError> {
         let upstream = format!("{}/{}", self.remote, self.branch);
         let refspec = format!("HEAD:refs/heads/{}", self.branch);

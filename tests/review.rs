@@ -827,3 +827,47 @@ async fn a_redirecting_forge_is_refused_and_the_token_stays_home() {
     assert!(!format!("{report}{err}").contains(TOKEN));
     assert!(r.branch_head(0).is_some(), "the branch push is kept");
 }
+
+/// A commit left in the clone by an earlier direct-mode run is not published: review mode
+/// never pushes the target branch, and says what to do.
+#[tokio::test(flavor = "multi_thread")]
+async fn review_mode_never_pushes_commits_left_in_the_clone() {
+    let r = review(Kind::Github, 1, "");
+    let main_before = git(&r.fleet.remote, &["rev-parse", "main"]);
+    std::fs::write(r.fleet.clone.join("NOTES.md"), "left behind\n").unwrap();
+    git(&r.fleet.clone, &["add", "NOTES.md"]);
+    git(
+        &r.fleet.clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "a direct-mode leftover",
+        ],
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 1, "{report}\n{err}");
+    let e = report["repo_error"].as_str().unwrap();
+    assert!(
+        e.contains("1 commit(s)") && e.contains("never pushes the target branch"),
+        "{e}"
+    );
+    assert_eq!(git(&r.fleet.remote, &["rev-parse", "main"]), main_before);
+    assert_eq!(
+        spoke(&report, 0)["action"],
+        "pending",
+        "the spoke is still proposed"
+    );
+    // Dropped by hand: the next tick is clean.
+    git(
+        &r.fleet.clone,
+        &["reset", "--quiet", "--hard", "origin/main"],
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(git(&r.fleet.remote, &["rev-parse", "main"]), main_before);
+}

@@ -275,7 +275,21 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     }
 
     let mut pushed = false;
-    if !opts.dry_run && ctx.config.repo.push {
+    if review.is_some() {
+        // Review mode never pushes the target branch; say so if the clone holds commits
+        // (left by an earlier direct-mode run) that only a push would publish.
+        match ctx.repo.ahead().await {
+            Ok(0) | Err(_) => {}
+            Ok(n) => {
+                repo_error = Some(format!(
+                    "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
+                    ctx.config.repo.remote,
+                    ctx.config.repo.branch,
+                    ctx.config.repo.path.display()
+                ))
+            }
+        }
+    } else if !opts.dry_run && ctx.config.repo.push {
         match ctx.repo.push().await {
             Ok(Pushed::Done { rebases }) => {
                 pushed = true;
