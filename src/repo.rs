@@ -229,16 +229,23 @@ impl Repo {
         ))
     }
 
-    /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
-    /// How many local commits the remote target branch does not have.
-    pub async fn ahead(&self) -> Result<usize, RepoError> {
-        let upstream = format!("{}/{}", self.remote, self.branch);
-        let n = self
-            .git(["rev-list", "--count", &format!("{upstream}..HEAD")])
-            .await?;
-        Ok(n.trim().parse().unwrap_or(0))
+    /// Puts `rel` back as HEAD has it (removed when HEAD has none): a change that could
+    /// not be committed does not stay in the clone looking like the committed state.
+    pub async fn discard(&self, rel: &Path) {
+        let rel_s = rel.to_string_lossy().into_owned();
+        let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
+        if self
+            .git(["cat-file", "-e", &format!("HEAD:{rel_s}")])
+            .await
+            .is_ok()
+        {
+            let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
+        } else {
+            let _ = std::fs::remove_file(self.path.join(rel));
+        }
     }
 
+    /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
     pub async fn push(&self) -> Result<Pushed, RepoError> {
         let upstream = format!("{}/{}", self.remote, self.branch);
         let refspec = format!("HEAD:refs/heads/{}", self.branch);

@@ -737,3 +737,44 @@ async fn first_start_without_a_pinned_certificate_or_a_hub_says_what_to_do() {
     );
     assert_eq!(l.fleet.remote_log().len(), 2, "nothing committed");
 }
+
+/// A renewal that cannot be pinned (here a commit hook refuses it) changes nothing: this
+/// tick seals to the pinned copy and says why; once the repo takes it, the renewal goes
+/// through.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
+    use std::os::unix::fs::PermissionsExt;
+    let l = lab(1, "  verify_timeout: 10s\n");
+    assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
+    let before = l.fleet.remote_file(0);
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    let hook = l.fleet.clone.join(".git/hooks/pre-commit");
+    std::fs::write(&hook, "#!/bin/sh\necho 'refused by policy' >&2\nexit 1\n").unwrap();
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let e = report["sealing"]["error"].as_str().unwrap();
+    assert!(
+        e.contains("cannot be pinned") && e.contains("refused by policy"),
+        "{e}"
+    );
+    assert_eq!(report["sealing"]["renewed"], Value::Null, "{report}");
+    assert_eq!(action(&report, 0), "healthy", "{report}");
+    assert_eq!(l.fleet.remote_file(0), before);
+    assert_eq!(
+        std::fs::read_to_string(l.fleet.clone.join(PINNED)).unwrap(),
+        cert("key"),
+        "the clone's pinned copy is put back"
+    );
+
+    std::fs::remove_file(&hook).unwrap();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert!(
+        report["sealing"]["renewed"]["commit"].is_string(),
+        "{report}"
+    );
+    assert_eq!(action(&report, 0), "rotated", "{report}");
+    assert!(l.sealed(0).unseal(&[key("other-key")]).is_ok());
+}

@@ -245,7 +245,7 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
         None,
         "the working tree has no trace of it"
     );
-    assert!(!repo.merged(&first).await);
+    assert!(!repo.merged(&first, rel).await);
 
     // "Create" when the branch exists is refused: someone else's branch is never clobbered.
     let second = repo

@@ -116,9 +116,22 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
         );
         match pin(ctx, pem.as_bytes(), &message).await {
             Ok(commit) => renewed.commit = commit,
+            // Review mode: the certificate's branch may be pushed already; seal to it.
+            Err(e) if ctx.config.repo.mode == RepoMode::PullRequest => {
+                tracing::error!(error = %e, "cannot propose the renewed sealing certificate (sealing to it anyway)");
+                report.error = Some(format!("cannot propose the renewed certificate: {e}"));
+            }
+            // Direct mode: sealing to a certificate the repo does not pin would flip back
+            // whenever the hub is unreachable. Keep the pinned one until it is pinned.
             Err(e) => {
-                tracing::error!(error = %e, "cannot pin the renewed sealing certificate (sealing to it anyway)");
-                report.error = Some(format!("cannot pin the renewed certificate: {e}"));
+                tracing::error!(error = %e, "cannot pin the renewed sealing certificate: sealing to the pinned copy until it can be");
+                report.sha256 = pinned.fingerprint().to_string();
+                report.error = Some(format!(
+                    "the controller's certificate changed ({} -> {}) but cannot be pinned, so this tick sealed to the pinned copy: {e}",
+                    short(&renewed.old),
+                    short(&renewed.new)
+                ));
+                return (pinned, Some(report));
             }
         }
     }
@@ -200,10 +213,11 @@ async fn pin(ctx: &Context, pem: &[u8], message: &str) -> Result<Option<String>,
     ctx.repo
         .write_atomic(&rel, pem)
         .map_err(|e| e.to_string())?;
-    ctx.repo
-        .commit(&rel, message)
-        .await
-        .map_err(|e| e.to_string())
+    let committed = ctx.repo.commit(&rel, message).await;
+    if committed.is_err() {
+        ctx.repo.discard(&rel).await;
+    }
+    committed.map_err(|e| e.to_string())
 }
 
 /// Review mode: the target branch is never pushed to, so the renewed certificate goes

@@ -278,7 +278,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     if review.is_some() {
         // Review mode never pushes the target branch; say so if the clone holds commits
         // (left by an earlier direct-mode run) that only a push would publish.
-        match ctx.repo.ahead().await {
+        match ctx.repo.unpushed().await {
             Ok(0) | Err(_) => {}
             Ok(n) => {
                 repo_error = Some(format!(
