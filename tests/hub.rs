@@ -778,3 +778,99 @@ async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
     assert_eq!(action(&report, 0), "rotated", "{report}");
     assert!(l.sealed(0).unseal(&[key("other-key")]).is_ok());
 }
+
+/// The daemon looks again, every tick, at a spoke whose pushed credential the hub had not
+/// taken: once Flux recovers, the gauges (and so the alerts) clear without a new rotation.
+#[test]
+fn the_daemon_clears_hub_gauges_once_the_hub_takes_the_credential() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let l = lab(1, "  verify_timeout: 3s\n");
+    l.hub
+        .set_flux(Flux::Failing("kustomize build failed".into()));
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(&l.fleet.config)
+        .args([
+            "run",
+            "--now",
+            "--interval",
+            "2s",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let lines = support::logs::capture_stderr(&mut child);
+    let _child = Kill(child);
+    let log = || {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let end = Instant::now() + Duration::from_secs(60);
+    while !log().contains("tick finished") {
+        assert!(Instant::now() < end, "no tick finished:\n{}", log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let addr: std::net::SocketAddr = log()
+        .split("listen=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no listen address in:\n{}", log()));
+    let scrape = || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+        )
+        .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let has = |text: &str, line: &str| text.lines().any(|l| l == line);
+    let metrics = scrape();
+    assert!(
+        has(&metrics, "spokekeeper_hub_ready{spoke=\"spoke0\"} 0"),
+        "{metrics}"
+    );
+    let commits = l.fleet.remote_log().len();
+    l.hub.set_flux(Flux::Ready);
+    let end = Instant::now() + Duration::from_secs(60);
+    loop {
+        let metrics = scrape();
+        if has(&metrics, "spokekeeper_hub_ready{spoke=\"spoke0\"} 1") {
+            assert!(has(&metrics, "spokekeeper_hub_synced{spoke=\"spoke0\"} 1"));
+            break;
+        }
+        assert!(
+            Instant::now() < end,
+            "the gauge never cleared:\n{metrics}\n{}",
+            log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        l.fleet.remote_log().len(),
+        commits,
+        "no new rotation was needed"
+    );
+    l.assert_within_access();
+}

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use futures::StreamExt;
 use serde::Serialize;
 use tokio::time::Instant;
 
@@ -97,6 +98,9 @@ pub async fn verify(
     }
 }
 
+/// How many spokes are verified at once (each polls two objects every POLL).
+const VERIFY_CONCURRENCY: usize = 16;
+
 /// Verifies every spoke committed in this tick (`committed`: index into `reports` and
 /// `spokes`, and the manifest committed), concurrently, and records the result.
 pub async fn after_push(
@@ -113,7 +117,8 @@ pub async fn after_push(
         Ok(Err(e)) => Err(e),
         Err(_) => Err("no answer".into()),
     };
-    let checks = futures::future::join_all(committed.iter().map(|(i, manifest)| {
+    // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
+    let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
         let spoke = spokes[*i];
         let hub = &hub;
         async move {
@@ -134,6 +139,8 @@ pub async fn after_push(
             verify(hub, spoke, &ciphertext, cfg.verify_timeout).await
         }
     }))
+    .buffered(VERIFY_CONCURRENCY)
+    .collect()
     .await;
     for ((i, _), check) in committed.iter().zip(checks) {
         let r = &mut reports[*i];

@@ -36,6 +36,9 @@ pub struct Context {
     pub live_timeout: Duration,
     /// When each spoke was last re-extracted (in memory: a fresh process re-checks once).
     verified: Mutex<HashMap<String, OffsetDateTime>>,
+    /// Spokes whose pushed credential the hub had not taken at the last look: looked at
+    /// again every tick until it has, so their hub gauges and alerts clear.
+    hub_unverified: Mutex<std::collections::BTreeSet<String>>,
     /// `spokekeeper demo`: the demo key is allowed, also from the (simulated) hub.
     demo: bool,
 }
@@ -75,6 +78,7 @@ impl Context {
             probe_timeout: Duration::from_secs(10),
             live_timeout: Duration::from_secs(20),
             verified: Mutex::new(HashMap::new()),
+            hub_unverified: Mutex::new(Default::default()),
             demo: false,
         }
     }
@@ -299,8 +303,10 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
             Err(e) => repo_error = Some(format!("push: {e}")),
         }
     }
-    if pushed && let Some(hub) = &ctx.config.hub {
-        crate::hub::verify::after_push(hub, &spokes, &mut reports, &sealed_now).await;
+    if let Some(hub) = &ctx.config.hub
+        && !opts.dry_run
+    {
+        verify_on_hub(ctx, hub, &spokes, &mut reports, pushed, sealed_now).await;
     }
     Ok(TickReport {
         spokes: reports,
@@ -309,6 +315,50 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         sealing: cert,
         sealing_key: Some(sealing.clone()),
     })
+}
+
+/// After a push, the credentials it carried; and, every tick, those the hub had not taken
+/// at the last look (briefly: they were already waited for once).
+async fn verify_on_hub(
+    ctx: &Context,
+    hub: &crate::config::HubConfig,
+    spokes: &[&SpokeConfig],
+    reports: &mut [SpokeReport],
+    pushed: bool,
+    sealed_now: Vec<(usize, String)>,
+) {
+    const RECHECK: Duration = Duration::from_secs(15);
+    let fresh = if pushed { sealed_now } else { Vec::new() };
+    let waiting = ctx
+        .hub_unverified
+        .lock()
+        .map(|s| s.clone())
+        .unwrap_or_default();
+    let again: Vec<(usize, String)> = spokes
+        .iter()
+        .enumerate()
+        .filter(|(i, s)| {
+            waiting.contains(&s.name) && !fresh.iter().any(|(j, _)| j == i) && !reports[*i].failed()
+        })
+        .filter_map(|(i, s)| {
+            let bytes = ctx.repo.read(&s.output).ok()??;
+            Some((i, String::from_utf8(bytes).ok()?))
+        })
+        .collect();
+    crate::hub::verify::after_push(hub, spokes, reports, &fresh).await;
+    let brief = crate::config::HubConfig {
+        verify_timeout: hub.verify_timeout.min(RECHECK),
+        ..hub.clone()
+    };
+    crate::hub::verify::after_push(&brief, spokes, reports, &again).await;
+    if let Ok(mut set) = ctx.hub_unverified.lock() {
+        for (i, _) in fresh.iter().chain(&again) {
+            match &reports[*i].hub {
+                Some(h) if h.ok() => set.remove(&reports[*i].spoke),
+                _ => set.insert(reports[*i].spoke.clone()),
+            };
+        }
+    }
 }
 
 async fn commit(ctx: &Context, spoke: &SpokeConfig, p: &Proposal) -> Result<String, String> {
