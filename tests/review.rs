@@ -871,3 +871,26 @@ async fn review_mode_never_pushes_commits_left_in_the_clone() {
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(git(&r.fleet.remote, &["rev-parse", "main"]), main_before);
 }
+
+/// Labels and reviewers come after the pull request exists: their failure is logged, and
+/// the pull request is reported open (not failed, and not opened again next tick).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_reviewer_request_still_reports_the_open_pull_request() {
+    let r = review(Kind::Github, 1, "    reviewers: [alice]\n");
+    r.forge.fault(
+        Method::POST,
+        Fault::StatusAt(
+            "/requested_reviewers",
+            422,
+            json!({"message": "Reviews may only be requested from collaborators."}),
+        ),
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "pending", "{report}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    assert!(err.contains("requesting reviewers failed"), "{err}");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(r.forge.pulls().len(), 1, "not opened twice");
+}

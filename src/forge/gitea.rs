@@ -88,7 +88,7 @@ pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullReq
         201 => pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))?,
         _ => return Err(f.unexpected(what, &a)),
     };
-    f.request_reviewers(&repo(f), pr.number).await?;
+    f.request_reviewers(&repo(f), pr.number).await;
     Ok(Some(pr))
 }
 

@@ -54,19 +54,11 @@ pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullReq
     };
     if !f.labels.is_empty() {
         let url = format!("{}/issues/{}/labels", repo(f), pr.number);
-        let a = f
-            .call(
-                Method::POST,
-                &url,
-                Some(&json!({"labels": f.labels})),
-                "adding labels",
-            )
-            .await?;
-        if !a.status.is_success() {
-            return Err(f.unexpected("adding labels", &a));
-        }
+        let body = json!({"labels": f.labels});
+        f.extra(Method::POST, &url, &body, "adding labels", pr.number)
+            .await;
     }
-    f.request_reviewers(&repo(f), pr.number).await?;
+    f.request_reviewers(&repo(f), pr.number).await;
     Ok(Some(pr))
 }
 

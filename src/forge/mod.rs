@@ -404,18 +404,25 @@ impl Forge {
     }
 
     /// GitHub and Gitea share this endpoint: POST {repo}/pulls/{n}/requested_reviewers.
-    async fn request_reviewers(&self, repo: &str, number: u64) -> Result<(), ForgeError> {
+    async fn request_reviewers(&self, repo: &str, number: u64) {
         if self.reviewers.is_empty() {
-            return Ok(());
+            return;
         }
-        let what = "requesting reviewers";
         let url = format!("{repo}/pulls/{number}/requested_reviewers");
         let body = serde_json::json!({"reviewers": self.reviewers});
-        let a = self.call(Method::POST, &url, Some(&body), what).await?;
-        if !a.status.is_success() {
-            return Err(self.unexpected(what, &a));
-        }
-        Ok(())
+        self.extra(Method::POST, &url, &body, "requesting reviewers", number)
+            .await;
+    }
+
+    /// A call after the pull request exists (labels, reviewers): a failure is logged, not
+    /// returned, so the pull request is still reported as open (and not opened twice).
+    async fn extra(&self, method: Method, url: &str, body: &Value, what: &str, number: u64) {
+        let err = match self.call(method, url, Some(body), what).await {
+            Ok(a) if a.status.is_success() => return,
+            Ok(a) => self.unexpected(what, &a),
+            Err(e) => e,
+        };
+        tracing::warn!(number, error = %err, "the pull request is open, but {what} failed");
     }
 
     fn unexpected(&self, what: &str, a: &Answer) -> ForgeError {

@@ -72,6 +72,8 @@ pub enum Fault {
     Delay(Duration),
     /// List no pull requests (a create racing another client).
     HideList,
+    /// Answer with this status and body, only for a path ending with the given suffix.
+    StatusAt(&'static str, u16, Value),
 }
 
 #[derive(Default)]
@@ -246,7 +248,13 @@ async fn handle(State(s): State<Shared>, req: Request) -> Response {
             query: query.clone(),
             body: body.clone(),
         });
-        let at = inner.faults.iter().position(|(m, _)| *m == method);
+        let at = inner.faults.iter().position(|(m, f)| {
+            *m == method
+                && match f {
+                    Fault::StatusAt(suffix, ..) => path.ends_with(suffix),
+                    _ => true,
+                }
+        });
         at.and_then(|i| inner.faults.remove(i)).map(|(_, f)| f)
     };
     let mut hide = false;
@@ -254,6 +262,7 @@ async fn handle(State(s): State<Shared>, req: Request) -> Response {
         Some(Fault::Status(code, h, b)) => return answer(code, &h, &b),
         Some(Fault::Delay(d)) => tokio::time::sleep(d).await,
         Some(Fault::HideList) => hide = true,
+        Some(Fault::StatusAt(_, code, b)) => return answer(code, &[], &b),
         None => {}
     }
     if let Some(r) = check_auth(s.kind, &headers) {
