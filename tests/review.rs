@@ -553,7 +553,7 @@ async fn rate_limits_are_waited_out_when_short_and_reported_when_long() {
     assert_eq!(r.forge.count("GET"), 2, "asked again after the reset");
 
     // GitLab: 429 with Retry-After: spoke0's create waits 1s once, then is told 3600s
-    // (reported, branch kept); spoke1's create goes through.
+    // (reported, branch kept); spoke1 is not sent into the same limit in this tick.
     let r = review(Kind::Gitlab, 2, "");
     for wait in ["1", "3600"] {
         r.forge.fault(
@@ -576,15 +576,17 @@ async fn rate_limits_are_waited_out_when_short_and_reported_when_long() {
     );
     assert_eq!(
         r.forge.count("POST"),
-        3,
-        "one retry after the short wait, none after the long"
+        2,
+        "one retry after the short wait, none after the long, none for spoke1"
     );
-    assert_eq!(spoke(&report, 1)["change"], "opened", "{report}");
+    let e1 = spoke(&report, 1)["error"].as_str().unwrap();
+    assert!(e1.contains("not tried") && e1.contains("3600s"), "{e1}");
     assert!(r.branch_head(0).is_some(), "the branch stays pushed");
+    assert!(r.branch_head(1).is_some(), "the branch stays pushed");
     let (code, report, _) = r.rotate();
     assert_eq!(code, 0, "{report}");
     assert_eq!(spoke(&report, 0)["change"], "opened");
-    assert_eq!(spoke(&report, 1)["change"], Value::Null);
+    assert_eq!(spoke(&report, 1)["change"], "opened");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -893,4 +895,38 @@ async fn a_failed_reviewer_request_still_reports_the_open_pull_request() {
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(r.forge.pulls().len(), 1, "not opened twice");
+}
+
+/// A forge that hangs is waited for once per tick, not once per spoke: the other spokes
+/// fail at once (their branches pushed) and the next tick retries.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hung_forge_costs_one_timeout_per_tick_not_one_per_spoke() {
+    let r = review(Kind::Github, 3, "");
+    r.forge
+        .fault(Method::GET, Fault::Delay(Duration::from_secs(8)));
+    let started = std::time::Instant::now();
+    let (code, report, err) = r.rotate();
+    let took = started.elapsed();
+    assert_eq!(code, 1, "{report}\n{err}");
+    let errors: Vec<&str> = (0..3)
+        .map(|i| spoke(&report, i)["error"].as_str().unwrap())
+        .collect();
+    assert!(errors[0].contains("did not answer"), "{errors:?}");
+    for e in &errors[1..] {
+        assert!(
+            e.contains("not tried") && e.contains("did not answer"),
+            "{e}"
+        );
+    }
+    assert!(
+        took < Duration::from_secs(6),
+        "one 2s timeout, not three: {took:?}"
+    );
+    for i in 0..3 {
+        assert!(r.branch_head(i).is_some(), "spoke{i}'s branch is pushed");
+    }
+    // The forge is back: the next tick opens all three.
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(r.forge.open_pulls().len(), 3);
 }

@@ -112,6 +112,8 @@ pub struct Forge {
     /// Longest rate-limit wait honoured before reporting.
     pub max_wait: Duration,
     timeout: Duration,
+    /// Set by a timeout, rate limit or refused token: no more calls this tick.
+    down: std::sync::Mutex<Option<String>>,
 }
 
 impl std::fmt::Debug for Forge {
@@ -166,6 +168,7 @@ impl Forge {
             http,
             max_wait,
             timeout,
+            down: std::sync::Mutex::new(None),
         })
     }
 
@@ -227,7 +230,37 @@ impl Forge {
     }
 
     /// Sends one request; waits out a short rate limit once.
+    /// One API call. After a timeout, a rate limit or a refused token the forge is not
+    /// asked again in this tick: the remaining spokes fail at once, each keeping its
+    /// pushed branch, instead of each waiting out the same problem.
     async fn call(
+        &self,
+        method: Method,
+        url: &str,
+        body: Option<&Value>,
+        what: &str,
+    ) -> Result<Answer, ForgeError> {
+        let earlier = self.down.lock().ok().and_then(|d| d.clone());
+        if let Some(earlier) = earlier {
+            return Err(self.other(
+                what,
+                format!("not tried: earlier in this tick {earlier}; the next tick retries"),
+            ));
+        }
+        let result = self.call_once(method, url, body, what).await;
+        if let Err(
+            e @ (ForgeError::Timeout { .. }
+            | ForgeError::RateLimited { .. }
+            | ForgeError::Unauthorized { .. }),
+        ) = &result
+            && let Ok(mut down) = self.down.lock()
+        {
+            *down = Some(e.to_string());
+        }
+        result
+    }
+
+    async fn call_once(
         &self,
         method: Method,
         url: &str,
