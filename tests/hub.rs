@@ -525,63 +525,16 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
 /// `spokekeeper run` with a hub: the tick's hub results reach /metrics and the alert log.
 #[test]
 fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
-    use std::io::{Read, Write};
-    use std::time::{Duration, Instant};
     let l = lab(1, "  verify_timeout: 3s\n");
     l.hub.set_keys(vec![key("other-key")]);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(&l.fleet.config)
-        .args(["run", "--now", "--listen", "127.0.0.1:0"])
-        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let lines = support::logs::capture_stderr(&mut child);
-    let _child = Kill(child);
-    let log = || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, l)| l.clone())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let end = Instant::now() + Duration::from_secs(60);
-    while !log().contains("tick finished") {
-        assert!(Instant::now() < end, "no tick finished:\n{}", log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let text = log();
+    let daemon = support::daemon::Daemon::start(&l.fleet.config, &[]);
+    let text = daemon.wait_for("tick finished", std::time::Duration::from_secs(60));
     assert!(text.contains("SpokekeeperHubNotReady"), "{text}");
     assert!(
         text.contains("no key could decrypt secret (value)"),
         "{text}"
     );
-    let addr: std::net::SocketAddr = text
-        .split("listen=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no listen address in:\n{text}"));
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut metrics = String::new();
-    s.read_to_string(&mut metrics).unwrap();
+    let metrics = daemon.metrics();
     for line in [
         "spokekeeper_hub_reachable 1",
         "spokekeeper_hub_synced{spoke=\"spoke0\"} 0",
@@ -783,68 +736,13 @@ async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
 /// taken: once Flux recovers, the gauges (and so the alerts) clear without a new rotation.
 #[test]
 fn the_daemon_clears_hub_gauges_once_the_hub_takes_the_credential() {
-    use std::io::{Read, Write};
     use std::time::{Duration, Instant};
     let l = lab(1, "  verify_timeout: 3s\n");
     l.hub
         .set_flux(Flux::Failing("kustomize build failed".into()));
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(&l.fleet.config)
-        .args([
-            "run",
-            "--now",
-            "--interval",
-            "2s",
-            "--listen",
-            "127.0.0.1:0",
-        ])
-        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    struct Kill(std::process::Child);
-    impl Drop for Kill {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let lines = support::logs::capture_stderr(&mut child);
-    let _child = Kill(child);
-    let log = || {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, l)| l.clone())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let end = Instant::now() + Duration::from_secs(60);
-    while !log().contains("tick finished") {
-        assert!(Instant::now() < end, "no tick finished:\n{}", log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let addr: std::net::SocketAddr = log()
-        .split("listen=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no listen address in:\n{}", log()));
-    let scrape = || {
-        let mut s = std::net::TcpStream::connect(addr).unwrap();
-        write!(
-            s,
-            "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-        )
-        .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        text
-    };
+    let daemon = support::daemon::Daemon::start(&l.fleet.config, &["--interval", "2s"]);
+    daemon.wait_for("tick finished", Duration::from_secs(60));
+    let scrape = || daemon.metrics();
     let has = |text: &str, line: &str| text.lines().any(|l| l == line);
     let metrics = scrape();
     assert!(
@@ -863,7 +761,7 @@ fn the_daemon_clears_hub_gauges_once_the_hub_takes_the_credential() {
         assert!(
             Instant::now() < end,
             "the gauge never cleared:\n{metrics}\n{}",
-            log()
+            daemon.log()
         );
         std::thread::sleep(Duration::from_millis(200));
     }

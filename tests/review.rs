@@ -706,60 +706,16 @@ fn a_dry_run_pushes_nothing_and_opens_nothing() {
 /// `spokekeeper run` in review mode: /metrics carries the pending review and its age.
 #[test]
 fn the_daemon_exports_pending_reviews() {
-    use std::io::{Read, Write};
     let r = review(Kind::Github, 1, "");
     let (code, _, _) = r.rotate();
     assert_eq!(code, 0);
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(&r.fleet.config)
-        .args(["run", "--now", "--listen", "127.0.0.1:0"])
-        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-        .env("NO_COLOR", "1")
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    struct Stop(std::process::Child);
-    impl Drop for Stop {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let lines = support::logs::capture_stderr(&mut child);
-    let _stop = Stop(child);
-    let log = || {
-        let l = lines.lock().unwrap();
-        l.iter()
-            .map(|(_, s)| s.clone())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
-    let end = std::time::Instant::now() + Duration::from_secs(30);
-    while !log().contains("tick finished") && std::time::Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let text = log();
+    let daemon = support::daemon::Daemon::start(&r.fleet.config, &[]);
+    let text = daemon.wait_for("tick finished", Duration::from_secs(30));
     assert!(
         text.contains("waiting for review") && text.contains("/pull/1"),
         "{text}"
     );
-    let addr: std::net::SocketAddr = text
-        .split("listen=")
-        .nth(1)
-        .and_then(|s| s.split_whitespace().next())
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("{text}"));
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut body = String::new();
-    s.read_to_string(&mut body).unwrap();
+    let body = daemon.metrics();
     assert!(
         body.lines()
             .any(|l| l == "spokekeeper_pending_review{spoke=\"spoke0\"} 1"),

@@ -19,6 +19,7 @@
 #![allow(dead_code)]
 
 mod addr;
+pub mod daemon;
 pub mod fleet;
 pub mod forge;
 pub mod git;
