@@ -71,6 +71,16 @@ impl Review {
 
     /// Merges the review branch into main on the remote, as a reviewer would.
     fn merge(&self, spoke: usize) {
+        self.merge_on_remote(spoke, false);
+    }
+
+    /// Squash-merges the review branch into main on the remote (GitHub's "Squash and
+    /// merge"): a new commit on main with the branch's file; the branch stays.
+    fn squash_merge(&self, spoke: usize) {
+        self.merge_on_remote(spoke, true);
+    }
+
+    fn merge_on_remote(&self, spoke: usize, squash: bool) {
         let branch = format!("spokekeeper/spoke{spoke}");
         let dir = support::scratch_dir();
         let work = dir.path().join("merge");
@@ -83,57 +93,16 @@ impl Review {
                 work.to_str().unwrap(),
             ],
         );
-        git(
-            &work,
-            &[
-                "-c",
-                "user.name=reviewer",
-                "-c",
-                "user.email=r@example.org",
-                "merge",
-                "--quiet",
-                "--no-ff",
-                "-m",
-                "Merge review",
-                &format!("origin/{branch}"),
-            ],
-        );
-        git(&work, &["push", "--quiet", "origin", "HEAD:main"]);
-        self.forge.mark_merged(&branch);
-    }
-
-    /// Squash-merges the review branch into main on the remote (GitHub's "Squash and
-    /// merge"): a new commit on main with the branch's file; the branch stays.
-    fn squash_merge(&self, spoke: usize) {
-        let branch = format!("spokekeeper/spoke{spoke}");
-        let dir = support::scratch_dir();
-        let work = dir.path().join("squash");
-        git(
-            dir.path(),
-            &[
-                "clone",
-                "--quiet",
-                self.fleet.remote.to_str().unwrap(),
-                work.to_str().unwrap(),
-            ],
-        );
-        git(
-            &work,
-            &["merge", "--quiet", "--squash", &format!("origin/{branch}")],
-        );
-        git(
-            &work,
-            &[
-                "-c",
-                "user.name=reviewer",
-                "-c",
-                "user.email=r@example.org",
-                "commit",
-                "--quiet",
-                "-m",
-                "spoke: rotate (squashed)",
-            ],
-        );
+        let from = format!("origin/{branch}");
+        let reviewer = ["-c", "user.name=reviewer", "-c", "user.email=r@example.org"];
+        if squash {
+            git(&work, &["merge", "--quiet", "--squash", &from]);
+            let commit = ["commit", "--quiet", "-m", "spoke: rotate (squashed)"];
+            git(&work, &[&reviewer[..], &commit[..]].concat());
+        } else {
+            let merge = ["merge", "--quiet", "--no-ff", "-m", "Merge review", &from];
+            git(&work, &[&reviewer[..], &merge[..]].concat());
+        }
         git(&work, &["push", "--quiet", "origin", "HEAD:main"]);
         self.forge.mark_merged(&branch);
     }
