@@ -27,3 +27,4 @@ pub mod seal;
 pub mod secret;
 pub mod sim;
 pub mod spoke;
+pub mod text;

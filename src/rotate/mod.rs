@@ -528,7 +528,9 @@ async fn reconcile(
     )
 }
 
-/// One line that says why, then the facts a reviewer wants.
+/// One line that says why, then the facts a reviewer wants. What the spoke reported
+/// (and what the fleet repo held) is quoted as one bounded line each: a hostile value
+/// cannot add lines or forge a trailer.
 fn commit_message(
     spoke: &SpokeConfig,
     reason: &Reason,
@@ -536,14 +538,16 @@ fn commit_message(
     new: &Recorded,
     live: &spoke::LiveReport,
 ) -> String {
+    use crate::text::one_line;
     let why = match (reason, previous) {
         (Reason::CaChanged { old }, _) => {
             format!("CA changed {} -> {}", short(old), short(&new.ca_sha256))
         }
         _ => reason.to_string(),
     };
-    let mut msg = format!("{}: rotate kubeconfig: {why}\n\n", spoke.name);
-    msg.push_str(&format!("server: {}\n", new.server));
+    let mut msg = one_line(&format!("{}: rotate kubeconfig: {why}", spoke.name), 200);
+    msg.push_str("\n\n");
+    msg.push_str(&format!("server: {}\n", one_line(&new.server, 200)));
     msg.push_str(&format!(
         "CA: {} (valid until {})\n",
         new.ca_sha256,
@@ -557,11 +561,83 @@ fn commit_message(
     }
     msg.push_str(&format!(
         "validated: authenticated as {} against {} ({})\n",
-        live.username, live.server, live.git_version
+        one_line(&live.username, 200),
+        one_line(&live.server, 200),
+        one_line(&live.git_version, 64)
     ));
     msg.push_str(&format!(
         "sealed to: {} ({} {}/{})\n",
         new.sealing_sha256, spoke.scope, spoke.secret.namespace, spoke.secret.name
     ));
     msg
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A spoke reports a username and version built to add lines, forge a trailer and
+    /// inject Markdown/HTML: the commit message keeps one line per fact and no trailer,
+    /// and the pull request body shows the values as escaped text.
+    #[test]
+    fn spoke_supplied_text_cannot_add_lines_trailers_or_markup() {
+        let text =
+            "repo: {path: f}\nsealing: {cert: c}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+        let spoke = Config::parse(text, "t.yaml", std::path::Path::new("/"))
+            .unwrap()
+            .spokes
+            .remove(0);
+        let now = OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let new = Recorded {
+            spoke: "dev".into(),
+            server: "https://10.0.0.1:6443\nSigned-off-by: server".into(),
+            ca_sha256: "sha256:ca".into(),
+            ca_der: vec![],
+            ca_not_after: now + time::Duration::days(3000),
+            client_sha256: None,
+            client_not_after: None,
+            content_sha256: "c".into(),
+            sealing_sha256: "sha256:seal".into(),
+            rotated_at: now,
+        };
+        let live = spoke::LiveReport {
+            server: "https://10.0.0.1:6443".into(),
+            git_version: "v1.33.1\n\n# Approved\n[merge me](https://evil.example)".into(),
+            platform: "linux/amd64".into(),
+            username: "admin\nSigned-off-by: x\n<script>alert(1)</script> @org/admins\u{202E}"
+                .into(),
+            uid: None,
+            groups: vec![],
+        };
+        let msg = commit_message(&spoke, &Reason::Initial, None, &new, &live);
+        let lines: Vec<&str> = msg.lines().collect();
+        assert_eq!(lines.len(), 6, "{msg}");
+        assert!(
+            lines.iter().all(|l| !l.starts_with("Signed-off-by")
+                && !l.starts_with('#')
+                && !l.starts_with('[')),
+            "{msg}"
+        );
+        assert_eq!(
+            lines[4],
+            "validated: authenticated as admin Signed-off-by: x <script>alert(1)</script> @org/admins against https://10.0.0.1:6443 (v1.33.1 # Approved [merge me](https://evil.example))"
+        );
+        assert_eq!(
+            lines[2],
+            "server: https://10.0.0.1:6443 Signed-off-by: server"
+        );
+
+        let (title, body) = review::describe(&msg, None);
+        assert_eq!(title, "dev: rotate kubeconfig: initial credential");
+        assert!(
+            body.contains("admin Signed\\-off\\-by: x \\<script\\>alert\\(1\\)\\</script\\> @&#8203;org/admins")
+                && body.contains("\\[merge me\\]\\(https://evil\\.example\\)")
+                && body.contains("\\# Approved"),
+            "{body}"
+        );
+        assert!(
+            !body.contains("<script>") && !body.contains("\n#"),
+            "{body}"
+        );
+    }
 }

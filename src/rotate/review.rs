@@ -32,6 +32,7 @@ use crate::forge::{self, Forge, PullRequest};
 use crate::repo::RepoError;
 use crate::seal::SealedSecret;
 use crate::spoke::{ProbeError, ProbeReport};
+use crate::text;
 
 /// Review mode for one tick: the forge client (or why there is none).
 pub struct Review {
@@ -292,19 +293,25 @@ async fn pending_message(ctx: &Context, branch: &str) -> Option<String> {
 }
 
 /// Title (the commit's subject) and body (its facts, the full fingerprints, what to do).
+/// The message's text carries values a spoke reported: the body quotes it escaped, as
+/// literal Markdown.
 pub fn describe(message: &str, reason: Option<&Reason>) -> (String, String) {
     let (title, rest) = message.split_once('\n').unwrap_or((message, ""));
     let mut body = String::new();
     if let Some(Reason::CaChanged { old }) = reason {
-        body.push_str(&format!("previous CA: {old}\n"));
+        let old = text::one_line(old, 100);
+        body.push_str(&format!("previous CA: {}\n", text::markdown(&old)));
     }
-    body.push_str(rest.trim());
+    for line in rest.trim().lines() {
+        body.push_str(&text::markdown(&text::one_line(line, 1000)));
+        body.push('\n');
+    }
     body.push_str(
-        "\n\nOpened by spokekeeper after validating the new credential against the live API. \
+        "\nOpened by spokekeeper after validating the new credential against the live API. \
          Merging makes the hub use it; if the spoke changes again first, spokekeeper replaces \
          this branch and updates this pull request.\n",
     );
-    (title.trim().to_string(), body)
+    (text::one_line(title, 200), body)
 }
 
 /// Whether the branch's manifest would be healthy: the fix is waiting for review.

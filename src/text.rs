@@ -1,0 +1,124 @@
+//! Hostile text made safe to quote: what a spoke (or the fleet repo) reports goes into
+//! commit messages and pull requests, where a newline could forge a trailer and Markdown
+//! or HTML could dress up a pull request body.
+
+/// `s` as one line of at most `max` characters: newlines, tabs and other control
+/// characters become spaces (runs collapse to one), invisible format characters (bidi
+/// overrides, zero-width) are dropped, and a longer value is cut at `max` chars with `…`.
+pub fn one_line(s: &str, max: usize) -> String {
+    let mut out = String::new();
+    let mut space = false;
+    for c in s.chars() {
+        if invisible(c) {
+            continue;
+        }
+        if c.is_control() || c.is_whitespace() {
+            space = !out.is_empty();
+            continue;
+        }
+        if space {
+            out.push(' ');
+            space = false;
+        }
+        out.push(c);
+    }
+    if out.chars().count() > max {
+        let mut cut: String = out.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        return cut;
+    }
+    out
+}
+
+/// `s` as literal text in Markdown (CommonMark, GitHub, GitLab, Gitea): every ASCII
+/// punctuation mark that Markdown or HTML could act on is backslash-escaped, and an `@`
+/// is followed by a zero-width space so it mentions no one.
+pub fn markdown(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '@' => out.push_str("@&#8203;"),
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.'
+            | '!' | '|' | '<' | '>' | '~' | '&' | '=' | '$' => {
+                out.push('\\');
+                out.push(c);
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Characters that render as nothing but can reorder or hide text (Unicode format
+/// characters: bidi controls, zero-width, tags).
+fn invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}'
+        | '\u{061C}'
+        | '\u{180E}'
+        | '\u{200B}'..='\u{200F}'
+        | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}'
+        | '\u{2066}'..='\u{206F}'
+        | '\u{FEFF}'
+        | '\u{FFF9}'..='\u{FFFB}'
+        | '\u{E0001}'
+        | '\u{E0020}'..='\u{E007F}')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn newlines_and_controls_become_one_space() {
+        assert_eq!(
+            one_line("admin\nSigned-off-by: x\r\n\t<b>", 100),
+            "admin Signed-off-by: x <b>"
+        );
+        assert_eq!(one_line("a\u{7}\u{1b}[31mb\u{85}c", 100), "a [31mb c");
+        assert_eq!(one_line("  \n x \n ", 100), "x");
+    }
+
+    #[test]
+    fn line_and_paragraph_separators_are_newlines_too() {
+        assert_eq!(one_line("a\u{2028}b\u{2029}c", 100), "a b c");
+    }
+
+    #[test]
+    fn bidi_and_zero_width_characters_are_dropped() {
+        assert_eq!(
+            one_line(
+                "sys\u{202E}nimda\u{202C}:\u{200B}x\u{2066}y\u{2069}\u{FEFF}",
+                100
+            ),
+            "sysnimda:xy"
+        );
+    }
+
+    #[test]
+    fn length_is_bounded_in_chars_not_bytes() {
+        assert_eq!(one_line("abcdef", 4), "abc…");
+        assert_eq!(one_line("abcd", 4), "abcd");
+        // Multi-byte characters are never split.
+        let s = one_line(&"é".repeat(50), 10);
+        assert_eq!(s.chars().count(), 10);
+        assert_eq!(s, format!("{}…", "é".repeat(9)));
+    }
+
+    #[test]
+    fn markdown_and_html_are_escaped() {
+        assert_eq!(markdown("<script>x</script>"), "\\<script\\>x\\</script\\>");
+        assert_eq!(
+            markdown("[click](https://e.x) **b** `c` # h"),
+            "\\[click\\]\\(https://e\\.x\\) \\*\\*b\\*\\* \\`c\\` \\# h"
+        );
+        assert_eq!(markdown("a\\b &lt;"), "a\\\\b \\&lt;");
+        assert_eq!(markdown("plain words 123"), "plain words 123");
+    }
+
+    #[test]
+    fn mentions_are_neutralised() {
+        assert_eq!(markdown("cc @admins"), "cc @&#8203;admins");
+    }
+}
