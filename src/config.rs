@@ -168,6 +168,8 @@ struct RawRepo {
     mode: Option<RepoMode>,
     #[serde(default)]
     forge: Option<RawForge>,
+    #[serde(default)]
+    signing_key: Option<PathBuf>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -340,6 +342,9 @@ pub struct RepoConfig {
     pub mode: RepoMode,
     /// Set exactly when `mode` is pull-request.
     pub forge: Option<ForgeConfig>,
+    /// The OpenSSH private key that signs review commits; set exactly when `mode` is
+    /// pull-request (a review branch is trusted only when its head verifies against it).
+    pub signing_key: Option<PathBuf>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -426,7 +431,14 @@ impl Config {
             message: format!("cannot read it: {e} (pass --config FILE, or set SPOKEKEEPER_CONFIG; `spokekeeper init` writes one)"),
         })?;
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-        Self::parse(&text, &file, &base)
+        let config = Self::parse(&text, &file, &base)?;
+        if let Some(key) = &config.repo.signing_key {
+            crate::repo::signing::public_key(key).map_err(|e| ConfigError {
+                file: file.clone(),
+                message: format!("{e}{}", at_line(&text, "signing_key")),
+            })?;
+        }
+        Ok(config)
     }
 
     /// Parses and validates; `base` resolves relative paths.
@@ -680,6 +692,23 @@ impl Config {
             }
             (RepoMode::PullRequest, Some(f)) => Some(forge_config(f, &resolve).map_err(err)?),
         };
+        let signing_key = match (mode, raw.repo.signing_key) {
+            (RepoMode::PullRequest, Some(k)) => Some(resolve(&k)),
+            (RepoMode::PullRequest, None) => {
+                return Err(err(format!(
+                    "repo.signing_key is required with repo.mode: pull-request{}: spokekeeper signs every review commit with it and trusts a review branch only when its signature verifies. Create one ({}) and set repo.signing_key: /etc/spokekeeper/signing-key",
+                    at_line(text, "pull-request"),
+                    crate::repo::signing::KEYGEN
+                )));
+            }
+            (RepoMode::Direct, Some(_)) => {
+                return Err(err(format!(
+                    "repo.signing_key is set but repo.mode is direct{}: it signs review commits only; set repo.mode: pull-request, or remove repo.signing_key",
+                    at_line(text, "signing_key")
+                )));
+            }
+            (RepoMode::Direct, None) => None,
+        };
         if mode == RepoMode::PullRequest && raw.repo.push == Some(false) {
             return Err(err(
                 "repo.push: false cannot work with repo.mode pull-request (the branch must be pushed to open a pull request): remove one".into(),
@@ -697,6 +726,7 @@ impl Config {
                 push: raw.repo.push.unwrap_or(true),
                 mode,
                 forge,
+                signing_key,
             },
             sealing_cert: resolve(&raw.sealing.cert),
             schedule,
@@ -787,6 +817,13 @@ fn forge_config(f: RawForge, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Forge
         timeout: f.timeout.map_or(Duration::from_secs(20), |s| s.0),
         rate_limit_wait: f.rate_limit_wait.map_or(Duration::from_secs(60), |s| s.0),
     })
+}
+
+/// ` (line N)` for the first line holding `needle`, or nothing.
+fn at_line(text: &str, needle: &str) -> String {
+    text.lines()
+        .position(|l| l.contains(needle))
+        .map_or(String::new(), |i| format!(" (line {})", i + 1))
 }
 
 fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
@@ -993,7 +1030,29 @@ spokes:
         );
     }
 
-    const REVIEW: &str = "repo:\n  path: f\n  mode: pull-request\n  forge:\n    kind: gitlab\n    url: https://gitlab.example.org\n    repository: infra/fleet\n    token_env: FORGE_TOKEN\n    labels: [spokekeeper]\n    reviewers: [\"42\"]\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+    const REVIEW: &str = "repo:\n  path: f\n  mode: pull-request\n  signing_key: signing-key\n  forge:\n    kind: gitlab\n    url: https://gitlab.example.org\n    repository: infra/fleet\n    token_env: FORGE_TOKEN\n    labels: [spokekeeper]\n    reviewers: [\"42\"]\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+
+    #[test]
+    fn review_mode_needs_a_signing_key() {
+        let c = parse(REVIEW).unwrap();
+        assert_eq!(
+            c.repo.signing_key.as_deref(),
+            Some(Path::new("/etc/spokekeeper/signing-key")),
+            "relative to the configuration"
+        );
+        refused(
+            &REVIEW.replace("  signing_key: signing-key\n", ""),
+            &[
+                "repo.signing_key",
+                "line 3",
+                "ssh-keygen -t ed25519 -N '' -C spokekeeper -f /etc/spokekeeper/signing-key",
+            ],
+        );
+        refused(
+            &MIN.replace("path: f", "path: f, signing_key: k"),
+            &["repo.signing_key", "line 1", "repo.mode is direct"],
+        );
+    }
 
     #[test]
     fn review_mode_reads_the_forge() {

@@ -15,7 +15,8 @@ use tokio::process::Command;
 use crate::config::RepoConfig;
 
 mod branch;
-pub use branch::BRANCH_PREFIX;
+pub mod signing;
+pub use branch::{BRANCH_PREFIX, Untrusted};
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -50,6 +51,13 @@ pub enum RepoError {
     PushRaced { attempts: usize },
     #[error("{file} is outside the repo")]
     OutsideRepo { file: String },
+    #[error(transparent)]
+    SigningKey(#[from] signing::SigningKeyError),
+    #[error(
+        "review commits are signed and repo.signing_key is not set: {}",
+        signing::KEYGEN
+    )]
+    NoSigningKey,
 }
 
 /// What `push` did.
@@ -66,6 +74,8 @@ pub struct Repo {
     remote: String,
     branch: String,
     author: Option<(String, String)>,
+    /// repo.signing_key: signs review commits and verifies review branches.
+    signer: Option<signing::Signer>,
 }
 
 /// Holds the repo lock until dropped.
@@ -80,6 +90,11 @@ impl Repo {
             remote: config.remote.clone(),
             branch: config.branch.clone(),
             author: config.author.as_deref().and_then(parse_author),
+            signer: config
+                .signing_key
+                .as_deref()
+                .map(signing::Signer::new)
+                .transpose()?,
         };
         let top = repo
             .git(["rev-parse", "--show-toplevel"])

@@ -1368,7 +1368,7 @@ fn dockerfile_builds_in_stages_and_runs_as_a_user_with_ssh_and_git() {
 
 #[test]
 fn chart_mounts_the_forge_token_for_review_mode() {
-    let values = "forgeTokenSecret: fleet-forge\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: gitlab\n      url: https://gitlab.example.org\n      repository: infra/fleet\n      token_env: LEFT_OVER\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
+    let values = "forgeTokenSecret: fleet-forge\nsigningKeySecret: fleet-signing\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: gitlab\n      url: https://gitlab.example.org\n      repository: infra/fleet\n      token_env: LEFT_OVER\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
     let objects = read_all(&render_with(values), "chart (review mode)");
     let text = config_text(&objects);
     let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
@@ -1409,6 +1409,37 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         .expect("the forge token is mounted");
     assert_eq!(mount.mount_path, "/etc/spokekeeper/forge");
     assert_eq!(mount.read_only, Some(true));
+    // The signing key: mounted from its Secret, and repo.signing_key points at it.
+    assert_eq!(
+        config.repo.signing_key.as_deref(),
+        Some(Path::new("/etc/spokekeeper/signing/signing-key"))
+    );
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "signing")
+        .expect("a signing volume");
+    let secret = volume.secret.as_ref().unwrap();
+    assert_eq!(secret.secret_name.as_deref(), Some("fleet-signing"));
+    assert_eq!(secret.default_mode, Some(0o440));
+    let items: Vec<_> = secret
+        .items
+        .iter()
+        .flatten()
+        .map(|i| (i.key.as_str(), i.path.as_str()))
+        .collect();
+    assert_eq!(items, [("signing-key", "signing-key")]);
+    let mount = main
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == "signing")
+        .expect("the signing key is mounted");
+    assert_eq!(
+        (mount.mount_path.as_str(), mount.read_only),
+        ("/etc/spokekeeper/signing", Some(true))
+    );
     // Without the value, nothing is mounted.
     let defaults = read_all(&render(&[]), "chart (defaults)");
     let pod = deployment(&defaults)
@@ -1419,5 +1450,51 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         .spec
         .as_ref()
         .unwrap();
-    assert!(pod.volumes.iter().flatten().all(|v| v.name != "forge"));
+    assert!(
+        pod.volumes
+            .iter()
+            .flatten()
+            .all(|v| v.name != "forge" && v.name != "signing")
+    );
+}
+
+/// Review mode without signingKeySecret (and no repo.signing_key of its own) does not
+/// render: spokekeeper would refuse the config at start anyway.
+#[test]
+fn chart_refuses_review_mode_without_a_signing_key() {
+    let values = "forgeTokenSecret: fleet-forge\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: github\n      url: https://api.github.com\n      repository: org/fleet\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values).unwrap();
+    let out = Command::new(helm())
+        .args([
+            "template",
+            "sk",
+            CHART,
+            "--namespace",
+            RELEASE_NS,
+            "--values",
+        ])
+        .arg(&file)
+        .current_dir(root())
+        .env(
+            "HELM_CACHE_HOME",
+            std::env::temp_dir().join("spokekeeper-helm/cache"),
+        )
+        .env(
+            "HELM_CONFIG_HOME",
+            std::env::temp_dir().join("spokekeeper-helm/config"),
+        )
+        .env(
+            "HELM_DATA_HOME",
+            std::env::temp_dir().join("spokekeeper-helm/data"),
+        )
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "rendered without a signing key");
+    assert!(
+        err.contains("signingKeySecret") && err.contains("ssh-keygen"),
+        "{err}"
+    );
 }

@@ -562,8 +562,10 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
     let token_file = l.fleet.dir.path().join("forge-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let yaml = std::fs::read_to_string(&l.fleet.config).unwrap();
+    let signing_key = support::git::signing_key(&l.fleet.dir.path().join("signing-key"));
     let review = format!(
-        "repo:\n  mode: pull-request\n  forge:\n    kind: github\n    url: {}\n    repository: {}\n    token_file: {}\n",
+        "repo:\n  mode: pull-request\n  signing_key: {}\n  forge:\n    kind: github\n    url: {}\n    repository: {}\n    token_file: {}\n",
+        signing_key.display(),
         forge.url(),
         forge.repository(),
         token_file.display()
@@ -590,6 +592,11 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
     let heads: Vec<&str> = pulls.iter().map(|p| p.head.as_str()).collect();
     assert_eq!(pulls.len(), 3, "{heads:?}");
     let cert_pr = pulls.iter().find(|p| p.head == branch).expect("{heads:?}");
+    let cert_head = git(&l.fleet.remote, &["rev-parse", branch]);
+    assert!(
+        support::git::verifies_with(&l.fleet.remote, &signing_key, cert_head.trim()),
+        "the certificate's review commit is signed with repo.signing_key"
+    );
     assert!(
         cert_pr
             .title

@@ -25,6 +25,7 @@ fn config(path: &Path) -> RepoConfig {
         push: true,
         mode: Default::default(),
         forge: None,
+        signing_key: None,
     }
 }
 
@@ -213,8 +214,14 @@ async fn refuses_paths_outside_and_non_clones() {
 /// the clone's checkout and working tree are never touched.
 #[tokio::test]
 async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
-    let (_d, remote, clones) = fleet(2);
-    let repo = open(&clones[0]).await;
+    let (d, remote, clones) = fleet(2);
+    let key = support::git::signing_key(&d.path().join("signing-key"));
+    let repo = Repo::open(&RepoConfig {
+        signing_key: Some(key.clone()),
+        ..config(&clones[0])
+    })
+    .await
+    .unwrap();
     repo.sync().await.unwrap();
     let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
     let branch = "spokekeeper/dev";
@@ -246,6 +253,10 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
         "the working tree has no trace of it"
     );
     assert!(!repo.merged(&first, rel).await);
+    assert!(
+        support::git::verifies_with(&remote, &key, &first),
+        "signed with repo.signing_key"
+    );
 
     // "Create" when the branch exists is refused: someone else's branch is never clobbered.
     let second = repo

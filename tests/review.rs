@@ -4,6 +4,7 @@
 
 mod support;
 
+use std::path::Path;
 use std::time::Duration;
 
 use axum::http::Method;
@@ -11,7 +12,7 @@ use serde_json::{Value, json};
 use support::NodeOptions;
 use support::fleet::{Fleet, action};
 use support::forge::{Fault, ForgeSim, Kind, TOKEN};
-use support::git::git;
+use support::git::{git, signing_key, verifies_with};
 
 const KINDS: [Kind; 3] = [Kind::Github, Kind::Gitlab, Kind::Gitea];
 
@@ -19,6 +20,8 @@ struct Review {
     fleet: Fleet,
     forge: ForgeSim,
     token_file: std::path::PathBuf,
+    /// repo.signing_key: a fresh ed25519 key per test.
+    signing_key: std::path::PathBuf,
 }
 
 /// A fleet of `n` spokes in review mode against an emulated forge of `kind`;
@@ -28,9 +31,11 @@ fn review(kind: Kind, n: usize, extra: &str) -> Review {
     let forge = ForgeSim::start(kind, fleet.remote.clone());
     let token_file = fleet.dir.path().join("forge-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
+    let signing_key = support::git::signing_key(&fleet.dir.path().join("signing-key"));
     let yaml = std::fs::read_to_string(&fleet.config).unwrap();
     let forge_yaml = format!(
-        "repo:\n  mode: pull-request\n  forge:\n    kind: {}\n    url: {}\n    repository: {}\n    token_file: {}\n    timeout: 2s\n    rate_limit_wait: 3s\n{extra}",
+        "repo:\n  mode: pull-request\n  signing_key: {}\n  forge:\n    kind: {}\n    url: {}\n    repository: {}\n    token_file: {}\n    timeout: 2s\n    rate_limit_wait: 3s\n{extra}",
+        signing_key.display(),
         kind.name(),
         forge.url(),
         forge.repository(),
@@ -41,6 +46,7 @@ fn review(kind: Kind, n: usize, extra: &str) -> Review {
         fleet,
         forge,
         token_file,
+        signing_key,
     }
 }
 
@@ -107,6 +113,40 @@ impl Review {
         self.forge.mark_merged(&branch);
     }
 
+    /// Pushes a commit on main that writes `files` to `spokekeeper/spoke{spoke}` as
+    /// someone else would (force): signed with `key` when given, else unsigned. Returns it.
+    fn push_foreign(&self, spoke: usize, files: &[(&str, &str)], key: Option<&Path>) -> String {
+        let dir = support::scratch_dir();
+        let work = dir.path().join("foreign");
+        let remote = self.fleet.remote.to_str().unwrap();
+        git(
+            dir.path(),
+            &["clone", "--quiet", remote, work.to_str().unwrap()],
+        );
+        for (path, text) in files {
+            let file = work.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, text).unwrap();
+            git(&work, &["add", path]);
+        }
+        let mut args = vec!["-c", "user.name=mallory", "-c", "user.email=m@example.org"];
+        let signing = key.map(|k| format!("user.signingkey={}", k.display()));
+        if let Some(k) = &signing {
+            args.extend(["-c", "gpg.format=ssh", "-c", k, "commit", "-S"]);
+        } else {
+            args.push("commit");
+        }
+        args.extend([
+            "--quiet",
+            "-m",
+            "spoke: rotate kubeconfig: initial credential",
+        ]);
+        git(&work, &args);
+        let branch = format!("HEAD:refs/heads/spokekeeper/spoke{spoke}");
+        git(&work, &["push", "--quiet", "--force", "origin", &branch]);
+        git(&work, &["rev-parse", "HEAD"]).trim().to_string()
+    }
+
     fn clone_is_on_main_and_clean(&self) {
         let head = git(&self.fleet.clone, &["symbolic-ref", "--short", "HEAD"]);
         assert_eq!(head.trim(), "main");
@@ -138,6 +178,10 @@ async fn open_update_merge(kind: Kind) {
     assert_eq!(s["branch"], "spokekeeper/spoke0");
     let first = r.branch_head(0).expect("branch pushed");
     assert_eq!(s["commit"], first.as_str());
+    assert!(
+        verifies_with(&r.fleet.remote, &r.signing_key, &first),
+        "the review commit is signed with repo.signing_key"
+    );
     assert_eq!(s["pull_request"]["number"], 1);
     assert!(
         !r.main_files().contains("spoke0"),
@@ -854,4 +898,328 @@ async fn a_hung_forge_costs_one_timeout_per_tick_not_one_per_spoke() {
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(r.forge.open_pulls().len(), 3);
+}
+
+/// The file spokekeeper's branch for `spoke` holds, with its ciphertext swapped for
+/// someone else's: the annotations (CA, sealing fingerprint, names, server, hashes)
+/// are all copied, so they look healthy.
+fn copied_with_other_ciphertext(r: &Review, spoke: usize) -> (String, String) {
+    let file = format!("fluxcd/spoke{spoke}-kubeconfig-sealed.yaml");
+    let ours = git(
+        &r.fleet.remote,
+        &["show", &format!("spokekeeper/spoke{spoke}:{file}")],
+    );
+    let at = ours.find("value: Ag").expect("a sealed value") + "value: ".len();
+    let forged = format!("{}AgBmallory{}", &ours[..at], &ours[at + 10..]);
+    assert_ne!(forged, ours);
+    (file, forged)
+}
+
+/// Defect 1: a review branch pushed by someone else, unsigned or signed with another
+/// ssh key, whose manifest copies a healthy credential's annotations, is never endorsed:
+/// the spoke is re-extracted and the branch replaced by a commit signed with
+/// repo.signing_key; the pull request body and the log say which head was replaced.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_branch_spokekeeper_did_not_sign_is_replaced_not_endorsed() {
+    let r = review(Kind::Github, 1, "");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    let other_key = signing_key(&r.fleet.dir.path().join("mallory-key"));
+    for key in [None, Some(other_key.as_path())] {
+        let (file, forged) = copied_with_other_ciphertext(&r, 0);
+        let foreign = r.push_foreign(0, &[(&file, &forged)], key);
+        let (code, report, err) = r.rotate();
+        assert_eq!(code, 0, "{key:?}: {report}\n{err}");
+        let s = spoke(&report, 0);
+        assert_eq!(s["action"], "pending", "{report}");
+        assert_eq!(
+            s["user"], "system:admin",
+            "re-extracted and validated: {report}"
+        );
+        let head = r.branch_head(0).unwrap();
+        assert_ne!(head, foreign, "the foreign head is replaced");
+        assert_eq!(s["commit"], head.as_str(), "{report}");
+        assert!(verifies_with(&r.fleet.remote, &r.signing_key, &head));
+        assert_ne!(
+            git(&r.fleet.remote, &["show", &format!("{head}:{file}")]),
+            forged
+        );
+        assert_eq!(s["change"], "updated", "{report}");
+        let pulls = r.forge.open_pulls();
+        assert_eq!(pulls.len(), 1, "{pulls:?}");
+        let line = format!("replaced branch head {foreign}: not signed by spokekeeper's key");
+        assert!(pulls[0].body.starts_with(&line), "{}", pulls[0].body);
+        assert!(
+            err.contains("spokekeeper/spoke0")
+                && err.contains(&foreign)
+                && err.contains("not signed by spokekeeper's key"),
+            "the log names the branch, its head and why: {err}"
+        );
+    }
+    // spokekeeper's own branch is trusted again: pending, nothing extracted or pushed.
+    let head = r.branch_head(0);
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "pending", "{report}");
+    assert_eq!(spoke(&report, 0)["commit"], Value::Null, "{report}");
+    assert_eq!(spoke(&report, 0)["user"], Value::Null, "no SSH: {report}");
+    assert_eq!(r.branch_head(0), head);
+}
+
+/// A commit spokekeeper signed for spoke0, pushed to spoke1's branch (or one signed with
+/// the real key that also changes another file) is not spoke1's fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_signed_commit_for_another_spoke_or_with_extra_files_is_not_trusted() {
+    let r = review(Kind::Gitea, 2, "");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let spoke0 = r.branch_head(0).unwrap();
+    let remote = r.fleet.remote.to_str().unwrap();
+    let dir = support::scratch_dir();
+    let work = dir.path().join("w");
+    git(
+        dir.path(),
+        &["clone", "--quiet", remote, work.to_str().unwrap()],
+    );
+    git(
+        &work,
+        &[
+            "push",
+            "--quiet",
+            "--force",
+            "origin",
+            &format!("{spoke0}:refs/heads/spokekeeper/spoke1"),
+        ],
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        spoke(&report, 0)["commit"],
+        Value::Null,
+        "spoke0 untouched: {report}"
+    );
+    let s = spoke(&report, 1);
+    assert_eq!(s["action"], "pending", "{report}");
+    let head = r.branch_head(1).unwrap();
+    assert_ne!(head, spoke0);
+    assert_eq!(
+        s["commit"],
+        head.as_str(),
+        "re-extracted and pushed: {report}"
+    );
+    let body = &r
+        .forge
+        .open_pulls()
+        .into_iter()
+        .find(|p| p.head == "spokekeeper/spoke1")
+        .unwrap()
+        .body;
+    assert!(
+        body.starts_with(&format!(
+            "replaced branch head {spoke0}: it changes more than fluxcd/spoke1"
+        )) && body.contains("also fluxcd/spoke0\\-kubeconfig\\-sealed\\.yaml"),
+        "{body}"
+    );
+
+    // Signed with spokekeeper's own key (a leaked key is a different problem), the
+    // right file plus a workflow: not trusted either.
+    let (file, _) = copied_with_other_ciphertext(&r, 1);
+    let ours = git(
+        &r.fleet.remote,
+        &["show", &format!("spokekeeper/spoke1:{file}")],
+    );
+    let extra = r.push_foreign(
+        1,
+        &[(&file, &ours), (".github/workflows/x.yaml", "on: push\n")],
+        Some(&r.signing_key),
+    );
+    assert!(verifies_with(&r.fleet.remote, &r.signing_key, &extra));
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_ne!(r.branch_head(1).unwrap(), extra, "{report}");
+    assert!(
+        err.contains(&extra) && err.contains("also .github/workflows/x.yaml"),
+        "{err}"
+    );
+}
+
+/// The branch checks themselves, against a real remote: only spokekeeper's signed
+/// commit, one commit on the target branch writing the spoke's file, is trusted.
+#[tokio::test]
+async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
+    use spokekeeper::config::RepoConfig;
+    use spokekeeper::repo::{Repo, RepoError, Untrusted};
+    let dir = support::scratch_dir();
+    let (remote, clones) = support::git::fleet_remote(dir.path(), 2);
+    let key = signing_key(&dir.path().join("signing-key"));
+    let other = signing_key(&dir.path().join("other-key"));
+    let config = RepoConfig {
+        path: clones[0].clone(),
+        remote: "origin".into(),
+        branch: "main".into(),
+        author: Some("spokekeeper <spokekeeper@example.org>".into()),
+        push: true,
+        mode: Default::default(),
+        forge: None,
+        signing_key: Some(key.clone()),
+    };
+    let repo = Repo::open(&config).await.unwrap();
+    repo.sync().await.unwrap();
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    let ours = repo
+        .commit_on_target(rel, b"kind: SealedSecret\n", "dev: rotate")
+        .await
+        .unwrap();
+    assert_eq!(repo.provenance(&ours, rel).await, Ok(()));
+    assert!(matches!(
+        repo.provenance(&ours, Path::new("fluxcd/prod-kubeconfig-sealed.yaml"))
+            .await,
+        Err(Untrusted::Changes { .. })
+    ));
+
+    // Commits made in another clone, fetched as a review branch would be.
+    let work = &clones[1];
+    let commit = |files: &[(&str, &str)], sign: Option<&Path>, extra: &[&str]| -> String {
+        for (path, text) in files {
+            let file = work.join(path);
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            std::fs::write(&file, text).unwrap();
+            git(work, &["add", path]);
+        }
+        let k = sign.map(|k| format!("user.signingkey={}", k.display()));
+        let mut args = vec![
+            "-c",
+            "user.name=m",
+            "-c",
+            "user.email=m@m",
+            "-c",
+            "gpg.format=ssh",
+        ];
+        if let Some(k) = &k {
+            args.extend(["-c", k, "commit", "-S"]);
+        } else {
+            args.push("commit");
+        }
+        args.extend(["--quiet", "--allow-empty", "-m", "x"]);
+        args.extend(extra);
+        git(work, &args);
+        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+        git(work, &["reset", "--quiet", "--hard", "origin/main"]);
+        git(
+            work,
+            &[
+                "push",
+                "--quiet",
+                "--force",
+                "origin",
+                &format!("{head}:refs/heads/spokekeeper/t"),
+            ],
+        );
+        head
+    };
+    let check = |head: String| {
+        let repo = &repo;
+        async move {
+            repo.fetch_review_branches().await.unwrap();
+            assert_eq!(
+                repo.remote_branch_head("spokekeeper/t").await,
+                Some(head.clone())
+            );
+            repo.provenance(&head, rel).await
+        }
+    };
+    let file = [(rel.to_str().unwrap(), "kind: SealedSecret\nv: 2\n")];
+    assert_eq!(
+        check(commit(&file, Some(&key), &[])).await,
+        Ok(()),
+        "signed in another clone"
+    );
+    assert_eq!(
+        check(commit(&file, None, &[])).await,
+        Err(Untrusted::Unsigned)
+    );
+    assert_eq!(
+        check(commit(&file, Some(&other), &[])).await,
+        Err(Untrusted::ForeignSignature)
+    );
+    let both = [file[0], ("README.md", "changed\n")];
+    assert!(matches!(
+        check(commit(&both, Some(&key), &[])).await,
+        Err(Untrusted::Changes { .. })
+    ));
+    // Two signed commits: the head's parent is not on main.
+    git(
+        work,
+        &[
+            "-c",
+            "user.name=m",
+            "-c",
+            "user.email=m@m",
+            "commit",
+            "--quiet",
+            "--allow-empty",
+            "-m",
+            "off main",
+        ],
+    );
+    let off = commit(&file, Some(&key), &[]);
+    assert!(matches!(check(off).await, Err(Untrusted::OffTarget { .. })));
+    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
+
+    // Without repo.signing_key nothing is signed and nothing is trusted.
+    let unsigned = Repo::open(&RepoConfig {
+        signing_key: None,
+        ..config.clone()
+    })
+    .await
+    .unwrap();
+    assert!(matches!(
+        unsigned
+            .commit_on_target(rel, b"kind: SealedSecret\n", "x")
+            .await,
+        Err(RepoError::NoSigningKey)
+    ));
+    assert_eq!(unsigned.provenance(&ours, rel).await, Err(Untrusted::NoKey));
+    let _ = remote;
+}
+
+/// Defect 1, (d): review mode without repo.signing_key is refused at load, naming the
+/// key, its line and the fix; so is a key with a passphrase.
+#[test]
+fn review_mode_without_a_usable_signing_key_is_refused() {
+    let r = review(Kind::Github, 1, "");
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    let line = format!("  signing_key: {}\n", r.signing_key.display());
+    std::fs::write(&r.fleet.config, yaml.replace(&line, "")).unwrap();
+    let (code, out, err) = r.fleet.rotate(&["--all"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("repo.signing_key is required")
+            && err.contains("(line ")
+            && err.contains("ssh-keygen -t ed25519 -N '' -C spokekeeper"),
+        "{err}"
+    );
+    let locked = r.fleet.dir.path().join("locked-key");
+    let ok = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "a passphrase", "-f"])
+        .arg(&locked)
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+    std::fs::write(
+        &r.fleet.config,
+        yaml.replace(&line, &format!("  signing_key: {}\n", locked.display())),
+    )
+    .unwrap();
+    let (code, out, err) = r.fleet.rotate(&["--all"]);
+    assert_ne!(code, 0, "{out}");
+    assert!(
+        err.contains("repo.signing_key")
+            && err.contains("has a passphrase")
+            && err.contains("(line "),
+        "{err}"
+    );
+    assert!(r.branch_head(0).is_none(), "nothing was pushed");
 }

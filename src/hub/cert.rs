@@ -232,9 +232,14 @@ async fn propose(
     let repo = &ctx.repo;
     let head = repo.remote_branch_head(CERT_BRANCH).await;
     let waiting = match &head {
-        Some(h) if !repo.merged(h, rel).await => {
-            repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem)
-        }
+        Some(h) if !repo.merged(h, rel).await => match repo.provenance(h, rel).await {
+            // Only spokekeeper's own signed commit is left waiting; another is replaced.
+            Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
+            Err(why) => {
+                tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
+                false
+            }
+        },
         _ => false,
     };
     let pushed = if waiting {

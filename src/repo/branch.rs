@@ -10,6 +10,25 @@ use super::{Repo, RepoError, plaintext_in};
 /// The prefix of every review branch: `spokekeeper/<spoke>`.
 pub const BRANCH_PREFIX: &str = "spokekeeper/";
 
+/// Why a review branch is not taken as spokekeeper's own.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Untrusted {
+    #[error("not signed by spokekeeper's key (repo.signing_key is not set)")]
+    NoKey,
+    #[error("not signed by spokekeeper's key (the commit has no signature)")]
+    Unsigned,
+    #[error("not signed by spokekeeper's key (its signature is by another key)")]
+    ForeignSignature,
+    #[error("not one commit on the target branch ({0})")]
+    Parents(String),
+    #[error("its parent {parent} is not in {upstream}")]
+    OffTarget { parent: String, upstream: String },
+    #[error("it changes more than {rel}: {detail}")]
+    Changes { rel: String, detail: String },
+    #[error("it cannot be read: {0}")]
+    Unreadable(String),
+}
+
 impl Repo {
     pub fn target_branch(&self) -> &str {
         &self.branch
@@ -131,10 +150,59 @@ impl Repo {
         if let Some(what) = plaintext_in(&diff) {
             return Err(RepoError::Plaintext { file: rel_s, what });
         }
-        let sha = self
-            .git(["commit-tree", tree, "-p", &base, "-m", message])
-            .await?;
+        // Signed by git itself (ssh-keygen -Y sign with repo.signing_key): a review
+        // branch is trusted only when its head verifies against that key.
+        let signer = self.signer.as_ref().ok_or(RepoError::NoSigningKey)?;
+        let mut args: Vec<String> = signer.sign_args().into();
+        args.extend(["commit-tree", "-S", tree, "-p", &base, "-m", message].map(String::from));
+        let sha = self.git(args).await?;
         Ok(sha.trim().to_string())
+    }
+
+    /// Whether the review branch at `head` is spokekeeper's own for `rel`: `head` verifies
+    /// against repo.signing_key, its only parent is in the remote target branch, and it
+    /// changes `rel` (a regular file) and nothing else. Anything a pusher could copy
+    /// (annotations, fingerprints, names) is not evidence.
+    pub async fn provenance(&self, head: &str, rel: &Path) -> Result<(), Untrusted> {
+        let signer = self.signer.as_ref().ok_or(Untrusted::NoKey)?;
+        let mut verify: Vec<String> = signer.verify_args().into();
+        verify.extend(["verify-commit", head].map(String::from));
+        if self.git(verify).await.is_err() {
+            let mut status: Vec<String> = signer.verify_args().into();
+            status.extend(["log", "-1", "--format=%G?", head].map(String::from));
+            let signed = self.git(status).await.is_ok_and(|s| s.trim() != "N");
+            return Err(if signed {
+                Untrusted::ForeignSignature
+            } else {
+                Untrusted::Unsigned
+            });
+        }
+        let parents = self
+            .git(["rev-list", "--parents", "-n", "1", head])
+            .await
+            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
+        let parent = single_parent(&parents)?;
+        let upstream = format!("{}/{}", self.remote, self.branch);
+        if self
+            .git(["merge-base", "--is-ancestor", &parent, &upstream])
+            .await
+            .is_err()
+        {
+            return Err(Untrusted::OffTarget { parent, upstream });
+        }
+        let raw = self
+            .git([
+                "diff-tree",
+                "-r",
+                "--no-renames",
+                "--raw",
+                "-z",
+                &parent,
+                head,
+            ])
+            .await
+            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
+        only_writes(&raw, &rel.to_string_lossy())
     }
 
     /// Pushes `commit` to `branch` on the remote, only if the branch is still at
@@ -159,5 +227,133 @@ impl Repo {
         let tracking = format!("refs/remotes/{}/{branch}", self.remote);
         let _ = self.git(["update-ref", &tracking, commit]).await;
         Ok(())
+    }
+}
+
+/// The one parent in `git rev-list --parents -n 1` output (`HEAD PARENT...`).
+fn single_parent(line: &str) -> Result<String, Untrusted> {
+    let ids: Vec<&str> = line.split_whitespace().collect();
+    match ids.as_slice() {
+        [_, parent] => Ok(parent.to_string()),
+        [_] => Err(Untrusted::Parents("it has no parent".into())),
+        _ => Err(Untrusted::Parents(format!(
+            "it has {} parents",
+            ids.len().saturating_sub(1)
+        ))),
+    }
+}
+
+/// Whether `git diff-tree -r --no-renames --raw -z` output adds or modifies exactly
+/// `rel`, as a regular file, and nothing else.
+fn only_writes(raw: &str, rel: &str) -> Result<(), Untrusted> {
+    let fields: Vec<&str> = raw.split('\0').filter(|f| !f.is_empty()).collect();
+    let changes = |detail: String| Untrusted::Changes {
+        rel: rel.to_string(),
+        detail,
+    };
+    let mut others = Vec::new();
+    let mut ours = false;
+    for pair in fields.chunks(2) {
+        let [meta, path] = pair else {
+            return Err(changes("unreadable diff".into()));
+        };
+        // `:OLDMODE NEWMODE OLDSHA NEWSHA STATUS`
+        let meta: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
+        if *path != rel {
+            others.push(path.to_string());
+            continue;
+        }
+        match meta.as_slice() {
+            [_, "100644", _, _, "A" | "M"] => ours = true,
+            [_, mode, _, _, status] => {
+                return Err(changes(format!(
+                    "{rel} is not written as a regular file (mode {mode}, status {status})"
+                )));
+            }
+            _ => return Err(changes("unreadable diff".into())),
+        }
+    }
+    if !others.is_empty() {
+        others.truncate(5);
+        return Err(changes(format!(
+            "also {}",
+            crate::text::one_line(&others.join(", "), 300)
+        )));
+    }
+    if !ours {
+        return Err(changes(format!("{rel} is not changed")));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REL: &str = "fluxcd/dev-kubeconfig-sealed.yaml";
+
+    fn raw(entries: &[(&str, &str, &str)]) -> String {
+        entries
+            .iter()
+            .map(|(mode, status, path)| {
+                format!(
+                    ":100644 {mode} {} {} {status}\0{path}\0",
+                    "a".repeat(40),
+                    "b".repeat(40)
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn one_regular_file_at_the_spokes_path_is_ours() {
+        assert_eq!(only_writes(&raw(&[("100644", "M", REL)]), REL), Ok(()));
+        assert_eq!(only_writes(&raw(&[("100644", "A", REL)]), REL), Ok(()));
+    }
+
+    #[test]
+    fn another_spokes_path_is_not() {
+        let e = only_writes(
+            &raw(&[("100644", "A", "fluxcd/prod-kubeconfig-sealed.yaml")]),
+            REL,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("also fluxcd/prod-kubeconfig-sealed.yaml"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_extra_file_is_not() {
+        let e = only_writes(
+            &raw(&[("100644", "M", REL), ("100755", "A", "hook.sh")]),
+            REL,
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("also hook.sh"), "{e}");
+    }
+
+    #[test]
+    fn a_symlink_a_deletion_or_nothing_is_not() {
+        for (mode, status) in [("120000", "M"), ("000000", "D"), ("100755", "M")] {
+            let e = only_writes(&raw(&[(mode, status, REL)]), REL).unwrap_err();
+            assert!(
+                e.to_string().contains("not written as a regular file"),
+                "{e}"
+            );
+        }
+        let e = only_writes("", REL).unwrap_err();
+        assert!(e.to_string().contains("is not changed"), "{e}");
+    }
+
+    #[test]
+    fn exactly_one_parent() {
+        let (h, p) = ("a".repeat(40), "b".repeat(40));
+        assert_eq!(single_parent(&format!("{h} {p}\n")), Ok(p.clone()));
+        assert!(single_parent(&format!("{h}\n")).is_err(), "a root commit");
+        let merge = single_parent(&format!("{h} {p} {p}\n")).unwrap_err();
+        assert!(merge.to_string().contains("2 parents"), "{merge}");
     }
 }

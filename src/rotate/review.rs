@@ -15,6 +15,11 @@
 //!   `--force-with-lease` on the head we read; the same pull request is updated. A fresh
 //!   credential with the same content hash as the branch's is not pushed again.
 //!   `--force` always re-extracts.
+//! - **Provenance**: a branch counts only when it is provably spokekeeper's own
+//!   ([`crate::repo::Repo::provenance`]: its head is signed with `repo.signing_key`, one
+//!   commit on the target branch, changing the spoke's file alone). Any other branch is
+//!   treated as absent: the spoke is re-extracted, the branch replaced with a lease on the
+//!   head we saw, a warning logged, and the pull request body names the replaced head.
 //! - **Merged**: the next tick sees a healthy target branch and touches nothing. The
 //!   merged branch is left on the remote (the forge can delete it on merge); it is
 //!   ignored because its head is in the target branch, and a later rotation replaces it.
@@ -29,7 +34,7 @@ use super::state::Recorded;
 use super::{Context, Outcome, Proposal, SpokeReport, Stage};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{self, Forge, PullRequest};
-use crate::repo::RepoError;
+use crate::repo::{RepoError, Untrusted};
 use crate::seal::SealedSecret;
 use crate::spoke::{ProbeError, ProbeReport};
 use crate::text;
@@ -42,6 +47,9 @@ pub struct Review {
 /// The unmerged review branch of a spoke.
 pub struct Branch {
     pub head: String,
+    /// Why it is not provably spokekeeper's own (None: its head is signed with
+    /// repo.signing_key, on the target branch, and changes only the spoke's file).
+    pub untrusted: Option<Untrusted>,
     /// The manifest it holds, when it holds a readable one.
     pub recorded: Option<(SealedSecret, Recorded)>,
 }
@@ -72,6 +80,7 @@ impl Review {
         if ctx.repo.merged(&head, &spoke.output).await {
             return None;
         }
+        let untrusted = ctx.repo.provenance(&head, &spoke.output).await.err();
         let recorded = match ctx.repo.show(&head, &spoke.output).await {
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|s| {
                 let r = Recorded::from_annotations(&s.annotations).ok()?;
@@ -79,7 +88,11 @@ impl Review {
             }),
             _ => None,
         };
-        Some(Branch { head, recorded })
+        Some(Branch {
+            head,
+            untrusted,
+            recorded,
+        })
     }
 
     /// Whether the spoke's fix already waits on its branch (then the report says
@@ -94,6 +107,10 @@ impl Review {
         let Some(branch) = self.branch(ctx, spoke).await else {
             return false;
         };
+        if let Some(why) = &branch.untrusted {
+            tracing::warn!(spoke = %spoke.name, branch = %branch_name(spoke), head = %branch.head, reason = %why, "review branch not trusted: re-extracting; the branch will be replaced");
+            return false;
+        }
         if report.probe.is_none()
             && let Some((_, r)) = &branch.recorded
         {
@@ -130,9 +147,10 @@ impl Review {
         let name = branch_name(spoke);
         let base = ctx.repo.target_branch().to_string();
         let mut pushed = None;
+        let mut replaced = None;
         if let Some(p) = proposal {
             match push(ctx, spoke, &name, p).await {
-                Ok(sha) => pushed = sha,
+                Ok(done) => (pushed, replaced) = (done.commit, done.replaced),
                 Err(e) => {
                     report.outcome = Outcome::Failed {
                         stage: Stage::Push,
@@ -154,9 +172,9 @@ impl Review {
                 .map(|pr| pr.map(|pr| (pr, None)))
         } else {
             let (title, body) = match proposal {
-                Some(p) => describe(&p.message, report.reason.as_ref()),
+                Some(p) => describe(&p.message, report.reason.as_ref(), replaced.as_deref()),
                 None => match pending_message(ctx, &name).await {
-                    Some(m) => describe(&m, report.reason.as_ref()),
+                    Some(m) => describe(&m, report.reason.as_ref(), None),
                     None => (format!("{}: rotate kubeconfig", spoke.name), String::new()),
                 },
             };
@@ -258,32 +276,65 @@ fn age(pr: &PullRequest, now: OffsetDateTime) -> u64 {
     (now - pr.created_at).whole_seconds().max(0) as u64
 }
 
+/// What [`push`] did.
+struct Pushed {
+    /// None: the branch already carried the same content (nothing pushed).
+    commit: Option<String>,
+    /// For the pull request body: the head replaced because it was not trusted.
+    replaced: Option<String>,
+}
+
 /// Commits the proposal on the target branch's head and pushes it to the spoke's
-/// branch, replacing what is there only if it is still what we read. Returns None when
-/// the branch already carries the same content (nothing pushed).
+/// branch, replacing what is there only if it is still what we read. A branch that
+/// already carries the same content is kept only when it is provably ours.
 async fn push(
     ctx: &Context,
     spoke: &SpokeConfig,
     branch: &str,
     p: &Proposal,
-) -> Result<Option<String>, RepoError> {
+) -> Result<Pushed, RepoError> {
     let head = ctx.repo.remote_branch_head(branch).await;
+    let mut replaced = None;
     if let Some(h) = &head
         && !ctx.repo.merged(h, &spoke.output).await
-        && let Ok(Some(bytes)) = ctx.repo.show(h, &spoke.output).await
-        && let Ok(sealed) = SealedSecret::parse(&bytes)
-        && let Ok(r) = Recorded::from_annotations(&sealed.annotations)
-        && r.content_sha256 == p.content_sha256
-        && r.sealing_sha256 == p.sealing_sha256
     {
-        return Ok(None);
+        match ctx.repo.provenance(h, &spoke.output).await {
+            Err(why) => {
+                tracing::warn!(spoke = %spoke.name, %branch, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
+                replaced = Some(format!("replaced branch head {h}: {why}"));
+            }
+            Ok(()) if same_content(ctx, spoke, h, p).await => {
+                return Ok(Pushed {
+                    commit: None,
+                    replaced: None,
+                });
+            }
+            Ok(()) => {}
+        }
     }
     let sha = ctx
         .repo
         .commit_on_target(&spoke.output, p.manifest.as_bytes(), &p.message)
         .await?;
     ctx.repo.push_branch(branch, &sha, head.as_deref()).await?;
-    Ok(Some(sha))
+    Ok(Pushed {
+        commit: Some(sha),
+        replaced,
+    })
+}
+
+/// Whether the branch at `head` holds a credential with the proposal's content, sealed
+/// to the same key.
+async fn same_content(ctx: &Context, spoke: &SpokeConfig, head: &str, p: &Proposal) -> bool {
+    let Ok(Some(bytes)) = ctx.repo.show(head, &spoke.output).await else {
+        return false;
+    };
+    SealedSecret::parse(&bytes)
+        .ok()
+        .and_then(|s| Recorded::from_annotations(&s.annotations).ok())
+        .is_some_and(|r| {
+            r.content_sha256 == p.content_sha256 && r.sealing_sha256 == p.sealing_sha256
+        })
 }
 
 /// The commit message of the branch's head, to reopen a pull request with.
@@ -292,12 +343,20 @@ async fn pending_message(ctx: &Context, branch: &str) -> Option<String> {
     ctx.repo.commit_message(&head).await.ok()
 }
 
-/// Title (the commit's subject) and body (its facts, the full fingerprints, what to do).
-/// The message's text carries values a spoke reported: the body quotes it escaped, as
-/// literal Markdown.
-pub fn describe(message: &str, reason: Option<&Reason>) -> (String, String) {
+/// Title (the commit's subject) and body (its facts, the full fingerprints, what to do;
+/// and, when an untrusted branch head was replaced, which and why). The message's text
+/// carries values a spoke reported: the body quotes it escaped, as literal Markdown.
+pub fn describe(
+    message: &str,
+    reason: Option<&Reason>,
+    replaced: Option<&str>,
+) -> (String, String) {
     let (title, rest) = message.split_once('\n').unwrap_or((message, ""));
     let mut body = String::new();
+    if let Some(why) = replaced {
+        body.push_str(&text::markdown(&text::one_line(why, 400)));
+        body.push_str("\n\n");
+    }
     if let Some(Reason::CaChanged { old }) = reason {
         let old = text::one_line(old, 100);
         body.push_str(&format!("previous CA: {}\n", text::markdown(&old)));
@@ -321,6 +380,9 @@ pub fn branch_fixes(
     probe: Option<&Result<ProbeReport, ProbeError>>,
     policy: &Policy<'_>,
 ) -> bool {
+    if branch.untrusted.is_some() {
+        return false;
+    }
     let Some((sealed, recorded)) = &branch.recorded else {
         return false;
     };
@@ -379,6 +441,7 @@ mod tests {
             Some(&Reason::CaChanged {
                 old: "sha256:aaaafull".into(),
             }),
+            None,
         );
         assert_eq!(
             title,

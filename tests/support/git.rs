@@ -77,3 +77,36 @@ pub fn fleet_remote(dir: &Path, clones: usize) -> (PathBuf, Vec<PathBuf>) {
         .collect();
     (remote, clones)
 }
+
+/// A fresh ed25519 key without a passphrase at `path` (and `path.pub`): what
+/// repo.signing_key names in review mode.
+pub fn signing_key(path: &Path) -> PathBuf {
+    let out = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-C", "spokekeeper", "-f"])
+        .arg(path)
+        .output()
+        .expect("run ssh-keygen");
+    assert!(
+        out.status.success(),
+        "ssh-keygen: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path.to_path_buf()
+}
+
+/// `git verify-commit COMMIT` in `dir`, trusting only the public half of `key`.
+pub fn verifies_with(dir: &Path, key: &Path, commit: &str) -> bool {
+    let public = std::fs::read_to_string(format!("{}.pub", key.display())).expect("the .pub file");
+    let allowed = PathBuf::from(format!("{}.allowed", key.display()));
+    std::fs::write(&allowed, format!("spokekeeper {public}")).expect("write allowed signers");
+    Command::new("git")
+        .arg("-C")
+        .arg(dir)
+        .arg("-c")
+        .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
+        .args(["verify-commit", commit])
+        .output()
+        .expect("run git")
+        .status
+        .success()
+}

@@ -57,6 +57,13 @@ A relative sealing.cert is taken inside the fleet repo.
 {{- $_ := set $forge "token_file" "/etc/spokekeeper/forge/token" -}}
 {{- $_ := set $repo "forge" $forge -}}
 {{- end -}}
+{{- if eq ($repo.mode | default "direct") "pull-request" -}}
+{{- if .Values.signingKeySecret -}}
+{{- $_ := set $repo "signing_key" "/etc/spokekeeper/signing/signing-key" -}}
+{{- else if not $repo.signing_key -}}
+{{- fail "signingKeySecret: review mode (config.repo.mode: pull-request) signs its branches: create the Secret (ssh-keygen -t ed25519 -N '' -C spokekeeper -f signing-key; kubectl create secret generic spokekeeper-signing --from-file=signing-key) and set signingKeySecret: spokekeeper-signing" -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.hub.enabled -}}
 {{- $ctl := .Values.hub.controller -}}
 {{- $_ := set $c "hub" (dict "controller" (dict "namespace" $ctl.namespace "name" $ctl.name "port" $ctl.port) "verify_timeout" .Values.hub.verifyTimeout) -}}
