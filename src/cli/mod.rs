@@ -11,6 +11,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 mod check;
 mod init;
 mod inspect;
+mod progress;
 pub(crate) mod rotate;
 mod run;
 mod seal;
