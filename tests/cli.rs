@@ -59,6 +59,42 @@ fn on_a_terminal(config: &Path, args: &str) -> String {
 }
 
 #[test]
+fn unseal_prints_json_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\n  namespace: ns\n  labels: {team: a}\ndata:\n  token: c2VjcmV0\n";
+    let sealed = dir.path().join("sealed.yaml");
+    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .args(["seal", "--cert"])
+        .arg(vectors().join("key/cert.pem"))
+        .stdin(std::fs::File::open(write(dir.path(), "s.yaml", secret)).unwrap())
+        .output()
+        .unwrap();
+    std::fs::write(&sealed, stdout(&out)).unwrap();
+    let key = vectors().join("key/sealed-secrets-key.yaml");
+    let unseal = |format: &str| {
+        spokekeeper(&[
+            "-o",
+            format,
+            "unseal",
+            "--recovery-key",
+            key.to_str().unwrap(),
+            sealed.to_str().unwrap(),
+        ])
+    };
+    let json: Value = serde_json::from_str(&stdout(&unseal("json"))).unwrap();
+    let yaml: Value = serde_saphyr::from_str(&stdout(&unseal("yaml"))).unwrap();
+    assert_eq!(json, yaml);
+    assert_eq!(json["data"]["token"], "c2VjcmV0");
+    assert_eq!(json["metadata"]["labels"]["team"], "a");
+    let table = unseal("table");
+    assert!(!table.status.success());
+    assert!(
+        String::from_utf8_lossy(&table.stderr).contains("use -o yaml or -o json"),
+        "{table:?}"
+    );
+}
+
+#[test]
 fn rotate_shows_progress_on_a_terminal_and_nothing_extra_elsewhere() {
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     // Not a terminal: the table on stdout, nothing on stderr.
