@@ -59,6 +59,77 @@ fn on_a_terminal(config: &Path, args: &str) -> String {
 }
 
 #[test]
+fn the_bash_completion_parses_and_completes_subcommands_and_formats() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("spokekeeper.bash");
+    std::fs::write(&script, stdout(&spokekeeper(&["completion", "bash"]))).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(syntax.status.success(), "{syntax:?}");
+    // What bash does on TAB: call the registered function with COMP_WORDS set.
+    let complete = |line: &str| -> Vec<String> {
+        let words: Vec<&str> = line.split(' ').collect();
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "source {}; complete -p spokekeeper; COMP_WORDS=({}); COMP_CWORD={}; COMP_LINE='{line}'; COMP_POINT={}; _spokekeeper spokekeeper '{}' '{}'; printf '%s\\n' \"${{COMPREPLY[@]}}\"",
+                script.display(),
+                words.iter().map(|w| format!("'{w}'")).collect::<Vec<_>>().join(" "),
+                words.len() - 1,
+                line.len(),
+                words[words.len() - 1],
+                words[words.len() - 2],
+            ))
+            .output()
+            .unwrap();
+        let text = stdout(&out);
+        let mut lines = text.lines();
+        let registered = lines.next().unwrap_or("");
+        assert!(
+            registered.contains("-F _spokekeeper") && registered.ends_with(" spokekeeper"),
+            "{registered}"
+        );
+        lines.map(|l| l.trim().to_string()).collect()
+    };
+    let mut all = complete("spokekeeper ");
+    all.sort();
+    for sub in subcommands() {
+        assert!(all.contains(&sub), "{sub} not offered: {all:?}");
+    }
+    assert_eq!(complete("spokekeeper rot"), ["rotate"]);
+    let mut formats = complete("spokekeeper -o ");
+    formats.sort();
+    assert_eq!(formats, ["json", "table", "yaml"]);
+}
+
+#[test]
+fn zsh_and_fish_completions_and_the_man_page_name_every_command() {
+    let zsh = stdout(&spokekeeper(&["completion", "zsh"]));
+    assert!(zsh.starts_with("#compdef spokekeeper"), "{zsh}");
+    let fish = stdout(&spokekeeper(&["completion", "fish"]));
+    let man = stdout(&spokekeeper(&["man"]));
+    assert!(man.contains(".TH spokekeeper 1"), "{man}");
+    for sub in subcommands() {
+        assert!(zsh.contains(&format!("'{sub}:")), "zsh: {sub}");
+        assert!(
+            fish.contains(&format!("-a \"{sub}\"")),
+            "fish: {sub}\n{fish}"
+        );
+        assert!(
+            man.contains(&format!("spokekeeper\\-{sub}(1)")),
+            "man: {sub}\n{man}"
+        );
+    }
+    let bad = spokekeeper(&["completion", "tcsh"]);
+    assert_eq!(bad.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&bad.stderr);
+    assert!(err.contains("possible values: bash, zsh, fish"), "{err}");
+}
+
+#[test]
 fn unseal_prints_json_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\n  namespace: ns\n  labels: {team: a}\ndata:\n  token: c2VjcmV0\n";

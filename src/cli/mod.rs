@@ -9,6 +9,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod check;
+mod completion;
 mod init;
 mod inspect;
 mod progress;
@@ -70,6 +71,10 @@ pub enum Command {
     Init(init::InitArgs),
     /// The whole loop against an embedded simulated fleet.
     Demo,
+    /// Print a shell completion script (bash, zsh or fish).
+    Completion(completion::CompletionArgs),
+    /// Print the manual page (roff) generated from these definitions.
+    Man,
 }
 
 /// Parses the command line and runs the command.
@@ -94,6 +99,8 @@ pub fn main() -> ExitCode {
         Command::Check(args) => check::run(&args, &cli.config, cli.output),
         Command::Run(args) => run::run(&args, &cli.config),
         Command::Status => status::run(&cli.config, cli.output),
+        Command::Completion(args) => completion::completion(&args),
+        Command::Man => completion::man(),
     }
 }
 
