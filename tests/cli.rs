@@ -130,6 +130,33 @@ fn zsh_and_fish_completions_and_the_man_page_name_every_command() {
 }
 
 #[test]
+fn version_names_the_commit_and_the_build_date() {
+    let version = stdout(&spokekeeper(&["--version"]));
+    let head = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let head = String::from_utf8(head.stdout).unwrap().trim().to_string();
+    let rest = version
+        .trim()
+        .strip_prefix(concat!(
+            "spokekeeper ",
+            env!("CARGO_PKG_VERSION"),
+            " (commit "
+        ))
+        .unwrap_or_else(|| panic!("{version}"));
+    let (commit, date) = rest
+        .strip_suffix(')')
+        .and_then(|r| r.split_once(", built "))
+        .unwrap_or_else(|| panic!("{version}"));
+    assert_eq!(commit.trim_end_matches("-dirty"), head, "{version}");
+    let format = time::macros::format_description!("[year]-[month]-[day]");
+    let built = time::Date::parse(date, &format).unwrap_or_else(|e| panic!("{date}: {e}"));
+    assert!(built <= time::OffsetDateTime::now_utc().date(), "{version}");
+}
+
+#[test]
 fn unseal_prints_json_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\n  namespace: ns\n  labels: {team: a}\ndata:\n  token: c2VjcmV0\n";

@@ -18,6 +18,16 @@ mod run;
 mod seal;
 mod status;
 
+/// `--version`: the package version, the git commit it was built from and the build date.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SPOKEKEEPER_GIT_COMMIT"),
+    ", built ",
+    env!("SPOKEKEEPER_BUILD_DATE"),
+    ")"
+);
+
 /// Output format. Commands that print for people default to a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {
@@ -29,7 +39,7 @@ pub enum Format {
 #[derive(Debug, Parser)]
 #[command(
     name = "spokekeeper",
-    version,
+    version = VERSION,
     about = "Keeps a GitOps hub's spoke kubeconfigs valid: probe, rotate, seal, commit, alert"
 )]
 pub struct Cli {
