@@ -157,6 +157,22 @@ fn version_names_the_commit_and_the_build_date() {
 }
 
 #[test]
+fn every_commands_help_gives_an_example() {
+    for sub in subcommands() {
+        let help = stdout(&spokekeeper(&[&sub, "--help"]));
+        let examples = help
+            .split_once("\nExample")
+            .map(|(_, e)| e)
+            .unwrap_or_else(|| panic!("{sub} --help has no example:\n{help}"));
+        assert!(
+            examples.contains(&format!("spokekeeper {sub}"))
+                || examples.contains(&format!(" {sub} ")),
+            "{sub}'s example does not use it:\n{help}"
+        );
+    }
+}
+
+#[test]
 fn unseal_prints_json_when_asked() {
     let dir = tempfile::tempdir().unwrap();
     let secret = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: app\n  namespace: ns\n  labels: {team: a}\ndata:\n  token: c2VjcmV0\n";
