@@ -1,6 +1,6 @@
 //! Records what `spokekeeper --version` prints besides the package version: the git
-//! commit (`-dirty` when the tree had changes; "unknown" outside git, e.g. a source
-//! tarball) and the build date (UTC, date only; SOURCE_DATE_EPOCH for reproducible builds).
+//! commit (`-dirty` when the tree had changes; $SPOKEKEEPER_GIT_COMMIT when set, e.g. by
+//! the Dockerfile; "unknown" outside git, e.g. a source tarball) and the build date (UTC, date only; SOURCE_DATE_EPOCH for reproducible builds).
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -21,6 +21,13 @@ fn git(args: &[&str]) -> Option<String> {
 }
 
 fn commit() -> String {
+    // Given by the builder (the Dockerfile's build argument): no .git there.
+    println!("cargo:rerun-if-env-changed=SPOKEKEEPER_GIT_COMMIT");
+    if let Ok(given) = std::env::var("SPOKEKEEPER_GIT_COMMIT")
+        && !given.trim().is_empty()
+    {
+        return given.trim().to_string();
+    }
     let Some(sha) = git(&["rev-parse", "--short", "HEAD"]) else {
         return "unknown".into();
     };
