@@ -73,7 +73,22 @@ impl Peer {
             _dir: dir,
         };
         peer.addr = peer.listening();
+        peer.wait_ready();
         peer
+    }
+
+    /// Both answer 503 between listening and being ready (Prometheus opens its TSDB).
+    fn wait_ready(&self) {
+        let end = Instant::now() + Duration::from_secs(30);
+        while self.get("/-/ready").0 != 200 {
+            assert!(
+                Instant::now() < end,
+                "{} not ready within 30s:\n{}",
+                self.name,
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
     }
 
     pub fn log(&self) -> String {
