@@ -1,6 +1,9 @@
-//! The alert sinks against emulated receivers on 127.0.0.1: an Alertmanager that checks
-//! method, path and Content-Type and answers 200 like the real one, and a webhook. The
-//! lab test drives the daemon's loop in-process: tick, observe, evaluate, notify.
+//! The alert sinks. The lab test drives the daemon's loop in-process (tick, observe,
+//! evaluate, notify) against Debian's real Alertmanager, whose webhook receiver records
+//! what it notifies; the daemon test runs `spokekeeper run` against it. An emulated
+//! receiver on 127.0.0.1 stands in for spokekeeper's generic webhook, and for
+//! Alertmanager only where a test needs a fault the real one cannot produce (5xx, 400,
+//! a hang).
 
 mod support;
 
@@ -24,11 +27,14 @@ use spokekeeper::rotate::{self, Context, Options};
 use spokekeeper::seal::SealingKey;
 use support::fleet::{config_yaml, spokekeeper as run_binary, vectors};
 use support::git::fleet_remote;
+use support::peers::{self, Peer};
 use support::{Lab, Node, NodeOptions};
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 const AM_PATH: &str = "/api/v2/alerts";
+/// Where the real Alertmanager sends its notifications.
+const RECORDER_PATH: &str = "/alertmanager-receiver";
 /// Webhook paths often are the secret (Slack-style): they must never be printed.
 const HOOK_PATH: &str = "/hooks/T000/secret-token";
 
@@ -54,6 +60,9 @@ struct Seen {
     violations: Vec<String>,
 }
 
+/// Records POSTs (method, path, Content-Type and JSON checked). Spokekeeper's webhook and
+/// the real Alertmanager's notifications are heard through it; as a stand-in for
+/// Alertmanager itself it is used only for faults (5xx, 400, a hang).
 #[derive(Clone)]
 struct Receiver {
     base: String,
@@ -238,10 +247,78 @@ fn client_not_after(node: &Node) -> OffsetDateTime {
         .not_after
 }
 
+/// A real Alertmanager (Debian's) routing to `receiver`: one group per alertname,
+/// resolved alerts sent on, notifications within about a second.
+fn real_alertmanager(receiver: &Receiver) -> Peer {
+    peers::alertmanager(&format!(
+        "route:\n  receiver: recorder\n  group_by: [alertname]\n  group_wait: 1s\n  group_interval: 1s\n  repeat_interval: 1h\nreceivers:\n  - name: recorder\n    webhook_configs:\n      - url: {}\n        send_resolved: true\n",
+        receiver.url()
+    ))
+}
+
+/// What the real Alertmanager lists (`GET /api/v2/alerts`: the active ones, resolved
+/// ones are left out), by (alertname, spoke, cert, severity), checking each alert's shape.
+fn listed(am: &Peer) -> BTreeMap<(String, String, String, String), Value> {
+    let list = am.get_json("/api/v2/alerts");
+    let post = Post {
+        at: OffsetDateTime::now_utc(),
+        body: list.clone(),
+    };
+    for a in list.as_array().unwrap() {
+        assert_eq!(a["status"]["state"], "active", "{a:#}");
+        assert_eq!(a["receivers"][0]["name"], "recorder", "{a:#}");
+    }
+    alerts_in(&post)
+}
+
+/// Waits (up to 10 s) for a notification the Alertmanager sent to `receiver` for the
+/// group `alertname` with `status`, after the first `seen` ones.
+fn notification(receiver: &Receiver, seen: usize, alertname: &str, status: &str) -> Value {
+    let end = Instant::now() + Duration::from_secs(10);
+    loop {
+        let posts = receiver.posts();
+        if let Some(p) = posts
+            .iter()
+            .skip(seen)
+            .find(|p| p.body["groupLabels"]["alertname"] == alertname && p.body["status"] == status)
+        {
+            return p.body.clone();
+        }
+        assert!(
+            Instant::now() < end,
+            "no {status} notification for {alertname} after #{seen}: {:#?}",
+            posts.iter().map(|p| &p.body).collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// (spoke, status) of each alert in an Alertmanager notification.
+fn notified(n: &Value) -> Vec<(String, String)> {
+    let mut v: Vec<(String, String)> = n["alerts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["labels"]["spoke"].as_str().unwrap().to_string(),
+                a["status"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+fn pair(spoke: &str, status: &str) -> (String, String) {
+    (spoke.into(), status.into())
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_changes() {
     support::install_crypto_provider();
-    let am = Receiver::start(AM_PATH).await;
+    let recorder = Receiver::start(RECORDER_PATH).await;
+    let am = real_alertmanager(&recorder);
     let hook = Receiver::start(HOOK_PATH).await;
     let lab = Lab::new();
     let mut nodes: Vec<Node> = [5, 20, 300]
@@ -254,7 +331,8 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         })
         .collect();
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet(dir.path(), &nodes, &am.base, &hook.url());
+    let am_url = format!("http://{}", am.addr);
+    let config = fleet(dir.path(), &nodes, &am_url, &hook.url());
     let config = Config::load(&config).unwrap();
     let cert = vectors().join("key/cert.pem");
     let sealing = SealingKey::from_pem(
@@ -275,11 +353,12 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
     )
     .unwrap();
 
-    // 1. Two client certificates inside the thresholds: two alerts, two changes.
+    // 1. Two client certificates inside the thresholds: Alertmanager takes and lists
+    // both alerts with the README's labels, and notifies them as one group.
+    let before = OffsetDateTime::now_utc();
     tick_and_notify(&ctx, &mut notifier).await;
-    let posts = am.posts();
-    assert_eq!(posts.len(), 1);
-    let first = alerts_in(&posts[0]);
+    let sent = OffsetDateTime::now_utc();
+    let first = listed(&am);
     let crit = key(
         "SpokekeeperCertificateExpiring",
         "spoke0",
@@ -305,13 +384,20 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
             "exact date {date} in: {description}"
         );
         assert!(a["annotations"]["summary"].as_str().unwrap().contains(&k.1));
-        assert!(time(&a["startsAt"]) <= posts[0].at);
-        let ahead = time(&a["endsAt"]) - posts[0].at;
+        let starts = time(&a["startsAt"]);
+        assert!(before - time::Duration::SECOND <= starts && starts <= sent);
+        let ahead = time(&a["endsAt"]) - sent;
         assert!(
-            ahead > period * 3 && ahead <= period * 4,
+            ahead > period * 3 - time::Duration::SECOND && ahead <= period * 4,
             "endsAt {ahead} ahead"
         );
     }
+    let grouped = notification(&recorder, 0, "SpokekeeperCertificateExpiring", "firing");
+    assert_eq!(
+        notified(&grouped),
+        [pair("spoke0", "firing"), pair("spoke1", "firing")],
+        "one notification for the group: {grouped:#}"
+    );
     let hooks = hook.posts();
     assert_eq!(hooks.len(), 1);
     let mut c = changes(&hooks[0]);
@@ -324,21 +410,26 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         ]
     );
 
-    // 2. Nothing changed: Alertmanager hears the same alerts again, the webhook nothing.
+    // 2. Nothing changed: re-sent, so Alertmanager keeps startsAt and moves endsAt on;
+    // the webhook hears nothing.
     tick_and_notify(&ctx, &mut notifier).await;
-    let posts = am.posts();
-    assert_eq!(posts.len(), 2);
-    let again = alerts_in(&posts[1]);
+    let again = listed(&am);
     assert_eq!(
         again.keys().collect::<Vec<_>>(),
         first.keys().collect::<Vec<_>>()
     );
-    assert_eq!(again[&crit]["startsAt"], first[&crit]["startsAt"]);
+    assert_eq!(
+        time(&again[&crit]["startsAt"]),
+        time(&first[&crit]["startsAt"])
+    );
     assert!(time(&again[&crit]["endsAt"]) > time(&first[&crit]["endsAt"]));
+    assert!(time(&again[&crit]["updatedAt"]) > time(&first[&crit]["updatedAt"]));
     assert_eq!(hook.posts().len(), 1);
 
     // 3. spoke0's node renews its certificate (same CA: a probe cannot see it, and it is
-    // not inside renew_before); the operator rotates it now: resolved.
+    // not inside renew_before); the operator rotates it now: resolved, so Alertmanager
+    // no longer lists it and tells the receiver.
+    let seen = recorder.posts().len();
     nodes[0].renew_client_cert(300);
     let force_spoke0 = Options {
         force: true,
@@ -352,16 +443,13 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         .find(|f| f.spoke == "spoke0" && f.subject == Subject::Rotation)
         .unwrap();
     assert_eq!(rotation.detail, "rotated");
-    let posts = am.posts();
-    assert_eq!(posts.len(), 3);
-    let third = alerts_in(&posts[2]);
-    assert_eq!(third.len(), 2);
-    assert!(
-        time(&third[&crit]["endsAt"]) <= posts[2].at,
-        "resolved: {:#}",
-        third[&crit]
+    assert_eq!(listed(&am).keys().collect::<Vec<_>>(), [&warn]);
+    let update = notification(&recorder, seen, "SpokekeeperCertificateExpiring", "firing");
+    assert_eq!(
+        notified(&update),
+        [pair("spoke0", "resolved"), pair("spoke1", "firing")],
+        "{update:#}"
     );
-    assert!(time(&third[&warn]["endsAt"]) > posts[2].at, "still active");
     let hooks = hook.posts();
     assert_eq!(hooks.len(), 2);
     assert_eq!(
@@ -369,17 +457,16 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         [change("spoke0", "client", "critical", "ok")]
     );
 
-    // 4. The resolution was sent once.
+    // 4. The next evaluation leaves it resolved.
     tick_and_notify(&ctx, &mut notifier).await;
-    let posts = am.posts();
-    assert_eq!(alerts_in(&posts[3]).keys().collect::<Vec<_>>(), [&warn]);
+    assert_eq!(listed(&am).keys().collect::<Vec<_>>(), [&warn]);
     assert_eq!(hook.posts().len(), 2);
 
     // 5. spoke2's API goes down: unreachable, and its tick fails.
+    let seen = recorder.posts().len();
     nodes[2].stop_api();
     tick_and_notify(&ctx, &mut notifier).await;
-    let posts = am.posts();
-    let fifth = alerts_in(&posts[4]);
+    let fifth = listed(&am);
     let down = key("SpokekeeperSpokeUnreachable", "spoke2", "", "warning");
     let failing = key("SpokekeeperRotationFailing", "spoke2", "", "warning");
     assert_eq!(
@@ -394,6 +481,10 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         why.contains("failed at probe") && why.contains("refused"),
         "{why}"
     );
+    for name in ["SpokekeeperSpokeUnreachable", "SpokekeeperRotationFailing"] {
+        let n = notification(&recorder, seen, name, "firing");
+        assert_eq!(notified(&n), [pair("spoke2", "firing")]);
+    }
     let mut c = changes(&hook.posts()[2]);
     c.sort();
     assert_eq!(
@@ -404,16 +495,15 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         ]
     );
 
-    // 6. Back up: both resolve.
+    // 6. Back up: both resolve, in Alertmanager and at the receiver.
+    let seen = recorder.posts().len();
     nodes[2].start_api();
     tick_and_notify(&ctx, &mut notifier).await;
-    let posts = am.posts();
-    let sixth = alerts_in(&posts[5]);
-    for k in [&down, &failing] {
-        assert!(time(&sixth[k]["endsAt"]) <= posts[5].at, "{k:?} resolved");
-        assert_eq!(sixth[k]["startsAt"], fifth[k]["startsAt"]);
+    assert_eq!(listed(&am).keys().collect::<Vec<_>>(), [&warn]);
+    for name in ["SpokekeeperSpokeUnreachable", "SpokekeeperRotationFailing"] {
+        let n = notification(&recorder, seen, name, "resolved");
+        assert_eq!(notified(&n), [pair("spoke2", "resolved")]);
     }
-    assert!(time(&sixth[&warn]["endsAt"]) > posts[5].at);
     let hooks = hook.posts();
     assert_eq!(hooks.len(), 4);
     let mut c = changes(&hooks[3]);
@@ -430,7 +520,7 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
         .map(|a| a.labels["spoke"].clone())
         .collect();
     assert_eq!(active, ["spoke1"]);
-    am.assert_clean();
+    recorder.assert_clean();
     hook.assert_clean();
 }
 
@@ -668,10 +758,12 @@ async fn the_log_hears_changes_once_at_a_matching_level() {
     assert!(log.contains(" INFO ") && log.contains("resolved"), "{log}");
 }
 
-/// The daemon itself (`spokekeeper run`) grades after every tick and tells Alertmanager.
+/// The daemon itself (`spokekeeper run`) grades after every tick and tells the real
+/// Alertmanager, again at every evaluation.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_sends_alerts_after_each_tick() {
-    let am = Receiver::start(AM_PATH).await;
+    let recorder = Receiver::start(RECORDER_PATH).await;
+    let am = real_alertmanager(&recorder);
     let hook = Receiver::start(HOOK_PATH).await;
     let lab = Lab::new();
     let nodes = vec![lab.add_node(NodeOptions {
@@ -679,52 +771,46 @@ async fn the_daemon_sends_alerts_after_each_tick() {
         ..NodeOptions::default()
     })];
     let dir = tempfile::tempdir().unwrap();
-    let config = fleet(dir.path(), &nodes, &am.base, &hook.url());
-    struct Daemon(std::process::Child);
-    impl Drop for Daemon {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let _daemon = Daemon(
-        std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-            .arg("--config")
-            .arg(&config)
-            .args([
-                "run",
-                "--now",
-                "--interval",
-                "1s",
-                "--listen",
-                "127.0.0.1:0",
-            ])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap(),
+    let config = fleet(
+        dir.path(),
+        &nodes,
+        &format!("http://{}", am.addr),
+        &hook.url(),
     );
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while am.posts().len() < 2 && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let posts = am.posts();
-    assert!(
-        posts.len() >= 2,
-        "Alertmanager heard {} evaluations",
-        posts.len()
-    );
+    let daemon = support::daemon::Daemon::start(&config, &["--interval", "1s"]);
     let crit = key(
         "SpokekeeperCertificateExpiring",
         "spoke0",
         "client",
         "critical",
     );
-    for p in &posts[..2] {
-        let alerts = alerts_in(p);
-        assert!(alerts.contains_key(&crit), "{alerts:#?}");
-        assert!(time(&alerts[&crit]["endsAt"]) > p.at, "still active");
-    }
+    // Listed once the first evaluation is in; updated by the next ones.
+    let wait_listed = |after: Option<OffsetDateTime>| {
+        let end = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(a) = listed(&am).get(&crit)
+                && after.is_none_or(|t| time(&a["updatedAt"]) > t)
+            {
+                return a.clone();
+            }
+            assert!(
+                Instant::now() < end,
+                "not listed{}:\n{}",
+                after.map_or(String::new(), |t| format!(" after {t}")),
+                daemon.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let first = wait_listed(None);
+    let next = wait_listed(Some(time(&first["updatedAt"])));
+    assert_eq!(time(&next["startsAt"]), time(&first["startsAt"]));
+    assert!(
+        time(&next["endsAt"]) > OffsetDateTime::now_utc(),
+        "still active"
+    );
+    let n = notification(&recorder, 0, "SpokekeeperCertificateExpiring", "firing");
+    assert_eq!(notified(&n), [pair("spoke0", "firing")]);
     assert_eq!(hook.posts().len(), 1, "the webhook hears the change once");
 }
 

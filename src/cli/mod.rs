@@ -9,12 +9,24 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand, ValueEnum};
 
 mod check;
+mod completion;
 mod init;
 mod inspect;
+mod progress;
 pub(crate) mod rotate;
 mod run;
 mod seal;
 mod status;
+
+/// `--version`: the package version, the git commit it was built from and the build date.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SPOKEKEEPER_GIT_COMMIT"),
+    ", built ",
+    env!("SPOKEKEEPER_BUILD_DATE"),
+    ")"
+);
 
 /// Output format. Commands that print for people default to a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -27,7 +39,7 @@ pub enum Format {
 #[derive(Debug, Parser)]
 #[command(
     name = "spokekeeper",
-    version,
+    version = VERSION,
     about = "Keeps a GitOps hub's spoke kubeconfigs valid: probe, rotate, seal, commit, alert"
 )]
 pub struct Cli {
@@ -51,24 +63,65 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// The daemon: tick on the schedule, serve /metrics, /healthz, /readyz.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper --config /etc/spokekeeper/spokekeeper.yaml run\n  \
+        spokekeeper run --now --listen 127.0.0.1:9464 --jitter 30s\n  \
+        spokekeeper run --leader-elect --lease-namespace spokekeeper")]
     Run(run::RunArgs),
     /// One tick now, for some or all spokes.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper rotate --all\n  \
+        spokekeeper rotate dev test --dry-run\n  \
+        spokekeeper rotate dev --force -o json\n\n\
+        On a terminal, progress (spokes done of total, the current stage) goes to stderr.")]
     Rotate(rotate::RotateArgs),
     /// Expiry and health report (exit 0 ok, 1 warning, 2 critical or expired, 3 unknown).
+    #[command(after_help = "Examples:\n  \
+        spokekeeper check\n  \
+        spokekeeper check dev -o json | jq '.findings[] | select(.severity != \"ok\")'")]
     Check(check::CheckArgs),
     /// Seal a Secret (YAML or JSON) from stdin, like kubeseal.
+    #[command(after_help = "Examples:\n  \
+        kubectl create secret generic dev-kubeconfig -n flux-system --from-file=value=dev.yaml \\\n    \
+        --dry-run=client -o yaml | spokekeeper seal --cert keys/sealed-secrets-infra.pem > dev-sealed.yaml\n  \
+        printf %s \"$TOKEN\" | spokekeeper seal --cert cert.pem --raw --namespace ns --name app")]
     Seal(seal::SealArgs),
     /// Recovery: print the unsealed Secret, given the controller's private key.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper unseal --recovery-key sealed-secrets-keys.yaml fluxcd/dev-kubeconfig-sealed.yaml\n  \
+        spokekeeper unseal --recovery-key key.pem -o json < sealed.yaml")]
     Unseal(seal::UnsealArgs),
     /// A kubeconfig's or certificate's fingerprints, validity and problems.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper inspect ~/.kube/config\n  \
+        ssh node sudo cat /etc/rancher/k3s/k3s.yaml | spokekeeper inspect -o json")]
     Inspect(inspect::InspectArgs),
     /// Per spoke: committed state, the hub's SealedSecret and Kustomization, the probe
     /// (exit 0 ok, 1 warning, 2 hub or configuration unreadable).
+    #[command(after_help = "Examples:\n  \
+        spokekeeper status\n  \
+        spokekeeper --config /etc/spokekeeper/spokekeeper.yaml status -o yaml")]
     Status,
     /// Scaffold a spokekeeper.yaml and print the least-privilege node recipe.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper init\n  \
+        spokekeeper --config fleet/spokekeeper.yaml init --force")]
     Init(init::InitArgs),
     /// The whole loop against an embedded simulated fleet.
+    #[command(after_help = "Example:\n  \
+        spokekeeper demo")]
     Demo,
+    /// Print a shell completion script (bash, zsh or fish).
+    #[command(after_help = "Examples:\n  \
+        source <(spokekeeper completion bash)\n  \
+        spokekeeper completion zsh > \"${fpath[1]}/_spokekeeper\"\n  \
+        spokekeeper completion fish > ~/.config/fish/completions/spokekeeper.fish")]
+    Completion(completion::CompletionArgs),
+    /// Print the manual page (roff) generated from these definitions.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper man | man -l -\n  \
+        spokekeeper man > /usr/local/share/man/man1/spokekeeper.1")]
+    Man,
 }
 
 /// Parses the command line and runs the command.
@@ -93,6 +146,8 @@ pub fn main() -> ExitCode {
         Command::Check(args) => check::run(&args, &cli.config, cli.output),
         Command::Run(args) => run::run(&args, &cli.config),
         Command::Status => status::run(&cli.config, cli.output),
+        Command::Completion(args) => completion::completion(&args),
+        Command::Man => completion::man(),
     }
 }
 

@@ -1,4 +1,5 @@
-//! `spokekeeper rotate [SPOKE...] [--all] [--force] [--dry-run]`: one tick now.
+//! `spokekeeper rotate [SPOKE...] [--all] [--force] [--dry-run]`: one tick now (with a
+//! progress line on stderr when it is a terminal and the output a table).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -58,17 +59,24 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
         Ok(r) => r,
         Err(e) => return fail("rotate", &format!("cannot start the runtime: {e}")),
     };
+    let format = format.unwrap_or(Format::Table);
+    let shown = super::progress::on_terminal(format == Format::Table);
     let opts = Options {
         force: args.force,
         dry_run: args.dry_run,
         only: args.spokes.clone(),
         concurrency: args.concurrency,
+        progress: shown.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
     };
-    let report = match runtime.block_on(run_tick(config, &opts)) {
+    let result = runtime.block_on(run_tick(config, &opts));
+    if let Some((_, line)) = &shown {
+        line.clear();
+    }
+    let report = match result {
         Ok(r) => r,
         Err(e) => return fail("rotate", &e),
     };
-    print_report(&report, format.unwrap_or(Format::Table));
+    print_report(&report, format);
     if report.ok() && report.hub_ok() {
         ExitCode::SUCCESS
     } else {

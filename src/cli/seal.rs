@@ -129,14 +129,18 @@ fn merge_into(
         .map_err(|e| format!("cannot write {shown}: {e}"))
 }
 
-pub fn unseal(args: &UnsealArgs, _format: Option<Format>) -> ExitCode {
-    match try_unseal(args) {
+pub fn unseal(args: &UnsealArgs, format: Option<Format>) -> ExitCode {
+    match try_unseal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
         Err(msg) => fail("unseal", &msg),
     }
 }
 
-fn try_unseal(args: &UnsealArgs) -> Result<(), String> {
+fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), String> {
+    let format = format.unwrap_or(Format::Yaml);
+    if format == Format::Table {
+        return Err("-o table does not apply: use -o yaml or -o json".into());
+    }
     let mut keys = Vec::new();
     for path in &args.recovery_key {
         let bytes = SecretBytes::from(
@@ -160,7 +164,11 @@ fn try_unseal(args: &UnsealArgs) -> Result<(), String> {
         );
     }
     let secret = sealed.unseal(&keys).map_err(|e| format!("{shown}: {e}"))?;
-    write_stdout(secret.to_yaml().expose())
+    let text = match format {
+        Format::Json => secret.to_json(),
+        _ => secret.to_yaml(),
+    };
+    write_stdout(text.expose())
 }
 
 /// Reads a file or stdin into memory, refusing more than a manifest can hold. The buffer

@@ -7,6 +7,7 @@
 //! committed credential is never replaced by one that was not validated.
 
 pub mod decide;
+pub mod progress;
 pub mod refresh;
 pub mod review;
 pub mod state;
@@ -19,6 +20,7 @@ use futures::StreamExt;
 use time::OffsetDateTime;
 
 pub use decide::{Decision, Reason};
+pub use progress::{Progress, Step};
 pub use refresh::Stage;
 
 use crate::config::{Config, SpokeConfig};
@@ -94,6 +96,8 @@ pub struct Options {
     pub only: Vec<String>,
     /// How many spokes are worked on at once.
     pub concurrency: usize,
+    /// Told where the tick is (`rotate` on a terminal); nothing by default.
+    pub progress: progress::Progress,
 }
 
 /// What happened to one spoke.
@@ -241,10 +245,14 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         .collect();
     let now = OffsetDateTime::now_utc();
     let sealing = &sealing;
+    opts.progress.emit(Step::Start {
+        total: spokes.len(),
+    });
     let mut results: Vec<(usize, SpokeReport, Option<Proposal>)> =
         futures::stream::iter(spokes.iter().enumerate())
             .map(|(i, spoke)| async move {
                 let (report, proposal) = reconcile(ctx, spoke, opts, now, sealing, review).await;
+                opts.progress.emit(Step::Done { spoke: &spoke.name });
                 (i, report, proposal)
             })
             .buffer_unordered(opts.concurrency.max(1))
@@ -252,6 +260,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
             .await;
     results.sort_by_key(|(i, _, _)| *i);
 
+    opts.progress.emit(Step::Fleet { stage: "commit" });
     let mut committed = 0;
     let mut reports = Vec::with_capacity(results.len());
     let mut sealed_now = Vec::new();
@@ -294,6 +303,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
             }
         }
     } else if !opts.dry_run && ctx.config.repo.push {
+        opts.progress.emit(Step::Fleet { stage: "push" });
         match ctx.repo.push().await {
             Ok(Pushed::Done { rebases }) => {
                 pushed = true;
@@ -306,6 +316,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     if let Some(hub) = &ctx.config.hub
         && !opts.dry_run
     {
+        opts.progress.emit(Step::Fleet { stage: "hub" });
         verify_on_hub(ctx, hub, &spokes, &mut reports, pushed, sealed_now).await;
     }
     Ok(TickReport {
@@ -382,7 +393,14 @@ async fn reconcile(
     review: Option<&review::Review>,
 ) -> (SpokeReport, Option<Proposal>) {
     let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
+    let stage = |stage| {
+        opts.progress.emit(Step::Stage {
+            spoke: &spoke.name,
+            stage,
+        })
+    };
     // observe
+    stage("probe");
     let committed = match ctx.repo.read(&spoke.output) {
         Ok(c) => c,
         Err(e) => {
@@ -457,6 +475,7 @@ async fn reconcile(
     }
 
     // extract -> validate
+    stage("extract and validate");
     let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
         Ok(f) => f,
         Err(f) => {
@@ -501,6 +520,7 @@ async fn reconcile(
     report.client_not_after = recorded.client_not_after;
 
     // seal
+    stage("seal");
     let manifest = match refresh::seal(spoke, &fresh, sealing, &recorded) {
         Ok(m) => m,
         Err(f) => {

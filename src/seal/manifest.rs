@@ -546,6 +546,20 @@ fn check_data_key(key: &str) -> Result<(), ManifestError> {
 impl SecretInput {
     /// The Secret manifest (data base64), as kubectl would print it.
     pub fn to_yaml(&self) -> SecretBytes {
+        let mut out = String::from("---\n");
+        write_yaml_map(&mut out, 0, self.tree());
+        SecretBytes::from(out)
+    }
+
+    /// The same Secret as JSON (`-o json`), in kubectl's field order.
+    pub fn to_json(&self) -> SecretBytes {
+        let mut out = String::new();
+        write_json(&mut out, 0, &Node::Map(self.tree()));
+        out.push('\n');
+        SecretBytes::from(out)
+    }
+
+    fn tree(&self) -> Vec<(String, Node)> {
         let mut meta = vec![("name".to_string(), Node::str(&self.name))];
         if !self.namespace.is_empty() {
             meta.push(("namespace".into(), Node::str(&self.namespace)));
@@ -573,9 +587,7 @@ impl SecretInput {
         if let Some(b) = self.immutable {
             tree.push(("immutable".into(), Node::Bool(b)));
         }
-        let mut out = String::from("---\n");
-        write_yaml_map(&mut out, 0, tree);
-        SecretBytes::from(out)
+        tree
     }
 }
 

@@ -24,6 +24,7 @@ pub mod fleet;
 pub mod forge;
 pub mod git;
 pub mod logs;
+pub mod peers;
 mod sshd;
 
 use std::fs;
