@@ -81,8 +81,9 @@ pub async fn extract_and_validate(
     drop(bytes);
     let mut kc = kubeconfig::sanitize(&parsed, &spoke.name).map_err(|e| invalid(e.to_string()))?;
     drop(parsed);
+    // `api_server` is taken whole: a load balancer on 443 or a proxy's path must survive.
     match &spoke.api_server {
-        Some(url) => kc.rewrite_server(url.host_str().unwrap_or(&spoke.address), url.port(), None),
+        Some(url) => kc.set_server(url),
         None => kc.rewrite_server(&spoke.address, None, None),
     }
     .map_err(|e| invalid(e.to_string()))?;
