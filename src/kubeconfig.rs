@@ -20,6 +20,7 @@ mod raw;
 mod server;
 
 use raw::RawConfig;
+pub(crate) use server::{parse_server, server_string, with_host};
 
 /// Inputs larger than this are refused before parsing; real kubeconfigs are a few KiB.
 pub const MAX_BYTES: usize = 1024 * 1024;

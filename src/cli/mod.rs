@@ -16,6 +16,9 @@ mod run;
 mod seal;
 mod status;
 
+/// `rotate`'s table of a tick report, as printed.
+pub use rotate::table as rotate_table;
+
 /// Output format. Commands that print for people default to a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {

@@ -119,7 +119,7 @@ pub fn record(
         spoke: spoke.name.clone(),
         server: kc.server_string(),
         ca_sha256: ca.fingerprint.clone(),
-        ca_der: ca.der.clone(),
+        ca_bundle: kc.ca_certs().iter().map(|c| c.der.clone()).collect(),
         ca_not_after: ca.not_after,
         client_sha256: client.map(|c| c.fingerprint.clone()),
         client_not_after: client.map(|c| c.not_after),
