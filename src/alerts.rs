@@ -261,7 +261,7 @@ pub fn evaluate(
                         "no client certificate (token credential)".into(),
                     )),
                 }
-                match probe.map(|p| p.check_ca(&r.ca_der)) {
+                match probe.map(|p| r.check_ca(p)) {
                     Some(CaCheck::NotSignedByCa) => out.push(ca_mismatch(spoke, &r.ca_sha256)),
                     Some(CaCheck::UnusableCa) => out.push(plain(
                         spoke,

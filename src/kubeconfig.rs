@@ -20,6 +20,7 @@ mod raw;
 mod server;
 
 use raw::RawConfig;
+pub(crate) use server::{parse_server, server_string, with_host};
 
 /// Inputs larger than this are refused before parsing; real kubeconfigs are a few KiB.
 pub const MAX_BYTES: usize = 1024 * 1024;
@@ -357,14 +358,8 @@ impl Sanitized {
             reason,
             fix: "give the spoke's address as an IP address or a DNS name, and a port from 1 to 65535",
         };
-        let mut url = self.server.clone();
-        let set = match server::parse_host(host)
-            .map_err(|r| invalid(format!("new host \"{}\" {r}", certs::escape(host))))?
-        {
-            server::Host::Ip(ip) => url.set_ip_host(ip),
-            server::Host::Name(name) => url.set_host(Some(&name)).map_err(|_| ()),
-        };
-        set.map_err(|()| invalid(format!("cannot set host \"{}\"", certs::escape(host))))?;
+        let mut url = server::with_host(&self.server, host)
+            .map_err(|r| invalid(format!("new host \"{}\" {r}", certs::escape(host))))?;
         if let Some(port) = port {
             if port == 0 {
                 return Err(invalid("port 0 is not a port".into()));
@@ -383,6 +378,18 @@ impl Sanitized {
                 );
         }
         self.server = url;
+        Ok(())
+    }
+
+    /// Points the kubeconfig at `url` exactly (scheme, host, port and path), as given by a
+    /// spoke's `api_server`: a load balancer on 443 or a proxy under a path.
+    pub fn set_server(&mut self, url: &Url) -> Result<(), KubeconfigError> {
+        self.server =
+            server::parse_server(url.as_str()).map_err(|reason| KubeconfigError::Invalid {
+                field: "api_server".into(),
+                reason: format!("\"{}\" {reason}", certs::escape(url.as_str())),
+                fix: "give an https:// URL with a host and no credentials, query or fragment",
+            })?;
         Ok(())
     }
 

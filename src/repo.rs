@@ -442,8 +442,8 @@ fn is_non_fast_forward(output: &str) -> bool {
 pub fn plaintext_in(diff: &str) -> Option<&'static str> {
     let added: Vec<&str> = diff
         .lines()
-        .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
-        .map(|l| &l[1..])
+        .filter(|l| !l.starts_with("+++"))
+        .filter_map(|l| l.strip_prefix('+'))
         .collect();
     if added.iter().any(|l| l.contains("client-key-data")) {
         return Some("client-key-data (a plaintext kubeconfig key)");

@@ -680,3 +680,28 @@ fn key_kinds_are_preserved() {
         key_pem.starts_with(format!("-----BEGIN {}-----", KeyKind::Pkcs8.pem_label()).as_bytes())
     );
 }
+
+#[test]
+fn an_api_server_url_is_taken_whole_port_and_path_included() {
+    let f = fixture(Shape::K3s);
+    let mut s = sanitized(&f.yaml, "dev");
+    assert_eq!(s.server_string(), "https://127.0.0.1:6443");
+    // A load balancer on 443: the default port is kept, not the node's 6443.
+    s.set_server(&url::Url::parse("https://lb.example.org").unwrap())
+        .unwrap();
+    assert_eq!(s.server_string(), "https://lb.example.org");
+    assert_eq!(s.server().port_or_known_default(), Some(443));
+    // A reverse proxy under a path.
+    s.set_server(&url::Url::parse("https://10.0.0.1:8443/k8s/clusters/c-1").unwrap())
+        .unwrap();
+    assert_eq!(s.server_string(), "https://10.0.0.1:8443/k8s/clusters/c-1");
+    let kc = through_kube(&s);
+    assert_eq!(
+        kc.clusters[0].cluster.as_ref().unwrap().server.as_deref(),
+        Some("https://10.0.0.1:8443/k8s/clusters/c-1")
+    );
+    for bad in ["https://u:p@lb.example.org", "https://lb.example.org/?x=1"] {
+        let e = s.set_server(&url::Url::parse(bad).unwrap()).unwrap_err();
+        assert_eq!(e.field(), Some("api_server"), "{bad}: {e}");
+    }
+}

@@ -189,3 +189,84 @@ async fn hostile_kubeconfigs_from_a_node_are_refused_before_use() {
         assert!(!node.exec_marker().exists(), "the exec plugin ran");
     }
 }
+
+fn playing(git_version: &str) -> NodeOptions {
+    NodeOptions {
+        git_version: git_version.into(),
+        ..api_only()
+    }
+}
+
+#[tokio::test]
+async fn a_1_28_spoke_answers_the_v1_self_subject_review() {
+    let lab = Lab::new();
+    let node = lab.add_node(playing("v1.28.15+k3s1"));
+    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    assert_eq!(report.username, "system:admin");
+    assert_eq!(report.git_version, "v1.28.15+k3s1");
+}
+
+#[tokio::test]
+async fn a_1_27_spoke_answers_the_v1beta1_self_subject_review() {
+    let lab = Lab::new();
+    let node = lab.add_node(playing("v1.27.16+k3s1"));
+    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    assert_eq!(report.username, "system:admin");
+    assert_eq!(report.groups, ["system:masters", "system:authenticated"]);
+    assert_eq!(report.git_version, "v1.27.16+k3s1");
+}
+
+#[tokio::test]
+async fn a_1_26_spoke_is_validated_by_an_access_review_with_the_user_unknown() {
+    let lab = Lab::new();
+    let node = lab.add_node(playing("v1.26.15+k3s1"));
+    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    assert_eq!(report.username, "(unknown: pre-1.27 API)");
+    assert!(report.groups.is_empty());
+    assert_eq!(report.git_version, "v1.26.15+k3s1");
+}
+
+#[tokio::test]
+async fn a_credential_taken_as_anonymous_fails_on_every_version() {
+    let lab = Lab::new();
+    for version in ["v1.26.15+k3s1", "v1.27.16+k3s1", "v1.33.1+k3s1"] {
+        // Anonymous auth on (kube-apiserver's default): a foreign client certificate is
+        // not a 401 but system:anonymous, who may read /version and nothing more.
+        let node = lab.add_node(NodeOptions {
+            anonymous: true,
+            ..playing(version)
+        });
+        let other = lab.add_node(api_only());
+        let mixed = KubeconfigParts {
+            ca_pem: node.parts().ca_pem,
+            ..other.parts()
+        };
+        let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
+        let err = check_live(&SecretBytes::from(text), LIMIT)
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, LiveError::Anonymous { .. }),
+            "{version}: {err}"
+        );
+        assert!(err.to_string().contains("system:anonymous"), "{err}");
+        // Its own credential still works.
+        check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    }
+}
+
+#[tokio::test]
+async fn a_1_26_spoke_without_anonymous_auth_refuses_a_foreign_certificate() {
+    let lab = Lab::new();
+    let node = lab.add_node(playing("v1.26.15+k3s1"));
+    let other = lab.add_node(api_only());
+    let mixed = KubeconfigParts {
+        ca_pem: node.parts().ca_pem,
+        ..other.parts()
+    };
+    let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
+    let err = check_live(&SecretBytes::from(text), LIMIT)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, LiveError::Unauthorized { .. }), "{err}");
+}

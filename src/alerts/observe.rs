@@ -11,7 +11,7 @@ use time::format_description::well_known::Rfc3339;
 use crate::config::{Config, SpokeConfig};
 use crate::repo::Repo;
 use crate::rotate::TickReport;
-use crate::rotate::decide::configured_server;
+use crate::rotate::decide::expected_server;
 use crate::rotate::state::Recorded;
 use crate::seal::{KeyError, SealedSecret, SealingKey};
 use crate::spoke::{self, ProbeError, ProbeReport};
@@ -133,17 +133,17 @@ async fn observe_one(
         Ok(None) => RecordedState::Missing,
         Ok(Some(bytes)) => match SealedSecret::parse(&bytes)
             .map_err(|e| e.to_string())
-            .and_then(|s| Recorded::from_annotations(&s.annotations))
+            .and_then(|s| Recorded::from_annotations(&s.annotations).map_err(|e| e.to_string()))
         {
             Ok(r) => RecordedState::Recorded(Box::new(r)),
             Err(e) => RecordedState::Unreadable(format!("{}: {e}", spoke.output.display())),
         },
         Err(e) => RecordedState::Unreadable(e.to_string()),
     };
-    let server = configured_server(spoke).or_else(|| match &recorded {
-        RecordedState::Recorded(r) => Some(r.server.clone()),
-        _ => None,
-    });
+    let server = match &recorded {
+        RecordedState::Recorded(r) => expected_server(spoke, Some(r)),
+        _ => expected_server(spoke, None),
+    };
     let probe = match (known, server) {
         (Some(known), _) => Some(known),
         (None, Some(server)) => Some(spoke::probe(&server, timeout).await),

@@ -62,7 +62,7 @@ fn recorded(
         spoke: "dev".into(),
         server: "https://127.0.0.9:6443".into(),
         ca_sha256: crate::certs::fingerprint(ca_der),
-        ca_der: ca_der.to_vec(),
+        ca_bundle: vec![ca_der.to_vec()],
         ca_not_after,
         client_sha256: client.map(|_| "sha256:cc".into()),
         client_not_after: client,

@@ -28,6 +28,9 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
+/// `rotate`'s table of a tick report, as printed.
+pub use rotate::table as rotate_table;
+
 /// Output format. Commands that print for people default to a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Format {

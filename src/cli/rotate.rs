@@ -102,61 +102,7 @@ pub fn print_report(report: &TickReport, format: Format) {
         )),
         Format::Yaml => out(&serde_saphyr::to_string(report).unwrap_or_default()),
         Format::Table => {
-            let mut rows = vec![
-                [
-                    "SPOKE",
-                    "ACTION",
-                    "REASON",
-                    "CA",
-                    "CLIENT CERT UNTIL",
-                    "COMMIT",
-                ]
-                .map(String::from),
-            ];
-            for s in &report.spokes {
-                let (action, commit) = match &s.outcome {
-                    Outcome::Healthy => ("healthy".to_string(), String::new()),
-                    Outcome::Unchanged => ("unchanged".into(), String::new()),
-                    Outcome::Rotated { commit } => {
-                        ("rotated".into(), commit.chars().take(12).collect())
-                    }
-                    Outcome::WouldRotate => ("would rotate".into(), "(dry run)".into()),
-                    Outcome::NotRenewed => ("not renewed".into(), String::new()),
-                    Outcome::Failed { stage, .. } => (format!("FAILED at {stage}"), String::new()),
-                    Outcome::Pending {
-                        commit,
-                        pull_request,
-                        change,
-                        ..
-                    } => {
-                        let what = match change {
-                            Some(crate::forge::Action::Opened) => "pending (opened)",
-                            Some(crate::forge::Action::Updated) => "pending (updated)",
-                            None => "pending",
-                        };
-                        let at = commit
-                            .as_deref()
-                            .map(|c| c.chars().take(12).collect::<String>())
-                            .into_iter()
-                            .chain(pull_request.as_ref().map(|p| format!("#{}", p.number)));
-                        (what.into(), at.collect::<Vec<_>>().join(" "))
-                    }
-                };
-                rows.push([
-                    s.spoke.clone(),
-                    action,
-                    s.reason.as_ref().map(|r| r.to_string()).unwrap_or_default(),
-                    s.ca_sha256
-                        .as_deref()
-                        .map(rotate::state::short)
-                        .unwrap_or_default(),
-                    s.client_not_after
-                        .map(rotate::state::rfc3339)
-                        .unwrap_or_default(),
-                    commit,
-                ]);
-            }
-            print_table(&rows);
+            out(&table(report));
             for s in &report.spokes {
                 match &s.outcome {
                     Outcome::Failed { stage, error } => {
@@ -208,7 +154,68 @@ pub fn print_report(report: &TickReport, format: Format) {
     }
 }
 
+/// The report's table (stdout of `rotate` without `-o`).
+pub fn table(report: &TickReport) -> String {
+    let mut rows = vec![
+        [
+            "SPOKE",
+            "ACTION",
+            "REASON",
+            "CA",
+            "CLIENT CERT UNTIL",
+            "COMMIT",
+        ]
+        .map(String::from),
+    ];
+    for s in &report.spokes {
+        let (action, commit) = match &s.outcome {
+            Outcome::Healthy => ("healthy".to_string(), String::new()),
+            Outcome::Unchanged => ("unchanged".into(), String::new()),
+            Outcome::Rotated { commit } => ("rotated".into(), commit.chars().take(12).collect()),
+            Outcome::WouldRotate => ("would rotate".into(), "(dry run)".into()),
+            Outcome::NotRenewed => ("not renewed".into(), String::new()),
+            Outcome::Failed { stage, .. } => (format!("FAILED at {stage}"), String::new()),
+            Outcome::Pending {
+                commit,
+                pull_request,
+                change,
+                ..
+            } => {
+                let what = match change {
+                    Some(crate::forge::Action::Opened) => "pending (opened)",
+                    Some(crate::forge::Action::Updated) => "pending (updated)",
+                    None => "pending",
+                };
+                let at = commit
+                    .as_deref()
+                    .map(|c| c.chars().take(12).collect::<String>())
+                    .into_iter()
+                    .chain(pull_request.as_ref().map(|p| format!("#{}", p.number)));
+                (what.into(), at.collect::<Vec<_>>().join(" "))
+            }
+        };
+        rows.push([
+            s.spoke.clone(),
+            action,
+            s.reason.as_ref().map(|r| r.to_string()).unwrap_or_default(),
+            s.ca_sha256
+                .as_deref()
+                .map(rotate::state::short)
+                .unwrap_or_default(),
+            s.client_not_after
+                .map(rotate::state::rfc3339)
+                .unwrap_or_default(),
+            commit,
+        ]);
+    }
+    table_text(&rows)
+}
+
 pub(crate) fn print_table(rows: &[[String; 6]]) {
+    out(&table_text(rows));
+}
+
+fn table_text(rows: &[[String; 6]]) -> String {
     let widths: Vec<usize> = (0..6)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
@@ -222,5 +229,5 @@ pub(crate) fn print_table(rows: &[[String; 6]]) {
         text.push_str(line.join("  ").trim_end());
         text.push('\n');
     }
-    out(&text);
+    text
 }

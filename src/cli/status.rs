@@ -234,14 +234,14 @@ fn spoke_status(
         sealing_sha256: None,
         error: None,
     };
-    let mut ca_der = None;
+    let mut recorded = None;
     match &obs.recorded {
         RecordedState::Recorded(r) => {
             committed.rotated_at = Some(rfc3339(r.rotated_at));
             committed.ca_sha256 = Some(r.ca_sha256.clone());
             committed.client_not_after = r.client_not_after.map(rfc3339);
             committed.sealing_sha256 = Some(r.sealing_sha256.clone());
-            ca_der = Some(r.ca_der.clone());
+            recorded = Some(r);
         }
         RecordedState::Missing => {
             committed.state = "missing";
@@ -322,7 +322,7 @@ fn spoke_status(
                 detail: Some(e.to_string()),
             }
         }
-        Some(Ok(p)) => match ca_der.as_deref().map(|d| p.check_ca(d)) {
+        Some(Ok(p)) => match recorded.map(|r| r.check_ca(p)) {
             Some(CaCheck::NotSignedByCa) => {
                 problems.push(
                     "the API's certificate is not signed by the committed CA (rebuilt?)".into(),

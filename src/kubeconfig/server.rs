@@ -36,6 +36,18 @@ pub(crate) fn server_string(url: &Url) -> String {
     }
 }
 
+/// `url` with its host replaced by `host` (IP address, bracketed or not, or DNS name);
+/// scheme, port and path are kept.
+pub(crate) fn with_host(url: &Url, host: &str) -> Result<Url, String> {
+    let mut url = url.clone();
+    let set = match parse_host(host)? {
+        Host::Ip(ip) => url.set_ip_host(ip),
+        Host::Name(name) => url.set_host(Some(&name)).map_err(|_| ()),
+    };
+    set.map_err(|()| "cannot be set as the URL's host".to_string())?;
+    Ok(url)
+}
+
 /// What a host argument turned out to be.
 pub(crate) enum Host {
     Ip(IpAddr),
@@ -104,6 +116,17 @@ mod tests {
         ] {
             assert!(parse_server(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_new_host_keeps_scheme_port_and_path() {
+        let u = parse_server("https://10.0.0.1:7443/k8s/spoke").unwrap();
+        let moved = with_host(&u, "[fd00::2]").unwrap();
+        assert_eq!(server_string(&moved), "https://[fd00::2]:7443/k8s/spoke");
+        let u = parse_server("https://10.0.0.1").unwrap();
+        let moved = with_host(&u, "API.example.org").unwrap();
+        assert_eq!(server_string(&moved), "https://api.example.org");
+        assert!(with_host(&u, "a b").is_err());
     }
 
     #[test]

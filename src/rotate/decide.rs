@@ -109,12 +109,26 @@ pub struct Policy<'a> {
     pub verify_due: bool,
 }
 
-/// The server URL a spoke's kubeconfig should carry, when the configuration fixes it.
-pub fn configured_server(spoke: &SpokeConfig) -> Option<String> {
-    spoke
-        .api_server
-        .as_ref()
-        .map(|u| u.as_str().trim_end_matches('/').to_string())
+/// The server a spoke's kubeconfig should carry, as the configuration implies it:
+/// `api_server` exactly as configured (scheme, host, port, path); else the recorded
+/// server (its port and path) at the configured `address`. None when neither says.
+/// This is also what is probed, so a re-addressed spoke is probed where it now is.
+pub fn expected_server(spoke: &SpokeConfig, recorded: Option<&Recorded>) -> Option<String> {
+    if let Some(url) = &spoke.api_server {
+        return Some(crate::kubeconfig::server_string(url));
+    }
+    let recorded = crate::kubeconfig::parse_server(&recorded?.server).ok()?;
+    Some(
+        match crate::kubeconfig::with_host(&recorded, &spoke.address) {
+            Ok(url) => crate::kubeconfig::server_string(&url),
+            // Not a host: the probe reports the URL as invalid, naming it.
+            Err(_) => format!(
+                "https://{}:{}",
+                spoke.address,
+                recorded.port_or_known_default().unwrap_or(6443)
+            ),
+        },
+    )
 }
 
 pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> Decision {
@@ -128,7 +142,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
         Some(Ok(pair)) => *pair,
     };
     match seen.probe {
-        Some(Ok(report)) => match report.check_ca(&recorded.ca_der) {
+        Some(Ok(report)) => match recorded.check_ca(report) {
             CaCheck::Verified => {}
             CaCheck::NotSignedByCa => {
                 return Decision::Rotate(Reason::CaChanged {
@@ -137,7 +151,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
             }
             CaCheck::UnusableCa => {
                 return Decision::Rotate(Reason::Unreadable {
-                    detail: "recorded CA does not parse".into(),
+                    detail: format!("annotation {} does not parse", super::state::CA_DATA),
                 });
             }
         },
@@ -172,7 +186,10 @@ fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded)
     if sealed.name != spoke.secret.name || sealed.namespace != spoke.secret.namespace {
         return Some(format!(
             "secret {}/{} -> {}/{}",
-            sealed.namespace, sealed.name, spoke.secret.namespace, spoke.secret.name
+            crate::certs::escape(&sealed.namespace),
+            crate::certs::escape(&sealed.name),
+            spoke.secret.namespace,
+            spoke.secret.name
         ));
     }
     if sealed.scope() != spoke.scope {
@@ -184,24 +201,17 @@ fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded)
     if recorded.spoke != spoke.name {
         return Some(format!("spoke {} -> {}", recorded.spoke, spoke.name));
     }
-    match configured_server(spoke) {
-        Some(server) if recorded.server.trim_end_matches('/') != server => {
-            return Some(format!("server {} -> {server}", recorded.server));
+    match expected_server(spoke, Some(recorded)) {
+        Some(want) if want != recorded.server => {
+            let what = if spoke.api_server.is_some() {
+                "server"
+            } else {
+                "address"
+            };
+            Some(format!("{what} {} -> {want}", recorded.server))
         }
-        Some(_) => {}
-        None => {
-            let host = url::Url::parse(&recorded.server)
-                .ok()
-                .and_then(|u| u.host_str().map(str::to_string));
-            let host = host
-                .as_deref()
-                .map(|h| h.trim_start_matches('[').trim_end_matches(']'));
-            if host != Some(spoke.address.trim_start_matches('[').trim_end_matches(']')) {
-                return Some(format!("address {} -> {}", recorded.server, spoke.address));
-            }
-        }
+        _ => None,
     }
-    None
 }
 
 #[cfg(test)]
@@ -229,7 +239,7 @@ mod tests {
             spoke: "dev".into(),
             server: "https://10.0.0.1:6443".into(),
             ca_sha256: "sha256:ca".into(),
-            ca_der: vec![],
+            ca_bundle: vec![],
             ca_not_after: now() + time::Duration::days(3000),
             client_sha256: Some("sha256:cl".into()),
             client_not_after: Some(now() + time::Duration::days(200)),
@@ -338,15 +348,28 @@ mod tests {
             run(&spoke(", secret: {key: kubeconfig}"), &s, &r, &policy()),
             Decision::Rotate(Reason::ConfigChanged { .. })
         ));
-        let moved = spoke("").clone();
         let moved = SpokeConfig {
             address: "10.0.0.2".into(),
-            ..moved
+            ..spoke("")
         };
-        assert!(matches!(
+        assert_eq!(
             run(&moved, &s, &r, &policy()),
-            Decision::Rotate(Reason::ConfigChanged { .. })
-        ));
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "address https://10.0.0.1:6443 -> https://10.0.0.2:6443".into()
+            })
+        );
+        // A recorded server other than `api_server` exactly: port and path count.
+        assert_eq!(
+            run(
+                &spoke(", api_server: \"https://lb.example.org\""),
+                &s,
+                &r,
+                &policy()
+            ),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "server https://10.0.0.1:6443 -> https://lb.example.org".into()
+            })
+        );
         assert_eq!(
             run(
                 &sp,
@@ -371,6 +394,44 @@ mod tests {
             ),
             Decision::Rotate(Reason::Periodic)
         );
+    }
+
+    #[test]
+    fn the_server_the_configuration_implies() {
+        let r = recorded();
+        let at = |extra: &str, r: Option<&Recorded>| expected_server(&spoke(extra), r);
+        assert_eq!(at("", None), None);
+        assert_eq!(at("", Some(&r)).as_deref(), Some("https://10.0.0.1:6443"));
+        let proxied = Recorded {
+            server: "https://10.0.0.9:7443/k8s/dev".into(),
+            ..recorded()
+        };
+        assert_eq!(
+            at("", Some(&proxied)).as_deref(),
+            Some("https://10.0.0.1:7443/k8s/dev")
+        );
+        for (api, want) in [
+            ("https://lb.example.org", "https://lb.example.org"),
+            ("https://lb.example.org:443/", "https://lb.example.org"),
+            (
+                "https://10.0.0.1:8443/k8s/spoke",
+                "https://10.0.0.1:8443/k8s/spoke",
+            ),
+        ] {
+            let extra = format!(", api_server: \"{api}\"");
+            assert_eq!(at(&extra, Some(&r)).as_deref(), Some(want), "{api}");
+            assert_eq!(at(&extra, None).as_deref(), Some(want), "{api}");
+            // Recorded exactly as configured: no change, no rotation every tick.
+            let same = Recorded {
+                server: want.into(),
+                ..recorded()
+            };
+            assert_eq!(
+                run(&spoke(&extra), &sealed(Scope::Strict), &same, &policy()),
+                Decision::Healthy,
+                "{api}"
+            );
+        }
     }
 
     #[test]

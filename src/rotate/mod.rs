@@ -413,15 +413,16 @@ async fn reconcile(
     };
     let parsed = committed.as_deref().map(|bytes| {
         let sealed = SealedSecret::parse(bytes).map_err(|e| e.to_string())?;
-        let recorded = Recorded::from_annotations(&sealed.annotations)?;
+        let recorded =
+            Recorded::from_annotations(&sealed.annotations).map_err(|e| e.to_string())?;
         Ok::<_, String>((sealed, recorded))
     });
+    // Probed where the configuration says the spoke is now, not where it was recorded.
     report.probe = match &parsed {
-        Some(Ok((_, recorded))) => {
-            let server =
-                decide::configured_server(spoke).unwrap_or_else(|| recorded.server.clone());
-            Some(spoke::probe(&server, ctx.probe_timeout).await)
-        }
+        Some(Ok((_, recorded))) => match decide::expected_server(spoke, Some(recorded)) {
+            Some(server) => Some(spoke::probe(&server, ctx.probe_timeout).await),
+            None => None,
+        },
         _ => None,
     };
     if let Some(Ok((_, r))) = &parsed {

@@ -81,8 +81,9 @@ pub async fn extract_and_validate(
     drop(bytes);
     let mut kc = kubeconfig::sanitize(&parsed, &spoke.name).map_err(|e| invalid(e.to_string()))?;
     drop(parsed);
+    // `api_server` is taken whole: a load balancer on 443 or a proxy's path must survive.
     match &spoke.api_server {
-        Some(url) => kc.rewrite_server(url.host_str().unwrap_or(&spoke.address), url.port(), None),
+        Some(url) => kc.set_server(url),
         None => kc.rewrite_server(&spoke.address, None, None),
     }
     .map_err(|e| invalid(e.to_string()))?;
@@ -118,7 +119,7 @@ pub fn record(
         spoke: spoke.name.clone(),
         server: kc.server_string(),
         ca_sha256: ca.fingerprint.clone(),
-        ca_der: ca.der.clone(),
+        ca_bundle: kc.ca_certs().iter().map(|c| c.der.clone()).collect(),
         ca_not_after: ca.not_after,
         client_sha256: client.map(|c| c.fingerprint.clone()),
         client_not_after: client.map(|c| c.not_after),

@@ -113,8 +113,8 @@ impl Review {
         }
         if report.probe.is_none()
             && let Some((_, r)) = &branch.recorded
+            && let Some(server) = decide::expected_server(spoke, Some(r))
         {
-            let server = decide::configured_server(spoke).unwrap_or_else(|| r.server.clone());
             report.probe = Some(crate::spoke::probe(&server, ctx.probe_timeout).await);
         }
         if !branch_fixes(spoke, &branch, report.probe.as_ref(), policy) {
@@ -261,7 +261,10 @@ pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> 
 
 fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &str) {
     let kept = match pushed {
-        Some(sha) => format!("branch {branch} pushed at {}", &sha[..sha.len().min(12)]),
+        Some(sha) => format!(
+            "branch {branch} pushed at {}",
+            sha.chars().take(12).collect::<String>()
+        ),
         None => format!("branch {branch} kept"),
     };
     report.outcome = Outcome::Failed {

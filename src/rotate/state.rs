@@ -8,27 +8,46 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
+use x509_parser::prelude::{FromDer, X509Certificate};
+
+use crate::spoke::{CaCheck, ProbeReport};
 
 pub const SPOKE: &str = "spokekeeper.io/spoke";
 pub const SERVER: &str = "spokekeeper.io/server";
+/// The first CA of the kubeconfig's bundle (what earlier versions recorded).
 pub const CA_SHA256: &str = "spokekeeper.io/ca-sha256";
 pub const CA_NOT_AFTER: &str = "spokekeeper.io/ca-not-after";
-/// Extension to the design's list: the CA certificate itself (public), base64 DER, so a
-/// probe can check the serving certificate's signature without SSH.
+/// Extension to the design's list: every CA certificate of the kubeconfig (public),
+/// base64 DER, comma-separated, in the kubeconfig's order, so a probe can check the
+/// serving certificate's signature without SSH. One CA: exactly the earlier format.
 pub const CA_DATA: &str = "spokekeeper.io/ca-data";
+/// `sha256:` of the bundle's DER concatenated in order; absent in earlier versions (then
+/// `ca-data` holds one CA).
+pub const CA_BUNDLE_SHA256: &str = "spokekeeper.io/ca-bundle-sha256";
 pub const CLIENT_CERT_SHA256: &str = "spokekeeper.io/client-cert-sha256";
 pub const CLIENT_CERT_NOT_AFTER: &str = "spokekeeper.io/client-cert-not-after";
 pub const CONTENT_SHA256: &str = "spokekeeper.io/content-sha256";
 pub const SEALING_CERT_SHA256: &str = "spokekeeper.io/sealing-cert-sha256";
 pub const ROTATED_AT: &str = "spokekeeper.io/rotated-at";
 
+/// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
+/// an object's annotations at 256 KiB.
+const MAX_CA_DATA: usize = 256 * 1024;
+/// Most CAs accepted in a recorded bundle (a CA rotation has two).
+const MAX_CAS: usize = 16;
+const MAX_SERVER: usize = 2048;
+const MAX_DATE: usize = 64;
+
 /// What the committed SealedSecret says the hub holds.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Recorded {
     pub spoke: String,
     pub server: String,
+    /// Fingerprint of the first CA of the bundle.
     pub ca_sha256: String,
-    pub ca_der: Vec<u8>,
+    /// Every CA the kubeconfig trusts, DER, in its order; never empty.
+    pub ca_bundle: Vec<Vec<u8>>,
+    /// notAfter of the first CA.
     pub ca_not_after: OffsetDateTime,
     /// None for token-only kubeconfigs.
     pub client_sha256: Option<String>,
@@ -38,39 +57,82 @@ pub struct Recorded {
     pub rotated_at: OffsetDateTime,
 }
 
+/// A recorded annotation that is missing or malformed. Read back from the fleet repo it
+/// is untrusted input: the value shown is escaped and shortened.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum AnnotationError {
+    #[error("annotation {key} is missing")]
+    Missing { key: &'static str },
+    #[error("annotation {key} is not {want}: {found}")]
+    Malformed {
+        key: &'static str,
+        want: &'static str,
+        found: String,
+    },
+    #[error("annotations {key} and {other} disagree")]
+    Disagree {
+        key: &'static str,
+        other: &'static str,
+    },
+}
+
+impl AnnotationError {
+    /// The annotation at fault.
+    pub fn key(&self) -> &'static str {
+        match self {
+            Self::Missing { key } | Self::Malformed { key, .. } | Self::Disagree { key, .. } => key,
+        }
+    }
+}
+
+const FINGERPRINT: &str = "\"sha256:\" and 64 lowercase hex digits";
+
 impl Recorded {
-    /// Reads the annotations; the error names the first one missing or malformed.
-    pub fn from_annotations(a: &BTreeMap<String, String>) -> Result<Recorded, String> {
-        let get = |k: &str| {
-            a.get(k)
+    /// Reads and validates the annotations; the error names the first one missing or
+    /// malformed.
+    pub fn from_annotations(a: &BTreeMap<String, String>) -> Result<Recorded, AnnotationError> {
+        let get = |key: &'static str| {
+            a.get(key)
                 .map(String::as_str)
-                .ok_or_else(|| format!("annotation {k} is missing"))
+                .ok_or(AnnotationError::Missing { key })
         };
-        let date = |k: &str| {
-            get(k).and_then(|v| {
-                OffsetDateTime::parse(v, &Rfc3339)
-                    .map_err(|_| format!("annotation {k} is not an RFC 3339 date: {v:?}"))
-            })
-        };
-        let opt_date = |k: &str| a.get(k).map(|_| date(k)).transpose();
-        let ca_der = B64
-            .decode(get(CA_DATA)?)
-            .map_err(|_| format!("annotation {CA_DATA} is not base64"))?;
-        let ca_sha256 = get(CA_SHA256)?.to_string();
-        if crate::certs::fingerprint(&ca_der) != ca_sha256 {
-            return Err(format!("annotations {CA_DATA} and {CA_SHA256} disagree"));
+        let opt = |key: &'static str| a.get(key).map(String::as_str);
+        let spoke = spoke_name(SPOKE, get(SPOKE)?)?;
+        let server = server(SERVER, get(SERVER)?)?;
+        let ca_sha256 = fingerprint(CA_SHA256, get(CA_SHA256)?)?;
+        let bundle_sha256 = opt(CA_BUNDLE_SHA256)
+            .map(|v| fingerprint(CA_BUNDLE_SHA256, v))
+            .transpose()?;
+        let ca_bundle = ca_data(get(CA_DATA)?, bundle_sha256.is_some())?;
+        if crate::certs::fingerprint(&ca_bundle[0]) != ca_sha256 {
+            return Err(AnnotationError::Disagree {
+                key: CA_DATA,
+                other: CA_SHA256,
+            });
+        }
+        if let Some(b) = bundle_sha256
+            && bundle_fingerprint(&ca_bundle) != b
+        {
+            return Err(AnnotationError::Disagree {
+                key: CA_DATA,
+                other: CA_BUNDLE_SHA256,
+            });
         }
         Ok(Recorded {
-            spoke: get(SPOKE)?.into(),
-            server: get(SERVER)?.into(),
+            spoke,
+            server,
             ca_sha256,
-            ca_der,
-            ca_not_after: date(CA_NOT_AFTER)?,
-            client_sha256: a.get(CLIENT_CERT_SHA256).cloned(),
-            client_not_after: opt_date(CLIENT_CERT_NOT_AFTER)?,
-            content_sha256: get(CONTENT_SHA256)?.into(),
-            sealing_sha256: get(SEALING_CERT_SHA256)?.into(),
-            rotated_at: date(ROTATED_AT)?,
+            ca_bundle,
+            ca_not_after: date(CA_NOT_AFTER, get(CA_NOT_AFTER)?)?,
+            client_sha256: opt(CLIENT_CERT_SHA256)
+                .map(|v| fingerprint(CLIENT_CERT_SHA256, v))
+                .transpose()?,
+            client_not_after: opt(CLIENT_CERT_NOT_AFTER)
+                .map(|v| date(CLIENT_CERT_NOT_AFTER, v))
+                .transpose()?,
+            content_sha256: hex64(CONTENT_SHA256, get(CONTENT_SHA256)?)?,
+            sealing_sha256: fingerprint(SEALING_CERT_SHA256, get(SEALING_CERT_SHA256)?)?,
+            rotated_at: date(ROTATED_AT, get(ROTATED_AT)?)?,
         })
     }
 
@@ -82,7 +144,9 @@ impl Recorded {
         put(SPOKE, self.spoke.clone());
         put(SERVER, self.server.clone());
         put(CA_SHA256, self.ca_sha256.clone());
-        put(CA_DATA, B64.encode(&self.ca_der));
+        put(CA_BUNDLE_SHA256, bundle_fingerprint(&self.ca_bundle));
+        let data: Vec<String> = self.ca_bundle.iter().map(|d| B64.encode(d)).collect();
+        put(CA_DATA, data.join(","));
         put(CA_NOT_AFTER, rfc3339(self.ca_not_after));
         if let Some(c) = &self.client_sha256 {
             put(CLIENT_CERT_SHA256, c.clone());
@@ -95,6 +159,128 @@ impl Recorded {
         put(ROTATED_AT, rfc3339(self.rotated_at));
         a
     }
+
+    /// Whether the probed serving chain is signed by any recorded CA: during a CA
+    /// rotation the kubeconfig trusts the old and the new one, and either may serve.
+    pub fn check_ca(&self, probe: &ProbeReport) -> CaCheck {
+        let mut result = CaCheck::UnusableCa;
+        for ca in &self.ca_bundle {
+            match probe.check_ca(ca) {
+                CaCheck::Verified => return CaCheck::Verified,
+                CaCheck::NotSignedByCa => result = CaCheck::NotSignedByCa,
+                CaCheck::UnusableCa => {}
+            }
+        }
+        result
+    }
+}
+
+/// `sha256:<hex>` of the CAs' DER, concatenated in order (one CA: its fingerprint).
+pub fn bundle_fingerprint(cas: &[Vec<u8>]) -> String {
+    crate::certs::fingerprint(&cas.concat())
+}
+
+/// The value for an error message: escaped, then cut to 48 characters.
+fn shown(v: &str) -> String {
+    const MAX: usize = 48;
+    let head: String = v.chars().take(MAX).collect();
+    let escaped = crate::certs::escape(&head);
+    let mut s: String = escaped.chars().take(MAX).collect();
+    if s.len() < escaped.len() || head.len() < v.len() {
+        s.push('…');
+    }
+    format!("\"{s}\" ({} bytes)", v.len())
+}
+
+fn malformed(key: &'static str, want: &'static str, v: &str) -> AnnotationError {
+    AnnotationError::Malformed {
+        key,
+        want,
+        found: shown(v),
+    }
+}
+
+fn is_hex64(s: &str) -> bool {
+    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+fn fingerprint(key: &'static str, v: &str) -> Result<String, AnnotationError> {
+    match v.strip_prefix("sha256:") {
+        Some(hex) if is_hex64(hex) => Ok(v.to_string()),
+        _ => Err(malformed(key, FINGERPRINT, v)),
+    }
+}
+
+fn hex64(key: &'static str, v: &str) -> Result<String, AnnotationError> {
+    if is_hex64(v) {
+        Ok(v.to_string())
+    } else {
+        Err(malformed(key, "64 lowercase hex digits", v))
+    }
+}
+
+fn date(key: &'static str, v: &str) -> Result<OffsetDateTime, AnnotationError> {
+    let want = "an RFC 3339 date";
+    if v.len() > MAX_DATE {
+        return Err(malformed(key, want, v));
+    }
+    OffsetDateTime::parse(v, &Rfc3339).map_err(|_| malformed(key, want, v))
+}
+
+fn spoke_name(key: &'static str, v: &str) -> Result<String, AnnotationError> {
+    let ok = (1..=63).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !v.starts_with('-')
+        && !v.ends_with('-');
+    if ok {
+        Ok(v.to_string())
+    } else {
+        Err(malformed(
+            key,
+            "a spoke name (lowercase letters, digits and '-', at most 63)",
+            v,
+        ))
+    }
+}
+
+fn server(key: &'static str, v: &str) -> Result<String, AnnotationError> {
+    let want = "an https:// URL with a host (no credentials, query or fragment)";
+    if v.len() > MAX_SERVER {
+        return Err(malformed(key, want, v));
+    }
+    crate::kubeconfig::parse_server(v).map_err(|_| malformed(key, want, v))?;
+    Ok(v.to_string())
+}
+
+/// `ca-data`: comma-separated base64 DER certificates; just one without a bundle
+/// fingerprint (the earlier format).
+fn ca_data(v: &str, bundle: bool) -> Result<Vec<Vec<u8>>, AnnotationError> {
+    let want = if bundle {
+        "base64 DER certificates separated by commas"
+    } else {
+        "one base64 DER certificate"
+    };
+    if v.len() > MAX_CA_DATA {
+        return Err(malformed(CA_DATA, want, v));
+    }
+    let parts: Vec<&str> = if bundle {
+        v.split(',').collect()
+    } else {
+        vec![v]
+    };
+    if parts.len() > MAX_CAS {
+        return Err(malformed(CA_DATA, want, v));
+    }
+    parts
+        .into_iter()
+        .map(|p| {
+            B64.decode(p)
+                .ok()
+                .filter(|der| X509Certificate::from_der(der).is_ok_and(|(rest, _)| rest.is_empty()))
+                .ok_or_else(|| malformed(CA_DATA, want, v))
+        })
+        .collect()
 }
 
 /// RFC 3339 in UTC, whole seconds: stable text for annotations and messages.
@@ -107,29 +293,50 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
 }
 
 /// `sha256:ab12cd34..` for messages: enough to tell two apart at a glance.
+/// Any text is accepted (it may come from a hand-edited file): cut by characters,
+/// never by bytes, and escaped.
 pub fn short(fp: &str) -> String {
     let hex = fp.strip_prefix("sha256:").unwrap_or(fp);
-    format!("sha256:{}..", &hex[..hex.len().min(8)])
+    let head: String = hex.chars().take(8).collect();
+    format!("sha256:{}..", crate::certs::escape(&head))
+}
+
+/// A self-signed CA certificate, DER, for tests of the recorded state.
+#[cfg(test)]
+pub(crate) fn test_ca(cn: &str) -> Vec<u8> {
+    let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
+    p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    let key = rcgen::KeyPair::generate().expect("keygen");
+    p.self_signed(&key).expect("self-signed").der().to_vec()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+
     fn sample() -> Recorded {
-        let ca = b"not really DER but any bytes".to_vec();
+        let ca = test_ca("sample");
         Recorded {
             spoke: "dev".into(),
             server: "https://10.0.0.1:6443".into(),
             ca_sha256: crate::certs::fingerprint(&ca),
-            ca_der: ca,
+            ca_bundle: vec![ca],
             ca_not_after: OffsetDateTime::from_unix_timestamp(2_000_000_000).unwrap(),
-            client_sha256: Some("sha256:cc".into()),
+            client_sha256: Some(format!("sha256:{HEX}")),
             client_not_after: Some(OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap()),
-            content_sha256: "ab".into(),
-            sealing_sha256: "sha256:ss".into(),
+            content_sha256: HEX.into(),
+            sealing_sha256: format!("sha256:{HEX}"),
             rotated_at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap(),
         }
+    }
+
+    fn error_with(key: &str, value: &str) -> AnnotationError {
+        let mut a = sample().to_annotations();
+        a.insert(key.into(), value.into());
+        Recorded::from_annotations(&a).unwrap_err()
     }
 
     #[test]
@@ -137,32 +344,145 @@ mod tests {
         let r = sample();
         let a = r.to_annotations();
         assert_eq!(a[CLIENT_CERT_NOT_AFTER], "2030-03-17T17:46:40Z");
+        // One CA: the bundle's fingerprint is the CA's, ca-data the earlier format.
+        assert_eq!(a[CA_BUNDLE_SHA256], a[CA_SHA256]);
+        assert!(!a[CA_DATA].contains(','));
         assert_eq!(Recorded::from_annotations(&a).unwrap(), r);
+    }
+
+    #[test]
+    fn a_ca_bundle_round_trips_and_earlier_annotations_still_read() {
+        let one = sample();
+        let mut r = one.clone();
+        r.ca_bundle.push(test_ca("new"));
+        let a = r.to_annotations();
+        assert_eq!(a[CA_DATA].split(',').count(), 2);
+        assert_eq!(Recorded::from_annotations(&a).unwrap(), r);
+        // Written before bundles: no ca-bundle-sha256, one CA in ca-data.
+        let mut old = one.to_annotations();
+        old.remove(CA_BUNDLE_SHA256);
+        assert_eq!(Recorded::from_annotations(&old).unwrap(), one);
+        // Two CAs without the bundle fingerprint is not the earlier format.
+        let mut a = r.to_annotations();
+        a.remove(CA_BUNDLE_SHA256);
+        assert_eq!(Recorded::from_annotations(&a).unwrap_err().key(), CA_DATA);
+        // A bundle whose fingerprint does not match is refused.
+        let mut a = r.to_annotations();
+        a.insert(CA_BUNDLE_SHA256.into(), format!("sha256:{HEX}"));
+        assert!(matches!(
+            Recorded::from_annotations(&a).unwrap_err(),
+            AnnotationError::Disagree {
+                other: CA_BUNDLE_SHA256,
+                ..
+            }
+        ));
     }
 
     #[test]
     fn damaged_annotations_are_named() {
         let mut a = sample().to_annotations();
         a.remove(SERVER);
-        assert!(Recorded::from_annotations(&a).unwrap_err().contains(SERVER));
-        let mut a = sample().to_annotations();
-        a.insert(ROTATED_AT.into(), "yesterday".into());
-        assert!(
-            Recorded::from_annotations(&a)
-                .unwrap_err()
-                .contains(ROTATED_AT)
+        assert_eq!(
+            Recorded::from_annotations(&a).unwrap_err(),
+            AnnotationError::Missing { key: SERVER }
         );
-        let mut a = sample().to_annotations();
-        a.insert(CA_SHA256.into(), "sha256:00".into());
-        assert!(
-            Recorded::from_annotations(&a)
-                .unwrap_err()
-                .contains("disagree")
+        let e = error_with(ROTATED_AT, "yesterday");
+        assert_eq!(e.key(), ROTATED_AT);
+        assert!(e.to_string().contains("RFC 3339"), "{e}");
+        let e = error_with(CA_SHA256, &format!("sha256:{}", HEX.replace('0', "1")));
+        assert!(e.to_string().contains("disagree"), "{e}");
+    }
+
+    #[test]
+    fn every_annotation_is_validated() {
+        let cases = [
+            (SEALING_CERT_SHA256, "sha256:aéééééé"),
+            (SEALING_CERT_SHA256, "sha256:ss"),
+            (
+                CLIENT_CERT_SHA256,
+                &format!("sha256:{}", HEX.to_uppercase()),
+            ),
+            (CA_SHA256, HEX),
+            (CONTENT_SHA256, "ab"),
+            (CONTENT_SHA256, &format!("{HEX}0")),
+            (SPOKE, "Dev"),
+            (SPOKE, ""),
+            (SPOKE, &"a".repeat(64)),
+            (SERVER, "http://10.0.0.1:6443"),
+            (SERVER, "https://user:pw@10.0.0.1:6443"),
+            (SERVER, &format!("https://{}.org", "a".repeat(3000))),
+            (CA_NOT_AFTER, "2030-13-01T00:00:00Z"),
+            (CLIENT_CERT_NOT_AFTER, &"9".repeat(100)),
+            (CA_DATA, "not base64!"),
+            (CA_DATA, "AAAA"),
+            (CA_DATA, &"A".repeat(MAX_CA_DATA + 4)),
+        ];
+        for (key, value) in cases {
+            let e = error_with(key, value);
+            assert_eq!(e.key(), key, "{value:?}: {e}");
+        }
+    }
+
+    #[test]
+    fn shown_values_are_escaped_and_short() {
+        let e = error_with(
+            SEALING_CERT_SHA256,
+            &format!("sha256:\n{}", "é".repeat(10_000)),
         );
+        let text = e.to_string();
+        assert!(text.contains("\\n"), "{text}");
+        assert!(!text.contains('\n'), "{text}");
+        assert!(text.len() < 300, "{text}");
+        assert!(text.contains("(20008 bytes)"), "{text}");
+    }
+
+    /// A probe report whose serving certificate is issued by `issuer`.
+    fn served_by(issuer: &rcgen::Issuer<'_, rcgen::KeyPair>, issuer_der: &[u8]) -> ProbeReport {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = rcgen::CertificateParams::new(vec!["kubernetes".to_string()])
+            .unwrap()
+            .signed_by(&key, issuer)
+            .unwrap();
+        ProbeReport {
+            server: "10.0.0.1:6443".into(),
+            host: "10.0.0.1".into(),
+            chain: vec![leaf.der().to_vec(), issuer_der.to_vec()],
+            serving_sha256: crate::certs::fingerprint(leaf.der()),
+            not_before: OffsetDateTime::now_utc(),
+            not_after: OffsetDateTime::now_utc(),
+            dns_names: vec!["kubernetes".into()],
+            ip_addresses: vec![],
+            address_in_sans: false,
+        }
+    }
+
+    #[test]
+    fn a_serving_certificate_from_any_recorded_ca_verifies() {
+        let issuer = |cn: &str| {
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            rcgen::CertifiedIssuer::self_signed(p, rcgen::KeyPair::generate().unwrap()).unwrap()
+        };
+        let (old, new, other) = (issuer("old"), issuer("new"), issuer("other"));
+        let mut r = sample();
+        r.ca_bundle = vec![old.der().to_vec(), new.der().to_vec()];
+        assert_eq!(r.check_ca(&served_by(&old, old.der())), CaCheck::Verified);
+        assert_eq!(r.check_ca(&served_by(&new, new.der())), CaCheck::Verified);
+        assert_eq!(
+            r.check_ca(&served_by(&other, other.der())),
+            CaCheck::NotSignedByCa
+        );
+        r.ca_bundle = vec![b"junk".to_vec()];
+        assert_eq!(r.check_ca(&served_by(&old, old.der())), CaCheck::UnusableCa);
     }
 
     #[test]
     fn short_fingerprints() {
         assert_eq!(short("sha256:ab12cd34ef56"), "sha256:ab12cd34..");
+        // Cut by characters, never inside one (this panicked).
+        assert_eq!(short("sha256:aéééééé"), "sha256:aéééééé..");
+        assert_eq!(short("sha256:aééééééééé"), "sha256:aééééééé..");
+        assert_eq!(short(""), "sha256:..");
     }
 }

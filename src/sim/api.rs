@@ -1,5 +1,6 @@
 //! A mock spoke API server: real TLS, real client-certificate authentication, and the
-//! wire behaviour of kube-apiserver for GET /version and POST selfsubjectreviews.
+//! wire behaviour of kube-apiserver for GET /version, POST selfsubjectreviews (v1 from
+//! 1.28, v1beta1 from 1.27, by the gitVersion it plays) and selfsubjectaccessreviews.
 //!
 //! Like kube-apiserver, client certificates are requested but optional at the TLS layer
 //! (Go's tls.RequestClientCert); authentication happens per request, and a missing,
@@ -32,12 +33,19 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 use super::pki::Pki;
 
 pub const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
+pub const SSR_BETA_PATH: &str = "/apis/authentication.k8s.io/v1beta1/selfsubjectreviews";
+pub const SSAR_PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 
 /// What one API server instance serves; rebuilt with the node.
 pub struct ApiIdentity {
     tls: Arc<ServerConfig>,
     authenticator: Arc<dyn ClientCertVerifier>,
     git_version: String,
+    /// Served under this path only, as behind a reverse proxy (`/k8s/spoke`; empty: none).
+    prefix: String,
+    /// `--anonymous-auth`: a caller without a valid certificate is `system:anonymous`
+    /// (default RBAC: /version only) rather than a 401.
+    anonymous: bool,
 }
 
 impl ApiIdentity {
@@ -62,7 +70,42 @@ impl ApiIdentity {
             tls: Arc::new(tls),
             authenticator,
             git_version: git_version.to_owned(),
+            prefix: String::new(),
+            anonymous: false,
         }
+    }
+
+    /// Serves the API under `prefix` only (e.g. `/k8s/spoke`), as a reverse proxy would.
+    pub fn with_prefix(self, prefix: &str) -> ApiIdentity {
+        ApiIdentity {
+            prefix: prefix.trim_end_matches('/').to_owned(),
+            ..self
+        }
+    }
+
+    /// Anonymous requests are allowed as `system:anonymous`, as kube-apiserver's
+    /// default `--anonymous-auth=true` does.
+    pub fn with_anonymous(self) -> ApiIdentity {
+        ApiIdentity {
+            anonymous: true,
+            ..self
+        }
+    }
+}
+
+/// The review endpoints a version serves: SelfSubjectReview v1 from 1.28 (v1beta1 too),
+/// v1beta1 in 1.27; SelfSubjectAccessReview always.
+fn serves(git_version: &str, path: &str) -> bool {
+    let minor: u32 = git_version
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(33);
+    match path {
+        SSR_PATH => minor >= 28,
+        SSR_BETA_PATH => minor >= 27,
+        "/version" | SSAR_PATH => true,
+        _ => false,
     }
 }
 
@@ -155,16 +198,23 @@ async fn connection(tcp: tokio::net::TcpStream, identity: Arc<ApiIdentity>) {
         tls.get_ref().1.peer_certificates(),
         identity.authenticator.as_ref(),
     );
-    let git_version = identity.git_version.clone();
+    let user = user.or_else(|| {
+        identity.anonymous.then(|| User {
+            name: ANONYMOUS.into(),
+            groups: vec!["system:unauthenticated".into()],
+        })
+    });
     let service = hyper::service::service_fn(move |req| {
         let user = user.clone();
-        let git_version = git_version.clone();
-        async move { Ok::<_, Infallible>(respond(req, user.as_ref(), &git_version).await) }
+        let identity = identity.clone();
+        async move { Ok::<_, Infallible>(respond(req, user.as_ref(), &identity).await) }
     });
     let _ = hyper::server::conn::http1::Builder::new()
         .serve_connection(TokioIo::new(tls), service)
         .await;
 }
+
+const ANONYMOUS: &str = "system:anonymous";
 
 #[derive(Clone, Debug)]
 struct User {
@@ -202,14 +252,43 @@ fn authenticate(
 async fn respond(
     req: Request<Incoming>,
     user: Option<&User>,
-    git_version: &str,
+    identity: &ApiIdentity,
 ) -> Response<Full<Bytes>> {
     let Some(user) = user else {
         return status(StatusCode::UNAUTHORIZED, "Unauthorized", "Unauthorized");
     };
-    match (req.method(), req.uri().path()) {
+    let path = req.uri().path().to_owned();
+    let path = match path.strip_prefix(identity.prefix.as_str()) {
+        Some(p) if p.starts_with('/') => p,
+        _ => return not_found(),
+    };
+    let kind = match path {
+        SSR_PATH | SSR_BETA_PATH => "SelfSubjectReview",
+        SSAR_PATH => "SelfSubjectAccessReview",
+        _ => "",
+    };
+    // Authorization comes before routing: default RBAC lets anonymous callers read
+    // /version and nothing else.
+    if user.name == ANONYMOUS && !kind.is_empty() {
+        let (resource, group) = match kind {
+            "SelfSubjectReview" => ("selfsubjectreviews", "authentication.k8s.io"),
+            _ => ("selfsubjectaccessreviews", "authorization.k8s.io"),
+        };
+        return status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!(
+                "{resource}.{group} is forbidden: User \"{ANONYMOUS}\" cannot create resource \"{resource}\" in API group \"{group}\" at the cluster scope"
+            ),
+        );
+    }
+    let git_version = identity.git_version.as_str();
+    if !serves(git_version, path) {
+        return not_found();
+    }
+    match (req.method(), path) {
         (&Method::GET, "/version") => json(StatusCode::OK, &version(git_version), true),
-        (&Method::POST, SSR_PATH) => {
+        (&Method::POST, SSR_PATH | SSR_BETA_PATH | SSAR_PATH) => {
             let body = match Limited::new(req.into_body(), 3 << 20).collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => {
@@ -225,15 +304,9 @@ async fn respond(
                 Ok(v)
                     if v.get("kind")
                         .and_then(|k| k.as_str())
-                        .is_none_or(|k| k == "SelfSubjectReview") =>
+                        .is_none_or(|k| k == kind) =>
                 {
-                    let review = serde_json::json!({
-                        "kind": "SelfSubjectReview",
-                        "apiVersion": "authentication.k8s.io/v1",
-                        "metadata": {"creationTimestamp": null},
-                        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
-                    });
-                    json(StatusCode::CREATED, &review, false)
+                    json(StatusCode::CREATED, &review(path, user, &v), false)
                 }
                 _ => status(
                     StatusCode::BAD_REQUEST,
@@ -242,17 +315,47 @@ async fn respond(
                 ),
             }
         }
-        (_, "/version" | SSR_PATH) => status(
+        _ => status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
             "the server does not allow this method on the requested resource",
         ),
-        _ => status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "the server could not find the requested resource",
-        ),
     }
+}
+
+/// A missing resource, as kube-apiserver answers it: 404 with a `Status`.
+fn not_found() -> Response<Full<Bytes>> {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        "the server could not find the requested resource",
+    )
+}
+
+/// The created review: who asked, or (an access review) whether they may. Only
+/// system:masters may do anything here.
+fn review(path: &str, user: &User, request: &serde_json::Value) -> serde_json::Value {
+    if path == SSAR_PATH {
+        let allowed = user.groups.iter().any(|g| g == "system:masters");
+        return serde_json::json!({
+            "kind": "SelfSubjectAccessReview",
+            "apiVersion": "authorization.k8s.io/v1",
+            "metadata": {"creationTimestamp": null},
+            "spec": request.get("spec").cloned().unwrap_or_default(),
+            "status": {"allowed": allowed},
+        });
+    }
+    let api_version = if path == SSR_PATH {
+        "authentication.k8s.io/v1"
+    } else {
+        "authentication.k8s.io/v1beta1"
+    };
+    serde_json::json!({
+        "kind": "SelfSubjectReview",
+        "apiVersion": api_version,
+        "metadata": {"creationTimestamp": null},
+        "status": {"userInfo": {"username": user.name, "groups": user.groups}},
+    })
 }
 
 fn version(git_version: &str) -> serde_json::Value {

@@ -43,6 +43,11 @@ pub struct Pki {
     /// Kept to renew the admin certificate the way k3s does: same CA, same key.
     client_ca: CertifiedIssuer<'static, KeyPair>,
     admin_key: KeyPair,
+    /// Kept to re-issue the serving certificate during a CA rotation.
+    server_ca: CertifiedIssuer<'static, KeyPair>,
+    next_server_ca: Option<CertifiedIssuer<'static, KeyPair>>,
+    serving_params: CertificateParams,
+    serving_key: KeyPair,
 }
 
 pub struct PkiOptions {
@@ -74,6 +79,7 @@ impl Pki {
         serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         let serving_key = KeyPair::generate().expect("keygen");
         let serving_cert = serving
+            .clone()
             .signed_by(&serving_key, &server_ca)
             .expect("sign serving");
 
@@ -104,7 +110,32 @@ impl Pki {
             parts,
             client_ca,
             admin_key,
+            server_ca,
+            next_server_ca: None,
+            serving_params: serving,
+            serving_key,
         }
+    }
+
+    /// A cluster CA rotation in progress: the kubeconfig trusts [old, new] (in that
+    /// order) and the API serves a certificate issued by the new CA or the old one.
+    pub fn rotate_server_ca(&mut self, serve_from_new: bool) {
+        let now = OffsetDateTime::now_utc();
+        let next = self.next_server_ca.get_or_insert_with(|| {
+            ca(&format!("k3s-server-ca-next@{}", now.unix_timestamp()), now)
+        });
+        self.parts.ca_pem = format!("{}{}", self.server_ca.pem(), next.pem());
+        let issuer = if serve_from_new {
+            &*next
+        } else {
+            &self.server_ca
+        };
+        let cert = self
+            .serving_params
+            .clone()
+            .signed_by(&self.serving_key, issuer)
+            .expect("sign serving");
+        self.serving_chain = vec![cert.der().clone(), issuer.der().clone()];
     }
 
     /// What k3s does on restart within 120 days of expiry: a new admin certificate from

@@ -7,14 +7,25 @@
 use std::error::Error as StdError;
 use std::time::Duration;
 
-use k8s_openapi::api::authentication::v1::SelfSubjectReview;
-use kube::api::{Api, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig, KubeconfigError};
 use kube::{Client, Config};
 use tokio::time::{Instant, timeout_at};
 
 use super::sanitize_remote_text;
+use crate::certs;
 use crate::secret::SecretBytes;
+
+/// Where a caller asks who it is, newest first: SelfSubjectReview is served in
+/// `authentication.k8s.io/v1` from Kubernetes 1.28 and in `v1beta1` from 1.27.
+const SELF_REVIEWS: [&str; 2] = [
+    "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+    "/apis/authentication.k8s.io/v1beta1/selfsubjectreviews",
+];
+/// Before 1.27: an access review is authenticated, but does not say who asked.
+const ACCESS_REVIEW: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+/// The user reported when only an access review could be made.
+pub const UNKNOWN_USER: &str = "(unknown: pre-1.27 API)";
+const ANONYMOUS: &str = "system:anonymous";
 
 /// Who the kubeconfig authenticates as, and what answered.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,6 +62,16 @@ pub enum LiveError {
          cluster's client CA: extract a fresh kubeconfig"
     )]
     Unauthorized { server: String },
+    #[error(
+        "{server} took the credential as anonymous (system:anonymous): it presented no client certificate or \
+         token the server accepts: extract a fresh kubeconfig"
+    )]
+    Anonymous { server: String },
+    #[error(
+        "{server} accepted the credential but it may not get namespaces; before Kubernetes 1.27 that is how \
+         spokekeeper proves a credential works (there is no SelfSubjectReview): use the node's admin kubeconfig"
+    )]
+    NotAllowed { server: String },
     #[error("{server} answered 403 Forbidden: {message}")]
     Forbidden { server: String, message: String },
     #[error("{server} did not answer within {secs}s")]
@@ -66,7 +87,9 @@ pub enum LiveError {
 }
 
 /// Builds a client from `kubeconfig` (its current context), calls GET /version and
-/// creates a SelfSubjectReview. Everything, client setup included, within `limit`.
+/// asks who it is: a SelfSubjectReview (v1, else v1beta1), else, before 1.27, a
+/// SelfSubjectAccessReview that must be allowed. Everything, client setup included,
+/// within `limit`.
 pub async fn check_live(
     kubeconfig: &SecretBytes,
     limit: Duration,
@@ -106,28 +129,112 @@ pub async fn check_live(
             .apiserver_version()
             .await
             .map_err(|e| classify(&server, secs, &e))?;
-        let review = Api::<SelfSubjectReview>::all(client.clone())
-            .create(&PostParams::default(), &SelfSubjectReview::default())
-            .await
-            .map_err(|e| classify(&server, secs, &e))?;
-        Ok((version, review))
+        let who = who_am_i(&client, &server, secs).await?;
+        Ok((version, who))
     };
-    let (version, review) =
-        timeout_at(deadline, calls)
-            .await
-            .map_err(|_| LiveError::TimedOut {
-                server: server.clone(),
-                secs,
-            })??;
-    let user = review.status.and_then(|s| s.user_info).unwrap_or_default();
+    let (version, who) = timeout_at(deadline, calls)
+        .await
+        .map_err(|_| LiveError::TimedOut {
+            server: server.clone(),
+            secs,
+        })??;
     Ok(LiveReport {
-        git_version: version.git_version,
-        platform: version.platform,
-        username: user.username.unwrap_or_default(),
-        uid: user.uid,
-        groups: user.groups.unwrap_or_default(),
+        git_version: certs::escape(&version.git_version),
+        platform: certs::escape(&version.platform),
+        username: who.username,
+        uid: who.uid,
+        groups: who.groups,
         server,
     })
+}
+
+struct Who {
+    username: String,
+    uid: Option<String>,
+    groups: Vec<String>,
+}
+
+/// The newest review the server has; a 404 (not served) moves on to the next.
+async fn who_am_i(client: &Client, server: &str, secs: f64) -> Result<Who, LiveError> {
+    for path in SELF_REVIEWS {
+        let api_version = path
+            .trim_start_matches("/apis/")
+            .trim_end_matches("/selfsubjectreviews");
+        let body = serde_json::json!({"apiVersion": api_version, "kind": "SelfSubjectReview"});
+        match post(client, path, &body).await {
+            Ok(review) => return self_review(server, &review),
+            Err(kube::Error::Api(status)) if status.code == 404 => continue,
+            Err(kube::Error::Api(status)) if names_anonymous(&status) => {
+                return Err(LiveError::Anonymous {
+                    server: server.to_owned(),
+                });
+            }
+            Err(e) => return Err(classify(server, secs, &e)),
+        }
+    }
+    let body = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {"verb": "get", "resource": "namespaces"}},
+    });
+    let review = match post(client, ACCESS_REVIEW, &body).await {
+        Ok(r) => r,
+        Err(kube::Error::Api(status)) if names_anonymous(&status) => {
+            return Err(LiveError::Anonymous {
+                server: server.to_owned(),
+            });
+        }
+        Err(e) => return Err(classify(server, secs, &e)),
+    };
+    if review["status"]["allowed"].as_bool() != Some(true) {
+        return Err(LiveError::NotAllowed {
+            server: server.to_owned(),
+        });
+    }
+    Ok(Who {
+        username: UNKNOWN_USER.to_owned(),
+        uid: None,
+        groups: Vec::new(),
+    })
+}
+
+/// A 403 for `system:anonymous`: the server did not take the credential at all.
+fn names_anonymous(status: &kube::core::Status) -> bool {
+    status.code == 403 && status.message.contains(&format!("\"{ANONYMOUS}\""))
+}
+
+/// The user a SelfSubjectReview names: remote text (it goes into commit messages), so
+/// escaped and shortened.
+fn self_review(server: &str, review: &serde_json::Value) -> Result<Who, LiveError> {
+    let user = &review["status"]["userInfo"];
+    let text = |v: &serde_json::Value| v.as_str().map(certs::escape);
+    let username = text(&user["username"]).unwrap_or_default();
+    if username == ANONYMOUS {
+        return Err(LiveError::Anonymous {
+            server: server.to_owned(),
+        });
+    }
+    let groups = user["groups"]
+        .as_array()
+        .map(|g| g.iter().take(64).filter_map(text).collect())
+        .unwrap_or_default();
+    Ok(Who {
+        username,
+        uid: text(&user["uid"]),
+        groups,
+    })
+}
+
+async fn post(
+    client: &Client,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value, kube::Error> {
+    let request = hyper::Request::post(path)
+        .header("Content-Type", "application/json")
+        .body(serde_json::to_vec(body).map_err(kube::Error::SerdeError)?)
+        .map_err(kube::Error::HttpError)?;
+    client.request::<serde_json::Value>(request).await
 }
 
 /// Refuses anything that would make building or using the client do more than talk
@@ -365,6 +472,23 @@ users:
             let why = refused(c, u).unwrap_or_else(|| panic!("not refused: {want}"));
             assert!(why.contains(want), "{why}");
         }
+    }
+
+    #[test]
+    fn a_self_review_for_system_anonymous_is_a_failure() {
+        let review = |user: serde_json::Value| serde_json::json!({"kind": "SelfSubjectReview", "status": {"userInfo": user}});
+        let anon = review(serde_json::json!({"username": "system:anonymous",
+            "groups": ["system:unauthenticated"]}));
+        assert!(matches!(
+            self_review("https://s", &anon),
+            Err(LiveError::Anonymous { .. })
+        ));
+        // Remote text is escaped and bounded: it goes into commit messages.
+        let odd = review(serde_json::json!({"username": "admin\nforged: line",
+            "groups": ["a".repeat(1000)]}));
+        let who = self_review("https://s", &odd).unwrap();
+        assert_eq!(who.username, "admin\\nforged: line");
+        assert!(who.groups[0].chars().count() <= 257);
     }
 
     #[tokio::test]

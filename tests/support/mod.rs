@@ -60,8 +60,17 @@ pub struct NodeOptions {
     pub address_in_sans: bool,
     /// Make the kubeconfig on the node hostile.
     pub hostile: Option<Hostile>,
-    /// What GET /version reports.
+    /// What GET /version reports (its minor version sets which reviews are served).
     pub git_version: String,
+    /// The API's port (0: any free one; 443 as a load balancer would).
+    pub api_port: u16,
+    /// Serve the API under this path only, as behind a reverse proxy (`/k8s/spoke`).
+    pub api_prefix: String,
+    /// The port the node's k3s.yaml names (None: the API's own), e.g. 6443 behind a
+    /// load balancer on 443.
+    pub kubeconfig_port: Option<u16>,
+    /// Anonymous requests are `system:anonymous` rather than a 401.
+    pub anonymous: bool,
 }
 
 impl Default for NodeOptions {
@@ -73,6 +82,10 @@ impl Default for NodeOptions {
             address_in_sans: true,
             hostile: None,
             git_version: "v1.33.1+k3s1".into(),
+            api_port: 0,
+            api_prefix: String::new(),
+            kubeconfig_port: None,
+            anonymous: false,
         }
     }
 }
@@ -140,7 +153,7 @@ pub struct Node {
     /// 0 when the node has no sshd.
     pub ssh_port: u16,
     pub api_port: u16,
-    /// `https://ADDRESS:API_PORT`
+    /// `https://ADDRESS:API_PORT` and the API prefix, if any.
     pub api_url: String,
     pub dir: PathBuf,
     /// The k3s.yaml on the node (root, mode 600).
@@ -195,9 +208,9 @@ impl Node {
             tmp,
             rt,
         };
-        let api = node.start_api_on(0);
+        let api = node.start_api_on(node.opts.api_port);
         node.api_port = api.port;
-        node.api_url = format!("https://{addr}:{}", api.port);
+        node.api_url = format!("https://{addr}:{}{}", api.port, node.opts.api_prefix);
         if node.opts.api {
             node.api = Some(api);
         }
@@ -314,6 +327,16 @@ impl Node {
         }
     }
 
+    /// A cluster CA rotation: the node's kubeconfig trusts [old CA, new CA], and the API
+    /// (restarted, if it was running) serves a certificate from the new CA or the old.
+    pub fn rotate_server_ca(&mut self, serve_from_new: bool) {
+        self.pki.rotate_server_ca(serve_from_new);
+        self.write_kubeconfig();
+        if self.api.take().is_some() {
+            self.start_api();
+        }
+    }
+
     /// The node renews its client certificate (same CA, same key), as k3s does on restart.
     pub fn renew_client_cert(&mut self, days: i64) {
         self.pki.renew_client(days);
@@ -399,7 +422,8 @@ impl Node {
     }
 
     fn write_kubeconfig(&self) {
-        let server = format!("https://127.0.0.1:{}", self.api_port);
+        let port = self.opts.kubeconfig_port.unwrap_or(self.api_port);
+        let server = format!("https://127.0.0.1:{port}");
         let text = kubeconfig_yaml(
             &server,
             &self.pki.parts,
@@ -413,7 +437,11 @@ impl Node {
         let addr = SocketAddr::new(self.address, port);
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
-            let identity = ApiIdentity::new(&self.pki, &self.opts.git_version);
+            let mut identity = ApiIdentity::new(&self.pki, &self.opts.git_version)
+                .with_prefix(&self.opts.api_prefix);
+            if self.opts.anonymous {
+                identity = identity.with_anonymous();
+            }
             match ApiServer::start(self.rt.handle(), addr, identity) {
                 Ok(server) => return server,
                 // A process forked by a concurrent test (ssh-keygen, sshd, ssh) holds a
