@@ -613,7 +613,7 @@ mod tests {
             spoke: "dev".into(),
             server: "https://10.0.0.1:6443\nSigned-off-by: server".into(),
             ca_sha256: "sha256:ca".into(),
-            ca_der: vec![],
+            ca_bundle: vec![vec![]],
             ca_not_after: now + time::Duration::days(3000),
             client_sha256: None,
             client_not_after: None,
