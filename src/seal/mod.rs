@@ -11,6 +11,7 @@ pub mod crypto;
 mod input;
 pub mod key;
 pub mod manifest;
+pub mod trust;
 mod yaml;
 
 use std::fmt;
