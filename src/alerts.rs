@@ -154,6 +154,8 @@ pub enum AlertName {
     HubNotReady,
     #[serde(rename = "SpokekeeperReviewPending")]
     ReviewPending,
+    #[serde(rename = "SpokekeeperSealingCertUntrusted")]
+    SealingCertUntrusted,
 }
 
 impl AlertName {
@@ -166,6 +168,7 @@ impl AlertName {
             AlertName::RotationFailing => "SpokekeeperRotationFailing",
             AlertName::HubNotReady => "SpokekeeperHubNotReady",
             AlertName::ReviewPending => "SpokekeeperReviewPending",
+            AlertName::SealingCertUntrusted => "SpokekeeperSealingCertUntrusted",
         }
     }
 }
@@ -323,7 +326,41 @@ pub fn evaluate(
             }
         }
     }
+    if let Some(u) = tick
+        .and_then(|t| t.sealing.as_ref())
+        .and_then(|c| c.untrusted.as_ref())
+    {
+        out.push(untrusted_sealing(u));
+    }
     out
+}
+
+/// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`).
+fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
+    let expected: Vec<String> = u.expected.iter().map(|e| short(e)).collect();
+    let commit = u
+        .commit
+        .as_deref()
+        .map_or_else(String::new, |c| format!(", changed by commit {c}"));
+    Finding {
+        spoke: String::new(),
+        subject: Subject::Sealing,
+        status: Status::Critical,
+        not_after: None,
+        days_left: None,
+        alert: Some(AlertName::SealingCertUntrusted),
+        summary: format!(
+            "the sealing certificate {} is not trusted (expected {}{commit}): nothing is sealed to it",
+            u.sha256,
+            u.expected.join(", ")
+        ),
+        description: u.error.clone(),
+        detail: format!(
+            "not trusted: {} (expected {}{commit})",
+            short(&u.sha256),
+            expected.join(", ")
+        ),
+    }
 }
 
 /// A pending pull request: a warning; critical with an alert once the hub's credential

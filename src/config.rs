@@ -199,6 +199,16 @@ struct RawForge {
 #[serde(deny_unknown_fields)]
 struct RawSealing {
     cert: PathBuf,
+    #[serde(default)]
+    sha256: Option<OneOrMany>,
+}
+
+/// `sealing.sha256`: one fingerprint, or a list (a planned key rollover).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum OneOrMany {
+    One(String),
+    Many(Vec<String>),
 }
 
 #[derive(Debug, Deserialize)]
@@ -413,6 +423,9 @@ pub struct Config {
     pub file: PathBuf,
     pub repo: RepoConfig,
     pub sealing_cert: PathBuf,
+    /// `sealing.sha256`: the sealing certificate fingerprints this host trusts, kept
+    /// outside the fleet repo (lowercase `sha256:<hex>`; empty: not set).
+    pub sealing_sha256: Vec<String>,
     pub schedule: String,
     pub metrics_listen: SocketAddr,
     pub renew_before: Duration,
@@ -715,6 +728,25 @@ impl Config {
             ));
         }
 
+        let sealing_sha256 = match raw.sealing.sha256 {
+            None => Vec::new(),
+            Some(OneOrMany::One(v)) => vec![v],
+            Some(OneOrMany::Many(v)) => v,
+        };
+        let sealing_sha256 = sealing_sha256
+            .into_iter()
+            .map(|v| {
+                let hex = v.strip_prefix("sha256:").unwrap_or("");
+                if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+                    Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
+                } else {
+                    Err(err(format!(
+                        "sealing.sha256 {v:?} is not a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)"
+                    )))
+                }
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+
         Ok(Config {
             hub,
             file: PathBuf::from(file),
@@ -729,6 +761,7 @@ impl Config {
                 signing_key,
             },
             sealing_cert: resolve(&raw.sealing.cert),
+            sealing_sha256,
             schedule,
             metrics_listen,
             renew_before: raw
@@ -1206,6 +1239,27 @@ spokes:
             &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {nam: dev}}"),
             &["nam"],
         );
+    }
+
+    #[test]
+    fn sealing_sha256_takes_one_or_a_list_and_names_a_bad_one() {
+        let fp = format!("sha256:{}", "AB".repeat(32));
+        let one = MIN.replace("cert: c.pem}", &format!("cert: c.pem, sha256: \"{fp}\"}}"));
+        let c = parse(&one).unwrap();
+        assert_eq!(c.sealing_sha256, [fp.to_lowercase()]);
+        let two = format!("sha256:{}", "0".repeat(64));
+        let list = MIN.replace(
+            "cert: c.pem}",
+            &format!("cert: c.pem, sha256: [\"{fp}\", \"{two}\"]}}"),
+        );
+        assert_eq!(parse(&list).unwrap().sealing_sha256.len(), 2);
+        assert!(parse(MIN).unwrap().sealing_sha256.is_empty());
+        for bad in ["abcd", "sha256:abcd", "sha1:0000"] {
+            refused(
+                &MIN.replace("cert: c.pem}", &format!("cert: c.pem, sha256: \"{bad}\"}}")),
+                &["sealing.sha256", bad, "64 hex digits"],
+            );
+        }
     }
 
     #[test]

@@ -56,6 +56,7 @@ pub struct Metrics {
     last_tick: Timestamp,
     sealing_not_after: Timestamp,
     hub_reachable: Gauge,
+    sealing_cert_trusted: Gauge,
     hub_synced: Family<SpokeLabels, Gauge>,
     hub_ready: Family<SpokeLabels, Gauge>,
     pending_review: Family<SpokeLabels, Gauge>,
@@ -81,6 +82,7 @@ impl Metrics {
             last_tick: Timestamp::default(),
             sealing_not_after: Timestamp::default(),
             hub_reachable: Gauge::default(),
+            sealing_cert_trusted: Gauge::default(),
             hub_synced: Family::default(),
             hub_ready: Family::default(),
             pending_review: Family::default(),
@@ -127,6 +129,13 @@ impl Metrics {
             "hub_reachable",
             "1 when the last tick fetched the sealing certificate from the hub, 0 when it sealed to the pinned copy (absent without hub:)",
             m.hub_reachable.clone(),
+        );
+        // 1 until a tick says otherwise: not known yet is not an alert.
+        m.sealing_cert_trusted.set(1);
+        registry.register(
+            "sealing_cert_trusted",
+            "0 when the last tick refused to seal to the sealing certificate because nothing outside the fleet repo confirms it (hub: or sealing.sha256), else 1",
+            m.sealing_cert_trusted.clone(),
         );
         registry.register(
             "hub_synced",
@@ -214,7 +223,10 @@ impl Metrics {
             }
         }
         if let Some(c) = &report.sealing {
-            self.hub_reachable.set(i64::from(c.reachable));
+            if let Some(reachable) = c.reachable {
+                self.hub_reachable.set(i64::from(reachable));
+            }
+            self.sealing_cert_trusted.set(i64::from(c.trusted));
         }
         for s in &report.spokes {
             let Some(h) = &s.hub else { continue };
@@ -322,7 +334,8 @@ mod tests {
             pushed: true,
             repo_error: None,
             sealing: Some(crate::hub::cert::CertReport {
-                reachable: true,
+                reachable: Some(true),
+                trusted: true,
                 ..Default::default()
             }),
             sealing_key: None,
@@ -331,6 +344,7 @@ mod tests {
         let text = m.encode().unwrap();
         for line in [
             "spokekeeper_hub_reachable 1",
+            "spokekeeper_sealing_cert_trusted 1",
             "spokekeeper_hub_synced{spoke=\"dev\"} 1",
             "spokekeeper_hub_ready{spoke=\"dev\"} 1",
             "spokekeeper_hub_synced{spoke=\"test\"} 0",
@@ -377,7 +391,8 @@ mod tests {
             pushed: true,
             repo_error: Some("push: rejected".into()),
             sealing: Some(crate::hub::cert::CertReport {
-                reachable: false,
+                reachable: Some(false),
+                trusted: false,
                 ..Default::default()
             }),
             sealing_key: None,
@@ -406,6 +421,7 @@ mod tests {
             "spokekeeper_last_tick_timestamp_seconds 1700000000.0",
             "spokekeeper_sealing_certificate_not_after_timestamp_seconds 1924992000.0",
             "spokekeeper_hub_reachable 0",
+            "spokekeeper_sealing_cert_trusted 0",
         ] {
             assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
         }

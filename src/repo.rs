@@ -299,6 +299,14 @@ impl Repo {
         })
     }
 
+    /// The last commit on HEAD that changed `rel` (None: none did).
+    pub async fn last_commit(&self, rel: &Path) -> Result<Option<String>, RepoError> {
+        let rel_s = rel.to_string_lossy().into_owned();
+        self.inside(rel)?;
+        let sha = self.git(["log", "-1", "--format=%H", "--", &rel_s]).await?;
+        Ok(Some(sha.trim().to_string()).filter(|s| !s.is_empty()))
+    }
+
     /// Commits on HEAD not yet on the remote branch (by the remote-tracking ref).
     pub async fn unpushed(&self) -> Result<usize, RepoError> {
         let n = self

@@ -1024,6 +1024,7 @@ fn prometheus_rules_use_served_metrics_and_grade_like_the_daemon() {
         "spokekeeper_hub_synced",
         "spokekeeper_hub_ready",
         "spokekeeper_pending_review_age_seconds",
+        "spokekeeper_sealing_cert_trusted",
     ] {
         assert!(used.contains(m), "no alert on {m}");
     }

@@ -17,7 +17,7 @@
 //! | SIGKILL between write and commit | `sigkill_between_write_and_commit` |
 //! | two `rotate` runs at once | `two_runs_at_once_never_interleave` |
 //! | committed manifest corrupted by hand | `committed_manifest_corrupted_by_hand` |
-//! | sealing certificate replaced / expired | `sealing_certificate_replaced_reseals_every_spoke`, `sealing_certificate_expired_is_refused_and_nothing_changes` |
+//! | sealing certificate replaced (and confirmed) / expired | `sealing_certificate_replaced_and_confirmed_reseals_every_spoke`, `sealing_certificate_expired_is_refused_and_nothing_changes` |
 
 mod support;
 
@@ -218,12 +218,25 @@ async fn committed_manifest_corrupted_by_hand() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn sealing_certificate_replaced_reseals_every_spoke() {
+async fn sealing_certificate_replaced_and_confirmed_reseals_every_spoke() {
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let old = vectors().join("key/cert.pem");
     let new = vectors().join("other-key/tls.crt");
-    set_config(&fleet, old.to_str().unwrap(), new.to_str().unwrap());
+    // Without hub:, a new certificate is sealed to once sealing.sha256 confirms it.
+    let fp = spokekeeper::seal::SealingKey::from_pem(
+        &std::fs::read(&new).unwrap(),
+        "new",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap()
+    .fingerprint()
+    .to_string();
+    set_config(
+        &fleet,
+        old.to_str().unwrap(),
+        &format!("{}\n  sha256: {fp}", new.display()),
+    );
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     let keys = spokekeeper::seal::RecoveryKey::load_all(

@@ -481,6 +481,73 @@ async fn hub_unreachable_seals_to_the_pinned_copy_and_still_rotates() {
     assert_eq!(status["spokes"][0]["committed"]["state"], "committed");
 }
 
+/// A certificate pushed to the repo while the hub is unreachable is not sealed to (nothing
+/// outside the repo confirms it); once the controller serves it, every spoke is re-sealed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
+    let l = lab(2, "  verify_timeout: 10s\n");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["sealing"]["trusted"], true, "{report}");
+    let old = report["sealing"]["sha256"].as_str().unwrap().to_string();
+
+    // Someone with push access replaces the pinned copy; the controller is down.
+    let other = l.fleet.dir.path().join("other");
+    git(
+        l.fleet.dir.path(),
+        &[
+            "clone",
+            "--quiet",
+            l.fleet.remote.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    std::fs::write(other.join(PINNED), cert("other-key")).unwrap();
+    git(&other, &["add", PINNED]);
+    git(
+        &other,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "new key",
+        ],
+    );
+    git(&other, &["push", "--quiet", "origin", "HEAD:main"]);
+    let attack = git(&other, &["rev-parse", "HEAD"]).trim().to_string();
+    l.hub.set_controller(Controller::Down);
+    let head = git(&l.fleet.remote, &["rev-parse", "main"]);
+    let files = [l.fleet.remote_file(0), l.fleet.remote_file(1)];
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert_eq!(report["sealing"]["reachable"], false, "{report}");
+    let u = &report["sealing"]["untrusted"];
+    let new = u["sha256"].as_str().unwrap().to_string();
+    assert_ne!(new, old);
+    assert_eq!(u["expected"][0], old.as_str(), "{report}");
+    assert_eq!(u["commit"], attack.as_str(), "{report}");
+    assert_eq!(action(&report, 0), "healthy", "{report}");
+    assert_eq!(action(&report, 1), "healthy", "{report}");
+    assert_eq!(git(&l.fleet.remote, &["rev-parse", "main"]), head);
+    assert_eq!([l.fleet.remote_file(0), l.fleet.remote_file(1)], files);
+
+    // The controller really has that key: it serves it, and every spoke is re-sealed.
+    l.hub.set_controller(Controller::Up);
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["sealing"]["trusted"], true, "{report}");
+    assert_eq!(report["sealing"]["sha256"], new.as_str());
+    for i in 0..2 {
+        assert_eq!(action(&report, i), "rotated", "{report}");
+        assert!(l.sealed(i).unseal(&[key("other-key")]).is_ok());
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     let l = lab(1, "  verify_timeout: 10s\n");

@@ -244,7 +244,8 @@ fn every_family() -> String {
     ]);
     report.repo_error = Some("push: rejected".into());
     report.sealing = Some(spokekeeper::hub::cert::CertReport {
-        reachable: true,
+        reachable: Some(true),
+        trusted: true,
         ..Default::default()
     });
     let m = spokekeeper::metrics::Metrics::new();

@@ -313,6 +313,81 @@ fn the_demo_sealing_key_is_refused_outside_the_demo() {
     assert_eq!(fleet.remote_log().len(), 1, "nothing committed");
 }
 
+/// The demo key is recognised by its RSA key, not its certificate's fingerprint: as a
+/// bare PUBLIC KEY, as a PKCS#1 RSA PUBLIC KEY and in another self-signed certificate.
+#[test]
+fn the_demo_key_in_any_wrapping_is_refused_outside_the_demo() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let demo_key = Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.key");
+    let dir = fleet.dir.path();
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let key = demo_key.to_str().unwrap();
+    let spki = dir.join("demo-spki.pem");
+    let pkcs1 = dir.join("demo-pkcs1.pem");
+    let rewrapped = dir.join("demo-rewrapped.pem");
+    openssl(&[
+        "pkey",
+        "-in",
+        key,
+        "-pubout",
+        "-out",
+        spki.to_str().unwrap(),
+    ]);
+    openssl(&[
+        "rsa",
+        "-in",
+        key,
+        "-RSAPublicKey_out",
+        "-out",
+        pkcs1.to_str().unwrap(),
+    ]);
+    openssl(&[
+        "req",
+        "-x509",
+        "-key",
+        key,
+        "-subj",
+        "/CN=not-the-demo",
+        "-days",
+        "30",
+        "-out",
+        rewrapped.to_str().unwrap(),
+    ]);
+    assert!(
+        std::fs::read_to_string(&spki)
+            .unwrap()
+            .contains("BEGIN PUBLIC KEY")
+    );
+    assert!(
+        std::fs::read_to_string(&pkcs1)
+            .unwrap()
+            .contains("BEGIN RSA PUBLIC KEY")
+    );
+    let text = std::fs::read_to_string(&fleet.config).unwrap();
+    let cert = vectors().join("key/cert.pem");
+    for wrapped in [&spki, &pkcs1, &rewrapped] {
+        std::fs::write(
+            &fleet.config,
+            text.replace(cert.to_str().unwrap(), wrapped.to_str().unwrap()),
+        )
+        .unwrap();
+        let (code, out, err) = fleet.rotate(&["--all"]);
+        assert_eq!(code, 1, "{}: {out}", wrapped.display());
+        assert!(err.contains("demo key"), "{}: {err}", wrapped.display());
+    }
+    assert_eq!(fleet.remote_log().len(), 1, "nothing committed");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_concurrent_commit_on_the_remote_is_rebased_over() {
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);

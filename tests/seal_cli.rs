@@ -107,6 +107,86 @@ fn bad_secret_input_is_refused_clearly() {
     refused(&["-o", "table"], &c, SECRET, "-o yaml or -o json");
 }
 
+/// A value of the wrong type is named by its field and kind, never echoed: serde's own
+/// messages quote it (``invalid type: integer `12345678` ``), and it may be the secret.
+#[test]
+fn type_errors_name_the_field_and_never_the_value() {
+    let c = cert();
+    // (YAML value, JSON value, what the error calls it, the secret that must not show)
+    let cases = [
+        ("12345678", "12345678", "an integer", "12345678"),
+        ("3.14159", "3.14159", "a number", "3.14159"),
+        ("true", "true", "a boolean", "true"),
+        ("~", "null", "null", "null"),
+        (
+            "[S3cr3tV4lu3]",
+            r#"["S3cr3tV4lu3"]"#,
+            "a list",
+            "S3cr3tV4lu3",
+        ),
+        (
+            "{x: S3cr3tV4lu3}",
+            r#"{"x":"S3cr3tV4lu3"}"#,
+            "a map",
+            "S3cr3tV4lu3",
+        ),
+        ("!!binary S3cr3tV4lu3", r#""S3cr3tV4lu3"#, "", "S3cr3tV4lu3"),
+    ];
+    for field in ["data", "stringData"] {
+        for (yaml_v, json_v, kind, secret) in cases {
+            let yaml = format!(
+                "kind: Secret\nmetadata: {{name: a, namespace: b}}\n{field}:\n  pw: {yaml_v}\n"
+            );
+            let json = format!(
+                r#"{{"kind":"Secret","metadata":{{"name":"a","namespace":"b"}},"{field}":{{"pw":{json_v}}}}}"#
+            );
+            for input in [yaml, json] {
+                let (code, stdout, stderr) = seal(&[], &c, input.as_str());
+                assert_eq!(code, 1, "{input}: {stderr}");
+                assert!(stdout.is_empty(), "{input}");
+                if !kind.is_empty() {
+                    let want = format!("{field}.pw is {kind}");
+                    assert!(stderr.contains(&want), "{input}: {stderr}");
+                }
+                // "null" and "true" are the kind's own words; the rest must not appear.
+                if secret != kind.trim_start_matches("a ") && secret != "true" {
+                    assert!(!stderr.contains(secret), "{input}: {stderr}");
+                }
+                assert!(!stderr.contains("invalid type"), "{input}: {stderr}");
+            }
+        }
+    }
+    // Invalid base64 names the key, not the offending character (`!` is symbol 33).
+    for input in [
+        "kind: Secret\nmetadata: {name: a, namespace: b}\ndata:\n  pw: S3cr3tV4lu3!\n",
+        r#"{"kind":"Secret","metadata":{"name":"a","namespace":"b"},"data":{"pw":"S3cr3tV4lu3!"}}"#,
+    ] {
+        let (code, _, stderr) = seal(&[], &c, input);
+        assert_eq!(code, 1, "{stderr}");
+        assert!(stderr.contains("data.pw is not valid base64"), "{stderr}");
+        assert!(
+            !stderr.contains("S3cr3tV4lu3") && !stderr.contains("33"),
+            "{stderr}"
+        );
+    }
+    // Not UTF-8 inside a value: the bytes are not shown either.
+    let mut bad = b"{\"kind\":\"Secret\",\"metadata\":{\"name\":\"a\",\"namespace\":\"b\"},\"stringData\":{\"pw\":\"S3cr3t".to_vec();
+    bad.extend_from_slice(b"\xff\xfeV4lu3\"}}");
+    let (code, _, stderr) = seal(&[], &c, bad);
+    assert_eq!(code, 1, "{stderr}");
+    assert!(
+        stderr.contains("UTF-8") && !stderr.contains("S3cr3t"),
+        "{stderr}"
+    );
+    // Metadata, too, is reported by field.
+    refused(
+        &[],
+        &c,
+        "kind: Secret\nmetadata: {name: a, namespace: b, annotations: {x: 12345678}}\nstringData: {pw: v}\n",
+        "metadata.annotations.x is an integer",
+    );
+}
+
 #[test]
 fn bad_certificates_are_refused_clearly() {
     let dir = tempfile::tempdir().unwrap();

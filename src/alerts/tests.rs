@@ -559,3 +559,41 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
         f.description
     );
 }
+
+#[test]
+fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
+    let untrusted = crate::hub::cert::Untrusted {
+        sha256: format!("sha256:{}", "b".repeat(64)),
+        expected: vec![format!("sha256:{}", "a".repeat(64))],
+        anchor: "committed",
+        commit: Some("c0ffee".into()),
+        error: "not trusted: the whole story".into(),
+    };
+    let mut tick = TickReport::of(vec![SpokeReport::new("dev", Outcome::Healthy)]);
+    tick.sealing = Some(crate::hub::cert::CertReport {
+        untrusted: Some(untrusted),
+        ..Default::default()
+    });
+    let fs = evaluate(&cfg(), &[], &sealing(Some(far())), now(), Some(&tick));
+    let f: Vec<&Finding> = fs
+        .iter()
+        .filter(|f| f.alert == Some(AlertName::SealingCertUntrusted))
+        .collect();
+    assert_eq!(f.len(), 1, "{fs:?}");
+    let f = f[0];
+    assert_eq!((f.spoke.as_str(), f.severity()), ("", Some("critical")));
+    for needle in ["sha256:bbbb", "sha256:aaaa", "c0ffee"] {
+        assert!(f.summary.contains(needle), "{needle}: {}", f.summary);
+    }
+    assert_eq!(f.description, "not trusted: the whole story");
+    // A trusted certificate raises nothing.
+    tick.sealing = Some(crate::hub::cert::CertReport {
+        trusted: true,
+        ..Default::default()
+    });
+    let fs = evaluate(&cfg(), &[], &sealing(Some(far())), now(), Some(&tick));
+    assert!(
+        fs.iter()
+            .all(|f| f.alert != Some(AlertName::SealingCertUntrusted))
+    );
+}

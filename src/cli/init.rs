@@ -17,6 +17,10 @@ repo:
   push: true                           # false: commit only
 sealing:
   cert: keys/sealed-secrets-infra.pem  # kubeseal --fetch-cert > keys/sealed-secrets-infra.pem
+  # The certificate's fingerprint (spokekeeper inspect keys/sealed-secrets-infra.pem), kept here,
+  # outside the fleet repo: a sealing.cert pushed to the repo is sealed to only when it matches
+  # this (or the hub's controller serves it). A list allows a planned key rollover.
+  # sha256: sha256:0000000000000000000000000000000000000000000000000000000000000000
 schedule: "*/15 * * * *"               # 5-field cron, or @hourly, @daily
 metrics:
   listen: 127.0.0.1:9464
@@ -101,6 +105,10 @@ mod tests {
             .replace("    # kustomization:", "    kustomization:");
         let c = Config::parse(&text, "spokekeeper.yaml", Path::new("/etc/spokekeeper")).unwrap();
         let hub = c.hub.expect("hub");
+        let with_sha = TEMPLATE.replace("  # sha256:", "  sha256:");
+        let c2 =
+            Config::parse(&with_sha, "spokekeeper.yaml", Path::new("/etc/spokekeeper")).unwrap();
+        assert_eq!(c2.sealing_sha256.len(), 1);
         assert_eq!(hub.controller.name, "sealed-secrets-controller");
         assert_eq!(hub.verify_timeout, std::time::Duration::from_secs(120));
         assert_eq!(c.spokes[0].kustomization.name, "dev");

@@ -144,6 +144,9 @@ pub fn print_report(report: &TickReport, format: Format) {
                 if let Some(e) = &c.error {
                     eprintln!("sealing certificate: {e}");
                 }
+                if let Some(u) = &c.untrusted {
+                    eprintln!("sealing certificate: {}", u.error);
+                }
             }
             for s in &report.spokes {
                 if let Some(h) = &s.hub {

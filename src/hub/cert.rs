@@ -1,5 +1,6 @@
 //! The sealing certificate for a tick: fetched from the controller when the hub is
-//! configured, else (or when the hub cannot be reached) the pinned copy in sealing.cert.
+//! configured, else (or when the hub cannot be reached) the pinned copy in sealing.cert;
+//! then whether it is trusted (hub/trust.rs).
 //!
 //! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
 //! the fleet repo) before any spoke is committed, and every spoke is then re-sealed to it
@@ -22,17 +23,41 @@ use crate::seal::SealingKey;
 /// spoke's branch can be this one.
 pub const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
 
-/// What the tick saw of the controller's certificate.
+/// The sealing certificate of a tick: what the hub gave (with `hub:`) and whether it is
+/// trusted (see [`crate::seal::trust`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct CertReport {
-    /// Whether the controller's certificate could be fetched.
-    pub reachable: bool,
-    /// The certificate sealed to in this tick.
+    /// With `hub:`: whether the controller's certificate could be fetched (absent without).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reachable: Option<bool>,
+    /// The certificate sealed to in this tick (when not trusted: the one refused).
     pub sha256: String,
     /// Set when the fetched certificate differs from the pinned one.
     pub renewed: Option<Renewed>,
     /// Why the pinned copy was used (unreachable, refused) or could not be updated.
     pub error: Option<String>,
+    /// Whether anything may be sealed to it this tick.
+    pub trusted: bool,
+    /// What confirmed it, or why it is not trusted.
+    pub trust: String,
+    /// When not trusted: the fingerprints and the commit, for the report and the alert.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub untrusted: Option<Untrusted>,
+}
+
+/// A sealing certificate nothing outside the fleet repo confirms.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Untrusted {
+    /// The certificate refused.
+    pub sha256: String,
+    /// What the anchor expects (sealing.sha256, or what the committed credentials record).
+    pub expected: Vec<String>,
+    /// `sealing.sha256` or `committed`.
+    pub anchor: &'static str,
+    /// The last commit that changed sealing.cert (None: outside the repo, or none found).
+    pub commit: Option<String>,
+    /// The whole story and the fix: each spoke that would rotate fails with it.
+    pub error: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -43,28 +68,68 @@ pub struct Renewed {
     pub commit: Option<String>,
 }
 
-/// The key to seal to in this tick, and what happened on the hub (None: no hub).
-pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>) {
+/// The key for this tick, what happened on the hub, and whether the key is trusted:
+/// when `report.untrusted` is set, nothing may be sealed to it.
+pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) {
+    let (key, report, served) = choose(ctx, dry_run).await;
+    let mut report = report.unwrap_or_else(|| CertReport {
+        sha256: key.fingerprint().to_string(),
+        ..CertReport::default()
+    });
+    if ctx.config.hub.is_none() && ctx.config.sealing_sha256.is_empty() {
+        tracing::warn!(
+            "no hub: and no sealing.sha256: a sealing certificate pushed to the fleet repo is only checked against what the committed credentials record; set sealing.sha256 in {} to {} once you have checked it with the controller",
+            ctx.config.file.display(),
+            key.fingerprint()
+        );
+    }
+    let listed = &ctx.config.sealing_sha256;
+    if served && !listed.is_empty() && !listed.iter().any(|l| l == key.fingerprint()) {
+        tracing::warn!(
+            "the hub's controller serves {} but sealing.sha256 in {} does not list it: add it, or ticks while the hub is unreachable seal nothing",
+            key.fingerprint(),
+            ctx.config.file.display()
+        );
+    }
+    match super::trust::check(ctx, &key, served).await {
+        Ok(how) => {
+            report.trusted = true;
+            report.trust = how.to_string();
+        }
+        Err(u) => {
+            tracing::error!(sha256 = %u.sha256, expected = ?u.expected, commit = ?u.commit, "{}", u.error);
+            report.trusted = false;
+            report.trust = u.error.clone();
+            report.untrusted = Some(u);
+        }
+    }
+    (key, report)
+}
+
+/// The key for this tick, the hub's part of the report (None: no hub), and whether the
+/// hub's controller served that very key this tick.
+async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>, bool) {
     let now = OffsetDateTime::now_utc();
     let pinned = pinned(ctx, now);
     let Some(cfg) = &ctx.config.hub else {
-        return (pinned, None);
+        return (pinned, None, false);
     };
     let mut report = CertReport {
+        reachable: Some(false),
         sha256: pinned.fingerprint().to_string(),
         ..CertReport::default()
     };
     let pem = match fetch(cfg).await {
         Ok(pem) => pem,
         Err(e) => {
-            tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: sealing to the pinned copy");
+            tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: using the pinned copy");
             report.error = Some(format!(
-                "hub unreachable, sealed to the pinned sealing.cert: {e}"
+                "hub unreachable, using the pinned sealing.cert: {e}"
             ));
-            return (pinned, Some(report));
+            return (pinned, Some(report), false);
         }
     };
-    report.reachable = true;
+    report.reachable = Some(true);
     let source = format!(
         "the controller's certificate ({}/{})",
         cfg.controller.namespace, cfg.controller.name
@@ -79,9 +144,9 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
     let key = match key {
         Ok(k) => k,
         Err(e) => {
-            tracing::error!(error = %e, "the hub's sealing certificate is not usable: sealing to the pinned copy");
+            tracing::error!(error = %e, "the hub's sealing certificate is not usable: using the pinned copy");
             report.error = Some(e);
-            return (pinned, Some(report));
+            return (pinned, Some(report), false);
         }
     };
     if key.fingerprint() == pinned.fingerprint() {
@@ -97,7 +162,7 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
                 report.error = Some(format!("cannot pin the certificate: {e}"));
             }
         }
-        return (pinned, Some(report));
+        return (pinned, Some(report), true);
     }
     let mut renewed = Renewed {
         old: pinned.fingerprint().to_string(),
@@ -131,12 +196,12 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertR
                     short(&renewed.old),
                     short(&renewed.new)
                 ));
-                return (pinned, Some(report));
+                return (pinned, Some(report), false);
             }
         }
     }
     report.renewed = Some(renewed);
-    (key, Some(report))
+    (key, Some(report), true)
 }
 
 /// The controller's certificate PEM, bounded in time.
@@ -283,7 +348,7 @@ async fn propose(
     Ok(pushed)
 }
 
-fn inside(path: &Path, repo: &Path) -> Option<std::path::PathBuf> {
+pub(super) fn inside(path: &Path, repo: &Path) -> Option<std::path::PathBuf> {
     if let Ok(rel) = path.strip_prefix(repo) {
         return Some(rel.to_path_buf());
     }

@@ -181,7 +181,8 @@ pub struct TickReport {
     pub pushed: bool,
     /// Why the repo could not be synced or pushed, when it could not.
     pub repo_error: Option<String>,
-    /// With `hub:` configured: the controller's certificate as fetched this tick.
+    /// The sealing certificate of this tick: whether it is trusted and, with `hub:`,
+    /// what the controller served (None only in reports not made by a tick).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub sealing: Option<crate::hub::cert::CertReport>,
     /// The sealing key this tick sealed to (alerts grade it).
@@ -201,8 +202,11 @@ impl TickReport {
         }
     }
 
+    /// No spoke failed, the repo synced and pushed, and the sealing key is trusted.
     pub fn ok(&self) -> bool {
-        self.repo_error.is_none() && !self.spokes.iter().any(SpokeReport::failed)
+        self.repo_error.is_none()
+            && !self.spokes.iter().any(SpokeReport::failed)
+            && self.sealing.as_ref().is_none_or(|c| c.untrusted.is_none())
     }
 
     /// Every credential pushed this tick was unsealed on the hub and its Kustomization
@@ -237,6 +241,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let review = review::Review::start(ctx).await;
     let review = review.as_ref();
     let (sealing, cert) = crate::hub::cert::for_tick(ctx, opts.dry_run).await;
+    let untrusted = cert.untrusted.as_ref();
     let spokes: Vec<&SpokeConfig> = ctx
         .config
         .spokes
@@ -251,7 +256,8 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let mut results: Vec<(usize, SpokeReport, Option<Proposal>)> =
         futures::stream::iter(spokes.iter().enumerate())
             .map(|(i, spoke)| async move {
-                let (report, proposal) = reconcile(ctx, spoke, opts, now, sealing, review).await;
+                let (report, proposal) =
+                    reconcile(ctx, spoke, opts, now, (sealing, untrusted), review).await;
                 opts.progress.emit(Step::Done { spoke: &spoke.name });
                 (i, report, proposal)
             })
@@ -323,7 +329,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         spokes: reports,
         pushed,
         repo_error,
-        sealing: cert,
+        sealing: Some(cert.clone()),
         sealing_key: Some(sealing.clone()),
     })
 }
@@ -383,13 +389,14 @@ async fn commit(ctx: &Context, spoke: &SpokeConfig, p: &Proposal) -> Result<Stri
     }
 }
 
-/// observe -> decide -> (extract -> validate -> seal) for one spoke.
+/// observe -> decide -> (extract -> validate -> seal) for one spoke. With an untrusted
+/// sealing key nothing is sealed: a rotation fails at `seal`.
 async fn reconcile(
     ctx: &Context,
     spoke: &SpokeConfig,
     opts: &Options,
     now: OffsetDateTime,
-    sealing: &SealingKey,
+    (sealing, untrusted): (&SealingKey, Option<&crate::hub::cert::Untrusted>),
     review: Option<&review::Review>,
 ) -> (SpokeReport, Option<Proposal>) {
     let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
@@ -449,10 +456,15 @@ async fn reconcile(
             .map(|p| p.as_ref().map(|(s, r)| (s, r)).map_err(Clone::clone)),
         probe: report.probe.as_ref(),
     };
+    // An untrusted key is no reason to rotate: against it, compare with what is recorded.
+    let sealing_sha256 = match (untrusted, &parsed) {
+        (Some(_), Some(Ok((_, r)))) => r.sealing_sha256.as_str(),
+        _ => sealing.fingerprint(),
+    };
     let policy = decide::Policy {
         now,
         renew_before: ctx.config.renew_before,
-        sealing_sha256: sealing.fingerprint(),
+        sealing_sha256,
         force: opts.force,
         verify_due,
     };
@@ -522,6 +534,13 @@ async fn reconcile(
 
     // seal
     stage("seal");
+    if let Some(u) = untrusted {
+        report.outcome = Outcome::Failed {
+            stage: Stage::Seal,
+            error: u.error.clone(),
+        };
+        return (report, None);
+    }
     let manifest = match refresh::seal(spoke, &fresh, sealing, &recorded) {
         Ok(m) => m,
         Err(f) => {

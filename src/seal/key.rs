@@ -170,13 +170,25 @@ impl SealingKey {
     }
 
     /// True for the demo key in keys/demo/, whose private half is public: nothing real
-    /// may be sealed to it.
+    /// may be sealed to it. Compares the RSA key itself (modulus and exponent), so the
+    /// demo key given as a bare public key or re-wrapped in another certificate counts.
     pub fn is_demo(&self) -> bool {
-        let demo = pem::blocks(DEMO_CERT_PEM.as_bytes())
-            .ok()
-            .and_then(|b| b.into_iter().next());
-        demo.is_some_and(|b| fingerprint(b.der.expose()) == self.fingerprint)
+        demo_public().is_some_and(|d| d.n() == self.public.n() && d.e() == self.public.e())
     }
+}
+
+/// The demo certificate's RSA public key, parsed once.
+fn demo_public() -> Option<&'static rsa::PublicKey> {
+    static DEMO: std::sync::OnceLock<Option<rsa::PublicKey>> = std::sync::OnceLock::new();
+    DEMO.get_or_init(|| {
+        let block = pem::blocks(DEMO_CERT_PEM.as_bytes())
+            .ok()?
+            .into_iter()
+            .next()?;
+        let (_, cert) = X509Certificate::from_der(block.der.expose()).ok()?;
+        rsa::PublicKey::from_public_key_der(cert.public_key().raw).ok()
+    })
+    .as_ref()
 }
 
 /// The demo sealing certificate (keys/demo/tls.crt).

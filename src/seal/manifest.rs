@@ -11,7 +11,6 @@ use std::fmt::Write;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
-use zeroize::Zeroizing;
 
 use super::crypto::{SealError, UnsealError, hybrid_decrypt, hybrid_encrypt};
 use super::key::{RecoveryKey, SealingKey};
@@ -37,7 +36,13 @@ pub enum ManifestError {
     #[error("the Secret has no data: add `data` (base64) or `stringData` entries")]
     NoData,
     #[error("data.{key} is not valid base64: {reason} (use stringData for plain text)")]
-    BadBase64 { key: String, reason: String },
+    BadBase64 { key: String, reason: &'static str },
+    #[error("{path} is {found}, expected {expected}{}", type_fix(path))]
+    WrongType {
+        path: String,
+        expected: &'static str,
+        found: &'static str,
+    },
     #[error("{field} {value:?} is not a valid Kubernetes name: {rule}")]
     BadName {
         field: &'static str,
@@ -63,6 +68,15 @@ pub enum ManifestError {
     Unseal(Vec<(String, UnsealError)>),
 }
 
+/// The fix for a value of the wrong type: Secret values are strings.
+fn type_fix(path: &str) -> &'static str {
+    if path.starts_with("data.") || path.starts_with("stringData.") {
+        " (quote it in YAML; data takes base64, stringData plain text)"
+    } else {
+        ""
+    }
+}
+
 fn format_unseal_failures(failures: &[(String, UnsealError)]) -> String {
     let mut s = String::from("it does not unseal:");
     for (key, err) in failures {
@@ -83,23 +97,6 @@ pub struct SecretInput {
     pub type_: Option<String>,
     pub immutable: Option<bool>,
     pub data: BTreeMap<String, SecretBytes>,
-}
-
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawSecret {
-    #[serde(default)]
-    kind: String,
-    #[serde(default)]
-    metadata: RawMeta,
-    #[serde(default, rename = "type")]
-    type_: Option<String>,
-    #[serde(default)]
-    immutable: Option<bool>,
-    #[serde(default)]
-    data: Option<BTreeMap<String, Zeroizing<String>>>,
-    #[serde(default)]
-    string_data: Option<BTreeMap<String, Zeroizing<String>>>,
 }
 
 #[derive(Default, Deserialize)]
@@ -126,6 +123,10 @@ fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestEr
         // No snippet: the lines around a syntax error may hold a Secret's values.
         let mut options = serde_saphyr::Options::default();
         options.with_snippet = false;
+        // Its rejection message quotes the scalar; as a number it is reported by kind.
+        options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
+        // YAML 1.2 booleans only: `namespace: y` or a value `on` stays a string.
+        options.strict_booleans = true;
         serde_saphyr::from_str_with_options(text, options)
             .map_err(|e| ManifestError::Syntax(e.to_string()))
     }
@@ -134,8 +135,11 @@ fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestEr
 impl SecretInput {
     /// A Secret manifest, YAML or JSON, with `data` and/or `stringData` (stringData wins,
     /// as in the API server).
+    ///
+    /// Errors name the field and the type found, never a value (see [`super::input`]).
     pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
-        let raw: RawSecret = parse_doc(bytes)?;
+        let tree: super::input::Value = parse_doc(bytes)?;
+        let raw = super::input::secret(&tree)?;
         if raw.kind != "Secret" {
             return Err(ManifestError::WrongKind {
                 expected: "Secret",
@@ -144,23 +148,24 @@ impl SecretInput {
             });
         }
         let mut data = BTreeMap::new();
-        for (key, b64) in raw.data.unwrap_or_default() {
-            data.insert(key.clone(), decode_b64(&key, &b64)?);
+        for (key, b64) in raw.data {
+            let value = decode_b64(&key, &b64)?;
+            data.insert(key, value);
         }
-        for (key, value) in raw.string_data.unwrap_or_default() {
+        for (key, value) in raw.string_data {
             data.insert(key, SecretBytes::new(value.as_bytes().to_vec()));
         }
         if data.is_empty() {
             return Err(ManifestError::NoData);
         }
-        let mut annotations = raw.metadata.annotations.unwrap_or_default();
+        let mut annotations = raw.annotations;
         for a in LAST_APPLIED_ANNOTATIONS {
             annotations.remove(a);
         }
         Ok(SecretInput {
-            name: raw.metadata.name.unwrap_or_default(),
-            namespace: raw.metadata.namespace.unwrap_or_default(),
-            labels: raw.metadata.labels.unwrap_or_default(),
+            name: raw.name.unwrap_or_default(),
+            namespace: raw.namespace.unwrap_or_default(),
+            labels: raw.labels,
             annotations,
             type_: raw.type_,
             immutable: raw.immutable,
@@ -205,11 +210,27 @@ fn decode_b64(key: &str, b64: &str) -> Result<SecretBytes, ManifestError> {
         .decode_slice(b64.as_bytes(), out.expose_mut())
         .map_err(|e| ManifestError::BadBase64 {
             key: key.into(),
-            reason: e.to_string(),
+            reason: base64_reason(&e),
         })?;
     let mut exact = SecretBytes::with_capacity(n);
     exact.try_extend(&out.expose()[..n]);
     Ok(exact)
+}
+
+/// Why base64 did not decode, without the offending symbol: it is part of the secret.
+fn base64_reason(e: &base64::DecodeSliceError) -> &'static str {
+    use base64::DecodeError as D;
+    match e {
+        base64::DecodeSliceError::DecodeError(D::InvalidByte(..)) => {
+            "a character outside the base64 alphabet"
+        }
+        base64::DecodeSliceError::DecodeError(D::InvalidLength(_)) => "the length is not valid",
+        base64::DecodeSliceError::DecodeError(D::InvalidLastSymbol(..)) => {
+            "the last character has trailing bits set"
+        }
+        base64::DecodeSliceError::DecodeError(D::InvalidPadding) => "the padding is not valid",
+        base64::DecodeSliceError::OutputSliceTooSmall => "it does not decode",
+    }
 }
 
 /// The Secret template inside a SealedSecret.

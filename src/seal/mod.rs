@@ -8,8 +8,10 @@
 //! an explicit private key (see SECURITY.md).
 
 pub mod crypto;
+mod input;
 pub mod key;
 pub mod manifest;
+pub mod trust;
 mod yaml;
 
 use std::fmt;
