@@ -22,6 +22,9 @@ pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Push attempts when the remote moved under us (non-fast-forward).
 pub const PUSH_ATTEMPTS: usize = 4;
 const LOCK_FILE: &str = "spokekeeper.lock";
+/// The largest staged file the plaintext guard reads; a larger one is refused unread
+/// (a sealed kubeconfig is a few KiB).
+pub const MAX_CHECKED_BLOB: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
@@ -211,16 +214,23 @@ impl Repo {
         let rel_s = rel.to_string_lossy().into_owned();
         self.inside(rel)?;
         self.git(["add", "--", &rel_s]).await?;
-        let diff = self
-            .git(["diff", "--cached", "--no-color", "-U0", "--", &rel_s])
+        // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
+        // diff drivers change what a diff shows, never what a blob holds.
+        let staged = self
+            .git(["diff", "--cached", "--name-only", "-z", "--", &rel_s])
             .await?;
-        if diff.trim().is_empty() {
+        let staged: Vec<(String, String)> = staged
+            .split('\0')
+            .filter(|n| !n.is_empty())
+            .map(|n| (n.to_string(), format!(":0:{n}")))
+            .collect();
+        if staged.is_empty() {
             return Ok(None);
         }
-        if let Some(what) = plaintext_in(&diff) {
+        if let Err(e) = self.check_blobs(&staged).await {
             let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
             let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
-            return Err(RepoError::Plaintext { file: rel_s, what });
+            return Err(e);
         }
         self.git(["commit", "--quiet", "-m", message, "--", &rel_s])
             .await?;
@@ -296,6 +306,79 @@ impl Repo {
         Ok(n.trim().parse().unwrap_or(0))
     }
 
+    /// The plaintext guard on what would be committed: each `(file, object)` is read
+    /// as git stores it (`:0:path` in the index, `TREE:path`), at most
+    /// [`MAX_CHECKED_BLOB`] bytes, and refused when it holds plaintext or is binary.
+    async fn check_blobs(&self, objects: &[(String, String)]) -> Result<(), RepoError> {
+        let mut input = Vec::new();
+        for (file, object) in objects {
+            if object.contains(['\n', '\r']) {
+                return Err(RepoError::Plaintext {
+                    file: file.clone(),
+                    what: "a line break in the file name, which cannot be checked",
+                });
+            }
+            input.extend_from_slice(object.as_bytes());
+            input.push(b'\n');
+        }
+        let sizes = self
+            .git_raw(
+                ["cat-file", "--batch-check=%(objecttype) %(objectsize)"],
+                &[],
+                Some(&input),
+            )
+            .await?;
+        let sizes = String::from_utf8_lossy(&sizes);
+        for ((file, _), line) in objects.iter().zip(sizes.lines()) {
+            let fits = match line.split_once(' ') {
+                Some(("blob", n)) => n.parse::<u64>().is_ok_and(|n| n <= MAX_CHECKED_BLOB),
+                // A deletion or a submodule has no blob content to leak.
+                _ => line.ends_with(" missing") || line.starts_with("commit "),
+            };
+            if !fits {
+                return Err(RepoError::Plaintext {
+                    file: file.clone(),
+                    what: "a file too large to check for plaintext",
+                });
+            }
+        }
+        let out = self
+            .git_raw(["cat-file", "--batch"], &[], Some(&input))
+            .await?;
+        let mut rest = out.as_slice();
+        for (file, _) in objects {
+            let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                break;
+            };
+            let header = String::from_utf8_lossy(&rest[..end]).into_owned();
+            rest = &rest[end + 1..];
+            let mut parts = header.rsplitn(3, ' ');
+            let (Some(size), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(size) = size.parse::<usize>() else {
+                continue; // "<object> missing": a deletion
+            };
+            let body = rest.get(..size).unwrap_or(rest);
+            rest = rest.get(size + 1..).unwrap_or_default();
+            if kind != "blob" {
+                continue;
+            }
+            let what = if body.contains(&0) {
+                Some("binary content, which cannot be checked for plaintext")
+            } else {
+                plaintext_in(&String::from_utf8_lossy(body))
+            };
+            if let Some(what) = what {
+                return Err(RepoError::Plaintext {
+                    file: file.clone(),
+                    what,
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// Runs git in the clone; stdout on success.
     async fn git<I, S>(&self, args: I) -> Result<String, RepoError>
     where
@@ -312,6 +395,21 @@ impl Repo {
         env: &[(&str, &OsStr)],
         input: Option<&[u8]>,
     ) -> Result<String, RepoError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let out = self.git_raw(args, env, input).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// [`Repo::git_with`], stdout as bytes (blobs need not be text).
+    async fn git_raw<I, S>(
+        &self,
+        args: I,
+        env: &[(&str, &OsStr)],
+        input: Option<&[u8]>,
+    ) -> Result<Vec<u8>, RepoError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -357,6 +455,8 @@ impl Repo {
         if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
             use tokio::io::AsyncWriteExt;
             stdin.write_all(bytes).await.map_err(RepoError::Spawn)?;
+            // Closed here: `cat-file --batch` answers until its input ends.
+            drop(stdin);
         }
         let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
             .await
@@ -377,7 +477,7 @@ impl Repo {
                 stderr: stderr.trim().to_string(),
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(out.stdout)
     }
 
     fn inside(&self, rel: &Path) -> Result<PathBuf, RepoError> {
@@ -423,13 +523,9 @@ fn is_non_fast_forward(output: &str) -> bool {
     .any(|m| output.contains(m))
 }
 
-/// What in an added line of a staged diff would be plaintext key material.
-pub fn plaintext_in(diff: &str) -> Option<&'static str> {
-    let added: Vec<&str> = diff
-        .lines()
-        .filter(|l| l.starts_with('+') && !l.starts_with("+++"))
-        .map(|l| &l[1..])
-        .collect();
+/// What in a file would be plaintext key material.
+pub fn plaintext_in(text: &str) -> Option<&'static str> {
+    let added: Vec<&str> = text.lines().collect();
     if added.iter().any(|l| l.contains("client-key-data")) {
         return Some("client-key-data (a plaintext kubeconfig key)");
     }

@@ -313,3 +313,74 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
         .collect();
     assert!(left.is_empty(), "private indexes are removed: {left:?}");
 }
+
+/// Attributes change what `git diff` shows ("Binary files differ", a textconv's output),
+/// never what is staged: the guard reads the staged blobs, in both commit paths.
+#[tokio::test]
+async fn plaintext_guard_ignores_diff_attributes() {
+    let key: &[u8] = b"users:\n- user:\n    client-key-data: LS0t\n";
+    for attrs in [
+        "*.yaml -diff\n",
+        "*.yaml binary\n",
+        "*.yaml diff=hide\n",
+        "*.yaml -text -diff merge=binary\n",
+    ] {
+        let (_d, _remote, clones) = fleet(1);
+        let clone = &clones[0];
+        std::fs::write(clone.join(".gitattributes"), attrs).unwrap();
+        git(clone, &["add", ".gitattributes"]);
+        git(
+            clone,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "--quiet",
+                "-m",
+                "attributes",
+            ],
+        );
+        git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+        // A textconv that shows nothing, and an external diff that prints nothing.
+        git(clone, &["config", "diff.hide.textconv", "true"]);
+        git(clone, &["config", "diff.external", "true"]);
+        let repo = open(clone).await;
+        repo.sync().await.unwrap();
+        let head = git(clone, &["rev-parse", "HEAD"]);
+        let rel = Path::new("fluxcd/dev.yaml");
+        repo.write_atomic(rel, key).unwrap();
+        let e = repo.commit(rel, "leak").await.unwrap_err();
+        assert!(matches!(e, RepoError::Plaintext { .. }), "{attrs}: {e}");
+        assert_eq!(git(clone, &["rev-parse", "HEAD"]), head, "{attrs}");
+        let e = repo.commit_on_target(rel, key, "leak").await.unwrap_err();
+        assert!(matches!(e, RepoError::Plaintext { .. }), "{attrs}: {e}");
+        // A sealed file still commits under the same attributes.
+        repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap();
+        assert!(
+            repo.commit(rel, "sealed").await.unwrap().is_some(),
+            "{attrs}"
+        );
+        repo.commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "sealed")
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn binary_and_oversized_files_are_refused_unread() {
+    let (_d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    let rel = Path::new("b.yaml");
+    repo.write_atomic(rel, b"kind: SealedSecret\n\0\xff")
+        .unwrap();
+    let e = repo.commit(rel, "binary").await.unwrap_err();
+    assert!(e.to_string().contains("binary"), "{e}");
+    let big = vec![b'a'; spokekeeper::repo::MAX_CHECKED_BLOB as usize + 1];
+    repo.write_atomic(rel, &big).unwrap();
+    let e = repo.commit(rel, "big").await.unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+    let e = repo.commit_on_target(rel, &big, "big").await.unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+}

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
-use super::{Repo, RepoError, plaintext_in};
+use super::{Repo, RepoError};
 
 /// The prefix of every review branch: `spokekeeper/<spoke>`.
 pub const BRANCH_PREFIX: &str = "spokekeeper/";
@@ -125,12 +125,15 @@ impl Repo {
             .await?;
         let tree = self.git_with(["write-tree"], &env, None).await?;
         let tree = tree.trim();
-        let diff = self
-            .git(["diff-tree", "-p", "--no-color", "-U0", &base, tree])
+        let changed = self
+            .git(["diff-tree", "-r", "--name-only", "-z", &base, tree])
             .await?;
-        if let Some(what) = plaintext_in(&diff) {
-            return Err(RepoError::Plaintext { file: rel_s, what });
-        }
+        let changed: Vec<(String, String)> = changed
+            .split('\0')
+            .filter(|n| !n.is_empty())
+            .map(|n| (n.to_string(), format!("{tree}:{n}")))
+            .collect();
+        self.check_blobs(&changed).await?;
         let sha = self
             .git(["commit-tree", tree, "-p", &base, "-m", message])
             .await?;

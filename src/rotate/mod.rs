@@ -366,12 +366,15 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         match ctx.repo.unpushed().await {
             Ok(0) | Err(_) => {}
             Ok(n) => {
-                repo_error = Some(RepoFailure::new(RepoStage::Unpushed, format!(
-                    "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
-                    ctx.config.repo.remote,
-                    ctx.config.repo.branch,
-                    ctx.config.repo.path.display()
-                )))
+                repo_error = Some(RepoFailure::new(
+                    RepoStage::Unpushed,
+                    format!(
+                        "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
+                        ctx.config.repo.remote,
+                        ctx.config.repo.branch,
+                        ctx.config.repo.path.display()
+                    ),
+                ))
             }
         }
     } else if !opts.dry_run && ctx.config.repo.push {
