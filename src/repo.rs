@@ -53,6 +53,8 @@ pub enum RepoError {
     PushRaced { attempts: usize },
     #[error("{file} is outside the repo")]
     OutsideRepo { file: String },
+    #[error(transparent)]
+    Symlink(crate::fsutil::SymlinkError),
 }
 
 /// What `push` did.
@@ -170,12 +172,12 @@ impl Repo {
             let stale = Path::new(rel)
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with(crate::fsutil::TEMP_PREFIX));
-            if stale {
+            if stale && let Ok(path) = self.no_links(Path::new(rel)) {
                 tracing::warn!(
                     file = rel,
                     "removing a temporary file left by an interrupted run"
                 );
-                let _ = std::fs::remove_file(self.path.join(rel));
+                let _ = std::fs::remove_file(path);
             }
         }
     }
@@ -191,8 +193,8 @@ impl Repo {
     /// The contents of `rel` in the clone's working tree (after [`Repo::sync`], what HEAD
     /// holds), or None when it is not there.
     pub fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
-        let path = self.inside(rel)?;
-        match std::fs::read(&path) {
+        let path = self.no_links(rel)?;
+        match crate::fsutil::read_nofollow(&path) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.io(&path, e)),
@@ -201,7 +203,7 @@ impl Repo {
 
     /// Writes `rel` atomically (temp file, fsync, rename), creating directories.
     pub fn write_atomic(&self, rel: &Path, bytes: &[u8]) -> Result<(), RepoError> {
-        let path = self.inside(rel)?;
+        let path = self.no_links(rel)?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| self.io(dir, e))?;
         }
@@ -212,7 +214,7 @@ impl Repo {
     /// did not change. Refuses (and unstages) a change that carries plaintext.
     pub async fn commit(&self, rel: &Path, message: &str) -> Result<Option<String>, RepoError> {
         let rel_s = rel.to_string_lossy().into_owned();
-        self.inside(rel)?;
+        self.no_links(rel)?;
         self.git(["add", "--", &rel_s]).await?;
         // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
         // diff drivers change what a diff shows, never what a blob holds.
@@ -250,8 +252,8 @@ impl Repo {
             .is_ok()
         {
             let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
-        } else {
-            let _ = std::fs::remove_file(self.path.join(rel));
+        } else if let Ok(path) = self.no_links(rel) {
+            let _ = std::fs::remove_file(path);
         }
     }
 
@@ -490,6 +492,19 @@ impl Repo {
             });
         }
         Ok(self.path.join(rel))
+    }
+
+    /// [`Repo::inside`], refusing a symbolic link on any component below the clone root:
+    /// one committed in the fleet repo could point anywhere.
+    fn no_links(&self, rel: &Path) -> Result<PathBuf, RepoError> {
+        let path = self.inside(rel)?;
+        match crate::fsutil::symlink_in(&self.path, rel) {
+            Ok(None) => Ok(path),
+            Ok(Some(link)) => Err(RepoError::Symlink(crate::fsutil::SymlinkError {
+                path: link,
+            })),
+            Err(e) => Err(self.io(&path, e)),
+        }
     }
 
     fn io(&self, path: &Path, source: std::io::Error) -> RepoError {

@@ -384,3 +384,108 @@ async fn binary_and_oversized_files_are_refused_unread() {
     let e = repo.commit_on_target(rel, &big, "big").await.unwrap_err();
     assert!(e.to_string().contains("too large"), "{e}");
 }
+
+/// Commits `links` (path in the clone -> target) as symbolic links and pushes them, as a
+/// hostile or careless fleet repo would; the clone syncs to it.
+async fn with_committed_links(clone: &Path, links: &[(&str, &Path)]) -> Repo {
+    for (at, target) in links {
+        let at = clone.join(at);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, &at).unwrap();
+    }
+    git(clone, &["add", "-A"]);
+    git(
+        clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "links",
+        ],
+    );
+    git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let repo = open(clone).await;
+    repo.sync().await.unwrap();
+    repo
+}
+
+#[tokio::test]
+async fn a_committed_symlink_at_the_output_is_neither_read_nor_written_through() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("outside.yaml");
+    std::fs::write(&outside, "kind: Secret\nhost-only: 1\n").unwrap();
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    let repo = with_committed_links(&clones[0], &[(rel.to_str().unwrap(), &outside)]).await;
+    let e = repo.read(rel).unwrap_err();
+    assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+    assert!(
+        e.to_string().contains("fluxcd/dev-kubeconfig-sealed.yaml")
+            && e.to_string().contains("symbolic link"),
+        "{e}"
+    );
+    let e = repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap_err();
+    assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+    assert!(matches!(
+        repo.commit(rel, "x").await,
+        Err(RepoError::Symlink(_))
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "kind: Secret\nhost-only: 1\n",
+        "the file outside is untouched"
+    );
+    assert!(
+        std::fs::symlink_metadata(clones[0].join(rel))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link itself is left alone"
+    );
+}
+
+#[tokio::test]
+async fn a_committed_symlinked_directory_is_neither_read_nor_written_through() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("elsewhere");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("dev.yaml"), "outside\n").unwrap();
+    let repo = with_committed_links(&clones[0], &[("fluxcd", &outside)]).await;
+    for rel in ["fluxcd/dev.yaml", "fluxcd/new/dev.yaml"] {
+        let rel = Path::new(rel);
+        let e = repo.read(rel).unwrap_err();
+        assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+        assert!(e.to_string().contains("fluxcd is a symbolic link"), "{e}");
+        let e = repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap_err();
+        assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+        repo.discard(rel).await;
+    }
+    let left: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["dev.yaml"], "nothing written or removed outside");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("dev.yaml")).unwrap(),
+        "outside\n"
+    );
+}
+
+#[tokio::test]
+async fn a_pinned_sealing_cert_inside_the_clone_is_not_read_through_a_symlink() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("cert.pem");
+    std::fs::write(&outside, "not a certificate\n").unwrap();
+    let _repo = with_committed_links(&clones[0], &[("keys/sealing.pem", &outside)]).await;
+    let text = format!(
+        "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n",
+        clones[0].display(),
+        clones[0].join("keys/sealing.pem").display()
+    );
+    let config = spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", d.path()).unwrap();
+    let e = spokekeeper::hub::cert::initial(&config).await.unwrap_err();
+    assert!(e.contains("keys/sealing.pem is a symbolic link"), "{e}");
+}
