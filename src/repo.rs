@@ -137,10 +137,11 @@ impl Repo {
         }
         self.abort_stale_rebase().await;
         self.remove_stale_temp_files().await;
-        self.git(["fetch", "--quiet", &self.remote, &self.branch])
+        // `--` and full ref names: no configured value is ever read as an option.
+        self.git(["fetch", "--quiet", "--", &self.remote, &self.branch])
             .await?;
-        self.git(["checkout", "--quiet", &self.branch]).await?;
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        self.git(["switch", "--quiet", "--", &self.branch]).await?;
+        let upstream = self.upstream();
         if let Err(e) = self.git(["rebase", "--quiet", &upstream]).await {
             // Local commits that conflict with the remote are dropped, not kept forever:
             // the state they recorded is re-derived from the spokes on this tick.
@@ -259,7 +260,7 @@ impl Repo {
 
     /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
     pub async fn push(&self) -> Result<Pushed, RepoError> {
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        let upstream = self.upstream();
         let refspec = format!("HEAD:refs/heads/{}", self.branch);
         for attempt in 0..PUSH_ATTEMPTS {
             let ahead = self
@@ -269,19 +270,24 @@ impl Repo {
                 return Ok(Pushed::Nothing);
             }
             match self
-                .git(["push", "--quiet", "--porcelain", &self.remote, &refspec])
+                .git([
+                    "push",
+                    "--quiet",
+                    "--porcelain",
+                    "--",
+                    &self.remote,
+                    &refspec,
+                ])
                 .await
             {
                 Ok(_) => {
                     // Keep the remote-tracking ref current without another fetch.
-                    let _ = self
-                        .git(["update-ref", &format!("refs/remotes/{upstream}"), "HEAD"])
-                        .await;
+                    let _ = self.git(["update-ref", &upstream, "HEAD"]).await;
                     return Ok(Pushed::Done { rebases: attempt });
                 }
                 Err(RepoError::Git { stderr, .. }) if is_non_fast_forward(&stderr) => {
                     tracing::info!(attempt, "push rejected: the remote moved; rebasing");
-                    self.git(["fetch", "--quiet", &self.remote, &self.branch])
+                    self.git(["fetch", "--quiet", "--", &self.remote, &self.branch])
                         .await?;
                     if let Err(e) = self.git(["rebase", "--quiet", &upstream]).await {
                         let _ = self.git(["rebase", "--abort"]).await;
@@ -299,11 +305,7 @@ impl Repo {
     /// Commits on HEAD not yet on the remote branch (by the remote-tracking ref).
     pub async fn unpushed(&self) -> Result<usize, RepoError> {
         let n = self
-            .git([
-                "rev-list",
-                "--count",
-                &format!("{}/{}..HEAD", self.remote, self.branch),
-            ])
+            .git(["rev-list", "--count", &format!("{}..HEAD", self.upstream())])
             .await?;
         Ok(n.trim().parse().unwrap_or(0))
     }
@@ -379,6 +381,11 @@ impl Repo {
             }
         }
         Ok(())
+    }
+
+    /// The remote-tracking ref of the target branch, in full (never read as an option).
+    fn upstream(&self) -> String {
+        format!("refs/remotes/{}/{}", self.remote, self.branch)
     }
 
     /// Runs git in the clone; stdout on success.

@@ -489,3 +489,21 @@ async fn a_pinned_sealing_cert_inside_the_clone_is_not_read_through_a_symlink() 
     let e = spokekeeper::hub::cert::initial(&config).await.unwrap_err();
     assert!(e.contains("keys/sealing.pem is a symbolic link"), "{e}");
 }
+
+/// Defence in depth behind config validation: a remote that looks like an option reaches
+/// git after `--`, so git never runs it as `--upload-pack`.
+#[tokio::test]
+async fn a_configured_remote_is_never_read_as_a_git_option() {
+    let (d, _remote, clones) = fleet(1);
+    let marker = d.path().join("ran");
+    let mut c = config(&clones[0]);
+    c.remote = format!("--upload-pack=touch {}; git-upload-pack", marker.display());
+    c.branch = "origin".into();
+    let repo = Repo::open(&c).await.unwrap();
+    assert!(repo.sync().await.is_err());
+    assert!(repo.fetch_review_branches().await.is_err());
+    assert!(
+        !marker.exists(),
+        "git ran the configured value as a command"
+    );
+}

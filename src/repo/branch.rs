@@ -26,7 +26,7 @@ impl Repo {
             "+refs/heads/{BRANCH_PREFIX}*:refs/remotes/{}/{BRANCH_PREFIX}*",
             self.remote
         );
-        self.git(["fetch", "--quiet", "--prune", &self.remote, &spec])
+        self.git(["fetch", "--quiet", "--prune", "--", &self.remote, &spec])
             .await
             .map(|_| ())
     }
@@ -65,7 +65,7 @@ impl Repo {
     /// the target's `rel` is the branch's (a squash or rebase merge makes new commits
     /// with the same file).
     pub async fn merged(&self, commit: &str, rel: &Path) -> bool {
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        let upstream = self.upstream();
         if self
             .git(["merge-base", "--is-ancestor", commit, &upstream])
             .await
@@ -155,6 +155,7 @@ impl Repo {
             "--quiet",
             "--porcelain",
             &lease,
+            "--",
             &self.remote,
             &format!("{commit}:{dst}"),
         ])
