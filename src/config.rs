@@ -4,10 +4,9 @@
 //! errors (a typo must not silently fall back to a default). Relative paths resolve
 //! against the configuration file's directory.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -15,6 +14,9 @@ use serde::Deserialize;
 
 use crate::seal::Scope;
 pub use crate::spoke::{Distro, SshSettings};
+
+mod check;
+mod lines;
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -226,7 +228,7 @@ struct RawAlerts {
 pub struct SshOverrides {
     #[serde(default)]
     pub user: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "ssh_port")]
     pub port: Option<u16>,
     #[serde(default)]
     pub identity: Option<PathBuf>,
@@ -238,6 +240,18 @@ pub struct SshOverrides {
     pub connect_timeout: Option<Span>,
     #[serde(default)]
     pub command_timeout: Option<Span>,
+}
+
+/// 1-65535, refused as written (with its line) rather than as "invalid u16".
+fn ssh_port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    let n = i64::deserialize(d)?;
+    u16::try_from(n)
+        .ok()
+        .filter(|&p| p != 0)
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("port {n} is not 1-65535 (ssh: usually 22)"))
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -436,6 +450,19 @@ impl Config {
             message,
         };
         let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| err(format!("{e}")))?;
+        // A value refused after parsing names its key and, through this, its line.
+        let lines = lines::Lines::of(text);
+        let invalid = |i: check::Invalid| match lines.line(&i.key) {
+            Some(n) => err(format!("line {n}: {}", i.message)),
+            None => err(i.message),
+        };
+        let bad = |key: &str, message: String| {
+            invalid(check::Invalid {
+                key: key.to_string(),
+                message,
+            })
+        };
+        check::ssh("ssh", &raw.ssh).map_err(invalid)?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -446,15 +473,16 @@ impl Config {
 
         let schedule = raw.schedule.unwrap_or_else(|| "*/15 * * * *".into());
         croner::Cron::from_str(&schedule).map_err(|e| {
-            err(format!("schedule {schedule:?} is not a cron expression ({e}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"))
+            bad("schedule", format!("schedule {schedule:?} is not a cron expression ({e}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"))
         })?;
         let listen = raw
             .metrics
             .map_or(DEFAULT_METRICS_LISTEN.to_string(), |m| m.listen);
         let metrics_listen = listen.parse().map_err(|_| {
-            err(format!(
-                "metrics.listen {listen:?} is not HOST:PORT: e.g. 127.0.0.1:9464"
-            ))
+            bad(
+                "metrics.listen",
+                format!("metrics.listen {listen:?} is not HOST:PORT: e.g. 127.0.0.1:9464"),
+            )
         })?;
 
         let alerts = raw.alerts;
@@ -463,7 +491,7 @@ impl Config {
                 url::Url::parse(&s)
                     .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https"))
-                    .ok_or_else(|| err(format!("{field} {s:?} is not an http(s) URL")))
+                    .ok_or_else(|| bad(field, format!("{field} {s:?} is not an http(s) URL")))
             })
             .transpose()
         };
@@ -485,11 +513,14 @@ impl Config {
             pending_review_after: pending.map_or(Duration::from_secs(4 * 3600), |s| s.0),
         };
         if alerts.critical_before > alerts.warn_before {
-            return Err(err(format!(
-                "alerts.critical_before ({}) is longer than alerts.warn_before ({}): critical must come later, closer to expiry",
-                Span(alerts.critical_before),
-                Span(alerts.warn_before)
-            )));
+            return Err(bad(
+                "alerts.critical_before",
+                format!(
+                    "alerts.critical_before ({}) is longer than alerts.warn_before ({}): critical must come later, closer to expiry",
+                    Span(alerts.critical_before),
+                    Span(alerts.warn_before)
+                ),
+            ));
         }
 
         if raw.spokes.is_empty() {
@@ -497,50 +528,24 @@ impl Config {
                 "spokes is empty: add at least one spoke (name and address)".into(),
             ));
         }
-        let mut names = BTreeSet::new();
-        let mut outputs = BTreeSet::new();
         let mut spokes = Vec::with_capacity(raw.spokes.len());
-        for s in raw.spokes {
-            let at = format!("spokes[{}]", s.name);
-            if !is_dns_label(&s.name) {
-                return Err(err(format!(
-                    "spoke name {:?} must be lowercase letters, digits and '-' (at most 63): it names files, branches and Secrets",
-                    s.name
-                )));
-            }
-            if !names.insert(s.name.clone()) {
-                return Err(err(format!(
-                    "{at}: the name is used twice: spoke names must be unique"
-                )));
-            }
-            if s.address.trim().is_empty() || s.address.contains(['/', ' ']) {
-                return Err(err(format!(
-                    "{at}.address {:?} must be a host name or IP address",
-                    s.address
-                )));
-            }
+        for (i, s) in raw.spokes.into_iter().enumerate() {
+            // Each value is checked by check::spoke once the spoke is built.
+            let at = format!("spokes[{i}]");
+            check::name(i, &s.name).map_err(invalid)?;
+            check::ssh(&format!("{at}.ssh"), &s.ssh).map_err(invalid)?;
             let api_server = s
                 .api_server
                 .map(|u| {
-                    url::Url::parse(&u)
-                        .ok()
-                        .filter(|p| p.scheme() == "https" && p.host().is_some())
-                        .ok_or_else(|| {
-                            err(format!(
-                                "{at}.api_server {u:?} must be an https:// URL with a host"
-                            ))
-                        })
+                    check::api_server(&u).map_err(|e| {
+                        bad(&format!("{at}.api_server"), format!("{at}.api_server {e}"))
+                    })
                 })
                 .transpose()?;
             let distro = s.distro.unwrap_or(Distro::K3s);
             let kubeconfig_path = s
                 .kubeconfig_path
                 .unwrap_or_else(|| distro.kubeconfig_path().into());
-            if !kubeconfig_path.starts_with('/') {
-                return Err(err(format!(
-                    "{at}.kubeconfig_path {kubeconfig_path:?} must be an absolute path on the node"
-                )));
-            }
             let o = merge_ssh(&raw.ssh, &s.ssh);
             let d = SshSettings::default();
             let ssh = SshSettings {
@@ -552,9 +557,6 @@ impl Config {
                 connect_timeout: o.connect_timeout.map_or(d.connect_timeout, |s| s.0),
                 command_timeout: o.command_timeout.map_or(d.command_timeout, |s| s.0),
             };
-            if ssh.port == 0 {
-                return Err(err(format!("{at}.ssh.port must be 1-65535")));
-            }
             let secret = s.secret.unwrap_or(RawSecretRef {
                 name: None,
                 namespace: None,
@@ -572,22 +574,6 @@ impl Config {
             let output = s
                 .output
                 .unwrap_or_else(|| PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)));
-            if output.is_absolute()
-                || output
-                    .components()
-                    .any(|c| !matches!(c, Component::Normal(_)))
-            {
-                return Err(err(format!(
-                    "{at}.output {:?} must be a relative path inside the repo, without '..'",
-                    output.display()
-                )));
-            }
-            if !outputs.insert(output.clone()) {
-                return Err(err(format!(
-                    "{at}.output {:?} is used by another spoke",
-                    output.display()
-                )));
-            }
             let k = s.kustomization.unwrap_or(RawKustomizationRef {
                 name: None,
                 namespace: None,
@@ -603,9 +589,12 @@ impl Config {
                 ("namespace", &kustomization.namespace),
             ] {
                 if !is_dns_subdomain(v) {
-                    return Err(err(format!(
-                        "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
-                    )));
+                    return Err(bad(
+                        &format!("{at}.kustomization.{field}"),
+                        format!(
+                            "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
+                        ),
+                    ));
                 }
             }
             spokes.push(SpokeConfig {
@@ -639,7 +628,7 @@ impl Config {
                     ("name", &controller.name),
                 ] {
                     if !is_dns_label(v) {
-                        return Err(err(format!(
+                        return Err(bad(&format!("hub.controller.{field}"), format!(
                             "hub.controller.{field} {v:?} is not a Kubernetes name: lowercase letters, digits and '-' (e.g. {})",
                             if field == "name" { DEFAULT_CONTROLLER_NAME } else { DEFAULT_CONTROLLER_NAMESPACE }
                         )));
@@ -648,13 +637,13 @@ impl Config {
                 if let Some(p) = &controller.port
                     && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
                 {
-                    return Err(err(format!(
+                    return Err(bad("hub.controller.port", format!(
                         "hub.controller.port {p:?} must be the Service's port name or number (e.g. http or 8080), or left out to use its first port"
                     )));
                 }
                 let verify_timeout = h.verify_timeout.map_or(DEFAULT_VERIFY_TIMEOUT, |s| s.0);
                 if verify_timeout.is_zero() {
-                    return Err(err(
+                    return Err(bad("hub.verify_timeout", 
                         "hub.verify_timeout must be longer than 0s: e.g. 2m".into(),
                     ));
                 }
@@ -678,7 +667,9 @@ impl Config {
                     "repo.mode pull-request needs repo.forge (kind, url, repository, token_file or token_env)".into(),
                 ));
             }
-            (RepoMode::PullRequest, Some(f)) => Some(forge_config(f, &resolve).map_err(err)?),
+            (RepoMode::PullRequest, Some(f)) => {
+                Some(forge_config(f, &resolve).map_err(|e| bad("repo.forge", e))?)
+            }
         };
         if mode == RepoMode::PullRequest && raw.repo.push == Some(false) {
             return Err(err(
@@ -686,7 +677,7 @@ impl Config {
             ));
         }
 
-        Ok(Config {
+        let config = Config {
             hub,
             file: PathBuf::from(file),
             repo: RepoConfig {
@@ -709,7 +700,9 @@ impl Config {
                 .map_or(Duration::from_secs(86_400), |s| s.0),
             alerts,
             spokes,
-        })
+        };
+        check::config(&config).map_err(invalid)?;
+        Ok(config)
     }
 }
 
@@ -961,7 +954,7 @@ spokes:
         );
         refused(
             &format!("{MIN}  - {{name: dev, address: 10.0.0.2}}\n"),
-            &["spokes[dev]", "unique"],
+            &["line 5: spokes[1].name", "spokes[0]", "unique"],
         );
         refused(
             &MIN.replace("10.0.0.1", "10.0.0.1, output: ../escape.yaml"),
@@ -1141,7 +1134,7 @@ spokes:
         );
         refused(
             &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {name: Dev}}"),
-            &["spokes[dev].kustomization.name", "Dev"],
+            &["line 4: spokes[0].kustomization.name", "Dev"],
         );
         refused(
             &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {nam: dev}}"),
