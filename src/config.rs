@@ -4,10 +4,9 @@
 //! errors (a typo must not silently fall back to a default). Relative paths resolve
 //! against the configuration file's directory.
 
-use std::collections::BTreeSet;
 use std::fmt;
 use std::net::SocketAddr;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -15,6 +14,9 @@ use serde::Deserialize;
 
 use crate::seal::Scope;
 pub use crate::spoke::{Distro, SshSettings};
+
+mod check;
+mod lines;
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -238,7 +240,7 @@ struct RawAlerts {
 pub struct SshOverrides {
     #[serde(default)]
     pub user: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "ssh_port")]
     pub port: Option<u16>,
     #[serde(default)]
     pub identity: Option<PathBuf>,
@@ -250,6 +252,18 @@ pub struct SshOverrides {
     pub connect_timeout: Option<Span>,
     #[serde(default)]
     pub command_timeout: Option<Span>,
+}
+
+/// 1-65535, refused as written (with its line) rather than as "invalid u16".
+fn ssh_port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u16>, D::Error> {
+    let n = i64::deserialize(d)?;
+    u16::try_from(n)
+        .ok()
+        .filter(|&p| p != 0)
+        .map(Some)
+        .ok_or_else(|| {
+            serde::de::Error::custom(format!("port {n} is not 1-65535 (ssh: usually 22)"))
+        })
 }
 
 #[derive(Debug, Deserialize)]
@@ -448,7 +462,10 @@ impl Config {
         if let Some(key) = &config.repo.signing_key {
             crate::repo::signing::public_key(key).map_err(|e| ConfigError {
                 file: file.clone(),
-                message: format!("{e}{}", at_line(&text, "signing_key")),
+                message: match lines::Lines::of(&text).line("repo.signing_key") {
+                    Some(n) => format!("line {n}: {e}"),
+                    None => e.to_string(),
+                },
             })?;
         }
         Ok(config)
@@ -461,6 +478,19 @@ impl Config {
             message,
         };
         let raw: RawConfig = serde_saphyr::from_str(text).map_err(|e| err(format!("{e}")))?;
+        // A value refused after parsing names its key and, through this, its line.
+        let lines = lines::Lines::of(text);
+        let invalid = |i: check::Invalid| match lines.line(&i.key) {
+            Some(n) => err(format!("line {n}: {}", i.message)),
+            None => err(i.message),
+        };
+        let bad = |key: &str, message: String| {
+            invalid(check::Invalid {
+                key: key.to_string(),
+                message,
+            })
+        };
+        check::ssh("ssh", &raw.ssh).map_err(invalid)?;
         let resolve = |p: &Path| {
             if p.is_absolute() {
                 p.to_path_buf()
@@ -471,15 +501,16 @@ impl Config {
 
         let schedule = raw.schedule.unwrap_or_else(|| "*/15 * * * *".into());
         croner::Cron::from_str(&schedule).map_err(|e| {
-            err(format!("schedule {schedule:?} is not a cron expression ({e}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"))
+            bad("schedule", format!("schedule {schedule:?} is not a cron expression ({e}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"))
         })?;
         let listen = raw
             .metrics
             .map_or(DEFAULT_METRICS_LISTEN.to_string(), |m| m.listen);
         let metrics_listen = listen.parse().map_err(|_| {
-            err(format!(
-                "metrics.listen {listen:?} is not HOST:PORT: e.g. 127.0.0.1:9464"
-            ))
+            bad(
+                "metrics.listen",
+                format!("metrics.listen {listen:?} is not HOST:PORT: e.g. 127.0.0.1:9464"),
+            )
         })?;
 
         let alerts = raw.alerts;
@@ -488,7 +519,7 @@ impl Config {
                 url::Url::parse(&s)
                     .ok()
                     .filter(|u| matches!(u.scheme(), "http" | "https"))
-                    .ok_or_else(|| err(format!("{field} {s:?} is not an http(s) URL")))
+                    .ok_or_else(|| bad(field, format!("{field} {s:?} is not an http(s) URL")))
             })
             .transpose()
         };
@@ -510,11 +541,14 @@ impl Config {
             pending_review_after: pending.map_or(Duration::from_secs(4 * 3600), |s| s.0),
         };
         if alerts.critical_before > alerts.warn_before {
-            return Err(err(format!(
-                "alerts.critical_before ({}) is longer than alerts.warn_before ({}): critical must come later, closer to expiry",
-                Span(alerts.critical_before),
-                Span(alerts.warn_before)
-            )));
+            return Err(bad(
+                "alerts.critical_before",
+                format!(
+                    "alerts.critical_before ({}) is longer than alerts.warn_before ({}): critical must come later, closer to expiry",
+                    Span(alerts.critical_before),
+                    Span(alerts.warn_before)
+                ),
+            ));
         }
 
         if raw.spokes.is_empty() {
@@ -522,50 +556,24 @@ impl Config {
                 "spokes is empty: add at least one spoke (name and address)".into(),
             ));
         }
-        let mut names = BTreeSet::new();
-        let mut outputs = BTreeSet::new();
         let mut spokes = Vec::with_capacity(raw.spokes.len());
-        for s in raw.spokes {
-            let at = format!("spokes[{}]", s.name);
-            if !is_dns_label(&s.name) {
-                return Err(err(format!(
-                    "spoke name {:?} must be lowercase letters, digits and '-' (at most 63): it names files, branches and Secrets",
-                    s.name
-                )));
-            }
-            if !names.insert(s.name.clone()) {
-                return Err(err(format!(
-                    "{at}: the name is used twice: spoke names must be unique"
-                )));
-            }
-            if s.address.trim().is_empty() || s.address.contains(['/', ' ']) {
-                return Err(err(format!(
-                    "{at}.address {:?} must be a host name or IP address",
-                    s.address
-                )));
-            }
+        for (i, s) in raw.spokes.into_iter().enumerate() {
+            // Each value is checked by check::spoke once the spoke is built.
+            let at = format!("spokes[{i}]");
+            check::name(i, &s.name).map_err(invalid)?;
+            check::ssh(&format!("{at}.ssh"), &s.ssh).map_err(invalid)?;
             let api_server = s
                 .api_server
                 .map(|u| {
-                    url::Url::parse(&u)
-                        .ok()
-                        .filter(|p| p.scheme() == "https" && p.host().is_some())
-                        .ok_or_else(|| {
-                            err(format!(
-                                "{at}.api_server {u:?} must be an https:// URL with a host"
-                            ))
-                        })
+                    check::api_server(&u).map_err(|e| {
+                        bad(&format!("{at}.api_server"), format!("{at}.api_server {e}"))
+                    })
                 })
                 .transpose()?;
             let distro = s.distro.unwrap_or(Distro::K3s);
             let kubeconfig_path = s
                 .kubeconfig_path
                 .unwrap_or_else(|| distro.kubeconfig_path().into());
-            if !kubeconfig_path.starts_with('/') {
-                return Err(err(format!(
-                    "{at}.kubeconfig_path {kubeconfig_path:?} must be an absolute path on the node"
-                )));
-            }
             let o = merge_ssh(&raw.ssh, &s.ssh);
             let d = SshSettings::default();
             let ssh = SshSettings {
@@ -577,9 +585,6 @@ impl Config {
                 connect_timeout: o.connect_timeout.map_or(d.connect_timeout, |s| s.0),
                 command_timeout: o.command_timeout.map_or(d.command_timeout, |s| s.0),
             };
-            if ssh.port == 0 {
-                return Err(err(format!("{at}.ssh.port must be 1-65535")));
-            }
             let secret = s.secret.unwrap_or(RawSecretRef {
                 name: None,
                 namespace: None,
@@ -597,22 +602,6 @@ impl Config {
             let output = s
                 .output
                 .unwrap_or_else(|| PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)));
-            if output.is_absolute()
-                || output
-                    .components()
-                    .any(|c| !matches!(c, Component::Normal(_)))
-            {
-                return Err(err(format!(
-                    "{at}.output {:?} must be a relative path inside the repo, without '..'",
-                    output.display()
-                )));
-            }
-            if !outputs.insert(output.clone()) {
-                return Err(err(format!(
-                    "{at}.output {:?} is used by another spoke",
-                    output.display()
-                )));
-            }
             let k = s.kustomization.unwrap_or(RawKustomizationRef {
                 name: None,
                 namespace: None,
@@ -628,9 +617,12 @@ impl Config {
                 ("namespace", &kustomization.namespace),
             ] {
                 if !is_dns_subdomain(v) {
-                    return Err(err(format!(
-                        "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
-                    )));
+                    return Err(bad(
+                        &format!("{at}.kustomization.{field}"),
+                        format!(
+                            "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
+                        ),
+                    ));
                 }
             }
             spokes.push(SpokeConfig {
@@ -664,7 +656,7 @@ impl Config {
                     ("name", &controller.name),
                 ] {
                     if !is_dns_label(v) {
-                        return Err(err(format!(
+                        return Err(bad(&format!("hub.controller.{field}"), format!(
                             "hub.controller.{field} {v:?} is not a Kubernetes name: lowercase letters, digits and '-' (e.g. {})",
                             if field == "name" { DEFAULT_CONTROLLER_NAME } else { DEFAULT_CONTROLLER_NAMESPACE }
                         )));
@@ -673,13 +665,13 @@ impl Config {
                 if let Some(p) = &controller.port
                     && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
                 {
-                    return Err(err(format!(
+                    return Err(bad("hub.controller.port", format!(
                         "hub.controller.port {p:?} must be the Service's port name or number (e.g. http or 8080), or left out to use its first port"
                     )));
                 }
                 let verify_timeout = h.verify_timeout.map_or(DEFAULT_VERIFY_TIMEOUT, |s| s.0);
                 if verify_timeout.is_zero() {
-                    return Err(err(
+                    return Err(bad("hub.verify_timeout", 
                         "hub.verify_timeout must be longer than 0s: e.g. 2m".into(),
                     ));
                 }
@@ -703,22 +695,26 @@ impl Config {
                     "repo.mode pull-request needs repo.forge (kind, url, repository, token_file or token_env)".into(),
                 ));
             }
-            (RepoMode::PullRequest, Some(f)) => Some(forge_config(f, &resolve).map_err(err)?),
+            (RepoMode::PullRequest, Some(f)) => {
+                Some(forge_config(f, &resolve).map_err(|e| bad("repo.forge", e))?)
+            }
         };
         let signing_key = match (mode, raw.repo.signing_key) {
             (RepoMode::PullRequest, Some(k)) => Some(resolve(&k)),
             (RepoMode::PullRequest, None) => {
-                return Err(err(format!(
-                    "repo.signing_key is required with repo.mode: pull-request{}: spokekeeper signs every review commit with it and trusts a review branch only when its signature verifies. Create one ({}) and set repo.signing_key: /etc/spokekeeper/signing-key",
-                    at_line(text, "pull-request"),
-                    crate::repo::signing::KEYGEN
-                )));
+                return Err(bad(
+                    "repo.mode",
+                    format!(
+                        "repo.signing_key is required with repo.mode: pull-request: spokekeeper signs every review commit with it and trusts a review branch only when its signature verifies. Create one ({}) and set repo.signing_key: /etc/spokekeeper/signing-key",
+                        crate::repo::signing::KEYGEN
+                    ),
+                ));
             }
             (RepoMode::Direct, Some(_)) => {
-                return Err(err(format!(
-                    "repo.signing_key is set but repo.mode is direct{}: it signs review commits only; set repo.mode: pull-request, or remove repo.signing_key",
-                    at_line(text, "signing_key")
-                )));
+                return Err(bad(
+                    "repo.signing_key",
+                    "repo.signing_key is set but repo.mode is direct: it signs review commits only; set repo.mode: pull-request, or remove repo.signing_key".into(),
+                ));
             }
             (RepoMode::Direct, None) => None,
         };
@@ -740,14 +736,18 @@ impl Config {
                 if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
                     Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
                 } else {
-                    Err(err(format!(
-                        "sealing.sha256 {v:?} is not a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)"
-                    )))
+                    Err(bad(
+                        "sealing.sha256",
+                        format!(
+                            "sealing.sha256 {:?} is not a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)",
+                            crate::text::one_line(&v, 80)
+                        ),
+                    ))
                 }
             })
             .collect::<Result<Vec<_>, _>>()?;
 
-        Ok(Config {
+        let config = Config {
             hub,
             file: PathBuf::from(file),
             repo: RepoConfig {
@@ -772,7 +772,9 @@ impl Config {
                 .map_or(Duration::from_secs(86_400), |s| s.0),
             alerts,
             spokes,
-        })
+        };
+        check::config(&config).map_err(invalid)?;
+        Ok(config)
     }
 }
 
@@ -853,12 +855,6 @@ fn forge_config(f: RawForge, resolve: &dyn Fn(&Path) -> PathBuf) -> Result<Forge
 }
 
 /// ` (line N)` for the first line holding `needle`, or nothing.
-fn at_line(text: &str, needle: &str) -> String {
-    text.lines()
-        .position(|l| l.contains(needle))
-        .map_or(String::new(), |i| format!(" (line {})", i + 1))
-}
-
 fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
     SshOverrides {
         user: spoke.user.clone().or_else(|| defaults.user.clone()),
@@ -1031,7 +1027,7 @@ spokes:
         );
         refused(
             &format!("{MIN}  - {{name: dev, address: 10.0.0.2}}\n"),
-            &["spokes[dev]", "unique"],
+            &["line 5: spokes[1].name", "spokes[0]", "unique"],
         );
         refused(
             &MIN.replace("10.0.0.1", "10.0.0.1, output: ../escape.yaml"),
@@ -1233,7 +1229,7 @@ spokes:
         );
         refused(
             &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {name: Dev}}"),
-            &["spokes[dev].kustomization.name", "Dev"],
+            &["line 4: spokes[0].kustomization.name", "Dev"],
         );
         refused(
             &MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {nam: dev}}"),

@@ -43,8 +43,14 @@ struct RotationLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ErrorLabels {
     spoke: String,
-    stage: String,
+    /// Only ever one of [`STAGE_LABELS`]: never text from an error.
+    stage: &'static str,
 }
+
+/// Every value the `stage` label of `spokekeeper_errors_total` can take, besides the
+/// spoke stages ([`crate::rotate::Stage::metric_label`]) and the repo stages
+/// ([`crate::rotate::RepoStage::metric_label`]).
+pub const FLEET_STAGES: [&str; 4] = ["hub", "tick", "alert", "reload"];
 
 pub struct Metrics {
     registry: Registry,
@@ -218,7 +224,7 @@ impl Metrics {
                         })
                         .inc();
                 }
-                Outcome::Failed { stage, .. } => self.error(&s.spoke, &stage.to_string()),
+                Outcome::Failed { stage, .. } => self.error(&s.spoke, stage.metric_label()),
                 _ => {}
             }
         }
@@ -244,18 +250,16 @@ impl Metrics {
             }
         }
         if let Some(e) = &report.repo_error {
-            // rotate writes "sync: ..." or "push: ...".
-            let stage = e.split_once(':').map_or("repo", |(stage, _)| stage.trim());
-            self.error("", stage);
+            self.error("", e.stage.metric_label());
         }
     }
 
     /// Counts one failure at `stage` (`spoke` empty: not about one spoke).
-    pub fn error(&self, spoke: &str, stage: &str) {
+    pub fn error(&self, spoke: &str, stage: &'static str) {
         self.errors
             .get_or_create(&ErrorLabels {
                 spoke: spoke.to_string(),
-                stage: stage.to_string(),
+                stage,
             })
             .inc();
     }
@@ -296,7 +300,7 @@ fn unix_seconds(t: SystemTime) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rotate::{SpokeReport, Stage};
+    use crate::rotate::{RepoFailure, RepoStage, SpokeReport, Stage};
 
     fn spoke(name: &str, outcome: Outcome, reason: Option<Reason>) -> SpokeReport {
         SpokeReport {
@@ -389,7 +393,10 @@ mod tests {
                 ),
             ],
             pushed: true,
-            repo_error: Some("push: rejected".into()),
+            repo_error: Some(crate::rotate::RepoFailure {
+                stage: crate::rotate::RepoStage::Push,
+                error: "rejected".into(),
+            }),
             sealing: Some(crate::hub::cert::CertReport {
                 reachable: Some(false),
                 trusted: false,
@@ -437,5 +444,67 @@ mod tests {
         );
         assert!(text.contains("spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1"));
         assert!(text.contains("spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1"));
+    }
+
+    /// Every `stage` label value the code can produce.
+    fn stage_labels() -> Vec<&'static str> {
+        Stage::ALL
+            .iter()
+            .map(|s| s.metric_label())
+            .chain(RepoStage::ALL.iter().map(|s| s.metric_label()))
+            .chain(FLEET_STAGES)
+            .collect()
+    }
+
+    #[test]
+    fn stage_labels_are_a_fixed_set_of_plain_names() {
+        let labels = stage_labels();
+        for l in &labels {
+            assert!(
+                !l.is_empty() && l.bytes().all(|b| b.is_ascii_lowercase() || b == b'-'),
+                "{l:?}"
+            );
+        }
+        // The spoke stage label is the name the JSON report uses.
+        for s in Stage::ALL {
+            assert_eq!(s.metric_label(), s.to_string());
+        }
+    }
+
+    #[test]
+    fn error_texts_never_become_label_values() {
+        let hostile = "the clone has 2 commit(s) that origin/main does not: x\"} 1\nevil{a=\"";
+        let m = Metrics::new();
+        for stage in RepoStage::ALL {
+            let mut spokes: Vec<SpokeReport> = Stage::ALL
+                .iter()
+                .map(|&stage| {
+                    let outcome = Outcome::Failed {
+                        stage,
+                        error: format!("{hostile}: {stage}"),
+                    };
+                    spoke(&format!("s-{stage}"), outcome, None)
+                })
+                .collect();
+            spokes.push(spoke("ok", Outcome::Healthy, None));
+            let report = TickReport {
+                repo_error: Some(RepoFailure {
+                    stage,
+                    error: hostile.into(),
+                }),
+                ..TickReport::of(spokes)
+            };
+            m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
+        }
+        let text = m.encode().unwrap();
+        let allowed = stage_labels();
+        let mut seen = 0;
+        for part in text.split("stage=\"").skip(1) {
+            let value = &part[..part.find('"').unwrap()];
+            assert!(allowed.contains(&value), "label {value:?} in:\n{text}");
+            seen += 1;
+        }
+        assert_eq!(seen, Stage::ALL.len() + RepoStage::ALL.len(), "{text}");
+        assert!(!text.contains("commit(s)"), "{text}");
     }
 }

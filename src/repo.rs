@@ -23,6 +23,9 @@ pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Push attempts when the remote moved under us (non-fast-forward).
 pub const PUSH_ATTEMPTS: usize = 4;
 const LOCK_FILE: &str = "spokekeeper.lock";
+/// The largest staged file the plaintext guard reads; a larger one is refused unread
+/// (a sealed kubeconfig is a few KiB).
+pub const MAX_CHECKED_BLOB: u64 = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RepoError {
@@ -58,6 +61,8 @@ pub enum RepoError {
         signing::KEYGEN
     )]
     NoSigningKey,
+    #[error(transparent)]
+    Symlink(crate::fsutil::SymlinkError),
 }
 
 /// What `push` did.
@@ -147,10 +152,11 @@ impl Repo {
         }
         self.abort_stale_rebase().await;
         self.remove_stale_temp_files().await;
-        self.git(["fetch", "--quiet", &self.remote, &self.branch])
+        // `--` and full ref names: no configured value is ever read as an option.
+        self.git(["fetch", "--quiet", "--", &self.remote, &self.branch])
             .await?;
-        self.git(["checkout", "--quiet", &self.branch]).await?;
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        self.git(["switch", "--quiet", "--", &self.branch]).await?;
+        let upstream = self.upstream();
         if let Err(e) = self.git(["rebase", "--quiet", &upstream]).await {
             // Local commits that conflict with the remote are dropped, not kept forever:
             // the state they recorded is re-derived from the spokes on this tick.
@@ -182,12 +188,12 @@ impl Repo {
             let stale = Path::new(rel)
                 .file_name()
                 .is_some_and(|n| n.to_string_lossy().starts_with(crate::fsutil::TEMP_PREFIX));
-            if stale {
+            if stale && let Ok(path) = self.no_links(Path::new(rel)) {
                 tracing::warn!(
                     file = rel,
                     "removing a temporary file left by an interrupted run"
                 );
-                let _ = std::fs::remove_file(self.path.join(rel));
+                let _ = std::fs::remove_file(path);
             }
         }
     }
@@ -203,8 +209,8 @@ impl Repo {
     /// The contents of `rel` in the clone's working tree (after [`Repo::sync`], what HEAD
     /// holds), or None when it is not there.
     pub fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
-        let path = self.inside(rel)?;
-        match std::fs::read(&path) {
+        let path = self.no_links(rel)?;
+        match crate::fsutil::read_nofollow(&path) {
             Ok(b) => Ok(Some(b)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(self.io(&path, e)),
@@ -213,7 +219,7 @@ impl Repo {
 
     /// Writes `rel` atomically (temp file, fsync, rename), creating directories.
     pub fn write_atomic(&self, rel: &Path, bytes: &[u8]) -> Result<(), RepoError> {
-        let path = self.inside(rel)?;
+        let path = self.no_links(rel)?;
         if let Some(dir) = path.parent() {
             std::fs::create_dir_all(dir).map_err(|e| self.io(dir, e))?;
         }
@@ -224,18 +230,25 @@ impl Repo {
     /// did not change. Refuses (and unstages) a change that carries plaintext.
     pub async fn commit(&self, rel: &Path, message: &str) -> Result<Option<String>, RepoError> {
         let rel_s = rel.to_string_lossy().into_owned();
-        self.inside(rel)?;
+        self.no_links(rel)?;
         self.git(["add", "--", &rel_s]).await?;
-        let diff = self
-            .git(["diff", "--cached", "--no-color", "-U0", "--", &rel_s])
+        // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
+        // diff drivers change what a diff shows, never what a blob holds.
+        let staged = self
+            .git(["diff", "--cached", "--name-only", "-z", "--", &rel_s])
             .await?;
-        if diff.trim().is_empty() {
+        let staged: Vec<(String, String)> = staged
+            .split('\0')
+            .filter(|n| !n.is_empty())
+            .map(|n| (n.to_string(), format!(":0:{n}")))
+            .collect();
+        if staged.is_empty() {
             return Ok(None);
         }
-        if let Some(what) = plaintext_in(&diff) {
+        if let Err(e) = self.check_blobs(&staged).await {
             let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
             let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
-            return Err(RepoError::Plaintext { file: rel_s, what });
+            return Err(e);
         }
         self.git(["commit", "--quiet", "-m", message, "--", &rel_s])
             .await?;
@@ -255,14 +268,14 @@ impl Repo {
             .is_ok()
         {
             let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
-        } else {
-            let _ = std::fs::remove_file(self.path.join(rel));
+        } else if let Ok(path) = self.no_links(rel) {
+            let _ = std::fs::remove_file(path);
         }
     }
 
     /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
     pub async fn push(&self) -> Result<Pushed, RepoError> {
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        let upstream = self.upstream();
         let refspec = format!("HEAD:refs/heads/{}", self.branch);
         for attempt in 0..PUSH_ATTEMPTS {
             let ahead = self
@@ -272,19 +285,24 @@ impl Repo {
                 return Ok(Pushed::Nothing);
             }
             match self
-                .git(["push", "--quiet", "--porcelain", &self.remote, &refspec])
+                .git([
+                    "push",
+                    "--quiet",
+                    "--porcelain",
+                    "--",
+                    &self.remote,
+                    &refspec,
+                ])
                 .await
             {
                 Ok(_) => {
                     // Keep the remote-tracking ref current without another fetch.
-                    let _ = self
-                        .git(["update-ref", &format!("refs/remotes/{upstream}"), "HEAD"])
-                        .await;
+                    let _ = self.git(["update-ref", &upstream, "HEAD"]).await;
                     return Ok(Pushed::Done { rebases: attempt });
                 }
                 Err(RepoError::Git { stderr, .. }) if is_non_fast_forward(&stderr) => {
                     tracing::info!(attempt, "push rejected: the remote moved; rebasing");
-                    self.git(["fetch", "--quiet", &self.remote, &self.branch])
+                    self.git(["fetch", "--quiet", "--", &self.remote, &self.branch])
                         .await?;
                     if let Err(e) = self.git(["rebase", "--quiet", &upstream]).await {
                         let _ = self.git(["rebase", "--abort"]).await;
@@ -310,13 +328,87 @@ impl Repo {
     /// Commits on HEAD not yet on the remote branch (by the remote-tracking ref).
     pub async fn unpushed(&self) -> Result<usize, RepoError> {
         let n = self
-            .git([
-                "rev-list",
-                "--count",
-                &format!("{}/{}..HEAD", self.remote, self.branch),
-            ])
+            .git(["rev-list", "--count", &format!("{}..HEAD", self.upstream())])
             .await?;
         Ok(n.trim().parse().unwrap_or(0))
+    }
+
+    /// The plaintext guard on what would be committed: each `(file, object)` is read
+    /// as git stores it (`:0:path` in the index, `TREE:path`), at most
+    /// [`MAX_CHECKED_BLOB`] bytes, and refused when it holds plaintext or is binary.
+    async fn check_blobs(&self, objects: &[(String, String)]) -> Result<(), RepoError> {
+        let mut input = Vec::new();
+        for (file, object) in objects {
+            if object.contains(['\n', '\r']) {
+                return Err(RepoError::Plaintext {
+                    file: file.clone(),
+                    what: "a line break in the file name, which cannot be checked",
+                });
+            }
+            input.extend_from_slice(object.as_bytes());
+            input.push(b'\n');
+        }
+        let sizes = self
+            .git_raw(
+                ["cat-file", "--batch-check=%(objecttype) %(objectsize)"],
+                &[],
+                Some(&input),
+            )
+            .await?;
+        let sizes = String::from_utf8_lossy(&sizes);
+        for ((file, _), line) in objects.iter().zip(sizes.lines()) {
+            let fits = match line.split_once(' ') {
+                Some(("blob", n)) => n.parse::<u64>().is_ok_and(|n| n <= MAX_CHECKED_BLOB),
+                // A deletion or a submodule has no blob content to leak.
+                _ => line.ends_with(" missing") || line.starts_with("commit "),
+            };
+            if !fits {
+                return Err(RepoError::Plaintext {
+                    file: file.clone(),
+                    what: "a file too large to check for plaintext",
+                });
+            }
+        }
+        let out = self
+            .git_raw(["cat-file", "--batch"], &[], Some(&input))
+            .await?;
+        let mut rest = out.as_slice();
+        for (file, _) in objects {
+            let Some(end) = rest.iter().position(|&b| b == b'\n') else {
+                break;
+            };
+            let header = String::from_utf8_lossy(&rest[..end]).into_owned();
+            rest = &rest[end + 1..];
+            let mut parts = header.rsplitn(3, ' ');
+            let (Some(size), Some(kind)) = (parts.next(), parts.next()) else {
+                continue;
+            };
+            let Ok(size) = size.parse::<usize>() else {
+                continue; // "<object> missing": a deletion
+            };
+            let body = rest.get(..size).unwrap_or(rest);
+            rest = rest.get(size + 1..).unwrap_or_default();
+            if kind != "blob" {
+                continue;
+            }
+            let what = if body.contains(&0) {
+                Some("binary content, which cannot be checked for plaintext")
+            } else {
+                plaintext_in(&String::from_utf8_lossy(body))
+            };
+            if let Some(what) = what {
+                return Err(RepoError::Plaintext {
+                    file: file.clone(),
+                    what,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The remote-tracking ref of the target branch, in full (never read as an option).
+    fn upstream(&self) -> String {
+        format!("refs/remotes/{}/{}", self.remote, self.branch)
     }
 
     /// Runs git in the clone; stdout on success.
@@ -335,6 +427,21 @@ impl Repo {
         env: &[(&str, &OsStr)],
         input: Option<&[u8]>,
     ) -> Result<String, RepoError>
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        let out = self.git_raw(args, env, input).await?;
+        Ok(String::from_utf8_lossy(&out).into_owned())
+    }
+
+    /// [`Repo::git_with`], stdout as bytes (blobs need not be text).
+    async fn git_raw<I, S>(
+        &self,
+        args: I,
+        env: &[(&str, &OsStr)],
+        input: Option<&[u8]>,
+    ) -> Result<Vec<u8>, RepoError>
     where
         I: IntoIterator<Item = S>,
         S: AsRef<OsStr>,
@@ -380,6 +487,8 @@ impl Repo {
         if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
             use tokio::io::AsyncWriteExt;
             stdin.write_all(bytes).await.map_err(RepoError::Spawn)?;
+            // Closed here: `cat-file --batch` answers until its input ends.
+            drop(stdin);
         }
         let out = tokio::time::timeout(GIT_TIMEOUT, child.wait_with_output())
             .await
@@ -400,7 +509,7 @@ impl Repo {
                 stderr: stderr.trim().to_string(),
             });
         }
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        Ok(out.stdout)
     }
 
     fn inside(&self, rel: &Path) -> Result<PathBuf, RepoError> {
@@ -413,6 +522,19 @@ impl Repo {
             });
         }
         Ok(self.path.join(rel))
+    }
+
+    /// [`Repo::inside`], refusing a symbolic link on any component below the clone root:
+    /// one committed in the fleet repo could point anywhere.
+    fn no_links(&self, rel: &Path) -> Result<PathBuf, RepoError> {
+        let path = self.inside(rel)?;
+        match crate::fsutil::symlink_in(&self.path, rel) {
+            Ok(None) => Ok(path),
+            Ok(Some(link)) => Err(RepoError::Symlink(crate::fsutil::SymlinkError {
+                path: link,
+            })),
+            Err(e) => Err(self.io(&path, e)),
+        }
     }
 
     fn io(&self, path: &Path, source: std::io::Error) -> RepoError {
@@ -446,13 +568,9 @@ fn is_non_fast_forward(output: &str) -> bool {
     .any(|m| output.contains(m))
 }
 
-/// What in an added line of a staged diff would be plaintext key material.
-pub fn plaintext_in(diff: &str) -> Option<&'static str> {
-    let added: Vec<&str> = diff
-        .lines()
-        .filter(|l| !l.starts_with("+++"))
-        .filter_map(|l| l.strip_prefix('+'))
-        .collect();
+/// What in a file would be plaintext key material.
+pub fn plaintext_in(text: &str) -> Option<&'static str> {
+    let added: Vec<&str> = text.lines().collect();
     if added.iter().any(|l| l.contains("client-key-data")) {
         return Some("client-key-data (a plaintext kubeconfig key)");
     }

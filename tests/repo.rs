@@ -324,3 +324,197 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
         .collect();
     assert!(left.is_empty(), "private indexes are removed: {left:?}");
 }
+
+/// Attributes change what `git diff` shows ("Binary files differ", a textconv's output),
+/// never what is staged: the guard reads the staged blobs, in both commit paths.
+#[tokio::test]
+async fn plaintext_guard_ignores_diff_attributes() {
+    let key: &[u8] = b"users:\n- user:\n    client-key-data: LS0t\n";
+    for attrs in [
+        "*.yaml -diff\n",
+        "*.yaml binary\n",
+        "*.yaml diff=hide\n",
+        "*.yaml -text -diff merge=binary\n",
+    ] {
+        let (_d, _remote, clones) = fleet(1);
+        let clone = &clones[0];
+        std::fs::write(clone.join(".gitattributes"), attrs).unwrap();
+        git(clone, &["add", ".gitattributes"]);
+        git(
+            clone,
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@t",
+                "commit",
+                "--quiet",
+                "-m",
+                "attributes",
+            ],
+        );
+        git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+        // A textconv that shows nothing, and an external diff that prints nothing.
+        git(clone, &["config", "diff.hide.textconv", "true"]);
+        git(clone, &["config", "diff.external", "true"]);
+        let repo = open(clone).await;
+        repo.sync().await.unwrap();
+        let head = git(clone, &["rev-parse", "HEAD"]);
+        let rel = Path::new("fluxcd/dev.yaml");
+        repo.write_atomic(rel, key).unwrap();
+        let e = repo.commit(rel, "leak").await.unwrap_err();
+        assert!(matches!(e, RepoError::Plaintext { .. }), "{attrs}: {e}");
+        assert_eq!(git(clone, &["rev-parse", "HEAD"]), head, "{attrs}");
+        let e = repo.commit_on_target(rel, key, "leak").await.unwrap_err();
+        assert!(matches!(e, RepoError::Plaintext { .. }), "{attrs}: {e}");
+        // A sealed file still commits under the same attributes.
+        repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap();
+        assert!(
+            repo.commit(rel, "sealed").await.unwrap().is_some(),
+            "{attrs}"
+        );
+        repo.commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "sealed")
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn binary_and_oversized_files_are_refused_unread() {
+    let (_d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    let rel = Path::new("b.yaml");
+    repo.write_atomic(rel, b"kind: SealedSecret\n\0\xff")
+        .unwrap();
+    let e = repo.commit(rel, "binary").await.unwrap_err();
+    assert!(e.to_string().contains("binary"), "{e}");
+    let big = vec![b'a'; spokekeeper::repo::MAX_CHECKED_BLOB as usize + 1];
+    repo.write_atomic(rel, &big).unwrap();
+    let e = repo.commit(rel, "big").await.unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+    let e = repo.commit_on_target(rel, &big, "big").await.unwrap_err();
+    assert!(e.to_string().contains("too large"), "{e}");
+}
+
+/// Commits `links` (path in the clone -> target) as symbolic links and pushes them, as a
+/// hostile or careless fleet repo would; the clone syncs to it.
+async fn with_committed_links(clone: &Path, links: &[(&str, &Path)]) -> Repo {
+    for (at, target) in links {
+        let at = clone.join(at);
+        std::fs::create_dir_all(at.parent().unwrap()).unwrap();
+        std::os::unix::fs::symlink(target, &at).unwrap();
+    }
+    git(clone, &["add", "-A"]);
+    git(
+        clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            "links",
+        ],
+    );
+    git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let repo = open(clone).await;
+    repo.sync().await.unwrap();
+    repo
+}
+
+#[tokio::test]
+async fn a_committed_symlink_at_the_output_is_neither_read_nor_written_through() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("outside.yaml");
+    std::fs::write(&outside, "kind: Secret\nhost-only: 1\n").unwrap();
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    let repo = with_committed_links(&clones[0], &[(rel.to_str().unwrap(), &outside)]).await;
+    let e = repo.read(rel).unwrap_err();
+    assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+    assert!(
+        e.to_string().contains("fluxcd/dev-kubeconfig-sealed.yaml")
+            && e.to_string().contains("symbolic link"),
+        "{e}"
+    );
+    let e = repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap_err();
+    assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+    assert!(matches!(
+        repo.commit(rel, "x").await,
+        Err(RepoError::Symlink(_))
+    ));
+    assert_eq!(
+        std::fs::read_to_string(&outside).unwrap(),
+        "kind: Secret\nhost-only: 1\n",
+        "the file outside is untouched"
+    );
+    assert!(
+        std::fs::symlink_metadata(clones[0].join(rel))
+            .unwrap()
+            .file_type()
+            .is_symlink(),
+        "the link itself is left alone"
+    );
+}
+
+#[tokio::test]
+async fn a_committed_symlinked_directory_is_neither_read_nor_written_through() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("elsewhere");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("dev.yaml"), "outside\n").unwrap();
+    let repo = with_committed_links(&clones[0], &[("fluxcd", &outside)]).await;
+    for rel in ["fluxcd/dev.yaml", "fluxcd/new/dev.yaml"] {
+        let rel = Path::new(rel);
+        let e = repo.read(rel).unwrap_err();
+        assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+        assert!(e.to_string().contains("fluxcd is a symbolic link"), "{e}");
+        let e = repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap_err();
+        assert!(matches!(e, RepoError::Symlink(_)), "{e}");
+        repo.discard(rel).await;
+    }
+    let left: Vec<_> = std::fs::read_dir(&outside)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["dev.yaml"], "nothing written or removed outside");
+    assert_eq!(
+        std::fs::read_to_string(outside.join("dev.yaml")).unwrap(),
+        "outside\n"
+    );
+}
+
+#[tokio::test]
+async fn a_pinned_sealing_cert_inside_the_clone_is_not_read_through_a_symlink() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("cert.pem");
+    std::fs::write(&outside, "not a certificate\n").unwrap();
+    let _repo = with_committed_links(&clones[0], &[("keys/sealing.pem", &outside)]).await;
+    let text = format!(
+        "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n",
+        clones[0].display(),
+        clones[0].join("keys/sealing.pem").display()
+    );
+    let config = spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", d.path()).unwrap();
+    let e = spokekeeper::hub::cert::initial(&config).await.unwrap_err();
+    assert!(e.contains("keys/sealing.pem is a symbolic link"), "{e}");
+}
+
+/// Defence in depth behind config validation: a remote that looks like an option reaches
+/// git after `--`, so git never runs it as `--upload-pack`.
+#[tokio::test]
+async fn a_configured_remote_is_never_read_as_a_git_option() {
+    let (d, _remote, clones) = fleet(1);
+    let marker = d.path().join("ran");
+    let mut c = config(&clones[0]);
+    c.remote = format!("--upload-pack=touch {}; git-upload-pack", marker.display());
+    c.branch = "origin".into();
+    let repo = Repo::open(&c).await.unwrap();
+    assert!(repo.sync().await.is_err());
+    assert!(repo.fetch_review_branches().await.is_err());
+    assert!(
+        !marker.exists(),
+        "git ran the configured value as a command"
+    );
+}

@@ -53,10 +53,11 @@ impl SealingCert {
     }
 
     /// Reads `path` like `sealing.cert`, but an expired certificate is a fact to grade
-    /// here, not an error ([`SealingKey::from_pem`] refuses it for sealing).
-    pub fn load(path: &Path, now: OffsetDateTime) -> Result<SealingCert, String> {
+    /// here, not an error ([`SealingKey::from_pem`] refuses it for sealing). Inside the
+    /// clone, no component may be a symbolic link.
+    pub fn load(path: &Path, clone: &Path, now: OffsetDateTime) -> Result<SealingCert, String> {
         let source = path.display().to_string();
-        let pem = std::fs::read(path).map_err(|e| {
+        let pem = crate::fsutil::read_under(path, clone).map_err(|e| {
             format!("cannot read sealing.cert {source}: {e} (fix the path in the configuration)")
         })?;
         match SealingKey::from_pem(&pem, &source, now) {

@@ -61,7 +61,7 @@ pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> Exit
         let msg = format!("no spoke named {unknown:?} in {}", config_path.display());
         return cannot_check(format, now, &msg);
     }
-    let sealing = match SealingCert::load(&config.sealing_cert, now) {
+    let sealing = match SealingCert::load(&config.sealing_cert, &config.repo.path, now) {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };

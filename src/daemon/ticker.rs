@@ -221,8 +221,8 @@ impl Ticker {
                 log_report(&report, took);
                 if report
                     .repo_error
-                    .as_deref()
-                    .is_some_and(|e| e.starts_with("push"))
+                    .as_ref()
+                    .is_some_and(|e| e.stage == crate::rotate::RepoStage::Push)
                 {
                     self.report_unpushed(&ctx).await;
                 }

@@ -225,7 +225,7 @@ async fn fetch(cfg: &crate::config::HubConfig) -> Result<String, String> {
 pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, String> {
     let path = &config.sealing_cert;
     let now = OffsetDateTime::now_utc();
-    match std::fs::read(path) {
+    match crate::fsutil::read_under(path, &config.repo.path) {
         Ok(pem) => SealingKey::from_pem(&pem, &path.display().to_string(), now)
             .map_err(|e| format!("sealing.cert: {e}")),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.hub.is_some() => {
@@ -254,7 +254,7 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Strin
 /// sealing.cert as it is now on disk; the key loaded at start when it cannot be read.
 fn pinned(ctx: &Context, now: OffsetDateTime) -> SealingKey {
     let path = &ctx.config.sealing_cert;
-    std::fs::read(path)
+    crate::fsutil::read_under(path, ctx.repo.path())
         .map_err(|e| e.to_string())
         .and_then(|pem| {
             SealingKey::from_pem(&pem, &path.display().to_string(), now).map_err(|e| e.to_string())

@@ -5,7 +5,7 @@
 use std::ffi::OsStr;
 use std::path::Path;
 
-use super::{Repo, RepoError, plaintext_in};
+use super::{Repo, RepoError};
 
 /// The prefix of every review branch: `spokekeeper/<spoke>`.
 pub const BRANCH_PREFIX: &str = "spokekeeper/";
@@ -45,7 +45,7 @@ impl Repo {
             "+refs/heads/{BRANCH_PREFIX}*:refs/remotes/{}/{BRANCH_PREFIX}*",
             self.remote
         );
-        self.git(["fetch", "--quiet", "--prune", &self.remote, &spec])
+        self.git(["fetch", "--quiet", "--prune", "--", &self.remote, &spec])
             .await
             .map(|_| ())
     }
@@ -84,7 +84,7 @@ impl Repo {
     /// the target's `rel` is the branch's (a squash or rebase merge makes new commits
     /// with the same file).
     pub async fn merged(&self, commit: &str, rel: &Path) -> bool {
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        let upstream = self.upstream();
         if self
             .git(["merge-base", "--is-ancestor", commit, &upstream])
             .await
@@ -144,12 +144,15 @@ impl Repo {
             .await?;
         let tree = self.git_with(["write-tree"], &env, None).await?;
         let tree = tree.trim();
-        let diff = self
-            .git(["diff-tree", "-p", "--no-color", "-U0", &base, tree])
+        let changed = self
+            .git(["diff-tree", "-r", "--name-only", "-z", &base, tree])
             .await?;
-        if let Some(what) = plaintext_in(&diff) {
-            return Err(RepoError::Plaintext { file: rel_s, what });
-        }
+        let changed: Vec<(String, String)> = changed
+            .split('\0')
+            .filter(|n| !n.is_empty())
+            .map(|n| (n.to_string(), format!("{tree}:{n}")))
+            .collect();
+        self.check_blobs(&changed).await?;
         // Signed by git itself (ssh-keygen -Y sign with repo.signing_key): a review
         // branch is trusted only when its head verifies against that key.
         let signer = self.signer.as_ref().ok_or(RepoError::NoSigningKey)?;
@@ -220,6 +223,7 @@ impl Repo {
             "--quiet",
             "--porcelain",
             &lease,
+            "--",
             &self.remote,
             &format!("{commit}:{dst}"),
         ])

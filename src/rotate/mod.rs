@@ -180,7 +180,7 @@ pub struct TickReport {
     /// Whether commits were pushed this tick (false when nothing was ahead).
     pub pushed: bool,
     /// Why the repo could not be synced or pushed, when it could not.
-    pub repo_error: Option<String>,
+    pub repo_error: Option<RepoFailure>,
     /// The sealing certificate of this tick: whether it is trusted and, with `hub:`,
     /// what the controller served (None only in reports not made by a tick).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -218,6 +218,87 @@ impl TickReport {
     }
 }
 
+/// Where the fleet repo failed in a tick; the stage is the only part that becomes a
+/// metric label, so label values come from a fixed set, never from error text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoFailure {
+    pub stage: RepoStage,
+    pub error: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepoStage {
+    /// Fetching and rebasing onto the remote.
+    Sync,
+    /// Pushing the tick's commits.
+    Push,
+    /// Review mode found commits in the clone that only a push would publish.
+    Unpushed,
+}
+
+impl RepoStage {
+    pub const ALL: [RepoStage; 3] = [RepoStage::Sync, RepoStage::Push, RepoStage::Unpushed];
+
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            RepoStage::Sync => "sync",
+            RepoStage::Push => "push",
+            RepoStage::Unpushed => "unpushed",
+        }
+    }
+}
+
+impl RepoFailure {
+    pub fn new(stage: RepoStage, error: String) -> RepoFailure {
+        RepoFailure { stage, error }
+    }
+}
+
+/// The text reports and logs have always shown: "sync: ...", "push: ...", or the
+/// unpushed-commits message alone.
+impl std::fmt::Display for RepoFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.stage {
+            RepoStage::Unpushed => f.write_str(&self.error),
+            s => write!(f, "{}: {}", s.metric_label(), self.error),
+        }
+    }
+}
+
+/// JSON keeps today's string, so scripts reading `repo_error` keep working.
+impl serde::Serialize for RepoFailure {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Stage {
+    pub const ALL: [Stage; 8] = [
+        Stage::Observe,
+        Stage::Probe,
+        Stage::Extract,
+        Stage::Validate,
+        Stage::Seal,
+        Stage::Commit,
+        Stage::Push,
+        Stage::Review,
+    ];
+
+    /// The `stage` label of `spokekeeper_errors_total` (the JSON name, as a constant).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Stage::Observe => "observe",
+            Stage::Probe => "probe",
+            Stage::Extract => "extract",
+            Stage::Validate => "validate",
+            Stage::Seal => "seal",
+            Stage::Commit => "commit",
+            Stage::Push => "push",
+            Stage::Review => "review",
+        }
+    }
+}
+
 /// A credential ready to commit.
 struct Proposal {
     manifest: String,
@@ -235,7 +316,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         && let Err(e) = ctx.repo.sync().await
     {
         tracing::warn!(error = %e, "cannot sync the fleet repo; working from the local clone");
-        repo_error = Some(format!("sync: {e}"));
+        repo_error = Some(RepoFailure::new(RepoStage::Sync, e.to_string()));
     }
     // Review branches first: a renewed sealing certificate may be proposed on one.
     let review = review::Review::start(ctx).await;
@@ -300,11 +381,14 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         match ctx.repo.unpushed().await {
             Ok(0) | Err(_) => {}
             Ok(n) => {
-                repo_error = Some(format!(
-                    "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
-                    ctx.config.repo.remote,
-                    ctx.config.repo.branch,
-                    ctx.config.repo.path.display()
+                repo_error = Some(RepoFailure::new(
+                    RepoStage::Unpushed,
+                    format!(
+                        "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
+                        ctx.config.repo.remote,
+                        ctx.config.repo.branch,
+                        ctx.config.repo.path.display()
+                    ),
                 ))
             }
         }
@@ -316,7 +400,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
                 tracing::info!(committed, rebases, "pushed");
             }
             Ok(Pushed::Nothing) => {}
-            Err(e) => repo_error = Some(format!("push: {e}")),
+            Err(e) => repo_error = Some(RepoFailure::new(RepoStage::Push, e.to_string())),
         }
     }
     if let Some(hub) = &ctx.config.hub
@@ -678,6 +762,23 @@ mod tests {
         assert!(
             !body.contains("<script>") && !body.contains("\n#"),
             "{body}"
+        );
+    }
+
+    #[test]
+    fn repo_error_serializes_as_the_text_it_always_had() {
+        let json = |stage, error: &str| {
+            let r = TickReport {
+                repo_error: Some(RepoFailure::new(stage, error.into())),
+                ..TickReport::of(vec![])
+            };
+            serde_json::to_value(&r).unwrap()["repo_error"].clone()
+        };
+        assert_eq!(json(RepoStage::Push, "rejected"), "push: rejected");
+        assert_eq!(json(RepoStage::Sync, "offline"), "sync: offline");
+        assert_eq!(
+            json(RepoStage::Unpushed, "the clone has 1 commit(s)"),
+            "the clone has 1 commit(s)"
         );
     }
 }

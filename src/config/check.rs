@@ -1,0 +1,752 @@
+//! What spokekeeper.yaml's values must look like, checked when the file is loaded: a
+//! bad value is reported with its key, its line and the fix before anything runs, and
+//! nothing reaches git or ssh unchecked. One validator per section, over the values as
+//! loaded (defaults filled in); value checks below them.
+
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+use std::path::{Component, Path};
+use std::time::Duration;
+
+use super::{
+    AlertsConfig, Config, RepoConfig, SpokeConfig, SshOverrides, is_dns_label, is_dns_subdomain,
+};
+
+/// A value that fails its check: where it is and what to do.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Invalid {
+    /// `spokes[2].address`, as [`super::lines::Lines::line`] reads it.
+    pub key: String,
+    /// Starts with the key.
+    pub message: String,
+}
+
+type Reason = Result<(), String>;
+
+fn at(key: impl Into<String>, reason: Reason) -> Result<(), Invalid> {
+    reason.map_err(|why| {
+        let key = key.into();
+        Invalid {
+            message: format!("{key} {why}"),
+            key,
+        }
+    })
+}
+
+/// Every section; the raw `ssh:` overrides are checked where they are written
+/// ([`ssh`]), as they are merged into each spoke.
+pub fn config(c: &Config) -> Result<(), Invalid> {
+    repo(&c.repo)?;
+    at("renew_before", positive(c.renew_before, "30d"))?;
+    at("verify_every", positive(c.verify_every, "24h"))?;
+    alerts(&c.alerts)?;
+    for (i, s) in c.spokes.iter().enumerate() {
+        spoke(i, s)?;
+    }
+    fleet(&c.spokes)
+}
+
+pub fn repo(r: &RepoConfig) -> Result<(), Invalid> {
+    at("repo.remote", remote(&r.remote))?;
+    at("repo.branch", branch(&r.branch))?;
+    if let Some(a) = &r.author {
+        at("repo.author", author(a))?;
+    }
+    if let Some(f) = &r.forge {
+        at("repo.forge.timeout", positive(f.timeout, "20s"))?;
+    }
+    Ok(())
+}
+
+pub fn alerts(a: &AlertsConfig) -> Result<(), Invalid> {
+    at("alerts.warn_before", positive(a.warn_before, "30d"))?;
+    at("alerts.critical_before", positive(a.critical_before, "7d"))?;
+    at(
+        "alerts.pending_review_after",
+        positive(a.pending_review_after, "4h"),
+    )
+}
+
+/// `ssh:` or `spokes[N].ssh:` as written (`prefix` is that key).
+pub fn ssh(prefix: &str, o: &SshOverrides) -> Result<(), Invalid> {
+    if let Some(u) = &o.user {
+        at(format!("{prefix}.user"), ssh_user(u))?;
+    }
+    if let Some(p) = o.port {
+        at(format!("{prefix}.port"), port(p))?;
+    }
+    for (field, d) in [
+        ("connect_timeout", o.connect_timeout),
+        ("command_timeout", o.command_timeout),
+    ] {
+        if let Some(d) = d {
+            at(format!("{prefix}.{field}"), positive(d.0, "30s"))?;
+        }
+    }
+    Ok(())
+}
+
+/// First of a spoke's checks: its defaults (Secret, output, Kustomization) derive from it.
+pub fn name(i: usize, v: &str) -> Result<(), Invalid> {
+    at(format!("spokes[{i}].name"), spoke_name(v))
+}
+
+pub fn spoke(i: usize, s: &SpokeConfig) -> Result<(), Invalid> {
+    let key = |field: &str| format!("spokes[{i}].{field}");
+    name(i, &s.name)?;
+    at(key("address"), host(&s.address))?;
+    at(key("kubeconfig_path"), node_path(&s.kubeconfig_path))?;
+    at(key("secret.name"), dns_subdomain(&s.secret.name))?;
+    at(key("secret.namespace"), dns_label(&s.secret.namespace))?;
+    at(key("secret.key"), secret_key(&s.secret.key))?;
+    at(key("output"), output(&s.output))?;
+    // The merged values; where they were written was checked by `ssh`.
+    at(key("ssh.user"), ssh_user(&s.ssh.user))?;
+    at(key("ssh.port"), port(s.ssh.port))
+}
+
+/// What must differ between spokes.
+pub fn fleet(spokes: &[SpokeConfig]) -> Result<(), Invalid> {
+    let mut names = BTreeMap::new();
+    let mut outputs = BTreeMap::new();
+    let mut secrets = BTreeMap::new();
+    for (i, s) in spokes.iter().enumerate() {
+        if let Some(j) = names.insert(s.name.as_str(), i) {
+            return at(
+                format!("spokes[{i}].name"),
+                Err(format!(
+                    "{:?} is also spokes[{j}]'s name: spoke names must be unique",
+                    s.name
+                )),
+            );
+        }
+        if let Some(j) = outputs.insert(s.output.as_path(), i) {
+            return at(
+                format!("spokes[{i}].output"),
+                Err(format!(
+                    "{:?} is also spokes[{j}]'s output: give each spoke its own file",
+                    s.output.display()
+                )),
+            );
+        }
+        let secret = (s.secret.namespace.as_str(), s.secret.name.as_str());
+        if let Some(j) = secrets.insert(secret, i) {
+            return at(
+                format!("spokes[{i}].secret.name"),
+                Err(format!(
+                    "{}/{} is also spokes[{j}]'s Secret: give each spoke its own",
+                    secret.0, secret.1
+                )),
+            );
+        }
+    }
+    Ok(())
+}
+
+// The value checks: Err says what is wrong with the value and what to write instead.
+
+pub fn spoke_name(v: &str) -> Reason {
+    if is_dns_label(v) {
+        return Ok(());
+    }
+    Err(format!(
+        "{v:?} must be lowercase letters, digits and '-' (a DNS label, at most 63, starting and ending with a letter or digit): it names files, branches and Secrets"
+    ))
+}
+
+pub fn dns_label(v: &str) -> Reason {
+    if is_dns_label(v) {
+        return Ok(());
+    }
+    Err(format!(
+        "{v:?} is not a Kubernetes namespace: lowercase letters, digits and '-', at most 63 (e.g. flux-system)"
+    ))
+}
+
+pub fn dns_subdomain(v: &str) -> Reason {
+    if is_dns_subdomain(v) {
+        return Ok(());
+    }
+    Err(format!(
+        "{v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.', at most 253 (e.g. dev-kubeconfig)"
+    ))
+}
+
+/// A host name or an IP address, nothing around it: it is ssh's destination and the
+/// API server's default host.
+pub fn host(v: &str) -> Reason {
+    let fix = "write the node's host name or IP address alone (e.g. 10.0.0.1 or node1.example.org)";
+    if v.is_empty() {
+        return Err(format!("is empty: {fix}"));
+    }
+    if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err(format!(
+            "{v:?} contains a space or control character: {fix}"
+        ));
+    }
+    if v.contains("://") || v.contains('/') {
+        return Err(format!("{v:?} is a URL, not a host: {fix}"));
+    }
+    if v.contains('@') {
+        return Err(format!(
+            "{v:?} names a user: set ssh.user for that, and {fix}"
+        ));
+    }
+    if v.starts_with('-') {
+        return Err(format!("{v:?} starts with '-': {fix}"));
+    }
+    if v.parse::<IpAddr>().is_ok() {
+        return Ok(());
+    }
+    if v.contains(':') {
+        return Err(format!(
+            "{v:?} is not a host name or IP address (a port goes in ssh.port or api_server): {fix}"
+        ));
+    }
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && l.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+    };
+    if v.len() <= 253 && v.split('.').all(label_ok) {
+        return Ok(());
+    }
+    Err(format!("{v:?} is not a host name or IP address: {fix}"))
+}
+
+/// Given to ssh as the login name: nothing it or a shell could read as more.
+pub fn ssh_user(v: &str) -> Reason {
+    let plain = !v.is_empty()
+        && v.len() <= 256
+        && !v.starts_with('-')
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+    if plain {
+        return Ok(());
+    }
+    Err(format!(
+        "{v:?} is not a plain user name: letters, digits, '.', '_' and '-', not starting with '-' (e.g. spokekeeper)"
+    ))
+}
+
+pub fn port(p: u16) -> Reason {
+    if p == 0 {
+        return Err("is 0: a port is 1-65535 (ssh: usually 22)".into());
+    }
+    Ok(())
+}
+
+/// A path on the node, read with `cat PATH`.
+pub fn node_path(v: &str) -> Reason {
+    if !v.starts_with('/') {
+        return Err(format!(
+            "{v:?} must be an absolute path on the node (e.g. /etc/rancher/k3s/k3s.yaml)"
+        ));
+    }
+    if v.len() > 4096 || v.chars().any(char::is_control) {
+        return Err(format!(
+            "{v:?} must be a path without control characters (NUL, line breaks), at most 4096 bytes"
+        ));
+    }
+    Ok(())
+}
+
+/// A key of a Secret's data.
+pub fn secret_key(v: &str) -> Reason {
+    let ok = !v.is_empty()
+        && v.len() <= 253
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_'));
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "{v:?} is not a Secret data key: letters, digits, '-', '.' and '_' (e.g. value)"
+    ))
+}
+
+/// The spoke's API server as the hub reaches it.
+pub fn api_server(v: &str) -> Result<url::Url, String> {
+    let fix = "write https://HOST:PORT, e.g. https://api.dev.example.org:6443";
+    let u = url::Url::parse(v).map_err(|e| format!("{v:?} is not a URL ({e}): {fix}"))?;
+    if u.scheme() != "https" || u.host().is_none() {
+        return Err(format!("{v:?} must be an https:// URL with a host: {fix}"));
+    }
+    if u.port() == Some(0) {
+        return Err(format!("{v:?} has port 0: {fix}"));
+    }
+    if !u.username().is_empty() || u.password().is_some() {
+        return Err(format!(
+            "{v:?} carries a user or password: the credential is the kubeconfig's; {fix}"
+        ));
+    }
+    if u.query().is_some() || u.fragment().is_some() {
+        return Err(format!(
+            "{v:?} has a query or fragment, which the API does not take: {fix}"
+        ));
+    }
+    Ok(u)
+}
+
+pub fn positive(d: Duration, example: &str) -> Reason {
+    if d.is_zero() {
+        return Err(format!("must be longer than 0s: e.g. {example}"));
+    }
+    Ok(())
+}
+
+/// A remote's name or URL, given to `git fetch` and `git push`.
+pub fn remote(v: &str) -> Reason {
+    if v.is_empty() || v.starts_with('-') || v.chars().any(|c| c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "{v:?} must be a remote's name or URL, not starting with '-', without spaces (e.g. origin)"
+        ));
+    }
+    Ok(())
+}
+
+/// A branch name, by `git check-ref-format --branch`'s rules.
+pub fn branch(v: &str) -> Reason {
+    let fix = "(git check-ref-format rules; e.g. main)";
+    let bad = |why: &str| Err(format!("{v:?} is not a valid branch name: {why} {fix}"));
+    if v.is_empty() {
+        return bad("it is empty");
+    }
+    if v.starts_with('-') {
+        return bad("it starts with '-'");
+    }
+    if v == "@" || v == "HEAD" {
+        return bad("it is reserved");
+    }
+    if v.chars()
+        .any(|c| c.is_control() || matches!(c, ' ' | '~' | '^' | ':' | '?' | '*' | '[' | '\\'))
+    {
+        return bad("it contains a space, a control character or one of ~ ^ : ? * [ \\");
+    }
+    if v.contains("..") || v.contains("@{") || v.contains("//") {
+        return bad("it contains '..', '@{' or '//'");
+    }
+    if v.starts_with('/') || v.ends_with('/') || v.ends_with('.') {
+        return bad("it starts or ends with '/', or ends with '.'");
+    }
+    if v.split('/')
+        .any(|c| c.starts_with('.') || c.ends_with(".lock"))
+    {
+        return bad("a part starts with '.' or ends with '.lock'");
+    }
+    Ok(())
+}
+
+/// `Name <email>`, as git takes it.
+pub fn author(v: &str) -> Reason {
+    let parsed = v
+        .split_once('<')
+        .and_then(|(name, rest)| Some((name.trim(), rest.strip_suffix('>')?.trim())));
+    let ok = parsed.is_some_and(|(name, email)| {
+        !name.is_empty() && !email.is_empty() && !email.contains(['<', '>'])
+    }) && !v.chars().any(char::is_control);
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "{v:?} must be `Name <email>` on one line (e.g. spokekeeper <spokekeeper@example.org>)"
+    ))
+}
+
+/// A file in the fleet repo, relative to its root.
+pub fn output(p: &Path) -> Reason {
+    let fix = "write a relative path inside the repo, without '..' (e.g. fluxcd/dev-kubeconfig-sealed.yaml)";
+    let inside =
+        !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
+    if !inside {
+        return Err(format!(
+            "{:?} must be a relative path inside the repo: {fix}",
+            p.display()
+        ));
+    }
+    if p.components()
+        .any(|c| c.as_os_str().eq_ignore_ascii_case(".git"))
+    {
+        return Err(format!(
+            "{:?} is inside .git, git's own directory (hooks run code from there): {fix}",
+            p.display()
+        ));
+    }
+    if p.to_string_lossy().chars().any(char::is_control) {
+        return Err(format!(
+            "{:?} contains a control character: {fix}",
+            p.display()
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(check: fn(&str) -> Reason, good: &[&str], bad: &[&str]) {
+        for v in good {
+            assert_eq!(check(v), Ok(()), "{v:?} should pass");
+        }
+        for v in bad {
+            assert!(check(v).is_err(), "{v:?} should be refused");
+        }
+    }
+
+    #[test]
+    fn hosts() {
+        table(
+            host,
+            &[
+                "10.0.0.1",
+                "::1",
+                "fd00::5",
+                "node1",
+                "node-1.example.org",
+                "k3s_a.lan",
+            ],
+            &[
+                "",
+                " 10.0.0.1",
+                "10.0.0.1\n",
+                "-oProxyCommand=x",
+                "root@10.0.0.1",
+                "ssh://node1",
+                "https://node1:6443",
+                "node1:22",
+                "[::1]",
+                "node1/x",
+                "-node",
+                "node-.example.org",
+                "a..b",
+                "node;reboot",
+                "node$(id)",
+            ],
+        );
+    }
+
+    #[test]
+    fn ssh_users() {
+        table(
+            ssh_user,
+            &["root", "spokekeeper", "k3s.admin", "svc_1"],
+            &[
+                "", "-lroot", "a b", "a\tb", "a;b", "$(id)", "a`b`", "a@b", "a\nb", "é",
+            ],
+        );
+    }
+
+    #[test]
+    fn node_paths() {
+        table(
+            node_path,
+            &["/etc/rancher/k3s/k3s.yaml", "/etc/kubernetes/admin.conf"],
+            &["k3s.yaml", "", "-/x", "/etc/k3s\0.yaml", "/etc/k3s\n.yaml"],
+        );
+    }
+
+    #[test]
+    fn kubernetes_names() {
+        table(
+            dns_subdomain,
+            &["dev-kubeconfig", "a.b-c"],
+            &["", "Dev", "a_b", "-a", "a.", &"a".repeat(254)],
+        );
+        table(
+            dns_label,
+            &["flux-system", "a1"],
+            &["", "flux.system", "Flux", &"a".repeat(64)],
+        );
+        table(spoke_name, &["dev", "edge-1"], &["Dev_1", "a.b", "-a", ""]);
+        table(
+            secret_key,
+            &["value", "kubeconfig.yaml", "A_b-1"],
+            &["", "a/b", "a b", "ké"],
+        );
+    }
+
+    #[test]
+    fn api_servers() {
+        for good in [
+            "https://api.dev:6443",
+            "https://10.0.0.1:6443",
+            "https://[::1]:6443/k8s",
+        ] {
+            assert!(api_server(good).is_ok(), "{good}");
+        }
+        for bad in [
+            "http://x:6443",
+            "https://x:0",
+            "https://admin:pw@x:6443",
+            "https://u@x",
+            "https://x:6443?a=1",
+            "https://x:6443#f",
+            "x:6443",
+            "https://",
+        ] {
+            assert!(api_server(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn remotes_and_branches() {
+        table(
+            remote,
+            &[
+                "origin",
+                "git@example.org:fleet.git",
+                "https://example.org/fleet.git",
+            ],
+            &["", "-uorigin", "--upload-pack=x", "a b"],
+        );
+        table(
+            branch,
+            &["main", "release/1.2", "team-a/fleet_x"],
+            &[
+                "",
+                "-f",
+                "--force",
+                "a..b",
+                "a b",
+                "a~1",
+                "a^",
+                "a:b",
+                "a?",
+                "a*",
+                "a[",
+                "a\\b",
+                "a@{u}",
+                "/a",
+                "a/",
+                "a//b",
+                "a.",
+                ".a",
+                "a/.b",
+                "a.lock",
+                "a/b.lock/c",
+                "@",
+                "HEAD",
+                "a\u{7f}",
+            ],
+        );
+    }
+
+    #[test]
+    fn authors() {
+        table(
+            author,
+            &["spokekeeper <spokekeeper@example.org>", "A B <a@b>"],
+            &[
+                "spokekeeper",
+                "<a@b>",
+                "a <>",
+                "a <b",
+                "a <b>\nc <d>",
+                "a <b<c>",
+            ],
+        );
+    }
+
+    #[test]
+    fn outputs() {
+        for good in ["fluxcd/dev.yaml", "a.yaml", ".hidden/a.yaml"] {
+            assert_eq!(output(Path::new(good)), Ok(()), "{good}");
+        }
+        for bad in [
+            "",
+            "/etc/x.yaml",
+            "../x.yaml",
+            "a/../../x",
+            "./a.yaml",
+            ".git/hooks/post-commit",
+            "a/.GIT/config",
+            "a\nb.yaml",
+        ] {
+            assert!(output(Path::new(bad)).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn ports_and_durations() {
+        assert!(port(0).is_err());
+        assert_eq!(port(22), Ok(()));
+        assert!(positive(Duration::ZERO, "1s").is_err());
+        assert_eq!(positive(Duration::from_secs(1), "1s"), Ok(()));
+    }
+
+    #[test]
+    fn the_message_starts_with_the_key() {
+        let e = at("spokes[2].address", host("root@x")).unwrap_err();
+        assert_eq!(e.key, "spokes[2].address");
+        assert!(
+            e.message.starts_with("spokes[2].address \"root@x\""),
+            "{}",
+            e.message
+        );
+        assert!(e.message.contains("ssh.user"), "{}", e.message);
+    }
+
+    /// Loading refuses each bad value with its key, its line and the fix.
+    #[test]
+    fn load_refuses_each_bad_value_with_key_line_and_fix() {
+        const BASE: &str = "repo:\n  path: f\nsealing: {cert: c.pem}\nspokes:\n  - name: dev\n    address: 10.0.0.1\n";
+        let parse =
+            |text: &str| super::super::Config::parse(text, "s.yaml", Path::new("/etc/spokekeeper"));
+        parse(BASE).unwrap();
+        let spoke = |extra: &str| format!("{BASE}    {extra}\n");
+        let address = |a: &str| BASE.replace("10.0.0.1", a);
+        let repo = |extra: &str| BASE.replace("  path: f\n", &format!("  path: f\n  {extra}\n"));
+        let cases: Vec<(String, &[&str])> = vec![
+            (
+                address("root@10.0.0.1"),
+                &["line 6: spokes[0].address", "ssh.user"],
+            ),
+            (
+                address("\"-oProxyCommand=x\""),
+                &["line 6: spokes[0].address", "'-'"],
+            ),
+            (
+                address("https://node1"),
+                &["line 6: spokes[0].address", "URL"],
+            ),
+            (
+                address("\"node1 x\""),
+                &["line 6: spokes[0].address", "space"],
+            ),
+            (
+                address("node1:22"),
+                &["line 6: spokes[0].address", "ssh.port"],
+            ),
+            (
+                BASE.replace("name: dev", "name: Dev"),
+                &["line 5: spokes[0].name", "lowercase"],
+            ),
+            (
+                spoke("ssh: {user: \"-lroot\"}"),
+                &["line 7: spokes[0].ssh.user", "plain user name"],
+            ),
+            (spoke("ssh: {user: \"a;b\"}"), &["spokes[0].ssh.user"]),
+            (
+                spoke("ssh: {port: 0}"),
+                &["line 7", "port 0 is not 1-65535"],
+            ),
+            (
+                spoke("ssh: {port: 70000}"),
+                &["line 7", "port 70000 is not 1-65535"],
+            ),
+            (
+                spoke("ssh: {connect_timeout: 0s}"),
+                &["line 7: spokes[0].ssh.connect_timeout", "longer than 0s"],
+            ),
+            (
+                spoke("ssh: {command_timeout: 0s}"),
+                &["spokes[0].ssh.command_timeout"],
+            ),
+            (
+                spoke("kubeconfig_path: \"/etc/k3s\\0.yaml\""),
+                &["line 7: spokes[0].kubeconfig_path", "control"],
+            ),
+            (
+                spoke("kubeconfig_path: k3s.yaml"),
+                &["spokes[0].kubeconfig_path", "absolute"],
+            ),
+            (
+                spoke("secret: {name: Bad_Name}"),
+                &["line 7: spokes[0].secret.name", "e.g. dev-kubeconfig"],
+            ),
+            (
+                spoke("secret: {namespace: a.b}"),
+                &["spokes[0].secret.namespace", "flux-system"],
+            ),
+            (
+                spoke("secret: {key: a/b}"),
+                &["spokes[0].secret.key", "e.g. value"],
+            ),
+            (
+                spoke("api_server: https://x:0"),
+                &["line 7: spokes[0].api_server", "port 0"],
+            ),
+            (
+                spoke("api_server: https://u:p@x:6443"),
+                &["spokes[0].api_server", "password"],
+            ),
+            (
+                spoke("api_server: https://x:6443?a=b"),
+                &["spokes[0].api_server", "query"],
+            ),
+            (
+                spoke("api_server: http://x:6443"),
+                &["spokes[0].api_server", "https"],
+            ),
+            (
+                spoke("output: .git/hooks/post-commit"),
+                &["line 7: spokes[0].output", ".git"],
+            ),
+            (
+                spoke("output: ../x.yaml"),
+                &["spokes[0].output", "inside the repo"],
+            ),
+            (
+                format!("{BASE}ssh: {{user: \"a b\"}}\n"),
+                &["line 7: ssh.user", "plain user name"],
+            ),
+            (
+                format!("{BASE}ssh: {{connect_timeout: 0s}}\n"),
+                &["line 7: ssh.connect_timeout"],
+            ),
+            (
+                format!("{BASE}renew_before: 0s\n"),
+                &["line 7: renew_before", "longer than 0s"],
+            ),
+            (
+                format!("{BASE}verify_every: 0d\n"),
+                &["line 7: verify_every"],
+            ),
+            (
+                format!("{BASE}alerts: {{pending_review_after: 0s}}\n"),
+                &["line 7: alerts.pending_review_after"],
+            ),
+            (
+                format!("{BASE}alerts: {{warn_before: 0s, critical_before: 0s}}\n"),
+                &["line 7: alerts.warn_before"],
+            ),
+            (
+                repo("remote: --upload-pack=x"),
+                &["line 3: repo.remote", "'-'"],
+            ),
+            (
+                repo("branch: \"-f\""),
+                &["line 3: repo.branch", "check-ref-format"],
+            ),
+            (repo("branch: a..b"), &["line 3: repo.branch", "'..'"]),
+            (
+                repo("author: nobody"),
+                &["line 3: repo.author", "Name <email>"],
+            ),
+            (
+                format!(
+                    "{BASE}  - {{name: test, address: 10.0.0.2, output: fluxcd/dev-kubeconfig-sealed.yaml}}\n"
+                ),
+                &["line 7: spokes[1].output", "spokes[0]"],
+            ),
+            (
+                format!(
+                    "{BASE}  - {{name: test, address: 10.0.0.2, secret: {{name: dev-kubeconfig}}, output: t.yaml}}\n"
+                ),
+                &["line 7: spokes[1].secret.name", "spokes[0]"],
+            ),
+        ];
+        for (text, needles) in &cases {
+            let e = parse(text).expect_err(text).to_string();
+            assert!(e.starts_with("s.yaml: "), "{e}");
+            for n in *needles {
+                assert!(e.contains(n), "want {n:?} in: {e}\n--- for:\n{text}");
+            }
+        }
+    }
+}
