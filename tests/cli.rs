@@ -211,7 +211,7 @@ fn unseal_prints_json_when_asked() {
 #[test]
 fn rotate_shows_progress_on_a_terminal_and_nothing_extra_elsewhere() {
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
-    confirm_sealing_cert(&fleet.config);
+    support::trust::confirm_sealing_cert(&fleet.config);
     // Not a terminal: the table on stdout, nothing on stderr.
     let (code, out, err) = fleet.rotate(&["--all"]);
     assert_eq!(code, 0, "{out}{err}");
@@ -240,23 +240,4 @@ fn rotate_shows_progress_on_a_terminal_and_nothing_extra_elsewhere() {
     let json = on_a_terminal(&fleet.config, "-o json rotate --all");
     let report: Value = serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json:?}"));
     assert_eq!(report["spokes"].as_array().unwrap().len(), 2);
-}
-
-/// Sets `sealing.sha256` to the fleet's certificate, as an operator would, so the run has
-/// nothing to warn about and stderr holds only what the test looks for.
-fn confirm_sealing_cert(config: &std::path::Path) {
-    let text = std::fs::read_to_string(config).unwrap();
-    let cert = text
-        .lines()
-        .find_map(|l| l.trim().strip_prefix("cert: "))
-        .expect("sealing.cert in the fleet's config");
-    let pem = std::fs::read(cert.trim_matches('"')).unwrap();
-    let key = spokekeeper::seal::SealingKey::from_pem(&pem, cert, time::OffsetDateTime::now_utc())
-        .unwrap();
-    let text = text.replacen(
-        &format!("  cert: {cert}\n"),
-        &format!("  cert: {cert}\n  sha256: {}\n", key.fingerprint()),
-        1,
-    );
-    std::fs::write(config, text).unwrap();
 }

@@ -109,7 +109,7 @@ fn promtool_accepts_the_charts_rules_and_their_unit_tests_pass() {
     );
     assert!(check.status.success(), "{}", text(&check));
     assert!(
-        text(&check).contains("SUCCESS: 9 rules found"),
+        text(&check).contains("SUCCESS: 10 rules found"),
         "{}",
         text(&check)
     );

@@ -26,6 +26,7 @@ pub mod git;
 pub mod logs;
 pub mod peers;
 mod sshd;
+pub mod trust;
 
 use std::fs;
 use std::net::{IpAddr, SocketAddr};
