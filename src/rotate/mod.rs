@@ -755,8 +755,8 @@ mod tests {
         assert_eq!(title, "dev: rotate kubeconfig: initial credential");
         assert!(
             body.contains("admin Signed\\-off\\-by: x \\<script\\>alert\\(1\\)\\</script\\> @&#8203;org/admins")
-                && body.contains("\\[merge me\\]\\(https://evil\\.example\\)")
-                && body.contains("\\# Approved"),
+                && body.contains("\\[merge me\\]\\(https:&#8203;//evil\\.example\\)")
+                && body.contains("\\#&#8203; Approved"),
             "{body}"
         );
         assert!(
