@@ -357,7 +357,14 @@ async fn plaintext_guard_ignores_diff_attributes() {
         // A textconv that shows nothing, and an external diff that prints nothing.
         git(clone, &["config", "diff.hide.textconv", "true"]);
         git(clone, &["config", "diff.external", "true"]);
-        let repo = open(clone).await;
+        // Review commits are signed: the last one needs repo.signing_key.
+        let signing = support::git::signing_key(&_d.path().join("signing-key"));
+        let repo = Repo::open(&RepoConfig {
+            signing_key: Some(signing),
+            ..config(clone)
+        })
+        .await
+        .unwrap();
         repo.sync().await.unwrap();
         let head = git(clone, &["rev-parse", "HEAD"]);
         let rel = Path::new("fluxcd/dev.yaml");

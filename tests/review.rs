@@ -1196,7 +1196,7 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     assert_ne!(code, 0, "{out}");
     assert!(
         err.contains("repo.signing_key is required")
-            && err.contains("(line ")
+            && err.contains(": line ")
             && err.contains("ssh-keygen -t ed25519 -N '' -C spokekeeper"),
         "{err}"
     );
@@ -1218,7 +1218,7 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     assert!(
         err.contains("repo.signing_key")
             && err.contains("has a passphrase")
-            && err.contains("(line "),
+            && err.contains(": line "),
         "{err}"
     );
     assert!(r.branch_head(0).is_none(), "nothing was pushed");
