@@ -252,7 +252,7 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
         None,
         "the working tree has no trace of it"
     );
-    assert!(!repo.merged(&first, rel).await);
+    assert!(!repo.merged(branch, &first, rel).await);
     assert!(
         support::git::verifies_with(&remote, &key, &first),
         "signed with repo.signing_key"
