@@ -460,6 +460,9 @@ impl Repo {
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_SSH_VARIANT", "ssh")
             .env("LC_ALL", "C")
+            // refs/replace/* could make verify-commit and cat-file see another object
+            // than the id names.
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
             .envs(env.iter().copied())
             .stdin(if input.is_some() {
                 Stdio::piped()

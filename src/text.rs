@@ -31,15 +31,39 @@ pub fn one_line(s: &str, max: usize) -> String {
 }
 
 /// `s` as literal text in Markdown (CommonMark, GitHub, GitLab, Gitea): every ASCII
-/// punctuation mark that Markdown or HTML could act on is backslash-escaped, and an `@`
-/// is followed by a zero-width space so it mentions no one.
+/// punctuation mark that Markdown or HTML could act on is backslash-escaped. Autolinks
+/// and references are found in the rendered text, after escapes are gone, so they are
+/// broken with a zero-width space instead (a backslash before `:` would not help:
+/// cmark-gfm merges the text back before it looks for links): after `@` (mentions), `#`
+/// and `!` (issue and merge request references), after a `:` before `/`
+/// (`http://...`), and before the dot of `www.`.
 pub fn markdown(s: &str) -> String {
+    const ZWSP: &str = "&#8203;";
     let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
         match c {
-            '@' => out.push_str("@&#8203;"),
-            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '#' | '+' | '-' | '.'
-            | '!' | '|' | '<' | '>' | '~' | '&' | '=' | '$' => {
+            '@' => {
+                out.push('@');
+                out.push_str(ZWSP);
+            }
+            '#' | '!' => {
+                out.push('\\');
+                out.push(c);
+                out.push_str(ZWSP);
+            }
+            ':' => {
+                out.push(':');
+                if chars.peek() == Some(&'/') {
+                    out.push_str(ZWSP);
+                }
+            }
+            '.' if out.to_ascii_lowercase().ends_with("www") => {
+                out.push_str(ZWSP);
+                out.push_str("\\.");
+            }
+            '\\' | '`' | '*' | '_' | '{' | '}' | '[' | ']' | '(' | ')' | '+' | '-' | '.' | '|'
+            | '<' | '>' | '~' | '&' | '=' | '$' => {
                 out.push('\\');
                 out.push(c);
             }
@@ -111,10 +135,60 @@ mod tests {
         assert_eq!(markdown("<script>x</script>"), "\\<script\\>x\\</script\\>");
         assert_eq!(
             markdown("[click](https://e.x) **b** `c` # h"),
-            "\\[click\\]\\(https://e\\.x\\) \\*\\*b\\*\\* \\`c\\` \\# h"
+            "\\[click\\]\\(https:&#8203;//e\\.x\\) \\*\\*b\\*\\* \\`c\\` \\#&#8203; h"
         );
         assert_eq!(markdown("a\\b &lt;"), "a\\\\b \\&lt;");
         assert_eq!(markdown("plain words 123"), "plain words 123");
+    }
+
+    /// What a renderer shows for `markdown`'s output: escapes gone, the zero-width
+    /// space as a character. cmark-gfm merges text nodes before it looks for autolinks,
+    /// so a backslash escape alone does not stop one.
+    fn rendered(s: &str) -> String {
+        let s = s.replace("&#8203;", "\u{200B}");
+        let mut out = String::new();
+        let mut chars = s.chars();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => out.extend(chars.next()),
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn urls_and_references_are_not_links() {
+        for text in [
+            "see http://16909060/x",
+            "HTTPS://evil.example/a",
+            "ftp://h/x",
+            "go to www.evil.example now",
+            "fixes #123 and org/fleet#4",
+            "see !7",
+        ] {
+            let shown = rendered(&markdown(text));
+            assert_eq!(
+                shown.replace('\u{200B}', ""),
+                text,
+                "the text reads the same"
+            );
+            let lower = shown.to_ascii_lowercase();
+            assert!(!lower.contains("://"), "{shown:?}");
+            assert!(!lower.contains("www."), "{shown:?}");
+            assert!(
+                !shown
+                    .as_bytes()
+                    .windows(2)
+                    .any(|w| matches!(w[0], b'#' | b'!') && w[1].is_ascii_alphanumeric()),
+                "{shown:?}"
+            );
+        }
+        assert_eq!(
+            markdown("sha256:ab"),
+            "sha256:ab",
+            "a fingerprint stays whole"
+        );
     }
 
     #[test]

@@ -252,7 +252,7 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
         None,
         "the working tree has no trace of it"
     );
-    assert!(!repo.merged(&first, rel).await);
+    assert!(!repo.merged(branch, &first, rel).await);
     assert!(
         support::git::verifies_with(&remote, &key, &first),
         "signed with repo.signing_key"
@@ -357,7 +357,14 @@ async fn plaintext_guard_ignores_diff_attributes() {
         // A textconv that shows nothing, and an external diff that prints nothing.
         git(clone, &["config", "diff.hide.textconv", "true"]);
         git(clone, &["config", "diff.external", "true"]);
-        let repo = open(clone).await;
+        // Review commits are signed: the last one needs repo.signing_key.
+        let signing = support::git::signing_key(&_d.path().join("signing-key"));
+        let repo = Repo::open(&RepoConfig {
+            signing_key: Some(signing),
+            ..config(clone)
+        })
+        .await
+        .unwrap();
         repo.sync().await.unwrap();
         let head = git(clone, &["rev-parse", "HEAD"]);
         let rel = Path::new("fluxcd/dev.yaml");

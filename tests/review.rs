@@ -659,14 +659,16 @@ async fn check_and_the_table_show_pending_reviews_and_their_age() {
 fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after() {
     // Nothing usable on the target branch (never merged), the fix open for 5 hours.
     let r = review(Kind::Gitlab, 1, "");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     std::fs::write(
         &r.fleet.config,
         format!("{yaml}alerts:\n  pending_review_after: 4h\n"),
     )
     .unwrap();
-    r.forge
-        .insert_pull("spokekeeper/spoke0", "main", Duration::from_secs(5 * 3600));
+    r.forge.backdate(1, Duration::from_secs(5 * 3600));
+    let before = r.forge.seen().len();
     let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
     let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
     assert_eq!(code, 2, "{json}");
@@ -683,8 +685,57 @@ fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after(
         "{review}"
     );
     assert!(
-        r.forge.seen().iter().all(|s| s.method == "GET"),
+        r.forge.seen()[before..].iter().all(|s| s.method == "GET"),
         "check only reads"
+    );
+}
+
+/// F2: `check` endorses a pull request only when the forge shows the commit this clone
+/// pushed (and it passes provenance). A branch and pull request made by someone else
+/// are "unverified", never a validated fix.
+#[test]
+fn check_calls_a_pull_request_it_did_not_push_unverified() {
+    let r = review(Kind::Github, 1, "");
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    std::fs::write(
+        &r.fleet.config,
+        format!("{yaml}alerts:\n  pending_review_after: 4h\n"),
+    )
+    .unwrap();
+    let foreign = r.push_foreign(
+        0,
+        &[(
+            "fluxcd/spoke0-kubeconfig-sealed.yaml",
+            "kind: SealedSecret\n",
+        )],
+        None,
+    );
+    r.forge
+        .insert_pull("spokekeeper/spoke0", "main", Duration::from_secs(5 * 3600));
+    let (_, out, err) = r.fleet.run(&["check", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let findings = json["findings"].as_array().unwrap();
+    assert!(
+        findings.iter().all(|f| f["cert"] != "review"),
+        "not a pending review: {json}"
+    );
+    let shown = out.to_lowercase();
+    assert!(!shown.contains("validated"), "{out}");
+    let unverified = findings
+        .iter()
+        .find(|f| f.to_string().contains("unverified pull request"))
+        .unwrap_or_else(|| panic!("{json}"));
+    assert!(
+        unverified
+            .to_string()
+            .contains("https://github.com/org/fleet/pull/1"),
+        "{unverified}"
+    );
+    assert!(
+        unverified
+            .to_string()
+            .contains("no record of spokekeeper pushing"),
+        "{unverified} ({foreign})"
     );
 }
 
@@ -1071,10 +1122,22 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
         .commit_on_target(rel, b"kind: SealedSecret\n", "dev: rotate")
         .await
         .unwrap();
-    assert_eq!(repo.provenance(&ours, rel).await, Ok(()));
+    assert_eq!(
+        repo.provenance("spokekeeper/dev", &ours, rel).await,
+        Err(Untrusted::NoRecord),
+        "not pushed yet"
+    );
+    repo.push_branch("spokekeeper/dev", &ours, None)
+        .await
+        .unwrap();
+    assert_eq!(repo.provenance("spokekeeper/dev", &ours, rel).await, Ok(()));
     assert!(matches!(
-        repo.provenance(&ours, Path::new("fluxcd/prod-kubeconfig-sealed.yaml"))
-            .await,
+        repo.provenance(
+            "spokekeeper/dev",
+            &ours,
+            Path::new("fluxcd/prod-kubeconfig-sealed.yaml")
+        )
+        .await,
         Err(Untrusted::Changes { .. })
     ));
 
@@ -1126,14 +1189,14 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
                 repo.remote_branch_head("spokekeeper/t").await,
                 Some(head.clone())
             );
-            repo.provenance(&head, rel).await
+            repo.provenance("spokekeeper/t", &head, rel).await
         }
     };
     let file = [(rel.to_str().unwrap(), "kind: SealedSecret\nv: 2\n")];
     assert_eq!(
         check(commit(&file, Some(&key), &[])).await,
-        Ok(()),
-        "signed in another clone"
+        Err(Untrusted::NoRecord),
+        "signed with the key in another clone, but not pushed by this one"
     );
     assert_eq!(
         check(commit(&file, None, &[])).await,
@@ -1180,7 +1243,10 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
             .await,
         Err(RepoError::NoSigningKey)
     ));
-    assert_eq!(unsigned.provenance(&ours, rel).await, Err(Untrusted::NoKey));
+    assert_eq!(
+        unsigned.provenance("spokekeeper/dev", &ours, rel).await,
+        Err(Untrusted::NoKey)
+    );
     let _ = remote;
 }
 
@@ -1196,7 +1262,7 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     assert_ne!(code, 0, "{out}");
     assert!(
         err.contains("repo.signing_key is required")
-            && err.contains("(line ")
+            && err.contains(": line ")
             && err.contains("ssh-keygen -t ed25519 -N '' -C spokekeeper"),
         "{err}"
     );
@@ -1218,8 +1284,357 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     assert!(
         err.contains("repo.signing_key")
             && err.contains("has a passphrase")
-            && err.contains("(line "),
+            && err.contains(": line "),
         "{err}"
     );
     assert!(r.branch_head(0).is_none(), "nothing was pushed");
+}
+
+/// A clone (clones[0]) opened as spokekeeper's, signing with a fresh key, beside a
+/// second clone (clones[1]) for someone else's pushes.
+async fn lib_repo(
+    dir: &Path,
+) -> (
+    spokekeeper::repo::Repo,
+    Vec<std::path::PathBuf>,
+    std::path::PathBuf,
+) {
+    use spokekeeper::config::RepoConfig;
+    let (_, clones) = support::git::fleet_remote(dir, 2);
+    let key = signing_key(&dir.join("signing-key"));
+    let repo = spokekeeper::repo::Repo::open(&RepoConfig {
+        path: clones[0].clone(),
+        remote: "origin".into(),
+        branch: "main".into(),
+        author: Some("spokekeeper <spokekeeper@example.org>".into()),
+        push: true,
+        mode: Default::default(),
+        forge: None,
+        signing_key: Some(key.clone()),
+    })
+    .await
+    .unwrap();
+    repo.sync().await.unwrap();
+    (repo, clones, key)
+}
+
+/// F1: an older commit spokekeeper signed for the same spoke, pushed back over the one
+/// it pushed last, or its last commit re-encoded with a junk `gpgsig-sha256` header
+/// (a new id, the signature still good), is not trusted: only the exact commit this
+/// clone recorded when it pushed is.
+#[tokio::test]
+async fn provenance_needs_the_exact_commit_this_clone_pushed_last() {
+    use spokekeeper::repo::Untrusted;
+    let dir = support::scratch_dir();
+    let (repo, clones, key) = lib_repo(dir.path()).await;
+    let (branch, rel) = (
+        "spokekeeper/dev",
+        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
+    );
+    let c1 = repo
+        .commit_on_target(rel, b"kind: SealedSecret\nv: 1\n", "dev: rotate")
+        .await
+        .unwrap();
+    repo.push_branch(branch, &c1, None).await.unwrap();
+    let c2 = repo
+        .commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "dev: rotate")
+        .await
+        .unwrap();
+    repo.push_branch(branch, &c2, Some(&c1)).await.unwrap();
+    assert_eq!(repo.provenance(branch, &c2, rel).await, Ok(()));
+
+    let force = |commit: &str| {
+        let spec = format!("+{commit}:refs/heads/{branch}");
+        git(&clones[0], &["push", "--quiet", "origin", &spec]);
+    };
+    force(&c1);
+    repo.fetch_review_branches().await.unwrap();
+    assert_eq!(repo.remote_branch_head(branch).await, Some(c1.clone()));
+    assert!(verifies_with(&clones[0], &key, &c1), "c1 is really signed");
+    assert_eq!(
+        repo.provenance(branch, &c1, rel).await,
+        Err(Untrusted::NotPushed {
+            recorded: c2.clone()
+        }),
+        "a replayed older commit"
+    );
+
+    let raw = git(&clones[0], &["cat-file", "commit", &c2]);
+    let (head, rest) = raw.split_once("\ngpgsig ").expect("a signed commit");
+    let junk = format!("{head}\ngpgsig-sha256 junk\ngpgsig {rest}");
+    let mut hash = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&clones[0])
+        .args(["hash-object", "-t", "commit", "-w", "--stdin"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    hash.stdin
+        .take()
+        .unwrap()
+        .write_all(junk.as_bytes())
+        .unwrap();
+    let out = hash.wait_with_output().unwrap();
+    assert!(out.status.success());
+    let c2x = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert_ne!(c2x, c2);
+    assert!(
+        verifies_with(&clones[0], &key, &c2x),
+        "the signature survives the junk header"
+    );
+    force(&c2x);
+    repo.fetch_review_branches().await.unwrap();
+    assert_eq!(
+        repo.provenance(branch, &c2x, rel).await,
+        Err(Untrusted::NotPushed { recorded: c2 }),
+        "a re-encoded commit"
+    );
+}
+
+/// H1: a replace ref in the clone (`git replace ATTACKER OURS`) does not make an
+/// unsigned commit verify as spokekeeper's.
+#[tokio::test]
+async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
+    use spokekeeper::repo::Untrusted;
+    let dir = support::scratch_dir();
+    let (repo, clones, _) = lib_repo(dir.path()).await;
+    let (branch, rel) = (
+        "spokekeeper/dev",
+        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
+    );
+    let ours = repo
+        .commit_on_target(rel, b"kind: SealedSecret\n", "dev: rotate")
+        .await
+        .unwrap();
+    repo.push_branch(branch, &ours, None).await.unwrap();
+    let work = &clones[1];
+    std::fs::create_dir_all(work.join("fluxcd")).unwrap();
+    std::fs::write(work.join(rel), "kind: SealedSecret\nforged: 1\n").unwrap();
+    git(work, &["add", rel.to_str().unwrap()]);
+    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
+    git(
+        work,
+        &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
+    );
+    let theirs = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+    let spec = format!("+{theirs}:refs/heads/{branch}");
+    git(work, &["push", "--quiet", "origin", &spec]);
+    repo.fetch_review_branches().await.unwrap();
+    git(&clones[0], &["replace", &theirs, &ours]);
+    assert_eq!(
+        repo.provenance(branch, &theirs, rel).await,
+        Err(Untrusted::Unsigned),
+        "verify-commit reads the commit itself, not its replacement"
+    );
+}
+
+/// F3: a branch that leaves the spoke's file as on the target branch but adds another
+/// file counts as merged only when it is spokekeeper's own (a squash merge); anyone
+/// else's is not merged, so it is not ignored.
+#[tokio::test]
+async fn merged_by_content_needs_spokekeepers_own_commit() {
+    let dir = support::scratch_dir();
+    let (repo, clones, _) = lib_repo(dir.path()).await;
+    let (branch, rel) = (
+        "spokekeeper/dev",
+        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
+    );
+    let work = &clones[1];
+    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
+    let commit_files = |files: &[(&Path, &str)], to: &str| -> String {
+        for (path, text) in files {
+            std::fs::create_dir_all(work.join(path).parent().unwrap()).unwrap();
+            std::fs::write(work.join(path), text).unwrap();
+            git(work, &["add", path.to_str().unwrap()]);
+        }
+        git(
+            work,
+            &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
+        );
+        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+        git(
+            work,
+            &[
+                "push",
+                "--quiet",
+                "--force",
+                "origin",
+                &format!("HEAD:{to}"),
+            ],
+        );
+        head
+    };
+    // spokekeeper's branch, squash-merged: main gets the same file in a new commit.
+    let ours = repo
+        .commit_on_target(rel, b"kind: SealedSecret\nv: 1\n", "dev: rotate")
+        .await
+        .unwrap();
+    repo.push_branch(branch, &ours, None).await.unwrap();
+    commit_files(&[(rel, "kind: SealedSecret\nv: 1\n")], "refs/heads/main");
+    repo.sync().await.unwrap();
+    assert!(repo.merged(branch, &ours, rel).await, "squash-merged");
+
+    // Someone else's branch: the spoke's file as on main, plus a Flux manifest.
+    let backdoor = commit_files(
+        &[(Path::new("fluxcd/backdoor.yaml"), "kind: Kustomization\n")],
+        &format!("refs/heads/{branch}"),
+    );
+    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
+    repo.fetch_review_branches().await.unwrap();
+    assert_eq!(
+        repo.remote_branch_head(branch).await,
+        Some(backdoor.clone())
+    );
+    assert!(
+        !repo.merged(branch, &backdoor, rel).await,
+        "the same file is not enough"
+    );
+
+    // Anything already in main is merged, whoever made it.
+    let on_main = commit_files(&[(Path::new("README.md"), "x\n")], "refs/heads/main");
+    repo.sync().await.unwrap();
+    assert!(repo.merged(branch, &on_main, rel).await);
+}
+
+/// F1: a commit signed with spokekeeper's key that is not the one this clone pushed
+/// last (an older rotation of the same spoke, pushed back) is replaced, not endorsed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_replayed_signed_commit_is_replaced_not_endorsed() {
+    let r = review(Kind::Github, 1, "");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let pushed = r.branch_head(0).unwrap();
+    let file = "fluxcd/spoke0-kubeconfig-sealed.yaml";
+    let ours = git(&r.fleet.remote, &["show", &format!("{pushed}:{file}")]);
+    let replay = r.push_foreign(0, &[(file, &ours)], Some(&r.signing_key));
+    assert!(verifies_with(&r.fleet.remote, &r.signing_key, &replay));
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let s = spoke(&report, 0);
+    assert_eq!(s["action"], "pending", "{report}");
+    let head = r.branch_head(0).unwrap();
+    assert!(head != replay && head != pushed, "{report}");
+    assert_eq!(
+        s["commit"],
+        head.as_str(),
+        "re-extracted and pushed: {report}"
+    );
+    let body = &r.forge.open_pulls()[0].body;
+    assert!(
+        body.starts_with(&format!(
+            "replaced branch head {replay}: not the commit spokekeeper last pushed to it"
+        )) && body.ends_with(&format!("head {head}, signed by spokekeeper\n")),
+        "{body}"
+    );
+}
+
+/// F1: a clone with no record of its pushes (a new clone) does not trust the branches
+/// it finds: it replaces each once, says why, and trusts its own from then on.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_clone_without_a_record_replaces_the_branch_once() {
+    let r = review(Kind::Gitea, 1, "");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let first = r.branch_head(0).unwrap();
+    git(
+        &r.fleet.clone,
+        &["update-ref", "-d", "refs/spokekeeper/pushed/spoke0"],
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let second = r.branch_head(0).unwrap();
+    assert_ne!(second, first);
+    assert_eq!(spoke(&report, 0)["commit"], second.as_str(), "{report}");
+    assert!(
+        err.contains(&first) && err.contains("this clone has no record"),
+        "{err}"
+    );
+    let body = &r.forge.open_pulls()[0].body;
+    assert!(
+        body.starts_with(&format!(
+            "replaced branch head {first}: this clone has no record"
+        )),
+        "{body}"
+    );
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "pending", "{report}");
+    assert_eq!(spoke(&report, 0)["commit"], Value::Null, "{report}");
+    assert_eq!(
+        spoke(&report, 0)["change"],
+        Value::Null,
+        "the body, with its note, is left as it is: {report}"
+    );
+    assert!(
+        r.forge.open_pulls()[0]
+            .body
+            .starts_with("replaced branch head ")
+    );
+    assert_eq!(r.branch_head(0).as_deref(), Some(second.as_str()));
+}
+
+/// F2: a pull request spokekeeper did not open (someone else opened it from
+/// spokekeeper's branch, with their own title and body) gets spokekeeper's title and
+/// body, naming the verified head.
+#[test]
+fn an_adopted_pull_request_gets_spokekeepers_title_and_body() {
+    let r = review(Kind::Github, 1, "");
+    std::fs::write(&r.token_file, "wrong-token\n").unwrap();
+    let (code, report, _) = r.rotate();
+    assert_eq!(code, 1, "the forge refused: {report}");
+    let head = r.branch_head(0).expect("the branch is pushed");
+    std::fs::write(&r.token_file, format!("{TOKEN}\n")).unwrap();
+    r.forge
+        .insert_pull("spokekeeper/spoke0", "main", Duration::from_secs(60));
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "pending", "{report}");
+    assert_eq!(spoke(&report, 0)["change"], "updated", "{report}");
+    let pulls = r.forge.open_pulls();
+    assert_eq!(pulls.len(), 1, "{pulls:?}");
+    assert_eq!(
+        pulls[0].title,
+        "spoke0: rotate kubeconfig: initial credential"
+    );
+    assert!(
+        pulls[0]
+            .body
+            .ends_with(&format!("head {head}, signed by spokekeeper\n")),
+        "{}",
+        pulls[0].body
+    );
+    // Written once: the next tick finds the text in place.
+    let patches = r.forge.count("PATCH");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], Value::Null, "{report}");
+    assert_eq!(r.forge.count("PATCH"), patches);
+}
+
+/// F2: a pull request whose head on the forge is not the commit spokekeeper pushed
+/// and verified is not reported as pending.
+#[test]
+fn a_pull_request_showing_another_head_is_not_endorsed() {
+    let r = review(Kind::Gitlab, 1, "");
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    let head = r.branch_head(0).unwrap();
+    let other = "1".repeat(40);
+    r.forge.show_head(1, &other);
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 1, "{report}\n{err}");
+    let s = spoke(&report, 0);
+    assert_eq!(
+        (s["action"].as_str(), s["stage"].as_str()),
+        (Some("failed"), Some("review")),
+        "{report}"
+    );
+    let e = s["error"].as_str().unwrap();
+    assert!(
+        e.contains("unverified pull request")
+            && e.contains(&format!("the forge shows head {other}, not {head}")),
+        "{e}"
+    );
 }

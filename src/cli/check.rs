@@ -80,7 +80,7 @@ pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> Exit
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();
         let reviews = match config.repo.mode {
-            RepoMode::PullRequest => Some(review::open_reviews(&config, &names).await),
+            RepoMode::PullRequest => Some(review::open_reviews(&config, &repo, &names).await),
             RepoMode::Direct => None,
         };
         Ok::<_, String>((seen, reviews))

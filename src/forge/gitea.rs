@@ -4,11 +4,18 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Forge, ForgeError, Proposal, PullRequest, pull_request};
+use super::{Forge, ForgeError, Keys, Open, Proposal, PullRequest, pull_request};
 
 const PAGE: usize = 50;
 /// Pages of open pull requests searched for the branch (PAGE each).
 const MAX_PAGES: usize = 20;
+
+const KEYS: Keys = Keys {
+    number: "number",
+    url: "html_url",
+    head: "/head/sha",
+    body: "body",
+};
 
 fn repo(f: &Forge) -> String {
     format!("{}/repos/{}", f.api, f.repository)
@@ -18,7 +25,7 @@ pub(super) async fn find_open(
     f: &Forge,
     branch: &str,
     base: &str,
-) -> Result<Option<PullRequest>, ForgeError> {
+) -> Result<Option<Open>, ForgeError> {
     let what = "listing open pull requests";
     for page in 1..=MAX_PAGES {
         let url = format!("{}/pulls?state=open&limit={PAGE}&page={page}", repo(f));
@@ -30,7 +37,7 @@ pub(super) async fn find_open(
                 p.pointer("/head/ref").and_then(Value::as_str) == Some(branch)
                     && p.pointer("/base/ref").and_then(Value::as_str) == Some(base)
             })
-            .find_map(|p| pull_request(p, "number", "html_url"));
+            .find_map(|p| pull_request(p, &KEYS));
         if found.is_some() || list.len() < PAGE {
             return Ok(found);
         }
@@ -67,7 +74,7 @@ async fn label_ids(f: &Forge) -> Result<Vec<u64>, ForgeError> {
 }
 
 /// None: one already exists (409).
-pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullRequest>, ForgeError> {
+pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<Open>, ForgeError> {
     let what = "opening the pull request";
     let mut body = json!({"head": p.branch, "base": p.base, "title": p.title, "body": p.body});
     if !f.labels.is_empty() {
@@ -85,10 +92,10 @@ pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullReq
         return Ok(None);
     }
     let pr = match a.status.as_u16() {
-        201 => pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))?,
+        201 => pull_request(&a.body, &KEYS).ok_or_else(|| f.unexpected(what, &a))?,
         _ => return Err(f.unexpected(what, &a)),
     };
-    f.request_reviewers(&repo(f), pr.number).await;
+    f.request_reviewers(&repo(f), pr.pr.number).await;
     Ok(Some(pr))
 }
 
@@ -96,7 +103,7 @@ pub(super) async fn update(
     f: &Forge,
     pr: &PullRequest,
     p: &Proposal<'_>,
-) -> Result<PullRequest, ForgeError> {
+) -> Result<Open, ForgeError> {
     let what = "updating the pull request";
     let url = format!("{}/pulls/{}", repo(f), pr.number);
     let body = json!({"title": p.title, "body": p.body});
@@ -104,5 +111,5 @@ pub(super) async fn update(
     if a.status.as_u16() != 201 && a.status.as_u16() != 200 {
         return Err(f.unexpected(what, &a));
     }
-    pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))
+    pull_request(&a.body, &KEYS).ok_or_else(|| f.unexpected(what, &a))
 }

@@ -3,7 +3,14 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Forge, ForgeError, Proposal, PullRequest, encode, pull_request};
+use super::{Forge, ForgeError, Keys, Open, Proposal, PullRequest, encode, pull_request};
+
+const KEYS: Keys = Keys {
+    number: "number",
+    url: "html_url",
+    head: "/head/sha",
+    body: "body",
+};
 
 fn repo(f: &Forge) -> String {
     format!("{}/repos/{}", f.api, f.repository)
@@ -17,7 +24,7 @@ pub(super) async fn find_open(
     f: &Forge,
     branch: &str,
     base: &str,
-) -> Result<Option<PullRequest>, ForgeError> {
+) -> Result<Option<Open>, ForgeError> {
     let url = format!(
         "{}/pulls?state=open&head={}&base={}",
         repo(f),
@@ -30,11 +37,11 @@ pub(super) async fn find_open(
     Ok(list
         .iter()
         .filter(|p| p.pointer("/head/ref").and_then(Value::as_str) == Some(branch))
-        .find_map(|p| pull_request(p, "number", "html_url")))
+        .find_map(|p| pull_request(p, &KEYS)))
 }
 
 /// None: one already exists (422).
-pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullRequest>, ForgeError> {
+pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<Open>, ForgeError> {
     let what = "opening the pull request";
     let body = json!({"title": p.title, "head": p.branch, "base": p.base, "body": p.body});
     let a = f
@@ -49,16 +56,16 @@ pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullReq
         return Ok(None);
     }
     let pr = match a.status.as_u16() {
-        201 => pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))?,
+        201 => pull_request(&a.body, &KEYS).ok_or_else(|| f.unexpected(what, &a))?,
         _ => return Err(f.unexpected(what, &a)),
     };
     if !f.labels.is_empty() {
-        let url = format!("{}/issues/{}/labels", repo(f), pr.number);
+        let url = format!("{}/issues/{}/labels", repo(f), pr.pr.number);
         let body = json!({"labels": f.labels});
-        f.extra(Method::POST, &url, &body, "adding labels", pr.number)
+        f.extra(Method::POST, &url, &body, "adding labels", pr.pr.number)
             .await;
     }
-    f.request_reviewers(&repo(f), pr.number).await;
+    f.request_reviewers(&repo(f), pr.pr.number).await;
     Ok(Some(pr))
 }
 
@@ -66,7 +73,7 @@ pub(super) async fn update(
     f: &Forge,
     pr: &PullRequest,
     p: &Proposal<'_>,
-) -> Result<PullRequest, ForgeError> {
+) -> Result<Open, ForgeError> {
     let what = "updating the pull request";
     let url = format!("{}/pulls/{}", repo(f), pr.number);
     let body = json!({"title": p.title, "body": p.body});
@@ -74,5 +81,5 @@ pub(super) async fn update(
     if a.status.as_u16() != 200 {
         return Err(f.unexpected(what, &a));
     }
-    pull_request(&a.body, "number", "html_url").ok_or_else(|| f.unexpected(what, &a))
+    pull_request(&a.body, &KEYS).ok_or_else(|| f.unexpected(what, &a))
 }

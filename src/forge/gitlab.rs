@@ -3,7 +3,14 @@
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use super::{Forge, ForgeError, Proposal, PullRequest, encode, pull_request};
+use super::{Forge, ForgeError, Keys, Open, Proposal, PullRequest, encode, pull_request};
+
+const KEYS: Keys = Keys {
+    number: "iid",
+    url: "web_url",
+    head: "/sha",
+    body: "description",
+};
 
 fn mrs(f: &Forge) -> String {
     format!(
@@ -17,7 +24,7 @@ pub(super) async fn find_open(
     f: &Forge,
     branch: &str,
     base: &str,
-) -> Result<Option<PullRequest>, ForgeError> {
+) -> Result<Option<Open>, ForgeError> {
     let url = format!(
         "{}?state=opened&source_branch={}&target_branch={}",
         mrs(f),
@@ -30,11 +37,11 @@ pub(super) async fn find_open(
     Ok(list
         .iter()
         .filter(|m| m.get("source_branch").and_then(Value::as_str) == Some(branch))
-        .find_map(|m| pull_request(m, "iid", "web_url")))
+        .find_map(|m| pull_request(m, &KEYS)))
 }
 
 /// None: one already exists (409).
-pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullRequest>, ForgeError> {
+pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<Open>, ForgeError> {
     let what = "opening the merge request";
     let mut body = json!({
         "source_branch": p.branch,
@@ -55,7 +62,7 @@ pub(super) async fn create(f: &Forge, p: &Proposal<'_>) -> Result<Option<PullReq
         return Ok(None);
     }
     match a.status.as_u16() {
-        201 => pull_request(&a.body, "iid", "web_url")
+        201 => pull_request(&a.body, &KEYS)
             .map(Some)
             .ok_or_else(|| f.unexpected(what, &a)),
         _ => Err(f.unexpected(what, &a)),
@@ -66,7 +73,7 @@ pub(super) async fn update(
     f: &Forge,
     pr: &PullRequest,
     p: &Proposal<'_>,
-) -> Result<PullRequest, ForgeError> {
+) -> Result<Open, ForgeError> {
     let what = "updating the merge request";
     let url = format!("{}/{}", mrs(f), pr.number);
     let body = json!({"title": p.title, "description": p.body});
@@ -74,5 +81,5 @@ pub(super) async fn update(
     if a.status.as_u16() != 200 {
         return Err(f.unexpected(what, &a));
     }
-    pull_request(&a.body, "iid", "web_url").ok_or_else(|| f.unexpected(what, &a))
+    pull_request(&a.body, &KEYS).ok_or_else(|| f.unexpected(what, &a))
 }

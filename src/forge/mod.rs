@@ -32,6 +32,17 @@ pub struct PullRequest {
     pub created_at: OffsetDateTime,
 }
 
+/// An open pull request as the forge lists it: the commit its head branch shows and
+/// its text, so a caller can tell whether it is still what spokekeeper pushed and wrote.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Open {
+    pub pr: PullRequest,
+    /// The head commit (GitHub and Gitea `head.sha`, GitLab `sha`); None if not given.
+    pub head: Option<String>,
+    pub title: String,
+    pub body: String,
+}
+
 /// What to propose.
 pub struct Proposal<'a> {
     pub branch: &'a str,
@@ -181,11 +192,7 @@ impl Forge {
     }
 
     /// The open pull request from `branch` into `base`, if any.
-    pub async fn find_open(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Option<PullRequest>, ForgeError> {
+    pub async fn find_open(&self, branch: &str, base: &str) -> Result<Option<Open>, ForgeError> {
         match self.kind {
             ForgeKind::Github => github::find_open(self, branch, base).await,
             ForgeKind::Gitlab => gitlab::find_open(self, branch, base).await,
@@ -198,10 +205,10 @@ impl Forge {
     pub async fn open_or_update(
         &self,
         p: &Proposal<'_>,
-        open: Option<PullRequest>,
-    ) -> Result<(PullRequest, Action), ForgeError> {
-        if let Some(pr) = open {
-            return Ok((self.update(&pr, p).await?, Action::Updated));
+        open: Option<Open>,
+    ) -> Result<(Open, Action), ForgeError> {
+        if let Some(open) = open {
+            return Ok((self.update(&open.pr, p).await?, Action::Updated));
         }
         let created = match self.kind {
             ForgeKind::Github => github::create(self, p).await?,
@@ -212,7 +219,7 @@ impl Forge {
             Some(pr) => Ok((pr, Action::Opened)),
             // Opened by someone else between our look-up and our create.
             None => match self.find_open(p.branch, p.base).await? {
-                Some(pr) => Ok((self.update(&pr, p).await?, Action::Updated)),
+                Some(open) => Ok((self.update(&open.pr, p).await?, Action::Updated)),
                 None => Err(self.other(
                     "opening the pull request",
                     "the forge says one already exists but lists none open".into(),
@@ -221,7 +228,7 @@ impl Forge {
         }
     }
 
-    async fn update(&self, pr: &PullRequest, p: &Proposal<'_>) -> Result<PullRequest, ForgeError> {
+    async fn update(&self, pr: &PullRequest, p: &Proposal<'_>) -> Result<Open, ForgeError> {
         match self.kind {
             ForgeKind::Github => github::update(self, pr, p).await,
             ForgeKind::Gitlab => gitlab::update(self, pr, p).await,
@@ -509,15 +516,42 @@ fn read_token(src: &TokenSource) -> Result<(SecretString, String), ForgeError> {
     Ok((SecretString::from(token.to_string()), name))
 }
 
-/// A pull request from a JSON object: `number_key` (number or iid), `url_key`, created_at.
-fn pull_request(v: &Value, number_key: &str, url_key: &str) -> Option<PullRequest> {
+/// A pull request from a JSON object: `number_key` (number or iid), `url_key`,
+/// created_at; the head commit at `head_key` (a JSON pointer), the title and the body
+/// (`body_key`).
+fn pull_request(v: &Value, keys: &Keys) -> Option<Open> {
     let created = v.get("created_at")?.as_str()?;
-    Some(PullRequest {
-        number: v.get(number_key)?.as_u64()?,
-        url: v.get(url_key)?.as_str()?.to_string(),
-        created_at: OffsetDateTime::parse(created, &time::format_description::well_known::Rfc3339)
+    let text = |k: &str| {
+        v.get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Some(Open {
+        pr: PullRequest {
+            number: v.get(keys.number)?.as_u64()?,
+            url: v.get(keys.url)?.as_str()?.to_string(),
+            created_at: OffsetDateTime::parse(
+                created,
+                &time::format_description::well_known::Rfc3339,
+            )
             .ok()?,
+        },
+        head: v
+            .pointer(keys.head)
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        title: text("title"),
+        body: text(keys.body),
     })
+}
+
+/// Where each forge puts a pull request's fields.
+struct Keys {
+    number: &'static str,
+    url: &'static str,
+    head: &'static str,
+    body: &'static str,
 }
 
 /// Percent-encodes one path segment (GitLab's group%2Fproject, branch names in queries).

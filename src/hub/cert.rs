@@ -297,18 +297,20 @@ async fn propose(
     let repo = &ctx.repo;
     let head = repo.remote_branch_head(CERT_BRANCH).await;
     let waiting = match &head {
-        Some(h) if !repo.merged(h, rel).await => match repo.provenance(h, rel).await {
-            // Only spokekeeper's own signed commit is left waiting; another is replaced.
-            Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
-            Err(why) => {
-                tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
-                false
+        Some(h) if !repo.merged(CERT_BRANCH, h, rel).await => {
+            match repo.provenance(CERT_BRANCH, h, rel).await {
+                // Only spokekeeper's own signed commit is left waiting; another is replaced.
+                Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
+                Err(why) => {
+                    tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
+                    false
+                }
             }
-        },
+        }
         _ => false,
     };
-    let pushed = if waiting {
-        None
+    let (pushed, trusted) = if let (true, Some(h)) = (waiting, &head) {
+        (None, h.clone())
     } else {
         let sha = repo
             .commit_on_target(rel, pem, message)
@@ -317,7 +319,7 @@ async fn propose(
         repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
             .await
             .map_err(|e| format!("branch {CERT_BRANCH}: {e}"))?;
-        Some(sha)
+        (Some(sha.clone()), sha)
     };
     let forge = ctx
         .config
@@ -331,19 +333,33 @@ async fn propose(
         .find_open(CERT_BRANCH, base)
         .await
         .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
-    if open.is_none() || pushed.is_some() {
-        let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
-        let ask = crate::forge::Proposal {
-            branch: CERT_BRANCH,
-            base,
-            title,
-            body,
-        };
-        let (pr, action) = forge
-            .open_or_update(&ask, open)
-            .await
-            .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
-        tracing::info!(number = pr.number, url = %pr.url, ?action, "sealing certificate pull request");
+    let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
+    // The head line lets a reviewer compare with the commit the forge shows.
+    let body = format!("{body}\n\nhead {trusted}, signed by spokekeeper\n");
+    let shown = match open {
+        // An open pull request (ours or adopted) always gets spokekeeper's text.
+        Some(o) if pushed.is_none() && o.title == title && o.body == body => o,
+        open => {
+            let ask = crate::forge::Proposal {
+                branch: CERT_BRANCH,
+                base,
+                title,
+                body: &body,
+            };
+            let (pr, action) = forge
+                .open_or_update(&ask, open)
+                .await
+                .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+            tracing::info!(number = pr.pr.number, url = %pr.pr.url, ?action, "sealing certificate pull request");
+            pr
+        }
+    };
+    if shown.head.as_deref() != Some(trusted.as_str()) {
+        return Err(format!(
+            "unverified pull request {}: the forge shows head {}, not {trusted} which spokekeeper pushed and verified; it is not endorsed, the next tick checks again",
+            shown.pr.url,
+            shown.head.as_deref().unwrap_or("(none given)")
+        ));
     }
     Ok(pushed)
 }

@@ -10,6 +10,11 @@ use super::{Repo, RepoError};
 /// The prefix of every review branch: `spokekeeper/<spoke>`.
 pub const BRANCH_PREFIX: &str = "spokekeeper/";
 
+/// Where the clone records the commit spokekeeper last pushed to each review branch
+/// (`refs/spokekeeper/pushed/<spoke>`). Only `push_branch` writes it; nothing fetches
+/// into it or pushes it, so a pusher cannot.
+const PUSHED_PREFIX: &str = "refs/spokekeeper/pushed/";
+
 /// Why a review branch is not taken as spokekeeper's own.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Untrusted {
@@ -27,6 +32,14 @@ pub enum Untrusted {
     Changes { rel: String, detail: String },
     #[error("it cannot be read: {0}")]
     Unreadable(String),
+    #[error(
+        "not the commit spokekeeper last pushed to it ({recorded}): an older or altered commit"
+    )]
+    NotPushed { recorded: String },
+    #[error(
+        "this clone has no record of spokekeeper pushing it (a new clone, or pushed by someone else)"
+    )]
+    NoRecord,
 }
 
 impl Repo {
@@ -79,11 +92,12 @@ impl Repo {
         self.git(["log", "-1", "--format=%B", commit]).await
     }
 
-    /// Whether the review branch at `commit`, which changes only `rel`, was merged into
-    /// the remote target branch: `commit` is in it (a merge commit or a fast-forward), or
-    /// the target's `rel` is the branch's (a squash or rebase merge makes new commits
-    /// with the same file).
-    pub async fn merged(&self, commit: &str, rel: &Path) -> bool {
+    /// Whether `branch` at `commit` was merged into the remote target branch: `commit`
+    /// is in it (a merge commit or a fast-forward), or the branch is provably
+    /// spokekeeper's ([`Repo::provenance`]) and the target's `rel` is the branch's (a
+    /// squash or rebase merge makes new commits with the same file). Anyone else's
+    /// branch that leaves `rel` as on target is not merged: it may add other files.
+    pub async fn merged(&self, branch: &str, commit: &str, rel: &Path) -> bool {
         let upstream = self.upstream();
         if self
             .git(["merge-base", "--is-ancestor", commit, &upstream])
@@ -91,6 +105,9 @@ impl Repo {
             .is_ok()
         {
             return true;
+        }
+        if self.provenance(branch, commit, rel).await.is_err() {
+            return false;
         }
         let rel = rel.to_string_lossy();
         let blob = |rev: String| async move {
@@ -162,11 +179,13 @@ impl Repo {
         Ok(sha.trim().to_string())
     }
 
-    /// Whether the review branch at `head` is spokekeeper's own for `rel`: `head` verifies
-    /// against repo.signing_key, its only parent is in the remote target branch, and it
-    /// changes `rel` (a regular file) and nothing else. Anything a pusher could copy
-    /// (annotations, fingerprints, names) is not evidence.
-    pub async fn provenance(&self, head: &str, rel: &Path) -> Result<(), Untrusted> {
+    /// Whether `branch` at `head` is spokekeeper's own for `rel`: `head` verifies against
+    /// repo.signing_key, its only parent is in the remote target branch, it changes `rel`
+    /// (a regular file) and nothing else, and it is exactly the commit this clone last
+    /// pushed to `branch` (an older signed commit replayed, or one re-encoded with an
+    /// extra header, has another id). Anything a pusher could copy (annotations,
+    /// fingerprints, names, signatures) is not evidence.
+    pub async fn provenance(&self, branch: &str, head: &str, rel: &Path) -> Result<(), Untrusted> {
         let signer = self.signer.as_ref().ok_or(Untrusted::NoKey)?;
         let mut verify: Vec<String> = signer.verify_args().into();
         verify.extend(["verify-commit", head].map(String::from));
@@ -205,7 +224,30 @@ impl Repo {
             ])
             .await
             .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
-        only_writes(&raw, &rel.to_string_lossy())
+        only_writes(&raw, &rel.to_string_lossy())?;
+        let full = self
+            .git([
+                "rev-parse",
+                "--verify",
+                "--quiet",
+                &format!("{head}^{{commit}}"),
+            ])
+            .await
+            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
+        match self.pushed(branch).await {
+            Some(recorded) if recorded == full.trim() => Ok(()),
+            Some(recorded) => Err(Untrusted::NotPushed { recorded }),
+            None => Err(Untrusted::NoRecord),
+        }
+    }
+
+    /// The commit this clone last pushed to `branch`, if it recorded one.
+    pub async fn pushed(&self, branch: &str) -> Option<String> {
+        self.git(["rev-parse", "--verify", "--quiet", &pushed_ref(branch)])
+            .await
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty())
     }
 
     /// Pushes `commit` to `branch` on the remote, only if the branch is still at
@@ -230,8 +272,19 @@ impl Repo {
         .await?;
         let tracking = format!("refs/remotes/{}/{branch}", self.remote);
         let _ = self.git(["update-ref", &tracking, commit]).await;
-        Ok(())
+        // Without the record the next check replaces the branch once: an error says so.
+        self.git(["update-ref", &pushed_ref(branch), commit])
+            .await
+            .map(|_| ())
     }
+}
+
+/// `refs/spokekeeper/pushed/<spoke>` for `spokekeeper/<spoke>`.
+fn pushed_ref(branch: &str) -> String {
+    format!(
+        "{PUSHED_PREFIX}{}",
+        branch.strip_prefix(BRANCH_PREFIX).unwrap_or(branch)
+    )
 }
 
 /// The one parent in `git rev-list --parents -n 1` output (`HEAD PARENT...`).
@@ -350,6 +403,23 @@ mod tests {
         }
         let e = only_writes("", REL).unwrap_err();
         assert!(e.to_string().contains("is not changed"), "{e}");
+    }
+
+    #[test]
+    fn the_push_record_lives_outside_what_fetch_and_push_write() {
+        assert_eq!(pushed_ref("spokekeeper/dev"), "refs/spokekeeper/pushed/dev");
+        assert_eq!(
+            pushed_ref("spokekeeper/sealing.cert"),
+            "refs/spokekeeper/pushed/sealing.cert"
+        );
+        for fetched in [
+            "refs/heads/",
+            "refs/remotes/",
+            "refs/tags/",
+            "refs/replace/",
+        ] {
+            assert!(!pushed_ref("spokekeeper/dev").starts_with(fetched));
+        }
     }
 
     #[test]

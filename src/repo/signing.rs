@@ -104,6 +104,8 @@ pub fn public_key(path: &Path) -> Result<String, SigningKeyError> {
 pub struct Signer {
     key: PathBuf,
     allowed: PathBuf,
+    /// The public half the allowed-signers file holds now.
+    public: std::sync::Mutex<String>,
     _dir: tempfile::TempDir,
 }
 
@@ -111,8 +113,10 @@ impl Signer {
     /// Checks the key and writes its public half to a private allowed-signers file.
     pub fn new(key: &Path) -> Result<Signer, SigningKeyError> {
         let public = public_key(key)?;
-        // git runs in the clone: a relative path would point inside it.
-        let key = std::fs::canonicalize(key).map_err(|source| SigningKeyError::Unreadable {
+        // git runs in the clone: a relative path would point inside it. Links are kept:
+        // a Kubernetes Secret volume swaps `..data` to a new dated directory and deletes
+        // the old one, so a resolved path would stop existing at the next update.
+        let key = std::path::absolute(key).map_err(|source| SigningKeyError::Unreadable {
             path: key.display().to_string(),
             source,
         })?;
@@ -133,6 +137,7 @@ impl Signer {
         Ok(Signer {
             key,
             allowed,
+            public: std::sync::Mutex::new(public),
             _dir: dir,
         })
     }
@@ -150,12 +155,42 @@ impl Signer {
     /// `git -c ...` options under which `verify-commit` succeeds only for a signature
     /// by the key (an unknown key's good signature is not enough).
     pub fn verify_args(&self) -> [String; 4] {
+        self.follow_key();
         [
             "-c".into(),
             format!("gpg.ssh.allowedSignersFile={}", self.allowed.display()),
             "-c".into(),
             "gpg.minTrustLevel=fully".into(),
         ]
+    }
+}
+
+impl Signer {
+    /// A key replaced on disk (a rotated Secret) signs from now on: the allowed-signers
+    /// file follows it, so spokekeeper's new commits verify. A key that cannot be read
+    /// right now (mid-update) leaves the file as it is.
+    fn follow_key(&self) {
+        let Ok(public) = public_key(&self.key) else {
+            return;
+        };
+        let Ok(mut held) = self.public.lock() else {
+            return;
+        };
+        if *held == public {
+            return;
+        }
+        let next = self.allowed.with_extension("next");
+        let written = std::fs::write(&next, allowed_signers(&public))
+            .and_then(|()| std::fs::rename(&next, &self.allowed));
+        match written {
+            Ok(()) => {
+                tracing::info!(key = %self.key.display(), "repo.signing_key changed on disk: verifying against the new key");
+                *held = public;
+            }
+            Err(e) => {
+                tracing::warn!(key = %self.key.display(), error = %e, "repo.signing_key changed on disk but the allowed-signers file cannot be rewritten")
+            }
+        }
     }
 }
 
@@ -228,6 +263,61 @@ mod tests {
             "{e}"
         );
         assert!(err(dir.path()).contains("not a file"));
+    }
+
+    /// `git commit-tree -S` of the empty tree in a fresh repository in `dir`, signed
+    /// with the signer's key; then whether it verifies against its allowed signers.
+    fn signs_and_verifies(signer: &Signer, dir: &Path) -> (bool, bool) {
+        let repo = tempfile::tempdir_in(dir).unwrap();
+        let git = |args: &[String]| {
+            Command::new("git")
+                .arg("-C")
+                .arg(repo.path())
+                .args(["-c", "user.name=t", "-c", "user.email=t@t"])
+                .args(args)
+                .output()
+                .unwrap()
+        };
+        assert!(git(&["init".into(), "--quiet".into()]).status.success());
+        let empty = "4b825dc642cb6eb9a060e54bf8d69288fbee4904";
+        let mut sign: Vec<String> = signer.sign_args().into();
+        sign.extend(["commit-tree", "-S", empty, "-m", "x"].map(String::from));
+        let out = git(&sign);
+        if !out.status.success() {
+            return (false, false);
+        }
+        let commit = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        let mut verify: Vec<String> = signer.verify_args().into();
+        verify.extend(["verify-commit".into(), commit]);
+        (true, git(&verify).status.success())
+    }
+
+    /// A Kubernetes Secret volume: `signing-key -> ..data/signing-key`, `..data ->
+    /// ..<dated>`; an update writes a new dated directory, swaps `..data` and deletes
+    /// the old one.
+    #[test]
+    fn a_key_in_a_rotated_secret_volume_still_signs() {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let volume = dir.path().join("volume");
+        std::fs::create_dir(&volume).unwrap();
+        std::fs::create_dir(volume.join("..dated1")).unwrap();
+        keygen(&volume.join("..dated1"), "signing-key", "");
+        symlink("..dated1", volume.join("..data")).unwrap();
+        symlink("..data/signing-key", volume.join("signing-key")).unwrap();
+        let signer = Signer::new(&volume.join("signing-key")).unwrap();
+        assert_eq!(signs_and_verifies(&signer, dir.path()), (true, true));
+
+        std::fs::create_dir(volume.join("..dated2")).unwrap();
+        keygen(&volume.join("..dated2"), "signing-key", "");
+        symlink("..dated2", volume.join("..data_tmp")).unwrap();
+        std::fs::rename(volume.join("..data_tmp"), volume.join("..data")).unwrap();
+        std::fs::remove_dir_all(volume.join("..dated1")).unwrap();
+        assert_eq!(
+            signs_and_verifies(&signer, dir.path()),
+            (true, true),
+            "signed with the new key, and verified against it"
+        );
     }
 
     #[test]

@@ -751,12 +751,12 @@ mod tests {
             "server: https://10.0.0.1:6443 Signed-off-by: server"
         );
 
-        let (title, body) = review::describe(&msg, None, None);
+        let (title, body) = review::describe(&msg, None, None, &"a".repeat(40));
         assert_eq!(title, "dev: rotate kubeconfig: initial credential");
         assert!(
             body.contains("admin Signed\\-off\\-by: x \\<script\\>alert\\(1\\)\\</script\\> @&#8203;org/admins")
-                && body.contains("\\[merge me\\]\\(https://evil\\.example\\)")
-                && body.contains("\\# Approved"),
+                && body.contains("\\[merge me\\]\\(https:&#8203;//evil\\.example\\)")
+                && body.contains("\\#&#8203; Approved"),
             "{body}"
         );
         assert!(

@@ -17,9 +17,11 @@
 //!   `--force` always re-extracts.
 //! - **Provenance**: a branch counts only when it is provably spokekeeper's own
 //!   ([`crate::repo::Repo::provenance`]: its head is signed with `repo.signing_key`, one
-//!   commit on the target branch, changing the spoke's file alone). Any other branch is
-//!   treated as absent: the spoke is re-extracted, the branch replaced with a lease on the
-//!   head we saw, a warning logged, and the pull request body names the replaced head.
+//!   commit on the target branch, changing the spoke's file alone, and exactly the commit
+//!   this clone last pushed there). Any other branch is treated as absent: the spoke is
+//!   re-extracted, the branch replaced with a lease on the head we saw, a warning logged,
+//!   and the pull request body names the replaced head. A pull request is pending only
+//!   while the forge shows that same head; its title and body are spokekeeper's.
 //! - **Merged**: the next tick sees a healthy target branch and touches nothing. The
 //!   merged branch is left on the remote (the forge can delete it on merge); it is
 //!   ignored because its head is in the target branch, and a later rotation replaces it.
@@ -76,11 +78,12 @@ impl Review {
 
     /// The spoke's review branch, unless there is none or it is merged.
     pub async fn branch(&self, ctx: &Context, spoke: &SpokeConfig) -> Option<Branch> {
-        let head = ctx.repo.remote_branch_head(&branch_name(spoke)).await?;
-        if ctx.repo.merged(&head, &spoke.output).await {
+        let name = branch_name(spoke);
+        let head = ctx.repo.remote_branch_head(&name).await?;
+        if ctx.repo.merged(&name, &head, &spoke.output).await {
             return None;
         }
-        let untrusted = ctx.repo.provenance(&head, &spoke.output).await.err();
+        let untrusted = ctx.repo.provenance(&name, &head, &spoke.output).await.err();
         let recorded = match ctx.repo.show(&head, &spoke.output).await {
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|s| {
                 let r = Recorded::from_annotations(&s.annotations).ok()?;
@@ -148,13 +151,38 @@ impl Review {
         let base = ctx.repo.target_branch().to_string();
         let mut pushed = None;
         let mut replaced = None;
+        let head;
         if let Some(p) = proposal {
             match push(ctx, spoke, &name, p).await {
-                Ok(done) => (pushed, replaced) = (done.commit, done.replaced),
+                Ok(done) => (pushed, replaced, head) = (done.commit, done.replaced, done.head),
                 Err(e) => {
                     report.outcome = Outcome::Failed {
                         stage: Stage::Push,
                         error: format!("branch {name}: {e}"),
+                    };
+                    return;
+                }
+            }
+        } else {
+            // Pending: `waiting` found the branch provably ours this tick; checked again
+            // here, as the pull request will be compared with it.
+            let trusted = match ctx.repo.remote_branch_head(&name).await {
+                Some(h) => ctx
+                    .repo
+                    .provenance(&name, &h, &spoke.output)
+                    .await
+                    .map(|()| h)
+                    .map_err(|why| why.to_string()),
+                None => Err("the branch is gone".to_string()),
+            };
+            match trusted {
+                Ok(h) => head = h,
+                Err(why) => {
+                    report.outcome = Outcome::Failed {
+                        stage: Stage::Review,
+                        error: format!(
+                            "branch {name} is no longer provably spokekeeper's: {why} (the next tick replaces it)"
+                        ),
                     };
                     return;
                 }
@@ -171,12 +199,16 @@ impl Review {
                 .await
                 .map(|pr| pr.map(|pr| (pr, None)))
         } else {
-            let (title, body) = match proposal {
-                Some(p) => describe(&p.message, report.reason.as_ref(), replaced.as_deref()),
-                None => match pending_message(ctx, &name).await {
-                    Some(m) => describe(&m, report.reason.as_ref(), None),
-                    None => (format!("{}: rotate kubeconfig", spoke.name), String::new()),
-                },
+            let message = match proposal {
+                Some(p) => Some(p.message.clone()),
+                None => ctx.repo.commit_message(&head).await.ok(),
+            };
+            let (title, body) = match message {
+                Some(m) => describe(&m, report.reason.as_ref(), replaced.as_deref(), &head),
+                None => (
+                    format!("{}: rotate kubeconfig", spoke.name),
+                    signed_line(&head),
+                ),
             };
             let ask = forge::Proposal {
                 branch: &name,
@@ -184,19 +216,30 @@ impl Review {
                 title: &title,
                 body: &body,
             };
-            // A pending spoke with an open pull request is left as it is.
-            match (proposal, forge.find_open(&name, &base).await) {
-                (None, Ok(Some(pr))) => Ok(Some((pr, None))),
-                (_, Err(e)) => Err(e),
-                (_, Ok(open)) => forge
+            // An open pull request (ours or adopted) always gets spokekeeper's title and
+            // body; one that already has them is not written again.
+            match forge.find_open(&name, &base).await {
+                Err(e) => Err(e),
+                Ok(Some(open)) if proposal.is_none() && same_text(&open, &title, &body) => {
+                    Ok(Some((open, None)))
+                }
+                Ok(open) => forge
                     .open_or_update(&ask, open)
                     .await
                     .map(|(pr, a)| Some((pr, Some(a)))),
             }
         };
         match result {
+            Ok(Some((open, _))) if open.head.as_deref() != Some(head.as_str()) => {
+                let error = unverified(&open, &head, pushed.is_some());
+                tracing::warn!(spoke = %spoke.name, branch = %name, error = %error, "pull request not endorsed");
+                report.outcome = Outcome::Failed {
+                    stage: Stage::Review,
+                    error,
+                };
+            }
             Ok(found) => {
-                let (pr, change) = found.map_or((None, None), |(pr, a)| (Some(pr), a));
+                let (pr, change) = found.map_or((None, None), |(open, a)| (Some(open.pr), a));
                 if let Some(pr) = &pr {
                     tracing::info!(spoke = %spoke.name, number = pr.number, url = %pr.url, ?change, "pull request");
                 }
@@ -214,8 +257,16 @@ impl Review {
 }
 
 /// For `check`: the open pull request of each named spoke, as a tick report that holds
-/// only pending spokes (and those whose look-up failed). Reads the forge, not git.
-pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> super::TickReport {
+/// only pending spokes (and those whose look-up failed). A pull request counts as
+/// pending only when the forge shows the commit this clone last pushed to the branch
+/// and that commit passes [`crate::repo::Repo::provenance`]; any other is reported as an
+/// unverified pull request (failed at `review`), never as a validated fix. Reads the
+/// forge and the clone; fetches nothing.
+pub async fn open_reviews(
+    config: &crate::config::Config,
+    repo: &crate::repo::Repo,
+    spokes: &[String],
+) -> super::TickReport {
     let mut out = Vec::new();
     let forge = config
         .repo
@@ -238,13 +289,22 @@ pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> 
         };
         match found {
             Ok(None) => continue,
-            Ok(Some(pr)) => {
-                report.outcome = Outcome::Pending {
-                    branch,
-                    commit: None,
-                    pending_seconds: Some(age(&pr, now)),
-                    pull_request: Some(pr),
-                    change: None,
+            Ok(Some(open)) => {
+                report.outcome = match endorsed(repo, spoke, &branch, &open).await {
+                    Ok(()) => Outcome::Pending {
+                        branch,
+                        commit: None,
+                        pending_seconds: Some(age(&open.pr, now)),
+                        pull_request: Some(open.pr),
+                        change: None,
+                    },
+                    Err(why) => Outcome::Failed {
+                        stage: Stage::Review,
+                        error: format!(
+                            "unverified pull request {}: {why}; spokekeeper does not vouch for what it carries: review it as anyone else's change (spokekeeper replaces the branch when it next rotates {})",
+                            open.pr.url, spoke.name
+                        ),
+                    },
                 }
             }
             Err(e) => {
@@ -257,6 +317,63 @@ pub async fn open_reviews(config: &crate::config::Config, spokes: &[String]) -> 
         out.push(report);
     }
     super::TickReport::of(out)
+}
+
+/// Whether the forge's pull request shows the commit this clone last pushed to
+/// `branch`, and that commit is provably spokekeeper's; else why not.
+async fn endorsed(
+    repo: &crate::repo::Repo,
+    spoke: &SpokeConfig,
+    branch: &str,
+    open: &forge::Open,
+) -> Result<(), String> {
+    let Some(recorded) = repo.pushed(branch).await else {
+        return Err(format!(
+            "this clone has no record of spokekeeper pushing {branch}"
+        ));
+    };
+    match open.head.as_deref() {
+        None => return Err("the forge does not say which commit it shows".into()),
+        Some(h) if h != recorded => {
+            return Err(format!(
+                "the forge shows head {h}, spokekeeper last pushed {recorded}"
+            ));
+        }
+        Some(_) => {}
+    }
+    repo.provenance(branch, &recorded, &spoke.output)
+        .await
+        .map_err(|why| format!("its head {recorded}: {why}"))
+}
+
+/// The error for a pull request whose head is not the commit spokekeeper verified.
+fn unverified(open: &forge::Open, head: &str, just_pushed: bool) -> String {
+    let shows = match &open.head {
+        Some(h) => format!("the forge shows head {h}"),
+        None => "the forge does not say which commit it shows".into(),
+    };
+    let lag = if just_pushed {
+        " (the forge may not have seen the push yet)"
+    } else {
+        ""
+    };
+    format!(
+        "unverified pull request {}: {shows}, not {head} which spokekeeper pushed and verified{lag}; it is not endorsed, the next tick checks again",
+        open.pr.url
+    )
+}
+
+/// Whether the open pull request already carries `title` and `body` (the note about a
+/// replaced head, written when the branch was replaced, may stay in front).
+fn same_text(open: &forge::Open, title: &str, body: &str) -> bool {
+    let note = text::markdown("replaced branch head ");
+    open.title == title
+        && (open.body == body
+            || open.body.strip_suffix(body).is_some_and(|before| {
+                before.starts_with(&note)
+                    && before.ends_with("\n\n")
+                    && before.trim_end().lines().count() == 1
+            }))
 }
 
 fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &str) {
@@ -283,6 +400,8 @@ fn age(pr: &PullRequest, now: OffsetDateTime) -> u64 {
 struct Pushed {
     /// None: the branch already carried the same content (nothing pushed).
     commit: Option<String>,
+    /// The branch's head now: pushed, or kept because it is provably ours.
+    head: String,
     /// For the pull request body: the head replaced because it was not trusted.
     replaced: Option<String>,
 }
@@ -299,9 +418,9 @@ async fn push(
     let head = ctx.repo.remote_branch_head(branch).await;
     let mut replaced = None;
     if let Some(h) = &head
-        && !ctx.repo.merged(h, &spoke.output).await
+        && !ctx.repo.merged(branch, h, &spoke.output).await
     {
-        match ctx.repo.provenance(h, &spoke.output).await {
+        match ctx.repo.provenance(branch, h, &spoke.output).await {
             Err(why) => {
                 tracing::warn!(spoke = %spoke.name, %branch, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
                 replaced = Some(format!("replaced branch head {h}: {why}"));
@@ -309,6 +428,7 @@ async fn push(
             Ok(()) if same_content(ctx, spoke, h, p).await => {
                 return Ok(Pushed {
                     commit: None,
+                    head: h.clone(),
                     replaced: None,
                 });
             }
@@ -321,6 +441,7 @@ async fn push(
         .await?;
     ctx.repo.push_branch(branch, &sha, head.as_deref()).await?;
     Ok(Pushed {
+        head: sha.clone(),
         commit: Some(sha),
         replaced,
     })
@@ -340,19 +461,15 @@ async fn same_content(ctx: &Context, spoke: &SpokeConfig, head: &str, p: &Propos
         })
 }
 
-/// The commit message of the branch's head, to reopen a pull request with.
-async fn pending_message(ctx: &Context, branch: &str) -> Option<String> {
-    let head = ctx.repo.remote_branch_head(branch).await?;
-    ctx.repo.commit_message(&head).await.ok()
-}
-
-/// Title (the commit's subject) and body (its facts, the full fingerprints, what to do;
-/// and, when an untrusted branch head was replaced, which and why). The message's text
-/// carries values a spoke reported: the body quotes it escaped, as literal Markdown.
+/// Title (the commit's subject) and body (its facts, the full fingerprints, what to do,
+/// the verified head commit; and, when an untrusted branch head was replaced, which and
+/// why). The message's text carries values a spoke reported: the body quotes it
+/// escaped, as literal Markdown.
 pub fn describe(
     message: &str,
     reason: Option<&Reason>,
     replaced: Option<&str>,
+    head: &str,
 ) -> (String, String) {
     let (title, rest) = message.split_once('\n').unwrap_or((message, ""));
     let mut body = String::new();
@@ -373,7 +490,14 @@ pub fn describe(
          Merging makes the hub use it; if the spoke changes again first, spokekeeper replaces \
          this branch and updates this pull request.\n",
     );
+    body.push('\n');
+    body.push_str(&signed_line(head));
     (text::one_line(title, 200), body)
+}
+
+/// The line a reviewer compares with the head commit the forge shows.
+fn signed_line(head: &str) -> String {
+    format!("head {}, signed by spokekeeper\n", text::markdown(head))
 }
 
 /// Whether the branch's manifest would be healthy: the fix is waiting for review.
@@ -445,6 +569,7 @@ mod tests {
                 old: "sha256:aaaafull".into(),
             }),
             None,
+            "0123abcd",
         );
         assert_eq!(
             title,
@@ -457,6 +582,10 @@ mod tests {
         assert!(
             body.contains("validated: authenticated as system:admin"),
             "{body}"
+        );
+        assert!(
+            body.ends_with("\nhead 0123abcd, signed by spokekeeper\n"),
+            "the head a reviewer compares with the forge's: {body}"
         );
     }
 

@@ -55,6 +55,8 @@ pub struct Pull {
     pub created_at: String,
     pub labels: Vec<String>,
     pub reviewers: Vec<Value>,
+    /// The head commit the forge shows instead of the branch's (a lagging forge).
+    pub shown_head: Option<String>,
 }
 
 #[derive(Clone, Debug)]
@@ -181,6 +183,18 @@ impl ForgeSim {
         }
     }
 
+    /// Makes pull request `number` show `sha` as its head commit, whatever the branch holds.
+    pub fn show_head(&self, number: u64, sha: &str) {
+        with_pull(&self.shared, number, |p| p.shown_head = Some(sha.into()))
+            .expect("the pull request");
+    }
+
+    /// Makes pull request `number` look opened `age` ago.
+    pub fn backdate(&self, number: u64, age: Duration) {
+        let created = rfc3339(time::OffsetDateTime::now_utc() - age);
+        with_pull(&self.shared, number, |p| p.created_at = created).expect("the pull request");
+    }
+
     /// Opens a pull request as if an earlier client had, created `age` ago.
     pub fn insert_pull(&self, head: &str, base: &str, age: Duration) -> u64 {
         let mut inner = self.shared.inner.lock().unwrap();
@@ -196,6 +210,7 @@ impl ForgeSim {
             created_at: rfc3339(created),
             labels: vec![],
             reviewers: vec![],
+            shown_head: None,
         });
         number
     }
@@ -334,6 +349,23 @@ fn branch_exists(s: &Shared, branch: &str) -> bool {
         .is_ok_and(|o| o.status.success())
 }
 
+/// The commit the head branch points at on the git remote now, as a forge shows it
+/// (empty when the branch is gone).
+fn head_sha(s: &Shared, p: &Pull) -> String {
+    if let Some(sha) = &p.shown_head {
+        return sha.clone();
+    }
+    let branch = &p.head;
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(&s.remote)
+        .args(["rev-parse", "--verify", "--quiet"])
+        .arg(format!("refs/heads/{branch}"))
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_default()
+}
+
 /// The string fields `names` of `body`, or which one is missing.
 fn strings<'a>(body: &'a Value, names: &[&'static str]) -> Result<Vec<&'a str>, &'static str> {
     names
@@ -354,6 +386,7 @@ fn new_pull(s: &Shared, head: &str, base: &str, title: &str, body: &str) -> Pull
         created_at: rfc3339(time::OffsetDateTime::now_utc()),
         labels: vec![],
         reviewers: vec![],
+        shown_head: None,
     }
 }
 
@@ -400,7 +433,7 @@ fn listed(
 
 // ---- GitHub: https://docs.github.com/en/rest/pulls/pulls
 
-fn gh_pull(p: &Pull) -> Value {
+fn gh_pull(s: &Shared, p: &Pull) -> Value {
     let state = if p.state == "open" { "open" } else { "closed" };
     json!({
         "url": format!("https://api.github.com/repos/{OWNER}/{REPO}/pulls/{}", p.number),
@@ -412,7 +445,7 @@ fn gh_pull(p: &Pull) -> Value {
         "body": p.body,
         "created_at": p.created_at,
         "merged_at": if p.state == "merged" { json!(p.created_at) } else { Value::Null },
-        "head": {"ref": p.head, "label": format!("{OWNER}:{}", p.head), "sha": "0"},
+        "head": {"ref": p.head, "label": format!("{OWNER}:{}", p.head), "sha": head_sha(s, p)},
         "base": {"ref": p.base, "label": format!("{OWNER}:{}", p.base)},
         "labels": p.labels.iter().map(|l| json!({"name": l})).collect::<Vec<_>>(),
         "requested_reviewers": p.reviewers.iter().map(|r| json!({"login": r})).collect::<Vec<_>>(),
@@ -462,7 +495,7 @@ fn github(
                             .is_none_or(|h| *h == format!("{OWNER}:{}", p.head))
                         && base.as_ref().is_none_or(|b| *b == p.base)
                 },
-                gh_pull,
+                |p| gh_pull(s, p),
             );
             (200, v)
         }
@@ -484,7 +517,7 @@ fn github(
             }
             let p = new_pull(s, head, base, title, text);
             s.inner.lock().unwrap().pulls.push(p.clone());
-            (201, gh_pull(&p))
+            (201, gh_pull(s, &p))
         }
         ("PATCH", ["pulls", n]) => {
             let Ok(n) = n.parse() else { return not_found };
@@ -499,7 +532,7 @@ fn github(
                 if let Some(b) = text {
                     p.body = b.into();
                 }
-                (200, gh_pull(p))
+                (200, gh_pull(s, p))
             })
             .unwrap_or(not_found)
         }
@@ -533,7 +566,7 @@ fn github(
             };
             with_pull(s, n, |p| {
                 p.reviewers.extend(r);
-                (201, gh_pull(p))
+                (201, gh_pull(s, p))
             })
             .unwrap_or(not_found)
         }
@@ -543,7 +576,7 @@ fn github(
 
 // ---- GitLab: https://docs.gitlab.com/api/merge_requests/
 
-fn gl_mr(p: &Pull) -> Value {
+fn gl_mr(s: &Shared, p: &Pull) -> Value {
     let state = match p.state.as_str() {
         "open" => "opened",
         s => s,
@@ -557,6 +590,7 @@ fn gl_mr(p: &Pull) -> Value {
         "state": state,
         "created_at": p.created_at,
         "source_branch": p.head,
+        "sha": head_sha(s, p),
         "target_branch": p.base,
         "labels": p.labels,
         "reviewers": p.reviewers.iter().map(|r| json!({"id": r})).collect::<Vec<_>>(),
@@ -598,7 +632,7 @@ fn gitlab(
                         && src.as_ref().is_none_or(|b| *b == p.head)
                         && dst.as_ref().is_none_or(|b| *b == p.base)
                 },
-                gl_mr,
+                |p| gl_mr(s, p),
             );
             (200, v)
         }
@@ -638,7 +672,7 @@ fn gitlab(
                 p.reviewers = r.clone();
             }
             s.inner.lock().unwrap().pulls.push(p.clone());
-            (201, gl_mr(&p))
+            (201, gl_mr(s, &p))
         }
         ("PUT", iid) => {
             let Ok(n) = iid.parse() else { return not_found };
@@ -653,7 +687,7 @@ fn gitlab(
                 if let Some(b) = text {
                     p.body = b.into();
                 }
-                (200, gl_mr(p))
+                (200, gl_mr(s, p))
             })
             .unwrap_or((404, json!({"message": "404 Not found"})))
         }
@@ -665,7 +699,7 @@ fn gitlab(
 
 const GITEA_LABELS: [(u64, &str); 2] = [(3, "spokekeeper"), (4, "security")];
 
-fn gt_pull(p: &Pull) -> Value {
+fn gt_pull(s: &Shared, p: &Pull) -> Value {
     let state = if p.state == "open" { "open" } else { "closed" };
     json!({
         "id": 2000 + p.number,
@@ -676,7 +710,7 @@ fn gt_pull(p: &Pull) -> Value {
         "body": p.body,
         "created_at": p.created_at,
         "merged": p.state == "merged",
-        "head": {"ref": p.head, "label": p.head},
+        "head": {"ref": p.head, "label": p.head, "sha": head_sha(s, p)},
         "base": {"ref": p.base, "label": p.base},
         "labels": p.labels.iter().map(|l| json!({"name": l})).collect::<Vec<_>>(),
     })
@@ -719,7 +753,7 @@ fn gitea(
                     let st = if p.state == "open" { "open" } else { "closed" };
                     state == "all" || st == state
                 },
-                gt_pull,
+                |p| gt_pull(s, p),
             );
             let page: Vec<Value> = all
                 .as_array()
@@ -771,7 +805,7 @@ fn gitea(
             let mut p = new_pull(s, head, base, title, text);
             p.labels = labels;
             s.inner.lock().unwrap().pulls.push(p.clone());
-            (201, gt_pull(&p))
+            (201, gt_pull(s, &p))
         }
         ("PATCH", ["pulls", n]) => {
             let Ok(n) = n.parse() else { return not_found };
@@ -786,7 +820,7 @@ fn gitea(
                 if let Some(b) = text {
                     p.body = b.into();
                 }
-                (201, gt_pull(p))
+                (201, gt_pull(s, p))
             })
             .unwrap_or(not_found)
         }
