@@ -25,11 +25,34 @@ fn demo_runs_the_whole_loop_and_cleans_up() {
         .skip(1)
         .take(5)
         .collect();
+    // The newest commit is the one the third tick reported for `test`, and its message
+    // names the CA change that step 4's rebuild printed.
+    let (old_ca, new_ca) = stdout
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("CA sha256:"))
+        .and_then(|l| l.split_once(" -> sha256:"))
+        .unwrap_or_else(|| panic!("no CA change in step 4: {stdout}"));
+    let commit = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("== 5."))
+        .find(|l| l.starts_with("test ") && l.contains(" rotated "))
+        .and_then(|l| l.split_whitespace().last())
+        .unwrap_or_else(|| panic!("no rotation of test in step 5: {stdout}"));
+    let (hash, subject) = log[0].split_once(' ').unwrap();
     assert!(
-        log[0].ends_with(&log[0][8..])
-            && log[0].contains("test: rotate kubeconfig: CA changed sha256:"),
+        hash.len() >= 7 && commit.starts_with(hash),
+        "{hash} is not {commit}"
+    );
+    assert_eq!(
+        subject,
+        format!(
+            "test: rotate kubeconfig: CA changed sha256:{}.. -> sha256:{}..",
+            &old_ca[..8],
+            &new_ca[..8]
+        ),
         "{log:?}"
     );
+    assert_ne!(old_ca, new_ca);
     assert_eq!(
         log.iter()
             .filter(|l| l.contains("initial credential"))

@@ -2,7 +2,8 @@
 //! `spokekeeper run` ticking every few seconds over a large lab fleet while the nodes are
 //! rebuilt, renew their client certificates, lose their API or sshd, wedge, and while
 //! someone else pushes to the fleet repo. At the end every spoke's committed credential
-//! unseals and authenticates, no plaintext key is on disk, and the daemon's RSS did not
+//! unseals and authenticates, no client key any node ever had is in the daemon's log, the
+//! fleet's files or git objects, or the daemon's TMPDIR, and the daemon's RSS did not
 //! grow.
 //!
 //! SOAK_SPOKES (200), SOAK_MINUTES (30), SOAK_TICK_SECS (5), SOAK_SEED (from the clock),
@@ -11,13 +12,14 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::NodeOptions;
 use support::fleet::{Fleet, authenticates};
 use support::git::git;
+use support::leak::Needles;
 
 fn env_or(var: &str, default: u64) -> u64 {
     std::env::var(var)
@@ -121,48 +123,6 @@ fn push_race(racer: &Path, n: u64) -> bool {
         && run(&["push", "--quiet", "origin", "HEAD:main"])
 }
 
-/// Files under `root` (not following links, skipping `skip` and files over 4 MiB) that
-/// contain any of `needles`.
-fn find_any(root: &Path, needles: &[String], skip: &[PathBuf]) -> Vec<PathBuf> {
-    let mut hits = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.flatten() {
-            let p = e.path();
-            if skip.iter().any(|s| p.starts_with(s)) {
-                continue;
-            }
-            let Ok(meta) = std::fs::symlink_metadata(&p) else {
-                continue;
-            };
-            if meta.is_dir() {
-                stack.push(p);
-            } else if meta.is_file()
-                && meta.len() <= 4 << 20
-                && let Ok(bytes) = std::fs::read(&p)
-                && needles
-                    .iter()
-                    .any(|n| bytes.windows(n.len()).any(|w| w == n.as_bytes()))
-            {
-                hits.push(p);
-            }
-        }
-    }
-    hits
-}
-
-/// What would betray a node's client key: a slice of its PEM body and of its base64.
-fn needles(node: &support::Node) -> [String; 2] {
-    use base64::Engine;
-    let key = node.parts().client_key_pem;
-    let body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
-    let b64 = base64::engine::general_purpose::STANDARD.encode(key.as_bytes());
-    [body[..40].to_string(), b64[..40].to_string()]
-}
-
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "soak: minutes long; run scripts/soak"]
 async fn soak() {
@@ -184,7 +144,10 @@ async fn soak() {
         "verify_every: 5m\nrenew_before: 30d\n",
     );
     println!("soak: lab up in {:.0}s", started.elapsed().as_secs_f64());
-    let mut secrets: Vec<String> = fleet.nodes.iter().flat_map(needles).collect();
+    let mut needles = Needles::new();
+    for node in &fleet.nodes {
+        needles.add_key(&node.parts().client_key_pem);
+    }
     let racer = fleet.dir.path().join("racer");
     git(
         fleet.dir.path(),
@@ -196,6 +159,9 @@ async fn soak() {
         ],
     );
 
+    // The daemon's own TMPDIR (ssh control sockets), scanned at the end.
+    let daemon_tmp = fleet.dir.path().join("daemon-tmp");
+    std::fs::create_dir(&daemon_tmp).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
         .arg("--config")
         .arg(&fleet.config)
@@ -203,6 +169,7 @@ async fn soak() {
         .arg(format!("{tick_secs}s"))
         .env("SPOKEKEEPER_LOG", "spokekeeper=info")
         .env("NO_COLOR", "1")
+        .env("TMPDIR", &daemon_tmp)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -248,12 +215,11 @@ async fn soak() {
         let action = match rng.below(100) {
             0..30 => {
                 fleet.nodes[i].rebuild();
-                secrets.extend(needles(&fleet.nodes[i]));
+                needles.add_key(&fleet.nodes[i].parts().client_key_pem);
                 "rebuild"
             }
             30..45 => {
                 fleet.nodes[i].renew_client_cert(365);
-                secrets.extend(needles(&fleet.nodes[i]));
                 "client cert renewed"
             }
             45..75 if !broken.contains_key(&i) && broken.len() < spokes / 10 + 1 => {
@@ -315,12 +281,16 @@ async fn soak() {
     let spoke_failures = daemon.count("daemon::ticker: spoke failed spoke=");
     let repo_warnings = daemon.count("fleet repo");
     let panics = daemon.count("panicked");
-    if let Ok(path) = std::env::var("SOAK_LOG") {
+    let log = {
         let lines = daemon.lines.lock().unwrap();
         let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-        std::fs::write(&path, text.join("\n")).unwrap();
+        text.join("\n")
+    };
+    if let Ok(path) = std::env::var("SOAK_LOG") {
+        std::fs::write(&path, &log).unwrap();
     }
     drop(daemon);
+    needles.assert_absent("the daemon's log", log.as_bytes());
 
     // The next run finds nothing left to do, and every credential works.
     let (code, report, err) = fleet.rotate_json(&["--all"]);
@@ -334,19 +304,13 @@ async fn soak() {
     for i in 0..spokes {
         authenticates(&fleet.unsealed(i)).await;
     }
-    fleet.assert_no_plaintext();
-    let history = git(&fleet.remote, &["log", "-p", "--all", "--format=%B"]);
-    for s in &secrets {
-        assert!(
-            !history.contains(s.as_str()),
-            "a client key in the remote history"
-        );
-    }
-    let node_dirs: Vec<PathBuf> = fleet.nodes.iter().map(|n| n.dir.clone()).collect();
-    let leaked = find_any(Path::new("/tmp"), &secrets, &node_dirs);
+    // Every key any node ever had: the final run's output, the fleet directory (the
+    // remote, the clone, the racer's clone, both TMPDIRs) and every git object there.
+    fleet.assert_no_plaintext_of(&needles);
+    let racer_hits = needles.git_objects_containing(&racer);
     assert!(
-        leaked.is_empty(),
-        "plaintext key material on disk: {leaked:?}"
+        racer_hits.is_empty(),
+        "plaintext key material in the racer's clone: {racer_hits:?}"
     );
 
     // RSS: the first and the last quarter of the samples.
@@ -376,8 +340,9 @@ async fn soak() {
     println!("  final rotate: exit 0, {final_actions:?}");
     println!("  all {spokes} committed credentials unseal and authenticate");
     println!(
-        "  plaintext scan: {} key needles, remote history + /tmp: none found",
-        secrets.len()
+        "  plaintext scan: {} distinct needles from {} client keys; daemon log, final run's output, fleet directory (repos, clones, TMPDIRs), git objects: none found",
+        needles.len(),
+        needles.keys()
     );
     println!(
         "  daemon RSS: first quarter median {:.1} MiB, last quarter median {:.1} MiB, max {:.1} MiB ({} samples)",

@@ -473,8 +473,23 @@ fn ssh_config(s: &SshSettings) -> Result<String, String> {
     Ok(c)
 }
 
-/// A short base for control sockets: /tmp when it exists, whatever TMPDIR says.
+/// A short base for control sockets (paths must fit 108 bytes): TMPDIR when it is
+/// absolute and short, else /tmp when it exists, else the system's default.
 fn short_tmp() -> PathBuf {
+    short_tmp_from(std::env::var_os("TMPDIR").as_deref())
+}
+
+/// The session directory and socket names add under 45 bytes.
+const TMPDIR_MAX: usize = 60;
+
+fn short_tmp_from(tmpdir: Option<&std::ffi::OsStr>) -> PathBuf {
+    if let Some(t) = tmpdir.map(Path::new)
+        && t.is_absolute()
+        && t.as_os_str().len() <= TMPDIR_MAX
+        && t.is_dir()
+    {
+        return t.to_owned();
+    }
     let tmp = Path::new("/tmp");
     if tmp.is_dir() {
         tmp.to_owned()
@@ -545,6 +560,19 @@ fn terminate_processes_under(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_directories_go_under_a_short_tmpdir_else_tmp() {
+        let dir = tempfile::tempdir().unwrap();
+        let given = |p: &Path| short_tmp_from(Some(p.as_os_str()));
+        assert_eq!(given(dir.path()), dir.path());
+        let long = dir.path().join("x".repeat(TMPDIR_MAX));
+        std::fs::create_dir(&long).unwrap();
+        assert_eq!(given(&long), Path::new("/tmp"));
+        assert_eq!(given(Path::new("relative")), Path::new("/tmp"));
+        assert_eq!(given(&dir.path().join("missing")), Path::new("/tmp"));
+        assert_eq!(short_tmp_from(None), Path::new("/tmp"));
+    }
 
     fn settings() -> SshSettings {
         SshSettings {

@@ -33,6 +33,11 @@ impl Daemon {
         Daemon { child, lines }
     }
 
+    /// The process id, e.g. to read its /proc/PID/status.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Everything it logged so far.
     pub fn log(&self) -> String {
         let lines = self.lines.lock().unwrap();

@@ -3,11 +3,13 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
 use spokekeeper::seal::{RecoveryKey, SealedSecret};
 use spokekeeper::secret::SecretBytes;
 
 use super::git::{fleet_remote, git};
+use super::leak::Needles;
 use super::{Lab, Node, NodeOptions};
 
 pub fn vectors() -> PathBuf {
@@ -20,6 +22,10 @@ pub struct Fleet {
     pub remote: PathBuf,
     pub clone: PathBuf,
     pub config: PathBuf,
+    /// TMPDIR of every command run through the fleet (scanned for plaintext).
+    pub tmp: PathBuf,
+    /// Everything those commands printed: (args, stdout, stderr).
+    outputs: Mutex<Vec<(String, String, String)>>,
     // Last: the lab's runtime outlives the nodes.
     _lab: Lab,
 }
@@ -47,10 +53,16 @@ pub fn config_yaml(clone: &Path, nodes: &[Node], extra: &str) -> String {
 
 /// Runs the binary with `--config config` and `args`: (exit code, stdout, stderr).
 pub fn spokekeeper(config: &Path, args: &[&str]) -> (i32, String, String) {
+    spokekeeper_in(config, args, &std::env::temp_dir())
+}
+
+/// Same, with TMPDIR `tmp`.
+fn spokekeeper_in(config: &Path, args: &[&str], tmp: &Path) -> (i32, String, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
         .arg("--config")
         .arg(config)
         .args(args)
+        .env("TMPDIR", tmp)
         .output()
         .unwrap();
     (
@@ -74,19 +86,28 @@ impl Fleet {
         let clone = clones.remove(0);
         let config = dir.path().join("spokekeeper.yaml");
         std::fs::write(&config, config_yaml(&clone, &nodes, extra)).unwrap();
+        let tmp = dir.path().join("tmp");
+        std::fs::create_dir(&tmp).unwrap();
         Fleet {
             nodes,
             dir,
             remote,
             clone,
             config,
+            tmp,
+            outputs: Mutex::new(Vec::new()),
             _lab: lab,
         }
     }
 
     /// Any command: (exit code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
-        spokekeeper(&self.config, args)
+        let (code, out, err) = spokekeeper_in(&self.config, args, &self.tmp);
+        self.outputs
+            .lock()
+            .unwrap()
+            .push((args.join(" "), out.clone(), err.clone()));
+        (code, out, err)
     }
 
     pub fn rotate(&self, args: &[&str]) -> (i32, String, String) {
@@ -146,46 +167,31 @@ impl Fleet {
         kc.client_certs()[0].not_after
     }
 
-    /// Every secret byte of every node, searched for in the remote's whole history, the
-    /// clone and the test's directory.
-    pub fn assert_no_plaintext(&self) {
-        let history = git(&self.remote, &["log", "-p", "--all", "--format=%B"]);
+    /// Needles of every node's current client key.
+    pub fn key_needles(&self) -> Needles {
+        let mut needles = Needles::new();
         for n in &self.nodes {
-            let key = &n.parts().client_key_pem;
-            let body: String = key.lines().filter(|l| !l.starts_with("-----")).collect();
-            use base64::Engine;
-            let b64_of_pem = base64::engine::general_purpose::STANDARD.encode(key.as_bytes());
-            for needle in [&body[..40], &b64_of_pem[..40]] {
-                assert!(
-                    !history.contains(needle),
-                    "client key in the remote history"
-                );
-                let found = grep_dir(self.dir.path(), needle.as_bytes(), &n.dir);
-                assert!(found.is_empty(), "client key on disk in {found:?}");
-            }
+            needles.add_key(&n.parts().client_key_pem);
         }
+        needles
     }
-}
 
-/// Files under `root` containing `needle`, except under `skip` (the node's own files).
-fn grep_dir(root: &Path, needle: &[u8], skip: &Path) -> Vec<PathBuf> {
-    let mut hits = Vec::new();
-    let mut stack = vec![root.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap().flatten() {
-            let p = e.path();
-            if p.starts_with(skip) {
-                continue;
-            }
-            if p.is_dir() {
-                stack.push(p);
-            } else if std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle))
-            {
-                hits.push(p);
-            }
-        }
+    /// No node's current client key anywhere: see [`Fleet::assert_no_plaintext_of`].
+    pub fn assert_no_plaintext(&self) {
+        self.assert_no_plaintext_of(&self.key_needles());
     }
-    hits
+
+    /// None of `needles` in what every command run through the fleet printed, in any
+    /// object (commits, trees, blobs; loose or packed) of the remote or the clone, or in
+    /// a file under the fleet's directory (the remote, the clone's tree and .git, the
+    /// commands' TMPDIR). The nodes' own directories are elsewhere.
+    pub fn assert_no_plaintext_of(&self, needles: &Needles) {
+        for (args, out, err) in self.outputs.lock().unwrap().iter() {
+            needles.assert_absent(&format!("the stdout of `{args}`"), out.as_bytes());
+            needles.assert_absent(&format!("the stderr of `{args}`"), err.as_bytes());
+        }
+        needles.assert_nowhere(&[self.dir.path()], &[&self.remote, &self.clone]);
+    }
 }
 
 pub fn action(report: &serde_json::Value, i: usize) -> String {
