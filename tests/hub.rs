@@ -913,6 +913,44 @@ async fn with_a_hub_deleting_every_output_does_not_reach_first_use() {
     }
 }
 
+/// A committed sealing.cert that cannot be used (garbage) does not stop a process with a
+/// reachable hub: it starts from the controller's certificate and the tick pins it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_pinned_certificate_is_replaced_by_the_controllers() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    std::fs::write(l.fleet.clone.join(PINNED), "garbage\n").unwrap();
+    git(
+        &l.fleet.clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-am",
+            "break it",
+        ],
+    );
+    git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated", "{report}");
+    assert_eq!(
+        git(&l.fleet.remote, &["show", &format!("main:{PINNED}")]),
+        cert("key")
+    );
+    assert!(
+        l.fleet
+            .remote_log()
+            .iter()
+            .any(|m| m.starts_with("sealing: pin the controller's certificate")),
+        "{:?}",
+        l.fleet.remote_log()
+    );
+    assert!(l.sealed(0).unseal(&[key("key")]).is_ok());
+}
+
 /// The daemon looks again, every tick, at a spoke whose pushed credential the hub had not
 /// taken: once Flux recovers, the gauges (and so the alerts) clear without a new rotation.
 #[test]

@@ -131,7 +131,7 @@ enum Heard {
 /// hub's controller served.
 async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>, Heard) {
     let now = OffsetDateTime::now_utc();
-    let pinned = pinned(ctx, now);
+    let (pinned, on_disk) = pinned(ctx, now);
     let Some(cfg) = &ctx.config.hub else {
         return (pinned, None, Heard::Silent);
     };
@@ -175,8 +175,8 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
         tracing::warn!(error = %e, "cannot record the hub's certificate");
     }
     if key.fingerprint() == pinned.fingerprint() {
-        // First start from the hub (see `initial`): the certificate is not pinned yet.
-        if !dry_run && !ctx.config.sealing_cert.exists() {
+        // Started from the hub (see `initial`): sealing.cert is missing or unusable.
+        if !dry_run && !on_disk {
             let message = format!(
                 "sealing: pin the controller's certificate {}\n\n{}\nFetched from {source}, as kubeseal --fetch-cert does.\n",
                 short(key.fingerprint()),
@@ -245,49 +245,59 @@ async fn fetch(cfg: &crate::config::HubConfig) -> Result<String, String> {
     })
 }
 
-/// The sealing key a process starts with: sealing.cert, or, when that file does not
-/// exist yet and `hub:` is configured, the controller's certificate (the first tick
-/// pins it). Any other problem with sealing.cert is an error that names it.
+/// The sealing key a process starts with: sealing.cert, or, when that file cannot be used
+/// (missing, a link, garbage, expired) and `hub:` is configured, the controller's
+/// certificate (the first tick pins it). Without `hub:` a bad sealing.cert is an error that
+/// names it.
 pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, String> {
     let path = &config.sealing_cert;
     let now = OffsetDateTime::now_utc();
-    match crate::fsutil::read_under(path, &config.repo.path) {
+    let pinned = match crate::fsutil::read_under(path, &config.repo.path) {
         Ok(pem) => SealingKey::from_pem(&pem, &path.display().to_string(), now)
             .map_err(|e| format!("sealing.cert: {e}")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.hub.is_some() => {
-            let cfg = config.hub.as_ref().expect("checked");
-            let source = format!(
-                "the controller's certificate ({}/{})",
-                cfg.controller.namespace, cfg.controller.name
-            );
-            let pem = fetch(cfg).await.map_err(|f| {
-                format!(
-                    "sealing.cert {} does not exist yet and the hub cannot give it: {f} \
-                     (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
-                    path.display(),
-                    path.display()
-                )
-            })?;
-            let key = SealingKey::from_pem(pem.as_bytes(), &source, now)
-                .map_err(|e| format!("{source}: {e}"))?;
-            tracing::info!(sha256 = %key.fingerprint(), path = %path.display(), "sealing.cert does not exist yet: using the controller's certificate; the tick pins it");
-            Ok(key)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "sealing.cert {} does not exist yet",
+            path.display()
+        )),
         Err(e) => Err(format!("cannot read sealing.cert {}: {e}", path.display())),
-    }
+    };
+    let (pinned_error, cfg) = match (pinned, &config.hub) {
+        (Ok(key), _) => return Ok(key),
+        (Err(e), None) => return Err(e),
+        (Err(e), Some(cfg)) => (e, cfg),
+    };
+    let source = format!(
+        "the controller's certificate ({}/{})",
+        cfg.controller.namespace, cfg.controller.name
+    );
+    let pem = fetch(cfg).await.map_err(|f| {
+        format!(
+            "{pinned_error}, and the hub cannot give it: {f} \
+             (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
+            path.display()
+        )
+    })?;
+    let key = SealingKey::from_pem(pem.as_bytes(), &source, now)
+        .map_err(|e| format!("{pinned_error}, and {source}: {e}"))?;
+    tracing::warn!(sha256 = %key.fingerprint(), path = %path.display(), problem = %pinned_error, "sealing.cert cannot be used: starting with the controller's certificate; the tick pins it");
+    Ok(key)
 }
 
-/// sealing.cert as it is now on disk; the key loaded at start when it cannot be read.
-fn pinned(ctx: &Context, now: OffsetDateTime) -> SealingKey {
+/// sealing.cert as it is now on disk, and true; the key loaded at start and false when it
+/// cannot be used.
+fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
     let path = &ctx.config.sealing_cert;
     crate::fsutil::read_under(path, ctx.repo.path())
         .map_err(|e| e.to_string())
         .and_then(|pem| {
             SealingKey::from_pem(&pem, &path.display().to_string(), now).map_err(|e| e.to_string())
         })
+        .map(|key| (key, true))
         .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "sealing.cert cannot be read: using the copy loaded at start");
-            ctx.sealing.clone()
+            if path.exists() || path.is_symlink() {
+                tracing::warn!(error = %e, "sealing.cert cannot be used: using the copy loaded at start");
+            }
+            (ctx.sealing.clone(), false)
         })
 }
 
