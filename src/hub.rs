@@ -6,6 +6,7 @@
 //! every request maps to an entry.
 
 pub mod cert;
+mod served;
 mod trust;
 pub mod verify;
 

@@ -458,6 +458,7 @@ impl Repo {
             .arg(&self.path)
             .args(&args)
             .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_LITERAL_PATHSPECS", "1")
             .env("GIT_SSH_VARIANT", "ssh")
             .env("LC_ALL", "C")
             // refs/replace/* could make verify-commit and cat-file see another object

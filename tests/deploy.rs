@@ -197,7 +197,22 @@ struct HelmReleaseSpec {
     #[serde(skip_serializing_if = "Option::is_none")]
     upgrade: Option<Remediated>,
     #[serde(skip_serializing_if = "Option::is_none")]
+    values_from: Option<Vec<ValuesReference>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
     values: Option<Value>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct ValuesReference {
+    kind: String,
+    name: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values_key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    target_path: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    optional: Option<bool>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -1170,6 +1185,83 @@ fn flux_example_is_strictly_typed_and_installs_the_chart() {
         .flat_map(|g| g.4)
         .collect();
     assert_eq!(spokes, ["dev-kubeconfig", "test-kubeconfig"]);
+}
+
+/// The Flux example keeps spokekeeper's own deployment, and with it the trust anchors
+/// (`sealing.sha256`, `hub`), out of the fleet repo: the anchors come from a ConfigMap
+/// through `valuesFrom`, and the Kustomization applies a repository other than the fleet's.
+#[test]
+fn flux_example_takes_the_trust_anchors_from_outside_the_fleet_repo() {
+    let mut objects = Vec::new();
+    for f in plain_yaml_files() {
+        let text = std::fs::read_to_string(&f).unwrap();
+        let origin = f.strip_prefix(root()).unwrap().display().to_string();
+        objects.extend(read_all(&documents(&text, &origin), &origin));
+    }
+    let release = one(&objects, |o| match o {
+        Object::HelmRelease(h) => Some(h),
+        _ => None,
+    });
+    let values = release.spec.values.as_ref().unwrap();
+    assert!(
+        values["config"]["sealing"].get("sha256").is_none() && values.get("hub").is_none(),
+        "the HelmRelease's inline values must not carry sealing.sha256 or hub: {values}"
+    );
+    let from = release.spec.values_from.as_deref().unwrap_or_default();
+    let sha = from
+        .iter()
+        .find(|r| r.target_path.as_deref() == Some("config.sealing.sha256"))
+        .expect("valuesFrom sets config.sealing.sha256");
+    assert!(
+        matches!(sha.kind.as_str(), "ConfigMap" | "Secret"),
+        "{sha:?}"
+    );
+    assert_ne!(
+        sha.optional,
+        Some(true),
+        "a missing anchor must stop the release"
+    );
+    // The Kustomization that applies the example reads another repository than the fleet's.
+    let flux = one(&objects, |o| match o {
+        Object::FluxKustomization(k) => Some(k),
+        _ => None,
+    });
+    let source = &flux.spec.source_ref.name;
+    assert_ne!(source, "flux-system", "the fleet repo's usual source");
+    let platform = objects
+        .iter()
+        .find_map(|o| match o {
+            Object::GitRepository(g) if g.metadata.name.as_deref() == Some(source) => Some(g),
+            _ => None,
+        })
+        .expect("the Kustomization's GitRepository is in the example");
+    assert_ne!(platform.spec.url, values["fleet"]["url"].as_str().unwrap());
+
+    // Rendered as Flux merges it (valuesFrom, then values), the fingerprint and the hub
+    // section from the ConfigMap reach spokekeeper.yaml.
+    let fp = format!("sha256:{}", "ab".repeat(32));
+    let dir = tempfile::tempdir().unwrap();
+    let anchor = dir.path().join("anchor.yaml");
+    std::fs::write(
+        &anchor,
+        format!("config:\n  sealing:\n    sha256: \"{fp}\"\n"),
+    )
+    .unwrap();
+    let hub = dir.path().join("hub.yaml");
+    std::fs::write(
+        &hub,
+        "hub:\n  enabled: true\n  controller: {namespace: sealing, name: ctl, port: http}\n",
+    )
+    .unwrap();
+    let inline = dir.path().join("values.json");
+    std::fs::write(&inline, serde_json::to_vec(values).unwrap()).unwrap();
+    let rendered = read_all(
+        &render(&[&anchor, &hub, &inline]),
+        "chart (valuesFrom + values)",
+    );
+    let config = config_text(&rendered);
+    assert!(config.contains(&fp), "{config}");
+    assert!(config.contains("namespace: sealing"), "{config}");
 }
 
 /// `Key=Value` lines by section; repeated keys keep every value.

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 use spokekeeper::hub::ACCESS;
-use spokekeeper::seal::{RecoveryKey, SealedSecret};
+use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
 use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
@@ -443,10 +443,21 @@ async fn kustomization_not_ready_is_reported() {
 #[tokio::test(flavor = "multi_thread")]
 async fn hub_unreachable_seals_to_the_pinned_copy_and_still_rotates() {
     let l = lab(1, "  verify_timeout: 2s\n");
+    // A first tick with the hub up records what it serves (.git/spokekeeper/).
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
     // The controller's pod is gone: the proxy answers 503.
     l.hub.set_controller(Controller::Down);
-    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
     assert_eq!(action(&report, 0), "rotated", "{report}\n{err}");
+    assert_eq!(report["sealing"]["trusted"], true, "{report}");
+    assert!(
+        report["sealing"]["trust"]
+            .as_str()
+            .unwrap()
+            .contains("served last"),
+        "{report}"
+    );
     assert_eq!(report["sealing"]["reachable"], false, "{report}");
     let error = report["sealing"]["error"].as_str().unwrap();
     assert!(
@@ -551,11 +562,13 @@ async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     let l = lab(1, "  verify_timeout: 10s\n");
+    assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let demo =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt"))
             .unwrap();
     l.hub.renew_key(&demo, key("other-key"));
-    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    // The pinned copy, which the hub served last, is still trusted.
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert!(
         report["sealing"]["error"]
@@ -765,11 +778,12 @@ async fn first_start_without_a_pinned_certificate_or_a_hub_says_what_to_do() {
     assert_eq!(l.fleet.remote_log().len(), 2, "nothing committed");
 }
 
-/// A renewal that cannot be pinned (here a commit hook refuses it) changes nothing: this
-/// tick seals to the pinned copy and says why; once the repo takes it, the renewal goes
-/// through.
+/// A renewal that cannot be pinned (here a commit hook refuses it) changes nothing: the
+/// hub has just contradicted the pinned copy, so this tick seals to nothing (not even with
+/// sealing.sha256 listing the pinned copy) and says why; once the repo takes it, the
+/// renewal goes through.
 #[tokio::test(flavor = "multi_thread")]
-async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
+async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
     use std::os::unix::fs::PermissionsExt;
     let l = lab(1, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
@@ -779,14 +793,23 @@ async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
     std::fs::write(&hook, "#!/bin/sh\necho 'refused by policy' >&2\nexit 1\n").unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
 
+    let pinned = l.sealed(0).annotations["spokekeeper.io/sealing-cert-sha256"].clone();
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    let at = format!("  cert: {}\n", l.fleet.clone.join(PINNED).display());
+    let with_sha = text.replace(&at, &format!("{at}  sha256: {pinned}\n"));
+    assert_ne!(with_sha, text);
+    std::fs::write(&l.fleet.config, &with_sha).unwrap();
+
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(code, 1, "{report}\n{err}");
     let e = report["sealing"]["error"].as_str().unwrap();
     assert!(
         e.contains("cannot be pinned") && e.contains("refused by policy"),
         "{e}"
     );
     assert_eq!(report["sealing"]["renewed"], Value::Null, "{report}");
+    assert_eq!(report["sealing"]["trusted"], false, "{report}");
+    assert_eq!(report["sealing"]["untrusted"]["anchor"], "hub", "{report}");
     assert_eq!(action(&report, 0), "healthy", "{report}");
     assert_eq!(l.fleet.remote_file(0), before);
     assert_eq!(
@@ -796,6 +819,7 @@ async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
     );
 
     std::fs::remove_file(&hook).unwrap();
+    std::fs::write(&l.fleet.config, &text).unwrap();
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert!(
@@ -804,6 +828,127 @@ async fn a_renewal_that_cannot_be_pinned_keeps_the_pinned_certificate() {
     );
     assert_eq!(action(&report, 0), "rotated", "{report}");
     assert!(l.sealed(0).unseal(&[key("other-key")]).is_ok());
+}
+
+/// Set `sealing.sha256` in the lab's config.
+fn set_sealing_sha256(l: &HubLab, fp: &str) {
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    let at = format!("  cert: {}\n", l.fleet.clone.join(PINNED).display());
+    assert!(text.contains(&at));
+    std::fs::write(
+        &l.fleet.config,
+        text.replace(&at, &format!("{at}  sha256: {fp}\n")),
+    )
+    .unwrap();
+}
+
+/// With `hub:`, a clone that never reached the hub has nothing outside the repo to trust:
+/// an unreachable hub on a fresh install seals nothing (no first use) and says to set
+/// sealing.sha256.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fresh_clone_with_the_hub_unreachable_seals_nothing_and_says_to_set_sealing_sha256() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    l.hub.set_controller(Controller::Down);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let u = &report["sealing"]["untrusted"];
+    assert_eq!(u["anchor"], "last-served", "{report}");
+    assert_eq!(u["expected"], json!([]), "{report}");
+    let error = u["error"].as_str().unwrap();
+    assert!(
+        error.contains("no record") && error.contains("set sealing.sha256"),
+        "{error}"
+    );
+    assert_eq!(report["spokes"][0]["stage"], "seal", "{report}");
+    assert!(!l.fleet.output(0).exists(), "nothing sealed");
+    assert_eq!(l.fleet.remote_log().len(), 2, "nothing committed");
+
+    // The operator checked the fingerprint with the controller and sets it.
+    set_sealing_sha256(
+        &l,
+        SealingKey::from_pem(cert("key").as_bytes(), "t", time::OffsetDateTime::now_utc())
+            .unwrap()
+            .fingerprint(),
+    );
+    let (_, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(action(&report, 0), "rotated", "{report}\n{err}");
+    assert_eq!(report["sealing"]["trust"], "listed in sealing.sha256");
+}
+
+/// With `hub:`, deleting every output along with a pushed certificate does not make the
+/// next tick a fresh install: while the hub is unreachable, only what it served last counts.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_a_hub_deleting_every_output_does_not_reach_first_use() {
+    let l = lab(2, "  verify_timeout: 10s\n");
+    assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
+    let old = l.sealed(0).annotations["spokekeeper.io/sealing-cert-sha256"].clone();
+    std::fs::write(l.fleet.clone.join(PINNED), cert("other-key")).unwrap();
+    git(&l.fleet.clone, &["rm", "--quiet", "-r", "fluxcd"]);
+    git(
+        &l.fleet.clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-am",
+            "new key, start over",
+        ],
+    );
+    git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    l.hub.set_controller(Controller::Down);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let u = &report["sealing"]["untrusted"];
+    assert_eq!(u["anchor"], "last-served", "{report}");
+    assert_eq!(u["expected"][0], old.as_str(), "{report}");
+    for i in 0..2 {
+        assert_eq!(report["spokes"][i]["stage"], "seal", "{report}");
+        assert!(
+            !l.fleet.output(i).exists(),
+            "nothing sealed to the pushed key"
+        );
+    }
+}
+
+/// A committed sealing.cert that cannot be used (garbage) does not stop a process with a
+/// reachable hub: it starts from the controller's certificate and the tick pins it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_broken_pinned_certificate_is_replaced_by_the_controllers() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    std::fs::write(l.fleet.clone.join(PINNED), "garbage\n").unwrap();
+    git(
+        &l.fleet.clone,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-am",
+            "break it",
+        ],
+    );
+    git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), "rotated", "{report}");
+    assert_eq!(
+        git(&l.fleet.remote, &["show", &format!("main:{PINNED}")]),
+        cert("key")
+    );
+    assert!(
+        l.fleet
+            .remote_log()
+            .iter()
+            .any(|m| m.starts_with("sealing: pin the controller's certificate")),
+        "{:?}",
+        l.fleet.remote_log()
+    );
+    assert!(l.sealed(0).unseal(&[key("key")]).is_ok());
 }
 
 /// The daemon looks again, every tick, at a spoke whose pushed credential the hub had not

@@ -525,3 +525,23 @@ async fn a_configured_remote_is_never_read_as_a_git_option() {
         "git ran the configured value as a command"
     );
 }
+
+/// An output path git could read as pathspec magic (`:!a.yaml`: every file but a.yaml)
+/// commits that one file and nothing else (GIT_LITERAL_PATHSPECS).
+#[tokio::test]
+async fn a_path_starting_with_a_colon_is_literal_not_pathspec_magic() {
+    let (_d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    repo.sync().await.unwrap();
+    std::fs::write(clones[0].join("b.yaml"), "kind: SealedSecret\n").unwrap();
+    let rel = Path::new(":!a.yaml");
+    repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap();
+    repo.commit(rel, "one file")
+        .await
+        .unwrap()
+        .expect("a commit");
+    let files = git(&clones[0], &["show", "--name-only", "--format=", "HEAD"]);
+    assert_eq!(files.trim(), ":!a.yaml");
+    let status = git(&clones[0], &["status", "--porcelain"]);
+    assert_eq!(status.trim(), "?? b.yaml");
+}

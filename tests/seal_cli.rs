@@ -510,3 +510,44 @@ fn oversized_input_is_refused() {
     assert!(stdout.is_empty());
     assert!(stderr.contains("over the 4194304-byte limit"), "{stderr}");
 }
+
+/// `seal` says which certificate it sealed to, and with `--sha256` refuses a certificate
+/// file that was swapped (the fleet repo's copy, say), naming both fingerprints.
+#[test]
+fn seal_names_the_certificate_and_refuses_one_sha256_does_not_list() {
+    let fp = SealingKey::from_pem(
+        &std::fs::read(cert()).unwrap(),
+        "cert",
+        OffsetDateTime::now_utc(),
+    )
+    .unwrap()
+    .fingerprint()
+    .to_string();
+    let (code, stdout, stderr) = seal(&["--sha256", &fp], &cert(), SECRET);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(SealedSecret::parse(&stdout).is_ok());
+    assert_eq!(stderr.trim(), format!("sealed to {fp}"));
+
+    // Without --sha256 it still says so.
+    let (code, _, stderr) = seal(&[], &cert(), SECRET);
+    assert_eq!(code, 0, "{stderr}");
+    assert_eq!(stderr.trim(), format!("sealed to {fp}"));
+
+    // A swapped file: refused, nothing sealed, both fingerprints named.
+    let swapped = vectors().join("other-key/tls.crt");
+    let other = SealingKey::from_pem(
+        &std::fs::read(&swapped).unwrap(),
+        "other",
+        OffsetDateTime::now_utc(),
+    )
+    .unwrap()
+    .fingerprint()
+    .to_string();
+    refused(&["--sha256", &fp], &swapped, SECRET, &other);
+    refused(&["--sha256", &fp], &swapped, SECRET, &fp);
+    // Any listed fingerprint matches (a planned rollover).
+    let (code, _, stderr) = seal(&["--sha256", &fp, "--sha256", &other], &swapped, SECRET);
+    assert_eq!(code, 0, "{stderr}");
+    // A malformed fingerprint is named, not taken as a mismatch.
+    refused(&["--sha256", "sha256:XYZ"], &cert(), SECRET, "--sha256");
+}

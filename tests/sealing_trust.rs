@@ -1,6 +1,7 @@
 //! A sealing certificate pushed to the fleet repo is not trusted by itself: without
 //! `hub:`, only `sealing.sha256` (kept outside the repo) or, with no anchor at all, the
-//! certificate the committed credentials record confirms it. Real sshd spokes, real git.
+//! certificate the committed credentials record confirms it; first use only when no
+//! spoke's output exists. Real sshd spokes, real git.
 
 mod support;
 
@@ -235,4 +236,65 @@ fn the_daemon_alerts_on_an_untrusted_sealing_certificate() {
             .any(|l| l == "spokekeeper_sealing_cert_trusted 0"),
         "{metrics}"
     );
+}
+
+/// Without anchors, outputs that exist but record no valid sealing fingerprint
+/// (unparsable, unannotated, a malformed annotation) are not a fresh install: a pushed
+/// certificate is not sealed to, and the annotation's text never reaches the error raw.
+#[test]
+fn corrupted_or_unannotated_outputs_do_not_reach_first_use() {
+    let fleet = fleet(2, None);
+    assert_eq!(fleet.rotate(&["--all"]).0, 0);
+    let attack = push_attacker_cert(&fleet);
+    git(
+        &fleet.clone,
+        &["pull", "--quiet", "--ff-only", "origin", "main"],
+    );
+    // Spoke 0's output is garbage; spoke 1's loses its sealing annotation.
+    std::fs::write(fleet.output(0), "not: [a sealed secret\n").unwrap();
+    let text = std::fs::read_to_string(fleet.output(1)).unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.contains("spokekeeper.io/sealing-cert-sha256"))
+        .unwrap()
+        .to_string();
+    std::fs::write(fleet.output(1), text.replace(&format!("{line}\n"), "")).unwrap();
+    commit_all(&fleet.clone, "start over");
+    git(&fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let head = remote_head(&fleet);
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let u = &report["sealing"]["untrusted"];
+    assert_eq!(u["anchor"], "committed", "{report}");
+    assert_eq!(u["commit"], attack.as_str(), "{report}");
+    let error = u["error"].as_str().unwrap();
+    assert!(
+        error.contains("no fresh install") && error.contains("spoke0, spoke1"),
+        "{error}"
+    );
+    assert_eq!(
+        remote_head(&fleet),
+        head,
+        "nothing sealed to the pushed key"
+    );
+
+    // A malformed annotation (terminal escapes) counts as none, and is never shown.
+    let hostile = text.replace(
+        &line,
+        &line.replace(line.split_once(": ").unwrap().1, "\"sha256:\\e[2J\\a\""),
+    );
+    assert_ne!(hostile, text);
+    std::fs::write(fleet.output(1), hostile).unwrap();
+    commit_all(&fleet.clone, "hostile annotation");
+    git(&fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let head = remote_head(&fleet);
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let error = report["sealing"]["untrusted"]["error"].as_str().unwrap();
+    assert!(error.contains("no fresh install"), "{error}");
+    assert!(
+        !error.contains('\u{1b}') && !err.contains('\u{1b}'),
+        "{error}"
+    );
+    assert_eq!(remote_head(&fleet), head);
 }

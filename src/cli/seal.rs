@@ -17,6 +17,10 @@ pub struct SealArgs {
     /// The sealing certificate (what the controller serves at /v1/cert.pem) or RSA public key, PEM.
     #[arg(long)]
     pub cert: PathBuf,
+    /// The fingerprint the certificate must have (sha256:<64 hex>, checked with the
+    /// controller); repeatable. A file anyone could have swapped is refused on mismatch.
+    #[arg(long = "sha256", value_name = "FP")]
+    pub sha256: Vec<String>,
     /// strict (default), namespace-wide or cluster-wide; default: the Secret's own scope annotation.
     #[arg(long, value_enum)]
     pub scope: Option<Scope>,
@@ -64,6 +68,14 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), String> {
         OffsetDateTime::now_utc(),
     )
     .map_err(|e| e.to_string())?;
+    check_fingerprint(&key, &args.sha256, &args.cert)?;
+    seal_with(args, format, &key)?;
+    // Always said, so whoever seals can compare it with the controller's.
+    eprintln!("sealed to {}", key.fingerprint());
+    Ok(())
+}
+
+fn seal_with(args: &SealArgs, format: Option<Format>, key: &SealingKey) -> Result<(), String> {
     let input = read_limited(None)?;
 
     if args.raw {
@@ -76,7 +88,7 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), String> {
         if scope == Scope::Strict && name.is_empty() {
             return Err("--raw with strict scope needs --name".into());
         }
-        let ct = hybrid_encrypt(&key, &scope.label(namespace, name), input.expose())
+        let ct = hybrid_encrypt(key, &scope.label(namespace, name), input.expose())
             .map_err(|e| e.to_string())?;
         let b64 = base64::engine::general_purpose::STANDARD.encode(ct);
         return write_stdout(b64.as_bytes());
@@ -88,16 +100,32 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), String> {
         .map_err(|e| format!("stdin: {e}"))?;
 
     if let Some(path) = &args.merge_into {
-        return merge_into(path, &secret, &key, args.scope);
+        return merge_into(path, &secret, key, args.scope);
     }
     let scope = args.scope.unwrap_or_else(|| secret.annotated_scope());
-    let sealed = SealedSecret::seal(&secret, &key, scope).map_err(|e| e.to_string())?;
+    let sealed = SealedSecret::seal(&secret, key, scope).map_err(|e| e.to_string())?;
     let text = match format.unwrap_or(Format::Yaml) {
         Format::Json => sealed.to_json(),
         Format::Yaml => sealed.to_yaml(),
         Format::Table => return Err("-o table does not apply: use -o yaml or -o json".into()),
     };
     write_stdout(text.as_bytes())
+}
+
+/// Refuses a certificate whose fingerprint `--sha256` does not list.
+fn check_fingerprint(key: &SealingKey, allowed: &[String], cert: &Path) -> Result<(), String> {
+    for fp in allowed {
+        crate::rotate::state::fingerprint("--sha256", fp).map_err(|e| e.to_string())?;
+    }
+    if allowed.is_empty() || allowed.iter().any(|fp| fp == key.fingerprint()) {
+        return Ok(());
+    }
+    Err(format!(
+        "--cert {} is {}, but --sha256 allows only {}: nothing sealed. It may have been replaced; fetch it from the controller (kubeseal --fetch-cert) and compare",
+        cert.display(),
+        key.fingerprint(),
+        allowed.join(", ")
+    ))
 }
 
 /// Seals into an existing SealedSecret with its own name, namespace and scope, keeping

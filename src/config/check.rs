@@ -368,6 +368,12 @@ pub fn output(p: &Path) -> Reason {
             p.display()
         ));
     }
+    if p.to_string_lossy().starts_with(':') {
+        return Err(format!(
+            "{:?} starts with ':', which git reads as pathspec magic (':!a.yaml' means every file but a.yaml): {fix}",
+            p.display()
+        ));
+    }
     if p.components()
         .any(|c| c.as_os_str().eq_ignore_ascii_case(".git"))
     {
@@ -566,6 +572,8 @@ mod tests {
             ".git/hooks/post-commit",
             "a/.GIT/config",
             "a\nb.yaml",
+            ":!a.yaml",
+            ":(glob)*",
         ] {
             assert!(output(Path::new(bad)).is_err(), "{bad}");
         }

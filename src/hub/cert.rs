@@ -18,6 +18,7 @@ use crate::forge::Forge;
 use crate::rotate::Context;
 use crate::rotate::state::short;
 use crate::seal::SealingKey;
+use crate::seal::trust::Controller;
 
 /// Review mode's branch for a renewed certificate. Spoke names are DNS labels, so no
 /// spoke's branch can be this one.
@@ -50,9 +51,10 @@ pub struct CertReport {
 pub struct Untrusted {
     /// The certificate refused.
     pub sha256: String,
-    /// What the anchor expects (sealing.sha256, or what the committed credentials record).
+    /// What the anchor expects (sealing.sha256, what the hub served last, or what the
+    /// committed credentials record).
     pub expected: Vec<String>,
-    /// `sealing.sha256` or `committed`.
+    /// `hub` (it serves another), `sealing.sha256`, `last-served` or `committed`.
     pub anchor: &'static str,
     /// The last commit that changed sealing.cert (None: outside the repo, or none found).
     pub commit: Option<String>,
@@ -71,7 +73,7 @@ pub struct Renewed {
 /// The key for this tick, what happened on the hub, and whether the key is trusted:
 /// when `report.untrusted` is set, nothing may be sealed to it.
 pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) {
-    let (key, report, served) = choose(ctx, dry_run).await;
+    let (key, report, heard) = choose(ctx, dry_run).await;
     let mut report = report.unwrap_or_else(|| CertReport {
         sha256: key.fingerprint().to_string(),
         ..CertReport::default()
@@ -84,14 +86,22 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) 
         );
     }
     let listed = &ctx.config.sealing_sha256;
-    if served && !listed.is_empty() && !listed.iter().any(|l| l == key.fingerprint()) {
+    if heard == Heard::Served
+        && !listed.is_empty()
+        && !listed.iter().any(|l| l == key.fingerprint())
+    {
         tracing::warn!(
             "the hub's controller serves {} but sealing.sha256 in {} does not list it: add it, or ticks while the hub is unreachable seal nothing",
             key.fingerprint(),
             ctx.config.file.display()
         );
     }
-    match super::trust::check(ctx, &key, served).await {
+    let hub = match &heard {
+        Heard::Served => Controller::Served,
+        Heard::Silent => Controller::Silent,
+        Heard::Other(fp) => Controller::Contradicts(fp),
+    };
+    match super::trust::check(ctx, &key, hub).await {
         Ok(how) => {
             report.trusted = true;
             report.trust = how.to_string();
@@ -106,13 +116,24 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) 
     (key, report)
 }
 
-/// The key for this tick, the hub's part of the report (None: no hub), and whether the
-/// hub's controller served that very key this tick.
-async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>, bool) {
+/// What the hub's controller served this tick, compared with the key chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Heard {
+    /// That very key.
+    Served,
+    /// Nothing usable (no hub, unreachable, refused).
+    Silent,
+    /// Another valid certificate, with this fingerprint.
+    Other(String),
+}
+
+/// The key for this tick, the hub's part of the report (None: no hub), and what the
+/// hub's controller served.
+async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>, Heard) {
     let now = OffsetDateTime::now_utc();
-    let pinned = pinned(ctx, now);
+    let (pinned, on_disk) = pinned(ctx, now);
     let Some(cfg) = &ctx.config.hub else {
-        return (pinned, None, false);
+        return (pinned, None, Heard::Silent);
     };
     let mut report = CertReport {
         reachable: Some(false),
@@ -126,7 +147,7 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
             report.error = Some(format!(
                 "hub unreachable, using the pinned sealing.cert: {e}"
             ));
-            return (pinned, Some(report), false);
+            return (pinned, Some(report), Heard::Silent);
         }
     };
     report.reachable = Some(true);
@@ -146,12 +167,16 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
         Err(e) => {
             tracing::error!(error = %e, "the hub's sealing certificate is not usable: using the pinned copy");
             report.error = Some(e);
-            return (pinned, Some(report), false);
+            return (pinned, Some(report), Heard::Silent);
         }
     };
+    // What a tick that cannot reach the hub may trust (hub/served.rs).
+    if !dry_run && let Err(e) = super::served::record(ctx.repo.path(), key.fingerprint()) {
+        tracing::warn!(error = %e, "cannot record the hub's certificate");
+    }
     if key.fingerprint() == pinned.fingerprint() {
-        // First start from the hub (see `initial`): the certificate is not pinned yet.
-        if !dry_run && !ctx.config.sealing_cert.exists() {
+        // Started from the hub (see `initial`): sealing.cert is missing or unusable.
+        if !dry_run && !on_disk {
             let message = format!(
                 "sealing: pin the controller's certificate {}\n\n{}\nFetched from {source}, as kubeseal --fetch-cert does.\n",
                 short(key.fingerprint()),
@@ -162,7 +187,7 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
                 report.error = Some(format!("cannot pin the certificate: {e}"));
             }
         }
-        return (pinned, Some(report), true);
+        return (pinned, Some(report), Heard::Served);
     }
     let mut renewed = Renewed {
         old: pinned.fingerprint().to_string(),
@@ -196,12 +221,13 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
                     short(&renewed.old),
                     short(&renewed.new)
                 ));
-                return (pinned, Some(report), false);
+                // The hub has just contradicted the pinned copy: not trusted this tick.
+                return (pinned, Some(report), Heard::Other(renewed.new));
             }
         }
     }
     report.renewed = Some(renewed);
-    (key, Some(report), true)
+    (key, Some(report), Heard::Served)
 }
 
 /// The controller's certificate PEM, bounded in time.
@@ -219,49 +245,59 @@ async fn fetch(cfg: &crate::config::HubConfig) -> Result<String, String> {
     })
 }
 
-/// The sealing key a process starts with: sealing.cert, or, when that file does not
-/// exist yet and `hub:` is configured, the controller's certificate (the first tick
-/// pins it). Any other problem with sealing.cert is an error that names it.
+/// The sealing key a process starts with: sealing.cert, or, when that file cannot be used
+/// (missing, a link, garbage, expired) and `hub:` is configured, the controller's
+/// certificate (the first tick pins it). Without `hub:` a bad sealing.cert is an error that
+/// names it.
 pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, String> {
     let path = &config.sealing_cert;
     let now = OffsetDateTime::now_utc();
-    match crate::fsutil::read_under(path, &config.repo.path) {
+    let pinned = match crate::fsutil::read_under(path, &config.repo.path) {
         Ok(pem) => SealingKey::from_pem(&pem, &path.display().to_string(), now)
             .map_err(|e| format!("sealing.cert: {e}")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound && config.hub.is_some() => {
-            let cfg = config.hub.as_ref().expect("checked");
-            let source = format!(
-                "the controller's certificate ({}/{})",
-                cfg.controller.namespace, cfg.controller.name
-            );
-            let pem = fetch(cfg).await.map_err(|f| {
-                format!(
-                    "sealing.cert {} does not exist yet and the hub cannot give it: {f} \
-                     (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
-                    path.display(),
-                    path.display()
-                )
-            })?;
-            let key = SealingKey::from_pem(pem.as_bytes(), &source, now)
-                .map_err(|e| format!("{source}: {e}"))?;
-            tracing::info!(sha256 = %key.fingerprint(), path = %path.display(), "sealing.cert does not exist yet: using the controller's certificate; the tick pins it");
-            Ok(key)
-        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
+            "sealing.cert {} does not exist yet",
+            path.display()
+        )),
         Err(e) => Err(format!("cannot read sealing.cert {}: {e}", path.display())),
-    }
+    };
+    let (pinned_error, cfg) = match (pinned, &config.hub) {
+        (Ok(key), _) => return Ok(key),
+        (Err(e), None) => return Err(e),
+        (Err(e), Some(cfg)) => (e, cfg),
+    };
+    let source = format!(
+        "the controller's certificate ({}/{})",
+        cfg.controller.namespace, cfg.controller.name
+    );
+    let pem = fetch(cfg).await.map_err(|f| {
+        format!(
+            "{pinned_error}, and the hub cannot give it: {f} \
+             (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
+            path.display()
+        )
+    })?;
+    let key = SealingKey::from_pem(pem.as_bytes(), &source, now)
+        .map_err(|e| format!("{pinned_error}, and {source}: {e}"))?;
+    tracing::warn!(sha256 = %key.fingerprint(), path = %path.display(), problem = %pinned_error, "sealing.cert cannot be used: starting with the controller's certificate; the tick pins it");
+    Ok(key)
 }
 
-/// sealing.cert as it is now on disk; the key loaded at start when it cannot be read.
-fn pinned(ctx: &Context, now: OffsetDateTime) -> SealingKey {
+/// sealing.cert as it is now on disk, and true; the key loaded at start and false when it
+/// cannot be used.
+fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
     let path = &ctx.config.sealing_cert;
     crate::fsutil::read_under(path, ctx.repo.path())
         .map_err(|e| e.to_string())
         .and_then(|pem| {
             SealingKey::from_pem(&pem, &path.display().to_string(), now).map_err(|e| e.to_string())
         })
+        .map(|key| (key, true))
         .unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "sealing.cert cannot be read: using the copy loaded at start");
-            ctx.sealing.clone()
+            if path.exists() || path.is_symlink() {
+                tracing::warn!(error = %e, "sealing.cert cannot be used: using the copy loaded at start");
+            }
+            (ctx.sealing.clone(), false)
         })
 }
 

@@ -1,28 +1,34 @@
-//! Applies [`crate::seal::trust`] to a tick: gathers what the committed credentials
-//! record and, when the certificate is not trusted, the commit that changed it and the
-//! message every refused spoke carries.
-
-use std::collections::BTreeSet;
+//! Applies [`crate::seal::trust`] to a tick: gathers the fallback (what the hub last served
+//! to this clone with `hub:`, else what the committed credentials record) and, when the
+//! certificate is not trusted, the commit that changed it and the message every refused
+//! spoke carries.
 
 use super::cert::{Untrusted, inside};
 use crate::rotate::Context;
-use crate::rotate::state::SEALING_CERT_SHA256;
-use crate::seal::trust::{Mismatch, confirm};
+use crate::rotate::state::{self, SEALING_CERT_SHA256};
+use crate::seal::trust::{Committed, Controller, Fallback, Mismatch, confirm};
 use crate::seal::{SealedSecret, SealingKey};
 
-/// Whether `key` may be sealed to this tick; `served`: the hub's controller returned it.
+/// Whether `key` may be sealed to this tick; `hub`: what the hub's controller served.
 pub(super) async fn check(
     ctx: &Context,
     key: &SealingKey,
-    served: bool,
+    hub: Controller<'_>,
 ) -> Result<&'static str, Untrusted> {
     let sha256 = key.fingerprint();
-    let recorded = if served {
-        BTreeSet::new()
+    let committed;
+    let last;
+    let fallback = if ctx.config.hub.is_some() {
+        last = super::served::last(ctx.repo.path()).unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "ignoring the record of the hub's last certificate");
+            None
+        });
+        Fallback::LastServed(last.as_deref())
     } else {
-        recorded(ctx)
+        committed = recorded(ctx);
+        Fallback::Committed(&committed)
     };
-    let mismatch = match confirm(sha256, served, &ctx.config.sealing_sha256, &recorded) {
+    let mismatch = match confirm(sha256, hub, &ctx.config.sealing_sha256, fallback) {
         Ok(anchor) => return Ok(anchor.describe()),
         Err(m) => m,
     };
@@ -42,14 +48,41 @@ pub(super) async fn check(
         },
     };
     let expected = mismatch.expected().to_vec();
-    let (anchor, why) = match &mismatch {
+    let file = ctx.config.file.display();
+    let revert = commit
+        .as_deref()
+        .map_or_else(String::new, |c| format!(" (git revert {c})"));
+    let set = format!(
+        "if the controller's key really changed, check it (kubeseal --fetch-cert | spokekeeper inspect) and set sealing.sha256: {sha256} in {file}"
+    );
+    let (anchor, why, fix) = match &mismatch {
+        Mismatch::HubServes { served } => (
+            "hub",
+            format!(
+                "the hub's controller serves {served} instead, which could not be pinned this tick"
+            ),
+            "see why the renewal could not be pinned (the sealing error); the next tick that can pin it seals to it".to_string(),
+        ),
         Mismatch::Configured { .. } => (
             "sealing.sha256",
+            format!("sealing.sha256 in {file} allows only {}", expected.join(", ")),
+            format!("{set}; otherwise revert the change{revert}"),
+        ),
+        Mismatch::LastServed { expected } if expected.is_empty() => (
+            "last-served",
             format!(
-                "sealing.sha256 in {} allows only {}",
-                ctx.config.file.display(),
+                "the hub is unreachable and this clone has no record ({}) of a certificate it served",
+                super::served::path(ctx.repo.path()).display()
+            ),
+            format!("make the hub reachable, or {set}"),
+        ),
+        Mismatch::LastServed { .. } => (
+            "last-served",
+            format!(
+                "the hub is unreachable, and the certificate it served last is {}",
                 expected.join(", ")
             ),
+            format!("{set}; otherwise revert the change{revert}"),
         ),
         Mismatch::Committed { .. } => (
             "committed",
@@ -57,17 +90,22 @@ pub(super) async fn check(
                 "the committed credentials are sealed to {}, and neither hub: nor sealing.sha256 confirms the change",
                 expected.join(", ")
             ),
+            format!("{set}; otherwise revert the change{revert}"),
+        ),
+        Mismatch::Unknown { spokes } => (
+            "committed",
+            format!(
+                "no committed credential records a valid {SEALING_CERT_SHA256}, but the outputs of {} exist (unreadable, unparsable or unannotated), so this is no fresh install",
+                spokes.join(", ")
+            ),
+            format!("{set}, or restore the outputs{revert}"),
         ),
     };
-    let revert = commit
-        .as_deref()
-        .map_or_else(String::new, |c| format!(" (git revert {c})"));
     let error = format!(
         "the sealing certificate {} is {sha256}, not trusted: {why}; it was {changed_by}. \
          Nothing is sealed to it: a write to the fleet repo must not re-seal every spoke's credential to a key its author may hold. \
-         Fix: if the controller's key really changed, check it (kubeseal --fetch-cert | spokekeeper inspect) and set sealing.sha256: {sha256} in {}; otherwise revert the change{revert}",
+         Fix: {fix}",
         path.display(),
-        ctx.config.file.display()
     );
     Err(Untrusted {
         sha256: sha256.to_string(),
@@ -78,13 +116,26 @@ pub(super) async fn check(
     })
 }
 
-/// The sealing fingerprints every configured spoke's committed credential records.
-fn recorded(ctx: &Context) -> BTreeSet<String> {
-    ctx.config
-        .spokes
-        .iter()
-        .filter_map(|s| ctx.repo.read(&s.output).ok().flatten())
-        .filter_map(|bytes| SealedSecret::parse(&bytes).ok())
-        .filter_map(|sealed| sealed.annotations.get(SEALING_CERT_SHA256).cloned())
-        .collect()
+/// What every configured spoke's committed output records: valid sealing fingerprints
+/// (through the annotation validator), and the spokes whose output exists but records
+/// none (unreadable, a link, unparsable, unannotated or malformed).
+fn recorded(ctx: &Context) -> Committed {
+    let mut out = Committed::default();
+    for s in &ctx.config.spokes {
+        let valid = match ctx.repo.read(&s.output) {
+            Ok(None) => continue,
+            Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|sealed| {
+                let v = sealed.annotations.get(SEALING_CERT_SHA256)?;
+                state::fingerprint(SEALING_CERT_SHA256, v).ok()
+            }),
+            Err(_) => None,
+        };
+        match valid {
+            Some(fp) => {
+                out.recorded.insert(fp);
+            }
+            None => out.unknown.push(s.name.clone()),
+        }
+    }
+    out
 }

@@ -148,5 +148,12 @@ pub fn seal(
     let mut sealed = SealedSecret::seal(&input, sealing, spoke.scope)
         .map_err(|e| fail(Stage::Seal)(e.to_string()))?;
     sealed.annotations.extend(recorded.to_annotations());
-    Ok(sealed.to_yaml())
+    let manifest = sealed.to_yaml();
+    // What is written is read back and must be ciphertext for this key: the last guard
+    // against a bug putting anything else in the fleet repo (direct and review mode).
+    SealedSecret::parse(manifest.as_bytes())
+        .map_err(|e| e.to_string())
+        .and_then(|back| back.check_sealed(sealing).map_err(|e| e.to_string()))
+        .map_err(|e| fail(Stage::Seal)(format!("{}: {e}", spoke.name)))?;
+    Ok(manifest)
 }

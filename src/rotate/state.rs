@@ -204,7 +204,9 @@ fn is_hex64(s: &str) -> bool {
     s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
 }
 
-fn fingerprint(key: &'static str, v: &str) -> Result<String, AnnotationError> {
+/// A `sha256:` fingerprint read back from outside (annotations, local state), or an error
+/// that shows it escaped.
+pub(crate) fn fingerprint(key: &'static str, v: &str) -> Result<String, AnnotationError> {
     match v.strip_prefix("sha256:") {
         Some(hex) if is_hex64(hex) => Ok(v.to_string()),
         _ => Err(malformed(key, FINGERPRINT, v)),
@@ -246,7 +248,14 @@ fn spoke_name(key: &'static str, v: &str) -> Result<String, AnnotationError> {
 
 fn server(key: &'static str, v: &str) -> Result<String, AnnotationError> {
     let want = "an https:// URL with a host (no credentials, query or fragment)";
-    if v.len() > MAX_SERVER {
+    // The URL parser drops tabs and newlines and keeps other controls; the raw string
+    // reaches the table and alerts, so it must be plain printable text.
+    let unprintable = |c: char| {
+        c.is_control()
+            || c.is_whitespace()
+            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+    };
+    if v.len() > MAX_SERVER || v.chars().any(unprintable) {
         return Err(malformed(key, want, v));
     }
     crate::kubeconfig::parse_server(v).map_err(|_| malformed(key, want, v))?;
@@ -411,6 +420,10 @@ mod tests {
             (SERVER, "http://10.0.0.1:6443"),
             (SERVER, "https://user:pw@10.0.0.1:6443"),
             (SERVER, &format!("https://{}.org", "a".repeat(3000))),
+            (SERVER, "https://10.0.0.1:6443/\u{1b}[2J\u{7}"),
+            (SERVER, "https://10.0.0.1:6443/a\tb"),
+            (SERVER, "https://10.0.0.1:6443\n"),
+            (SERVER, "https://10.0.0.1:6443/\u{202e}x"),
             (CA_NOT_AFTER, "2030-13-01T00:00:00Z"),
             (CLIENT_CERT_NOT_AFTER, &"9".repeat(100)),
             (CA_DATA, "not base64!"),

@@ -40,6 +40,38 @@ pub enum UnsealError {
     Corrupted,
 }
 
+/// Why a value is not in the sealed format for a key. Never carries the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FormatError {
+    #[error("is not base64")]
+    NotBase64,
+    #[error(
+        "is not a sealed value for this key: {len} bytes, expected a 2-byte length of {rsa_len}, that many bytes of RSA ciphertext and at least a {TAG_LEN}-byte tag"
+    )]
+    NotSealed { len: usize, rsa_len: usize },
+}
+
+/// Checks that `b64` has the shape [`hybrid_encrypt`] gives for a key whose modulus is
+/// `modulus_len` bytes: the last guard against committing a value that is not ciphertext.
+/// Shape only: nothing is decrypted.
+pub fn check_sealed(b64: &str, modulus_len: usize) -> Result<(), FormatError> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .map_err(|_| FormatError::NotBase64)?;
+    let prefix = bytes
+        .get(..LEN_PREFIX)
+        .map(|p| usize::from(u16::from_be_bytes([p[0], p[1]])));
+    if prefix == Some(modulus_len) && bytes.len() >= LEN_PREFIX + modulus_len + TAG_LEN {
+        Ok(())
+    } else {
+        Err(FormatError::NotSealed {
+            len: bytes.len(),
+            rsa_len: modulus_len,
+        })
+    }
+}
+
 /// Encrypts `plaintext` to `key` under `label` (see [`super::Scope::label`]).
 pub fn hybrid_encrypt(
     key: &SealingKey,
@@ -105,4 +137,54 @@ pub fn hybrid_decrypt(
     Err(UnsealError::NoKeyWorked {
         tried: keys.iter().map(|k| k.name()).collect::<Vec<_>>().join(", "),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD as B64;
+
+    use super::*;
+
+    fn key() -> SealingKey {
+        let pem = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vectors/sealed-secrets/key/cert.pem"
+        ))
+        .unwrap();
+        SealingKey::from_pem(&pem, "cert.pem", time::OffsetDateTime::now_utc()).unwrap()
+    }
+
+    #[test]
+    fn only_the_sealed_shape_for_the_key_passes() {
+        let key = key();
+        let n = key.bits() / 8;
+        for len in [0, 1, 1000] {
+            let ct = hybrid_encrypt(&key, b"label", &vec![7; len]).unwrap();
+            assert_eq!(check_sealed(&B64.encode(&ct), n), Ok(()), "{len}");
+            // The same value is not sealed for a key of another size.
+            assert!(check_sealed(&B64.encode(&ct), n / 2).is_err());
+            // One byte short of the tag.
+            let short = B64.encode(&ct[..LEN_PREFIX + n + TAG_LEN - 1]);
+            assert!(matches!(
+                check_sealed(&short, n),
+                Err(FormatError::NotSealed { .. })
+            ));
+        }
+        assert_eq!(check_sealed("not base64!", n), Err(FormatError::NotBase64));
+        assert!(check_sealed("", n).is_err());
+    }
+
+    #[test]
+    fn a_plaintext_value_is_refused_and_never_shown() {
+        let n = key().bits() / 8;
+        let plain =
+            b"apiVersion: v1\nusers:\n- user:\n    client-key-data: c2VjcmV0a2V5\n".repeat(40);
+        let e = check_sealed(&B64.encode(&plain), n).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            !text.contains("client-key") && !text.contains("c2Vj"),
+            "{text}"
+        );
+    }
 }

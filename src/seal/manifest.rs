@@ -66,6 +66,11 @@ pub enum ManifestError {
     BadCiphertext { key: String, reason: String },
     #[error("{}", format_unseal_failures(.0))]
     Unseal(Vec<(String, UnsealError)>),
+    #[error("encryptedData.{key} {reason}: refused, it must never be written")]
+    NotSealed {
+        key: String,
+        reason: super::crypto::FormatError,
+    },
 }
 
 /// The fix for a value of the wrong type: Secret values are strings.
@@ -300,6 +305,21 @@ impl SealedSecret {
             check_data_key(k)?;
             let ct = hybrid_encrypt(key, &label, v.expose())?;
             self.encrypted_data.insert(k.clone(), B64.encode(ct));
+        }
+        Ok(())
+    }
+
+    /// Whether every encryptedData value has the sealed format for `key` (shape only,
+    /// nothing decrypted); the error names the first key at fault, never its value.
+    pub fn check_sealed(&self, key: &SealingKey) -> Result<(), ManifestError> {
+        let modulus_len = key.bits() / 8;
+        for (k, v) in &self.encrypted_data {
+            super::crypto::check_sealed(v, modulus_len).map_err(|reason| {
+                ManifestError::NotSealed {
+                    key: k.clone(),
+                    reason,
+                }
+            })?;
         }
         Ok(())
     }
@@ -722,6 +742,37 @@ fn go_yaml_key_order(a: &str, b: &str) -> std::cmp::Ordering {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn check_sealed_names_the_key_holding_plaintext_never_the_value() {
+        let pem = std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vectors/sealed-secrets/key/cert.pem"
+        ))
+        .unwrap();
+        let key = SealingKey::from_pem(&pem, "cert", time::OffsetDateTime::now_utc()).unwrap();
+        let mut input = SecretInput {
+            name: "dev-kubeconfig".into(),
+            namespace: "flux-system".into(),
+            ..Default::default()
+        };
+        input
+            .data
+            .insert("value".into(), SecretBytes::from(b"kubeconfig".to_vec()));
+        input
+            .data
+            .insert("other".into(), SecretBytes::from(b"x".to_vec()));
+        let mut sealed = SealedSecret::seal(&input, &key, Scope::Strict).unwrap();
+        assert!(sealed.check_sealed(&key).is_ok());
+        let plain = B64.encode(b"users:\n- user:\n    token: hunter2hunter2\n".repeat(30));
+        sealed.encrypted_data.insert("value".into(), plain);
+        let text = sealed.check_sealed(&key).unwrap_err().to_string();
+        assert!(text.starts_with("encryptedData.value "), "{text}");
+        assert!(
+            !text.contains("hunter2") && !text.contains("dXNlcn"),
+            "{text}"
+        );
+    }
 
     #[test]
     fn go_key_order() {

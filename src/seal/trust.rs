@@ -3,9 +3,11 @@
 //! The pinned sealing.cert lives in the fleet repo, so anyone who can push there could
 //! replace it and have every spoke's admin credential re-sealed to their own key. A
 //! certificate is confirmed only by something outside the repo: the hub's controller
-//! serving it this tick, or `sealing.sha256` in the host's configuration. Without either,
-//! the certificate the committed credentials record is trusted on first use, and a
-//! different one is not.
+//! serving it this tick, or `sealing.sha256` in the host's configuration. With `hub:`,
+//! a tick that cannot reach the hub trusts only the certificate the hub last served to
+//! this clone (recorded under `.git/`, never pushed). With no anchor at all the fleet repo
+//! is trusted: the certificate the committed credentials record, or any on a fresh
+//! install (no output exists yet).
 
 use std::collections::BTreeSet;
 
@@ -16,9 +18,11 @@ pub enum Anchor {
     Hub,
     /// It is listed in `sealing.sha256`.
     Configured,
+    /// The hub is unreachable; it is the one the hub last served to this clone.
+    LastServed,
     /// No anchor configured; every committed credential is sealed to it already.
     Committed,
-    /// No anchor configured and nothing committed: a fresh install, first use.
+    /// No anchor configured and no spoke's output exists: a fresh install, first use.
     FirstUse,
 }
 
@@ -27,44 +31,93 @@ impl Anchor {
         match self {
             Anchor::Hub => "served by the hub's controller this tick",
             Anchor::Configured => "listed in sealing.sha256",
+            Anchor::LastServed => {
+                "the one the hub's controller served last (the hub is unreachable this tick)"
+            }
             Anchor::Committed => {
                 "the one the committed credentials are sealed to (no hub or sealing.sha256 anchors it: set sealing.sha256)"
             }
             Anchor::FirstUse => {
-                "first use: nothing committed yet, and no hub or sealing.sha256 anchors it (set sealing.sha256)"
+                "first use: no spoke's output exists yet, and no hub or sealing.sha256 anchors it (set sealing.sha256)"
             }
         }
     }
+}
+
+/// What the hub's controller said this tick.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Controller<'a> {
+    /// It served this very certificate.
+    Served,
+    /// No `hub:`, unreachable, or what it served was refused (broken, demo key).
+    Silent,
+    /// It served this other, valid certificate (which could not be pinned).
+    Contradicts(&'a str),
+}
+
+/// What decides when neither the hub (this tick) nor `sealing.sha256` does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fallback<'a> {
+    /// `hub:` is configured: the certificate it last served to this clone (None: never).
+    LastServed(Option<&'a str>),
+    /// No `hub:`: what the committed outputs record.
+    Committed(&'a Committed),
+}
+
+/// What the spokes' committed outputs say about the sealing certificate.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Committed {
+    /// The valid sealing fingerprints recorded.
+    pub recorded: BTreeSet<String>,
+    /// Spokes whose output exists but records no valid fingerprint (unreadable,
+    /// unparsable, unannotated): they may hide what it was sealed to.
+    pub unknown: Vec<String>,
 }
 
 /// Why a certificate is not confirmed: the anchor that disagrees and what it expects.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mismatch {
+    /// The hub's controller serves another certificate.
+    HubServes { served: String },
     /// `sealing.sha256` lists other fingerprints.
     Configured { expected: Vec<String> },
+    /// The hub is unreachable and last served another certificate (empty: this clone
+    /// never fetched one).
+    LastServed { expected: Vec<String> },
     /// No anchor configured, and committed credentials are sealed to other certificates.
     Committed { expected: Vec<String> },
+    /// No anchor configured, no valid record, and these spokes' outputs exist: not a
+    /// fresh install, so not first use.
+    Unknown { spokes: Vec<String> },
 }
 
 impl Mismatch {
     pub fn expected(&self) -> &[String] {
         match self {
-            Mismatch::Configured { expected } | Mismatch::Committed { expected } => expected,
+            Mismatch::Configured { expected }
+            | Mismatch::LastServed { expected }
+            | Mismatch::Committed { expected } => expected,
+            Mismatch::Unknown { .. } | Mismatch::HubServes { .. } => &[],
         }
     }
 }
 
-/// The rule. `sha256` is the certificate the tick would seal to; `served`: the hub's
-/// controller returned that same certificate this tick; `configured`: `sealing.sha256`;
-/// `recorded`: the sealing fingerprints the committed credentials record.
+/// The rule. `sha256` is the certificate the tick would seal to; `hub`: what the hub's
+/// controller served this tick; `configured`: `sealing.sha256`.
 pub fn confirm(
     sha256: &str,
-    served: bool,
+    hub: Controller<'_>,
     configured: &[String],
-    recorded: &BTreeSet<String>,
+    fallback: Fallback<'_>,
 ) -> Result<Anchor, Mismatch> {
-    if served {
-        return Ok(Anchor::Hub);
+    match hub {
+        Controller::Served => return Ok(Anchor::Hub),
+        Controller::Contradicts(served) => {
+            return Err(Mismatch::HubServes {
+                served: served.to_string(),
+            });
+        }
+        Controller::Silent => {}
     }
     if !configured.is_empty() {
         return if configured.iter().any(|c| c == sha256) {
@@ -75,11 +128,31 @@ pub fn confirm(
             })
         };
     }
-    let others: Vec<String> = recorded.iter().filter(|r| *r != sha256).cloned().collect();
-    match (others.is_empty(), recorded.is_empty()) {
-        (false, _) => Err(Mismatch::Committed { expected: others }),
-        (true, true) => Ok(Anchor::FirstUse),
-        (true, false) => Ok(Anchor::Committed),
+    let committed = match fallback {
+        Fallback::LastServed(Some(last)) if last == sha256 => return Ok(Anchor::LastServed),
+        Fallback::LastServed(last) => {
+            return Err(Mismatch::LastServed {
+                expected: last.into_iter().map(str::to_string).collect(),
+            });
+        }
+        Fallback::Committed(c) => c,
+    };
+    let others: Vec<String> = committed
+        .recorded
+        .iter()
+        .filter(|r| *r != sha256)
+        .cloned()
+        .collect();
+    if !others.is_empty() {
+        Err(Mismatch::Committed { expected: others })
+    } else if !committed.recorded.is_empty() {
+        Ok(Anchor::Committed)
+    } else if !committed.unknown.is_empty() {
+        Err(Mismatch::Unknown {
+            spokes: committed.unknown.clone(),
+        })
+    } else {
+        Ok(Anchor::FirstUse)
     }
 }
 
@@ -87,15 +160,33 @@ pub fn confirm(
 mod tests {
     use super::*;
 
-    fn set(v: &[&str]) -> BTreeSet<String> {
-        v.iter().map(|s| s.to_string()).collect()
+    fn committed(v: &[&str], unknown: &[&str]) -> Committed {
+        Committed {
+            recorded: v.iter().map(|s| s.to_string()).collect(),
+            unknown: unknown.iter().map(|s| s.to_string()).collect(),
+        }
     }
 
     #[test]
     fn the_hub_confirms_whatever_else_says() {
         let configured = vec!["sha256:old".to_string()];
+        let c = committed(&["sha256:old"], &[]);
         assert_eq!(
-            confirm("sha256:new", true, &configured, &set(&["sha256:old"])),
+            confirm(
+                "sha256:new",
+                Controller::Served,
+                &configured,
+                Fallback::Committed(&c)
+            ),
+            Ok(Anchor::Hub)
+        );
+        assert_eq!(
+            confirm(
+                "sha256:new",
+                Controller::Served,
+                &[],
+                Fallback::LastServed(None)
+            ),
             Ok(Anchor::Hub)
         );
     }
@@ -103,19 +194,47 @@ mod tests {
     #[test]
     fn sealing_sha256_decides_when_set_even_with_nothing_committed() {
         let configured = vec!["sha256:a".to_string(), "sha256:b".to_string()];
+        let a = committed(&["sha256:a"], &[]);
         assert_eq!(
-            confirm("sha256:b", false, &configured, &set(&["sha256:a"])),
+            confirm(
+                "sha256:b",
+                Controller::Silent,
+                &configured,
+                Fallback::Committed(&a)
+            ),
             Ok(Anchor::Configured)
         );
         assert_eq!(
-            confirm("sha256:c", false, &configured, &set(&[])),
+            confirm(
+                "sha256:c",
+                Controller::Silent,
+                &configured,
+                Fallback::Committed(&committed(&[], &[]))
+            ),
             Err(Mismatch::Configured {
                 expected: configured.clone()
             })
         );
-        // Matching the committed credentials does not override it.
+        // Matching the committed credentials, or what the hub served last, does not override it.
+        let c = committed(&["sha256:c"], &[]);
         assert_eq!(
-            confirm("sha256:c", false, &configured, &set(&["sha256:c"])),
+            confirm(
+                "sha256:c",
+                Controller::Silent,
+                &configured,
+                Fallback::Committed(&c)
+            ),
+            Err(Mismatch::Configured {
+                expected: configured.clone()
+            })
+        );
+        assert_eq!(
+            confirm(
+                "sha256:c",
+                Controller::Silent,
+                &configured,
+                Fallback::LastServed(Some("sha256:c"))
+            ),
             Err(Mismatch::Configured {
                 expected: configured
             })
@@ -124,26 +243,144 @@ mod tests {
 
     #[test]
     fn without_anchors_a_certificate_other_than_the_committed_one_is_refused() {
+        let none = committed(&[], &[]);
         assert_eq!(
-            confirm("sha256:new", false, &[], &set(&[])),
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::Committed(&none)
+            ),
             Ok(Anchor::FirstUse)
         );
+        let a = committed(&["sha256:a"], &[]);
         assert_eq!(
-            confirm("sha256:a", false, &[], &set(&["sha256:a"])),
+            confirm("sha256:a", Controller::Silent, &[], Fallback::Committed(&a)),
             Ok(Anchor::Committed)
         );
         assert_eq!(
-            confirm("sha256:new", false, &[], &set(&["sha256:a"])),
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::Committed(&a)
+            ),
             Err(Mismatch::Committed {
                 expected: vec!["sha256:a".into()]
             })
         );
         // Half re-sealed: the rest still records the other one.
+        let half = committed(&["sha256:a", "sha256:new"], &[]);
         assert_eq!(
-            confirm("sha256:new", false, &[], &set(&["sha256:a", "sha256:new"])),
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::Committed(&half)
+            ),
             Err(Mismatch::Committed {
                 expected: vec!["sha256:a".into()]
             })
+        );
+    }
+
+    #[test]
+    fn outputs_without_a_valid_record_are_not_a_fresh_install() {
+        // Every output corrupted or unannotated: not first use.
+        let unknown = committed(&[], &["dev", "test"]);
+        assert_eq!(
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::Committed(&unknown)
+            ),
+            Err(Mismatch::Unknown {
+                spokes: vec!["dev".into(), "test".into()]
+            })
+        );
+        // One valid record left decides; the unknown ones cannot widen it.
+        let some = committed(&["sha256:a"], &["test"]);
+        assert_eq!(
+            confirm(
+                "sha256:a",
+                Controller::Silent,
+                &[],
+                Fallback::Committed(&some)
+            ),
+            Ok(Anchor::Committed)
+        );
+        assert_eq!(
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::Committed(&some)
+            ),
+            Err(Mismatch::Committed {
+                expected: vec!["sha256:a".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn a_hub_serving_another_certificate_contradicts_every_other_anchor() {
+        let configured = vec!["sha256:old".to_string()];
+        let old = committed(&["sha256:old"], &[]);
+        let want = Err(Mismatch::HubServes {
+            served: "sha256:new".into(),
+        });
+        let hub = Controller::Contradicts("sha256:new");
+        assert_eq!(
+            confirm("sha256:old", hub, &configured, Fallback::Committed(&old)),
+            want
+        );
+        assert_eq!(
+            confirm("sha256:old", hub, &[], Fallback::Committed(&old)),
+            want
+        );
+        assert_eq!(
+            confirm(
+                "sha256:old",
+                hub,
+                &[],
+                Fallback::LastServed(Some("sha256:old"))
+            ),
+            want
+        );
+    }
+
+    #[test]
+    fn with_a_hub_only_what_it_served_last_is_trusted_while_it_is_unreachable() {
+        assert_eq!(
+            confirm(
+                "sha256:a",
+                Controller::Silent,
+                &[],
+                Fallback::LastServed(Some("sha256:a"))
+            ),
+            Ok(Anchor::LastServed)
+        );
+        assert_eq!(
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::LastServed(Some("sha256:a"))
+            ),
+            Err(Mismatch::LastServed {
+                expected: vec!["sha256:a".into()]
+            })
+        );
+        // A clone that never reached the hub: nothing, not first use.
+        assert_eq!(
+            confirm(
+                "sha256:new",
+                Controller::Silent,
+                &[],
+                Fallback::LastServed(None)
+            ),
+            Err(Mismatch::LastServed { expected: vec![] })
         );
     }
 }

@@ -1,0 +1,61 @@
+//! The certificate the hub's controller last served to this clone, kept in
+//! `.git/spokekeeper/hub-sealing-sha256`: never pushed, so out of fleet pushers' reach. A
+//! tick that cannot reach the hub trusts only that one (see [`crate::seal::trust`]).
+
+use std::path::{Path, PathBuf};
+
+use crate::rotate::state;
+
+const FILE: &str = "spokekeeper/hub-sealing-sha256";
+/// What the value is called in errors.
+const WHAT: &str = ".git/spokekeeper/hub-sealing-sha256";
+
+pub fn path(clone: &Path) -> PathBuf {
+    clone.join(".git").join(FILE)
+}
+
+/// The fingerprint recorded, None when there is none; a malformed record is an error that
+/// shows it escaped.
+pub fn last(clone: &Path) -> Result<Option<String>, String> {
+    let path = path(clone);
+    let bytes = match crate::fsutil::read_nofollow(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    state::fingerprint(WHAT, text.trim_end_matches('\n'))
+        .map(Some)
+        .map_err(|e| format!("{e}: it is rewritten when the hub is reachable"))
+}
+
+/// Records `sha256` (a validated fingerprint) as the hub's last-served certificate.
+pub fn record(clone: &Path, sha256: &str) -> Result<(), String> {
+    let path = path(clone);
+    let dir = path.parent().expect("a file under .git");
+    std::fs::create_dir_all(dir)
+        .and_then(|()| crate::fsutil::write_atomic(&path, format!("{sha256}\n").as_bytes()))
+        .map_err(|e| {
+            format!(
+                "cannot record the hub's certificate in {}: {e}",
+                path.display()
+            )
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_and_reads_back_only_a_valid_fingerprint() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(last(dir.path()), Ok(None));
+        let fp = format!("sha256:{}", "a1".repeat(32));
+        record(dir.path(), &fp).unwrap();
+        assert_eq!(last(dir.path()), Ok(Some(fp)));
+        std::fs::write(path(dir.path()), "sha256:\x1b[31mzz\n").unwrap();
+        let err = last(dir.path()).unwrap_err();
+        assert!(err.contains(WHAT) && !err.contains('\x1b'), "{err}");
+    }
+}
