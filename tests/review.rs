@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use support::NodeOptions;
 use support::fleet::{Fleet, action};
 use support::forge::{Fault, ForgeSim, Kind, TOKEN};
-use support::git::{git, signing_key, verifies_with};
+use support::git::{git, repo_config, signing_key, verifies_with};
 
 const KINDS: [Kind; 3] = [Kind::Github, Kind::Gitlab, Kind::Gitea];
 
@@ -858,19 +858,7 @@ async fn review_mode_never_pushes_commits_left_in_the_clone() {
     let main_before = git(&r.fleet.remote, &["rev-parse", "main"]);
     std::fs::write(r.fleet.clone.join("NOTES.md"), "left behind\n").unwrap();
     git(&r.fleet.clone, &["add", "NOTES.md"]);
-    git(
-        &r.fleet.clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "a direct-mode leftover",
-        ],
-    );
+    support::git::commit(&r.fleet.clone, "a direct-mode leftover");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 1, "{report}\n{err}");
     let e = report["repo_error"].as_str().unwrap();
@@ -1105,16 +1093,7 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
     let (remote, clones) = support::git::fleet_remote(dir.path(), 2);
     let key = signing_key(&dir.path().join("signing-key"));
     let other = signing_key(&dir.path().join("other-key"));
-    let config = RepoConfig {
-        path: clones[0].clone(),
-        remote: "origin".into(),
-        branch: "main".into(),
-        author: Some("spokekeeper <spokekeeper@example.org>".into()),
-        push: true,
-        mode: Default::default(),
-        forge: None,
-        signing_key: Some(key.clone()),
-    };
+    let config = repo_config(&clones[0], Some(key.clone()));
     let repo = Repo::open(&config).await.unwrap();
     repo.sync().await.unwrap();
     let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
@@ -1299,21 +1278,11 @@ async fn lib_repo(
     Vec<std::path::PathBuf>,
     std::path::PathBuf,
 ) {
-    use spokekeeper::config::RepoConfig;
     let (_, clones) = support::git::fleet_remote(dir, 2);
     let key = signing_key(&dir.join("signing-key"));
-    let repo = spokekeeper::repo::Repo::open(&RepoConfig {
-        path: clones[0].clone(),
-        remote: "origin".into(),
-        branch: "main".into(),
-        author: Some("spokekeeper <spokekeeper@example.org>".into()),
-        push: true,
-        mode: Default::default(),
-        forge: None,
-        signing_key: Some(key.clone()),
-    })
-    .await
-    .unwrap();
+    let repo = spokekeeper::repo::Repo::open(&repo_config(&clones[0], Some(key.clone())))
+        .await
+        .unwrap();
     repo.sync().await.unwrap();
     (repo, clones, key)
 }

@@ -3,6 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use spokekeeper::config::RepoConfig;
+
 /// Runs git in `dir`; panics with git's stderr when it fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
     let out = Command::new("git")
@@ -17,6 +19,39 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `git commit --quiet -m MESSAGE` of what is staged in `dir`, as "t <t@t>": no user
+/// config is needed on the machine.
+pub fn commit(dir: &Path, message: &str) {
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            message,
+        ],
+    );
+}
+
+/// The config spokekeeper opens `path` with: remote origin, branch main, pushing, direct
+/// mode unless the test changes it, signing with `signing_key` when given.
+pub fn repo_config(path: &Path, signing_key: Option<PathBuf>) -> RepoConfig {
+    RepoConfig {
+        path: path.to_path_buf(),
+        remote: "origin".into(),
+        branch: "main".into(),
+        author: Some("spokekeeper <spokekeeper@example.org>".into()),
+        push: true,
+        mode: Default::default(),
+        forge: None,
+        signing_key,
+    }
 }
 
 /// `dir/fleet.git` with a README committed on main, and `clones` clones of it
@@ -46,19 +81,7 @@ pub fn fleet_remote(dir: &Path, clones: usize) -> (PathBuf, Vec<PathBuf>) {
     );
     std::fs::write(seed.join("README.md"), "fleet\n").expect("write README");
     git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-        ],
-    );
+    commit(&seed, "seed");
     git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
     let clones = (0..clones)
         .map(|i| {
