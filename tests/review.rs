@@ -1287,6 +1287,50 @@ async fn lib_repo(
     (repo, clones, key)
 }
 
+/// spokekeeper's review branch for the spoke "dev", and the file it writes there.
+const DEV_BRANCH: &str = "spokekeeper/dev";
+const DEV_FILE: &str = "fluxcd/dev-kubeconfig-sealed.yaml";
+
+/// spokekeeper commits `text` as DEV_FILE on the target branch and pushes it to
+/// DEV_BRANCH over `previous`; the commit.
+async fn push_ours(repo: &spokekeeper::repo::Repo, text: &[u8], previous: Option<&str>) -> String {
+    let commit = repo
+        .commit_on_target(Path::new(DEV_FILE), text, "dev: rotate")
+        .await
+        .unwrap();
+    repo.push_branch(DEV_BRANCH, &commit, previous)
+        .await
+        .unwrap();
+    commit
+}
+
+/// Someone else's commit in `work` (another clone) writing `files` over its checkout,
+/// force-pushed to the ref `to`; the commit.
+fn push_theirs(work: &Path, files: &[(&Path, &str)], to: &str) -> String {
+    for (path, text) in files {
+        std::fs::create_dir_all(work.join(path).parent().unwrap()).unwrap();
+        std::fs::write(work.join(path), text).unwrap();
+        git(work, &["add", path.to_str().unwrap()]);
+    }
+    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
+    git(
+        work,
+        &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
+    );
+    let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+    git(
+        work,
+        &[
+            "push",
+            "--quiet",
+            "--force",
+            "origin",
+            &format!("HEAD:{to}"),
+        ],
+    );
+    head
+}
+
 /// F1: an older commit spokekeeper signed for the same spoke, pushed back over the one
 /// it pushed last, or its last commit re-encoded with a junk `gpgsig-sha256` header
 /// (a new id, the signature still good), is not trusted: only the exact commit this
@@ -1296,20 +1340,9 @@ async fn provenance_needs_the_exact_commit_this_clone_pushed_last() {
     use spokekeeper::repo::Untrusted;
     let dir = support::scratch_dir();
     let (repo, clones, key) = lib_repo(dir.path()).await;
-    let (branch, rel) = (
-        "spokekeeper/dev",
-        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
-    );
-    let c1 = repo
-        .commit_on_target(rel, b"kind: SealedSecret\nv: 1\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &c1, None).await.unwrap();
-    let c2 = repo
-        .commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &c2, Some(&c1)).await.unwrap();
+    let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
+    let c1 = push_ours(&repo, b"kind: SealedSecret\nv: 1\n", None).await;
+    let c2 = push_ours(&repo, b"kind: SealedSecret\nv: 2\n", Some(&c1)).await;
     assert_eq!(repo.provenance(branch, &c2, rel).await, Ok(()));
 
     let force = |commit: &str| {
@@ -1369,27 +1402,13 @@ async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
     use spokekeeper::repo::Untrusted;
     let dir = support::scratch_dir();
     let (repo, clones, _) = lib_repo(dir.path()).await;
-    let (branch, rel) = (
-        "spokekeeper/dev",
-        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
+    let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
+    let ours = push_ours(&repo, b"kind: SealedSecret\n", None).await;
+    let theirs = push_theirs(
+        &clones[1],
+        &[(rel, "kind: SealedSecret\nforged: 1\n")],
+        &format!("refs/heads/{branch}"),
     );
-    let ours = repo
-        .commit_on_target(rel, b"kind: SealedSecret\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &ours, None).await.unwrap();
-    let work = &clones[1];
-    std::fs::create_dir_all(work.join("fluxcd")).unwrap();
-    std::fs::write(work.join(rel), "kind: SealedSecret\nforged: 1\n").unwrap();
-    git(work, &["add", rel.to_str().unwrap()]);
-    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
-    git(
-        work,
-        &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
-    );
-    let theirs = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-    let spec = format!("+{theirs}:refs/heads/{branch}");
-    git(work, &["push", "--quiet", "origin", &spec]);
     repo.fetch_review_branches().await.unwrap();
     git(&clones[0], &["replace", &theirs, &ours]);
     assert_eq!(
@@ -1406,47 +1425,21 @@ async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
 async fn merged_by_content_needs_spokekeepers_own_commit() {
     let dir = support::scratch_dir();
     let (repo, clones, _) = lib_repo(dir.path()).await;
-    let (branch, rel) = (
-        "spokekeeper/dev",
-        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
-    );
+    let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
     let work = &clones[1];
-    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
-    let commit_files = |files: &[(&Path, &str)], to: &str| -> String {
-        for (path, text) in files {
-            std::fs::create_dir_all(work.join(path).parent().unwrap()).unwrap();
-            std::fs::write(work.join(path), text).unwrap();
-            git(work, &["add", path.to_str().unwrap()]);
-        }
-        git(
-            work,
-            &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
-        );
-        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-        git(
-            work,
-            &[
-                "push",
-                "--quiet",
-                "--force",
-                "origin",
-                &format!("HEAD:{to}"),
-            ],
-        );
-        head
-    };
     // spokekeeper's branch, squash-merged: main gets the same file in a new commit.
-    let ours = repo
-        .commit_on_target(rel, b"kind: SealedSecret\nv: 1\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &ours, None).await.unwrap();
-    commit_files(&[(rel, "kind: SealedSecret\nv: 1\n")], "refs/heads/main");
+    let ours = push_ours(&repo, b"kind: SealedSecret\nv: 1\n", None).await;
+    push_theirs(
+        work,
+        &[(rel, "kind: SealedSecret\nv: 1\n")],
+        "refs/heads/main",
+    );
     repo.sync().await.unwrap();
     assert!(repo.merged(branch, &ours, rel).await, "squash-merged");
 
     // Someone else's branch: the spoke's file as on main, plus a Flux manifest.
-    let backdoor = commit_files(
+    let backdoor = push_theirs(
+        work,
         &[(Path::new("fluxcd/backdoor.yaml"), "kind: Kustomization\n")],
         &format!("refs/heads/{branch}"),
     );
@@ -1462,7 +1455,7 @@ async fn merged_by_content_needs_spokekeepers_own_commit() {
     );
 
     // Anything already in main is merged, whoever made it.
-    let on_main = commit_files(&[(Path::new("README.md"), "x\n")], "refs/heads/main");
+    let on_main = push_theirs(work, &[(Path::new("README.md"), "x\n")], "refs/heads/main");
     repo.sync().await.unwrap();
     assert!(repo.merged(branch, &on_main, rel).await);
 }
