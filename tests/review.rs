@@ -4,11 +4,12 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::{Value, json};
+use spokekeeper::repo::{Repo, Untrusted};
 use support::NodeOptions;
 use support::fleet::{Fleet, action};
 use support::forge::{Fault, ForgeSim, Kind, TOKEN};
@@ -157,6 +158,17 @@ impl Review {
 
 fn spoke(report: &Value, i: usize) -> &Value {
     &report["spokes"][i]
+}
+
+/// Spoke 0's error in `report`, which must say it failed at the review stage.
+fn review_failure(report: &Value) -> String {
+    let s = spoke(report, 0);
+    assert_eq!(
+        (s["action"].as_str(), s["stage"].as_str()),
+        (Some("failed"), Some("review")),
+        "{report}"
+    );
+    s["error"].as_str().unwrap().to_string()
 }
 
 /// The title and body fields as each API names them.
@@ -414,13 +426,7 @@ async fn a_bad_token_keeps_the_branch_and_the_next_tick_opens_the_pull_request()
         std::fs::write(&r.token_file, "wrong-token\n").unwrap();
         let (code, report, err) = r.rotate();
         assert_eq!(code, 1, "{kind:?}: {report}");
-        let s = spoke(&report, 0);
-        assert_eq!(
-            (s["action"].as_str(), s["stage"].as_str()),
-            (Some("failed"), Some("review")),
-            "{report}"
-        );
-        let e = s["error"].as_str().unwrap();
+        let e = review_failure(&report);
         assert!(
             e.contains("401")
                 && e.contains("repo.forge.token_file")
@@ -1088,7 +1094,7 @@ async fn a_signed_commit_for_another_spoke_or_with_extra_files_is_not_trusted() 
 #[tokio::test]
 async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
     use spokekeeper::config::RepoConfig;
-    use spokekeeper::repo::{Repo, RepoError, Untrusted};
+    use spokekeeper::repo::RepoError;
     let dir = support::scratch_dir();
     let (remote, clones) = support::git::fleet_remote(dir.path(), 2);
     let key = signing_key(&dir.path().join("signing-key"));
@@ -1122,43 +1128,8 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
 
     // Commits made in another clone, fetched as a review branch would be.
     let work = &clones[1];
-    let commit = |files: &[(&str, &str)], sign: Option<&Path>, extra: &[&str]| -> String {
-        for (path, text) in files {
-            let file = work.join(path);
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, text).unwrap();
-            git(work, &["add", path]);
-        }
-        let k = sign.map(|k| format!("user.signingkey={}", k.display()));
-        let mut args = vec![
-            "-c",
-            "user.name=m",
-            "-c",
-            "user.email=m@m",
-            "-c",
-            "gpg.format=ssh",
-        ];
-        if let Some(k) = &k {
-            args.extend(["-c", k, "commit", "-S"]);
-        } else {
-            args.push("commit");
-        }
-        args.extend(["--quiet", "--allow-empty", "-m", "x"]);
-        args.extend(extra);
-        git(work, &args);
-        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-        git(work, &["reset", "--quiet", "--hard", "origin/main"]);
-        git(
-            work,
-            &[
-                "push",
-                "--quiet",
-                "--force",
-                "origin",
-                &format!("{head}:refs/heads/spokekeeper/t"),
-            ],
-        );
-        head
+    let commit = |files: &[(&str, &str)], sign: Option<&Path>| {
+        push_theirs(work, files, sign, "refs/heads/spokekeeper/t")
     };
     let check = |head: String| {
         let repo = &repo;
@@ -1173,21 +1144,18 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
     };
     let file = [(rel.to_str().unwrap(), "kind: SealedSecret\nv: 2\n")];
     assert_eq!(
-        check(commit(&file, Some(&key), &[])).await,
+        check(commit(&file, Some(&key))).await,
         Err(Untrusted::NoRecord),
         "signed with the key in another clone, but not pushed by this one"
     );
+    assert_eq!(check(commit(&file, None)).await, Err(Untrusted::Unsigned));
     assert_eq!(
-        check(commit(&file, None, &[])).await,
-        Err(Untrusted::Unsigned)
-    );
-    assert_eq!(
-        check(commit(&file, Some(&other), &[])).await,
+        check(commit(&file, Some(&other))).await,
         Err(Untrusted::ForeignSignature)
     );
     let both = [file[0], ("README.md", "changed\n")];
     assert!(matches!(
-        check(commit(&both, Some(&key), &[])).await,
+        check(commit(&both, Some(&key))).await,
         Err(Untrusted::Changes { .. })
     ));
     // Two signed commits: the head's parent is not on main.
@@ -1205,7 +1173,7 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
             "off main",
         ],
     );
-    let off = commit(&file, Some(&key), &[]);
+    let off = commit(&file, Some(&key));
     assert!(matches!(check(off).await, Err(Untrusted::OffTarget { .. })));
     git(work, &["reset", "--quiet", "--hard", "origin/main"]);
 
@@ -1269,22 +1237,17 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     assert!(r.branch_head(0).is_none(), "nothing was pushed");
 }
 
-/// A clone (clones[0]) opened as spokekeeper's, signing with a fresh key, beside a
-/// second clone (clones[1]) for someone else's pushes.
-async fn lib_repo(
-    dir: &Path,
-) -> (
-    spokekeeper::repo::Repo,
-    Vec<std::path::PathBuf>,
-    std::path::PathBuf,
-) {
-    let (_, clones) = support::git::fleet_remote(dir, 2);
-    let key = signing_key(&dir.join("signing-key"));
-    let repo = spokekeeper::repo::Repo::open(&repo_config(&clones[0], Some(key.clone())))
+/// A fleet remote in a scratch directory with two clones: spokekeeper's (clones[0]),
+/// opened signing with a fresh key, and a second one for someone else's pushes.
+async fn lib_repo() -> (tempfile::TempDir, Repo, Vec<PathBuf>, PathBuf) {
+    let dir = support::scratch_dir();
+    let (_, clones) = support::git::fleet_remote(dir.path(), 2);
+    let key = signing_key(&dir.path().join("signing-key"));
+    let repo = Repo::open(&repo_config(&clones[0], Some(key.clone())))
         .await
         .unwrap();
     repo.sync().await.unwrap();
-    (repo, clones, key)
+    (dir, repo, clones, key)
 }
 
 /// spokekeeper's review branch for the spoke "dev", and the file it writes there.
@@ -1293,7 +1256,7 @@ const DEV_FILE: &str = "fluxcd/dev-kubeconfig-sealed.yaml";
 
 /// spokekeeper commits `text` as DEV_FILE on the target branch and pushes it to
 /// DEV_BRANCH over `previous`; the commit.
-async fn push_ours(repo: &spokekeeper::repo::Repo, text: &[u8], previous: Option<&str>) -> String {
+async fn push_ours(repo: &Repo, text: &[u8], previous: Option<&str>) -> String {
     let commit = repo
         .commit_on_target(Path::new(DEV_FILE), text, "dev: rotate")
         .await
@@ -1305,18 +1268,31 @@ async fn push_ours(repo: &spokekeeper::repo::Repo, text: &[u8], previous: Option
 }
 
 /// Someone else's commit in `work` (another clone) writing `files` over its checkout,
-/// force-pushed to the ref `to`; the commit.
-fn push_theirs(work: &Path, files: &[(&Path, &str)], to: &str) -> String {
+/// signed with `sign` when given, force-pushed to the ref `to`; the commit. `work` is
+/// left at origin/main (the new commit, when `to` is main).
+fn push_theirs(work: &Path, files: &[(&str, &str)], sign: Option<&Path>, to: &str) -> String {
     for (path, text) in files {
-        std::fs::create_dir_all(work.join(path).parent().unwrap()).unwrap();
-        std::fs::write(work.join(path), text).unwrap();
-        git(work, &["add", path.to_str().unwrap()]);
+        let file = work.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+        git(work, &["add", path]);
     }
-    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
-    git(
-        work,
-        &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
-    );
+    let k = sign.map(|k| format!("user.signingkey={}", k.display()));
+    let mut args = vec![
+        "-c",
+        "user.name=m",
+        "-c",
+        "user.email=m@m",
+        "-c",
+        "gpg.format=ssh",
+    ];
+    if let Some(k) = &k {
+        args.extend(["-c", k, "commit", "-S"]);
+    } else {
+        args.push("commit");
+    }
+    args.extend(["--quiet", "--allow-empty", "-m", "x"]);
+    git(work, &args);
     let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
     git(
         work,
@@ -1325,9 +1301,10 @@ fn push_theirs(work: &Path, files: &[(&Path, &str)], to: &str) -> String {
             "--quiet",
             "--force",
             "origin",
-            &format!("HEAD:{to}"),
+            &format!("{head}:{to}"),
         ],
     );
+    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
     head
 }
 
@@ -1337,9 +1314,7 @@ fn push_theirs(work: &Path, files: &[(&Path, &str)], to: &str) -> String {
 /// clone recorded when it pushed is.
 #[tokio::test]
 async fn provenance_needs_the_exact_commit_this_clone_pushed_last() {
-    use spokekeeper::repo::Untrusted;
-    let dir = support::scratch_dir();
-    let (repo, clones, key) = lib_repo(dir.path()).await;
+    let (_dir, repo, clones, key) = lib_repo().await;
     let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
     let c1 = push_ours(&repo, b"kind: SealedSecret\nv: 1\n", None).await;
     let c2 = push_ours(&repo, b"kind: SealedSecret\nv: 2\n", Some(&c1)).await;
@@ -1399,14 +1374,13 @@ async fn provenance_needs_the_exact_commit_this_clone_pushed_last() {
 /// unsigned commit verify as spokekeeper's.
 #[tokio::test]
 async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
-    use spokekeeper::repo::Untrusted;
-    let dir = support::scratch_dir();
-    let (repo, clones, _) = lib_repo(dir.path()).await;
+    let (_dir, repo, clones, _) = lib_repo().await;
     let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
     let ours = push_ours(&repo, b"kind: SealedSecret\n", None).await;
     let theirs = push_theirs(
         &clones[1],
-        &[(rel, "kind: SealedSecret\nforged: 1\n")],
+        &[(DEV_FILE, "kind: SealedSecret\nforged: 1\n")],
+        None,
         &format!("refs/heads/{branch}"),
     );
     repo.fetch_review_branches().await.unwrap();
@@ -1423,15 +1397,15 @@ async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
 /// else's is not merged, so it is not ignored.
 #[tokio::test]
 async fn merged_by_content_needs_spokekeepers_own_commit() {
-    let dir = support::scratch_dir();
-    let (repo, clones, _) = lib_repo(dir.path()).await;
+    let (_dir, repo, clones, _) = lib_repo().await;
     let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
     let work = &clones[1];
     // spokekeeper's branch, squash-merged: main gets the same file in a new commit.
     let ours = push_ours(&repo, b"kind: SealedSecret\nv: 1\n", None).await;
     push_theirs(
         work,
-        &[(rel, "kind: SealedSecret\nv: 1\n")],
+        &[(DEV_FILE, "kind: SealedSecret\nv: 1\n")],
+        None,
         "refs/heads/main",
     );
     repo.sync().await.unwrap();
@@ -1440,10 +1414,10 @@ async fn merged_by_content_needs_spokekeepers_own_commit() {
     // Someone else's branch: the spoke's file as on main, plus a Flux manifest.
     let backdoor = push_theirs(
         work,
-        &[(Path::new("fluxcd/backdoor.yaml"), "kind: Kustomization\n")],
+        &[("fluxcd/backdoor.yaml", "kind: Kustomization\n")],
+        None,
         &format!("refs/heads/{branch}"),
     );
-    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
     repo.fetch_review_branches().await.unwrap();
     assert_eq!(
         repo.remote_branch_head(branch).await,
@@ -1455,7 +1429,7 @@ async fn merged_by_content_needs_spokekeepers_own_commit() {
     );
 
     // Anything already in main is merged, whoever made it.
-    let on_main = push_theirs(work, &[(Path::new("README.md"), "x\n")], "refs/heads/main");
+    let on_main = push_theirs(work, &[("README.md", "x\n")], None, "refs/heads/main");
     repo.sync().await.unwrap();
     assert!(repo.merged(branch, &on_main, rel).await);
 }
@@ -1587,13 +1561,7 @@ fn a_pull_request_showing_another_head_is_not_endorsed() {
     r.forge.show_head(1, &other);
     let (code, report, err) = r.rotate();
     assert_eq!(code, 1, "{report}\n{err}");
-    let s = spoke(&report, 0);
-    assert_eq!(
-        (s["action"].as_str(), s["stage"].as_str()),
-        (Some("failed"), Some("review")),
-        "{report}"
-    );
-    let e = s["error"].as_str().unwrap();
+    let e = review_failure(&report);
     assert!(
         e.contains("unverified pull request")
             && e.contains(&format!("the forge shows head {other}, not {head}")),
