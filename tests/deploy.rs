@@ -3,6 +3,8 @@
 //! into its k8s-openapi type (or a small struct for a CRD) and written back: a field the
 //! type does not know, or a value it reads differently, fails here rather than in a cluster.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,52 +18,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use spokekeeper::cli::{Cli, Command as Sub};
 use spokekeeper::config::Config;
+use support::helm::{CHART, helm_command, root, run_helm};
 
-const CHART: &str = "deploy/helm/spokekeeper";
 const RELEASE_NS: &str = "spokekeeper";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn helm() -> PathBuf {
-    let path = std::env::var_os("SPOKEKEEPER_TEST_HELM")
-        .map_or_else(|| root().join(".tools/bin/helm"), PathBuf::from);
-    assert!(
-        path.exists(),
-        "a real helm is needed at {}: run scripts/test (it calls scripts/install-helm)",
-        path.display()
-    );
-    path
-}
-
-fn run_helm(args: &[&str]) -> String {
-    let out = Command::new(helm())
-        .args(args)
-        .current_dir(root())
-        // No user or repository state from the machine: only the chart on disk.
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/data"),
-        )
-        .output()
-        .expect("helm runs");
-    assert!(
-        out.status.success(),
-        "helm {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("helm prints UTF-8")
-}
 
 /// `helm template` of the chart, as the release "sk" in RELEASE_NS, with extra values files.
 fn render(values: &[&Path]) -> Vec<Value> {
@@ -1520,31 +1479,17 @@ fn chart_refuses_review_mode_without_a_signing_key() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).unwrap();
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "sk",
-            CHART,
-            "--namespace",
-            RELEASE_NS,
-            "--values",
-        ])
-        .arg(&file)
-        .current_dir(root())
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/data"),
-        )
-        .output()
-        .unwrap();
+    let out = helm_command(&[
+        "template",
+        "sk",
+        CHART,
+        "--namespace",
+        RELEASE_NS,
+        "--values",
+    ])
+    .arg(&file)
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "rendered without a signing key");
     assert!(
