@@ -10,7 +10,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodSpec, SecretVolumeSource, Service, ServiceAccount,
+    VolumeMount,
+};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
@@ -296,6 +299,39 @@ fn deployment(objects: &[Object]) -> &Deployment {
     })
 }
 
+/// The Deployment's pod spec.
+fn pod_spec(objects: &[Object]) -> &PodSpec {
+    deployment(objects)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+/// The Secret behind the pod's volume `name`.
+fn secret_volume<'a>(pod: &'a PodSpec, name: &str) -> &'a SecretVolumeSource {
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("a {name} volume"));
+    volume.secret.as_ref().unwrap()
+}
+
+/// Where `container` mounts the volume `name`.
+fn volume_mount<'a>(container: &'a Container, name: &str) -> &'a VolumeMount {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("the {name} volume is mounted"))
+}
+
 fn config_text(objects: &[Object]) -> &str {
     let cm = one(objects, |o| match o {
         Object::ConfigMap(c) => Some(c),
@@ -419,14 +455,7 @@ fn chart_renders_only_strictly_typed_objects_with_defaults() {
         Object::ServiceAccount(sa) => Some(sa),
         _ => None,
     });
-    let pod = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+    let pod = pod_spec(&objects);
     assert_eq!(sa.metadata.name, pod.service_account_name);
     kinds.sort();
     kinds.dedup();
@@ -1392,21 +1421,8 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         spokekeeper::config::TokenSource::File("/etc/spokekeeper/forge/token".into()),
         "the chart points token_file at the mounted Secret, replacing token_env"
     );
-    let pod = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "forge")
-        .expect("a forge volume");
-    let secret = volume.secret.as_ref().unwrap();
+    let pod = pod_spec(&objects);
+    let secret = secret_volume(pod, "forge");
     assert_eq!(secret.secret_name.as_deref(), Some("fleet-forge"));
     assert_eq!(secret.default_mode, Some(0o440));
     let main = pod
@@ -1414,12 +1430,7 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         .iter()
         .find(|c| c.name == "spokekeeper")
         .unwrap();
-    let mount = main
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "forge")
-        .expect("the forge token is mounted");
+    let mount = volume_mount(main, "forge");
     assert_eq!(mount.mount_path, "/etc/spokekeeper/forge");
     assert_eq!(mount.read_only, Some(true));
     // The signing key: mounted from its Secret, and repo.signing_key points at it.
@@ -1427,13 +1438,7 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         config.repo.signing_key.as_deref(),
         Some(Path::new("/etc/spokekeeper/signing/signing-key"))
     );
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "signing")
-        .expect("a signing volume");
-    let secret = volume.secret.as_ref().unwrap();
+    let secret = secret_volume(pod, "signing");
     assert_eq!(secret.secret_name.as_deref(), Some("fleet-signing"));
     assert_eq!(secret.default_mode, Some(0o440));
     let items: Vec<_> = secret
@@ -1443,26 +1448,14 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         .map(|i| (i.key.as_str(), i.path.as_str()))
         .collect();
     assert_eq!(items, [("signing-key", "signing-key")]);
-    let mount = main
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "signing")
-        .expect("the signing key is mounted");
+    let mount = volume_mount(main, "signing");
     assert_eq!(
         (mount.mount_path.as_str(), mount.read_only),
         ("/etc/spokekeeper/signing", Some(true))
     );
     // Without the value, nothing is mounted.
     let defaults = read_all(&render(&[]), "chart (defaults)");
-    let pod = deployment(&defaults)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+    let pod = pod_spec(&defaults);
     assert!(
         pod.volumes
             .iter()
