@@ -1204,9 +1204,14 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     let r = review(Kind::Github, 1, "");
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     let line = format!("  signing_key: {}\n", r.signing_key.display());
-    std::fs::write(&r.fleet.config, yaml.replace(&line, "")).unwrap();
-    let (code, out, err) = r.fleet.rotate(&["--all"]);
-    assert_ne!(code, 0, "{out}");
+    // The config with `line` replaced by `signing`: refused; what it said.
+    let refused_with = |signing: &str| -> String {
+        std::fs::write(&r.fleet.config, yaml.replace(&line, signing)).unwrap();
+        let (code, out, err) = r.fleet.rotate(&["--all"]);
+        assert_ne!(code, 0, "{out}");
+        err
+    };
+    let err = refused_with("");
     assert!(
         err.contains("repo.signing_key is required")
             && err.contains(": line ")
@@ -1221,13 +1226,7 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
         .unwrap()
         .success();
     assert!(ok);
-    std::fs::write(
-        &r.fleet.config,
-        yaml.replace(&line, &format!("  signing_key: {}\n", locked.display())),
-    )
-    .unwrap();
-    let (code, out, err) = r.fleet.rotate(&["--all"]);
-    assert_ne!(code, 0, "{out}");
+    let err = refused_with(&format!("  signing_key: {}\n", locked.display()));
     assert!(
         err.contains("repo.signing_key")
             && err.contains("has a passphrase")
