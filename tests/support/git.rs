@@ -5,14 +5,16 @@ use std::process::Command;
 
 use spokekeeper::config::RepoConfig;
 
+/// `git -C DIR`, to add arguments to.
+fn git_in(dir: &Path) -> Command {
+    let mut command = Command::new("git");
+    command.arg("-C").arg(dir);
+    command
+}
+
 /// Runs git in `dir`; panics with git's stderr when it fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run git");
+    let out = git_in(dir).args(args).output().expect("run git");
     assert!(
         out.status.success(),
         "git {args:?}: {}",
@@ -122,9 +124,7 @@ pub fn verifies_with(dir: &Path, key: &Path, commit: &str) -> bool {
     let public = std::fs::read_to_string(format!("{}.pub", key.display())).expect("the .pub file");
     let allowed = PathBuf::from(format!("{}.allowed", key.display()));
     std::fs::write(&allowed, format!("spokekeeper {public}")).expect("write allowed signers");
-    Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    git_in(dir)
         .arg("-c")
         .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
         .args(["verify-commit", commit])
