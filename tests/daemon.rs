@@ -9,13 +9,14 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::process::{Pid, Signal, kill_process};
 use spokekeeper::seal::{SealedSecret, SealingKey};
-use support::fleet::vectors;
+use support::daemon::rss_kib;
+use support::fleet::{extract_failures, unreachable_spokes, vectors};
 use support::git::{fleet_remote, git};
 use support::{Lab, Node, NodeOptions};
 
@@ -165,21 +166,8 @@ impl Daemon {
     }
 
     fn spawn(config: &Path, args: &[&str]) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-            .arg("--config")
-            .arg(config)
-            .arg("run")
-            .arg("--listen")
-            .arg("127.0.0.1:0")
-            .args(args)
-            .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = support::logs::capture_stderr(&mut child);
+        let run = ["run", "--listen", "127.0.0.1:0"];
+        let (child, lines) = support::daemon::spawn(config, &[&run[..], args].concat(), &[]);
         Daemon {
             child,
             lines,
@@ -753,45 +741,13 @@ fn startup_errors_name_what_failed() {
     assert!(err.contains("longer than 0s"), "{err}");
 }
 
-/// VmRSS and VmHWM of `pid`, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap()
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
-
 #[test]
 fn memory_with_100_spokes_idle_and_during_a_tick() {
     let dir = support::scratch_dir();
     let (_, clone) = fleet_repo(dir.path());
-    let identity = dir.path().join("id_ed25519");
-    let keygen = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&identity)
-        .status()
-        .unwrap();
-    assert!(keygen.success());
-    let known_hosts = dir.path().join("known_hosts");
-    fs::write(&known_hosts, "").unwrap();
-    // Nothing listens on port 1 of 127.255.0.0/16 (outside the lab's 127.0.0.0/16):
-    // every SSH connection is refused at once.
+    // 127.255.0.0/16 is outside the lab's 127.0.0.0/16.
     let mut yaml = config_head(&clone);
-    for i in 0..100 {
-        yaml.push_str(&format!(
-            "  - name: spoke{i}\n    address: 127.255.{}.{}\n    ssh: {{ port: 1, identity: {}, known_hosts: {}, connect_timeout: 2s }}\n",
-            i / 250,
-            i % 250 + 1,
-            identity.display(),
-            known_hosts.display()
-        ));
-    }
+    yaml.push_str(&unreachable_spokes(dir.path(), 100, "127.255"));
     let config = dir.path().join("spokekeeper.yaml");
     fs::write(&config, yaml).unwrap();
 
@@ -813,14 +769,7 @@ fn memory_with_100_spokes_idle_and_during_a_tick() {
     std::thread::sleep(Duration::from_secs(1));
     let (after, _) = rss_kib(pid);
     let m = d.metrics();
-    let failed = m
-        .lines()
-        .filter(|l| {
-            l.starts_with("spokekeeper_errors_total{spoke=\"spoke")
-                && l.contains("stage=\"extract\"")
-        })
-        .count();
-    assert_eq!(failed, 100, "every spoke was worked on: {m}");
+    assert_eq!(extract_failures(&m), 100, "every spoke was worked on: {m}");
     eprintln!(
         "spokekeeper run, 100 spokes (debug build): idle VmRSS {idle} KiB; during the tick VmRSS up to {during} KiB, VmHWM {peak} KiB; after it VmRSS {after} KiB"
     );

@@ -3,12 +3,17 @@
 //! into its k8s-openapi type (or a small struct for a CRD) and written back: a field the
 //! type does not know, or a value it reads differently, fails here rather than in a cluster.
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Service, ServiceAccount};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, Container, Namespace, PodSpec, SecretVolumeSource, Service, ServiceAccount,
+    VolumeMount,
+};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
@@ -16,52 +21,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use spokekeeper::cli::{Cli, Command as Sub};
 use spokekeeper::config::Config;
+use support::helm::{CHART, helm_command, root, run_helm};
 
-const CHART: &str = "deploy/helm/spokekeeper";
 const RELEASE_NS: &str = "spokekeeper";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn helm() -> PathBuf {
-    let path = std::env::var_os("SPOKEKEEPER_TEST_HELM")
-        .map_or_else(|| root().join(".tools/bin/helm"), PathBuf::from);
-    assert!(
-        path.exists(),
-        "a real helm is needed at {}: run scripts/test (it calls scripts/install-helm)",
-        path.display()
-    );
-    path
-}
-
-fn run_helm(args: &[&str]) -> String {
-    let out = Command::new(helm())
-        .args(args)
-        .current_dir(root())
-        // No user or repository state from the machine: only the chart on disk.
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/data"),
-        )
-        .output()
-        .expect("helm runs");
-    assert!(
-        out.status.success(),
-        "helm {args:?} failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("helm prints UTF-8")
-}
 
 /// `helm template` of the chart, as the release "sk" in RELEASE_NS, with extra values files.
 fn render(values: &[&Path]) -> Vec<Value> {
@@ -352,6 +314,39 @@ fn deployment(objects: &[Object]) -> &Deployment {
     })
 }
 
+/// The Deployment's pod spec.
+fn pod_spec(objects: &[Object]) -> &PodSpec {
+    deployment(objects)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .spec
+        .as_ref()
+        .unwrap()
+}
+
+/// The Secret behind the pod's volume `name`.
+fn secret_volume<'a>(pod: &'a PodSpec, name: &str) -> &'a SecretVolumeSource {
+    let volume = pod
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == name)
+        .unwrap_or_else(|| panic!("a {name} volume"));
+    volume.secret.as_ref().unwrap()
+}
+
+/// Where `container` mounts the volume `name`.
+fn volume_mount<'a>(container: &'a Container, name: &str) -> &'a VolumeMount {
+    container
+        .volume_mounts
+        .iter()
+        .flatten()
+        .find(|m| m.name == name)
+        .unwrap_or_else(|| panic!("the {name} volume is mounted"))
+}
+
 fn config_text(objects: &[Object]) -> &str {
     let cm = one(objects, |o| match o {
         Object::ConfigMap(c) => Some(c),
@@ -475,14 +470,7 @@ fn chart_renders_only_strictly_typed_objects_with_defaults() {
         Object::ServiceAccount(sa) => Some(sa),
         _ => None,
     });
-    let pod = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+    let pod = pod_spec(&objects);
     assert_eq!(sa.metadata.name, pod.service_account_name);
     kinds.sort();
     kinds.dedup();
@@ -1525,21 +1513,8 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         spokekeeper::config::TokenSource::File("/etc/spokekeeper/forge/token".into()),
         "the chart points token_file at the mounted Secret, replacing token_env"
     );
-    let pod = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "forge")
-        .expect("a forge volume");
-    let secret = volume.secret.as_ref().unwrap();
+    let pod = pod_spec(&objects);
+    let secret = secret_volume(pod, "forge");
     assert_eq!(secret.secret_name.as_deref(), Some("fleet-forge"));
     assert_eq!(secret.default_mode, Some(0o440));
     let main = pod
@@ -1547,12 +1522,7 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         .iter()
         .find(|c| c.name == "spokekeeper")
         .unwrap();
-    let mount = main
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "forge")
-        .expect("the forge token is mounted");
+    let mount = volume_mount(main, "forge");
     assert_eq!(mount.mount_path, "/etc/spokekeeper/forge");
     assert_eq!(mount.read_only, Some(true));
     // The signing key: mounted from its Secret, and repo.signing_key points at it.
@@ -1560,13 +1530,7 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         config.repo.signing_key.as_deref(),
         Some(Path::new("/etc/spokekeeper/signing/signing-key"))
     );
-    let volume = pod
-        .volumes
-        .iter()
-        .flatten()
-        .find(|v| v.name == "signing")
-        .expect("a signing volume");
-    let secret = volume.secret.as_ref().unwrap();
+    let secret = secret_volume(pod, "signing");
     assert_eq!(secret.secret_name.as_deref(), Some("fleet-signing"));
     assert_eq!(secret.default_mode, Some(0o440));
     let items: Vec<_> = secret
@@ -1576,26 +1540,14 @@ fn chart_mounts_the_forge_token_for_review_mode() {
         .map(|i| (i.key.as_str(), i.path.as_str()))
         .collect();
     assert_eq!(items, [("signing-key", "signing-key")]);
-    let mount = main
-        .volume_mounts
-        .iter()
-        .flatten()
-        .find(|m| m.name == "signing")
-        .expect("the signing key is mounted");
+    let mount = volume_mount(main, "signing");
     assert_eq!(
         (mount.mount_path.as_str(), mount.read_only),
         ("/etc/spokekeeper/signing", Some(true))
     );
     // Without the value, nothing is mounted.
     let defaults = read_all(&render(&[]), "chart (defaults)");
-    let pod = deployment(&defaults)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .spec
-        .as_ref()
-        .unwrap();
+    let pod = pod_spec(&defaults);
     assert!(
         pod.volumes
             .iter()
@@ -1612,31 +1564,17 @@ fn chart_refuses_review_mode_without_a_signing_key() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).unwrap();
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "sk",
-            CHART,
-            "--namespace",
-            RELEASE_NS,
-            "--values",
-        ])
-        .arg(&file)
-        .current_dir(root())
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/data"),
-        )
-        .output()
-        .unwrap();
+    let out = helm_command(&[
+        "template",
+        "sk",
+        CHART,
+        "--namespace",
+        RELEASE_NS,
+        "--values",
+    ])
+    .arg(&file)
+    .output()
+    .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "rendered without a signing key");
     assert!(

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use spokekeeper::sim::{Pki, PkiOptions, kubeconfig_yaml};
-use support::git::{fleet_remote, git};
+use support::git::{commit, fleet_remote, git};
 use support::leak::{Needles, key_needles, scalar_of_pem};
 
 fn pki() -> Pki {
@@ -136,18 +136,7 @@ fn a_planted_key_is_found_in_a_committed_file_a_packed_object_and_a_tmpdir() {
     // A plaintext kubeconfig committed and pushed.
     std::fs::write(clone.join("spoke0.yaml"), kubeconfig(&planted)).unwrap();
     git(clone, &["add", "spoke0.yaml"]);
-    git(
-        clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "-qm",
-            "oops",
-        ],
-    );
+    commit(clone, "oops");
     git(clone, &["push", "-q", "origin", "HEAD:main"]);
     assert_eq!(
         needles.files_containing(dir.path(), &[]),

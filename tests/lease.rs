@@ -10,7 +10,7 @@ use std::fs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -760,10 +760,9 @@ struct Proc {
 
 impl Proc {
     fn start(name: &str, config: &Path, kubeconfig: &Path) -> Proc {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-            .arg("--config")
-            .arg(config)
-            .args([
+        let (child, lines) = support::daemon::spawn(
+            config,
+            &[
                 "run",
                 "--leader-elect",
                 "--now",
@@ -771,18 +770,13 @@ impl Proc {
                 "1s",
                 "--listen",
                 "127.0.0.1:0",
-            ])
-            .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAME", name)
-            .env("POD_NAMESPACE", NS)
-            .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let lines = support::logs::capture_stderr(&mut child);
+            ],
+            &[
+                ("KUBECONFIG", kubeconfig.as_os_str()),
+                ("POD_NAME", name.as_ref()),
+                ("POD_NAMESPACE", NS.as_ref()),
+            ],
+        );
         Proc {
             name: name.into(),
             child,
@@ -1021,15 +1015,7 @@ fn losing_the_lease_cancels_the_running_tick() {
             keep.lock().unwrap().push(conn);
         }
     });
-    let identity = dir.path().join("id_ed25519");
-    let keygen = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&identity)
-        .status()
-        .unwrap();
-    assert!(keygen.success());
-    let known_hosts = dir.path().join("known_hosts");
-    fs::write(&known_hosts, "").unwrap();
+    let (identity, known_hosts) = support::fleet::ssh_client_files(dir.path());
     let yaml = fs::read_to_string(&config).unwrap();
     let spoke = yaml.split("spokes:\n").next().unwrap().to_string()
         + &format!(

@@ -6,63 +6,31 @@
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::NodeOptions;
 use support::daemon::Daemon;
 use support::fleet::Fleet;
+use support::helm::{CHART, root, run_helm};
 use support::peers::{self, Peer, run_promtool};
 
 const RULES_TEST: &str = "deploy/prometheus/spokekeeper-rules.test.yaml";
 
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-fn helm() -> PathBuf {
-    let path = std::env::var_os("SPOKEKEEPER_TEST_HELM")
-        .map_or_else(|| root().join(".tools/bin/helm"), PathBuf::from);
-    assert!(
-        path.exists(),
-        "a real helm is needed at {}: run scripts/test (it calls scripts/install-helm)",
-        path.display()
-    );
-    path
-}
-
 /// The chart's rule groups (the PrometheusRule's `spec`) as a Prometheus rule file, for
 /// the release "spokekeeper" in namespace "spokekeeper" with default values.
 fn rendered_rules() -> String {
-    let out = Command::new(helm())
-        .args([
-            "template",
-            "spokekeeper",
-            "deploy/helm/spokekeeper",
-            "--namespace",
-            "spokekeeper",
-            "--show-only",
-            "templates/prometheusrule.yaml",
-        ])
-        .current_dir(root())
-        .env(
-            "HELM_CACHE_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/cache"),
-        )
-        .env(
-            "HELM_CONFIG_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/config"),
-        )
-        .env(
-            "HELM_DATA_HOME",
-            std::env::temp_dir().join("spokekeeper-helm/data"),
-        )
-        .output()
-        .expect("helm runs");
-    assert!(out.status.success(), "{}", text(&out));
-    let doc: Value = serde_saphyr::from_str(&String::from_utf8(out.stdout).unwrap()).unwrap();
+    let out = run_helm(&[
+        "template",
+        "spokekeeper",
+        CHART,
+        "--namespace",
+        "spokekeeper",
+        "--show-only",
+        "templates/prometheusrule.yaml",
+    ]);
+    let doc: Value = serde_saphyr::from_str(&out).unwrap();
     assert_eq!(doc["kind"], "PrometheusRule");
     // JSON is YAML: promtool reads it as it is.
     serde_json::to_string_pretty(&doc["spec"]).unwrap()

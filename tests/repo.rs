@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use spokekeeper::config::RepoConfig;
 use spokekeeper::repo::{Pushed, Repo, RepoError};
-use support::git::{fleet_remote, git};
+use support::git::{commit, fleet_remote, git, repo_config};
 
 /// A bare remote with one commit on main, and `n` clones of it.
 fn fleet(n: usize) -> (tempfile::TempDir, PathBuf, Vec<PathBuf>) {
@@ -17,16 +17,7 @@ fn fleet(n: usize) -> (tempfile::TempDir, PathBuf, Vec<PathBuf>) {
 }
 
 fn config(path: &Path) -> RepoConfig {
-    RepoConfig {
-        path: path.to_path_buf(),
-        remote: "origin".into(),
-        branch: "main".into(),
-        author: Some("spokekeeper <spokekeeper@example.org>".into()),
-        push: true,
-        mode: Default::default(),
-        forge: None,
-        signing_key: None,
-    }
+    repo_config(path, None)
 }
 
 async fn open(path: &Path) -> Repo {
@@ -340,19 +331,7 @@ async fn plaintext_guard_ignores_diff_attributes() {
         let clone = &clones[0];
         std::fs::write(clone.join(".gitattributes"), attrs).unwrap();
         git(clone, &["add", ".gitattributes"]);
-        git(
-            clone,
-            &[
-                "-c",
-                "user.name=t",
-                "-c",
-                "user.email=t@t",
-                "commit",
-                "--quiet",
-                "-m",
-                "attributes",
-            ],
-        );
+        commit(clone, "attributes");
         git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
         // A textconv that shows nothing, and an external diff that prints nothing.
         git(clone, &["config", "diff.hide.textconv", "true"]);
@@ -412,19 +391,7 @@ async fn with_committed_links(clone: &Path, links: &[(&str, &Path)]) -> Repo {
         std::os::unix::fs::symlink(target, &at).unwrap();
     }
     git(clone, &["add", "-A"]);
-    git(
-        clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "links",
-        ],
-    );
+    commit(clone, "links");
     git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
     let repo = open(clone).await;
     repo.sync().await.unwrap();

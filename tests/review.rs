@@ -4,15 +4,16 @@
 
 mod support;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::{Value, json};
+use spokekeeper::repo::{Repo, Untrusted};
 use support::NodeOptions;
 use support::fleet::{Fleet, action};
 use support::forge::{Fault, ForgeSim, Kind, TOKEN};
-use support::git::{git, signing_key, verifies_with};
+use support::git::{git, repo_config, signing_key, verifies_with};
 
 const KINDS: [Kind; 3] = [Kind::Github, Kind::Gitlab, Kind::Gitea];
 
@@ -157,6 +158,17 @@ impl Review {
 
 fn spoke(report: &Value, i: usize) -> &Value {
     &report["spokes"][i]
+}
+
+/// Spoke 0's error in `report`, which must say it failed at the review stage.
+fn review_failure(report: &Value) -> String {
+    let s = spoke(report, 0);
+    assert_eq!(
+        (s["action"].as_str(), s["stage"].as_str()),
+        (Some("failed"), Some("review")),
+        "{report}"
+    );
+    s["error"].as_str().unwrap().to_string()
 }
 
 /// The title and body fields as each API names them.
@@ -414,13 +426,7 @@ async fn a_bad_token_keeps_the_branch_and_the_next_tick_opens_the_pull_request()
         std::fs::write(&r.token_file, "wrong-token\n").unwrap();
         let (code, report, err) = r.rotate();
         assert_eq!(code, 1, "{kind:?}: {report}");
-        let s = spoke(&report, 0);
-        assert_eq!(
-            (s["action"].as_str(), s["stage"].as_str()),
-            (Some("failed"), Some("review")),
-            "{report}"
-        );
-        let e = s["error"].as_str().unwrap();
+        let e = review_failure(&report);
         assert!(
             e.contains("401")
                 && e.contains("repo.forge.token_file")
@@ -858,19 +864,7 @@ async fn review_mode_never_pushes_commits_left_in_the_clone() {
     let main_before = git(&r.fleet.remote, &["rev-parse", "main"]);
     std::fs::write(r.fleet.clone.join("NOTES.md"), "left behind\n").unwrap();
     git(&r.fleet.clone, &["add", "NOTES.md"]);
-    git(
-        &r.fleet.clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "a direct-mode leftover",
-        ],
-    );
+    support::git::commit(&r.fleet.clone, "a direct-mode leftover");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 1, "{report}\n{err}");
     let e = report["repo_error"].as_str().unwrap();
@@ -1100,21 +1094,12 @@ async fn a_signed_commit_for_another_spoke_or_with_extra_files_is_not_trusted() 
 #[tokio::test]
 async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
     use spokekeeper::config::RepoConfig;
-    use spokekeeper::repo::{Repo, RepoError, Untrusted};
+    use spokekeeper::repo::RepoError;
     let dir = support::scratch_dir();
     let (remote, clones) = support::git::fleet_remote(dir.path(), 2);
     let key = signing_key(&dir.path().join("signing-key"));
     let other = signing_key(&dir.path().join("other-key"));
-    let config = RepoConfig {
-        path: clones[0].clone(),
-        remote: "origin".into(),
-        branch: "main".into(),
-        author: Some("spokekeeper <spokekeeper@example.org>".into()),
-        push: true,
-        mode: Default::default(),
-        forge: None,
-        signing_key: Some(key.clone()),
-    };
+    let config = repo_config(&clones[0], Some(key.clone()));
     let repo = Repo::open(&config).await.unwrap();
     repo.sync().await.unwrap();
     let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
@@ -1143,43 +1128,8 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
 
     // Commits made in another clone, fetched as a review branch would be.
     let work = &clones[1];
-    let commit = |files: &[(&str, &str)], sign: Option<&Path>, extra: &[&str]| -> String {
-        for (path, text) in files {
-            let file = work.join(path);
-            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, text).unwrap();
-            git(work, &["add", path]);
-        }
-        let k = sign.map(|k| format!("user.signingkey={}", k.display()));
-        let mut args = vec![
-            "-c",
-            "user.name=m",
-            "-c",
-            "user.email=m@m",
-            "-c",
-            "gpg.format=ssh",
-        ];
-        if let Some(k) = &k {
-            args.extend(["-c", k, "commit", "-S"]);
-        } else {
-            args.push("commit");
-        }
-        args.extend(["--quiet", "--allow-empty", "-m", "x"]);
-        args.extend(extra);
-        git(work, &args);
-        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-        git(work, &["reset", "--quiet", "--hard", "origin/main"]);
-        git(
-            work,
-            &[
-                "push",
-                "--quiet",
-                "--force",
-                "origin",
-                &format!("{head}:refs/heads/spokekeeper/t"),
-            ],
-        );
-        head
+    let commit = |files: &[(&str, &str)], sign: Option<&Path>| {
+        push_theirs(work, files, sign, "refs/heads/spokekeeper/t")
     };
     let check = |head: String| {
         let repo = &repo;
@@ -1194,21 +1144,18 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
     };
     let file = [(rel.to_str().unwrap(), "kind: SealedSecret\nv: 2\n")];
     assert_eq!(
-        check(commit(&file, Some(&key), &[])).await,
+        check(commit(&file, Some(&key))).await,
         Err(Untrusted::NoRecord),
         "signed with the key in another clone, but not pushed by this one"
     );
+    assert_eq!(check(commit(&file, None)).await, Err(Untrusted::Unsigned));
     assert_eq!(
-        check(commit(&file, None, &[])).await,
-        Err(Untrusted::Unsigned)
-    );
-    assert_eq!(
-        check(commit(&file, Some(&other), &[])).await,
+        check(commit(&file, Some(&other))).await,
         Err(Untrusted::ForeignSignature)
     );
     let both = [file[0], ("README.md", "changed\n")];
     assert!(matches!(
-        check(commit(&both, Some(&key), &[])).await,
+        check(commit(&both, Some(&key))).await,
         Err(Untrusted::Changes { .. })
     ));
     // Two signed commits: the head's parent is not on main.
@@ -1226,7 +1173,7 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
             "off main",
         ],
     );
-    let off = commit(&file, Some(&key), &[]);
+    let off = commit(&file, Some(&key));
     assert!(matches!(check(off).await, Err(Untrusted::OffTarget { .. })));
     git(work, &["reset", "--quiet", "--hard", "origin/main"]);
 
@@ -1257,9 +1204,14 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     let r = review(Kind::Github, 1, "");
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     let line = format!("  signing_key: {}\n", r.signing_key.display());
-    std::fs::write(&r.fleet.config, yaml.replace(&line, "")).unwrap();
-    let (code, out, err) = r.fleet.rotate(&["--all"]);
-    assert_ne!(code, 0, "{out}");
+    // The config with `line` replaced by `signing`: refused; what it said.
+    let refused_with = |signing: &str| -> String {
+        std::fs::write(&r.fleet.config, yaml.replace(&line, signing)).unwrap();
+        let (code, out, err) = r.fleet.rotate(&["--all"]);
+        assert_ne!(code, 0, "{out}");
+        err
+    };
+    let err = refused_with("");
     assert!(
         err.contains("repo.signing_key is required")
             && err.contains(": line ")
@@ -1274,13 +1226,7 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
         .unwrap()
         .success();
     assert!(ok);
-    std::fs::write(
-        &r.fleet.config,
-        yaml.replace(&line, &format!("  signing_key: {}\n", locked.display())),
-    )
-    .unwrap();
-    let (code, out, err) = r.fleet.rotate(&["--all"]);
-    assert_ne!(code, 0, "{out}");
+    let err = refused_with(&format!("  signing_key: {}\n", locked.display()));
     assert!(
         err.contains("repo.signing_key")
             && err.contains("has a passphrase")
@@ -1290,32 +1236,75 @@ fn review_mode_without_a_usable_signing_key_is_refused() {
     assert!(r.branch_head(0).is_none(), "nothing was pushed");
 }
 
-/// A clone (clones[0]) opened as spokekeeper's, signing with a fresh key, beside a
-/// second clone (clones[1]) for someone else's pushes.
-async fn lib_repo(
-    dir: &Path,
-) -> (
-    spokekeeper::repo::Repo,
-    Vec<std::path::PathBuf>,
-    std::path::PathBuf,
-) {
-    use spokekeeper::config::RepoConfig;
-    let (_, clones) = support::git::fleet_remote(dir, 2);
-    let key = signing_key(&dir.join("signing-key"));
-    let repo = spokekeeper::repo::Repo::open(&RepoConfig {
-        path: clones[0].clone(),
-        remote: "origin".into(),
-        branch: "main".into(),
-        author: Some("spokekeeper <spokekeeper@example.org>".into()),
-        push: true,
-        mode: Default::default(),
-        forge: None,
-        signing_key: Some(key.clone()),
-    })
-    .await
-    .unwrap();
+/// A fleet remote in a scratch directory with two clones: spokekeeper's (clones[0]),
+/// opened signing with a fresh key, and a second one for someone else's pushes.
+async fn lib_repo() -> (tempfile::TempDir, Repo, Vec<PathBuf>, PathBuf) {
+    let dir = support::scratch_dir();
+    let (_, clones) = support::git::fleet_remote(dir.path(), 2);
+    let key = signing_key(&dir.path().join("signing-key"));
+    let repo = Repo::open(&repo_config(&clones[0], Some(key.clone())))
+        .await
+        .unwrap();
     repo.sync().await.unwrap();
-    (repo, clones, key)
+    (dir, repo, clones, key)
+}
+
+/// spokekeeper's review branch for the spoke "dev", and the file it writes there.
+const DEV_BRANCH: &str = "spokekeeper/dev";
+const DEV_FILE: &str = "fluxcd/dev-kubeconfig-sealed.yaml";
+
+/// spokekeeper commits `text` as DEV_FILE on the target branch and pushes it to
+/// DEV_BRANCH over `previous`; the commit.
+async fn push_ours(repo: &Repo, text: &[u8], previous: Option<&str>) -> String {
+    let commit = repo
+        .commit_on_target(Path::new(DEV_FILE), text, "dev: rotate")
+        .await
+        .unwrap();
+    repo.push_branch(DEV_BRANCH, &commit, previous)
+        .await
+        .unwrap();
+    commit
+}
+
+/// Someone else's commit in `work` (another clone) writing `files` over its checkout,
+/// signed with `sign` when given, force-pushed to the ref `to`; the commit. `work` is
+/// left at origin/main (the new commit, when `to` is main).
+fn push_theirs(work: &Path, files: &[(&str, &str)], sign: Option<&Path>, to: &str) -> String {
+    for (path, text) in files {
+        let file = work.join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, text).unwrap();
+        git(work, &["add", path]);
+    }
+    let k = sign.map(|k| format!("user.signingkey={}", k.display()));
+    let mut args = vec![
+        "-c",
+        "user.name=m",
+        "-c",
+        "user.email=m@m",
+        "-c",
+        "gpg.format=ssh",
+    ];
+    if let Some(k) = &k {
+        args.extend(["-c", k, "commit", "-S"]);
+    } else {
+        args.push("commit");
+    }
+    args.extend(["--quiet", "--allow-empty", "-m", "x"]);
+    git(work, &args);
+    let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+    git(
+        work,
+        &[
+            "push",
+            "--quiet",
+            "--force",
+            "origin",
+            &format!("{head}:{to}"),
+        ],
+    );
+    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
+    head
 }
 
 /// F1: an older commit spokekeeper signed for the same spoke, pushed back over the one
@@ -1324,23 +1313,10 @@ async fn lib_repo(
 /// clone recorded when it pushed is.
 #[tokio::test]
 async fn provenance_needs_the_exact_commit_this_clone_pushed_last() {
-    use spokekeeper::repo::Untrusted;
-    let dir = support::scratch_dir();
-    let (repo, clones, key) = lib_repo(dir.path()).await;
-    let (branch, rel) = (
-        "spokekeeper/dev",
-        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
-    );
-    let c1 = repo
-        .commit_on_target(rel, b"kind: SealedSecret\nv: 1\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &c1, None).await.unwrap();
-    let c2 = repo
-        .commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &c2, Some(&c1)).await.unwrap();
+    let (_dir, repo, clones, key) = lib_repo().await;
+    let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
+    let c1 = push_ours(&repo, b"kind: SealedSecret\nv: 1\n", None).await;
+    let c2 = push_ours(&repo, b"kind: SealedSecret\nv: 2\n", Some(&c1)).await;
     assert_eq!(repo.provenance(branch, &c2, rel).await, Ok(()));
 
     let force = |commit: &str| {
@@ -1397,30 +1373,15 @@ async fn provenance_needs_the_exact_commit_this_clone_pushed_last() {
 /// unsigned commit verify as spokekeeper's.
 #[tokio::test]
 async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
-    use spokekeeper::repo::Untrusted;
-    let dir = support::scratch_dir();
-    let (repo, clones, _) = lib_repo(dir.path()).await;
-    let (branch, rel) = (
-        "spokekeeper/dev",
-        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
+    let (_dir, repo, clones, _) = lib_repo().await;
+    let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
+    let ours = push_ours(&repo, b"kind: SealedSecret\n", None).await;
+    let theirs = push_theirs(
+        &clones[1],
+        &[(DEV_FILE, "kind: SealedSecret\nforged: 1\n")],
+        None,
+        &format!("refs/heads/{branch}"),
     );
-    let ours = repo
-        .commit_on_target(rel, b"kind: SealedSecret\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &ours, None).await.unwrap();
-    let work = &clones[1];
-    std::fs::create_dir_all(work.join("fluxcd")).unwrap();
-    std::fs::write(work.join(rel), "kind: SealedSecret\nforged: 1\n").unwrap();
-    git(work, &["add", rel.to_str().unwrap()]);
-    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
-    git(
-        work,
-        &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
-    );
-    let theirs = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-    let spec = format!("+{theirs}:refs/heads/{branch}");
-    git(work, &["push", "--quiet", "origin", &spec]);
     repo.fetch_review_branches().await.unwrap();
     git(&clones[0], &["replace", &theirs, &ours]);
     assert_eq!(
@@ -1435,53 +1396,27 @@ async fn a_replace_ref_in_the_clone_does_not_make_a_commit_verify() {
 /// else's is not merged, so it is not ignored.
 #[tokio::test]
 async fn merged_by_content_needs_spokekeepers_own_commit() {
-    let dir = support::scratch_dir();
-    let (repo, clones, _) = lib_repo(dir.path()).await;
-    let (branch, rel) = (
-        "spokekeeper/dev",
-        Path::new("fluxcd/dev-kubeconfig-sealed.yaml"),
-    );
+    let (_dir, repo, clones, _) = lib_repo().await;
+    let (branch, rel) = (DEV_BRANCH, Path::new(DEV_FILE));
     let work = &clones[1];
-    let who = ["-c", "user.name=m", "-c", "user.email=m@m"];
-    let commit_files = |files: &[(&Path, &str)], to: &str| -> String {
-        for (path, text) in files {
-            std::fs::create_dir_all(work.join(path).parent().unwrap()).unwrap();
-            std::fs::write(work.join(path), text).unwrap();
-            git(work, &["add", path.to_str().unwrap()]);
-        }
-        git(
-            work,
-            &[&who[..], &["commit", "--quiet", "-m", "x"]].concat(),
-        );
-        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-        git(
-            work,
-            &[
-                "push",
-                "--quiet",
-                "--force",
-                "origin",
-                &format!("HEAD:{to}"),
-            ],
-        );
-        head
-    };
     // spokekeeper's branch, squash-merged: main gets the same file in a new commit.
-    let ours = repo
-        .commit_on_target(rel, b"kind: SealedSecret\nv: 1\n", "dev: rotate")
-        .await
-        .unwrap();
-    repo.push_branch(branch, &ours, None).await.unwrap();
-    commit_files(&[(rel, "kind: SealedSecret\nv: 1\n")], "refs/heads/main");
+    let ours = push_ours(&repo, b"kind: SealedSecret\nv: 1\n", None).await;
+    push_theirs(
+        work,
+        &[(DEV_FILE, "kind: SealedSecret\nv: 1\n")],
+        None,
+        "refs/heads/main",
+    );
     repo.sync().await.unwrap();
     assert!(repo.merged(branch, &ours, rel).await, "squash-merged");
 
     // Someone else's branch: the spoke's file as on main, plus a Flux manifest.
-    let backdoor = commit_files(
-        &[(Path::new("fluxcd/backdoor.yaml"), "kind: Kustomization\n")],
+    let backdoor = push_theirs(
+        work,
+        &[("fluxcd/backdoor.yaml", "kind: Kustomization\n")],
+        None,
         &format!("refs/heads/{branch}"),
     );
-    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
     repo.fetch_review_branches().await.unwrap();
     assert_eq!(
         repo.remote_branch_head(branch).await,
@@ -1493,7 +1428,7 @@ async fn merged_by_content_needs_spokekeepers_own_commit() {
     );
 
     // Anything already in main is merged, whoever made it.
-    let on_main = commit_files(&[(Path::new("README.md"), "x\n")], "refs/heads/main");
+    let on_main = push_theirs(work, &[("README.md", "x\n")], None, "refs/heads/main");
     repo.sync().await.unwrap();
     assert!(repo.merged(branch, &on_main, rel).await);
 }
@@ -1625,13 +1560,7 @@ fn a_pull_request_showing_another_head_is_not_endorsed() {
     r.forge.show_head(1, &other);
     let (code, report, err) = r.rotate();
     assert_eq!(code, 1, "{report}\n{err}");
-    let s = spoke(&report, 0);
-    assert_eq!(
-        (s["action"].as_str(), s["stage"].as_str()),
-        (Some("failed"), Some("review")),
-        "{report}"
-    );
-    let e = s["error"].as_str().unwrap();
+    let e = review_failure(&report);
     assert!(
         e.contains("unverified pull request")
             && e.contains(&format!("the forge shows head {other}, not {head}")),

@@ -3,6 +3,7 @@
 
 mod support;
 
+use serde_json::Value;
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates};
 use support::git::git;
@@ -81,6 +82,27 @@ fn configure(fleet: &Fleet, i: usize, line: &str) {
     .unwrap();
 }
 
+/// `rotate -o json ARGS`, which must succeed with spoke 0's action `expected`; the report.
+fn rotate(fleet: &Fleet, args: &[&str], expected: &str) -> Value {
+    let (code, report, err) = fleet.rotate_json(args);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(action(&report, 0), expected, "{report}");
+    report
+}
+
+/// With `api_server: URL` configured, spoke 0 is rotated to a kubeconfig that names URL
+/// as it is and authenticates; recorded as configured, it is not rewritten the next tick.
+async fn rotates_keeping_the_api_server(fleet: &Fleet, url: &str) {
+    configure(fleet, 0, &format!("api_server: \"{url}\""));
+    rotate(fleet, &["--all"], "rotated");
+    let kc = fleet.unsealed(0);
+    let text = std::str::from_utf8(kc.expose()).unwrap();
+    assert!(text.contains(&format!("server: \"{url}\"")), "{text}");
+    authenticates(&kc).await;
+    rotate(fleet, &["--all"], "healthy");
+    assert_eq!(fleet.remote_log().len(), 2);
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_non_ascii_sealing_fingerprint_rotates_the_spoke_instead_of_panicking() {
     let fleet = Fleet::new(&[NodeOptions::default()]);
@@ -104,9 +126,7 @@ async fn a_non_ascii_sealing_fingerprint_rotates_the_spoke_instead_of_panicking(
         "the reason names the annotation: {log:?}"
     );
     // The fresh commit records a well-formed fingerprint again: the next tick is quiet.
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "healthy", "{report}");
+    rotate(&fleet, &["--all"], "healthy");
     authenticates(&fleet.unsealed(0)).await;
 }
 
@@ -120,9 +140,7 @@ async fn a_re_addressed_spoke_is_probed_at_its_new_address_and_rotated() {
     let dead = format!("https://127.0.0.1:{}", node.api_port);
     let moved = |t: &str| set_annotation(t, "spokekeeper.io/server", &format!("\"{dead}\""));
     push_edit(&fleet, 0, moved);
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "rotated", "{report}");
+    let report = rotate(&fleet, &["--all"], "rotated");
     assert_eq!(report["spokes"][0]["reason"]["kind"], "config-changed");
     let now = format!("https://{}:{}", node.address, node.api_port);
     assert_eq!(
@@ -137,9 +155,7 @@ async fn a_re_addressed_spoke_is_probed_at_its_new_address_and_rotated() {
 
     // And with --force, as an operator would after changing `address`.
     push_edit(&fleet, 0, moved);
-    let (code, report, err) = fleet.rotate_json(&["spoke0", "--force"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "rotated", "{report}");
+    rotate(&fleet, &["spoke0", "--force"], "rotated");
     authenticates(&fleet.unsealed(0)).await;
 }
 
@@ -152,23 +168,11 @@ async fn an_api_server_on_port_443_keeps_its_port() {
         ..NodeOptions::default()
     }]);
     let url = format!("https://{}", fleet.nodes[0].address);
-    configure(&fleet, 0, &format!("api_server: \"{url}\""));
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "rotated", "{report}");
-    let kc = fleet.unsealed(0);
-    let text = std::str::from_utf8(kc.expose()).unwrap();
-    assert!(text.contains(&format!("server: \"{url}\"")), "{text}");
+    rotates_keeping_the_api_server(&fleet, &url).await;
     assert_eq!(
         annotation(&fleet.remote_file(0), "spokekeeper.io/server"),
         url
     );
-    authenticates(&kc).await;
-    // Recorded as configured: not rewritten every tick.
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "healthy", "{report}");
-    assert_eq!(fleet.remote_log().len(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -180,18 +184,7 @@ async fn an_api_server_behind_a_path_prefix_keeps_its_path() {
     let node = &fleet.nodes[0];
     let url = format!("https://{}:{}/k8s/spoke", node.address, node.api_port);
     assert_eq!(node.api_url, url);
-    configure(&fleet, 0, &format!("api_server: \"{url}\""));
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "rotated", "{report}");
-    let kc = fleet.unsealed(0);
-    let text = std::str::from_utf8(kc.expose()).unwrap();
-    assert!(text.contains(&format!("server: \"{url}\"")), "{text}");
-    authenticates(&kc).await;
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "healthy", "{report}");
-    assert_eq!(fleet.remote_log().len(), 2);
+    rotates_keeping_the_api_server(&fleet, &url).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -199,9 +192,7 @@ async fn a_ca_bundle_is_recorded_whole_and_either_ca_is_healthy() {
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     // Mid CA rotation: the kubeconfig trusts [old, new], the API serves from the new.
     fleet.nodes[0].rotate_server_ca(true);
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "rotated", "{report}");
+    rotate(&fleet, &["--all"], "rotated");
     let file = fleet.remote_file(0);
     assert_eq!(
         annotation(&file, "spokekeeper.io/ca-data")
@@ -214,14 +205,10 @@ async fn a_ca_bundle_is_recorded_whole_and_either_ca_is_healthy() {
         spokekeeper::certs::fingerprint(&fleet.nodes[0].server_ca_der()),
         "ca-sha256 stays the first CA"
     );
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "healthy", "{report}");
+    rotate(&fleet, &["--all"], "healthy");
     // Served from the old CA again: also trusted, also healthy.
     fleet.nodes[0].rotate_server_ca(false);
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "healthy", "{report}");
+    rotate(&fleet, &["--all"], "healthy");
     assert_eq!(fleet.remote_log().len(), 2, "one commit only");
 }
 
@@ -231,9 +218,7 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
         git_version: "v1.26.15+k3s1".into(),
         ..NodeOptions::default()
     }]);
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(action(&report, 0), "rotated", "{report}");
+    let report = rotate(&fleet, &["--all"], "rotated");
     assert_eq!(report["spokes"][0]["user"], "(unknown: pre-1.27 API)");
     let body = git(&fleet.remote, &["log", "-1", "--format=%B", "main"]);
     assert!(

@@ -8,61 +8,23 @@
 mod support;
 
 use std::path::Path;
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use support::daemon::Daemon;
-use support::fleet::config_yaml;
+use support::daemon::{Daemon, rss_kib};
+use support::fleet::{config_yaml, extract_failures, unreachable_spokes};
 use support::git::fleet_remote;
-
-/// VmRSS and VmHWM of `pid`, in KiB.
-fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
-    };
-    (field("VmRSS:"), field("VmHWM:"))
-}
 
 /// VmRSS of a daemon that has started (serving /metrics, the config loaded) and is
 /// waiting for its first tick, an hour away: idle, however slow the machine is.
 fn idle_rss_kib(config: &Path) -> u64 {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(config)
-        .args(["run", "--listen", "127.0.0.1:0", "--interval", "1h"])
-        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = support::logs::capture_stderr(&mut child);
-    let end = Instant::now() + Duration::from_secs(30);
-    while !lines
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|(_, l)| l.contains("listen="))
-    {
-        if Instant::now() > end {
-            let _ = child.kill();
-            panic!("the daemon did not start: {:?}", lines.lock().unwrap());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let d = Daemon::start_args(
+        config,
+        &["run", "--listen", "127.0.0.1:0", "--interval", "1h"],
+    );
+    d.wait_for("listen=", Duration::from_secs(30));
     // Let startup's transient allocations settle.
     std::thread::sleep(Duration::from_secs(1));
-    let (idle, _) = rss_kib(child.id());
-    let _ = child.kill();
-    let _ = child.wait();
-    idle
+    rss_kib(d.pid()).0
 }
 
 /// The README's "N MiB <words>" figure, in KiB.
@@ -87,27 +49,9 @@ fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_readme_figur
     let dir = support::scratch_dir();
     let (_, mut clones) = fleet_remote(dir.path(), 1);
     let clone = clones.remove(0);
-    let identity = dir.path().join("id_ed25519");
-    let keygen = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&identity)
-        .status()
-        .unwrap();
-    assert!(keygen.success());
-    let known_hosts = dir.path().join("known_hosts");
-    std::fs::write(&known_hosts, "").unwrap();
-    // Nothing listens on port 1 of 127.254.0.0/16 (outside the lab's 127.0.0.0/16):
-    // every SSH connection is refused at once.
+    // 127.254.0.0/16 is outside the lab's 127.0.0.0/16.
     let mut yaml = config_yaml(&clone, &[], "");
-    for i in 0..100 {
-        yaml.push_str(&format!(
-            "  - name: spoke{i}\n    address: 127.254.{}.{}\n    ssh: {{ port: 1, identity: {}, known_hosts: {}, connect_timeout: 2s }}\n",
-            i / 250,
-            i % 250 + 1,
-            identity.display(),
-            known_hosts.display()
-        ));
-    }
+    yaml.push_str(&unreachable_spokes(dir.path(), 100, "127.254"));
     let config = dir.path().join("spokekeeper.yaml");
     std::fs::write(&config, yaml).unwrap();
 
@@ -117,14 +61,7 @@ fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_readme_figur
     d.wait_for("tick finished", Duration::from_secs(120));
     let (_, peak) = rss_kib(d.pid());
     let m = d.metrics();
-    let failed = m
-        .lines()
-        .filter(|l| {
-            l.starts_with("spokekeeper_errors_total{spoke=\"spoke")
-                && l.contains("stage=\"extract\"")
-        })
-        .count();
-    assert_eq!(failed, 100, "every spoke was worked on: {m}");
+    assert_eq!(extract_failures(&m), 100, "every spoke was worked on: {m}");
     let mib = |kib: u64| kib as f64 / 1024.0;
     let build = if cfg!(debug_assertions) {
         "debug"

@@ -6,8 +6,8 @@ mod support;
 use std::time::{Duration, Instant};
 
 use spokekeeper::secret::SecretBytes;
-use spokekeeper::spoke::{LiveError, check_live, read_over_ssh};
-use support::{Hostile, KubeconfigParts, Lab, NodeOptions, kubeconfig_yaml};
+use spokekeeper::spoke::{LiveError, LiveReport, check_live, read_over_ssh};
+use support::{Hostile, KubeconfigParts, Lab, Node, NodeOptions, kubeconfig_yaml};
 
 const LIMIT: Duration = Duration::from_secs(10);
 
@@ -16,6 +16,34 @@ fn api_only() -> NodeOptions {
         sshd: false,
         ..NodeOptions::default()
     }
+}
+
+/// `node`'s k3s.yaml read over SSH and, as the kubeconfig module does, pointed at the
+/// node's address instead of 127.0.0.1.
+async fn extracted_for_the_hub(node: &Node) -> SecretBytes {
+    let extracted = read_over_ssh(
+        &node.address_string(),
+        &node.ssh_settings("root"),
+        node.kubeconfig_path_str(),
+    )
+    .await
+    .unwrap();
+    let text = std::str::from_utf8(extracted.expose()).unwrap();
+    SecretBytes::from(text.replace("https://127.0.0.1:", &format!("https://{}:", node.address)))
+}
+
+/// check_live against `node` with its CA but the client certificate of another cluster
+/// (a fresh node of `lab`); the error.
+async fn check_with_a_foreign_certificate(lab: &Lab, node: &Node) -> LiveError {
+    let other = lab.add_node(api_only());
+    let mixed = KubeconfigParts {
+        ca_pem: node.parts().ca_pem,
+        ..other.parts()
+    };
+    let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
+    check_live(&SecretBytes::from(text), LIMIT)
+        .await
+        .unwrap_err()
 }
 
 #[tokio::test]
@@ -37,17 +65,7 @@ async fn a_good_kubeconfig_authenticates_and_names_its_user() {
 async fn the_kubeconfig_extracted_over_ssh_works_once_pointed_at_the_node() {
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions::default());
-    let extracted = read_over_ssh(
-        &node.address_string(),
-        &node.ssh_settings("root"),
-        node.kubeconfig_path_str(),
-    )
-    .await
-    .unwrap();
-    // What the kubeconfig module will do: same file, server host rewritten.
-    let text = std::str::from_utf8(extracted.expose()).unwrap();
-    let rewritten = text.replace("https://127.0.0.1:", &format!("https://{}:", node.address));
-    let report = check_live(&SecretBytes::from(rewritten), LIMIT)
+    let report = check_live(&extracted_for_the_hub(&node).await, LIMIT)
         .await
         .unwrap();
     assert_eq!(report.username, "system:admin");
@@ -87,15 +105,7 @@ async fn an_expired_client_certificate_is_unauthorized() {
 async fn a_client_certificate_from_another_cluster_is_unauthorized() {
     let lab = Lab::new();
     let node = lab.add_node(api_only());
-    let other = lab.add_node(api_only());
-    let mixed = KubeconfigParts {
-        ca_pem: node.parts().ca_pem,
-        ..other.parts()
-    };
-    let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
-    let err = check_live(&SecretBytes::from(text), LIMIT)
-        .await
-        .unwrap_err();
+    let err = check_with_a_foreign_certificate(&lab, &node).await;
     assert!(matches!(err, LiveError::Unauthorized { .. }), "{err}");
 }
 
@@ -173,16 +183,7 @@ async fn hostile_kubeconfigs_from_a_node_are_refused_before_use() {
             hostile: Some(hostile),
             ..NodeOptions::default()
         });
-        let extracted = read_over_ssh(
-            &node.address_string(),
-            &node.ssh_settings("root"),
-            node.kubeconfig_path_str(),
-        )
-        .await
-        .unwrap();
-        let text = std::str::from_utf8(extracted.expose()).unwrap();
-        let rewritten = text.replace("https://127.0.0.1:", &format!("https://{}:", node.address));
-        let err = check_live(&SecretBytes::from(rewritten), LIMIT)
+        let err = check_live(&extracted_for_the_hub(&node).await, LIMIT)
             .await
             .unwrap_err();
         assert!(matches!(err, LiveError::Unsafe(_)), "{hostile:?}: {err}");
@@ -197,33 +198,33 @@ fn playing(git_version: &str) -> NodeOptions {
     }
 }
 
+/// What check_live reports for a fresh node playing `git_version`, which it must name.
+async fn live_report_of(git_version: &str) -> LiveReport {
+    let lab = Lab::new();
+    let node = lab.add_node(playing(git_version));
+    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    assert_eq!(report.git_version, git_version);
+    report
+}
+
 #[tokio::test]
 async fn a_1_28_spoke_answers_the_v1_self_subject_review() {
-    let lab = Lab::new();
-    let node = lab.add_node(playing("v1.28.15+k3s1"));
-    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    let report = live_report_of("v1.28.15+k3s1").await;
     assert_eq!(report.username, "system:admin");
-    assert_eq!(report.git_version, "v1.28.15+k3s1");
 }
 
 #[tokio::test]
 async fn a_1_27_spoke_answers_the_v1beta1_self_subject_review() {
-    let lab = Lab::new();
-    let node = lab.add_node(playing("v1.27.16+k3s1"));
-    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    let report = live_report_of("v1.27.16+k3s1").await;
     assert_eq!(report.username, "system:admin");
     assert_eq!(report.groups, ["system:masters", "system:authenticated"]);
-    assert_eq!(report.git_version, "v1.27.16+k3s1");
 }
 
 #[tokio::test]
 async fn a_1_26_spoke_is_validated_by_an_access_review_with_the_user_unknown() {
-    let lab = Lab::new();
-    let node = lab.add_node(playing("v1.26.15+k3s1"));
-    let report = check_live(&node.hub_kubeconfig(), LIMIT).await.unwrap();
+    let report = live_report_of("v1.26.15+k3s1").await;
     assert_eq!(report.username, "(unknown: pre-1.27 API)");
     assert!(report.groups.is_empty());
-    assert_eq!(report.git_version, "v1.26.15+k3s1");
 }
 
 #[tokio::test]
@@ -236,15 +237,7 @@ async fn a_credential_taken_as_anonymous_fails_on_every_version() {
             anonymous: true,
             ..playing(version)
         });
-        let other = lab.add_node(api_only());
-        let mixed = KubeconfigParts {
-            ca_pem: node.parts().ca_pem,
-            ..other.parts()
-        };
-        let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
-        let err = check_live(&SecretBytes::from(text), LIMIT)
-            .await
-            .unwrap_err();
+        let err = check_with_a_foreign_certificate(&lab, &node).await;
         assert!(
             matches!(err, LiveError::Anonymous { .. }),
             "{version}: {err}"
@@ -259,14 +252,6 @@ async fn a_credential_taken_as_anonymous_fails_on_every_version() {
 async fn a_1_26_spoke_without_anonymous_auth_refuses_a_foreign_certificate() {
     let lab = Lab::new();
     let node = lab.add_node(playing("v1.26.15+k3s1"));
-    let other = lab.add_node(api_only());
-    let mixed = KubeconfigParts {
-        ca_pem: node.parts().ca_pem,
-        ..other.parts()
-    };
-    let text = kubeconfig_yaml(&node.api_url, &mixed, None, "/nonexistent");
-    let err = check_live(&SecretBytes::from(text), LIMIT)
-        .await
-        .unwrap_err();
+    let err = check_with_a_foreign_certificate(&lab, &node).await;
     assert!(matches!(err, LiveError::Unauthorized { .. }), "{err}");
 }

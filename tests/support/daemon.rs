@@ -1,6 +1,7 @@
 //! `spokekeeper run` as a child process for tests: its log, its /metrics, and a kill on
 //! drop so no daemon outlives its test.
 
+use std::ffi::OsStr;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,22 +15,49 @@ pub struct Daemon {
     lines: Lines,
 }
 
+/// `spokekeeper --config CONFIG ARGS...` with `envs` added and logging at info without
+/// colour; its stderr is captured line by line.
+pub fn spawn(config: &Path, args: &[&str], envs: &[(&str, &OsStr)]) -> (Child, Lines) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spokekeeper");
+    let lines = capture_stderr(&mut child);
+    (child, lines)
+}
+
+/// VmRSS and VmHWM (the peak) of process `pid`, in KiB.
+pub fn rss_kib(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let field = |name: &str| -> u64 {
+        status
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
+
 impl Daemon {
     /// `spokekeeper --config CONFIG run --now --listen 127.0.0.1:0 EXTRA...`.
     pub fn start(config: &Path, extra: &[&str]) -> Daemon {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-            .arg("--config")
-            .arg(config)
-            .args(["run", "--now", "--listen", "127.0.0.1:0"])
-            .args(extra)
-            .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-            .env("NO_COLOR", "1")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("start spokekeeper run");
-        let lines = capture_stderr(&mut child);
+        let run = ["run", "--now", "--listen", "127.0.0.1:0"];
+        Daemon::start_args(config, &[&run[..], extra].concat())
+    }
+
+    /// `spokekeeper --config CONFIG ARGS...`.
+    pub fn start_args(config: &Path, args: &[&str]) -> Daemon {
+        let (child, lines) = spawn(config, args, &[]);
         Daemon { child, lines }
     }
 

@@ -30,6 +30,51 @@ pub struct Fleet {
     _lab: Lab,
 }
 
+/// A fresh ed25519 identity (`dir/id_ed25519`) and an empty known_hosts
+/// (`dir/known_hosts`), for spokes whose SSH is never reached or never answers.
+pub fn ssh_client_files(dir: &Path) -> (PathBuf, PathBuf) {
+    let identity = dir.join("id_ed25519");
+    let keygen = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&identity)
+        .status()
+        .unwrap();
+    assert!(keygen.success());
+    let known_hosts = dir.join("known_hosts");
+    std::fs::write(&known_hosts, "").unwrap();
+    (identity, known_hosts)
+}
+
+/// The number of spokes `metrics` (a /metrics answer) counts errors at the extract
+/// stage for.
+pub fn extract_failures(metrics: &str) -> usize {
+    metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("spokekeeper_errors_total{spoke=\"spoke")
+                && l.contains("stage=\"extract\"")
+        })
+        .count()
+}
+
+/// `n` spokes (spoke0, spoke1, ...) at `{net}.X.Y` on SSH port 1, where nothing listens:
+/// every connection is refused at once. Their identity and known_hosts are made in `dir`.
+/// The entries for under `spokes:`.
+pub fn unreachable_spokes(dir: &Path, n: usize, net: &str) -> String {
+    let (identity, known_hosts) = ssh_client_files(dir);
+    let mut yaml = String::new();
+    for i in 0..n {
+        yaml.push_str(&format!(
+            "  - name: spoke{i}\n    address: {net}.{}.{}\n    ssh: {{ port: 1, identity: {}, known_hosts: {}, connect_timeout: 2s }}\n",
+            i / 250,
+            i % 250 + 1,
+            identity.display(),
+            known_hosts.display()
+        ));
+    }
+    yaml
+}
+
 /// A spokekeeper.yaml for `nodes` (spoke0, spoke1, ...) over `clone`, with `extra`
 /// top-level lines (e.g. `renew_before: 1d`).
 pub fn config_yaml(clone: &Path, nodes: &[Node], extra: &str) -> String {

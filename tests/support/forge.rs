@@ -339,14 +339,22 @@ fn param<'a>(q: &'a [(String, String)], k: &str) -> Option<&'a str> {
     q.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str())
 }
 
-fn branch_exists(s: &Shared, branch: &str) -> bool {
-    std::process::Command::new("git")
+/// The commit `branch` points at on the git remote now; None when it is not there.
+fn remote_branch(s: &Shared, branch: &str) -> Option<String> {
+    let out = std::process::Command::new("git")
         .arg("-C")
         .arg(&s.remote)
         .args(["rev-parse", "--verify", "--quiet"])
         .arg(format!("refs/heads/{branch}"))
         .output()
-        .is_ok_and(|o| o.status.success())
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn branch_exists(s: &Shared, branch: &str) -> bool {
+    remote_branch(s, branch).is_some()
 }
 
 /// The commit the head branch points at on the git remote now, as a forge shows it
@@ -355,15 +363,7 @@ fn head_sha(s: &Shared, p: &Pull) -> String {
     if let Some(sha) = &p.shown_head {
         return sha.clone();
     }
-    let branch = &p.head;
-    std::process::Command::new("git")
-        .arg("-C")
-        .arg(&s.remote)
-        .args(["rev-parse", "--verify", "--quiet"])
-        .arg(format!("refs/heads/{branch}"))
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default()
+    remote_branch(s, &p.head).unwrap_or_default()
 }
 
 /// The string fields `names` of `body`, or which one is missing.

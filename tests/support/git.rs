@@ -3,20 +3,57 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use spokekeeper::config::RepoConfig;
+
+/// `git -C DIR`, to add arguments to.
+fn git_in(dir: &Path) -> Command {
+    let mut command = Command::new("git");
+    command.arg("-C").arg(dir);
+    command
+}
+
 /// Runs git in `dir`; panics with git's stderr when it fails.
 pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .output()
-        .expect("run git");
+    let out = git_in(dir).args(args).output().expect("run git");
     assert!(
         out.status.success(),
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `git commit --quiet -m MESSAGE` of what is staged in `dir`, as "t <t@t>": no user
+/// config is needed on the machine.
+pub fn commit(dir: &Path, message: &str) {
+    git(
+        dir,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@t",
+            "commit",
+            "--quiet",
+            "-m",
+            message,
+        ],
+    );
+}
+
+/// The config spokekeeper opens `path` with: remote origin, branch main, pushing, direct
+/// mode unless the test changes it, signing with `signing_key` when given.
+pub fn repo_config(path: &Path, signing_key: Option<PathBuf>) -> RepoConfig {
+    RepoConfig {
+        path: path.to_path_buf(),
+        remote: "origin".into(),
+        branch: "main".into(),
+        author: Some("spokekeeper <spokekeeper@example.org>".into()),
+        push: true,
+        mode: Default::default(),
+        forge: None,
+        signing_key,
+    }
 }
 
 /// `dir/fleet.git` with a README committed on main, and `clones` clones of it
@@ -46,19 +83,7 @@ pub fn fleet_remote(dir: &Path, clones: usize) -> (PathBuf, Vec<PathBuf>) {
     );
     std::fs::write(seed.join("README.md"), "fleet\n").expect("write README");
     git(&seed, &["add", "README.md"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "seed",
-        ],
-    );
+    commit(&seed, "seed");
     git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
     let clones = (0..clones)
         .map(|i| {
@@ -99,9 +124,7 @@ pub fn verifies_with(dir: &Path, key: &Path, commit: &str) -> bool {
     let public = std::fs::read_to_string(format!("{}.pub", key.display())).expect("the .pub file");
     let allowed = PathBuf::from(format!("{}.allowed", key.display()));
     std::fs::write(&allowed, format!("spokekeeper {public}")).expect("write allowed signers");
-    Command::new("git")
-        .arg("-C")
-        .arg(dir)
+    git_in(dir)
         .arg("-c")
         .arg(format!("gpg.ssh.allowedSignersFile={}", allowed.display()))
         .args(["verify-commit", commit])

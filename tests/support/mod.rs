@@ -23,6 +23,7 @@ pub mod daemon;
 pub mod fleet;
 pub mod forge;
 pub mod git;
+pub mod helm;
 pub mod leak;
 pub mod logs;
 pub mod peers;
