@@ -335,8 +335,9 @@ pub fn evaluate(
     out
 }
 
-/// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`).
-fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
+/// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`); also
+/// what `spokekeeper check` reports.
+pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
     let expected: Vec<String> = u.expected.iter().map(|e| short(e)).collect();
     let commit = u
         .commit

@@ -6,9 +6,10 @@ mod support;
 use serde_json::Value;
 use spokekeeper::certs::CertInfo;
 use spokekeeper::rotate::state::rfc3339;
+use spokekeeper::rotate::state::short;
 use support::NodeOptions;
 use support::fleet::{Fleet, spokekeeper, vectors};
-use support::git::fleet_remote;
+use support::git::{commit, fleet_remote, git};
 use time::OffsetDateTime;
 
 /// The thresholds under test; `renew_before: 1d` so rotate does not treat 5 days as due.
@@ -273,4 +274,98 @@ fn what_cannot_be_checked_exits_3_and_says_what_to_do() {
         err.contains("sealing.cert") && err.contains("absent.pem"),
         "{err}"
     );
+}
+
+/// Writes `pem` to keys/sealing.pem in `clone`, commits and pushes it: the commit's id.
+fn push_sealing_cert(clone: &std::path::Path, pem: &str) -> String {
+    std::fs::create_dir_all(clone.join("keys")).unwrap();
+    std::fs::write(clone.join("keys/sealing.pem"), pem).unwrap();
+    git(clone, &["add", "keys/sealing.pem"]);
+    commit(clone, "keys: the sealing certificate");
+    git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    git(clone, &["rev-parse", "HEAD"]).trim().to_string()
+}
+
+fn sealing_fingerprint(pem: &str) -> String {
+    spokekeeper::seal::SealingKey::from_pem(pem.as_bytes(), "test", OffsetDateTime::now_utc())
+        .unwrap()
+        .fingerprint()
+        .to_string()
+}
+
+fn untrusted_findings(report: &Value) -> Vec<&Value> {
+    report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["alertname"] == "SpokekeeperSealingCertUntrusted")
+        .collect()
+}
+
+/// Without `hub:`, check applies the tick's trust rule: a pushed replacement for the
+/// certificate the committed credentials record is critical until sealing.sha256 lists it.
+#[test]
+fn a_pushed_sealing_certificate_is_critical_until_sealing_sha256_lists_it() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let real = std::fs::read_to_string(vectors().join("key/cert.pem")).unwrap();
+    let other = std::fs::read_to_string(vectors().join("other-key/tls.crt")).unwrap();
+    let (old, new) = (sealing_fingerprint(&real), sealing_fingerprint(&other));
+    push_sealing_cert(&fleet.clone, &real);
+    let pinned = fleet.clone.join("keys/sealing.pem");
+    let text = std::fs::read_to_string(&fleet.config).unwrap();
+    let at = format!("  cert: {}\n", vectors().join("key/cert.pem").display());
+    assert!(text.contains(&at), "{text}");
+    let text = text.replace(&at, &format!("  cert: {}\n", pinned.display()));
+    std::fs::write(&fleet.config, &text).unwrap();
+
+    // A fresh install without anchors (first use), then what the credentials record.
+    let (code, report) = check_json(&fleet, &[]);
+    assert_eq!(code, 3, "never rotated: {report:#}");
+    assert!(untrusted_findings(&report).is_empty(), "{report:#}");
+    let (code, out, err) = fleet.run(&["rotate", "--all"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, report) = check_json(&fleet, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(untrusted_findings(&report).is_empty(), "{report:#}");
+
+    // A replacement is pushed (check reads the clone as it is, so pushed from there).
+    let attack = push_sealing_cert(&fleet.clone, &other);
+    let (code, report) = check_json(&fleet, &[]);
+    assert_eq!(code, 2, "{report:#}");
+    assert_eq!(report["status"], "critical");
+    let found = untrusted_findings(&report);
+    assert_eq!(found.len(), 1, "{report:#}");
+    let f = found[0];
+    assert_eq!((&f["spoke"], &f["cert"]), (&"".into(), &"sealing".into()));
+    assert_eq!(f["severity"], "critical", "{f:#}");
+    let detail = f["detail"].as_str().unwrap();
+    for needle in [short(&new), short(&old), attack.clone()] {
+        assert!(detail.contains(&needle), "{needle} not in {detail}");
+    }
+    let (code, out, err) = fleet.run(&["check"]);
+    assert_eq!(code, 2, "{out}");
+    let row = out
+        .lines()
+        .find(|l| l.contains("not trusted"))
+        .unwrap_or_else(|| panic!("no untrusted row in {out}"));
+    assert!(
+        row.contains("critical") && row.contains(&short(&new)),
+        "{row}"
+    );
+    for needle in [&new, &old, &attack] {
+        assert!(err.contains(needle.as_str()), "{needle} not in {err}");
+    }
+
+    // The operator checked it with the controller and lists it: OK again.
+    std::fs::write(
+        &fleet.config,
+        text.replace(
+            &format!("  cert: {}\n", pinned.display()),
+            &format!("  cert: {}\n  sha256: {new}\n", pinned.display()),
+        ),
+    )
+    .unwrap();
+    let (code, report) = check_json(&fleet, &[]);
+    assert_eq!(code, 0, "{report:#}");
+    assert!(untrusted_findings(&report).is_empty(), "{report:#}");
 }

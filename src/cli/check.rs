@@ -2,7 +2,8 @@
 //! Nagios-style monitors and CI.
 //!
 //! Reads the fleet repo clone as it is (no fetch, no SSH, no commits) and TLS-probes
-//! each spoke, then grades like the daemon's alerts. Exit codes (Nagios): 0 ok,
+//! each spoke, then grades like the daemon's alerts, including whether a tick would trust
+//! the sealing certificate (judged offline, see `untrusted_sealing`). Exit codes (Nagios): 0 ok,
 //! 1 warning, 2 critical or expired, 3 unknown. Unknown (could not check: configuration,
 //! repo or sealing certificate unreadable, a spoke never rotated, its state unreadable,
 //! or unreachable) ranks below critical and above warning: a known critical problem is
@@ -18,9 +19,11 @@ use time::OffsetDateTime;
 use super::Format;
 use crate::alerts::{self, Finding, SealingCert, Status};
 use crate::config::{Config, RepoMode, Span};
+use crate::hub::cert::Untrusted;
 use crate::repo::Repo;
 use crate::rotate::review;
 use crate::rotate::state::rfc3339;
+use crate::seal::SealingKey;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -77,19 +80,25 @@ pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> Exit
             .await
             .map_err(|e| format!("repo.path: {e}"))?;
         let seen = alerts::observe(&config, &repo, &args.spokes, args.probe_timeout.0).await;
+        let untrusted = untrusted_sealing(&config, &repo, now).await;
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();
         let reviews = match config.repo.mode {
             RepoMode::PullRequest => Some(review::open_reviews(&config, &repo, &names).await),
             RepoMode::Direct => None,
         };
-        Ok::<_, String>((seen, reviews))
+        Ok::<_, String>((seen, reviews, untrusted))
     });
-    let (seen, reviews) = match seen {
+    let (seen, reviews, untrusted) = match seen {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };
-    let findings = alerts::evaluate(&config.alerts, &seen, &sealing, now, reviews.as_ref());
+    let mut findings = alerts::evaluate(&config.alerts, &seen, &sealing, now, reviews.as_ref());
+    if let Some(u) = &untrusted {
+        // The table's line is short; the whole story and the fix go to stderr.
+        eprintln!("spokekeeper check: CRITICAL: {}", u.error);
+        findings.push(alerts::untrusted_sealing(u));
+    }
     let status = alerts::overall(&findings);
     let report = Report {
         status,
@@ -102,6 +111,21 @@ pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> Exit
     };
     print(format, &report, &table(&report, seen.len()));
     ExitCode::from(status.exit_code())
+}
+
+/// Whether a tick would refuse to seal to sealing.cert, judged offline by the daemon's
+/// rule (the hub is not asked). None when it is trusted, when it cannot be sealed to at
+/// all (expired, unreadable: graded or reported elsewhere), and with `hub:` when this
+/// clone has no record of what the hub served: only a tick that reaches the hub can tell.
+async fn untrusted_sealing(config: &Config, repo: &Repo, now: OffsetDateTime) -> Option<Untrusted> {
+    let path = &config.sealing_cert;
+    let pem = crate::fsutil::read_under(path, repo.path()).ok()?;
+    let key = SealingKey::from_pem(&pem, &path.display().to_string(), now).ok()?;
+    match crate::hub::cert::trusted_offline(config, repo, key.fingerprint()).await {
+        Ok(_) => None,
+        Err(u) if u.anchor == "last-served" && u.expected.is_empty() => None,
+        Err(u) => Some(u),
+    }
 }
 
 /// Exit 3: nothing could be graded. JSON readers still get a report on stdout.

@@ -101,7 +101,7 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) 
         Heard::Silent => Controller::Silent,
         Heard::Other(fp) => Controller::Contradicts(fp),
     };
-    match super::trust::check(ctx, &key, hub).await {
+    match super::trust::check(&ctx.config, &ctx.repo, key.fingerprint(), hub).await {
         Ok(how) => {
             report.trusted = true;
             report.trust = how.to_string();
@@ -114,6 +114,18 @@ pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) 
         }
     }
     (key, report)
+}
+
+/// `spokekeeper check`: the tick's trust rule for the certificate `sha256` without asking
+/// the hub (no network), as for a tick that cannot reach it: `sealing.sha256`, else with
+/// `hub:` the certificate it last served to this clone, else what the committed
+/// credentials record.
+pub async fn trusted_offline(
+    config: &crate::config::Config,
+    repo: &crate::repo::Repo,
+    sha256: &str,
+) -> Result<&'static str, Untrusted> {
+    super::trust::check(config, repo, sha256, Controller::Silent).await
 }
 
 /// What the hub's controller served this tick, compared with the key chosen.

@@ -4,36 +4,38 @@
 //! spoke carries.
 
 use super::cert::{Untrusted, inside};
-use crate::rotate::Context;
+use crate::config::Config;
+use crate::repo::Repo;
 use crate::rotate::state::{self, SEALING_CERT_SHA256};
+use crate::seal::SealedSecret;
 use crate::seal::trust::{Committed, Controller, Fallback, Mismatch, confirm};
-use crate::seal::{SealedSecret, SealingKey};
 
-/// Whether `key` may be sealed to this tick; `hub`: what the hub's controller served.
+/// Whether the certificate `sha256` may be sealed to in the clone `repo`; `hub`: what the
+/// hub's controller served (`Silent` when it was not asked, as in `spokekeeper check`).
 pub(super) async fn check(
-    ctx: &Context,
-    key: &SealingKey,
+    config: &Config,
+    repo: &Repo,
+    sha256: &str,
     hub: Controller<'_>,
 ) -> Result<&'static str, Untrusted> {
-    let sha256 = key.fingerprint();
     let committed;
     let last;
-    let fallback = if ctx.config.hub.is_some() {
-        last = super::served::last(ctx.repo.path()).unwrap_or_else(|e| {
+    let fallback = if config.hub.is_some() {
+        last = super::served::last(repo.path()).unwrap_or_else(|e| {
             tracing::warn!(error = %e, "ignoring the record of the hub's last certificate");
             None
         });
         Fallback::LastServed(last.as_deref())
     } else {
-        committed = recorded(ctx);
+        committed = recorded(config, repo);
         Fallback::Committed(&committed)
     };
-    let mismatch = match confirm(sha256, hub, &ctx.config.sealing_sha256, fallback) {
+    let mismatch = match confirm(sha256, hub, &config.sealing_sha256, fallback) {
         Ok(anchor) => return Ok(anchor.describe()),
         Err(m) => m,
     };
-    let path = &ctx.config.sealing_cert;
-    let (commit, changed_by) = match inside(path, ctx.repo.path()) {
+    let path = &config.sealing_cert;
+    let (commit, changed_by) = match inside(path, repo.path()) {
         None => (
             None,
             format!(
@@ -41,14 +43,14 @@ pub(super) async fn check(
                 path.display()
             ),
         ),
-        Some(rel) => match ctx.repo.last_commit(&rel).await {
+        Some(rel) => match repo.last_commit(&rel).await {
             Ok(Some(sha)) => (Some(sha.clone()), format!("last changed by commit {sha}")),
             Ok(None) => (None, "not committed in the fleet repo".into()),
             Err(e) => (None, format!("its last commit cannot be read: {e}")),
         },
     };
     let expected = mismatch.expected().to_vec();
-    let file = ctx.config.file.display();
+    let file = config.file.display();
     let revert = commit
         .as_deref()
         .map_or_else(String::new, |c| format!(" (git revert {c})"));
@@ -72,7 +74,7 @@ pub(super) async fn check(
             "last-served",
             format!(
                 "the hub is unreachable and this clone has no record ({}) of a certificate it served",
-                super::served::path(ctx.repo.path()).display()
+                super::served::path(repo.path()).display()
             ),
             format!("make the hub reachable, or {set}"),
         ),
@@ -119,10 +121,10 @@ pub(super) async fn check(
 /// What every configured spoke's committed output records: valid sealing fingerprints
 /// (through the annotation validator), and the spokes whose output exists but records
 /// none (unreadable, a link, unparsable, unannotated or malformed).
-fn recorded(ctx: &Context) -> Committed {
+fn recorded(config: &Config, repo: &Repo) -> Committed {
     let mut out = Committed::default();
-    for s in &ctx.config.spokes {
-        let valid = match ctx.repo.read(&s.output) {
+    for s in &config.spokes {
+        let valid = match repo.read(&s.output) {
             Ok(None) => continue,
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|sealed| {
                 let v = sealed.annotations.get(SEALING_CERT_SHA256)?;
