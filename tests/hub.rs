@@ -15,7 +15,7 @@ use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
 use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
-use support::git::git;
+use support::git::{commit, git};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 
@@ -55,19 +55,7 @@ fn lab(n: usize, hub_extra: &str) -> HubLab {
     std::fs::create_dir_all(fleet.clone.join("keys")).unwrap();
     std::fs::write(fleet.clone.join(PINNED), cert("key")).unwrap();
     git(&fleet.clone, &["add", PINNED]);
-    git(
-        &fleet.clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "pin the controller's certificate",
-        ],
-    );
+    commit(&fleet.clone, "pin the controller's certificate");
     git(&fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
 
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -515,19 +503,7 @@ async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
     );
     std::fs::write(other.join(PINNED), cert("other-key")).unwrap();
     git(&other, &["add", PINNED]);
-    git(
-        &other,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "new key",
-        ],
-    );
+    commit(&other, "new key");
     git(&other, &["push", "--quiet", "origin", "HEAD:main"]);
     let attack = git(&other, &["rev-parse", "HEAD"]).trim().to_string();
     l.hub.set_controller(Controller::Down);
@@ -719,19 +695,7 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
 async fn first_start_without_a_pinned_certificate_fetches_and_pins_it() {
     let l = lab(2, "  verify_timeout: 10s\n");
     git(&l.fleet.clone, &["rm", "--quiet", PINNED]);
-    git(
-        &l.fleet.clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            "nothing pinned yet",
-        ],
-    );
+    commit(&l.fleet.clone, "nothing pinned yet");
     git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
     assert!(!l.fleet.clone.join(PINNED).exists());
 
@@ -884,19 +848,8 @@ async fn with_a_hub_deleting_every_output_does_not_reach_first_use() {
     let old = l.sealed(0).annotations["spokekeeper.io/sealing-cert-sha256"].clone();
     std::fs::write(l.fleet.clone.join(PINNED), cert("other-key")).unwrap();
     git(&l.fleet.clone, &["rm", "--quiet", "-r", "fluxcd"]);
-    git(
-        &l.fleet.clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-am",
-            "new key, start over",
-        ],
-    );
+    git(&l.fleet.clone, &["add", "-u"]);
+    commit(&l.fleet.clone, "new key, start over");
     git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
     l.hub.set_controller(Controller::Down);
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -919,19 +872,8 @@ async fn with_a_hub_deleting_every_output_does_not_reach_first_use() {
 async fn a_broken_pinned_certificate_is_replaced_by_the_controllers() {
     let l = lab(1, "  verify_timeout: 10s\n");
     std::fs::write(l.fleet.clone.join(PINNED), "garbage\n").unwrap();
-    git(
-        &l.fleet.clone,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-am",
-            "break it",
-        ],
-    );
+    git(&l.fleet.clone, &["add", "-u"]);
+    commit(&l.fleet.clone, "break it");
     git(&l.fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");

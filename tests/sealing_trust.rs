@@ -11,7 +11,7 @@ use serde_json::Value;
 use spokekeeper::seal::{SealedSecret, SealingKey};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, vectors};
-use support::git::git;
+use support::git::{commit, git};
 
 const PINNED: &str = "keys/sealing.pem";
 
@@ -52,19 +52,7 @@ fn fleet(n: usize, sha256: Option<&str>) -> Fleet {
 
 fn commit_all(dir: &Path, message: &str) {
     git(dir, &["add", "-A"]);
-    git(
-        dir,
-        &[
-            "-c",
-            "user.name=t",
-            "-c",
-            "user.email=t@t",
-            "commit",
-            "--quiet",
-            "-m",
-            message,
-        ],
-    );
+    commit(dir, message);
 }
 
 /// Someone with push access replaces the pinned certificate: the commit's id.
