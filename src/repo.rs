@@ -16,7 +16,7 @@ use crate::config::RepoConfig;
 
 mod branch;
 pub mod signing;
-pub use branch::{BRANCH_PREFIX, Untrusted};
+pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
 pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);

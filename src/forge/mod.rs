@@ -516,9 +516,8 @@ fn read_token(src: &TokenSource) -> Result<(SecretString, String), ForgeError> {
     Ok((SecretString::from(token.to_string()), name))
 }
 
-/// A pull request from a JSON object: `number_key` (number or iid), `url_key`,
-/// created_at; the head commit at `head_key` (a JSON pointer), the title and the body
-/// (`body_key`).
+/// A pull request from a JSON object, its fields named by the forge's [`Keys`]: the
+/// number (or iid), the URL, created_at, the head commit, the title and the body.
 fn pull_request(v: &Value, keys: &Keys) -> Option<Open> {
     let created = v.get("created_at")?.as_str()?;
     let text = |k: &str| {

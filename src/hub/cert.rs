@@ -15,8 +15,9 @@ use time::OffsetDateTime;
 use super::{CALL_TIMEOUT, Hub};
 use crate::config::RepoMode;
 use crate::forge::Forge;
-use crate::rotate::Context;
+use crate::repo::BranchState;
 use crate::rotate::state::short;
+use crate::rotate::{Context, review};
 use crate::seal::SealingKey;
 use crate::seal::trust::Controller;
 
@@ -345,17 +346,18 @@ async fn propose(
     let repo = &ctx.repo;
     let head = repo.remote_branch_head(CERT_BRANCH).await;
     let waiting = match &head {
-        Some(h) if !repo.merged(CERT_BRANCH, h, rel).await => {
-            match repo.provenance(CERT_BRANCH, h, rel).await {
+        Some(h) => match repo.branch_state(CERT_BRANCH, h, rel).await {
+            BranchState::Merged => false,
+            BranchState::Open(proven) => match proven {
                 // Only spokekeeper's own signed commit is left waiting; another is replaced.
                 Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
                 Err(why) => {
                     tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
                     false
                 }
-            }
-        }
-        _ => false,
+            },
+        },
+        None => false,
     };
     let (pushed, trusted) = if let (true, Some(h)) = (waiting, &head) {
         (None, h.clone())
@@ -383,10 +385,10 @@ async fn propose(
         .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
     let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
     // The head line lets a reviewer compare with the commit the forge shows.
-    let body = format!("{body}\n\nhead {trusted}, signed by spokekeeper\n");
+    let body = format!("{body}\n\n{}", review::signed_line(&trusted));
     let shown = match open {
         // An open pull request (ours or adopted) always gets spokekeeper's text.
-        Some(o) if pushed.is_none() && o.title == title && o.body == body => o,
+        Some(o) if pushed.is_none() && review::same_text(&o, title, &body) => o,
         open => {
             let ask = crate::forge::Proposal {
                 branch: CERT_BRANCH,
@@ -403,11 +405,7 @@ async fn propose(
         }
     };
     if shown.head.as_deref() != Some(trusted.as_str()) {
-        return Err(format!(
-            "unverified pull request {}: the forge shows head {}, not {trusted} which spokekeeper pushed and verified; it is not endorsed, the next tick checks again",
-            shown.pr.url,
-            shown.head.as_deref().unwrap_or("(none given)")
-        ));
+        return Err(review::unverified(&shown, &trusted, pushed.is_some()));
     }
     Ok(pushed)
 }

@@ -31,6 +31,10 @@ pub fn last(clone: &Path) -> Result<Option<String>, String> {
 
 /// Records `sha256` (a validated fingerprint) as the hub's last-served certificate.
 pub fn record(clone: &Path, sha256: &str) -> Result<(), String> {
+    // Every tick that reaches the hub calls this; the file changes only on a renewal.
+    if last(clone).ok().flatten().as_deref() == Some(sha256) {
+        return Ok(());
+    }
     let path = path(clone);
     let dir = path.parent().expect("a file under .git");
     std::fs::create_dir_all(dir)

@@ -15,6 +15,15 @@ pub const BRANCH_PREFIX: &str = "spokekeeper/";
 /// into it or pushes it, so a pusher cannot.
 const PUSHED_PREFIX: &str = "refs/spokekeeper/pushed/";
 
+/// A review branch's head, as [`Repo::branch_state`] finds it.
+#[derive(Debug)]
+pub enum BranchState {
+    /// In the target branch, or spokekeeper's own with the target's file.
+    Merged,
+    /// Not merged; whether it is provably spokekeeper's.
+    Open(Result<(), Untrusted>),
+}
+
 /// Why a review branch is not taken as spokekeeper's own.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Untrusted {
@@ -92,24 +101,26 @@ impl Repo {
         self.git(["log", "-1", "--format=%B", commit]).await
     }
 
-    /// Whether `branch` at `commit` was merged into the remote target branch: `commit`
-    /// is in it (a merge commit or a fast-forward), or the branch is provably
-    /// spokekeeper's ([`Repo::provenance`]) and the target's `rel` is the branch's (a
-    /// squash or rebase merge makes new commits with the same file). Anyone else's
-    /// branch that leaves `rel` as on target is not merged: it may add other files.
-    pub async fn merged(&self, branch: &str, commit: &str, rel: &Path) -> bool {
+    /// What `branch` at `commit` is: merged into the remote target branch (`commit` is
+    /// in it, by a merge commit or a fast-forward; or the branch is provably
+    /// spokekeeper's and the target's `rel` is the branch's, as a squash or rebase merge
+    /// leaves it), or open with its [`Repo::provenance`]. Anyone else's branch that
+    /// leaves `rel` as on target is open, not merged: it may add other files. Provenance
+    /// is checked once here, so callers get it with the answer.
+    pub async fn branch_state(&self, branch: &str, commit: &str, rel: &Path) -> BranchState {
         let upstream = self.upstream();
         if self
             .git(["merge-base", "--is-ancestor", commit, &upstream])
             .await
             .is_ok()
         {
-            return true;
+            return BranchState::Merged;
         }
-        if self.provenance(branch, commit, rel).await.is_err() {
-            return false;
+        let proven = self.provenance(branch, commit, rel).await;
+        if proven.is_err() {
+            return BranchState::Open(proven);
         }
-        let rel = rel.to_string_lossy();
+        let rel_s = rel.to_string_lossy();
         let blob = |rev: String| async move {
             self.git(["rev-parse", "--verify", "--quiet", &rev])
                 .await
@@ -117,12 +128,20 @@ impl Repo {
                 .map(|s| s.trim().to_string())
         };
         match (
-            blob(format!("{commit}:{rel}")).await,
-            blob(format!("{upstream}:{rel}")).await,
+            blob(format!("{commit}:{rel_s}")).await,
+            blob(format!("{upstream}:{rel_s}")).await,
         ) {
-            (Some(a), Some(b)) => a == b,
-            _ => false,
+            (Some(a), Some(b)) if a == b => BranchState::Merged,
+            _ => BranchState::Open(proven),
         }
+    }
+
+    /// Whether `branch` at `commit` is merged (see [`Repo::branch_state`]).
+    pub async fn merged(&self, branch: &str, commit: &str, rel: &Path) -> bool {
+        matches!(
+            self.branch_state(branch, commit, rel).await,
+            BranchState::Merged
+        )
     }
 
     /// One commit on top of the remote target branch that writes `bytes` to `rel`;
@@ -187,10 +206,11 @@ impl Repo {
     /// fingerprints, names, signatures) is not evidence.
     pub async fn provenance(&self, branch: &str, head: &str, rel: &Path) -> Result<(), Untrusted> {
         let signer = self.signer.as_ref().ok_or(Untrusted::NoKey)?;
-        let mut verify: Vec<String> = signer.verify_args().into();
+        let args = signer.verify_args();
+        let mut verify: Vec<String> = args.clone().into();
         verify.extend(["verify-commit", head].map(String::from));
         if self.git(verify).await.is_err() {
-            let mut status: Vec<String> = signer.verify_args().into();
+            let mut status: Vec<String> = args.into();
             status.extend(["log", "-1", "--format=%G?", head].map(String::from));
             let signed = self.git(status).await.is_ok_and(|s| s.trim() != "N");
             return Err(if signed {
@@ -203,8 +223,8 @@ impl Repo {
             .git(["rev-list", "--parents", "-n", "1", head])
             .await
             .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
-        let parent = single_parent(&parents)?;
-        let upstream = format!("{}/{}", self.remote, self.branch);
+        let (full, parent) = single_parent(&parents)?;
+        let upstream = self.upstream();
         if self
             .git(["merge-base", "--is-ancestor", &parent, &upstream])
             .await
@@ -225,17 +245,8 @@ impl Repo {
             .await
             .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
         only_writes(&raw, &rel.to_string_lossy())?;
-        let full = self
-            .git([
-                "rev-parse",
-                "--verify",
-                "--quiet",
-                &format!("{head}^{{commit}}"),
-            ])
-            .await
-            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
         match self.pushed(branch).await {
-            Some(recorded) if recorded == full.trim() => Ok(()),
+            Some(recorded) if recorded == full => Ok(()),
             Some(recorded) => Err(Untrusted::NotPushed { recorded }),
             None => Err(Untrusted::NoRecord),
         }
@@ -288,10 +299,10 @@ fn pushed_ref(branch: &str) -> String {
 }
 
 /// The one parent in `git rev-list --parents -n 1` output (`HEAD PARENT...`).
-fn single_parent(line: &str) -> Result<String, Untrusted> {
+fn single_parent(line: &str) -> Result<(String, String), Untrusted> {
     let ids: Vec<&str> = line.split_whitespace().collect();
     match ids.as_slice() {
-        [_, parent] => Ok(parent.to_string()),
+        [commit, parent] => Ok((commit.to_string(), parent.to_string())),
         [_] => Err(Untrusted::Parents("it has no parent".into())),
         _ => Err(Untrusted::Parents(format!(
             "it has {} parents",
@@ -425,7 +436,10 @@ mod tests {
     #[test]
     fn exactly_one_parent() {
         let (h, p) = ("a".repeat(40), "b".repeat(40));
-        assert_eq!(single_parent(&format!("{h} {p}\n")), Ok(p.clone()));
+        assert_eq!(
+            single_parent(&format!("{h} {p}\n")),
+            Ok((h.clone(), p.clone()))
+        );
         assert!(single_parent(&format!("{h}\n")).is_err(), "a root commit");
         let merge = single_parent(&format!("{h} {p} {p}\n")).unwrap_err();
         assert!(merge.to_string().contains("2 parents"), "{merge}");

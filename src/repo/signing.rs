@@ -104,8 +104,9 @@ pub fn public_key(path: &Path) -> Result<String, SigningKeyError> {
 pub struct Signer {
     key: PathBuf,
     allowed: PathBuf,
-    /// The public half the allowed-signers file holds now.
-    public: std::sync::Mutex<String>,
+    /// The public half the allowed-signers file holds now, and the key file's stamp
+    /// when it was derived: ssh-keygen runs again only when the file changed.
+    public: std::sync::Mutex<(String, Option<Stamp>)>,
     _dir: tempfile::TempDir,
 }
 
@@ -134,10 +135,11 @@ impl Signer {
                 source,
             }
         })?;
+        let stamped = stamp(&key);
         Ok(Signer {
             key,
             allowed,
-            public: std::sync::Mutex::new(public),
+            public: std::sync::Mutex::new((public, stamped)),
             _dir: dir,
         })
     }
@@ -170,13 +172,18 @@ impl Signer {
     /// file follows it, so spokekeeper's new commits verify. A key that cannot be read
     /// right now (mid-update) leaves the file as it is.
     fn follow_key(&self) {
-        let Ok(public) = public_key(&self.key) else {
-            return;
-        };
         let Ok(mut held) = self.public.lock() else {
             return;
         };
-        if *held == public {
+        let now = stamp(&self.key);
+        if now.is_some() && now == held.1 {
+            return;
+        }
+        let Ok(public) = public_key(&self.key) else {
+            return;
+        };
+        held.1 = now;
+        if held.0 == public {
             return;
         }
         let next = self.allowed.with_extension("next");
@@ -185,13 +192,23 @@ impl Signer {
         match written {
             Ok(()) => {
                 tracing::info!(key = %self.key.display(), "repo.signing_key changed on disk: verifying against the new key");
-                *held = public;
+                held.0 = public;
             }
             Err(e) => {
                 tracing::warn!(key = %self.key.display(), error = %e, "repo.signing_key changed on disk but the allowed-signers file cannot be rewritten")
             }
         }
     }
+}
+
+/// What identifies a version of the key file (links followed, as ssh-keygen reads it): a
+/// rotated Secret volume points the path at a new file.
+type Stamp = (u64, u64, std::time::SystemTime, u64);
+
+fn stamp(key: &Path) -> Option<Stamp> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(key).ok()?;
+    Some((m.dev(), m.ino(), m.modified().ok()?, m.len()))
 }
 
 /// One line: the principal, the namespace git signs in, the key.

@@ -29,10 +29,7 @@ pub enum Stage {
 
 impl std::fmt::Display for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = serde_json::to_value(self)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string));
-        f.write_str(s.as_deref().unwrap_or("?"))
+        f.write_str(self.metric_label())
     }
 }
 

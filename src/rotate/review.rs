@@ -36,7 +36,7 @@ use super::state::Recorded;
 use super::{Context, Outcome, Proposal, SpokeReport, Stage};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{self, Forge, PullRequest};
-use crate::repo::{RepoError, Untrusted};
+use crate::repo::{BranchState, RepoError, Untrusted};
 use crate::seal::SealedSecret;
 use crate::spoke::{ProbeError, ProbeReport};
 use crate::text;
@@ -80,10 +80,10 @@ impl Review {
     pub async fn branch(&self, ctx: &Context, spoke: &SpokeConfig) -> Option<Branch> {
         let name = branch_name(spoke);
         let head = ctx.repo.remote_branch_head(&name).await?;
-        if ctx.repo.merged(&name, &head, &spoke.output).await {
-            return None;
-        }
-        let untrusted = ctx.repo.provenance(&name, &head, &spoke.output).await.err();
+        let untrusted = match ctx.repo.branch_state(&name, &head, &spoke.output).await {
+            BranchState::Merged => return None,
+            BranchState::Open(proven) => proven.err(),
+        };
         let recorded = match ctx.repo.show(&head, &spoke.output).await {
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|s| {
                 let r = Recorded::from_annotations(&s.annotations).ok()?;
@@ -347,7 +347,7 @@ async fn endorsed(
 }
 
 /// The error for a pull request whose head is not the commit spokekeeper verified.
-fn unverified(open: &forge::Open, head: &str, just_pushed: bool) -> String {
+pub(crate) fn unverified(open: &forge::Open, head: &str, just_pushed: bool) -> String {
     let shows = match &open.head {
         Some(h) => format!("the forge shows head {h}"),
         None => "the forge does not say which commit it shows".into(),
@@ -365,7 +365,7 @@ fn unverified(open: &forge::Open, head: &str, just_pushed: bool) -> String {
 
 /// Whether the open pull request already carries `title` and `body` (the note about a
 /// replaced head, written when the branch was replaced, may stay in front).
-fn same_text(open: &forge::Open, title: &str, body: &str) -> bool {
+pub(crate) fn same_text(open: &forge::Open, title: &str, body: &str) -> bool {
     let note = text::markdown("replaced branch head ");
     open.title == title
         && (open.body == body
@@ -418,9 +418,9 @@ async fn push(
     let head = ctx.repo.remote_branch_head(branch).await;
     let mut replaced = None;
     if let Some(h) = &head
-        && !ctx.repo.merged(branch, h, &spoke.output).await
+        && let BranchState::Open(proven) = ctx.repo.branch_state(branch, h, &spoke.output).await
     {
-        match ctx.repo.provenance(branch, h, &spoke.output).await {
+        match proven {
             Err(why) => {
                 tracing::warn!(spoke = %spoke.name, %branch, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
                 replaced = Some(format!("replaced branch head {h}: {why}"));
@@ -496,7 +496,7 @@ pub fn describe(
 }
 
 /// The line a reviewer compares with the head commit the forge shows.
-fn signed_line(head: &str) -> String {
+pub(crate) fn signed_line(head: &str) -> String {
     format!("head {}, signed by spokekeeper\n", text::markdown(head))
 }
 
