@@ -199,6 +199,8 @@ proptest! {
     fn a_missing_annotation_rotates_unless_optional(key in 0..KEYS.len()) {
         let key = KEYS[key];
         let mut a = GOOD.to_annotations();
+        // An annotation spokekeeper does not know is there too, so removing it is real.
+        a.insert("spokekeeper.io/unknown".into(), "x".into());
         a.remove(key);
         let decision = observe_decide_report(&a, "");
         let optional = [

@@ -229,6 +229,7 @@ fn rotate_shows_progress_on_a_terminal_and_nothing_extra_elsewhere() {
     ] {
         assert!(shown.contains(step), "{step:?} not in {shown:?}");
     }
+    assert!(shown.contains("\r\x1b[2K"), "the line is erased: {shown:?}");
     let table = shown
         .rsplit("\r\x1b[2K")
         .next()

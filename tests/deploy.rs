@@ -1209,6 +1209,17 @@ fn flux_example_takes_the_trust_anchors_from_outside_the_fleet_repo() {
         Some(true),
         "a missing anchor must stop the release"
     );
+    // The hub section comes whole from the same out-of-band object.
+    let hub_ref = from
+        .iter()
+        .find(|r| r.values_key.as_deref() == Some("hub.yaml"))
+        .expect("valuesFrom merges the hub section (valuesKey hub.yaml)");
+    assert!(
+        matches!(hub_ref.kind.as_str(), "ConfigMap" | "Secret")
+            && hub_ref.target_path.is_none()
+            && hub_ref.optional != Some(true),
+        "{hub_ref:?}"
+    );
     // The Kustomization that applies the example reads another repository than the fleet's.
     let flux = one(&objects, |o| match o {
         Object::FluxKustomization(k) => Some(k),

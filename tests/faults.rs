@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
-use support::git::git;
+use support::git::{clone, git};
 
 fn set_config(fleet: &Fleet, from: &str, to: &str) {
     let text = std::fs::read_to_string(&fleet.config).unwrap();
@@ -170,15 +170,7 @@ async fn committed_manifest_corrupted_by_hand() {
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     // Someone edits the file on the remote and breaks it.
     let other = fleet.dir.path().join("editor");
-    git(
-        fleet.dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            fleet.remote.to_str().unwrap(),
-            other.to_str().unwrap(),
-        ],
-    );
+    clone(&fleet.remote, &other);
     let file = other.join("fluxcd/spoke0-kubeconfig-sealed.yaml");
     let text = std::fs::read_to_string(&file).unwrap();
     std::fs::write(
@@ -540,15 +532,7 @@ async fn disk_full_while_writing() {
     // spokekeeper's clone moves to a 1 MiB tmpfs.
     let disk = Tmpfs::mount(fleet.dir.path().join("small"), "1m");
     let clone = disk.0.join("clone");
-    git(
-        fleet.dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            fleet.remote.to_str().unwrap(),
-            clone.to_str().unwrap(),
-        ],
-    );
+    support::git::clone(&fleet.remote, &clone);
     set_config(
         &fleet,
         &format!("path: {}\n", fleet.clone.display()),

@@ -15,7 +15,7 @@ use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
 use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
-use support::git::{commit, git};
+use support::git::{clone, commit, git};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 
@@ -492,15 +492,7 @@ async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
 
     // Someone with push access replaces the pinned copy; the controller is down.
     let other = l.fleet.dir.path().join("other");
-    git(
-        l.fleet.dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            l.fleet.remote.to_str().unwrap(),
-            other.to_str().unwrap(),
-        ],
-    );
+    clone(&l.fleet.remote, &other);
     std::fs::write(other.join(PINNED), cert("other-key")).unwrap();
     git(&other, &["add", PINNED]);
     commit(&other, "new key");

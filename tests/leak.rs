@@ -116,6 +116,9 @@ fn the_scalar_is_read_from_sec1_and_pkcs8() {
     let scalar = scalar_of_pem(&pem);
     assert_eq!(scalar.len(), 32);
     assert!(contains(pkcs8, &scalar));
+    // PKCS#8 P-256: the SEC1 structure inside it puts the scalar at bytes 36..68, before
+    // the public key (which also holds 32-byte runs).
+    assert_eq!(&pkcs8[36..68], &scalar[..]);
     assert_ne!(scalar, sec1);
 }
 

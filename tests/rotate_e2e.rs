@@ -6,7 +6,7 @@ mod support;
 use std::path::Path;
 
 use support::fleet::{Fleet, action, authenticates, vectors};
-use support::git::git;
+use support::git::{clone, git};
 use support::{Hostile, NodeOptions};
 
 #[tokio::test(flavor = "multi_thread")]
@@ -399,15 +399,7 @@ async fn a_concurrent_commit_on_the_remote_is_rebased_over() {
     // Someone else pushes to the fleet repo right as spokekeeper pushes: a pre-push hook
     // in spokekeeper's clone lands a commit on the remote first (once).
     let other = fleet.dir.path().join("other");
-    git(
-        fleet.dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            fleet.remote.to_str().unwrap(),
-            other.to_str().unwrap(),
-        ],
-    );
+    clone(&fleet.remote, &other);
     let marker = fleet.dir.path().join("raced-once");
     let hook = fleet.clone.join(".git/hooks/pre-push");
     std::fs::write(

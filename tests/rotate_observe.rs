@@ -6,21 +6,13 @@ mod support;
 use serde_json::Value;
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates};
-use support::git::git;
+use support::git::{clone, git};
 
 /// Commits `edit` of spoke i's SealedSecret to the remote, as a person would.
 fn push_edit(fleet: &Fleet, i: usize, edit: impl Fn(&str) -> String) {
     let other = fleet.dir.path().join("editor");
     if !other.exists() {
-        git(
-            fleet.dir.path(),
-            &[
-                "clone",
-                "--quiet",
-                fleet.remote.to_str().unwrap(),
-                other.to_str().unwrap(),
-            ],
-        );
+        clone(&fleet.remote, &other);
     }
     git(&other, &["pull", "--quiet", "--ff-only"]);
     let file = other.join(format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"));

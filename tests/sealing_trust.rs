@@ -11,7 +11,7 @@ use serde_json::Value;
 use spokekeeper::seal::{SealedSecret, SealingKey};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, vectors};
-use support::git::{commit, git};
+use support::git::{clone, commit, git};
 
 const PINNED: &str = "keys/sealing.pem";
 
@@ -58,15 +58,7 @@ fn commit_all(dir: &Path, message: &str) {
 /// Someone with push access replaces the pinned certificate: the commit's id.
 fn push_attacker_cert(fleet: &Fleet) -> String {
     let other: PathBuf = fleet.dir.path().join("attacker");
-    git(
-        fleet.dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            fleet.remote.to_str().unwrap(),
-            other.to_str().unwrap(),
-        ],
-    );
+    clone(&fleet.remote, &other);
     std::fs::write(other.join(PINNED), attacker_cert()).unwrap();
     commit_all(&other, "keys: update the sealing certificate");
     git(&other, &["push", "--quiet", "origin", "HEAD:main"]);

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use support::NodeOptions;
 use support::fleet::{Fleet, authenticates};
-use support::git::git;
+use support::git::{clone, git};
 use support::leak::Needles;
 
 fn env_or(var: &str, default: u64) -> u64 {
@@ -149,15 +149,7 @@ async fn soak() {
         needles.add_key(&node.parts().client_key_pem);
     }
     let racer = fleet.dir.path().join("racer");
-    git(
-        fleet.dir.path(),
-        &[
-            "clone",
-            "--quiet",
-            fleet.remote.to_str().unwrap(),
-            racer.to_str().unwrap(),
-        ],
-    );
+    clone(&fleet.remote, &racer);
 
     // The daemon's own TMPDIR (ssh control sockets), scanned at the end.
     let daemon_tmp = fleet.dir.path().join("daemon-tmp");

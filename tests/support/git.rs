@@ -23,6 +23,19 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `git clone --quiet REMOTE DEST`: another working copy of a lab remote.
+pub fn clone(remote: &Path, dest: &Path) {
+    git(
+        dest.parent().expect("a destination inside a directory"),
+        &[
+            "clone",
+            "--quiet",
+            remote.to_str().expect("utf-8 path"),
+            dest.to_str().expect("utf-8 path"),
+        ],
+    );
+}
+
 /// `git commit --quiet -m MESSAGE` of what is staged in `dir`, as "t <t@t>": no user
 /// config is needed on the machine.
 pub fn commit(dir: &Path, message: &str) {
