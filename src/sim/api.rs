@@ -102,11 +102,65 @@ fn serves(git_version: &str, path: &str) -> bool {
         .and_then(|m| m.parse().ok())
         .unwrap_or(33);
     match path {
-        SSR_PATH => minor >= 28,
-        SSR_BETA_PATH => minor >= 27,
-        "/version" | SSAR_PATH => true,
+        SSR_PATH | AUTHN_V1 => minor >= 28,
+        SSR_BETA_PATH | AUTHN_V1BETA1 => minor >= 27,
+        "/version" | SSAR_PATH | "/api" | "/api/v1" | "/apis" | AUTHZ_V1 => true,
         _ => false,
     }
+}
+
+const AUTHN_V1: &str = "/apis/authentication.k8s.io/v1";
+const AUTHN_V1BETA1: &str = "/apis/authentication.k8s.io/v1beta1";
+const AUTHZ_V1: &str = "/apis/authorization.k8s.io/v1";
+
+/// Legacy discovery for what this server serves (clients such as controller-runtime's,
+/// which Flux uses, look a kind up there before they call it).
+fn discovery(path: &str, minor: u32) -> Option<serde_json::Value> {
+    let resource = |name: &str, kind: &str| {
+        serde_json::json!({"name": name, "singularName": name.trim_end_matches('s'),
+            "namespaced": false, "kind": kind, "verbs": ["create"]})
+    };
+    let list = |gv: &str, resources: Vec<serde_json::Value>| {
+        serde_json::json!({"kind": "APIResourceList", "apiVersion": "v1",
+            "groupVersion": gv, "resources": resources})
+    };
+    let version = |gv: &str, v: &str| serde_json::json!({"groupVersion": gv, "version": v});
+    Some(match path {
+        "/api" => serde_json::json!({"kind": "APIVersions", "versions": ["v1"],
+            "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1:6443"}]}),
+        "/api/v1" => list("v1", vec![]),
+        "/apis" => {
+            let mut authn = Vec::new();
+            if minor >= 28 {
+                authn.push(version("authentication.k8s.io/v1", "v1"));
+            }
+            if minor >= 27 {
+                authn.push(version("authentication.k8s.io/v1beta1", "v1beta1"));
+            }
+            let mut groups = Vec::new();
+            if let Some(preferred) = authn.first().cloned() {
+                groups.push(serde_json::json!({"name": "authentication.k8s.io",
+                    "versions": authn, "preferredVersion": preferred}));
+            }
+            let authz = version("authorization.k8s.io/v1", "v1");
+            groups.push(serde_json::json!({"name": "authorization.k8s.io",
+                "versions": [authz.clone()], "preferredVersion": authz}));
+            serde_json::json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+        }
+        AUTHN_V1 => list(
+            "authentication.k8s.io/v1",
+            vec![resource("selfsubjectreviews", "SelfSubjectReview")],
+        ),
+        AUTHN_V1BETA1 => list(
+            "authentication.k8s.io/v1beta1",
+            vec![resource("selfsubjectreviews", "SelfSubjectReview")],
+        ),
+        AUTHZ_V1 => list(
+            "authorization.k8s.io/v1",
+            vec![resource("selfsubjectaccessreviews", "SelfSubjectAccessReview")],
+        ),
+        _ => return None,
+    })
 }
 
 /// A running server; dropping it stops it (the port is closed when drop returns).
@@ -267,6 +321,20 @@ async fn respond(
         SSAR_PATH => "SelfSubjectAccessReview",
         _ => "",
     };
+    let minor: u32 = identity
+        .git_version
+        .split('.')
+        .nth(1)
+        .and_then(|m| m.parse().ok())
+        .unwrap_or(33);
+    // Discovery is for authenticated users only (system:discovery).
+    if user.name == ANONYMOUS && kind.is_empty() && path != "/version" {
+        return status(
+            StatusCode::FORBIDDEN,
+            "Forbidden",
+            &format!("forbidden: User \"{ANONYMOUS}\" cannot get path \"{path}\""),
+        );
+    }
     // Authorization comes before routing: default RBAC lets anonymous callers read
     // /version and nothing else.
     if user.name == ANONYMOUS && !kind.is_empty() {
@@ -288,7 +356,17 @@ async fn respond(
     }
     match (req.method(), path) {
         (&Method::GET, "/version") => json(StatusCode::OK, &version(git_version), true),
+        (&Method::GET, _) if discovery(path, minor).is_some() => json(
+            StatusCode::OK,
+            &discovery(path, minor).expect("checked"),
+            false,
+        ),
         (&Method::POST, SSR_PATH | SSR_BETA_PATH | SSAR_PATH) => {
+            let req_protobuf = req
+                .headers()
+                .get(hyper::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(|v| v.starts_with("application/vnd.kubernetes.protobuf"));
             let body = match Limited::new(req.into_body(), 3 << 20).collect().await {
                 Ok(b) => b.to_bytes(),
                 Err(_) => {
@@ -299,7 +377,20 @@ async fn respond(
                     );
                 }
             };
-            let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
+            // Clients of built-in types may send protobuf (controller-runtime's, as
+            // Flux uses, does): the envelope is "k8s\0" and TypeMeta names the kind.
+            // A review's request has nothing else to read; the answer is JSON, which
+            // such clients accept too.
+            let protobuf = req_protobuf && body.starts_with(b"k8s\0");
+            let parsed: Result<serde_json::Value, _> = if protobuf {
+                if body.windows(kind.len()).any(|w| w == kind.as_bytes()) {
+                    Ok(serde_json::json!({ "kind": kind }))
+                } else {
+                    Ok(serde_json::json!({ "kind": "Unknown" }))
+                }
+            } else {
+                serde_json::from_slice(&body)
+            };
             match parsed {
                 Ok(v)
                     if v.get("kind")

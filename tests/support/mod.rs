@@ -27,6 +27,7 @@ pub mod helm;
 pub mod leak;
 pub mod logs;
 pub mod peers;
+pub mod realstack;
 mod sshd;
 pub mod trust;
 
@@ -289,6 +290,10 @@ impl Node {
             self.opts.hostile,
             &self.exec_marker_str(),
         ))
+    }
+
+    pub fn pki(&self) -> &Pki {
+        &self.pki
     }
 
     pub fn parts(&self) -> KubeconfigParts {

@@ -1,0 +1,484 @@
+//! spokekeeper against the real hub: the real kube-apiserver (RBAC), the real Sealed
+//! Secrets controller behind the real service proxy, kubeseal, the Flux CRDs and Flux's
+//! own kubeconfig loading (tests/support/realstack). Each test starts its own hub.
+
+mod support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::NodeOptions;
+use support::fleet::Fleet;
+use support::git::git;
+use support::realstack::flux::LabFlux;
+use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
+use support::realstack::run;
+
+const PINNED: &str = "keys/sealed-secrets.pem";
+const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
+
+/// A real hub, lab spokes, the fleet repo, and the lab's Flux applying the repo.
+struct Stack {
+    flux: Option<LabFlux>,
+    fleet: Fleet,
+    hub: RealHub,
+}
+
+impl Stack {
+    /// `scopes[i]` is spoke i's scope; `hub_extra` goes under `hub:`.
+    fn start(scopes: &[&str], opts: &HubOptions, hub_extra: &str) -> Stack {
+        let hub = RealHub::start(opts);
+        let fleet = Fleet::new(&vec![NodeOptions::default(); scopes.len()]);
+        let mut text = std::fs::read_to_string(&fleet.config).unwrap();
+        let vectors = support::fleet::vectors().join("key/cert.pem");
+        // Not pinned yet: the first tick pins what the real controller serves.
+        text = text.replace(
+            vectors.to_str().unwrap(),
+            fleet.clone.join(PINNED).to_str().unwrap(),
+        );
+        for (i, scope) in scopes.iter().enumerate() {
+            text = text.replace(
+                &format!("  - name: spoke{i}\n"),
+                &format!("  - name: spoke{i}\n    scope: {scope}\n"),
+            );
+        }
+        text.push_str(&format!(
+            "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{hub_extra}",
+            hub.admin_kubeconfig().display()
+        ));
+        std::fs::write(&fleet.config, text).unwrap();
+        let mut stack = Stack {
+            flux: None,
+            fleet,
+            hub,
+        };
+        stack.add_kustomizations(scopes.len());
+        stack.flux = Some(LabFlux::start(
+            stack.hub.admin_kubeconfig(),
+            &stack.fleet.remote,
+            "main",
+        ));
+        stack
+    }
+
+    /// Spoke i's Kustomization, deploying with its kubeconfig Secret.
+    fn add_kustomizations(&self, n: usize) {
+        for i in 0..n {
+            self.hub.api.apply(&format!(
+                "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+                 name: spoke{i}\n  namespace: flux-system\nspec:\n  interval: 10m\n  path: ./apps\n  \
+                 prune: true\n  sourceRef:\n    kind: GitRepository\n    name: fleet\n  \
+                 kubeConfig:\n    secretRef:\n      name: spoke{i}-kubeconfig\n"
+            ));
+        }
+    }
+
+    fn rotate_json(&self) -> (i32, Value, String) {
+        let (code, report, err) = self.fleet.rotate_json(&["--all"]);
+        let flux = self.flux.as_ref().map(|f| f.log()).unwrap_or_default();
+        (code, report, format!("{err}\n--- the lab's Flux:\n{flux}"))
+    }
+
+    /// The committed SealedSecret of spoke i, as a file.
+    fn committed(&self, i: usize) -> PathBuf {
+        let path = self.hub.dir().join(format!("committed{i}.yaml"));
+        std::fs::write(&path, self.fleet.remote_file(i)).unwrap();
+        path
+    }
+
+    /// kubeseal --recovery-unseal of spoke i's commit with the controller's keys: the
+    /// `value` of the Secret it holds.
+    fn recovery_unsealed(&self, i: usize) -> Vec<u8> {
+        let keys = self.hub.sealing_keys_file();
+        let out = run(self
+            .hub
+            .kubeseal()
+            .arg("--recovery-unseal")
+            .arg(format!("--recovery-private-key={}", keys.display()))
+            .args(["-o", "json"])
+            .stdin(std::fs::File::open(self.committed(i)).unwrap()))
+        .unwrap();
+        let secret: Value = serde_json::from_str(&out).unwrap();
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["value"].as_str().expect("data.value"))
+            .unwrap()
+    }
+
+    /// Waits until the real controller unsealed spoke i's committed ciphertext.
+    fn wait_unsealed(&self, i: usize, within: Duration) -> Vec<u8> {
+        let name = format!("spoke{i}-kubeconfig");
+        let expected = self.recovery_unsealed(i);
+        support::realstack::wait_until("the controller unseals the commit", within, || {
+            match self.hub.secret_value("flux-system", &name, "value") {
+                Some(v) if v == expected => Ok(v),
+                other => Err(format!(
+                    "Secret value {} the commit's; Synced: {:?}\n{}",
+                    if other.is_some() { "differs from" } else { "missing, not" },
+                    self.hub.synced("flux-system", &name),
+                    self.hub.controller_log()
+                )),
+            }
+        })
+    }
+}
+
+fn kubeseal_fetch_cert(hub: &RealHub) -> String {
+    run(hub.kubeseal().arg("--fetch-cert")).unwrap()
+}
+
+/// Scenario 1: the certificate spokekeeper fetches through the real service proxy is the
+/// one `kubeseal --fetch-cert` gets, byte for byte.
+#[test]
+fn the_sealing_certificate_is_what_kubeseal_fetches() {
+    support::install_crypto_provider();
+    let hub = RealHub::start(&HubOptions::default());
+    let from_kubeseal = kubeseal_fetch_cert(&hub);
+    assert!(from_kubeseal.starts_with("-----BEGIN CERTIFICATE-----"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ours = rt.block_on(async {
+        let cfg = spokekeeper::config::HubConfig {
+            kubeconfig: Some(hub.admin_kubeconfig().to_owned()),
+            controller: spokekeeper::config::ControllerRef {
+                namespace: CONTROLLER_NS.into(),
+                name: CONTROLLER.into(),
+                // The Service's first port, as the chart names it (http).
+                port: None,
+            },
+            verify_timeout: Duration::from_secs(30),
+        };
+        let hub = spokekeeper::hub::Hub::connect(&cfg).await.unwrap();
+        hub.fetch_cert().await.unwrap()
+    });
+    assert_eq!(ours, from_kubeseal);
+}
+
+/// Scenario 2: rotations in all three scopes are unsealed by the real controller into
+/// Secrets holding exactly the committed (validated) kubeconfig, and spokekeeper's hub
+/// verification reads the real Synced condition.
+#[test]
+fn the_real_controller_unseals_rotations_in_every_scope() {
+    let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}\n{}", stack.hub.controller_log());
+    // The first tick pinned the controller's certificate, as kubeseal fetches it.
+    let pinned = std::fs::read_to_string(stack.fleet.clone.join(PINNED)).unwrap();
+    assert_eq!(pinned, kubeseal_fetch_cert(&stack.hub));
+    for (i, scope) in SCOPES.iter().enumerate() {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+        assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+        assert_eq!(spoke["hub"]["synced"]["status"], "True", "{spoke:#}");
+        let committed = stack.fleet.remote_file(i);
+        let scope_annotation = match *scope {
+            "strict" => None,
+            "namespace-wide" => Some("sealedsecrets.bitnami.com/namespace-wide: \"true\""),
+            _ => Some("sealedsecrets.bitnami.com/cluster-wide: \"true\""),
+        };
+        if let Some(a) = scope_annotation {
+            assert!(committed.contains(a), "{scope}: {committed}");
+        }
+        let value = stack.wait_unsealed(i, Duration::from_secs(60));
+        assert_eq!(
+            stack.hub.synced("flux-system", &format!("spoke{i}-kubeconfig")),
+            Some(("True".into(), String::new()))
+        );
+        // The validated credential: it authenticates to the spoke.
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let live = rt.block_on(support::fleet::authenticates(
+            &spokekeeper::secret::SecretBytes::from(value),
+        ));
+        assert_eq!(live.username, "system:admin", "{live:?}");
+    }
+}
+
+/// Scenario 3: Flux's own kubeconfig loading accepts every unsealed Secret and calls the
+/// spoke with it; the Kustomizations report Ready after spokekeeper's reconcile request.
+#[test]
+fn fluxs_code_deploys_with_every_unsealed_secret() {
+    let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    for i in 0..SCOPES.len() {
+        stack.wait_unsealed(i, Duration::from_secs(60));
+        let who = stack
+            .hub
+            .flux_calls_spoke("flux-system", &format!("spoke{i}-kubeconfig"))
+            .unwrap();
+        assert_eq!(who["username"], "system:admin", "{who}");
+        assert!(who["gitVersion"].as_str().unwrap().starts_with("v1."), "{who}");
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["hub"]["ready"]["ok"], true, "{spoke:#}");
+        assert!(spoke["hub"]["requested_at"].is_string(), "{spoke:#}");
+    }
+    assert!(stack.flux.as_ref().unwrap().reconciled() >= SCOPES.len());
+}
+
+/// Scenario 4: kubeseal opens every commit with the controller's keys, and for the same
+/// Secret kubeseal and `spokekeeper seal` write the same manifest but for the ciphertext.
+#[test]
+fn kubeseal_opens_every_commit_and_seals_the_same_manifest() {
+    let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let cert = stack.fleet.clone.join(PINNED);
+    for (i, scope) in SCOPES.iter().enumerate() {
+        let value = stack.recovery_unsealed(i);
+        assert_eq!(value, stack.wait_unsealed(i, Duration::from_secs(60)));
+        let secret = stack.hub.dir().join(format!("secret{i}.json"));
+        use base64::Engine as _;
+        std::fs::write(
+            &secret,
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("spoke{i}-kubeconfig"), "namespace": "flux-system"},
+                "type": "Opaque",
+                "data": {"value": base64::engine::general_purpose::STANDARD.encode(&value)},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let kubeseal = run(stack
+            .hub
+            .kubeseal()
+            .arg(format!("--cert={}", cert.display()))
+            .arg(format!("--scope={scope}"))
+            .args(["-o", "yaml"])
+            .stdin(std::fs::File::open(&secret).unwrap()))
+        .unwrap();
+        let ours = run(std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+            .args(["seal", "--cert"])
+            .arg(&cert)
+            .arg(format!("--scope={scope}"))
+            .args(["-o", "yaml"])
+            .stdin(std::fs::File::open(&secret).unwrap()))
+        .unwrap();
+        assert_eq!(mask_ciphertext(&ours), mask_ciphertext(&kubeseal), "{scope}");
+        assert_ne!(ours, kubeseal, "fresh ciphertext each time");
+        // And the controller opens ours.
+        let sealed = stack.hub.dir().join(format!("ours{i}.yaml"));
+        std::fs::write(&sealed, &ours).unwrap();
+        let keys = stack.hub.sealing_keys_file();
+        let opened = run(stack
+            .hub
+            .kubeseal()
+            .arg("--recovery-unseal")
+            .arg(format!("--recovery-private-key={}", keys.display()))
+            .args(["-o", "json"])
+            .stdin(std::fs::File::open(&sealed).unwrap()))
+        .unwrap();
+        let opened: Value = serde_json::from_str(&opened).unwrap();
+        assert_eq!(
+            opened["data"]["value"].as_str().unwrap(),
+            base64::engine::general_purpose::STANDARD.encode(&value)
+        );
+    }
+}
+
+/// Each `encryptedData` value replaced by a marker.
+fn mask_ciphertext(manifest: &str) -> String {
+    let mut out = String::new();
+    let mut in_data = false;
+    for line in manifest.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if line.trim_start().starts_with("encryptedData:") {
+            in_data = true;
+            out.push_str(line);
+        } else if in_data && indent > 2 {
+            let key = line.split(':').next().unwrap();
+            out.push_str(&format!("{key}: CIPHERTEXT"));
+        } else {
+            in_data = false;
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Scenario 5: the controller renews its key (SIGUSR1, its own trigger); spokekeeper
+/// notices at the next tick, pins the new certificate, re-seals every spoke to it, and
+/// the controller unseals the new commits.
+#[test]
+fn a_controller_key_renewal_reseals_every_spoke() {
+    let stack = Stack::start(&SCOPES[..2], &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let first = kubeseal_fetch_cert(&stack.hub);
+    let old_keys = stack.hub.sealing_keys();
+    assert_eq!(old_keys.len(), 1);
+
+    stack.hub.renew_key();
+    support::realstack::wait_until("the controller serves a new certificate", Duration::from_secs(60), || {
+        let now = kubeseal_fetch_cert(&stack.hub);
+        if now != first { Ok(()) } else { Err("same certificate".into()) }
+    });
+    let new_keys: Vec<String> = stack
+        .hub
+        .sealing_keys()
+        .into_iter()
+        .filter(|k| !old_keys.contains(k))
+        .collect();
+    assert_eq!(new_keys.len(), 1);
+    let only_new = stack.hub.dir().join("newest-key.pem");
+    std::fs::write(&only_new, &new_keys[0]).unwrap();
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let renewed_fp = &report["sealing"]["renewed"];
+    assert_eq!(renewed_fp["new"], report["sealing"]["sha256"], "{report:#}");
+    assert_ne!(renewed_fp["old"], renewed_fp["new"], "{report:#}");
+    let renewed = kubeseal_fetch_cert(&stack.hub);
+    assert_eq!(
+        std::fs::read_to_string(stack.fleet.clone.join(PINNED)).unwrap(),
+        renewed
+    );
+    let log = git(&stack.fleet.remote, &["log", "--format=%s", "main"]);
+    assert!(log.contains("sealing: controller certificate renewed"), "{log}");
+    for i in 0..2 {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+        assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+        stack.wait_unsealed(i, Duration::from_secs(60));
+        // Sealed to the new key: the new key alone opens it.
+        let opened = run(stack
+            .hub
+            .kubeseal()
+            .arg("--recovery-unseal")
+            .arg(format!("--recovery-private-key={}", only_new.display()))
+            .stdin(std::fs::File::open(stack.committed(i)).unwrap()));
+        assert!(opened.is_ok(), "{opened:?}");
+    }
+}
+
+/// The hub's ServiceAccount-less admin is not what production runs: scenario 7 runs
+/// spokekeeper with a token of the chart's ServiceAccount, under the chart's RBAC only.
+#[test]
+fn the_charts_rbac_is_enough_and_nothing_more() {
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let ns = "spokekeeper";
+    stack
+        .hub
+        .api
+        .apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"));
+    let rendered = support::helm::run_helm(&[
+        "template",
+        "spokekeeper",
+        support::helm::CHART,
+        "--namespace",
+        ns,
+    ]);
+    let mut applied = Vec::new();
+    for doc in rendered.split("\n---") {
+        let Ok(v) = serde_saphyr::from_str::<Value>(doc) else {
+            continue;
+        };
+        let kind = v["kind"].as_str().unwrap_or("");
+        if matches!(kind, "ServiceAccount" | "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding") {
+            stack.hub.api.apply(&v.to_string());
+            applied.push(format!("{kind}/{}", v["metadata"]["name"].as_str().unwrap_or("")));
+        }
+    }
+    assert!(
+        applied.iter().any(|a| a.starts_with("Role/")),
+        "the chart renders a Role: {applied:?}"
+    );
+    let sa = support::realstack::wait_until("the chart's ServiceAccount", Duration::from_secs(10), || {
+        let list = stack.hub.api.get_json(&["serviceaccounts", "-n", ns]);
+        list["items"]
+            .as_array()
+            .and_then(|a| a.iter().find_map(|s| s["metadata"]["name"].as_str().map(String::from)))
+            .ok_or_else(|| "none".to_string())
+    });
+    let token = stack.hub.token(ns, &sa);
+    let kubeconfig = stack.hub.token_kubeconfig("spokekeeper", &token);
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap().replace(
+        &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
+        &format!("kubeconfig: {}", kubeconfig.display()),
+    );
+    std::fs::write(&stack.fleet.config, text).unwrap();
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "every call within the chart's RBAC: {report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+    assert_eq!(spoke["hub"]["ready"]["ok"], true, "{spoke:#}");
+    assert_eq!(report["sealing"]["reachable"], true, "{report:#}");
+
+    // One call outside hub::ACCESS: the real authorizer refuses it.
+    let denied = run(std::process::Command::new(support::realstack::bin("kubectl"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["get", "secrets", "-n", "flux-system"]));
+    let err = denied.unwrap_err();
+    assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+}
+
+/// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:
+/// exactly one ticks; killed, the other takes over within the lease duration; the Lease
+/// is a standard one.
+#[test]
+fn leader_election_on_a_real_lease() {
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let ns = "spokekeeper";
+    stack
+        .hub
+        .api
+        .apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"));
+    let start = |name: &str| {
+        support::daemon::spawn(
+            &stack.fleet.config,
+            &["run", "--leader-elect", "--now", "--interval", "2s", "--listen", "127.0.0.1:0"],
+            &[
+                ("KUBECONFIG", stack.hub.admin_kubeconfig().as_os_str()),
+                ("POD_NAME", name.as_ref()),
+                ("POD_NAMESPACE", ns.as_ref()),
+            ],
+        )
+    };
+    let (mut a, a_lines) = start("replica-a");
+    let (mut b, b_lines) = start("replica-b");
+    let ticks = |lines: &support::logs::Lines| {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, l)| l.contains("tick started"))
+            .count()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ticks(&a_lines) + ticks(&b_lines) < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ta, tb) = (ticks(&a_lines), ticks(&b_lines));
+    let (leader, follower, follower_lines, leader_child) = match (ta, tb) {
+        (n, 0) if n >= 1 => ("replica-a", "replica-b", &b_lines, &mut a),
+        (0, n) if n >= 1 => ("replica-b", "replica-a", &a_lines, &mut b),
+        _ => panic!("exactly one ticks: a {ta}, b {tb}"),
+    };
+    let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+    assert_eq!(lease["spec"]["holderIdentity"], leader, "{lease:#}");
+    assert!(lease["spec"]["leaseDurationSeconds"].as_i64().unwrap() > 0, "{lease:#}");
+    assert!(lease["spec"]["renewTime"].is_string(), "{lease:#}");
+    assert!(lease["spec"]["acquireTime"].is_string(), "{lease:#}");
+    let duration = Duration::from_secs(lease["spec"]["leaseDurationSeconds"].as_u64().unwrap());
+
+    let _ = leader_child.kill();
+    let killed = Instant::now();
+    let _ = leader_child.wait();
+    let before = ticks(follower_lines);
+    while ticks(follower_lines) == before && killed.elapsed() < duration + Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = killed.elapsed();
+    assert!(ticks(follower_lines) > before, "no takeover within {took:?}");
+    assert!(took <= duration + Duration::from_secs(6), "took {took:?}");
+    let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+    assert_eq!(lease["spec"]["holderIdentity"], follower, "{lease:#}");
+    assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0) >= 1, "{lease:#}");
+    let _ = a.kill();
+    let _ = b.kill();
+    let _ = a.wait();
+    let _ = b.wait();
+}
+

@@ -1,0 +1,233 @@
+//! The lab's Flux, in a thread: it applies what the fleet repo's branch holds to the real
+//! hub (server-side apply of every file under `fluxcd/`, as kustomize-controller applies a
+//! source), and answers reconcile requests on Kustomizations and HelmReleases the way
+//! their controllers report them: it loads the consumer's kubeconfig Secret with Flux's
+//! own code (`flux-kubeconfig`, built from the fluxcd modules), calls the spoke with it,
+//! and writes `status.lastHandledReconcileAt`, `observedGeneration` and the Ready
+//! condition, which the real API server validates against the real CRD schema.
+//!
+//! The controllers themselves do not run (they need source-controller's artifacts); what
+//! spokekeeper reads from them is exactly those status fields.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use super::{bin, run};
+
+pub struct LabFlux {
+    stop: Arc<AtomicBool>,
+    applied: Arc<AtomicUsize>,
+    reconciled: Arc<AtomicUsize>,
+    log: Arc<Mutex<Vec<String>>>,
+    handle: Option<JoinHandle<()>>,
+}
+
+#[derive(Clone)]
+struct Ctx {
+    kubeconfig: PathBuf,
+    remote: PathBuf,
+    branch: String,
+    log: Arc<Mutex<Vec<String>>>,
+}
+
+impl Ctx {
+    fn kubectl(&self, args: &[&str]) -> Result<String, String> {
+        run(Command::new(bin("kubectl"))
+            .arg(format!("--kubeconfig={}", self.kubeconfig.display()))
+            .args(args))
+    }
+
+    fn note(&self, line: String) {
+        self.log.lock().unwrap().push(line);
+    }
+
+    fn git(&self, args: &[&str]) -> Result<String, String> {
+        run(Command::new("git").arg("-C").arg(&self.remote).args(args))
+    }
+}
+
+impl LabFlux {
+    /// Watches `branch` of the bare repo `remote` and the hub behind `kubeconfig`.
+    pub fn start(kubeconfig: &Path, remote: &Path, branch: &str) -> LabFlux {
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let ctx = Ctx {
+            kubeconfig: kubeconfig.to_owned(),
+            remote: remote.to_owned(),
+            branch: branch.into(),
+            log: log.clone(),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let applied = Arc::new(AtomicUsize::new(0));
+        let reconciled = Arc::new(AtomicUsize::new(0));
+        let (s, a, r) = (stop.clone(), applied.clone(), reconciled.clone());
+        let handle = std::thread::spawn(move || {
+            let mut last = String::new();
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(head) = ctx.git(&["rev-parse", "--verify", "-q", &ctx.branch]) {
+                    if head != last {
+                        match apply_source(&ctx) {
+                            Ok(()) => {
+                                ctx.note(format!("applied {}", head.trim()));
+                                last = head;
+                                a.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(e) => ctx.note(format!("apply {}: {e}", head.trim())),
+                        }
+                    }
+                }
+                r.fetch_add(reconcile_requested(&ctx), Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        });
+        LabFlux {
+            stop,
+            applied,
+            reconciled,
+            log,
+            handle: Some(handle),
+        }
+    }
+
+    /// How many source revisions were applied.
+    pub fn applied(&self) -> usize {
+        self.applied.load(Ordering::Relaxed)
+    }
+
+    /// What it did and what failed, a line each.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    /// How many reconcile requests were answered.
+    pub fn reconciled(&self) -> usize {
+        self.reconciled.load(Ordering::Relaxed)
+    }
+}
+
+impl Drop for LabFlux {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn apply_source(ctx: &Ctx) -> Result<(), String> {
+    let files = ctx.git(&["ls-tree", "-r", "--name-only", &ctx.branch, "--", "fluxcd/"])?;
+    for file in files.lines().filter(|f| f.ends_with(".yaml")) {
+        let text = ctx.git(&["show", &format!("{}:{file}", ctx.branch)])?;
+        let tmp = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+        std::fs::write(tmp.path(), text).map_err(|e| e.to_string())?;
+        ctx.kubectl(&[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "--field-manager=kustomize-controller",
+            "-f",
+            &tmp.path().display().to_string(),
+        ])?;
+    }
+    Ok(())
+}
+
+/// Answers every consumer whose requestedAt is not yet handled; returns how many.
+fn reconcile_requested(ctx: &Ctx) -> usize {
+    let mut n = 0;
+    for kind in ["kustomizations", "helmreleases"] {
+        let Ok(list) = ctx.kubectl(&["get", kind, "-A", "-o", "json"]) else {
+            continue;
+        };
+        let Ok(list) = serde_json::from_str::<Value>(&list) else {
+            continue;
+        };
+        for item in list["items"].as_array().into_iter().flatten() {
+            let requested = item["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+                .as_str()
+                .unwrap_or("");
+            let handled = item["status"]["lastHandledReconcileAt"]
+                .as_str()
+                .unwrap_or("");
+            if requested.is_empty() || requested == handled {
+                continue;
+            }
+            if item["spec"]["suspend"] == true {
+                continue;
+            }
+            reconcile(ctx, kind, item, requested);
+            n += 1;
+        }
+    }
+    n
+}
+
+fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
+    let ns = item["metadata"]["namespace"].as_str().unwrap_or("");
+    let name = item["metadata"]["name"].as_str().unwrap_or("");
+    let generation = item["metadata"]["generation"].as_i64().unwrap_or(1);
+    let (status, reason, message) = match item["spec"]["kubeConfig"]["secretRef"]["name"].as_str()
+    {
+        None => (
+            "True",
+            "ReconciliationSucceeded",
+            "Applied revision: in-cluster".to_string(),
+        ),
+        Some(secret) => match flux_calls_spoke(&ctx.kubeconfig, ns, secret) {
+            Ok(who) => (
+                "True",
+                "ReconciliationSucceeded",
+                format!("Applied revision: spoke answered as {}", who["username"]),
+            ),
+            Err(e) => ("False", "ReconciliationFailed", e),
+        },
+    };
+    let now = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default();
+    let mut s = json!({
+        "lastHandledReconcileAt": requested,
+        "conditions": [{
+            "type": "Ready",
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+            "observedGeneration": generation,
+        }],
+    });
+    // Flux advances observedGeneration only when the reconciliation succeeded.
+    if status == "True" {
+        s["observedGeneration"] = json!(generation);
+    }
+    let patch = json!({ "status": s }).to_string();
+    ctx.note(format!("{kind} {ns}/{name} {requested}: Ready={status} {message}"));
+    if let Err(e) = ctx.kubectl(&[
+        "patch",
+        kind,
+        name,
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &patch,
+    ]) {
+        ctx.note(format!("status of {kind} {ns}/{name}: {e}"));
+    }
+}
+
+/// Flux's own kubeconfig loading for the Secret `namespace/secret`, then a call to the
+/// spoke: Ok(what the spoke said the caller is) or Err(the message).
+pub fn flux_calls_spoke(kubeconfig: &Path, namespace: &str, secret: &str) -> Result<Value, String> {
+    let out = run(Command::new(bin("flux-kubeconfig"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .arg(format!("--namespace={namespace}"))
+        .arg(format!("--secret={secret}")))?;
+    serde_json::from_str(out.trim()).map_err(|e| format!("{e}: {out}"))
+}

@@ -1,0 +1,88 @@
+//! The real stack: a hub made of the real Kubernetes API server (RBAC, client
+//! certificates, a service-account issuer) over a real etcd, the real Sealed Secrets
+//! controller behind the API server's service proxy, Flux's CRDs and Flux's own
+//! kubeconfig loading; and spokes that are real API servers with k3s-shaped PKI behind
+//! the lab's real sshd.
+//!
+//! Everything is built from pinned Go modules by `scripts/build-realstack` into
+//! `.tools/realstack` (or `$SPOKEKEEPER_REALSTACK`); a missing build fails the test with
+//! the command that makes it. Every process a lab starts is killed when the lab is
+//! dropped, and by the kernel if the test process dies first.
+
+pub mod flux;
+pub mod hub;
+pub mod kube;
+pub mod netns;
+pub mod proc;
+pub mod spoke;
+
+use std::net::{IpAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// Where `scripts/build-realstack` put the components.
+pub fn tools() -> PathBuf {
+    let dir = std::env::var_os("SPOKEKEEPER_REALSTACK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/realstack"));
+    assert!(
+        dir.join("stamp").is_file(),
+        "the real-stack components are not built in {}: run scripts/build-realstack \
+         (scripts/test does)",
+        dir.display()
+    );
+    dir
+}
+
+/// A component binary, e.g. `kube-apiserver`.
+pub fn bin(name: &str) -> PathBuf {
+    let path = tools().join("bin").join(name);
+    assert!(path.is_file(), "{} is missing: run scripts/build-realstack", path.display());
+    path
+}
+
+/// A port nobody listens on at `addr` right now.
+pub fn free_port(addr: IpAddr) -> u16 {
+    TcpListener::bind((addr, 0))
+        .and_then(|l| l.local_addr())
+        .unwrap_or_else(|e| panic!("no free port on {addr}: {e}"))
+        .port()
+}
+
+/// Polls `f` until it returns Some, or panics after `within` with `what` and the last error.
+pub fn wait_until<T>(
+    what: &str,
+    within: Duration,
+    mut f: impl FnMut() -> Result<T, String>,
+) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        match f() {
+            Ok(v) => return v,
+            Err(e) if Instant::now() >= deadline => {
+                panic!("{what}: not within {within:?}: {e}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(200)),
+        }
+    }
+}
+
+/// Runs a command to completion: Ok(stdout) or Err(stderr and status).
+pub fn run(cmd: &mut Command) -> Result<String, String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{:?} {:?} exited {}: {}{}",
+            cmd.get_program(),
+            cmd.get_args().collect::<Vec<_>>(),
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        ))
+    }
+}
