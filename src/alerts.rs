@@ -552,17 +552,34 @@ fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
     }
 }
 
-/// After a push: a SealedSecret the controller did not unseal, or a Kustomization not
-/// Ready with the new credential. The commit stays; this says the hub is not using it.
+/// After a push: a SealedSecret the controller did not unseal, or a consumer (Kustomization
+/// or HelmRelease) not Ready with the new credential. The commit stays; this says the hub
+/// is not using it. No consumer at all is a warning without an alert: nothing deploys
+/// with the Secret, so nothing is broken by it (hub::verify::HubReport::unused).
 fn hub(spoke: &str, h: &crate::hub::verify::HubReport) -> Finding {
-    if h.ok() {
-        return plain(spoke, Subject::Hub, Status::Ok, h.summary());
-    }
     let detail = h.summary();
+    if h.unused() {
+        return plain(spoke, Subject::Hub, Status::Warning, detail);
+    }
+    if h.ok() {
+        return plain(spoke, Subject::Hub, Status::Ok, detail);
+    }
     let advice = if !h.synced.ok {
-        "Check the Sealed Secrets controller (`kubectl -n kube-system logs deploy/sealed-secrets-controller`) and the SealedSecret's status; if its key was replaced, spokekeeper re-seals once it serves the new certificate."
+        "Check the Sealed Secrets controller (`kubectl -n kube-system logs deploy/sealed-secrets-controller`) and the SealedSecret's status; if its key was replaced, spokekeeper re-seals once it serves the new certificate.".to_string()
+    } else if h.list_error.is_some() {
+        "Check that spokekeeper may list Kustomizations and HelmReleases in the Secret's namespace (the chart's Role), or set spokes[].kustomization.".to_string()
     } else {
-        "Check the Kustomization (`flux get kustomizations`) and its events."
+        let not_ready: Vec<String> = h
+            .consumers
+            .iter()
+            .filter(|c| !c.ready.ok)
+            .take(5)
+            .map(|c| c.consumer.to_string())
+            .collect();
+        format!(
+            "Check {} (`flux get kustomizations`, `flux get helmreleases`) and their events.",
+            not_ready.join(", ")
+        )
     };
     Finding {
         spoke: spoke.into(),

@@ -407,7 +407,8 @@ pub struct ControllerRef {
     pub port: Option<String>,
 }
 
-/// The Flux Kustomization that deploys to a spoke with its kubeconfig.
+/// `spokes[].kustomization`: the one Flux Kustomization verified after a push, instead
+/// of every consumer of the spoke's Secret found on the hub.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KustomizationRef {
     pub name: String,
@@ -428,8 +429,9 @@ pub struct SpokeConfig {
     pub scope: Scope,
     /// Relative to the repo root; never absolute, never leaves the repo.
     pub output: PathBuf,
-    /// Used only when `hub:` is configured.
-    pub kustomization: KustomizationRef,
+    /// Used only when `hub:` is configured. None: verify every Kustomization and
+    /// HelmRelease on the hub whose spec.kubeConfig.secretRef names the spoke's Secret.
+    pub kustomization: Option<KustomizationRef>,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -602,29 +604,28 @@ impl Config {
             let output = s
                 .output
                 .unwrap_or_else(|| PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)));
-            let k = s.kustomization.unwrap_or(RawKustomizationRef {
-                name: None,
-                namespace: None,
-            });
-            let kustomization = KustomizationRef {
-                name: k.name.unwrap_or_else(|| s.name.clone()),
-                namespace: k
-                    .namespace
-                    .unwrap_or_else(|| DEFAULT_KUSTOMIZATION_NAMESPACE.into()),
-            };
-            for (field, v) in [
-                ("name", &kustomization.name),
-                ("namespace", &kustomization.namespace),
-            ] {
-                if !is_dns_subdomain(v) {
-                    return Err(bad(
-                        &format!("{at}.kustomization.{field}"),
-                        format!(
-                            "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
-                        ),
-                    ));
+            let kustomization = match s.kustomization {
+                None => None,
+                Some(k) => {
+                    let k = KustomizationRef {
+                        name: k.name.unwrap_or_else(|| s.name.clone()),
+                        namespace: k
+                            .namespace
+                            .unwrap_or_else(|| DEFAULT_KUSTOMIZATION_NAMESPACE.into()),
+                    };
+                    for (field, v) in [("name", &k.name), ("namespace", &k.namespace)] {
+                        if !is_dns_subdomain(v) {
+                            return Err(bad(
+                                &format!("{at}.kustomization.{field}"),
+                                format!(
+                                    "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
+                                ),
+                            ));
+                        }
+                    }
+                    Some(k)
                 }
-            }
+            };
             spokes.push(SpokeConfig {
                 name: s.name,
                 address: s.address,
@@ -870,7 +871,7 @@ fn merge_ssh(defaults: &SshOverrides, spoke: &SshOverrides) -> SshOverrides {
     }
 }
 
-fn is_dns_subdomain(s: &str) -> bool {
+pub(crate) fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
@@ -1169,11 +1170,17 @@ spokes:
         let c = parse(MIN).unwrap();
         assert_eq!(c.hub, None, "no hub: key, no hub API");
         assert_eq!(
+            c.spokes[0].kustomization, None,
+            "no kustomization: every consumer of the Secret is found on the hub"
+        );
+        let c = parse(&MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {}}")).unwrap();
+        assert_eq!(
             c.spokes[0].kustomization,
-            KustomizationRef {
+            Some(KustomizationRef {
                 name: "dev".into(),
                 namespace: "flux-system".into()
-            }
+            }),
+            "an empty kustomization: takes the defaults and is still the override"
         );
         let c = parse(&format!("{MIN}hub: {{}}\n")).unwrap();
         let hub = c.hub.unwrap();
@@ -1200,8 +1207,11 @@ spokes:
         assert_eq!(hub.controller.port.as_deref(), Some("http"));
         assert_eq!(hub.controller.name, "sealer");
         assert_eq!(hub.verify_timeout, Duration::from_secs(30));
-        assert_eq!(c.spokes[0].kustomization.name, "apps-dev");
-        assert_eq!(c.spokes[0].kustomization.namespace, "fleet");
+        let k = c.spokes[0].kustomization.as_ref().unwrap();
+        assert_eq!(
+            (k.name.as_str(), k.namespace.as_str()),
+            ("apps-dev", "fleet")
+        );
     }
 
     #[test]

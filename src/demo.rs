@@ -7,7 +7,8 @@
 //! that commits nothing, a rebuild of one spoke, the CA change detected and committed,
 //! the new commit unsealed and proven against the rebuilt spoke, and the fleet repo's log.
 //! A simulated hub (src/sim/hub.rs: the controller holding the demo key, and Flux) serves
-//! the sealing certificate and shows each pushed credential Synced and Ready.
+//! the sealing certificate and shows each pushed credential Synced, and Ready in each
+//! Kustomization and HelmRelease that uses it.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
@@ -248,6 +249,13 @@ pub fn run() -> Result<(), String> {
             kustomization_name: s.name.into(),
             file: format!("fluxcd/{}-kubeconfig-sealed.yaml", s.name),
         });
+        // A second consumer of the same Secret: apps deployed with Helm.
+        hub_api.add_consumer(
+            crate::hub::Kind::HelmRelease,
+            "flux-system",
+            &format!("{}-apps", s.name),
+            Some(&format!("{}-kubeconfig", s.name)),
+        );
     }
     let hub_kubeconfig = root_path.join("hub.kubeconfig");
     std::fs::write(&hub_kubeconfig, hub_api.kubeconfig_yaml()).map_err(|e| e.to_string())?;
@@ -308,7 +316,7 @@ pub fn run() -> Result<(), String> {
 
     step(
         2,
-        "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed, then verified on the hub (SealedSecret Synced, Flux reconcile requested, Kustomization Ready)",
+        "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed, then verified on the hub (SealedSecret Synced, a reconcile requested of every Kustomization and HelmRelease using it, each Ready)",
     );
     tick("first tick")?;
     step(

@@ -1,11 +1,13 @@
 //! The hub cluster's API: the Sealed Secrets controller's certificate, the SealedSecrets
-//! Flux applies from the fleet repo, and the Kustomizations that deploy to the spokes.
+//! Flux applies from the fleet repo, and the Flux Kustomizations and HelmReleases that
+//! deploy to the spokes with them.
 //!
 //! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
 //! the Helm chart's Role grants and nothing more; the emulated hub's tests check that
 //! every request maps to an entry.
 
 pub mod cert;
+pub mod consumers;
 mod served;
 mod trust;
 pub mod verify;
@@ -19,6 +21,7 @@ use kube::{Api, Client};
 use serde::Serialize;
 
 use crate::config::{ControllerRef, HubConfig};
+pub use consumers::{Consumer, Kind};
 
 /// One RBAC rule the hub code needs (namespaced; Role, not ClusterRole).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,11 +50,17 @@ pub const ACCESS: &[Access] = &[
         resource: "sealedsecrets",
         verbs: &["get"],
     },
-    // patch: the reconcile.fluxcd.io/requestedAt annotation (what `flux reconcile` sets).
+    // list: the consumers of a spoke's Secret, in its namespace; patch: the
+    // reconcile.fluxcd.io/requestedAt annotation (what `flux reconcile` sets).
     Access {
         group: "kustomize.toolkit.fluxcd.io",
         resource: "kustomizations",
-        verbs: &["get", "patch"],
+        verbs: &["list", "get", "patch"],
+    },
+    Access {
+        group: "helm.toolkit.fluxcd.io",
+        resource: "helmreleases",
+        verbs: &["list", "get", "patch"],
     },
 ];
 
@@ -65,13 +74,6 @@ pub fn sealed_secret_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("bitnami.com", "v1alpha1", "SealedSecret"),
         "sealedsecrets",
-    )
-}
-
-pub fn kustomization_resource() -> ApiResource {
-    ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("kustomize.toolkit.fluxcd.io", "v1", "Kustomization"),
-        "kustomizations",
     )
 }
 
@@ -161,12 +163,9 @@ impl Hub {
         self.get(&sealed_secret_resource(), namespace, name).await
     }
 
-    pub async fn kustomization(
-        &self,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<HubObject>, String> {
-        self.get(&kustomization_resource(), namespace, name).await
+    /// A Kustomization or HelmRelease.
+    pub async fn consumer(&self, c: &Consumer) -> Result<Option<HubObject>, String> {
+        self.get(&c.kind.resource(), &c.namespace, &c.name).await
     }
 
     async fn get(
@@ -183,20 +182,21 @@ impl Hub {
         Ok(obj.map(|o| HubObject::from_dynamic(&o)))
     }
 
-    /// Sets reconcile.fluxcd.io/requestedAt with a JSON merge patch, as `flux reconcile`.
-    pub async fn request_reconcile(
-        &self,
-        namespace: &str,
-        name: &str,
-        at: &str,
-    ) -> Result<(), String> {
-        let api: Api<DynamicObject> =
-            Api::namespaced_with(self.client.clone(), namespace, &kustomization_resource());
+    /// Sets reconcile.fluxcd.io/requestedAt with a JSON merge patch, as `flux reconcile`
+    /// does (the same annotation for Kustomizations and HelmReleases).
+    pub async fn request_reconcile(&self, c: &Consumer, at: &str) -> Result<(), String> {
+        let ar = c.kind.resource();
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &c.namespace, &ar);
         let patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: at}}});
-        api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
             .map(|_| ())
-            .map_err(|e| format!("kustomizations {namespace}/{name}: annotate {REQUESTED_AT}: {e}"))
+            .map_err(|e| {
+                format!(
+                    "{} {}/{}: annotate {REQUESTED_AT}: {e}",
+                    ar.plural, c.namespace, c.name
+                )
+            })
     }
 }
 
@@ -224,7 +224,7 @@ pub struct Condition {
     pub last_transition_time: Option<String>,
 }
 
-/// What spokekeeper reads of a SealedSecret or Kustomization on the hub.
+/// What spokekeeper reads of a SealedSecret, Kustomization or HelmRelease on the hub.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct HubObject {
     pub generation: Option<i64>,
@@ -233,7 +233,7 @@ pub struct HubObject {
     /// SealedSecret: spec.encryptedData (ciphertext only).
     #[serde(skip)]
     pub encrypted_data: BTreeMap<String, String>,
-    /// Kustomization: the requestedAt Flux handled last.
+    /// Kustomization, HelmRelease: the requestedAt Flux handled last.
     pub last_handled_reconcile_at: Option<String>,
     pub requested_at: Option<String>,
 }
@@ -402,13 +402,47 @@ mod tests {
     fn access_lists_only_reads_and_the_annotation_patch() {
         for a in ACCESS {
             for v in a.verbs {
-                assert!(["get", "patch"].contains(v), "{a:?}");
+                assert!(["get", "list", "patch"].contains(v), "{a:?}");
+            }
+            if a.verbs.contains(&"list") || a.verbs.contains(&"patch") {
+                assert!(
+                    ["kustomizations", "helmreleases"].contains(&a.resource),
+                    "only the Flux consumers are listed and annotated: {a:?}"
+                );
             }
         }
-        assert!(
-            ACCESS
-                .iter()
-                .any(|a| a.verbs.contains(&"patch") && a.resource == "kustomizations")
+        for kind in Kind::ALL {
+            let ar = kind.resource();
+            assert!(
+                ACCESS.iter().any(|a| a.group == ar.group
+                    && a.resource == ar.plural
+                    && a.verbs == ["list", "get", "patch"]),
+                "{kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_helm_release_reports_ready_like_a_kustomization() {
+        // helm-controller v2's status: the same condition and request fields.
+        let v = serde_json::json!({
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {"name": "apps", "generation": 2},
+            "spec": {"kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}},
+            "status": {
+                "observedGeneration": 2,
+                "lastHandledReconcileAt": "2025-05-01T10:00:00Z",
+                "conditions": [{"type": "Ready", "status": "False", "reason": "InstallFailed",
+                                "message": "Helm install failed", "lastTransitionTime": "2025-05-01T10:00:01Z"}]
+            }
+        });
+        let h = HubObject::from_json(&v);
+        assert!(h.observed());
+        assert_eq!(h.condition("Ready").unwrap().status, "False");
+        assert_eq!(
+            h.last_handled_reconcile_at.as_deref(),
+            Some("2025-05-01T10:00:00Z")
         );
     }
 }

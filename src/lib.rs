@@ -4,7 +4,8 @@
 //! Modules, in the order the dependencies point:
 //! - [`cli`]: commands and their output (thin; calls the rest);
 //! - [`daemon`], [`metrics`]: `spokekeeper run`: schedule, leader election, endpoints;
-//! - [`hub`]: the hub's API (sealing certificate, SealedSecret and Kustomization status);
+//! - [`hub`]: the hub's API (sealing certificate, SealedSecret status, the Kustomizations
+//!   and HelmReleases that deploy with it);
 //! - [`spoke`]: reaching a spoke (SSH extraction, TLS probe, live API check);
 //! - [`seal`]: Sealed Secrets, natively;
 //! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;

@@ -150,7 +150,7 @@ impl Metrics {
         );
         registry.register(
             "hub_ready",
-            "1 when the spoke's Kustomization was Ready after the last pushed credential, 0 when not",
+            "1 when every Kustomization and HelmRelease using the spoke's Secret was Ready after the last pushed credential (and it was unsealed), 0 when not",
             m.hub_ready.clone(),
         );
         registry.register(
@@ -242,9 +242,7 @@ impl Metrics {
             self.hub_synced
                 .get_or_create(&labels)
                 .set(i64::from(h.synced.ok));
-            self.hub_ready
-                .get_or_create(&labels)
-                .set(i64::from(h.ready.as_ref().is_some_and(|r| r.ok)));
+            self.hub_ready.get_or_create(&labels).set(i64::from(h.ok()));
             if !h.ok() {
                 self.error(&s.spoke, "hub");
             }
@@ -313,7 +311,8 @@ mod tests {
 
     #[test]
     fn hub_verification_becomes_series() {
-        use crate::hub::verify::{Check, HubReport};
+        use crate::hub::verify::{Check, ConsumerCheck, FoundBy, HubReport};
+        use crate::hub::{Consumer, Kind};
         let check = |ok: bool, status: &str| Check {
             ok,
             status: status.into(),
@@ -324,13 +323,26 @@ mod tests {
         let mut good = spoke("dev", Outcome::Rotated { commit: "a".into() }, None);
         good.hub = Some(HubReport {
             synced: check(true, "True"),
-            ready: Some(check(true, "True")),
+            secret: "flux-system/dev-kubeconfig".into(),
+            found_by: FoundBy::Listed,
+            list_error: None,
+            consumers: vec![ConsumerCheck {
+                consumer: Consumer {
+                    kind: Kind::HelmRelease,
+                    namespace: "flux-system".into(),
+                    name: "apps".into(),
+                },
+                ready: check(true, "True"),
+            }],
             requested_at: None,
         });
         let mut stuck = spoke("test", Outcome::Rotated { commit: "b".into() }, None);
         stuck.hub = Some(HubReport {
             synced: check(false, "False"),
-            ready: None,
+            secret: "flux-system/test-kubeconfig".into(),
+            found_by: FoundBy::Listed,
+            list_error: None,
+            consumers: Vec::new(),
             requested_at: None,
         });
         let report = TickReport {

@@ -64,14 +64,19 @@ fn demo_runs_the_whole_loop_and_cleans_up() {
         stdout.contains("unseals; it authenticates as system:admin"),
         "{stdout}"
     );
-    // Every push was verified on the simulated hub: three first credentials, one rebuild.
+    // Every push was verified on the simulated hub: three first credentials, one rebuild,
+    // each in both consumers of the spoke's Secret.
     let stderr = String::from_utf8_lossy(&out.stderr);
     let verified: Vec<&str> = stderr
         .lines()
-        .filter(|l| l.ends_with(": hub: synced, ready"))
+        .filter(|l| l.contains(": hub: synced, ready: "))
         .collect();
     assert_eq!(verified.len(), 4, "{stderr}");
-    assert_eq!(verified[3], "test: hub: synced, ready", "{stderr}");
+    assert_eq!(
+        verified[3],
+        "test: hub: synced, ready: Kustomization flux-system/test, HelmRelease flux-system/test-apps",
+        "{stderr}"
+    );
     let dir = stdout.lines().next().unwrap().rsplit(' ').next().unwrap();
     assert!(
         dir.starts_with("/tmp/") || dir.contains("spokekeeper-demo-"),

@@ -397,6 +397,22 @@ fn grant(ns: &str, group: &str, resource: &str, verb: &str, names: &[&str]) -> G
     )
 }
 
+/// Listing the Flux consumers of the Secrets in `ns`, and requesting their reconcile: not
+/// limited by name (the names are what the listing finds).
+fn consumer_grants(ns: &str) -> Vec<Grant> {
+    [
+        ("kustomize.toolkit.fluxcd.io", "kustomizations"),
+        ("helm.toolkit.fluxcd.io", "helmreleases"),
+    ]
+    .into_iter()
+    .flat_map(|(group, resource)| {
+        ["list", "get", "patch"]
+            .into_iter()
+            .map(move |verb| grant(ns, group, resource, verb, &[]))
+    })
+    .collect()
+}
+
 /// What the code calls on the hub API, and nothing more: the hub client and the Lease
 /// lock export their calls, and tests/hub.rs and tests/lease.rs check every request the
 /// emulated API server saw against these same lists.
@@ -523,22 +539,9 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
             "get",
             &["dev-kubeconfig"],
         ),
-        grant(
-            "flux-system",
-            "kustomize.toolkit.fluxcd.io",
-            "kustomizations",
-            "get",
-            &["dev"],
-        ),
-        grant(
-            "flux-system",
-            "kustomize.toolkit.fluxcd.io",
-            "kustomizations",
-            "patch",
-            &["dev"],
-        ),
     ]
     .into_iter()
+    .chain(consumer_grants("flux-system"))
     .collect();
     assert_eq!(g, expected);
     let used: BTreeSet<(String, String, String)> = g
@@ -571,9 +574,10 @@ config:
     - name: lab
       address: 10.0.0.3
       kustomization: {name: lab-apps, namespace: lab-flux}
+    - {name: solo, address: 10.0.0.4, secret: {namespace: solo-secrets}, kustomization: {}}
 "#,
         ),
-        "chart (three spokes)",
+        "chart (four spokes)",
     );
     let g = grants(&objects);
     let expected: BTreeSet<Grant> = [
@@ -607,25 +611,20 @@ config:
             &["dev-kubeconfig", "lab-kubeconfig"],
         ),
         grant(
-            "flux-system",
-            "kustomize.toolkit.fluxcd.io",
-            "kustomizations",
-            "get",
-            &["dev", "edge"],
-        ),
-        grant(
-            "flux-system",
-            "kustomize.toolkit.fluxcd.io",
-            "kustomizations",
-            "patch",
-            &["dev", "edge"],
-        ),
-        grant(
             "edge-secrets",
             "bitnami.com",
             "sealedsecrets",
             "get",
             &["edge-kc"],
+        ),
+        // solo's `kustomization: {}` is the override with its defaults (solo in
+        // flux-system, covered there): nothing is listed in its Secret's namespace.
+        grant(
+            "solo-secrets",
+            "bitnami.com",
+            "sealedsecrets",
+            "get",
+            &["solo-kubeconfig"],
         ),
         grant(
             "lab-flux",
@@ -643,6 +642,10 @@ config:
         ),
     ]
     .into_iter()
+    // dev and edge: every consumer of their Secret, in the Secret's namespace; lab (and
+    // solo): the configured Kustomization alone, by name.
+    .chain(consumer_grants("flux-system"))
+    .chain(consumer_grants("edge-secrets"))
     .collect();
     assert_eq!(g, expected);
     assert_bindings(&objects, "sk-spokekeeper");
@@ -943,7 +946,17 @@ fn served_metric_names() -> BTreeSet<String> {
     };
     report.spokes[0].hub = Some(spokekeeper::hub::verify::HubReport {
         synced: check(true),
-        ready: Some(check(true)),
+        secret: "flux-system/dev-kubeconfig".into(),
+        found_by: spokekeeper::hub::verify::FoundBy::Listed,
+        list_error: None,
+        consumers: vec![spokekeeper::hub::verify::ConsumerCheck {
+            consumer: spokekeeper::hub::Consumer {
+                kind: spokekeeper::hub::Kind::Kustomization,
+                namespace: "flux-system".into(),
+                name: "dev".into(),
+            },
+            ready: check(true),
+        }],
         requested_at: None,
     });
     let metrics = spokekeeper::metrics::Metrics::new();

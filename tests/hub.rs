@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use spokekeeper::hub::ACCESS;
+use spokekeeper::hub::{ACCESS, Kind};
 use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
 use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
 use support::NodeOptions;
@@ -190,9 +190,15 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
         let hub = &report["spokes"][i]["hub"];
         assert_eq!(hub["synced"]["ok"], true, "{hub}");
         assert_eq!(hub["synced"]["status"], "True");
-        assert_eq!(hub["ready"]["ok"], true, "{hub}");
-        assert_eq!(hub["ready"]["status"], "True");
-        assert_eq!(hub["ready"]["reason"], "ReconciliationSucceeded");
+        assert_eq!(hub["found_by"], "listed", "{hub}");
+        assert_eq!(hub["consumers"].as_array().unwrap().len(), 1, "{hub}");
+        let k = &hub["consumers"][0];
+        assert_eq!(k["kind"], "Kustomization", "{hub}");
+        assert_eq!(k["namespace"], "flux-system");
+        assert_eq!(k["name"], format!("spoke{i}"));
+        assert_eq!(k["ready"]["ok"], true, "{hub}");
+        assert_eq!(k["ready"]["status"], "True");
+        assert_eq!(k["ready"]["reason"], "ReconciliationSucceeded");
         let at = hub["requested_at"].as_str().unwrap();
         time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339)
             .expect("RFC 3339");
@@ -245,7 +251,9 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
     assert_eq!(s["ok"], true, "{status}");
     assert_eq!(s["sealed_secret"]["condition"]["status"], "True");
     assert_eq!(s["sealed_secret"]["matches_commit"], true);
-    assert_eq!(s["kustomization"]["condition"]["status"], "True");
+    assert_eq!(s["consumers"]["found_by"], "listed", "{status}");
+    assert_eq!(s["consumers"]["items"][0]["kind"], "Kustomization");
+    assert_eq!(s["consumers"]["items"][0]["condition"]["status"], "True");
     assert_eq!(s["probe"]["state"], "ok");
     assert_eq!(status["hub"]["reachable"], true);
     let (code, table, err) = l.fleet.run(&["status"]);
@@ -338,7 +346,10 @@ async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
         let mut secret = sealed.unseal(&[key("other-key")]).expect("the new key");
         authenticates(&secret.data.remove("value").unwrap()).await;
         assert_eq!(report["spokes"][i]["hub"]["synced"]["ok"], true, "{report}");
-        assert_eq!(report["spokes"][i]["hub"]["ready"]["ok"], true, "{report}");
+        assert_eq!(
+            report["spokes"][i]["hub"]["consumers"][0]["ready"]["ok"], true,
+            "{report}"
+        );
     }
     // Renewed once: the next tick seals to the pinned copy and has nothing to do.
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -366,7 +377,8 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
         hub["synced"]["message"],
         "no key could decrypt secret (value)"
     );
-    assert_eq!(hub["ready"], Value::Null, "no reconcile requested for it");
+    assert_eq!(hub["consumers"], json!([]), "no reconcile requested for it");
+    assert_eq!(hub["requested_at"], Value::Null);
     assert_eq!(requests_to(&l.hub, "PATCH", "/kustomizations/spoke0"), 0);
     // The validated commit stays pushed.
     assert!(l.fleet.remote_log()[0].starts_with("spoke0: rotate kubeconfig: initial credential"));
@@ -411,13 +423,14 @@ async fn kustomization_not_ready_is_reported() {
     assert_eq!(code, 1, "{report}\n{err}");
     let hub = &report["spokes"][0]["hub"];
     assert_eq!(hub["synced"]["ok"], true, "{hub}");
-    assert_eq!(hub["ready"]["status"], "False", "{hub}");
-    assert_eq!(hub["ready"]["reason"], "ReconciliationFailed");
-    assert!(hub["ready"]["message"].as_str().unwrap().contains("x509"));
+    let ready = &hub["consumers"][0]["ready"];
+    assert_eq!(ready["status"], "False", "{hub}");
+    assert_eq!(ready["reason"], "ReconciliationFailed");
+    assert!(ready["message"].as_str().unwrap().contains("x509"));
     let (code, status, err) = l.status();
     assert_eq!(code, 1, "{status}\n{err}");
     assert_eq!(
-        status["spokes"][0]["kustomization"]["condition"]["status"],
+        status["spokes"][0]["consumers"]["items"][0]["condition"]["status"],
         "False"
     );
     assert_eq!(
@@ -923,5 +936,322 @@ fn the_daemon_clears_hub_gauges_once_the_hub_takes_the_credential() {
         commits,
         "no new rotation was needed"
     );
+    l.assert_within_access();
+}
+
+fn patches_to(hub: &HubSim, plural: &str, ns: &str, name: &str) -> usize {
+    requests_to(hub, "PATCH", &format!("/namespaces/{ns}/{plural}/{name}"))
+}
+
+fn lists(hub: &HubSim) -> Vec<spokekeeper::sim::hub::Seen> {
+    hub.requests()
+        .into_iter()
+        .filter(|r| {
+            r.method == "GET"
+                && (r.path.ends_with("/kustomizations") || r.path.ends_with("/helmreleases"))
+        })
+        .collect()
+}
+
+/// Every Flux consumer of the spoke's Secret is asked to reconcile and waited for: two
+/// Kustomizations and a HelmRelease on spoke0-kubeconfig; a HelmRelease on another Secret,
+/// a Kustomization in another namespace and one deploying to the hub itself are left
+/// alone, and 150 more HelmReleases make the list come in two pages.
+#[tokio::test(flavor = "multi_thread")]
+async fn every_consumer_of_the_secret_is_reconciled_and_each_reported() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    let secret = Some("spoke0-kubeconfig");
+    l.hub
+        .add_consumer(Kind::Kustomization, "flux-system", "spoke0-infra", secret);
+    l.hub
+        .add_consumer(Kind::HelmRelease, "flux-system", "spoke0-apps", secret);
+    l.hub.add_consumer(
+        Kind::HelmRelease,
+        "flux-system",
+        "other-apps",
+        Some("other-kubeconfig"),
+    );
+    l.hub
+        .add_consumer(Kind::Kustomization, "apps", "spoke0-elsewhere", secret);
+    l.hub
+        .add_consumer(Kind::Kustomization, "flux-system", "hub-local", None);
+    for i in 0..150 {
+        l.hub.add_consumer(
+            Kind::HelmRelease,
+            "flux-system",
+            &format!("filler-{i:03}"),
+            Some("filler-kubeconfig"),
+        );
+    }
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["found_by"], "listed", "{hub}");
+    assert_eq!(hub["secret"], "flux-system/spoke0-kubeconfig");
+    let at = hub["requested_at"].as_str().unwrap();
+    let seen: Vec<(String, String, bool)> = hub["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| {
+            assert_eq!(c["namespace"], "flux-system", "{c}");
+            (
+                c["kind"].as_str().unwrap().to_string(),
+                c["name"].as_str().unwrap().to_string(),
+                c["ready"]["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("Kustomization".into(), "spoke0".into(), true),
+            ("Kustomization".into(), "spoke0-infra".into(), true),
+            ("HelmRelease".into(), "spoke0-apps".into(), true),
+        ]
+    );
+    assert_eq!(
+        hub["consumers"][2]["ready"]["reason"], "UpgradeSucceeded",
+        "{hub}"
+    );
+    for (plural, ns, name, n) in [
+        ("kustomizations", "flux-system", "spoke0", 1),
+        ("kustomizations", "flux-system", "spoke0-infra", 1),
+        ("helmreleases", "flux-system", "spoke0-apps", 1),
+        ("helmreleases", "flux-system", "other-apps", 0),
+        ("kustomizations", "apps", "spoke0-elsewhere", 0),
+        ("kustomizations", "flux-system", "hub-local", 0),
+    ] {
+        assert_eq!(
+            patches_to(&l.hub, plural, ns, name),
+            n,
+            "{plural} {ns}/{name}"
+        );
+    }
+    // The same annotation for both kinds, and each echoed back by its controller.
+    let hr = l
+        .hub
+        .consumer(Kind::HelmRelease, "flux-system", "spoke0-apps")
+        .unwrap();
+    assert_eq!(
+        hr["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"],
+        at
+    );
+    assert_eq!(hr["status"]["lastHandledReconcileAt"], at);
+    // Listed in the Secret's namespace only, in bounded pages.
+    let lists = lists(&l.hub);
+    assert!(
+        lists
+            .iter()
+            .all(|r| r.path.contains("/namespaces/flux-system/") && r.query.contains("limit=100")),
+        "{lists:?}"
+    );
+    assert_eq!(
+        lists
+            .iter()
+            .filter(|r| r.path.ends_with("/helmreleases"))
+            .count(),
+        2,
+        "152 HelmReleases: two pages of 100: {lists:?}"
+    );
+    assert!(
+        lists.iter().any(|r| r.query.contains("continue=")),
+        "{lists:?}"
+    );
+
+    // One consumer fails: the report, the table, the log and `status` name it.
+    l.hub.set_consumer_flux(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Flux::Failing("Helm upgrade failed: Kubernetes cluster unreachable".into()),
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let consumers = &report["spokes"][0]["hub"]["consumers"];
+    assert_eq!(consumers[0]["ready"]["ok"], true, "{consumers}");
+    assert_eq!(consumers[1]["ready"]["ok"], true, "{consumers}");
+    assert_eq!(consumers[2]["name"], "spoke0-apps");
+    assert_eq!(consumers[2]["ready"]["ok"], false, "{consumers}");
+    assert_eq!(consumers[2]["ready"]["reason"], "UpgradeFailed");
+    assert!(
+        err.contains("HelmRelease flux-system/spoke0-apps"),
+        "the log names it: {err}"
+    );
+    let (code, _, err) = l.fleet.rotate(&["--all", "--force"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "spoke0: hub: synced, not ready: HelmRelease flux-system/spoke0-apps (Helm upgrade failed: Kubernetes cluster unreachable); ready: Kustomization flux-system/spoke0, Kustomization flux-system/spoke0-infra"
+        ),
+        "{err}"
+    );
+    let (code, status, err) = l.status();
+    assert_eq!(code, 1, "{status}\n{err}");
+    let items = &status["spokes"][0]["consumers"]["items"];
+    assert_eq!(items.as_array().unwrap().len(), 3, "{status}");
+    assert_eq!(items[2]["kind"], "HelmRelease");
+    assert_eq!(items[2]["condition"]["status"], "False");
+    assert!(
+        status["spokes"][0]["problems"].to_string().contains(
+            "not ready: HelmRelease flux-system/spoke0-apps: Ready False (Helm upgrade failed"
+        ),
+        "{status}"
+    );
+    let (_, table, _) = l.fleet.run(&["status"]);
+    assert!(table.lines().nth(1).unwrap().contains(" False "), "{table}");
+    l.assert_within_access();
+}
+
+/// `spokes[].kustomization` names the one consumer: nothing is listed, and the other
+/// consumers of the Secret are left alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_configured_kustomization_is_the_only_one_verified() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    std::fs::write(
+        &l.fleet.config,
+        text.replace(
+            "  - name: spoke0\n",
+            "  - name: spoke0\n    kustomization: {name: spoke0}\n",
+        ),
+    )
+    .unwrap();
+    l.hub.add_consumer(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Some("spoke0-kubeconfig"),
+    );
+    l.hub.set_consumer_flux(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Flux::Failing("would fail".into()),
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["found_by"], "configured", "{hub}");
+    assert_eq!(hub["consumers"].as_array().unwrap().len(), 1, "{hub}");
+    assert_eq!(hub["consumers"][0]["kind"], "Kustomization");
+    assert_eq!(hub["consumers"][0]["name"], "spoke0");
+    assert_eq!(hub["consumers"][0]["ready"]["ok"], true);
+    assert_eq!(
+        patches_to(&l.hub, "kustomizations", "flux-system", "spoke0"),
+        1
+    );
+    assert_eq!(
+        patches_to(&l.hub, "helmreleases", "flux-system", "spoke0-apps"),
+        0
+    );
+    let (code, status, err) = l.status();
+    assert_eq!(code, 0, "{status}\n{err}");
+    assert_eq!(status["spokes"][0]["consumers"]["found_by"], "configured");
+    assert!(lists(&l.hub).is_empty(), "{:?}", lists(&l.hub));
+    l.assert_within_access();
+}
+
+/// A hub whose Flux has no helm-controller (no HelmRelease CRD: the list is 404) has no
+/// HelmRelease consumers; the Kustomizations are verified as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_hub_without_helm_releases_verifies_its_kustomizations() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    l.hub.remove_kind(Kind::HelmRelease);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["list_error"], Value::Null, "{hub}");
+    assert_eq!(hub["consumers"].as_array().unwrap().len(), 1, "{hub}");
+    assert_eq!(hub["consumers"][0]["kind"], "Kustomization");
+    assert_eq!(hub["consumers"][0]["ready"]["ok"], true, "{hub}");
+    assert_eq!(
+        requests_to(&l.hub, "GET", "/namespaces/flux-system/helmreleases"),
+        1
+    );
+    l.assert_within_access();
+}
+
+/// A Secret nothing deploys with is reported plainly, as a warning: the credential is
+/// committed and unsealed, and `rotate` succeeds.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_secret_without_consumers_is_a_warning() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    l.hub
+        .remove_consumer(Kind::Kustomization, "flux-system", "spoke0");
+    l.hub.add_consumer(
+        Kind::Kustomization,
+        "flux-system",
+        "spoke0",
+        Some("spoke0-kubeconfg"),
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["ok"], true, "{hub}");
+    assert_eq!(hub["consumers"], json!([]), "{hub}");
+    assert_eq!(hub["requested_at"], Value::Null);
+    assert!(err.contains("no Flux consumer uses the Secret"), "{err}");
+    assert_eq!(requests_to(&l.hub, "PATCH", ""), 0);
+    let (code, _, err) = l.fleet.rotate(&["--all", "--force"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("spoke0: hub: synced, but nothing deploys with it: no Kustomization or HelmRelease in flux-system has spec.kubeConfig.secretRef.name spoke0-kubeconfig"),
+        "{err}"
+    );
+    let (code, status, err) = l.status();
+    assert_eq!(code, 1, "a warning: {status}\n{err}");
+    assert!(
+        status["spokes"][0]["problems"]
+            .to_string()
+            .contains("nothing deploys with Secret flux-system/spoke0-kubeconfig"),
+        "{status}"
+    );
+    let (_, table, _) = l.fleet.run(&["status"]);
+    assert!(table.lines().nth(1).unwrap().contains(" none "), "{table}");
+    l.assert_within_access();
+}
+
+/// A hostile hub cannot make the listing unbounded: a page over 4 MiB, or more than
+/// 1000 objects of a kind, fails the verification plainly and nothing is requested.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_list_too_large_to_read_fails_verification_plainly() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    l.hub
+        .add_consumer(Kind::HelmRelease, "flux-system", "big", None);
+    l.hub.annotate_consumer(
+        Kind::HelmRelease,
+        "flux-system",
+        "big",
+        "padding",
+        &"x".repeat(5 << 20),
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["ok"], true, "{hub}");
+    let e = hub["list_error"].as_str().unwrap();
+    assert!(e.contains("list helmreleases in flux-system"), "{e}");
+    assert!(e.contains("longer than 4 MiB"), "{e}");
+    assert_eq!(requests_to(&l.hub, "PATCH", ""), 0, "nothing requested");
+
+    l.hub
+        .remove_consumer(Kind::HelmRelease, "flux-system", "big");
+    for i in 0..1001 {
+        l.hub.add_consumer(
+            Kind::Kustomization,
+            "flux-system",
+            &format!("many-{i:04}"),
+            Some("other-kubeconfig"),
+        );
+    }
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let e = report["spokes"][0]["hub"]["list_error"].as_str().unwrap();
+    assert!(
+        e.contains("kustomizations in flux-system: more than 1000 objects"),
+        "{e}"
+    );
+    assert_eq!(requests_to(&l.hub, "PATCH", ""), 0, "nothing requested");
     l.assert_within_access();
 }

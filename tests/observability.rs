@@ -191,7 +191,17 @@ fn every_family() -> String {
     };
     dev.hub = Some(HubReport {
         synced: check(true),
-        ready: Some(check(false)),
+        secret: "flux-system/dev-kubeconfig".into(),
+        found_by: spokekeeper::hub::verify::FoundBy::Listed,
+        list_error: None,
+        consumers: vec![spokekeeper::hub::verify::ConsumerCheck {
+            consumer: spokekeeper::hub::Consumer {
+                kind: spokekeeper::hub::Kind::HelmRelease,
+                namespace: "flux-system".into(),
+                name: "apps".into(),
+            },
+            ready: check(false),
+        }],
         requested_at: None,
     });
     let failed = Outcome::Failed {

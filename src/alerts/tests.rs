@@ -427,7 +427,7 @@ fn overall_ranks_critical_over_unknown_over_warning() {
 
 #[test]
 fn a_stuck_sealed_secret_raises_hub_not_ready() {
-    use crate::hub::verify::{Check, HubReport};
+    use crate::hub::verify::{Check, FoundBy, HubReport};
     let issuer = ca();
     let obs = Observation {
         spoke: "dev".into(),
@@ -441,7 +441,10 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
             reason: Some("ErrUnsealFailed".into()),
             message: "no key could decrypt secret (value)".into(),
         },
-        ready: None,
+        secret: "flux-system/dev-kubeconfig".into(),
+        found_by: FoundBy::Listed,
+        list_error: None,
+        consumers: Vec::new(),
         requested_at: None,
     };
     let tick = TickReport {
@@ -478,6 +481,102 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
     );
     assert!(hub[0].description.contains("commit is kept"));
     assert_eq!(hub[0].severity(), Some("warning"));
+}
+
+/// The hub finding of a tick where dev's credential was pushed and `hub` is what the
+/// hub made of it.
+fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
+    let issuer = ca();
+    let obs = Observation {
+        spoke: "dev".into(),
+        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        probe: Some(Ok(probe_by(&issuer, far()))),
+    };
+    let mut report = SpokeReport::new(
+        "dev",
+        Outcome::Rotated {
+            commit: "abc".into(),
+        },
+    );
+    report.hub = Some(hub);
+    let tick = TickReport::of(vec![report]);
+    let findings = evaluate(&cfg(), &[obs], &sealing(Some(far())), now(), Some(&tick));
+    let mut hub: Vec<Finding> = findings
+        .into_iter()
+        .filter(|f| f.subject == Subject::Hub)
+        .collect();
+    assert_eq!(hub.len(), 1, "{hub:?}");
+    hub.remove(0)
+}
+
+#[test]
+fn a_consumer_not_ready_is_named_and_no_consumer_only_warns() {
+    use crate::hub::verify::{Check, ConsumerCheck, FoundBy, HubReport};
+    use crate::hub::{Consumer, Kind};
+    let check = |ok: bool, message: &str| Check {
+        ok,
+        status: if ok { "True" } else { "False" }.into(),
+        reason: None,
+        message: message.into(),
+    };
+    let consumer = |kind, name: &str, ok, message| ConsumerCheck {
+        consumer: Consumer {
+            kind,
+            namespace: "flux-system".into(),
+            name: name.into(),
+        },
+        ready: check(ok, message),
+    };
+    let report = |consumers| HubReport {
+        synced: check(true, "unsealed"),
+        secret: "flux-system/dev-kubeconfig".into(),
+        found_by: FoundBy::Listed,
+        list_error: None,
+        consumers,
+        requested_at: Some("2025-06-01T12:00:00Z".into()),
+    };
+    let f = hub_finding(report(vec![
+        consumer(Kind::Kustomization, "dev", true, "Applied revision"),
+        consumer(
+            Kind::HelmRelease,
+            "apps",
+            false,
+            "Helm upgrade failed: x509",
+        ),
+    ]));
+    assert_eq!(f.status, Status::Warning);
+    assert_eq!(f.alert, Some(AlertName::HubNotReady));
+    assert!(
+        f.description
+            .contains("not ready: HelmRelease flux-system/apps (Helm upgrade failed: x509)"),
+        "{}",
+        f.description
+    );
+    assert!(
+        f.description
+            .contains("Check HelmRelease flux-system/apps ("),
+        "{}",
+        f.description
+    );
+
+    let f = hub_finding(report(Vec::new()));
+    assert_eq!(f.status, Status::Warning, "nothing deploys with it");
+    assert_eq!(f.alert, None, "a warning, not the HubNotReady alert");
+    assert!(
+        f.detail
+            .contains("no Kustomization or HelmRelease in flux-system has spec.kubeConfig.secretRef.name dev-kubeconfig"),
+        "{}",
+        f.detail
+    );
+
+    let f = hub_finding(report(vec![consumer(
+        Kind::Kustomization,
+        "dev",
+        true,
+        "Applied revision",
+    )]));
+    assert_eq!(f.status, Status::Ok);
+    assert_eq!(f.detail, "synced, ready: Kustomization flux-system/dev");
 }
 
 #[test]

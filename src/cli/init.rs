@@ -51,7 +51,7 @@ spokes:
     # ssh: { port: 2222 }
     # secret: { name: dev-kubeconfig, namespace: flux-system, key: value }
     # scope: strict                    # strict | namespace-wide | cluster-wide
-    # kustomization: { name: dev, namespace: flux-system }   # the Flux Kustomization that deploys to it
+    # kustomization: { name: dev, namespace: flux-system }   # verify only this one (default: every Flux consumer of the Secret)
     # output: fluxcd/dev-kubeconfig-sealed.yaml
 "#;
 
@@ -111,6 +111,6 @@ mod tests {
         assert_eq!(c2.sealing_sha256.len(), 1);
         assert_eq!(hub.controller.name, "sealed-secrets-controller");
         assert_eq!(hub.verify_timeout, std::time::Duration::from_secs(120));
-        assert_eq!(c.spokes[0].kustomization.name, "dev");
+        assert_eq!(c.spokes[0].kustomization.as_ref().unwrap().name, "dev");
     }
 }

@@ -99,7 +99,7 @@ pub enum Command {
         spokekeeper inspect ~/.kube/config\n  \
         ssh node sudo cat /etc/rancher/k3s/k3s.yaml | spokekeeper inspect -o json")]
     Inspect(inspect::InspectArgs),
-    /// Per spoke: committed state, the hub's SealedSecret and Kustomization, the probe
+    /// Per spoke: committed state, the hub's SealedSecret and every Flux consumer of it, the probe
     /// (exit 0 ok, 1 warning, 2 hub or configuration unreadable).
     #[command(after_help = "Examples:\n  \
         spokekeeper status\n  \

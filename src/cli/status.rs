@@ -1,10 +1,11 @@
 //! `spokekeeper status [-o json]`: per spoke, what is committed, what the hub made of it
-//! (the SealedSecret's Synced and the Kustomization's Ready conditions) and a TLS probe.
+//! (the SealedSecret's Synced condition, and the Ready condition of every Flux consumer of
+//! the Secret: hub::verify finds them the same way) and a TLS probe.
 //!
 //! Reads the fleet clone as it is and only reads the hub (no reconcile request). Exit
 //! codes: 0 everything fine, 1 a warning (not committed, not synced, the hub's copy is
-//! not the committed one, not ready, probe failed or CA changed), 2 the configuration,
-//! the repo or the hub API cannot be read.
+//! not the committed one, a consumer not ready or none at all, probe failed or CA
+//! changed), 2 the configuration, the repo or the hub API cannot be read.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,11 +16,13 @@ use serde::Serialize;
 use super::{Format, out};
 use crate::alerts::{self, RecordedState};
 use crate::config::{Config, SpokeConfig};
-use crate::hub::{Condition, Hub, HubObject};
+use crate::hub::consumers::{self, FoundBy, Listed};
+use crate::hub::{Condition, Hub, HubObject, Kind};
 use crate::repo::Repo;
 use crate::rotate::state::{rfc3339, short};
 use crate::seal::SealedSecret;
 use crate::spoke::CaCheck;
+use crate::text::one_line;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -46,7 +49,7 @@ struct SpokeStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     sealed_secret: Option<Seen>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    kustomization: Option<Seen>,
+    consumers: Option<Consumers>,
     probe: Probe,
     /// What is not fine, one phrase each.
     problems: Vec<String>,
@@ -67,9 +70,21 @@ struct Committed {
     error: Option<String>,
 }
 
+/// The Flux objects that deploy with the spoke's Secret.
+#[derive(Debug, Serialize)]
+struct Consumers {
+    found_by: FoundBy,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<String>,
+    items: Vec<Seen>,
+}
+
 /// A hub object's state.
 #[derive(Debug, Serialize)]
 struct Seen {
+    /// Consumers: Kustomization or HelmRelease.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kind: Option<Kind>,
     namespace: String,
     name: String,
     exists: bool,
@@ -96,6 +111,8 @@ struct Probe {
 }
 
 const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bounds listing the consumers, every namespace together.
+const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
     let format = format.unwrap_or(Format::Table);
@@ -131,6 +148,10 @@ async fn gather(config: &Config) -> Result<Report, String> {
         reachable: h.is_ok(),
         error: h.as_ref().err().cloned(),
     });
+    let listed = match &hub {
+        Some(Ok(h)) => h.list_consumers(config.spokes.iter(), LIST_TIMEOUT).await,
+        _ => Listed::new(),
+    };
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
         let committed_ct = repo
@@ -139,20 +160,23 @@ async fn gather(config: &Config) -> Result<Report, String> {
             .flatten()
             .and_then(|b| SealedSecret::parse(&b).ok())
             .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned());
-        let (sealed, kustomization) = match &hub {
+        let (sealed, consumers) = match &hub {
             Some(Ok(h)) => {
-                let (s, k) = hub_view(h, spoke, committed_ct.as_deref()).await;
-                if let Some(e) = s.error.as_ref().or(k.error.as_ref())
+                let (s, c) = hub_view(h, spoke, committed_ct.as_deref(), &listed).await;
+                let errors = std::iter::once(&s.error)
+                    .chain(std::iter::once(&c.error))
+                    .chain(c.items.iter().map(|i| &i.error));
+                if let Some(e) = errors.flatten().next()
                     && let Some(st) = hub_state.as_mut()
                 {
                     st.reachable = false;
                     st.error.get_or_insert_with(|| e.clone());
                 }
-                (Some(s), Some(k))
+                (Some(s), Some(c))
             }
             _ => (None, None),
         };
-        spokes.push(spoke_status(spoke, &obs, sealed, kustomization));
+        spokes.push(spoke_status(spoke, &obs, sealed, consumers));
     }
     let hub_down = hub_state.as_ref().is_some_and(|h| !h.reachable);
     let exit_code = if hub_down {
@@ -170,20 +194,39 @@ async fn gather(config: &Config) -> Result<Report, String> {
     })
 }
 
-async fn hub_view(hub: &Hub, spoke: &SpokeConfig, committed: Option<&str>) -> (Seen, Seen) {
+async fn hub_view(
+    hub: &Hub,
+    spoke: &SpokeConfig,
+    committed: Option<&str>,
+    listed: &Listed,
+) -> (Seen, Consumers) {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
     let sealed = seen(ns, name, hub.sealed_secret(ns, name).await, "Synced", |o| {
         committed.map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
     });
-    let k = &spoke.kustomization;
-    let kustomization = seen(
-        &k.namespace,
-        &k.name,
-        hub.kustomization(&k.namespace, &k.name).await,
-        "Ready",
-        |_| None,
-    );
-    (sealed, kustomization)
+    let (found_by, found) = consumers::of(spoke, listed);
+    let mut consumers = Consumers {
+        found_by,
+        error: None,
+        items: Vec::new(),
+    };
+    match found {
+        Ok(found) => {
+            for c in found {
+                let mut s = seen(
+                    &c.namespace,
+                    &c.name,
+                    hub.consumer(&c).await,
+                    "Ready",
+                    |_| None,
+                );
+                s.kind = Some(c.kind);
+                consumers.items.push(s);
+            }
+        }
+        Err(e) => consumers.error = Some(one_line(&e, 300)),
+    }
+    (sealed, consumers)
 }
 
 fn seen(
@@ -194,6 +237,7 @@ fn seen(
     matches: impl Fn(&HubObject) -> Option<bool>,
 ) -> Seen {
     let mut s = Seen {
+        kind: None,
         namespace: namespace.into(),
         name: name.into(),
         exists: false,
@@ -207,14 +251,20 @@ fn seen(
     match got {
         Ok(Some(o)) => {
             s.exists = true;
-            s.condition = o.condition(condition).cloned();
+            // Hub text, shown in the table's problem lines: one bounded line.
+            s.condition = o.condition(condition).map(|c| Condition {
+                status: one_line(&c.status, 40),
+                reason: c.reason.as_deref().map(|r| one_line(r, 100)),
+                message: c.message.as_deref().map(|m| one_line(m, 300)),
+                ..c.clone()
+            });
             s.matches_commit = matches(&o);
             s.generation = o.generation;
             s.observed_generation = o.observed_generation;
             s.last_handled_reconcile_at = o.last_handled_reconcile_at;
         }
         Ok(None) => {}
-        Err(e) => s.error = Some(e),
+        Err(e) => s.error = Some(one_line(&e, 300)),
     }
     s
 }
@@ -223,7 +273,7 @@ fn spoke_status(
     spoke: &SpokeConfig,
     obs: &alerts::Observation,
     sealed: Option<Seen>,
-    kustomization: Option<Seen>,
+    consumers: Option<Consumers>,
 ) -> SpokeStatus {
     let mut problems = Vec::new();
     let mut committed = Committed {
@@ -285,28 +335,8 @@ fn spoke_status(
             }
         }
     }
-    if let Some(k) = &kustomization {
-        match (&k.error, k.exists, &k.condition) {
-            (Some(_), _, _) => {}
-            (None, false, _) => problems.push(format!(
-                "Kustomization {}/{} is not on the hub (set spokes[{}].kustomization)",
-                k.namespace, k.name, spoke.name
-            )),
-            (None, true, Some(c)) if c.status == "True" => {}
-            (None, true, c) => problems.push(format!(
-                "not ready: {}",
-                c.as_ref()
-                    .map(|c| format!(
-                        "Ready {}{}",
-                        c.status,
-                        c.message
-                            .as_deref()
-                            .map(|m| format!(" ({m})"))
-                            .unwrap_or_default()
-                    ))
-                    .unwrap_or_else(|| "no Ready condition".into())
-            )),
-        }
+    if let Some(cs) = &consumers {
+        consumer_problems(spoke, cs, &mut problems);
     }
     let probe = match &obs.probe {
         None => Probe {
@@ -348,10 +378,75 @@ fn spoke_status(
         ok: problems.is_empty(),
         committed,
         sealed_secret: sealed,
-        kustomization,
+        consumers,
         probe,
         problems,
     }
+}
+
+/// A consumer not Ready or missing, or none at all: each a warning.
+fn consumer_problems(spoke: &SpokeConfig, cs: &Consumers, problems: &mut Vec<String>) {
+    if cs.error.is_some() {
+        return;
+    }
+    if cs.items.is_empty() {
+        problems.push(format!(
+            "nothing deploys with Secret {}/{}: no Kustomization or HelmRelease in {} has it in spec.kubeConfig.secretRef",
+            spoke.secret.namespace, spoke.secret.name, spoke.secret.namespace
+        ));
+    }
+    for c in &cs.items {
+        let what = format!(
+            "{} {}/{}",
+            c.kind.map_or("", Kind::as_str),
+            c.namespace,
+            c.name
+        );
+        match (&c.error, c.exists, &c.condition) {
+            (Some(_), _, _) => {}
+            (None, false, _) => problems.push(match cs.found_by {
+                FoundBy::Configured => format!(
+                    "{what} is not on the hub (set spokes[{}].kustomization)",
+                    spoke.name
+                ),
+                FoundBy::Listed => format!("{what} is not on the hub any more"),
+            }),
+            (None, true, Some(c)) if c.status == "True" => {}
+            (None, true, c) => problems.push(format!(
+                "not ready: {what}: {}",
+                c.as_ref()
+                    .map(|c| format!(
+                        "Ready {}{}",
+                        c.status,
+                        c.message
+                            .as_deref()
+                            .map(|m| format!(" ({m})"))
+                            .unwrap_or_default()
+                    ))
+                    .unwrap_or_else(|| "no Ready condition".into())
+            )),
+        }
+    }
+}
+
+/// The READY column: every consumer's Ready, in one word.
+fn ready_column(cs: &Option<Consumers>) -> String {
+    let Some(cs) = cs else { return "-".into() };
+    if cs.error.is_some() || cs.items.iter().any(|c| c.error.is_some()) {
+        return "error".into();
+    }
+    if cs.items.is_empty() {
+        return "none".into();
+    }
+    if cs.items.iter().any(|c| !c.exists) {
+        return "missing".into();
+    }
+    cs.items
+        .iter()
+        .map(|c| c.condition.as_ref().map_or("-", |c| c.status.as_str()))
+        .find(|s| *s != "True")
+        .unwrap_or("True")
+        .to_string()
 }
 
 fn unable(format: Format, error: &str) -> ExitCode {
@@ -401,7 +496,7 @@ fn print(report: &Report, format: Format) {
                         .map(short)
                         .unwrap_or_default(),
                     cond(&s.sealed_secret),
-                    cond(&s.kustomization),
+                    ready_column(&s.consumers),
                     s.probe.state.into(),
                 ]);
             }

@@ -86,7 +86,7 @@ pub fn ssh(prefix: &str, o: &SshOverrides) -> Result<(), Invalid> {
     Ok(())
 }
 
-/// First of a spoke's checks: its defaults (Secret, output, Kustomization) derive from it.
+/// First of a spoke's checks: its defaults (Secret, output, the `kustomization:` override) derive from it.
 pub fn name(i: usize, v: &str) -> Result<(), Invalid> {
     at(format!("spokes[{i}].name"), spoke_name(v))
 }

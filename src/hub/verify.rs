@@ -1,6 +1,9 @@
 //! After a push: did the hub unseal what was committed, and does Flux deploy to the spoke
-//! with it? Bounded by hub.verify_timeout; a failure is reported and alerted, and never
-//! undoes the commit (the credential was validated against the spoke before it).
+//! with it? Every consumer of the spoke's Secret (the Kustomizations and HelmReleases that
+//! name it in spec.kubeConfig.secretRef, or the one `spokes[].kustomization` names) is
+//! asked to reconcile and waited for. Bounded by hub.verify_timeout; a failure is reported
+//! and alerted, and never undoes the commit (the credential was validated against the
+//! spoke before it).
 
 use std::time::Duration;
 
@@ -8,15 +11,25 @@ use futures::StreamExt;
 use serde::Serialize;
 use tokio::time::Instant;
 
-use super::{CALL_TIMEOUT, Hub, HubObject, rfc3339_nano};
+pub use super::consumers::FoundBy;
+use super::consumers::{self, Listed};
+use super::{CALL_TIMEOUT, Consumer, Hub, HubObject, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::rotate::SpokeReport;
 use crate::seal::SealedSecret;
+use crate::text::one_line;
 
 /// How often the hub is polled while waiting.
 pub const POLL: Duration = Duration::from_millis(500);
 
-/// One condition as the hub reported it, or what stood in for it.
+/// Consumers of one spoke waited for at once.
+const CONSUMER_CONCURRENCY: usize = 8;
+
+/// Consumers named in one summary line; the rest are counted.
+const SUMMARY_NAMES: usize = 5;
+
+/// One condition as the hub reported it, or what stood in for it. Text from the hub is
+/// one bounded line (text::one_line).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Check {
     pub ok: bool,
@@ -32,9 +45,27 @@ impl Check {
             ok: false,
             status: status.into(),
             reason: None,
-            message,
+            message: one_line(&message, 300),
         }
     }
+
+    /// A settled condition from the hub.
+    fn of(c: &super::Condition, ok: bool, default_message: &str) -> Check {
+        Check {
+            ok,
+            status: one_line(&c.status, 40),
+            reason: c.reason.as_deref().map(|r| one_line(r, 100)),
+            message: one_line(c.message.as_deref().unwrap_or(default_message), 300),
+        }
+    }
+}
+
+/// One consumer and its Ready condition after the reconcile request.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct ConsumerCheck {
+    #[serde(flatten)]
+    pub consumer: Consumer,
+    pub ready: Check,
 }
 
 /// The hub's view of one spoke after its credential was pushed.
@@ -42,63 +73,147 @@ impl Check {
 pub struct HubReport {
     /// The SealedSecret's Synced condition, for the committed ciphertext.
     pub synced: Check,
-    /// The Kustomization's Ready condition after the reconcile request (None: not reached).
-    pub ready: Option<Check>,
+    /// The spoke's Secret, NAMESPACE/NAME.
+    pub secret: String,
+    pub found_by: FoundBy,
+    /// Why the consumers could not be listed.
+    pub list_error: Option<String>,
+    /// Every consumer and its Ready condition; empty when not synced (nothing was
+    /// requested) or when nothing deploys with the Secret.
+    pub consumers: Vec<ConsumerCheck>,
     /// The reconcile.fluxcd.io/requestedAt value set.
     pub requested_at: Option<String>,
 }
 
 impl HubReport {
+    fn new(spoke: &SpokeConfig, synced: Check) -> HubReport {
+        HubReport {
+            synced,
+            secret: format!("{}/{}", spoke.secret.namespace, spoke.secret.name),
+            found_by: consumers::found_by(spoke),
+            list_error: None,
+            consumers: Vec::new(),
+            requested_at: None,
+        }
+    }
+
+    /// Unsealed, and every consumer Ready. No consumer at all is ok: see
+    /// [`HubReport::unused`].
     pub fn ok(&self) -> bool {
-        self.synced.ok && self.ready.as_ref().is_some_and(|r| r.ok)
+        self.synced.ok && self.list_error.is_none() && self.consumers.iter().all(|c| c.ready.ok)
+    }
+
+    /// Unsealed, but no Kustomization or HelmRelease uses the Secret. A warning, not a
+    /// failure: the validated credential is on the hub, and nothing that deploys is
+    /// broken by it (a spoke being set up, or one whose consumers name another Secret).
+    pub fn unused(&self) -> bool {
+        self.ok() && self.consumers.is_empty()
     }
 
     /// One line for tables and logs.
     pub fn summary(&self) -> String {
-        match (&self.synced, &self.ready) {
-            (s, _) if !s.ok => format!("not synced: {}", s.message),
-            (_, Some(r)) if r.ok => "synced, ready".into(),
-            (_, Some(r)) => format!("synced, not ready: {}", r.message),
-            (_, None) => "synced".into(),
+        if !self.synced.ok {
+            return format!("not synced: {}", self.synced.message);
+        }
+        if let Some(e) = &self.list_error {
+            return format!("synced, consumers not listed: {e}");
+        }
+        if self.consumers.is_empty() {
+            let (ns, name) = self.secret.split_once('/').unwrap_or(("", &self.secret));
+            return format!(
+                "synced, but nothing deploys with it: no Kustomization or HelmRelease in {ns} has spec.kubeConfig.secretRef.name {name}"
+            );
+        }
+        let (ready, not): (Vec<_>, Vec<_>) = self.consumers.iter().partition(|c| c.ready.ok);
+        let names = |cs: &[&ConsumerCheck], with_message: bool| {
+            let mut shown: Vec<String> = cs
+                .iter()
+                .take(SUMMARY_NAMES)
+                .map(|c| match with_message {
+                    true => format!("{} ({})", c.consumer, c.ready.message),
+                    false => c.consumer.to_string(),
+                })
+                .collect();
+            if cs.len() > SUMMARY_NAMES {
+                shown.push(format!("{} more", cs.len() - SUMMARY_NAMES));
+            }
+            shown.join(", ")
+        };
+        match (not.is_empty(), ready.is_empty()) {
+            (true, _) => format!("synced, ready: {}", names(&ready, false)),
+            (false, true) => format!("synced, not ready: {}", names(&not, true)),
+            (false, false) => format!(
+                "synced, not ready: {}; ready: {}",
+                names(&not, true),
+                names(&ready, false)
+            ),
         }
     }
 }
 
-/// Waits for the SealedSecret holding `ciphertext` to be unsealed, asks Flux to reconcile
-/// the spoke's Kustomization, and waits for its Ready condition, all within `timeout`.
+/// Waits for the SealedSecret holding `ciphertext` to be unsealed, asks each of
+/// `consumers` to reconcile, and waits for each one's Ready condition, all within
+/// `timeout`.
 pub async fn verify(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
+    consumers: Result<Vec<Consumer>, String>,
     timeout: Duration,
 ) -> HubReport {
     let deadline = Instant::now() + timeout;
     let synced = wait_synced(hub, spoke, ciphertext, deadline, timeout).await;
-    if !synced.ok {
-        return HubReport {
-            synced,
-            ready: None,
-            requested_at: None,
-        };
+    let mut report = HubReport::new(spoke, synced);
+    if !report.synced.ok {
+        return report;
     }
-    let k = &spoke.kustomization;
+    let consumers = match consumers {
+        Ok(c) => c,
+        Err(e) => {
+            report.list_error = Some(one_line(&e, 300));
+            return report;
+        }
+    };
     let at = rfc3339_nano(time::OffsetDateTime::now_utc());
-    if let Err(e) = hub.request_reconcile(&k.namespace, &k.name, &at).await {
-        return HubReport {
-            synced,
-            ready: Some(Check::failed("Error", e)),
-            requested_at: None,
-        };
+    // Every request first, so the controllers work on them side by side.
+    let mut requested = Vec::new();
+    for c in consumers {
+        if Instant::now() >= deadline {
+            let why = format!("not requested within {}s", timeout.as_secs());
+            report.consumers.push(ConsumerCheck {
+                consumer: c,
+                ready: Check::failed("TimedOut", why),
+            });
+            continue;
+        }
+        match hub.request_reconcile(&c, &at).await {
+            Ok(()) => requested.push(c),
+            Err(e) => report.consumers.push(ConsumerCheck {
+                consumer: c,
+                ready: Check::failed("Error", e),
+            }),
+        }
     }
-    let ready = wait_ready(hub, spoke, &at, deadline, timeout).await;
-    HubReport {
-        synced,
-        ready: Some(ready),
-        requested_at: Some(at),
+    if !requested.is_empty() {
+        report.requested_at = Some(at.clone());
     }
+    let found_by = report.found_by;
+    let waited: Vec<ConsumerCheck> = futures::stream::iter(requested.into_iter().map(|c| {
+        let at = &at;
+        async move {
+            let ready = wait_ready(hub, spoke, found_by, &c, at, deadline, timeout).await;
+            ConsumerCheck { consumer: c, ready }
+        }
+    }))
+    .buffered(CONSUMER_CONCURRENCY)
+    .collect()
+    .await;
+    report.consumers.extend(waited);
+    report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
+    report
 }
 
-/// How many spokes are verified at once (each polls two objects every POLL).
+/// How many spokes are verified at once (each polls its objects every POLL).
 const VERIFY_CONCURRENCY: usize = 16;
 
 /// Verifies every spoke committed in this tick (`committed`: index into `reports` and
@@ -117,26 +232,31 @@ pub async fn after_push(
         Ok(Err(e)) => Err(e),
         Err(_) => Err("no answer".into()),
     };
+    let listed = match &hub {
+        Ok(h) => {
+            let each = committed.iter().map(|(i, _)| spokes[*i]);
+            h.list_consumers(each, cfg.verify_timeout).await
+        }
+        Err(_) => Listed::new(),
+    };
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
     let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
         let spoke = spokes[*i];
         let hub = &hub;
+        let listed = &listed;
         async move {
             let hub = match hub {
                 Ok(h) => h,
                 Err(e) => {
-                    return HubReport {
-                        synced: Check::failed("Error", format!("hub API: {e}")),
-                        ready: None,
-                        requested_at: None,
-                    };
+                    return HubReport::new(spoke, Check::failed("Error", format!("hub API: {e}")));
                 }
             };
             let ciphertext = SealedSecret::parse(manifest.as_bytes())
                 .ok()
                 .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned())
                 .unwrap_or_default();
-            verify(hub, spoke, &ciphertext, cfg.verify_timeout).await
+            let consumers = consumers::of(spoke, listed).1;
+            verify(hub, spoke, &ciphertext, consumers, cfg.verify_timeout).await
         }
     }))
     .buffered(VERIFY_CONCURRENCY)
@@ -144,8 +264,10 @@ pub async fn after_push(
     .await;
     for ((i, _), check) in committed.iter().zip(checks) {
         let r = &mut reports[*i];
-        if check.ok() {
-            tracing::info!(spoke = %r.spoke, "hub: unsealed and Ready");
+        if check.unused() {
+            tracing::warn!(spoke = %r.spoke, hub = %check.summary(), "hub: unsealed, but no Flux consumer uses the Secret");
+        } else if check.ok() {
+            tracing::info!(spoke = %r.spoke, hub = %check.summary(), "hub: unsealed and every consumer Ready");
         } else {
             tracing::warn!(spoke = %r.spoke, hub = %check.summary(), "hub: the pushed credential is not in use yet (the commit stays)");
         }
@@ -207,18 +329,8 @@ fn synced(obj: &HubObject, key: &str, ciphertext: &str) -> Seen {
         ));
     }
     match obj.condition("Synced") {
-        Some(c) => Seen::Done(Check {
-            ok: c.status == "True",
-            status: c.status.clone(),
-            reason: c.reason.clone(),
-            message: c.message.clone().unwrap_or_else(|| {
-                if c.status == "True" {
-                    "unsealed".into()
-                } else {
-                    "not unsealed".into()
-                }
-            }),
-        }),
+        Some(c) if c.status == "True" => Seen::Done(Check::of(c, true, "unsealed")),
+        Some(c) => Seen::Done(Check::of(c, false, "not unsealed")),
         None => Seen::Waiting("no Synced condition yet".into()),
     }
 }
@@ -226,25 +338,24 @@ fn synced(obj: &HubObject, key: &str, ciphertext: &str) -> Seen {
 async fn wait_ready(
     hub: &Hub,
     spoke: &SpokeConfig,
+    found_by: FoundBy,
+    c: &Consumer,
     requested_at: &str,
     deadline: Instant,
     timeout: Duration,
 ) -> Check {
-    let (ns, name) = (&spoke.kustomization.namespace, &spoke.kustomization.name);
     loop {
-        let last = match hub.kustomization(ns, name).await {
+        let last = match hub.consumer(c).await {
             Ok(Some(obj)) => match ready(&obj, requested_at) {
                 Seen::Done(check) => return check,
                 Seen::Waiting(why) => why,
             },
             Ok(None) => {
-                return Check::failed(
-                    "Missing",
-                    format!(
-                        "kustomizations {ns}/{name} does not exist on the hub: set spokes[{}].kustomization",
-                        spoke.name
-                    ),
-                );
+                let fix = match found_by {
+                    FoundBy::Configured => format!("set spokes[{}].kustomization", spoke.name),
+                    FoundBy::Listed => "deleted since it was listed".into(),
+                };
+                return Check::failed("Missing", format!("{c} does not exist on the hub: {fix}"));
             }
             Err(e) => e,
         };
@@ -267,16 +378,16 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
         return Seen::Waiting("observedGeneration is behind".into());
     }
     match obj.condition("Ready") {
-        Some(c) if c.status == "True" || c.status == "False" => Seen::Done(Check {
-            ok: c.status == "True",
-            status: c.status.clone(),
-            reason: c.reason.clone(),
-            message: c.message.clone().unwrap_or_default(),
-        }),
-        Some(c) => Seen::Waiting(format!(
-            "Ready {} ({})",
-            c.status,
-            c.message.as_deref().unwrap_or_default()
+        Some(c) if c.status == "True" || c.status == "False" => {
+            Seen::Done(Check::of(c, c.status == "True", ""))
+        }
+        Some(c) => Seen::Waiting(one_line(
+            &format!(
+                "Ready {} ({})",
+                c.status,
+                c.message.as_deref().unwrap_or_default()
+            ),
+            300,
         )),
         None => Seen::Waiting("no Ready condition yet".into()),
     }
@@ -285,7 +396,7 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub::Condition;
+    use crate::hub::{Condition, Kind};
 
     fn cond(t: &str, s: &str, reason: &str, msg: &str) -> Condition {
         Condition {
@@ -340,6 +451,95 @@ mod tests {
             synced(&sealed("new", 3, 3, None), "value", "new"),
             Seen::Waiting(_)
         ));
+    }
+
+    #[test]
+    fn hub_text_in_a_condition_becomes_one_bounded_line() {
+        let hostile = cond(
+            "Ready",
+            "False",
+            "Failed\nreason",
+            &format!("line one\nrotate: forged\u{202E}{}", "x".repeat(10_000)),
+        );
+        let obj = HubObject {
+            generation: Some(1),
+            observed_generation: Some(1),
+            conditions: vec![hostile],
+            last_handled_reconcile_at: Some("now".into()),
+            ..HubObject::default()
+        };
+        match ready(&obj, "now") {
+            Seen::Done(c) => {
+                assert!(c.message.starts_with("line one rotate: forged"), "{c:?}");
+                assert!(!c.message.contains('\u{202E}'));
+                assert!(c.message.chars().count() <= 300);
+                assert_eq!(c.reason.as_deref(), Some("Failed reason"));
+            }
+            Seen::Waiting(w) => panic!("{w}"),
+        }
+    }
+
+    fn consumers(n: usize, not_ready: &[usize]) -> Vec<ConsumerCheck> {
+        (0..n)
+            .map(|i| ConsumerCheck {
+                consumer: Consumer {
+                    kind: if i % 2 == 0 {
+                        Kind::Kustomization
+                    } else {
+                        Kind::HelmRelease
+                    },
+                    namespace: "flux-system".into(),
+                    name: format!("c{i}"),
+                },
+                ready: Check {
+                    ok: !not_ready.contains(&i),
+                    status: "True".into(),
+                    reason: None,
+                    message: format!("m{i}"),
+                },
+            })
+            .collect()
+    }
+
+    fn report(consumers: Vec<ConsumerCheck>) -> HubReport {
+        HubReport {
+            synced: Check {
+                ok: true,
+                status: "True".into(),
+                reason: None,
+                message: "unsealed".into(),
+            },
+            secret: "flux-system/dev-kubeconfig".into(),
+            found_by: FoundBy::Listed,
+            list_error: None,
+            consumers,
+            requested_at: None,
+        }
+    }
+
+    #[test]
+    fn the_summary_names_each_consumer_by_kind_and_counts_past_five() {
+        let r = report(consumers(2, &[1]));
+        assert!(!r.ok() && !r.unused());
+        assert_eq!(
+            r.summary(),
+            "synced, not ready: HelmRelease flux-system/c1 (m1); ready: Kustomization flux-system/c0"
+        );
+        let r = report(consumers(8, &[]));
+        assert!(r.ok() && !r.unused());
+        assert_eq!(
+            r.summary(),
+            "synced, ready: Kustomization flux-system/c0, HelmRelease flux-system/c1, Kustomization flux-system/c2, HelmRelease flux-system/c3, Kustomization flux-system/c4, 3 more"
+        );
+        let r = report(Vec::new());
+        assert!(r.ok() && r.unused(), "none found: a warning, not a failure");
+        let mut r = report(Vec::new());
+        r.list_error = Some("list helmreleases in flux-system: 403 Forbidden: no".into());
+        assert!(!r.ok() && !r.unused());
+        assert!(
+            r.summary()
+                .contains("consumers not listed: list helmreleases")
+        );
     }
 
     #[test]

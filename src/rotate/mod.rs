@@ -209,7 +209,7 @@ impl TickReport {
             && self.sealing.as_ref().is_none_or(|c| c.untrusted.is_none())
     }
 
-    /// Every credential pushed this tick was unsealed on the hub and its Kustomization
+    /// Every credential pushed this tick was unsealed on the hub and each of its consumers
     /// is Ready (trivially true without `hub:`).
     pub fn hub_ok(&self) -> bool {
         self.spokes

@@ -8,9 +8,11 @@
 //!   spec changed; the "controller" then really unseals it with its private keys and
 //!   writes the Synced condition and observedGeneration;
 //! - GET and PATCH (merge patch only, like the API server for custom resources)
-//!   Kustomizations (kustomize.toolkit.fluxcd.io/v1): a new reconcile.fluxcd.io/requestedAt
-//!   goes through Ready Unknown/Progressing to Ready True or False, and
-//!   status.lastHandledReconcileAt echoes it.
+//!   Kustomizations (kustomize.toolkit.fluxcd.io/v1) and HelmReleases
+//!   (helm.toolkit.fluxcd.io/v2): a new reconcile.fluxcd.io/requestedAt goes through Ready
+//!   Unknown/Progressing to Ready True or False, and status.lastHandledReconcileAt echoes
+//!   it; LIST both per namespace (no label selector needed), ordered by name, paged with
+//!   `limit` and `continue` as the API server does.
 //!
 //! Errors are metav1 Status objects. Plain HTTP on loopback, no authentication. Every
 //! request is recorded, so tests can hold the client to its RBAC contract.
@@ -32,6 +34,7 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
+use crate::hub::Kind;
 use crate::seal::{RecoveryKey, SealedSecret};
 
 /// What "Flux" would apply for a path in the fleet repo (None: not there).
@@ -59,7 +62,7 @@ pub enum Controller {
     Stalled,
 }
 
-/// How Flux's kustomize-controller finishes a requested reconcile.
+/// How Flux's kustomize-controller (or helm-controller) finishes a requested reconcile.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Flux {
     Ready,
@@ -74,6 +77,8 @@ pub enum Flux {
 pub struct Seen {
     pub method: String,
     pub path: String,
+    /// The query string, without `?` (empty: none).
+    pub query: String,
     pub content_type: Option<String>,
     pub body: String,
 }
@@ -91,16 +96,23 @@ struct State {
     spokes: Vec<SimSpoke>,
     /// (namespace, name) -> object.
     sealed: BTreeMap<(String, String), Value>,
-    kustomizations: BTreeMap<(String, String), Kustomization>,
+    /// (kind, namespace, name) -> Kustomization or HelmRelease.
+    consumers: BTreeMap<(Kind, String, String), FluxObject>,
+    /// Kinds whose CRD is not installed: every request for them is 404.
+    not_served: Vec<Kind>,
     revision: u64,
     seen: Vec<Seen>,
 }
 
-struct Kustomization {
+struct FluxObject {
     obj: Value,
     /// A requestedAt not handled yet, and how many reads it has been in progress.
     pending: Option<(String, u32)>,
+    /// How this one finishes, when not as the hub's `flux`.
+    flux: Option<Flux>,
 }
+
+type ConsumerKey = (Kind, String, String);
 
 /// A running emulated hub; dropping it stops it.
 pub struct HubSim {
@@ -131,7 +143,8 @@ impl HubSim {
             source,
             spokes: Vec::new(),
             sealed: BTreeMap::new(),
-            kustomizations: BTreeMap::new(),
+            consumers: BTreeMap::new(),
+            not_served: Vec::new(),
             revision: 100,
             seen: Vec::new(),
         }));
@@ -168,40 +181,119 @@ impl HubSim {
 
     /// Registers a spoke: its Kustomization exists (Ready, as after an earlier deploy).
     pub fn add_spoke(&self, spoke: SimSpoke) {
+        self.add_consumer(
+            Kind::Kustomization,
+            &spoke.kustomization_namespace,
+            &spoke.kustomization_name,
+            Some(&spoke.secret_name),
+        );
+        self.lock().spokes.push(spoke);
+    }
+
+    /// A Kustomization or HelmRelease (Ready, as after an earlier deploy) that deploys
+    /// with the kubeconfig Secret `secret` of its own namespace (None: to the hub itself).
+    pub fn add_consumer(&self, kind: Kind, namespace: &str, name: &str, secret: Option<&str>) {
         let mut st = self.lock();
         st.revision += 1;
+        let ar = kind.resource();
+        let mut spec = match kind {
+            Kind::Kustomization => json!({
+                "interval": "10m",
+                "path": format!("./clusters/{name}"),
+                "prune": true,
+                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
+            }),
+            Kind::HelmRelease => json!({
+                "interval": "10m",
+                "chart": {"spec": {"chart": name, "version": "1.x",
+                    "sourceRef": {"kind": "HelmRepository", "name": "charts"}}},
+            }),
+        };
+        if let Some(secret) = secret {
+            spec["kubeConfig"] = json!({"secretRef": {"name": secret, "key": "value"}});
+        }
+        let done = match kind {
+            Kind::Kustomization => condition(
+                "Ready",
+                "True",
+                "ReconciliationSucceeded",
+                "Applied revision: main@sha1:0000000000000000000000000000000000000000",
+            ),
+            Kind::HelmRelease => condition(
+                "Ready",
+                "True",
+                "InstallSucceeded",
+                &format!(
+                    "Helm install succeeded for release {namespace}/{name}.v1 with chart {name}@1.0.0"
+                ),
+            ),
+        };
         let obj = json!({
-            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
-            "kind": "Kustomization",
+            "apiVersion": ar.api_version,
+            "kind": ar.kind,
             "metadata": {
-                "name": spoke.kustomization_name,
-                "namespace": spoke.kustomization_namespace,
+                "name": name,
+                "namespace": namespace,
                 "generation": 1,
                 "resourceVersion": st.revision.to_string(),
                 "uid": format!("00000000-0000-4000-8000-{:012}", st.revision),
                 "creationTimestamp": "2025-01-01T00:00:00Z",
                 "finalizers": ["finalizers.fluxcd.io"],
             },
-            "spec": {
-                "interval": "10m",
-                "path": format!("./clusters/{}", spoke.kustomization_name),
-                "prune": true,
-                "sourceRef": {"kind": "GitRepository", "name": "flux-system"},
-                "kubeConfig": {"secretRef": {"name": spoke.secret_name, "key": "value"}},
-            },
-            "status": {
-                "observedGeneration": 1,
-                "conditions": [condition("Ready", "True", "ReconciliationSucceeded", "Applied revision: main@sha1:0000000000000000000000000000000000000000")],
-            },
+            "spec": spec,
+            "status": {"observedGeneration": 1, "conditions": [done]},
         });
-        st.kustomizations.insert(
-            (
-                spoke.kustomization_namespace.clone(),
-                spoke.kustomization_name.clone(),
-            ),
-            Kustomization { obj, pending: None },
+        st.consumers.insert(
+            (kind, namespace.to_string(), name.to_string()),
+            FluxObject {
+                obj,
+                pending: None,
+                flux: None,
+            },
         );
-        st.spokes.push(spoke);
+    }
+
+    /// Uninstalls a kind's CRD (its objects go with it), as a Flux without helm-controller.
+    pub fn remove_kind(&self, kind: Kind) {
+        let mut st = self.lock();
+        st.consumers.retain(|(k, _, _), _| *k != kind);
+        st.not_served.push(kind);
+    }
+
+    /// Deletes a Kustomization or HelmRelease.
+    pub fn remove_consumer(&self, kind: Kind, namespace: &str, name: &str) {
+        self.lock()
+            .consumers
+            .remove(&(kind, namespace.to_string(), name.to_string()));
+    }
+
+    /// Sets an annotation on a consumer (e.g. a huge one, as a hostile hub could serve).
+    pub fn annotate_consumer(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) {
+        if let Some(o) =
+            self.lock()
+                .consumers
+                .get_mut(&(kind, namespace.to_string(), name.to_string()))
+        {
+            o.obj["metadata"]["annotations"][key] = json!(value);
+        }
+    }
+
+    /// How this consumer finishes a requested reconcile, whatever the hub's `flux`.
+    pub fn set_consumer_flux(&self, kind: Kind, namespace: &str, name: &str, f: Flux) {
+        if let Some(o) =
+            self.lock()
+                .consumers
+                .get_mut(&(kind, namespace.to_string(), name.to_string()))
+        {
+            o.flux = Some(f);
+        }
     }
 
     /// The controller's key rotation: a new certificate; it keeps the old keys to
@@ -238,9 +330,14 @@ impl HubSim {
     }
 
     pub fn kustomization(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.consumer(Kind::Kustomization, namespace, name)
+    }
+
+    /// A Kustomization or HelmRelease as stored.
+    pub fn consumer(&self, kind: Kind, namespace: &str, name: &str) -> Option<Value> {
         self.lock()
-            .kustomizations
-            .get(&(namespace.to_string(), name.to_string()))
+            .consumers
+            .get(&(kind, namespace.to_string(), name.to_string()))
             .map(|k| k.obj.clone())
     }
 
@@ -326,6 +423,7 @@ async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, mut stop: onesho
 async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<Bytes>> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or_default().to_string();
     let content_type = req
         .headers()
         .get("content-type")
@@ -346,6 +444,7 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
     st.seen.push(Seen {
         method: method.to_string(),
         path: path.clone(),
+        query: query.clone(),
         content_type: content_type.clone(),
         body: body.clone(),
     });
@@ -392,23 +491,35 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
                 None => not_found("bitnami.com", "sealedsecrets", name),
             }
         }
-        [
-            "apis",
-            "kustomize.toolkit.fluxcd.io",
-            "v1",
-            "namespaces",
-            ns,
-            "kustomizations",
-            name,
-        ] => {
-            let key = (ns.to_string(), name.to_string());
-            if !st.kustomizations.contains_key(&key) {
-                return not_found("kustomize.toolkit.fluxcd.io", "kustomizations", name);
+        ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
+            let Some(kind) = Kind::ALL.into_iter().find(|k| {
+                let ar = k.resource();
+                ar.group == *group
+                    && ar.version == *version
+                    && ar.plural == *plural
+                    && !st.not_served.contains(k)
+            }) else {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                    None,
+                );
+            };
+            let Some(name) = rest.first() else {
+                if method != Method::GET {
+                    return not_allowed();
+                }
+                return list(&st, kind, ns, &query);
+            };
+            let key = (kind, ns.to_string(), name.to_string());
+            if !st.consumers.contains_key(&key) {
+                return not_found(group, plural, name);
             }
             match method {
                 Method::GET => {
                     reconcile(&mut st, &key);
-                    json_response(StatusCode::OK, &st.kustomizations[&key].obj)
+                    json_response(StatusCode::OK, &st.consumers[&key].obj)
                 }
                 Method::PATCH => patch(&mut st, &key, content_type.as_deref(), &body),
                 _ => not_allowed(),
@@ -575,11 +686,12 @@ fn unseal(st: &mut State, key: &(String, String)) {
 }
 
 /// A requested reconcile: one read in progress, then done as `flux` says.
-fn reconcile(st: &mut State, key: &(String, String)) {
-    let flux = st.flux.clone();
+fn reconcile(st: &mut State, key: &ConsumerKey) {
     st.revision += 1;
     let revision = st.revision.to_string();
-    let k = st.kustomizations.get_mut(key).expect("checked");
+    let hub_flux = st.flux.clone();
+    let k = st.consumers.get_mut(key).expect("checked");
+    let flux = k.flux.clone().unwrap_or(hub_flux);
     let Some((at, reads)) = k.pending.clone() else {
         st.revision -= 1;
         return;
@@ -602,13 +714,27 @@ fn reconcile(st: &mut State, key: &(String, String)) {
         ]);
         k.pending = Some((at, reads + 1));
     } else {
-        status["conditions"] = json!([match flux {
-            Flux::Failing(msg) => condition("Ready", "False", "ReconciliationFailed", &msg),
-            _ => condition(
+        status["conditions"] = json!([match (flux, key.0) {
+            (Flux::Failing(msg), Kind::Kustomization) => {
+                condition("Ready", "False", "ReconciliationFailed", &msg)
+            }
+            (Flux::Failing(msg), Kind::HelmRelease) => {
+                condition("Ready", "False", "UpgradeFailed", &msg)
+            }
+            (_, Kind::Kustomization) => condition(
                 "Ready",
                 "True",
                 "ReconciliationSucceeded",
                 "Applied revision: main@sha1:1111111111111111111111111111111111111111"
+            ),
+            (_, Kind::HelmRelease) => condition(
+                "Ready",
+                "True",
+                "UpgradeSucceeded",
+                &format!(
+                    "Helm upgrade succeeded for release {}/{}.v2 with chart {}@1.0.0",
+                    key.1, key.2, key.2
+                )
             ),
         }]);
         status["lastHandledReconcileAt"] = json!(at);
@@ -619,7 +745,7 @@ fn reconcile(st: &mut State, key: &(String, String)) {
 
 fn patch(
     st: &mut State,
-    key: &(String, String),
+    key: &ConsumerKey,
     content_type: Option<&str>,
     body: &str,
 ) -> Response<Full<Bytes>> {
@@ -662,7 +788,7 @@ fn patch(
     };
     st.revision += 1;
     let revision = st.revision.to_string();
-    let k = st.kustomizations.get_mut(key).expect("checked");
+    let k = st.consumers.get_mut(key).expect("checked");
     let before = k.obj["metadata"]["annotations"][crate::hub::REQUESTED_AT].clone();
     // status is a subresource: a patch to the main resource leaves it alone.
     let kept = k.obj["status"].clone();
@@ -676,6 +802,56 @@ fn patch(
         k.pending = Some((at.to_string(), 0));
     }
     json_response(StatusCode::OK, &k.obj)
+}
+
+/// A namespace's objects of one kind, ordered by name as etcd returns them, from after
+/// `continue` (the last name of the previous page here; opaque to clients) and at most
+/// `limit` of them, with `metadata.continue` when more remain.
+fn list(st: &State, kind: Kind, ns: &str, query: &str) -> Response<Full<Bytes>> {
+    let mut limit = usize::MAX;
+    let mut after = None;
+    for (k, v) in url::form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "limit" => match v.parse::<usize>() {
+                Ok(0) => {}
+                Ok(n) => limit = n,
+                Err(_) => {
+                    return status(
+                        StatusCode::BAD_REQUEST,
+                        "BadRequest",
+                        &format!("limit: invalid value {v:?}"),
+                        None,
+                    );
+                }
+            },
+            "continue" => after = Some(v.into_owned()),
+            _ => {}
+        }
+    }
+    let mut items: Vec<&Value> = st
+        .consumers
+        .iter()
+        .filter(|((k, n, name), _)| {
+            *k == kind && n == ns && after.as_deref().is_none_or(|a| name.as_str() > a)
+        })
+        .map(|(_, o)| &o.obj)
+        .collect();
+    let more = items.len() > limit;
+    items.truncate(limit);
+    let ar = kind.resource();
+    let mut metadata = json!({"resourceVersion": st.revision.to_string()});
+    if more && let Some(last) = items.last() {
+        metadata["continue"] = last["metadata"]["name"].clone();
+    }
+    json_response(
+        StatusCode::OK,
+        &json!({
+            "apiVersion": ar.api_version,
+            "kind": format!("{}List", ar.kind),
+            "metadata": metadata,
+            "items": items,
+        }),
+    )
 }
 
 /// RFC 7386 JSON merge patch.

@@ -5,7 +5,8 @@
 //! (GET /version, POST selfsubjectreviews); it is not an API server.
 //!
 //! [`hub`] emulates the hub's API (the controller's certificate through the service
-//! proxy, SealedSecret and Kustomization status, the reconcile annotation).
+//! proxy, SealedSecret, Kustomization and HelmRelease status, listing them, the
+//! reconcile annotation).
 //!
 //! Never used on the rotation path: only the demo and tests construct these.
 

@@ -73,24 +73,31 @@ A relative sealing.cert is taken inside the fleet repo.
 
 {{/*
 What the hub code reads per namespace, from config.spokes with the daemon's defaults
-(secret NAME-kubeconfig in flux-system, Kustomization NAME in flux-system), as JSON:
-{"NS": {"sealedsecrets": [names], "kustomizations": [names]}}.
+(secret NAME-kubeconfig in flux-system), as JSON:
+{"NS": {"sealedsecrets": [names], "kustomizations": [names], "consumers": bool}}.
+A spoke without `kustomization:` has every Flux consumer of its Secret found by listing the
+Kustomizations and HelmReleases of the Secret's namespace ("consumers": true); one with it
+(even `{}`: name NAME, namespace flux-system) has only that Kustomization, by name.
 */}}
 {{- define "spokekeeper.spokeAccess" -}}
 {{- $byNs := dict -}}
 {{- range .Values.config.spokes -}}
 {{- $secret := .secret | default dict -}}
-{{- $kust := .kustomization | default dict -}}
 {{- $sns := $secret.namespace | default "flux-system" -}}
 {{- $sname := $secret.name | default (printf "%s-kubeconfig" .name) -}}
-{{- $kns := $kust.namespace | default "flux-system" -}}
-{{- $kname := $kust.name | default .name -}}
-{{- $e := get $byNs $sns | default (dict "sealedsecrets" list "kustomizations" list) -}}
+{{- $e := get $byNs $sns | default (dict "sealedsecrets" list "kustomizations" list "consumers" false) -}}
 {{- $_ := set $e "sealedsecrets" (append $e.sealedsecrets $sname | uniq | sortAlpha) -}}
 {{- $_ := set $byNs $sns $e -}}
-{{- $e := get $byNs $kns | default (dict "sealedsecrets" list "kustomizations" list) -}}
+{{- if and (hasKey . "kustomization") (not (kindIs "invalid" .kustomization)) -}}
+{{- $kust := .kustomization -}}
+{{- $kns := $kust.namespace | default "flux-system" -}}
+{{- $kname := $kust.name | default .name -}}
+{{- $e := get $byNs $kns | default (dict "sealedsecrets" list "kustomizations" list "consumers" false) -}}
 {{- $_ := set $e "kustomizations" (append $e.kustomizations $kname | uniq | sortAlpha) -}}
 {{- $_ := set $byNs $kns $e -}}
+{{- else -}}
+{{- $_ := set $e "consumers" true -}}
+{{- end -}}
 {{- end -}}
 {{- toJson $byNs -}}
 {{- end -}}

@@ -1,0 +1,419 @@
+//! The Flux objects that deploy with a spoke's kubeconfig Secret: every Kustomization and
+//! HelmRelease in the Secret's namespace (Flux reads the Secret from the consumer's own
+//! namespace) whose `spec.kubeConfig.secretRef.name` is that Secret.
+//!
+//! The hub is hostile input: a list is read in pages of [`PAGE`] objects, each body cut
+//! off at [`PAGE_BYTES`] and parsed into the few fields used here, and at most
+//! [`MAX_PAGES`] pages per kind are read; a consumer whose name is not a Kubernetes name
+//! fails the listing (it never becomes a request path).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+use std::time::Duration;
+
+use http_body_util::{BodyExt, Limited};
+use kube::api::{ApiResource, GroupVersionKind, ListParams};
+use serde::{Deserialize, Serialize};
+
+use super::{CALL_TIMEOUT, Hub};
+use crate::config::{SpokeConfig, is_dns_subdomain};
+use crate::text::one_line;
+
+/// Objects asked for per list request.
+pub const PAGE: u32 = 100;
+/// A list response longer than this is refused.
+pub const PAGE_BYTES: usize = 4 << 20;
+/// Pages read per kind and namespace: at most PAGE * MAX_PAGES objects.
+pub const MAX_PAGES: usize = 10;
+
+/// The Flux kinds that take a kubeconfig Secret; both take the reconcile annotation.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Kind {
+    Kustomization,
+    HelmRelease,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Kustomization, Kind::HelmRelease];
+
+    pub fn resource(self) -> ApiResource {
+        let (group, version, plural) = match self {
+            Kind::Kustomization => ("kustomize.toolkit.fluxcd.io", "v1", "kustomizations"),
+            Kind::HelmRelease => ("helm.toolkit.fluxcd.io", "v2", "helmreleases"),
+        };
+        ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, self.as_str()),
+            plural,
+        )
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Kustomization => "Kustomization",
+            Kind::HelmRelease => "HelmRelease",
+        }
+    }
+}
+
+/// One Flux object that deploys with the Secret.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Consumer {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+}
+
+impl fmt::Display for Consumer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} {}/{}", self.kind.as_str(), self.namespace, self.name)
+    }
+}
+
+/// How a spoke's consumers were found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FoundBy {
+    /// Listed on the hub: every Kustomization and HelmRelease in the Secret's namespace
+    /// whose spec.kubeConfig.secretRef.name is the Secret.
+    Listed,
+    /// `spokes[].kustomization`: that one Kustomization only.
+    Configured,
+}
+
+pub fn found_by(spoke: &SpokeConfig) -> FoundBy {
+    match spoke.kustomization {
+        Some(_) => FoundBy::Configured,
+        None => FoundBy::Listed,
+    }
+}
+
+/// Per Secret namespace, the consumers of the Secrets asked for: (Secret name, consumer).
+pub type Listed = BTreeMap<String, Result<Vec<(String, Consumer)>, String>>;
+
+/// A spoke's consumers: the configured Kustomization, or those `listed`.
+pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer>, String>) {
+    if let Some(k) = &spoke.kustomization {
+        let c = Consumer {
+            kind: Kind::Kustomization,
+            namespace: k.namespace.clone(),
+            name: k.name.clone(),
+        };
+        return (FoundBy::Configured, Ok(vec![c]));
+    }
+    let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
+    let found = match listed.get(ns) {
+        Some(Ok(all)) => Ok(all
+            .iter()
+            .filter(|(secret, _)| secret == name)
+            .map(|(_, c)| c.clone())
+            .collect()),
+        Some(Err(e)) => Err(e.clone()),
+        None => Err(format!("consumers in {ns}: not listed")),
+    };
+    (FoundBy::Listed, found)
+}
+
+/// A list response, reduced to what is used (serde skips the rest without keeping it).
+#[derive(Deserialize)]
+struct Page {
+    #[serde(default)]
+    items: Vec<Item>,
+    #[serde(default)]
+    metadata: PageMeta,
+}
+
+#[derive(Default, Deserialize)]
+struct PageMeta {
+    #[serde(default, rename = "continue")]
+    next: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Item {
+    metadata: ItemMeta,
+    #[serde(default)]
+    spec: Option<ItemSpec>,
+}
+
+#[derive(Deserialize)]
+struct ItemMeta {
+    name: String,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct ItemSpec {
+    #[serde(default, rename = "kubeConfig")]
+    kube_config: Option<KubeConfigRef>,
+}
+
+#[derive(Deserialize)]
+struct KubeConfigRef {
+    #[serde(default, rename = "secretRef")]
+    secret_ref: Option<SecretRef>,
+}
+
+#[derive(Deserialize)]
+struct SecretRef {
+    name: String,
+}
+
+impl Hub {
+    /// The consumers of the Secrets of `spokes` without `spokes[].kustomization`, listed
+    /// once per namespace (a renewal verifies every spoke, often in one namespace), all
+    /// within `bound`.
+    pub async fn list_consumers<'a>(
+        &self,
+        spokes: impl Iterator<Item = &'a SpokeConfig>,
+        bound: Duration,
+    ) -> Listed {
+        let mut wanted: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for s in spokes.filter(|s| s.kustomization.is_none()) {
+            wanted
+                .entry(s.secret.namespace.clone())
+                .or_default()
+                .insert(s.secret.name.clone());
+        }
+        let deadline = tokio::time::Instant::now() + bound;
+        let mut listed = Listed::new();
+        for (ns, secrets) in wanted {
+            let found = tokio::time::timeout_at(deadline, self.consumers(&ns, &secrets))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(format!(
+                        "consumers in {ns}: not listed within {}s",
+                        bound.as_secs()
+                    ))
+                });
+            listed.insert(ns, found);
+        }
+        listed
+    }
+
+    /// Every Kustomization and HelmRelease in `namespace` whose kubeconfig Secret is one
+    /// of `secrets`, as (Secret name, consumer), sorted.
+    pub async fn consumers(
+        &self,
+        namespace: &str,
+        secrets: &BTreeSet<String>,
+    ) -> Result<Vec<(String, Consumer)>, String> {
+        let mut found = Vec::new();
+        for kind in Kind::ALL {
+            let mut next: Option<String> = None;
+            let mut pages = 0;
+            loop {
+                if pages == MAX_PAGES {
+                    return Err(format!(
+                        "{} in {namespace}: more than {} objects, not all read",
+                        kind.resource().plural,
+                        MAX_PAGES * PAGE as usize
+                    ));
+                }
+                pages += 1;
+                let page = self.page(kind, namespace, next.as_deref()).await?;
+                found.extend(matching(kind, namespace, page.items, secrets)?);
+                match page.metadata.next {
+                    Some(c) if !c.is_empty() => next = Some(c),
+                    _ => break,
+                }
+            }
+        }
+        found.sort();
+        found.dedup();
+        Ok(found)
+    }
+
+    /// One list page, its body bounded in size and time.
+    async fn page(&self, kind: Kind, namespace: &str, next: Option<&str>) -> Result<Page, String> {
+        let ar = kind.resource();
+        let what = format!("{} in {namespace}", ar.plural);
+        let mut lp = ListParams::default().limit(PAGE);
+        if let Some(c) = next {
+            lp = lp.continue_token(c);
+        }
+        let path = format!(
+            "/apis/{}/{}/namespaces/{namespace}/{}",
+            ar.group, ar.version, ar.plural
+        );
+        let req = kube::core::Request::new(path)
+            .list(&lp)
+            .map_err(|e| format!("{what}: {e}"))?
+            .map(kube::client::Body::from);
+        let read = async {
+            let resp = self
+                .client
+                .send(req)
+                .await
+                .map_err(|e| format!("list {what}: {e}"))?;
+            let status = resp.status();
+            let body = Limited::new(resp.into_body(), PAGE_BYTES)
+                .collect()
+                .await
+                .map_err(|_| {
+                    format!(
+                        "list {what}: the answer is longer than {} MiB or broken off",
+                        PAGE_BYTES >> 20
+                    )
+                })?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        let (status, body) = tokio::time::timeout(CALL_TIMEOUT, read)
+            .await
+            .map_err(|_| format!("list {what}: no answer within {}s", CALL_TIMEOUT.as_secs()))??;
+        if status == hyper::http::StatusCode::NOT_FOUND {
+            // The kind is not served (Flux installed without helm-controller, say): a
+            // list in a namespace that does not exist is 200 and empty, never 404.
+            tracing::debug!(
+                kind = kind.as_str(),
+                "not served by the hub: no consumers of it"
+            );
+            return Ok(Page {
+                items: Vec::new(),
+                metadata: PageMeta::default(),
+            });
+        }
+        if !status.is_success() {
+            return Err(format!("list {what}: {}", api_error(status, &body)));
+        }
+        serde_json::from_slice(&body).map_err(|e| format!("list {what}: not a list: {e}"))
+    }
+}
+
+/// The items of one page that use one of `secrets`. A matching name that is not a
+/// Kubernetes name fails the whole listing: it would become a request path.
+fn matching(
+    kind: Kind,
+    namespace: &str,
+    items: Vec<Item>,
+    secrets: &BTreeSet<String>,
+) -> Result<Vec<(String, Consumer)>, String> {
+    let mut out = Vec::new();
+    for item in items {
+        if item
+            .metadata
+            .namespace
+            .as_deref()
+            .is_some_and(|ns| ns != namespace)
+        {
+            continue;
+        }
+        let Some(secret) = item
+            .spec
+            .and_then(|s| s.kube_config)
+            .and_then(|k| k.secret_ref)
+            .map(|r| r.name)
+            .filter(|n| secrets.contains(n))
+        else {
+            continue;
+        };
+        let name = item.metadata.name;
+        if !is_dns_subdomain(&name) {
+            return Err(format!(
+                "{} in {namespace} named {:?} uses Secret {secret}: not a Kubernetes object name",
+                kind.as_str(),
+                one_line(&name, 80)
+            ));
+        }
+        out.push((
+            secret,
+            Consumer {
+                kind,
+                namespace: namespace.to_string(),
+                name,
+            },
+        ));
+    }
+    Ok(out)
+}
+
+/// A failed call's metav1 Status as one bounded line.
+fn api_error(status: hyper::http::StatusCode, body: &[u8]) -> String {
+    #[derive(Deserialize)]
+    struct Status {
+        #[serde(default)]
+        reason: String,
+        #[serde(default)]
+        message: String,
+    }
+    match serde_json::from_slice::<Status>(body) {
+        Ok(s) => one_line(
+            &format!("{} {}: {}", status.as_u16(), s.reason, s.message),
+            300,
+        ),
+        Err(_) => format!("{status}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn page(v: serde_json::Value) -> Page {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn only_objects_in_the_namespace_that_use_the_secret() {
+        let p = page(serde_json::json!({
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "KustomizationList",
+            "metadata": {"resourceVersion": "9", "continue": "abc"},
+            "items": [
+                {"metadata": {"name": "apps", "namespace": "flux-system"},
+                 "spec": {"kubeConfig": {"secretRef": {"name": "dev-kubeconfig", "key": "value"}}, "path": "./x"}},
+                {"metadata": {"name": "infra", "namespace": "flux-system"},
+                 "spec": {"kubeConfig": {"secretRef": {"name": "test-kubeconfig"}}}},
+                {"metadata": {"name": "local", "namespace": "flux-system"}, "spec": {"path": "./y"}},
+                {"metadata": {"name": "nokc", "namespace": "flux-system"}, "spec": {"kubeConfig": null}},
+                {"metadata": {"name": "elsewhere", "namespace": "other"},
+                 "spec": {"kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+                {"metadata": {"name": "nospec"}}
+            ]
+        }));
+        assert_eq!(p.metadata.next.as_deref(), Some("abc"));
+        let secrets = BTreeSet::from(["dev-kubeconfig".to_string()]);
+        let found = matching(Kind::Kustomization, "flux-system", p.items, &secrets).unwrap();
+        assert_eq!(
+            found,
+            [(
+                "dev-kubeconfig".to_string(),
+                Consumer {
+                    kind: Kind::Kustomization,
+                    namespace: "flux-system".into(),
+                    name: "apps".into()
+                }
+            )]
+        );
+        assert_eq!(found[0].1.to_string(), "Kustomization flux-system/apps");
+    }
+
+    #[test]
+    fn a_consumer_name_that_is_no_kubernetes_name_fails_the_listing() {
+        let p = page(serde_json::json!({"items": [
+            {"metadata": {"name": "../../secrets/x\nforged"},
+             "spec": {"kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}}
+        ]}));
+        let secrets = BTreeSet::from(["dev-kubeconfig".to_string()]);
+        let e = matching(Kind::HelmRelease, "flux-system", p.items, &secrets).unwrap_err();
+        assert!(e.contains("HelmRelease in flux-system named"), "{e}");
+        assert!(!e.contains('\n'), "{e}");
+    }
+
+    #[test]
+    fn a_failed_call_is_one_bounded_line() {
+        let body = serde_json::json!({"kind": "Status", "reason": "Forbidden",
+            "message": format!("helmreleases.helm.toolkit.fluxcd.io is forbidden:\nUser {}", "x".repeat(1000))});
+        let e = api_error(
+            hyper::http::StatusCode::FORBIDDEN,
+            body.to_string().as_bytes(),
+        );
+        assert!(e.starts_with("403 Forbidden: helmreleases"), "{e}");
+        assert!(!e.contains('\n') && e.chars().count() <= 300, "{e}");
+        assert_eq!(
+            api_error(hyper::http::StatusCode::BAD_GATEWAY, b"<html>"),
+            "502 Bad Gateway"
+        );
+    }
+}
