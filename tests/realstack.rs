@@ -124,6 +124,23 @@ impl Stack {
     }
 }
 
+/// The spoke's hub report lists exactly `consumers` (KIND/NS/NAME), each Ready.
+fn assert_ready(spoke: &Value, consumers: &[&str]) {
+    let listed = spoke["hub"]["consumers"].as_array().unwrap_or_else(|| panic!("{spoke:#}"));
+    let mut names: Vec<String> = listed
+        .iter()
+        .map(|c| format!("{}/{}/{}", c["kind"].as_str().unwrap(), c["namespace"].as_str().unwrap(), c["name"].as_str().unwrap()))
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = consumers.iter().map(|c| c.to_string()).collect();
+    want.sort();
+    assert_eq!(names, want, "{spoke:#}");
+    for c in listed {
+        assert_eq!(c["ready"]["ok"], true, "{spoke:#}");
+        assert_eq!(c["ready"]["status"], "True", "{spoke:#}");
+    }
+}
+
 fn kubeseal_fetch_cert(hub: &RealHub) -> String {
     run(hub.kubeseal().arg("--fetch-cert")).unwrap()
 }
@@ -209,7 +226,7 @@ fn fluxs_code_deploys_with_every_unsealed_secret() {
         assert_eq!(who["username"], "system:admin", "{who}");
         assert!(who["gitVersion"].as_str().unwrap().starts_with("v1."), "{who}");
         let spoke = &report["spokes"][i];
-        assert_eq!(spoke["hub"]["ready"]["ok"], true, "{spoke:#}");
+        assert_ready(spoke, &[&format!("Kustomization/flux-system/spoke{i}")]);
         assert!(spoke["hub"]["requested_at"].is_string(), "{spoke:#}");
     }
     assert!(stack.flux.as_ref().unwrap().reconciled() >= SCOPES.len());
@@ -362,12 +379,21 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
         .hub
         .api
         .apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"));
+    // The chart grants by the names in its config: the lab's spoke.
+    let values = stack.hub.dir().join("values.yaml");
+    std::fs::write(
+        &values,
+        "config:\n  spokes:\n    - name: spoke0\n      address: 127.0.0.1\n",
+    )
+    .unwrap();
     let rendered = support::helm::run_helm(&[
         "template",
         "spokekeeper",
         support::helm::CHART,
         "--namespace",
         ns,
+        "-f",
+        values.to_str().unwrap(),
     ]);
     let mut applied = Vec::new();
     for doc in rendered.split("\n---") {
@@ -403,7 +429,7 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
     assert_eq!(code, 0, "every call within the chart's RBAC: {report:#}\n{err}");
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
-    assert_eq!(spoke["hub"]["ready"]["ok"], true, "{spoke:#}");
+    assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
     assert_eq!(report["sealing"]["reachable"], true, "{report:#}");
 
     // One call outside hub::ACCESS: the real authorizer refuses it.
