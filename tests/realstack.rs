@@ -13,7 +13,9 @@ use support::fleet::Fleet;
 use support::git::git;
 use support::realstack::flux::LabFlux;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
+use support::realstack::kube::KubeApi;
 use support::realstack::run;
+use support::realstack::spoke::real_api;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
@@ -21,15 +23,40 @@ const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
 /// A real hub, lab spokes, the fleet repo, and the lab's Flux applying the repo.
 struct Stack {
     flux: Option<LabFlux>,
+    /// Spoke i's real API server, for stacks with real spokes.
+    spoke_apis: Vec<KubeApi>,
     fleet: Fleet,
     hub: RealHub,
 }
 
 impl Stack {
-    /// `scopes[i]` is spoke i's scope; `hub_extra` goes under `hub:`.
+    /// `scopes[i]` is spoke i's scope (spokes with the emulated API); `hub_extra` goes
+    /// under `hub:`.
     fn start(scopes: &[&str], opts: &HubOptions, hub_extra: &str) -> Stack {
+        Self::build(scopes, false, opts, hub_extra)
+    }
+
+    /// `n` spokes whose APIs are real kube-apiservers, strict scope.
+    fn with_real_spokes(n: usize) -> Stack {
+        Self::build(&vec!["strict"; n], true, &HubOptions::default(), "")
+    }
+
+    fn build(scopes: &[&str], real: bool, opts: &HubOptions, hub_extra: &str) -> Stack {
         let hub = RealHub::start(opts);
-        let fleet = Fleet::new(&vec![NodeOptions::default(); scopes.len()]);
+        let node = NodeOptions {
+            api: !real,
+            ..NodeOptions::default()
+        };
+        let fleet = Fleet::new(&vec![node; scopes.len()]);
+        let spoke_apis = if real {
+            fleet
+                .nodes
+                .iter()
+                .map(|n| real_api(n, &hub.etcd, hub.dir(), 0))
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut text = std::fs::read_to_string(&fleet.config).unwrap();
         let vectors = support::fleet::vectors().join("key/cert.pem");
         // Not pinned yet: the first tick pins what the real controller serves.
@@ -50,6 +77,7 @@ impl Stack {
         std::fs::write(&fleet.config, text).unwrap();
         let mut stack = Stack {
             flux: None,
+            spoke_apis,
             fleet,
             hub,
         };
@@ -508,3 +536,92 @@ fn leader_election_on_a_real_lease() {
     let _ = b.wait();
 }
 
+
+/// Every consumer of a spoke's Secret on the real CRDs: two Kustomizations and a
+/// HelmRelease on it are each asked to reconcile and reported by kind and name; one on
+/// another Secret and one in another namespace are not.
+#[test]
+fn every_consumer_on_the_real_crds_is_verified() {
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let hr = |name: &str, ns: &str, secret: &str| {
+        format!(
+            "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: {name}\n  \
+             namespace: {ns}\nspec:\n  interval: 10m\n  chart:\n    spec:\n      chart: podinfo\n      \
+             sourceRef:\n        kind: HelmRepository\n        name: podinfo\n  kubeConfig:\n    \
+             secretRef:\n      name: {secret}\n"
+        )
+    };
+    let ks = |name: &str, ns: &str, secret: &str| {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n  \
+             namespace: {ns}\nspec:\n  interval: 10m\n  path: ./infra\n  prune: true\n  sourceRef:\n    \
+             kind: GitRepository\n    name: fleet\n  kubeConfig:\n    secretRef:\n      name: {secret}\n"
+        )
+    };
+    stack.hub.api.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: elsewhere\n");
+    stack.hub.api.apply(&ks("spoke0-infra", "flux-system", "spoke0-kubeconfig"));
+    stack.hub.api.apply(&hr("spoke0-apps", "flux-system", "spoke0-kubeconfig"));
+    stack.hub.api.apply(&ks("other", "flux-system", "other-kubeconfig"));
+    stack.hub.api.apply(&ks("spoke0", "elsewhere", "spoke0-kubeconfig"));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_ready(
+        &report["spokes"][0],
+        &[
+            "HelmRelease/flux-system/spoke0-apps",
+            "Kustomization/flux-system/spoke0",
+            "Kustomization/flux-system/spoke0-infra",
+        ],
+    );
+    // Each was asked through the annotation, and the others were not.
+    let requested = |kind: &str, ns: &str, name: &str| {
+        stack.hub.api.get_json(&[kind, name, "-n", ns])["metadata"]["annotations"]
+            ["reconcile.fluxcd.io/requestedAt"]
+            .is_string()
+    };
+    assert!(requested("helmrelease", "flux-system", "spoke0-apps"));
+    assert!(requested("kustomization", "flux-system", "spoke0-infra"));
+    assert!(!requested("kustomization", "flux-system", "other"));
+    assert!(!requested("kustomization", "elsewhere", "spoke0"));
+}
+
+/// Scenario 8: spokes whose APIs are real kube-apiservers with k3s-shaped PKI, reached
+/// through the lab's real sshd: live validation (version and SelfSubjectReview) runs
+/// against them; one is rebuilt (new CAs, restart), the probe detects it, it is rotated,
+/// the real controller unseals it and Flux's code deploys with it.
+#[test]
+fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
+    let mut stack = Stack::with_real_spokes(2);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    for i in 0..2 {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+        assert_eq!(spoke["user"], "system:admin", "{spoke:#}");
+        assert_ready(spoke, &[&format!("Kustomization/flux-system/spoke{i}")]);
+        stack.wait_unsealed(i, Duration::from_secs(60));
+    }
+    let first_ca = report["spokes"][1]["ca_sha256"].clone();
+
+    // A reinstall of spoke1: new CAs, the API server restarted over fresh storage.
+    stack.spoke_apis[1].stop();
+    stack.fleet.nodes[1].rebuild();
+    stack.spoke_apis[1] = real_api(&stack.fleet.nodes[1], &stack.hub.etcd, stack.hub.dir(), 1);
+    // The committed credential no longer works against it.
+    let stale = stack.hub.flux_calls_spoke("flux-system", "spoke1-kubeconfig");
+    assert!(stale.is_err(), "{stale:?}");
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][1];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_ne!(spoke["ca_sha256"], first_ca, "{spoke:#}");
+    assert_ne!(report["spokes"][0]["action"], "rotated", "{report:#}");
+    stack.wait_unsealed(1, Duration::from_secs(60));
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke1-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "system:admin", "{who}");
+    assert_ready(spoke, &["Kustomization/flux-system/spoke1"]);
+}

@@ -9,6 +9,22 @@ use crate::support::{Lab, Node, NodeOptions};
 
 use super::kube::{Etcd, KubeApi};
 
+/// A real API server for `node` (one without the emulated API) on its address and API
+/// port, with its PKI; `generation` counts rebuilds, each over fresh storage, as a
+/// reinstalled k3s starts.
+pub fn real_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeApi {
+    let name = format!("spoke-{}-{generation}", node.address);
+    KubeApi::start(
+        &name,
+        dir,
+        etcd,
+        node.address,
+        node.api_port,
+        node.pki(),
+        &["--anonymous-auth=false".to_string()],
+    )
+}
+
 pub struct RealSpoke {
     pub api: KubeApi,
     pub node: Node,
@@ -32,17 +48,7 @@ impl RealSpoke {
     }
 
     fn start_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeApi {
-        // A rebuilt cluster starts from empty storage, as a reinstalled k3s does.
-        let name = format!("spoke-{}-{generation}", node.address);
-        KubeApi::start(
-            &name,
-            dir,
-            etcd,
-            node.address,
-            node.api_port,
-            node.pki(),
-            &["--anonymous-auth=false".to_string()],
-        )
+        real_api(node, etcd, dir, generation)
     }
 
     /// A reinstall: new CAs and certificates, a new k3s.yaml, the API server restarted on
