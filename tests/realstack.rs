@@ -143,7 +143,11 @@ impl Stack {
                 Some(v) if v == expected => Ok(v),
                 other => Err(format!(
                     "Secret value {} the commit's; Synced: {:?}\n{}",
-                    if other.is_some() { "differs from" } else { "missing, not" },
+                    if other.is_some() {
+                        "differs from"
+                    } else {
+                        "missing, not"
+                    },
                     self.hub.synced("flux-system", &name),
                     self.hub.controller_log()
                 )),
@@ -154,10 +158,19 @@ impl Stack {
 
 /// The spoke's hub report lists exactly `consumers` (KIND/NS/NAME), each Ready.
 fn assert_ready(spoke: &Value, consumers: &[&str]) {
-    let listed = spoke["hub"]["consumers"].as_array().unwrap_or_else(|| panic!("{spoke:#}"));
+    let listed = spoke["hub"]["consumers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{spoke:#}"));
     let mut names: Vec<String> = listed
         .iter()
-        .map(|c| format!("{}/{}/{}", c["kind"].as_str().unwrap(), c["namespace"].as_str().unwrap(), c["name"].as_str().unwrap()))
+        .map(|c| {
+            format!(
+                "{}/{}/{}",
+                c["kind"].as_str().unwrap(),
+                c["namespace"].as_str().unwrap(),
+                c["name"].as_str().unwrap()
+            )
+        })
         .collect();
     names.sort();
     let mut want: Vec<String> = consumers.iter().map(|c| c.to_string()).collect();
@@ -226,7 +239,9 @@ fn the_real_controller_unseals_rotations_in_every_scope() {
         }
         let value = stack.wait_unsealed(i, Duration::from_secs(60));
         assert_eq!(
-            stack.hub.synced("flux-system", &format!("spoke{i}-kubeconfig")),
+            stack
+                .hub
+                .synced("flux-system", &format!("spoke{i}-kubeconfig")),
             Some(("True".into(), String::new()))
         );
         // The validated credential: it authenticates to the spoke.
@@ -252,7 +267,10 @@ fn fluxs_code_deploys_with_every_unsealed_secret() {
             .flux_calls_spoke("flux-system", &format!("spoke{i}-kubeconfig"))
             .unwrap();
         assert_eq!(who["username"], "system:admin", "{who}");
-        assert!(who["gitVersion"].as_str().unwrap().starts_with("v1."), "{who}");
+        assert!(
+            who["gitVersion"].as_str().unwrap().starts_with("v1."),
+            "{who}"
+        );
         let spoke = &report["spokes"][i];
         assert_ready(spoke, &[&format!("Kustomization/flux-system/spoke{i}")]);
         assert!(spoke["hub"]["requested_at"].is_string(), "{spoke:#}");
@@ -292,14 +310,20 @@ fn kubeseal_opens_every_commit_and_seals_the_same_manifest() {
             .args(["-o", "yaml"])
             .stdin(std::fs::File::open(&secret).unwrap()))
         .unwrap();
-        let ours = run(std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-            .args(["seal", "--cert"])
-            .arg(&cert)
-            .arg(format!("--scope={scope}"))
-            .args(["-o", "yaml"])
-            .stdin(std::fs::File::open(&secret).unwrap()))
+        let ours = run(
+            std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+                .args(["seal", "--cert"])
+                .arg(&cert)
+                .arg(format!("--scope={scope}"))
+                .args(["-o", "yaml"])
+                .stdin(std::fs::File::open(&secret).unwrap()),
+        )
         .unwrap();
-        assert_eq!(mask_ciphertext(&ours), mask_ciphertext(&kubeseal), "{scope}");
+        assert_eq!(
+            mask_ciphertext(&ours),
+            mask_ciphertext(&kubeseal),
+            "{scope}"
+        );
         assert_ne!(ours, kubeseal, "fresh ciphertext each time");
         // And the controller opens ours.
         let sealed = stack.hub.dir().join(format!("ours{i}.yaml"));
@@ -355,10 +379,18 @@ fn a_controller_key_renewal_reseals_every_spoke() {
     assert_eq!(old_keys.len(), 1);
 
     stack.hub.renew_key();
-    support::realstack::wait_until("the controller serves a new certificate", Duration::from_secs(60), || {
-        let now = kubeseal_fetch_cert(&stack.hub);
-        if now != first { Ok(()) } else { Err("same certificate".into()) }
-    });
+    support::realstack::wait_until(
+        "the controller serves a new certificate",
+        Duration::from_secs(60),
+        || {
+            let now = kubeseal_fetch_cert(&stack.hub);
+            if now != first {
+                Ok(())
+            } else {
+                Err("same certificate".into())
+            }
+        },
+    );
     let new_keys: Vec<String> = stack
         .hub
         .sealing_keys()
@@ -380,7 +412,10 @@ fn a_controller_key_renewal_reseals_every_spoke() {
         renewed
     );
     let log = git(&stack.fleet.remote, &["log", "--format=%s", "main"]);
-    assert!(log.contains("sealing: controller certificate renewed"), "{log}");
+    assert!(
+        log.contains("sealing: controller certificate renewed"),
+        "{log}"
+    );
     for i in 0..2 {
         let spoke = &report["spokes"][i];
         assert_eq!(spoke["action"], "rotated", "{spoke:#}");
@@ -403,10 +438,9 @@ fn a_controller_key_renewal_reseals_every_spoke() {
 fn the_charts_rbac_is_enough_and_nothing_more() {
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ns = "spokekeeper";
-    stack
-        .hub
-        .api
-        .apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"));
+    stack.hub.api.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+    ));
     // The chart grants by the names in its config: the lab's spoke.
     let values = stack.hub.dir().join("values.yaml");
     std::fs::write(
@@ -429,43 +463,66 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
             continue;
         };
         let kind = v["kind"].as_str().unwrap_or("");
-        if matches!(kind, "ServiceAccount" | "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding") {
+        if matches!(
+            kind,
+            "ServiceAccount" | "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+        ) {
             stack.hub.api.apply(&v.to_string());
-            applied.push(format!("{kind}/{}", v["metadata"]["name"].as_str().unwrap_or("")));
+            applied.push(format!(
+                "{kind}/{}",
+                v["metadata"]["name"].as_str().unwrap_or("")
+            ));
         }
     }
     assert!(
         applied.iter().any(|a| a.starts_with("Role/")),
         "the chart renders a Role: {applied:?}"
     );
-    let sa = support::realstack::wait_until("the chart's ServiceAccount", Duration::from_secs(10), || {
-        let list = stack.hub.api.get_json(&["serviceaccounts", "-n", ns]);
-        list["items"]
-            .as_array()
-            .and_then(|a| a.iter().find_map(|s| s["metadata"]["name"].as_str().map(String::from)))
-            .ok_or_else(|| "none".to_string())
-    });
+    let sa = support::realstack::wait_until(
+        "the chart's ServiceAccount",
+        Duration::from_secs(10),
+        || {
+            let list = stack.hub.api.get_json(&["serviceaccounts", "-n", ns]);
+            list["items"]
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .find_map(|s| s["metadata"]["name"].as_str().map(String::from))
+                })
+                .ok_or_else(|| "none".to_string())
+        },
+    );
     let token = stack.hub.token(ns, &sa);
     let kubeconfig = stack.hub.token_kubeconfig("spokekeeper", &token);
-    let text = std::fs::read_to_string(&stack.fleet.config).unwrap().replace(
-        &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
-        &format!("kubeconfig: {}", kubeconfig.display()),
-    );
+    let text = std::fs::read_to_string(&stack.fleet.config)
+        .unwrap()
+        .replace(
+            &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
+            &format!("kubeconfig: {}", kubeconfig.display()),
+        );
     std::fs::write(&stack.fleet.config, text).unwrap();
 
     let (code, report, err) = stack.rotate_json();
-    assert_eq!(code, 0, "every call within the chart's RBAC: {report:#}\n{err}");
+    assert_eq!(
+        code, 0,
+        "every call within the chart's RBAC: {report:#}\n{err}"
+    );
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
     assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
     assert_eq!(report["sealing"]["reachable"], true, "{report:#}");
 
     // One call outside hub::ACCESS: the real authorizer refuses it.
-    let denied = run(std::process::Command::new(support::realstack::bin("kubectl"))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["get", "secrets", "-n", "flux-system"]));
+    let denied = run(
+        std::process::Command::new(support::realstack::bin("kubectl"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["get", "secrets", "-n", "flux-system"]),
+    );
     let err = denied.unwrap_err();
-    assert!(err.contains("Forbidden") || err.contains("forbidden"), "{err}");
+    assert!(
+        err.contains("Forbidden") || err.contains("forbidden"),
+        "{err}"
+    );
 }
 
 /// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:
@@ -475,14 +532,21 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
 fn leader_election_on_a_real_lease() {
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ns = "spokekeeper";
-    stack
-        .hub
-        .api
-        .apply(&format!("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"));
+    stack.hub.api.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+    ));
     let start = |name: &str| {
         support::daemon::spawn(
             &stack.fleet.config,
-            &["run", "--leader-elect", "--now", "--interval", "2s", "--listen", "127.0.0.1:0"],
+            &[
+                "run",
+                "--leader-elect",
+                "--now",
+                "--interval",
+                "2s",
+                "--listen",
+                "127.0.0.1:0",
+            ],
             &[
                 ("KUBECONFIG", stack.hub.admin_kubeconfig().as_os_str()),
                 ("POD_NAME", name.as_ref()),
@@ -512,7 +576,10 @@ fn leader_election_on_a_real_lease() {
     };
     let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
     assert_eq!(lease["spec"]["holderIdentity"], leader, "{lease:#}");
-    assert!(lease["spec"]["leaseDurationSeconds"].as_i64().unwrap() > 0, "{lease:#}");
+    assert!(
+        lease["spec"]["leaseDurationSeconds"].as_i64().unwrap() > 0,
+        "{lease:#}"
+    );
     assert!(lease["spec"]["renewTime"].is_string(), "{lease:#}");
     assert!(lease["spec"]["acquireTime"].is_string(), "{lease:#}");
     let duration = Duration::from_secs(lease["spec"]["leaseDurationSeconds"].as_u64().unwrap());
@@ -525,17 +592,22 @@ fn leader_election_on_a_real_lease() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let took = killed.elapsed();
-    assert!(ticks(follower_lines) > before, "no takeover within {took:?}");
+    assert!(
+        ticks(follower_lines) > before,
+        "no takeover within {took:?}"
+    );
     assert!(took <= duration + Duration::from_secs(6), "took {took:?}");
     let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
     assert_eq!(lease["spec"]["holderIdentity"], follower, "{lease:#}");
-    assert!(lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0) >= 1, "{lease:#}");
+    assert!(
+        lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0) >= 1,
+        "{lease:#}"
+    );
     let _ = a.kill();
     let _ = b.kill();
     let _ = a.wait();
     let _ = b.wait();
 }
-
 
 /// Every consumer of a spoke's Secret on the real CRDs: two Kustomizations and a
 /// HelmRelease on it are each asked to reconcile and reported by kind and name; one on
@@ -558,11 +630,26 @@ fn every_consumer_on_the_real_crds_is_verified() {
              kind: GitRepository\n    name: fleet\n  kubeConfig:\n    secretRef:\n      name: {secret}\n"
         )
     };
-    stack.hub.api.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: elsewhere\n");
-    stack.hub.api.apply(&ks("spoke0-infra", "flux-system", "spoke0-kubeconfig"));
-    stack.hub.api.apply(&hr("spoke0-apps", "flux-system", "spoke0-kubeconfig"));
-    stack.hub.api.apply(&ks("other", "flux-system", "other-kubeconfig"));
-    stack.hub.api.apply(&ks("spoke0", "elsewhere", "spoke0-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: elsewhere\n");
+    stack
+        .hub
+        .api
+        .apply(&ks("spoke0-infra", "flux-system", "spoke0-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply(&hr("spoke0-apps", "flux-system", "spoke0-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply(&ks("other", "flux-system", "other-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply(&ks("spoke0", "elsewhere", "spoke0-kubeconfig"));
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
     assert_ready(
@@ -608,7 +695,9 @@ fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
     stack.fleet.nodes[1].rebuild();
     stack.spoke_apis[1] = real_api(&stack.fleet.nodes[1], &stack.hub.etcd, stack.hub.dir(), 1);
     // The committed credential no longer works against it.
-    let stale = stack.hub.flux_calls_spoke("flux-system", "spoke1-kubeconfig");
+    let stale = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke1-kubeconfig");
     assert!(stale.is_err(), "{stale:?}");
 
     let (code, report, err) = stack.rotate_json();

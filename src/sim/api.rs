@@ -157,7 +157,10 @@ fn discovery(path: &str, minor: u32) -> Option<serde_json::Value> {
         ),
         AUTHZ_V1 => list(
             "authorization.k8s.io/v1",
-            vec![resource("selfsubjectaccessreviews", "SelfSubjectAccessReview")],
+            vec![resource(
+                "selfsubjectaccessreviews",
+                "SelfSubjectAccessReview",
+            )],
         ),
         _ => return None,
     })

@@ -11,8 +11,8 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -69,16 +69,16 @@ impl LabFlux {
         let handle = std::thread::spawn(move || {
             let mut last = String::new();
             while !s.load(Ordering::Relaxed) {
-                if let Ok(head) = ctx.git(&["rev-parse", "--verify", "-q", &ctx.branch]) {
-                    if head != last {
-                        match apply_source(&ctx) {
-                            Ok(()) => {
-                                ctx.note(format!("applied {}", head.trim()));
-                                last = head;
-                                a.fetch_add(1, Ordering::Relaxed);
-                            }
-                            Err(e) => ctx.note(format!("apply {}: {e}", head.trim())),
+                if let Ok(head) = ctx.git(&["rev-parse", "--verify", "-q", &ctx.branch])
+                    && head != last
+                {
+                    match apply_source(&ctx) {
+                        Ok(()) => {
+                            ctx.note(format!("applied {}", head.trim()));
+                            last = head;
+                            a.fetch_add(1, Ordering::Relaxed);
                         }
+                        Err(e) => ctx.note(format!("apply {}: {e}", head.trim())),
                     }
                 }
                 r.fetch_add(reconcile_requested(&ctx), Ordering::Relaxed);
@@ -171,8 +171,7 @@ fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
     let ns = item["metadata"]["namespace"].as_str().unwrap_or("");
     let name = item["metadata"]["name"].as_str().unwrap_or("");
     let generation = item["metadata"]["generation"].as_i64().unwrap_or(1);
-    let (status, reason, message) = match item["spec"]["kubeConfig"]["secretRef"]["name"].as_str()
-    {
+    let (status, reason, message) = match item["spec"]["kubeConfig"]["secretRef"]["name"].as_str() {
         None => (
             "True",
             "ReconciliationSucceeded",
@@ -206,7 +205,9 @@ fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
         s["observedGeneration"] = json!(generation);
     }
     let patch = json!({ "status": s }).to_string();
-    ctx.note(format!("{kind} {ns}/{name} {requested}: Ready={status} {message}"));
+    ctx.note(format!(
+        "{kind} {ns}/{name} {requested}: Ready={status} {message}"
+    ));
     if let Err(e) = ctx.kubectl(&[
         "patch",
         kind,

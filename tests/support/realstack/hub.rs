@@ -55,7 +55,11 @@ impl RealHub {
         let etcd = Etcd::start(dir.path());
         let api = KubeApi::start("hub", dir.path(), &etcd, host, free_port(host), &pki, &[]);
         let crds = tools().join("crds");
-        for crd in ["sealedsecrets.yaml", "kustomizations.yaml", "helmreleases.yaml"] {
+        for crd in [
+            "sealedsecrets.yaml",
+            "kustomizations.yaml",
+            "helmreleases.yaml",
+        ] {
             let path = crds.join(crd);
             let text = std::fs::read_to_string(&path)
                 .unwrap_or_else(|e| panic!("{}: {e}: run scripts/build-realstack", path.display()));
@@ -66,7 +70,12 @@ impl RealHub {
             "kustomizations.kustomize.toolkit.fluxcd.io",
             "helmreleases.helm.toolkit.fluxcd.io",
         ] {
-            api.kubectl(&["wait", "--for=condition=Established", "--timeout=60s", &format!("crd/{crd}")]);
+            api.kubectl(&[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                &format!("crd/{crd}"),
+            ]);
         }
         api.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: flux-system\n");
         let mut hub = RealHub {
@@ -120,7 +129,8 @@ impl RealHub {
             if value["kind"] == "Deployment" {
                 deployment = Some(value);
             } else {
-                self.api.apply(&serde_json::to_string(&value).expect("JSON"));
+                self.api
+                    .apply(&serde_json::to_string(&value).expect("JSON"));
             }
         }
         let deployment = deployment.expect("the chart renders the controller's Deployment");
@@ -214,12 +224,16 @@ impl RealHub {
             .env("POD_NAMESPACE", CONTROLLER_NS);
         let mut proc = Proc::spawn("sealed-secrets-controller", self.dir(), cmd);
         let api = &self.api;
-        wait_until("the controller's certificate through the service proxy", START, || {
-            if !proc.running() {
-                panic!("the controller exited: {}", proc.tail(30));
-            }
-            api.try_kubectl(&["get", "--raw", CERT_PATH])
-        });
+        wait_until(
+            "the controller's certificate through the service proxy",
+            START,
+            || {
+                if !proc.running() {
+                    panic!("the controller exited: {}", proc.tail(30));
+                }
+                api.try_kubectl(&["get", "--raw", CERT_PATH])
+            },
+        );
         self.controller = Some(proc);
     }
 
@@ -252,9 +266,12 @@ impl RealHub {
     /// The real kubeseal, pointed at this hub's controller.
     pub fn kubeseal(&self) -> Command {
         let mut cmd = Command::new(bin("kubeseal"));
-        cmd.arg(format!("--kubeconfig={}", self.admin_kubeconfig().display()))
-            .arg(format!("--controller-namespace={CONTROLLER_NS}"))
-            .arg(format!("--controller-name={CONTROLLER}"));
+        cmd.arg(format!(
+            "--kubeconfig={}",
+            self.admin_kubeconfig().display()
+        ))
+        .arg(format!("--controller-namespace={CONTROLLER_NS}"))
+        .arg(format!("--controller-name={CONTROLLER}"));
         cmd
     }
 

@@ -38,7 +38,11 @@ pub fn tools() -> PathBuf {
 /// A component binary, e.g. `kube-apiserver`.
 pub fn bin(name: &str) -> PathBuf {
     let path = tools().join("bin").join(name);
-    assert!(path.is_file(), "{} is missing: run scripts/build-realstack", path.display());
+    assert!(
+        path.is_file(),
+        "{} is missing: run scripts/build-realstack",
+        path.display()
+    );
     path
 }
 
@@ -51,11 +55,7 @@ pub fn free_port(addr: IpAddr) -> u16 {
 }
 
 /// Polls `f` until it returns Some, or panics after `within` with `what` and the last error.
-pub fn wait_until<T>(
-    what: &str,
-    within: Duration,
-    mut f: impl FnMut() -> Result<T, String>,
-) -> T {
+pub fn wait_until<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result<T, String>) -> T {
     let deadline = Instant::now() + within;
     loop {
         match f() {
