@@ -43,8 +43,11 @@ impl Stack {
 
     fn build(scopes: &[&str], real: bool, opts: &HubOptions, hub_extra: &str) -> Stack {
         let hub = RealHub::start(opts);
+        // A real spoke's API listens on 6443 of its node's address, and its k3s.yaml says
+        // https://127.0.0.1:6443, as k3s writes it.
         let node = NodeOptions {
             api: !real,
+            api_port: if real { 6443 } else { 0 },
             ..NodeOptions::default()
         };
         let fleet = Fleet::new(&vec![node; scopes.len()]);
@@ -679,6 +682,11 @@ fn every_consumer_on_the_real_crds_is_verified() {
 #[test]
 fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
     let mut stack = Stack::with_real_spokes(2);
+    for node in &stack.fleet.nodes {
+        let k3s = String::from_utf8(node.kubeconfig_bytes()).unwrap();
+        assert!(k3s.contains("server: https://127.0.0.1:6443\n"), "{k3s}");
+        assert!(k3s.contains("current-context: default\n"), "{k3s}");
+    }
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
     for i in 0..2 {
