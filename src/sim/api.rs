@@ -1,6 +1,7 @@
 //! A mock spoke API server: real TLS, real client-certificate authentication, and the
 //! wire behaviour of kube-apiserver for GET /version, POST selfsubjectreviews (v1 from
-//! 1.28, v1beta1 from 1.27, by the gitVersion it plays) and selfsubjectaccessreviews.
+//! 1.28, v1beta1 in 1.27 to 1.32, by the gitVersion it plays) and selfsubjectaccessreviews.
+//! tests/conformance.rs holds it to a real kube-apiserver.
 //!
 //! Like kube-apiserver, client certificates are requested but optional at the TLS layer
 //! (Go's tls.RequestClientCert); authentication happens per request, and a missing,
@@ -93,8 +94,9 @@ impl ApiIdentity {
     }
 }
 
-/// The review endpoints a version serves: SelfSubjectReview v1 from 1.28 (v1beta1 too),
-/// v1beta1 in 1.27; SelfSubjectAccessReview always.
+/// The review endpoints a version serves: SelfSubjectReview v1 from 1.28, v1beta1 from
+/// 1.27 until its removal in 1.33 (upstream's prerelease lifecycle; a real 1.37 serves no
+/// v1beta1); SelfSubjectAccessReview always.
 fn serves(git_version: &str, path: &str) -> bool {
     let minor: u32 = git_version
         .split('.')
@@ -103,10 +105,15 @@ fn serves(git_version: &str, path: &str) -> bool {
         .unwrap_or(33);
     match path {
         SSR_PATH | AUTHN_V1 => minor >= 28,
-        SSR_BETA_PATH | AUTHN_V1BETA1 => minor >= 27,
+        SSR_BETA_PATH | AUTHN_V1BETA1 => serves_v1beta1(minor),
         "/version" | SSAR_PATH | "/api" | "/api/v1" | "/apis" | AUTHZ_V1 => true,
         _ => false,
     }
+}
+
+/// authentication.k8s.io/v1beta1: introduced in 1.27, no longer served from 1.33.
+fn serves_v1beta1(minor: u32) -> bool {
+    (27..33).contains(&minor)
 }
 
 const AUTHN_V1: &str = "/apis/authentication.k8s.io/v1";
@@ -134,7 +141,7 @@ fn discovery(path: &str, minor: u32) -> Option<serde_json::Value> {
             if minor >= 28 {
                 authn.push(version("authentication.k8s.io/v1", "v1"));
             }
-            if minor >= 27 {
+            if serves_v1beta1(minor) {
                 authn.push(version("authentication.k8s.io/v1beta1", "v1beta1"));
             }
             let mut groups = Vec::new();
@@ -355,7 +362,7 @@ async fn respond(
     }
     let git_version = identity.git_version.as_str();
     if !serves(git_version, path) {
-        return not_found();
+        return not_found_at(path);
     }
     match (req.method(), path) {
         (&Method::GET, "/version") => json(StatusCode::OK, &version(git_version), true),
@@ -415,6 +422,28 @@ async fn respond(
             "the server does not allow this method on the requested resource",
         ),
     }
+}
+
+/// A path nothing serves, as kube-apiserver answers it: under /api or a group it
+/// serves (both review groups exist in every version), a 404 `Status`; elsewhere, Go's
+/// plain-text "404 page not found".
+fn not_found_at(path: &str) -> Response<Full<Bytes>> {
+    let served_group = [
+        "/api/",
+        "/apis/authentication.k8s.io/",
+        "/apis/authorization.k8s.io/",
+    ]
+    .iter()
+    .any(|g| path.starts_with(g) || path == g.trim_end_matches('/'));
+    if served_group {
+        return not_found();
+    }
+    Response::builder()
+        .status(StatusCode::NOT_FOUND)
+        .header("Content-Type", "text/plain; charset=utf-8")
+        .header("X-Content-Type-Options", "nosniff")
+        .body(Full::new(Bytes::from("404 page not found\n")))
+        .expect("valid response")
 }
 
 /// A missing resource, as kube-apiserver answers it: 404 with a `Status`.
@@ -560,5 +589,40 @@ impl ClientCertVerifier for RequestClientCert {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.supported_verify_schemes()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // What a real kube-apiserver answers (tests/conformance.rs checks it against 1.37).
+    #[test]
+    fn v1beta1_reviews_are_served_from_1_27_until_1_33() {
+        assert!(!serves("v1.26.9", SSR_BETA_PATH));
+        assert!(serves("v1.27.3+k3s1", SSR_BETA_PATH));
+        assert!(serves("v1.32.1", AUTHN_V1BETA1));
+        assert!(!serves("v1.33.1+k3s1", SSR_BETA_PATH));
+        assert!(!serves("v1.37.2", AUTHN_V1BETA1));
+        assert!(serves("v1.37.2", SSR_PATH));
+    }
+
+    #[test]
+    fn unknown_paths_are_a_status_only_under_served_groups() {
+        let content_type = |path: &str| {
+            let r = not_found_at(path);
+            assert_eq!(r.status(), StatusCode::NOT_FOUND);
+            r.headers()["Content-Type"].to_str().unwrap().to_owned()
+        };
+        assert_eq!(content_type("/api/v1/nothing"), "application/json");
+        assert_eq!(
+            content_type("/apis/authentication.k8s.io/v1beta1"),
+            "application/json"
+        );
+        assert_eq!(
+            content_type("/apis/nothing.example.org/v1"),
+            "text/plain; charset=utf-8"
+        );
+        assert_eq!(content_type("/nothing"), "text/plain; charset=utf-8");
     }
 }

@@ -25,6 +25,7 @@ pub mod forge;
 pub mod git;
 pub mod helm;
 pub mod leak;
+pub mod lease_emulator;
 pub mod logs;
 pub mod peers;
 pub mod realstack;
