@@ -599,7 +599,9 @@ fn leader_election_on_a_real_lease() {
         ticks(follower_lines) > before,
         "no takeover within {took:?}"
     );
-    assert!(took <= duration + Duration::from_secs(6), "took {took:?}");
+    eprintln!("takeover on the real Lease after the leader was killed: {took:?}");
+    // Within the lease duration, plus the moments a busy machine takes to start a tick.
+    assert!(took <= duration + Duration::from_secs(3), "took {took:?}");
     let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
     assert_eq!(lease["spec"]["holderIdentity"], follower, "{lease:#}");
     assert!(
