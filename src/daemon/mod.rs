@@ -73,6 +73,7 @@ async fn serve(opts: Options) -> Result<(), String> {
         );
     }
     let metrics = Arc::new(Metrics::new());
+    metrics.set_leader(opts.leader.is_none());
     metrics.set_sealing_not_after(loaded.context.sealing.not_after());
     let health = Arc::new(Health::new(
         schedule.clone(),
@@ -82,7 +83,8 @@ async fn serve(opts: Options) -> Result<(), String> {
     ));
     let listen = opts.listen.unwrap_or(loaded.config().metrics_listen);
     let http = Http::start(listen, health.clone(), metrics.clone()).await?;
-    let (leadership, leader) = Leadership::start(opts.leader.as_ref()).await?;
+    let (leadership, leader) =
+        Leadership::start(opts.leader.as_ref(), health.clone(), metrics.clone()).await?;
     tracing::info!(listen = %http.addr, schedule = %schedule, spokes = loaded.config().spokes.len(), "running: serving /metrics, /healthz and /readyz");
 
     let notifier = ticker::notifier(&loaded)?;
@@ -159,6 +161,8 @@ enum Leadership {
 impl Leadership {
     async fn start(
         election: Option<&LeaderElection>,
+        health: Arc<Health>,
+        metrics: Arc<Metrics>,
     ) -> Result<(Leadership, watch::Receiver<bool>), String> {
         let (tx, rx) = watch::channel(election.is_none());
         let Some(le) = election else {
@@ -175,7 +179,16 @@ impl Leadership {
             le.timing.lease_duration,
         ));
         tracing::info!(lease = %format!("{}/{}", le.namespace, le.name), identity = %le.identity, "leader election: waiting for the lease");
-        let task = tokio::spawn(lease::elect(lock.clone(), le.timing, tx));
+        let on_round = move |round: lease::Round| {
+            health.election_round(round.answered, SystemTime::now());
+            metrics.set_leader(round.leading);
+        };
+        let task = tokio::spawn(lease::elect_reporting(
+            lock.clone(),
+            le.timing,
+            tx,
+            on_round,
+        ));
         Ok((Leadership::Lease { lock, task }, rx))
     }
 
