@@ -253,6 +253,24 @@ impl LeaseLock {
 pub struct Round {
     pub answered: bool,
     pub leading: bool,
+    /// While leading: when we must stop acting unless renewed by then.
+    pub lead_until: Option<Instant>,
+}
+
+/// A leader starts a side effect (a push, telling the alert sinks) only with at least
+/// this much of its renew deadline left.
+pub const ACT_MARGIN: Duration = Duration::from_secs(2);
+
+/// Ok when a replica leading until `lead_until` may start a side effect at `now`.
+pub fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), String> {
+    match lead_until {
+        None => Err("this replica no longer holds the lease".into()),
+        Some(t) if t.saturating_duration_since(now) < ACT_MARGIN => Err(format!(
+            "the lease was not renewed and this replica must stop within {}ms",
+            t.saturating_duration_since(now).as_millis()
+        )),
+        Some(_) => Ok(()),
+    }
 }
 
 /// Runs the election for as long as it is polled, publishing on `leader` whether we
@@ -339,6 +357,7 @@ pub async fn elect_reporting(
         on_round(Round {
             answered,
             leading: lead_until.is_some(),
+            lead_until,
         });
         // A failed attempt is retried `retry_every` after it started, not after it ended.
         let mut next = if answered {
@@ -445,6 +464,17 @@ mod tests {
             lease_duration(&LeaseSpec::default(), Duration::from_secs(15)),
             Duration::from_secs(15)
         );
+    }
+
+    #[test]
+    fn side_effects_need_the_lease_with_time_left() {
+        let now = Instant::now();
+        assert!(may_act(Some(now + Duration::from_secs(8)), now).is_ok());
+        let e = may_act(Some(now + Duration::from_millis(1500)), now).unwrap_err();
+        assert!(e.contains("must stop within 1500ms"), "{e}");
+        assert!(may_act(Some(now), now + Duration::from_secs(1)).is_err());
+        let e = may_act(None, now).unwrap_err();
+        assert!(e.contains("no longer holds the lease"), "{e}");
     }
 
     #[test]
