@@ -1269,3 +1269,34 @@ fn the_leader_gauge_and_a_cut_off_standby_turns_unready() {
     assert_eq!(gauge(a_addr), "spokekeeper_leader 1");
     assert!(b.times("tick started").is_empty(), "{}", b.log());
 }
+
+/// Issue 19, item 8 (the emulator, to cut the leader off the API): in the last 2 s before
+/// its renew deadline a leader that cannot renew still ticks but no longer tells the
+/// alert sinks, and then steps down.
+#[test]
+fn a_leader_that_cannot_renew_stops_telling_alert_sinks_before_its_deadline() {
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &["a"]).remove(0);
+    let ep = emu.endpoint();
+    let p = Proc::start("a", &config, &emu.kubeconfig(&ep));
+    p.wait_for("tick finished", 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    assert!(
+        p.times("not telling the alert sinks").is_empty(),
+        "{}",
+        p.log()
+    );
+    ep.partitioned.store(true, Ordering::SeqCst);
+    let down = p
+        .wait_for("stepping down", 1, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    let refused = p.times("not telling the alert sinks");
+    assert!(!refused.is_empty(), "{}", p.log());
+    assert!(refused.iter().all(|t| *t <= down), "{}", p.log());
+    assert!(
+        p.log().contains("must stop within"),
+        "the reason names the time left:\n{}",
+        p.log()
+    );
+}
