@@ -62,6 +62,7 @@ pub struct Metrics {
     last_tick: Timestamp,
     sealing_not_after: Timestamp,
     hub_reachable: Gauge,
+    leader: Gauge,
     sealing_cert_trusted: Gauge,
     hub_synced: Family<SpokeLabels, Gauge>,
     hub_ready: Family<SpokeLabels, Gauge>,
@@ -88,6 +89,7 @@ impl Metrics {
             last_tick: Timestamp::default(),
             sealing_not_after: Timestamp::default(),
             hub_reachable: Gauge::default(),
+            leader: Gauge::default(),
             sealing_cert_trusted: Gauge::default(),
             hub_synced: Family::default(),
             hub_ready: Family::default(),
@@ -163,7 +165,16 @@ impl Metrics {
             "How long the spoke's pull request has been open",
             m.pending_review_age.clone(),
         );
+        registry.register(
+            "leader",
+            "1 while this replica may tick (it holds the Lease, or runs without --leader-elect), else 0",
+            m.leader.clone(),
+        );
         Metrics { registry, ..m }
+    }
+
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
     }
 
     /// Records a finished tick.

@@ -472,6 +472,9 @@ impl Repo {
             })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
+            // Its own process group: a cancelled tick ends git and what git started
+            // (ssh, remote helpers, pack-objects), so no push finishes afterwards.
+            .process_group(0)
             .kill_on_drop(true);
         // Batch mode: an ssh remote must never wait for a password or a host-key answer.
         if std::env::var_os("GIT_SSH_COMMAND").is_none() {
@@ -488,6 +491,7 @@ impl Repo {
             }
         }
         let mut child = cmd.spawn().map_err(RepoError::Spawn)?;
+        let mut group = GroupGuard(child.id());
         if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
             use tokio::io::AsyncWriteExt;
             stdin.write_all(bytes).await.map_err(RepoError::Spawn)?;
@@ -501,6 +505,8 @@ impl Repo {
                 secs: GIT_TIMEOUT.as_secs(),
             })?
             .map_err(RepoError::Spawn)?;
+        // Reaped: its id may be reused, so the group is no longer ours to signal.
+        group.0 = None;
         if !out.status.success() {
             // push --porcelain reports rejections on stdout: keep both.
             let stderr = format!(
@@ -603,4 +609,20 @@ pub fn plaintext_in(text: &str) -> Option<&'static str> {
         return Some("a plaintext kubeconfig token");
     }
     None
+}
+
+/// Kills a git's whole process group when the git call is dropped (a cancelled tick)
+/// or times out before git was reaped; cleared once it was.
+struct GroupGuard(Option<u32>);
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take()
+            && let Some(pgid) = i32::try_from(pid)
+                .ok()
+                .and_then(rustix::process::Pid::from_raw)
+        {
+            let _ = rustix::process::kill_process_group(pgid, rustix::process::Signal::KILL);
+        }
+    }
 }

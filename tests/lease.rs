@@ -5,12 +5,14 @@
 mod support;
 
 use std::fs;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Child;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
+use hyper::StatusCode;
 use rustix::process::{Pid, Signal, kill_process};
 use serde_json::Value;
 use spokekeeper::daemon::lease::{self, LeaseLock, Observed, Timing};
@@ -35,7 +37,8 @@ fn the_first_contender_creates_and_renews_the_other_sees_it_held() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (_ea, a) = contender(&emu, "l1", "a", LONG);
     let (_eb, b) = contender(&emu, "l1", "b", LONG);
-    let before = SystemTime::now();
+    // Expiry is on the monotonic clock (issue 19, item 6).
+    let before = tokio::time::Instant::now();
     assert_eq!(
         rt.block_on(a.try_acquire_or_renew()).unwrap(),
         Observed::Leader
@@ -47,7 +50,7 @@ fn the_first_contender_creates_and_renews_the_other_sees_it_held() {
     match rt.block_on(b.try_acquire_or_renew()).unwrap() {
         Observed::Held { holder, expires } => {
             assert_eq!(holder, "a");
-            let left = expires.duration_since(before).unwrap();
+            let left = expires.duration_since(before);
             assert!(
                 left > Duration::from_secs(14) && left <= Duration::from_secs(16),
                 "{left:?}"
@@ -104,13 +107,16 @@ fn racing_contenders_one_wins_by_resource_version() {
         };
         assert_eq!(emu.holder(&name).as_deref(), Some(winner));
 
-        // Expired: both update the same resourceVersion, the API answers one 409 Conflict.
-        emu.set_holder(
-            &name,
-            "gone",
-            SystemTime::now() - Duration::from_secs(60),
-            15,
-        );
+        // Expired (unchanged for its 1 s since both saw it): both update the same
+        // resourceVersion, the API answers one 409 Conflict.
+        emu.set_holder(&name, "gone", SystemTime::now(), 1);
+        let (ra, rb) =
+            rt.block_on(async { tokio::join!(a.try_acquire_or_renew(), b.try_acquire_or_renew()) });
+        assert!(matches!(
+            (ra.unwrap(), rb.unwrap()),
+            (Observed::Held { .. }, Observed::Held { .. })
+        ));
+        std::thread::sleep(Duration::from_millis(1100));
         let (ra, rb) =
             rt.block_on(async { tokio::join!(a.try_acquire_or_renew(), b.try_acquire_or_renew()) });
         let outcomes = [ra.unwrap(), rb.unwrap()];
@@ -265,6 +271,7 @@ fn elections_never_have_two_leaders_through_death_and_partition() {
         lease_duration: Duration::from_secs(3),
         renew_every: Duration::from_secs(1),
         renew_deadline: Duration::from_secs(2),
+        retry_every: Duration::from_millis(500),
     };
     let emu = Emulator::new();
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -657,4 +664,224 @@ fn losing_the_lease_cancels_the_running_tick() {
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(p.times("tick started").len(), 1, "{}", p.log());
     assert!(p.times("tick finished").is_empty(), "{}", p.log());
+}
+
+/// Issue 19, item 6: expiry is judged by when this replica saw the record change, on its
+/// own monotonic clock, whatever the holder's renewTime says (its clock may be skewed).
+#[test]
+fn expiry_ignores_the_holders_renew_time() {
+    let emu = Emulator::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_eb, b) = contender(&emu, "skew", "b", Duration::from_secs(2));
+    // A live holder whose clock is 10 minutes behind: not expired to us.
+    emu.set_holder(
+        "skew",
+        "behind",
+        SystemTime::now() - Duration::from_secs(600),
+        2,
+    );
+    assert!(
+        matches!(rt.block_on(b.try_acquire_or_renew()).unwrap(), Observed::Held { ref holder, .. } if holder == "behind")
+    );
+    // It renews (a new record): held again for a whole lease duration from now.
+    std::thread::sleep(Duration::from_millis(1500));
+    emu.set_holder(
+        "skew",
+        "behind",
+        SystemTime::now() - Duration::from_secs(600),
+        2,
+    );
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(matches!(
+        rt.block_on(b.try_acquire_or_renew()).unwrap(),
+        Observed::Held { .. }
+    ));
+    // A dead holder whose clock was an hour ahead: taken once the record stood still
+    // for its lease duration.
+    emu.set_holder(
+        "skew",
+        "ahead",
+        SystemTime::now() + Duration::from_secs(3600),
+        2,
+    );
+    assert!(matches!(
+        rt.block_on(b.try_acquire_or_renew()).unwrap(),
+        Observed::Held { .. }
+    ));
+    std::thread::sleep(Duration::from_millis(2100));
+    assert_eq!(
+        rt.block_on(b.try_acquire_or_renew()).unwrap(),
+        Observed::Leader
+    );
+    assert_eq!(emu.holder("skew").as_deref(), Some("b"));
+}
+
+/// Issue 19, item 7 (emulated: the real API server answers 500 or a bare 409 on no
+/// cue): a failed renewal is retried within the deadline, and a 409 that shows no other
+/// holder is read again; neither steps the leader down.
+#[test]
+fn failed_renewals_are_retried_and_a_conflict_is_read_again_while_leading() {
+    let timing = Timing {
+        lease_duration: Duration::from_secs(6),
+        renew_every: Duration::from_secs(2),
+        renew_deadline: Duration::from_secs(4),
+        retry_every: Duration::from_millis(500),
+    };
+    let emu = Emulator::new();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (_ea, a) = contender(&emu, "retry", "a", timing.lease_duration);
+    let (_eb, b) = contender(&emu, "retry", "b", timing.lease_duration);
+    let (ta, ra) = watch::channel(false);
+    let (tb, rb) = watch::channel(false);
+    let watcher = Watcher::start(ra, rb);
+    let task_a = rt.spawn(lease::elect(Arc::new(a), timing, ta));
+    assert!(watcher.wait(Duration::from_secs(2), |a, _| a), "a leads");
+    let task_b = rt.spawn(lease::elect(Arc::new(b), timing, tb));
+    let leading = Instant::now();
+    let writes = |emu: &Emulator| emu.writes("retry").len();
+
+    // Two failed renewals in a row: the third attempt, 1 s after the first, succeeds.
+    std::thread::sleep(Duration::from_millis(500));
+    emu.shared
+        .put_faults
+        .lock()
+        .unwrap()
+        .extend([StatusCode::INTERNAL_SERVER_ERROR; 2]);
+    let before = writes(&emu);
+    std::thread::sleep(Duration::from_secs(4));
+    assert!(
+        emu.shared.put_faults.lock().unwrap().is_empty(),
+        "both faults were hit"
+    );
+    assert!(writes(&emu) > before, "renewed after the failures");
+
+    // A conflict from a metadata-only write: re-read and renewed, still leading.
+    emu.shared
+        .put_faults
+        .lock()
+        .unwrap()
+        .push(StatusCode::CONFLICT);
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(
+        emu.shared.put_faults.lock().unwrap().is_empty(),
+        "the conflict was hit"
+    );
+    assert_eq!(emu.holder("retry").as_deref(), Some("a"));
+    let s = watcher.samples.lock().unwrap();
+    let after: Vec<_> = s.iter().filter(|(t, _, _)| *t >= leading).collect();
+    assert!(after.len() > 1000, "sampled {} times", after.len());
+    assert!(
+        after.iter().all(|(_, a, b)| *a && !*b),
+        "a stepped down, or b led"
+    );
+    drop(s);
+    task_a.abort();
+    task_b.abort();
+    rt.shutdown_background();
+}
+
+fn http_addr(p: &Proc) -> SocketAddr {
+    let line = p
+        .wait_for("listen=", 1, Duration::from_secs(30))
+        .map(|_| p.log())
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    line.split("listen=")
+        .nth(1)
+        .and_then(|s| s.split_whitespace().next())
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no listen address in:\n{line}"))
+}
+
+/// Issue 19, item 9 (the emulator, to cut one replica off the API): the leader gauge is
+/// 1 on the leader and 0 on the standby, and a standby whose election rounds get no
+/// answer turns unready, and ready again once they do.
+#[test]
+fn the_leader_gauge_and_a_cut_off_standby_turns_unready() {
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let configs = fleet(dir.path(), &["a", "b"]);
+    let eps: Vec<Endpoint> = (0..2).map(|_| emu.endpoint()).collect();
+    let a = Proc::start("a", &configs[0], &emu.kubeconfig(&eps[0]));
+    a.wait_for("tick started", 1, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("{}", a.log()));
+    let b = Proc::start("b", &configs[1], &emu.kubeconfig(&eps[1]));
+    let (a_addr, b_addr) = (http_addr(&a), http_addr(&b));
+    let gauge = |addr| {
+        let (code, text) = support::peers::http_get(addr, "/metrics");
+        assert_eq!(code, 200);
+        text.lines()
+            .find(|l| l.starts_with("spokekeeper_leader "))
+            .unwrap_or_else(|| panic!("no spokekeeper_leader in:\n{text}"))
+            .to_string()
+    };
+    let ready = |addr| support::peers::http_get(addr, "/readyz");
+    let until = |what: &str, within: Duration, f: &dyn Fn() -> bool| {
+        let end = Instant::now() + within;
+        while !f() {
+            assert!(
+                Instant::now() < end,
+                "{what}: not within {within:?}\n{}",
+                b.log()
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    };
+    until("b's standby is ready", Duration::from_secs(10), &|| {
+        ready(b_addr).0 == 200
+    });
+    assert_eq!(gauge(a_addr), "spokekeeper_leader 1");
+    assert_eq!(gauge(b_addr), "spokekeeper_leader 0");
+    assert!(ready(b_addr).1.contains("standby"), "{:?}", ready(b_addr));
+
+    eps[1].partitioned.store(true, Ordering::SeqCst);
+    let cut = Instant::now();
+    until("b unready while cut off", Duration::from_secs(25), &|| {
+        ready(b_addr).0 == 503
+    });
+    assert!(
+        cut.elapsed() >= Duration::from_secs(14),
+        "{:?}",
+        cut.elapsed()
+    );
+    let (_, why) = ready(b_addr);
+    assert!(why.contains("last answered leader election"), "{why}");
+    assert_eq!(gauge(b_addr), "spokekeeper_leader 0");
+
+    eps[1].partitioned.store(false, Ordering::SeqCst);
+    until("b ready again", Duration::from_secs(15), &|| {
+        ready(b_addr).0 == 200
+    });
+    assert_eq!(gauge(a_addr), "spokekeeper_leader 1");
+    assert!(b.times("tick started").is_empty(), "{}", b.log());
+}
+
+/// Issue 19, item 8 (the emulator, to cut the leader off the API): in the last 2 s before
+/// its renew deadline a leader that cannot renew still ticks but no longer tells the
+/// alert sinks, and then steps down.
+#[test]
+fn a_leader_that_cannot_renew_stops_telling_alert_sinks_before_its_deadline() {
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &["a"]).remove(0);
+    let ep = emu.endpoint();
+    let p = Proc::start("a", &config, &emu.kubeconfig(&ep));
+    p.wait_for("tick finished", 2, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    assert!(
+        p.times("not telling the alert sinks").is_empty(),
+        "{}",
+        p.log()
+    );
+    ep.partitioned.store(true, Ordering::SeqCst);
+    let down = p
+        .wait_for("stepping down", 1, Duration::from_secs(15))
+        .unwrap_or_else(|| panic!("{}", p.log()));
+    let refused = p.times("not telling the alert sinks");
+    assert!(!refused.is_empty(), "{}", p.log());
+    assert!(refused.iter().all(|t| *t <= down), "{}", p.log());
+    assert!(
+        p.log().contains("must stop within"),
+        "the reason names the time left:\n{}",
+        p.log()
+    );
 }

@@ -724,3 +724,218 @@ fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
     assert_eq!(who["username"], "system:admin", "{who}");
     assert_ready(spoke, &["Kustomization/flux-system/spoke1"]);
 }
+
+/// libfaketime (Debian's libfaketime), to run a daemon with its wall clock shifted.
+fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.is_file());
+    found.expect("libfaketime is missing: apt-get install libfaketime (scripts/test does)")
+}
+
+/// Tick intervals [start, end] from a daemon's log; one still open ends at `until`.
+fn tick_spans(lines: &support::logs::Lines, until: Instant) -> Vec<(Instant, Instant)> {
+    let mut out = Vec::new();
+    let mut open = None;
+    for (t, l) in lines.lock().unwrap().iter() {
+        if l.contains("tick started") {
+            open = Some(*t);
+        } else if (l.contains("tick finished")
+            || l.contains("tick cancelled")
+            || l.contains("tick failed"))
+            && let Some(s) = open.take()
+        {
+            out.push((s, *t));
+        }
+    }
+    out.extend(open.map(|s| (s, until)));
+    out
+}
+
+/// Issue 19, item 6: three daemons on a real Lease, two with their wall clocks shifted by
+/// libfaketime (+12 s and -10 min; the monotonic clock is not shifted). The one 12 s
+/// ahead never takes a healthy leader's lease, and when leaders die, whichever replica is
+/// left takes over within the lease duration, the one 10 min behind too; no two ever
+/// tick at once.
+#[test]
+fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
+    let hub = support::realstack::api::ApiOnly::start();
+    let ns = "spokekeeper";
+    hub.api.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let (_, clones) = support::git::fleet_remote(dir.path(), 3);
+    let cert = support::fleet::vectors().join("key/cert.pem");
+    let faketime = libfaketime();
+    let names = ["steady", "ahead", "behind"];
+    let skews = [None, Some("+12s"), Some("-10m")];
+    let start = |i: usize| {
+        let config = dir.path().join(format!("{}.yaml", names[i]));
+        std::fs::write(
+            &config,
+            format!(
+                "repo:\n  path: {}\nsealing:\n  cert: {}\nspokes:\n  - name: unreachable\n    address: 127.255.0.1\n    ssh: {{ port: 1, identity: {}/no-such-key }}\n",
+                clones[i].display(),
+                cert.display(),
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![
+            ("KUBECONFIG", hub.admin_kubeconfig().as_os_str()),
+            ("POD_NAME", names[i].as_ref()),
+            ("POD_NAMESPACE", ns.as_ref()),
+        ];
+        if let Some(skew) = skews[i] {
+            envs.push(("LD_PRELOAD", faketime.as_os_str()));
+            envs.push(("FAKETIME", skew.as_ref()));
+            envs.push(("FAKETIME_DONT_FAKE_MONOTONIC", "1".as_ref()));
+        }
+        support::daemon::spawn(
+            &config,
+            &[
+                "run",
+                "--leader-elect",
+                "--now",
+                "--interval",
+                "1s",
+                "--listen",
+                "127.0.0.1:0",
+            ],
+            &envs,
+        )
+    };
+    let t0 = Instant::now();
+    let mut procs = vec![start(0)];
+    let ticks = |lines: &support::logs::Lines| {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, l)| l.contains("tick started"))
+            .count()
+    };
+    let log = |lines: &support::logs::Lines| {
+        lines
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(_, l)| l.clone())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    let wait_ticks = |lines: &support::logs::Lines, within: Duration| {
+        let end = Instant::now() + within;
+        while ticks(lines) == 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ticks(lines) > 0
+    };
+    assert!(
+        wait_ticks(&procs[0].1, Duration::from_secs(30)),
+        "{}",
+        log(&procs[0].1)
+    );
+    procs.push(start(1));
+    procs.push(start(2));
+    // Long enough for many renewals: with renewTime compared to its own clock, the one
+    // 12 s ahead would see each renewal expire 3 s after it was written.
+    std::thread::sleep(Duration::from_secs(25));
+    for p in &procs[1..] {
+        assert_eq!(
+            ticks(&p.1),
+            0,
+            "a standby ticked under a healthy leader:\n{}",
+            log(&p.1)
+        );
+    }
+    let lease = hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+    assert_eq!(lease["spec"]["holderIdentity"], "steady", "{lease:#}");
+    let duration = Duration::from_secs(lease["spec"]["leaseDurationSeconds"].as_u64().unwrap());
+
+    // The holder's renewTime, against our clock: shows the holder's skew is real.
+    let renew_offset = || {
+        let lease = hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+        let renewed = lease["spec"]["renewTime"].as_str().unwrap().to_string();
+        let renewed =
+            time::OffsetDateTime::parse(&renewed, &time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|e| panic!("{renewed}: {e}"));
+        let holder = lease["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (
+            holder,
+            (renewed - time::OffsetDateTime::now_utc()).as_seconds_f64(),
+        )
+    };
+    let mut dead = vec![0];
+    let mut killed_at = Vec::new();
+    for round in 0..2 {
+        let leader = *dead.last().unwrap();
+        let _ = procs[leader].0.kill();
+        let _ = procs[leader].0.wait();
+        let killed = Instant::now();
+        killed_at.push((leader, killed));
+        let live: Vec<usize> = (0..3).filter(|i| !dead.contains(i)).collect();
+        let end = killed + duration + Duration::from_secs(10);
+        let next = loop {
+            if let Some(&i) = live.iter().find(|&&i| ticks(&procs[i].1) > 0) {
+                break i;
+            }
+            assert!(
+                Instant::now() < end,
+                "round {round}: no takeover within {:?}:\n{}",
+                end - killed,
+                live.iter()
+                    .map(|&i| log(&procs[i].1))
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let took = killed.elapsed();
+        eprintln!("round {round}: {} took over after {took:?}", names[next]);
+        assert!(took <= duration + Duration::from_secs(7), "took {took:?}");
+        let (holder, offset) = renew_offset();
+        assert_eq!(holder, names[next]);
+        let want = if next == 1 { 12.0 } else { -600.0 };
+        assert!(
+            (offset - want).abs() < 8.0,
+            "{holder} renews {offset:.1}s off, want {want}"
+        );
+        dead.push(next);
+    }
+
+    // Over the whole test, no two daemons ticked at the same time.
+    let end = Instant::now();
+    let mut all = Vec::new();
+    for (i, p) in procs.iter().enumerate() {
+        let until = killed_at
+            .iter()
+            .find(|(k, _)| *k == i)
+            .map_or(end, |(_, t)| *t);
+        all.extend(tick_spans(&p.1, until).into_iter().map(|(s, e)| (s, e, i)));
+    }
+    all.sort_by_key(|(s, _, _)| *s);
+    assert!(all.len() >= 10, "{all:?}");
+    for w in all.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0 || w[0].2 == w[1].2,
+            "{} ticked {:?}..{:?} while {} started at {:?}",
+            names[w[0].2],
+            w[0].0 - t0,
+            w[0].1 - t0,
+            names[w[1].2],
+            w[1].0 - t0
+        );
+    }
+    for p in &mut procs {
+        let _ = p.0.kill();
+        let _ = p.0.wait();
+    }
+}

@@ -512,3 +512,66 @@ async fn a_path_starting_with_a_colon_is_literal_not_pathspec_magic() {
     let status = git(&clones[0], &["status", "--porcelain"]);
     assert_eq!(status.trim(), "?? b.yaml");
 }
+
+/// Issue 19, item 8: a git call that is dropped (a tick cancelled when the lease is lost)
+/// ends what git started too, so no push can finish afterwards. The remote is an `ext::`
+/// helper that records its pid and hangs, as a slow ssh would.
+#[tokio::test]
+async fn a_cancelled_push_ends_everything_git_started() {
+    let (d, _remote, clones) = fleet(1);
+    let pidfile = d.path().join("helper.pid");
+    let helper = d.path().join("helper.sh");
+    std::fs::write(
+        &helper,
+        format!("echo $$ > {}\nexec sleep 60\n", pidfile.display()),
+    )
+    .unwrap();
+    git(&clones[0], &["config", "protocol.ext.allow", "always"]);
+    git(
+        &clones[0],
+        &[
+            "config",
+            "remote.origin.url",
+            &format!("ext::sh {}", helper.display()),
+        ],
+    );
+    let repo = open(&clones[0]).await;
+    repo.write_atomic(Path::new("a.yaml"), b"a\n").unwrap();
+    repo.commit(Path::new("a.yaml"), "a").await.unwrap();
+    let push = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        let pushing = repo.push();
+        tokio::pin!(pushing);
+        // Until the helper runs, then drop the push.
+        loop {
+            tokio::select! {
+                r = &mut pushing => panic!("the push ended: {r:?}"),
+                _ = tokio::time::sleep(std::time::Duration::from_millis(50)) => {
+                    if std::fs::read_to_string(&pidfile).is_ok_and(|p| p.ends_with('\n')) {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+    .await;
+    assert!(push.is_ok(), "the helper never started");
+    let pid: i32 = std::fs::read_to_string(&pidfile)
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let alive = || {
+        std::path::Path::new(&format!("/proc/{pid}")).exists()
+            && !std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .unwrap_or_default()
+                .contains(") Z ")
+    };
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while alive() && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !alive(),
+        "the remote helper (pid {pid}) outlived the cancelled push"
+    );
+}

@@ -455,3 +455,44 @@ async fn periodic_check_catches_what_a_probe_cannot_see() {
     );
     authenticates(&fleet.unsealed(0)).await;
 }
+
+/// Issue 19, item 8: the push asks the gate (the daemon's: the lease held with time
+/// left) right before it starts; refused, the commit stays in the clone, reported as not
+/// pushed, and the next allowed tick pushes it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
+    use spokekeeper::rotate::{self, Context, Gate, Options, RepoStage};
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let config = spokekeeper::config::Config::load(&fleet.config).unwrap();
+    let sealing = spokekeeper::seal::SealingKey::from_pem(
+        &std::fs::read(vectors().join("key/cert.pem")).unwrap(),
+        "cert.pem",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let repo = spokekeeper::repo::Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let refused = Options {
+        concurrency: 1,
+        gate: Gate::new(|| Err("this replica no longer holds the lease".into())),
+        ..Options::default()
+    };
+    let report = rotate::tick(&ctx, &refused).await.unwrap();
+    let failure = report.repo_error.clone().expect("a repo error");
+    assert_eq!(failure.stage, RepoStage::Push);
+    assert_eq!(
+        failure.error,
+        "not pushed: this replica no longer holds the lease"
+    );
+    assert!(!report.pushed);
+    assert_eq!(fleet.remote_log().len(), 1, "only the seed on the remote");
+    assert_eq!(ctx.repo.unpushed().await.unwrap(), 1);
+
+    let open = Options {
+        concurrency: 1,
+        ..Options::default()
+    };
+    let report = rotate::tick(&ctx, &open).await.unwrap();
+    assert!(report.pushed, "{:?}", report.repo_error);
+    assert_eq!(fleet.remote_log().len(), 2, "{:?}", fleet.remote_log());
+}

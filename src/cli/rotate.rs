@@ -67,6 +67,7 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
         only: args.spokes.clone(),
         concurrency: args.concurrency,
         progress: shown.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
+        gate: Default::default(),
     };
     let result = runtime.block_on(run_tick(config, &opts));
     if let Some((_, line)) = &shown {

@@ -14,6 +14,10 @@ use tokio::net::TcpListener;
 use super::schedule::Schedule;
 use crate::metrics::{self, Metrics};
 
+/// A standby is ready while its election rounds got an answer within this long (the
+/// default lease duration: three rounds).
+pub const STANDBY_ANSWER_WINDOW: Duration = Duration::from_secs(15);
+
 /// What /readyz decides from; updated by the tick loop.
 pub struct Health {
     state: Mutex<HealthState>,
@@ -28,6 +32,10 @@ struct HealthState {
     ticked: bool,
     /// Some(false): a standby replica (leader election, not the leader).
     leader: Option<bool>,
+    /// When an election round last got an answer from the hub API.
+    answered: Option<SystemTime>,
+    /// Since then, how long a standby stays ready without another answer.
+    answer_window: Duration,
 }
 
 impl Health {
@@ -40,6 +48,8 @@ impl Health {
                 since: SystemTime::now(),
                 ticked: false,
                 leader: leader_elect.then_some(false),
+                answered: None,
+                answer_window: STANDBY_ANSWER_WINDOW,
             }),
         }
     }
@@ -56,6 +66,13 @@ impl Health {
             s.since = at;
             s.ticked = true;
         });
+    }
+
+    /// An election round ended; `answered` when the hub API answered it.
+    pub fn election_round(&self, answered: bool, at: SystemTime) {
+        if answered {
+            self.with(|s| s.answered = Some(at));
+        }
     }
 
     /// A new leader gets the same grace as a fresh start.
@@ -76,10 +93,23 @@ impl Health {
             .lock()
             .map_err(|_| "the health state is poisoned".to_string())?;
         if s.leader == Some(false) {
-            return Ok(format!(
-                "ready: standby (not the leader), config {}",
-                s.config
-            ));
+            // A standby that cannot reach the Lease could not take over: say so.
+            return match s.answered {
+                Some(at) if now.duration_since(at).unwrap_or_default() <= s.answer_window => {
+                    Ok(format!(
+                        "ready: standby (not the leader), config {}",
+                        s.config
+                    ))
+                }
+                Some(at) => Err(format!(
+                    "not ready: standby, the hub API last answered leader election {}s ago: see the log for why",
+                    now.duration_since(at).unwrap_or_default().as_secs()
+                )),
+                None => Err(
+                    "not ready: standby, the hub API has not answered leader election yet: see the log for why"
+                        .to_string(),
+                ),
+            };
         }
         // Ticks finish a little after their slot: allow up to the 2nd slot after the last
         // finish (before the first tick: one full period after it is due).
@@ -175,14 +205,26 @@ mod tests {
     }
 
     #[test]
-    fn a_standby_is_ready_and_a_new_leader_gets_grace() {
+    fn a_standby_is_ready_while_election_is_answered_and_a_new_leader_gets_grace() {
         let h = Health::new(
             Schedule::every(Duration::from_secs(10)).unwrap(),
             Duration::ZERO,
             "c.yaml".into(),
             true,
         );
-        let later = SystemTime::now() + Duration::from_secs(3600);
+        let now = SystemTime::now();
+        let e = h.readiness(now).unwrap_err();
+        assert!(e.contains("has not answered leader election yet"), "{e}");
+        h.election_round(true, now);
+        assert!(h.readiness(now).unwrap().contains("standby"));
+        assert!(h.readiness(now + Duration::from_secs(15)).is_ok());
+        h.election_round(false, now + Duration::from_secs(10));
+        let e = h.readiness(now + Duration::from_secs(16)).unwrap_err();
+        assert!(e.contains("last answered leader election 16s ago"), "{e}");
+        h.election_round(true, now + Duration::from_secs(16));
+        assert!(h.readiness(now + Duration::from_secs(16)).is_ok());
+        let later = now + Duration::from_secs(3600);
+        h.election_round(true, later);
         assert!(h.readiness(later).unwrap().contains("standby"));
         h.leading(true);
         let now = SystemTime::now();

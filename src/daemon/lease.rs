@@ -2,11 +2,13 @@
 //!
 //! Every write is guarded by the resourceVersion that was read: of two contenders
 //! writing the same version, the API server accepts one and answers the other 409
-//! Conflict. A holder's claim lasts until its renewTime + leaseDurationSeconds; the
-//! leader stops acting when it has not renewed for `renew_deadline`, which is shorter
-//! than the lease, so it has stopped before anyone else may take over.
+//! Conflict. As in client-go, a holder's claim is judged on the local monotonic clock
+//! only: it lasts leaseDurationSeconds from the moment this replica last saw the lease
+//! record change, never from the holder's renewTime (its wall clock, which may be skewed).
+//! The leader stops acting when it has not renewed for `renew_deadline`, which is
+//! shorter than the lease, so it has stopped before anyone else may take over.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
@@ -35,6 +37,8 @@ pub struct Timing {
     pub renew_every: Duration,
     /// The leader steps down when it could not renew for this long.
     pub renew_deadline: Duration,
+    /// After a failed attempt, the next one comes this much later (client-go's RetryPeriod).
+    pub retry_every: Duration,
 }
 
 impl Default for Timing {
@@ -43,6 +47,7 @@ impl Default for Timing {
             lease_duration: Duration::from_secs(15),
             renew_every: Duration::from_secs(5),
             renew_deadline: Duration::from_secs(10),
+            retry_every: Duration::from_secs(2),
         }
     }
 }
@@ -52,8 +57,9 @@ impl Default for Timing {
 pub enum Observed {
     /// We hold the lease (acquired or renewed just now).
     Leader,
-    /// Someone else holds it until `expires` (their renewTime + leaseDurationSeconds).
-    Held { holder: String, expires: SystemTime },
+    /// Someone else holds it until `expires`: leaseDurationSeconds after we last saw
+    /// the record change.
+    Held { holder: String, expires: Instant },
     /// Another contender wrote first (409): we do not hold it.
     Lost,
 }
@@ -76,6 +82,27 @@ pub struct LeaseLock {
     name: String,
     identity: String,
     duration: Duration,
+    seen: Mutex<Seen>,
+}
+
+/// The lease record as last read or written, and when (local monotonic time) it last
+/// changed: the only clock expiry is judged by.
+#[derive(Default)]
+struct Seen {
+    record: Option<(LeaseSpec, Instant)>,
+}
+
+impl Seen {
+    /// Records `spec` as read at `now`; returns when it was first seen as it is.
+    fn observe(&mut self, spec: &LeaseSpec, now: Instant) -> Instant {
+        match &self.record {
+            Some((last, at)) if last == spec => *at,
+            _ => {
+                self.record = Some((spec.clone(), now));
+                now
+            }
+        }
+    }
 }
 
 impl LeaseLock {
@@ -92,6 +119,7 @@ impl LeaseLock {
             name: name.to_string(),
             identity: identity.to_string(),
             duration: lease_duration,
+            seen: Mutex::new(Seen::default()),
         }
     }
 
@@ -124,7 +152,10 @@ impl LeaseLock {
                 }),
             };
             return match self.api.create(&PostParams::default(), &lease).await {
-                Ok(_) => Ok(Observed::Leader),
+                Ok(created) => {
+                    self.observe(&created.spec.unwrap_or_default());
+                    Ok(Observed::Leader)
+                }
                 Err(kube::Error::Api(s)) if s.is_already_exists() || s.is_conflict() => {
                     Ok(Observed::Lost)
                 }
@@ -132,11 +163,12 @@ impl LeaseLock {
             };
         };
         let spec = current.spec.clone().unwrap_or_default();
+        let seen_at = self.observe(&spec);
         let holder = spec.holder_identity.clone().filter(|h| !h.is_empty());
         let mine = holder.as_deref() == Some(self.identity.as_str());
         if !mine && let Some(holder) = holder {
-            let expires = expiry(&spec, self.duration);
-            if expires > now {
+            let expires = seen_at + lease_duration(&spec, self.duration);
+            if expires > Instant::now() {
                 return Ok(Observed::Held { holder, expires });
             }
         }
@@ -156,7 +188,10 @@ impl LeaseLock {
             .replace(&self.name, &PostParams::default(), &next)
             .await
         {
-            Ok(_) => Ok(Observed::Leader),
+            Ok(written) => {
+                self.observe(&written.spec.unwrap_or_default());
+                Ok(Observed::Leader)
+            }
             Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Observed::Lost),
             Err(e) => Err(self.err("update", e)),
         }
@@ -191,6 +226,14 @@ impl LeaseLock {
         }
     }
 
+    fn observe(&self, spec: &LeaseSpec) -> Instant {
+        let now = Instant::now();
+        match self.seen.lock() {
+            Ok(mut seen) => seen.observe(spec, now),
+            Err(_) => now,
+        }
+    }
+
     fn duration_secs(&self) -> i32 {
         i32::try_from(self.duration.as_secs().max(1)).unwrap_or(i32::MAX)
     }
@@ -205,9 +248,44 @@ impl LeaseLock {
     }
 }
 
+/// What one election round told: whether the API answered it, and whether we lead now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Round {
+    pub answered: bool,
+    pub leading: bool,
+    /// While leading: when we must stop acting unless renewed by then.
+    pub lead_until: Option<Instant>,
+}
+
+/// A leader starts a side effect (a push, telling the alert sinks) only with at least
+/// this much of its renew deadline left.
+pub const ACT_MARGIN: Duration = Duration::from_secs(2);
+
+/// Ok when a replica leading until `lead_until` may start a side effect at `now`.
+pub fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), String> {
+    match lead_until {
+        None => Err("this replica no longer holds the lease".into()),
+        Some(t) if t.saturating_duration_since(now) < ACT_MARGIN => Err(format!(
+            "the lease was not renewed and this replica must stop within {}ms",
+            t.saturating_duration_since(now).as_millis()
+        )),
+        Some(_) => Ok(()),
+    }
+}
+
 /// Runs the election for as long as it is polled, publishing on `leader` whether we
 /// lead right now. Drop it (abort its task) to stop, then [`LeaseLock::release`].
 pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<bool>) {
+    elect_reporting(lock, timing, leader, |_| {}).await;
+}
+
+/// [`elect`], telling `on_round` after every round (for /readyz and the leader gauge).
+pub async fn elect_reporting(
+    lock: Arc<LeaseLock>,
+    timing: Timing,
+    leader: watch::Sender<bool>,
+    mut on_round: impl FnMut(Round),
+) {
     let mut lead_until: Option<Instant> = None;
     let set = |leading: bool| {
         leader.send_if_modified(|v| std::mem::replace(v, leading) != leading);
@@ -219,6 +297,7 @@ pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<b
             t.saturating_duration_since(started).min(timing.renew_every)
         });
         let mut wait = timing.renew_every;
+        let mut answered = true;
         match tokio::time::timeout(budget, lock.try_acquire_or_renew()).await {
             Ok(Ok(Observed::Leader)) => {
                 if lead_until.is_none() {
@@ -233,27 +312,36 @@ pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<b
                 }
                 set(false);
                 // Look again right when it expires, to take over within the lease duration.
-                let left = expires
-                    .duration_since(SystemTime::now())
-                    .unwrap_or_default();
+                let left = expires.saturating_duration_since(Instant::now());
                 wait = wait.min(left + Duration::from_millis(50));
             }
+            Ok(Ok(Observed::Lost)) if lead_until.is_some() => {
+                // Someone else wrote the record (a label, another contender's failed
+                // take-over): re-read it; only a record naming another holder ends our lead.
+                tracing::info!(
+                    identity = lock.identity(),
+                    "the lease changed while leading: reading it again"
+                );
+                wait = Duration::from_millis(200);
+            }
             Ok(Ok(Observed::Lost)) => {
-                if lead_until.take().is_some() {
-                    tracing::warn!(
-                        identity = lock.identity(),
-                        "lost the lease: another contender updated it first; stopping"
-                    );
-                }
                 set(false);
                 // Read who won, and when their claim ends.
                 wait = Duration::from_millis(200);
             }
-            Ok(Err(e)) => tracing::warn!(error = %e, "leader election"),
-            Err(_) => tracing::warn!(
-                secs = budget.as_secs_f32(),
-                "leader election: the hub API did not answer in time"
-            ),
+            Ok(Err(e)) => {
+                answered = false;
+                wait = timing.retry_every;
+                tracing::warn!(error = %e, "leader election");
+            }
+            Err(_) => {
+                answered = false;
+                wait = timing.retry_every;
+                tracing::warn!(
+                    secs = budget.as_secs_f32(),
+                    "leader election: the hub API did not answer in time"
+                );
+            }
         }
         if let Some(t) = lead_until
             && Instant::now() >= t
@@ -266,7 +354,17 @@ pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<b
             lead_until = None;
             set(false);
         }
-        let mut next = Instant::now() + wait;
+        on_round(Round {
+            answered,
+            leading: lead_until.is_some(),
+            lead_until,
+        });
+        // A failed attempt is retried `retry_every` after it started, not after it ended.
+        let mut next = if answered {
+            Instant::now() + wait
+        } else {
+            (started + wait).max(Instant::now())
+        };
         if let Some(t) = lead_until {
             next = next.min(t);
         }
@@ -274,13 +372,18 @@ pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<b
     }
 }
 
-/// POD_NAME, else the host name.
+/// POD_NAME, else the host name with a random suffix (as client-go does), so two
+/// replicas on one host never share an identity.
 pub fn default_identity() -> Result<String, String> {
     if let Ok(name) = std::env::var("POD_NAME")
         && !name.trim().is_empty()
     {
         return Ok(name.trim().to_string());
     }
+    host_identity()
+}
+
+fn host_identity() -> Result<String, String> {
     let uname = rustix::system::uname();
     let host = uname.nodename().to_string_lossy().trim().to_string();
     if host.is_empty() {
@@ -289,7 +392,12 @@ pub fn default_identity() -> Result<String, String> {
                 .into(),
         );
     }
-    Ok(host)
+    let mut suffix = [0u8; 8];
+    getrandom::fill(&mut suffix).map_err(|e| {
+        format!("no identity for leader election: no random suffix for the host name ({e}): set POD_NAME")
+    })?;
+    let hex: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!("{host}_{hex}"))
 }
 
 /// The in-cluster namespace (POD_NAMESPACE is read by the command line).
@@ -302,18 +410,12 @@ pub fn default_namespace() -> Result<String, String> {
     }
 }
 
-fn expiry(spec: &LeaseSpec, default: Duration) -> SystemTime {
-    let duration = spec
-        .lease_duration_seconds
+/// The holder's leaseDurationSeconds, or ours when it wrote none.
+fn lease_duration(spec: &LeaseSpec, default: Duration) -> Duration {
+    spec.lease_duration_seconds
         .and_then(|d| u64::try_from(d).ok())
         .filter(|d| *d > 0)
-        .map_or(default, Duration::from_secs);
-    let renewed = spec
-        .renew_time
-        .as_ref()
-        .or(spec.acquire_time.as_ref())
-        .map_or(UNIX_EPOCH, |t| system_time(&t.0));
-    renewed + duration
+        .map_or(default, Duration::from_secs)
 }
 
 fn micro(t: SystemTime) -> MicroTime {
@@ -323,39 +425,74 @@ fn micro(t: SystemTime) -> MicroTime {
     MicroTime(Timestamp::from_microsecond(us).unwrap_or(Timestamp::UNIX_EPOCH))
 }
 
-fn system_time(t: &Timestamp) -> SystemTime {
-    u64::try_from(t.as_microsecond())
-        .map_or(UNIX_EPOCH, |us| UNIX_EPOCH + Duration::from_micros(us))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
-    fn expiry_is_renew_time_plus_the_holders_duration() {
-        let renewed = UNIX_EPOCH + Duration::from_secs(1_000);
-        let spec = LeaseSpec {
-            renew_time: Some(micro(renewed)),
+    fn expiry_counts_from_when_the_record_last_changed_not_its_renew_time() {
+        let t0 = Instant::now();
+        let mut seen = Seen::default();
+        // The holder's clock is far ahead: its renewTime says nothing about expiry here.
+        let ahead = LeaseSpec {
+            holder_identity: Some("a".into()),
+            renew_time: Some(micro(SystemTime::now() + Duration::from_secs(3600))),
             lease_duration_seconds: Some(7),
             ..LeaseSpec::default()
         };
+        assert_eq!(seen.observe(&ahead, t0), t0);
         assert_eq!(
-            expiry(&spec, Duration::from_secs(15)),
-            renewed + Duration::from_secs(7)
+            seen.observe(&ahead, t0 + Duration::from_secs(5)),
+            t0,
+            "unchanged"
         );
-        let spec = LeaseSpec {
-            acquire_time: Some(micro(renewed)),
-            ..LeaseSpec::default()
+        let renewed = LeaseSpec {
+            renew_time: Some(micro(UNIX_EPOCH)),
+            ..ahead.clone()
         };
+        let t1 = t0 + Duration::from_secs(6);
         assert_eq!(
-            expiry(&spec, Duration::from_secs(15)),
-            renewed + Duration::from_secs(15)
+            seen.observe(&renewed, t1),
+            t1,
+            "a renewal restarts the count"
         );
         assert_eq!(
-            expiry(&LeaseSpec::default(), Duration::from_secs(15)),
-            UNIX_EPOCH + Duration::from_secs(15)
+            lease_duration(&renewed, Duration::from_secs(15)),
+            Duration::from_secs(7)
         );
+        assert_eq!(
+            lease_duration(&LeaseSpec::default(), Duration::from_secs(15)),
+            Duration::from_secs(15)
+        );
+    }
+
+    #[test]
+    fn side_effects_need_the_lease_with_time_left() {
+        let now = Instant::now();
+        assert!(may_act(Some(now + Duration::from_secs(8)), now).is_ok());
+        let e = may_act(Some(now + Duration::from_millis(1500)), now).unwrap_err();
+        assert!(e.contains("must stop within 1500ms"), "{e}");
+        assert!(may_act(Some(now), now + Duration::from_secs(1)).is_err());
+        let e = may_act(None, now).unwrap_err();
+        assert!(e.contains("no longer holds the lease"), "{e}");
+    }
+
+    #[test]
+    fn the_fallback_identity_is_the_host_name_with_a_random_suffix() {
+        let (a, b) = (host_identity().unwrap(), host_identity().unwrap());
+        let host = rustix::system::uname()
+            .nodename()
+            .to_string_lossy()
+            .trim()
+            .to_string();
+        assert!(a.starts_with(&format!("{host}_")), "{a}");
+        assert_eq!(a.len(), host.len() + 17, "{a}");
+        assert_ne!(a, b);
+    }
+
+    fn system_time(t: &Timestamp) -> SystemTime {
+        u64::try_from(t.as_microsecond())
+            .map_or(UNIX_EPOCH, |us| UNIX_EPOCH + Duration::from_micros(us))
     }
 
     #[test]

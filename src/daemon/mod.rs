@@ -73,6 +73,7 @@ async fn serve(opts: Options) -> Result<(), String> {
         );
     }
     let metrics = Arc::new(Metrics::new());
+    metrics.set_leader(opts.leader.is_none());
     metrics.set_sealing_not_after(loaded.context.sealing.not_after());
     let health = Arc::new(Health::new(
         schedule.clone(),
@@ -82,7 +83,8 @@ async fn serve(opts: Options) -> Result<(), String> {
     ));
     let listen = opts.listen.unwrap_or(loaded.config().metrics_listen);
     let http = Http::start(listen, health.clone(), metrics.clone()).await?;
-    let (leadership, leader) = Leadership::start(opts.leader.as_ref()).await?;
+    let (leadership, leader, gate) =
+        Leadership::start(opts.leader.as_ref(), health.clone(), metrics.clone()).await?;
     tracing::info!(listen = %http.addr, schedule = %schedule, spokes = loaded.config().spokes.len(), "running: serving /metrics, /healthz and /readyz");
 
     let notifier = ticker::notifier(&loaded)?;
@@ -94,6 +96,7 @@ async fn serve(opts: Options) -> Result<(), String> {
         health,
         leader,
         leader_alive: true,
+        gate,
         signals,
     }
     .run()
@@ -159,10 +162,16 @@ enum Leadership {
 impl Leadership {
     async fn start(
         election: Option<&LeaderElection>,
-    ) -> Result<(Leadership, watch::Receiver<bool>), String> {
+        health: Arc<Health>,
+        metrics: Arc<Metrics>,
+    ) -> Result<(Leadership, watch::Receiver<bool>, crate::rotate::Gate), String> {
         let (tx, rx) = watch::channel(election.is_none());
         let Some(le) = election else {
-            return Ok((Leadership::Always { _sender: tx }, rx));
+            return Ok((
+                Leadership::Always { _sender: tx },
+                rx,
+                crate::rotate::Gate::default(),
+            ));
         };
         let client = kube::Client::try_default().await.map_err(|e| {
             format!("--leader-elect: cannot build a client for the hub's API: {e} (run in a pod with a service account, or set KUBECONFIG)")
@@ -175,8 +184,26 @@ impl Leadership {
             le.timing.lease_duration,
         ));
         tracing::info!(lease = %format!("{}/{}", le.namespace, le.name), identity = %le.identity, "leader election: waiting for the lease");
-        let task = tokio::spawn(lease::elect(lock.clone(), le.timing, tx));
-        Ok((Leadership::Lease { lock, task }, rx))
+        let tenure = Arc::new(std::sync::Mutex::new(None));
+        let until = tenure.clone();
+        let gate = crate::rotate::Gate::new(move || {
+            let lead_until = until.lock().map_err(|_| "poisoned".to_string())?;
+            lease::may_act(*lead_until, tokio::time::Instant::now())
+        });
+        let on_round = move |round: lease::Round| {
+            health.election_round(round.answered, SystemTime::now());
+            metrics.set_leader(round.leading);
+            if let Ok(mut t) = tenure.lock() {
+                *t = round.lead_until;
+            }
+        };
+        let task = tokio::spawn(lease::elect_reporting(
+            lock.clone(),
+            le.timing,
+            tx,
+            on_round,
+        ));
+        Ok((Leadership::Lease { lock, task }, rx, gate))
     }
 
     /// Stops the election and gives the lease up when held.

@@ -34,6 +34,8 @@ pub(super) struct Ticker {
     /// Whether this process may tick (always true without leader election).
     pub leader: watch::Receiver<bool>,
     pub leader_alive: bool,
+    /// Asked before the push and before telling the alert sinks.
+    pub gate: rotate::Gate,
     pub signals: Signals,
     /// The alert sinks and what each was last told; kept across ticks and reloads that
     /// leave `alerts:` as it was.
@@ -152,6 +154,7 @@ impl Ticker {
         let ctx = self.loaded.context.clone();
         let opts = rotate::Options {
             concurrency: self.opts.concurrency,
+            gate: self.gate.clone(),
             ..rotate::Options::default()
         };
         let started = Instant::now();
@@ -256,6 +259,11 @@ impl Ticker {
         );
         let now = time::OffsetDateTime::now_utc();
         let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(report));
+        if let Err(why) = self.gate.check() {
+            // The new leader tells them; two replicas must not contradict each other.
+            tracing::warn!(reason = %why, "not telling the alert sinks");
+            return findings;
+        }
         for e in self.notifier.notify(&findings, now).await {
             tracing::warn!(error = %e, "alert sink failed");
             self.metrics.error("", "alert");

@@ -98,6 +98,33 @@ pub struct Options {
     pub concurrency: usize,
     /// Told where the tick is (`rotate` on a terminal); nothing by default.
     pub progress: progress::Progress,
+    /// Asked right before the push; always yes by default.
+    pub gate: Gate,
+}
+
+/// Whether this process may still act (with leader election: it holds the Lease with
+/// time left), asked right before a side effect: Err says why not.
+#[derive(Clone, Default)]
+pub struct Gate(Option<std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+
+impl Gate {
+    pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Gate {
+        Gate(Some(std::sync::Arc::new(check)))
+    }
+
+    pub fn check(&self) -> Result<(), String> {
+        self.0.as_ref().map_or(Ok(()), |check| check())
+    }
+}
+
+impl std::fmt::Debug for Gate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Gate(checked)"
+        } else {
+            "Gate(open)"
+        })
+    }
 }
 
 /// What happened to one spoke.
@@ -394,13 +421,23 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         }
     } else if !opts.dry_run && ctx.config.repo.push {
         opts.progress.emit(Step::Fleet { stage: "push" });
-        match ctx.repo.push().await {
-            Ok(Pushed::Done { rebases }) => {
-                pushed = true;
-                tracing::info!(committed, rebases, "pushed");
+        if let Err(why) = opts.gate.check() {
+            // Left in the clone: the next tick here, or the new leader, pushes.
+            if !matches!(ctx.repo.unpushed().await, Ok(0)) {
+                repo_error = Some(RepoFailure::new(
+                    RepoStage::Push,
+                    format!("not pushed: {why}"),
+                ));
             }
-            Ok(Pushed::Nothing) => {}
-            Err(e) => repo_error = Some(RepoFailure::new(RepoStage::Push, e.to_string())),
+        } else {
+            match ctx.repo.push().await {
+                Ok(Pushed::Done { rebases }) => {
+                    pushed = true;
+                    tracing::info!(committed, rebases, "pushed");
+                }
+                Ok(Pushed::Nothing) => {}
+                Err(e) => repo_error = Some(RepoFailure::new(RepoStage::Push, e.to_string())),
+            }
         }
     }
     if let Some(hub) = &ctx.config.hub

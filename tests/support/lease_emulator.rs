@@ -62,6 +62,9 @@ pub struct Shared {
     pub get_delay_ms: AtomicU64,
     /// Every request: (method, path).
     pub requests: Mutex<Vec<(String, String)>>,
+    /// Answers for the next PUTs instead of storing them: 500, or 409 after a
+    /// metadata-only write by someone else (as a label added with kubectl would).
+    pub put_faults: Mutex<Vec<StatusCode>>,
 }
 
 /// A front door to the shared store; `partitioned` makes its requests hang.
@@ -90,6 +93,7 @@ impl Emulator {
                 store: Mutex::new(Store::default()),
                 get_delay_ms: AtomicU64::new(0),
                 requests: Mutex::new(Vec::new()),
+                put_faults: Mutex::new(Vec::new()),
             }),
             rt: Some(rt),
             dir: tempfile::tempdir().unwrap(),
@@ -332,6 +336,26 @@ async fn handle(
             }
             let mut store = shared.store.lock().unwrap();
             let key = (ns.clone(), name.clone());
+            let fault = {
+                let mut faults = shared.put_faults.lock().unwrap();
+                (!faults.is_empty()).then(|| faults.remove(0))
+            };
+            match fault {
+                Some(StatusCode::CONFLICT) => {
+                    if let Some(mut other) = store.leases.get(&key).cloned() {
+                        store.stamp(&mut other, &ns);
+                        store.leases.insert(key.clone(), other);
+                    }
+                    return status(
+                        StatusCode::CONFLICT,
+                        "Conflict",
+                        "the object has been modified",
+                        &name,
+                    );
+                }
+                Some(code) => return status(code, "InternalError", "injected fault", &name),
+                None => {}
+            }
             let Some(current) = store.leases.get(&key) else {
                 return not_found(&name);
             };

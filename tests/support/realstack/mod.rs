@@ -9,6 +9,7 @@
 //! the command that makes it. Every process a lab starts is killed when the lab is
 //! dropped, and by the kernel if the test process dies first.
 
+pub mod api;
 pub mod flux;
 pub mod hub;
 pub mod kube;
