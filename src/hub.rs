@@ -149,10 +149,14 @@ impl Hub {
             .header("Accept", "*/*")
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
-        self.client
-            .request_text(req)
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))
+        self.client.request_text(req).await.map_err(|e| match (&e, &c.port) {
+            // The API server matches the port by name only: a 503 for a configured name
+            // is most often a name the Service does not have.
+            (kube::Error::Api(s), Some(p)) if s.code == 503 => format!(
+                "GET {path}: {e} (is {p:?} the name of the Service's port? upstream controller.yaml leaves it unnamed: set hub.controller.port to \"\" or 8080, or leave it out)"
+            ),
+            _ => format!("GET {path}: {e}"),
+        })
     }
 
     pub async fn sealed_secret(
@@ -180,6 +184,23 @@ impl Hub {
             .await
             .map_err(|e| format!("{} {namespace}/{name}: {e}", ar.plural))?;
         Ok(obj.map(|o| HubObject::from_dynamic(&o)))
+    }
+
+    /// Whether the hub serves `kind` at the API version used (discovery, which every
+    /// authenticated user may read): Flux before v2.0 has no kustomize.toolkit.fluxcd.io/v1,
+    /// before v2.3 no helm.toolkit.fluxcd.io/v2.
+    pub async fn serves(&self, kind: Kind) -> Result<bool, String> {
+        let ar = kind.resource();
+        let path = format!("/apis/{}/{}", ar.group, ar.version);
+        let req = hyper::http::Request::get(&path)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+        match self.client.request::<APIResourceList>(req).await {
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == ar.plural)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(format!("GET {path}: {e}")),
+        }
     }
 
     /// Sets reconcile.fluxcd.io/requestedAt with a JSON merge patch, as `flux reconcile`
@@ -236,6 +257,8 @@ pub struct HubObject {
     /// Kustomization, HelmRelease: the requestedAt Flux handled last.
     pub last_handled_reconcile_at: Option<String>,
     pub requested_at: Option<String>,
+    /// Kustomization, HelmRelease: spec.suspend (Flux echoes requests but runs nothing).
+    pub suspended: bool,
 }
 
 impl HubObject {
@@ -280,6 +303,7 @@ impl HubObject {
             requested_at: v["metadata"]["annotations"][REQUESTED_AT]
                 .as_str()
                 .map(str::to_string),
+            suspended: v["spec"]["suspend"] == true,
         }
     }
 

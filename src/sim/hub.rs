@@ -100,6 +100,8 @@ struct State {
     consumers: BTreeMap<(Kind, String, String), FluxObject>,
     /// Kinds whose CRD is not installed: every request for them is 404.
     not_served: Vec<Kind>,
+    /// The controller Service's port name ("": unnamed, as upstream controller.yaml).
+    port_name: String,
     revision: u64,
     seen: Vec<Seen>,
 }
@@ -145,6 +147,7 @@ impl HubSim {
             sealed: BTreeMap::new(),
             consumers: BTreeMap::new(),
             not_served: Vec::new(),
+            port_name: CONTROLLER_PORT_NAME.into(),
             revision: 100,
             seen: Vec::new(),
         }));
@@ -258,6 +261,12 @@ impl HubSim {
         let mut st = self.lock();
         st.consumers.retain(|(k, _, _), _| *k != kind);
         st.not_served.push(kind);
+    }
+
+    /// Names the controller Service's port 8080 (`""`: unnamed, as the upstream
+    /// controller.yaml installs it).
+    pub fn set_port_name(&self, name: &str) {
+        self.lock().port_name = name.into();
     }
 
     /// Deletes a Kustomization or HelmRelease.
@@ -491,6 +500,27 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
                 None => not_found("bitnami.com", "sealedsecrets", name),
             }
         }
+        ["apis", group, version] if method == Method::GET => {
+            let served: Vec<Value> = Kind::ALL
+                .into_iter()
+                .filter(|k| !st.not_served.contains(k))
+                .map(|k| k.resource())
+                .filter(|ar| ar.group == *group && ar.version == *version)
+                .map(|ar| json!({"name": ar.plural, "namespaced": true, "kind": ar.kind, "verbs": ["get", "list", "patch"]}))
+                .collect();
+            if served.is_empty() {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                    None,
+                );
+            }
+            json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": served}),
+            )
+        }
         ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
             let Some(kind) = Kind::ALL.into_iter().find(|k| {
                 let ar = k.resource();
@@ -538,6 +568,10 @@ fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
     if ns != st.namespace || name != st.name {
         return not_found("", "services", name);
     }
+    let mut port = json!({"protocol": "TCP", "port": 8080, "targetPort": 8080});
+    if !st.port_name.is_empty() {
+        port["name"] = json!(st.port_name);
+    }
     json_response(
         StatusCode::OK,
         &json!({
@@ -549,7 +583,7 @@ fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
                 "resourceVersion": "42", "uid": "00000000-0000-4000-8000-00000000002a",
             },
             "spec": {
-                "ports": [{"name": CONTROLLER_PORT_NAME, "protocol": "TCP", "port": 8080, "targetPort": 8080}],
+                "ports": [port],
                 "selector": {"app.kubernetes.io/name": "sealed-secrets"},
                 "clusterIP": "10.43.0.42", "type": "ClusterIP",
             },
@@ -567,7 +601,14 @@ fn proxy(st: &State, ns: &str, target: &str, rest: &str) -> Response<Full<Bytes>
     if ns != st.namespace || name != st.name {
         return not_found("", "services", name);
     }
-    if !["", CONTROLLER_PORT_NAME, "8080"].contains(&port) {
+    // As the API server: a number stands for its port's name, and endpoints match by
+    // name only (so "" reaches only an unnamed port).
+    let port = if port == "8080" {
+        st.port_name.as_str()
+    } else {
+        port
+    };
+    if port != st.port_name {
         return status(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
