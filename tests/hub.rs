@@ -1401,3 +1401,52 @@ async fn where_flux_looks_is_checked_and_said() {
         "{message}"
     );
 }
+
+/// A 429 from the hub API (API Priority and Fairness) during verification is waited out
+/// for its Retry-After, for the reads and the reconcile request alike, and verification
+/// still ends Ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn verification_honours_retry_after() {
+    use std::time::Duration;
+    let l = lab(1, "  verify_timeout: 30s\n");
+    let gaps_after_429 = |part: &str| {
+        let seen: Vec<_> = l
+            .hub
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains(part))
+            .collect();
+        let throttled = seen.iter().filter(|r| r.throttled).count();
+        let gaps: Vec<Duration> = seen
+            .windows(2)
+            .filter(|w| w[0].throttled)
+            .map(|w| w[1].at - w[0].at)
+            .collect();
+        (throttled, gaps)
+    };
+    l.hub.throttle("/sealedsecrets/", 2, 2);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["hub"]["consumers"][0]["ready"]["ok"],
+        true
+    );
+    let (throttled, gaps) = gaps_after_429("/sealedsecrets/");
+    assert_eq!((throttled, gaps.len()), (2, 2));
+    assert!(
+        gaps.iter().all(|g| *g >= Duration::from_secs(2)),
+        "{gaps:?}"
+    );
+
+    l.hub.throttle("/kustomizations/spoke0", 1, 1);
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["hub"]["consumers"][0]["ready"]["ok"],
+        true
+    );
+    let (throttled, gaps) = gaps_after_429("/kustomizations/spoke0");
+    assert_eq!((throttled, gaps.len()), (1, 1));
+    assert!(gaps[0] >= Duration::from_secs(1), "{gaps:?}");
+    l.assert_within_access();
+}

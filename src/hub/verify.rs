@@ -203,7 +203,7 @@ pub async fn verify(
             requested.push((c, at));
             continue;
         }
-        match hub.request_reconcile(&c, &now).await {
+        match hub.request_reconcile(&c, &now, deadline).await {
             Ok(()) => {
                 report.requested_at = Some(now.clone());
                 requested.push((c, now.clone()));
@@ -354,6 +354,7 @@ async fn wait_synced(
         &spoke.secret.key,
     );
     loop {
+        hub.pace(deadline).await;
         let last = match hub.sealed_secret(ns, name).await {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext) {
                 Seen::Done(check) => return check,
@@ -418,6 +419,7 @@ async fn wait_ready(
     timeout: Duration,
 ) -> Check {
     loop {
+        hub.pace(deadline).await;
         let last = match hub.consumer(c).await {
             Ok(Some(obj)) => match ready(&obj, requested_at) {
                 Seen::Done(check) => return check,

@@ -81,6 +81,9 @@ pub struct Seen {
     pub query: String,
     pub content_type: Option<String>,
     pub body: String,
+    pub at: std::time::Instant,
+    /// Answered 429 (see [`HubSim::throttle`]).
+    pub throttled: bool,
 }
 
 pub const CONTROLLER_PORT_NAME: &str = "http";
@@ -102,6 +105,8 @@ struct State {
     not_served: Vec<Kind>,
     /// The controller Service's port name ("": unnamed, as upstream controller.yaml).
     port_name: String,
+    /// Requests whose path contains .0 answered 429 with Retry-After .2 (seconds), .1 more times.
+    throttle: Option<(String, u32, u64)>,
     revision: u64,
     seen: Vec<Seen>,
 }
@@ -148,6 +153,7 @@ impl HubSim {
             consumers: BTreeMap::new(),
             not_served: Vec::new(),
             port_name: CONTROLLER_PORT_NAME.into(),
+            throttle: None,
             revision: 100,
             seen: Vec::new(),
         }));
@@ -267,6 +273,12 @@ impl HubSim {
     /// controller.yaml installs it).
     pub fn set_port_name(&self, name: &str) {
         self.lock().port_name = name.into();
+    }
+
+    /// The next `times` requests whose path contains `path` are answered 429 Too Many
+    /// Requests with `Retry-After: retry_after_secs`, as API Priority and Fairness does.
+    pub fn throttle(&self, path: &str, times: u32, retry_after_secs: u64) {
+        self.lock().throttle = Some((path.into(), times, retry_after_secs));
     }
 
     /// Deletes a Kustomization or HelmRelease.
@@ -456,7 +468,30 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
         query: query.clone(),
         content_type: content_type.clone(),
         body: body.clone(),
+        at: std::time::Instant::now(),
+        throttled: false,
     });
+    if let Some((p, times, after)) = &mut st.throttle
+        && *times > 0
+        && path.contains(p.as_str())
+    {
+        *times -= 1;
+        let after = *after;
+        if let Some(last) = st.seen.last_mut() {
+            last.throttled = true;
+        }
+        let mut resp = status(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+            Some(json!({"retryAfterSeconds": after})),
+        );
+        resp.headers_mut().insert(
+            "Retry-After",
+            hyper::header::HeaderValue::from_str(&after.to_string()).expect("digits"),
+        );
+        return resp;
+    }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["api", "v1", "namespaces", ns, "services", name] => {
