@@ -1450,3 +1450,16 @@ async fn verification_honours_retry_after() {
     assert!(gaps[0] >= Duration::from_secs(1), "{gaps:?}");
     l.assert_within_access();
 }
+
+/// The controller writes Synced False when an unseal fails, then retries it: a False is
+/// the result only once the retry had its chance.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_synced_false_waits_for_the_controllers_retry() {
+    let l = lab(1, "  verify_timeout: 30s\n");
+    l.hub.fail_next_unseal();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["ok"], true, "{hub}");
+    assert_eq!(hub["consumers"][0]["ready"]["ok"], true, "{hub}");
+}

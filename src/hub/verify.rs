@@ -353,12 +353,26 @@ async fn wait_synced(
         &spoke.secret.name,
         &spoke.secret.key,
     );
+    let mut false_since: Option<Instant> = None;
     loop {
         hub.pace(deadline).await;
         let last = match hub.sealed_secret(ns, name).await {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext) {
-                Seen::Done(check) => return check,
-                Seen::Waiting(why) => why,
+                Seen::Done(check) if check.ok => return check,
+                Seen::Done(check) => {
+                    let since = *false_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= SYNCED_RETRY || Instant::now() + POLL > deadline {
+                        return check;
+                    }
+                    format!(
+                        "Synced False ({}): waiting for the controller's retry",
+                        check.message
+                    )
+                }
+                Seen::Waiting(why) => {
+                    false_since = None;
+                    why
+                }
             },
             Ok(None) => {
                 format!("sealedsecrets {ns}/{name} does not exist on the hub (not applied yet?)")
@@ -374,6 +388,10 @@ async fn wait_synced(
         tokio::time::sleep(POLL).await;
     }
 }
+
+/// The controller retries a failed unseal (5 times, backing off from 5 ms) after writing
+/// Synced False; a False still there after this is its result.
+const SYNCED_RETRY: Duration = Duration::from_secs(2);
 
 /// Sealed Secrets writes status only from v0.17 (before, with --update-status), and
 /// v0.24.2 does not advance observedGeneration when Synced stays True.

@@ -107,6 +107,10 @@ struct State {
     port_name: String,
     /// Requests whose path contains .0 answered 429 with Retry-After .2 (seconds), .1 more times.
     throttle: Option<(String, u32, u64)>,
+    /// The next unseal fails once, then the controller's retry succeeds.
+    fail_next_unseal: bool,
+    /// A failed unseal waits for its retry.
+    retry: bool,
     revision: u64,
     seen: Vec<Seen>,
 }
@@ -154,6 +158,8 @@ impl HubSim {
             not_served: Vec::new(),
             port_name: CONTROLLER_PORT_NAME.into(),
             throttle: None,
+            fail_next_unseal: false,
+            retry: false,
             revision: 100,
             seen: Vec::new(),
         }));
@@ -279,6 +285,12 @@ impl HubSim {
     /// Requests with `Retry-After: retry_after_secs`, as API Priority and Fairness does.
     pub fn throttle(&self, path: &str, times: u32, retry_after_secs: u64) {
         self.lock().throttle = Some((path.into(), times, retry_after_secs));
+    }
+
+    /// The next unseal writes Synced False (as a Secret update conflict does), and the
+    /// controller's retry, at the next read, succeeds.
+    pub fn fail_next_unseal(&self) {
+        self.lock().fail_next_unseal = true;
     }
 
     /// Deletes a Kustomization or HelmRelease.
@@ -732,9 +744,10 @@ fn unseal(st: &mut State, key: &(String, String)) {
         return;
     };
     let generation = obj["metadata"]["generation"].as_i64().unwrap_or(1);
-    if obj["status"]["observedGeneration"].as_i64() == Some(generation) {
+    if obj["status"]["observedGeneration"].as_i64() == Some(generation) && !st.retry {
         return;
     }
+    st.retry = false;
     let text = serde_json::to_vec(obj).unwrap_or_default();
     let result = SealedSecret::parse(&text)
         .map_err(|e| e.to_string())
@@ -744,6 +757,16 @@ fn unseal(st: &mut State, key: &(String, String)) {
                 format!("no key could decrypt secret ({})", names.join(", "))
             })
         });
+    let result = match std::mem::take(&mut st.fail_next_unseal) {
+        true => {
+            st.retry = true;
+            Err(format!(
+                "Operation cannot be fulfilled on secrets \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                key.1
+            ))
+        }
+        false => result,
+    };
     let now = "2025-06-01T12:00:00Z";
     let mut c = json!({"type": "Synced", "lastUpdateTime": now, "lastTransitionTime": now});
     match result {
