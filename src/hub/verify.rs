@@ -413,8 +413,15 @@ fn synced(obj: &HubObject, key: &str, ciphertext: &str) -> Seen {
         return Seen::Waiting(NO_STATUS.into());
     }
     if !obj.observed() {
+        // Behind with Synced True stays so forever on v0.24.2 (True->True is not written).
+        let hint = match obj.condition("Synced") {
+            Some(c) if c.status == "True" => {
+                "; if it stays so, the controller may be Sealed Secrets v0.24.2, which does not advance it while Synced stays True: upgrade to v0.24.3 or later"
+            }
+            _ => "",
+        };
         return Seen::Waiting(format!(
-            "the controller has not looked at generation {} yet (observedGeneration {})",
+            "the controller has not looked at generation {} yet (observedGeneration {}){hint}",
             obj.generation.unwrap_or_default(),
             obj.observed_generation
                 .map_or("none".into(), |g| g.to_string())
@@ -832,5 +839,19 @@ mod tests {
         let mut none = echoed(1, Some(1), cond("Ready", "True", "", ""));
         none.requested_at = None;
         assert_eq!(reusable(&none), None);
+    }
+
+    #[test]
+    fn behind_with_synced_true_names_the_v0_24_2_quirk() {
+        let ok = cond("Synced", "True", "", "");
+        assert!(matches!(
+            synced(&sealed("new", 3, 2, Some(ok)), "value", "new"),
+            Seen::Waiting(w) if w.contains("generation 3") && w.contains("v0.24.2")
+        ));
+        let bad = cond("Synced", "False", "ErrUnsealFailed", "no key");
+        assert!(matches!(
+            synced(&sealed("new", 3, 2, Some(bad)), "value", "new"),
+            Seen::Waiting(w) if !w.contains("v0.24.2")
+        ));
     }
 }
