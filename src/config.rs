@@ -141,8 +141,22 @@ struct RawController {
     namespace: Option<String>,
     #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "service_port")]
     port: Option<String>,
+}
+
+/// A Service port's name, or its number (`port: 8080` as YAML writes it).
+fn service_port<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum NameOrNumber {
+        Name(String),
+        Number(u16),
+    }
+    Ok(Option::<NameOrNumber>::deserialize(d)?.map(|p| match p {
+        NameOrNumber::Name(n) => n,
+        NameOrNumber::Number(n) => n.to_string(),
+    }))
 }
 
 #[derive(Debug, Deserialize)]
@@ -663,11 +677,12 @@ impl Config {
                         )));
                     }
                 }
+                // "" is an unnamed port, as kubeseal asks for it (upstream controller.yaml).
                 if let Some(p) = &controller.port
-                    && (p.is_empty() || !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-'))
+                    && !p.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
                 {
                     return Err(bad("hub.controller.port", format!(
-                        "hub.controller.port {p:?} must be the Service's port name or number (e.g. http or 8080), or left out to use its first port"
+                        "hub.controller.port {p:?} must be the Service's port name or number (e.g. http or 8080; \"\" for an unnamed port), or left out to use its first port"
                     )));
                 }
                 let verify_timeout = h.verify_timeout.map_or(DEFAULT_VERIFY_TIMEOUT, |s| s.0);
@@ -1206,6 +1221,15 @@ spokes:
         );
         assert_eq!(hub.controller.port.as_deref(), Some("http"));
         assert_eq!(hub.controller.name, "sealer");
+        // Upstream controller.yaml's unnamed port, as kubeseal asks for it, or its number.
+        for (port, want) in [("\"\"", ""), ("8080", "8080"), ("\"8080\"", "8080")] {
+            let c = parse(&format!("{MIN}hub: {{controller: {{port: {port}}}}}\n")).unwrap();
+            assert_eq!(
+                c.hub.unwrap().controller.port.as_deref(),
+                Some(want),
+                "{port}"
+            );
+        }
         assert_eq!(hub.verify_timeout, Duration::from_secs(30));
         let k = c.spokes[0].kustomization.as_ref().unwrap();
         assert_eq!(

@@ -13,10 +13,14 @@ mod trust;
 pub mod verify;
 
 use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http_body_util::{BodyExt, Limited};
+use tokio::time::Instant;
+
 use k8s_openapi::api::core::v1::Service;
-use kube::api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams};
+use kube::api::{ApiResource, DynamicObject, GroupVersionKind};
 use kube::{Api, Client};
 use serde::Serialize;
 
@@ -70,6 +74,12 @@ pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 /// Bounds each API call, so an unresponsive hub never holds a tick for long.
 pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The longest Retry-After honoured (a 429 without one waits a second).
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// The largest single object read (a SealedSecret or a Flux object).
+const OBJECT_BYTES: usize = 4 << 20;
+
 pub fn sealed_secret_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("bitnami.com", "v1alpha1", "SealedSecret"),
@@ -82,6 +92,8 @@ pub fn sealed_secret_resource() -> ApiResource {
 pub struct Hub {
     client: Client,
     controller: ControllerRef,
+    /// Until when the hub asked (429, Retry-After) not to be called.
+    throttled: Arc<Mutex<Option<Instant>>>,
 }
 
 impl Hub {
@@ -111,6 +123,7 @@ impl Hub {
         Ok(Hub {
             client,
             controller: cfg.controller.clone(),
+            throttled: Arc::default(),
         })
     }
 
@@ -149,10 +162,14 @@ impl Hub {
             .header("Accept", "*/*")
             .body(Vec::new())
             .map_err(|e| e.to_string())?;
-        self.client
-            .request_text(req)
-            .await
-            .map_err(|e| format!("GET {path}: {e}"))
+        self.client.request_text(req).await.map_err(|e| match (&e, &c.port) {
+            // The API server matches the port by name only: a 503 for a configured name
+            // is most often a name the Service does not have.
+            (kube::Error::Api(s), Some(p)) if s.code == 503 => format!(
+                "GET {path}: {e} (is {p:?} the name of the Service's port? upstream controller.yaml leaves it unnamed: set hub.controller.port to \"\" or 8080, or leave it out)"
+            ),
+            _ => format!("GET {path}: {e}"),
+        })
     }
 
     pub async fn sealed_secret(
@@ -174,29 +191,126 @@ impl Hub {
         namespace: &str,
         name: &str,
     ) -> Result<Option<HubObject>, String> {
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), namespace, ar);
-        let obj = api
-            .get_opt(name)
-            .await
-            .map_err(|e| format!("{} {namespace}/{name}: {e}", ar.plural))?;
-        Ok(obj.map(|o| HubObject::from_dynamic(&o)))
+        let what = format!("{} {namespace}/{name}", ar.plural);
+        let path = format!(
+            "/apis/{}/{}/namespaces/{namespace}/{}/{name}",
+            ar.group, ar.version, ar.plural
+        );
+        let req = hyper::http::Request::get(&path)
+            .header("Accept", "application/json")
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        let (status, body) = self.call(req).await.map_err(|e| format!("{what}: {e}"))?;
+        if status == hyper::http::StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        if !status.is_success() {
+            return Err(format!("{what}: {}", consumers::api_error(status, &body)));
+        }
+        let obj: DynamicObject =
+            serde_json::from_slice(&body).map_err(|e| format!("{what}: not an object: {e}"))?;
+        Ok(Some(HubObject::from_dynamic(&obj)))
     }
 
     /// Sets reconcile.fluxcd.io/requestedAt with a JSON merge patch, as `flux reconcile`
-    /// does (the same annotation for Kustomizations and HelmReleases).
-    pub async fn request_reconcile(&self, c: &Consumer, at: &str) -> Result<(), String> {
+    /// does (the same annotation for Kustomizations and HelmReleases). A 429 is retried
+    /// after its Retry-After, until `deadline`.
+    pub async fn request_reconcile(
+        &self,
+        c: &Consumer,
+        at: &str,
+        deadline: Instant,
+    ) -> Result<(), String> {
         let ar = c.kind.resource();
-        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), &c.namespace, &ar);
+        let what = format!(
+            "{} {}/{}: annotate {REQUESTED_AT}",
+            ar.plural, c.namespace, c.name
+        );
+        let path = format!(
+            "/apis/{}/{}/namespaces/{}/{}/{}",
+            ar.group, ar.version, c.namespace, ar.plural, c.name
+        );
         let patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: at}}});
-        api.patch(&c.name, &PatchParams::default(), &Patch::Merge(&patch))
+        loop {
+            self.pace(deadline).await;
+            let req = hyper::http::Request::patch(&path)
+                .header("Content-Type", "application/merge-patch+json")
+                .header("Accept", "application/json")
+                .body(patch.to_string().into_bytes())
+                .map_err(|e| e.to_string())?;
+            let (status, body) = self.call(req).await.map_err(|e| format!("{what}: {e}"))?;
+            if status.is_success() {
+                return Ok(());
+            }
+            if status != hyper::http::StatusCode::TOO_MANY_REQUESTS || Instant::now() >= deadline {
+                return Err(format!("{what}: {}", consumers::api_error(status, &body)));
+            }
+        }
+    }
+
+    /// Whether the hub serves `kind` at the API version used (discovery, which every
+    /// authenticated user may read): Flux before v2.0 has no kustomize.toolkit.fluxcd.io/v1,
+    /// before v2.3 no helm.toolkit.fluxcd.io/v2.
+    pub async fn serves(&self, kind: Kind) -> Result<bool, String> {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
+        let ar = kind.resource();
+        let path = format!("/apis/{}/{}", ar.group, ar.version);
+        let req = hyper::http::Request::get(&path)
+            .body(Vec::new())
+            .map_err(|e| e.to_string())?;
+        match self.client.request::<APIResourceList>(req).await {
+            Ok(list) => Ok(list.resources.iter().any(|r| r.name == ar.plural)),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
+            Err(e) => Err(format!("GET {path}: {e}")),
+        }
+    }
+
+    /// Waits out the Retry-After of the hub's last 429, until `deadline` at most.
+    pub async fn pace(&self, deadline: Instant) {
+        let until = *self.throttled.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = until {
+            tokio::time::sleep_until(t.min(deadline)).await;
+        }
+    }
+
+    /// One call, bounded in time and size; a 429 records its Retry-After for [`Hub::pace`].
+    async fn call(
+        &self,
+        req: hyper::http::Request<Vec<u8>>,
+    ) -> Result<(hyper::http::StatusCode, hyper::body::Bytes), String> {
+        let read = async {
+            let resp = self
+                .client
+                .send(req.map(kube::client::Body::from))
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = resp.status();
+            if status == hyper::http::StatusCode::TOO_MANY_REQUESTS {
+                let after = resp
+                    .headers()
+                    .get(hyper::http::header::RETRY_AFTER)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.trim().parse::<u64>().ok())
+                    .map_or(Duration::from_secs(1), Duration::from_secs)
+                    .min(MAX_RETRY_AFTER);
+                *self.throttled.lock().unwrap_or_else(|p| p.into_inner()) =
+                    Some(Instant::now() + after);
+            }
+            let body = Limited::new(resp.into_body(), OBJECT_BYTES)
+                .collect()
+                .await
+                .map_err(|_| {
+                    format!(
+                        "the answer is longer than {} MiB or broken off",
+                        OBJECT_BYTES >> 20
+                    )
+                })?
+                .to_bytes();
+            Ok::<_, String>((status, body))
+        };
+        tokio::time::timeout(CALL_TIMEOUT, read)
             .await
-            .map(|_| ())
-            .map_err(|e| {
-                format!(
-                    "{} {}/{}: annotate {REQUESTED_AT}: {e}",
-                    ar.plural, c.namespace, c.name
-                )
-            })
+            .map_err(|_| format!("no answer within {}s", CALL_TIMEOUT.as_secs()))?
     }
 }
 
@@ -236,6 +350,8 @@ pub struct HubObject {
     /// Kustomization, HelmRelease: the requestedAt Flux handled last.
     pub last_handled_reconcile_at: Option<String>,
     pub requested_at: Option<String>,
+    /// Kustomization, HelmRelease: spec.suspend (Flux echoes requests but runs nothing).
+    pub suspended: bool,
 }
 
 impl HubObject {
@@ -280,6 +396,7 @@ impl HubObject {
             requested_at: v["metadata"]["annotations"][REQUESTED_AT]
                 .as_str()
                 .map(str::to_string),
+            suspended: v["spec"]["suspend"] == true,
         }
     }
 

@@ -467,7 +467,8 @@ async fn hub_transcript(
     for c in [&k, &h] {
         let path = format!("{}/{}", collection(c.kind), c.name);
         let before = call(client, "GET", &path, "application/json", None).await;
-        let r = hub.request_reconcile(c, at).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        let r = hub.request_reconcile(c, at, deadline).await;
         let after = call(client, "GET", &path, "application/json", None).await;
         t.push((
             format!("Hub::request_reconcile {:?}", c.kind),

@@ -891,6 +891,34 @@ fn chart_config_is_accepted_by_spokekeeper() {
     assert!(config.spokes[0].ssh.sudo);
 }
 
+/// Upstream controller.yaml's Service port is unnamed: `port: ""` is granted and
+/// configured as kubeseal asks for it (`http:NAME:`), not refused as a missing value.
+#[test]
+fn chart_accepts_the_controllers_unnamed_port() {
+    let objects = read_all(
+        &render_with("hub:\n  controller: {port: \"\"}\n"),
+        "chart (unnamed controller port)",
+    );
+    let proxy: Vec<Grant> = grants(&objects)
+        .into_iter()
+        .filter(|g| g.2 == "services/proxy")
+        .collect();
+    assert_eq!(
+        proxy,
+        [grant(
+            "kube-system",
+            "",
+            "services/proxy",
+            "get",
+            &["http:sealed-secrets-controller:"]
+        )]
+    );
+    let text = config_text(&objects);
+    let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
+        .unwrap_or_else(|e| panic!("the chart's spokekeeper.yaml is refused: {e}\n{text}"));
+    assert_eq!(config.hub.unwrap().controller.port.as_deref(), Some(""));
+}
+
 /// Metric names `/metrics` serves, read from what the daemon's registry encodes after a
 /// tick with one rotated and one failed spoke (a family without series is not written).
 fn served_metric_names() -> BTreeSet<String> {

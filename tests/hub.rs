@@ -1255,3 +1255,211 @@ async fn a_list_too_large_to_read_fails_verification_plainly() {
     assert_eq!(requests_to(&l.hub, "PATCH", ""), 0, "nothing requested");
     l.assert_within_access();
 }
+
+/// Upstream controller.yaml's Service port has no name: the API server matches endpoints
+/// by name only, so kubeseal's `http:NAME:` (port "") and the number reach it, and the
+/// chart's default `http` is a 503 whose error names hub.controller.port and the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
+    let l = lab(1, "  verify_timeout: 10s\n  controller: {port: \"\"}\n");
+    l.hub.set_port_name("");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        requests_to(
+            &l.hub,
+            "GET",
+            "/services/http:sealed-secrets-controller:/proxy/v1/cert.pem"
+        ),
+        1
+    );
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    // Not configured: the Service's first port, by its number.
+    std::fs::write(
+        &l.fleet.config,
+        text.replace("  controller: {port: \"\"}\n", ""),
+    )
+    .unwrap();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        requests_to(
+            &l.hub,
+            "GET",
+            "/services/http:sealed-secrets-controller:8080/proxy/v1/cert.pem"
+        ),
+        1
+    );
+    // The named port the Service does not have: 503, and the error says what to set.
+    std::fs::write(
+        &l.fleet.config,
+        text.replace(
+            "  controller: {port: \"\"}\n",
+            "  controller: {port: http}\n",
+        ),
+    )
+    .unwrap();
+    let (_, report, err) = l.fleet.rotate_json(&["--all"]);
+    let all = format!("{report}\n{err}");
+    assert!(
+        all.contains("503") && all.contains("hub.controller.port to \\\"\\\" or 8080"),
+        "{all}"
+    );
+    l.assert_within_access();
+}
+
+/// A recheck of a spoke whose consumer Flux had not finished waits for the request made
+/// at the push (and its echo) instead of setting a new one that restarts the wait.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recheck_waits_for_the_pending_request() {
+    use spokekeeper::hub::Hub;
+    use spokekeeper::hub::verify::verify;
+    use std::time::Duration;
+    let l = lab(1, "  verify_timeout: 5s\n");
+    l.hub.set_flux(Flux::Stalled);
+    let (_, report, err) = l.fleet.rotate_json(&["--all"]);
+    let first = &report["spokes"][0]["hub"];
+    assert_eq!(
+        first["consumers"][0]["ready"]["status"], "TimedOut",
+        "{report}\n{err}"
+    );
+    let at = first["requested_at"].as_str().unwrap().to_string();
+    assert_eq!(
+        patches_to(&l.hub, "kustomizations", "flux-system", "spoke0"),
+        1
+    );
+
+    l.hub.set_flux(Flux::Ready);
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    let config =
+        spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", l.fleet.dir.path()).unwrap();
+    let hub_cfg = config.hub.clone().unwrap();
+    let hub = Hub::connect(&hub_cfg).await.unwrap();
+    let spoke = &config.spokes[0];
+    let ciphertext = l.sealed(0).encrypted_data[&spoke.secret.key].clone();
+    let consumer = spokekeeper::hub::Consumer {
+        kind: Kind::Kustomization,
+        namespace: "flux-system".into(),
+        name: "spoke0".into(),
+    };
+    let again = verify(
+        &hub,
+        spoke,
+        &ciphertext,
+        Ok(vec![consumer]),
+        Duration::from_secs(5),
+        true,
+    )
+    .await;
+    assert!(again.ok(), "{again:?}");
+    assert_eq!(again.requested_at.as_deref(), Some(at.as_str()));
+    assert_eq!(
+        patches_to(&l.hub, "kustomizations", "flux-system", "spoke0"),
+        1,
+        "no new request"
+    );
+}
+
+/// Flux reads a kubeConfig Secret only from the consumer's own namespace, and a hub
+/// without kustomize.toolkit.fluxcd.io/v1 (no Flux, or one older than v2.0) is said to be
+/// one, not told to set spokes[].kustomization.
+#[tokio::test(flavor = "multi_thread")]
+async fn where_flux_looks_is_checked_and_said() {
+    let l = lab(1, "  verify_timeout: 5s\n");
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    let configure = |k: &str| {
+        std::fs::write(
+            &l.fleet.config,
+            text.replace(
+                "  - name: spoke0\n",
+                &format!("  - name: spoke0\n    kustomization: {k}\n"),
+            ),
+        )
+        .unwrap()
+    };
+    configure("{name: spoke0, namespace: apps}");
+    let (_, report, err) = l.fleet.rotate_json(&["--all"]);
+    let ready = &report["spokes"][0]["hub"]["consumers"][0]["ready"];
+    assert_eq!(ready["status"], "WrongNamespace", "{report}\n{err}");
+    assert!(
+        ready["message"]
+            .as_str()
+            .unwrap()
+            .contains("its own namespace"),
+        "{ready}"
+    );
+    assert_eq!(patches_to(&l.hub, "kustomizations", "apps", "spoke0"), 0);
+
+    configure("{name: spoke0}");
+    l.hub.remove_kind(Kind::Kustomization);
+    let (_, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    let ready = &report["spokes"][0]["hub"]["consumers"][0]["ready"];
+    assert_eq!(ready["status"], "NotServed", "{report}\n{err}");
+    let message = ready["message"].as_str().unwrap();
+    assert!(
+        message.contains("kustomize.toolkit.fluxcd.io/v1") && !message.contains("set spokes"),
+        "{message}"
+    );
+}
+
+/// A 429 from the hub API (API Priority and Fairness) during verification is waited out
+/// for its Retry-After, for the reads and the reconcile request alike, and verification
+/// still ends Ready.
+#[tokio::test(flavor = "multi_thread")]
+async fn verification_honours_retry_after() {
+    use std::time::Duration;
+    let l = lab(1, "  verify_timeout: 30s\n");
+    let gaps_after_429 = |part: &str| {
+        let seen: Vec<_> = l
+            .hub
+            .requests()
+            .into_iter()
+            .filter(|r| r.path.contains(part))
+            .collect();
+        let throttled = seen.iter().filter(|r| r.throttled).count();
+        let gaps: Vec<Duration> = seen
+            .windows(2)
+            .filter(|w| w[0].throttled)
+            .map(|w| w[1].at - w[0].at)
+            .collect();
+        (throttled, gaps)
+    };
+    l.hub.throttle("/sealedsecrets/", 2, 2);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["hub"]["consumers"][0]["ready"]["ok"],
+        true
+    );
+    let (throttled, gaps) = gaps_after_429("/sealedsecrets/");
+    assert_eq!((throttled, gaps.len()), (2, 2));
+    assert!(
+        gaps.iter().all(|g| *g >= Duration::from_secs(2)),
+        "{gaps:?}"
+    );
+
+    l.hub.throttle("/kustomizations/spoke0", 1, 1);
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["hub"]["consumers"][0]["ready"]["ok"],
+        true
+    );
+    let (throttled, gaps) = gaps_after_429("/kustomizations/spoke0");
+    assert_eq!((throttled, gaps.len()), (1, 1));
+    assert!(gaps[0] >= Duration::from_secs(1), "{gaps:?}");
+    l.assert_within_access();
+}
+
+/// The controller writes Synced False when an unseal fails, then retries it: a False is
+/// the result only once the retry had its chance.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_synced_false_waits_for_the_controllers_retry() {
+    let l = lab(1, "  verify_timeout: 30s\n");
+    l.hub.fail_next_unseal();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    assert_eq!(hub["synced"]["ok"], true, "{hub}");
+    assert_eq!(hub["consumers"][0]["ready"]["ok"], true, "{hub}");
+}

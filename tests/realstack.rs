@@ -939,3 +939,138 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
         let _ = p.0.wait();
     }
 }
+
+/// Issue 19, item 1, on the real API server: the controller Service's port unnamed, as
+/// upstream controller.yaml installs it. kubeseal asks for `http:NAME:`; spokekeeper
+/// reaches it with `port: ""`, and with the chart's `http` it says what to set.
+#[test]
+fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
+    let opts = HubOptions {
+        unnamed_port: true,
+        ..HubOptions::default()
+    };
+    let stack = Stack::start(&SCOPES[..1], &opts, "  controller: {port: \"\"}\n");
+    assert_eq!(kubeseal_fetch_cert(&stack.hub), stack.hub.cert_pem());
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_ready(&report["spokes"][0], &["Kustomization/flux-system/spoke0"]);
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    std::fs::write(
+        &stack.fleet.config,
+        text.replace(
+            "  controller: {port: \"\"}\n",
+            "  controller: {port: http}\n",
+        ),
+    )
+    .unwrap();
+    let (_, report, err) = stack.rotate_json();
+    let all = format!("{report}\n{err}");
+    assert!(
+        all.contains("503") && all.contains("hub.controller.port to \\\"\\\" or 8080"),
+        "{all}"
+    );
+}
+
+/// Issue 19, item 3, on the real CRDs: a suspended Kustomization echoes the request and
+/// keeps its old Ready True (reported as suspended); a run that fails leaves
+/// observedGeneration behind (its Ready False is reported, not a timeout); a
+/// DependencyNotReady is waited through to the retry's result.
+#[test]
+fn flux_ready_semantics_on_the_real_crds() {
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let ks = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n  \
+             namespace: flux-system\nspec:\n  interval: 10m\n  path: ./infra\n  prune: true\n{extra}  sourceRef:\n    \
+             kind: GitRepository\n    name: fleet\n  kubeConfig:\n    secretRef:\n      name: spoke0-kubeconfig\n"
+        )
+    };
+    stack
+        .hub
+        .api
+        .apply(&ks("spoke0-suspended", "  suspend: true\n"));
+    stack.hub.api.kubectl(&[
+        "patch", "kustomization", "spoke0-suspended", "-n", "flux-system",
+        "--subresource=status", "--type=merge", "-p",
+        r#"{"status":{"observedGeneration":1,"conditions":[{"type":"Ready","status":"True","reason":"ReconciliationSucceeded","message":"Applied revision: main@sha1:0000","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":1}]}}"#,
+    ]);
+    stack.hub.api.apply(&ks("spoke0-failing", ""));
+    stack.hub.api.apply(&ks("spoke0-retried", ""));
+    let flux = stack.flux.as_ref().unwrap();
+    flux.script(
+        "kustomizations",
+        "flux-system",
+        "spoke0-failing",
+        &[(
+            "False",
+            "ReconciliationFailed",
+            "kustomize build failed: accumulating resources",
+        )],
+    );
+    flux.script(
+        "kustomizations",
+        "flux-system",
+        "spoke0-retried",
+        &[
+            (
+                "False",
+                "DependencyNotReady",
+                "dependency 'flux-system/infra' is not ready",
+            ),
+            (
+                "True",
+                "ReconciliationSucceeded",
+                "Applied revision: main@sha1:1111",
+            ),
+        ],
+    );
+    let (_, report, err) = stack.rotate_json();
+    let consumer = |name: &str| {
+        report["spokes"][0]["hub"]["consumers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{report:#}\n{err}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {report:#}\n{err}"))["ready"]
+            .clone()
+    };
+    let suspended = consumer("spoke0-suspended");
+    assert_eq!(suspended["status"], "Suspended", "{report:#}\n{err}");
+    assert_eq!(suspended["ok"], false);
+    let failing = consumer("spoke0-failing");
+    assert_eq!(failing["status"], "False", "{report:#}\n{err}");
+    assert!(
+        failing["message"]
+            .as_str()
+            .unwrap()
+            .contains("kustomize build failed")
+    );
+    let retried = consumer("spoke0-retried");
+    assert_eq!(retried["ok"], true, "{report:#}\n{err}");
+    assert_eq!(consumer("spoke0")["ok"], true);
+}
+
+/// Issue 19, item 2, on the real controller run as one that writes no status (before
+/// v0.17 without --update-status; here v0.36.6 with --update-status=false): it unseals,
+/// and verification says the controller does not report status and the minimum version,
+/// instead of a bare timeout.
+#[test]
+fn a_controller_that_writes_no_status_is_named_as_such() {
+    let mut stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    stack.hub.start_controller_with(&["--update-status=false"]);
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    std::fs::write(
+        &stack.fleet.config,
+        text.replace("verify_timeout: 90s", "verify_timeout: 15s"),
+    )
+    .unwrap();
+    let (_, report, err) = stack.rotate_json();
+    let synced = &report["spokes"][0]["hub"]["synced"];
+    assert_eq!(synced["ok"], false, "{report:#}\n{err}");
+    let message = synced["message"].as_str().unwrap();
+    assert!(
+        message.contains("does not report status") && message.contains("v0.24.3"),
+        "{message}"
+    );
+    stack.wait_unsealed(0, Duration::from_secs(30));
+}

@@ -329,7 +329,7 @@ fn matching(
 }
 
 /// A failed call's metav1 Status as one bounded line.
-fn api_error(status: hyper::http::StatusCode, body: &[u8]) -> String {
+pub(super) fn api_error(status: hyper::http::StatusCode, body: &[u8]) -> String {
     #[derive(Deserialize)]
     struct Status {
         #[serde(default)]

@@ -153,13 +153,16 @@ impl HubReport {
 
 /// Waits for the SealedSecret holding `ciphertext` to be unsealed, asks each of
 /// `consumers` to reconcile, and waits for each one's Ready condition, all within
-/// `timeout`.
+/// `timeout`. With `reuse_pending` (a recheck of a spoke already requested for this
+/// commit) a consumer's standing requestedAt is waited for instead of a new one, so a
+/// run longer than one recheck is not restarted every tick.
 pub async fn verify(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
     consumers: Result<Vec<Consumer>, String>,
     timeout: Duration,
+    reuse_pending: bool,
 ) -> HubReport {
     let deadline = Instant::now() + timeout;
     let synced = wait_synced(hub, spoke, ciphertext, deadline, timeout).await;
@@ -174,10 +177,17 @@ pub async fn verify(
             return report;
         }
     };
-    let at = rfc3339_nano(time::OffsetDateTime::now_utc());
+    let now = rfc3339_nano(time::OffsetDateTime::now_utc());
     // Every request first, so the controllers work on them side by side.
     let mut requested = Vec::new();
     for c in consumers {
+        if let Some(check) = elsewhere(spoke, &c) {
+            report.consumers.push(ConsumerCheck {
+                consumer: c,
+                ready: check,
+            });
+            continue;
+        }
         if Instant::now() >= deadline {
             let why = format!("not requested within {}s", timeout.as_secs());
             report.consumers.push(ConsumerCheck {
@@ -186,31 +196,77 @@ pub async fn verify(
             });
             continue;
         }
-        match hub.request_reconcile(&c, &at).await {
-            Ok(()) => requested.push(c),
-            Err(e) => report.consumers.push(ConsumerCheck {
-                consumer: c,
-                ready: Check::failed("Error", e),
-            }),
+        if reuse_pending
+            && let Ok(Some(obj)) = hub.consumer(&c).await
+            && let Some(at) = reusable(&obj)
+        {
+            requested.push((c, at));
+            continue;
+        }
+        match hub.request_reconcile(&c, &now, deadline).await {
+            Ok(()) => {
+                report.requested_at = Some(now.clone());
+                requested.push((c, now.clone()));
+            }
+            Err(e) => {
+                let ready = match hub.serves(c.kind).await {
+                    Ok(false) => not_served(&c),
+                    _ => Check::failed("Error", e),
+                };
+                report.consumers.push(ConsumerCheck { consumer: c, ready });
+            }
         }
     }
-    if !requested.is_empty() {
-        report.requested_at = Some(at.clone());
+    if report.requested_at.is_none() {
+        report.requested_at = requested.first().map(|(_, at)| at.clone());
     }
     let found_by = report.found_by;
-    let waited: Vec<ConsumerCheck> = futures::stream::iter(requested.into_iter().map(|c| {
-        let at = &at;
-        async move {
-            let ready = wait_ready(hub, spoke, found_by, &c, at, deadline, timeout).await;
+    let waited: Vec<ConsumerCheck> =
+        futures::stream::iter(requested.into_iter().map(|(c, at)| async move {
+            let ready = wait_ready(hub, spoke, found_by, &c, &at, deadline, timeout).await;
             ConsumerCheck { consumer: c, ready }
-        }
-    }))
-    .buffered(CONSUMER_CONCURRENCY)
-    .collect()
-    .await;
+        }))
+        .buffered(CONSUMER_CONCURRENCY)
+        .collect()
+        .await;
     report.consumers.extend(waited);
     report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
     report
+}
+
+/// The standing request a recheck waits for: one Flux has not answered yet, or answered
+/// with anything but a final failure (a failure is asked again, so a fix is seen).
+fn reusable(obj: &HubObject) -> Option<String> {
+    let at = obj.requested_at.clone()?;
+    match ready(obj, &at) {
+        Seen::Done(Check { ok: false, .. }) => None,
+        _ => Some(at),
+    }
+}
+
+fn not_served(c: &Consumer) -> Check {
+    let ar = c.kind.resource();
+    Check::failed(
+        "NotServed",
+        format!(
+            "the hub does not serve {}/{} {}: Flux is not installed there, or is older than v2.3 (upgrade Flux)",
+            ar.group, ar.version, ar.plural
+        ),
+    )
+}
+
+/// Flux reads spec.kubeConfig.secretRef in the consumer's own namespace: a consumer
+/// elsewhere (only a configured `spokes[].kustomization` can be) never sees the Secret.
+fn elsewhere(spoke: &SpokeConfig, c: &Consumer) -> Option<Check> {
+    (c.namespace != spoke.secret.namespace).then(|| {
+        Check::failed(
+            "WrongNamespace",
+            format!(
+                "{c} is in {}, but Flux reads its kubeConfig Secret from its own namespace and the Secret is {}/{}: set spokes[{}].kustomization.namespace or spokes[].secret.namespace so they match",
+                c.namespace, spoke.secret.namespace, spoke.secret.name, spoke.name
+            ),
+        )
+    })
 }
 
 /// How many spokes are verified at once (each polls its objects every POLL).
@@ -218,11 +274,13 @@ const VERIFY_CONCURRENCY: usize = 16;
 
 /// Verifies every spoke committed in this tick (`committed`: index into `reports` and
 /// `spokes`, and the manifest committed), concurrently, and records the result.
+/// `reuse_pending`: see [`verify`].
 pub async fn after_push(
     cfg: &HubConfig,
     spokes: &[&SpokeConfig],
     reports: &mut [SpokeReport],
     committed: &[(usize, String)],
+    reuse_pending: bool,
 ) {
     if committed.is_empty() {
         return;
@@ -256,7 +314,15 @@ pub async fn after_push(
                 .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned())
                 .unwrap_or_default();
             let consumers = consumers::of(spoke, listed).1;
-            verify(hub, spoke, &ciphertext, consumers, cfg.verify_timeout).await
+            verify(
+                hub,
+                spoke,
+                &ciphertext,
+                consumers,
+                cfg.verify_timeout,
+                reuse_pending,
+            )
+            .await
         }
     }))
     .buffered(VERIFY_CONCURRENCY)
@@ -287,11 +353,26 @@ async fn wait_synced(
         &spoke.secret.name,
         &spoke.secret.key,
     );
+    let mut false_since: Option<Instant> = None;
     loop {
+        hub.pace(deadline).await;
         let last = match hub.sealed_secret(ns, name).await {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext) {
-                Seen::Done(check) => return check,
-                Seen::Waiting(why) => why,
+                Seen::Done(check) if check.ok => return check,
+                Seen::Done(check) => {
+                    let since = *false_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= SYNCED_RETRY || Instant::now() + POLL > deadline {
+                        return check;
+                    }
+                    format!(
+                        "Synced False ({}): waiting for the controller's retry",
+                        check.message
+                    )
+                }
+                Seen::Waiting(why) => {
+                    false_since = None;
+                    why
+                }
             },
             Ok(None) => {
                 format!("sealedsecrets {ns}/{name} does not exist on the hub (not applied yet?)")
@@ -308,6 +389,14 @@ async fn wait_synced(
     }
 }
 
+/// The controller retries a failed unseal (5 times, backing off from 5 ms) after writing
+/// Synced False; a False still there after this is its result.
+const SYNCED_RETRY: Duration = Duration::from_secs(2);
+
+/// Sealed Secrets writes status only from v0.17 (before, with --update-status), and
+/// v0.24.2 does not advance observedGeneration when Synced stays True.
+const NO_STATUS: &str = "the controller has written no status on it: it is not running, or does not report status (Sealed Secrets before v0.17 without --update-status, or run with --update-status=false; spokekeeper needs v0.24.3 or later)";
+
 enum Seen {
     Done(Check),
     Waiting(String),
@@ -320,9 +409,19 @@ fn synced(obj: &HubObject, key: &str, ciphertext: &str) -> Seen {
             "the hub still has an older encryptedData (Flux has not applied the commit yet)".into(),
         );
     }
+    if obj.observed_generation.is_none() && obj.conditions.is_empty() {
+        return Seen::Waiting(NO_STATUS.into());
+    }
     if !obj.observed() {
+        // Behind with Synced True stays so forever on v0.24.2 (True->True is not written).
+        let hint = match obj.condition("Synced") {
+            Some(c) if c.status == "True" => {
+                "; if it stays so, the controller may be Sealed Secrets v0.24.2, which does not advance it while Synced stays True: upgrade to v0.24.3 or later"
+            }
+            _ => "",
+        };
         return Seen::Waiting(format!(
-            "the controller has not looked at generation {} yet (observedGeneration {})",
+            "the controller has not looked at generation {} yet (observedGeneration {}){hint}",
             obj.generation.unwrap_or_default(),
             obj.observed_generation
                 .map_or("none".into(), |g| g.to_string())
@@ -345,12 +444,17 @@ async fn wait_ready(
     timeout: Duration,
 ) -> Check {
     loop {
+        hub.pace(deadline).await;
         let last = match hub.consumer(c).await {
             Ok(Some(obj)) => match ready(&obj, requested_at) {
                 Seen::Done(check) => return check,
                 Seen::Waiting(why) => why,
             },
             Ok(None) => {
+                // A 404 is also what a kind the hub does not serve answers.
+                if let Ok(false) = hub.serves(c.kind).await {
+                    return not_served(c);
+                }
                 let fix = match found_by {
                     FoundBy::Configured => format!("set spokes[{}].kustomization", spoke.name),
                     FoundBy::Listed => "deleted since it was listed".into(),
@@ -369,27 +473,46 @@ async fn wait_ready(
     }
 }
 
+/// Ready False reasons Flux retries on its own (after `--requeue-dependency`, 30s by
+/// default) without a new request: a dependency or the source artifact not ready yet.
+const RETRIED: &[&str] = &["DependencyNotReady", "ArtifactFailed"];
+
 /// Ready once Flux handled our request and settled on True or False.
+///
+/// Flux advances observedGeneration only when Ready is True, so it gates a True (for
+/// the current spec) but never hides a False: once lastHandledReconcileAt echoes the
+/// request, a False is the run's result. A suspended object echoes the request too while
+/// nothing runs, keeping its old Ready.
 fn ready(obj: &HubObject, requested_at: &str) -> Seen {
+    if obj.suspended {
+        return Seen::Done(Check::failed(
+            "Suspended",
+            "suspended (spec.suspend: true): Flux does not reconcile it, so it has not used the new credential; resume it (flux resume)".into(),
+        ));
+    }
     if obj.last_handled_reconcile_at.as_deref() != Some(requested_at) {
         return Seen::Waiting("Flux has not handled the reconcile request yet".into());
     }
-    if !obj.observed() {
-        return Seen::Waiting("observedGeneration is behind".into());
-    }
-    match obj.condition("Ready") {
-        Some(c) if c.status == "True" || c.status == "False" => {
-            Seen::Done(Check::of(c, c.status == "True", ""))
+    let Some(c) = obj.condition("Ready") else {
+        return Seen::Waiting("no Ready condition yet".into());
+    };
+    let message = c.message.as_deref().unwrap_or_default();
+    match c.status.as_str() {
+        "True" if obj.observed() => Seen::Done(Check::of(c, true, "")),
+        "True" => Seen::Waiting(
+            "Ready True for an older generation (observedGeneration is behind)".into(),
+        ),
+        "False" if c.reason.as_deref().is_some_and(|r| RETRIED.contains(&r)) => {
+            Seen::Waiting(one_line(
+                &format!(
+                    "Flux retries: Ready False ({}: {message})",
+                    c.reason.as_deref().unwrap_or_default()
+                ),
+                300,
+            ))
         }
-        Some(c) => Seen::Waiting(one_line(
-            &format!(
-                "Ready {} ({})",
-                c.status,
-                c.message.as_deref().unwrap_or_default()
-            ),
-            300,
-        )),
-        None => Seen::Waiting("no Ready condition yet".into()),
+        "False" => Seen::Done(Check::of(c, false, "")),
+        other => Seen::Waiting(one_line(&format!("Ready {other} ({message})"), 300)),
     }
 }
 
@@ -584,5 +707,151 @@ mod tests {
             Seen::Done(c) => assert!(!c.ok && c.message.contains("x509"), "{c:?}"),
             Seen::Waiting(w) => panic!("{w}"),
         }
+    }
+
+    fn echoed(generation: i64, observed: Option<i64>, c: Condition) -> HubObject {
+        HubObject {
+            generation: Some(generation),
+            observed_generation: observed,
+            conditions: vec![c],
+            last_handled_reconcile_at: Some("now".into()),
+            requested_at: Some("now".into()),
+            ..HubObject::default()
+        }
+    }
+
+    #[test]
+    fn a_false_after_the_echo_is_final_though_observed_generation_is_behind() {
+        // Flux advances observedGeneration only on success: after a failed run it stays.
+        let failed = cond(
+            "Ready",
+            "False",
+            "ReconciliationFailed",
+            "kustomize build failed",
+        );
+        match ready(&echoed(2, Some(1), failed.clone()), "now") {
+            Seen::Done(c) => assert!(!c.ok && c.message == "kustomize build failed", "{c:?}"),
+            Seen::Waiting(w) => panic!("{w}"),
+        }
+        assert!(matches!(
+            ready(&echoed(2, None, failed), "now"),
+            Seen::Done(Check { ok: false, .. })
+        ));
+        // A True still needs the current generation.
+        let done = cond("Ready", "True", "ReconciliationSucceeded", "Applied");
+        assert!(matches!(
+            ready(&echoed(2, Some(1), done.clone()), "now"),
+            Seen::Waiting(w) if w.contains("older generation")
+        ));
+        assert!(matches!(
+            ready(&echoed(2, Some(2), done), "now"),
+            Seen::Done(Check { ok: true, .. })
+        ));
+    }
+
+    #[test]
+    fn flux_retries_are_waited_through() {
+        for reason in ["DependencyNotReady", "ArtifactFailed"] {
+            let c = cond(
+                "Ready",
+                "False",
+                reason,
+                "dependency 'flux-system/infra' is not ready",
+            );
+            assert!(
+                matches!(ready(&echoed(1, None, c), "now"), Seen::Waiting(w) if w.starts_with("Flux retries") && w.contains(reason)),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_suspended_consumer_is_reported_as_suspended() {
+        // It echoes the request and keeps the Ready True of its last run before the push.
+        let mut obj = echoed(
+            1,
+            Some(1),
+            cond("Ready", "True", "ReconciliationSucceeded", "old"),
+        );
+        obj.suspended = true;
+        match ready(&obj, "now") {
+            Seen::Done(c) => {
+                assert!(!c.ok);
+                assert_eq!(c.status, "Suspended");
+                assert!(c.message.contains("flux resume"), "{}", c.message);
+            }
+            Seen::Waiting(w) => panic!("{w}"),
+        }
+        let v = serde_json::json!({"spec": {"suspend": true}});
+        assert!(HubObject::from_json(&v).suspended);
+        assert!(!HubObject::from_json(&serde_json::json!({"spec": {"suspend": "yes"}})).suspended);
+    }
+
+    #[test]
+    fn a_consumer_outside_the_secrets_namespace_is_named() {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+        let cfg =
+            crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let spoke = &cfg.spokes[0];
+        let at = |ns: &str| Consumer {
+            kind: Kind::Kustomization,
+            namespace: ns.into(),
+            name: "dev".into(),
+        };
+        assert_eq!(elsewhere(spoke, &at(&spoke.secret.namespace)), None);
+        let c = elsewhere(spoke, &at("apps")).unwrap();
+        assert_eq!(c.status, "WrongNamespace");
+        assert!(
+            c.message.contains("spokes[dev].kustomization.namespace"),
+            "{}",
+            c.message
+        );
+    }
+
+    #[test]
+    fn a_sealed_secret_without_any_status_names_the_controller_versions() {
+        let mut obj = sealed("new", 1, 0, None);
+        obj.observed_generation = None;
+        assert!(matches!(
+            synced(&obj, "value", "new"),
+            Seen::Waiting(w) if w.contains("does not report status") && w.contains("v0.24.3")
+        ));
+    }
+
+    #[test]
+    fn a_recheck_reuses_a_request_unless_it_failed() {
+        let progressing = cond(
+            "Ready",
+            "Unknown",
+            "Progressing",
+            "Reconciliation in progress",
+        );
+        let mut pending = echoed(1, Some(1), progressing);
+        pending.last_handled_reconcile_at = Some("before".into());
+        assert_eq!(reusable(&pending).as_deref(), Some("now"));
+        let done = cond("Ready", "True", "ReconciliationSucceeded", "Applied");
+        assert_eq!(reusable(&echoed(1, Some(1), done)).as_deref(), Some("now"));
+        let retried = cond("Ready", "False", "DependencyNotReady", "waiting");
+        assert_eq!(reusable(&echoed(1, None, retried)).as_deref(), Some("now"));
+        let failed = cond("Ready", "False", "ReconciliationFailed", "x509");
+        assert_eq!(reusable(&echoed(1, None, failed)), None, "asked again");
+        let mut none = echoed(1, Some(1), cond("Ready", "True", "", ""));
+        none.requested_at = None;
+        assert_eq!(reusable(&none), None);
+    }
+
+    #[test]
+    fn behind_with_synced_true_names_the_v0_24_2_quirk() {
+        let ok = cond("Synced", "True", "", "");
+        assert!(matches!(
+            synced(&sealed("new", 3, 2, Some(ok)), "value", "new"),
+            Seen::Waiting(w) if w.contains("generation 3") && w.contains("v0.24.2")
+        ));
+        let bad = cond("Synced", "False", "ErrUnsealFailed", "no key");
+        assert!(matches!(
+            synced(&sealed("new", 3, 2, Some(bad)), "value", "new"),
+            Seen::Waiting(w) if !w.contains("v0.24.2")
+        ));
     }
 }

@@ -483,12 +483,13 @@ async fn verify_on_hub(
             Some((i, String::from_utf8(bytes).ok()?))
         })
         .collect();
-    crate::hub::verify::after_push(hub, spokes, reports, &fresh).await;
+    crate::hub::verify::after_push(hub, spokes, reports, &fresh, false).await;
     let brief = crate::config::HubConfig {
         verify_timeout: hub.verify_timeout.min(RECHECK),
         ..hub.clone()
     };
-    crate::hub::verify::after_push(&brief, spokes, reports, &again).await;
+    // The request made when they were pushed is waited for again, not replaced.
+    crate::hub::verify::after_push(&brief, spokes, reports, &again, true).await;
     if let Ok(mut set) = ctx.hub_unverified.lock() {
         for (i, _) in fresh.iter().chain(&again) {
             match &reports[*i].hub {

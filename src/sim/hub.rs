@@ -81,6 +81,9 @@ pub struct Seen {
     pub query: String,
     pub content_type: Option<String>,
     pub body: String,
+    pub at: std::time::Instant,
+    /// Answered 429 (see [`HubSim::throttle`]).
+    pub throttled: bool,
 }
 
 pub const CONTROLLER_PORT_NAME: &str = "http";
@@ -100,6 +103,14 @@ struct State {
     consumers: BTreeMap<(Kind, String, String), FluxObject>,
     /// Kinds whose CRD is not installed: every request for them is 404.
     not_served: Vec<Kind>,
+    /// The controller Service's port name ("": unnamed, as upstream controller.yaml).
+    port_name: String,
+    /// Requests whose path contains .0 answered 429 with Retry-After .2 (seconds), .1 more times.
+    throttle: Option<(String, u32, u64)>,
+    /// The next unseal fails once, then the controller's retry succeeds.
+    fail_next_unseal: bool,
+    /// A failed unseal waits for its retry.
+    retry: bool,
     revision: u64,
     seen: Vec<Seen>,
 }
@@ -145,6 +156,10 @@ impl HubSim {
             sealed: BTreeMap::new(),
             consumers: BTreeMap::new(),
             not_served: Vec::new(),
+            port_name: CONTROLLER_PORT_NAME.into(),
+            throttle: None,
+            fail_next_unseal: false,
+            retry: false,
             revision: 100,
             seen: Vec::new(),
         }));
@@ -258,6 +273,24 @@ impl HubSim {
         let mut st = self.lock();
         st.consumers.retain(|(k, _, _), _| *k != kind);
         st.not_served.push(kind);
+    }
+
+    /// Names the controller Service's port 8080 (`""`: unnamed, as the upstream
+    /// controller.yaml installs it).
+    pub fn set_port_name(&self, name: &str) {
+        self.lock().port_name = name.into();
+    }
+
+    /// The next `times` requests whose path contains `path` are answered 429 Too Many
+    /// Requests with `Retry-After: retry_after_secs`, as API Priority and Fairness does.
+    pub fn throttle(&self, path: &str, times: u32, retry_after_secs: u64) {
+        self.lock().throttle = Some((path.into(), times, retry_after_secs));
+    }
+
+    /// The next unseal writes Synced False (as a Secret update conflict does), and the
+    /// controller's retry, at the next read, succeeds.
+    pub fn fail_next_unseal(&self) {
+        self.lock().fail_next_unseal = true;
     }
 
     /// Deletes a Kustomization or HelmRelease.
@@ -447,7 +480,30 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
         query: query.clone(),
         content_type: content_type.clone(),
         body: body.clone(),
+        at: std::time::Instant::now(),
+        throttled: false,
     });
+    if let Some((p, times, after)) = &mut st.throttle
+        && *times > 0
+        && path.contains(p.as_str())
+    {
+        *times -= 1;
+        let after = *after;
+        if let Some(last) = st.seen.last_mut() {
+            last.throttled = true;
+        }
+        let mut resp = status(
+            StatusCode::TOO_MANY_REQUESTS,
+            "TooManyRequests",
+            "Too many requests, please try again later.",
+            Some(json!({"retryAfterSeconds": after})),
+        );
+        resp.headers_mut().insert(
+            "Retry-After",
+            hyper::header::HeaderValue::from_str(&after.to_string()).expect("digits"),
+        );
+        return resp;
+    }
     let parts: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match parts.as_slice() {
         ["api", "v1", "namespaces", ns, "services", name] => {
@@ -490,6 +546,27 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
                 Some(obj) => json_response(StatusCode::OK, obj),
                 None => not_found("bitnami.com", "sealedsecrets", name),
             }
+        }
+        ["apis", group, version] if method == Method::GET => {
+            let served: Vec<Value> = Kind::ALL
+                .into_iter()
+                .filter(|k| !st.not_served.contains(k))
+                .map(|k| k.resource())
+                .filter(|ar| ar.group == *group && ar.version == *version)
+                .map(|ar| json!({"name": ar.plural, "namespaced": true, "kind": ar.kind, "verbs": ["get", "list", "patch"]}))
+                .collect();
+            if served.is_empty() {
+                return status(
+                    StatusCode::NOT_FOUND,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                    None,
+                );
+            }
+            json_response(
+                StatusCode::OK,
+                &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": served}),
+            )
         }
         ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
             let Some(kind) = Kind::ALL.into_iter().find(|k| {
@@ -538,6 +615,10 @@ fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
     if ns != st.namespace || name != st.name {
         return not_found("", "services", name);
     }
+    let mut port = json!({"protocol": "TCP", "port": 8080, "targetPort": 8080});
+    if !st.port_name.is_empty() {
+        port["name"] = json!(st.port_name);
+    }
     json_response(
         StatusCode::OK,
         &json!({
@@ -549,7 +630,7 @@ fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
                 "resourceVersion": "42", "uid": "00000000-0000-4000-8000-00000000002a",
             },
             "spec": {
-                "ports": [{"name": CONTROLLER_PORT_NAME, "protocol": "TCP", "port": 8080, "targetPort": 8080}],
+                "ports": [port],
                 "selector": {"app.kubernetes.io/name": "sealed-secrets"},
                 "clusterIP": "10.43.0.42", "type": "ClusterIP",
             },
@@ -567,7 +648,14 @@ fn proxy(st: &State, ns: &str, target: &str, rest: &str) -> Response<Full<Bytes>
     if ns != st.namespace || name != st.name {
         return not_found("", "services", name);
     }
-    if !["", CONTROLLER_PORT_NAME, "8080"].contains(&port) {
+    // As the API server: a number stands for its port's name, and endpoints match by
+    // name only (so "" reaches only an unnamed port).
+    let port = if port == "8080" {
+        st.port_name.as_str()
+    } else {
+        port
+    };
+    if port != st.port_name {
         return status(
             StatusCode::SERVICE_UNAVAILABLE,
             "ServiceUnavailable",
@@ -656,9 +744,10 @@ fn unseal(st: &mut State, key: &(String, String)) {
         return;
     };
     let generation = obj["metadata"]["generation"].as_i64().unwrap_or(1);
-    if obj["status"]["observedGeneration"].as_i64() == Some(generation) {
+    if obj["status"]["observedGeneration"].as_i64() == Some(generation) && !st.retry {
         return;
     }
+    st.retry = false;
     let text = serde_json::to_vec(obj).unwrap_or_default();
     let result = SealedSecret::parse(&text)
         .map_err(|e| e.to_string())
@@ -668,6 +757,16 @@ fn unseal(st: &mut State, key: &(String, String)) {
                 format!("no key could decrypt secret ({})", names.join(", "))
             })
         });
+    let result = match std::mem::take(&mut st.fail_next_unseal) {
+        true => {
+            st.retry = true;
+            Err(format!(
+                "Operation cannot be fulfilled on secrets \"{}\": the object has been modified; please apply your changes to the latest version and try again",
+                key.1
+            ))
+        }
+        false => result,
+    };
     let now = "2025-06-01T12:00:00Z";
     let mut c = json!({"type": "Synced", "lastUpdateTime": now, "lastTransitionTime": now});
     match result {

@@ -7,8 +7,12 @@
 //! condition, which the real API server validates against the real CRD schema.
 //!
 //! The controllers themselves do not run (they need source-controller's artifacts); what
-//! spokekeeper reads from them is exactly those status fields.
+//! spokekeeper reads from them is exactly those status fields. As the controllers do, a
+//! suspended object echoes the request and keeps its status, and a scripted consumer
+//! (`script`) plays a run whose Ready changes without a new request, as Flux's retries of
+//! DependencyNotReady or ArtifactFailed do.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -25,8 +29,16 @@ pub struct LabFlux {
     applied: Arc<AtomicUsize>,
     reconciled: Arc<AtomicUsize>,
     log: Arc<Mutex<Vec<String>>>,
+    script: Script,
     handle: Option<JoinHandle<()>>,
 }
+
+/// "PLURAL/NS/NAME" -> the Ready (status, reason, message) each run of one request
+/// writes in turn, a retry interval apart; the last one stays.
+type Script = Arc<Mutex<BTreeMap<String, Vec<(String, String, String)>>>>;
+
+/// The lab's stand-in for Flux's `--requeue-dependency` (30s by default).
+const RETRY: Duration = Duration::from_secs(3);
 
 #[derive(Clone)]
 struct Ctx {
@@ -34,6 +46,7 @@ struct Ctx {
     remote: PathBuf,
     branch: String,
     log: Arc<Mutex<Vec<String>>>,
+    script: Script,
 }
 
 impl Ctx {
@@ -56,11 +69,13 @@ impl LabFlux {
     /// Watches `branch` of the bare repo `remote` and the hub behind `kubeconfig`.
     pub fn start(kubeconfig: &Path, remote: &Path, branch: &str) -> LabFlux {
         let log = Arc::new(Mutex::new(Vec::new()));
+        let script: Script = Arc::default();
         let ctx = Ctx {
             kubeconfig: kubeconfig.to_owned(),
             remote: remote.to_owned(),
             branch: branch.into(),
             log: log.clone(),
+            script: script.clone(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let applied = Arc::new(AtomicUsize::new(0));
@@ -90,8 +105,22 @@ impl LabFlux {
             applied,
             reconciled,
             log,
+            script,
             handle: Some(handle),
         }
+    }
+
+    /// How `plural` `ns`/`name` answers a request from now on: each Ready (status,
+    /// reason, message) in turn, RETRY apart, without a new request.
+    pub fn script(&self, plural: &str, ns: &str, name: &str, runs: &[(&str, &str, &str)]) {
+        let runs = runs
+            .iter()
+            .map(|(s, r, m)| (s.to_string(), r.to_string(), m.to_string()))
+            .collect();
+        self.script
+            .lock()
+            .unwrap()
+            .insert(format!("{plural}/{ns}/{name}"), runs);
     }
 
     /// How many source revisions were applied.
@@ -158,6 +187,12 @@ fn reconcile_requested(ctx: &Ctx) -> usize {
                 continue;
             }
             if item["spec"]["suspend"] == true {
+                // The controllers' deferred status patch records the request; nothing runs.
+                let (ns, name) = names(item);
+                let patch = json!({"status": {"lastHandledReconcileAt": requested}});
+                ctx.note(format!("{kind} {ns}/{name} {requested}: suspended"));
+                patch_status(ctx, kind, ns, name, &patch);
+                n += 1;
                 continue;
             }
             reconcile(ctx, kind, item, requested);
@@ -167,10 +202,59 @@ fn reconcile_requested(ctx: &Ctx) -> usize {
     n
 }
 
+fn names(item: &Value) -> (&str, &str) {
+    (
+        item["metadata"]["namespace"].as_str().unwrap_or(""),
+        item["metadata"]["name"].as_str().unwrap_or(""),
+    )
+}
+
 fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
-    let ns = item["metadata"]["namespace"].as_str().unwrap_or("");
-    let name = item["metadata"]["name"].as_str().unwrap_or("");
+    let (ns, name) = names(item);
     let generation = item["metadata"]["generation"].as_i64().unwrap_or(1);
+    let scripted = ctx
+        .script
+        .lock()
+        .unwrap()
+        .get(&format!("{kind}/{ns}/{name}"))
+        .cloned();
+    if let Some(runs) = scripted {
+        let (ctx, kind, ns, name, requested) = (
+            ctx.clone(),
+            kind.to_string(),
+            ns.to_string(),
+            name.to_string(),
+            requested.to_string(),
+        );
+        // The first run answers the request; the retries follow on their own.
+        let mut runs = runs.into_iter();
+        if let Some((s, r, m)) = runs.next() {
+            write_run(
+                &ctx,
+                &kind,
+                &ns,
+                &name,
+                generation,
+                &requested,
+                (&s, &r, &m),
+            );
+        }
+        std::thread::spawn(move || {
+            for (s, r, m) in runs {
+                std::thread::sleep(RETRY);
+                write_run(
+                    &ctx,
+                    &kind,
+                    &ns,
+                    &name,
+                    generation,
+                    &requested,
+                    (&s, &r, &m),
+                );
+            }
+        });
+        return;
+    }
     let (status, reason, message) = match item["spec"]["kubeConfig"]["secretRef"]["name"].as_str() {
         None => (
             "True",
@@ -186,6 +270,28 @@ fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
             Err(e) => ("False", "ReconciliationFailed", e),
         },
     };
+    write_run(
+        ctx,
+        kind,
+        ns,
+        name,
+        generation,
+        requested,
+        (status, reason, &message),
+    );
+}
+
+/// The status one run writes: the request it handled, Ready, and observedGeneration
+/// only when Ready is True (as Flux does).
+fn write_run(
+    ctx: &Ctx,
+    kind: &str,
+    ns: &str,
+    name: &str,
+    generation: i64,
+    requested: &str,
+    (status, reason, message): (&str, &str, &str),
+) {
     let now = time::OffsetDateTime::now_utc()
         .format(&time::format_description::well_known::Rfc3339)
         .unwrap_or_default();
@@ -200,14 +306,16 @@ fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
             "observedGeneration": generation,
         }],
     });
-    // Flux advances observedGeneration only when the reconciliation succeeded.
     if status == "True" {
         s["observedGeneration"] = json!(generation);
     }
-    let patch = json!({ "status": s }).to_string();
     ctx.note(format!(
         "{kind} {ns}/{name} {requested}: Ready={status} {message}"
     ));
+    patch_status(ctx, kind, ns, name, &json!({ "status": s }));
+}
+
+fn patch_status(ctx: &Ctx, kind: &str, ns: &str, name: &str, patch: &Value) {
     if let Err(e) = ctx.kubectl(&[
         "patch",
         kind,
@@ -217,7 +325,7 @@ fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
         "--subresource=status",
         "--type=merge",
         "-p",
-        &patch,
+        &patch.to_string(),
     ]) {
         ctx.note(format!("status of {kind} {ns}/{name}: {e}"));
     }

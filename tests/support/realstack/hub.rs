@@ -20,14 +20,22 @@ use super::{bin, free_port, tools, wait_until};
 
 pub const CONTROLLER_NS: &str = "kube-system";
 pub const CONTROLLER: &str = "sealed-secrets-controller";
-/// Where kubeseal and spokekeeper fetch the certificate (the chart's port is named http).
-pub const CERT_PATH: &str =
-    "/api/v1/namespaces/kube-system/services/http:sealed-secrets-controller:http/proxy/v1/cert.pem";
+/// Where kubeseal fetches the certificate: the Service's first port by name (the chart
+/// names it http; upstream controller.yaml leaves it unnamed, "").
+fn cert_path(unnamed_port: bool) -> String {
+    let port = if unnamed_port { "" } else { "http" };
+    format!(
+        "/api/v1/namespaces/{CONTROLLER_NS}/services/http:{CONTROLLER}:{port}/proxy/v1/cert.pem"
+    )
+}
 
 #[derive(Clone, Debug, Default)]
 pub struct HubOptions {
     /// Extra `helm template --set` values for the Sealed Secrets chart.
     pub chart_values: Vec<String>,
+    /// The controller Service's port unnamed, as upstream controller.yaml installs it
+    /// (the chart names it http).
+    pub unnamed_port: bool,
 }
 
 pub struct RealHub {
@@ -39,6 +47,7 @@ pub struct RealHub {
     pub pki: Pki,
     /// The controller's arguments, as the chart's Deployment gives them.
     controller_args: Vec<String>,
+    cert_path: String,
     pub dir: tempfile::TempDir,
 }
 
@@ -85,6 +94,7 @@ impl RealHub {
             netns,
             pki,
             controller_args: Vec::new(),
+            cert_path: cert_path(opts.unnamed_port),
             dir,
         };
         hub.install_controller(opts);
@@ -129,6 +139,14 @@ impl RealHub {
             if value["kind"] == "Deployment" {
                 deployment = Some(value);
             } else {
+                let mut value = value;
+                if opts.unnamed_port
+                    && value["kind"] == "Service"
+                    && value["metadata"]["name"] == CONTROLLER
+                    && let Some(port) = value["spec"]["ports"][0].as_object_mut()
+                {
+                    port.remove("name");
+                }
                 self.api
                     .apply(&serde_json::to_string(&value).expect("JSON"));
             }
@@ -153,6 +171,8 @@ impl RealHub {
         }
         self.controller_args = cargs;
 
+        // As the EndpointSlice controller writes an unnamed Service port: name "".
+        let port_name = if opts.unnamed_port { "" } else { "http" };
         // The Pod the EndpointSlice names, with the controller's address as its IP.
         self.api.apply(&format!(
             r#"{{"apiVersion":"v1","kind":"Pod","metadata":{{"name":"{CONTROLLER}-lab","namespace":"{CONTROLLER_NS}"}},
@@ -176,7 +196,7 @@ impl RealHub {
             r#"{{"apiVersion":"discovery.k8s.io/v1","kind":"EndpointSlice",
                "metadata":{{"name":"{CONTROLLER}-lab","namespace":"{CONTROLLER_NS}",
                  "labels":{{"kubernetes.io/service-name":"{CONTROLLER}","endpointslice.kubernetes.io/managed-by":"spokekeeper-lab"}}}},
-               "addressType":"IPv4","ports":[{{"name":"http","port":8080,"protocol":"TCP"}}],
+               "addressType":"IPv4","ports":[{{"name":"{port_name}","port":8080,"protocol":"TCP"}}],
                "endpoints":[{{"addresses":["{inner}"],"conditions":{{"ready":true}},
                  "targetRef":{{"kind":"Pod","namespace":"{CONTROLLER_NS}","name":"{CONTROLLER}-lab"}}}}]}}"#
         ));
@@ -223,7 +243,7 @@ impl RealHub {
             .env("KUBERNETES_SERVICE_PORT", self.api.port.to_string())
             .env("POD_NAMESPACE", CONTROLLER_NS);
         let mut proc = Proc::spawn("sealed-secrets-controller", self.dir(), cmd);
-        let api = &self.api;
+        let (api, path) = (&self.api, &self.cert_path);
         wait_until(
             "the controller's certificate through the service proxy",
             START,
@@ -231,7 +251,7 @@ impl RealHub {
                 if !proc.running() {
                     panic!("the controller exited: {}", proc.tail(30));
                 }
-                api.try_kubectl(&["get", "--raw", CERT_PATH])
+                api.try_kubectl(&["get", "--raw", path])
             },
         );
         self.controller = Some(proc);
@@ -260,7 +280,7 @@ impl RealHub {
 
     /// The certificate as the service proxy serves it now.
     pub fn cert_pem(&self) -> String {
-        self.api.kubectl(&["get", "--raw", CERT_PATH])
+        self.api.kubectl(&["get", "--raw", &self.cert_path])
     }
 
     /// The real kubeseal, pointed at this hub's controller.

@@ -66,7 +66,7 @@ A relative sealing.cert is taken inside the fleet repo.
 {{- end -}}
 {{- if .Values.hub.enabled -}}
 {{- $ctl := .Values.hub.controller -}}
-{{- $_ := set $c "hub" (dict "controller" (dict "namespace" $ctl.namespace "name" $ctl.name "port" $ctl.port) "verify_timeout" .Values.hub.verifyTimeout) -}}
+{{- $_ := set $c "hub" (dict "controller" (dict "namespace" $ctl.namespace "name" $ctl.name "port" (toString $ctl.port)) "verify_timeout" .Values.hub.verifyTimeout) -}}
 {{- end -}}
 {{- toYaml $c -}}
 {{- end -}}
