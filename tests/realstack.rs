@@ -121,16 +121,8 @@ impl Stack {
     /// kubeseal --recovery-unseal of spoke i's commit with the controller's keys: the
     /// `value` of the Secret it holds.
     fn recovery_unsealed(&self, i: usize) -> Vec<u8> {
-        let keys = self.hub.sealing_keys_file();
-        let out = run(self
-            .hub
-            .kubeseal()
-            .arg("--recovery-unseal")
-            .arg(format!("--recovery-private-key={}", keys.display()))
-            .args(["-o", "json"])
-            .stdin(std::fs::File::open(self.committed(i)).unwrap()))
-        .unwrap();
-        let secret: Value = serde_json::from_str(&out).unwrap();
+        let keys = self.hub.sealing_keys_files();
+        let secret = self.hub.recovery_unseal(&self.committed(i), &keys).unwrap();
         use base64::Engine as _;
         base64::engine::general_purpose::STANDARD
             .decode(secret["data"]["value"].as_str().expect("data.value"))
@@ -331,16 +323,8 @@ fn kubeseal_opens_every_commit_and_seals_the_same_manifest() {
         // And the controller opens ours.
         let sealed = stack.hub.dir().join(format!("ours{i}.yaml"));
         std::fs::write(&sealed, &ours).unwrap();
-        let keys = stack.hub.sealing_keys_file();
-        let opened = run(stack
-            .hub
-            .kubeseal()
-            .arg("--recovery-unseal")
-            .arg(format!("--recovery-private-key={}", keys.display()))
-            .args(["-o", "json"])
-            .stdin(std::fs::File::open(&sealed).unwrap()))
-        .unwrap();
-        let opened: Value = serde_json::from_str(&opened).unwrap();
+        let keys = stack.hub.sealing_keys_files();
+        let opened = stack.hub.recovery_unseal(&sealed, &keys).unwrap();
         assert_eq!(
             opened["data"]["value"].as_str().unwrap(),
             base64::engine::general_purpose::STANDARD.encode(&value)
@@ -425,12 +409,9 @@ fn a_controller_key_renewal_reseals_every_spoke() {
         assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
         stack.wait_unsealed(i, Duration::from_secs(60));
         // Sealed to the new key: the new key alone opens it.
-        let opened = run(stack
+        let opened = stack
             .hub
-            .kubeseal()
-            .arg("--recovery-unseal")
-            .arg(format!("--recovery-private-key={}", only_new.display()))
-            .stdin(std::fs::File::open(stack.committed(i)).unwrap()));
+            .recovery_unseal(&stack.committed(i), only_new.to_str().unwrap());
         assert!(opened.is_ok(), "{opened:?}");
     }
 }

@@ -198,7 +198,8 @@ fn leaf_params(cn: &str, org: Option<&str>, now: OffsetDateTime, days: i64) -> C
     p
 }
 
-fn pem(label: &str, der: &[u8]) -> String {
+/// PEM of DER bytes.
+pub fn pem(label: &str, der: &[u8]) -> String {
     let b64 = base64::engine::general_purpose::STANDARD.encode(der);
     let mut out = format!("-----BEGIN {label}-----\n");
     for line in b64.as_bytes().chunks(64) {

@@ -4,10 +4,9 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
-use spokekeeper::sim::{Pki, PkiOptions};
+use spokekeeper::sim::Pki;
 
-use super::free_port;
-use super::kube::{Etcd, KubeApi};
+use super::kube::{Etcd, KubeApi, control_plane};
 
 pub struct ApiOnly {
     // Drop order: the API server, then etcd, then the directory.
@@ -21,13 +20,7 @@ impl ApiOnly {
     pub fn start() -> ApiOnly {
         let dir = crate::support::scratch_dir();
         let host = IpAddr::V4(Ipv4Addr::LOCALHOST);
-        let pki = Pki::generate(&PkiOptions {
-            address: host,
-            address_in_sans: true,
-            client_cert_days: 365,
-        });
-        let etcd = Etcd::start(dir.path());
-        let api = KubeApi::start("hub", dir.path(), &etcd, host, free_port(host), &pki, &[]);
+        let (pki, etcd, api) = control_plane(dir.path(), host);
         ApiOnly {
             api,
             etcd,

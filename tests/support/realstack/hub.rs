@@ -11,12 +11,12 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use spokekeeper::sim::{Pki, PkiOptions};
+use spokekeeper::sim::Pki;
 
-use super::kube::{Etcd, KubeApi, START};
+use super::kube::{Etcd, KubeApi, START, control_plane};
 use super::netns::Netns;
 use super::proc::Proc;
-use super::{bin, free_port, tools, wait_until};
+use super::{bin, run, tools, wait_until};
 
 pub const CONTROLLER_NS: &str = "kube-system";
 pub const CONTROLLER: &str = "sealed-secrets-controller";
@@ -56,13 +56,7 @@ impl RealHub {
         let dir = crate::support::scratch_dir();
         let netns = Netns::create();
         let host = IpAddr::V4(netns.host);
-        let pki = Pki::generate(&PkiOptions {
-            address: host,
-            address_in_sans: true,
-            client_cert_days: 365,
-        });
-        let etcd = Etcd::start(dir.path());
-        let api = KubeApi::start("hub", dir.path(), &etcd, host, free_port(host), &pki, &[]);
+        let (pki, etcd, api) = control_plane(dir.path(), host);
         let crds = tools().join("crds");
         for crd in [
             "sealedsecrets.yaml",
@@ -321,11 +315,28 @@ impl RealHub {
             .collect()
     }
 
-    /// Writes the private keys to a file kubeseal --recovery-private-key reads.
-    pub fn sealing_keys_file(&self) -> PathBuf {
-        let path = self.dir().join("recovery-keys.pem");
-        std::fs::write(&path, self.sealing_keys().concat()).expect("write keys");
-        path
+    /// Writes each private key to its own file (kubeseal reads one key per file) and
+    /// returns them as kubeseal's `--recovery-private-key` takes a list: comma-separated.
+    pub fn sealing_keys_files(&self) -> String {
+        let mut paths = Vec::new();
+        for (i, key) in self.sealing_keys().iter().enumerate() {
+            let path = self.dir().join(format!("recovery-key-{i}.pem"));
+            std::fs::write(&path, key).expect("write key");
+            paths.push(path.display().to_string());
+        }
+        paths.join(",")
+    }
+
+    /// `kubeseal --recovery-unseal` of the SealedSecret file `sealed` with the private
+    /// keys in `keys` (key files, comma-separated): the Secret it holds, as JSON.
+    pub fn recovery_unseal(&self, sealed: &Path, keys: &str) -> Result<Value, String> {
+        let out = run(self
+            .kubeseal()
+            .arg("--recovery-unseal")
+            .arg(format!("--recovery-private-key={keys}"))
+            .args(["-o", "json"])
+            .stdin(std::fs::File::open(sealed).map_err(|e| e.to_string())?))?;
+        serde_json::from_str(&out).map_err(|e| format!("{e}: {out}"))
     }
 
     /// `kubectl create token` for a ServiceAccount.

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use base64::Engine as _;
-use spokekeeper::sim::{Pki, kubeconfig_yaml};
+use spokekeeper::sim::pki::pem;
+use spokekeeper::sim::{Pki, PkiOptions, kubeconfig_yaml};
 
 use super::proc::Proc;
 use super::{bin, free_port, run, wait_until};
@@ -68,16 +68,17 @@ pub struct KubeApi {
     pub proc: Proc,
 }
 
-/// PEM of DER bytes.
-pub fn pem(label: &str, der: &[u8]) -> String {
-    let b64 = base64::engine::general_purpose::STANDARD.encode(der);
-    let mut out = format!("-----BEGIN {label}-----\n");
-    for line in b64.as_bytes().chunks(64) {
-        out.push_str(std::str::from_utf8(line).expect("base64 is ASCII"));
-        out.push('\n');
-    }
-    out.push_str(&format!("-----END {label}-----\n"));
-    out
+/// A fresh k3s-shaped PKI for `host`, an etcd and an API server named `hub` on `host`, its
+/// files in `dir`.
+pub fn control_plane(dir: &Path, host: IpAddr) -> (Pki, Etcd, KubeApi) {
+    let pki = Pki::generate(&PkiOptions {
+        address: host,
+        address_in_sans: true,
+        client_cert_days: 365,
+    });
+    let etcd = Etcd::start(dir);
+    let api = KubeApi::start("hub", dir, &etcd, host, free_port(host), &pki, &[]);
+    (pki, etcd, api)
 }
 
 impl KubeApi {
