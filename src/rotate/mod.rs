@@ -378,10 +378,24 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let mut committed = 0;
     let mut reports = Vec::with_capacity(results.len());
     let mut sealed_now = Vec::new();
+    let mut refused = None;
     for (i, mut report, proposal) in results {
         if let Some(rv) = review {
-            rv.settle(ctx, spokes[i], &mut report, proposal.as_ref(), opts.dry_run)
-                .await;
+            let gate = &opts.gate;
+            let spoke = spokes[i];
+            if let Some(why) = rv
+                .settle(
+                    ctx,
+                    spoke,
+                    &mut report,
+                    proposal.as_ref(),
+                    opts.dry_run,
+                    gate,
+                )
+                .await
+            {
+                refused = Some(why);
+            }
         } else if let Some(p) = proposal {
             let spoke = spokes[i];
             match commit(ctx, spoke, &p).await {
@@ -418,6 +432,14 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
                     ),
                 ))
             }
+        }
+        // Reported as in direct mode: the branches and pull requests wait for a tick
+        // that may act.
+        if let Some(why) = refused {
+            repo_error = Some(RepoFailure::new(
+                RepoStage::Push,
+                format!("not pushed: {why}"),
+            ));
         }
     } else if !opts.dry_run && ctx.config.repo.push {
         opts.progress.emit(Step::Fleet { stage: "push" });
