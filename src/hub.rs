@@ -37,7 +37,7 @@ pub struct Access {
 
 /// Everything this module calls on the hub.
 pub const ACCESS: &[Access] = &[
-    // The controller's Service: its port name.
+    // The controller's Service: its port name and its app.kubernetes.io/version label.
     Access {
         group: "",
         resource: "services",
@@ -94,7 +94,13 @@ pub struct Hub {
     controller: ControllerRef,
     /// Until when the hub asked (429, Retry-After) not to be called.
     throttled: Arc<Mutex<Option<Instant>>>,
+    /// The controller's version, from its Service's label (see [`VERSION_LABEL`]).
+    controller_version: Arc<Mutex<Option<String>>>,
 }
+
+/// The label the Sealed Secrets Helm chart sets on the controller's Service (its
+/// appVersion, e.g. `0.36.1`). Upstream controller.yaml sets none.
+pub const VERSION_LABEL: &str = "app.kubernetes.io/version";
 
 impl Hub {
     /// From `hub.kubeconfig`, else in-cluster, KUBECONFIG or ~/.kube/config.
@@ -124,7 +130,22 @@ impl Hub {
             client,
             controller: cfg.controller.clone(),
             throttled: Arc::default(),
+            controller_version: Arc::default(),
         })
+    }
+
+    /// The controller's version as its Service's label says, when the Service was read
+    /// (hub.controller.port unset) or it was given with [`Hub::knowing_version`].
+    pub fn controller_version(&self) -> Option<String> {
+        self.controller_version.lock().ok()?.clone()
+    }
+
+    /// This client, told the controller's version read earlier in the tick.
+    pub fn knowing_version(self, version: Option<String>) -> Hub {
+        if let Ok(mut v) = self.controller_version.lock() {
+            *v = version;
+        }
+        self
     }
 
     /// Where the certificate is fetched from, for messages.
@@ -146,6 +167,10 @@ impl Hub {
                         self.controller()
                     )
                 })?;
+                let version = version_label(&svc);
+                if let Ok(mut v) = self.controller_version.lock() {
+                    v.clone_from(&version);
+                }
                 first_port(&svc).ok_or_else(|| {
                     format!(
                         "service {} has no ports: set hub.controller.port",
@@ -321,6 +346,23 @@ fn first_port(svc: &Service) -> Option<String> {
         Some(n) if !n.is_empty() => n.clone(),
         _ => port.port.to_string(),
     })
+}
+
+/// The Service's [`VERSION_LABEL`], when it looks like a version: a label value is at
+/// most 63 characters of `[A-Za-z0-9._-]`, and anything else is ignored (hostile input).
+fn version_label(svc: &Service) -> Option<String> {
+    let v = svc.metadata.labels.as_ref()?.get(VERSION_LABEL)?;
+    let ok = !v.is_empty()
+        && v.len() <= 63
+        && v.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if !ok {
+        tracing::warn!(
+            label = VERSION_LABEL,
+            "the controller's Service has a version label that is not a version: ignored"
+        );
+    }
+    ok.then(|| v.clone())
 }
 
 /// A status condition (metav1.Condition shape).

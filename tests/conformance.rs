@@ -402,6 +402,10 @@ async fn hub_transcript(
         "Hub::fetch_cert".into(),
         json!(hub.fetch_cert().await.map(|c| c.len())),
     ));
+    t.push((
+        "Hub::controller_version, after fetch_cert".into(),
+        json!(hub.controller_version()),
+    ));
     let wrong = format!("{svc}/proxy/v1/nothing");
     let wrong = wrong.replace(
         &format!("services/{CONTROLLER}"),
@@ -587,6 +591,15 @@ fn the_simulated_hub_answers_as_the_real_hub() {
         kustomization_name: "conform".into(),
         file: "fluxcd/conform.yaml".into(),
     });
+    // The chart's label on the real controller's Service (its appVersion).
+    let label = real
+        .api
+        .get_json(&["service", "-n", CONTROLLER_NS, CONTROLLER])["metadata"]["labels"]
+        [spokekeeper::hub::VERSION_LABEL]
+        .as_str()
+        .expect("the chart labels the controller's Service with its version")
+        .to_string();
+    sim.set_version_label(&label);
     sim.add_consumer(Kind::Kustomization, FLUX_NS, "conform-b", Some(SECRET));
     sim.add_consumer(Kind::Kustomization, FLUX_NS, "conform-c", None);
     sim.add_consumer(Kind::HelmRelease, FLUX_NS, "conform-app", Some(SECRET));

@@ -411,6 +411,43 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
     l.assert_within_access();
 }
 
+/// Issue 19, item 2: the controller's version is read from its Service's
+/// app.kubernetes.io/version label (as the Helm chart sets it) when the Service is read,
+/// reported with the sealing certificate, and named when a SealedSecret gets no status.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_controller_version_comes_from_its_service_label() {
+    let l = lab(1, "  verify_timeout: 3s\n");
+    l.hub.set_version_label("0.24.2");
+    l.hub.set_controller(Controller::Stalled);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert_eq!(
+        report["sealing"]["controller_version"], "0.24.2",
+        "{report}"
+    );
+    let synced = &report["spokes"][0]["hub"]["synced"];
+    assert_eq!(synced["status"], "TimedOut", "{synced}");
+    let message = synced["message"].as_str().unwrap();
+    assert!(
+        message.contains("Sealed Secrets v0.24.2")
+            && message.contains("does not support")
+            && message.contains("v0.24.3 or later"),
+        "{message}"
+    );
+    l.assert_within_access();
+
+    // A configured port: the Service is not read, so no version is claimed.
+    let l = lab(1, "  verify_timeout: 3s\n  controller: {port: http}\n");
+    l.hub.set_version_label("0.24.2");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        report["sealing"]["controller_version"],
+        Value::Null,
+        "{report}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kustomization_not_ready_is_reported() {
     // A configured port: the Service is not read.

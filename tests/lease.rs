@@ -855,14 +855,60 @@ fn the_leader_gauge_and_a_cut_off_standby_turns_unready() {
     assert!(b.times("tick started").is_empty(), "{}", b.log());
 }
 
+/// A webhook sink on 127.0.0.1 that answers 400 to every POST and records when each
+/// arrived. A 400 is not retried and does not count as delivered, so the daemon sends the
+/// same changes again at every evaluation it tells the sinks about.
+struct RefusingWebhook {
+    url: String,
+    posts: Arc<Mutex<Vec<Instant>>>,
+}
+
+impl RefusingWebhook {
+    fn start() -> RefusingWebhook {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        let posts = Arc::new(Mutex::new(Vec::new()));
+        let seen = posts.clone();
+        std::thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let at = Instant::now();
+                let mut reader = BufReader::new(stream.try_clone().unwrap());
+                let mut length = 0;
+                let mut line = String::new();
+                while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                    line.clear();
+                }
+                let _ = reader.take(length).read_to_end(&mut Vec::new());
+                seen.lock().unwrap().push(at);
+                let _ = stream.write_all(
+                    b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+            }
+        });
+        RefusingWebhook { url, posts }
+    }
+
+    fn posts(&self) -> Vec<Instant> {
+        self.posts.lock().unwrap().clone()
+    }
+}
+
 /// Issue 19, item 8 (the emulator, to cut the leader off the API): in the last 2 s before
 /// its renew deadline a leader that cannot renew still ticks but no longer tells the
-/// alert sinks, and then steps down.
+/// alert sinks (a real HTTP webhook hears nothing), and then steps down.
 #[test]
 fn a_leader_that_cannot_renew_stops_telling_alert_sinks_before_its_deadline() {
     let emu = Emulator::new();
     let dir = tempfile::tempdir().unwrap();
     let config = fleet(dir.path(), &["a"]).remove(0);
+    let hook = RefusingWebhook::start();
+    let yaml = fs::read_to_string(&config).unwrap();
+    fs::write(&config, format!("{yaml}alerts:\n  webhook: {}\n", hook.url)).unwrap();
     let ep = emu.endpoint();
     let p = Proc::start("a", &config, &emu.kubeconfig(&ep));
     p.wait_for("tick finished", 2, Duration::from_secs(15))
@@ -870,6 +916,11 @@ fn a_leader_that_cannot_renew_stops_telling_alert_sinks_before_its_deadline() {
     assert!(
         p.times("not telling the alert sinks").is_empty(),
         "{}",
+        p.log()
+    );
+    assert!(
+        hook.posts().len() >= 2,
+        "the leader tells the webhook at every tick while it refuses: {}",
         p.log()
     );
     ep.partitioned.store(true, Ordering::SeqCst);
@@ -882,6 +933,19 @@ fn a_leader_that_cannot_renew_stops_telling_alert_sinks_before_its_deadline() {
     assert!(
         p.log().contains("must stop within"),
         "the reason names the time left:\n{}",
+        p.log()
+    );
+    // A tick's sends end before the next tick starts: none after the first refusal.
+    std::thread::sleep(Duration::from_secs(1));
+    let late: Vec<_> = hook
+        .posts()
+        .into_iter()
+        .filter(|t| *t >= refused[0])
+        .collect();
+    assert!(
+        late.is_empty(),
+        "{} POST(s) reached the webhook in the gated window or after:\n{}",
+        late.len(),
         p.log()
     );
 }

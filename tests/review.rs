@@ -888,6 +888,99 @@ async fn review_mode_never_pushes_commits_left_in_the_clone() {
     assert_eq!(git(&r.fleet.remote, &["rev-parse", "main"]), main_before);
 }
 
+/// Leadership (issue 19, item 8) in review mode: a refused gate pushes no branch and
+/// sends nothing to the forge; refused after the push, the branch stays and the forge
+/// still hears nothing; a tick that may act opens the pull request.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
+    use spokekeeper::rotate::{self, Context, Gate, Options, Outcome, RepoStage, Stage};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    const LOST: &str = "this replica no longer holds the lease";
+    let r = review(Kind::Github, 1, "");
+    let config = spokekeeper::config::Config::load(&r.fleet.config).unwrap();
+    let sealing = spokekeeper::seal::SealingKey::from_pem(
+        &std::fs::read(support::fleet::vectors().join("key/cert.pem")).unwrap(),
+        "cert.pem",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let refused_push = |report: &rotate::TickReport| {
+        let failure = report.repo_error.clone().expect("a repo error");
+        assert_eq!(failure.stage, RepoStage::Push);
+        assert_eq!(failure.error, format!("not pushed: {LOST}"));
+    };
+
+    let refused = Options {
+        concurrency: 1,
+        gate: Gate::new(|| Err(LOST.into())),
+        ..Options::default()
+    };
+    let report = rotate::tick(&ctx, &refused).await.unwrap();
+    refused_push(&report);
+    assert_eq!(
+        report.spokes[0].outcome,
+        Outcome::Failed {
+            stage: Stage::Push,
+            error: format!("branch spokekeeper/spoke0 not pushed: {LOST}"),
+        }
+    );
+    assert_eq!(r.branch_head(0), None, "no branch pushed");
+    assert!(r.forge.seen().is_empty(), "nothing sent to the forge");
+
+    // The gate closes between the push and the forge.
+    let asked = Arc::new(AtomicUsize::new(0));
+    let count = asked.clone();
+    let closing = Options {
+        concurrency: 1,
+        gate: Gate::new(move || match count.fetch_add(1, Ordering::SeqCst) {
+            0 => Ok(()),
+            _ => Err(LOST.into()),
+        }),
+        ..Options::default()
+    };
+    let report = rotate::tick(&ctx, &closing).await.unwrap();
+    refused_push(&report);
+    assert_eq!(asked.load(Ordering::SeqCst), 2);
+    let pushed = r
+        .branch_head(0)
+        .expect("the branch was pushed while the gate was open");
+    match &report.spokes[0].outcome {
+        Outcome::Failed { stage, error } => {
+            assert_eq!(*stage, Stage::Review);
+            assert!(
+                error.contains("branch spokekeeper/spoke0 pushed") && error.contains(LOST),
+                "{error}"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(r.forge.seen().is_empty(), "nothing sent to the forge");
+
+    let open = Options {
+        concurrency: 1,
+        ..Options::default()
+    };
+    let report = rotate::tick(&ctx, &open).await.unwrap();
+    assert_eq!(report.repo_error, None);
+    assert!(
+        matches!(
+            &report.spokes[0].outcome,
+            Outcome::Pending {
+                commit: None,
+                change: Some(_),
+                ..
+            }
+        ),
+        "{:?}",
+        report.spokes[0].outcome
+    );
+    assert_eq!(r.branch_head(0), Some(pushed), "not pushed again");
+    assert_eq!(r.forge.open_pulls().len(), 1);
+}
+
 /// Labels and reviewers come after the pull request exists: their failure is logged, and
 /// the pull request is reported open (not failed, and not opened again next tick).
 #[tokio::test(flavor = "multi_thread")]

@@ -45,6 +45,10 @@ pub struct CertReport {
     /// When not trusted: the fingerprints and the commit, for the report and the alert.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub untrusted: Option<Untrusted>,
+    /// The controller's version as its Service's `app.kubernetes.io/version` label says
+    /// (the Helm chart sets it); read only when hub.controller.port is unset.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub controller_version: Option<String>,
 }
 
 /// A sealing certificate nothing outside the fleet repo confirms.
@@ -154,7 +158,10 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
         ..CertReport::default()
     };
     let pem = match fetch(cfg).await {
-        Ok(pem) => pem,
+        Ok((pem, version)) => {
+            report.controller_version = version;
+            pem
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: using the pinned copy");
             report.error = Some(format!(
@@ -243,11 +250,13 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
     (key, Some(report), Heard::Served)
 }
 
-/// The controller's certificate PEM, bounded in time.
-async fn fetch(cfg: &crate::config::HubConfig) -> Result<String, String> {
+/// The controller's certificate PEM, and its version when its Service was read; bounded
+/// in time.
+async fn fetch(cfg: &crate::config::HubConfig) -> Result<(String, Option<String>), String> {
     tokio::time::timeout(2 * CALL_TIMEOUT, async {
         let hub = Hub::connect(cfg).await?;
-        hub.fetch_cert().await
+        let pem = hub.fetch_cert().await?;
+        Ok((pem, hub.controller_version()))
     })
     .await
     .unwrap_or_else(|_| {
@@ -283,7 +292,7 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Strin
         "the controller's certificate ({}/{})",
         cfg.controller.namespace, cfg.controller.name
     );
-    let pem = fetch(cfg).await.map_err(|f| {
+    let (pem, _) = fetch(cfg).await.map_err(|f| {
         format!(
             "{pinned_error}, and the hub cannot give it: {f} \
              (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",

@@ -281,12 +281,13 @@ pub async fn after_push(
     reports: &mut [SpokeReport],
     committed: &[(usize, String)],
     reuse_pending: bool,
+    controller_version: Option<&str>,
 ) {
     if committed.is_empty() {
         return;
     }
     let hub = match tokio::time::timeout(CALL_TIMEOUT, Hub::connect(cfg)).await {
-        Ok(Ok(h)) => Ok(h),
+        Ok(Ok(h)) => Ok(h.knowing_version(controller_version.map(str::to_string))),
         Ok(Err(e)) => Err(e),
         Err(_) => Err("no answer".into()),
     };
@@ -354,10 +355,11 @@ async fn wait_synced(
         &spoke.secret.key,
     );
     let mut false_since: Option<Instant> = None;
+    let version = hub.controller_version();
     loop {
         hub.pace(deadline).await;
         let last = match hub.sealed_secret(ns, name).await {
-            Ok(Some(obj)) => match synced(&obj, key, ciphertext) {
+            Ok(Some(obj)) => match synced(&obj, key, ciphertext, version.as_deref()) {
                 Seen::Done(check) if check.ok => return check,
                 Seen::Done(check) => {
                     let since = *false_since.get_or_insert_with(Instant::now);
@@ -397,20 +399,56 @@ const SYNCED_RETRY: Duration = Duration::from_secs(2);
 /// v0.24.2 does not advance observedGeneration when Synced stays True.
 const NO_STATUS: &str = "the controller has written no status on it: it is not running, or does not report status (Sealed Secrets before v0.17 without --update-status, or run with --update-status=false; spokekeeper needs v0.24.3 or later)";
 
+/// The oldest Sealed Secrets whose status spokekeeper can rely on.
+const SUPPORTED: (u64, u64, u64) = (0, 24, 3);
+
+/// Why a SealedSecret may have no status, with the controller's version when its Service
+/// says it.
+fn no_status(version: Option<&str>) -> String {
+    let Some(v) = version else {
+        return NO_STATUS.into();
+    };
+    let shown = format!("v{}", v.trim_start_matches('v'));
+    match release(v) {
+        // A pre-release comes before its release (semver).
+        Some((r, pre)) if r < SUPPORTED || (r == SUPPORTED && pre) => format!(
+            "the controller has written no status on it: its Service says Sealed Secrets {shown}, which spokekeeper does not support (it needs v0.24.3 or later; before v0.17 status is written only with --update-status): upgrade the controller"
+        ),
+        Some(_) => format!(
+            "the controller has written no status on it: it is not running, or runs with --update-status=false (its Service says Sealed Secrets {shown})"
+        ),
+        None => format!("{NO_STATUS}; its Service's version label says {shown}"),
+    }
+}
+
+/// `[v]MAJOR.MINOR.PATCH[-pre][+build]` as numbers, and whether it is a pre-release;
+/// None for anything else.
+fn release(version: &str) -> Option<((u64, u64, u64), bool)> {
+    let v = version.trim_start_matches('v');
+    let v = v.split('+').next()?;
+    let (core, pre) = match v.split_once('-') {
+        Some((core, _)) => (core, true),
+        None => (v, false),
+    };
+    let mut parts = core.split('.').map(|p| p.parse::<u64>().ok());
+    let r = (parts.next()??, parts.next()??, parts.next()??);
+    parts.next().is_none().then_some((r, pre))
+}
+
 enum Seen {
     Done(Check),
     Waiting(String),
 }
 
 /// Whether the hub's SealedSecret is the committed one and the controller has unsealed it.
-fn synced(obj: &HubObject, key: &str, ciphertext: &str) -> Seen {
+fn synced(obj: &HubObject, key: &str, ciphertext: &str, version: Option<&str>) -> Seen {
     if obj.encrypted_data.get(key).map(String::as_str) != Some(ciphertext) {
         return Seen::Waiting(
             "the hub still has an older encryptedData (Flux has not applied the commit yet)".into(),
         );
     }
     if obj.observed_generation.is_none() && obj.conditions.is_empty() {
-        return Seen::Waiting(NO_STATUS.into());
+        return Seen::Waiting(no_status(version));
     }
     if !obj.observed() {
         // Behind with Synced True stays so forever on v0.24.2 (True->True is not written).
@@ -545,15 +583,15 @@ mod tests {
     fn synced_only_for_the_committed_ciphertext_at_the_current_generation() {
         let ok = cond("Synced", "True", "", "");
         assert!(matches!(
-            synced(&sealed("old", 2, 2, Some(ok.clone())), "value", "new"),
+            synced(&sealed("old", 2, 2, Some(ok.clone())), "value", "new", None),
             Seen::Waiting(w) if w.contains("older encryptedData")
         ));
         assert!(matches!(
-            synced(&sealed("new", 3, 2, Some(ok.clone())), "value", "new"),
+            synced(&sealed("new", 3, 2, Some(ok.clone())), "value", "new", None),
             Seen::Waiting(w) if w.contains("generation 3")
         ));
         assert!(matches!(
-            synced(&sealed("new", 3, 3, Some(ok)), "value", "new"),
+            synced(&sealed("new", 3, 3, Some(ok)), "value", "new", None),
             Seen::Done(Check { ok: true, .. })
         ));
         let bad = cond(
@@ -562,7 +600,7 @@ mod tests {
             "ErrUnsealFailed",
             "no key could decrypt secret (value)",
         );
-        match synced(&sealed("new", 3, 3, Some(bad)), "value", "new") {
+        match synced(&sealed("new", 3, 3, Some(bad)), "value", "new", None) {
             Seen::Done(c) => {
                 assert!(!c.ok);
                 assert_eq!(c.status, "False");
@@ -571,7 +609,7 @@ mod tests {
             Seen::Waiting(w) => panic!("{w}"),
         }
         assert!(matches!(
-            synced(&sealed("new", 3, 3, None), "value", "new"),
+            synced(&sealed("new", 3, 3, None), "value", "new", None),
             Seen::Waiting(_)
         ));
     }
@@ -814,9 +852,37 @@ mod tests {
         let mut obj = sealed("new", 1, 0, None);
         obj.observed_generation = None;
         assert!(matches!(
-            synced(&obj, "value", "new"),
+            synced(&obj, "value", "new", None),
             Seen::Waiting(w) if w.contains("does not report status") && w.contains("v0.24.3")
         ));
+    }
+
+    #[test]
+    fn a_sealed_secret_without_any_status_names_the_version_the_service_gives() {
+        let mut obj = sealed("new", 1, 0, None);
+        obj.observed_generation = None;
+        let said = |v| match synced(&obj, "value", "new", Some(v)) {
+            Seen::Waiting(w) => w,
+            Seen::Done(c) => panic!("{c:?}"),
+        };
+        for old in ["0.24.2", "v0.16.0", "0.24.3-rc.1"] {
+            let w = said(old);
+            assert!(
+                w.contains(&format!("v{}", old.trim_start_matches('v')))
+                    && w.contains("does not support")
+                    && w.contains("v0.24.3 or later"),
+                "{w}"
+            );
+        }
+        for new in ["0.24.3", "0.36.1", "v1.0.0"] {
+            let w = said(new);
+            assert!(
+                w.contains("--update-status=false") && !w.contains("does not support"),
+                "{w}"
+            );
+        }
+        let w = said("main");
+        assert!(w.contains("v0.24.3") && w.contains("says vmain"), "{w}");
     }
 
     #[test]
@@ -845,12 +911,12 @@ mod tests {
     fn behind_with_synced_true_names_the_v0_24_2_quirk() {
         let ok = cond("Synced", "True", "", "");
         assert!(matches!(
-            synced(&sealed("new", 3, 2, Some(ok)), "value", "new"),
+            synced(&sealed("new", 3, 2, Some(ok)), "value", "new", None),
             Seen::Waiting(w) if w.contains("generation 3") && w.contains("v0.24.2")
         ));
         let bad = cond("Synced", "False", "ErrUnsealFailed", "no key");
         assert!(matches!(
-            synced(&sealed("new", 3, 2, Some(bad)), "value", "new"),
+            synced(&sealed("new", 3, 2, Some(bad)), "value", "new", None),
             Seen::Waiting(w) if !w.contains("v0.24.2")
         ));
     }

@@ -378,10 +378,24 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let mut committed = 0;
     let mut reports = Vec::with_capacity(results.len());
     let mut sealed_now = Vec::new();
+    let mut refused = None;
     for (i, mut report, proposal) in results {
         if let Some(rv) = review {
-            rv.settle(ctx, spokes[i], &mut report, proposal.as_ref(), opts.dry_run)
-                .await;
+            let gate = &opts.gate;
+            let spoke = spokes[i];
+            if let Some(why) = rv
+                .settle(
+                    ctx,
+                    spoke,
+                    &mut report,
+                    proposal.as_ref(),
+                    opts.dry_run,
+                    gate,
+                )
+                .await
+            {
+                refused = Some(why);
+            }
         } else if let Some(p) = proposal {
             let spoke = spokes[i];
             match commit(ctx, spoke, &p).await {
@@ -419,6 +433,14 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
                 ))
             }
         }
+        // Reported as in direct mode: the branches and pull requests wait for a tick
+        // that may act.
+        if let Some(why) = refused {
+            repo_error = Some(RepoFailure::new(
+                RepoStage::Push,
+                format!("not pushed: {why}"),
+            ));
+        }
     } else if !opts.dry_run && ctx.config.repo.push {
         opts.progress.emit(Step::Fleet { stage: "push" });
         if let Err(why) = opts.gate.check() {
@@ -444,7 +466,8 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         && !opts.dry_run
     {
         opts.progress.emit(Step::Fleet { stage: "hub" });
-        verify_on_hub(ctx, hub, &spokes, &mut reports, pushed, sealed_now).await;
+        let version = cert.controller_version.as_deref();
+        verify_on_hub(ctx, hub, &spokes, &mut reports, pushed, sealed_now, version).await;
     }
     Ok(TickReport {
         spokes: reports,
@@ -464,6 +487,7 @@ async fn verify_on_hub(
     reports: &mut [SpokeReport],
     pushed: bool,
     sealed_now: Vec<(usize, String)>,
+    controller_version: Option<&str>,
 ) {
     const RECHECK: Duration = Duration::from_secs(15);
     let fresh = if pushed { sealed_now } else { Vec::new() };
@@ -483,13 +507,14 @@ async fn verify_on_hub(
             Some((i, String::from_utf8(bytes).ok()?))
         })
         .collect();
-    crate::hub::verify::after_push(hub, spokes, reports, &fresh, false).await;
+    let version = controller_version;
+    crate::hub::verify::after_push(hub, spokes, reports, &fresh, false, version).await;
     let brief = crate::config::HubConfig {
         verify_timeout: hub.verify_timeout.min(RECHECK),
         ..hub.clone()
     };
     // The request made when they were pushed is waited for again, not replaced.
-    crate::hub::verify::after_push(&brief, spokes, reports, &again, true).await;
+    crate::hub::verify::after_push(&brief, spokes, reports, &again, true, version).await;
     if let Ok(mut set) = ctx.hub_unverified.lock() {
         for (i, _) in fresh.iter().chain(&again) {
             match &reports[*i].hub {

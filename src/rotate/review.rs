@@ -33,7 +33,7 @@ use time::OffsetDateTime;
 
 use super::decide::{self, Decision, Observed, Policy, Reason};
 use super::state::Recorded;
-use super::{Context, Outcome, Proposal, SpokeReport, Stage};
+use super::{Context, Gate, Outcome, Proposal, SpokeReport, Stage};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{self, Forge, PullRequest};
 use crate::repo::{BranchState, RepoError, Untrusted};
@@ -134,7 +134,9 @@ impl Review {
     }
 
     /// After reconcile: push the proposal to the spoke's branch and open or update its
-    /// pull request; for a pending spoke, find (or reopen) its pull request.
+    /// pull request; for a pending spoke, find (or reopen) its pull request. The gate is
+    /// asked before the push and again before the forge is written to: a refusal leaves
+    /// the rest to the next tick here or the new leader, and is returned.
     pub(super) async fn settle(
         &self,
         ctx: &Context,
@@ -142,16 +144,26 @@ impl Review {
         report: &mut SpokeReport,
         proposal: Option<&Proposal>,
         dry_run: bool,
-    ) {
+        gate: &Gate,
+    ) -> Option<String> {
         let pending = matches!(report.outcome, Outcome::Pending { .. });
         if proposal.is_none() && !pending {
-            return;
+            return None;
         }
         let name = branch_name(spoke);
         let base = ctx.repo.target_branch().to_string();
         let mut pushed = None;
         let mut replaced = None;
         let head;
+        if !dry_run && let Err(why) = gate.check() {
+            if proposal.is_some() {
+                report.outcome = Outcome::Failed {
+                    stage: Stage::Push,
+                    error: format!("branch {name} not pushed: {why}"),
+                };
+            }
+            return Some(why);
+        }
         if let Some(p) = proposal {
             match push(ctx, spoke, &name, p).await {
                 Ok(done) => (pushed, replaced, head) = (done.commit, done.replaced, done.head),
@@ -160,7 +172,7 @@ impl Review {
                         stage: Stage::Push,
                         error: format!("branch {name}: {e}"),
                     };
-                    return;
+                    return None;
                 }
             }
         } else {
@@ -184,14 +196,28 @@ impl Review {
                             "branch {name} is no longer provably spokekeeper's: {why} (the next tick replaces it)"
                         ),
                     };
-                    return;
+                    return None;
                 }
             }
         }
         let forge = match &self.forge {
             Ok(f) => f,
-            Err(e) => return fail(report, &name, pushed.as_deref(), e),
+            Err(e) => {
+                fail(report, &name, pushed.as_deref(), e);
+                return None;
+            }
         };
+        if !dry_run && let Err(why) = gate.check() {
+            if pushed.is_some() {
+                fail(
+                    report,
+                    &name,
+                    pushed.as_deref(),
+                    &format!("not sent: {why}"),
+                );
+            }
+            return Some(why);
+        }
         let now = OffsetDateTime::now_utc();
         let result = if dry_run {
             forge
@@ -253,6 +279,7 @@ impl Review {
             }
             Err(e) => fail(report, &name, pushed.as_deref(), &e.to_string()),
         }
+        None
     }
 }
 

@@ -105,6 +105,9 @@ struct State {
     not_served: Vec<Kind>,
     /// The controller Service's port name ("": unnamed, as upstream controller.yaml).
     port_name: String,
+    /// Its `app.kubernetes.io/version` label, as the Helm chart sets it (None: none, as
+    /// upstream controller.yaml).
+    version_label: Option<String>,
     /// Requests whose path contains .0 answered 429 with Retry-After .2 (seconds), .1 more times.
     throttle: Option<(String, u32, u64)>,
     /// The next unseal fails once, then the controller's retry succeeds.
@@ -157,6 +160,7 @@ impl HubSim {
             consumers: BTreeMap::new(),
             not_served: Vec::new(),
             port_name: CONTROLLER_PORT_NAME.into(),
+            version_label: None,
             throttle: None,
             fail_next_unseal: false,
             retry: false,
@@ -279,6 +283,12 @@ impl HubSim {
     /// controller.yaml installs it).
     pub fn set_port_name(&self, name: &str) {
         self.lock().port_name = name.into();
+    }
+
+    /// Labels the controller Service `app.kubernetes.io/version: <version>`, as the
+    /// upstream Helm chart does (its appVersion, without a leading v).
+    pub fn set_version_label(&self, version: &str) {
+        self.lock().version_label = Some(version.into());
     }
 
     /// The next `times` requests whose path contains `path` are answered 429 Too Many
@@ -619,6 +629,10 @@ fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
     if !st.port_name.is_empty() {
         port["name"] = json!(st.port_name);
     }
+    let mut labels = json!({"app.kubernetes.io/name": "sealed-secrets"});
+    if let Some(v) = &st.version_label {
+        labels["app.kubernetes.io/version"] = json!(v);
+    }
     json_response(
         StatusCode::OK,
         &json!({
@@ -626,7 +640,7 @@ fn service(st: &State, ns: &str, name: &str) -> Response<Full<Bytes>> {
             "apiVersion": "v1",
             "metadata": {
                 "name": st.name, "namespace": st.namespace,
-                "labels": {"app.kubernetes.io/name": "sealed-secrets"},
+                "labels": labels,
                 "resourceVersion": "42", "uid": "00000000-0000-4000-8000-00000000002a",
             },
             "spec": {
