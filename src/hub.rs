@@ -158,7 +158,16 @@ impl Hub {
     pub async fn fetch_cert(&self) -> Result<String, String> {
         let c = &self.controller;
         let port = match &c.port {
-            Some(p) => p.clone(),
+            Some(p) => {
+                // Only for its version label: the port is known, so a refusal (a Role
+                // without `get` on the Service) or any error leaves the version unknown.
+                let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
+                let version = svc.get(&c.name).await.ok().and_then(|s| version_label(&s));
+                if let Ok(mut v) = self.controller_version.lock() {
+                    v.clone_from(&version);
+                }
+                p.clone()
+            }
             None => {
                 let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
                 let svc = svc.get(&c.name).await.map_err(|e| {

@@ -528,6 +528,13 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
         grant(
             "kube-system",
             "",
+            "services",
+            "get",
+            &["sealed-secrets-controller"],
+        ),
+        grant(
+            "kube-system",
+            "",
             "services/proxy",
             "get",
             &["http:sealed-secrets-controller:http"],
@@ -548,10 +555,9 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
         .into_iter()
         .map(|(_, group, res, verb, _)| (group, res, verb))
         .collect();
-    // The chart always writes hub.controller.port, and with a port the code never reads
-    // the Service (tests/hub.rs: a configured controller port skips the Service read).
-    let mut calls = access();
-    assert!(calls.remove(&("".into(), "services".into(), "get".into())));
+    // The chart always writes hub.controller.port; the Service is still read, by name,
+    // for the controller's version label.
+    let calls = access();
     assert_eq!(
         used, calls,
         "the chart grants what the code calls, no more, no less"
@@ -596,6 +602,7 @@ config:
             "update",
             &["keeper"],
         ),
+        grant("sealed-secrets", "", "services", "get", &["sealer"]),
         grant(
             "sealed-secrets",
             "",
