@@ -441,7 +441,10 @@ async fn the_controller_version_comes_from_its_service_label() {
     l.hub.set_version_label("0.36.1");
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(report["sealing"]["controller_version"], "0.36.1", "{report}");
+    assert_eq!(
+        report["sealing"]["controller_version"], "0.36.1",
+        "{report}"
+    );
     l.assert_within_access();
 
     // No label: no version is claimed.
