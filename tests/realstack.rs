@@ -540,14 +540,6 @@ fn leader_election_on_a_real_lease() {
     };
     let (mut a, a_lines) = start("replica-a");
     let (mut b, b_lines) = start("replica-b");
-    let ticks = |lines: &support::logs::Lines| {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, l)| l.contains("tick started"))
-            .count()
-    };
     let deadline = Instant::now() + Duration::from_secs(60);
     while ticks(&a_lines) + ticks(&b_lines) < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(200));
@@ -792,14 +784,6 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
     };
     let t0 = Instant::now();
     let mut procs = vec![start(0)];
-    let ticks = |lines: &support::logs::Lines| {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, l)| l.contains("tick started"))
-            .count()
-    };
     let log = |lines: &support::logs::Lines| {
         lines
             .lock()
@@ -1061,4 +1045,14 @@ fn a_controller_that_writes_no_status_is_named_as_such() {
         "{message}"
     );
     stack.wait_unsealed(0, Duration::from_secs(30));
+}
+
+/// How many ticks a daemon's log says it started.
+fn ticks(lines: &support::logs::Lines) -> usize {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, l)| l.contains("tick started"))
+        .count()
 }

@@ -15,6 +15,19 @@ pub(crate) const LAB_DIR: &str = "/tmp/spokekeeper-lab";
 /// 127.0.0.2 ..= 127.0.255.254, skipping .0 and .255 in the last octet.
 const RANGE: usize = 256 * 254 - 1;
 
+/// The lock file at `path`, created if missing and flocked by us; None when another
+/// process holds it (the kernel drops the lock when the holder dies).
+pub(crate) fn try_lease(path: &Path) -> Option<File> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .ok()?;
+    file.try_lock().is_ok().then_some(file)
+}
+
 pub(crate) struct AddressLease {
     pub addr: Ipv4Addr,
     file: File,
@@ -28,16 +41,7 @@ impl AddressLease {
         for i in 1..=RANGE {
             let addr = Ipv4Addr::new(127, 0, (i / 254) as u8, (i % 254 + 1) as u8);
             let path = dir.join(addr.to_string());
-            let Ok(file) = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-            else {
-                continue;
-            };
-            if file.try_lock().is_ok() {
+            if let Some(file) = try_lease(&path) {
                 let mut lease = AddressLease { addr, file };
                 lease.clean_up_after_previous_holder();
                 return lease;

@@ -6,7 +6,7 @@
 //! loopback addresses, so parallel tests and test binaries never share one; the next
 //! holder of a slot removes what a crashed run left.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::net::Ipv4Addr;
 use std::path::Path;
 use std::process::Command;
@@ -32,18 +32,9 @@ impl Netns {
         fs::create_dir_all(DIR).expect("create the lab's netns directory");
         for slot in 0..SLOTS {
             let path = Path::new(DIR).join(slot.to_string());
-            let Ok(file) = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&path)
-            else {
+            let Some(file) = crate::support::addr::try_lease(&path) else {
                 continue;
             };
-            if file.try_lock().is_err() {
-                continue;
-            }
             let ns = Netns {
                 name: format!("sklab{slot}"),
                 host: Ipv4Addr::new(10, 213, slot, 1),
