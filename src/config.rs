@@ -16,7 +16,10 @@ use crate::seal::Scope;
 pub use crate::spoke::{Distro, SshSettings};
 
 mod check;
+mod credential;
 mod lines;
+
+pub use credential::CredentialMode;
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";

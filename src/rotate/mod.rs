@@ -178,6 +178,21 @@ pub struct SpokeReport {
     /// After a push with `hub:` configured: whether the hub unsealed it and Flux is Ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hub: Option<crate::hub::verify::HubReport>,
+    /// The hub's credential for this spoke after this tick, when known.
+    pub credential: Option<CredentialReport>,
+}
+
+/// What kind of credential the hub holds for a spoke (`credential` in -o json).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CredentialReport {
+    pub mode: crate::config::CredentialMode,
+    /// Minted: the user the certificate was signed for. Extracted: who it authenticated as.
+    pub user: Option<String>,
+    /// Minted only: the generation counter (the user and its binding carry it).
+    pub generation: Option<u64>,
+    /// The client certificate's notAfter (minted: the signed certificate's).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_after: Option<OffsetDateTime>,
 }
 
 impl SpokeReport {
@@ -193,6 +208,7 @@ impl SpokeReport {
             user: None,
             probe: None,
             hub: None,
+            credential: None,
         }
     }
 
@@ -651,6 +667,12 @@ async fn reconcile(
     }
     let recorded = refresh::record(spoke, &fresh, sealing, now);
     report.user = Some(fresh.live.username.clone());
+    report.credential = Some(CredentialReport {
+        mode: crate::config::CredentialMode::Extracted,
+        user: Some(fresh.live.username.clone()),
+        generation: None,
+        not_after: recorded.client_not_after,
+    });
     let previous = parsed
         .as_ref()
         .and_then(|p| p.as_ref().ok())
