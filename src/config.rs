@@ -19,7 +19,7 @@ mod check;
 mod credential;
 mod lines;
 
-pub use credential::CredentialMode;
+pub use credential::{CredentialMode, CredentialPolicy};
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -123,6 +123,8 @@ struct RawConfig {
     ssh: SshOverrides,
     #[serde(default)]
     hub: Option<RawHub>,
+    #[serde(default)]
+    credential: credential::RawCredential,
     spokes: Vec<RawSpoke>,
 }
 
@@ -317,6 +319,8 @@ struct RawSpoke {
     output: Option<PathBuf>,
     #[serde(default)]
     kustomization: Option<RawKustomizationRef>,
+    #[serde(default)]
+    credential: credential::RawCredential,
 }
 
 impl<'de> Deserialize<'de> for Scope {
@@ -449,6 +453,8 @@ pub struct SpokeConfig {
     /// Used only when `hub:` is configured. None: verify every Kustomization and
     /// HelmRelease on the hub whose spec.kubeConfig.secretRef names the spoke's Secret.
     pub kustomization: Option<KustomizationRef>,
+    /// `credential:` merged over the global one.
+    pub credential: CredentialPolicy,
 }
 
 #[derive(Clone, Debug, PartialEq)]
@@ -643,6 +649,8 @@ impl Config {
                     Some(k)
                 }
             };
+            let credential = credential::resolve(&raw.credential, &s.credential, &at)
+                .map_err(|r| bad(&r.key, r.message))?;
             spokes.push(SpokeConfig {
                 name: s.name,
                 address: s.address,
@@ -655,6 +663,7 @@ impl Config {
                 scope: s.scope.unwrap_or_default(),
                 output,
                 kustomization,
+                credential,
             });
         }
 

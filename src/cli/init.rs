@@ -38,6 +38,12 @@ ssh:                                   # defaults for every spoke; a spoke may o
   known_hosts: /etc/spokekeeper/ssh/known_hosts   # strict: unknown or changed host keys are refused
   sudo: true                           # read the file with `sudo -n cat`
   connect_timeout: 10s
+credential:                            # how the hub's credential for each spoke is made (a spoke may override any field)
+  mode: minted                         # minted: a short-lived, revocable client certificate per spoke (README "Minted credentials"); extracted: the node's admin kubeconfig
+  # ttl: 30d                           # the minted certificate's lifetime (at least 1h)
+  # renew_before: 10d                  # default: a third of ttl
+  # user: "spokekeeper:hub:{generation}"
+  # cluster_role: cluster-admin
 # hub:                                 # optional: fetch the sealing certificate, verify after a push
 #   kubeconfig: /etc/spokekeeper/hub.kubeconfig   # absent: in-cluster, else KUBECONFIG or ~/.kube/config
 #   controller: { namespace: kube-system, name: sealed-secrets-controller }
@@ -95,6 +101,10 @@ mod tests {
         assert_eq!(c.spokes[0].name, "dev");
         assert_eq!(c.spokes[0].kubeconfig_path, "/etc/rancher/k3s/k3s.yaml");
         assert!(c.spokes[0].ssh.sudo);
+        assert_eq!(
+            c.spokes[0].credential.mode,
+            crate::config::CredentialMode::Minted
+        );
     }
 
     #[test]
@@ -102,6 +112,10 @@ mod tests {
         let text = TEMPLATE
             .replace("# hub:", "hub:")
             .replace("#   ", "  ")
+            .replace("  # ttl:", "  ttl:")
+            .replace("  # renew_before:", "  renew_before:")
+            .replace("  # user:", "  user:")
+            .replace("  # cluster_role:", "  cluster_role:")
             .replace("    # kustomization:", "    kustomization:");
         let c = Config::parse(&text, "spokekeeper.yaml", Path::new("/etc/spokekeeper")).unwrap();
         let hub = c.hub.expect("hub");

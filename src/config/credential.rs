@@ -1,7 +1,11 @@
 //! `credential:`: how the hub's credential for a spoke is made. Global default and
 //! per-spoke override, merged field by field (per spoke wins).
 
+use std::time::Duration;
+
 use serde::Deserialize;
+
+use super::Span;
 
 /// Where the committed credential comes from.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
@@ -27,5 +31,281 @@ impl CredentialMode {
 impl std::fmt::Display for CredentialMode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())
+    }
+}
+
+pub const DEFAULT_TTL: Duration = Duration::from_secs(30 * 86_400);
+pub const DEFAULT_USER: &str = "spokekeeper:hub:{generation}";
+pub const DEFAULT_CLUSTER_ROLE: &str = "cluster-admin";
+/// Shorter lifetimes are refused (Kubernetes' own minimum is 600s).
+pub const MIN_TTL: Duration = Duration::from_secs(3600);
+
+/// `credential:` as written, globally or for one spoke.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RawCredential {
+    #[serde(default)]
+    pub mode: Option<CredentialMode>,
+    #[serde(default)]
+    pub ttl: Option<Span>,
+    #[serde(default)]
+    pub renew_before: Option<Span>,
+    #[serde(default)]
+    pub user: Option<String>,
+    #[serde(default)]
+    pub cluster_role: Option<String>,
+}
+
+/// A spoke's resolved credential settings.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CredentialPolicy {
+    pub mode: CredentialMode,
+    /// The minted certificate's lifetime (the CSR's expirationSeconds).
+    pub ttl: Duration,
+    /// Renew a minted certificate when it expires sooner than this.
+    pub renew_before: Duration,
+    /// The user template; holds `{generation}`.
+    pub user: String,
+    pub cluster_role: String,
+}
+
+impl Default for CredentialPolicy {
+    fn default() -> Self {
+        CredentialPolicy {
+            mode: CredentialMode::Extracted,
+            ttl: DEFAULT_TTL,
+            renew_before: DEFAULT_TTL / 3,
+            user: DEFAULT_USER.into(),
+            cluster_role: DEFAULT_CLUSTER_ROLE.into(),
+        }
+    }
+}
+
+impl CredentialPolicy {
+    /// The user minted for `generation`.
+    pub fn user_for(&self, generation: u64) -> String {
+        self.user.replace("{generation}", &generation.to_string())
+    }
+}
+
+/// A refused value: its key (for the line) and the message naming it and the fix.
+pub struct Refused {
+    pub key: String,
+    pub message: String,
+}
+
+/// Merges a spoke's `credential:` over the global one (field by field) and checks the
+/// result; `at` is the spoke's key (`spokes[2]`), so an error names where the bad value
+/// was written.
+pub fn resolve(
+    global: &RawCredential,
+    spoke: &RawCredential,
+    at: &str,
+) -> Result<CredentialPolicy, Refused> {
+    let key = |field: &str, own: bool| {
+        if own {
+            format!("{at}.credential.{field}")
+        } else {
+            format!("credential.{field}")
+        }
+    };
+    let refuse = |field: &str, own: bool, why: String| {
+        let key = key(field, own);
+        Refused {
+            message: format!("{key} {why}"),
+            key,
+        }
+    };
+    let pick = |a: &Option<Span>, b: &Option<Span>| a.or(*b).map(|s| (s.0, a.is_some()));
+    let mode = spoke.mode.or(global.mode).unwrap_or_default();
+    let (ttl, ttl_own) = pick(&spoke.ttl, &global.ttl).unwrap_or((DEFAULT_TTL, false));
+    if ttl < MIN_TTL {
+        return Err(refuse(
+            "ttl",
+            ttl_own,
+            format!(
+                "{} is shorter than 1h: a certificate that short would be renewed almost every tick (Kubernetes refuses under 10m); write e.g. 30d",
+                Span(ttl)
+            ),
+        ));
+    }
+    let (renew_before, rb_own) = match pick(&spoke.renew_before, &global.renew_before) {
+        Some(v) => v,
+        None => (ttl / 3, false),
+    };
+    if renew_before.is_zero() || renew_before >= ttl {
+        return Err(refuse(
+            "renew_before",
+            rb_own,
+            format!(
+                "{} must be longer than 0s and shorter than credential.ttl ({}): e.g. a third of it, {}",
+                Span(renew_before),
+                Span(ttl),
+                Span(Duration::from_secs(ttl.as_secs() / 3))
+            ),
+        ));
+    }
+    let user_own = spoke.user.is_some();
+    let user = spoke
+        .user
+        .clone()
+        .or_else(|| global.user.clone())
+        .unwrap_or_else(|| DEFAULT_USER.into());
+    user_template(&user).map_err(|why| refuse("user", user_own, why))?;
+    let role_own = spoke.cluster_role.is_some();
+    let cluster_role = spoke
+        .cluster_role
+        .clone()
+        .or_else(|| global.cluster_role.clone())
+        .unwrap_or_else(|| DEFAULT_CLUSTER_ROLE.into());
+    cluster_role_name(&cluster_role).map_err(|why| refuse("cluster_role", role_own, why))?;
+    Ok(CredentialPolicy {
+        mode,
+        ttl,
+        renew_before,
+        user,
+        cluster_role,
+    })
+}
+
+fn user_template(u: &str) -> Result<(), String> {
+    let shown = crate::text::one_line(u, 80);
+    if !u.contains("{generation}") {
+        return Err(format!(
+            "{shown:?} must contain {{generation}}: each generation is its own user, so revoking one leaves the next working (e.g. \"{DEFAULT_USER}\")"
+        ));
+    }
+    if u.starts_with("system:") {
+        return Err(format!(
+            "{shown:?} starts with system:, which Kubernetes reserves for its own identities: e.g. \"{DEFAULT_USER}\""
+        ));
+    }
+    let ok = u.len() <= 200
+        && u.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@{}".contains(&b));
+    if !ok {
+        return Err(format!(
+            "{shown:?} may hold only letters, digits and - _ . : @ (at most 200): e.g. \"{DEFAULT_USER}\""
+        ));
+    }
+    Ok(())
+}
+
+fn cluster_role_name(r: &str) -> Result<(), String> {
+    let ok = !r.is_empty()
+        && r.len() <= 253
+        && r.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} is not a ClusterRole name: letters, digits and - _ . : (e.g. {DEFAULT_CLUSTER_ROLE})",
+            crate::text::one_line(r, 80)
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+
+    const HEAD: &str = "repo: {path: f}\nsealing: {cert: c}\n";
+
+    fn parse(text: &str) -> Result<Config, String> {
+        Config::parse(text, "t.yaml", std::path::Path::new("/")).map_err(|e| e.to_string())
+    }
+
+    fn refused(text: &str, needles: &[&str]) {
+        let e = parse(text).expect_err(text);
+        for n in needles {
+            assert!(e.contains(n), "{e:?} lacks {n:?}");
+        }
+    }
+
+    #[test]
+    fn absent_means_extracted_with_the_documented_defaults() {
+        let c = parse(&format!("{HEAD}spokes:\n  - {{name: dev, address: a}}\n")).unwrap();
+        let p = &c.spokes[0].credential;
+        assert_eq!(p, &CredentialPolicy::default());
+        assert_eq!(p.mode, CredentialMode::Extracted);
+        assert_eq!(p.ttl, Duration::from_secs(30 * 86_400));
+        assert_eq!(p.renew_before, Duration::from_secs(10 * 86_400));
+        assert_eq!(p.user_for(7), "spokekeeper:hub:7");
+        assert_eq!(p.cluster_role, "cluster-admin");
+    }
+
+    #[test]
+    fn a_spoke_overrides_the_global_section_field_by_field() {
+        let text = format!(
+            "{HEAD}credential:\n  mode: minted\n  ttl: 3d\n  cluster_role: edit\nspokes:\n  - name: a\n    address: a\n  - name: b\n    address: b\n    credential: {{ttl: 6h, user: \"hub-{{generation}}@b\"}}\n  - name: c\n    address: c\n    credential: {{mode: extracted, renew_before: 2d}}\n"
+        );
+        let c = parse(&text).unwrap();
+        let [a, b, cc] = [0, 1, 2].map(|i| c.spokes[i].credential.clone());
+        assert_eq!(
+            (a.mode, a.ttl, a.renew_before),
+            (
+                CredentialMode::Minted,
+                Duration::from_secs(3 * 86_400),
+                Duration::from_secs(86_400)
+            )
+        );
+        assert_eq!(a.cluster_role, "edit");
+        // renew_before defaults to a third of the spoke's own ttl.
+        assert_eq!(
+            (b.ttl, b.renew_before),
+            (Duration::from_secs(6 * 3600), Duration::from_secs(2 * 3600))
+        );
+        assert_eq!(b.user_for(3), "hub-3@b");
+        assert_eq!(b.cluster_role, "edit");
+        assert_eq!(
+            (cc.mode, cc.renew_before),
+            (CredentialMode::Extracted, Duration::from_secs(2 * 86_400))
+        );
+    }
+
+    #[test]
+    fn mistakes_name_the_field_the_line_and_the_fix() {
+        let spokes = "spokes:\n  - name: dev\n    address: a\n";
+        refused(
+            &format!("{HEAD}credential:\n  mode: minted\n  ttl: 30m\n{spokes}"),
+            &["line 5", "credential.ttl", "30m", "shorter than 1h", "30d"],
+        );
+        refused(
+            &format!("{HEAD}credential:\n  ttl: 2d\n  renew_before: 2d\n{spokes}"),
+            &[
+                "line 5",
+                "credential.renew_before",
+                "shorter than credential.ttl",
+                "16h",
+            ],
+        );
+        refused(
+            &format!("{HEAD}{spokes}    credential:\n      user: spokekeeper-hub\n"),
+            &[
+                "line 7",
+                "spokes[0].credential.user",
+                "{generation}",
+                "spokekeeper:hub:{generation}",
+            ],
+        );
+        refused(
+            &format!("{HEAD}{spokes}    credential:\n      user: \"system:hub:{{generation}}\"\n"),
+            &["spokes[0].credential.user", "system:"],
+        );
+        refused(
+            &format!("{HEAD}credential:\n  user: \"a b\\n{{generation}}\"\n{spokes}"),
+            &["line 4", "credential.user", "letters, digits"],
+        );
+        refused(
+            &format!("{HEAD}credential:\n  cluster_role: \"a/b\"\n{spokes}"),
+            &["line 4", "credential.cluster_role", "ClusterRole"],
+        );
+        refused(
+            &format!("{HEAD}credential:\n  mode: issued\n{spokes}"),
+            &["issued", "extracted", "minted"],
+        );
+        refused(&format!("{HEAD}credential:\n  tll: 1d\n{spokes}"), &["tll"]);
     }
 }
