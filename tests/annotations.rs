@@ -57,6 +57,7 @@ static GOOD: LazyLock<Recorded> = LazyLock::new(|| {
         content_sha256: HEX.into(),
         sealing_sha256: format!("sha256:{HEX}"),
         rotated_at: now() - time::Duration::days(1),
+        credential: spokekeeper::rotate::state::RecordedCredential::default(),
     }
 });
 

@@ -69,6 +69,7 @@ fn recorded(
         content_sha256: "ab".into(),
         sealing_sha256: "sha256:ss".into(),
         rotated_at: at(-DAY),
+        credential: Default::default(),
     }
 }
 

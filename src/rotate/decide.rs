@@ -246,6 +246,7 @@ mod tests {
             content_sha256: "c".into(),
             sealing_sha256: "sha256:seal".into(),
             rotated_at: now() - time::Duration::days(1),
+            credential: Default::default(),
         }
     }
 

@@ -808,6 +808,7 @@ mod tests {
             content_sha256: "c".into(),
             sealing_sha256: "sha256:seal".into(),
             rotated_at: now,
+            credential: Default::default(),
         };
         let live = spoke::LiveReport {
             server: "https://10.0.0.1:6443".into(),

@@ -123,6 +123,7 @@ pub fn record(
         content_sha256: fresh.content_sha256.clone(),
         sealing_sha256: sealing.fingerprint().to_string(),
         rotated_at: now,
+        credential: Default::default(),
     }
 }
 

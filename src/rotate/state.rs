@@ -10,6 +10,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use crate::config::CredentialMode;
 use crate::spoke::{CaCheck, ProbeReport};
 
 pub const SPOKE: &str = "spokekeeper.io/spoke";
@@ -29,6 +30,14 @@ pub const CLIENT_CERT_NOT_AFTER: &str = "spokekeeper.io/client-cert-not-after";
 pub const CONTENT_SHA256: &str = "spokekeeper.io/content-sha256";
 pub const SEALING_CERT_SHA256: &str = "spokekeeper.io/sealing-cert-sha256";
 pub const ROTATED_AT: &str = "spokekeeper.io/rotated-at";
+/// `minted` when the credential was minted; absent: extracted (and earlier versions).
+pub const CREDENTIAL_MODE: &str = "spokekeeper.io/credential-mode";
+/// Minted: the user the certificate was signed for.
+pub const CREDENTIAL_USER: &str = "spokekeeper.io/credential-user";
+/// The last minted generation (kept after a switch back to extracted, so a user name is
+/// never reused); absent: 0, none minted yet.
+pub const CREDENTIAL_GENERATION: &str = "spokekeeper.io/credential-generation";
+const MAX_USER: usize = 200;
 
 /// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
 /// an object's annotations at 256 KiB.
@@ -55,6 +64,24 @@ pub struct Recorded {
     pub content_sha256: String,
     pub sealing_sha256: String,
     pub rotated_at: OffsetDateTime,
+    pub credential: RecordedCredential,
+}
+
+/// How the committed credential was made.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordedCredential {
+    pub mode: CredentialMode,
+    /// Minted: the user the certificate was signed for.
+    pub user: Option<String>,
+    /// The last generation minted for this spoke (0: none).
+    pub generation: u64,
+}
+
+impl RecordedCredential {
+    /// The generation the next minted credential gets.
+    pub fn next_generation(&self) -> u64 {
+        self.generation.saturating_add(1)
+    }
 }
 
 /// A recorded annotation that is missing or malformed. Read back from the fleet repo it
@@ -133,6 +160,11 @@ impl Recorded {
             content_sha256: hex64(CONTENT_SHA256, get(CONTENT_SHA256)?)?,
             sealing_sha256: fingerprint(SEALING_CERT_SHA256, get(SEALING_CERT_SHA256)?)?,
             rotated_at: date(ROTATED_AT, get(ROTATED_AT)?)?,
+            credential: credential(
+                opt(CREDENTIAL_MODE),
+                opt(CREDENTIAL_USER),
+                opt(CREDENTIAL_GENERATION),
+            )?,
         })
     }
 
@@ -157,6 +189,16 @@ impl Recorded {
         put(CONTENT_SHA256, self.content_sha256.clone());
         put(SEALING_CERT_SHA256, self.sealing_sha256.clone());
         put(ROTATED_AT, rfc3339(self.rotated_at));
+        let c = &self.credential;
+        if c.mode == CredentialMode::Minted {
+            put(CREDENTIAL_MODE, c.mode.as_str().into());
+        }
+        if let Some(u) = &c.user {
+            put(CREDENTIAL_USER, u.clone());
+        }
+        if c.generation > 0 {
+            put(CREDENTIAL_GENERATION, c.generation.to_string());
+        }
         a
     }
 
@@ -211,6 +253,62 @@ pub(crate) fn fingerprint(key: &'static str, v: &str) -> Result<String, Annotati
         Some(hex) if is_hex64(hex) => Ok(v.to_string()),
         _ => Err(malformed(key, FINGERPRINT, v)),
     }
+}
+
+/// The credential annotations: a minted credential names its user and generation.
+fn credential(
+    mode: Option<&str>,
+    user: Option<&str>,
+    generation: Option<&str>,
+) -> Result<RecordedCredential, AnnotationError> {
+    let mode = match mode {
+        None => CredentialMode::Extracted,
+        Some("minted") => CredentialMode::Minted,
+        Some(v) => return Err(malformed(CREDENTIAL_MODE, "minted (or absent)", v)),
+    };
+    let generation = match generation {
+        None => 0,
+        Some(v) => v
+            .parse::<u64>()
+            .ok()
+            .filter(|&g| g > 0 && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+            .ok_or_else(|| {
+                malformed(CREDENTIAL_GENERATION, "a generation number (1 or more)", v)
+            })?,
+    };
+    let user = user
+        .map(|v| {
+            let ok = (1..=MAX_USER).contains(&v.len())
+                && v.bytes()
+                    .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\');
+            if ok {
+                Ok(v.to_string())
+            } else {
+                Err(malformed(
+                    CREDENTIAL_USER,
+                    "a user name (printable ASCII, at most 200)",
+                    v,
+                ))
+            }
+        })
+        .transpose()?;
+    if mode == CredentialMode::Minted {
+        if user.is_none() {
+            return Err(AnnotationError::Missing {
+                key: CREDENTIAL_USER,
+            });
+        }
+        if generation == 0 {
+            return Err(AnnotationError::Missing {
+                key: CREDENTIAL_GENERATION,
+            });
+        }
+    }
+    Ok(RecordedCredential {
+        mode,
+        user,
+        generation,
+    })
 }
 
 fn hex64(key: &'static str, v: &str) -> Result<String, AnnotationError> {
@@ -339,6 +437,90 @@ mod tests {
             content_sha256: HEX.into(),
             sealing_sha256: format!("sha256:{HEX}"),
             rotated_at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap(),
+            credential: RecordedCredential::default(),
+        }
+    }
+
+    fn minted(generation: u64) -> Recorded {
+        Recorded {
+            credential: RecordedCredential {
+                mode: CredentialMode::Minted,
+                user: Some(format!("spokekeeper:hub:{generation}")),
+                generation,
+            },
+            ..sample()
+        }
+    }
+
+    #[test]
+    fn the_generation_counts_from_the_annotations() {
+        // Extracted, as earlier versions wrote it: no credential annotations, generation 0.
+        let a = sample().to_annotations();
+        assert!(
+            !a.keys()
+                .any(|k| k.starts_with("spokekeeper.io/credential-"))
+        );
+        let r = Recorded::from_annotations(&a).unwrap();
+        assert_eq!(r.credential, RecordedCredential::default());
+        assert_eq!(r.credential.next_generation(), 1);
+        // Minted: mode, user and generation round-trip; the next is one more.
+        let a = minted(7).to_annotations();
+        assert_eq!(a[CREDENTIAL_MODE], "minted");
+        assert_eq!(a[CREDENTIAL_USER], "spokekeeper:hub:7");
+        assert_eq!(a[CREDENTIAL_GENERATION], "7");
+        let m = minted(7);
+        let r = Recorded::from_annotations(&m.to_annotations()).unwrap();
+        assert_eq!(r, m);
+        assert_eq!(r.credential.next_generation(), 8);
+        // Back to extracted: the counter is kept, so no user name is ever reused.
+        let back = Recorded {
+            credential: RecordedCredential {
+                mode: CredentialMode::Extracted,
+                user: None,
+                generation: 7,
+            },
+            ..sample()
+        };
+        let r = Recorded::from_annotations(&back.to_annotations()).unwrap();
+        assert_eq!(r.credential.next_generation(), 8);
+        assert_eq!(
+            RecordedCredential {
+                generation: u64::MAX,
+                ..Default::default()
+            }
+            .next_generation(),
+            u64::MAX
+        );
+    }
+
+    #[test]
+    fn damaged_credential_annotations_are_named() {
+        let with = |key: &str, value: &str| {
+            let mut a = minted(3).to_annotations();
+            a.insert(key.into(), value.into());
+            Recorded::from_annotations(&a).unwrap_err()
+        };
+        for (key, value) in [
+            (CREDENTIAL_MODE, "issued"),
+            (CREDENTIAL_MODE, "extracted"),
+            (CREDENTIAL_GENERATION, "0"),
+            (CREDENTIAL_GENERATION, "-1"),
+            (CREDENTIAL_GENERATION, "+4"),
+            (CREDENTIAL_GENERATION, "99999999999999999999999"),
+            (CREDENTIAL_USER, ""),
+            (CREDENTIAL_USER, "a b"),
+            (CREDENTIAL_USER, "a\nSigned-off-by: x"),
+        ] {
+            let e = with(key, value);
+            assert_eq!(e.key(), key, "{key}={value:?}: {e}");
+        }
+        for key in [CREDENTIAL_USER, CREDENTIAL_GENERATION] {
+            let mut a = minted(3).to_annotations();
+            a.remove(key);
+            assert_eq!(
+                Recorded::from_annotations(&a).unwrap_err(),
+                AnnotationError::Missing { key }
+            );
         }
     }
 
