@@ -326,6 +326,20 @@ fn unreachable_problem<T>() -> Result<T, KubeconfigError> {
 }
 
 impl Sanitized {
+    /// The same cluster, server and CA with another client chain and key and no token:
+    /// a minted credential next to the admin one it was minted with.
+    pub fn with_client(&self, client: Vec<CertInfo>, key: PrivateKey) -> Sanitized {
+        Sanitized {
+            name: self.name.clone(),
+            server: self.server.clone(),
+            tls_server_name: self.tls_server_name.clone(),
+            ca: self.ca.clone(),
+            client,
+            key: Some(key),
+            token: None,
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

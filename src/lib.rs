@@ -22,6 +22,7 @@ pub mod fsutil;
 pub mod hub;
 pub mod kubeconfig;
 pub mod metrics;
+pub mod mint;
 pub mod repo;
 pub mod rotate;
 pub mod seal;

@@ -74,6 +74,16 @@ impl PrivateKey {
         Ok(key)
     }
 
+    /// A PKCS#8 key held in memory (a minted credential's), checked as [`Self::from_pem`] does.
+    pub fn from_pkcs8_der(der: SecretBytes) -> Result<Self, CertError> {
+        let key = PrivateKey {
+            kind: KeyKind::Pkcs8,
+            der,
+        };
+        key.spki_der()?;
+        Ok(key)
+    }
+
     pub fn kind(&self) -> KeyKind {
         self.kind
     }

@@ -94,36 +94,9 @@ pub async fn check_live(
     kubeconfig: &SecretBytes,
     limit: Duration,
 ) -> Result<LiveReport, LiveError> {
-    let text =
-        std::str::from_utf8(kubeconfig.expose()).map_err(|_| LiveError::Parse("not UTF-8"))?;
-    let parsed = Kubeconfig::from_yaml(text).map_err(|e| LiveError::Parse(parse_reason(&e)))?;
-    refuse_unsafe(&parsed).map_err(LiveError::Unsafe)?;
-    // kube builds its rustls config from the process default provider.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-
     let secs = limit.as_secs_f64();
     let deadline = Instant::now() + limit;
-    let mut config = timeout_at(
-        deadline,
-        Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()),
-    )
-    .await
-    .map_err(|_| LiveError::Unusable("loading it did not finish in time".into()))?
-    .map_err(|e| LiveError::Unusable(unusable_reason(&e)))?;
-    config.connect_timeout = Some(limit);
-    config.read_timeout = Some(limit);
-    config.write_timeout = Some(limit);
-    // Belt and braces after refuse_unsafe; and no HTTPS_PROXY from the environment:
-    // the live check must reach the spoke the way the probe does, directly.
-    config.accept_invalid_certs = false;
-    config.proxy_url = None;
-    let server = config.cluster_url.to_string();
-    let client = Client::try_from(config).map_err(|e| {
-        LiveError::Unusable(format!(
-            "cannot build a client from its certificates or key ({})",
-            kind_of(&e)
-        ))
-    })?;
+    let (client, server) = client_until(kubeconfig, limit, deadline).await?;
     let calls = async {
         let version = client
             .apiserver_version()
@@ -146,6 +119,50 @@ pub async fn check_live(
         groups: who.groups,
         server,
     })
+}
+
+/// A client for the kubeconfig's current context, every request bounded by `limit`,
+/// after the same safety checks as [`check_live`]; and the server URL it calls.
+pub async fn client(
+    kubeconfig: &SecretBytes,
+    limit: Duration,
+) -> Result<(Client, String), LiveError> {
+    client_until(kubeconfig, limit, Instant::now() + limit).await
+}
+
+async fn client_until(
+    kubeconfig: &SecretBytes,
+    limit: Duration,
+    deadline: Instant,
+) -> Result<(Client, String), LiveError> {
+    let text =
+        std::str::from_utf8(kubeconfig.expose()).map_err(|_| LiveError::Parse("not UTF-8"))?;
+    let parsed = Kubeconfig::from_yaml(text).map_err(|e| LiveError::Parse(parse_reason(&e)))?;
+    refuse_unsafe(&parsed).map_err(LiveError::Unsafe)?;
+    // kube builds its rustls config from the process default provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut config = timeout_at(
+        deadline,
+        Config::from_custom_kubeconfig(parsed, &KubeConfigOptions::default()),
+    )
+    .await
+    .map_err(|_| LiveError::Unusable("loading it did not finish in time".into()))?
+    .map_err(|e| LiveError::Unusable(unusable_reason(&e)))?;
+    config.connect_timeout = Some(limit);
+    config.read_timeout = Some(limit);
+    config.write_timeout = Some(limit);
+    // Belt and braces after refuse_unsafe; and no HTTPS_PROXY from the environment:
+    // the live check must reach the spoke the way the probe does, directly.
+    config.accept_invalid_certs = false;
+    config.proxy_url = None;
+    let server = config.cluster_url.to_string();
+    let client = Client::try_from(config).map_err(|e| {
+        LiveError::Unusable(format!(
+            "cannot build a client from its certificates or key ({})",
+            kind_of(&e)
+        ))
+    })?;
+    Ok((client, server))
 }
 
 struct Who {
@@ -330,7 +347,7 @@ fn kind_of(e: &kube::Error) -> &'static str {
     }
 }
 
-fn classify(server: &str, secs: f64, e: &kube::Error) -> LiveError {
+pub(crate) fn classify(server: &str, secs: f64, e: &kube::Error) -> LiveError {
     let server = server.to_owned();
     if let kube::Error::Api(status) = e {
         let message = sanitize_remote_text(&status.message, 200);

@@ -1,0 +1,233 @@
+//! The calls a mint makes to a spoke's API (contract: issue 16). JSON in and out;
+//! everything the spoke returns is hostile: bounded, and escaped before it is shown.
+
+use std::time::Duration;
+
+use kube::Client;
+use serde_json::{Value, json};
+
+use super::MintError;
+use crate::spoke::live;
+
+pub const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+pub const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+const CLUSTER_ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
+const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub const GENERATION: &str = "spokekeeper.io/generation";
+/// Most bindings looked at in one listing: a spoke holds a few of ours.
+const MAX_LISTED: usize = 1000;
+
+/// One spoke API, through one credential.
+pub struct Spoke {
+    client: Client,
+    pub server: String,
+    limit: Duration,
+}
+
+/// What a call answered, or the HTTP status it failed with.
+pub enum Answer {
+    Ok(Value),
+    Status { code: u16, message: String },
+}
+
+impl Spoke {
+    pub async fn connect(
+        kubeconfig: &crate::secret::SecretBytes,
+        limit: Duration,
+    ) -> Result<Spoke, live::LiveError> {
+        let (client, server) = live::client(kubeconfig, limit).await?;
+        Ok(Spoke {
+            client,
+            server,
+            limit,
+        })
+    }
+
+    /// One request within the limit; an API status is an answer, anything else an error.
+    pub async fn call(
+        &self,
+        step: &'static str,
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Answer, MintError> {
+        let secs = self.limit.as_secs_f64();
+        let bytes = body
+            .map(serde_json::to_vec)
+            .transpose()
+            .map_err(|e| MintError::Key(e.to_string()))?
+            .unwrap_or_default();
+        let request = hyper::Request::builder()
+            .method(method)
+            .uri(path)
+            .header("Content-Type", "application/json")
+            .header("Accept", "application/json")
+            .body(bytes)
+            .map_err(|e| MintError::Key(e.to_string()))?;
+        let timed_out = || MintError::Call {
+            step,
+            error: live::LiveError::TimedOut {
+                server: self.server.clone(),
+                secs,
+            },
+        };
+        match tokio::time::timeout(self.limit, self.client.request::<Value>(request)).await {
+            Err(_) => Err(timed_out()),
+            Ok(Ok(v)) => Ok(Answer::Ok(v)),
+            Ok(Err(kube::Error::Api(status))) => {
+                let error = live::classify(&self.server, secs, &kube::Error::Api(status.clone()));
+                if status.code == 401 {
+                    return Err(MintError::Call { step, error });
+                }
+                Ok(Answer::Status {
+                    code: status.code,
+                    message: shown(&status.message),
+                })
+            }
+            Ok(Err(e)) => Err(MintError::Call {
+                step,
+                error: live::classify(&self.server, secs, &e),
+            }),
+        }
+    }
+
+    /// `call`, where only success will do: 403 names what the credential lacks.
+    pub async fn expect(
+        &self,
+        step: &'static str,
+        (verb, resource): (&'static str, &'static str),
+        method: &str,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, MintError> {
+        match self.call(step, method, path, body).await? {
+            Answer::Ok(v) => Ok(v),
+            Answer::Status { code: 403, message } => Err(MintError::Forbidden {
+                server: self.server.clone(),
+                verb,
+                resource,
+                message,
+            }),
+            Answer::Status { code, message } => Err(MintError::Call {
+                step,
+                error: live::LiveError::Api {
+                    server: self.server.clone(),
+                    code,
+                    message,
+                },
+            }),
+        }
+    }
+
+    pub async fn get_binding(&self, name: &str) -> Result<Option<Value>, MintError> {
+        let path = format!("{BINDINGS}/{name}");
+        match self.call("binding", "GET", &path, None).await? {
+            Answer::Ok(v) => Ok(Some(v)),
+            Answer::Status { code: 404, .. } => Ok(None),
+            Answer::Status { code: 403, message } => Err(MintError::Forbidden {
+                server: self.server.clone(),
+                verb: "get",
+                resource: "clusterrolebindings",
+                message,
+            }),
+            Answer::Status { code, message } => Err(self.api("binding", code, message)),
+        }
+    }
+
+    /// Deletes a binding; false when it was already gone.
+    pub async fn delete_binding(&self, name: &str) -> Result<bool, MintError> {
+        let path = format!("{BINDINGS}/{name}");
+        match self.call("revoke", "DELETE", &path, None).await? {
+            Answer::Ok(_) => Ok(true),
+            Answer::Status { code: 404, .. } => Ok(false),
+            Answer::Status { code: 403, message } => Err(MintError::Forbidden {
+                server: self.server.clone(),
+                verb: "delete",
+                resource: "clusterrolebindings",
+                message,
+            }),
+            Answer::Status { code, message } => Err(self.api("revoke", code, message)),
+        }
+    }
+
+    /// spokekeeper's bindings on this spoke: (name, generation), bounded.
+    pub async fn list_bindings(&self) -> Result<Vec<(String, Option<u64>)>, MintError> {
+        let path = format!("{BINDINGS}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dspokekeeper");
+        let list = self
+            .expect(
+                "revoke",
+                ("list", "clusterrolebindings"),
+                "GET",
+                &path,
+                None,
+            )
+            .await?;
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        Ok(items
+            .iter()
+            .take(MAX_LISTED)
+            .filter(|b| b["metadata"]["labels"][MANAGED_BY] == "spokekeeper")
+            .filter_map(|b| {
+                let name = b["metadata"]["name"].as_str()?;
+                (name.len() <= 253).then_some(())?;
+                let generation = b["metadata"]["labels"][GENERATION]
+                    .as_str()
+                    .and_then(|g| g.parse().ok());
+                Some((name.to_string(), generation))
+            })
+            .collect())
+    }
+
+    /// The first resource rule of a ClusterRole: what the SSAR asks for (verb, group, resource).
+    pub async fn first_rule(
+        &self,
+        role: &str,
+    ) -> Result<Option<(String, String, String)>, MintError> {
+        let path = format!("{CLUSTER_ROLES}/{role}");
+        let r = self
+            .expect("authorize", ("get", "clusterroles"), "GET", &path, None)
+            .await?;
+        let rules = r["rules"].as_array().cloned().unwrap_or_default();
+        Ok(rules.iter().take(256).find_map(|rule| {
+            let first = |k: &str| rule[k].as_array()?.first()?.as_str().map(shown);
+            Some((first("verbs")?, first("apiGroups")?, first("resources")?))
+        }))
+    }
+
+    /// Whether this credential may do (verb, group, resource) cluster-wide.
+    pub async fn may(&self, verb: &str, group: &str, resource: &str) -> Result<bool, MintError> {
+        let body = json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}},
+        });
+        let r = self
+            .expect(
+                "authorize",
+                ("create", "selfsubjectaccessreviews"),
+                "POST",
+                ACCESS_REVIEWS,
+                Some(&body),
+            )
+            .await?;
+        Ok(r["status"]["allowed"].as_bool() == Some(true))
+    }
+
+    pub fn api(&self, step: &'static str, code: u16, message: String) -> MintError {
+        MintError::Call {
+            step,
+            error: live::LiveError::Api {
+                server: self.server.clone(),
+                code,
+                message,
+            },
+        }
+    }
+}
+
+/// Text from the spoke, for messages: one escaped line, at most 200 characters.
+pub fn shown(s: &str) -> String {
+    crate::text::one_line(&crate::certs::escape(s), 200)
+}

@@ -1,0 +1,80 @@
+//! What can stop a mint, each saying what is missing on the spoke and how to fix it.
+
+use crate::spoke::LiveError;
+
+/// How to give a spoke a signer for kubernetes.io/kube-apiserver-client.
+const SIGNER_FIX: &str = "k3s/RKE2: the server's embedded controller-manager signs them with the client CA \
+     (/var/lib/rancher/{k3s,rke2}/server/tls/client-ca.crt): check it runs (not --disable-controller-manager) \
+     and its log; kubeadm: kube-controller-manager must run with --cluster-signing-cert-file and \
+     --cluster-signing-key-file (or --cluster-signing-kube-apiserver-client-cert-file/-key-file) pointing at \
+     the client CA (/etc/kubernetes/pki/ca.crt and ca.key)";
+
+#[derive(Debug, thiserror::Error)]
+pub enum MintError {
+    #[error("cannot make a key pair or certificate request: {0}")]
+    Key(String),
+    #[error("the admin credential cannot be used to mint: {0}")]
+    Admin(LiveError),
+    #[error(
+        "the admin credential may not {verb} {resource} on {server} (403: {message}): grant it \
+         (README \"Minted credentials\" lists the RBAC it needs), or set credential.mode: extracted"
+    )]
+    Forbidden {
+        server: String,
+        verb: &'static str,
+        resource: &'static str,
+        message: String,
+    },
+    #[error(
+        "no certificate within {secs}s for CSR {csr}: the spoke's kube-controller-manager does not sign \
+         kubernetes.io/kube-apiserver-client ({SIGNER_FIX})"
+    )]
+    SignerMissing { csr: String, secs: u64 },
+    #[error(
+        "CSR {csr} is {condition} ({reason}: {message}): an admission webhook, policy or another approver \
+         refused it; allow spokekeeper's CSRs (signer kubernetes.io/kube-apiserver-client, user {user}) or set \
+         credential.mode: extracted"
+    )]
+    Denied {
+        csr: String,
+        user: String,
+        condition: String,
+        reason: String,
+        message: String,
+    },
+    #[error("the certificate signed for CSR {csr} cannot be used: {why}")]
+    BadCertificate { csr: String, why: String },
+    #[error(
+        "ClusterRoleBinding {name} exists and {why}, but is not labelled app.kubernetes.io/managed-by: \
+         spokekeeper: spokekeeper leaves it alone; delete it (kubectl delete clusterrolebinding {name}) or \
+         change credential.user"
+    )]
+    BindingConflict { name: String, why: String },
+    #[error(
+        "the minted user {user} is not allowed {what} with ClusterRoleBinding {binding}: check that ClusterRole \
+         {role} exists and grants it (kubectl auth can-i --as {user} ...)"
+    )]
+    NotAuthorized {
+        user: String,
+        binding: String,
+        role: String,
+        what: String,
+    },
+    #[error("the minted credential does not work against the live API: {0}")]
+    Validate(String),
+    #[error("{step}: {error}")]
+    Call {
+        step: &'static str,
+        error: LiveError,
+    },
+}
+
+impl MintError {
+    /// The minted credential was made but does not work (stage `validate`, not `mint`).
+    pub fn is_validation(&self) -> bool {
+        matches!(
+            self,
+            MintError::Validate(_) | MintError::NotAuthorized { .. }
+        )
+    }
+}

@@ -1,0 +1,517 @@
+//! Minted credentials (credential.mode: minted): a fresh key pair, a certificate signed
+//! through the spoke's CertificateSigningRequest API for a per-generation user, and a
+//! ClusterRoleBinding that authorizes that user, so the hub's credential is short-lived
+//! and revoked by deleting its binding. The admin credential that does this stays in
+//! memory and is never sealed, committed or logged.
+
+mod api;
+mod csr;
+mod error;
+
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use serde_json::{Value, json};
+use time::OffsetDateTime;
+
+pub use api::Spoke;
+pub use csr::{MintKey, csr_name, request};
+pub use error::MintError;
+
+use crate::certs::{self, CertInfo};
+use crate::config::CredentialPolicy;
+use crate::kubeconfig::Sanitized;
+use crate::secret::SecretBytes;
+use crate::spoke::{self, LiveReport};
+use api::{Answer, BINDINGS, CSRS, GENERATION, MANAGED_BY, SIGNER, shown};
+
+/// The group no minted credential may be in: it bypasses RBAC.
+const MASTERS: &str = "system:masters";
+/// Largest `status.certificate` accepted (base64 of a PEM chain).
+const MAX_CERTIFICATE: usize = 64 * 1024;
+const POLL: Duration = Duration::from_millis(500);
+
+/// The ClusterRoleBinding of a generation.
+pub fn binding_name(generation: u64) -> String {
+    format!("spokekeeper-hub-g{generation}")
+}
+
+/// What to mint for one spoke.
+pub struct Request<'a> {
+    pub spoke: &'a str,
+    pub policy: &'a CredentialPolicy,
+    pub generation: u64,
+    /// Per API call.
+    pub call_timeout: Duration,
+    /// Waiting for the signer (default 30s).
+    pub sign_timeout: Duration,
+}
+
+/// A minted credential, validated live.
+pub struct Minted {
+    pub kubeconfig: Sanitized,
+    pub yaml: SecretBytes,
+    pub content_sha256: String,
+    pub live: LiveReport,
+    pub user: String,
+    pub generation: u64,
+    pub binding: String,
+    pub not_after: OffsetDateTime,
+}
+
+impl std::fmt::Debug for Minted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Minted")
+            .field("user", &self.user)
+            .field("generation", &self.generation)
+            .field("not_after", &self.not_after)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Mints with the (validated, sanitized) admin credential `admin`: key, CSR, approval,
+/// certificate, binding; then proves the minted kubeconfig authenticates as the user,
+/// outside system:masters, and is authorized by the binding.
+pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintError> {
+    let user = req.policy.user_for(req.generation);
+    let spoke = Spoke::connect(&admin.to_yaml(), req.call_timeout)
+        .await
+        .map_err(MintError::Admin)?;
+    let key = MintKey::generate().map_err(MintError::Key)?;
+    let pem = request(&key, &user).map_err(MintError::Key)?;
+    let name = csr_name(req.spoke, req.generation).map_err(MintError::Key)?;
+    let chain = signed(&spoke, req, &name, &user, &pem).await;
+    // Always removed: a request left behind would only clutter the spoke.
+    if let Err(e) = delete_csr(&spoke, &name).await {
+        tracing::warn!(spoke = req.spoke, csr = %name, error = %e, "cannot delete the CSR");
+    }
+    let chain = chain?;
+    let leaf = check_certificate(&chain, &key, &user, &name)?;
+    let binding = binding_name(req.generation);
+    ensure_binding(&spoke, &binding, &user, req.policy, req.generation).await?;
+
+    let private = key.private_key().map_err(MintError::Key)?;
+    drop(key);
+    let kubeconfig = admin.with_client(chain, private);
+    if let Some(p) = kubeconfig
+        .validity_problems(OffsetDateTime::now_utc())
+        .into_iter()
+        .next()
+    {
+        return Err(MintError::Validate(p.to_string()));
+    }
+    let yaml = kubeconfig.to_yaml();
+    let live = spoke::check_live(&yaml, req.call_timeout)
+        .await
+        .map_err(|e| MintError::Validate(e.to_string()))?;
+    if live.username != user {
+        return Err(MintError::Validate(format!(
+            "it authenticated as {:?}, not as the minted user {user:?}",
+            live.username
+        )));
+    }
+    if live.groups.iter().any(|g| g == MASTERS) {
+        return Err(MintError::Validate(format!(
+            "it is in {MASTERS}, which bypasses RBAC and cannot be revoked"
+        )));
+    }
+    authorized(&spoke, &yaml, req, &user, &binding).await?;
+    let content_sha256 = kubeconfig.content_sha256();
+    Ok(Minted {
+        kubeconfig,
+        yaml,
+        content_sha256,
+        live,
+        user,
+        generation: req.generation,
+        binding,
+        not_after: leaf.not_after,
+    })
+}
+
+/// create -> approve -> wait for the certificate: the PEM chain, parsed.
+async fn signed(
+    spoke: &Spoke,
+    req: &Request<'_>,
+    name: &str,
+    user: &str,
+    pem: &str,
+) -> Result<Vec<CertInfo>, MintError> {
+    let body = json!({
+        "apiVersion": "certificates.k8s.io/v1",
+        "kind": "CertificateSigningRequest",
+        "metadata": {"name": name, "labels": {MANAGED_BY: "spokekeeper"}},
+        "spec": {
+            "request": B64.encode(pem),
+            "signerName": SIGNER,
+            "expirationSeconds": req.policy.ttl.as_secs(),
+            "usages": ["client auth"],
+        },
+    });
+    let mut created = spoke
+        .expect(
+            "create CSR",
+            ("create", "certificatesigningrequests"),
+            "POST",
+            CSRS,
+            Some(&body),
+        )
+        .await?;
+    let mut conditions = created["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.push(json!({
+        "type": "Approved",
+        "status": "True",
+        "reason": "SpokekeeperMint",
+        "message": format!("spokekeeper minted the hub's credential for spoke {} (user {user})", req.spoke),
+    }));
+    created["status"]["conditions"] = Value::Array(conditions);
+    spoke
+        .expect(
+            "approve CSR",
+            (
+                "update certificatesigningrequests/approval and approve on signers",
+                "kubernetes.io/kube-apiserver-client",
+            ),
+            "PUT",
+            &format!("{CSRS}/{name}/approval"),
+            Some(&created),
+        )
+        .await?;
+    let deadline = tokio::time::Instant::now() + req.sign_timeout;
+    loop {
+        let csr = spoke
+            .expect(
+                "wait for the certificate",
+                ("get", "certificatesigningrequests"),
+                "GET",
+                &format!("{CSRS}/{name}"),
+                None,
+            )
+            .await?;
+        if let Some(refused) = refused(&csr, name, user) {
+            return Err(refused);
+        }
+        if let Some(cert) = csr["status"]["certificate"]
+            .as_str()
+            .filter(|c| !c.is_empty())
+        {
+            return chain(cert, name);
+        }
+        if tokio::time::Instant::now() + POLL > deadline {
+            return Err(MintError::SignerMissing {
+                csr: name.to_string(),
+                secs: req.sign_timeout.as_secs(),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// A Denied or Failed condition that is True.
+fn refused(csr: &Value, name: &str, user: &str) -> Option<MintError> {
+    let conditions = csr["status"]["conditions"].as_array()?;
+    conditions.iter().take(64).find_map(|c| {
+        let kind = c["type"].as_str()?;
+        (matches!(kind, "Denied" | "Failed") && c["status"] == "True").then(|| MintError::Denied {
+            csr: name.to_string(),
+            user: user.to_string(),
+            condition: kind.to_string(),
+            reason: shown(c["reason"].as_str().unwrap_or("no reason")),
+            message: shown(c["message"].as_str().unwrap_or("no message")),
+        })
+    })
+}
+
+fn chain(cert: &str, name: &str) -> Result<Vec<CertInfo>, MintError> {
+    let bad = |why: String| MintError::BadCertificate {
+        csr: name.to_string(),
+        why,
+    };
+    if cert.len() > MAX_CERTIFICATE {
+        return Err(bad(format!("status.certificate is {} bytes", cert.len())));
+    }
+    let pem = B64
+        .decode(cert)
+        .map_err(|_| bad("status.certificate is not base64".into()))?;
+    let chain = certs::parse_pem_certificates(&pem).map_err(|e| bad(e.to_string()))?;
+    if chain.is_empty() {
+        return Err(bad("status.certificate holds no certificate".into()));
+    }
+    Ok(chain)
+}
+
+/// The leaf must carry our key and name our user, in no group.
+fn check_certificate(
+    chain: &[CertInfo],
+    key: &MintKey,
+    user: &str,
+    name: &str,
+) -> Result<CertInfo, MintError> {
+    let bad = |why: String| MintError::BadCertificate {
+        csr: name.to_string(),
+        why,
+    };
+    let leaf = &chain[0];
+    let private = key.private_key().map_err(MintError::Key)?;
+    certs::key_matches_cert(&private, &leaf.der)
+        .map_err(|_| bad("it is not for the key that was sent".into()))?;
+    let (cn, orgs) = subject(&leaf.der).map_err(bad)?;
+    if cn.as_deref() != Some(user) || !orgs.is_empty() {
+        return Err(bad(format!(
+            "its subject is CN={:?} O={orgs:?}, not CN={user:?} alone",
+            cn.unwrap_or_default()
+        )));
+    }
+    Ok(leaf.clone())
+}
+
+/// The CN and the organizations (groups) of a certificate, escaped.
+fn subject(der: &[u8]) -> Result<(Option<String>, Vec<String>), String> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, cert) = X509Certificate::from_der(der).map_err(|_| "it does not parse".to_string())?;
+    let s = cert.subject();
+    let text = |a: &x509_parser::x509::AttributeTypeAndValue| {
+        a.as_str()
+            .map(shown)
+            .unwrap_or_else(|_| "(not text)".into())
+    };
+    Ok((
+        s.iter_common_name().next().map(text),
+        s.iter_organization().take(16).map(text).collect(),
+    ))
+}
+
+async fn delete_csr(spoke: &Spoke, name: &str) -> Result<(), MintError> {
+    match spoke
+        .call("delete CSR", "DELETE", &format!("{CSRS}/{name}"), None)
+        .await?
+    {
+        Answer::Ok(_) | Answer::Status { code: 404, .. } => Ok(()),
+        Answer::Status { code, message } => Err(spoke.api("delete CSR", code, message)),
+    }
+}
+
+/// The binding `name` from `user` to the cluster role; an earlier one of ours that binds
+/// something else is replaced, anyone else's is left alone.
+async fn ensure_binding(
+    spoke: &Spoke,
+    name: &str,
+    user: &str,
+    policy: &CredentialPolicy,
+    generation: u64,
+) -> Result<(), MintError> {
+    let want = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "ClusterRoleBinding",
+        "metadata": {
+            "name": name,
+            "labels": {MANAGED_BY: "spokekeeper", GENERATION: generation.to_string()},
+        },
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": policy.cluster_role},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
+    });
+    if let Some(have) = spoke.get_binding(name).await? {
+        if have["roleRef"] == want["roleRef"] && have["subjects"] == want["subjects"] {
+            return Ok(());
+        }
+        if have["metadata"]["labels"][MANAGED_BY] != "spokekeeper" {
+            return Err(MintError::BindingConflict {
+                name: name.to_string(),
+                why: format!(
+                    "binds {} to ClusterRole {}",
+                    shown(&have["subjects"].to_string()),
+                    shown(have["roleRef"]["name"].as_str().unwrap_or("?"))
+                ),
+            });
+        }
+        // roleRef cannot change in place.
+        spoke.delete_binding(name).await?;
+    }
+    spoke
+        .expect(
+            "binding",
+            (
+                "create clusterrolebindings (and bind the ClusterRole)",
+                "clusterrolebindings",
+            ),
+            "POST",
+            BINDINGS,
+            Some(&want),
+        )
+        .await?;
+    Ok(())
+}
+
+/// A SelfSubjectReview is allowed to anyone: the binding is proven by an access review,
+/// asked again briefly while the API server's RBAC cache catches up.
+async fn authorized(
+    admin: &Spoke,
+    minted: &SecretBytes,
+    req: &Request<'_>,
+    user: &str,
+    binding: &str,
+) -> Result<(), MintError> {
+    let role = &req.policy.cluster_role;
+    let (verb, group, resource) = if role == "cluster-admin" {
+        ("*".to_string(), "*".to_string(), "*".to_string())
+    } else {
+        admin
+            .first_rule(role)
+            .await?
+            .unwrap_or_else(|| ("get".into(), "".into(), "namespaces".into()))
+    };
+    let own = Spoke::connect(minted, req.call_timeout)
+        .await
+        .map_err(|e| MintError::Validate(e.to_string()))?;
+    let deadline = tokio::time::Instant::now() + req.sign_timeout.min(Duration::from_secs(15));
+    loop {
+        if own.may(&verb, &group, &resource).await? {
+            return Ok(());
+        }
+        if tokio::time::Instant::now() + POLL > deadline {
+            return Err(MintError::NotAuthorized {
+                user: user.to_string(),
+                binding: binding.to_string(),
+                role: role.clone(),
+                what: format!("{verb} on {resource} (group {group:?})"),
+            });
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Deletes spokekeeper's bindings of generations before `current` (labelled ours):
+/// the older credentials stop working. Returns the names deleted.
+pub async fn revoke_older(
+    admin: &SecretBytes,
+    current: u64,
+    limit: Duration,
+) -> Result<Vec<String>, MintError> {
+    let spoke = Spoke::connect(admin, limit)
+        .await
+        .map_err(MintError::Admin)?;
+    let mut deleted = Vec::new();
+    for (name, generation) in spoke.list_bindings().await? {
+        if generation.is_some_and(|g| g < current) && spoke.delete_binding(&name).await? {
+            deleted.push(name);
+        }
+    }
+    Ok(deleted)
+}
+
+/// Deletes the binding of `generation` now (`spokekeeper revoke`); false: it was gone.
+pub async fn revoke(
+    admin: &SecretBytes,
+    generation: u64,
+    limit: Duration,
+) -> Result<bool, MintError> {
+    let spoke = Spoke::connect(admin, limit)
+        .await
+        .map_err(MintError::Admin)?;
+    spoke.delete_binding(&binding_name(generation)).await
+}
+
+/// Whether the binding of `generation` exists (a renewal is due when it does not).
+pub async fn binding_exists(
+    admin: &SecretBytes,
+    generation: u64,
+    limit: Duration,
+) -> Result<bool, MintError> {
+    let spoke = Spoke::connect(admin, limit)
+        .await
+        .map_err(MintError::Admin)?;
+    Ok(spoke
+        .get_binding(&binding_name(generation))
+        .await?
+        .is_some())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_denied_or_failed_condition_is_refused_with_its_reason_escaped() {
+        let csr = |kind: &str, status: &str| {
+            json!({"status": {"conditions": [
+                {"type": "Approved", "status": "True"},
+                {"type": kind, "status": status, "reason": "PolicyDenied\nforged", "message": "by kyverno"},
+            ]}})
+        };
+        let e = refused(&csr("Denied", "True"), "c", "u").expect("denied");
+        let text = e.to_string();
+        assert!(
+            text.contains("CSR c is Denied (PolicyDenied\\nforged: by kyverno)"),
+            "{text}"
+        );
+        assert!(!text.contains('\n'));
+        assert!(refused(&csr("Failed", "True"), "c", "u").is_some());
+        assert!(refused(&csr("Denied", "False"), "c", "u").is_none());
+        assert!(refused(&json!({"status": {}}), "c", "u").is_none());
+    }
+
+    #[test]
+    fn the_certificate_must_be_bounded_base64_pem() {
+        assert!(
+            chain(&"A".repeat(MAX_CERTIFICATE + 4), "c")
+                .unwrap_err()
+                .to_string()
+                .contains("bytes")
+        );
+        assert!(
+            chain("%%%", "c")
+                .unwrap_err()
+                .to_string()
+                .contains("not base64")
+        );
+        assert!(chain(&B64.encode("no pem here"), "c").is_err());
+    }
+
+    #[test]
+    fn the_leaf_must_be_for_our_key_and_user_alone() {
+        let key = MintKey::generate().unwrap();
+        let issuer = rcgen::KeyPair::generate().unwrap();
+        fn sign(
+            issuer: &rcgen::KeyPair,
+            cn: &str,
+            org: Option<&str>,
+            subject_key: &impl rcgen::PublicKeyData,
+        ) -> Vec<CertInfo> {
+            let mut p = rcgen::CertificateParams::default();
+            p.distinguished_name = rcgen::DistinguishedName::new();
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            if let Some(o) = org {
+                p.distinguished_name
+                    .push(rcgen::DnType::OrganizationName, o);
+            }
+            let ca = rcgen::CertificateParams::default()
+                .self_signed(issuer)
+                .unwrap();
+            let issuer = rcgen::Issuer::from_ca_cert_der(ca.der(), issuer).unwrap();
+            let der = p.signed_by(subject_key, &issuer).unwrap().der().to_vec();
+            vec![CertInfo::from_der(&der).unwrap()]
+        }
+        let ok = sign(&issuer, "spokekeeper:hub:1", None, &key);
+        assert!(check_certificate(&ok, &key, "spokekeeper:hub:1", "c").is_ok());
+        let e = check_certificate(&ok, &key, "spokekeeper:hub:2", "c").unwrap_err();
+        assert!(
+            e.to_string().contains("not CN=\"spokekeeper:hub:2\""),
+            "{e}"
+        );
+        let masters = sign(&issuer, "spokekeeper:hub:1", Some("system:masters"), &key);
+        assert!(check_certificate(&masters, &key, "spokekeeper:hub:1", "c").is_err());
+        let other = MintKey::generate().unwrap();
+        let e = check_certificate(
+            &sign(&issuer, "spokekeeper:hub:1", None, &other),
+            &key,
+            "spokekeeper:hub:1",
+            "c",
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("not for the key"), "{e}");
+    }
+}
