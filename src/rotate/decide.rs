@@ -7,7 +7,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::state::{Recorded, rfc3339, short};
-use crate::config::SpokeConfig;
+use crate::config::{CredentialMode, SpokeConfig};
 use crate::seal::SealedSecret;
 use crate::spoke::{CaCheck, ProbeError, ProbeReport};
 
@@ -44,6 +44,14 @@ pub enum Reason {
     Periodic,
     /// A periodic re-extraction found content the hub does not have.
     ContentChanged,
+    /// Minted: the ClusterRoleBinding that authorizes the committed user is gone.
+    BindingMissing {
+        binding: String,
+    },
+    /// `spokekeeper revoke`: the committed generation's binding was deleted.
+    Revoked {
+        generation: u64,
+    },
 }
 
 impl Reason {
@@ -59,6 +67,8 @@ impl Reason {
             Reason::Forced => "forced",
             Reason::Periodic => "periodic",
             Reason::ContentChanged => "content-changed",
+            Reason::BindingMissing { .. } => "binding-missing",
+            Reason::Revoked { .. } => "revoked",
         }
     }
 }
@@ -79,6 +89,13 @@ impl fmt::Display for Reason {
             Reason::Forced => f.write_str("forced"),
             Reason::Periodic => f.write_str("periodic check"),
             Reason::ContentChanged => f.write_str("content changed on the node (periodic check)"),
+            Reason::BindingMissing { binding } => {
+                write!(
+                    f,
+                    "ClusterRoleBinding {binding} of the minted user is missing"
+                )
+            }
+            Reason::Revoked { generation } => write!(f, "generation {generation} revoked"),
         }
     }
 }
@@ -158,8 +175,13 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
         Some(Err(e)) => return Decision::Unreachable(e.to_string()),
         None => {}
     }
+    // A minted certificate renews on its own schedule (credential.renew_before).
+    let renew_before = match recorded.credential.mode {
+        CredentialMode::Minted => spoke.credential.renew_before,
+        CredentialMode::Extracted => policy.renew_before,
+    };
     if let Some(not_after) = recorded.client_not_after
-        && not_after - policy.now < policy.renew_before
+        && not_after - policy.now < renew_before
     {
         return Decision::Rotate(Reason::ClientExpiring { not_after });
     }
@@ -181,6 +203,35 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
     Decision::Healthy
 }
 
+/// What a periodic check of a minted spoke found with the admin credential it extracted.
+pub struct MintedCheck<'a> {
+    /// The admin kubeconfig's first CA and server (the minted one carries the same).
+    pub ca_sha256: &'a str,
+    pub server: &'a str,
+    /// Whether the committed generation's ClusterRoleBinding exists.
+    pub binding_present: bool,
+}
+
+/// After a periodic re-extraction of a minted spoke: why to mint again, or None (the
+/// committed credential still fits). The admin kubeconfig's own content is never
+/// compared: it is not what the hub holds.
+pub fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option<Reason> {
+    if !seen.binding_present {
+        return Some(Reason::BindingMissing {
+            binding: crate::mint::binding_name(recorded.credential.generation),
+        });
+    }
+    if seen.ca_sha256 != recorded.ca_sha256 {
+        return Some(Reason::CaChanged {
+            old: recorded.ca_sha256.clone(),
+        });
+    }
+    if seen.server != recorded.server {
+        return Some(Reason::ContentChanged);
+    }
+    None
+}
+
 /// A difference between the configuration and what was committed.
 fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded) -> Option<String> {
     if sealed.name != spoke.secret.name || sealed.namespace != spoke.secret.namespace {
@@ -197,6 +248,19 @@ fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded)
     }
     if !sealed.encrypted_data.contains_key(&spoke.secret.key) || sealed.encrypted_data.len() != 1 {
         return Some(format!("key -> {}", spoke.secret.key));
+    }
+    let (had, want) = (&recorded.credential, &spoke.credential);
+    if had.mode != want.mode {
+        return Some(format!("credential.mode {} -> {}", had.mode, want.mode));
+    }
+    if want.mode == CredentialMode::Minted
+        && had.user.as_deref() != Some(want.user_for(had.generation).as_str())
+    {
+        return Some(format!(
+            "credential.user {} -> {}",
+            crate::certs::escape(had.user.as_deref().unwrap_or("")),
+            want.user
+        ));
     }
     if recorded.spoke != spoke.name {
         return Some(format!("spoke {} -> {}", recorded.spoke, spoke.name));
@@ -454,6 +518,10 @@ mod tests {
             Reason::Forced,
             Reason::Periodic,
             Reason::ContentChanged,
+            Reason::BindingMissing {
+                binding: String::new(),
+            },
+            Reason::Revoked { generation: 1 },
         ] {
             assert_eq!(serde_json::to_value(&r).unwrap()["kind"], r.kind());
         }
@@ -473,6 +541,117 @@ mod tests {
         assert_eq!(
             r.to_string(),
             "client certificate expiring on 2027-01-15T08:00:00Z"
+        );
+    }
+
+    fn minted(generation: u64) -> Recorded {
+        Recorded {
+            credential: crate::rotate::state::RecordedCredential {
+                mode: CredentialMode::Minted,
+                user: Some(format!("spokekeeper:hub:{generation}")),
+                generation,
+            },
+            ..recorded()
+        }
+    }
+
+    const MINTED: &str = ", credential: {mode: minted, ttl: 30d, renew_before: 10d}";
+
+    #[test]
+    fn minted_renews_on_its_own_schedule() {
+        let (sp, s) = (spoke(MINTED), sealed(Scope::Strict));
+        let mut r = minted(4);
+        // 29 days left: the global 30d would rotate; credential.renew_before is 10d.
+        r.client_not_after = Some(now() + time::Duration::days(29));
+        assert_eq!(run(&sp, &s, &r, &policy()), Decision::Healthy);
+        r.client_not_after = Some(now() + time::Duration::days(9));
+        assert!(matches!(
+            run(&sp, &s, &r, &policy()),
+            Decision::Rotate(Reason::ClientExpiring { .. })
+        ));
+        // A sealing key change still rotates a minted credential.
+        r.client_not_after = Some(now() + time::Duration::days(20));
+        let other_key = Policy {
+            sealing_sha256: "sha256:new",
+            ..policy()
+        };
+        assert!(matches!(
+            run(&sp, &s, &r, &other_key),
+            Decision::Rotate(Reason::SealingKeyChanged { .. })
+        ));
+    }
+
+    #[test]
+    fn switching_mode_or_user_is_a_configuration_change() {
+        let s = sealed(Scope::Strict);
+        assert_eq!(
+            run(&spoke(MINTED), &s, &recorded(), &policy()),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "credential.mode extracted -> minted".into()
+            })
+        );
+        assert_eq!(
+            run(&spoke(""), &s, &minted(2), &policy()),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "credential.mode minted -> extracted".into()
+            })
+        );
+        assert_eq!(
+            run(&spoke(MINTED), &s, &minted(2), &policy()),
+            Decision::Healthy
+        );
+        let renamed = spoke(", credential: {mode: minted, user: \"hub-{generation}\"}");
+        assert_eq!(
+            run(&renamed, &s, &minted(2), &policy()),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "credential.user spokekeeper:hub:2 -> hub-{generation}".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_periodic_check_of_a_minted_spoke() {
+        let r = minted(3);
+        let fits = MintedCheck {
+            ca_sha256: &r.ca_sha256,
+            server: &r.server,
+            binding_present: true,
+        };
+        assert_eq!(after_check(&r, &fits), None);
+        assert_eq!(
+            after_check(
+                &r,
+                &MintedCheck {
+                    binding_present: false,
+                    ca_sha256: "sha256:other",
+                    ..fits
+                }
+            ),
+            Some(Reason::BindingMissing {
+                binding: "spokekeeper-hub-g3".into()
+            })
+        );
+        assert_eq!(
+            after_check(
+                &r,
+                &MintedCheck {
+                    ca_sha256: "sha256:other",
+                    ..fits
+                }
+            ),
+            Some(Reason::CaChanged {
+                old: r.ca_sha256.clone()
+            })
+        );
+        assert_eq!(
+            after_check(
+                &r,
+                &MintedCheck {
+                    server: "https://10.0.0.9:6443",
+                    ..fits
+                }
+            ),
+            Some(Reason::ContentChanged)
         );
     }
 }
