@@ -522,8 +522,8 @@ mod tests {
         let text = m.encode().unwrap();
         // The set the README documents, written out: not derived from the code under test.
         let allowed = [
-            "observe", "probe", "extract", "validate", "seal", "commit", "push", "review", "hub",
-            "sync", "unpushed", "tick", "alert", "reload",
+            "observe", "probe", "extract", "validate", "mint", "seal", "commit", "push", "review",
+            "hub", "sync", "unpushed", "tick", "alert", "reload",
         ];
         let mut seen = 0;
         for part in text.split("stage=\"").skip(1) {

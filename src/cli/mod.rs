@@ -13,6 +13,7 @@ mod completion;
 mod init;
 mod inspect;
 mod progress;
+mod revoke;
 pub(crate) mod rotate;
 mod run;
 mod seal;
@@ -78,6 +79,13 @@ pub enum Command {
         spokekeeper rotate dev --force -o json\n\n\
         On a terminal, progress (spokes done of total, the current stage) goes to stderr.")]
     Rotate(rotate::RotateArgs),
+    /// Revoke a spoke's minted hub credential now and mint, commit and push the next.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper revoke edge-1\n  \
+        spokekeeper revoke edge-1 -o json\n\n\
+        Deletes the committed generation's ClusterRoleBinding on the spoke at once (that user is refused\n\
+        from then on), then mints the next generation through the normal pipeline (reason: revoked).")]
+    Revoke(revoke::RevokeArgs),
     /// Expiry and health report (exit 0 ok, 1 warning, 2 critical or expired, 3 unknown).
     #[command(after_help = "Examples:\n  \
         spokekeeper check\n  \
@@ -141,6 +149,7 @@ pub fn main() -> ExitCode {
         Command::Unseal(args) => seal::unseal(&args, cli.output),
         Command::Inspect(args) => inspect::run(&args, cli.output),
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
+        Command::Revoke(args) => revoke::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
         Command::Demo => match crate::demo::run() {
             Ok(()) => ExitCode::SUCCESS,

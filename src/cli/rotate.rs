@@ -63,6 +63,7 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
     let shown = super::progress::on_terminal(format == Format::Table);
     let opts = Options {
         force: args.force,
+        revoke: false,
         dry_run: args.dry_run,
         only: args.spokes.clone(),
         concurrency: args.concurrency,

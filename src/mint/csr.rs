@@ -27,11 +27,14 @@ impl MintKey {
     pub fn generate() -> Result<MintKey, String> {
         let rng = SystemRandom::new();
         let alg = &ECDSA_P256_SHA256_ASN1_SIGNING;
-        let doc = EcdsaKeyPair::generate_pkcs8(alg, &rng)
-            .map_err(|_| "the system random generator failed".to_string())?;
-        let mut pkcs8 = SecretBytes::with_capacity(doc.as_ref().len());
-        pkcs8.try_extend(doc.as_ref());
-        drop(doc);
+        // The document lives only in this block: copied out, then gone.
+        let pkcs8 = {
+            let doc = EcdsaKeyPair::generate_pkcs8(alg, &rng)
+                .map_err(|_| "the system random generator failed".to_string())?;
+            let mut pkcs8 = SecretBytes::with_capacity(doc.as_ref().len());
+            pkcs8.try_extend(doc.as_ref());
+            pkcs8
+        };
         let pair = EcdsaKeyPair::from_pkcs8(alg, pkcs8.expose(), &rng)
             .map_err(|_| "the generated key does not load".to_string())?;
         Ok(MintKey { pair, pkcs8, rng })

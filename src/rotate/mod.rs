@@ -7,6 +7,7 @@
 //! committed credential is never replaced by one that was not validated.
 
 pub mod decide;
+mod minted;
 pub mod progress;
 pub mod refresh;
 pub mod review;
@@ -23,7 +24,7 @@ pub use decide::{Decision, Reason};
 pub use progress::{Progress, Step};
 pub use refresh::Stage;
 
-use crate::config::{Config, SpokeConfig};
+use crate::config::{Config, CredentialMode, SpokeConfig};
 use crate::repo::{Pushed, Repo};
 use crate::seal::{SealedSecret, SealingKey};
 use crate::spoke::{self, ProbeError, ProbeReport};
@@ -36,6 +37,8 @@ pub struct Context {
     pub repo: Repo,
     pub probe_timeout: Duration,
     pub live_timeout: Duration,
+    /// How long a minted credential's CSR may wait for the spoke's signer.
+    pub sign_timeout: Duration,
     /// When each spoke was last re-extracted (in memory: a fresh process re-checks once).
     verified: Mutex<HashMap<String, OffsetDateTime>>,
     /// Spokes whose pushed credential the hub had not taken at the last look: looked at
@@ -79,6 +82,7 @@ impl Context {
             repo,
             probe_timeout: Duration::from_secs(10),
             live_timeout: Duration::from_secs(20),
+            sign_timeout: Duration::from_secs(30),
             verified: Mutex::new(HashMap::new()),
             hub_unverified: Mutex::new(Default::default()),
             demo: false,
@@ -90,6 +94,9 @@ impl Context {
 pub struct Options {
     /// Rotate even when nothing says so.
     pub force: bool,
+    /// `spokekeeper revoke`: delete the committed generation's binding at once, then mint
+    /// the next (implies force; minted spokes only).
+    pub revoke: bool,
     /// Decide and validate, but write, commit and push nothing.
     pub dry_run: bool,
     /// Only these spokes (empty: all).
@@ -180,6 +187,14 @@ pub struct SpokeReport {
     pub hub: Option<crate::hub::verify::HubReport>,
     /// The hub's credential for this spoke after this tick, when known.
     pub credential: Option<CredentialReport>,
+    /// Minted: the ClusterRoleBindings deleted this tick (older generations, or the
+    /// revoked one), so those credentials no longer work.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<String>,
+    /// Why superseded generations could not be revoked (they stay valid until they
+    /// expire, or until the next minted rotation deletes them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoke_error: Option<String>,
 }
 
 /// What kind of credential the hub holds for a spoke (`credential` in -o json).
@@ -193,6 +208,19 @@ pub struct CredentialReport {
     /// The client certificate's notAfter (minted: the signed certificate's).
     #[serde(with = "time::serde::rfc3339::option")]
     pub not_after: Option<OffsetDateTime>,
+}
+
+impl CredentialReport {
+    /// What the recorded annotations say.
+    pub fn of(r: &Recorded) -> CredentialReport {
+        let minted = r.credential.mode == crate::config::CredentialMode::Minted;
+        CredentialReport {
+            mode: r.credential.mode,
+            user: r.credential.user.clone(),
+            generation: minted.then_some(r.credential.generation),
+            not_after: r.client_not_after,
+        }
+    }
 }
 
 impl SpokeReport {
@@ -209,6 +237,8 @@ impl SpokeReport {
             probe: None,
             hub: None,
             credential: None,
+            revoked: Vec::new(),
+            revoke_error: None,
         }
     }
 
@@ -316,11 +346,12 @@ impl serde::Serialize for RepoFailure {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 8] = [
+    pub const ALL: [Stage; 9] = [
         Stage::Observe,
         Stage::Probe,
         Stage::Extract,
         Stage::Validate,
+        Stage::Mint,
         Stage::Seal,
         Stage::Commit,
         Stage::Push,
@@ -334,6 +365,7 @@ impl Stage {
             Stage::Probe => "probe",
             Stage::Extract => "extract",
             Stage::Validate => "validate",
+            Stage::Mint => "mint",
             Stage::Seal => "seal",
             Stage::Commit => "commit",
             Stage::Push => "push",
@@ -349,6 +381,8 @@ struct Proposal {
     content_sha256: String,
     /// The sealing certificate this tick sealed to.
     sealing_sha256: String,
+    /// Direct mode: what to revoke once the hub has this credential.
+    revocation: Option<minted::Revocation>,
 }
 
 /// One tick over the selected spokes.
@@ -394,6 +428,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     let mut committed = 0;
     let mut reports = Vec::with_capacity(results.len());
     let mut sealed_now = Vec::new();
+    let mut revocations = Vec::new();
     let mut refused = None;
     for (i, mut report, proposal) in results {
         if let Some(rv) = review {
@@ -419,6 +454,9 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
                     committed += 1;
                     sealed_now.push((reports.len(), p.manifest.clone()));
                     report.outcome = Outcome::Rotated { commit: sha };
+                    if let Some(r) = p.revocation {
+                        revocations.push((reports.len(), r));
+                    }
                 }
                 Err(e) => {
                     report.outcome = Outcome::Failed {
@@ -485,6 +523,9 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         let version = cert.controller_version.as_deref();
         verify_on_hub(ctx, hub, &spokes, &mut reports, pushed, sealed_now, version).await;
     }
+    if pushed {
+        revoke_superseded(ctx, &mut reports, revocations).await;
+    }
     Ok(TickReport {
         spokes: reports,
         pushed,
@@ -538,6 +579,32 @@ async fn verify_on_hub(
                 _ => set.insert(reports[*i].spoke.clone()),
             };
         }
+    }
+}
+
+/// Minted, direct mode: once the push carried the new credential and, with `hub:`, the
+/// hub unsealed it and its consumers are Ready, the older generations' bindings are
+/// deleted, so a leaked older credential stops working. Not verified: left to the next
+/// minted rotation, which deletes them the same way.
+async fn revoke_superseded(
+    ctx: &Context,
+    reports: &mut [SpokeReport],
+    revocations: Vec<(usize, minted::Revocation)>,
+) {
+    for (i, r) in revocations {
+        let report = &mut reports[i];
+        let verified = report.hub.as_ref().is_some_and(|h| h.ok());
+        if ctx.config.hub.is_some() && !verified {
+            continue;
+        }
+        match crate::mint::revoke_older(&r.admin, r.below, ctx.live_timeout).await {
+            Ok(names) => report.revoked.extend(names),
+            Err(e) => {
+                tracing::warn!(spoke = %report.spoke, error = %e, "cannot revoke superseded generations");
+                report.revoke_error = Some(e.to_string());
+            }
+        }
+        // r.admin (the admin kubeconfig) is zeroized as it drops here.
     }
 }
 
@@ -599,6 +666,7 @@ async fn reconcile(
         report.ca_sha256 = Some(r.ca_sha256.clone());
         report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
+        report.credential = Some(CredentialReport::of(r));
     }
     // decide
     let verify_due = {
@@ -628,7 +696,7 @@ async fn reconcile(
         now,
         renew_before: ctx.config.renew_before,
         sealing_sha256,
-        force: opts.force,
+        force: opts.force || opts.revoke,
         verify_due,
     };
     let reason = match decide::decide(spoke, &seen, &policy) {
@@ -644,7 +712,7 @@ async fn reconcile(
     };
     report.reason = Some(reason.clone());
     if let Some(rv) = review
-        && !opts.force
+        && !(opts.force || opts.revoke)
         && rv.waiting(ctx, spoke, &mut report, &policy).await
     {
         return (report, None);
@@ -665,19 +733,91 @@ async fn reconcile(
     if let Ok(mut m) = ctx.verified.lock() {
         m.insert(spoke.name.clone(), now);
     }
-    let recorded = refresh::record(spoke, &fresh, sealing, now);
-    report.user = Some(fresh.live.username.clone());
-    report.credential = Some(CredentialReport {
-        mode: crate::config::CredentialMode::Extracted,
-        user: Some(fresh.live.username.clone()),
-        generation: None,
-        not_after: recorded.client_not_after,
-    });
     let previous = parsed
         .as_ref()
         .and_then(|p| p.as_ref().ok())
         .map(|(_, r)| r);
-    match (&reason, previous) {
+    let mut reason = reason;
+    let mut revocation = None;
+    let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
+    let extracted = spoke.credential.mode == CredentialMode::Extracted;
+    let (fresh, credential) = if !extracted {
+        stage("mint");
+        let in_review = review.is_some();
+        let run = minted::Run {
+            revoke: opts.revoke,
+            review: in_review,
+            dry_run: opts.dry_run,
+            call: ctx.live_timeout,
+            sign: ctx.sign_timeout,
+        };
+        let step = minted::step(spoke, fresh, previous, &mut reason, &run).await;
+        report.reason = Some(reason.clone());
+        match step {
+            Err(f) => {
+                report.outcome = Outcome::Failed {
+                    stage: f.stage,
+                    error: f.error,
+                };
+                return (report, None);
+            }
+            Ok(minted::Step::Unchanged) => {
+                report.outcome = Outcome::Unchanged;
+                return (report, None);
+            }
+            Ok(minted::Step::WouldMint) => {
+                report.outcome = Outcome::WouldRotate;
+                return (report, None);
+            }
+            Ok(minted::Step::Minted {
+                fresh,
+                credential,
+                admin,
+                revoked,
+            }) => {
+                report.revoked = revoked;
+                if !in_review {
+                    let below = credential.generation;
+                    revocation = Some(minted::Revocation { admin, below });
+                }
+                (*fresh, credential)
+            }
+        }
+    } else {
+        if opts.revoke {
+            report.outcome = Outcome::Failed {
+                stage: Stage::Mint,
+                error: format!(
+                    "{} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)",
+                    spoke.name
+                ),
+            };
+            return (report, None);
+        }
+        // Back from minted: every minted generation goes once the hub has this one.
+        if had.mode == CredentialMode::Minted && review.is_none() && !opts.dry_run {
+            revocation = Some(minted::Revocation {
+                admin: fresh.yaml.clone(),
+                below: had.next_generation(),
+            });
+        }
+        let credential = state::RecordedCredential {
+            mode: CredentialMode::Extracted,
+            user: None,
+            generation: had.generation,
+        };
+        (fresh, credential)
+    };
+    let mut recorded = refresh::record(spoke, &fresh, sealing, now);
+    recorded.credential = credential;
+    report.user = Some(fresh.live.username.clone());
+    let mut credential = CredentialReport::of(&recorded);
+    if extracted {
+        // Extracted: who it authenticated as.
+        credential.user = Some(fresh.live.username.clone());
+    }
+    report.credential = Some(credential);
+    match (&reason, previous.filter(|_| extracted)) {
         // On schedule, and the node serves what the hub already has.
         (Reason::Periodic, Some(prev)) if prev.content_sha256 == recorded.content_sha256 => {
             report.outcome = Outcome::Unchanged;
@@ -733,6 +873,7 @@ async fn reconcile(
             message,
             content_sha256,
             sealing_sha256: sealing.fingerprint().to_string(),
+            revocation,
         }),
     )
 }
@@ -754,8 +895,21 @@ fn commit_message(
         }
         _ => reason.to_string(),
     };
-    let mut msg = one_line(&format!("{}: rotate kubeconfig: {why}", spoke.name), 200);
+    let minted = new.credential.mode == crate::config::CredentialMode::Minted;
+    let title = match (&new.credential.user, minted) {
+        (Some(user), true) => format!("{}: rotate kubeconfig, minted {user}: {why}", spoke.name),
+        _ => format!("{}: rotate kubeconfig: {why}", spoke.name),
+    };
+    let mut msg = one_line(&title, 200);
     msg.push_str("\n\n");
+    if let (Some(user), true) = (&new.credential.user, minted) {
+        msg.push_str(&format!(
+            "credential: minted for user {} (generation {}, ClusterRoleBinding {}); the admin credential is not committed\n",
+            one_line(user, 200),
+            new.credential.generation,
+            crate::mint::binding_name(new.credential.generation)
+        ));
+    }
     msg.push_str(&format!("server: {}\n", one_line(&new.server, 200)));
     msg.push_str(&format!(
         "CA: {} (valid until {})\n",

@@ -20,6 +20,8 @@ pub enum Stage {
     Probe,
     Extract,
     Validate,
+    /// Minting the credential with the admin one (credential.mode: minted).
+    Mint,
     Seal,
     Commit,
     Push,

@@ -1,0 +1,111 @@
+//! `spokekeeper revoke SPOKE`: delete the committed minted generation's binding at once,
+//! then mint, validate, seal, commit and push the next one through the normal pipeline.
+
+use std::path::Path;
+use std::process::ExitCode;
+
+use super::rotate::{print_report, run_tick};
+use super::{Format, fail};
+use crate::config::{Config, CredentialMode};
+use crate::rotate::{Options, Outcome, Reason, TickReport};
+
+#[derive(Debug, clap::Args)]
+pub struct RevokeArgs {
+    /// The spoke whose hub credential is revoked (credential.mode: minted).
+    pub spoke: String,
+}
+
+pub fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+    let config = match Config::load(config_path) {
+        Ok(c) => c,
+        Err(e) => return fail("revoke", &e.to_string()),
+    };
+    let Some(spoke) = config.spokes.iter().find(|s| s.name == args.spoke) else {
+        return fail(
+            "revoke",
+            &format!(
+                "no spoke named {:?} in {}",
+                args.spoke,
+                config_path.display()
+            ),
+        );
+    };
+    if spoke.credential.mode != CredentialMode::Minted {
+        return fail(
+            "revoke",
+            &format!(
+                "{} uses credential.mode: extracted (the node's admin kubeconfig, which cannot be revoked): set credential.mode: minted and rotate",
+                spoke.name
+            ),
+        );
+    }
+    let policy = spoke.credential.clone();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail("revoke", &format!("cannot start the runtime: {e}")),
+    };
+    let opts = Options {
+        revoke: true,
+        only: vec![args.spoke.clone()],
+        concurrency: 1,
+        ..Options::default()
+    };
+    let report = match runtime.block_on(run_tick(config, &opts)) {
+        Ok(r) => r,
+        Err(e) => return fail("revoke", &e),
+    };
+    let format = format.unwrap_or(Format::Table);
+    print_report(&report, format);
+    if format == Format::Table {
+        eprint!("{}", summary(&report, &policy));
+    }
+    if report.ok() && report.hub_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// What was done, and the command that shows the revoked user is refused.
+fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> String {
+    let mut text = String::new();
+    for s in &report.spokes {
+        let Some(Reason::Revoked { generation }) = s.reason else {
+            continue;
+        };
+        let old = crate::mint::binding_name(generation);
+        let name = &s.spoke;
+        if s.revoked.contains(&old) {
+            text.push_str(&format!(
+                "{name}: deleted ClusterRoleBinding {old}: generation {generation} is refused from now on\n"
+            ));
+        } else {
+            text.push_str(&format!(
+                "{name}: ClusterRoleBinding {old} was already gone: generation {generation} had no access\n"
+            ));
+        }
+        match (&s.outcome, &s.credential) {
+            (Outcome::Rotated { commit }, Some(c)) => text.push_str(&format!(
+                "{name}: minted generation {} for {} (commit {}{})\n",
+                c.generation.unwrap_or_default(),
+                c.user.as_deref().unwrap_or_default(),
+                commit.chars().take(12).collect::<String>(),
+                if report.pushed { ", pushed" } else { ", not pushed" }
+            )),
+            (Outcome::Failed { .. }, _) => text.push_str(&format!(
+                "{name}: no new credential was committed: the hub cannot reach {name} until a rotation succeeds \
+                 (fix the error above, then spokekeeper rotate {name} --force)\n"
+            )),
+            _ => {}
+        }
+        text.push_str(&format!(
+            "check on the spoke with its admin kubeconfig: kubectl get clusterrolebinding {old} (NotFound), \
+             kubectl auth can-i '*' '*' --as {} (no)\n",
+            policy.user_for(generation)
+        ));
+    }
+    text
+}
