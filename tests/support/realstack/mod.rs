@@ -9,6 +9,7 @@
 //! the command that makes it. Every process a lab starts is killed when the lab is
 //! dropped, and by the kernel if the test process dies first.
 
+pub mod access;
 pub mod api;
 pub mod controller_manager;
 pub mod flux;
