@@ -1295,6 +1295,40 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
         step("the minted user, binding deleted")["list bindings"]["http"],
         403
     );
+
+    // The lab's other limited admin (used by the minted end-to-end tests) may approve
+    // but not bind.
+    let no_bind = client(
+        &spoke.api.url,
+        &spoke.limited_admin(support::realstack::access::Lacking::CreateBinding),
+    );
+    let lab = rt.block_on(async {
+        let (csr, _) = mint_request("spokekeeper-conform-g7-nobind", TTL);
+        let created = call(&no_bind, "POST", CSRS, "application/json", Some(&csr)).await;
+        let approved = call(
+            &no_bind,
+            "PUT",
+            &format!("{CSRS}/spokekeeper-conform-g7-nobind/approval"),
+            "application/json",
+            Some(&approval(created.body)),
+        )
+        .await;
+        let bound = call(
+            &no_bind,
+            "POST",
+            CRBS,
+            "application/json",
+            Some(&binding_body()),
+        )
+        .await;
+        let listed = call(&no_bind, "GET", CRBS, "", None).await;
+        json!([created.code, approved.code, bound.code, listed.code])
+    });
+    assert_eq!(
+        lab,
+        json!([201, 200, 403, 200]),
+        "create, approve, bind, list"
+    );
     drop(mock);
 }
 
