@@ -6,7 +6,11 @@
 //!   PKI and `--anonymous-auth=false` (the mock's default mode);
 //! - the simulated hub (`sim::HubSim`) against the real hub: kube-apiserver with RBAC, the
 //!   Sealed Secrets controller behind the service proxy, Flux's CRDs;
-//! - the Lease emulator (tests/support/lease_emulator.rs) against a real kube-apiserver.
+//! - the Lease emulator (tests/support/lease_emulator.rs) against a real kube-apiserver;
+//! - the mock spoke API's CSRs, approvals, signing and ClusterRoleBindings (minted
+//!   credentials) against a real spoke with its kube-controller-manager: signed only
+//!   after approval, the CN and notAfter, no signer, a denial, the minted user's access
+//!   before, with and after its binding, approval without the right.
 
 mod support;
 
@@ -894,4 +898,559 @@ fn the_lease_emulator_answers_as_a_real_api_server() {
     let emulated = rt.block_on(lease_transcript(&emu_client));
     assert_same(&emulated, &real);
     assert_eq!(real[1].1, json!("Leader"), "{real:#?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// 4. Minted credentials: the mock's CSRs, approval, signing and ClusterRoleBindings
+//    against a real spoke and its kube-controller-manager (issue 16's wire contract).
+
+const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+const CRBS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+const MINTED_USER: &str = "spokekeeper:hub:7";
+const MINTED_CSR: &str = "spokekeeper-conform-g7-0a1b2c3d";
+const BINDING: &str = "spokekeeper-hub-g7";
+const TTL: i64 = 3600;
+
+/// A CSR as the mint client sends it: ECDSA P-256, CN = the user, no O; and its key.
+fn mint_request(name: &str, seconds: i64) -> (Value, rcgen::KeyPair) {
+    use base64::Engine as _;
+    let key = rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256).unwrap();
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, MINTED_USER);
+    let pem = params.serialize_request(&key).unwrap().pem().unwrap();
+    let csr = json!({"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
+        "metadata": {"name": name, "labels": {"app.kubernetes.io/managed-by": "spokekeeper"}},
+        "spec": {"request": base64::engine::general_purpose::STANDARD.encode(pem),
+            "signerName": "kubernetes.io/kube-apiserver-client", "expirationSeconds": seconds,
+            "usages": ["client auth"]}});
+    (csr, key)
+}
+
+fn binding_body() -> Value {
+    json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": BINDING, "labels": {"app.kubernetes.io/managed-by": "spokekeeper",
+            "spokekeeper.io/generation": "7"}},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": MINTED_USER}]})
+}
+
+fn approval(mut csr: Value) -> Value {
+    csr["status"]["conditions"] = json!([{"type": "Approved", "status": "True",
+        "reason": "SpokekeeperMint", "message": "minted by spokekeeper"}]);
+    csr
+}
+
+fn condition_types(csr: &Value) -> Value {
+    json!(
+        csr["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| json!([c["type"], c["status"], c["reason"]]))
+            .collect::<Vec<_>>()
+    )
+}
+
+/// What a client reads of a signed certificate: how many PEM blocks, the CN and groups,
+/// the issuer (is it the client CA?), and whether notAfter is within the requested TTL.
+fn issued(csr: &Value, client_ca_der: &[u8]) -> Value {
+    use base64::Engine as _;
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let Some(b64) = csr["status"]["certificate"].as_str() else {
+        return Value::Null;
+    };
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .unwrap();
+    let certs: Vec<_> = CertificateDer::pem_slice_iter(&pem)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let (_, leaf) = X509Certificate::from_der(&certs[0]).unwrap();
+    let (_, ca) = X509Certificate::from_der(client_ca_der).unwrap();
+    let now = time::OffsetDateTime::now_utc().unix_timestamp();
+    let not_after = leaf.validity().not_after.timestamp();
+    let not_before = leaf.validity().not_before.timestamp();
+    json!({
+        "blocks": certs.len(),
+        "cn": leaf.subject().iter_common_name().next().and_then(|c| c.as_str().ok()),
+        "organizations": leaf.subject().iter_organization().count(),
+        "issued by the client CA": leaf.issuer() == ca.subject(),
+        "notAfter within the TTL": not_after <= now + TTL && not_after > now + TTL - 600,
+        "notBefore in the past": not_before <= now,
+        "is a CA": leaf.is_ca(),
+    })
+}
+
+/// A kubeconfig for the minted certificate (status.certificate) and its key.
+fn minted_kubeconfig(url: &str, pki: &Pki, csr: &Value, key: &rcgen::KeyPair) -> String {
+    use base64::Engine as _;
+    let pem = base64::engine::general_purpose::STANDARD
+        .decode(csr["status"]["certificate"].as_str().expect("signed"))
+        .unwrap();
+    let parts = spokekeeper::sim::KubeconfigParts {
+        ca_pem: pki.parts.ca_pem.clone(),
+        client_chain_pem: String::from_utf8(pem).unwrap(),
+        client_key_pem: key.serialize_pem(),
+    };
+    support::kubeconfig_yaml(url, &parts, None, "")
+}
+
+/// The minted user's view: who it is, whether it may do everything, and a call only a
+/// binding allows. Polled until `want` (RBAC's cache follows a binding within moments).
+async fn minted_view(minted: &kube::Client, want_allowed: bool) -> Value {
+    let ssar = json!({"kind": "SelfSubjectAccessReview", "apiVersion": "authorization.k8s.io/v1",
+        "spec": {"resourceAttributes": {"verb": "*", "group": "*", "resource": "*"}}});
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    let allowed = loop {
+        let a = call(minted, "POST", SSAR, "application/json", Some(&ssar)).await;
+        let allowed = a.body["status"]["allowed"].clone();
+        if allowed == json!(want_allowed) || std::time::Instant::now() > deadline {
+            break json!({"http": a.code, "allowed": allowed});
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let ssr = json!({"kind": "SelfSubjectReview", "apiVersion": "authentication.k8s.io/v1"});
+    let who = call(minted, "POST", SSR, "application/json", Some(&ssr)).await;
+    let list = call(
+        minted,
+        "GET",
+        &format!("{CRBS}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dspokekeeper"),
+        "application/json",
+        None,
+    )
+    .await;
+    let list = if list.code == 200 {
+        json!({"http": 200, "kind": list.body["kind"]})
+    } else {
+        status_of(&list)
+    };
+    let version = call(minted, "GET", "/version", "application/json", None).await;
+    json!({
+        "ssr": {"http": who.code, "username": who.body["status"]["userInfo"]["username"],
+                "groups": who.body["status"]["userInfo"]["groups"]},
+        "ssar * * *": allowed,
+        "list bindings": list,
+        "GET /version": version.code,
+    })
+}
+
+/// Polls the CSR until it has a certificate or a Denied/Failed condition, or `within`.
+async fn poll_csr(admin: &kube::Client, name: &str, within: Duration) -> Answer {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        let a = call(admin, "GET", &format!("{CSRS}/{name}"), "", None).await;
+        let done = a.body["status"]["certificate"].is_string()
+            || a.body["status"]["conditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["type"] == "Denied" || c["type"] == "Failed");
+        if done || std::time::Instant::now() > deadline {
+            return a;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The mint contract's calls, in the client's order, with the failure cases: `admin` is
+/// in system:masters; `no_approve` lacks the right to approve; `url` and `pki` make the
+/// minted user's kubeconfig.
+async fn mint_transcript(
+    admin: &kube::Client,
+    no_approve: &kube::Client,
+    url: &str,
+    pki: &Pki,
+) -> Vec<(String, Value)> {
+    let mut t = Vec::new();
+    let (csr, key) = mint_request(MINTED_CSR, TTL);
+    let a = call(admin, "POST", CSRS, "application/json", Some(&csr)).await;
+    t.push((
+        "create the CSR".into(),
+        json!({"http": a.code, "kind": a.body["kind"], "name": a.body["metadata"]["name"],
+               "labels": a.body["metadata"]["labels"],
+               "resourceVersion": a.body["metadata"]["resourceVersion"].is_string(),
+               "signerName": a.body["spec"]["signerName"],
+               "expirationSeconds": a.body["spec"]["expirationSeconds"],
+               "usages": a.body["spec"]["usages"], "username": a.body["spec"]["username"],
+               "status": a.body["status"]}),
+    ));
+    let created = a.body;
+    let a = call(admin, "POST", CSRS, "application/json", Some(&csr)).await;
+    t.push(("create it again".into(), status_of(&a)));
+    let (short, _) = mint_request("spokekeeper-conform-g7-short", 599);
+    let a = call(admin, "POST", CSRS, "application/json", Some(&short)).await;
+    t.push(("create one for 599 s".into(), status_of(&a)));
+
+    // Nothing signs an unapproved CSR.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let a = call(admin, "GET", &format!("{CSRS}/{MINTED_CSR}"), "", None).await;
+    t.push((
+        "unapproved, 2 s later".into(),
+        json!({"http": a.code, "certificate": a.body["status"]["certificate"],
+               "conditions": condition_types(&a.body)}),
+    ));
+    let approve_path = format!("{CSRS}/{MINTED_CSR}/approval");
+    let a = call(
+        no_approve,
+        "PUT",
+        &approve_path,
+        "application/json",
+        Some(&approval(created.clone())),
+    )
+    .await;
+    t.push(("approve without the right".into(), status_of(&a)));
+    let mut stale = approval(created.clone());
+    stale["metadata"]["resourceVersion"] = json!("1");
+    let a = call(
+        admin,
+        "PUT",
+        &approve_path,
+        "application/json",
+        Some(&stale),
+    )
+    .await;
+    t.push(("approve a stale version".into(), status_of(&a)));
+    let a = call(
+        admin,
+        "PUT",
+        &approve_path,
+        "application/json",
+        Some(&approval(created)),
+    )
+    .await;
+    t.push((
+        "approve".into(),
+        json!({"http": a.code, "conditions": condition_types(&a.body),
+               "certificate": a.body["status"]["certificate"]}),
+    ));
+    let signed = poll_csr(admin, MINTED_CSR, Duration::from_secs(30)).await;
+    t.push((
+        "signed after approval".into(),
+        json!({"http": signed.code, "conditions": condition_types(&signed.body),
+               "certificate": issued(&signed.body, &pki.client_ca_der)}),
+    ));
+    let minted = client_from_yaml_async(&minted_kubeconfig(url, pki, &signed.body, &key)).await;
+
+    t.push((
+        "the minted user, no binding".into(),
+        minted_view(&minted, false).await,
+    ));
+    let a = call(admin, "GET", &format!("{CRBS}/{BINDING}"), "", None).await;
+    t.push(("get the missing binding".into(), status_of(&a)));
+    let a = call(
+        admin,
+        "POST",
+        CRBS,
+        "application/json",
+        Some(&binding_body()),
+    )
+    .await;
+    t.push((
+        "create the binding".into(),
+        json!({"http": a.code, "kind": a.body["kind"], "name": a.body["metadata"]["name"],
+               "labels": a.body["metadata"]["labels"], "roleRef": a.body["roleRef"],
+               "subjects": a.body["subjects"]}),
+    ));
+    let a = call(
+        admin,
+        "POST",
+        CRBS,
+        "application/json",
+        Some(&binding_body()),
+    )
+    .await;
+    t.push(("create it again".into(), status_of(&a)));
+    let a = call(
+        admin,
+        "GET",
+        &format!("{CRBS}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dspokekeeper"),
+        "",
+        None,
+    )
+    .await;
+    let names: Vec<Value> = a.body["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|i| i["metadata"]["name"].clone())
+        .collect();
+    t.push((
+        "list bindings by label".into(),
+        json!({"http": a.code, "kind": a.body["kind"], "names": names,
+               "item kind": a.body["items"][0]["kind"]}),
+    ));
+    let a = call(
+        admin,
+        "GET",
+        "/apis/rbac.authorization.k8s.io/v1/clusterroles/cluster-admin",
+        "",
+        None,
+    )
+    .await;
+    t.push((
+        "get cluster-admin".into(),
+        json!({"http": a.code, "rules": a.body["rules"]}),
+    ));
+    t.push((
+        "the minted user, bound".into(),
+        minted_view(&minted, true).await,
+    ));
+    let a = call(admin, "DELETE", &format!("{CRBS}/{BINDING}"), "", None).await;
+    t.push((
+        "delete the binding".into(),
+        json!({"http": a.code, "kind": a.body["kind"], "status": a.body["status"],
+               "details": {"name": a.body["details"]["name"], "kind": a.body["details"]["kind"]}}),
+    ));
+    t.push((
+        "the minted user, binding deleted".into(),
+        minted_view(&minted, false).await,
+    ));
+    let a = call(admin, "DELETE", &format!("{CSRS}/{MINTED_CSR}"), "", None).await;
+    t.push((
+        "delete the CSR".into(),
+        json!({"http": a.code, "kind": a.body["kind"], "status": a.body["status"],
+               "details": {"name": a.body["details"]["name"], "kind": a.body["details"]["kind"]}}),
+    ));
+    let a = call(admin, "GET", &format!("{CSRS}/{MINTED_CSR}"), "", None).await;
+    t.push(("get the deleted CSR".into(), status_of(&a)));
+    let a = call(admin, "DELETE", &format!("{CSRS}/{MINTED_CSR}"), "", None).await;
+    t.push(("delete it again".into(), status_of(&a)));
+    t
+}
+
+async fn client_from_yaml_async(yaml: &str) -> kube::Client {
+    support::install_crypto_provider();
+    let kc = kube::config::Kubeconfig::from_yaml(yaml).expect("kubeconfig parses");
+    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+        .await
+        .expect("kubeconfig loads");
+    kube::Client::try_from(config).expect("client")
+}
+
+#[test]
+fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
+    support::install_crypto_provider();
+    let lab = Lab::new();
+    let dir = support::scratch_dir();
+    let etcd = Etcd::start(dir.path());
+    let spoke = RealSpoke::start(&lab, &etcd, dir.path());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pki = spoke.node.pki();
+    let no_approve = spoke.limited_admin(support::realstack::access::Lacking::Approve);
+    let mock = ApiServer::start(
+        rt.handle(),
+        SocketAddr::new(spoke.node.address, 0),
+        ApiIdentity::new(pki, "v1.37.2"),
+    )
+    .unwrap();
+    let mock_url = format!("https://{}:{}", spoke.node.address, mock.port);
+    let client = |url: &str, parts: &spokekeeper::sim::KubeconfigParts| {
+        client_from_yaml(&rt, &support::kubeconfig_yaml(url, parts, None, ""))
+    };
+
+    let real = rt.block_on(mint_transcript(
+        &client(&spoke.api.url, &pki.parts),
+        &client(&spoke.api.url, &no_approve),
+        &spoke.api.url,
+        pki,
+    ));
+    let emulated = rt.block_on(mint_transcript(
+        &client(&mock_url, &pki.parts),
+        &client(&mock_url, &no_approve),
+        &mock_url,
+        pki,
+    ));
+    assert_same(&emulated, &real);
+    let step = |name: &str| &real.iter().find(|(n, _)| n == name).unwrap().1;
+    // The facts the mock is held to, on the real side.
+    assert_eq!(step("create the CSR")["http"], 201, "{real:#?}");
+    assert_eq!(step("unapproved, 2 s later")["certificate"], Value::Null);
+    assert_eq!(step("approve without the right")["http"], 403);
+    assert_eq!(
+        step("signed after approval")["certificate"]["cn"],
+        MINTED_USER
+    );
+    assert_eq!(
+        step("signed after approval")["certificate"]["notAfter within the TTL"],
+        true
+    );
+    assert_eq!(
+        step("the minted user, no binding")["ssar * * *"]["allowed"],
+        false
+    );
+    assert_eq!(step("the minted user, no binding")["ssr"]["http"], 201);
+    assert_eq!(
+        step("the minted user, no binding")["list bindings"]["http"],
+        403
+    );
+    assert_eq!(
+        step("the minted user, bound")["ssar * * *"]["allowed"],
+        true
+    );
+    assert_eq!(
+        step("the minted user, binding deleted")["list bindings"]["http"],
+        403
+    );
+
+    // The lab's other limited admin (used by the minted end-to-end tests) may approve
+    // but not bind.
+    let no_bind = client(
+        &spoke.api.url,
+        &spoke.limited_admin(support::realstack::access::Lacking::CreateBinding),
+    );
+    let lab = rt.block_on(async {
+        let (csr, _) = mint_request("spokekeeper-conform-g7-nobind", TTL);
+        let created = call(&no_bind, "POST", CSRS, "application/json", Some(&csr)).await;
+        let approved = call(
+            &no_bind,
+            "PUT",
+            &format!("{CSRS}/spokekeeper-conform-g7-nobind/approval"),
+            "application/json",
+            Some(&approval(created.body)),
+        )
+        .await;
+        let bound = call(
+            &no_bind,
+            "POST",
+            CRBS,
+            "application/json",
+            Some(&binding_body()),
+        )
+        .await;
+        let listed = call(&no_bind, "GET", CRBS, "", None).await;
+        json!([created.code, approved.code, bound.code, listed.code])
+    });
+    assert_eq!(
+        lab,
+        json!([201, 200, 403, 200]),
+        "create, approve, bind, list"
+    );
+    drop(mock);
+}
+
+/// Without a signer, nothing ever happens to an approved CSR: no certificate, no
+/// condition but Approved, within a bound a client would wait.
+async fn unsigned_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
+    let mut t = Vec::new();
+    let (csr, _key) = mint_request(MINTED_CSR, TTL);
+    let a = call(admin, "POST", CSRS, "application/json", Some(&csr)).await;
+    t.push(("create".into(), json!({"http": a.code})));
+    let a = call(
+        admin,
+        "PUT",
+        &format!("{CSRS}/{MINTED_CSR}/approval"),
+        "application/json",
+        Some(&approval(a.body)),
+    )
+    .await;
+    t.push(("approve".into(), json!({"http": a.code})));
+    let a = poll_csr(admin, MINTED_CSR, Duration::from_secs(8)).await;
+    t.push((
+        "8 s later".into(),
+        json!({"http": a.code, "certificate": a.body["status"]["certificate"],
+               "conditions": condition_types(&a.body)}),
+    ));
+    t
+}
+
+#[test]
+fn without_a_signer_neither_the_mock_nor_a_real_spoke_signs() {
+    support::install_crypto_provider();
+    let lab = Lab::new();
+    let dir = support::scratch_dir();
+    let etcd = Etcd::start(dir.path());
+    let spoke = support::realstack::spoke::RealSpoke::start_with(
+        &lab,
+        &etcd,
+        dir.path(),
+        &support::realstack::spoke::SpokeOptions { signer: false },
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pki = spoke.node.pki();
+    let mock = ApiServer::start(
+        rt.handle(),
+        SocketAddr::new(spoke.node.address, 0),
+        ApiIdentity::new(pki, "v1.37.2").without_signer(),
+    )
+    .unwrap();
+    let mock_url = format!("https://{}:{}", spoke.node.address, mock.port);
+    let admin =
+        |url: &str| client_from_yaml(&rt, &support::kubeconfig_yaml(url, &pki.parts, None, ""));
+    let real = rt.block_on(unsigned_transcript(&admin(&spoke.api.url)));
+    let emulated = rt.block_on(unsigned_transcript(&admin(&mock_url)));
+    assert_same(&emulated, &real);
+    assert_eq!(real[2].1["certificate"], Value::Null, "{real:#?}");
+    assert_eq!(
+        real[2].1["conditions"],
+        json!([["Approved", "True", "SpokekeeperMint"]])
+    );
+    drop(mock);
+}
+
+/// An approval the spoke turns into a denial: the approver's answer and every later read
+/// say Denied, and the signer (running) never signs.
+async fn denied_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
+    let mut t = Vec::new();
+    let (csr, _key) = mint_request(MINTED_CSR, TTL);
+    let a = call(admin, "POST", CSRS, "application/json", Some(&csr)).await;
+    t.push(("create".into(), json!({"http": a.code})));
+    let a = call(
+        admin,
+        "PUT",
+        &format!("{CSRS}/{MINTED_CSR}/approval"),
+        "application/json",
+        Some(&approval(a.body)),
+    )
+    .await;
+    t.push((
+        "approve".into(),
+        json!({"http": a.code, "conditions": condition_types(&a.body)}),
+    ));
+    let a = poll_csr(admin, MINTED_CSR, Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let later = call(admin, "GET", &format!("{CSRS}/{MINTED_CSR}"), "", None).await;
+    t.push((
+        "read after the denial, and 2 s later".into(),
+        json!({"http": a.code, "conditions": condition_types(&a.body),
+               "certificate": a.body["status"]["certificate"],
+               "later": later.body["status"]["certificate"]}),
+    ));
+    t
+}
+
+#[test]
+fn a_denied_approval_reads_the_same_from_the_mock_and_a_real_spoke() {
+    support::install_crypto_provider();
+    let lab = Lab::new();
+    let dir = support::scratch_dir();
+    let etcd = Etcd::start(dir.path());
+    let spoke = RealSpoke::start(&lab, &etcd, dir.path());
+    spoke.deny_csr_approvals();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let pki = spoke.node.pki();
+    let identity = ApiIdentity::new(pki, "v1.37.2");
+    identity.objects().lock().unwrap().deny_approvals();
+    let mock = ApiServer::start(
+        rt.handle(),
+        SocketAddr::new(spoke.node.address, 0),
+        identity,
+    )
+    .unwrap();
+    let mock_url = format!("https://{}:{}", spoke.node.address, mock.port);
+    let admin =
+        |url: &str| client_from_yaml(&rt, &support::kubeconfig_yaml(url, &pki.parts, None, ""));
+    let real = rt.block_on(denied_transcript(&admin(&spoke.api.url)));
+    let emulated = rt.block_on(denied_transcript(&admin(&mock_url)));
+    assert_same(&emulated, &real);
+    assert_eq!(
+        real[2].1["conditions"],
+        json!([["Denied", "True", "LabDenied"]]),
+        "{real:#?}"
+    );
+    assert_eq!(real[2].1["later"], Value::Null);
+    drop(mock);
 }

@@ -296,3 +296,38 @@ fn visudo_guards_the_sudoers_drop_in() {
         .unwrap_err();
     assert!(err.contains("visudo rejected"), "{err}");
 }
+
+#[tokio::test]
+async fn the_emulated_apis_bindings_survive_a_restart_not_a_rebuild() {
+    let lab = Lab::new();
+    let mut node = lab.add_node(NodeOptions {
+        sshd: false,
+        ..NodeOptions::default()
+    });
+    let body = r#"{"metadata":{"name":"kept"},"roleRef":{"apiGroup":"rbac.authorization.k8s.io","kind":"ClusterRole","name":"cluster-admin"},"subjects":[{"kind":"User","name":"u"}]}"#;
+    let post = format!(
+        "POST /apis/rbac.authorization.k8s.io/v1/clusterrolebindings HTTP/1.1\r\nHost: x\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let get = "GET /apis/rbac.authorization.k8s.io/v1/clusterrolebindings/kept HTTP/1.1\r\n\
+               Host: x\r\nConnection: close\r\n\r\n";
+    let addr = SocketAddr::new(node.address, node.api_port);
+    let resp = raw_request(addr, Some(identity_of(&node)), &post).await;
+    assert!(resp.starts_with("HTTP/1.1 201 Created\r\n"), "{resp}");
+
+    // Like an API server restarted over the same etcd.
+    node.stop_api();
+    node.start_api();
+    let resp = raw_request(addr, Some(identity_of(&node)), get).await;
+    assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
+    assert_eq!(
+        node.api_objects().lock().unwrap().binding_names(),
+        vec!["kept"]
+    );
+
+    // A reinstall starts over.
+    node.rebuild();
+    let resp = raw_request(addr, Some(identity_of(&node)), get).await;
+    assert!(resp.starts_with("HTTP/1.1 404 Not Found\r\n"), "{resp}");
+}

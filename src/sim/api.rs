@@ -1,7 +1,9 @@
 //! A mock spoke API server: real TLS, real client-certificate authentication, and the
 //! wire behaviour of kube-apiserver for GET /version, POST selfsubjectreviews (v1 from
-//! 1.28, v1beta1 in 1.27 to 1.32, by the gitVersion it plays) and selfsubjectaccessreviews.
-//! tests/conformance.rs holds it to a real kube-apiserver.
+//! 1.28, v1beta1 in 1.27 to 1.32, by the gitVersion it plays) and selfsubjectaccessreviews;
+//! and, through [`Objects`], the CSR and ClusterRoleBinding calls of minted credentials
+//! (with the node's CSR signer, or without one). tests/conformance.rs holds it to a real
+//! kube-apiserver and kube-controller-manager.
 //!
 //! Like kube-apiserver, client certificates are requested but optional at the TLS layer
 //! (Go's tls.RequestClientCert); authentication happens per request, and a missing,
@@ -9,8 +11,8 @@
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::sync::mpsc as std_mpsc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Full, Limited};
@@ -31,6 +33,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use super::objects::{Attributes, Caller, Objects, Signer};
 use super::pki::Pki;
 
 pub const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
@@ -47,6 +50,8 @@ pub struct ApiIdentity {
     /// `--anonymous-auth`: a caller without a valid certificate is `system:anonymous`
     /// (default RBAC: /version only) rather than a 401.
     anonymous: bool,
+    /// CSRs and ClusterRoleBindings, shared by whoever holds the handle.
+    objects: Arc<Mutex<Objects>>,
 }
 
 impl ApiIdentity {
@@ -73,7 +78,28 @@ impl ApiIdentity {
             git_version: git_version.to_owned(),
             prefix: String::new(),
             anonymous: false,
+            objects: Arc::new(Mutex::new(Objects::new(Signer::client_ca(pki)))),
         }
+    }
+
+    /// No CSR signer runs on this node (no controller manager, or one without
+    /// `--cluster-signing-*`): an approved CSR is never signed and gets no condition.
+    pub fn without_signer(self) -> ApiIdentity {
+        ApiIdentity {
+            objects: Arc::new(Mutex::new(Objects::new(Signer::Missing))),
+            ..self
+        }
+    }
+
+    /// Serves `objects` (e.g. those of the same node before a restart), as an API server
+    /// over the same etcd would.
+    pub fn with_objects(self, objects: Arc<Mutex<Objects>>) -> ApiIdentity {
+        ApiIdentity { objects, ..self }
+    }
+
+    /// The stored CSRs and bindings: a test inspects them, or makes approvals denials.
+    pub fn objects(&self) -> Arc<Mutex<Objects>> {
+        self.objects.clone()
     }
 
     /// Serves the API under `prefix` only (e.g. `/k8s/spoke`), as a reverse proxy would.
@@ -326,6 +352,9 @@ async fn respond(
         Some(p) if p.starts_with('/') => p,
         _ => return not_found(),
     };
+    if Objects::serves(path) {
+        return objects_reply(req, user, identity, path).await;
+    }
     let kind = match path {
         SSR_PATH | SSR_BETA_PATH => "SelfSubjectReview",
         SSAR_PATH => "SelfSubjectAccessReview",
@@ -407,7 +436,8 @@ async fn respond(
                         .and_then(|k| k.as_str())
                         .is_none_or(|k| k == kind) =>
                 {
-                    json(StatusCode::CREATED, &review(path, user, &v), false)
+                    let allowed = path == SSAR_PATH && access_allowed(user, identity, &v);
+                    json(StatusCode::CREATED, &review(path, user, &v, allowed), false)
                 }
                 _ => status(
                     StatusCode::BAD_REQUEST,
@@ -455,11 +485,71 @@ fn not_found() -> Response<Full<Bytes>> {
     )
 }
 
-/// The created review: who asked, or (an access review) whether they may. Only
-/// system:masters may do anything here.
-fn review(path: &str, user: &User, request: &serde_json::Value) -> serde_json::Value {
+/// Whether an access review's resource attributes are allowed to `user`: by
+/// system:masters or a binding to cluster-admin (see [`Objects::allows`]).
+fn access_allowed(user: &User, identity: &ApiIdentity, request: &serde_json::Value) -> bool {
+    let ra = &request["spec"]["resourceAttributes"];
+    let field = |k: &str| ra[k].as_str().unwrap_or_default().to_owned();
+    let attrs = Attributes {
+        verb: field("verb"),
+        group: field("group"),
+        resource: field("resource"),
+        subresource: field("subresource"),
+        name: field("name"),
+    };
+    let caller = Caller {
+        name: &user.name,
+        groups: &user.groups,
+    };
+    identity
+        .objects
+        .lock()
+        .map(|o| o.allows(&caller, &attrs))
+        .unwrap_or(false)
+}
+
+/// A CSR, ClusterRoleBinding or ClusterRole call, answered by the store.
+async fn objects_reply(
+    req: Request<Incoming>,
+    user: &User,
+    identity: &ApiIdentity,
+    path: &str,
+) -> Response<Full<Bytes>> {
+    let method = req.method().as_str().to_owned();
+    let query = req.uri().query().unwrap_or_default().to_owned();
+    let Ok(body) = Limited::new(req.into_body(), 3 << 20).collect().await else {
+        return status(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestEntityTooLarge",
+            "request is too large",
+        );
+    };
+    let caller = Caller {
+        name: &user.name,
+        groups: &user.groups,
+    };
+    let reply = match identity.objects.lock() {
+        Ok(mut o) => o.handle(&caller, &method, path, &query, &body.to_bytes()),
+        Err(_) => {
+            return status(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "InternalError",
+                "the store is poisoned",
+            );
+        }
+    };
+    let code = StatusCode::from_u16(reply.code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    json(code, &reply.body, false)
+}
+
+/// The created review: who asked, or (an access review) whether they may.
+fn review(
+    path: &str,
+    user: &User,
+    request: &serde_json::Value,
+    allowed: bool,
+) -> serde_json::Value {
     if path == SSAR_PATH {
-        let allowed = user.groups.iter().any(|g| g == "system:masters");
         return serde_json::json!({
             "kind": "SelfSubjectAccessReview",
             "apiVersion": "authorization.k8s.io/v1",

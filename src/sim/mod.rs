@@ -2,7 +2,8 @@
 //! shaped like k3s's (server CA, client CA, serving and admin certificates, k3s.yaml) and
 //! a mock Kubernetes API server with real TLS and per-request client-certificate
 //! authentication. It emulates kube-apiserver's wire behaviour for what spokekeeper calls
-//! (GET /version, POST selfsubjectreviews); it is not an API server.
+//! (GET /version, POST selfsubjectreviews, and the CSR and ClusterRoleBinding calls of
+//! minted credentials, kept in [`objects`]); it is not an API server.
 //!
 //! [`hub`] emulates the hub's API (the controller's certificate through the service
 //! proxy, SealedSecret, Kustomization and HelmRelease status, listing them, the
@@ -12,6 +13,7 @@
 
 pub mod api;
 pub mod hub;
+pub mod objects;
 pub mod pki;
 
 pub use api::{ApiIdentity, ApiServer};

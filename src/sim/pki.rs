@@ -9,6 +9,7 @@ use rcgen::{
 };
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
 use time::{Duration, OffsetDateTime};
+use zeroize::Zeroizing;
 
 /// What can be made wrong in a generated kubeconfig.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -153,6 +154,48 @@ impl Pki {
             .expect("sign admin");
         self.client_cert_der = cert.der().to_vec();
         self.parts.client_chain_pem = format!("{}{}", cert.pem(), self.client_ca.pem());
+    }
+
+    /// The client CA's certificate, PEM: what a cluster's CSR signer for
+    /// `kubernetes.io/kube-apiserver-client` signs with (k3s signs with its client CA).
+    pub fn client_ca_pem(&self) -> String {
+        self.client_ca.pem()
+    }
+
+    /// The client CA's private key, PKCS#8 PEM, for a lab signer (kube-controller-manager
+    /// reads it from a file, as it does on a node). Test material; zeroized when dropped.
+    pub fn client_ca_key_pem(&self) -> Zeroizing<String> {
+        Zeroizing::new(self.client_ca.key().serialize_pem())
+    }
+
+    /// Signs a leaf for `params` and `public_key` with the client CA: the mock API's
+    /// CSR signer.
+    pub fn sign_client(
+        &self,
+        params: CertificateParams,
+        public_key: &impl rcgen::PublicKeyData,
+    ) -> Result<Vec<u8>, rcgen::Error> {
+        Ok(params
+            .signed_by(public_key, &self.client_ca)?
+            .der()
+            .to_vec())
+    }
+
+    /// A client certificate from the client CA for `user` (CN) in `group` (O), valid
+    /// `days`, with a fresh P-256 key, as kubeconfig parts: a lab user other than the
+    /// admin (an RBAC'd one, a controller's identity).
+    pub fn issue_client(&self, user: &str, group: Option<&str>, days: i64) -> KubeconfigParts {
+        let mut params = leaf_params(user, group, OffsetDateTime::now_utc(), days);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        let key = KeyPair::generate().expect("keygen");
+        let cert = params
+            .signed_by(&key, &self.client_ca)
+            .expect("sign client");
+        KubeconfigParts {
+            ca_pem: self.parts.ca_pem.clone(),
+            client_chain_pem: format!("{}{}", cert.pem(), self.client_ca.pem()),
+            client_key_pem: pem("EC PRIVATE KEY", &pkcs8_p256_to_sec1(key.serialized_der())),
+        }
     }
 
     pub fn serving_key(&self) -> PrivateKeyDer<'static> {

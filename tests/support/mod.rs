@@ -36,7 +36,7 @@ use std::fs;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rustix::process::Signal;
@@ -46,6 +46,7 @@ use spokekeeper::spoke::SshSettings;
 pub use spokekeeper::sim::{Hostile, KubeconfigParts, kubeconfig_yaml};
 
 use addr::AddressLease;
+use spokekeeper::sim::objects::{Objects, Signer};
 use spokekeeper::sim::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use sshd::Sshd;
 
@@ -76,6 +77,9 @@ pub struct NodeOptions {
     pub kubeconfig_port: Option<u16>,
     /// Anonymous requests are `system:anonymous` rather than a 401.
     pub anonymous: bool,
+    /// The emulated API signs approved client CSRs with the node's client CA (false:
+    /// no signer, an approved CSR is never signed).
+    pub csr_signer: bool,
 }
 
 impl Default for NodeOptions {
@@ -91,6 +95,7 @@ impl Default for NodeOptions {
             api_prefix: String::new(),
             kubeconfig_port: None,
             anonymous: false,
+            csr_signer: true,
         }
     }
 }
@@ -169,6 +174,8 @@ pub struct Node {
     pub identity_path: PathBuf,
     opts: NodeOptions,
     pki: Pki,
+    /// The emulated API's CSRs and bindings: kept across API restarts, new on a rebuild.
+    objects: Arc<Mutex<Objects>>,
     // Drop order matters: servers stop before the lease and the runtime go.
     api: Option<ApiServer>,
     sshd: Option<Sshd>,
@@ -195,6 +202,7 @@ impl Node {
             address_in_sans: opts.address_in_sans,
             client_cert_days: opts.client_cert_days,
         });
+        let objects = fresh_objects(&pki, &opts);
         let mut node = Node {
             address: IpAddr::V4(addr),
             ssh_port: 0,
@@ -206,6 +214,7 @@ impl Node {
             dir,
             opts,
             pki,
+            objects,
             api: None,
             sshd: None,
             sudoers: None,
@@ -293,6 +302,12 @@ impl Node {
         ))
     }
 
+    /// The emulated API's CSRs and ClusterRoleBindings (inspect them, or make every
+    /// approval a denial with `deny_approvals`).
+    pub fn api_objects(&self) -> Arc<Mutex<Objects>> {
+        self.objects.clone()
+    }
+
     pub fn pki(&self) -> &Pki {
         &self.pki
     }
@@ -330,6 +345,7 @@ impl Node {
             address_in_sans: self.opts.address_in_sans,
             client_cert_days: self.opts.client_cert_days,
         });
+        self.objects = fresh_objects(&self.pki, &self.opts);
         self.write_kubeconfig();
         if self.api.take().is_some() {
             self.start_api();
@@ -447,7 +463,8 @@ impl Node {
         let deadline = std::time::Instant::now() + Duration::from_secs(5);
         loop {
             let mut identity = ApiIdentity::new(&self.pki, &self.opts.git_version)
-                .with_prefix(&self.opts.api_prefix);
+                .with_prefix(&self.opts.api_prefix)
+                .with_objects(self.objects.clone());
             if self.opts.anonymous {
                 identity = identity.with_anonymous();
             }
@@ -465,6 +482,15 @@ impl Node {
             }
         }
     }
+}
+
+fn fresh_objects(pki: &Pki, opts: &NodeOptions) -> Arc<Mutex<Objects>> {
+    let signer = if opts.csr_signer {
+        Signer::client_ca(pki)
+    } else {
+        Signer::Missing
+    };
+    Arc::new(Mutex::new(Objects::new(signer)))
 }
 
 impl Drop for Node {

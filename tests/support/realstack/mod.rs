@@ -2,14 +2,16 @@
 //! certificates, a service-account issuer) over a real etcd, the real Sealed Secrets
 //! controller behind the API server's service proxy, Flux's CRDs and Flux's own
 //! kubeconfig loading; and spokes that are real API servers with k3s-shaped PKI behind
-//! the lab's real sshd.
+//! the lab's real sshd, each with kube-controller-manager's CSR signer.
 //!
 //! Everything is built from pinned Go modules by `scripts/build-realstack` into
 //! `.tools/realstack` (or `$SPOKEKEEPER_REALSTACK`); a missing build fails the test with
 //! the command that makes it. Every process a lab starts is killed when the lab is
 //! dropped, and by the kernel if the test process dies first.
 
+pub mod access;
 pub mod api;
+pub mod controller_manager;
 pub mod flux;
 pub mod hub;
 pub mod kube;

@@ -1,12 +1,15 @@
 //! A real spoke: a lab node (real sshd, its k3s.yaml readable over SSH) whose API is a
 //! real kube-apiserver with the node's k3s-shaped PKI: a server CA, a client CA, and an
 //! admin client certificate in `system:masters`; k3s.yaml names everything `default`
-//! and says `server: https://127.0.0.1:<port>`, as k3s writes it.
+//! and says `server: https://127.0.0.1:<port>`, as k3s writes it. Beside it, unless
+//! the options say otherwise, the spoke's kube-controller-manager signs approved CSRs for
+//! `kubernetes.io/kube-apiserver-client` with the client CA, as a k3s server does.
 
 use std::path::Path;
 
 use crate::support::{Lab, Node, NodeOptions};
 
+use super::controller_manager::ControllerManager;
 use super::kube::{Etcd, KubeApi};
 
 /// A real API server for `node` (one without the emulated API) on its address and API
@@ -25,38 +28,71 @@ pub fn real_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeAp
     )
 }
 
+/// How a real spoke is started.
+#[derive(Clone, Debug)]
+pub struct SpokeOptions {
+    /// Run kube-controller-manager's CSR signer (true by default, as on every k3s
+    /// server). Without it an approved CSR is never signed and never gets a condition:
+    /// the "signer missing" case.
+    pub signer: bool,
+}
+
+impl Default for SpokeOptions {
+    fn default() -> Self {
+        SpokeOptions { signer: true }
+    }
+}
+
 pub struct RealSpoke {
+    // Drop order: the controller manager goes before its API server.
+    pub signer: Option<ControllerManager>,
     pub api: KubeApi,
     pub node: Node,
+    dir: std::path::PathBuf,
     generation: u32,
 }
 
 impl RealSpoke {
     /// A node with sshd and no emulated API; the real API server takes its address and
-    /// port, its keys under `/spoke-ADDRESS-N` in `etcd`.
+    /// port, its keys under `/spoke-ADDRESS-N` in `etcd`; and its CSR signer.
     pub fn start(lab: &Lab, etcd: &Etcd, dir: &Path) -> RealSpoke {
+        Self::start_with(lab, etcd, dir, &SpokeOptions::default())
+    }
+
+    /// As [`RealSpoke::start`], with `opts` (e.g. no CSR signer).
+    pub fn start_with(lab: &Lab, etcd: &Etcd, dir: &Path, opts: &SpokeOptions) -> RealSpoke {
         let node = lab.add_node(NodeOptions {
             api: false,
             ..NodeOptions::default()
         });
-        let api = Self::start_api(&node, etcd, dir, 0);
+        let api = real_api(&node, etcd, dir, 0);
+        let signer = opts
+            .signer
+            .then(|| ControllerManager::start(&api, node.pki(), dir));
         RealSpoke {
+            signer,
             api,
             node,
+            dir: dir.to_owned(),
             generation: 0,
         }
     }
 
-    fn start_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeApi {
-        real_api(node, etcd, dir, generation)
-    }
-
-    /// A reinstall: new CAs and certificates, a new k3s.yaml, the API server restarted on
-    /// the same address and port over fresh storage.
+    /// A reinstall: new CAs and certificates, a new k3s.yaml, the API server (and the
+    /// signer, if it ran) restarted on the same address and port over fresh storage.
     pub fn rebuild(&mut self, etcd: &Etcd, dir: &Path) {
+        let signer = self.signer.take().map(|mut s| s.stop()).is_some();
         self.api.stop();
         self.node.rebuild();
         self.generation += 1;
-        self.api = Self::start_api(&self.node, etcd, dir, self.generation);
+        self.api = real_api(&self.node, etcd, dir, self.generation);
+        if signer {
+            self.signer = Some(ControllerManager::start(&self.api, self.node.pki(), dir));
+        }
+    }
+
+    /// Where the spoke's processes keep their files.
+    pub fn dir(&self) -> &Path {
+        &self.dir
     }
 }

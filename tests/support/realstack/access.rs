@@ -1,0 +1,169 @@
+//! What the minted-credential failure cases need of a real spoke: admin credentials
+//! that lack one right (an RBAC'd lab user of the client CA, not `system:masters`), and
+//! a spoke on which every CSR approval comes back as a denial.
+
+use spokekeeper::sim::KubeconfigParts;
+use spokekeeper::sim::pki::kubeconfig_yaml;
+
+use super::kube::START;
+use super::spoke::RealSpoke;
+use super::wait_until;
+
+/// The right a limited admin credential lacks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lacking {
+    /// May create, read and delete CSRs and manage ClusterRoleBindings (with `bind` on
+    /// every ClusterRole), but not approve: no `update` on
+    /// `certificatesigningrequests/approval`, no `approve` on `signers`.
+    Approve,
+    /// May create, approve, read and delete CSRs, and read, list and delete
+    /// ClusterRoleBindings, but not create them.
+    CreateBinding,
+}
+
+impl Lacking {
+    /// The lab user (the certificate's CN) and its ClusterRole's name.
+    pub fn user(self) -> &'static str {
+        match self {
+            Lacking::Approve => "lab:admin-without-approve",
+            Lacking::CreateBinding => "lab:admin-without-create-binding",
+        }
+    }
+
+    fn rules(self) -> String {
+        const CSRS: &str = "- apiGroups: [certificates.k8s.io]\n  resources: [certificatesigningrequests]\n  \
+                            verbs: [create, get, list, watch, delete]\n";
+        const APPROVE: &str = "- apiGroups: [certificates.k8s.io]\n  resources: [certificatesigningrequests/approval]\n  \
+                               verbs: [update]\n- apiGroups: [certificates.k8s.io]\n  resources: [signers]\n  \
+                               resourceNames: [kubernetes.io/kube-apiserver-client]\n  verbs: [approve]\n";
+        const BINDINGS: &str = "- apiGroups: [rbac.authorization.k8s.io]\n  resources: [clusterrolebindings]\n  \
+                                verbs: [get, list, watch, create, delete]\n- apiGroups: [rbac.authorization.k8s.io]\n  \
+                                resources: [clusterroles]\n  verbs: [get, bind]\n";
+        const READ_BINDINGS: &str = "- apiGroups: [rbac.authorization.k8s.io]\n  resources: [clusterrolebindings]\n  \
+                                     verbs: [get, list, watch, delete]\n- apiGroups: [rbac.authorization.k8s.io]\n  \
+                                     resources: [clusterroles]\n  verbs: [get]\n";
+        match self {
+            Lacking::Approve => format!("{CSRS}{BINDINGS}"),
+            Lacking::CreateBinding => format!("{CSRS}{APPROVE}{READ_BINDINGS}"),
+        }
+    }
+}
+
+impl RealSpoke {
+    /// An admin credential for this spoke that lacks `lacking`: a client certificate of
+    /// the node's client CA for [`Lacking::user`] (no group), and a ClusterRole and
+    /// ClusterRoleBinding of that name granting the rest. Use it as the hub's
+    /// kubeconfig, or write it as the node's k3s.yaml with [`RealSpoke::write_k3s_yaml`].
+    pub fn limited_admin(&self, lacking: Lacking) -> KubeconfigParts {
+        let user = lacking.user();
+        self.api.apply(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {user}\nrules:\n{}\
+             ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {user}\n\
+             roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {user}}}\n\
+             subjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}\n",
+            lacking.rules()
+        ));
+        self.node.pki().issue_client(user, None, 365)
+    }
+
+    /// Writes `parts` as the node's k3s.yaml (mode 600, `server: https://127.0.0.1:PORT`
+    /// as k3s writes it): what an extraction over SSH reads next. A node rebuild writes
+    /// the admin's again.
+    pub fn write_k3s_yaml(&self, parts: &KubeconfigParts) {
+        let server = format!("https://127.0.0.1:{}", self.node.api_port);
+        self.node.write_file(
+            "k3s.yaml",
+            kubeconfig_yaml(&server, parts, None, "").as_bytes(),
+        );
+    }
+
+    /// From now on every approval of a `kubernetes.io/kube-apiserver-client` CSR is
+    /// stored as a denial: a MutatingAdmissionPolicy (admissionregistration.k8s.io/v1)
+    /// rewrites an approval-subresource update whose conditions say Approved into one
+    /// condition `Denied` (reason `LabDenied`), as an approver that refuses would write
+    /// it. The approver's PUT answers 200 with that object, the signer never signs it,
+    /// and a GET shows Denied: deterministic, no race with a second approver. Returns
+    /// when a probe CSR approved by the admin comes back Denied.
+    pub fn deny_csr_approvals(&self) {
+        self.api.apply(DENY_POLICY);
+        let name = "lab-deny-probe";
+        let key = rcgen::KeyPair::generate().expect("keygen");
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "lab:deny-probe");
+        let csr = params
+            .serialize_request(&key)
+            .expect("CSR")
+            .pem()
+            .expect("PEM");
+        use base64::Engine as _;
+        let request = base64::engine::general_purpose::STANDARD.encode(csr);
+        let probe = format!(
+            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\n\
+             spec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  \
+             expirationSeconds: 3600\n  usages: [client auth]\n"
+        );
+        // A policy takes effect once the API server's informers have it: until then an
+        // approval is an approval, so each try is a fresh CSR.
+        wait_until(
+            "the deny policy turns an approval into Denied",
+            START,
+            || {
+                let _ = self
+                    .api
+                    .try_kubectl(&["delete", "csr", name, "--ignore-not-found"]);
+                self.api.stdin_kubectl(&["create", "-f", "-"], &probe)?;
+                self.api.try_kubectl(&["certificate", "approve", name])?;
+                let types = self.api.kubectl(&[
+                    "get",
+                    "csr",
+                    name,
+                    "-o",
+                    "jsonpath={.status.conditions[*].type}",
+                ]);
+                if types.trim() == "Denied" {
+                    Ok(())
+                } else {
+                    Err(format!("conditions: {types}"))
+                }
+            },
+        );
+        self.api.kubectl(&["delete", "csr", name]);
+    }
+}
+
+const DENY_POLICY: &str = r#"apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicy
+metadata:
+  name: lab-deny-csr-approvals
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [certificates.k8s.io]
+      apiVersions: [v1]
+      operations: [UPDATE]
+      resources: [certificatesigningrequests/approval]
+  matchConditions:
+  - name: approves-a-client-certificate
+    expression: >-
+      object.spec.signerName == "kubernetes.io/kube-apiserver-client" &&
+      has(object.status.conditions) &&
+      object.status.conditions.exists(c, c.type == "Approved")
+  failurePolicy: Fail
+  reinvocationPolicy: Never
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: >-
+        [JSONPatch{op: "replace", path: "/status/conditions", value: [
+          Object.status.conditions{type: "Denied", status: "True", reason: "LabDenied",
+            message: "the lab denies every client certificate request"}]}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingAdmissionPolicyBinding
+metadata:
+  name: lab-deny-csr-approvals
+spec:
+  policyName: lab-deny-csr-approvals
+"#;

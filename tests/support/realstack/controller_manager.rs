@@ -1,0 +1,121 @@
+//! A spoke's kube-controller-manager, reduced to the certificate controllers: the CSR
+//! signer for `kubernetes.io/kube-apiserver-client` signs with the spoke's client CA, as
+//! k3s's does, so a CSR the API server approved comes back with a certificate the same
+//! API server accepts.
+//!
+//! `--controllers=csrsigning,csrapproving,csrcleaner`: the certificate controllers a
+//! cluster runs, so a test sees what a real spoke would do with a CSR (csrapproving
+//! approves only kubelet CSRs, csrcleaner removes CSRs an hour after they are done),
+//! and nothing else (no Pods, no nodes, no service-account tokens here).
+//!
+//! Its own identity is `system:kube-controller-manager` (a client certificate of the
+//! spoke's client CA, as kubeadm and k3s issue it), with
+//! `--use-service-account-credentials`, as they run it: each controller acts with its
+//! ServiceAccount's token (`certificate-controller`, bound by the API server's bootstrap
+//! RBAC), not with the manager's certificate.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use spokekeeper::sim::Pki;
+use spokekeeper::sim::pki::kubeconfig_yaml;
+
+use super::kube::{KubeApi, START};
+use super::proc::Proc;
+use super::{bin, wait_until};
+
+pub struct ControllerManager {
+    pub proc: Proc,
+    pub dir: PathBuf,
+}
+
+impl ControllerManager {
+    /// Starts it beside `api` (a spoke's API server on `pki`), its files in `dir/NAME-kcm`,
+    /// and waits until a CSR the admin approves is signed: the signer works when this
+    /// returns. The probe CSR is deleted.
+    pub fn start(api: &KubeApi, pki: &Pki, dir: &Path) -> ControllerManager {
+        let dir = dir.join(format!("{}-kcm", api.name));
+        std::fs::create_dir_all(&dir).expect("controller-manager dir");
+        let write = |file: &str, text: &str| {
+            let path = dir.join(file);
+            std::fs::write(&path, text).expect("write controller-manager file");
+            path
+        };
+        // The files the real binary must read, in the lab's temp dir, as the API
+        // server's own keys are.
+        let ca_cert = write("client-ca.crt", &pki.client_ca_pem());
+        let ca_key = write("client-ca.key", &pki.client_ca_key_pem());
+        let identity = pki.issue_client("system:kube-controller-manager", None, 365);
+        let kubeconfig = write(
+            "kubeconfig",
+            &kubeconfig_yaml(&api.url, &identity, None, ""),
+        );
+        let mut cmd = Command::new(bin("kube-controller-manager"));
+        cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .arg("--controllers=csrsigning,csrapproving,csrcleaner")
+            .arg(format!(
+                "--cluster-signing-kube-apiserver-client-cert-file={}",
+                ca_cert.display()
+            ))
+            .arg(format!(
+                "--cluster-signing-kube-apiserver-client-key-file={}",
+                ca_key.display()
+            ))
+            .arg("--use-service-account-credentials=true")
+            .arg("--leader-elect=false")
+            // No serving: nothing here scrapes or probes it (readiness is a signed CSR).
+            .arg("--secure-port=0")
+            .arg("--profiling=false");
+        let proc = Proc::spawn("kube-controller-manager", &dir, cmd);
+        let mut kcm = ControllerManager { proc, dir };
+        kcm.wait_signing(api);
+        kcm
+    }
+
+    fn wait_signing(&mut self, api: &KubeApi) {
+        let name = "lab-signer-probe";
+        let key = rcgen::KeyPair::generate().expect("keygen");
+        let mut params = rcgen::CertificateParams::default();
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, "lab:signer-probe");
+        let csr = params
+            .serialize_request(&key)
+            .expect("CSR")
+            .pem()
+            .expect("PEM");
+        use base64::Engine as _;
+        let request = base64::engine::general_purpose::STANDARD.encode(csr);
+        let yaml = format!(
+            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\n\
+             spec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  \
+             expirationSeconds: 3600\n  usages: [client auth]\n"
+        );
+        api.stdin_kubectl(&["create", "-f", "-"], &yaml)
+            .unwrap_or_else(|e| panic!("create the signer probe CSR: {e}"));
+        api.kubectl(&["certificate", "approve", name]);
+        let proc = &mut self.proc;
+        wait_until(
+            "kube-controller-manager signs an approved CSR",
+            START,
+            || {
+                if !proc.running() {
+                    panic!("kube-controller-manager exited: {}", proc.tail(30));
+                }
+                let cert =
+                    api.kubectl(&["get", "csr", name, "-o", "jsonpath={.status.certificate}"]);
+                if cert.is_empty() {
+                    Err(format!("not signed yet; log: {}", proc.tail(5)))
+                } else {
+                    Ok(())
+                }
+            },
+        );
+        api.kubectl(&["delete", "csr", name]);
+    }
+
+    pub fn stop(&mut self) {
+        self.proc.stop(Duration::from_secs(5));
+    }
+}
