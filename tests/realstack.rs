@@ -11,6 +11,8 @@ use serde_json::Value;
 use support::NodeOptions;
 use support::fleet::Fleet;
 use support::git::git;
+use support::realstack::access::{self, Lacking};
+use support::realstack::controller_manager::ControllerManager;
 use support::realstack::flux::LabFlux;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
 use support::realstack::kube::KubeApi;
@@ -23,6 +25,9 @@ const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
 /// A real hub, lab spokes, the fleet repo, and the lab's Flux applying the repo.
 struct Stack {
     flux: Option<LabFlux>,
+    /// Spoke i's CSR signer (kube-controller-manager), for minted stacks; dropped before
+    /// the API servers.
+    signers: Vec<Option<ControllerManager>>,
     /// Spoke i's real API server, for stacks with real spokes.
     spoke_apis: Vec<KubeApi>,
     fleet: Fleet,
@@ -80,6 +85,7 @@ impl Stack {
         std::fs::write(&fleet.config, text).unwrap();
         let mut stack = Stack {
             flux: None,
+            signers: Vec::new(),
             spoke_apis,
             fleet,
             hub,
@@ -91,6 +97,57 @@ impl Stack {
             "main",
         ));
         stack
+    }
+
+    /// Real spokes, spoke i with a CSR signer when `signers[i]`, as a k3s server has one.
+    fn with_signing_spokes(signers: &[bool]) -> Stack {
+        let mut stack = Self::with_real_spokes(signers.len());
+        stack.signers = signers
+            .iter()
+            .enumerate()
+            .map(|(i, &on)| {
+                on.then(|| {
+                    let pki = stack.fleet.nodes[i].pki();
+                    ControllerManager::start(&stack.spoke_apis[i], pki, stack.hub.dir())
+                })
+            })
+            .collect();
+        stack
+    }
+
+    /// Appends top-level `yaml` (e.g. a `credential:` section) to the configuration.
+    fn configure(&self, yaml: &str) {
+        let mut text = std::fs::read_to_string(&self.fleet.config).unwrap();
+        text.push_str(yaml);
+        std::fs::write(&self.fleet.config, text).unwrap();
+    }
+
+    /// Spoke i's committed kubeconfig, as a file for kubectl.
+    fn committed_kubeconfig(&self, i: usize, name: &str) -> PathBuf {
+        let path = self.hub.dir().join(name);
+        std::fs::write(&path, self.recovery_unsealed(i)).unwrap();
+        path
+    }
+
+    /// Spoke i's reinstall: new CAs, the API server and its signer restarted.
+    fn rebuild(&mut self, i: usize, generation: u32) {
+        let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
+        self.spoke_apis[i].stop();
+        self.fleet.nodes[i].rebuild();
+        self.spoke_apis[i] = real_api(
+            &self.fleet.nodes[i],
+            &self.hub.etcd,
+            self.hub.dir(),
+            generation,
+        );
+        if signer {
+            let pki = self.fleet.nodes[i].pki();
+            self.signers[i] = Some(ControllerManager::start(
+                &self.spoke_apis[i],
+                pki,
+                self.hub.dir(),
+            ));
+        }
     }
 
     /// Spoke i's Kustomization, deploying with its kubeconfig Secret.
@@ -1055,4 +1112,215 @@ fn ticks(lines: &support::logs::Lines) -> usize {
         .iter()
         .filter(|(_, l)| l.contains("tick started"))
         .count()
+}
+
+/// `kubectl get namespaces` on spoke i's API with `kubeconfig`: Ok, or the error text.
+fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
+    run(
+        std::process::Command::new(support::realstack::bin("kubectl"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]),
+    )
+}
+
+/// The ClusterRoleBindings spokekeeper made on a spoke.
+fn our_bindings(api: &KubeApi) -> Vec<String> {
+    let list = api.get_json(&[
+        "clusterrolebindings",
+        "-l",
+        "app.kubernetes.io/managed-by=spokekeeper",
+    ]);
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Minted end to end on a real spoke with its real signer: the hub's real controller
+/// unseals the minted kubeconfig and Flux's code authenticates as the minted user (not
+/// system:masters); a renewal (credential.renew_before reached) mints generation 2 and,
+/// once the hub verified it, deletes generation 1's binding, so that credential is
+/// refused (403); `spokekeeper revoke` refuses generation 2 at once and mints 3; a
+/// reinstalled spoke (new CAs) is minted again (4). No CSR is left behind, the admin
+/// kubeconfig is never committed.
+#[test]
+fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
+    let mut stack = Stack::with_signing_spokes(&[true]);
+    stack.configure("credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["user"], "spokekeeper:hub:1", "{spoke:#}");
+    assert_eq!(spoke["credential"]["mode"], "minted", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
+    let not_after = time::OffsetDateTime::parse(
+        spoke["credential"]["not_after"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert!(
+        not_after <= time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+        "{spoke:#}"
+    );
+    assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "spokekeeper:hub:1", "{who}");
+    assert!(!who.to_string().contains("system:masters"), "{who}");
+    let unsealed = String::from_utf8(stack.recovery_unsealed(0)).unwrap();
+    let admin = String::from_utf8(stack.fleet.nodes[0].kubeconfig_bytes()).unwrap();
+    let admin_cert = admin
+        .lines()
+        .find(|l| l.contains("client-certificate-data"))
+        .unwrap();
+    assert!(!unsealed.contains(admin_cert.split_whitespace().last().unwrap()));
+    let subject = stack.fleet.remote_log();
+    assert!(
+        subject[0].contains("minted spokekeeper:hub:1"),
+        "{subject:?}"
+    );
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g1"]);
+    let csrs = stack.spoke_apis[0].kubectl(&["get", "csr", "-o", "name"]);
+    assert!(!csrs.contains("spokekeeper-"), "{csrs}");
+    let gen1 = stack.committed_kubeconfig(0, "gen1.yaml");
+    list_namespaces(&gen1).expect("generation 1 works");
+
+    // renew_before (3590s of a 1h certificate) is reached 10s after the mint.
+    std::thread::sleep(Duration::from_secs(11));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 2, "{spoke:#}");
+    assert_eq!(
+        spoke["revoked"],
+        serde_json::json!(["spokekeeper-hub-g1"]),
+        "{spoke:#}"
+    );
+    assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let refused = list_namespaces(&gen1).expect_err("generation 1 is revoked");
+    assert!(
+        refused.contains("Forbidden") || refused.contains("forbidden"),
+        "{refused}"
+    );
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "spokekeeper:hub:2", "{who}");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+
+    // revoke: generation 2 is refused at once, generation 3 is committed and works.
+    let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
+    list_namespaces(&gen2).expect("generation 2 works");
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("minted generation 3 for spokekeeper:hub:3"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:2"),
+        "{err}"
+    );
+    let refused = list_namespaces(&gen2).expect_err("generation 2 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
+    list_namespaces(&gen3).expect("generation 3 works");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g3"]);
+
+    // A reinstall: new CAs; the probe sees it and generation 4 is minted on the new cluster.
+    stack.rebuild(0, 1);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 4, "{spoke:#}");
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "spokekeeper:hub:4", "{who}");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g4"]);
+    stack.fleet.assert_no_plaintext();
+}
+
+/// Each way a mint fails on a real spoke stops at stage `mint` with what is missing and
+/// the committed credential untouched: no signer (the request is never signed), an
+/// approval turned into a denial, an admin credential that may not create bindings.
+#[test]
+fn minting_failures_leave_the_committed_credential_untouched() {
+    let stack = Stack::with_signing_spokes(&[false, true, true]);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let before: Vec<String> = (0..3).map(|i| stack.fleet.remote_file(i)).collect();
+    access::deny_csr_approvals(&stack.spoke_apis[1]);
+    let limited = access::limited_admin(
+        &stack.spoke_apis[2],
+        &stack.fleet.nodes[2],
+        Lacking::CreateBinding,
+    );
+    access::write_k3s_yaml(&stack.fleet.nodes[2], &limited);
+    stack.configure("credential:\n  mode: minted\n");
+
+    let (code, report, err) = stack.rotate_json();
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let failed = |i: usize, needles: &[&str]| {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "failed", "{spoke:#}");
+        assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+        assert_eq!(spoke["reason"]["kind"], "config-changed", "{spoke:#}");
+        let error = spoke["error"].as_str().unwrap();
+        for n in needles {
+            assert!(error.contains(n), "{n:?} not in {error}");
+        }
+        assert_eq!(
+            stack.fleet.remote_file(i),
+            before[i],
+            "spoke{i}'s commit changed"
+        );
+    };
+    failed(
+        0,
+        &[
+            "no certificate within 30s",
+            "does not sign kubernetes.io/kube-apiserver-client",
+            "kubeadm",
+        ],
+    );
+    failed(
+        1,
+        &[
+            "is Denied (LabDenied",
+            "the lab denies every client certificate request",
+        ],
+    );
+    failed(2, &["may not create clusterrolebindings", "403"]);
+    // The committed (extracted) credentials still work; no request is left behind.
+    for i in 0..3 {
+        let who = stack
+            .hub
+            .flux_calls_spoke("flux-system", &format!("spoke{i}-kubeconfig"))
+            .unwrap();
+        assert_eq!(who["username"], "system:admin", "{who}");
+        let csrs = stack.spoke_apis[i].kubectl(&["get", "csr", "-o", "name"]);
+        assert!(!csrs.contains("spokekeeper-"), "{csrs}");
+    }
 }

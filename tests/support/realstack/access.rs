@@ -5,9 +5,10 @@
 use spokekeeper::sim::KubeconfigParts;
 use spokekeeper::sim::pki::kubeconfig_yaml;
 
-use super::kube::START;
+use super::kube::{KubeApi, START};
 use super::spoke::RealSpoke;
 use super::wait_until;
+use crate::support::Node;
 
 /// The right a limited admin credential lacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,28 +51,49 @@ impl Lacking {
 }
 
 impl RealSpoke {
+    /// See [`limited_admin`].
+    pub fn limited_admin(&self, lacking: Lacking) -> KubeconfigParts {
+        limited_admin(&self.api, &self.node, lacking)
+    }
+
+    /// See [`write_k3s_yaml`].
+    pub fn write_k3s_yaml(&self, parts: &KubeconfigParts) {
+        write_k3s_yaml(&self.node, parts)
+    }
+
+    /// See [`deny_csr_approvals`].
+    pub fn deny_csr_approvals(&self) {
+        deny_csr_approvals(&self.api)
+    }
+}
+
+/// The same for a real API server and node that are not a [`RealSpoke`] (the real-stack
+/// tests' spokes).
+mod free {
+    use super::*;
+
     /// An admin credential for this spoke that lacks `lacking`: a client certificate of
     /// the node's client CA for [`Lacking::user`] (no group), and a ClusterRole and
     /// ClusterRoleBinding of that name granting the rest. Use it as the hub's
     /// kubeconfig, or write it as the node's k3s.yaml with [`RealSpoke::write_k3s_yaml`].
-    pub fn limited_admin(&self, lacking: Lacking) -> KubeconfigParts {
+    pub fn limited_admin(api: &KubeApi, node: &Node, lacking: Lacking) -> KubeconfigParts {
         let user = lacking.user();
-        self.api.apply(&format!(
+        api.apply(&format!(
             "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: {user}\nrules:\n{}\
              ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {user}\n\
              roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: {user}}}\n\
              subjects:\n- {{apiGroup: rbac.authorization.k8s.io, kind: User, name: {user}}}\n",
             lacking.rules()
         ));
-        self.node.pki().issue_client(user, None, 365)
+        node.pki().issue_client(user, None, 365)
     }
 
     /// Writes `parts` as the node's k3s.yaml (mode 600, `server: https://127.0.0.1:PORT`
     /// as k3s writes it): what an extraction over SSH reads next. A node rebuild writes
     /// the admin's again.
-    pub fn write_k3s_yaml(&self, parts: &KubeconfigParts) {
-        let server = format!("https://127.0.0.1:{}", self.node.api_port);
-        self.node.write_file(
+    pub fn write_k3s_yaml(node: &Node, parts: &KubeconfigParts) {
+        let server = format!("https://127.0.0.1:{}", node.api_port);
+        node.write_file(
             "k3s.yaml",
             kubeconfig_yaml(&server, parts, None, "").as_bytes(),
         );
@@ -84,8 +106,8 @@ impl RealSpoke {
     /// it. The approver's PUT answers 200 with that object, the signer never signs it,
     /// and a GET shows Denied: deterministic, no race with a second approver. Returns
     /// when a probe CSR approved by the admin comes back Denied.
-    pub fn deny_csr_approvals(&self) {
-        self.api.apply(DENY_POLICY);
+    pub fn deny_csr_approvals(api: &KubeApi) {
+        api.apply(DENY_POLICY);
         let name = "lab-deny-probe";
         let key = rcgen::KeyPair::generate().expect("keygen");
         let mut params = rcgen::CertificateParams::default();
@@ -110,12 +132,10 @@ impl RealSpoke {
             "the deny policy turns an approval into Denied",
             START,
             || {
-                let _ = self
-                    .api
-                    .try_kubectl(&["delete", "csr", name, "--ignore-not-found"]);
-                self.api.stdin_kubectl(&["create", "-f", "-"], &probe)?;
-                self.api.try_kubectl(&["certificate", "approve", name])?;
-                let types = self.api.kubectl(&[
+                let _ = api.try_kubectl(&["delete", "csr", name, "--ignore-not-found"]);
+                api.stdin_kubectl(&["create", "-f", "-"], &probe)?;
+                api.try_kubectl(&["certificate", "approve", name])?;
+                let types = api.kubectl(&[
                     "get",
                     "csr",
                     name,
@@ -129,9 +149,11 @@ impl RealSpoke {
                 }
             },
         );
-        self.api.kubectl(&["delete", "csr", name]);
+        api.kubectl(&["delete", "csr", name]);
     }
 }
+
+pub use free::{deny_csr_approvals, limited_admin, write_k3s_yaml};
 
 const DENY_POLICY: &str = r#"apiVersion: admissionregistration.k8s.io/v1
 kind: MutatingAdmissionPolicy
