@@ -1145,8 +1145,9 @@ fn our_bindings(api: &KubeApi) -> Vec<String> {
 /// system:masters); a renewal (credential.renew_before reached) mints generation 2 and,
 /// once the hub verified it, deletes generation 1's binding, so that credential is
 /// refused (403); `spokekeeper revoke` refuses generation 2 at once and mints 3; a
-/// reinstalled spoke (new CAs) is minted again (4). No CSR is left behind, the admin
-/// kubeconfig is never committed.
+/// reinstalled spoke (new CAs) is minted again (4); the periodic check finds the binding
+/// deleted by hand and mints 5. No CSR is left behind, the admin kubeconfig is never
+/// committed.
 #[test]
 fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     let mut stack = Stack::with_signing_spokes(&[true]);
@@ -1259,6 +1260,23 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .unwrap();
     assert_eq!(who["username"], "spokekeeper:hub:4", "{who}");
     assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g4"]);
+
+    // The periodic check (verify_every) looks at the binding with the admin credential:
+    // present, nothing to do; deleted by hand, generation 5 is minted.
+    stack.configure("verify_every: 1s\n");
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(report["spokes"][0]["action"], "unchanged", "{report:#}");
+    stack.spoke_apis[0].kubectl(&["delete", "clusterrolebinding", "spokekeeper-hub-g4"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "binding-missing", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 5, "{spoke:#}");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g5"]);
     stack.fleet.assert_no_plaintext();
 }
 
