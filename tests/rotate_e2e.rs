@@ -496,3 +496,99 @@ async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
     assert!(report.pushed, "{:?}", report.repo_error);
     assert_eq!(fleet.remote_log().len(), 2, "{:?}", fleet.remote_log());
 }
+
+/// credential.mode: minted against the emulated API (the real one: tests/realstack.rs):
+/// each spoke gets generation 1 and no admin certificate is committed; without `hub:` the
+/// older generation's binding goes right after the push; a spoke whose approvals are
+/// denied fails at `mint` and keeps its commit; `revoke` deletes the current binding and
+/// commits the next generation.
+#[tokio::test(flavor = "multi_thread")]
+async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe() {
+    let fleet = Fleet::with(
+        &[NodeOptions::default(), NodeOptions::default()],
+        "credential:\n  mode: minted\n",
+    );
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    for i in 0..2 {
+        let spoke = &report["spokes"][i];
+        assert_eq!(action(&report, i), "rotated", "{spoke:#}");
+        assert_eq!(spoke["credential"]["mode"], "minted", "{spoke:#}");
+        assert_eq!(
+            spoke["credential"]["user"], "spokekeeper:hub:1",
+            "{spoke:#}"
+        );
+        assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
+        let objects = fleet.nodes[i].api_objects();
+        let objects = objects.lock().unwrap();
+        assert_eq!(objects.binding_names(), ["spokekeeper-hub-g1"]);
+        assert!(objects.csr_names().is_empty(), "{:?}", objects.csr_names());
+        let kc = fleet.unsealed(i);
+        let text = std::str::from_utf8(kc.expose()).unwrap();
+        let admin = String::from_utf8(fleet.nodes[i].kubeconfig_bytes()).unwrap();
+        let admin_cert = admin
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("client-certificate-data: "))
+            .unwrap();
+        assert!(!text.contains(admin_cert.trim_matches('"')), "{text}");
+    }
+    assert!(
+        fleet.remote_log().contains(
+            &"spoke0: rotate kubeconfig, minted spokekeeper:hub:1: initial credential".to_string()
+        ),
+        "{:?}",
+        fleet.remote_log()
+    );
+
+    let committed1 = fleet.remote_file(1);
+    fleet.nodes[1]
+        .api_objects()
+        .lock()
+        .unwrap()
+        .deny_approvals();
+    let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let spoke0 = &report["spokes"][0];
+    assert_eq!(action(&report, 0), "rotated", "{spoke0:#}");
+    assert_eq!(spoke0["credential"]["generation"], 2, "{spoke0:#}");
+    assert_eq!(
+        spoke0["revoked"],
+        serde_json::json!(["spokekeeper-hub-g1"]),
+        "{spoke0:#}"
+    );
+    let objects0 = fleet.nodes[0].api_objects();
+    assert_eq!(
+        objects0.lock().unwrap().binding_names(),
+        ["spokekeeper-hub-g2"]
+    );
+    let spoke1 = &report["spokes"][1];
+    assert_eq!(action(&report, 1), "failed", "{spoke1:#}");
+    assert_eq!(spoke1["stage"], "mint", "{spoke1:#}");
+    assert!(
+        spoke1["error"].as_str().unwrap().contains("is Denied"),
+        "{spoke1:#}"
+    );
+    assert_eq!(fleet.remote_file(1), committed1);
+    assert_eq!(
+        fleet.nodes[1].api_objects().lock().unwrap().binding_names(),
+        ["spokekeeper-hub-g1"]
+    );
+
+    let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("spoke0: deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("minted generation 3 for spokekeeper:hub:3"),
+        "{err}"
+    );
+    assert_eq!(
+        objects0.lock().unwrap().binding_names(),
+        ["spokekeeper-hub-g3"]
+    );
+    let (code, out, err) = fleet.run(&["revoke", "spoke1"]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    fleet.assert_no_plaintext();
+}
