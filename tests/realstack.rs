@@ -1282,13 +1282,14 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
 
 /// Each way a mint fails on a real spoke stops at stage `mint` with what is missing and
 /// the committed credential untouched: no signer (the request is never signed), an
-/// approval turned into a denial, an admin credential that may not create bindings.
+/// approval turned into a denial, an admin credential that may not create bindings, one
+/// that may not approve.
 #[test]
 fn minting_failures_leave_the_committed_credential_untouched() {
-    let stack = Stack::with_signing_spokes(&[false, true, true]);
+    let stack = Stack::with_signing_spokes(&[false, true, true, true]);
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
-    let before: Vec<String> = (0..3).map(|i| stack.fleet.remote_file(i)).collect();
+    let before: Vec<String> = (0..4).map(|i| stack.fleet.remote_file(i)).collect();
     access::deny_csr_approvals(&stack.spoke_apis[1]);
     let limited = access::limited_admin(
         &stack.spoke_apis[2],
@@ -1296,6 +1297,12 @@ fn minting_failures_leave_the_committed_credential_untouched() {
         Lacking::CreateBinding,
     );
     access::write_k3s_yaml(&stack.fleet.nodes[2], &limited);
+    let limited = access::limited_admin(
+        &stack.spoke_apis[3],
+        &stack.fleet.nodes[3],
+        Lacking::Approve,
+    );
+    access::write_k3s_yaml(&stack.fleet.nodes[3], &limited);
     stack.configure("credential:\n  mode: minted\n");
 
     let (code, report, err) = stack.rotate_json();
@@ -1331,8 +1338,15 @@ fn minting_failures_leave_the_committed_credential_untouched() {
         ],
     );
     failed(2, &["may not create clusterrolebindings", "403"]);
+    failed(
+        3,
+        &[
+            "may not update certificatesigningrequests/approval and approve on signers kubernetes.io/kube-apiserver-client",
+            "403",
+        ],
+    );
     // The committed (extracted) credentials still work; no request is left behind.
-    for i in 0..3 {
+    for i in 0..4 {
         let who = stack
             .hub
             .flux_calls_spoke("flux-system", &format!("spoke{i}-kubeconfig"))
