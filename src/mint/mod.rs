@@ -315,7 +315,7 @@ async fn ensure_binding(
         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
     });
     if let Some(have) = spoke.get_binding(name).await? {
-        if have["roleRef"] == want["roleRef"] && have["subjects"] == want["subjects"] {
+        if fits(&have, user, &policy.cluster_role) {
             return Ok(());
         }
         if have["metadata"]["labels"][MANAGED_BY] != "spokekeeper" {
@@ -415,10 +415,13 @@ pub async fn revoke(
     spoke.delete_binding(&binding_name(generation)).await
 }
 
-/// Whether the binding of `generation` exists (a renewal is due when it does not).
-pub async fn binding_exists(
+/// Whether the binding of `generation` exists and binds `user` to the configured
+/// cluster role (a renewal is due when it does not).
+pub async fn binding_fits(
     admin: &SecretBytes,
     generation: u64,
+    user: &str,
+    policy: &CredentialPolicy,
     limit: Duration,
 ) -> Result<bool, MintError> {
     let spoke = Spoke::connect(admin, limit)
@@ -427,7 +430,15 @@ pub async fn binding_exists(
     Ok(spoke
         .get_binding(&binding_name(generation))
         .await?
-        .is_some())
+        .is_some_and(|b| fits(&b, user, &policy.cluster_role)))
+}
+
+/// A binding of exactly `user` to the ClusterRole `role`.
+fn fits(binding: &Value, user: &str, role: &str) -> bool {
+    binding["roleRef"]
+        == json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role})
+        && binding["subjects"]
+            == json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}])
 }
 
 #[cfg(test)]
@@ -452,6 +463,24 @@ mod tests {
         assert!(refused(&csr("Failed", "True"), "c", "u").is_some());
         assert!(refused(&csr("Denied", "False"), "c", "u").is_none());
         assert!(refused(&json!({"status": {}}), "c", "u").is_none());
+    }
+
+    #[test]
+    fn a_binding_fits_only_with_that_user_alone_and_that_role() {
+        let b = |role: &str, subjects: Value| {
+            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+                   "subjects": subjects})
+        };
+        let user =
+            |n: &str| json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": n});
+        assert!(fits(&b("edit", json!([user("u")])), "u", "edit"));
+        assert!(!fits(&b("cluster-admin", json!([user("u")])), "u", "edit"));
+        assert!(!fits(&b("edit", json!([user("v")])), "u", "edit"));
+        assert!(!fits(
+            &b("edit", json!([user("u"), user("v")])),
+            "u",
+            "edit"
+        ));
     }
 
     #[test]

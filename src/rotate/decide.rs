@@ -44,7 +44,8 @@ pub enum Reason {
     Periodic,
     /// A periodic re-extraction found content the hub does not have.
     ContentChanged,
-    /// Minted: the ClusterRoleBinding that authorizes the committed user is gone.
+    /// Minted: the ClusterRoleBinding that authorizes the committed user is gone, or no
+    /// longer binds it to the configured cluster role.
     BindingMissing {
         binding: String,
     },
@@ -92,7 +93,7 @@ impl fmt::Display for Reason {
             Reason::BindingMissing { binding } => {
                 write!(
                     f,
-                    "ClusterRoleBinding {binding} of the minted user is missing"
+                    "ClusterRoleBinding {binding} of the minted user is missing or binds another role"
                 )
             }
             Reason::Revoked { generation } => write!(f, "generation {generation} revoked"),
@@ -208,7 +209,8 @@ pub struct MintedCheck<'a> {
     /// The admin kubeconfig's first CA and server (the minted one carries the same).
     pub ca_sha256: &'a str,
     pub server: &'a str,
-    /// Whether the committed generation's ClusterRoleBinding exists.
+    /// Whether the committed generation's ClusterRoleBinding exists and binds the
+    /// committed user to the configured cluster role.
     pub binding_present: bool,
 }
 

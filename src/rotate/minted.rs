@@ -101,9 +101,16 @@ pub async fn step(
             generation: had.generation,
         };
     } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted)) {
-        let present = mint::binding_exists(&admin.yaml, had.generation, limits.call)
-            .await
-            .map_err(failed)?;
+        let user = had.user.as_deref().unwrap_or_default();
+        let present = mint::binding_fits(
+            &admin.yaml,
+            had.generation,
+            user,
+            &spoke.credential,
+            limits.call,
+        )
+        .await
+        .map_err(failed)?;
         let kc = &admin.kubeconfig;
         let seen = MintedCheck {
             ca_sha256: &kc.ca_certs()[0].fingerprint,
