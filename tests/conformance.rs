@@ -30,6 +30,7 @@ use spokekeeper::sim::hub::{HubSim, SimSpoke, rbac_attributes};
 use spokekeeper::sim::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use support::Lab;
 use support::lease_emulator::Emulator;
+use support::realstack::access::Lacking;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
 use support::realstack::kube::{Etcd, KubeApi};
 use support::realstack::spoke::RealSpoke;
@@ -1240,11 +1241,16 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
     let spoke = RealSpoke::start(&lab, &etcd, dir.path());
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pki = spoke.node.pki();
-    let no_approve = spoke.limited_admin(support::realstack::access::Lacking::Approve);
+    let no_approve = spoke.limited_admin(Lacking::Approve);
+    let no_bind = spoke.limited_admin(Lacking::CreateBinding);
+    let identity = ApiIdentity::new(pki, "v1.37.2");
+    for lacking in [Lacking::Approve, Lacking::CreateBinding] {
+        lacking.grant_on(&mut identity.objects().lock().unwrap());
+    }
     let mock = ApiServer::start(
         rt.handle(),
         SocketAddr::new(spoke.node.address, 0),
-        ApiIdentity::new(pki, "v1.37.2"),
+        identity,
     )
     .unwrap();
     let mock_url = format!("https://{}:{}", spoke.node.address, mock.port);
@@ -1296,39 +1302,35 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
         403
     );
 
-    // The lab's other limited admin (used by the minted end-to-end tests) may approve
-    // but not bind.
-    let no_bind = client(
-        &spoke.api.url,
-        &spoke.limited_admin(support::realstack::access::Lacking::CreateBinding),
-    );
-    let lab = rt.block_on(async {
-        let (csr, _) = mint_request("spokekeeper-conform-g7-nobind", TTL);
-        let created = call(&no_bind, "POST", CSRS, "application/json", Some(&csr)).await;
-        let approved = call(
-            &no_bind,
-            "PUT",
-            &format!("{CSRS}/spokekeeper-conform-g7-nobind/approval"),
-            "application/json",
-            Some(&approval(created.body)),
-        )
-        .await;
-        let bound = call(
-            &no_bind,
-            "POST",
-            CRBS,
-            "application/json",
-            Some(&binding_body()),
-        )
-        .await;
-        let listed = call(&no_bind, "GET", CRBS, "", None).await;
-        json!([created.code, approved.code, bound.code, listed.code])
-    });
-    assert_eq!(
-        lab,
-        json!([201, 200, 403, 200]),
-        "create, approve, bind, list"
-    );
+    // The other limited admin may approve but not bind, on both sides.
+    let no_bind_on = |url: &str| {
+        let c = client(url, &no_bind);
+        rt.block_on(async move {
+            let name = "spokekeeper-conform-g7-nobind";
+            let (csr, _) = mint_request(name, TTL);
+            let created = call(&c, "POST", CSRS, "application/json", Some(&csr)).await;
+            let approved = call(
+                &c,
+                "PUT",
+                &format!("{CSRS}/{name}/approval"),
+                "application/json",
+                Some(&approval(created.body)),
+            )
+            .await;
+            let bound = call(&c, "POST", CRBS, "application/json", Some(&binding_body())).await;
+            let listed = call(&c, "GET", CRBS, "", None).await;
+            vec![
+                ("create".to_string(), json!(created.code)),
+                ("approve".to_string(), json!(approved.code)),
+                ("bind".to_string(), status_of(&bound)),
+                ("list".to_string(), json!(listed.code)),
+            ]
+        })
+    };
+    let real_no_bind = no_bind_on(&spoke.api.url);
+    assert_same(&no_bind_on(&mock_url), &real_no_bind);
+    assert_eq!(real_no_bind[1].1, 200, "{real_no_bind:?}");
+    assert_eq!(real_no_bind[2].1["http"], 403, "{real_no_bind:?}");
     drop(mock);
 }
 

@@ -6,8 +6,10 @@
 //!
 //! Authorization is RBAC's for these calls: `system:masters` may do anything; any other
 //! user only what a ClusterRoleBinding naming it (as a User, or one of its Groups) to
-//! `cluster-admin` grants, besides what every authenticated user may (reviews, /version,
+//! `cluster-admin` grants, or what a test granted it directly ([`Objects::grant`], a lab
+//! user's own ClusterRole), besides what every authenticated user may (reviews, /version,
 //! discovery; the API server's routing answers those before this store is asked).
+//! Approving also needs `approve` on `signers` (the CertificateApproval admission plugin).
 
 use std::collections::BTreeMap;
 
@@ -87,6 +89,9 @@ pub struct Objects {
     signer: Signer,
     /// Every approval is stored as a denial (as the lab's admission policy does).
     deny_approvals: bool,
+    /// (user, verb, resource[/subresource]) a test granted, as a ClusterRole bound to
+    /// that user would.
+    grants: Vec<(String, String, String)>,
 }
 
 impl Objects {
@@ -97,6 +102,17 @@ impl Objects {
             revision: 1,
             signer,
             deny_approvals: false,
+            grants: Vec::new(),
+        }
+    }
+
+    /// Lets `user` do `verbs` on `resource` (`certificatesigningrequests`,
+    /// `certificatesigningrequests/approval`, `signers`, `clusterrolebindings`, ...): an
+    /// RBAC'd admin that lacks some right, as the lab's `RealSpoke::limited_admin` makes.
+    pub fn grant(&mut self, user: &str, verbs: &[&str], resource: &str) {
+        for verb in verbs {
+            self.grants
+                .push((user.into(), (*verb).into(), resource.into()));
         }
     }
 
@@ -133,18 +149,27 @@ impl Objects {
         {
             return true;
         }
-        self.bindings.values().any(|b| {
-            b["roleRef"]["name"] == "cluster-admin"
-                && b["roleRef"]["kind"] == "ClusterRole"
-                && b["subjects"].as_array().into_iter().flatten().any(|s| {
-                    let name = s["name"].as_str().unwrap_or_default();
-                    match s["kind"].as_str() {
-                        Some("User") => name == caller.name,
-                        Some("Group") => caller.groups.iter().any(|g| g == name),
-                        _ => false,
-                    }
-                })
-        })
+        let resource = if attrs.subresource.is_empty() {
+            attrs.resource.clone()
+        } else {
+            format!("{}/{}", attrs.resource, attrs.subresource)
+        };
+        let granted = self.grants.iter().any(|(u, v, r)| {
+            u == caller.name && (v == &attrs.verb || v == "*") && (r == &resource || r == "*")
+        });
+        granted
+            || self.bindings.values().any(|b| {
+                b["roleRef"]["name"] == "cluster-admin"
+                    && b["roleRef"]["kind"] == "ClusterRole"
+                    && b["subjects"].as_array().into_iter().flatten().any(|s| {
+                        let name = s["name"].as_str().unwrap_or_default();
+                        match s["kind"].as_str() {
+                            Some("User") => name == caller.name,
+                            Some("Group") => caller.groups.iter().any(|g| g == name),
+                            _ => false,
+                        }
+                    })
+            })
     }
 
     /// Answers a request under [`Objects::serves`]: authorization first, then the route.
@@ -181,7 +206,19 @@ impl Objects {
             Route::Csr => match attrs.verb.as_str() {
                 "create" => self.create_csr(caller, body),
                 "get" => get(&self.csrs, &attrs),
-                "update" if attrs.subresource == "approval" => self.approve(&attrs, body),
+                "update" if attrs.subresource == "approval" => {
+                    let signer = body["spec"]["signerName"].as_str().unwrap_or_default();
+                    let approve = attributes("approve", CSR_GROUP, "signers", "", signer);
+                    if !self.allows(caller, &approve) {
+                        let msg = format!(
+                            "{} \"{}\" is forbidden: user not permitted to approve requests with signerName \"{signer}\"",
+                            qualified(&attrs),
+                            attrs.name
+                        );
+                        return failure(403, "Forbidden", &msg, details(&attrs));
+                    }
+                    self.approve(&attrs, body)
+                }
                 "delete" => self.delete(&attrs),
                 _ => method_not_allowed(),
             },
@@ -924,6 +961,45 @@ mod tests {
             Value::Null,
         );
         assert_eq!(as_user(&mut o).code, 403);
+    }
+
+    #[test]
+    fn approving_needs_the_approval_subresource_and_approve_on_the_signer() {
+        let mut o = Objects::new(Signer::Missing);
+        let user = "lab:approver";
+        o.grant(user, &["create", "get"], "certificatesigningrequests");
+        let as_user = |o: &mut Objects, method: &str, path: &str, body: Value| {
+            call(o, user, &["system:authenticated"], method, path, body)
+        };
+        let created = as_user(&mut o, "POST", CSRS, csr("a", "u", 3600));
+        assert_eq!(created.code, 201);
+        let path = format!("{CSRS}/a/approval");
+        let body = approved(created.body);
+        let no_update = as_user(&mut o, "PUT", &path, body.clone());
+        assert_eq!(no_update.code, 403);
+        o.grant(user, &["update"], "certificatesigningrequests/approval");
+        let no_signer = as_user(&mut o, "PUT", &path, body.clone());
+        assert_eq!(no_signer.code, 403);
+        assert!(
+            no_signer.body["message"]
+                .as_str()
+                .unwrap()
+                .contains("not permitted to approve requests with signerName"),
+            "{:?}",
+            no_signer.body
+        );
+        o.grant(user, &["approve"], "signers");
+        assert_eq!(as_user(&mut o, "PUT", &path, body).code, 200);
+        // Granted rights are that user's only.
+        let other = call(
+            &mut o,
+            "lab:other",
+            &[],
+            "GET",
+            &format!("{CSRS}/a"),
+            Value::Null,
+        );
+        assert_eq!(other.code, 403);
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! a spoke on which every CSR approval comes back as a denial.
 
 use spokekeeper::sim::KubeconfigParts;
+use spokekeeper::sim::objects::Objects;
 use spokekeeper::sim::pki::kubeconfig_yaml;
 
 use super::kube::{KubeApi, START};
@@ -28,6 +29,37 @@ impl Lacking {
         match self {
             Lacking::Approve => "lab:admin-without-approve",
             Lacking::CreateBinding => "lab:admin-without-create-binding",
+        }
+    }
+
+    /// The same rights on the mock spoke API (`Node::api_objects()`), for the same user:
+    /// issue its certificate with `pki.issue_client(lacking.user(), None, days)`.
+    pub fn grant_on(self, objects: &mut Objects) {
+        let user = self.user();
+        objects.grant(
+            user,
+            &["create", "get", "list", "watch", "delete"],
+            "certificatesigningrequests",
+        );
+        match self {
+            Lacking::Approve => {
+                objects.grant(
+                    user,
+                    &["get", "list", "watch", "create", "delete"],
+                    "clusterrolebindings",
+                );
+                objects.grant(user, &["get", "bind"], "clusterroles");
+            }
+            Lacking::CreateBinding => {
+                objects.grant(user, &["update"], "certificatesigningrequests/approval");
+                objects.grant(user, &["approve"], "signers");
+                objects.grant(
+                    user,
+                    &["get", "list", "watch", "delete"],
+                    "clusterrolebindings",
+                );
+                objects.grant(user, &["get"], "clusterroles");
+            }
         }
     }
 

@@ -48,7 +48,6 @@ pub struct RealSpoke {
     pub signer: Option<ControllerManager>,
     pub api: KubeApi,
     pub node: Node,
-    dir: std::path::PathBuf,
     generation: u32,
 }
 
@@ -73,7 +72,6 @@ impl RealSpoke {
             signer,
             api,
             node,
-            dir: dir.to_owned(),
             generation: 0,
         }
     }
@@ -89,10 +87,5 @@ impl RealSpoke {
         if signer {
             self.signer = Some(ControllerManager::start(&self.api, self.node.pki(), dir));
         }
-    }
-
-    /// Where the spoke's processes keep their files.
-    pub fn dir(&self) -> &Path {
-        &self.dir
     }
 }
