@@ -195,6 +195,19 @@ pub struct CredentialReport {
     pub not_after: Option<OffsetDateTime>,
 }
 
+impl CredentialReport {
+    /// What the committed credential's annotations say.
+    pub fn recorded(r: &Recorded) -> CredentialReport {
+        let minted = r.credential.mode == crate::config::CredentialMode::Minted;
+        CredentialReport {
+            mode: r.credential.mode,
+            user: r.credential.user.clone(),
+            generation: Some(r.credential.generation).filter(|_| minted),
+            not_after: r.client_not_after,
+        }
+    }
+}
+
 impl SpokeReport {
     /// `spoke` with `outcome`, before anything else is known.
     pub fn new(spoke: &str, outcome: Outcome) -> SpokeReport {
@@ -599,6 +612,7 @@ async fn reconcile(
         report.ca_sha256 = Some(r.ca_sha256.clone());
         report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
+        report.credential = Some(CredentialReport::recorded(r));
     }
     // decide
     let verify_due = {
