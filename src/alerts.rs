@@ -189,11 +189,48 @@ pub struct Finding {
     pub detail: String,
     #[serde(rename = "alertname")]
     pub alert: Option<AlertName>,
+    /// The client certificate's finding: how the committed credential was made.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub credential: Option<CredentialFacts>,
     /// Alert annotations: one line, and the full story with exact dates and what to do.
     #[serde(skip)]
     pub summary: String,
     #[serde(skip)]
     pub description: String,
+}
+
+/// How the committed credential was made, as recorded in its annotations.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CredentialFacts {
+    pub mode: crate::config::CredentialMode,
+    /// Minted: the user the certificate was signed for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
+    /// Minted: its generation.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u64>,
+}
+
+impl CredentialFacts {
+    pub fn of(r: &crate::rotate::state::RecordedCredential) -> CredentialFacts {
+        let minted = r.mode == crate::config::CredentialMode::Minted;
+        CredentialFacts {
+            mode: r.mode,
+            user: r.user.clone().filter(|_| minted),
+            generation: Some(r.generation).filter(|_| minted),
+        }
+    }
+
+    /// `minted for USER (generation N)`; None when extracted.
+    pub fn describe(&self) -> Option<String> {
+        match (&self.user, self.generation) {
+            (Some(u), Some(g)) => Some(format!(
+                "minted for {} (generation {g})",
+                crate::text::one_line(u, 200)
+            )),
+            _ => None,
+        }
+    }
 }
 
 impl Finding {
@@ -255,15 +292,17 @@ pub fn evaluate(
         let probe = seen.probe.as_ref().and_then(|p| p.as_ref().ok());
         match &seen.recorded {
             RecordedState::Recorded(r) => {
-                match r.client_not_after {
-                    Some(na) => out.push(expiry(cfg, spoke, Subject::Client, na, now)),
-                    None => out.push(plain(
+                let mut client = match r.client_not_after {
+                    Some(na) => expiry(cfg, spoke, Subject::Client, na, now),
+                    None => plain(
                         spoke,
                         Subject::Client,
                         Status::Ok,
                         "no client certificate (token credential)".into(),
-                    )),
-                }
+                    ),
+                };
+                name_credential(&mut client, CredentialFacts::of(&r.credential));
+                out.push(client);
                 match probe.map(|p| r.check_ca(p)) {
                     Some(CaCheck::NotSignedByCa) => out.push(ca_mismatch(spoke, &r.ca_sha256)),
                     Some(CaCheck::UnusableCa) => out.push(plain(
@@ -349,6 +388,7 @@ pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
         status: Status::Critical,
         not_after: None,
         days_left: None,
+        credential: None,
         alert: Some(AlertName::SealingCertUntrusted),
         summary: format!(
             "the sealing certificate {} is not trusted (expected {}{commit}): nothing is sealed to it",
@@ -400,6 +440,7 @@ fn review(
             status: Status::Critical,
             not_after: None,
             days_left: None,
+            credential: None,
             alert: Some(AlertName::ReviewPending),
             summary: format!("spoke {spoke}: the fix for a broken hub credential waits for review"),
             description: format!(
@@ -422,6 +463,7 @@ fn plain(spoke: &str, subject: Subject, status: Status, detail: String) -> Findi
         summary: format!("spoke {spoke}: {}: {detail}", subject.title()),
         description: detail.clone(),
         detail,
+        credential: None,
         alert: None,
     }
 }
@@ -461,6 +503,7 @@ fn expiry(
         status,
         not_after: Some(not_after),
         days_left: Some(days),
+        credential: None,
         alert: match status {
             Status::Warning | Status::Critical => Some(AlertName::CertificateExpiring),
             Status::Expired => Some(AlertName::CertificateExpired),
@@ -475,6 +518,31 @@ fn expiry(
         ),
         detail,
     }
+}
+
+/// A minted certificate's finding names its user and generation, and its advice is
+/// spokekeeper's own renewal, not the node's.
+fn name_credential(f: &mut Finding, facts: CredentialFacts) {
+    if let Some(minted) = facts.describe() {
+        let spoke = f.spoke.clone();
+        let title = Subject::Client.title();
+        let named = format!("{title} {minted}");
+        f.summary = f.summary.replacen(title, &named, 1);
+        f.description = f
+            .description
+            .replacen(title, &named, 1)
+            .replace(&advice(Subject::Client, &spoke), &minted_advice(&spoke));
+        if f.not_after.is_some() {
+            f.detail = format!("{} ({minted})", f.detail);
+        }
+    }
+    f.credential = Some(facts);
+}
+
+fn minted_advice(spoke: &str) -> String {
+    format!(
+        "spokekeeper mints the next generation when credential.renew_before is reached; if it has not, see why (`spokekeeper check {spoke}`, a failure at stage mint) and run `spokekeeper rotate {spoke} --force`."
+    )
 }
 
 fn advice(subject: Subject, spoke: &str) -> String {
@@ -501,6 +569,7 @@ fn ca_mismatch(spoke: &str, recorded: &str) -> Finding {
         status: Status::Critical,
         not_after: None,
         days_left: None,
+        credential: None,
         alert: Some(AlertName::CaMismatch),
         summary: format!("spoke {spoke}: its CA changed; the hub's kubeconfig no longer trusts it"),
         description: format!(
@@ -517,6 +586,7 @@ fn unreachable(spoke: &str, error: &str) -> Finding {
         status: Status::Unknown,
         not_after: None,
         days_left: None,
+        credential: None,
         alert: Some(AlertName::SpokeUnreachable),
         summary: format!("spoke {spoke}: the API server cannot be probed"),
         description: format!(
@@ -535,6 +605,7 @@ fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
             status: Status::Warning,
             not_after: None,
             days_left: None,
+            credential: None,
             alert: Some(AlertName::RotationFailing),
             summary: format!("spoke {spoke}: rotation failed at {stage}"),
             description: format!(
@@ -587,6 +658,7 @@ fn hub(spoke: &str, h: &crate::hub::verify::HubReport) -> Finding {
         status: Status::Warning,
         not_after: None,
         days_left: None,
+        credential: None,
         alert: Some(AlertName::HubNotReady),
         summary: format!("spoke {spoke}: the hub is not using the pushed kubeconfig: {detail}"),
         description: format!(

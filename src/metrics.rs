@@ -30,6 +30,16 @@ struct CertLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CredentialLabels {
+    spoke: String,
+    mode: &'static str,
+    /// Minted only (empty when extracted): the user the certificate was signed for.
+    user: String,
+    /// Minted only (empty when extracted).
+    generation: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct SpokeLabels {
     spoke: String,
 }
@@ -55,6 +65,7 @@ pub const FLEET_STAGES: [&str; 4] = ["hub", "tick", "alert", "reload"];
 pub struct Metrics {
     registry: Registry,
     cert_not_after: Family<CertLabels, Timestamp>,
+    credential: Family<CredentialLabels, Gauge>,
     spoke_up: Family<SpokeLabels, Gauge>,
     rotations: Family<RotationLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
@@ -81,6 +92,7 @@ impl Metrics {
         let mut registry = Registry::with_prefix("spokekeeper");
         let m = Metrics {
             cert_not_after: Family::default(),
+            credential: Family::default(),
             spoke_up: Family::default(),
             rotations: Family::default(),
             errors: Family::default(),
@@ -101,6 +113,11 @@ impl Metrics {
             "certificate_not_after_timestamp_seconds",
             "When a spoke credential's certificate expires (client: the committed client certificate, ca: the cluster CA, serving: what the API presents, sealing: what it is sealed to)",
             m.cert_not_after.clone(),
+        );
+        registry.register(
+            "credential_info",
+            "1 per spoke: how its committed credential was made (mode extracted or minted; minted: the user and generation it was signed for)",
+            m.credential.clone(),
         );
         registry.register(
             "spoke_up",
@@ -182,6 +199,7 @@ impl Metrics {
         self.tick_duration.observe(took.as_secs_f64());
         self.last_tick.set(unix_seconds(finished));
         self.cert_not_after.clear();
+        self.credential.clear();
         self.spoke_up.clear();
         self.pending_review.clear();
         self.pending_review_age.clear();
@@ -215,6 +233,21 @@ impl Metrics {
                     spoke: s.spoke.clone(),
                 })
                 .set(i64::from(!probe_failed));
+            if let Some(c) = &s.credential {
+                let minted = c.mode == crate::config::CredentialMode::Minted;
+                self.credential
+                    .get_or_create(&CredentialLabels {
+                        spoke: s.spoke.clone(),
+                        mode: c.mode.as_str(),
+                        user: c.user.clone().filter(|_| minted).unwrap_or_default(),
+                        generation: c
+                            .generation
+                            .filter(|_| minted)
+                            .map(|g| g.to_string())
+                            .unwrap_or_default(),
+                    })
+                    .set(1);
+            }
             for (cert, not_after) in [("client", s.client_not_after), ("ca", s.ca_not_after)] {
                 if let Some(t) = not_after {
                     self.cert_not_after
@@ -381,6 +414,57 @@ mod tests {
             assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
         }
         assert!(!text.contains("{spoke=\"dev\",stage=\"hub\"}"), "{text}");
+    }
+
+    #[test]
+    fn the_credential_of_each_spoke_is_one_series_that_follows_the_generation() {
+        use crate::config::CredentialMode;
+        use crate::rotate::CredentialReport;
+        let m = Metrics::new();
+        let with = |mode, user: Option<&str>, generation| {
+            let mut s = spoke("dev", Outcome::Healthy, None);
+            s.credential = Some(CredentialReport {
+                mode,
+                user: user.map(String::from),
+                generation,
+                not_after: None,
+            });
+            TickReport::of(vec![s])
+        };
+        let series = |m: &Metrics| -> Vec<String> {
+            let text = m.encode().unwrap();
+            text.lines()
+                .filter(|l| l.starts_with("spokekeeper_credential_info{"))
+                .map(String::from)
+                .collect()
+        };
+        m.observe_tick(
+            &with(CredentialMode::Extracted, Some("system:admin"), None),
+            Duration::from_secs(1),
+            SystemTime::now(),
+        );
+        assert_eq!(
+            series(&m),
+            [
+                "spokekeeper_credential_info{spoke=\"dev\",mode=\"extracted\",user=\"\",generation=\"\"} 1"
+            ],
+            "an extracted credential's user is the node's, not one spokekeeper answers for"
+        );
+        for g in [3, 4] {
+            let user = format!("spokekeeper:hub:{g}");
+            m.observe_tick(
+                &with(CredentialMode::Minted, Some(&user), Some(g)),
+                Duration::from_secs(1),
+                SystemTime::now(),
+            );
+            assert_eq!(
+                series(&m),
+                [format!(
+                    "spokekeeper_credential_info{{spoke=\"dev\",mode=\"minted\",user=\"{user}\",generation=\"{g}\"}} 1"
+                )],
+                "the previous generation's series is gone"
+            );
+        }
     }
 
     #[test]

@@ -534,6 +534,7 @@ fn critical(spoke: &str) -> Finding {
         not_after: Some(OffsetDateTime::now_utc() + time::Duration::days(3)),
         days_left: Some(3),
         detail: "expires in 3 days".into(),
+        credential: None,
         alert: Some(AlertName::CertificateExpiring),
         summary: format!("spoke {spoke}: client certificate expires in 3 days"),
         description: "d".into(),

@@ -261,7 +261,20 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
     let header = table.lines().next().unwrap();
     assert_eq!(
         header.split_whitespace().collect::<Vec<_>>(),
-        ["SPOKE", "COMMITTED", "CA", "SYNCED", "READY", "PROBE"]
+        [
+            "SPOKE",
+            "COMMITTED",
+            "CREDENTIAL",
+            "CA",
+            "SYNCED",
+            "READY",
+            "PROBE"
+        ]
+    );
+    assert_eq!(
+        table.lines().nth(1).unwrap().split_whitespace().nth(2),
+        Some("extracted"),
+        "{table}"
     );
     assert!(
         table.lines().nth(1).unwrap().ends_with("True    True   ok"),
@@ -290,6 +303,10 @@ async fn status_without_a_hub_reports_the_commit_and_the_probe() {
     assert_eq!(status["spokes"][0]["sealed_secret"], Value::Null);
     assert_eq!(status["spokes"][0]["probe"]["state"], "ok");
     assert!(status["spokes"][0]["committed"]["ca_sha256"].is_string());
+    assert_eq!(
+        status["spokes"][0]["committed"]["credential"],
+        serde_json::json!({"mode": "extracted"})
+    );
     // A configuration that does not load: exit 2, with the field named.
     std::fs::write(
         &fleet.config,

@@ -126,6 +126,7 @@ mod tests {
             not_after: None,
             days_left: None,
             detail: String::new(),
+            credential: None,
             alert,
             summary: format!("{spoke} {status}"),
             description: "d".into(),

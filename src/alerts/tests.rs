@@ -401,6 +401,7 @@ fn overall_ranks_critical_over_unknown_over_warning() {
                 not_after: None,
                 days_left: None,
                 detail: String::new(),
+                credential: None,
                 alert: None,
                 summary: String::new(),
                 description: String::new(),
@@ -701,5 +702,53 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
     assert!(
         fs.iter()
             .all(|f| f.alert != Some(AlertName::SealingCertUntrusted))
+    );
+}
+
+#[test]
+fn a_minted_certificate_is_named_by_user_and_generation_with_spokekeepers_own_advice() {
+    let issuer = ca();
+    let mut r = recorded(issuer.der(), Some(at(5 * DAY)), far());
+    r.credential = crate::rotate::state::RecordedCredential {
+        mode: crate::config::CredentialMode::Minted,
+        user: Some("spokekeeper:hub:4".into()),
+        generation: 4,
+    };
+    let grade = |r: Recorded| {
+        let seen = Observation {
+            spoke: "dev".into(),
+            recorded: RecordedState::Recorded(Box::new(r)),
+            probe: Some(Ok(probe_by(&issuer, far()))),
+        };
+        evaluate(&cfg(), &[seen], &sealing(Some(far())), now(), None)
+    };
+    let fs = grade(r.clone());
+    let f = find(&fs, Subject::Client);
+    assert_eq!(f.status, Status::Critical);
+    let minted = "minted for spokekeeper:hub:4 (generation 4)";
+    for text in [&f.summary, &f.description, &f.detail] {
+        assert!(text.contains(minted), "{text:?}");
+    }
+    assert!(f.description.contains("credential.renew_before"));
+    assert!(
+        !f.description.contains("kubeadm certs renew"),
+        "a minted certificate is not renewed on the node: {}",
+        f.description
+    );
+    let json = serde_json::to_value(f).unwrap();
+    assert_eq!(
+        json["credential"],
+        serde_json::json!({"mode": "minted", "user": "spokekeeper:hub:4", "generation": 4})
+    );
+
+    // Extracted: the node's advice, and the mode alone.
+    r.credential = Default::default();
+    let fs = grade(r);
+    let f = find(&fs, Subject::Client);
+    assert!(f.description.contains("kubeadm certs renew"));
+    assert!(!f.summary.contains("minted"));
+    assert_eq!(
+        serde_json::to_value(f).unwrap()["credential"],
+        serde_json::json!({"mode": "extracted"})
     );
 }

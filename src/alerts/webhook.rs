@@ -104,6 +104,7 @@ mod tests {
             not_after: None,
             days_left: None,
             detail: String::new(),
+            credential: None,
             alert: (status != Status::Ok).then_some(AlertName::CertificateExpiring),
             summary: "s".into(),
             description: "d".into(),

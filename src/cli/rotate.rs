@@ -216,12 +216,12 @@ pub fn table(report: &TickReport) -> String {
     table_text(&rows)
 }
 
-pub(crate) fn print_table(rows: &[[String; 6]]) {
+pub(crate) fn print_table<const N: usize>(rows: &[[String; N]]) {
     out(&table_text(rows));
 }
 
-fn table_text(rows: &[[String; 6]]) -> String {
-    let widths: Vec<usize> = (0..6)
+fn table_text<const N: usize>(rows: &[[String; N]]) -> String {
+    let widths: Vec<usize> = (0..N)
         .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
         .collect();
     let mut text = String::new();

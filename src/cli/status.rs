@@ -66,6 +66,9 @@ struct Committed {
     client_not_after: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     sealing_sha256: Option<String>,
+    /// How the committed credential was made (mode; minted: user and generation).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    credential: Option<alerts::CredentialFacts>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
 }
@@ -282,6 +285,7 @@ fn spoke_status(
         ca_sha256: None,
         client_not_after: None,
         sealing_sha256: None,
+        credential: None,
         error: None,
     };
     let mut recorded = None;
@@ -291,6 +295,7 @@ fn spoke_status(
             committed.ca_sha256 = Some(r.ca_sha256.clone());
             committed.client_not_after = r.client_not_after.map(rfc3339);
             committed.sealing_sha256 = Some(r.sealing_sha256.clone());
+            committed.credential = Some(alerts::CredentialFacts::of(&r.credential));
             recorded = Some(r);
         }
         RecordedState::Missing => {
@@ -464,6 +469,17 @@ fn unable(format: Format, error: &str) -> ExitCode {
     ExitCode::from(2)
 }
 
+/// `extracted`, or `minted g4` (the user is in -o json; it is long).
+fn credential_column(c: Option<&alerts::CredentialFacts>) -> String {
+    match c {
+        None => String::new(),
+        Some(c) => match c.generation {
+            Some(g) => format!("{} g{g}", c.mode),
+            None => c.mode.to_string(),
+        },
+    }
+}
+
 fn print(report: &Report, format: Format) {
     match format {
         Format::Json => out(&format!(
@@ -481,8 +497,18 @@ fn print(report: &Report, format: Format) {
                     .as_ref()
                     .map_or("-".into(), |c| c.status.clone()),
             };
-            let mut rows =
-                vec![["SPOKE", "COMMITTED", "CA", "SYNCED", "READY", "PROBE"].map(String::from)];
+            let mut rows = vec![
+                [
+                    "SPOKE",
+                    "COMMITTED",
+                    "CREDENTIAL",
+                    "CA",
+                    "SYNCED",
+                    "READY",
+                    "PROBE",
+                ]
+                .map(String::from),
+            ];
             for s in &report.spokes {
                 rows.push([
                     s.spoke.clone(),
@@ -490,6 +516,7 @@ fn print(report: &Report, format: Format) {
                         .rotated_at
                         .clone()
                         .unwrap_or_else(|| s.committed.state.into()),
+                    credential_column(s.committed.credential.as_ref()),
                     s.committed
                         .ca_sha256
                         .as_deref()
