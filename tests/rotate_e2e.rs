@@ -592,3 +592,54 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
     assert_ne!(code, 0, "{out}\n{err}");
     fleet.assert_no_plaintext();
 }
+
+/// Someone with push access winds the recorded generation back: the next mint must not
+/// bind a user again whose revoked certificate may still be valid.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_again() {
+    let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
+    for expected in [1, 2] {
+        let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+        assert_eq!(code, 0, "{report:#}\n{err}");
+        assert_eq!(report["spokes"][0]["credential"]["generation"], expected);
+    }
+    let objects = fleet.nodes[0].api_objects();
+    assert_eq!(
+        objects.lock().unwrap().binding_names(),
+        ["spokekeeper-hub-g2"]
+    );
+
+    // The attacker's commit: the generation annotation removed (read back as 0).
+    let theirs = fleet.dir.path().join("theirs");
+    clone(&fleet.remote, &theirs);
+    let file = theirs.join("fluxcd/spoke0-kubeconfig-sealed.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let wound: String = text
+        .lines()
+        .filter(|l| !l.contains("spokekeeper.io/credential-generation"))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_ne!(wound, text, "the annotation was there");
+    std::fs::write(&file, wound).unwrap();
+    git(&theirs, &["add", "-A"]);
+    support::git::commit(&theirs, "tidy annotations");
+    git(&theirs, &["push", "--quiet", "origin", "main"]);
+
+    let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["credential"]["generation"], 3, "{spoke:#}");
+    assert_eq!(
+        spoke["credential"]["user"], "spokekeeper:hub:3",
+        "{spoke:#}"
+    );
+    let names = objects.lock().unwrap().binding_names();
+    assert!(
+        !names.contains(&"spokekeeper-hub-g1".to_string()),
+        "generation 1 was bound again: {names:?}"
+    );
+    assert!(
+        names.contains(&"spokekeeper-hub-g3".to_string()),
+        "{names:?}"
+    );
+}

@@ -403,6 +403,23 @@ pub async fn revoke_older(
     Ok(deleted)
 }
 
+/// The highest generation among spokekeeper's bindings on the spoke (0: none). The next
+/// generation is above it as well as above the recorded one: the recorded counter comes
+/// from the fleet repo, and a counter wound back there must not bind a user again whose
+/// revoked certificate may still be valid.
+pub async fn highest_bound(admin: &SecretBytes, limit: Duration) -> Result<u64, MintError> {
+    let spoke = Spoke::connect(admin, limit)
+        .await
+        .map_err(MintError::Admin)?;
+    Ok(spoke
+        .list_bindings()
+        .await?
+        .into_iter()
+        .filter_map(|(_, g)| g)
+        .max()
+        .unwrap_or(0))
+}
+
 /// Deletes the binding of `generation` now (`spokekeeper revoke`); false: it was gone.
 pub async fn revoke(
     admin: &SecretBytes,

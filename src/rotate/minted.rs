@@ -135,7 +135,18 @@ pub async fn step(
             }
         }
     }
-    let generation = had.next_generation();
+    let bound = mint::highest_bound(&admin.yaml, limits.call)
+        .await
+        .map_err(failed)?;
+    let generation = had.next_generation().max(bound.saturating_add(1));
+    if generation != had.next_generation() {
+        tracing::warn!(
+            spoke = %spoke.name,
+            recorded = had.generation,
+            bound,
+            "the recorded generation is behind the spoke's bindings (was the fleet repo's annotation changed?): minting above both"
+        );
+    }
     let request = mint::Request {
         spoke: &spoke.name,
         policy: &spoke.credential,
