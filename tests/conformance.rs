@@ -1030,7 +1030,22 @@ async fn minted_view(minted: &kube::Client, want_allowed: bool) -> Value {
         status_of(&list)
     };
     let version = call(minted, "GET", "/version", "application/json", None).await;
+    // Any other request: RBAC decides before routing, in the API server's words.
+    let ns = call(
+        minted,
+        "GET",
+        "/api/v1/namespaces?limit=1",
+        "application/json",
+        None,
+    )
+    .await;
+    let ns = if ns.code == 200 {
+        json!({"http": 200, "kind": ns.body["kind"]})
+    } else {
+        json!({"status": status_of(&ns), "message": ns.body["message"]})
+    };
     json!({
+        "list namespaces": ns,
         "ssr": {"http": who.code, "username": who.body["status"]["userInfo"]["username"],
                 "groups": who.body["status"]["userInfo"]["groups"]},
         "ssar * * *": allowed,
@@ -1300,6 +1315,19 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
     assert_eq!(
         step("the minted user, binding deleted")["list bindings"]["http"],
         403
+    );
+    assert_eq!(
+        step("the minted user, bound")["list namespaces"]["kind"],
+        "NamespaceList"
+    );
+    let refused = &step("the minted user, binding deleted")["list namespaces"];
+    assert_eq!(refused["status"]["http"], 403, "{refused}");
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("cannot list resource \"namespaces\" in API group \"\" at the cluster scope"),
+        "{refused}"
     );
 
     // The other limited admin may approve but not bind, on both sides.

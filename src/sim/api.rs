@@ -33,7 +33,7 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::objects::{Attributes, Caller, Objects, Signer};
+use super::objects::{self, Attributes, Caller, Objects, Signer};
 use super::pki::Pki;
 
 pub const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
@@ -132,7 +132,7 @@ fn serves(git_version: &str, path: &str) -> bool {
     match path {
         SSR_PATH | AUTHN_V1 => minor >= 28,
         SSR_BETA_PATH | AUTHN_V1BETA1 => serves_v1beta1(minor),
-        "/version" | SSAR_PATH | "/api" | "/api/v1" | "/apis" | AUTHZ_V1 => true,
+        "/version" | SSAR_PATH | "/api" | "/api/v1" | "/apis" | AUTHZ_V1 | NAMESPACES => true,
         _ => false,
     }
 }
@@ -389,12 +389,32 @@ async fn respond(
             ),
         );
     }
+    // A user outside system:masters is authorized by its bindings, before routing: an
+    // unbound minted user is refused (403), whatever it asks for.
+    if kind.is_empty()
+        && let Some(attrs) = objects::attributes_of(req.method().as_str(), path)
+    {
+        let caller = Caller {
+            name: &user.name,
+            groups: &user.groups,
+        };
+        let allowed = identity
+            .objects
+            .lock()
+            .map(|o| o.allows(&caller, &attrs))
+            .unwrap_or(false);
+        if !allowed {
+            let refused = objects::forbidden(&caller, &attrs);
+            return json(StatusCode::FORBIDDEN, &refused.body, false);
+        }
+    }
     let git_version = identity.git_version.as_str();
     if !serves(git_version, path) {
         return not_found_at(path);
     }
     match (req.method(), path) {
         (&Method::GET, "/version") => json(StatusCode::OK, &version(git_version), true),
+        (&Method::GET, NAMESPACES) => json(StatusCode::OK, &namespaces(), false),
         (&Method::GET, _) if discovery(path, minor).is_some() => json(
             StatusCode::OK,
             &discovery(path, minor).expect("checked"),
@@ -454,6 +474,22 @@ async fn respond(
     }
 }
 
+/// The namespaces a fresh cluster has.
+const NAMESPACES: &str = "/api/v1/namespaces";
+
+fn namespaces() -> serde_json::Value {
+    let items: Vec<serde_json::Value> =
+        ["default", "kube-node-lease", "kube-public", "kube-system"]
+            .iter()
+            .map(|n| {
+                serde_json::json!({"metadata": {"name": n}, "spec": {"finalizers": ["kubernetes"]},
+                               "status": {"phase": "Active"}})
+            })
+            .collect();
+    serde_json::json!({"kind": "NamespaceList", "apiVersion": "v1",
+                       "metadata": {"resourceVersion": "1"}, "items": items})
+}
+
 /// A path nothing serves, as kube-apiserver answers it: under /api or a group it
 /// serves (both review groups exist in every version), a 404 `Status`; elsewhere, Go's
 /// plain-text "404 page not found".
@@ -496,6 +532,7 @@ fn access_allowed(user: &User, identity: &ApiIdentity, request: &serde_json::Val
         resource: field("resource"),
         subresource: field("subresource"),
         name: field("name"),
+        namespace: field("namespace"),
     };
     let caller = Caller {
         name: &user.name,

@@ -52,13 +52,15 @@ pub struct Reply {
 }
 
 /// What a request asks, as the authorizer sees it.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Attributes {
     pub verb: String,
     pub group: String,
     pub resource: String,
     pub subresource: String,
     pub name: String,
+    /// Empty: cluster scope.
+    pub namespace: String,
 }
 
 /// The CSR signer the node's controller manager runs, or not.
@@ -439,7 +441,13 @@ fn route(method: &str, path: &str) -> Option<(Attributes, Route)> {
         [name, sub] => (*name, *sub),
         _ => return None,
     };
-    let verb = match (method, name.is_empty()) {
+    let verb = verb_of(method, name).unwrap_or("unknown");
+    Some((attributes(verb, group, resource, subresource, name), route))
+}
+
+/// RBAC's verb for an HTTP method on a collection (`name` empty) or an object.
+fn verb_of(method: &str, name: &str) -> Option<&'static str> {
+    Some(match (method, name.is_empty()) {
         ("GET", true) => "list",
         ("GET", false) => "get",
         ("POST", _) => "create",
@@ -447,9 +455,34 @@ fn route(method: &str, path: &str) -> Option<(Attributes, Route)> {
         ("PATCH", _) => "patch",
         ("DELETE", true) => "deletecollection",
         ("DELETE", false) => "delete",
-        _ => "unknown",
+        _ => return None,
+    })
+}
+
+/// What RBAC sees in any resource request (`/api/v1/...`, `/apis/GROUP/VERSION/...`,
+/// cluster-scoped or under `namespaces/NS/`); None for discovery and other non-resource
+/// paths, which every authenticated user may read.
+pub fn attributes_of(method: &str, path: &str) -> Option<Attributes> {
+    let parts: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match parts.as_slice() {
+        ["api", "v1", rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
     };
-    Some((attributes(verb, group, resource, subresource, name), route))
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, r @ ..] if !r.is_empty() => (*ns, r),
+        r => ("", r),
+    };
+    let (resource, name, subresource) = match rest {
+        [] => return None,
+        [r] => (*r, "", ""),
+        [r, n] => (*r, *n, ""),
+        [r, n, sub, ..] => (*r, *n, *sub),
+    };
+    Some(Attributes {
+        namespace: namespace.into(),
+        ..attributes(verb_of(method, name)?, group, resource, subresource, name)
+    })
 }
 
 fn attributes(verb: &str, group: &str, resource: &str, sub: &str, name: &str) -> Attributes {
@@ -459,6 +492,7 @@ fn attributes(verb: &str, group: &str, resource: &str, sub: &str, name: &str) ->
         resource: resource.into(),
         subresource: sub.into(),
         name: name.into(),
+        namespace: String::new(),
     }
 }
 
@@ -595,7 +629,10 @@ fn get(store: &BTreeMap<String, Value>, attrs: &Attributes) -> Reply {
 }
 
 fn qualified(attrs: &Attributes) -> String {
-    format!("{}.{}", attrs.resource, attrs.group)
+    match attrs.group.as_str() {
+        "" => attrs.resource.clone(),
+        g => format!("{}.{g}", attrs.resource),
+    }
 }
 
 fn details(attrs: &Attributes) -> Value {
@@ -654,7 +691,8 @@ fn invalid(attrs: &Attributes, kind: &str, field: &str) -> Reply {
     )
 }
 
-fn forbidden(caller: &Caller, attrs: &Attributes) -> Reply {
+/// kube-apiserver's RBAC refusal, in its words.
+pub fn forbidden(caller: &Caller, attrs: &Attributes) -> Reply {
     let resource = if attrs.subresource.is_empty() {
         attrs.resource.clone()
     } else {
@@ -665,13 +703,21 @@ fn forbidden(caller: &Caller, attrs: &Attributes) -> Reply {
     } else {
         format!("{} \"{}\"", qualified(attrs), attrs.name)
     };
+    let scope = match attrs.namespace.as_str() {
+        "" => "at the cluster scope".to_string(),
+        ns => format!("in the namespace \"{ns}\""),
+    };
     let msg = format!(
-        "{object} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" at the cluster scope",
+        "{object} is forbidden: User \"{}\" cannot {} resource \"{resource}\" in API group \"{}\" {scope}",
         caller.name, attrs.verb, attrs.group
     );
     let mut d = details(attrs);
+    let d_map = d.as_object_mut().expect("object");
     if attrs.name.is_empty() {
-        d.as_object_mut().expect("object").remove("name");
+        d_map.remove("name");
+    }
+    if attrs.group.is_empty() {
+        d_map.remove("group");
     }
     failure(403, "Forbidden", &msg, d)
 }
