@@ -5,7 +5,8 @@
 //! as when spokekeeper runs on the node) and a mock API server with real TLS and client
 //! certificates; the demo sealing key from keys/demo/. Then: a first rotation, a second
 //! that commits nothing, a rebuild of one spoke, the CA change detected and committed,
-//! the new commit unsealed and proven against the rebuilt spoke, and the fleet repo's log.
+//! the new commit unsealed and proven against the rebuilt spoke, `prod`'s minted identity
+//! revoked (its previous generation refused at once), and the fleet repo's log.
 //! A simulated hub (src/sim/hub.rs: the controller holding the demo key, and Flux) serves
 //! the sealing certificate and shows each pushed credential Synced, and Ready in each
 //! Kustomization and HelmRelease that uses it.
@@ -34,6 +35,8 @@ macro_rules! say {
 
 const SPOKES: [&str; 3] = ["dev", "test", "prod"];
 const REBUILT: usize = 1;
+/// The spoke whose credential is minted (credential.mode: minted), the rest extracted.
+const MINTED: usize = 2;
 
 /// One simulated k3s node: its certificates, its k3s.yaml, its API server.
 struct SimSpoke {
@@ -102,6 +105,23 @@ impl SimSpoke {
     }
 }
 
+/// What the spoke answers a revoked credential that asks for namespaces: 403, as its
+/// user is no longer bound to any role.
+async fn refused_now(kubeconfig: &crate::secret::SecretBytes) -> Result<String, String> {
+    let (client, _) = crate::spoke::live::client(kubeconfig, Duration::from_secs(10))
+        .await
+        .map_err(|e| e.to_string())?;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    match namespaces
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(format!("403 Forbidden ({})", s.message)),
+        Ok(_) => Err("the revoked generation can still list namespaces".into()),
+        Err(e) => Err(format!("the revoked generation got: {e}")),
+    }
+}
+
 fn new_pki() -> Pki {
     Pki::generate(&PkiOptions {
         address: IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -158,7 +178,7 @@ pub fn run() -> Result<(), String> {
     );
     step(
         1,
-        "the fleet: a git remote, three k3s spokes with real TLS API servers",
+        "the fleet: a git remote, three k3s spokes with real TLS API servers (prod's hub credential is minted: a short-lived certificate for its own revocable user, not the node's admin)",
     );
     let remote = root_path.join("fleet.git");
     git(
@@ -270,12 +290,15 @@ pub fn run() -> Result<(), String> {
         clone.display(),
         cert.display()
     );
-    for s in &spokes {
+    for (i, s) in spokes.iter().enumerate() {
         yaml.push_str(&format!(
             "  - name: {}\n    address: 127.0.0.1\n    source: local\n    kubeconfig_path: {}\n",
             s.name,
             s.k3s_yaml().display()
         ));
+        if i == MINTED {
+            yaml.push_str("    credential: {mode: minted}\n");
+        }
     }
     yaml.push_str(&format!(
         "hub:\n  kubeconfig: {}\n  verify_timeout: 20s\n",
@@ -356,35 +379,61 @@ pub fn run() -> Result<(), String> {
 
     step(
         6,
-        "the hub's view: unseal the new commit with the demo key and call the rebuilt spoke with it",
+        "the hub's view: unseal the rebuilt spoke's new commit and prod's minted one with the demo key, and call each spoke with it",
     );
-    let rebuilt = &spokes[REBUILT];
-    let file = format!("fluxcd/{}-kubeconfig-sealed.yaml", rebuilt.name);
-    let committed = git(&remote, &["show", &format!("main:{file}")])?;
-    let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "keys/demo/tls.key")
-        .map_err(|e| e.to_string())?;
-    let sealed = SealedSecret::parse(committed.as_bytes()).map_err(|e| e.to_string())?;
-    let mut secret = sealed.unseal(&keys).map_err(|e| e.to_string())?;
-    let kubeconfig = secret
-        .data
-        .remove("value")
-        .ok_or("the sealed secret has no key `value`")?;
-    let live = hub
-        .block_on(crate::spoke::check_live(
-            &kubeconfig,
-            Duration::from_secs(10),
-        ))
-        .map_err(|e| format!("the committed credential does not work: {e}"))?;
-    say!(
-        "   {file} unseals; it authenticates as {} (groups {}) against {} ({})",
-        live.username,
-        live.groups.join(","),
-        live.server,
-        live.git_version
-    );
+    let hubs_view = |name: &str| -> Result<crate::secret::SecretBytes, String> {
+        let file = format!("fluxcd/{name}-kubeconfig-sealed.yaml");
+        let committed = git(&remote, &["show", &format!("main:{file}")])?;
+        let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "keys/demo/tls.key")
+            .map_err(|e| e.to_string())?;
+        let sealed = SealedSecret::parse(committed.as_bytes()).map_err(|e| e.to_string())?;
+        let mut secret = sealed.unseal(&keys).map_err(|e| e.to_string())?;
+        let kubeconfig = secret
+            .data
+            .remove("value")
+            .ok_or("the sealed secret has no key `value`")?;
+        let live = hub
+            .block_on(crate::spoke::check_live(
+                &kubeconfig,
+                Duration::from_secs(10),
+            ))
+            .map_err(|e| format!("the committed credential does not work: {e}"))?;
+        say!(
+            "   {file} unseals; it authenticates as {} (groups {}) against {} ({})",
+            live.username,
+            live.groups.join(","),
+            live.server,
+            live.git_version
+        );
+        Ok(kubeconfig)
+    };
+    hubs_view(spokes[REBUILT].name)?;
+    let minted = spokes[MINTED].name;
+    let old_minted = hubs_view(minted)?;
 
     step(
         7,
+        &format!(
+            "`spokekeeper revoke {minted}`: the minted generation's ClusterRoleBinding deleted, the next generation minted, validated, sealed, pushed and verified"
+        ),
+    );
+    let revoke = Options {
+        revoke: true,
+        only: vec![minted.to_string()],
+        ..Options::default()
+    };
+    let report = hub
+        .block_on(rotate::tick(&ctx, &revoke))
+        .map_err(|e| e.to_string())?;
+    print_report(&report, Format::Table);
+    if !report.ok() || !report.hub_ok() {
+        return Err(format!("revoking {minted} failed (see above)"));
+    }
+    let refused = hub.block_on(refused_now(&old_minted))?;
+    say!("   the previous generation's credential, still valid as a certificate: {refused}");
+
+    step(
+        8,
         "the fleet repo's log: one commit per rotation, each saying why",
     );
     crate::cli::out(&git(&remote, &["log", "--format=%h %s", "main"])?);

@@ -21,12 +21,13 @@ fn demo_runs_the_whole_loop_and_cleans_up() {
     assert_eq!(rotated_initial, 3, "{stdout}");
     let log: Vec<&str> = stdout
         .lines()
-        .skip_while(|l| !l.starts_with("== 7."))
+        .skip_while(|l| !l.starts_with("== 8."))
         .skip(1)
-        .take(5)
+        .take(6)
         .collect();
-    // The newest commit is the one the third tick reported for `test`, and its message
-    // names the CA change that step 4's rebuild printed.
+    // The newest commit is prod's revocation (step 7); the one before it the third tick
+    // reported for `test`, and its message names the CA change that step 4's rebuild
+    // printed.
     let (old_ca, new_ca) = stdout
         .lines()
         .find_map(|l| l.trim().strip_prefix("CA sha256:"))
@@ -38,7 +39,7 @@ fn demo_runs_the_whole_loop_and_cleans_up() {
         .find(|l| l.starts_with("test ") && l.contains(" rotated "))
         .and_then(|l| l.split_whitespace().last())
         .unwrap_or_else(|| panic!("no rotation of test in step 5: {stdout}"));
-    let (hash, subject) = log[0].split_once(' ').unwrap();
+    let (hash, subject) = log[1].split_once(' ').unwrap();
     assert!(
         hash.len() >= 7 && commit.starts_with(hash),
         "{hash} is not {commit}"
@@ -64,14 +65,32 @@ fn demo_runs_the_whole_loop_and_cleans_up() {
         stdout.contains("unseals; it authenticates as system:admin"),
         "{stdout}"
     );
+    // prod's credential is minted: its own user, outside system:masters; revoking it
+    // mints the next generation and the previous one is refused at once.
+    assert!(
+        stdout.contains(
+            "prod-kubeconfig-sealed.yaml unseals; it authenticates as spokekeeper:hub:1 (groups system:authenticated)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        log[0].ends_with("prod: rotate kubeconfig, minted spokekeeper:hub:2: generation 1 revoked"),
+        "{log:?}"
+    );
+    assert!(
+        stdout.contains(
+            "the previous generation's credential, still valid as a certificate: 403 Forbidden"
+        ),
+        "{stdout}"
+    );
     // Every push was verified on the simulated hub: three first credentials, one rebuild,
-    // each in both consumers of the spoke's Secret.
+    // one revocation, each in both consumers of the spoke's Secret.
     let stderr = String::from_utf8_lossy(&out.stderr);
     let verified: Vec<&str> = stderr
         .lines()
         .filter(|l| l.contains(": hub: synced, ready: "))
         .collect();
-    assert_eq!(verified.len(), 4, "{stderr}");
+    assert_eq!(verified.len(), 5, "{stderr}");
     assert_eq!(
         verified[3],
         "test: hub: synced, ready: Kustomization flux-system/test, HelmRelease flux-system/test-apps",
