@@ -383,6 +383,22 @@ fn main() {
         concurrency.contains(&8),
         "FLEET_BENCH_CONCURRENCY must include 8"
     );
+    // Each TLS-only node holds a listener and a lease file in this process: N TLS-only
+    // nodes need 2N descriptors and more. The soft limit is raised to the hard one (raising
+    // the hard one needs CAP_SYS_RESOURCE), and said.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )
+    .expect("raise RLIMIT_NOFILE to its hard limit");
+    println!(
+        "RLIMIT_NOFILE soft limit raised from {:?} to the hard limit {:?}",
+        limit.current, limit.maximum
+    );
     let lab = Lab::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     println!(
