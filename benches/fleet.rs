@@ -6,8 +6,12 @@
 //! - healthy tick (nothing to rotate): wall, CPU (spokekeeper and what it ran), peak RSS,
 //!   SSH logins the nodes' sshd accepted (must be 0);
 //! - every node rebuilt (new CAs), then one tick: wall, per spoke, commits, push;
-//! - baseline: `sh` running, per spoke, `ssh cat`, `sed` the address, a Secret, `spokekeeper
-//!   seal`, `git commit`; one `git push` at the end; the ratio spokekeeper / baseline;
+//! - baselines, per spoke `ssh cat` (spokekeeper's ssh options and key exchange), `sed` the
+//!   address, a Secret, `spokekeeper seal`: (a) one after another, `git commit` each, one
+//!   `git push` at the end; (b) the same 8 at a time (`xargs -P 8`), one commit and push at
+//!   the end; the ratios to spokekeeper;
+//! - CPU is everything each run started, the ssh mux masters included: the bench runs each
+//!   command under itself as a child subreaper, which waits for the detached masters;
 //! - SSH key exchange: the client's cost of a handshake per KexAlgorithms choice.
 //!
 //! `cargo bench --bench fleet` runs N = 10, 100, 1000; `cargo test` runs a smoke round.
@@ -20,8 +24,6 @@ mod support;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use support::fleet::{config_yaml, vectors};
@@ -40,30 +42,37 @@ struct Measured {
     stderr: String,
 }
 
-/// Runs `cmd`, sampling its VmHWM until it exits; CPU from this process's cutime+cstime.
-fn measure(mut cmd: Command) -> Measured {
+/// Set in the environment of this bench re-executed as a wrapper (see [`reaper_main`]): the
+/// file it writes the command's peak RSS to.
+const REAPER: &str = "FLEET_BENCH_REAPER";
+
+/// Runs `cmd` under this bench as a child subreaper (see [`reaper_main`]), so the CPU of
+/// everything it started lands in this process's cutime+cstime, including the ssh mux
+/// masters that `ssh -f` detaches from spokekeeper.
+fn measure(cmd: Command) -> Measured {
+    let peak_file = tempfile::NamedTempFile::new().expect("peak file");
+    let mut wrapped = Command::new(std::env::current_exe().expect("current exe"));
+    wrapped
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .env(REAPER, peak_file.path());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        wrapped.current_dir(d);
+    }
     let cpu0 = children_cpu();
     let started = Instant::now();
-    let mut child = cmd
+    let mut child = wrapped
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
-    let pid = child.id();
-    let peak = Arc::new(AtomicU64::new(0));
-    let done = Arc::new(AtomicBool::new(false));
-    let sampler = {
-        let (peak, done) = (peak.clone(), done.clone());
-        std::thread::spawn(move || {
-            while !done.load(Ordering::Relaxed) {
-                if let Some(kib) = status_kib(pid, "VmHWM:") {
-                    peak.fetch_max(kib, Ordering::Relaxed);
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        })
-    };
     let mut stdout = String::new();
     let mut stderr = String::new();
     let mut err_pipe = child.stderr.take().expect("stderr");
@@ -78,16 +87,44 @@ fn measure(mut cmd: Command) -> Measured {
         .read_to_string(&mut stdout);
     let status = child.wait().expect("wait");
     let wall = started.elapsed();
-    done.store(true, Ordering::Relaxed);
-    sampler.join().expect("sampler");
     Measured {
         wall,
         cpu: children_cpu().saturating_sub(cpu0),
-        peak_kib: peak.load(Ordering::Relaxed),
+        peak_kib: std::fs::read_to_string(peak_file.path())
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0),
         code: status.code().unwrap_or(-1),
         stdout,
         stderr: err_reader.join().expect("stderr reader"),
     }
+}
+
+/// The wrapper: runs its arguments as a command, sampling the command's VmHWM until it
+/// exits, then waits for every orphan reparented to it (a child subreaper), i.e. the
+/// daemonized ssh mux masters, which exit once spokekeeper closes its sessions.
+fn reaper_main(peak_file: &std::ffi::OsStr) -> ! {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("subreaper");
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
+        .env_remove(REAPER)
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kib) = status_kib(pid, "VmHWM:") {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::empty()) {}
+    std::fs::write(peak_file, peak.to_string()).expect("peak file");
+    std::process::exit(status.code().unwrap_or(-1));
 }
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
@@ -202,35 +239,57 @@ fn actions(m: &Measured) -> std::collections::BTreeMap<String, usize> {
     counts
 }
 
-/// The manual procedure for every spoke, as a POSIX shell loop.
-const BASELINE: &str = r#"set -eu
-list=$1 clone=$2 cert=$3 sk=$4
+/// spokekeeper's ssh options (src/spoke/ssh.rs) that change the cost of a session, for the
+/// manual baselines: the same key exchange (curve25519 first), publickey only.
+const SSH_OPTS: &str = "-F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes \
+-o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes -o IdentityAgent=none \
+-o PreferredAuthentications=publickey -o GSSAPIAuthentication=no -o ClearAllForwardings=yes \
+-o KexAlgorithms=curve25519-sha256,curve25519-sha256@libssh.org,ecdh-sha2-nistp256,ecdh-sha2-nistp384,ecdh-sha2-nistp521,diffie-hellman-group16-sha512,diffie-hellman-group18-sha512,diffie-hellman-group14-sha256";
+
+/// One spoke of the manual procedure: `ssh cat`, `sed` the address, a Secret, `spokekeeper
+/// seal` into the clone. Arguments: name addr port identity known_hosts path.
+const ONE_SPOKE: &str = r#"set -eu
+name=$1 addr=$2 port=$3 id=$4 kh=$5 path=$6
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-mkdir -p "$clone/fluxcd"
-while read -r name addr port id kh path; do
-  ssh -n -F /dev/null -o BatchMode=yes -o StrictHostKeyChecking=yes -o UserKnownHostsFile="$kh" \
-      -o GlobalKnownHostsFile=/dev/null -o IdentitiesOnly=yes -i "$id" -p "$port" \
-      "root@$addr" cat "$path" > "$work/k3s.yaml"
-  sed "s/127.0.0.1/$addr/" "$work/k3s.yaml" > "$work/hub.yaml"
-  {
-    printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-kubeconfig\n  namespace: flux-system\ntype: Opaque\ndata:\n  value: ' "$name"
-    base64 -w0 "$work/hub.yaml"
-    echo
-  } | "$sk" seal --cert "$cert" > "$clone/fluxcd/$name-kubeconfig-sealed.yaml"
-  git -C "$clone" add "fluxcd/$name-kubeconfig-sealed.yaml"
-  git -C "$clone" -c user.name=ops -c user.email=ops@example.org commit -q -m "rotate $name kubeconfig"
-  rm -f "$work/k3s.yaml" "$work/hub.yaml"
-done < "$list"
-git -C "$clone" push -q origin HEAD:main
+ssh -n $SSH_OPTS -o UserKnownHostsFile="$kh" -i "$id" -p "$port" \
+    "root@$addr" cat "$path" > "$work/k3s.yaml"
+sed "s/127.0.0.1/$addr/" "$work/k3s.yaml" > "$work/hub.yaml"
+{
+  printf 'apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-kubeconfig\n  namespace: flux-system\ntype: Opaque\ndata:\n  value: ' "$name"
+  base64 -w0 "$work/hub.yaml"
+  echo
+} | "$SK" seal --cert "$CERT" > "$CLONE/fluxcd/$name-kubeconfig-sealed.yaml"
 "#;
 
-fn baseline(nodes: &[Node]) -> (Measured, usize) {
+/// (a) The seed's procedure: one spoke after another, a commit each, one push at the end.
+const SEQUENTIAL: &str = r#"set -eu
+mkdir -p "$CLONE/fluxcd"
+while read -r name addr port id kh path; do
+  sh "$ONE" "$name" "$addr" "$port" "$id" "$kh" "$path"
+  git -C "$CLONE" add "fluxcd/$name-kubeconfig-sealed.yaml"
+  git -C "$CLONE" -c user.name=ops -c user.email=ops@example.org commit -q -m "rotate $name kubeconfig"
+done < "$LIST"
+git -C "$CLONE" push -q origin HEAD:main
+"#;
+
+/// (b) The best a person would script: 8 spokes at a time, one commit and one push at the end
+/// (parallel commits would fight over the index lock).
+const PARALLEL: &str = r#"set -eu
+mkdir -p "$CLONE/fluxcd"
+xargs -P 8 -L 1 sh "$ONE" < "$LIST"
+git -C "$CLONE" add fluxcd
+git -C "$CLONE" -c user.name=ops -c user.email=ops@example.org commit -q -m "rotate kubeconfigs"
+git -C "$CLONE" push -q origin HEAD:main
+"#;
+
+/// Runs a manual baseline over `nodes`; returns it and the commits it pushed.
+fn baseline(nodes: &[Node], script: &str) -> (Measured, usize) {
     let dir = support::scratch_dir();
     let (remote, mut clones) = fleet_remote(dir.path(), 1);
     let clone = clones.remove(0);
-    let script = dir.path().join("baseline.sh");
-    std::fs::write(&script, BASELINE).expect("write script");
+    let one = dir.path().join("one-spoke.sh");
+    std::fs::write(&one, ONE_SPOKE).expect("write script");
     let list = dir.path().join("spokes");
     let lines: String = nodes
         .iter()
@@ -248,11 +307,14 @@ fn baseline(nodes: &[Node]) -> (Measured, usize) {
         .collect();
     std::fs::write(&list, lines).expect("write list");
     let mut cmd = Command::new("sh");
-    cmd.arg(&script)
-        .arg(&list)
-        .arg(&clone)
-        .arg(vectors().join("key/cert.pem"))
-        .arg(BIN);
+    cmd.arg("-c")
+        .arg(script)
+        .env("SSH_OPTS", SSH_OPTS)
+        .env("ONE", &one)
+        .env("LIST", &list)
+        .env("CLONE", &clone)
+        .env("CERT", vectors().join("key/cert.pem"))
+        .env("SK", BIN);
     let m = measure(cmd);
     assert_eq!(m.code, 0, "baseline failed: {}", m.stderr);
     let commits: usize = git(&remote, &["rev-list", "--count", "main"])
@@ -309,6 +371,9 @@ fn sizes(var: &str, full: bool, full_sizes: &[usize], smoke: &[usize]) -> Vec<us
 }
 
 fn main() {
+    if let Some(peak_file) = std::env::var_os(REAPER) {
+        reaper_main(&peak_file);
+    }
     let full = std::env::args().any(|a| a == "--bench");
     let ssh_sizes = sizes("FLEET_BENCH_SSH", full, &[10, 100], &[2]);
     let tls_sizes = sizes("FLEET_BENCH_TLS", full, &[1000], &[3]);
@@ -317,6 +382,22 @@ fn main() {
     assert!(
         concurrency.contains(&8),
         "FLEET_BENCH_CONCURRENCY must include 8"
+    );
+    // Each TLS-only node holds a listener and a lease file in this process: N TLS-only
+    // nodes need 2N descriptors and more. The soft limit is raised to the hard one (raising
+    // the hard one needs CAP_SYS_RESOURCE), and said.
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )
+    .expect("raise RLIMIT_NOFILE to its hard limit");
+    println!(
+        "RLIMIT_NOFILE soft limit raised from {:?} to the hard limit {:?}",
+        limit.current, limit.maximum
     );
     let lab = Lab::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -383,18 +464,25 @@ fn main() {
             }
         }
 
-        let logins = ssh_logins(&fleet.nodes);
-        let (manual, manual_commits) = baseline(&fleet.nodes);
-        rows.push(Row {
-            what: "baseline sh loop".into(),
-            n,
-            wall: manual.wall,
-            cpu: manual.cpu,
-            peak_kib: None,
-            ssh: Some(ssh_logins(&fleet.nodes) - logins),
-            commits: Some(manual_commits),
-        });
-        ratios.push((n, rebuilt_wall, manual.wall));
+        let mut manual = Vec::new();
+        for (what, script) in [
+            ("(a) sequential sh loop", SEQUENTIAL),
+            ("(b) xargs -P 8 sh loop", PARALLEL),
+        ] {
+            let logins = ssh_logins(&fleet.nodes);
+            let (m, commits) = baseline(&fleet.nodes, script);
+            rows.push(Row {
+                what: what.into(),
+                n,
+                wall: m.wall,
+                cpu: m.cpu,
+                peak_kib: None,
+                ssh: Some(ssh_logins(&fleet.nodes) - logins),
+                commits: Some(commits),
+            });
+            manual.push(m.wall);
+        }
+        ratios.push((n, rebuilt_wall, manual[0], manual[1]));
     }
 
     for &n in &tls_sizes {
@@ -425,12 +513,15 @@ fn main() {
     }
 
     print(&rows);
-    for (n, ours, manual) in &ratios {
+    for (n, ours, seq, par) in &ratios {
         println!(
-            "N={n}: spokekeeper / baseline wall = {:.2} ({:.2}s / {:.2}s)",
-            ours.as_secs_f64() / manual.as_secs_f64(),
+            "N={n}, all rebuilt: spokekeeper {:.2}s (validates each against the live API); \
+             (a) sequential {:.2}s: {:.1}x faster; (b) xargs -P 8 {:.2}s: ratio spokekeeper / (b) {:.2}",
             ours.as_secs_f64(),
-            manual.as_secs_f64()
+            seq.as_secs_f64(),
+            seq.as_secs_f64() / ours.as_secs_f64(),
+            par.as_secs_f64(),
+            ours.as_secs_f64() / par.as_secs_f64()
         );
     }
 

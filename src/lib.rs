@@ -16,6 +16,7 @@ pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+#[cfg(feature = "demo")]
 pub mod demo;
 pub mod forge;
 pub mod fsutil;
@@ -27,6 +28,7 @@ pub mod repo;
 pub mod rotate;
 pub mod seal;
 pub mod secret;
+#[cfg(feature = "demo")]
 pub mod sim;
 pub mod spoke;
 pub mod text;

@@ -289,6 +289,57 @@ fn seal_command_output_unseals_with_the_vector_key() {
     }
 }
 
+/// Upstream's kubeseal (the real-stack build, tests/realstack/sealed) opens what we seal,
+/// offline with the vector key, in every scope: the OAEP encoding and RSA operation of
+/// src/seal/oaep.rs are upstream's.
+#[test]
+fn upstream_kubeseal_recovery_unseals_our_output() {
+    let tools = std::env::var_os("SPOKEKEEPER_REALSTACK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/realstack"));
+    let kubeseal = tools.join("bin/kubeseal");
+    assert!(
+        kubeseal.is_file(),
+        "no kubeseal in {}: run scripts/build-realstack (scripts/test does)",
+        tools.display()
+    );
+    for scope in ["strict", "namespace-wide", "cluster-wide"] {
+        let sealed = bin()
+            .args(["seal", "--cert"])
+            .arg(vectors().join("key/cert.pem"))
+            .args(["--scope", scope])
+            .write_stdin(read("plaintext/secret.yaml"))
+            .output()
+            .unwrap();
+        assert!(sealed.status.success(), "{scope}");
+        let out = Command::new(&kubeseal)
+            .args(["--recovery-unseal", "-o", "json", "--recovery-private-key"])
+            .arg(vectors().join("key/tls.key"))
+            .env("KUBECONFIG", "/dev/null")
+            .write_stdin(sealed.stdout)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{scope}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let secret: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let data: BTreeMap<String, String> = secret["data"]
+            .as_object()
+            .expect("data")
+            .iter()
+            .map(|(k, v)| {
+                let bytes = base64::engine::general_purpose::STANDARD
+                    .decode(v.as_str().expect("base64 string"))
+                    .unwrap();
+                (k.clone(), String::from_utf8(bytes).unwrap())
+            })
+            .collect();
+        assert_eq!(data, expected_plaintext(), "{scope}");
+    }
+}
+
 #[test]
 fn raw_seal_matches_the_controllers_label() {
     let cert = vectors().join("key/cert.pem");

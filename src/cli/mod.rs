@@ -121,6 +121,7 @@ pub enum Command {
     /// The whole loop against an embedded simulated fleet.
     #[command(after_help = "Example:\n  \
         spokekeeper demo")]
+    #[cfg(feature = "demo")]
     Demo,
     /// Print a shell completion script (bash, zsh or fish).
     #[command(after_help = "Examples:\n  \
@@ -151,6 +152,7 @@ pub fn main() -> ExitCode {
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
         Command::Revoke(args) => revoke::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
+        #[cfg(feature = "demo")]
         Command::Demo => match crate::demo::run() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail("demo", &e),

@@ -6,12 +6,13 @@
 
 use aes_gcm::aead::{AeadInOut, KeyInit};
 use aes_gcm::{Aes256Gcm, Nonce};
-use rsa::oaep::{DecryptingKey, EncryptingKey};
-use rsa::traits::{RandomizedDecryptor, RandomizedEncryptor};
+use rsa::oaep::DecryptingKey;
+use rsa::traits::RandomizedDecryptor;
 use sha2::Sha256;
 use zeroize::Zeroizing;
 
 use super::key::{RecoveryKey, SealingKey};
+use super::oaep::OaepError;
 use crate::secret::SecretBytes;
 
 const SESSION_KEY_LEN: usize = 32;
@@ -81,10 +82,12 @@ pub fn hybrid_encrypt(
     let mut session_key = Zeroizing::new([0u8; SESSION_KEY_LEN]);
     getrandom::fill(session_key.as_mut()).map_err(|e| SealError::Random(e.to_string()))?;
 
-    let oaep = EncryptingKey::<Sha256>::new_with_label(key.public_key().clone(), label.to_vec());
-    let rsa_ct = oaep
-        .encrypt_with_rng(&mut getrandom::SysRng, session_key.as_ref())
-        .map_err(|e| SealError::Rsa(e.to_string()))?;
+    let rsa_ct = super::oaep::encrypt(key.public_key(), label, session_key.as_ref()).map_err(
+        |e| match e {
+            OaepError::Random(why) => SealError::Random(why),
+            e @ OaepError::MessageTooLong { .. } => SealError::Rsa(e.to_string()),
+        },
+    )?;
     let rsa_len = u16::try_from(rsa_ct.len())
         .map_err(|_| SealError::Rsa("RSA ciphertext over 65535 bytes".into()))?;
 

@@ -11,6 +11,7 @@ pub mod crypto;
 mod input;
 pub mod key;
 pub mod manifest;
+mod oaep;
 pub mod trust;
 mod yaml;
 

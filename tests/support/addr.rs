@@ -9,6 +9,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 pub(crate) const LAB_DIR: &str = "/tmp/spokekeeper-lab";
 
@@ -28,6 +29,14 @@ pub(crate) fn try_lease(path: &Path) -> Option<File> {
     file.try_lock().is_ok().then_some(file)
 }
 
+/// The lowest lease index this process may not hold (a hint: other processes' leases
+/// are still found by trying).
+static LOWEST_MAYBE_FREE: AtomicUsize = AtomicUsize::new(1);
+
+fn address(i: usize) -> Ipv4Addr {
+    Ipv4Addr::new(127, 0, (i / 254) as u8, (i % 254 + 1) as u8)
+}
+
 pub(crate) struct AddressLease {
     pub addr: Ipv4Addr,
     file: File,
@@ -38,12 +47,15 @@ impl AddressLease {
     pub fn acquire() -> AddressLease {
         let dir = Path::new(LAB_DIR).join("addr");
         fs::create_dir_all(&dir).expect("create the lab's address directory");
-        for i in 1..=RANGE {
-            let addr = Ipv4Addr::new(127, 0, (i / 254) as u8, (i % 254 + 1) as u8);
+        // Below the hint this process holds every address: a fleet of N nodes takes N
+        // lock attempts, not N²/2.
+        for i in LOWEST_MAYBE_FREE.load(Ordering::Relaxed).max(1)..=RANGE {
+            let addr = address(i);
             let path = dir.join(addr.to_string());
             if let Some(file) = try_lease(&path) {
                 let mut lease = AddressLease { addr, file };
                 lease.clean_up_after_previous_holder();
+                LOWEST_MAYBE_FREE.fetch_max(i + 1, Ordering::Relaxed);
                 return lease;
             }
         }
@@ -65,6 +77,11 @@ impl AddressLease {
         ))
     }
 
+    fn index(&self) -> usize {
+        let [_, _, x, y] = self.addr.octets();
+        usize::from(x) * 254 + usize::from(y) - 1
+    }
+
     fn clean_up_after_previous_holder(&mut self) {
         let mut record = String::new();
         let _ = self.file.read_to_string(&mut record);
@@ -81,5 +98,11 @@ impl AddressLease {
         }
         let _ = fs::remove_file(self.sudoers_path());
         let _ = self.file.set_len(0);
+    }
+}
+
+impl Drop for AddressLease {
+    fn drop(&mut self) {
+        LOWEST_MAYBE_FREE.fetch_min(self.index(), Ordering::Relaxed);
     }
 }
