@@ -604,7 +604,7 @@ mod tests {
             m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
         }
         let text = m.encode().unwrap();
-        // The set the README documents, written out: not derived from the code under test.
+        // The set docs/metrics.md documents, written out: not derived from the code under test.
         let allowed = [
             "observe", "probe", "extract", "validate", "mint", "seal", "commit", "push", "review",
             "hub", "sync", "unpushed", "tick", "alert", "reload",

@@ -354,7 +354,7 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
     .unwrap();
 
     // 1. Two client certificates inside the thresholds: Alertmanager takes and lists
-    // both alerts with the README's labels, and notifies them as one group.
+    // both alerts with the labels docs/alerts.md lists, and notifies them as one group.
     let before = OffsetDateTime::now_utc();
     tick_and_notify(&ctx, &mut notifier).await;
     let sent = OffsetDateTime::now_utc();

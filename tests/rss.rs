@@ -1,8 +1,8 @@
-//! The daemon's memory figure in the README, reproduced and guarded:
+//! The daemon's memory figure in docs/operations.md ("The daemon"), reproduced and guarded:
 //! `cargo test --test rss -- --nocapture` starts `spokekeeper run` over 100 spokes that
 //! cannot be reached and prints its VmRSS before the first tick (idle) and VmHWM after
 //! one tick (the peak).
-//! It fails when either exceeds twice the README's figure: a doubling is caught, noise is
+//! It fails when either exceeds twice the documented figure: a doubling is caught, noise is
 //! not. Memory, not timing: the bound does not depend on how busy the machine is.
 
 mod support;
@@ -27,25 +27,26 @@ fn idle_rss_kib(config: &Path) -> u64 {
     rss_kib(d.pid()).0
 }
 
-/// The README's "N MiB <words>" figure, in KiB.
-fn readme_kib(words_after: &str) -> u64 {
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
-    let text = readme.split_whitespace().collect::<Vec<_>>().join(" ");
+/// The "N MiB <words>" figure of docs/operations.md, in KiB.
+fn documented_kib(words_after: &str) -> u64 {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/operations.md"))
+            .unwrap();
+    let text = doc.split_whitespace().collect::<Vec<_>>().join(" ");
     let at = text
         .find(&format!(" MiB {words_after}"))
-        .unwrap_or_else(|| panic!("the README has no \"N MiB {words_after}\""));
+        .unwrap_or_else(|| panic!("docs/operations.md has no \"N MiB {words_after}\""));
     let number = text[..at].rsplit(' ').next().unwrap();
     let mib: f64 = number
         .parse()
-        .unwrap_or_else(|e| panic!("README figure {number:?}: {e}"));
+        .unwrap_or_else(|e| panic!("docs/operations.md figure {number:?}: {e}"));
     (mib * 1024.0) as u64
 }
 
 #[test]
-fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_readme_figure() {
-    let documented_idle = readme_kib("RSS idle");
-    let documented_peak = readme_kib("at the peak of a tick");
+fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_documented_figure() {
+    let documented_idle = documented_kib("RSS idle");
+    let documented_peak = documented_kib("at the peak of a tick");
     let dir = support::scratch_dir();
     let (_, mut clones) = fleet_remote(dir.path(), 1);
     let clone = clones.remove(0);
@@ -69,7 +70,7 @@ fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_readme_figur
         "release"
     };
     println!(
-        "spokekeeper run, 100 unreachable spokes ({build} build): {:.1} MiB RSS idle, {:.1} MiB at the peak of a tick; README: {:.1} and {:.1} MiB",
+        "spokekeeper run, 100 unreachable spokes ({build} build): {:.1} MiB RSS idle, {:.1} MiB at the peak of a tick; documented: {:.1} and {:.1} MiB",
         mib(idle),
         mib(peak),
         mib(documented_idle),
@@ -77,10 +78,10 @@ fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_readme_figur
     );
     assert!(
         idle <= 2 * documented_idle,
-        "idle RSS {idle} KiB is over twice the README's {documented_idle} KiB"
+        "idle RSS {idle} KiB is over twice the documented {documented_idle} KiB"
     );
     assert!(
         peak <= 2 * documented_peak,
-        "peak RSS {peak} KiB is over twice the README's {documented_peak} KiB"
+        "peak RSS {peak} KiB is over twice the documented {documented_peak} KiB"
     );
 }

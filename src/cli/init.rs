@@ -39,7 +39,7 @@ ssh:                                   # defaults for every spoke; a spoke may o
   sudo: true                           # read the file with `sudo -n cat`
   connect_timeout: 10s
 credential:                            # how the hub's credential for each spoke is made (a spoke may override any field)
-  mode: minted                         # minted: a short-lived, revocable client certificate per spoke (README "Minted credentials"); extracted: the node's admin kubeconfig
+  mode: minted                         # minted: a short-lived, revocable client certificate per spoke (docs/minted.md); extracted: the node's admin kubeconfig
   # ttl: 30d                           # the minted certificate's lifetime (at least 1h)
   # renew_before: 10d                  # default: a third of ttl
   # user: "spokekeeper:hub:{generation}"

@@ -1,5 +1,5 @@
 //! Where a key is in the configuration text, so an error found after parsing can name
-//! its line (the README promises it). A second, untyped read of the same text.
+//! its line (docs/configuration.md promises it). A second, untyped read of the same text.
 
 use serde::Deserialize;
 use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};

@@ -17,7 +17,7 @@ pub enum MintError {
     Admin(LiveError),
     #[error(
         "the admin credential may not {verb} {resource} on {server} (403: {message}): grant it \
-         (README \"Minted credentials\" lists the RBAC it needs), or set credential.mode: extracted"
+         (docs/minted.md lists the RBAC it needs), or set credential.mode: extracted"
     )]
     Forbidden {
         server: String,

@@ -1,6 +1,6 @@
 //! The minted step of a rotation (credential.mode: minted): with the admin credential
 //! just extracted and validated, mint the next generation; and revoking what a newer
-//! generation superseded. See README "Minted credentials".
+//! generation superseded. See docs/minted.md.
 
 use std::time::Duration;
 

@@ -71,7 +71,7 @@ impl FromStr for Distro {
     }
 }
 
-/// The least-privilege setup for a node, printed by `spokekeeper init` and the README.
+/// The least-privilege setup for a node, printed by `spokekeeper init` and docs/operations.md.
 ///
 /// The forced command means the hub's key can do exactly one thing on the node even if
 /// the hub is compromised: print that one file.
