@@ -1,0 +1,392 @@
+//! Scale: a healthy tick over N spokes (TLS probe only) and the daemon's memory.
+//!
+//! The lab (benches/lab/scale.rs) serves every spoke's API from one thread of this
+//! process. The committed state is written directly, no rotating tick first: per spoke a
+//! SealedSecret sealed with the crate's own sealing and the annotations a rotation
+//! records (`Recorded::to_annotations`), all in one commit, pushed.
+//!
+//! - `spokekeeper rotate --all -o json`: wall, CPU (it and what it ran), peak RSS (VmHWM
+//!   sampled every 2 ms); every spoke must be healthy.
+//! - `spokekeeper run --interval 1s` over the first M spokes: VmRSS before the first tick,
+//!   VmHWM at the end of the first tick, VmRSS and VmHWM after T ticks.
+//!
+//! `cargo bench --bench scale`: N=10000, M=1000, T=100. `cargo test --bench scale`: a smoke
+//! round (N=3, M=3, T=2). SCALE_BENCH_N, SCALE_BENCH_DAEMON_N, SCALE_BENCH_TICKS override;
+//! SCALE_BENCH_CONCURRENCY=8,32 the `--concurrency` values of the healthy tick.
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+#[path = "lab/scale.rs"]
+mod scale_lab;
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use scale_lab::{ScaleLab, ScaleSpoke};
+use spokekeeper::config::Config;
+use spokekeeper::rotate::state::{Recorded, RecordedCredential};
+use spokekeeper::seal::{SealedSecret, SealingKey, SecretInput};
+use support::fleet::vectors;
+use support::git::{commit, fleet_remote, git};
+use time::OffsetDateTime;
+
+const BIN: &str = env!("CARGO_BIN_EXE_spokekeeper");
+
+fn env_usize(var: &str, full: bool, full_n: usize, smoke: usize) -> usize {
+    match std::env::var(var) {
+        Ok(v) => v
+            .trim()
+            .parse()
+            .unwrap_or_else(|_| panic!("{var}={v}: not a number")),
+        Err(_) if full => full_n,
+        Err(_) => smoke,
+    }
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let line = status.lines().find(|l| l.starts_with(field))?;
+    line.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// CPU of every reaped child of this process (and theirs): cutime + cstime.
+fn children_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let rest = stat.rsplit_once(')').expect("stat").1;
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    // cutime and cstime, counted from the state field; USER_HZ is 100 in the /proc ABI.
+    Duration::from_millis((f[13] + f[14]) * 10)
+}
+
+/// A fleet repo and config over the lab, in the state a rotating tick leaves.
+struct Fleet {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+}
+
+impl Fleet {
+    fn new(spokes: &[ScaleSpoke]) -> Fleet {
+        let dir = support::scratch_dir();
+        let (_remote, mut clones) = fleet_remote(dir.path(), 1);
+        let clone = clones.remove(0);
+        let nodes = dir.path().join("nodes");
+        std::fs::create_dir_all(&nodes).expect("nodes dir");
+        let mut yaml = format!(
+            "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
+            clone.display(),
+            vectors().join("key/cert.pem").display()
+        );
+        for (i, s) in spokes.iter().enumerate() {
+            let path = nodes.join(format!("spoke{i}.yaml"));
+            let kc =
+                spokekeeper::sim::kubeconfig_yaml("https://127.0.0.1:6443", &s.parts, None, "");
+            std::fs::write(&path, kc).expect("write kubeconfig");
+            yaml.push_str(&format!(
+                "  - name: spoke{i}\n    address: {}\n    api_server: https://{}\n    source: local\n    kubeconfig_path: {}\n",
+                s.addr.ip(),
+                s.addr,
+                path.display()
+            ));
+        }
+        let config = dir.path().join("spokekeeper.yaml");
+        std::fs::write(&config, yaml).expect("write config");
+        commit_state(&config, &clone);
+        Fleet { dir, config }
+    }
+}
+
+/// Writes what a rotating tick commits, per spoke, into one commit, and pushes it.
+fn commit_state(config_path: &Path, clone: &Path) {
+    let config = Config::load(config_path).unwrap_or_else(|e| panic!("{e}"));
+    let now = OffsetDateTime::now_utc();
+    let pem = std::fs::read(vectors().join("key/cert.pem")).expect("sealing cert");
+    let key = SealingKey::from_pem(&pem, "cert.pem", now).expect("sealing key");
+    for spoke in &config.spokes {
+        let bytes = std::fs::read(&spoke.kubeconfig_path).expect("read kubeconfig");
+        let parsed = spokekeeper::kubeconfig::parse(&bytes).expect("parse kubeconfig");
+        let mut kc = spokekeeper::kubeconfig::sanitize(&parsed, &spoke.name).expect("sanitize");
+        kc.set_server(spoke.api_server.as_ref().expect("api_server"))
+            .expect("set server");
+        let yaml = kc.to_yaml();
+        // As rotate::refresh::record and seal.
+        let ca = &kc.ca_certs()[0];
+        let client = kc.client_certs().first();
+        let recorded = Recorded {
+            spoke: spoke.name.clone(),
+            server: kc.server_string(),
+            ca_sha256: ca.fingerprint.clone(),
+            ca_bundle: kc.ca_certs().iter().map(|c| c.der.clone()).collect(),
+            ca_not_after: ca.not_after,
+            client_sha256: client.map(|c| c.fingerprint.clone()),
+            client_not_after: client.map(|c| c.not_after),
+            content_sha256: kc.content_sha256(),
+            sealing_sha256: key.fingerprint().to_string(),
+            rotated_at: now,
+            credential: RecordedCredential::default(),
+        };
+        let mut input = SecretInput {
+            name: spoke.secret.name.clone(),
+            namespace: spoke.secret.namespace.clone(),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        input.data.insert(spoke.secret.key.clone(), yaml);
+        let mut sealed = SealedSecret::seal(&input, &key, spoke.scope).expect("seal");
+        sealed.annotations.extend(recorded.to_annotations());
+        let path = clone.join(&spoke.output);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+        std::fs::write(&path, sealed.to_yaml()).expect("write manifest");
+    }
+    git(clone, &["add", "--all"]);
+    commit(clone, "the state a rotating tick leaves");
+    git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+}
+
+struct Measured {
+    wall: Duration,
+    cpu: Duration,
+    peak_kib: u64,
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+/// Runs `cmd`, sampling its VmHWM every 2 ms until it exits.
+fn measure(mut cmd: Command) -> Measured {
+    let cpu0 = children_cpu();
+    let started = Instant::now();
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let mut out = child.stdout.take().expect("stdout");
+    let mut err = child.stderr.take().expect("stderr");
+    let out_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = out.read_to_string(&mut s);
+        s
+    });
+    let err_reader = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = err.read_to_string(&mut s);
+        s
+    });
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kib) = status_kib(pid, "VmHWM:") {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    Measured {
+        wall: started.elapsed(),
+        cpu: children_cpu().saturating_sub(cpu0),
+        peak_kib: peak,
+        code: status.code().unwrap_or(-1),
+        stdout: out_reader.join().expect("stdout reader"),
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
+
+fn actions(m: &Measured) -> std::collections::BTreeMap<String, usize> {
+    let report: serde_json::Value = serde_json::from_str(&m.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}\n{}", m.stdout, m.stderr));
+    let mut counts = std::collections::BTreeMap::new();
+    for s in report["spokes"].as_array().expect("spokes") {
+        let a = s["action"].as_str().unwrap_or("?").to_string();
+        if a != "healthy" && !counts.contains_key(&a) {
+            eprintln!("first {a}: {s}");
+        }
+        *counts.entry(a).or_insert(0) += 1;
+    }
+    counts
+}
+
+fn mib(kib: u64) -> f64 {
+    kib as f64 / 1024.0
+}
+
+/// `spokekeeper run` over `fleet`: VmRSS idle, VmHWM after the first tick, VmRSS and
+/// VmHWM after `ticks` ticks.
+fn daemon(fleet: &Fleet, n: usize, ticks: usize) {
+    let mut child = Command::new(BIN)
+        .arg("--config")
+        .arg(&fleet.config)
+        .args(["run", "--interval", "1s", "--listen", "127.0.0.1:0"])
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .env("NO_COLOR", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start spokekeeper run");
+    let pid = child.id();
+    let log: Arc<Mutex<Vec<String>>> = Arc::default();
+    let stderr = child.stderr.take().expect("stderr");
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            sink.lock().expect("log").push(line);
+        }
+    });
+    let count = |needle: &str| {
+        log.lock()
+            .expect("log")
+            .iter()
+            .filter(|l| l.contains(needle))
+            .count()
+    };
+    let wait = |what: &str, cond: &dyn Fn() -> bool, within: Duration| {
+        let end = Instant::now() + within;
+        while !cond() {
+            assert!(
+                Instant::now() < end,
+                "daemon: no {what} within {within:?}:\n{}",
+                log.lock().expect("log").join("\n")
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    };
+    wait(
+        "startup",
+        &|| count("running:") > 0,
+        Duration::from_secs(30),
+    );
+    assert_eq!(count("tick started"), 0, "sampled idle after a tick began");
+    let idle = status_kib(pid, "VmRSS:").expect("VmRSS");
+    wait(
+        "first tick",
+        &|| count("tick finished") >= 1,
+        Duration::from_secs(120),
+    );
+    let first_peak = status_kib(pid, "VmHWM:").expect("VmHWM");
+    let started = Instant::now();
+    // The trend: VmRSS once tick k has finished.
+    let mut trend = Vec::new();
+    for k in [10, 25, 50, 75, ticks] {
+        if k > ticks || k < 2 || trend.iter().any(|(t, _)| *t == k) {
+            continue;
+        }
+        wait(
+            "ticks",
+            &|| count("tick finished") >= k,
+            Duration::from_secs(30 + 10 * ticks as u64),
+        );
+        let rss = status_kib(pid, "VmRSS:").expect("VmRSS");
+        trend.push((k, rss));
+    }
+    let after_rss = status_kib(pid, "VmRSS:").expect("VmRSS");
+    let after_peak = status_kib(pid, "VmHWM:").expect("VmHWM");
+    let unhealthy: Vec<String> = log
+        .lock()
+        .expect("log")
+        .iter()
+        .filter(|l| {
+            l.contains("tick finished") && !(l.contains("failed=0") && l.contains("rotated=0"))
+        })
+        .cloned()
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(unhealthy.is_empty(), "ticks not all healthy: {unhealthy:?}");
+    println!(
+        "daemon, {n} spokes, --interval 1s: VmRSS idle (before the first tick) {:.1} MiB; \
+         peak during the first tick (VmHWM after it) {:.1} MiB; after {ticks} ticks VmRSS {:.1} MiB, \
+         VmHWM {:.1} MiB (ticks 2..{ticks} took {:.0} s)",
+        mib(idle),
+        mib(first_peak),
+        mib(after_rss),
+        mib(after_peak),
+        started.elapsed().as_secs_f64()
+    );
+    let trend: Vec<String> = trend
+        .iter()
+        .map(|(k, rss)| format!("after {k}: {:.1}", mib(*rss)))
+        .collect();
+    println!("daemon VmRSS (MiB) {}", trend.join(", "));
+}
+
+fn main() {
+    let full = std::env::args().any(|a| a == "--bench");
+    let n = env_usize("SCALE_BENCH_N", full, 10_000, 3);
+    let daemon_n = env_usize("SCALE_BENCH_DAEMON_N", full, 1000, 3);
+    let ticks = env_usize("SCALE_BENCH_TICKS", full, 100, 2);
+    let concurrency: Vec<usize> = std::env::var("SCALE_BENCH_CONCURRENCY")
+        .unwrap_or_else(|_| "8".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    // One listener per spoke in this process: raise the soft descriptor limit to the hard
+    // one (raising the hard one needs CAP_SYS_RESOURCE).
+    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: limit.maximum,
+            maximum: limit.maximum,
+        },
+    )
+    .expect("raise RLIMIT_NOFILE to its hard limit");
+    println!(
+        "scale benchmark: {} cores, {} build of spokekeeper; RLIMIT_NOFILE soft limit raised from {:?} to the hard limit {:?}",
+        std::thread::available_parallelism().map_or(1, |c| c.get()),
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        },
+        limit.current,
+        limit.maximum
+    );
+
+    let setup = Instant::now();
+    let lab = ScaleLab::start(n.max(daemon_n));
+    let lab_s = setup.elapsed().as_secs_f64();
+    let fleet = Fleet::new(&lab.spokes[..n]);
+    println!(
+        "N={n}: lab ({} spokes, one PKI each) in {lab_s:.1} s, fleet repo and config in {:.1} s; \
+         each API presents {} bytes of DER",
+        lab.spokes.len(),
+        setup.elapsed().as_secs_f64() - lab_s,
+        lab.spokes[0].chain_bytes
+    );
+    for c in &concurrency {
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--config").arg(&fleet.config).args([
+            "rotate",
+            "--all",
+            "-o",
+            "json",
+            "--concurrency",
+            &c.to_string(),
+        ]);
+        let m = measure(cmd);
+        let counts = actions(&m);
+        assert_eq!(m.code, 0, "healthy tick exited {}: {}", m.code, m.stderr);
+        assert_eq!(counts.get("healthy"), Some(&n), "{counts:?}");
+        println!(
+            "healthy tick, N={n}, --concurrency {c}: wall {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB",
+            m.wall.as_secs_f64(),
+            m.cpu.as_secs_f64(),
+            mib(m.peak_kib)
+        );
+    }
+    drop(fleet);
+
+    let dfleet = Fleet::new(&lab.spokes[..daemon_n]);
+    daemon(&dfleet, daemon_n, ticks);
+    let _ = dfleet.dir.path();
+}
