@@ -18,8 +18,11 @@
 //! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes,
 //! FLEET_BENCH_CONCURRENCY=8,32 the `--concurrency` values tried for each tick.
 
+#[path = "lab/measure.rs"]
+mod measure;
 #[path = "../tests/support/mod.rs"]
 mod support;
+use measure::{children_cpu, status_kib};
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -125,25 +128,6 @@ fn reaper_main(peak_file: &std::ffi::OsStr) -> ! {
     while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::empty()) {}
     std::fs::write(peak_file, peak.to_string()).expect("peak file");
     std::process::exit(status.code().unwrap_or(-1));
-}
-
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// CPU time of every child this process has reaped (and theirs): cutime + cstime.
-fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let rest = stat.rsplit_once(')').expect("stat").1;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|w| w.parse().unwrap_or(0))
-        .collect();
-    // Fields 16 and 17 (cutime, cstime), counted from the state field (3); in USER_HZ,
-    // which the /proc ABI fixes at 100.
-    Duration::from_millis((f[13] + f[14]) * 10)
 }
 
 /// SSH logins every node's sshd has accepted so far.
@@ -386,18 +370,10 @@ fn main() {
     // Each TLS-only node holds a listener and a lease file in this process: N TLS-only
     // nodes need 2N descriptors and more. The soft limit is raised to the hard one (raising
     // the hard one needs CAP_SYS_RESOURCE), and said.
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    rustix::process::setrlimit(
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        },
-    )
-    .expect("raise RLIMIT_NOFILE to its hard limit");
+    let limit = measure::raise_nofile();
     println!(
         "RLIMIT_NOFILE soft limit raised from {:?} to the hard limit {:?}",
-        limit.current, limit.maximum
+        limit.0, limit.1
     );
     let lab = Lab::new();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());

@@ -14,8 +14,11 @@
 //! round (N=3, M=3, T=2). SCALE_BENCH_N, SCALE_BENCH_DAEMON_N, SCALE_BENCH_TICKS override;
 //! SCALE_BENCH_CONCURRENCY=8,32 the `--concurrency` values of the healthy tick.
 
+#[path = "lab/measure.rs"]
+mod measure;
 #[path = "../tests/support/mod.rs"]
 mod support;
+use measure::{children_cpu, status_kib};
 
 #[path = "lab/scale.rs"]
 mod scale_lab;
@@ -45,24 +48,6 @@ fn env_usize(var: &str, full: bool, full_n: usize, smoke: usize) -> usize {
         Err(_) if full => full_n,
         Err(_) => smoke,
     }
-}
-
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
-/// CPU of every reaped child of this process (and theirs): cutime + cstime.
-fn children_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let rest = stat.rsplit_once(')').expect("stat").1;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|w| w.parse().unwrap_or(0))
-        .collect();
-    // cutime and cstime, counted from the state field; USER_HZ is 100 in the /proc ABI.
-    Duration::from_millis((f[13] + f[14]) * 10)
 }
 
 /// A fleet repo and config over the lab, in the state a rotating tick leaves.
@@ -331,15 +316,7 @@ fn main() {
         .collect();
     // One listener per spoke in this process: raise the soft descriptor limit to the hard
     // one (raising the hard one needs CAP_SYS_RESOURCE).
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    rustix::process::setrlimit(
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        },
-    )
-    .expect("raise RLIMIT_NOFILE to its hard limit");
+    let limit = measure::raise_nofile();
     println!(
         "scale benchmark: {} cores, {} build of spokekeeper; RLIMIT_NOFILE soft limit raised from {:?} to the hard limit {:?}",
         std::thread::available_parallelism().map_or(1, |c| c.get()),
@@ -348,8 +325,8 @@ fn main() {
         } else {
             "release"
         },
-        limit.current,
-        limit.maximum
+        limit.0,
+        limit.1
     );
 
     let setup = Instant::now();

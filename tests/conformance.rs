@@ -937,6 +937,21 @@ fn binding_body() -> Value {
         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": MINTED_USER}]})
 }
 
+/// Creates a CSR named `name` for the client signer and approves it: both answers.
+async fn create_and_approve(client: &kube::Client, name: &str) -> (Answer, Answer) {
+    let (csr, _key) = mint_request(name, TTL);
+    let created = call(client, "POST", CSRS, "application/json", Some(&csr)).await;
+    let approved = call(
+        client,
+        "PUT",
+        &format!("{CSRS}/{name}/approval"),
+        "application/json",
+        Some(&approval(created.body.clone())),
+    )
+    .await;
+    (created, approved)
+}
+
 fn approval(mut csr: Value) -> Value {
     csr["status"]["conditions"] = json!([{"type": "Approved", "status": "True",
         "reason": "SpokekeeperMint", "message": "minted by spokekeeper"}]);
@@ -1335,16 +1350,7 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
         let c = client(url, &no_bind);
         rt.block_on(async move {
             let name = "spokekeeper-conform-g7-nobind";
-            let (csr, _) = mint_request(name, TTL);
-            let created = call(&c, "POST", CSRS, "application/json", Some(&csr)).await;
-            let approved = call(
-                &c,
-                "PUT",
-                &format!("{CSRS}/{name}/approval"),
-                "application/json",
-                Some(&approval(created.body)),
-            )
-            .await;
+            let (created, approved) = create_and_approve(&c, name).await;
             let bound = call(&c, "POST", CRBS, "application/json", Some(&binding_body())).await;
             let listed = call(&c, "GET", CRBS, "", None).await;
             vec![
@@ -1366,17 +1372,8 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
 /// condition but Approved, within a bound a client would wait.
 async fn unsigned_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
     let mut t = Vec::new();
-    let (csr, _key) = mint_request(MINTED_CSR, TTL);
-    let a = call(admin, "POST", CSRS, "application/json", Some(&csr)).await;
-    t.push(("create".into(), json!({"http": a.code})));
-    let a = call(
-        admin,
-        "PUT",
-        &format!("{CSRS}/{MINTED_CSR}/approval"),
-        "application/json",
-        Some(&approval(a.body)),
-    )
-    .await;
+    let (created, a) = create_and_approve(admin, MINTED_CSR).await;
+    t.push(("create".into(), json!({"http": created.code})));
     t.push(("approve".into(), json!({"http": a.code})));
     let a = poll_csr(admin, MINTED_CSR, Duration::from_secs(8)).await;
     t.push((
@@ -1425,17 +1422,8 @@ fn without_a_signer_neither_the_mock_nor_a_real_spoke_signs() {
 /// say Denied, and the signer (running) never signs.
 async fn denied_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
     let mut t = Vec::new();
-    let (csr, _key) = mint_request(MINTED_CSR, TTL);
-    let a = call(admin, "POST", CSRS, "application/json", Some(&csr)).await;
-    t.push(("create".into(), json!({"http": a.code})));
-    let a = call(
-        admin,
-        "PUT",
-        &format!("{CSRS}/{MINTED_CSR}/approval"),
-        "application/json",
-        Some(&approval(a.body)),
-    )
-    .await;
+    let (created, a) = create_and_approve(admin, MINTED_CSR).await;
+    t.push(("create".into(), json!({"http": created.code})));
     t.push((
         "approve".into(),
         json!({"http": a.code, "conditions": condition_types(&a.body)}),

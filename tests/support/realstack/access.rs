@@ -141,23 +141,8 @@ mod free {
     pub fn deny_csr_approvals(api: &KubeApi) {
         api.apply(DENY_POLICY);
         let name = "lab-deny-probe";
-        let key = rcgen::KeyPair::generate().expect("keygen");
-        let mut params = rcgen::CertificateParams::default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "lab:deny-probe");
-        let csr = params
-            .serialize_request(&key)
-            .expect("CSR")
-            .pem()
-            .expect("PEM");
-        use base64::Engine as _;
-        let request = base64::engine::general_purpose::STANDARD.encode(csr);
-        let probe = format!(
-            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\n\
-             spec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  \
-             expirationSeconds: 3600\n  usages: [client auth]\n"
-        );
+        let probe =
+            crate::support::realstack::controller_manager::probe_csr(name, "lab:deny-probe");
         // A policy takes effect once the API server's informers have it: until then an
         // approval is an approval, so each try is a fresh CSR.
         wait_until(

@@ -75,23 +75,7 @@ impl ControllerManager {
 
     fn wait_signing(&mut self, api: &KubeApi) {
         let name = "lab-signer-probe";
-        let key = rcgen::KeyPair::generate().expect("keygen");
-        let mut params = rcgen::CertificateParams::default();
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "lab:signer-probe");
-        let csr = params
-            .serialize_request(&key)
-            .expect("CSR")
-            .pem()
-            .expect("PEM");
-        use base64::Engine as _;
-        let request = base64::engine::general_purpose::STANDARD.encode(csr);
-        let yaml = format!(
-            "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\n\
-             spec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  \
-             expirationSeconds: 3600\n  usages: [client auth]\n"
-        );
+        let yaml = probe_csr(name, "lab:signer-probe");
         api.stdin_kubectl(&["create", "-f", "-"], &yaml)
             .unwrap_or_else(|e| panic!("create the signer probe CSR: {e}"));
         api.kubectl(&["certificate", "approve", name]);
@@ -118,4 +102,27 @@ impl ControllerManager {
     pub fn stop(&mut self) {
         self.proc.stop(Duration::from_secs(5));
     }
+}
+
+/// A CertificateSigningRequest for the client signer, as YAML for kubectl: a fresh key,
+/// CN `cn`, an hour's lifetime. The lab's probes (is the signer up, is the deny policy in
+/// force) create one and watch what becomes of it.
+pub fn probe_csr(name: &str, cn: &str) -> String {
+    let key = rcgen::KeyPair::generate().expect("keygen");
+    let mut params = rcgen::CertificateParams::default();
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, cn);
+    let csr = params
+        .serialize_request(&key)
+        .expect("CSR")
+        .pem()
+        .expect("PEM");
+    use base64::Engine as _;
+    let request = base64::engine::general_purpose::STANDARD.encode(csr);
+    format!(
+        "apiVersion: certificates.k8s.io/v1\nkind: CertificateSigningRequest\nmetadata:\n  name: {name}\n\
+         spec:\n  request: {request}\n  signerName: kubernetes.io/kube-apiserver-client\n  \
+         expirationSeconds: 3600\n  usages: [client auth]\n"
+    )
 }
