@@ -18,12 +18,12 @@
 mod measure;
 #[path = "../tests/support/mod.rs"]
 mod support;
-use measure::{children_cpu, status_kib};
+use measure::{Measured, measure, status_kib};
 
 #[path = "lab/scale.rs"]
 mod scale_lab;
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -132,58 +132,6 @@ fn commit_state(config_path: &Path, clone: &Path) {
     git(clone, &["add", "--all"]);
     commit(clone, "the state a rotating tick leaves");
     git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
-}
-
-struct Measured {
-    wall: Duration,
-    cpu: Duration,
-    peak_kib: u64,
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-/// Runs `cmd`, sampling its VmHWM every 2 ms until it exits.
-fn measure(mut cmd: Command) -> Measured {
-    let cpu0 = children_cpu();
-    let started = Instant::now();
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn");
-    let pid = child.id();
-    let mut out = child.stdout.take().expect("stdout");
-    let mut err = child.stderr.take().expect("stderr");
-    let out_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = out.read_to_string(&mut s);
-        s
-    });
-    let err_reader = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    let mut peak = 0;
-    let status = loop {
-        if let Some(kib) = status_kib(pid, "VmHWM:") {
-            peak = peak.max(kib);
-        }
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    };
-    Measured {
-        wall: started.elapsed(),
-        cpu: children_cpu().saturating_sub(cpu0),
-        peak_kib: peak,
-        code: status.code().unwrap_or(-1),
-        stdout: out_reader.join().expect("stdout reader"),
-        stderr: err_reader.join().expect("stderr reader"),
-    }
 }
 
 fn actions(m: &Measured) -> std::collections::BTreeMap<String, usize> {
@@ -305,6 +253,7 @@ fn daemon(fleet: &Fleet, n: usize, ticks: usize) {
 }
 
 fn main() {
+    measure::reaper_if_asked();
     let full = std::env::args().any(|a| a == "--bench");
     let n = env_usize("SCALE_BENCH_N", full, 10_000, 3);
     let daemon_n = env_usize("SCALE_BENCH_DAEMON_N", full, 1000, 3);

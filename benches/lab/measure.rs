@@ -1,7 +1,10 @@
-//! What the fleet and scale benchmarks measure of a process: /proc fields, reaped
-//! children's CPU, and the descriptor limit they raise.
+//! What the fleet and scale benchmarks measure of a process run: wall, the CPU of it and
+//! everything it started (under this bench as a child subreaper), its peak RSS; /proc
+//! fields; and the descriptor limit they raise.
 
-use std::time::Duration;
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 /// A `/proc/PID/status` field in KiB (`VmHWM:`, `VmRSS:`).
 pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
@@ -36,4 +39,106 @@ pub fn raise_nofile() -> (Option<u64>, Option<u64>) {
     )
     .expect("raise RLIMIT_NOFILE to its hard limit");
     (limit.current, limit.maximum)
+}
+
+/// One process run: wall, CPU of it and everything it waited for, its peak RSS.
+pub struct Measured {
+    pub wall: Duration,
+    pub cpu: Duration,
+    pub peak_kib: u64,
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Set in the environment of this bench re-executed as a wrapper (see [`reaper_main`]): the
+/// file it writes the command's peak RSS to.
+const REAPER: &str = "SPOKEKEEPER_BENCH_REAPER";
+
+/// Runs `cmd` under this bench as a child subreaper (see [`reaper_main`]), so the CPU of
+/// everything it started lands in this process's cutime+cstime, including the ssh mux
+/// masters that `ssh -f` detaches from spokekeeper.
+pub fn measure(cmd: Command) -> Measured {
+    let peak_file = tempfile::NamedTempFile::new().expect("peak file");
+    let mut wrapped = Command::new(std::env::current_exe().expect("current exe"));
+    wrapped
+        .arg(cmd.get_program())
+        .args(cmd.get_args())
+        .env(REAPER, peak_file.path());
+    for (k, v) in cmd.get_envs() {
+        match v {
+            Some(v) => wrapped.env(k, v),
+            None => wrapped.env_remove(k),
+        };
+    }
+    if let Some(d) = cmd.get_current_dir() {
+        wrapped.current_dir(d);
+    }
+    let cpu0 = children_cpu();
+    let started = Instant::now();
+    let mut child = wrapped
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let mut err_pipe = child.stderr.take().expect("stderr");
+    let err_reader = std::thread::spawn(move || {
+        let _ = err_pipe.read_to_string(&mut stderr);
+        stderr
+    });
+    let _ = child
+        .stdout
+        .take()
+        .expect("stdout")
+        .read_to_string(&mut stdout);
+    let status = child.wait().expect("wait");
+    let wall = started.elapsed();
+    Measured {
+        wall,
+        cpu: children_cpu().saturating_sub(cpu0),
+        peak_kib: std::fs::read_to_string(peak_file.path())
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0),
+        code: status.code().unwrap_or(-1),
+        stdout,
+        stderr: err_reader.join().expect("stderr reader"),
+    }
+}
+
+/// The wrapper: runs its arguments as a command, sampling the command's VmHWM until it
+/// exits, then waits for every orphan reparented to it (a child subreaper), i.e. the
+/// daemonized ssh mux masters, which exit once spokekeeper closes its sessions.
+fn reaper_main(peak_file: &std::ffi::OsStr) -> ! {
+    rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("subreaper");
+    let args: Vec<_> = std::env::args_os().skip(1).collect();
+    let mut child = Command::new(&args[0])
+        .args(&args[1..])
+        .env_remove(REAPER)
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let mut peak = 0;
+    let status = loop {
+        if let Some(kib) = status_kib(pid, "VmHWM:") {
+            peak = peak.max(kib);
+        }
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    };
+    while let Ok(Some(_)) = rustix::process::wait(rustix::process::WaitOptions::empty()) {}
+    std::fs::write(peak_file, peak.to_string()).expect("peak file");
+    std::process::exit(status.code().unwrap_or(-1));
+}
+
+/// At the top of a bench's main: when re-executed as the wrapper, be it.
+pub fn reaper_if_asked() {
+    if let Some(peak_file) = std::env::var_os(REAPER) {
+        reaper_main(&peak_file);
+    }
 }
