@@ -2,8 +2,8 @@
 //!
 //! The lab (benches/lab/scale.rs) serves every spoke's API from one thread of this
 //! process. The committed state is written directly, no rotating tick first: per spoke a
-//! SealedSecret sealed with the crate's own sealing and the annotations a rotation
-//! records (`Recorded::to_annotations`), all in one commit, pushed.
+//! SealedSecret sealed and annotated by the rotation's own `refresh::record` and
+//! `refresh::seal`, all in one commit, pushed.
 //!
 //! - `spokekeeper rotate --all -o json`: wall, CPU (it and what it ran), peak RSS (VmHWM
 //!   sampled every 2 ms); every spoke must be healthy.
@@ -23,16 +23,15 @@ use measure::{Measured, measure, status_kib};
 #[path = "lab/scale.rs"]
 mod scale_lab;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use scale_lab::{ScaleLab, ScaleSpoke};
 use spokekeeper::config::Config;
-use spokekeeper::rotate::state::{Recorded, RecordedCredential};
-use spokekeeper::seal::{SealedSecret, SealingKey, SecretInput};
+use spokekeeper::rotate::refresh;
+use spokekeeper::seal::SealingKey;
+use support::daemon::Daemon;
 use support::fleet::vectors;
 use support::git::{commit, fleet_remote, git};
 use time::OffsetDateTime;
@@ -100,34 +99,12 @@ fn commit_state(config_path: &Path, clone: &Path) {
         kc.set_server(spoke.api_server.as_ref().expect("api_server"))
             .expect("set server");
         let yaml = kc.to_yaml();
-        // As rotate::refresh::record and seal.
-        let ca = &kc.ca_certs()[0];
-        let client = kc.client_certs().first();
-        let recorded = Recorded {
-            spoke: spoke.name.clone(),
-            server: kc.server_string(),
-            ca_sha256: ca.fingerprint.clone(),
-            ca_bundle: kc.ca_certs().iter().map(|c| c.der.clone()).collect(),
-            ca_not_after: ca.not_after,
-            client_sha256: client.map(|c| c.fingerprint.clone()),
-            client_not_after: client.map(|c| c.not_after),
-            content_sha256: kc.content_sha256(),
-            sealing_sha256: key.fingerprint().to_string(),
-            rotated_at: now,
-            credential: RecordedCredential::default(),
-        };
-        let mut input = SecretInput {
-            name: spoke.secret.name.clone(),
-            namespace: spoke.secret.namespace.clone(),
-            type_: Some("Opaque".into()),
-            ..Default::default()
-        };
-        input.data.insert(spoke.secret.key.clone(), yaml);
-        let mut sealed = SealedSecret::seal(&input, &key, spoke.scope).expect("seal");
-        sealed.annotations.extend(recorded.to_annotations());
+        // Exactly what a rotation records and seals.
+        let recorded = refresh::record(spoke, &kc, &kc.content_sha256(), &key, now);
+        let manifest = refresh::seal(spoke, &yaml, &key, &recorded).expect("seal");
         let path = clone.join(&spoke.output);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
-        std::fs::write(&path, sealed.to_yaml()).expect("write manifest");
+        std::fs::write(&path, manifest).expect("write manifest");
     }
     git(clone, &["add", "--all"]);
     commit(clone, "the state a rotating tick leaves");
@@ -155,42 +132,21 @@ fn mib(kib: u64) -> f64 {
 /// `spokekeeper run` over `fleet`: VmRSS idle, VmHWM after the first tick, VmRSS and
 /// VmHWM after `ticks` ticks.
 fn daemon(fleet: &Fleet, n: usize, ticks: usize) {
-    let mut child = Command::new(BIN)
-        .arg("--config")
-        .arg(&fleet.config)
-        .args(["run", "--interval", "1s", "--listen", "127.0.0.1:0"])
-        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start spokekeeper run");
-    let pid = child.id();
-    let log: Arc<Mutex<Vec<String>>> = Arc::default();
-    let stderr = child.stderr.take().expect("stderr");
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            sink.lock().expect("log").push(line);
-        }
-    });
-    let count = |needle: &str| {
-        log.lock()
-            .expect("log")
-            .iter()
-            .filter(|l| l.contains(needle))
-            .count()
-    };
+    let d = Daemon::start_args(
+        &fleet.config,
+        &["run", "--interval", "1s", "--listen", "127.0.0.1:0"],
+    );
+    let pid = d.pid();
+    let count = |needle: &str| d.log().lines().filter(|l| l.contains(needle)).count();
     let wait = |what: &str, cond: &dyn Fn() -> bool, within: Duration| {
         let end = Instant::now() + within;
         while !cond() {
             assert!(
                 Instant::now() < end,
                 "daemon: no {what} within {within:?}:\n{}",
-                log.lock().expect("log").join("\n")
+                d.log()
             );
-            std::thread::sleep(Duration::from_millis(5));
+            std::thread::sleep(Duration::from_millis(20));
         }
     };
     wait(
@@ -223,17 +179,13 @@ fn daemon(fleet: &Fleet, n: usize, ticks: usize) {
     }
     let after_rss = status_kib(pid, "VmRSS:").expect("VmRSS");
     let after_peak = status_kib(pid, "VmHWM:").expect("VmHWM");
-    let unhealthy: Vec<String> = log
-        .lock()
-        .expect("log")
-        .iter()
+    let log = d.log();
+    let unhealthy: Vec<&str> = log
+        .lines()
         .filter(|l| {
             l.contains("tick finished") && !(l.contains("failed=0") && l.contains("rotated=0"))
         })
-        .cloned()
         .collect();
-    let _ = child.kill();
-    let _ = child.wait();
     assert!(unhealthy.is_empty(), "ticks not all healthy: {unhealthy:?}");
     println!(
         "daemon, {n} spokes, --interval 1s: VmRSS idle (before the first tick) {:.1} MiB; \

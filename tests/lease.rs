@@ -433,24 +433,7 @@ impl Proc {
 
     /// Tick intervals [start, end]; a tick still open ends at `until`.
     fn ticks(&self, until: Instant) -> Vec<(Instant, Instant)> {
-        let lines = self.lines.lock().unwrap();
-        let mut out = Vec::new();
-        let mut open = None;
-        for (t, l) in lines.iter() {
-            if l.contains("tick started") {
-                open = Some(*t);
-            } else if (l.contains("tick finished")
-                || l.contains("tick cancelled")
-                || l.contains("tick failed"))
-                && let Some(s) = open.take()
-            {
-                out.push((s, *t));
-            }
-        }
-        if let Some(s) = open {
-            out.push((s, until));
-        }
-        out
+        support::logs::tick_spans(&self.lines, until)
     }
 }
 

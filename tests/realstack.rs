@@ -766,25 +766,6 @@ fn libfaketime() -> PathBuf {
     found.expect("libfaketime is missing: apt-get install libfaketime (scripts/test does)")
 }
 
-/// Tick intervals [start, end] from a daemon's log; one still open ends at `until`.
-fn tick_spans(lines: &support::logs::Lines, until: Instant) -> Vec<(Instant, Instant)> {
-    let mut out = Vec::new();
-    let mut open = None;
-    for (t, l) in lines.lock().unwrap().iter() {
-        if l.contains("tick started") {
-            open = Some(*t);
-        } else if (l.contains("tick finished")
-            || l.contains("tick cancelled")
-            || l.contains("tick failed"))
-            && let Some(s) = open.take()
-        {
-            out.push((s, *t));
-        }
-    }
-    out.extend(open.map(|s| (s, until)));
-    out
-}
-
 /// Issue 19, item 6: three daemons on a real Lease, two with their wall clocks shifted by
 /// libfaketime (+12 s and -10 min; the monotonic clock is not shifted). The one 12 s
 /// ahead never takes a healthy leader's lease, and when leaders die, whichever replica is
@@ -941,7 +922,11 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
             .iter()
             .find(|(k, _)| *k == i)
             .map_or(end, |(_, t)| *t);
-        all.extend(tick_spans(&p.1, until).into_iter().map(|(s, e)| (s, e, i)));
+        all.extend(
+            support::logs::tick_spans(&p.1, until)
+                .into_iter()
+                .map(|(s, e)| (s, e, i)),
+        );
     }
     all.sort_by_key(|(s, _, _)| *s);
     assert!(all.len() >= 10, "{all:?}");

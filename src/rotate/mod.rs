@@ -808,7 +808,13 @@ async fn reconcile(
         };
         (fresh, credential)
     };
-    let mut recorded = refresh::record(spoke, &fresh, sealing, now);
+    let mut recorded = refresh::record(
+        spoke,
+        &fresh.kubeconfig,
+        &fresh.content_sha256,
+        sealing,
+        now,
+    );
     recorded.credential = credential;
     report.user = Some(fresh.live.username.clone());
     let mut credential = CredentialReport::of(&recorded);
@@ -850,7 +856,7 @@ async fn reconcile(
         };
         return (report, None);
     }
-    let manifest = match refresh::seal(spoke, &fresh, sealing, &recorded) {
+    let manifest = match refresh::seal(spoke, &fresh.yaml, sealing, &recorded) {
         Ok(m) => m,
         Err(f) => {
             report.outcome = Outcome::Failed {

@@ -104,14 +104,14 @@ pub async fn extract_and_validate(
     })
 }
 
-/// The recorded state for a fresh credential.
+/// The recorded state for a credential (`content_sha256`: the kubeconfig's).
 pub fn record(
     spoke: &SpokeConfig,
-    fresh: &Fresh,
+    kc: &Sanitized,
+    content_sha256: &str,
     sealing: &SealingKey,
     now: OffsetDateTime,
 ) -> Recorded {
-    let kc = &fresh.kubeconfig;
     let ca = &kc.ca_certs()[0];
     let client = kc.client_certs().first();
     Recorded {
@@ -122,17 +122,17 @@ pub fn record(
         ca_not_after: ca.not_after,
         client_sha256: client.map(|c| c.fingerprint.clone()),
         client_not_after: client.map(|c| c.not_after),
-        content_sha256: fresh.content_sha256.clone(),
+        content_sha256: content_sha256.to_string(),
         sealing_sha256: sealing.fingerprint().to_string(),
         rotated_at: now,
         credential: Default::default(),
     }
 }
 
-/// Seals the fresh kubeconfig into the spoke's SealedSecret, with the recorded state.
+/// Seals the kubeconfig `yaml` into the spoke's SealedSecret, with the recorded state.
 pub fn seal(
     spoke: &SpokeConfig,
-    fresh: &Fresh,
+    yaml: &SecretBytes,
     sealing: &SealingKey,
     recorded: &Recorded,
 ) -> Result<String, Failure> {
@@ -142,9 +142,7 @@ pub fn seal(
         type_: Some("Opaque".into()),
         ..Default::default()
     };
-    input
-        .data
-        .insert(spoke.secret.key.clone(), fresh.yaml.clone());
+    input.data.insert(spoke.secret.key.clone(), yaml.clone());
     let mut sealed = SealedSecret::seal(&input, sealing, spoke.scope)
         .map_err(|e| fail(Stage::Seal)(e.to_string()))?;
     sealed.annotations.extend(recorded.to_annotations());

@@ -20,3 +20,23 @@ pub fn capture_stderr(child: &mut Child) -> Lines {
     });
     lines
 }
+
+/// A daemon's tick intervals [start, end] from its captured log; one still open ends at
+/// `until`.
+pub fn tick_spans(lines: &Lines, until: Instant) -> Vec<(Instant, Instant)> {
+    let mut out = Vec::new();
+    let mut open = None;
+    for (t, l) in lines.lock().unwrap().iter() {
+        if l.contains("tick started") {
+            open = Some(*t);
+        } else if (l.contains("tick finished")
+            || l.contains("tick cancelled")
+            || l.contains("tick failed"))
+            && let Some(s) = open.take()
+        {
+            out.push((s, *t));
+        }
+    }
+    out.extend(open.map(|s| (s, until)));
+    out
+}
