@@ -86,6 +86,15 @@ pub fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
     read_nofollow(path)
 }
 
+/// `path` relative to the clone `repo`, when it is inside it.
+pub fn inside(path: &Path, repo: &Path) -> Option<PathBuf> {
+    if let Ok(rel) = path.strip_prefix(repo) {
+        return Some(rel.to_path_buf());
+    }
+    let (p, r) = (path.canonicalize().ok()?, repo.canonicalize().ok()?);
+    p.strip_prefix(r).ok().map(Path::to_path_buf)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -8,8 +8,6 @@
 
 pub mod cert;
 pub mod consumers;
-mod served;
-mod trust;
 pub mod verify;
 
 use std::collections::BTreeMap;

@@ -16,8 +16,6 @@ pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod daemon;
-#[cfg(feature = "demo")]
-pub mod demo;
 pub mod forge;
 pub mod fsutil;
 pub mod hub;

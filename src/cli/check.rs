@@ -121,7 +121,7 @@ async fn untrusted_sealing(config: &Config, repo: &Repo, now: OffsetDateTime) ->
     let path = &config.sealing_cert;
     let pem = crate::fsutil::read_under(path, repo.path()).ok()?;
     let key = SealingKey::from_pem(&pem, &path.display().to_string(), now).ok()?;
-    match crate::hub::cert::trusted_offline(config, repo, key.fingerprint()).await {
+    match crate::rotate::sealing::trusted_offline(config, repo, key.fingerprint()).await {
         Ok(_) => None,
         Err(u) if u.anchor == "last-served" && u.expected.is_empty() => None,
         Err(u) => Some(u),

@@ -10,6 +10,8 @@ use clap::{Parser, Subcommand, ValueEnum};
 
 mod check;
 mod completion;
+#[cfg(feature = "demo")]
+mod demo;
 mod init;
 mod inspect;
 mod progress;
@@ -153,7 +155,7 @@ pub fn main() -> ExitCode {
         Command::Revoke(args) => revoke::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
         #[cfg(feature = "demo")]
-        Command::Demo => match crate::demo::run() {
+        Command::Demo => match demo::run() {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => fail("demo", &e),
         },

@@ -15,7 +15,6 @@ pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
 use super::{CALL_TIMEOUT, Consumer, Hub, HubObject, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
-use crate::rotate::SpokeReport;
 use crate::seal::SealedSecret;
 use crate::text::one_line;
 
@@ -272,19 +271,18 @@ fn elsewhere(spoke: &SpokeConfig, c: &Consumer) -> Option<Check> {
 /// How many spokes are verified at once (each polls its objects every POLL).
 const VERIFY_CONCURRENCY: usize = 16;
 
-/// Verifies every spoke committed in this tick (`committed`: index into `reports` and
-/// `spokes`, and the manifest committed), concurrently, and records the result.
+/// Verifies every spoke committed in this tick (`committed`: index into `spokes`, and the
+/// manifest committed), concurrently; one report per entry of `committed`, in its order.
 /// `reuse_pending`: see [`verify`].
 pub async fn after_push(
     cfg: &HubConfig,
     spokes: &[&SpokeConfig],
-    reports: &mut [SpokeReport],
     committed: &[(usize, String)],
     reuse_pending: bool,
     controller_version: Option<&str>,
-) {
+) -> Vec<HubReport> {
     if committed.is_empty() {
-        return;
+        return Vec::new();
     }
     let hub = match tokio::time::timeout(CALL_TIMEOUT, Hub::connect(cfg)).await {
         Ok(Ok(h)) => Ok(h.knowing_version(controller_version.map(str::to_string))),
@@ -329,17 +327,17 @@ pub async fn after_push(
     .buffered(VERIFY_CONCURRENCY)
     .collect()
     .await;
-    for ((i, _), check) in committed.iter().zip(checks) {
-        let r = &mut reports[*i];
+    for ((i, _), check) in committed.iter().zip(&checks) {
+        let spoke = &spokes[*i].name;
         if check.unused() {
-            tracing::warn!(spoke = %r.spoke, hub = %check.summary(), "hub: unsealed, but no Flux consumer uses the Secret");
+            tracing::warn!(%spoke, hub = %check.summary(), "hub: unsealed, but no Flux consumer uses the Secret");
         } else if check.ok() {
-            tracing::info!(spoke = %r.spoke, hub = %check.summary(), "hub: unsealed and every consumer Ready");
+            tracing::info!(%spoke, hub = %check.summary(), "hub: unsealed and every consumer Ready");
         } else {
-            tracing::warn!(spoke = %r.spoke, hub = %check.summary(), "hub: the pushed credential is not in use yet (the commit stays)");
+            tracing::warn!(%spoke, hub = %check.summary(), "hub: the pushed credential is not in use yet (the commit stays)");
         }
-        r.hub = Some(check);
     }
+    checks
 }
 
 async fn wait_synced(

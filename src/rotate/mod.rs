@@ -11,6 +11,7 @@ mod minted;
 pub mod progress;
 pub mod refresh;
 pub mod review;
+pub mod sealing;
 pub mod state;
 
 use std::collections::HashMap;
@@ -398,7 +399,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     // Review branches first: a renewed sealing certificate may be proposed on one.
     let review = review::Review::start(ctx).await;
     let review = review.as_ref();
-    let (sealing, cert) = crate::hub::cert::for_tick(ctx, opts.dry_run).await;
+    let (sealing, cert) = sealing::for_tick(ctx, opts.dry_run).await;
     let untrusted = cert.untrusted.as_ref();
     let spokes: Vec<&SpokeConfig> = ctx
         .config
@@ -565,13 +566,19 @@ async fn verify_on_hub(
         })
         .collect();
     let version = controller_version;
-    crate::hub::verify::after_push(hub, spokes, reports, &fresh, false, version).await;
+    let checks = crate::hub::verify::after_push(hub, spokes, &fresh, false, version).await;
+    for ((i, _), check) in fresh.iter().zip(checks) {
+        reports[*i].hub = Some(check);
+    }
     let brief = crate::config::HubConfig {
         verify_timeout: hub.verify_timeout.min(RECHECK),
         ..hub.clone()
     };
     // The request made when they were pushed is waited for again, not replaced.
-    crate::hub::verify::after_push(&brief, spokes, reports, &again, true, version).await;
+    let checks = crate::hub::verify::after_push(&brief, spokes, &again, true, version).await;
+    for ((i, _), check) in again.iter().zip(checks) {
+        reports[*i].hub = Some(check);
+    }
     if let Ok(mut set) = ctx.hub_unverified.lock() {
         for (i, _) in fresh.iter().chain(&again) {
             match &reports[*i].hub {

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use crate::cli::Format;
-use crate::cli::rotate::print_report;
+use super::Format;
+use super::rotate::print_report;
 use crate::config::Config;
 use crate::repo::Repo;
 use crate::rotate::{self, Context, Options};
@@ -30,7 +30,7 @@ use crate::sim::{ApiIdentity, ApiServer, Pki, PkiOptions, kubeconfig_yaml};
 
 /// println! that survives a closed pipe (`spokekeeper demo | head`).
 macro_rules! say {
-    ($($arg:tt)*) => { crate::cli::out(&format!("{}\n", format_args!($($arg)*))) };
+    ($($arg:tt)*) => { super::out(&format!("{}\n", format_args!($($arg)*))) };
 }
 
 const SPOKES: [&str; 3] = ["dev", "test", "prod"];
@@ -436,7 +436,7 @@ pub fn run() -> Result<(), String> {
         8,
         "the fleet repo's log: one commit per rotation, each saying why",
     );
-    crate::cli::out(&git(&remote, &["log", "--format=%h %s", "main"])?);
+    super::out(&git(&remote, &["log", "--format=%h %s", "main"])?);
     say!(
         "\nDone. Nothing here touched your machine beyond {}, now removed.",
         root_path.display()

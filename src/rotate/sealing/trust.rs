@@ -3,8 +3,9 @@
 //! certificate is not trusted, the commit that changed it and the message every refused
 //! spoke carries.
 
-use super::cert::{Untrusted, inside};
 use crate::config::Config;
+use crate::fsutil::inside;
+use crate::hub::cert::Untrusted;
 use crate::repo::Repo;
 use crate::rotate::state::{self, SEALING_CERT_SHA256};
 use crate::seal::SealedSecret;

@@ -1,0 +1,318 @@
+//! The sealing certificate for a tick: fetched from the controller when the hub is
+//! configured (hub::cert), else (or when the hub cannot be reached) the pinned copy in
+//! sealing.cert; then whether it is trusted (trust.rs).
+//!
+//! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
+//! the fleet repo) before any spoke is committed, and every spoke is then re-sealed to it
+//! because its recorded sealing-cert-sha256 differs. In review mode it is proposed on
+//! its own branch and pull request instead.
+
+mod served;
+mod trust;
+
+use std::path::Path;
+
+use time::OffsetDateTime;
+
+use super::state::short;
+use super::{Context, review};
+use crate::config::RepoMode;
+use crate::forge::Forge;
+use crate::fsutil::inside;
+use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
+use crate::repo::BranchState;
+use crate::seal::SealingKey;
+use crate::seal::trust::Controller;
+
+/// Review mode's branch for a renewed certificate. Spoke names are DNS labels, so no
+/// spoke's branch can be this one.
+pub const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
+
+/// The key for this tick, what happened on the hub, and whether the key is trusted:
+/// when `report.untrusted` is set, nothing may be sealed to it.
+pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) {
+    let (key, report, heard) = choose(ctx, dry_run).await;
+    let mut report = report.unwrap_or_else(|| CertReport {
+        sha256: key.fingerprint().to_string(),
+        ..CertReport::default()
+    });
+    if ctx.config.hub.is_none() && ctx.config.sealing_sha256.is_empty() {
+        tracing::warn!(
+            "no hub: and no sealing.sha256: a sealing certificate pushed to the fleet repo is only checked against what the committed credentials record; set sealing.sha256 in {} to {} once you have checked it with the controller",
+            ctx.config.file.display(),
+            key.fingerprint()
+        );
+    }
+    let listed = &ctx.config.sealing_sha256;
+    if heard == Heard::Served
+        && !listed.is_empty()
+        && !listed.iter().any(|l| l == key.fingerprint())
+    {
+        tracing::warn!(
+            "the hub's controller serves {} but sealing.sha256 in {} does not list it: add it, or ticks while the hub is unreachable seal nothing",
+            key.fingerprint(),
+            ctx.config.file.display()
+        );
+    }
+    let hub = match &heard {
+        Heard::Served => Controller::Served,
+        Heard::Silent => Controller::Silent,
+        Heard::Other(fp) => Controller::Contradicts(fp),
+    };
+    match trust::check(&ctx.config, &ctx.repo, key.fingerprint(), hub).await {
+        Ok(how) => {
+            report.trusted = true;
+            report.trust = how.to_string();
+        }
+        Err(u) => {
+            tracing::error!(sha256 = %u.sha256, expected = ?u.expected, commit = ?u.commit, "{}", u.error);
+            report.trusted = false;
+            report.trust = u.error.clone();
+            report.untrusted = Some(u);
+        }
+    }
+    (key, report)
+}
+
+/// `spokekeeper check`: the tick's trust rule for the certificate `sha256` without asking
+/// the hub (no network), as for a tick that cannot reach it: `sealing.sha256`, else with
+/// `hub:` the certificate it last served to this clone, else what the committed
+/// credentials record.
+pub async fn trusted_offline(
+    config: &crate::config::Config,
+    repo: &crate::repo::Repo,
+    sha256: &str,
+) -> Result<&'static str, Untrusted> {
+    trust::check(config, repo, sha256, Controller::Silent).await
+}
+
+/// What the hub's controller served this tick, compared with the key chosen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Heard {
+    /// That very key.
+    Served,
+    /// Nothing usable (no hub, unreachable, refused).
+    Silent,
+    /// Another valid certificate, with this fingerprint.
+    Other(String),
+}
+
+/// The key for this tick, the hub's part of the report (None: no hub), and what the
+/// hub's controller served.
+async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>, Heard) {
+    let now = OffsetDateTime::now_utc();
+    let (pinned, on_disk) = pinned(ctx, now);
+    let Some(cfg) = &ctx.config.hub else {
+        return (pinned, None, Heard::Silent);
+    };
+    let mut report = CertReport {
+        reachable: Some(false),
+        sha256: pinned.fingerprint().to_string(),
+        ..CertReport::default()
+    };
+    let pem = match fetch(cfg).await {
+        Ok((pem, version)) => {
+            report.controller_version = version;
+            pem
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: using the pinned copy");
+            report.error = Some(format!(
+                "hub unreachable, using the pinned sealing.cert: {e}"
+            ));
+            return (pinned, Some(report), Heard::Silent);
+        }
+    };
+    report.reachable = Some(true);
+    let source = format!(
+        "the controller's certificate ({}/{})",
+        cfg.controller.namespace, cfg.controller.name
+    );
+    let key = match SealingKey::from_pem(pem.as_bytes(), &source, now) {
+        Ok(k) if k.is_demo() && !ctx.is_demo() => Err(format!(
+            "{source} is spokekeeper's demo key, whose private key is public: refused"
+        )),
+        Ok(k) => Ok(k),
+        Err(e) => Err(format!("refused: {e}")),
+    };
+    let key = match key {
+        Ok(k) => k,
+        Err(e) => {
+            tracing::error!(error = %e, "the hub's sealing certificate is not usable: using the pinned copy");
+            report.error = Some(e);
+            return (pinned, Some(report), Heard::Silent);
+        }
+    };
+    // What a tick that cannot reach the hub may trust (hub/served.rs).
+    if !dry_run && let Err(e) = served::record(ctx.repo.path(), key.fingerprint()) {
+        tracing::warn!(error = %e, "cannot record the hub's certificate");
+    }
+    if key.fingerprint() == pinned.fingerprint() {
+        // Started from the hub (see `initial`): sealing.cert is missing or unusable.
+        if !dry_run && !on_disk {
+            let message = format!(
+                "sealing: pin the controller's certificate {}\n\n{}\nFetched from {source}, as kubeseal --fetch-cert does.\n",
+                short(key.fingerprint()),
+                key.fingerprint()
+            );
+            if let Err(e) = pin(ctx, pem.as_bytes(), &message).await {
+                tracing::error!(error = %e, "cannot pin the controller's certificate");
+                report.error = Some(format!("cannot pin the certificate: {e}"));
+            }
+        }
+        return (pinned, Some(report), Heard::Served);
+    }
+    let mut renewed = Renewed {
+        old: pinned.fingerprint().to_string(),
+        new: key.fingerprint().to_string(),
+        commit: None,
+    };
+    tracing::info!(old = %renewed.old, new = %renewed.new, "the controller's sealing certificate changed: re-sealing every spoke");
+    report.sha256 = renewed.new.clone();
+    if !dry_run {
+        let message = format!(
+            "sealing: controller certificate renewed {} -> {}\n\nold: {}\nnew: {}\nEvery spoke is re-sealed to the new certificate.\n",
+            short(&renewed.old),
+            short(&renewed.new),
+            renewed.old,
+            renewed.new
+        );
+        match pin(ctx, pem.as_bytes(), &message).await {
+            Ok(commit) => renewed.commit = commit,
+            // Review mode: the certificate's branch may be pushed already; seal to it.
+            Err(e) if ctx.config.repo.mode == RepoMode::PullRequest => {
+                tracing::error!(error = %e, "cannot propose the renewed sealing certificate (sealing to it anyway)");
+                report.error = Some(format!("cannot propose the renewed certificate: {e}"));
+            }
+            // Direct mode: sealing to a certificate the repo does not pin would flip back
+            // whenever the hub is unreachable. Keep the pinned one until it is pinned.
+            Err(e) => {
+                tracing::error!(error = %e, "cannot pin the renewed sealing certificate: sealing to the pinned copy until it can be");
+                report.sha256 = pinned.fingerprint().to_string();
+                report.error = Some(format!(
+                    "the controller's certificate changed ({} -> {}) but cannot be pinned, so this tick sealed to the pinned copy: {e}",
+                    short(&renewed.old),
+                    short(&renewed.new)
+                ));
+                // The hub has just contradicted the pinned copy: not trusted this tick.
+                return (pinned, Some(report), Heard::Other(renewed.new));
+            }
+        }
+    }
+    report.renewed = Some(renewed);
+    (key, Some(report), Heard::Served)
+}
+
+/// sealing.cert as it is now on disk, and true; the key loaded at start and false when it
+/// cannot be used.
+fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
+    let path = &ctx.config.sealing_cert;
+    crate::fsutil::read_under(path, ctx.repo.path())
+        .map_err(|e| e.to_string())
+        .and_then(|pem| {
+            SealingKey::from_pem(&pem, &path.display().to_string(), now).map_err(|e| e.to_string())
+        })
+        .map(|key| (key, true))
+        .unwrap_or_else(|e| {
+            if path.exists() || path.is_symlink() {
+                tracing::warn!(error = %e, "sealing.cert cannot be used: using the copy loaded at start");
+            }
+            (ctx.sealing.clone(), false)
+        })
+}
+
+/// Writes sealing.cert atomically; commits it when it is inside the fleet repo.
+async fn pin(ctx: &Context, pem: &[u8], message: &str) -> Result<Option<String>, String> {
+    let path = &ctx.config.sealing_cert;
+    let Some(rel) = inside(path, ctx.repo.path()) else {
+        crate::fsutil::write_atomic(path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Ok(None);
+    };
+    if ctx.config.repo.mode == RepoMode::PullRequest {
+        return propose(ctx, &rel, pem, message).await;
+    }
+    ctx.repo
+        .write_atomic(&rel, pem)
+        .map_err(|e| e.to_string())?;
+    let committed = ctx.repo.commit(&rel, message).await;
+    if committed.is_err() {
+        ctx.repo.discard(&rel).await;
+    }
+    committed.map_err(|e| e.to_string())
+}
+
+/// Review mode: the target branch is never pushed to, so the renewed certificate goes
+/// on its own branch and pull request, like a rotation. The clone's checkout is left as
+/// it is; until the pull request is merged the pinned copy there stays the old one.
+async fn propose(
+    ctx: &Context,
+    rel: &Path,
+    pem: &[u8],
+    message: &str,
+) -> Result<Option<String>, String> {
+    let repo = &ctx.repo;
+    let head = repo.remote_branch_head(CERT_BRANCH).await;
+    let waiting = match &head {
+        Some(h) => match repo.branch_state(CERT_BRANCH, h, rel).await {
+            BranchState::Merged => false,
+            BranchState::Open(proven) => match proven {
+                // Only spokekeeper's own signed commit is left waiting; another is replaced.
+                Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
+                Err(why) => {
+                    tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
+                    false
+                }
+            },
+        },
+        None => false,
+    };
+    let (pushed, trusted) = if let (true, Some(h)) = (waiting, &head) {
+        (None, h.clone())
+    } else {
+        let sha = repo
+            .commit_on_target(rel, pem, message)
+            .await
+            .map_err(|e| e.to_string())?;
+        repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
+            .await
+            .map_err(|e| format!("branch {CERT_BRANCH}: {e}"))?;
+        (Some(sha.clone()), sha)
+    };
+    let forge = ctx
+        .config
+        .repo
+        .forge
+        .as_ref()
+        .ok_or("repo.mode pull-request without repo.forge")?;
+    let forge = Forge::new(forge).map_err(|e| e.to_string())?;
+    let base = repo.target_branch();
+    let open = forge
+        .find_open(CERT_BRANCH, base)
+        .await
+        .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+    let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
+    // The head line lets a reviewer compare with the commit the forge shows.
+    let body = format!("{body}\n\n{}", review::signed_line(&trusted));
+    let shown = match open {
+        // An open pull request (ours or adopted) always gets spokekeeper's text.
+        Some(o) if pushed.is_none() && review::same_text(&o, title, &body) => o,
+        open => {
+            let ask = crate::forge::Proposal {
+                branch: CERT_BRANCH,
+                base,
+                title,
+                body: &body,
+            };
+            let (pr, action) = forge
+                .open_or_update(&ask, open)
+                .await
+                .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+            tracing::info!(number = pr.pr.number, url = %pr.pr.url, ?action, "sealing certificate pull request");
+            pr
+        }
+    };
+    if shown.head.as_deref() != Some(trusted.as_str()) {
+        return Err(review::unverified(&shown, &trusted, pushed.is_some()));
+    }
+    Ok(pushed)
+}
