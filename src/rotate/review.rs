@@ -32,8 +32,9 @@
 use time::OffsetDateTime;
 
 use super::decide::{self, Decision, Observed, Policy, Reason};
+use super::reconcile::Proposal;
 use super::state::Recorded;
-use super::{Context, Gate, Outcome, Proposal, SpokeReport, Stage};
+use super::{Context, Gate, Outcome, SpokeReport, Stage};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{self, Forge, PullRequest};
 use crate::repo::{BranchState, RepoError, Untrusted};

@@ -1,0 +1,272 @@
+//! What a tick reports: per spoke (outcome, credential, hub) and for the tick (the
+//! sealing certificate, the fleet repo). The CLI, the metrics and the alerts render it.
+
+use time::OffsetDateTime;
+
+use super::decide::Reason;
+use super::refresh::Stage;
+use super::state::Recorded;
+use crate::seal::SealingKey;
+use crate::spoke::{ProbeError, ProbeReport};
+
+/// What happened to one spoke.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum Outcome {
+    /// Nothing needed doing (no SSH).
+    Healthy,
+    /// Re-extracted on schedule; the same credential: nothing to commit.
+    Unchanged,
+    /// A fresh credential was committed (and pushed, unless the push failed).
+    Rotated { commit: String },
+    /// --dry-run: would have committed this.
+    WouldRotate,
+    /// The client certificate is expiring and the node has not renewed it yet.
+    NotRenewed,
+    /// Stopped at `stage`; the committed credential is untouched.
+    Failed { stage: Stage, error: String },
+    /// `repo.mode: pull-request`: the fix is on `branch`, waiting for review.
+    Pending {
+        branch: String,
+        /// Pushed to the branch this tick (None: it already held the fix).
+        commit: Option<String>,
+        /// The open pull request (None: none found, e.g. in a dry run).
+        pull_request: Option<crate::forge::PullRequest>,
+        /// Whether this tick opened or updated the pull request.
+        change: Option<crate::forge::Action>,
+        /// Since the pull request was opened.
+        pending_seconds: Option<u64>,
+    },
+}
+
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SpokeReport {
+    pub spoke: String,
+    #[serde(flatten)]
+    pub outcome: Outcome,
+    pub reason: Option<Reason>,
+    /// The CA the hub's credential trusts after this tick.
+    pub ca_sha256: Option<String>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub ca_not_after: Option<OffsetDateTime>,
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub client_not_after: Option<OffsetDateTime>,
+    /// Who the new credential authenticated as, when one was validated.
+    pub user: Option<String>,
+    /// The TLS probe this tick took, when it took one: alerts grade from it rather
+    /// than probing again.
+    #[serde(skip)]
+    pub probe: Option<Result<ProbeReport, ProbeError>>,
+    /// After a push with `hub:` configured: whether the hub unsealed it and Flux is Ready.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hub: Option<crate::hub::verify::HubReport>,
+    /// The hub's credential for this spoke after this tick, when known.
+    pub credential: Option<CredentialReport>,
+    /// Minted: the ClusterRoleBindings deleted this tick (older generations, or the
+    /// revoked one), so those credentials no longer work.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub revoked: Vec<String>,
+    /// Why superseded generations could not be revoked (they stay valid until they
+    /// expire, or until the next minted rotation deletes them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub revoke_error: Option<String>,
+}
+
+/// What kind of credential the hub holds for a spoke (`credential` in -o json).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+pub struct CredentialReport {
+    pub mode: crate::config::CredentialMode,
+    /// Minted: the user the certificate was signed for. Extracted: who it authenticated as.
+    pub user: Option<String>,
+    /// Minted only: the generation counter (the user and its binding carry it).
+    pub generation: Option<u64>,
+    /// The client certificate's notAfter (minted: the signed certificate's).
+    #[serde(with = "time::serde::rfc3339::option")]
+    pub not_after: Option<OffsetDateTime>,
+}
+
+impl CredentialReport {
+    /// What the recorded annotations say.
+    pub fn of(r: &Recorded) -> CredentialReport {
+        let minted = r.credential.mode == crate::config::CredentialMode::Minted;
+        CredentialReport {
+            mode: r.credential.mode,
+            user: r.credential.user.clone(),
+            generation: minted.then_some(r.credential.generation),
+            not_after: r.client_not_after,
+        }
+    }
+}
+
+impl SpokeReport {
+    /// `spoke` with `outcome`, before anything else is known.
+    pub fn new(spoke: &str, outcome: Outcome) -> SpokeReport {
+        SpokeReport {
+            spoke: spoke.to_string(),
+            outcome,
+            reason: None,
+            ca_sha256: None,
+            ca_not_after: None,
+            client_not_after: None,
+            user: None,
+            probe: None,
+            hub: None,
+            credential: None,
+            revoked: Vec::new(),
+            revoke_error: None,
+        }
+    }
+
+    pub fn failed(&self) -> bool {
+        matches!(self.outcome, Outcome::Failed { .. })
+    }
+}
+
+#[derive(Debug, serde::Serialize)]
+pub struct TickReport {
+    pub spokes: Vec<SpokeReport>,
+    /// Whether commits were pushed this tick (false when nothing was ahead).
+    pub pushed: bool,
+    /// Why the repo could not be synced or pushed, when it could not.
+    pub repo_error: Option<RepoFailure>,
+    /// The sealing certificate of this tick: whether it is trusted and, with `hub:`,
+    /// what the controller served (None only in reports not made by a tick).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sealing: Option<crate::hub::cert::CertReport>,
+    /// The sealing key this tick sealed to (alerts grade it).
+    #[serde(skip)]
+    pub sealing_key: Option<SealingKey>,
+}
+
+impl TickReport {
+    /// Just these spokes: nothing pushed, no repo error, no hub.
+    pub fn of(spokes: Vec<SpokeReport>) -> TickReport {
+        TickReport {
+            spokes,
+            pushed: false,
+            repo_error: None,
+            sealing: None,
+            sealing_key: None,
+        }
+    }
+
+    /// No spoke failed, the repo synced and pushed, and the sealing key is trusted.
+    pub fn ok(&self) -> bool {
+        self.repo_error.is_none()
+            && !self.spokes.iter().any(SpokeReport::failed)
+            && self.sealing.as_ref().is_none_or(|c| c.untrusted.is_none())
+    }
+
+    /// Every credential pushed this tick was unsealed on the hub and each of its consumers
+    /// is Ready (trivially true without `hub:`).
+    pub fn hub_ok(&self) -> bool {
+        self.spokes
+            .iter()
+            .all(|s| s.hub.as_ref().is_none_or(|h| h.ok()))
+    }
+}
+
+/// Where the fleet repo failed in a tick; the stage is the only part that becomes a
+/// metric label, so label values come from a fixed set, never from error text.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RepoFailure {
+    pub stage: RepoStage,
+    pub error: String,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepoStage {
+    /// Fetching and rebasing onto the remote.
+    Sync,
+    /// Pushing the tick's commits.
+    Push,
+    /// Review mode found commits in the clone that only a push would publish.
+    Unpushed,
+}
+
+impl RepoStage {
+    pub const ALL: [RepoStage; 3] = [RepoStage::Sync, RepoStage::Push, RepoStage::Unpushed];
+
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            RepoStage::Sync => "sync",
+            RepoStage::Push => "push",
+            RepoStage::Unpushed => "unpushed",
+        }
+    }
+}
+
+impl RepoFailure {
+    pub fn new(stage: RepoStage, error: String) -> RepoFailure {
+        RepoFailure { stage, error }
+    }
+}
+
+/// The text reports and logs have always shown: "sync: ...", "push: ...", or the
+/// unpushed-commits message alone.
+impl std::fmt::Display for RepoFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.stage {
+            RepoStage::Unpushed => f.write_str(&self.error),
+            s => write!(f, "{}: {}", s.metric_label(), self.error),
+        }
+    }
+}
+
+/// JSON keeps today's string, so scripts reading `repo_error` keep working.
+impl serde::Serialize for RepoFailure {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl Stage {
+    pub const ALL: [Stage; 9] = [
+        Stage::Observe,
+        Stage::Probe,
+        Stage::Extract,
+        Stage::Validate,
+        Stage::Mint,
+        Stage::Seal,
+        Stage::Commit,
+        Stage::Push,
+        Stage::Review,
+    ];
+
+    /// The `stage` label of `spokekeeper_errors_total` (the JSON name, as a constant).
+    pub fn metric_label(self) -> &'static str {
+        match self {
+            Stage::Observe => "observe",
+            Stage::Probe => "probe",
+            Stage::Extract => "extract",
+            Stage::Validate => "validate",
+            Stage::Mint => "mint",
+            Stage::Seal => "seal",
+            Stage::Commit => "commit",
+            Stage::Push => "push",
+            Stage::Review => "review",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repo_error_serializes_as_the_text_it_always_had() {
+        let json = |stage, error: &str| {
+            let r = TickReport {
+                repo_error: Some(RepoFailure::new(stage, error.into())),
+                ..TickReport::of(vec![])
+            };
+            serde_json::to_value(&r).unwrap()["repo_error"].clone()
+        };
+        assert_eq!(json(RepoStage::Push, "rejected"), "push: rejected");
+        assert_eq!(json(RepoStage::Sync, "offline"), "sync: offline");
+        assert_eq!(
+            json(RepoStage::Unpushed, "the clone has 1 commit(s)"),
+            "the clone has 1 commit(s)"
+        );
+    }
+}
