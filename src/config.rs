@@ -12,14 +12,15 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::seal::Scope;
-pub use crate::spoke::{Distro, SshSettings};
-
 mod check;
 mod credential;
 mod lines;
+mod ssh;
+mod types;
 
 pub use credential::{CredentialMode, CredentialPolicy};
+pub use ssh::SshSettings;
+pub use types::{Distro, Scope};
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -82,14 +83,6 @@ impl fmt::Display for Span {
             s if s % 60 == 0 && s > 0 => write!(f, "{}m", s / 60),
             s => write!(f, "{s}s"),
         }
-    }
-}
-
-impl<'de> Deserialize<'de> for Distro {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
     }
 }
 
@@ -321,14 +314,6 @@ struct RawSpoke {
     kustomization: Option<RawKustomizationRef>,
     #[serde(default)]
     credential: credential::RawCredential,
-}
-
-impl<'de> Deserialize<'de> for Scope {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
 }
 
 /// How a rotation reaches the target branch.
