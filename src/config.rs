@@ -15,6 +15,7 @@ use serde::Deserialize;
 mod check;
 mod credential;
 mod lines;
+pub mod signing_key;
 mod ssh;
 mod types;
 
@@ -470,7 +471,7 @@ impl Config {
         let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let config = Self::parse(&text, &file, &base)?;
         if let Some(key) = &config.repo.signing_key {
-            crate::repo::signing::public_key(key).map_err(|e| ConfigError {
+            signing_key::public_key(key).map_err(|e| ConfigError {
                 file: file.clone(),
                 message: match lines::Lines::of(&text).line("repo.signing_key") {
                     Some(n) => format!("line {n}: {e}"),
@@ -719,7 +720,7 @@ impl Config {
                     "repo.mode",
                     format!(
                         "repo.signing_key is required with repo.mode: pull-request: spokekeeper signs every review commit with it and trusts a review branch only when its signature verifies. Create one ({}) and set repo.signing_key: /etc/spokekeeper/signing-key",
-                        crate::repo::signing::KEYGEN
+                        signing_key::KEYGEN
                     ),
                 ));
             }
