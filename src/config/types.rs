@@ -1,10 +1,61 @@
-//! Value types of spokekeeper.yaml that the layers above read as they are: a spoke's
-//! [`Distro`] (spoke extraction) and [`Scope`] (sealing).
+//! Value types of spokekeeper.yaml used by more than one section, or by the layers
+//! above as they are: [`Span`] (every duration), a spoke's [`Distro`] (spoke
+//! extraction) and [`Scope`] (sealing).
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
 
 use serde::Deserialize;
+
+/// A duration written as a number and a unit: `30s`, `15m`, `24h`, `30d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+        let n: u64 = num.parse().map_err(|_| {
+            format!("{s:?} is not a duration: write a number and a unit, like 30s, 15m, 24h or 30d")
+        })?;
+        let secs = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            _ => {
+                return Err(format!(
+                    "{s:?} has no known unit: use s, m, h or d (e.g. 30d)"
+                ));
+            }
+        };
+        n.checked_mul(secs)
+            .map(|t| Span(Duration::from_secs(t)))
+            .ok_or_else(|| format!("{s:?} is too long"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs();
+        match s {
+            s if s % 86_400 == 0 && s > 0 => write!(f, "{}d", s / 86_400),
+            s if s % 3600 == 0 && s > 0 => write!(f, "{}h", s / 3600),
+            s if s % 60 == 0 && s > 0 => write!(f, "{}m", s / 60),
+            s => write!(f, "{s}s"),
+        }
+    }
+}
 
 /// Where a sealed value may be unsealed: the OAEP label binds it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -125,6 +176,18 @@ impl<'de> Deserialize<'de> for Distro {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn spans_read_and_print() {
+        assert_eq!(
+            "30d".parse::<Span>().unwrap().0,
+            Duration::from_secs(2_592_000)
+        );
+        assert_eq!(Span(Duration::from_secs(90)).to_string(), "90s");
+        assert_eq!(Span(Duration::from_secs(7200)).to_string(), "2h");
+        assert!("99999999999999999999d".parse::<Span>().is_err());
+        assert!("d".parse::<Span>().is_err());
+    }
 
     #[test]
     fn labels_match_upstream() {
