@@ -15,9 +15,7 @@ mod oaep;
 pub mod trust;
 mod yaml;
 
-use std::fmt;
-use std::str::FromStr;
-
+pub use crate::config::Scope;
 pub use crypto::{hybrid_decrypt, hybrid_encrypt};
 pub use key::{KeyError, RecoveryKey, SealingKey};
 pub use manifest::{ManifestError, SealedSecret, SecretInput};
@@ -34,28 +32,7 @@ pub const LAST_APPLIED_ANNOTATIONS: [&str; 2] = [
     "kubecfg.ksonnet.io/last-applied-configuration",
 ];
 
-/// Where a sealed value may be unsealed: the OAEP label binds it.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
-pub enum Scope {
-    /// Only as this name in this namespace (label `namespace/name`).
-    #[default]
-    Strict,
-    /// Any name in this namespace (label `namespace`).
-    NamespaceWide,
-    /// Anywhere (empty label).
-    ClusterWide,
-}
-
 impl Scope {
-    /// The RSA-OAEP label, exactly as upstream `EncryptionLabel`.
-    pub fn label(self, namespace: &str, name: &str) -> Vec<u8> {
-        match self {
-            Scope::Strict => format!("{namespace}/{name}").into_bytes(),
-            Scope::NamespaceWide => namespace.as_bytes().to_vec(),
-            Scope::ClusterWide => Vec::new(),
-        }
-    }
-
     /// The scope as the controller reads it from annotations: only the value "true" counts.
     pub fn from_annotations<'a>(mut get: impl FnMut(&str) -> Option<&'a str>) -> Scope {
         if get(ANNOTATION_CLUSTER_WIDE) == Some("true") {
@@ -75,47 +52,11 @@ impl Scope {
             Scope::ClusterWide => Some(ANNOTATION_CLUSTER_WIDE),
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Strict => "strict",
-            Scope::NamespaceWide => "namespace-wide",
-            Scope::ClusterWide => "cluster-wide",
-        }
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Scope {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Scope::Strict),
-            "namespace-wide" => Ok(Scope::NamespaceWide),
-            "cluster-wide" => Ok(Scope::ClusterWide),
-            other => Err(format!(
-                "unknown scope {other:?}: use strict, namespace-wide or cluster-wide"
-            )),
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn labels_match_upstream() {
-        assert_eq!(Scope::Strict.label("ns", "n"), b"ns/n");
-        assert_eq!(Scope::NamespaceWide.label("ns", "n"), b"ns");
-        assert!(Scope::ClusterWide.label("ns", "n").is_empty());
-    }
 
     #[test]
     fn cluster_wide_wins_and_only_true_counts() {
@@ -126,9 +67,5 @@ mod tests {
         assert_eq!(Scope::from_annotations(both), Scope::ClusterWide);
         let yes = |k: &str| (k == ANNOTATION_NAMESPACE_WIDE).then_some("yes");
         assert_eq!(Scope::from_annotations(yes), Scope::Strict);
-        for s in [Scope::Strict, Scope::NamespaceWide, Scope::ClusterWide] {
-            assert_eq!(s.as_str().parse::<Scope>().unwrap(), s);
-        }
-        assert!("global".parse::<Scope>().unwrap_err().contains("strict"));
     }
 }

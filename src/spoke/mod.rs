@@ -12,64 +12,13 @@ pub mod live;
 pub mod probe;
 mod ssh;
 
-use std::fmt;
-use std::str::FromStr;
-
+pub use crate::config::{Distro, SshSettings};
 pub use extract::{ExtractError, Source, extract, read_local, read_over_ssh};
 pub use live::{LiveError, LiveReport, check_live};
 pub use probe::{CaCheck, ProbeError, ProbeReport, probe};
-pub use ssh::SshSettings;
 
 /// Largest kubeconfig accepted from a spoke. Bigger is an error, never a truncation.
 pub const MAX_KUBECONFIG_BYTES: usize = 1 << 20;
-
-/// Which Kubernetes distribution a node runs: sets where its admin kubeconfig lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Distro {
-    K3s,
-    Rke2,
-    Kubeadm,
-}
-
-impl Distro {
-    /// The admin kubeconfig the distribution writes on a server node.
-    pub fn kubeconfig_path(self) -> &'static str {
-        match self {
-            Distro::K3s => "/etc/rancher/k3s/k3s.yaml",
-            Distro::Rke2 => "/etc/rancher/rke2/rke2.yaml",
-            Distro::Kubeadm => "/etc/kubernetes/admin.conf",
-        }
-    }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Distro::K3s => "k3s",
-            Distro::Rke2 => "rke2",
-            Distro::Kubeadm => "kubeadm",
-        }
-    }
-}
-
-impl fmt::Display for Distro {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-impl FromStr for Distro {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "k3s" => Ok(Distro::K3s),
-            "rke2" => Ok(Distro::Rke2),
-            "kubeadm" => Ok(Distro::Kubeadm),
-            other => Err(format!(
-                "unknown distro {other:?}: use k3s, rke2 or kubeadm"
-            )),
-        }
-    }
-}
 
 /// The least-privilege setup for a node, printed by `spokekeeper init` and docs/operations.md.
 ///
@@ -153,21 +102,6 @@ pub(crate) fn sanitize_remote_text(text: &str, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn distro_paths_and_names_round_trip() {
-        for d in [Distro::K3s, Distro::Rke2, Distro::Kubeadm] {
-            assert_eq!(d.name().parse::<Distro>().unwrap(), d);
-            assert!(d.kubeconfig_path().starts_with("/etc/"));
-        }
-        assert_eq!(Distro::K3s.kubeconfig_path(), "/etc/rancher/k3s/k3s.yaml");
-        assert!(
-            "k8s"
-                .parse::<Distro>()
-                .unwrap_err()
-                .contains("k3s, rke2 or kubeadm")
-        );
-    }
 
     #[test]
     fn remote_text_is_one_short_printable_line_without_key_material() {

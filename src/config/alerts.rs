@@ -1,0 +1,84 @@
+//! `alerts:`: when a credential's expiry warns and turns critical, and where alerts go.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::{ConfigError, Loading, Span};
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAlerts {
+    #[serde(default)]
+    warn_before: Option<Span>,
+    #[serde(default)]
+    critical_before: Option<Span>,
+    #[serde(default)]
+    alertmanager: Option<String>,
+    #[serde(default)]
+    webhook: Option<String>,
+    #[serde(default)]
+    pending_review_after: Option<Span>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AlertsConfig {
+    pub warn_before: Duration,
+    pub critical_before: Duration,
+    pub alertmanager: Option<url::Url>,
+    pub webhook: Option<url::Url>,
+    /// How long a fix for a broken hub credential may wait for review before an alert.
+    pub pending_review_after: Duration,
+}
+
+/// Defaults filled in (no `alerts:` at all takes them all); the sinks must be http(s)
+/// URLs, and critical must come after warn.
+pub(super) fn load(raw: Option<RawAlerts>, l: &Loading) -> Result<AlertsConfig, ConfigError> {
+    let url = |field: &str, v: Option<String>| -> Result<Option<url::Url>, ConfigError> {
+        v.map(|s| {
+            url::Url::parse(&s)
+                .ok()
+                .filter(|u| matches!(u.scheme(), "http" | "https"))
+                .ok_or_else(|| l.bad(field, format!("{field} {s:?} is not an http(s) URL")))
+        })
+        .transpose()
+    };
+    let a = raw.unwrap_or_default();
+    let alerts = AlertsConfig {
+        warn_before: a
+            .warn_before
+            .map_or(Duration::from_secs(30 * 86_400), |s| s.0),
+        critical_before: a
+            .critical_before
+            .map_or(Duration::from_secs(7 * 86_400), |s| s.0),
+        alertmanager: url("alerts.alertmanager", a.alertmanager)?,
+        webhook: url("alerts.webhook", a.webhook)?,
+        pending_review_after: a
+            .pending_review_after
+            .map_or(Duration::from_secs(4 * 3600), |s| s.0),
+    };
+    if alerts.critical_before > alerts.warn_before {
+        return Err(l.bad(
+            "alerts.critical_before",
+            format!(
+                "alerts.critical_before ({}) is longer than alerts.warn_before ({}): critical must come later, closer to expiry",
+                Span(alerts.critical_before),
+                Span(alerts.warn_before)
+            ),
+        ));
+    }
+    Ok(alerts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{MIN, refused};
+
+    #[test]
+    fn critical_must_come_after_warn() {
+        refused(
+            &format!("{MIN}alerts: {{warn_before: 1d, critical_before: 7d}}\n"),
+            &["critical_before", "warn_before"],
+        );
+    }
+}

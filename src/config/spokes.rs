@@ -1,0 +1,257 @@
+//! `spokes:`: each spoke node, what is read from it, and where its sealed credential
+//! goes. A spoke's `ssh:` and `credential:` are merged over the global ones.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::credential::{self, CredentialPolicy, RawCredential};
+use super::ssh::{self, SshOverrides, SshSettings};
+use super::{ConfigError, Distro, Loading, Scope, check, is_dns_subdomain};
+
+pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
+pub const DEFAULT_SECRET_KEY: &str = "value";
+pub const DEFAULT_KUSTOMIZATION_NAMESPACE: &str = "flux-system";
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawSpoke {
+    name: String,
+    address: String,
+    #[serde(default)]
+    distro: Option<Distro>,
+    #[serde(default)]
+    source: Option<SourceKind>,
+    #[serde(default)]
+    kubeconfig_path: Option<String>,
+    #[serde(default)]
+    api_server: Option<String>,
+    #[serde(default)]
+    ssh: SshOverrides,
+    #[serde(default)]
+    secret: Option<RawSecretRef>,
+    #[serde(default)]
+    scope: Option<Scope>,
+    #[serde(default)]
+    output: Option<PathBuf>,
+    #[serde(default)]
+    kustomization: Option<RawKustomizationRef>,
+    #[serde(default)]
+    credential: RawCredential,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSecretRef {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+    #[serde(default)]
+    key: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKustomizationRef {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+/// Where a spoke's kubeconfig is read from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    /// Over SSH from the node (the default).
+    #[default]
+    Ssh,
+    /// A file on this host: spokekeeper runs on the node itself (and the demo).
+    Local,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SecretRef {
+    pub name: String,
+    pub namespace: String,
+    pub key: String,
+}
+
+/// `spokes[].kustomization`: the one Flux Kustomization verified after a push, instead
+/// of every consumer of the spoke's Secret found on the hub.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KustomizationRef {
+    pub name: String,
+    pub namespace: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpokeConfig {
+    pub name: String,
+    pub address: String,
+    pub distro: Distro,
+    pub source: SourceKind,
+    pub kubeconfig_path: String,
+    /// None: https://ADDRESS:PORT-from-the-extracted-kubeconfig.
+    pub api_server: Option<url::Url>,
+    pub ssh: SshSettings,
+    pub secret: SecretRef,
+    pub scope: Scope,
+    /// Relative to the repo root; never absolute, never leaves the repo.
+    pub output: PathBuf,
+    /// Used only when `hub:` is configured. None: verify every Kustomization and
+    /// HelmRelease on the hub whose spec.kubeConfig.secretRef names the spoke's Secret.
+    pub kustomization: Option<KustomizationRef>,
+    /// `credential:` merged over the global one.
+    pub credential: CredentialPolicy,
+}
+
+/// At least one spoke, each with its defaults filled in and the global `ssh:` and
+/// `credential:` merged under its own. Each value is checked by `check::spoke` once
+/// the spoke is built, and what must differ between spokes by `check::fleet`.
+pub(super) fn load(
+    raw: Vec<RawSpoke>,
+    ssh: &SshOverrides,
+    credential: &RawCredential,
+    l: &Loading,
+) -> Result<Vec<SpokeConfig>, ConfigError> {
+    if raw.is_empty() {
+        return Err(l.err("spokes is empty: add at least one spoke (name and address)".into()));
+    }
+    let mut spokes = Vec::with_capacity(raw.len());
+    for (i, s) in raw.into_iter().enumerate() {
+        spokes.push(spoke(i, s, ssh, credential, l)?);
+    }
+    Ok(spokes)
+}
+
+/// `spokes[i]`: the checks its defaults depend on (name, written `ssh:`, api_server,
+/// `kustomization:`, `credential:`), then the spoke with its defaults.
+fn spoke(
+    i: usize,
+    s: RawSpoke,
+    global_ssh: &SshOverrides,
+    global_credential: &RawCredential,
+    l: &Loading,
+) -> Result<SpokeConfig, ConfigError> {
+    let at = format!("spokes[{i}]");
+    check::name(i, &s.name).map_err(|e| l.invalid(e))?;
+    check::ssh(&format!("{at}.ssh"), &s.ssh).map_err(|e| l.invalid(e))?;
+    let api_server = s
+        .api_server
+        .map(|u| {
+            check::api_server(&u)
+                .map_err(|e| l.bad(&format!("{at}.api_server"), format!("{at}.api_server {e}")))
+        })
+        .transpose()?;
+    let distro = s.distro.unwrap_or(Distro::K3s);
+    let kubeconfig_path = s
+        .kubeconfig_path
+        .unwrap_or_else(|| distro.kubeconfig_path().into());
+    let ssh = ssh::settings(global_ssh, &s.ssh, l);
+    let secret = s.secret.unwrap_or(RawSecretRef {
+        name: None,
+        namespace: None,
+        key: None,
+    });
+    let secret = SecretRef {
+        name: secret
+            .name
+            .unwrap_or_else(|| format!("{}-kubeconfig", s.name)),
+        namespace: secret
+            .namespace
+            .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.into()),
+        key: secret.key.unwrap_or_else(|| DEFAULT_SECRET_KEY.into()),
+    };
+    let output = s
+        .output
+        .unwrap_or_else(|| PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)));
+    let kustomization = s
+        .kustomization
+        .map(|k| kustomization(&at, &s.name, k, l))
+        .transpose()?;
+    let credential = credential::resolve(global_credential, &s.credential, &at)
+        .map_err(|r| l.bad(&r.key, r.message))?;
+    Ok(SpokeConfig {
+        name: s.name,
+        address: s.address,
+        distro,
+        source: s.source.unwrap_or_default(),
+        kubeconfig_path,
+        api_server,
+        ssh,
+        secret,
+        scope: s.scope.unwrap_or_default(),
+        output,
+        kustomization,
+        credential,
+    })
+}
+
+/// `spokes[i].kustomization`: named after the spoke and in flux-system unless written.
+fn kustomization(
+    at: &str,
+    spoke: &str,
+    k: RawKustomizationRef,
+    l: &Loading,
+) -> Result<KustomizationRef, ConfigError> {
+    let k = KustomizationRef {
+        name: k.name.unwrap_or_else(|| spoke.to_string()),
+        namespace: k
+            .namespace
+            .unwrap_or_else(|| DEFAULT_KUSTOMIZATION_NAMESPACE.into()),
+    };
+    for (field, v) in [("name", &k.name), ("namespace", &k.namespace)] {
+        if !is_dns_subdomain(v) {
+            return Err(l.bad(
+                &format!("{at}.kustomization.{field}"),
+                format!(
+                    "{at}.kustomization.{field} {v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.'"
+                ),
+            ));
+        }
+    }
+    Ok(k)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{MIN, refused};
+
+    #[test]
+    fn spoke_mistakes_name_the_field_and_the_fix() {
+        refused(
+            &MIN.replace("name: dev", "name: Dev_1"),
+            &["Dev_1", "lowercase"],
+        );
+        refused(
+            &format!("{MIN}  - {{name: dev, address: 10.0.0.2}}\n"),
+            &["line 5: spokes[1].name", "spokes[0]", "unique"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, output: ../escape.yaml"),
+            &["output", "inside the repo"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, api_server: http://x:6443"),
+            &["api_server", "https"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, distro: talos"),
+            &["talos"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, scope: global"),
+            &["strict, namespace-wide or cluster-wide"],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, kubeconfig_path: k3s.yaml"),
+            &["absolute"],
+        );
+        refused(
+            "repo: {path: f}\nsealing: {cert: c}\nspokes: []\n",
+            &["at least one spoke"],
+        );
+    }
+}

@@ -1,0 +1,221 @@
+//! Value types of spokekeeper.yaml used by more than one section, or by the layers
+//! above as they are: [`Span`] (every duration), a spoke's [`Distro`] (spoke
+//! extraction) and [`Scope`] (sealing).
+
+use std::fmt;
+use std::str::FromStr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A duration written as a number and a unit: `30s`, `15m`, `24h`, `30d`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Span(pub Duration);
+
+impl FromStr for Span {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        let s = s.trim();
+        let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+        let n: u64 = num.parse().map_err(|_| {
+            format!("{s:?} is not a duration: write a number and a unit, like 30s, 15m, 24h or 30d")
+        })?;
+        let secs = match unit {
+            "s" => 1,
+            "m" => 60,
+            "h" => 3600,
+            "d" => 86_400,
+            _ => {
+                return Err(format!(
+                    "{s:?} has no known unit: use s, m, h or d (e.g. 30d)"
+                ));
+            }
+        };
+        n.checked_mul(secs)
+            .map(|t| Span(Duration::from_secs(t)))
+            .ok_or_else(|| format!("{s:?} is too long"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Span {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+impl fmt::Display for Span {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let s = self.0.as_secs();
+        match s {
+            s if s % 86_400 == 0 && s > 0 => write!(f, "{}d", s / 86_400),
+            s if s % 3600 == 0 && s > 0 => write!(f, "{}h", s / 3600),
+            s if s % 60 == 0 && s > 0 => write!(f, "{}m", s / 60),
+            s => write!(f, "{s}s"),
+        }
+    }
+}
+
+/// Where a sealed value may be unsealed: the OAEP label binds it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, clap::ValueEnum)]
+pub enum Scope {
+    /// Only as this name in this namespace (label `namespace/name`).
+    #[default]
+    Strict,
+    /// Any name in this namespace (label `namespace`).
+    NamespaceWide,
+    /// Anywhere (empty label).
+    ClusterWide,
+}
+
+impl Scope {
+    /// The RSA-OAEP label, exactly as upstream `EncryptionLabel`.
+    pub fn label(self, namespace: &str, name: &str) -> Vec<u8> {
+        match self {
+            Scope::Strict => format!("{namespace}/{name}").into_bytes(),
+            Scope::NamespaceWide => namespace.as_bytes().to_vec(),
+            Scope::ClusterWide => Vec::new(),
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Strict => "strict",
+            Scope::NamespaceWide => "namespace-wide",
+            Scope::ClusterWide => "cluster-wide",
+        }
+    }
+}
+
+impl fmt::Display for Scope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for Scope {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "strict" => Ok(Scope::Strict),
+            "namespace-wide" => Ok(Scope::NamespaceWide),
+            "cluster-wide" => Ok(Scope::ClusterWide),
+            other => Err(format!(
+                "unknown scope {other:?}: use strict, namespace-wide or cluster-wide"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Scope {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// Which Kubernetes distribution a node runs: sets where its admin kubeconfig lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Distro {
+    K3s,
+    Rke2,
+    Kubeadm,
+}
+
+impl Distro {
+    /// The admin kubeconfig the distribution writes on a server node.
+    pub fn kubeconfig_path(self) -> &'static str {
+        match self {
+            Distro::K3s => "/etc/rancher/k3s/k3s.yaml",
+            Distro::Rke2 => "/etc/rancher/rke2/rke2.yaml",
+            Distro::Kubeadm => "/etc/kubernetes/admin.conf",
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Distro::K3s => "k3s",
+            Distro::Rke2 => "rke2",
+            Distro::Kubeadm => "kubeadm",
+        }
+    }
+}
+
+impl fmt::Display for Distro {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Distro {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "k3s" => Ok(Distro::K3s),
+            "rke2" => Ok(Distro::Rke2),
+            "kubeadm" => Ok(Distro::Kubeadm),
+            other => Err(format!(
+                "unknown distro {other:?}: use k3s, rke2 or kubeadm"
+            )),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Distro {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        String::deserialize(d)?
+            .parse()
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_read_and_print() {
+        assert_eq!(
+            "30d".parse::<Span>().unwrap().0,
+            Duration::from_secs(2_592_000)
+        );
+        assert_eq!(Span(Duration::from_secs(90)).to_string(), "90s");
+        assert_eq!(Span(Duration::from_secs(7200)).to_string(), "2h");
+        assert!("99999999999999999999d".parse::<Span>().is_err());
+        assert!("d".parse::<Span>().is_err());
+    }
+
+    #[test]
+    fn labels_match_upstream() {
+        assert_eq!(Scope::Strict.label("ns", "n"), b"ns/n");
+        assert_eq!(Scope::NamespaceWide.label("ns", "n"), b"ns");
+        assert!(Scope::ClusterWide.label("ns", "n").is_empty());
+    }
+
+    #[test]
+    fn scope_names_round_trip() {
+        for s in [Scope::Strict, Scope::NamespaceWide, Scope::ClusterWide] {
+            assert_eq!(s.as_str().parse::<Scope>().unwrap(), s);
+        }
+        assert!("global".parse::<Scope>().unwrap_err().contains("strict"));
+    }
+
+    #[test]
+    fn distro_paths_and_names_round_trip() {
+        for d in [Distro::K3s, Distro::Rke2, Distro::Kubeadm] {
+            assert_eq!(d.name().parse::<Distro>().unwrap(), d);
+            assert!(d.kubeconfig_path().starts_with("/etc/"));
+        }
+        assert_eq!(Distro::K3s.kubeconfig_path(), "/etc/rancher/k3s/k3s.yaml");
+        assert!(
+            "k8s"
+                .parse::<Distro>()
+                .unwrap_err()
+                .contains("k3s, rke2 or kubeadm")
+        );
+    }
+}
