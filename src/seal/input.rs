@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use zeroize::Zeroizing;
 
-use super::manifest::ManifestError;
+use super::error::ManifestError;
 
 /// One node of the input. Only what the Secret's fields need is kept.
 pub(super) enum Value {

@@ -8,6 +8,7 @@
 //! an explicit private key (see SECURITY.md).
 
 pub mod crypto;
+mod error;
 mod input;
 pub mod key;
 pub mod manifest;
