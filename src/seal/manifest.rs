@@ -13,25 +13,14 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 
 use super::crypto::{hybrid_decrypt, hybrid_encrypt};
+use super::input::parse_doc;
 use super::key::{RecoveryKey, SealingKey};
 use super::yaml::{json_string, scalar};
-use super::{API_VERSION, KIND, LAST_APPLIED_ANNOTATIONS, Scope};
+use super::{API_VERSION, KIND, Scope};
 use crate::secret::SecretBytes;
 
 pub use super::error::{MAX_MANIFEST_BYTES, ManifestError};
-
-/// A plaintext Secret: what is sealed, and what unsealing gives back. Values live in
-/// [`SecretBytes`].
-#[derive(Debug, Default)]
-pub struct SecretInput {
-    pub name: String,
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub type_: Option<String>,
-    pub immutable: Option<bool>,
-    pub data: BTreeMap<String, SecretBytes>,
-}
+pub use super::input::SecretInput;
 
 #[derive(Default, Deserialize)]
 struct RawMeta {
@@ -43,128 +32,6 @@ struct RawMeta {
     labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
-}
-
-fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestError> {
-    if bytes.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge(bytes.len()));
-    }
-    let text =
-        std::str::from_utf8(bytes).map_err(|e| ManifestError::Syntax(format!("not UTF-8: {e}")))?;
-    if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
-    } else {
-        // No snippet: the lines around a syntax error may hold a Secret's values.
-        let mut options = serde_saphyr::Options::default();
-        options.with_snippet = false;
-        // Its rejection message quotes the scalar; as a number it is reported by kind.
-        options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
-        // YAML 1.2 booleans only: `namespace: y` or a value `on` stays a string.
-        options.strict_booleans = true;
-        serde_saphyr::from_str_with_options(text, options)
-            .map_err(|e| ManifestError::Syntax(e.to_string()))
-    }
-}
-
-impl SecretInput {
-    /// A Secret manifest, YAML or JSON, with `data` and/or `stringData` (stringData wins,
-    /// as in the API server).
-    ///
-    /// Errors name the field and the type found, never a value (see [`super::input`]).
-    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
-        let tree: super::input::Value = parse_doc(bytes)?;
-        let raw = super::input::secret(&tree)?;
-        if raw.kind != "Secret" {
-            return Err(ManifestError::WrongKind {
-                expected: "Secret",
-                found: raw.kind,
-                hint: "pipe a Secret, e.g. kubectl create secret generic NAME --from-file=... --dry-run=client -o yaml",
-            });
-        }
-        let mut data = BTreeMap::new();
-        for (key, b64) in raw.data {
-            let value = decode_b64(&key, &b64)?;
-            data.insert(key, value);
-        }
-        for (key, value) in raw.string_data {
-            data.insert(key, SecretBytes::new(value.as_bytes().to_vec()));
-        }
-        if data.is_empty() {
-            return Err(ManifestError::NoData);
-        }
-        let mut annotations = raw.annotations;
-        for a in LAST_APPLIED_ANNOTATIONS {
-            annotations.remove(a);
-        }
-        Ok(SecretInput {
-            name: raw.name.unwrap_or_default(),
-            namespace: raw.namespace.unwrap_or_default(),
-            labels: raw.labels,
-            annotations,
-            type_: raw.type_,
-            immutable: raw.immutable,
-            data,
-        })
-    }
-
-    /// Fills name and namespace from flags; a flag that contradicts the input is an error.
-    pub fn apply_flags(
-        &mut self,
-        name: Option<&str>,
-        namespace: Option<&str>,
-    ) -> Result<(), ManifestError> {
-        for (field, current, given) in [
-            ("metadata.name", &mut self.name, name),
-            ("metadata.namespace", &mut self.namespace, namespace),
-        ] {
-            let Some(given) = given else { continue };
-            if current.is_empty() {
-                *current = given.to_string();
-            } else if current != given {
-                return Err(ManifestError::Conflict {
-                    field,
-                    found: current.clone(),
-                    given: given.into(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The scope this Secret asks for in its own annotations (kubeseal honours them).
-    pub fn annotated_scope(&self) -> Scope {
-        Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
-    }
-}
-
-fn decode_b64(key: &str, b64: &str) -> Result<SecretBytes, ManifestError> {
-    let b64 = b64.trim();
-    let mut out = SecretBytes::new(vec![0u8; b64.len() / 4 * 3 + 3]);
-    let n = B64
-        .decode_slice(b64.as_bytes(), out.expose_mut())
-        .map_err(|e| ManifestError::BadBase64 {
-            key: key.into(),
-            reason: base64_reason(&e),
-        })?;
-    let mut exact = SecretBytes::with_capacity(n);
-    exact.try_extend(&out.expose()[..n]);
-    Ok(exact)
-}
-
-/// Why base64 did not decode, without the offending symbol: it is part of the secret.
-fn base64_reason(e: &base64::DecodeSliceError) -> &'static str {
-    use base64::DecodeError as D;
-    match e {
-        base64::DecodeSliceError::DecodeError(D::InvalidByte(..)) => {
-            "a character outside the base64 alphabet"
-        }
-        base64::DecodeSliceError::DecodeError(D::InvalidLength(_)) => "the length is not valid",
-        base64::DecodeSliceError::DecodeError(D::InvalidLastSymbol(..)) => {
-            "the last character has trailing bits set"
-        }
-        base64::DecodeSliceError::DecodeError(D::InvalidPadding) => "the padding is not valid",
-        base64::DecodeSliceError::OutputSliceTooSmall => "it does not decode",
-    }
 }
 
 /// The Secret template inside a SealedSecret.
@@ -754,17 +621,5 @@ mod tests {
         assert!(check_names("n", "a.b", Scope::Strict).is_err());
         assert!(check_data_key("tls.crt").is_ok());
         assert!(check_data_key("a/b").is_err());
-    }
-
-    #[test]
-    fn base64_decodes_exactly() {
-        assert_eq!(decode_b64("k", "aGVsbG8=").unwrap().expose(), b"hello");
-        assert_eq!(decode_b64("k", "").unwrap().expose(), b"");
-        assert!(
-            decode_b64("k", "!!!")
-                .unwrap_err()
-                .to_string()
-                .contains("data.k")
-        );
     }
 }
