@@ -13,6 +13,7 @@ mod input;
 pub mod key;
 pub mod manifest;
 mod oaep;
+mod output;
 pub mod trust;
 mod yaml;
 
