@@ -1,17 +1,132 @@
-//! The Secret `seal` reads, parsed as a plain tree and then checked field by field, so a
-//! value of the wrong type is reported by its path and its kind, never by its content:
-//! serde's typed errors quote the offending value (`invalid type: integer `12345678``),
-//! and that value may be the secret. Strings are zeroized on drop; numbers keep only
-//! their kind.
+//! The Secret `seal` reads: [`SecretInput`], from YAML or JSON.
+//!
+//! The document is parsed as a plain tree and then checked field by field, so a value of
+//! the wrong type is reported by its path and its kind, never by its content: serde's
+//! typed errors quote the offending value (`invalid type: integer `12345678``), and that
+//! value may be the secret. Strings are zeroized on drop; numbers keep only their kind.
+//! `data` is base64-decoded straight into [`SecretBytes`], and a decoding error never
+//! names the offending character. [`parse_doc`] (size limit, YAML or JSON, no snippets)
+//! also reads the SealedSecret in `manifest.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
 
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 use serde::de::{Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
 use zeroize::Zeroizing;
 
-use super::manifest::ManifestError;
+use super::error::{MAX_MANIFEST_BYTES, ManifestError};
+use super::{LAST_APPLIED_ANNOTATIONS, Scope};
+use crate::secret::SecretBytes;
+
+/// A plaintext Secret: what is sealed, and what unsealing gives back. Values live in
+/// [`SecretBytes`].
+#[derive(Debug, Default)]
+pub struct SecretInput {
+    pub name: String,
+    pub namespace: String,
+    pub labels: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub type_: Option<String>,
+    pub immutable: Option<bool>,
+    pub data: BTreeMap<String, SecretBytes>,
+}
+
+impl SecretInput {
+    /// A Secret manifest, YAML or JSON, with `data` and/or `stringData` (stringData wins,
+    /// as in the API server).
+    ///
+    /// Errors name the field and the type found, never a value (see the module comment).
+    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
+        let tree: Value = parse_doc(bytes)?;
+        let raw = secret(&tree)?;
+        if raw.kind != "Secret" {
+            return Err(ManifestError::WrongKind {
+                expected: "Secret",
+                found: raw.kind,
+                hint: "pipe a Secret, e.g. kubectl create secret generic NAME --from-file=... --dry-run=client -o yaml",
+            });
+        }
+        let mut data = BTreeMap::new();
+        for (key, b64) in raw.data {
+            let value = decode_b64(&key, &b64)?;
+            data.insert(key, value);
+        }
+        for (key, value) in raw.string_data {
+            data.insert(key, SecretBytes::new(value.as_bytes().to_vec()));
+        }
+        if data.is_empty() {
+            return Err(ManifestError::NoData);
+        }
+        let mut annotations = raw.annotations;
+        for a in LAST_APPLIED_ANNOTATIONS {
+            annotations.remove(a);
+        }
+        Ok(SecretInput {
+            name: raw.name.unwrap_or_default(),
+            namespace: raw.namespace.unwrap_or_default(),
+            labels: raw.labels,
+            annotations,
+            type_: raw.type_,
+            immutable: raw.immutable,
+            data,
+        })
+    }
+
+    /// Fills name and namespace from flags; a flag that contradicts the input is an error.
+    pub fn apply_flags(
+        &mut self,
+        name: Option<&str>,
+        namespace: Option<&str>,
+    ) -> Result<(), ManifestError> {
+        for (field, current, given) in [
+            ("metadata.name", &mut self.name, name),
+            ("metadata.namespace", &mut self.namespace, namespace),
+        ] {
+            let Some(given) = given else { continue };
+            if current.is_empty() {
+                *current = given.to_string();
+            } else if current != given {
+                return Err(ManifestError::Conflict {
+                    field,
+                    found: current.clone(),
+                    given: given.into(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The scope this Secret asks for in its own annotations (kubeseal honours them).
+    pub fn annotated_scope(&self) -> Scope {
+        Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
+    }
+}
+
+/// One YAML or JSON document, at most [`MAX_MANIFEST_BYTES`]: a Secret as a [`Value`]
+/// tree, or a SealedSecret.
+pub(super) fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestError> {
+    if bytes.len() > MAX_MANIFEST_BYTES {
+        return Err(ManifestError::TooLarge(bytes.len()));
+    }
+    let text =
+        std::str::from_utf8(bytes).map_err(|e| ManifestError::Syntax(format!("not UTF-8: {e}")))?;
+    if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
+    } else {
+        // No snippet: the lines around a syntax error may hold a Secret's values.
+        let mut options = serde_saphyr::Options::default();
+        options.with_snippet = false;
+        // Its rejection message quotes the scalar; as a number it is reported by kind.
+        options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
+        // YAML 1.2 booleans only: `namespace: y` or a value `on` stays a string.
+        options.strict_booleans = true;
+        serde_saphyr::from_str_with_options(text, options)
+            .map_err(|e| ManifestError::Syntax(e.to_string()))
+    }
+}
 
 /// One node of the input. Only what the Secret's fields need is kept.
 pub(super) enum Value {
@@ -229,6 +344,36 @@ fn wrong(path: &str, expected: &'static str, found: &Value) -> ManifestError {
     }
 }
 
+fn decode_b64(key: &str, b64: &str) -> Result<SecretBytes, ManifestError> {
+    let b64 = b64.trim();
+    let mut out = SecretBytes::new(vec![0u8; b64.len() / 4 * 3 + 3]);
+    let n = B64
+        .decode_slice(b64.as_bytes(), out.expose_mut())
+        .map_err(|e| ManifestError::BadBase64 {
+            key: key.into(),
+            reason: base64_reason(&e),
+        })?;
+    let mut exact = SecretBytes::with_capacity(n);
+    exact.try_extend(&out.expose()[..n]);
+    Ok(exact)
+}
+
+/// Why base64 did not decode, without the offending symbol: it is part of the secret.
+fn base64_reason(e: &base64::DecodeSliceError) -> &'static str {
+    use base64::DecodeError as D;
+    match e {
+        base64::DecodeSliceError::DecodeError(D::InvalidByte(..)) => {
+            "a character outside the base64 alphabet"
+        }
+        base64::DecodeSliceError::DecodeError(D::InvalidLength(_)) => "the length is not valid",
+        base64::DecodeSliceError::DecodeError(D::InvalidLastSymbol(..)) => {
+            "the last character has trailing bits set"
+        }
+        base64::DecodeSliceError::DecodeError(D::InvalidPadding) => "the padding is not valid",
+        base64::DecodeSliceError::OutputSliceTooSmall => "it does not decode",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -283,5 +428,17 @@ mod tests {
         assert_eq!(s.kind, "Secret");
         assert!(s.data.is_empty());
         assert_eq!(s.string_data.len(), 1);
+    }
+
+    #[test]
+    fn base64_decodes_exactly() {
+        assert_eq!(decode_b64("k", "aGVsbG8=").unwrap().expose(), b"hello");
+        assert_eq!(decode_b64("k", "").unwrap().expose(), b"");
+        assert!(
+            decode_b64("k", "!!!")
+                .unwrap_err()
+                .to_string()
+                .contains("data.k")
+        );
     }
 }

@@ -1,108 +1,28 @@
-//! Secrets in, SealedSecrets out (and back, for recovery).
+//! The SealedSecret: sealed from a [`SecretInput`] (read in `input.rs`) after its names
+//! and data keys are checked, read back from YAML or JSON, and unsealed for recovery.
+//! Errors are [`ManifestError`] (`error.rs`); this module re-exports both, and
+//! [`MAX_MANIFEST_BYTES`], under their old paths.
 //!
 //! Output matches kubeseal >= v0.32: YAML starts with `---`, keys sorted as go-yaml sorts
 //! them, no creationTimestamp; JSON in kubeseal's field order. The top-level metadata
 //! carries only name, namespace and annotations (the scope, and any recorded state);
-//! the template keeps the Secret's labels, annotations, type and immutable.
+//! the template keeps the Secret's labels, annotations, type and immutable. The tree is
+//! built here and written by `output.rs`.
 
 use std::collections::BTreeMap;
-use std::fmt::Write;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
 use serde::Deserialize;
 
-use super::crypto::{SealError, UnsealError, hybrid_decrypt, hybrid_encrypt};
+use super::crypto::{hybrid_decrypt, hybrid_encrypt};
+use super::input::parse_doc;
 use super::key::{RecoveryKey, SealingKey};
-use super::yaml::{json_string, scalar};
-use super::{API_VERSION, KIND, LAST_APPLIED_ANNOTATIONS, Scope};
-use crate::secret::SecretBytes;
+use super::output::{Node, write_json, write_yaml_map};
+use super::{API_VERSION, KIND, Scope};
 
-/// Kubernetes caps a Secret at 1 MiB; base64 and sealing add about 40%.
-pub const MAX_MANIFEST_BYTES: usize = 4 << 20;
-
-#[derive(Debug, thiserror::Error)]
-pub enum ManifestError {
-    #[error("input is {0} bytes, over the {MAX_MANIFEST_BYTES}-byte limit")]
-    TooLarge(usize),
-    #[error("input is neither YAML nor JSON: {0}")]
-    Syntax(String),
-    #[error("expected kind {expected}, found {found:?}: {hint}")]
-    WrongKind {
-        expected: &'static str,
-        found: String,
-        hint: &'static str,
-    },
-    #[error("the Secret has no data: add `data` (base64) or `stringData` entries")]
-    NoData,
-    #[error("data.{key} is not valid base64: {reason} (use stringData for plain text)")]
-    BadBase64 { key: String, reason: &'static str },
-    #[error("{path} is {found}, expected {expected}{}", type_fix(path))]
-    WrongType {
-        path: String,
-        expected: &'static str,
-        found: &'static str,
-    },
-    #[error("{field} {value:?} is not a valid Kubernetes name: {rule}")]
-    BadName {
-        field: &'static str,
-        value: String,
-        rule: &'static str,
-    },
-    #[error("{field} is missing: {fix}")]
-    Missing {
-        field: &'static str,
-        fix: &'static str,
-    },
-    #[error("{field} is {found:?} in the input but {given:?} was given: they must agree")]
-    Conflict {
-        field: &'static str,
-        found: String,
-        given: String,
-    },
-    #[error("sealing failed: {0}")]
-    Seal(#[from] SealError),
-    #[error("encryptedData.{key} is not base64: {reason}")]
-    BadCiphertext { key: String, reason: String },
-    #[error("{}", format_unseal_failures(.0))]
-    Unseal(Vec<(String, UnsealError)>),
-    #[error("encryptedData.{key} {reason}: refused, it must never be written")]
-    NotSealed {
-        key: String,
-        reason: super::crypto::FormatError,
-    },
-}
-
-/// The fix for a value of the wrong type: Secret values are strings.
-fn type_fix(path: &str) -> &'static str {
-    if path.starts_with("data.") || path.starts_with("stringData.") {
-        " (quote it in YAML; data takes base64, stringData plain text)"
-    } else {
-        ""
-    }
-}
-
-fn format_unseal_failures(failures: &[(String, UnsealError)]) -> String {
-    let mut s = String::from("it does not unseal:");
-    for (key, err) in failures {
-        let _ = write!(s, " encryptedData.{key}: {err};");
-    }
-    s.pop();
-    s
-}
-
-/// A plaintext Secret: what is sealed, and what unsealing gives back. Values live in
-/// [`SecretBytes`].
-#[derive(Debug, Default)]
-pub struct SecretInput {
-    pub name: String,
-    pub namespace: String,
-    pub labels: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub type_: Option<String>,
-    pub immutable: Option<bool>,
-    pub data: BTreeMap<String, SecretBytes>,
-}
+pub use super::error::{MAX_MANIFEST_BYTES, ManifestError};
+pub use super::input::SecretInput;
 
 #[derive(Default, Deserialize)]
 struct RawMeta {
@@ -114,128 +34,6 @@ struct RawMeta {
     labels: Option<BTreeMap<String, String>>,
     #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
-}
-
-fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ManifestError> {
-    if bytes.len() > MAX_MANIFEST_BYTES {
-        return Err(ManifestError::TooLarge(bytes.len()));
-    }
-    let text =
-        std::str::from_utf8(bytes).map_err(|e| ManifestError::Syntax(format!("not UTF-8: {e}")))?;
-    if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
-    } else {
-        // No snippet: the lines around a syntax error may hold a Secret's values.
-        let mut options = serde_saphyr::Options::default();
-        options.with_snippet = false;
-        // Its rejection message quotes the scalar; as a number it is reported by kind.
-        options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
-        // YAML 1.2 booleans only: `namespace: y` or a value `on` stays a string.
-        options.strict_booleans = true;
-        serde_saphyr::from_str_with_options(text, options)
-            .map_err(|e| ManifestError::Syntax(e.to_string()))
-    }
-}
-
-impl SecretInput {
-    /// A Secret manifest, YAML or JSON, with `data` and/or `stringData` (stringData wins,
-    /// as in the API server).
-    ///
-    /// Errors name the field and the type found, never a value (see [`super::input`]).
-    pub fn parse(bytes: &[u8]) -> Result<Self, ManifestError> {
-        let tree: super::input::Value = parse_doc(bytes)?;
-        let raw = super::input::secret(&tree)?;
-        if raw.kind != "Secret" {
-            return Err(ManifestError::WrongKind {
-                expected: "Secret",
-                found: raw.kind,
-                hint: "pipe a Secret, e.g. kubectl create secret generic NAME --from-file=... --dry-run=client -o yaml",
-            });
-        }
-        let mut data = BTreeMap::new();
-        for (key, b64) in raw.data {
-            let value = decode_b64(&key, &b64)?;
-            data.insert(key, value);
-        }
-        for (key, value) in raw.string_data {
-            data.insert(key, SecretBytes::new(value.as_bytes().to_vec()));
-        }
-        if data.is_empty() {
-            return Err(ManifestError::NoData);
-        }
-        let mut annotations = raw.annotations;
-        for a in LAST_APPLIED_ANNOTATIONS {
-            annotations.remove(a);
-        }
-        Ok(SecretInput {
-            name: raw.name.unwrap_or_default(),
-            namespace: raw.namespace.unwrap_or_default(),
-            labels: raw.labels,
-            annotations,
-            type_: raw.type_,
-            immutable: raw.immutable,
-            data,
-        })
-    }
-
-    /// Fills name and namespace from flags; a flag that contradicts the input is an error.
-    pub fn apply_flags(
-        &mut self,
-        name: Option<&str>,
-        namespace: Option<&str>,
-    ) -> Result<(), ManifestError> {
-        for (field, current, given) in [
-            ("metadata.name", &mut self.name, name),
-            ("metadata.namespace", &mut self.namespace, namespace),
-        ] {
-            let Some(given) = given else { continue };
-            if current.is_empty() {
-                *current = given.to_string();
-            } else if current != given {
-                return Err(ManifestError::Conflict {
-                    field,
-                    found: current.clone(),
-                    given: given.into(),
-                });
-            }
-        }
-        Ok(())
-    }
-
-    /// The scope this Secret asks for in its own annotations (kubeseal honours them).
-    pub fn annotated_scope(&self) -> Scope {
-        Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
-    }
-}
-
-fn decode_b64(key: &str, b64: &str) -> Result<SecretBytes, ManifestError> {
-    let b64 = b64.trim();
-    let mut out = SecretBytes::new(vec![0u8; b64.len() / 4 * 3 + 3]);
-    let n = B64
-        .decode_slice(b64.as_bytes(), out.expose_mut())
-        .map_err(|e| ManifestError::BadBase64 {
-            key: key.into(),
-            reason: base64_reason(&e),
-        })?;
-    let mut exact = SecretBytes::with_capacity(n);
-    exact.try_extend(&out.expose()[..n]);
-    Ok(exact)
-}
-
-/// Why base64 did not decode, without the offending symbol: it is part of the secret.
-fn base64_reason(e: &base64::DecodeSliceError) -> &'static str {
-    use base64::DecodeError as D;
-    match e {
-        base64::DecodeSliceError::DecodeError(D::InvalidByte(..)) => {
-            "a character outside the base64 alphabet"
-        }
-        base64::DecodeSliceError::DecodeError(D::InvalidLength(_)) => "the length is not valid",
-        base64::DecodeSliceError::DecodeError(D::InvalidLastSymbol(..)) => {
-            "the last character has trailing bits set"
-        }
-        base64::DecodeSliceError::DecodeError(D::InvalidPadding) => "the padding is not valid",
-        base64::DecodeSliceError::OutputSliceTooSmall => "it does not decode",
-    }
 }
 
 /// The Secret template inside a SealedSecret.
@@ -584,164 +382,10 @@ fn check_data_key(key: &str) -> Result<(), ManifestError> {
     })
 }
 
-impl SecretInput {
-    /// The Secret manifest (data base64), as kubectl would print it.
-    pub fn to_yaml(&self) -> SecretBytes {
-        let mut out = String::from("---\n");
-        write_yaml_map(&mut out, 0, self.tree());
-        SecretBytes::from(out)
-    }
-
-    /// The same Secret as JSON (`-o json`), in kubectl's field order.
-    pub fn to_json(&self) -> SecretBytes {
-        let mut out = String::new();
-        write_json(&mut out, 0, &Node::Map(self.tree()));
-        out.push('\n');
-        SecretBytes::from(out)
-    }
-
-    fn tree(&self) -> Vec<(String, Node)> {
-        let mut meta = vec![("name".to_string(), Node::str(&self.name))];
-        if !self.namespace.is_empty() {
-            meta.push(("namespace".into(), Node::str(&self.namespace)));
-        }
-        if !self.labels.is_empty() {
-            meta.push(("labels".into(), Node::strings(&self.labels)));
-        }
-        if !self.annotations.is_empty() {
-            meta.push(("annotations".into(), Node::strings(&self.annotations)));
-        }
-        let data = self
-            .data
-            .iter()
-            .map(|(k, v)| (k.clone(), Node::Str(B64.encode(v.expose()))))
-            .collect();
-        let mut tree = vec![
-            ("apiVersion".to_string(), Node::str("v1")),
-            ("kind".into(), Node::str("Secret")),
-            ("metadata".into(), Node::Map(meta)),
-            ("data".into(), Node::Map(data)),
-        ];
-        if let Some(t) = &self.type_ {
-            tree.push(("type".into(), Node::str(t)));
-        }
-        if let Some(b) = self.immutable {
-            tree.push(("immutable".into(), Node::Bool(b)));
-        }
-        tree
-    }
-}
-
-enum Node {
-    Str(String),
-    Bool(bool),
-    Null,
-    Map(Vec<(String, Node)>),
-}
-
-impl Node {
-    fn str(s: &str) -> Node {
-        Node::Str(s.to_string())
-    }
-
-    fn strings(map: &BTreeMap<String, String>) -> Node {
-        Node::Map(map.iter().map(|(k, v)| (k.clone(), Node::str(v))).collect())
-    }
-}
-
-fn write_yaml_map(out: &mut String, indent: usize, mut entries: Vec<(String, Node)>) {
-    entries.sort_by(|a, b| go_yaml_key_order(&a.0, &b.0));
-    for (key, node) in entries {
-        let pad = " ".repeat(indent);
-        match node {
-            Node::Str(s) => {
-                let _ = writeln!(out, "{pad}{}: {}", scalar(&key), scalar(&s));
-            }
-            Node::Bool(b) => {
-                let _ = writeln!(out, "{pad}{}: {b}", scalar(&key));
-            }
-            Node::Null => {
-                let _ = writeln!(out, "{pad}{}: null", scalar(&key));
-            }
-            Node::Map(m) if m.is_empty() => {
-                let _ = writeln!(out, "{pad}{}: {{}}", scalar(&key));
-            }
-            Node::Map(m) => {
-                let _ = writeln!(out, "{pad}{}:", scalar(&key));
-                write_yaml_map(out, indent + 2, m);
-            }
-        }
-    }
-}
-
-fn write_json(out: &mut String, indent: usize, node: &Node) {
-    match node {
-        Node::Str(s) => out.push_str(&json_string(s)),
-        Node::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
-        Node::Null => out.push_str("null"),
-        Node::Map(m) if m.is_empty() => out.push_str("{}"),
-        Node::Map(m) => {
-            out.push_str("{\n");
-            for (i, (k, v)) in m.iter().enumerate() {
-                out.push_str(&" ".repeat(indent + 2));
-                out.push_str(&json_string(k));
-                out.push_str(": ");
-                write_json(out, indent + 2, v);
-                out.push_str(if i + 1 < m.len() { ",\n" } else { "\n" });
-            }
-            out.push_str(&" ".repeat(indent));
-            out.push('}');
-        }
-    }
-}
-
-/// go-yaml v2's map key order: letters after other characters, digit runs compared as
-/// numbers. Plain byte order for everything we write except odd keys like `key10`.
-fn go_yaml_key_order(a: &str, b: &str) -> std::cmp::Ordering {
-    use std::cmp::Ordering;
-    let (ar, br): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
-    for i in 0..ar.len().min(br.len()) {
-        if ar[i] == br[i] {
-            continue;
-        }
-        let (al, bl) = (ar[i].is_alphabetic(), br[i].is_alphabetic());
-        if al && bl {
-            return ar[i].cmp(&br[i]);
-        }
-        if al || bl {
-            return if bl {
-                Ordering::Less
-            } else {
-                Ordering::Greater
-            };
-        }
-        let number = |r: &[char]| {
-            let digits: String = r[i..].iter().take_while(|c| c.is_ascii_digit()).collect();
-            (digits.parse::<u128>().unwrap_or(0), digits.len())
-        };
-        let ((an, alen), (bn, blen)) = (number(&ar), number(&br));
-        // A leading zero inside a longer number compares as a digit, not as a number.
-        let zero_inside = (ar[i] == '0' || br[i] == '0')
-            && i > 0
-            && ar[..i]
-                .iter()
-                .rev()
-                .take_while(|c| c.is_ascii_digit())
-                .any(|&c| c != '0');
-        if !zero_inside && an != bn {
-            return an.cmp(&bn);
-        }
-        if alen != blen {
-            return alen.cmp(&blen);
-        }
-        return ar[i].cmp(&br[i]);
-    }
-    ar.len().cmp(&br.len())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::secret::SecretBytes;
 
     #[test]
     fn check_sealed_names_the_key_holding_plaintext_never_the_value() {
@@ -775,36 +419,6 @@ mod tests {
     }
 
     #[test]
-    fn go_key_order() {
-        let mut keys = vec![
-            "spec",
-            "kind",
-            "metadata",
-            "apiVersion",
-            "key10",
-            "key2",
-            "a.b",
-            "ab",
-            "a-b",
-        ];
-        keys.sort_by(|a, b| go_yaml_key_order(a, b));
-        assert_eq!(
-            keys,
-            [
-                "a-b",
-                "a.b",
-                "ab",
-                "apiVersion",
-                "key2",
-                "key10",
-                "kind",
-                "metadata",
-                "spec"
-            ]
-        );
-    }
-
-    #[test]
     fn names_are_checked() {
         assert!(check_names("ok-name.x", "ns", Scope::Strict).is_ok());
         assert!(
@@ -825,17 +439,5 @@ mod tests {
         assert!(check_names("n", "a.b", Scope::Strict).is_err());
         assert!(check_data_key("tls.crt").is_ok());
         assert!(check_data_key("a/b").is_err());
-    }
-
-    #[test]
-    fn base64_decodes_exactly() {
-        assert_eq!(decode_b64("k", "aGVsbG8=").unwrap().expose(), b"hello");
-        assert_eq!(decode_b64("k", "").unwrap().expose(), b"");
-        assert!(
-            decode_b64("k", "!!!")
-                .unwrap_err()
-                .to_string()
-                .contains("data.k")
-        );
     }
 }

@@ -8,10 +8,12 @@
 //! an explicit private key (see SECURITY.md).
 
 pub mod crypto;
+mod error;
 mod input;
 pub mod key;
 pub mod manifest;
 mod oaep;
+mod output;
 pub mod trust;
 mod yaml;
 
