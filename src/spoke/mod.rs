@@ -7,13 +7,16 @@
 //! Everything read from a spoke is hostile input: sizes are capped, every step is bounded
 //! by a timeout, errors say what failed and what to do, and never carry secret bytes.
 
+mod error;
 pub mod extract;
 pub mod live;
 pub mod probe;
+mod read;
 mod ssh;
 
 pub use crate::config::{Distro, SshSettings};
-pub use extract::{ExtractError, Source, extract, read_local, read_over_ssh};
+pub use error::ExtractError;
+pub use extract::{Source, extract, read_local, read_over_ssh};
 pub use live::{LiveError, LiveReport, check_live};
 pub use probe::{CaCheck, ProbeError, ProbeReport, probe};
 

@@ -18,7 +18,8 @@ use tokio::io::AsyncReadExt;
 use tokio::time::timeout;
 use zeroize::Zeroizing;
 
-use super::extract::{ExtractError, read_capped};
+use super::error::ExtractError;
+use super::read::read_capped;
 use super::{MAX_KUBECONFIG_BYTES, host_port, sanitize_remote_text};
 use crate::config::SshSettings;
 use crate::secret::SecretBytes;

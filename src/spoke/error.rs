@@ -1,0 +1,95 @@
+//! What can go wrong reading a kubeconfig from a node: each error names the node and the fix,
+//! and never carries the bytes read.
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExtractError {
+    #[error("invalid SSH settings for {target}: {reason}")]
+    Settings { target: String, reason: String },
+    #[error(
+        "host key for {host} is not in {known_hosts}: refusing to trust it on first use. Check the node's \
+         fingerprint out of band (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the node), then add \
+         it with `ssh-keyscan -p {port} {address} >> {known_hosts}`"
+    )]
+    HostKeyUnknown {
+        host: String,
+        address: String,
+        port: u16,
+        known_hosts: String,
+    },
+    #[error(
+        "host key for {host} has CHANGED: the node presents {presented}, which does not match {known_hosts}. \
+         Either the node was reinstalled or the connection is being intercepted. Check the new fingerprint \
+         on the node, then replace the entry: `ssh-keygen -R '{host}' -f {known_hosts}` and \
+         `ssh-keyscan -p {port} {address} >> {known_hosts}`"
+    )]
+    HostKeyChanged {
+        host: String,
+        address: String,
+        port: u16,
+        known_hosts: String,
+        presented: String,
+    },
+    #[error(
+        "{target}: the node refused the key {identity} (publickey): add {identity}.pub to the authorized_keys \
+         of user {user} on the node"
+    )]
+    AuthRefused {
+        target: String,
+        user: String,
+        identity: String,
+    },
+    #[error("cannot reach {target}: {reason}")]
+    Unreachable { target: String, reason: String },
+    #[error(
+        "{target}: no SSH session within {secs}s (the TCP connection may open, but sshd did not complete \
+         the handshake): is the node overloaded, or sshd stopped?"
+    )]
+    ConnectTimeout { target: String, secs: f64 },
+    #[error("{target}: reading {path} did not finish within {secs}s; the session was cut off")]
+    CommandTimeout {
+        target: String,
+        path: String,
+        secs: f64,
+    },
+    #[error(
+        "{target}: sudo -n refused to run `cat {path}` as root for user {user}: add a NOPASSWD sudoers rule \
+         for exactly that command (see `spokekeeper init`)"
+    )]
+    SudoRefused {
+        target: String,
+        user: String,
+        path: String,
+    },
+    #[error(
+        "{target}: {path} does not exist on the node: check the spoke's distro (k3s, rke2, kubeadm) or set \
+         kubeconfig_path"
+    )]
+    NotFound { target: String, path: String },
+    #[error(
+        "{target}: user {user} may not read {path}: set `ssh.sudo: true` and add the sudoers rule from \
+         `spokekeeper init`, or connect as root"
+    )]
+    PermissionDenied {
+        target: String,
+        user: String,
+        path: String,
+    },
+    #[error("{target}: `{command}` failed ({status}): {detail}")]
+    RemoteFailed {
+        target: String,
+        command: String,
+        status: String,
+        detail: String,
+    },
+    #[error(
+        "{origin}: larger than the {limit}-byte limit for a kubeconfig; refused, not truncated (is the path \
+         right?)"
+    )]
+    TooLarge { origin: String, limit: usize },
+    #[error("{origin}: the kubeconfig is empty")]
+    Empty { origin: String },
+    #[error("ssh to {target} failed: {detail}")]
+    Ssh { target: String, detail: String },
+    #[error("cannot read {path}: {reason}")]
+    Local { path: String, reason: String },
+}
