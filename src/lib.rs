@@ -1,15 +1,19 @@
 //! spokekeeper keeps a GitOps hub's kubeconfigs for its spoke clusters valid.
 //!
-//! The pipeline, per spoke: observe -> decide -> extract -> validate -> seal -> commit.
-//! Modules, in the order the dependencies point:
-//! - [`cli`]: commands and their output (thin; calls the rest);
-//! - [`daemon`], [`metrics`]: `spokekeeper run`: schedule, leader election, endpoints;
-//! - [`hub`]: the hub's API (sealing certificate, SealedSecret status, the Kustomizations
-//!   and HelmReleases that deploy with it);
-//! - [`spoke`]: reaching a spoke (SSH extraction, TLS probe, live API check);
-//! - [`seal`]: Sealed Secrets, natively;
+//! The pipeline, per spoke: observe -> decide -> extract -> validate -> [mint] -> seal ->
+//! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md; tests/layering.rs
+//! fails when an import points up):
+//! - [`cli`]: commands and their output (thin; calls the rest), and the demo;
+//! - `sim` (feature `demo`): the simulated spokes and hub the demo and the tests use;
+//! - [`daemon`]: `spokekeeper run`: schedule, leader election, endpoints;
+//! - [`metrics`], [`alerts`]: render a tick's report;
+//! - [`rotate`]: the tick, one spoke at a time (`rotate::reconcile`) and the fleet;
+//! - [`hub`], [`forge`], [`mint`]: the hub's API, pull requests, minted credentials;
+//! - [`spoke`], [`seal`], [`repo`]: reaching a spoke, Sealed Secrets natively, the fleet repo;
 //! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;
-//! - [`secret`]: the in-memory wrapper every plaintext travels in.
+//! - [`config`]: spokekeeper.yaml and the types every layer reads;
+//! - [`secret`], [`text`], [`fsutil`]: the in-memory wrapper every plaintext travels in,
+//!   bounded one-line text, careful file access.
 
 pub mod alerts;
 pub mod certs;

@@ -34,6 +34,17 @@ use crate::config::Config;
 use crate::repo::Repo;
 use crate::seal::SealingKey;
 
+/// A credential ready to commit.
+struct Proposal {
+    manifest: String,
+    message: String,
+    content_sha256: String,
+    /// The sealing certificate this tick sealed to.
+    sealing_sha256: String,
+    /// Direct mode: what to revoke once the hub has this credential.
+    revocation: Option<minted::Revocation>,
+}
+
 /// What one tick needs: the configuration, the sealing key and the fleet repo.
 pub struct Context {
     pub config: Config,

@@ -9,21 +9,10 @@ use super::progress::Step;
 use super::refresh::Stage;
 use super::report::{CredentialReport, Outcome, SpokeReport};
 use super::state::{self, Recorded};
-use super::{Context, Options, decide, minted, refresh, review};
+use super::{Context, Options, Proposal, decide, minted, refresh, review};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::seal::{SealedSecret, SealingKey};
 use crate::spoke::{self};
-
-/// A credential ready to commit.
-pub(super) struct Proposal {
-    pub(super) manifest: String,
-    pub(super) message: String,
-    pub(super) content_sha256: String,
-    /// The sealing certificate this tick sealed to.
-    pub(super) sealing_sha256: String,
-    /// Direct mode: what to revoke once the hub has this credential.
-    pub(super) revocation: Option<minted::Revocation>,
-}
 
 /// observe -> decide -> (extract -> validate -> seal) for one spoke. With an untrusted
 /// sealing key nothing is sealed: a rotation fails at `seal`.

@@ -31,8 +31,8 @@
 
 use time::OffsetDateTime;
 
+use super::Proposal;
 use super::decide::{self, Decision, Observed, Policy, Reason};
-use super::reconcile::Proposal;
 use super::state::Recorded;
 use super::{Context, Gate, Outcome, SpokeReport, Stage};
 use crate::config::{RepoMode, SpokeConfig};

@@ -6,8 +6,9 @@ use std::time::Duration;
 use futures::StreamExt;
 use time::OffsetDateTime;
 
+use super::Proposal;
 use super::progress::Step;
-use super::reconcile::{Proposal, reconcile};
+use super::reconcile::reconcile;
 use super::refresh::Stage;
 use super::report::{Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};
 use super::{Context, Options, minted, review, sealing};
