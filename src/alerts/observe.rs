@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
 
 use crate::config::{Config, SpokeConfig};
 use crate::repo::Repo;
@@ -62,14 +61,10 @@ impl SealingCert {
         })?;
         match SealingKey::from_pem(&pem, &source, now) {
             Ok(key) => Ok(Self::from_key(&key, &source)),
-            Err(KeyError::Expired { not_after, .. }) => {
-                let not_after = OffsetDateTime::parse(&not_after, &Rfc3339)
-                    .map_err(|_| format!("sealing.cert {source}: unreadable expiry date"))?;
-                Ok(SealingCert {
-                    source,
-                    not_after: Some(not_after),
-                })
-            }
+            Err(KeyError::Expired { not_after, .. }) => Ok(SealingCert {
+                source,
+                not_after: Some(not_after),
+            }),
             Err(e) => Err(format!("sealing.cert: {e}")),
         }
     }

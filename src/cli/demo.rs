@@ -24,9 +24,10 @@ use super::rotate::print_report;
 use crate::config::Config;
 use crate::repo::Repo;
 use crate::rotate::{self, Context, Options};
-use crate::seal::key::{DEMO_CERT_PEM, DEMO_KEY_PEM};
 use crate::seal::{RecoveryKey, SealedSecret, SealingKey};
-use crate::sim::{ApiIdentity, ApiServer, Pki, PkiOptions, kubeconfig_yaml};
+use crate::sim::{
+    ApiIdentity, ApiServer, DEMO_CERT_PEM, DEMO_KEY_PEM, Pki, PkiOptions, kubeconfig_yaml,
+};
 
 /// println! that survives a closed pipe (`spokekeeper demo | head`).
 macro_rules! say {

@@ -39,11 +39,12 @@ pub enum KeyError {
     #[error("{source_name}: the RSA public key does not parse: {reason}")]
     BadPublicKey { source_name: String, reason: String },
     #[error(
-        "{source_name}: the certificate expired on {not_after}: fetch the controller's current certificate"
+        "{source_name}: the certificate expired on {}: fetch the controller's current certificate",
+        rfc3339(.not_after)
     )]
     Expired {
         source_name: String,
-        not_after: String,
+        not_after: OffsetDateTime,
     },
     #[error(
         "{source_name}: no RSA private key found: pass a PEM (RSA PRIVATE KEY or PRIVATE KEY) or the controller's key Secret (kubectl -n kube-system get secret -l sealedsecrets.bitnami.com/sealed-secrets-key -o yaml)"
@@ -121,7 +122,7 @@ impl SealingKey {
         if not_after < now {
             return Err(KeyError::Expired {
                 source_name: source_name.into(),
-                not_after: not_after.format(&Rfc3339).unwrap_or_default(),
+                not_after,
             });
         }
         let public =
@@ -169,32 +170,26 @@ impl SealingKey {
         self.public.size() * 8
     }
 
-    /// True for the demo key in keys/demo/, whose private half is public: nothing real
-    /// may be sealed to it. Compares the RSA key itself (modulus and exponent), so the
-    /// demo key given as a bare public key or re-wrapped in another certificate counts.
+    /// True for the demo key (the lab's, `sim::DEMO_CERT_PEM`), whose private half is
+    /// public: nothing real may be sealed to it. Compares the RSA modulus, so the demo key
+    /// given as a bare public key, re-wrapped in another certificate or with another
+    /// exponent counts; the production build holds only this fingerprint, not the key.
     pub fn is_demo(&self) -> bool {
-        demo_public().is_some_and(|d| d.n() == self.public.n() && d.e() == self.public.e())
+        let n = self.public.n().to_be_bytes();
+        let first = n.iter().position(|b| *b != 0).unwrap_or(n.len());
+        crate::certs::sha256_hex(&n[first..]) == DEMO_MODULUS_SHA256
     }
 }
 
-/// The demo certificate's RSA public key, parsed once.
-fn demo_public() -> Option<&'static rsa::PublicKey> {
-    static DEMO: std::sync::OnceLock<Option<rsa::PublicKey>> = std::sync::OnceLock::new();
-    DEMO.get_or_init(|| {
-        let block = pem::blocks(DEMO_CERT_PEM.as_bytes())
-            .ok()?
-            .into_iter()
-            .next()?;
-        let (_, cert) = X509Certificate::from_der(block.der.expose()).ok()?;
-        rsa::PublicKey::from_public_key_der(cert.public_key().raw).ok()
-    })
-    .as_ref()
-}
+/// SHA-256 of the demo key's RSA modulus (big-endian, no leading zeros):
+/// `openssl x509 -in keys/demo/tls.crt -noout -modulus | cut -d= -f2 | xxd -r -p | sha256sum`.
+pub const DEMO_MODULUS_SHA256: &str =
+    "f5249cc37059b63e32ff572159593c581fd2c348aa713fd5404639b18dde31a3";
 
-/// The demo sealing certificate (keys/demo/tls.crt).
-pub const DEMO_CERT_PEM: &str = include_str!("../../keys/demo/tls.crt");
-/// The demo's private key (keys/demo/tls.key): public on purpose, for `spokekeeper demo`.
-pub const DEMO_KEY_PEM: &str = include_str!("../../keys/demo/tls.key");
+/// A date as the errors show it.
+fn rfc3339(t: &OffsetDateTime) -> String {
+    t.format(&Rfc3339).unwrap_or_default()
+}
 
 impl fmt::Debug for SealingKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
