@@ -8,7 +8,7 @@
 //!
 //! ```ignore
 //! let report = rotate::tick(&ctx, &opts).await?;
-//! let seen = alerts::observe(&ctx.config, &ctx.repo, &[], probe_timeout).await;
+//! let seen = rotate::observe::after_tick(&ctx.config, &ctx.repo, &report, probe_timeout).await;
 //! let sealing = alerts::SealingCert::from_key(&ctx.sealing, "sealing.cert");
 //! let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(&report));
 //! let failed_sinks = notifier.notify(&findings, now).await; // bounded, never fails the tick
@@ -16,7 +16,7 @@
 
 mod alertmanager;
 mod notify;
-mod observe;
+mod sealing;
 mod webhook;
 
 use std::fmt;
@@ -27,12 +27,13 @@ use time::OffsetDateTime;
 
 use crate::config::{AlertsConfig, Span};
 use crate::rotate::TickReport;
+use crate::rotate::observe::{Committed, Observation};
 use crate::rotate::state::{rfc3339, short};
 use crate::spoke::CaCheck;
 
 pub use alertmanager::PostableAlert;
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
-pub use observe::{Observation, RecordedState, SealingCert, observe, observe_after_tick};
+pub use sealing::SealingCert;
 pub use webhook::Change;
 
 /// How a finding is graded. Ordered from best to worst for `check`'s exit code, except
@@ -290,8 +291,9 @@ pub fn evaluate(
         let first = out.len();
         let spoke = seen.spoke.as_str();
         let probe = seen.probe.as_ref().and_then(|p| p.as_ref().ok());
-        match &seen.recorded {
-            RecordedState::Recorded(r) => {
+        match &seen.committed {
+            Committed::Recorded(rec) => {
+                let r = &rec.recorded;
                 let mut client = match r.client_not_after {
                     Some(na) => expiry(cfg, spoke, Subject::Client, na, now),
                     None => plain(
@@ -316,18 +318,19 @@ pub fn evaluate(
                     }
                 }
             }
-            RecordedState::Missing => out.push(plain(
+            Committed::Missing => out.push(plain(
                 spoke,
                 Subject::State,
                 Status::Unknown,
                 "never rotated: nothing committed yet (run `spokekeeper rotate`)".into(),
             )),
-            RecordedState::Unreadable(why) => out.push(plain(
+            Committed::Unreadable(_) | Committed::Invalid(_) => out.push(plain(
                 spoke,
                 Subject::State,
                 Status::Unknown,
                 format!(
-                    "committed SealedSecret unreadable: {why} (`spokekeeper rotate` replaces it)"
+                    "committed SealedSecret unreadable: {} (`spokekeeper rotate` replaces it)",
+                    seen.committed.unreadable().unwrap_or_default()
                 ),
             )),
         }
@@ -599,20 +602,23 @@ fn unreachable(spoke: &str, error: &str) -> Finding {
 fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
     use crate::rotate::Outcome;
     match &report.outcome {
-        Outcome::Failed { stage, error } => Finding {
-            spoke: spoke.into(),
-            subject: Subject::Rotation,
-            status: Status::Warning,
-            not_after: None,
-            days_left: None,
-            credential: None,
-            alert: Some(AlertName::RotationFailing),
-            summary: format!("spoke {spoke}: rotation failed at {stage}"),
-            description: format!(
-                "The last tick for spoke {spoke} failed at {stage}: {error}. The committed kubeconfig is untouched; `spokekeeper rotate {spoke}` shows the same check."
-            ),
-            detail: format!("failed at {stage}: {error}"),
-        },
+        Outcome::Failed(error) => {
+            let stage = error.stage();
+            Finding {
+                spoke: spoke.into(),
+                subject: Subject::Rotation,
+                status: Status::Warning,
+                not_after: None,
+                days_left: None,
+                credential: None,
+                alert: Some(AlertName::RotationFailing),
+                summary: format!("spoke {spoke}: rotation failed at {stage}"),
+                description: format!(
+                    "The last tick for spoke {spoke} failed at {stage}: {error}. The committed kubeconfig is untouched; `spokekeeper rotate {spoke}` shows the same check."
+                ),
+                detail: format!("failed at {stage}: {error}"),
+            }
+        }
         other => {
             let what = serde_json::to_value(other)
                 .ok()

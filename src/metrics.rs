@@ -221,13 +221,7 @@ impl Metrics {
                     .get_or_create(&labels)
                     .set(i64::try_from(age).unwrap_or(i64::MAX));
             }
-            let probe_failed = matches!(
-                s.outcome,
-                Outcome::Failed {
-                    stage: crate::rotate::Stage::Probe,
-                    ..
-                }
-            );
+            let probe_failed = matches!(&s.outcome, Outcome::Failed(e) if e.stage() == crate::rotate::Stage::Probe);
             self.spoke_up
                 .get_or_create(&SpokeLabels {
                     spoke: s.spoke.clone(),
@@ -268,7 +262,7 @@ impl Metrics {
                         })
                         .inc();
                 }
-                Outcome::Failed { stage, .. } => self.error(&s.spoke, stage.metric_label()),
+                Outcome::Failed(e) => self.error(&s.spoke, e.metric_label()),
                 _ => {}
             }
         }
@@ -399,6 +393,7 @@ mod tests {
                 ..Default::default()
             }),
             sealing_key: None,
+            seen: Vec::new(),
         };
         m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
         let text = m.encode().unwrap();
@@ -481,10 +476,11 @@ mod tests {
                 ),
                 spoke(
                     "test",
-                    Outcome::Failed {
-                        stage: Stage::Probe,
-                        error: "unreachable".into(),
-                    },
+                    Outcome::Failed(crate::rotate::SpokeError::Unreachable(
+                        crate::spoke::ProbeError::Refused {
+                            server: "https://10.0.0.1:6443".into(),
+                        },
+                    )),
                     None,
                 ),
                 spoke(
@@ -510,6 +506,7 @@ mod tests {
                 ..Default::default()
             }),
             sealing_key: None,
+            seen: Vec::new(),
         };
         m.observe_tick(
             &report,
@@ -578,6 +575,38 @@ mod tests {
         }
     }
 
+    /// A failure at `stage` whose texts are all `text`.
+    fn failing_at(stage: Stage, text: &str) -> crate::rotate::SpokeError {
+        use crate::rotate::{ReviewError, SpokeError};
+        use std::sync::Arc;
+        let repo = || Arc::new(crate::repo::RepoError::Locked(text.into()));
+        match stage {
+            Stage::Observe => SpokeError::Read(repo()),
+            Stage::Probe => SpokeError::Unreachable(crate::spoke::ProbeError::Refused {
+                server: text.into(),
+            }),
+            Stage::Extract => SpokeError::Extract(Arc::new(crate::spoke::ExtractError::Settings {
+                target: text.into(),
+                reason: text.into(),
+            })),
+            Stage::Validate => {
+                SpokeError::Kubeconfig(Arc::new(crate::kubeconfig::KubeconfigError::Yaml {
+                    line: None,
+                    column: None,
+                    reason: text.into(),
+                }))
+            }
+            Stage::Mint => SpokeError::RevokeExtracted { spoke: text.into() },
+            Stage::Seal => SpokeError::Untrusted(text.into()),
+            Stage::Commit => SpokeError::Commit(repo()),
+            Stage::Push => SpokeError::NotPushed {
+                branch: text.into(),
+                why: text.into(),
+            },
+            Stage::Review => SpokeError::Review(ReviewError::Unverified(text.into())),
+        }
+    }
+
     #[test]
     fn error_texts_never_become_label_values() {
         let hostile = "the clone has 2 commit(s) that origin/main does not: x\"} 1\nevil{a=\"";
@@ -586,10 +615,8 @@ mod tests {
             let mut spokes: Vec<SpokeReport> = Stage::ALL
                 .iter()
                 .map(|&stage| {
-                    let outcome = Outcome::Failed {
-                        stage,
-                        error: format!("{hostile}: {stage}"),
-                    };
+                    let outcome =
+                        Outcome::Failed(failing_at(stage, &format!("{hostile}: {stage}")));
                     spoke(&format!("s-{stage}"), outcome, None)
                 })
                 .collect();

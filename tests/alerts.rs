@@ -232,7 +232,7 @@ async fn tick_with_and_notify(
     opts: &Options,
 ) -> Vec<Finding> {
     let report = rotate::tick(ctx, opts).await.unwrap();
-    let seen = alerts::observe(&ctx.config, &ctx.repo, &[], Duration::from_secs(5)).await;
+    let seen = rotate::observe::fleet(&ctx.config, &ctx.repo, &[], Duration::from_secs(5)).await;
     let sealing = SealingCert::from_key(&ctx.sealing, "cert.pem");
     let now = OffsetDateTime::now_utc();
     let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(&report));
@@ -839,11 +839,18 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
         ip_addresses: vec![],
         address_in_sans: true,
     };
-    let tick = rotate::TickReport::of(vec![rotate::SpokeReport {
-        probe: Some(Ok(taken.clone())),
-        ..rotate::SpokeReport::new("dev", rotate::Outcome::Healthy)
-    }]);
-    let seen = alerts::observe_after_tick(&config, &repo, &tick, Duration::from_secs(2)).await;
+    let tick = rotate::TickReport {
+        seen: vec![rotate::Observation {
+            spoke: "dev".into(),
+            committed: rotate::Committed::Missing,
+            probe: Some(Ok(taken.clone())),
+        }],
+        ..rotate::TickReport::of(vec![rotate::SpokeReport::new(
+            "dev",
+            rotate::Outcome::Healthy,
+        )])
+    };
+    let seen = rotate::observe::after_tick(&config, &repo, &tick, Duration::from_secs(2)).await;
     let dev = seen[0]
         .probe
         .as_ref()

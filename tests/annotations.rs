@@ -9,9 +9,10 @@ use std::sync::LazyLock;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use spokekeeper::alerts::{self, Observation, RecordedState, SealingCert};
+use spokekeeper::alerts::{self, SealingCert};
 use spokekeeper::config::{Config, SpokeConfig};
 use spokekeeper::rotate::decide::{self, Decision, Observed, Policy};
+use spokekeeper::rotate::observe::{Committed, Invalid, Observation, Record};
 use spokekeeper::rotate::state::{self, Recorded};
 use spokekeeper::rotate::{Outcome, Reason, SpokeReport, TickReport};
 use spokekeeper::seal::SealedSecret;
@@ -113,10 +114,12 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
     report.ca_sha256 = Some(raw.to_string());
     let mut failed = SpokeReport::new(
         "dev",
-        Outcome::Failed {
-            stage: spokekeeper::rotate::Stage::Probe,
-            error: raw.to_string(),
-        },
+        Outcome::Failed(spokekeeper::rotate::SpokeError::Unreachable(
+            spokekeeper::spoke::ProbeError::Unreachable {
+                server: raw.to_string(),
+                reason: raw.to_string(),
+            },
+        )),
     );
     failed.reason = Some(Reason::CaChanged {
         old: raw.to_string(),
@@ -129,9 +132,15 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
     assert_eq!(json["spokes"][0]["spoke"], "dev");
     let seen = Observation {
         spoke: "dev".into(),
-        recorded: match read {
-            Ok(r) => RecordedState::Recorded(Box::new(r)),
-            Err(e) => RecordedState::Unreadable(e.to_string()),
+        committed: match read {
+            Ok(recorded) => Committed::Recorded(Box::new(Record {
+                sealed: sealed.clone(),
+                recorded,
+            })),
+            Err(e) => Committed::Invalid(Invalid {
+                path: "clusters/dev.yaml".into(),
+                kind: e.into(),
+            }),
         },
         probe: None,
     };

@@ -929,7 +929,7 @@ fn chart_accepts_the_controllers_unnamed_port() {
 /// Metric names `/metrics` serves, read from what the daemon's registry encodes after a
 /// tick with one rotated and one failed spoke (a family without series is not written).
 fn served_metric_names() -> BTreeSet<String> {
-    use spokekeeper::rotate::{Outcome, Reason, SpokeReport, Stage, TickReport};
+    use spokekeeper::rotate::{Outcome, Reason, SpokeReport, TickReport};
     let spoke = |name: &str, outcome, reason| SpokeReport {
         reason,
         ca_not_after: Some(time::OffsetDateTime::now_utc()),
@@ -948,10 +948,11 @@ fn served_metric_names() -> BTreeSet<String> {
             ),
             spoke(
                 "test",
-                Outcome::Failed {
-                    stage: Stage::Probe,
-                    error: "unreachable".into(),
-                },
+                Outcome::Failed(spokekeeper::rotate::SpokeError::Unreachable(
+                    spokekeeper::spoke::ProbeError::Refused {
+                        server: "https://10.0.0.2:6443".into(),
+                    },
+                )),
                 None,
             ),
             spoke(

@@ -175,7 +175,7 @@ fn body(http: &str) -> &str {
 /// counters or hub series yet.
 fn every_family() -> String {
     use spokekeeper::hub::verify::{Check, HubReport};
-    use spokekeeper::rotate::{Outcome, Reason, SpokeReport, Stage, TickReport};
+    use spokekeeper::rotate::{Outcome, Reason, SpokeReport, TickReport};
     let check = |ok: bool| Check {
         ok,
         status: if ok { "True" } else { "False" }.into(),
@@ -204,10 +204,11 @@ fn every_family() -> String {
         }],
         requested_at: None,
     });
-    let failed = Outcome::Failed {
-        stage: Stage::Probe,
-        error: "refused".into(),
-    };
+    let failed = Outcome::Failed(spokekeeper::rotate::SpokeError::Unreachable(
+        spokekeeper::spoke::ProbeError::Refused {
+            server: "https://10.0.0.2:6443".into(),
+        },
+    ));
     let pending = Outcome::Pending {
         branch: "spokekeeper/stage".into(),
         commit: None,

@@ -922,10 +922,10 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
     refused_push(&report);
     assert_eq!(
         report.spokes[0].outcome,
-        Outcome::Failed {
-            stage: Stage::Push,
-            error: format!("branch spokekeeper/spoke0 not pushed: {LOST}"),
-        }
+        Outcome::Failed(spokekeeper::rotate::SpokeError::NotPushed {
+            branch: "spokekeeper/spoke0".into(),
+            why: LOST.into(),
+        })
     );
     assert_eq!(r.branch_head(0), None, "no branch pushed");
     assert!(r.forge.seen().is_empty(), "nothing sent to the forge");
@@ -948,8 +948,9 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
         .branch_head(0)
         .expect("the branch was pushed while the gate was open");
     match &report.spokes[0].outcome {
-        Outcome::Failed { stage, error } => {
-            assert_eq!(*stage, Stage::Review);
+        Outcome::Failed(error) => {
+            assert_eq!(error.stage(), Stage::Review);
+            let error = error.to_string();
             assert!(
                 error.contains("branch spokekeeper/spoke0 pushed") && error.contains(LOST),
                 "{error}"

@@ -6,8 +6,10 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair}
 use time::OffsetDateTime;
 
 use super::*;
-use crate::rotate::state::Recorded;
-use crate::rotate::{Outcome, SpokeReport, Stage};
+use crate::rotate::observe::{Invalid, Record};
+use crate::rotate::state::{AnnotationError, Recorded};
+use crate::rotate::{Outcome, SpokeError, SpokeReport};
+use crate::seal::SealedSecret;
 use crate::spoke::{ProbeError, ProbeReport};
 
 const DAY: i64 = 86_400;
@@ -107,11 +109,7 @@ fn eval(s: Spoke) -> Vec<Finding> {
     let issuer = ca();
     let seen = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(
-            issuer.der(),
-            s.client,
-            s.ca_not_after,
-        ))),
+        committed: committed(recorded(issuer.der(), s.client, s.ca_not_after)),
         probe: Some(Ok(probe_by(&issuer, s.serving))),
     };
     evaluate(&cfg(), &[seen], &sealing(s.sealing), now(), None)
@@ -225,11 +223,7 @@ fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
     let other = ca();
     let seen = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(
-            recorded_ca.der(),
-            Some(far()),
-            far(),
-        ))),
+        committed: committed(recorded(recorded_ca.der(), Some(far()), far())),
         probe: Some(Ok(probe_by(&other, far()))),
     };
     let fs = evaluate(&cfg(), &[seen], &sealing(Some(far())), now(), None);
@@ -250,11 +244,7 @@ fn an_unreachable_spoke_is_unknown_and_its_recorded_certs_still_graded() {
     let issuer = ca();
     let seen = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(
-            issuer.der(),
-            Some(at(3 * DAY)),
-            far(),
-        ))),
+        committed: committed(recorded(issuer.der(), Some(at(3 * DAY)), far())),
         probe: Some(Err(ProbeError::Refused {
             server: "127.0.0.9:6443".into(),
         })),
@@ -284,14 +274,18 @@ fn missing_or_unreadable_state_is_unknown_and_raises_no_alert() {
     let seen = [
         Observation {
             spoke: "new".into(),
-            recorded: RecordedState::Missing,
+            committed: Committed::Missing,
             probe: None,
         },
         Observation {
             spoke: "bad".into(),
-            recorded: RecordedState::Unreadable(
-                "annotation spokekeeper.io/server is missing".into(),
-            ),
+            committed: Committed::Invalid(Invalid {
+                path: "clusters/bad.yaml".into(),
+                kind: AnnotationError::Missing {
+                    key: "spokekeeper.io/server",
+                }
+                .into(),
+            }),
             probe: None,
         },
     ];
@@ -335,7 +329,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
     let issuer = ca();
     let obs = |name: &str| Observation {
         spoke: name.into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        committed: committed(recorded(issuer.der(), Some(far()), far())),
         probe: Some(Ok(probe_by(&issuer, far()))),
     };
     let report = SpokeReport::new;
@@ -343,10 +337,12 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         spokes: vec![
             report(
                 "dev",
-                Outcome::Failed {
-                    stage: Stage::Extract,
-                    error: "ssh: host key CHANGED".into(),
-                },
+                Outcome::Failed(SpokeError::Extract(std::sync::Arc::new(
+                    crate::spoke::ExtractError::Settings {
+                        target: "dev".into(),
+                        reason: "ssh: host key CHANGED".into(),
+                    },
+                ))),
             ),
             report("test", Outcome::Healthy),
         ],
@@ -354,6 +350,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         repo_error: None,
         sealing: None,
         sealing_key: None,
+        seen: Vec::new(),
     };
     let fs = evaluate(
         &cfg(),
@@ -433,7 +430,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
     let issuer = ca();
     let obs = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        committed: committed(recorded(issuer.der(), Some(far()), far())),
         probe: Some(Ok(probe_by(&issuer, far()))),
     };
     let stuck = HubReport {
@@ -460,7 +457,6 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
             ca_not_after: None,
             client_not_after: None,
             user: None,
-            probe: None,
             hub: Some(stuck),
             credential: None,
             revoked: Vec::new(),
@@ -470,6 +466,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
         repo_error: None,
         sealing: None,
         sealing_key: None,
+        seen: Vec::new(),
     };
     let findings = evaluate(&cfg(), &[obs], &sealing(Some(far())), now(), Some(&tick));
     let hub: Vec<_> = findings
@@ -494,7 +491,7 @@ fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
     let issuer = ca();
     let obs = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        committed: committed(recorded(issuer.der(), Some(far()), far())),
         probe: Some(Ok(probe_by(&issuer, far()))),
     };
     let mut report = SpokeReport::new(
@@ -589,12 +586,12 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
     let issuer = ca();
     let healthy = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Recorded(Box::new(recorded(issuer.der(), Some(far()), far()))),
+        committed: committed(recorded(issuer.der(), Some(far()), far())),
         probe: Some(Ok(probe_by(&issuer, far()))),
     };
     let never = Observation {
         spoke: "dev".into(),
-        recorded: RecordedState::Missing,
+        committed: Committed::Missing,
         probe: None,
     };
     let tick = |secs: u64| TickReport {
@@ -616,7 +613,6 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
             ca_not_after: None,
             client_not_after: None,
             user: None,
-            probe: None,
             hub: None,
             credential: None,
             revoked: Vec::new(),
@@ -626,6 +622,7 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
         repo_error: None,
         sealing: None,
         sealing_key: None,
+        seen: Vec::new(),
     };
     let review = |obs: &Observation, secs| {
         evaluate(
@@ -717,7 +714,7 @@ fn a_minted_certificate_is_named_by_user_and_generation_with_spokekeepers_own_ad
     let grade = |r: Recorded| {
         let seen = Observation {
             spoke: "dev".into(),
-            recorded: RecordedState::Recorded(Box::new(r)),
+            committed: committed(r),
             probe: Some(Ok(probe_by(&issuer, far()))),
         };
         evaluate(&cfg(), &[seen], &sealing(Some(far())), now(), None)
@@ -751,4 +748,20 @@ fn a_minted_certificate_is_named_by_user_and_generation_with_spokekeepers_own_ad
         serde_json::to_value(f).unwrap()["credential"],
         serde_json::json!({"mode": "extracted"})
     );
+}
+
+/// What is committed when `r` is recorded (alerts read only the annotations).
+fn committed(r: Recorded) -> Committed {
+    let sealed = SealedSecret {
+        name: "kubeconfig".into(),
+        namespace: "flux-system".into(),
+        labels: Default::default(),
+        annotations: r.to_annotations(),
+        template: Default::default(),
+        encrypted_data: Default::default(),
+    };
+    Committed::Recorded(Box::new(Record {
+        sealed,
+        recorded: r,
+    }))
 }

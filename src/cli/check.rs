@@ -21,8 +21,8 @@ use crate::alerts::{self, Finding, SealingCert, Status};
 use crate::config::{Config, RepoMode, Span};
 use crate::hub::cert::Untrusted;
 use crate::repo::Repo;
-use crate::rotate::review;
 use crate::rotate::state::rfc3339;
+use crate::rotate::{observe, review};
 use crate::seal::SealingKey;
 
 #[derive(Debug, clap::Args)]
@@ -79,7 +79,7 @@ pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> Exit
         let repo = Repo::open(&config.repo)
             .await
             .map_err(|e| format!("repo.path: {e}"))?;
-        let seen = alerts::observe(&config, &repo, &args.spokes, args.probe_timeout.0).await;
+        let seen = observe::fleet(&config, &repo, &args.spokes, args.probe_timeout.0).await;
         let untrusted = untrusted_sealing(&config, &repo, now).await;
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();

@@ -95,7 +95,7 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
                 commit.chars().take(12).collect::<String>(),
                 if report.pushed { ", pushed" } else { ", not pushed" }
             )),
-            (Outcome::Failed { .. }, _) => text.push_str(&format!(
+            (Outcome::Failed(_), _) => text.push_str(&format!(
                 "{name}: no new credential was committed: the hub cannot reach {name} until a rotation succeeds \
                  (fix the error above, then spokekeeper rotate {name} --force)\n"
             )),

@@ -107,8 +107,8 @@ pub fn print_report(report: &TickReport, format: Format) {
             out(&table(report));
             for s in &report.spokes {
                 match &s.outcome {
-                    Outcome::Failed { stage, error } => {
-                        eprintln!("{}: failed at {stage}: {error}", s.spoke)
+                    Outcome::Failed(error) => {
+                        eprintln!("{}: failed at {}: {error}", s.spoke, error.stage())
                     }
                     Outcome::Pending {
                         branch,
@@ -179,7 +179,7 @@ pub fn table(report: &TickReport) -> String {
             Outcome::Rotated { commit } => ("rotated".into(), commit.chars().take(12).collect()),
             Outcome::WouldRotate => ("would rotate".into(), "(dry run)".into()),
             Outcome::NotRenewed => ("not renewed".into(), String::new()),
-            Outcome::Failed { stage, .. } => (format!("FAILED at {stage}"), String::new()),
+            Outcome::Failed(e) => (format!("FAILED at {}", e.stage()), String::new()),
             Outcome::Pending {
                 commit,
                 pull_request,

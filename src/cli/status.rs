@@ -14,13 +14,13 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::{Format, out};
-use crate::alerts::{self, RecordedState};
+use crate::alerts;
 use crate::config::{Config, SpokeConfig};
 use crate::hub::consumers::{self, FoundBy, Listed};
 use crate::hub::{Condition, Hub, HubObject, Kind};
 use crate::repo::Repo;
+use crate::rotate::observe::{self, Committed as Held, Observation};
 use crate::rotate::state::{rfc3339, short};
-use crate::seal::SealedSecret;
 use crate::spoke::CaCheck;
 use crate::text::one_line;
 
@@ -142,7 +142,7 @@ async fn gather(config: &Config) -> Result<Report, String> {
     let repo = Repo::open(&config.repo)
         .await
         .map_err(|e| format!("repo.path: {e}"))?;
-    let seen = alerts::observe(config, &repo, &[], PROBE_TIMEOUT).await;
+    let seen = observe::fleet(config, &repo, &[], PROBE_TIMEOUT).await;
     let hub = match &config.hub {
         Some(cfg) => Some(Hub::connect(cfg).await),
         None => None,
@@ -157,15 +157,16 @@ async fn gather(config: &Config) -> Result<Report, String> {
     };
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
-        let committed_ct = repo
-            .read(&spoke.output)
-            .ok()
-            .flatten()
-            .and_then(|b| SealedSecret::parse(&b).ok())
-            .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned());
+        // The committed ciphertext, to tell whether the hub's copy is this commit's.
+        let committed_ct = obs.committed.record().and_then(|r| {
+            r.sealed
+                .encrypted_data
+                .get(&spoke.secret.key)
+                .map(String::as_str)
+        });
         let (sealed, consumers) = match &hub {
             Some(Ok(h)) => {
-                let (s, c) = hub_view(h, spoke, committed_ct.as_deref(), &listed).await;
+                let (s, c) = hub_view(h, spoke, committed_ct, &listed).await;
                 let errors = std::iter::once(&s.error)
                     .chain(std::iter::once(&c.error))
                     .chain(c.items.iter().map(|i| &i.error));
@@ -274,7 +275,7 @@ fn seen(
 
 fn spoke_status(
     spoke: &SpokeConfig,
-    obs: &alerts::Observation,
+    obs: &Observation,
     sealed: Option<Seen>,
     consumers: Option<Consumers>,
 ) -> SpokeStatus {
@@ -289,8 +290,9 @@ fn spoke_status(
         error: None,
     };
     let mut recorded = None;
-    match &obs.recorded {
-        RecordedState::Recorded(r) => {
+    match &obs.committed {
+        Held::Recorded(rec) => {
+            let r = &rec.recorded;
             committed.rotated_at = Some(rfc3339(r.rotated_at));
             committed.ca_sha256 = Some(r.ca_sha256.clone());
             committed.client_not_after = r.client_not_after.map(rfc3339);
@@ -298,11 +300,12 @@ fn spoke_status(
             committed.credential = Some(alerts::CredentialFacts::of(&r.credential));
             recorded = Some(r);
         }
-        RecordedState::Missing => {
+        Held::Missing => {
             committed.state = "missing";
             problems.push("nothing committed (run `spokekeeper rotate`)".into());
         }
-        RecordedState::Unreadable(e) => {
+        Held::Unreadable(_) | Held::Invalid(_) => {
+            let e = obs.committed.unreadable().unwrap_or_default();
             committed.state = "unreadable";
             committed.error = Some(e.clone());
             problems.push(format!("committed SealedSecret unreadable: {e}"));

@@ -250,7 +250,7 @@ impl Ticker {
     /// never fails the tick.
     async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) -> Vec<alerts::Finding> {
         let seen =
-            alerts::observe_after_tick(&ctx.config, &ctx.repo, report, ctx.probe_timeout).await;
+            rotate::observe::after_tick(&ctx.config, &ctx.repo, report, ctx.probe_timeout).await;
         // The key this tick sealed to: a renewal fetched from the hub replaces the one
         // loaded at start.
         let sealing = alerts::SealingCert::from_key(
@@ -347,7 +347,8 @@ fn log_report(report: &TickReport, took: Duration) {
                     .unwrap_or_default();
                 tracing::info!(spoke = %s.spoke, %reason, %commit, "rotated");
             }
-            Outcome::Failed { stage, error } => {
+            Outcome::Failed(error) => {
+                let stage = error.stage();
                 failed += 1;
                 tracing::warn!(spoke = %s.spoke, %stage, %error, "spoke failed");
             }

@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use super::decide::{self, MintedCheck, Reason};
-use super::refresh::{Failure, Fresh, Stage};
+use super::error::SpokeError;
+use super::refresh::Fresh;
 use super::state::{Recorded, RecordedCredential};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
@@ -53,15 +54,8 @@ pub struct Run {
     pub sign: Duration,
 }
 
-fn failed(e: MintError) -> Failure {
-    Failure {
-        stage: if e.is_validation() {
-            Stage::Validate
-        } else {
-            Stage::Mint
-        },
-        error: e.to_string(),
-    }
+fn failed(e: MintError) -> SpokeError {
+    SpokeError::Mint(e.into())
 }
 
 /// `admin` is the extracted, validated admin credential; `reason` may be refined (a
@@ -72,7 +66,7 @@ pub async fn step(
     previous: Option<&Recorded>,
     reason: &mut Reason,
     run: &Run,
-) -> Result<Step, Failure> {
+) -> Result<Step, SpokeError> {
     let (revoke_now, review, dry_run) = (run.revoke, run.review, run.dry_run);
     let limits = run;
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
@@ -80,12 +74,9 @@ pub async fn step(
     let mut revoked = Vec::new();
     if revoke_now {
         if !was_minted {
-            return Err(Failure {
-                stage: Stage::Mint,
-                error: format!(
-                    "{} holds no minted credential to revoke (its committed credential is {}): set credential.mode: minted and rotate",
-                    spoke.name, had.mode
-                ),
+            return Err(SpokeError::NotMinted {
+                spoke: spoke.name.clone(),
+                had: had.mode,
             });
         }
         if dry_run {

@@ -1,5 +1,5 @@
-//! The per-spoke pipeline: observe -> decide -> extract -> validate -> seal -> commit,
-//! then one push per tick.
+//! The per-spoke pipeline: observe -> decide -> extract -> validate -> seal, then publish
+//! (a commit and one push per tick, or a review branch) and verify on the hub.
 //!
 //! Spokes run concurrently up to a bound and one spoke's failure never blocks another;
 //! commits are made one at a time, in configuration order, under the repo lock. A
@@ -7,9 +7,12 @@
 //! committed credential is never replaced by one that was not validated.
 
 pub mod decide;
+mod error;
 mod message;
 mod minted;
+pub mod observe;
 pub mod progress;
+mod publish;
 mod reconcile;
 pub mod refresh;
 mod report;
@@ -25,6 +28,8 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 pub use decide::{Decision, Reason};
+pub use error::{ForgeFailure, ReviewError, SpokeError};
+pub use observe::{Committed, Observation};
 pub use progress::{Progress, Step};
 pub use refresh::Stage;
 pub use report::{CredentialReport, Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};
@@ -59,7 +64,9 @@ pub struct Context {
     /// Spokes whose pushed credential the hub had not taken at the last look: looked at
     /// again every tick until it has, so their hub gauges and alerts clear.
     hub_unverified: Mutex<std::collections::BTreeSet<String>>,
-    /// `spokekeeper demo`: the demo key is allowed, also from the (simulated) hub.
+    /// `spokekeeper demo`: the demo key is allowed, also from the (simulated) hub. A
+    /// build without the `demo` feature has no way to set it.
+    #[cfg(feature = "demo")]
     demo: bool,
 }
 
@@ -78,6 +85,7 @@ impl Context {
     }
 
     /// For `spokekeeper demo` only: allows the demo key.
+    #[cfg(feature = "demo")]
     pub fn for_demo(config: Config, sealing: SealingKey, repo: Repo) -> Context {
         Context {
             demo: true,
@@ -87,7 +95,10 @@ impl Context {
 
     /// Whether this is the demo's context, where the demo key is allowed.
     pub fn is_demo(&self) -> bool {
-        self.demo
+        #[cfg(feature = "demo")]
+        return self.demo;
+        #[cfg(not(feature = "demo"))]
+        false
     }
 
     fn unchecked(config: Config, sealing: SealingKey, repo: Repo) -> Context {
@@ -100,6 +111,7 @@ impl Context {
             sign_timeout: Duration::from_secs(30),
             verified: Mutex::new(HashMap::new()),
             hub_unverified: Mutex::new(Default::default()),
+            #[cfg(feature = "demo")]
             demo: false,
         }
     }

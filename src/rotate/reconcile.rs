@@ -1,29 +1,88 @@
-//! One spoke: observe -> decide -> (extract -> validate -> [mint] -> seal), ending in a
-//! report and, when a credential is ready, a proposal to commit.
+//! One spoke: from its observation, decide -> (extract -> validate -> [mint] -> seal),
+//! ending in a report and, when a credential is ready, a proposal to publish.
 
 use time::OffsetDateTime;
 
-use super::decide::{Decision, Reason};
+use super::decide::{Decision, Policy, Reason};
+use super::error::SpokeError;
 use super::message::commit_message;
+use super::observe::{Committed, Observation};
 use super::progress::Step;
-use super::refresh::Stage;
+use super::publish::Publish;
 use super::report::{CredentialReport, Outcome, SpokeReport};
 use super::state::{self, Recorded};
-use super::{Context, Options, Proposal, decide, minted, refresh, review};
+use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
-use crate::seal::{SealedSecret, SealingKey};
-use crate::spoke::{self};
+use crate::hub::cert::Untrusted;
+use crate::seal::SealingKey;
 
-/// observe -> decide -> (extract -> validate -> seal) for one spoke. With an untrusted
-/// sealing key nothing is sealed: a rotation fails at `seal`.
-pub(super) async fn reconcile(
-    ctx: &Context,
+/// What a tick gives every spoke's reconcile.
+pub(super) struct Run<'a, P> {
+    pub ctx: &'a Context,
+    pub opts: &'a Options,
+    pub now: OffsetDateTime,
+    /// The tick's sealing key; with `untrusted` set nothing may be sealed to it.
+    pub sealing: &'a SealingKey,
+    pub untrusted: Option<&'a Untrusted>,
+    pub publish: &'a P,
+}
+
+/// One spoke's result: its report, and what to publish when a credential is ready.
+pub(super) struct Reconciled {
+    pub report: SpokeReport,
+    pub proposal: Option<Proposal>,
+}
+
+impl Reconciled {
+    fn done(report: SpokeReport) -> Reconciled {
+        Reconciled {
+            report,
+            proposal: None,
+        }
+    }
+}
+
+/// What the rule table weighs a spoke's observation against this tick.
+pub(super) fn policy<'s, P>(
+    run: &'s Run<'_, P>,
     spoke: &SpokeConfig,
-    opts: &Options,
-    now: OffsetDateTime,
-    (sealing, untrusted): (&SealingKey, Option<&crate::hub::cert::Untrusted>),
-    review: Option<&review::Review>,
-) -> (SpokeReport, Option<Proposal>) {
+    seen: &'s Observation,
+) -> Policy<'s> {
+    let ctx = run.ctx;
+    let recorded = seen.committed.recorded();
+    let verify_due = {
+        let last = ctx
+            .verified
+            .lock()
+            .map(|m| m.get(&spoke.name).copied())
+            .unwrap_or(None);
+        let since = last.or(recorded.map(|r| r.rotated_at));
+        since.is_none_or(|t| run.now - t >= ctx.config.verify_every)
+    };
+    // An untrusted key is no reason to rotate: against it, compare with what is recorded.
+    let sealing_sha256 = match (run.untrusted, recorded) {
+        (Some(_), Some(r)) => r.sealing_sha256.as_str(),
+        _ => run.sealing.fingerprint(),
+    };
+    Policy {
+        now: run.now,
+        renew_before: ctx.config.renew_before,
+        sealing_sha256,
+        force: run.opts.force || run.opts.revoke,
+        verify_due,
+    }
+}
+
+/// decide -> (extract -> validate -> [mint] -> seal) for one spoke as observed. With an
+/// untrusted sealing key nothing is sealed: a rotation fails at `seal`.
+pub(super) async fn reconcile<P: Publish>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+    policy: &Policy<'_>,
+) -> Reconciled {
+    let (ctx, opts, now, sealing, untrusted) =
+        (run.ctx, run.opts, run.now, run.sealing, run.untrusted);
     let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
     let stage = |stage| {
         opts.progress.emit(Step::Stage {
@@ -31,114 +90,59 @@ pub(super) async fn reconcile(
             stage,
         })
     };
-    // observe
-    stage("probe");
-    let committed = match ctx.repo.read(&spoke.output) {
-        Ok(c) => c,
-        Err(e) => {
-            report.outcome = Outcome::Failed {
-                stage: Stage::Observe,
-                error: e.to_string(),
-            };
-            return (report, None);
-        }
-    };
-    let parsed = committed.as_deref().map(|bytes| {
-        let sealed = SealedSecret::parse(bytes).map_err(|e| e.to_string())?;
-        let recorded =
-            Recorded::from_annotations(&sealed.annotations).map_err(|e| e.to_string())?;
-        Ok::<_, String>((sealed, recorded))
-    });
-    // Probed where the configuration says the spoke is now, not where it was recorded.
-    report.probe = match &parsed {
-        Some(Ok((_, recorded))) => match decide::expected_server(spoke, Some(recorded)) {
-            Some(server) => Some(spoke::probe(&server, ctx.probe_timeout).await),
-            None => None,
-        },
-        _ => None,
-    };
-    if let Some(Ok((_, r))) = &parsed {
+    if let Committed::Unreadable(e) = &seen.committed {
+        report.outcome = Outcome::Failed(SpokeError::Read(e.clone()));
+        return Reconciled::done(report);
+    }
+    let previous: Option<&Recorded> = seen.committed.recorded();
+    if let Some(r) = previous {
         report.ca_sha256 = Some(r.ca_sha256.clone());
         report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
         report.credential = Some(CredentialReport::of(r));
     }
     // decide
-    let verify_due = {
-        let last = ctx
-            .verified
-            .lock()
-            .map(|m| m.get(&spoke.name).copied())
-            .unwrap_or(None);
-        let since = last.or(parsed
-            .as_ref()
-            .and_then(|p| p.as_ref().ok())
-            .map(|(_, r)| r.rotated_at));
-        since.is_none_or(|t| now - t >= ctx.config.verify_every)
-    };
-    let seen = decide::Observed {
-        committed: parsed
-            .as_ref()
-            .map(|p| p.as_ref().map(|(s, r)| (s, r)).map_err(Clone::clone)),
-        probe: report.probe.as_ref(),
-    };
-    // An untrusted key is no reason to rotate: against it, compare with what is recorded.
-    let sealing_sha256 = match (untrusted, &parsed) {
-        (Some(_), Some(Ok((_, r)))) => r.sealing_sha256.as_str(),
-        _ => sealing.fingerprint(),
-    };
-    let policy = decide::Policy {
-        now,
-        renew_before: ctx.config.renew_before,
-        sealing_sha256,
-        force: opts.force || opts.revoke,
-        verify_due,
-    };
-    let reason = match decide::decide(spoke, &seen, &policy) {
-        Decision::Healthy => return (report, None),
-        Decision::Unreachable(error) => {
-            report.outcome = Outcome::Failed {
-                stage: Stage::Probe,
-                error,
-            };
-            return (report, None);
+    let reason = match decide::decide(spoke, &seen.observed(), policy) {
+        Decision::Healthy => return Reconciled::done(report),
+        Decision::Unreachable(_) => {
+            // decide says so only for a failed probe, which the observation holds.
+            if let Some(Err(e)) = &seen.probe {
+                report.outcome = Outcome::Failed(SpokeError::Unreachable(e.clone()));
+            }
+            return Reconciled::done(report);
         }
         Decision::Rotate(reason) => reason,
     };
     report.reason = Some(reason.clone());
-    if let Some(rv) = review
-        && !(opts.force || opts.revoke)
-        && rv.waiting(ctx, spoke, &mut report, &policy).await
+    let review = run.publish.reviews();
+    if !(opts.force || opts.revoke)
+        && run
+            .publish
+            .waiting(ctx, spoke, seen, &mut report, policy)
+            .await
     {
-        return (report, None);
+        return Reconciled::done(report);
     }
 
     // extract -> validate
     stage("extract and validate");
     let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
         Ok(f) => f,
-        Err(f) => {
-            report.outcome = Outcome::Failed {
-                stage: f.stage,
-                error: f.error,
-            };
-            return (report, None);
+        Err(e) => {
+            report.outcome = Outcome::Failed(e);
+            return Reconciled::done(report);
         }
     };
     if let Ok(mut m) = ctx.verified.lock() {
         m.insert(spoke.name.clone(), now);
     }
-    let previous = parsed
-        .as_ref()
-        .and_then(|p| p.as_ref().ok())
-        .map(|(_, r)| r);
     let mut reason = reason;
     let mut revocation = None;
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let extracted = spoke.credential.mode == CredentialMode::Extracted;
     let (fresh, credential) = if !extracted {
         stage("mint");
-        let in_review = review.is_some();
+        let in_review = review;
         let run = minted::Run {
             revoke: opts.revoke,
             review: in_review,
@@ -149,20 +153,17 @@ pub(super) async fn reconcile(
         let step = minted::step(spoke, fresh, previous, &mut reason, &run).await;
         report.reason = Some(reason.clone());
         match step {
-            Err(f) => {
-                report.outcome = Outcome::Failed {
-                    stage: f.stage,
-                    error: f.error,
-                };
-                return (report, None);
+            Err(e) => {
+                report.outcome = Outcome::Failed(e);
+                return Reconciled::done(report);
             }
             Ok(minted::Step::Unchanged) => {
                 report.outcome = Outcome::Unchanged;
-                return (report, None);
+                return Reconciled::done(report);
             }
             Ok(minted::Step::WouldMint) => {
                 report.outcome = Outcome::WouldRotate;
-                return (report, None);
+                return Reconciled::done(report);
             }
             Ok(minted::Step::Minted {
                 fresh,
@@ -180,17 +181,13 @@ pub(super) async fn reconcile(
         }
     } else {
         if opts.revoke {
-            report.outcome = Outcome::Failed {
-                stage: Stage::Mint,
-                error: format!(
-                    "{} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)",
-                    spoke.name
-                ),
-            };
-            return (report, None);
+            report.outcome = Outcome::Failed(SpokeError::RevokeExtracted {
+                spoke: spoke.name.clone(),
+            });
+            return Reconciled::done(report);
         }
         // Back from minted: every minted generation goes once the hub has this one.
-        if had.mode == CredentialMode::Minted && review.is_none() && !opts.dry_run {
+        if had.mode == CredentialMode::Minted && !review && !opts.dry_run {
             revocation = Some(minted::Revocation {
                 admin: fresh.yaml.clone(),
                 below: had.next_generation(),
@@ -222,14 +219,14 @@ pub(super) async fn reconcile(
         // On schedule, and the node serves what the hub already has.
         (Reason::Periodic, Some(prev)) if prev.content_sha256 == recorded.content_sha256 => {
             report.outcome = Outcome::Unchanged;
-            return (report, None);
+            return Reconciled::done(report);
         }
         // Expiring, but the node still serves the same certificate: say so, keep it.
         (Reason::ClientExpiring { .. }, Some(prev))
             if prev.client_sha256 == recorded.client_sha256 =>
         {
             report.outcome = Outcome::NotRenewed;
-            return (report, None);
+            return Reconciled::done(report);
         }
         _ => {}
     }
@@ -245,36 +242,30 @@ pub(super) async fn reconcile(
     // seal
     stage("seal");
     if let Some(u) = untrusted {
-        report.outcome = Outcome::Failed {
-            stage: Stage::Seal,
-            error: u.error.clone(),
-        };
-        return (report, None);
+        report.outcome = Outcome::Failed(SpokeError::Untrusted(u.error.clone()));
+        return Reconciled::done(report);
     }
     let manifest = match refresh::seal(spoke, &fresh.yaml, sealing, &recorded) {
         Ok(m) => m,
-        Err(f) => {
-            report.outcome = Outcome::Failed {
-                stage: f.stage,
-                error: f.error,
-            };
-            return (report, None);
+        Err(e) => {
+            report.outcome = Outcome::Failed(e);
+            return Reconciled::done(report);
         }
     };
     if opts.dry_run {
         report.outcome = Outcome::WouldRotate;
-        return (report, None);
+        return Reconciled::done(report);
     }
     let message = commit_message(spoke, &reason, previous, &recorded, &fresh.live);
     let content_sha256 = recorded.content_sha256.clone();
-    (
+    Reconciled {
         report,
-        Some(Proposal {
+        proposal: Some(Proposal {
             manifest,
             message,
             content_sha256,
             sealing_sha256: sealing.fingerprint().to_string(),
             revocation,
         }),
-    )
+    }
 }

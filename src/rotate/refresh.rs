@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::error::SpokeError;
 use super::state::Recorded;
 use crate::config::{SourceKind, SpokeConfig};
 use crate::kubeconfig::{self, Sanitized};
@@ -35,16 +36,6 @@ impl std::fmt::Display for Stage {
     }
 }
 
-#[derive(Debug)]
-pub struct Failure {
-    pub stage: Stage,
-    pub error: String,
-}
-
-fn fail(stage: Stage) -> impl Fn(String) -> Failure {
-    move |error| Failure { stage, error }
-}
-
 /// A credential that was extracted, sanitized, pointed at the spoke and accepted by it.
 pub struct Fresh {
     pub kubeconfig: Sanitized,
@@ -71,30 +62,28 @@ pub async fn extract_and_validate(
     spoke: &SpokeConfig,
     now: OffsetDateTime,
     live_timeout: Duration,
-) -> Result<Fresh, Failure> {
+) -> Result<Fresh, SpokeError> {
     let bytes = spoke::extract(&source(spoke))
         .await
-        .map_err(|e| fail(Stage::Extract)(e.to_string()))?;
-    let invalid = fail(Stage::Validate);
-    let parsed = kubeconfig::parse(bytes.expose()).map_err(|e| invalid(e.to_string()))?;
+        .map_err(|e| SpokeError::Extract(e.into()))?;
+    let invalid = |e: kubeconfig::KubeconfigError| SpokeError::Kubeconfig(e.into());
+    let parsed = kubeconfig::parse(bytes.expose()).map_err(invalid)?;
     drop(bytes);
-    let mut kc = kubeconfig::sanitize(&parsed, &spoke.name).map_err(|e| invalid(e.to_string()))?;
+    let mut kc = kubeconfig::sanitize(&parsed, &spoke.name).map_err(invalid)?;
     drop(parsed);
     // `api_server` is taken whole: a load balancer on 443 or a proxy's path must survive.
     match &spoke.api_server {
         Some(url) => kc.set_server(url),
         None => kc.rewrite_server(&spoke.address, None, None),
     }
-    .map_err(|e| invalid(e.to_string()))?;
+    .map_err(invalid)?;
     if let Some(problem) = kc.validity_problems(now).into_iter().next() {
-        return Err(invalid(problem.to_string()));
+        return Err(invalid(problem));
     }
     let yaml = kc.to_yaml();
-    let live = spoke::check_live(&yaml, live_timeout).await.map_err(|e| {
-        invalid(format!(
-            "the new credential does not work against the live API: {e}"
-        ))
-    })?;
+    let live = spoke::check_live(&yaml, live_timeout)
+        .await
+        .map_err(|e| SpokeError::Live(e.into()))?;
     let content_sha256 = kc.content_sha256();
     Ok(Fresh {
         kubeconfig: kc,
@@ -135,7 +124,7 @@ pub fn seal(
     yaml: &SecretBytes,
     sealing: &SealingKey,
     recorded: &Recorded,
-) -> Result<String, Failure> {
+) -> Result<String, SpokeError> {
     let mut input = SecretInput {
         name: spoke.secret.name.clone(),
         namespace: spoke.secret.namespace.clone(),
@@ -143,15 +132,17 @@ pub fn seal(
         ..Default::default()
     };
     input.data.insert(spoke.secret.key.clone(), yaml.clone());
-    let mut sealed = SealedSecret::seal(&input, sealing, spoke.scope)
-        .map_err(|e| fail(Stage::Seal)(e.to_string()))?;
+    let mut sealed =
+        SealedSecret::seal(&input, sealing, spoke.scope).map_err(|e| SpokeError::Seal(e.into()))?;
     sealed.annotations.extend(recorded.to_annotations());
     let manifest = sealed.to_yaml();
     // What is written is read back and must be ciphertext for this key: the last guard
     // against a bug putting anything else in the fleet repo (direct and review mode).
     SealedSecret::parse(manifest.as_bytes())
-        .map_err(|e| e.to_string())
-        .and_then(|back| back.check_sealed(sealing).map_err(|e| e.to_string()))
-        .map_err(|e| fail(Stage::Seal)(format!("{}: {e}", spoke.name)))?;
+        .and_then(|back| back.check_sealed(sealing))
+        .map_err(|e| SpokeError::ReadBack {
+            spoke: spoke.name.clone(),
+            error: e.into(),
+        })?;
     Ok(manifest)
 }

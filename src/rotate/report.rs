@@ -4,10 +4,11 @@
 use time::OffsetDateTime;
 
 use super::decide::Reason;
+use super::error::SpokeError;
+use super::observe::Observation;
 use super::refresh::Stage;
 use super::state::Recorded;
 use crate::seal::SealingKey;
-use crate::spoke::{ProbeError, ProbeReport};
 
 /// What happened to one spoke.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -23,8 +24,8 @@ pub enum Outcome {
     WouldRotate,
     /// The client certificate is expiring and the node has not renewed it yet.
     NotRenewed,
-    /// Stopped at `stage`; the committed credential is untouched.
-    Failed { stage: Stage, error: String },
+    /// Stopped at the error's stage; the committed credential is untouched.
+    Failed(SpokeError),
     /// `repo.mode: pull-request`: the fix is on `branch`, waiting for review.
     Pending {
         branch: String,
@@ -53,10 +54,6 @@ pub struct SpokeReport {
     pub client_not_after: Option<OffsetDateTime>,
     /// Who the new credential authenticated as, when one was validated.
     pub user: Option<String>,
-    /// The TLS probe this tick took, when it took one: alerts grade from it rather
-    /// than probing again.
-    #[serde(skip)]
-    pub probe: Option<Result<ProbeReport, ProbeError>>,
     /// After a push with `hub:` configured: whether the hub unsealed it and Flux is Ready.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub hub: Option<crate::hub::verify::HubReport>,
@@ -109,7 +106,6 @@ impl SpokeReport {
             ca_not_after: None,
             client_not_after: None,
             user: None,
-            probe: None,
             hub: None,
             credential: None,
             revoked: Vec::new(),
@@ -118,7 +114,7 @@ impl SpokeReport {
     }
 
     pub fn failed(&self) -> bool {
-        matches!(self.outcome, Outcome::Failed { .. })
+        matches!(self.outcome, Outcome::Failed(_))
     }
 }
 
@@ -136,6 +132,9 @@ pub struct TickReport {
     /// The sealing key this tick sealed to (alerts grade it).
     #[serde(skip)]
     pub sealing_key: Option<SealingKey>,
+    /// Each spoke as the tick observed it, before acting (alerts reuse its probes).
+    #[serde(skip)]
+    pub seen: Vec<Observation>,
 }
 
 impl TickReport {
@@ -147,6 +146,7 @@ impl TickReport {
             repo_error: None,
             sealing: None,
             sealing_key: None,
+            seen: Vec::new(),
         }
     }
 

@@ -31,10 +31,16 @@
 
 use time::OffsetDateTime;
 
-use super::Proposal;
+use std::path::Path;
+
 use super::decide::{self, Decision, Observed, Policy, Reason};
+use super::error::{ForgeFailure, ReviewError, SpokeError};
+use super::observe::Observation;
+use super::publish::{Finished, Publish};
+use super::report::{RepoFailure, RepoStage};
+use super::sealing::CERT_BRANCH;
 use super::state::Recorded;
-use super::{Context, Gate, Outcome, SpokeReport, Stage};
+use super::{Context, Gate, Options, Outcome, Proposal, SpokeReport};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{self, Forge, PullRequest};
 use crate::repo::{BranchState, RepoError, Untrusted};
@@ -45,6 +51,8 @@ use crate::text;
 /// Review mode for one tick: the forge client (or why there is none).
 pub struct Review {
     forge: Result<Forge, String>,
+    /// Why the gate refused a side effect this tick (the rest waits for a tick that may).
+    refused: Option<String>,
 }
 
 /// The unmerged review branch of a spoke.
@@ -74,6 +82,7 @@ impl Review {
         }
         Some(Review {
             forge: Forge::new(cfg).map_err(|e| e.to_string()),
+            refused: None,
         })
     }
 
@@ -101,10 +110,11 @@ impl Review {
 
     /// Whether the spoke's fix already waits on its branch (then the report says
     /// pending). Probes the spoke when the target branch gave nothing to probe with.
-    pub(super) async fn waiting(
+    async fn waiting_on_branch(
         &self,
         ctx: &Context,
         spoke: &SpokeConfig,
+        seen: &Observation,
         report: &mut SpokeReport,
         policy: &Policy<'_>,
     ) -> bool {
@@ -115,13 +125,22 @@ impl Review {
             tracing::warn!(spoke = %spoke.name, branch = %branch_name(spoke), head = %branch.head, reason = %why, "review branch not trusted: re-extracting; the branch will be replaced");
             return false;
         }
-        if report.probe.is_none()
-            && let Some((_, r)) = &branch.recorded
-            && let Some(server) = decide::expected_server(spoke, Some(r))
-        {
-            report.probe = Some(crate::spoke::probe(&server, ctx.probe_timeout).await);
-        }
-        if !branch_fixes(spoke, &branch, report.probe.as_ref(), policy) {
+        // The target branch gave nothing to probe with: the branch's record may.
+        let own;
+        let probe = match &seen.probe {
+            Some(p) => Some(p),
+            None => {
+                own = match &branch.recorded {
+                    Some((_, r)) => match decide::expected_server(spoke, Some(r)) {
+                        Some(server) => Some(crate::spoke::probe(&server, ctx.probe_timeout).await),
+                        None => None,
+                    },
+                    None => None,
+                };
+                own.as_ref()
+            }
+        };
+        if !branch_fixes(spoke, &branch, probe, policy) {
             return false;
         }
         report.outcome = Outcome::Pending {
@@ -138,7 +157,7 @@ impl Review {
     /// pull request; for a pending spoke, find (or reopen) its pull request. The gate is
     /// asked before the push and again before the forge is written to: a refusal leaves
     /// the rest to the next tick here or the new leader, and is returned.
-    pub(super) async fn settle(
+    async fn settle(
         &self,
         ctx: &Context,
         spoke: &SpokeConfig,
@@ -158,10 +177,10 @@ impl Review {
         let head;
         if !dry_run && let Err(why) = gate.check() {
             if proposal.is_some() {
-                report.outcome = Outcome::Failed {
-                    stage: Stage::Push,
-                    error: format!("branch {name} not pushed: {why}"),
-                };
+                report.outcome = Outcome::Failed(SpokeError::NotPushed {
+                    branch: name.clone(),
+                    why: why.clone(),
+                });
             }
             return Some(why);
         }
@@ -169,10 +188,10 @@ impl Review {
             match push(ctx, spoke, &name, p).await {
                 Ok(done) => (pushed, replaced, head) = (done.commit, done.replaced, done.head),
                 Err(e) => {
-                    report.outcome = Outcome::Failed {
-                        stage: Stage::Push,
-                        error: format!("branch {name}: {e}"),
-                    };
+                    report.outcome = Outcome::Failed(SpokeError::BranchPush {
+                        branch: name.clone(),
+                        error: e.into(),
+                    });
                     return None;
                 }
             }
@@ -191,12 +210,10 @@ impl Review {
             match trusted {
                 Ok(h) => head = h,
                 Err(why) => {
-                    report.outcome = Outcome::Failed {
-                        stage: Stage::Review,
-                        error: format!(
-                            "branch {name} is no longer provably spokekeeper's: {why} (the next tick replaces it)"
-                        ),
-                    };
+                    report.outcome = Outcome::Failed(SpokeError::Review(ReviewError::NotOurs {
+                        branch: name.clone(),
+                        why,
+                    }));
                     return None;
                 }
             }
@@ -204,7 +221,12 @@ impl Review {
         let forge = match &self.forge {
             Ok(f) => f,
             Err(e) => {
-                fail(report, &name, pushed.as_deref(), e);
+                fail(
+                    report,
+                    &name,
+                    pushed.as_deref(),
+                    ForgeFailure::Setup(e.clone()),
+                );
                 return None;
             }
         };
@@ -214,7 +236,7 @@ impl Review {
                     report,
                     &name,
                     pushed.as_deref(),
-                    &format!("not sent: {why}"),
+                    ForgeFailure::NotSent(why.clone()),
                 );
             }
             return Some(why);
@@ -260,10 +282,8 @@ impl Review {
             Ok(Some((open, _))) if open.head.as_deref() != Some(head.as_str()) => {
                 let error = unverified(&open, &head, pushed.is_some());
                 tracing::warn!(spoke = %spoke.name, branch = %name, error = %error, "pull request not endorsed");
-                report.outcome = Outcome::Failed {
-                    stage: Stage::Review,
-                    error,
-                };
+                report.outcome =
+                    Outcome::Failed(SpokeError::Review(ReviewError::Unverified(error)));
             }
             Ok(found) => {
                 let (pr, change) = found.map_or((None, None), |(open, a)| (Some(open.pr), a));
@@ -278,9 +298,149 @@ impl Review {
                     change,
                 };
             }
-            Err(e) => fail(report, &name, pushed.as_deref(), &e.to_string()),
+            Err(e) => fail(
+                report,
+                &name,
+                pushed.as_deref(),
+                ForgeFailure::Forge(e.into()),
+            ),
         }
         None
+    }
+}
+
+impl Publish for Review {
+    fn reviews(&self) -> bool {
+        true
+    }
+
+    async fn waiting(
+        &self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        seen: &Observation,
+        report: &mut SpokeReport,
+        policy: &Policy<'_>,
+    ) -> bool {
+        self.waiting_on_branch(ctx, spoke, seen, report, policy)
+            .await
+    }
+
+    async fn spoke(
+        &mut self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        proposal: Option<&Proposal>,
+        opts: &Options,
+    ) {
+        let gate = &opts.gate;
+        if let Some(why) = self
+            .settle(ctx, spoke, report, proposal, opts.dry_run, gate)
+            .await
+        {
+            self.refused = Some(why);
+        }
+    }
+
+    /// The target branch is never pushed to, so the renewed certificate goes on its own
+    /// branch and pull request, like a rotation. The clone's checkout is left as it is;
+    /// until the pull request is merged the pinned copy there stays the old one.
+    async fn certificate(
+        &self,
+        ctx: &Context,
+        rel: &Path,
+        pem: &[u8],
+        message: &str,
+    ) -> Result<Option<String>, String> {
+        let repo = &ctx.repo;
+        let head = repo.remote_branch_head(CERT_BRANCH).await;
+        let waiting = match &head {
+            Some(h) => match repo.branch_state(CERT_BRANCH, h, rel).await {
+                BranchState::Merged => false,
+                BranchState::Open(proven) => match proven {
+                    // Only spokekeeper's own signed commit is left waiting; another is replaced.
+                    Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
+                    Err(why) => {
+                        tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
+                        false
+                    }
+                },
+            },
+            None => false,
+        };
+        let (pushed, trusted) = if let (true, Some(h)) = (waiting, &head) {
+            (None, h.clone())
+        } else {
+            let sha = repo
+                .commit_on_target(rel, pem, message)
+                .await
+                .map_err(|e| e.to_string())?;
+            repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
+                .await
+                .map_err(|e| format!("branch {CERT_BRANCH}: {e}"))?;
+            (Some(sha.clone()), sha)
+        };
+        let forge = self.forge.as_ref().map_err(Clone::clone)?;
+        let base = repo.target_branch();
+        let open = forge
+            .find_open(CERT_BRANCH, base)
+            .await
+            .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+        let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
+        // The head line lets a reviewer compare with the commit the forge shows.
+        let body = format!("{body}\n\n{}", signed_line(&trusted));
+        let shown = match open {
+            // An open pull request (ours or adopted) always gets spokekeeper's text.
+            Some(o) if pushed.is_none() && same_text(&o, title, &body) => o,
+            open => {
+                let ask = crate::forge::Proposal {
+                    branch: CERT_BRANCH,
+                    base,
+                    title,
+                    body: &body,
+                };
+                let (pr, action) = forge
+                    .open_or_update(&ask, open)
+                    .await
+                    .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+                tracing::info!(number = pr.pr.number, url = %pr.pr.url, ?action, "sealing certificate pull request");
+                pr
+            }
+        };
+        if shown.head.as_deref() != Some(trusted.as_str()) {
+            return Err(unverified(&shown, &trusted, pushed.is_some()));
+        }
+        Ok(pushed)
+    }
+
+    async fn finish(&mut self, ctx: &Context, _: &Options) -> Finished {
+        let mut out = Finished::default();
+        // Review mode never pushes the target branch; say so if the clone holds commits
+        // (left by an earlier direct-mode run) that only a push would publish.
+        match ctx.repo.unpushed().await {
+            Ok(0) | Err(_) => {}
+            Ok(n) => {
+                out.repo_error = Some(RepoFailure::new(
+                    RepoStage::Unpushed,
+                    format!(
+                        "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
+                        ctx.config.repo.remote,
+                        ctx.config.repo.branch,
+                        ctx.config.repo.path.display()
+                    ),
+                ))
+            }
+        }
+        // Reported as in direct mode: the branches and pull requests wait for a tick
+        // that may act.
+        if let Some(why) = &self.refused {
+            out.repo_error = Some(RepoFailure::new(
+                RepoStage::Push,
+                format!("not pushed: {why}"),
+            ));
+        }
+        out
     }
 }
 
@@ -312,8 +472,8 @@ pub async fn open_reviews(
             Ok(f) => f
                 .find_open(&branch, &config.repo.branch)
                 .await
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.clone()),
+                .map_err(|e| ForgeFailure::Forge(e.into())),
+            Err(e) => Err(ForgeFailure::Setup(e.clone())),
         };
         match found {
             Ok(None) => continue,
@@ -326,20 +486,16 @@ pub async fn open_reviews(
                         pull_request: Some(open.pr),
                         change: None,
                     },
-                    Err(why) => Outcome::Failed {
-                        stage: Stage::Review,
-                        error: format!(
-                            "unverified pull request {}: {why}; spokekeeper does not vouch for what it carries: review it as anyone else's change (spokekeeper replaces the branch when it next rotates {})",
-                            open.pr.url, spoke.name
-                        ),
-                    },
+                    Err(why) => Outcome::Failed(SpokeError::Review(ReviewError::NotEndorsed {
+                        url: open.pr.url.clone(),
+                        why,
+                        spoke: spoke.name.clone(),
+                    })),
                 }
             }
             Err(e) => {
-                report.outcome = Outcome::Failed {
-                    stage: Stage::Review,
-                    error: format!("cannot look up the pull request of {branch}: {e}"),
-                }
+                report.outcome =
+                    Outcome::Failed(SpokeError::Review(ReviewError::Lookup { branch, error: e }))
             }
         }
         out.push(report);
@@ -404,7 +560,7 @@ pub(crate) fn same_text(open: &forge::Open, title: &str, body: &str) -> bool {
             }))
 }
 
-fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &str) {
+fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: ForgeFailure) {
     let kept = match pushed {
         Some(sha) => format!(
             "branch {branch} pushed at {}",
@@ -412,12 +568,7 @@ fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: &st
         ),
         None => format!("branch {branch} kept"),
     };
-    report.outcome = Outcome::Failed {
-        stage: Stage::Review,
-        error: format!(
-            "{kept}; the pull request could not be opened or updated (the next tick retries): {error}"
-        ),
-    };
+    report.outcome = Outcome::Failed(SpokeError::Review(ReviewError::Forge { kept, error }));
 }
 
 fn age(pr: &PullRequest, now: OffsetDateTime) -> u64 {

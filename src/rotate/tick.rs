@@ -1,151 +1,105 @@
-//! One tick: the spokes run concurrently up to a bound, then commits one at a time in
-//! configuration order under the repo lock, one push, and verification on the hub.
+//! One tick: each spoke observed and reconciled, concurrently up to a bound; then what
+//! is ready is published one at a time in configuration order under the repo lock
+//! (publish.rs: direct commits and one push, or review branches), and verified on the hub.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use time::OffsetDateTime;
 
-use super::Proposal;
+use super::observe::{self, Observation};
 use super::progress::Step;
-use super::reconcile::reconcile;
-use super::refresh::Stage;
+use super::publish::{Direct, Publish};
+use super::reconcile::{Reconciled, Run, policy, reconcile};
 use super::report::{Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};
 use super::{Context, Options, minted, review, sealing};
 use crate::config::SpokeConfig;
-use crate::repo::Pushed;
 
 /// One tick over the selected spokes.
 pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::repo::RepoError> {
     let _lock = ctx.repo.lock()?;
-    let mut repo_error = None;
+    let mut sync_error = None;
     if !opts.dry_run
         && let Err(e) = ctx.repo.sync().await
     {
         tracing::warn!(error = %e, "cannot sync the fleet repo; working from the local clone");
-        repo_error = Some(RepoFailure::new(RepoStage::Sync, e.to_string()));
+        sync_error = Some(RepoFailure::new(RepoStage::Sync, e.to_string()));
     }
     // Review branches first: a renewed sealing certificate may be proposed on one.
-    let review = review::Review::start(ctx).await;
-    let review = review.as_ref();
-    let (sealing, cert) = sealing::for_tick(ctx, opts.dry_run).await;
-    let untrusted = cert.untrusted.as_ref();
+    Ok(match review::Review::start(ctx).await {
+        Some(review) => run(ctx, opts, review, sync_error).await,
+        None => run(ctx, opts, Direct::default(), sync_error).await,
+    })
+}
+
+async fn run<P: Publish>(
+    ctx: &Context,
+    opts: &Options,
+    mut publish: P,
+    sync_error: Option<RepoFailure>,
+) -> TickReport {
+    let (sealing, cert) = sealing::for_tick(ctx, opts.dry_run, &publish).await;
     let spokes: Vec<&SpokeConfig> = ctx
         .config
         .spokes
         .iter()
         .filter(|s| opts.only.is_empty() || opts.only.contains(&s.name))
         .collect();
-    let now = OffsetDateTime::now_utc();
-    let sealing = &sealing;
     opts.progress.emit(Step::Start {
         total: spokes.len(),
     });
-    let mut results: Vec<(usize, SpokeReport, Option<Proposal>)> =
+    let mut results: Vec<(usize, Observation, Reconciled)> = {
+        let run = Run {
+            ctx,
+            opts,
+            now: OffsetDateTime::now_utc(),
+            sealing: &sealing,
+            untrusted: cert.untrusted.as_ref(),
+            publish: &publish,
+        };
+        let run = &run;
         futures::stream::iter(spokes.iter().enumerate())
             .map(|(i, spoke)| async move {
-                let (report, proposal) =
-                    reconcile(ctx, spoke, opts, now, (sealing, untrusted), review).await;
+                opts.progress.emit(Step::Stage {
+                    spoke: &spoke.name,
+                    stage: "probe",
+                });
+                let seen = observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await;
+                let done = reconcile(run, spoke, &seen, &policy(run, spoke, &seen)).await;
                 opts.progress.emit(Step::Done { spoke: &spoke.name });
-                (i, report, proposal)
+                (i, seen, done)
             })
             .buffer_unordered(opts.concurrency.max(1))
             .collect()
-            .await;
+            .await
+    };
     results.sort_by_key(|(i, _, _)| *i);
 
     opts.progress.emit(Step::Fleet { stage: "commit" });
-    let mut committed = 0;
     let mut reports = Vec::with_capacity(results.len());
+    let mut seen = Vec::with_capacity(results.len());
     let mut sealed_now = Vec::new();
     let mut revocations = Vec::new();
-    let mut refused = None;
-    for (i, mut report, proposal) in results {
-        if let Some(rv) = review {
-            let gate = &opts.gate;
-            let spoke = spokes[i];
-            if let Some(why) = rv
-                .settle(
-                    ctx,
-                    spoke,
-                    &mut report,
-                    proposal.as_ref(),
-                    opts.dry_run,
-                    gate,
-                )
-                .await
-            {
-                refused = Some(why);
-            }
-        } else if let Some(p) = proposal {
-            let spoke = spokes[i];
-            match commit(ctx, spoke, &p).await {
-                Ok(sha) => {
-                    committed += 1;
-                    sealed_now.push((reports.len(), p.manifest.clone()));
-                    report.outcome = Outcome::Rotated { commit: sha };
-                    if let Some(r) = p.revocation {
-                        revocations.push((reports.len(), r));
-                    }
-                }
-                Err(e) => {
-                    report.outcome = Outcome::Failed {
-                        stage: Stage::Commit,
-                        error: e,
-                    }
-                }
+    for (i, observed, done) in results {
+        let Reconciled {
+            mut report,
+            proposal,
+        } = done;
+        publish
+            .spoke(ctx, spokes[i], &mut report, proposal.as_ref(), opts)
+            .await;
+        if let (Outcome::Rotated { .. }, Some(p)) = (&report.outcome, proposal) {
+            sealed_now.push((reports.len(), p.manifest));
+            if let Some(r) = p.revocation {
+                revocations.push((reports.len(), r));
             }
         }
         reports.push(report);
+        seen.push(observed);
     }
-
-    let mut pushed = false;
-    if review.is_some() {
-        // Review mode never pushes the target branch; say so if the clone holds commits
-        // (left by an earlier direct-mode run) that only a push would publish.
-        match ctx.repo.unpushed().await {
-            Ok(0) | Err(_) => {}
-            Ok(n) => {
-                repo_error = Some(RepoFailure::new(
-                    RepoStage::Unpushed,
-                    format!(
-                        "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
-                        ctx.config.repo.remote,
-                        ctx.config.repo.branch,
-                        ctx.config.repo.path.display()
-                    ),
-                ))
-            }
-        }
-        // Reported as in direct mode: the branches and pull requests wait for a tick
-        // that may act.
-        if let Some(why) = refused {
-            repo_error = Some(RepoFailure::new(
-                RepoStage::Push,
-                format!("not pushed: {why}"),
-            ));
-        }
-    } else if !opts.dry_run && ctx.config.repo.push {
-        opts.progress.emit(Step::Fleet { stage: "push" });
-        if let Err(why) = opts.gate.check() {
-            // Left in the clone: the next tick here, or the new leader, pushes.
-            if !matches!(ctx.repo.unpushed().await, Ok(0)) {
-                repo_error = Some(RepoFailure::new(
-                    RepoStage::Push,
-                    format!("not pushed: {why}"),
-                ));
-            }
-        } else {
-            match ctx.repo.push().await {
-                Ok(Pushed::Done { rebases }) => {
-                    pushed = true;
-                    tracing::info!(committed, rebases, "pushed");
-                }
-                Ok(Pushed::Nothing) => {}
-                Err(e) => repo_error = Some(RepoFailure::new(RepoStage::Push, e.to_string())),
-            }
-        }
-    }
+    let published = publish.finish(ctx, opts).await;
+    let pushed = published.pushed;
+    let repo_error = published.repo_error.or(sync_error);
     if let Some(hub) = &ctx.config.hub
         && !opts.dry_run
     {
@@ -156,13 +110,14 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     if pushed {
         revoke_superseded(ctx, &mut reports, revocations).await;
     }
-    Ok(TickReport {
+    TickReport {
         spokes: reports,
         pushed,
         repo_error,
         sealing: Some(cert.clone()),
         sealing_key: Some(sealing.clone()),
-    })
+        seen,
+    }
 }
 
 /// After a push, the credentials it carried; and, every tick, those the hub had not taken
@@ -241,16 +196,5 @@ async fn revoke_superseded(
             }
         }
         // r.admin (the admin kubeconfig) is zeroized as it drops here.
-    }
-}
-
-async fn commit(ctx: &Context, spoke: &SpokeConfig, p: &Proposal) -> Result<String, String> {
-    ctx.repo
-        .write_atomic(&spoke.output, p.manifest.as_bytes())
-        .map_err(|e| e.to_string())?;
-    match ctx.repo.commit(&spoke.output, &p.message).await {
-        Ok(Some(sha)) => Ok(sha),
-        Ok(None) => Err("nothing changed in the file (unexpected: sealing is randomized)".into()),
-        Err(e) => Err(e.to_string()),
     }
 }

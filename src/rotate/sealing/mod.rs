@@ -10,17 +10,13 @@
 mod served;
 mod trust;
 
-use std::path::Path;
-
 use time::OffsetDateTime;
 
+use super::Context;
+use super::publish::Publish;
 use super::state::short;
-use super::{Context, review};
-use crate::config::RepoMode;
-use crate::forge::Forge;
 use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
-use crate::repo::BranchState;
 use crate::seal::SealingKey;
 use crate::seal::trust::Controller;
 
@@ -30,8 +26,12 @@ pub const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
 
 /// The key for this tick, what happened on the hub, and whether the key is trusted:
 /// when `report.untrusted` is set, nothing may be sealed to it.
-pub async fn for_tick(ctx: &Context, dry_run: bool) -> (SealingKey, CertReport) {
-    let (key, report, heard) = choose(ctx, dry_run).await;
+pub(super) async fn for_tick(
+    ctx: &Context,
+    dry_run: bool,
+    publish: &impl Publish,
+) -> (SealingKey, CertReport) {
+    let (key, report, heard) = choose(ctx, dry_run, publish).await;
     let mut report = report.unwrap_or_else(|| CertReport {
         sha256: key.fingerprint().to_string(),
         ..CertReport::default()
@@ -99,7 +99,11 @@ enum Heard {
 
 /// The key for this tick, the hub's part of the report (None: no hub), and what the
 /// hub's controller served.
-async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>, Heard) {
+async fn choose(
+    ctx: &Context,
+    dry_run: bool,
+    publish: &impl Publish,
+) -> (SealingKey, Option<CertReport>, Heard) {
     let now = OffsetDateTime::now_utc();
     let (pinned, on_disk) = pinned(ctx, now);
     let Some(cfg) = &ctx.config.hub else {
@@ -155,7 +159,7 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
                 short(key.fingerprint()),
                 key.fingerprint()
             );
-            if let Err(e) = pin(ctx, pem.as_bytes(), &message).await {
+            if let Err(e) = pin(ctx, pem.as_bytes(), &message, publish).await {
                 tracing::error!(error = %e, "cannot pin the controller's certificate");
                 report.error = Some(format!("cannot pin the certificate: {e}"));
             }
@@ -177,10 +181,10 @@ async fn choose(ctx: &Context, dry_run: bool) -> (SealingKey, Option<CertReport>
             renewed.old,
             renewed.new
         );
-        match pin(ctx, pem.as_bytes(), &message).await {
+        match pin(ctx, pem.as_bytes(), &message, publish).await {
             Ok(commit) => renewed.commit = commit,
             // Review mode: the certificate's branch may be pushed already; seal to it.
-            Err(e) if ctx.config.repo.mode == RepoMode::PullRequest => {
+            Err(e) if publish.reviews() => {
                 tracing::error!(error = %e, "cannot propose the renewed sealing certificate (sealing to it anyway)");
                 report.error = Some(format!("cannot propose the renewed certificate: {e}"));
             }
@@ -221,98 +225,18 @@ fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
         })
 }
 
-/// Writes sealing.cert atomically; commits it when it is inside the fleet repo.
-async fn pin(ctx: &Context, pem: &[u8], message: &str) -> Result<Option<String>, String> {
+/// Writes sealing.cert atomically; inside the fleet repo it is published like a
+/// credential (committed, or proposed for review).
+async fn pin(
+    ctx: &Context,
+    pem: &[u8],
+    message: &str,
+    publish: &impl Publish,
+) -> Result<Option<String>, String> {
     let path = &ctx.config.sealing_cert;
     let Some(rel) = inside(path, ctx.repo.path()) else {
         crate::fsutil::write_atomic(path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
         return Ok(None);
     };
-    if ctx.config.repo.mode == RepoMode::PullRequest {
-        return propose(ctx, &rel, pem, message).await;
-    }
-    ctx.repo
-        .write_atomic(&rel, pem)
-        .map_err(|e| e.to_string())?;
-    let committed = ctx.repo.commit(&rel, message).await;
-    if committed.is_err() {
-        ctx.repo.discard(&rel).await;
-    }
-    committed.map_err(|e| e.to_string())
-}
-
-/// Review mode: the target branch is never pushed to, so the renewed certificate goes
-/// on its own branch and pull request, like a rotation. The clone's checkout is left as
-/// it is; until the pull request is merged the pinned copy there stays the old one.
-async fn propose(
-    ctx: &Context,
-    rel: &Path,
-    pem: &[u8],
-    message: &str,
-) -> Result<Option<String>, String> {
-    let repo = &ctx.repo;
-    let head = repo.remote_branch_head(CERT_BRANCH).await;
-    let waiting = match &head {
-        Some(h) => match repo.branch_state(CERT_BRANCH, h, rel).await {
-            BranchState::Merged => false,
-            BranchState::Open(proven) => match proven {
-                // Only spokekeeper's own signed commit is left waiting; another is replaced.
-                Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
-                Err(why) => {
-                    tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
-                    false
-                }
-            },
-        },
-        None => false,
-    };
-    let (pushed, trusted) = if let (true, Some(h)) = (waiting, &head) {
-        (None, h.clone())
-    } else {
-        let sha = repo
-            .commit_on_target(rel, pem, message)
-            .await
-            .map_err(|e| e.to_string())?;
-        repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
-            .await
-            .map_err(|e| format!("branch {CERT_BRANCH}: {e}"))?;
-        (Some(sha.clone()), sha)
-    };
-    let forge = ctx
-        .config
-        .repo
-        .forge
-        .as_ref()
-        .ok_or("repo.mode pull-request without repo.forge")?;
-    let forge = Forge::new(forge).map_err(|e| e.to_string())?;
-    let base = repo.target_branch();
-    let open = forge
-        .find_open(CERT_BRANCH, base)
-        .await
-        .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
-    let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
-    // The head line lets a reviewer compare with the commit the forge shows.
-    let body = format!("{body}\n\n{}", review::signed_line(&trusted));
-    let shown = match open {
-        // An open pull request (ours or adopted) always gets spokekeeper's text.
-        Some(o) if pushed.is_none() && review::same_text(&o, title, &body) => o,
-        open => {
-            let ask = crate::forge::Proposal {
-                branch: CERT_BRANCH,
-                base,
-                title,
-                body: &body,
-            };
-            let (pr, action) = forge
-                .open_or_update(&ask, open)
-                .await
-                .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
-            tracing::info!(number = pr.pr.number, url = %pr.pr.url, ?action, "sealing certificate pull request");
-            pr
-        }
-    };
-    if shown.head.as_deref() != Some(trusted.as_str()) {
-        return Err(review::unverified(&shown, &trusted, pushed.is_some()));
-    }
-    Ok(pushed)
+    publish.certificate(ctx, &rel, pem, message).await
 }

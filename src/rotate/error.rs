@@ -1,0 +1,182 @@
+//! Why a spoke's pipeline stopped: one typed error per way it can stop, each knowing its
+//! stage (the `stage` of `-o json` and of `spokekeeper_errors_total`). The committed
+//! credential is untouched whenever a spoke fails.
+//!
+//! Causes are kept whole (behind `Arc`, so reports stay cheap to clone) and printed
+//! once, with the message: `-o json` carries `stage` and `error`, the text as always.
+
+use std::sync::Arc;
+
+use super::refresh::Stage;
+use crate::config::CredentialMode;
+use crate::forge::ForgeError;
+use crate::kubeconfig::KubeconfigError;
+use crate::mint::MintError;
+use crate::repo::RepoError;
+use crate::seal::ManifestError;
+use crate::spoke::{ExtractError, LiveError, ProbeError};
+
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum SpokeError {
+    /// The clone could not be read.
+    #[error("{0}")]
+    Read(Arc<RepoError>),
+    /// The probe of the API server failed: nothing is touched.
+    #[error("{0}")]
+    Unreachable(ProbeError),
+    #[error("{0}")]
+    Extract(Arc<ExtractError>),
+    /// The extracted kubeconfig does not parse, sanitize or point at the spoke, or a
+    /// certificate in it is not valid now.
+    #[error("{0}")]
+    Kubeconfig(Arc<KubeconfigError>),
+    #[error("the new credential does not work against the live API: {0}")]
+    Live(Arc<LiveError>),
+    /// Minting (or, for a validation failure of the admin credential, validating).
+    #[error("{0}")]
+    Mint(Arc<MintError>),
+    /// `spokekeeper revoke` on a spoke whose configuration extracts.
+    #[error(
+        "{spoke} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)"
+    )]
+    RevokeExtracted { spoke: String },
+    /// `spokekeeper revoke` on a spoke whose committed credential is not minted.
+    #[error(
+        "{spoke} holds no minted credential to revoke (its committed credential is {had}): set credential.mode: minted and rotate"
+    )]
+    NotMinted { spoke: String, had: CredentialMode },
+    /// The tick's sealing certificate is not trusted: nothing is sealed to it.
+    #[error("{0}")]
+    Untrusted(String),
+    #[error("{0}")]
+    Seal(Arc<ManifestError>),
+    /// What was sealed did not read back as ciphertext for the key.
+    #[error("{spoke}: {error}")]
+    ReadBack {
+        spoke: String,
+        error: Arc<ManifestError>,
+    },
+    #[error("{0}")]
+    Commit(Arc<RepoError>),
+    #[error("nothing changed in the file (unexpected: sealing is randomized)")]
+    Unchanged,
+    /// Review mode: the spoke's branch was not pushed (the gate refused, or git failed).
+    #[error("branch {branch} not pushed: {why}")]
+    NotPushed { branch: String, why: String },
+    #[error("branch {branch}: {error}")]
+    BranchPush {
+        branch: String,
+        error: Arc<RepoError>,
+    },
+    /// Review mode: the pull request could not be opened, updated or endorsed.
+    #[error("{0}")]
+    Review(ReviewError),
+}
+
+/// How review mode failed after or instead of pushing a branch.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error(
+        "branch {branch} is no longer provably spokekeeper's: {why} (the next tick replaces it)"
+    )]
+    NotOurs { branch: String, why: String },
+    /// The branch is pushed (or kept); the forge could not be written to.
+    #[error(
+        "{kept}; the pull request could not be opened or updated (the next tick retries): {error}"
+    )]
+    Forge { kept: String, error: ForgeFailure },
+    /// The forge shows another head than the one spokekeeper pushed and verified.
+    #[error("{0}")]
+    Unverified(String),
+    /// `check`: an open pull request whose head spokekeeper cannot vouch for.
+    #[error(
+        "unverified pull request {url}: {why}; spokekeeper does not vouch for what it carries: review it as anyone else's change (spokekeeper replaces the branch when it next rotates {spoke})"
+    )]
+    NotEndorsed {
+        url: String,
+        why: String,
+        spoke: String,
+    },
+    #[error("cannot look up the pull request of {branch}: {error}")]
+    Lookup { branch: String, error: ForgeFailure },
+}
+
+/// Why the forge could not be used.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum ForgeFailure {
+    #[error("{0}")]
+    Forge(Arc<ForgeError>),
+    /// The forge client could not be set up (e.g. no token).
+    #[error("{0}")]
+    Setup(String),
+    /// The gate refused: this process may no longer act.
+    #[error("not sent: {0}")]
+    NotSent(String),
+}
+
+impl SpokeError {
+    /// Where the pipeline stopped.
+    pub fn stage(&self) -> Stage {
+        match self {
+            SpokeError::Read(_) => Stage::Observe,
+            SpokeError::Unreachable(_) => Stage::Probe,
+            SpokeError::Extract(_) => Stage::Extract,
+            SpokeError::Kubeconfig(_) | SpokeError::Live(_) => Stage::Validate,
+            SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
+            SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
+            SpokeError::NotMinted { .. } => Stage::Mint,
+            SpokeError::Untrusted(_) | SpokeError::Seal(_) | SpokeError::ReadBack { .. } => {
+                Stage::Seal
+            }
+            SpokeError::Commit(_) | SpokeError::Unchanged => Stage::Commit,
+            SpokeError::NotPushed { .. } | SpokeError::BranchPush { .. } => Stage::Push,
+            SpokeError::Review(_) => Stage::Review,
+        }
+    }
+
+    /// The `stage` label of `spokekeeper_errors_total`: from a fixed set.
+    pub fn metric_label(&self) -> &'static str {
+        self.stage().metric_label()
+    }
+}
+
+/// Two failures are the same when they stopped at the same stage saying the same.
+impl PartialEq for SpokeError {
+    fn eq(&self, other: &Self) -> bool {
+        self.stage() == other.stage() && self.to_string() == other.to_string()
+    }
+}
+
+impl Eq for SpokeError {}
+
+/// `{"stage": ..., "error": ...}`, as `-o json` has always said it.
+impl serde::Serialize for SpokeError {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let mut st = s.serialize_struct("SpokeError", 2)?;
+        st.serialize_field("stage", &self.stage())?;
+        st.serialize_field("error", &self.to_string())?;
+        st.end()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn serializes_as_stage_and_text() {
+        let e = SpokeError::NotPushed {
+            branch: "spokekeeper/dev".into(),
+            why: "not the leader".into(),
+        };
+        assert_eq!(e.metric_label(), "push");
+        assert_eq!(
+            serde_json::to_value(&e).unwrap(),
+            serde_json::json!({"stage": "push", "error": "branch spokekeeper/dev not pushed: not the leader"})
+        );
+        let unchanged = SpokeError::Unchanged;
+        assert_eq!(unchanged.stage(), Stage::Commit);
+        assert_ne!(unchanged, e);
+    }
+}

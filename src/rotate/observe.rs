@@ -1,0 +1,201 @@
+//! observe: what the fleet repo clone holds for a spoke (the committed SealedSecret and
+//! its `spokekeeper.io/*` annotations) and what the spoke's API server serves now. The
+//! tick, `check`, `status` and the alerts all read a spoke through here, so they see it
+//! alike: no fetch, no SSH.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+
+use super::TickReport;
+use super::decide::{Observed, expected_server};
+use super::state::{AnnotationError, Recorded};
+use crate::config::{Config, SpokeConfig};
+use crate::repo::{Repo, RepoError};
+use crate::seal::{ManifestError, SealedSecret};
+use crate::spoke::{self, ProbeError, ProbeReport};
+
+/// Probes run at once outside a tick (a tick probes within its own bound).
+const CONCURRENCY: usize = 8;
+
+/// What the clone holds for a spoke.
+#[derive(Debug)]
+pub enum Committed {
+    /// Nothing committed yet: never rotated.
+    Missing,
+    /// The clone could not be read.
+    Unreadable(Arc<RepoError>),
+    /// The file is there but is not a SealedSecret with readable annotations.
+    Invalid(Invalid),
+    Recorded(Box<Record>),
+}
+
+/// A readable committed credential.
+#[derive(Debug)]
+pub struct Record {
+    pub sealed: SealedSecret,
+    pub recorded: Recorded,
+}
+
+/// Why a committed file is not a credential spokekeeper can read.
+#[derive(Debug, thiserror::Error)]
+#[error("{}: {kind}", path.display())]
+pub struct Invalid {
+    pub path: PathBuf,
+    #[source]
+    pub kind: InvalidKind,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum InvalidKind {
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    #[error(transparent)]
+    Annotations(#[from] AnnotationError),
+}
+
+impl Committed {
+    /// Reads what is committed at `spoke.output` in the clone.
+    pub fn read(spoke: &SpokeConfig, repo: &Repo) -> Committed {
+        match repo.read(&spoke.output) {
+            Ok(None) => Committed::Missing,
+            Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
+            Err(e) => Committed::Unreadable(Arc::new(e)),
+        }
+    }
+
+    pub fn parse(path: &std::path::Path, bytes: &[u8]) -> Committed {
+        let invalid = |kind: InvalidKind| {
+            Committed::Invalid(Invalid {
+                path: path.to_path_buf(),
+                kind,
+            })
+        };
+        let sealed = match SealedSecret::parse(bytes) {
+            Ok(s) => s,
+            Err(e) => return invalid(e.into()),
+        };
+        match Recorded::from_annotations(&sealed.annotations) {
+            Ok(recorded) => Committed::Recorded(Box::new(Record { sealed, recorded })),
+            Err(e) => invalid(e.into()),
+        }
+    }
+
+    pub fn record(&self) -> Option<&Record> {
+        match self {
+            Committed::Recorded(r) => Some(r),
+            _ => None,
+        }
+    }
+
+    pub fn recorded(&self) -> Option<&Recorded> {
+        self.record().map(|r| &r.recorded)
+    }
+
+    /// Why it cannot be read, for people (None: missing or readable).
+    pub fn unreadable(&self) -> Option<String> {
+        match self {
+            Committed::Unreadable(e) => Some(e.to_string()),
+            Committed::Invalid(e) => Some(e.to_string()),
+            _ => None,
+        }
+    }
+}
+
+/// One spoke as seen now.
+#[derive(Debug)]
+pub struct Observation {
+    pub spoke: String,
+    pub committed: Committed,
+    /// None when there was no server to probe (nothing recorded and no `api_server`).
+    pub probe: Option<Result<ProbeReport, ProbeError>>,
+}
+
+impl Observation {
+    /// What [`super::decide::decide`] is given: the committed pair, or why it is unusable.
+    pub fn observed(&self) -> Observed<'_> {
+        Observed {
+            committed: match &self.committed {
+                Committed::Missing | Committed::Unreadable(_) => None,
+                Committed::Invalid(e) => Some(Err(e.kind.to_string())),
+                Committed::Recorded(r) => Some(Ok((&r.sealed, &r.recorded))),
+            },
+            probe: self.probe.as_ref(),
+        }
+    }
+}
+
+/// Reads what is committed for `spoke` and probes where the configuration says the spoke
+/// is now (not where it was recorded), bounded by `timeout`. `known` is a probe already
+/// taken, reused rather than probing twice.
+pub async fn spoke(
+    spoke: &SpokeConfig,
+    repo: &Repo,
+    timeout: Duration,
+    known: Option<Result<ProbeReport, ProbeError>>,
+) -> Observation {
+    let committed = Committed::read(spoke, repo);
+    let probe = match (known, expected_server(spoke, committed.recorded())) {
+        (Some(known), _) => Some(known),
+        (None, Some(server)) => Some(spoke::probe(&server, timeout).await),
+        (None, None) => None,
+    };
+    Observation {
+        spoke: spoke.name.clone(),
+        committed,
+        probe,
+    }
+}
+
+/// Every spoke of the configuration (`only`: those named; empty: all), in configuration
+/// order, probed concurrently.
+pub async fn fleet(
+    config: &Config,
+    repo: &Repo,
+    only: &[String],
+    timeout: Duration,
+) -> Vec<Observation> {
+    let spokes = config
+        .spokes
+        .iter()
+        .filter(|s| only.is_empty() || only.contains(&s.name));
+    in_order(spokes.map(|s| spoke(s, repo, timeout, None))).await
+}
+
+/// After a tick: what is committed is read again (the tick may have committed) and the
+/// tick's own probe of each spoke is reused, so a spoke is probed once per tick; a spoke
+/// the tick did not probe (it had nothing to probe with) is probed now.
+pub async fn after_tick(
+    config: &Config,
+    repo: &Repo,
+    tick: &TickReport,
+    timeout: Duration,
+) -> Vec<Observation> {
+    let probed = |name: &str| {
+        tick.seen
+            .iter()
+            .find(|o| o.spoke == name)
+            .and_then(|o| o.probe.clone())
+    };
+    in_order(
+        config
+            .spokes
+            .iter()
+            .map(|s| spoke(s, repo, timeout, probed(&s.name))),
+    )
+    .await
+}
+
+async fn in_order(
+    each: impl Iterator<Item = impl Future<Output = Observation>>,
+) -> Vec<Observation> {
+    let mut seen: Vec<(usize, Observation)> = futures::stream::iter(each.enumerate())
+        .map(|(i, f)| async move { (i, f.await) })
+        .buffer_unordered(CONCURRENCY)
+        .collect()
+        .await;
+    seen.sort_by_key(|(i, _)| *i);
+    seen.into_iter().map(|(_, o)| o).collect()
+}

@@ -1,0 +1,159 @@
+//! publish: what a tick found to change reaches the fleet repo one of two ways, a commit
+//! on the target branch and one push ([`Direct`]), or a branch and a pull request per
+//! change ([`super::review::Review`], `repo.mode: pull-request`). A spoke's credential
+//! and a renewed sealing certificate are both just something to publish.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::decide::Policy;
+use super::error::SpokeError;
+use super::observe::Observation;
+use super::report::{Outcome, RepoFailure, RepoStage, SpokeReport};
+use super::{Context, Options, Proposal};
+use crate::config::SpokeConfig;
+use crate::repo::Pushed;
+
+/// How the tick's changes are published.
+pub(super) trait Publish {
+    /// Review mode: nothing reaches the target branch before a person merges it.
+    fn reviews(&self) -> bool;
+
+    /// Whether the spoke's fix already waits for review, so nothing is extracted (then
+    /// the report says pending).
+    async fn waiting(
+        &self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        seen: &Observation,
+        report: &mut SpokeReport,
+        policy: &Policy<'_>,
+    ) -> bool;
+
+    /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
+    /// review) published; the report's outcome says how it went.
+    async fn spoke(
+        &mut self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        proposal: Option<&Proposal>,
+        opts: &Options,
+    );
+
+    /// A renewed sealing certificate at `rel` in the clone, with its commit message:
+    /// the commit made, if one was.
+    async fn certificate(
+        &self,
+        ctx: &Context,
+        rel: &Path,
+        pem: &[u8],
+        message: &str,
+    ) -> Result<Option<String>, String>;
+
+    /// After every spoke: push, or say why nothing was.
+    async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished;
+}
+
+/// What publishing left for the tick report.
+#[derive(Default)]
+pub(super) struct Finished {
+    /// The target branch was pushed this tick.
+    pub pushed: bool,
+    pub repo_error: Option<RepoFailure>,
+}
+
+/// Direct mode: commits on the target branch, one push per tick.
+#[derive(Default)]
+pub(super) struct Direct {
+    committed: usize,
+}
+
+impl Publish for Direct {
+    fn reviews(&self) -> bool {
+        false
+    }
+
+    async fn waiting(
+        &self,
+        _: &Context,
+        _: &SpokeConfig,
+        _: &Observation,
+        _: &mut SpokeReport,
+        _: &Policy<'_>,
+    ) -> bool {
+        false
+    }
+
+    async fn spoke(
+        &mut self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        proposal: Option<&Proposal>,
+        _: &Options,
+    ) {
+        let Some(p) = proposal else { return };
+        report.outcome = match commit(ctx, spoke, p).await {
+            Ok(sha) => {
+                self.committed += 1;
+                Outcome::Rotated { commit: sha }
+            }
+            Err(e) => Outcome::Failed(e),
+        };
+    }
+
+    async fn certificate(
+        &self,
+        ctx: &Context,
+        rel: &Path,
+        pem: &[u8],
+        message: &str,
+    ) -> Result<Option<String>, String> {
+        ctx.repo.write_atomic(rel, pem).map_err(|e| e.to_string())?;
+        let committed = ctx.repo.commit(rel, message).await;
+        if committed.is_err() {
+            ctx.repo.discard(rel).await;
+        }
+        committed.map_err(|e| e.to_string())
+    }
+
+    async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished {
+        let mut out = Finished::default();
+        if opts.dry_run || !ctx.config.repo.push {
+            return out;
+        }
+        opts.progress.emit(super::Step::Fleet { stage: "push" });
+        if let Err(why) = opts.gate.check() {
+            // Left in the clone: the next tick here, or the new leader, pushes.
+            if !matches!(ctx.repo.unpushed().await, Ok(0)) {
+                out.repo_error = Some(RepoFailure::new(
+                    RepoStage::Push,
+                    format!("not pushed: {why}"),
+                ));
+            }
+            return out;
+        }
+        match ctx.repo.push().await {
+            Ok(Pushed::Done { rebases }) => {
+                out.pushed = true;
+                tracing::info!(committed = self.committed, rebases, "pushed");
+            }
+            Ok(Pushed::Nothing) => {}
+            Err(e) => out.repo_error = Some(RepoFailure::new(RepoStage::Push, e.to_string())),
+        }
+        out
+    }
+}
+
+async fn commit(ctx: &Context, spoke: &SpokeConfig, p: &Proposal) -> Result<String, SpokeError> {
+    let failed = |e| SpokeError::Commit(Arc::new(e));
+    ctx.repo
+        .write_atomic(&spoke.output, p.manifest.as_bytes())
+        .map_err(failed)?;
+    match ctx.repo.commit(&spoke.output, &p.message).await {
+        Ok(Some(sha)) => Ok(sha),
+        Ok(None) => Err(SpokeError::Unchanged),
+        Err(e) => Err(failed(e)),
+    }
+}
