@@ -149,7 +149,7 @@ async fn gather(config: &Config) -> Result<Report, String> {
     };
     let mut hub_state = hub.as_ref().map(|h| HubState {
         reachable: h.is_ok(),
-        error: h.as_ref().err().cloned(),
+        error: h.as_ref().err().map(ToString::to_string),
     });
     let listed = match &hub {
         Some(Ok(h)) => h.list_consumers(config.spokes.iter(), LIST_TIMEOUT).await,
@@ -204,7 +204,8 @@ async fn hub_view(
     listed: &Listed,
 ) -> (Seen, Consumers) {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
-    let sealed = seen(ns, name, hub.sealed_secret(ns, name).await, "Synced", |o| {
+    let got = hub.sealed_secret(ns, name).await.map_err(|e| e.to_string());
+    let sealed = seen(ns, name, got, "Synced", |o| {
         committed.map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
     });
     let (found_by, found) = consumers::of(spoke, listed);
@@ -219,7 +220,7 @@ async fn hub_view(
                 let mut s = seen(
                     &c.namespace,
                     &c.name,
-                    hub.consumer(&c).await,
+                    hub.consumer(&c).await.map_err(|e| e.to_string()),
                     "Ready",
                     |_| None,
                 );
@@ -227,7 +228,7 @@ async fn hub_view(
                 consumers.items.push(s);
             }
         }
-        Err(e) => consumers.error = Some(one_line(&e, 300)),
+        Err(e) => consumers.error = Some(one_line(&e.to_string(), 300)),
     }
     (sealed, consumers)
 }
