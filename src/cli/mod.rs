@@ -20,6 +20,7 @@ pub(crate) mod rotate;
 mod run;
 mod seal;
 mod status;
+mod table;
 
 /// `--version`: the package version, the git commit it was built from and the build date.
 pub const VERSION: &str = concat!(

@@ -225,26 +225,5 @@ pub fn table(report: &TickReport) -> String {
             commit,
         ]);
     }
-    table_text(&rows)
-}
-
-pub(crate) fn print_table<const N: usize>(rows: &[[String; N]]) {
-    out(&table_text(rows));
-}
-
-fn table_text<const N: usize>(rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut text = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        text.push_str(line.join("  ").trim_end());
-        text.push('\n');
-    }
-    text
+    super::table::render(&rows)
 }

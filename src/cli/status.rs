@@ -528,7 +528,7 @@ fn print(report: &Report, format: Format) {
                     s.probe.state.into(),
                 ]);
             }
-            super::rotate::print_table(&rows);
+            out(&super::table::render(&rows));
             if let Some(h) = &report.hub
                 && let Some(e) = &h.error
             {
