@@ -1,6 +1,12 @@
-//! The hub cluster's API: the Sealed Secrets controller's certificate, the SealedSecrets
-//! Flux applies from the fleet repo, and the Flux Kustomizations and HelmReleases that
-//! deploy to the spokes with them.
+//! The hub cluster's API ([`Hub`]): reading the Sealed Secrets controller's certificate
+//! and the SealedSecrets Flux applies from the fleet repo, and listing and annotating the
+//! Flux Kustomizations and HelmReleases that deploy to the spokes with them.
+//!
+//! `cert.rs` fetches the controller's certificate and gives the sealing key a process
+//! starts with (choosing, trusting and pinning the tick's key is `rotate::sealing`'s job);
+//! `verify.rs` checks after a push that the hub unsealed the commit and Flux deployed it;
+//! `consumers.rs` finds the Flux objects that use a spoke's Secret; `error.rs` holds
+//! [`HubError`].
 //!
 //! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
 //! the Helm chart's Role grants and nothing more; the emulated hub's tests check that

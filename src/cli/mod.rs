@@ -1,7 +1,10 @@
 //! The command line: parse, dispatch, map results to exit codes.
 //!
-//! Each command lives in its own file and returns an [`ExitCode`]; errors are printed
-//! here, once, to stderr.
+//! Each command lives in its own file and returns an [`ExitCode`]; `table.rs` draws their
+//! tables and `progress.rs` the progress line on a terminal. A command's error is printed
+//! to stderr by `fail` or `fail_with` here: `spokekeeper CMD: error: MESSAGE`, then
+//! each cause the message does not already say. `check` and `status` report in their
+//! own format (and exit code) instead, so a script reading `-o json` gets the failure too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
