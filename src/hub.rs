@@ -1,6 +1,12 @@
-//! The hub cluster's API: the Sealed Secrets controller's certificate, the SealedSecrets
-//! Flux applies from the fleet repo, and the Flux Kustomizations and HelmReleases that
-//! deploy to the spokes with them.
+//! The hub cluster's API ([`Hub`]): reading the Sealed Secrets controller's certificate
+//! and the SealedSecrets Flux applies from the fleet repo, and listing and annotating the
+//! Flux Kustomizations and HelmReleases that deploy to the spokes with them.
+//!
+//! `cert.rs` fetches the controller's certificate and gives the sealing key a process
+//! starts with (choosing, trusting and pinning the tick's key is `rotate::sealing`'s job);
+//! `verify.rs` checks after a push that the hub unsealed the commit and Flux deployed it;
+//! `consumers.rs` finds the Flux objects that use a spoke's Secret; `error.rs` holds
+//! [`HubError`].
 //!
 //! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
 //! the Helm chart's Role grants and nothing more; the emulated hub's tests check that
@@ -8,6 +14,7 @@
 
 pub mod cert;
 pub mod consumers;
+mod error;
 pub mod verify;
 
 use std::collections::BTreeMap;
@@ -24,6 +31,7 @@ use serde::Serialize;
 
 use crate::config::{ControllerRef, HubConfig};
 pub use consumers::{Consumer, Kind};
+pub use error::{CallError, HubError};
 
 /// One RBAC rule the hub code needs (namespaced; Role, not ClusterRole).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -102,20 +110,19 @@ pub const VERSION_LABEL: &str = "app.kubernetes.io/version";
 
 impl Hub {
     /// From `hub.kubeconfig`, else in-cluster, KUBECONFIG or ~/.kube/config.
-    pub async fn connect(cfg: &HubConfig) -> Result<Hub, String> {
+    pub async fn connect(cfg: &HubConfig) -> Result<Hub, HubError> {
         let mut config = match &cfg.kubeconfig {
             Some(path) => {
-                let kc = kube::config::Kubeconfig::read_from(path)
-                    .map_err(|e| format!("hub.kubeconfig {}: {e}", path.display()))?;
+                let bad = |source| HubError::Kubeconfig {
+                    path: path.clone(),
+                    source,
+                };
+                let kc = kube::config::Kubeconfig::read_from(path).map_err(bad)?;
                 kube::Config::from_custom_kubeconfig(kc, &Default::default())
                     .await
-                    .map_err(|e| format!("hub.kubeconfig {}: {e}", path.display()))?
+                    .map_err(bad)?
             }
-            None => kube::Config::infer().await.map_err(|e| {
-                format!(
-                    "no hub API configuration ({e}): set hub.kubeconfig, or run in the hub cluster"
-                )
-            })?,
+            None => kube::Config::infer().await.map_err(HubError::NoConfig)?,
         };
         // No retries inside the client: a 503 from the service proxy (controller down)
         // falls back to the pinned copy at once, and verification polls on its own.
@@ -123,7 +130,7 @@ impl Hub {
         config.connect_timeout = Some(CALL_TIMEOUT);
         config.read_timeout = Some(CALL_TIMEOUT);
         config.write_timeout = Some(CALL_TIMEOUT);
-        let client = Client::try_from(config).map_err(|e| format!("hub API client: {e}"))?;
+        let client = Client::try_from(config).map_err(HubError::Client)?;
         Ok(Hub {
             client,
             controller: cfg.controller.clone(),
@@ -153,7 +160,7 @@ impl Hub {
 
     /// The controller's certificate PEM, through the API server's service proxy, as
     /// `kubeseal --fetch-cert` gets it.
-    pub async fn fetch_cert(&self) -> Result<String, String> {
+    pub async fn fetch_cert(&self) -> Result<String, HubError> {
         let c = &self.controller;
         let port = match &c.port {
             Some(p) => {
@@ -168,21 +175,16 @@ impl Hub {
             }
             None => {
                 let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
-                let svc = svc.get(&c.name).await.map_err(|e| {
-                    format!(
-                        "service {}: {e} (hub.controller names the Sealed Secrets controller's Service)",
-                        self.controller()
-                    )
+                let svc = svc.get(&c.name).await.map_err(|source| HubError::Service {
+                    controller: self.controller(),
+                    source,
                 })?;
                 let version = version_label(&svc);
                 if let Ok(mut v) = self.controller_version.lock() {
                     v.clone_from(&version);
                 }
-                first_port(&svc).ok_or_else(|| {
-                    format!(
-                        "service {} has no ports: set hub.controller.port",
-                        self.controller()
-                    )
+                first_port(&svc).ok_or_else(|| HubError::NoPorts {
+                    controller: self.controller(),
                 })?
             }
         };
@@ -192,28 +194,32 @@ impl Hub {
         );
         let req = hyper::http::Request::get(&path)
             .header("Accept", "*/*")
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        self.client.request_text(req).await.map_err(|e| match (&e, &c.port) {
-            // The API server matches the port by name only: a 503 for a configured name
-            // is most often a name the Service does not have.
-            (kube::Error::Api(s), Some(p)) if s.code == 503 => format!(
-                "GET {path}: {e} (is {p:?} the name of the Service's port? upstream controller.yaml leaves it unnamed: set hub.controller.port to \"\" or 8080, or leave it out)"
-            ),
-            _ => format!("GET {path}: {e}"),
-        })
+            .body(Vec::new())?;
+        self.client
+            .request_text(req)
+            .await
+            .map_err(|source| match (&source, &c.port) {
+                // The API server matches the port by name only: a 503 for a configured name
+                // is most often a name the Service does not have.
+                (kube::Error::Api(s), Some(p)) if s.code == 503 => HubError::PortName {
+                    path,
+                    port: p.clone(),
+                    source,
+                },
+                _ => HubError::Get { path, source },
+            })
     }
 
     pub async fn sealed_secret(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<HubObject>, String> {
+    ) -> Result<Option<HubObject>, HubError> {
         self.get(&sealed_secret_resource(), namespace, name).await
     }
 
     /// A Kustomization or HelmRelease.
-    pub async fn consumer(&self, c: &Consumer) -> Result<Option<HubObject>, String> {
+    pub async fn consumer(&self, c: &Consumer) -> Result<Option<HubObject>, HubError> {
         self.get(&c.kind.resource(), &c.namespace, &c.name).await
     }
 
@@ -222,7 +228,7 @@ impl Hub {
         ar: &ApiResource,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<HubObject>, String> {
+    ) -> Result<Option<HubObject>, HubError> {
         let what = format!("{} {namespace}/{name}", ar.plural);
         let path = format!(
             "/apis/{}/{}/namespaces/{namespace}/{}/{name}",
@@ -230,17 +236,19 @@ impl Hub {
         );
         let req = hyper::http::Request::get(&path)
             .header("Accept", "application/json")
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
-        let (status, body) = self.call(req).await.map_err(|e| format!("{what}: {e}"))?;
+            .body(Vec::new())?;
+        let (status, body) = self.call(req).await.map_err(|source| HubError::Call {
+            what: what.clone(),
+            source,
+        })?;
         if status == hyper::http::StatusCode::NOT_FOUND {
             return Ok(None);
         }
         if !status.is_success() {
-            return Err(format!("{what}: {}", consumers::api_error(status, &body)));
+            return Err(consumers::refused(what, status, &body));
         }
         let obj: DynamicObject =
-            serde_json::from_slice(&body).map_err(|e| format!("{what}: not an object: {e}"))?;
+            serde_json::from_slice(&body).map_err(|source| HubError::NotObject { what, source })?;
         Ok(Some(HubObject::from_dynamic(&obj)))
     }
 
@@ -252,7 +260,7 @@ impl Hub {
         c: &Consumer,
         at: &str,
         deadline: Instant,
-    ) -> Result<(), String> {
+    ) -> Result<(), HubError> {
         let ar = c.kind.resource();
         let what = format!(
             "{} {}/{}: annotate {REQUESTED_AT}",
@@ -268,14 +276,16 @@ impl Hub {
             let req = hyper::http::Request::patch(&path)
                 .header("Content-Type", "application/merge-patch+json")
                 .header("Accept", "application/json")
-                .body(patch.to_string().into_bytes())
-                .map_err(|e| e.to_string())?;
-            let (status, body) = self.call(req).await.map_err(|e| format!("{what}: {e}"))?;
+                .body(patch.to_string().into_bytes())?;
+            let (status, body) = self.call(req).await.map_err(|source| HubError::Call {
+                what: what.clone(),
+                source,
+            })?;
             if status.is_success() {
                 return Ok(());
             }
             if status != hyper::http::StatusCode::TOO_MANY_REQUESTS || Instant::now() >= deadline {
-                return Err(format!("{what}: {}", consumers::api_error(status, &body)));
+                return Err(consumers::refused(what, status, &body));
             }
         }
     }
@@ -283,17 +293,15 @@ impl Hub {
     /// Whether the hub serves `kind` at the API version used (discovery, which every
     /// authenticated user may read): Flux before v2.0 has no kustomize.toolkit.fluxcd.io/v1,
     /// before v2.3 no helm.toolkit.fluxcd.io/v2.
-    pub async fn serves(&self, kind: Kind) -> Result<bool, String> {
+    pub async fn serves(&self, kind: Kind) -> Result<bool, HubError> {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
         let ar = kind.resource();
         let path = format!("/apis/{}/{}", ar.group, ar.version);
-        let req = hyper::http::Request::get(&path)
-            .body(Vec::new())
-            .map_err(|e| e.to_string())?;
+        let req = hyper::http::Request::get(&path).body(Vec::new())?;
         match self.client.request::<APIResourceList>(req).await {
             Ok(list) => Ok(list.resources.iter().any(|r| r.name == ar.plural)),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(e) => Err(format!("GET {path}: {e}")),
+            Err(source) => Err(HubError::Get { path, source }),
         }
     }
 
@@ -309,13 +317,9 @@ impl Hub {
     async fn call(
         &self,
         req: hyper::http::Request<Vec<u8>>,
-    ) -> Result<(hyper::http::StatusCode, hyper::body::Bytes), String> {
+    ) -> Result<(hyper::http::StatusCode, hyper::body::Bytes), CallError> {
         let read = async {
-            let resp = self
-                .client
-                .send(req.map(kube::client::Body::from))
-                .await
-                .map_err(|e| e.to_string())?;
+            let resp = self.client.send(req.map(kube::client::Body::from)).await?;
             let status = resp.status();
             if status == hyper::http::StatusCode::TOO_MANY_REQUESTS {
                 let after = resp
@@ -331,18 +335,17 @@ impl Hub {
             let body = Limited::new(resp.into_body(), OBJECT_BYTES)
                 .collect()
                 .await
-                .map_err(|_| {
-                    format!(
-                        "the answer is longer than {} MiB or broken off",
-                        OBJECT_BYTES >> 20
-                    )
+                .map_err(|_| CallError::TooLong {
+                    mib: OBJECT_BYTES >> 20,
                 })?
                 .to_bytes();
-            Ok::<_, String>((status, body))
+            Ok::<_, CallError>((status, body))
         };
         tokio::time::timeout(CALL_TIMEOUT, read)
             .await
-            .map_err(|_| format!("no answer within {}s", CALL_TIMEOUT.as_secs()))?
+            .map_err(|_| CallError::NoAnswer {
+                secs: CALL_TIMEOUT.as_secs(),
+            })?
     }
 }
 

@@ -386,7 +386,7 @@ impl Sanitized {
                 Some(
                     assess::tls_server_name(name).map_err(|reason| KubeconfigError::Invalid {
                         field: format!("clusters[{}].cluster.tls-server-name", self.name),
-                        reason,
+                        reason: reason.to_string(),
                         fix: "give a DNS name or an IP address in the API server's certificate",
                     })?,
                 );

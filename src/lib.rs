@@ -1,16 +1,21 @@
 //! spokekeeper keeps a GitOps hub's kubeconfigs for its spoke clusters valid.
 //!
 //! The pipeline, per spoke: observe -> decide -> extract -> validate -> [mint] -> seal ->
-//! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md; tests/layering.rs
-//! fails when an import points up):
-//! - [`cli`]: commands and their output (thin; calls the rest), and the demo;
+//! commit -> push -> verify on the hub. Modules, from the top down (docs/ARCHITECTURE.md;
+//! tests/layering.rs fails when an import points up):
+//! - [`cli`]: commands and their output (thin; calls the rest); `cli/demo.rs` runs the demo;
 //! - `sim` (feature `demo`): the simulated spokes and hub the demo and the tests use;
-//! - [`daemon`]: `spokekeeper run`: schedule, leader election, endpoints;
+//! - [`daemon`]: `spokekeeper run`: schedule, signals, Lease leader election, endpoints;
 //! - [`metrics`], [`alerts`]: render a tick's report;
-//! - [`rotate`]: the tick, one spoke at a time (`rotate::reconcile`) and the fleet;
-//! - [`hub`], [`forge`], [`mint`]: the hub's API, pull requests, minted credentials;
+//! - [`rotate`]: the tick: each spoke through observe to seal (`rotate::reconcile`), the
+//!   spokes concurrently, then one commit and push, or a pull request per spoke in review
+//!   mode, and the hub's verification (`rotate::tick`);
+//! - [`hub`], [`forge`], [`mint`]: the hub's API (the controller's certificate, verification
+//!   after a push, Flux consumers), pull requests, credentials minted through the spokes'
+//!   CSR API;
 //! - [`spoke`], [`seal`], [`repo`]: reaching a spoke, Sealed Secrets natively, the fleet repo;
-//! - [`kubeconfig`], [`certs`]: reading credentials right, treating them as hostile;
+//! - [`kubeconfig`]: parse, sanitize, rewrite and serialize, treating it as hostile;
+//! - [`certs`]: X.509 fingerprints, validity, chain and key checks;
 //! - [`config`]: spokekeeper.yaml and the types every layer reads;
 //! - [`secret`], [`text`], [`fsutil`]: the in-memory wrapper every plaintext travels in,
 //!   bounded one-line text, careful file access.

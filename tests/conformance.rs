@@ -405,7 +405,12 @@ async fn hub_transcript(
     t.push(("POST to a named Service".into(), status_of(&a)));
     t.push((
         "Hub::fetch_cert".into(),
-        json!(hub.fetch_cert().await.map(|c| c.len())),
+        json!(
+            hub.fetch_cert()
+                .await
+                .map(|c| c.len())
+                .map_err(|e| e.to_string())
+        ),
     ));
     t.push((
         "Hub::controller_version, after fetch_cert".into(),

@@ -471,7 +471,10 @@ async fn a_pinned_sealing_cert_inside_the_clone_is_not_read_through_a_symlink() 
         clones[0].join("keys/sealing.pem").display()
     );
     let config = spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", d.path()).unwrap();
-    let e = spokekeeper::hub::cert::initial(&config).await.unwrap_err();
+    let e = spokekeeper::hub::cert::initial(&config)
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("keys/sealing.pem is a symbolic link"), "{e}");
 }
 

@@ -64,6 +64,15 @@ pub struct SinkError {
     pub last: String,
 }
 
+/// The alert HTTP client cannot be built (never a sink's URL or credentials).
+#[derive(Debug, thiserror::Error)]
+pub enum NotifyError {
+    #[error("cannot set up TLS for alert sinks: {0}")]
+    Tls(#[source] rustls::Error),
+    #[error("cannot set up the alert HTTP client: {}", chain(.0))]
+    Client(#[source] reqwest::Error),
+}
+
 /// The sinks and what each was last told: hold one across ticks.
 pub struct Notifier {
     client: reqwest::Client,
@@ -85,7 +94,7 @@ impl fmt::Debug for Notifier {
 }
 
 impl Notifier {
-    pub fn new(cfg: &AlertsConfig, opts: NotifyOptions) -> Result<Notifier, String> {
+    pub fn new(cfg: &AlertsConfig, opts: NotifyOptions) -> Result<Notifier, NotifyError> {
         // reqwest is built without a crypto provider: it uses the process default, and
         // panics without one. Installing twice is harmless (the first one stays).
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -189,17 +198,17 @@ fn client_builder(opts: &NotifyOptions) -> reqwest::ClientBuilder {
 }
 
 /// A client that trusts no CA: every https sink fails verification, clearly, per send.
-fn without_system_roots(opts: &NotifyOptions) -> Result<reqwest::Client, String> {
+fn without_system_roots(opts: &NotifyOptions) -> Result<reqwest::Client, NotifyError> {
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     let tls = rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| format!("cannot set up TLS for alert sinks: {e}"))?
+        .map_err(NotifyError::Tls)?
         .with_root_certificates(rustls::RootCertStore::empty())
         .with_no_client_auth();
     client_builder(opts)
         .tls_backend_preconfigured(tls)
         .build()
-        .map_err(|e| format!("cannot set up the alert HTTP client: {}", chain(&e)))
+        .map_err(NotifyError::Client)
 }
 
 fn log_change(c: &Change) {

@@ -178,19 +178,7 @@ fn table(report: &Report<'_>, spokes: usize) -> String {
             f.detail.clone(),
         ]);
     }
-    let widths: Vec<usize> = (0..6)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut out = String::new();
-    for row in &rows {
-        let cells: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        out.push_str(cells.join("  ").trim_end());
-        out.push('\n');
-    }
+    let mut out = super::table::render(&rows);
     let count = |s: Status| report.findings.iter().filter(|f| f.status == s).count();
     let counts: Vec<String> = [
         Status::Expired,

@@ -1,7 +1,10 @@
 //! The command line: parse, dispatch, map results to exit codes.
 //!
-//! Each command lives in its own file and returns an [`ExitCode`]; errors are printed
-//! here, once, to stderr.
+//! Each command lives in its own file and returns an [`ExitCode`]; `table.rs` draws their
+//! tables and `progress.rs` the progress line on a terminal. A command's error is printed
+//! to stderr by `fail` or `fail_with` here: `spokekeeper CMD: error: MESSAGE`, then
+//! each cause the message does not already say. `check` and `status` report in their
+//! own format (and exit code) instead, so a script reading `-o json` gets the failure too.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +23,7 @@ pub(crate) mod rotate;
 mod run;
 mod seal;
 mod status;
+mod table;
 
 /// `--version`: the package version, the git commit it was built from and the build date.
 pub const VERSION: &str = concat!(
@@ -167,14 +171,24 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Prints an error chain to stderr as one line per cause.
+/// Prints an error chain to stderr: the error, then one line per cause the text printed
+/// so far does not already say (most errors here quote their cause).
 pub(crate) fn report(context: &str, err: &dyn std::error::Error) {
-    eprintln!("error: {context}: {err}");
+    eprint!("{}", chain(&format!("error: {context}: {err}"), err));
+}
+
+/// `first`, then each of `err`'s causes not already in the text, one line each.
+fn chain(first: &str, err: &dyn std::error::Error) -> String {
+    let mut text = format!("{first}\n");
     let mut source = err.source();
     while let Some(cause) = source {
-        eprintln!("  caused by: {cause}");
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(&format!("  caused by: {said}\n"));
+        }
         source = cause.source();
     }
+    text
 }
 
 /// Logs to stderr; `SPOKEKEEPER_LOG` (e.g. `debug`, `spokekeeper=trace`) overrides the
@@ -203,5 +217,14 @@ pub fn out(text: &str) {
 /// Prints a command's error to stderr and returns the failure exit code.
 pub(crate) fn fail(command: &str, message: &str) -> ExitCode {
     eprintln!("spokekeeper {command}: error: {message}");
+    ExitCode::FAILURE
+}
+
+/// [`fail`] for an error value: its message, then each cause it does not already say.
+pub(crate) fn fail_with(command: &str, err: &dyn std::error::Error) -> ExitCode {
+    eprint!(
+        "{}",
+        chain(&format!("spokekeeper {command}: error: {err}"), err)
+    );
     ExitCode::FAILURE
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::rotate::{print_report, run_tick};
-use super::{Format, fail};
+use super::{Format, fail, fail_with};
 use crate::config::{Config, CredentialMode};
 use crate::rotate::{Options, Outcome, Reason, TickReport};
 
@@ -55,7 +55,7 @@ pub fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>) -> Exi
     };
     let report = match runtime.block_on(run_tick(config, &opts)) {
         Ok(r) => r,
-        Err(e) => return fail("revoke", &e),
+        Err(e) => return fail_with("revoke", &e),
     };
     let format = format.unwrap_or(Format::Table);
     print_report(&report, format);

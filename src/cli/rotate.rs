@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{Format, fail, out};
+use super::{Format, fail, fail_with, out};
 use crate::config::Config;
-use crate::repo::Repo;
+use crate::repo::{Repo, RepoError};
 use crate::rotate::{self, Context, Options, Outcome, TickReport};
 
 #[derive(Debug, clap::Args)]
@@ -76,7 +76,7 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
     }
     let report = match result {
         Ok(r) => r,
-        Err(e) => return fail("rotate", &e),
+        Err(e) => return fail_with("rotate", &e),
     };
     print_report(&report, format);
     if report.ok() && report.hub_ok() {
@@ -86,14 +86,26 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
     }
 }
 
+/// What stops a one-shot tick before it reports.
+#[derive(Debug, thiserror::Error)]
+pub enum RunTickError {
+    #[error(transparent)]
+    Sealing(#[from] crate::hub::cert::StartKeyError),
+    #[error("repo.path: {0}")]
+    Repo(#[source] RepoError),
+    /// The tick's context refused the configuration (its message names the setting).
+    #[error("{0}")]
+    Context(String),
+    #[error(transparent)]
+    Tick(RepoError),
+}
+
 /// Loads the sealing key, opens the repo and runs one tick.
-pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, String> {
+pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, RunTickError> {
     let sealing = crate::hub::cert::initial(&config).await?;
-    let repo = Repo::open(&config.repo)
-        .await
-        .map_err(|e| format!("repo.path: {e}"))?;
-    let ctx = Context::new(config, sealing, repo)?;
-    rotate::tick(&ctx, opts).await.map_err(|e| e.to_string())
+    let repo = Repo::open(&config.repo).await.map_err(RunTickError::Repo)?;
+    let ctx = Context::new(config, sealing, repo).map_err(RunTickError::Context)?;
+    rotate::tick(&ctx, opts).await.map_err(RunTickError::Tick)
 }
 
 pub fn print_report(report: &TickReport, format: Format) {
@@ -213,26 +225,5 @@ pub fn table(report: &TickReport) -> String {
             commit,
         ]);
     }
-    table_text(&rows)
-}
-
-pub(crate) fn print_table<const N: usize>(rows: &[[String; N]]) {
-    out(&table_text(rows));
-}
-
-fn table_text<const N: usize>(rows: &[[String; N]]) -> String {
-    let widths: Vec<usize> = (0..N)
-        .map(|c| rows.iter().map(|r| r[c].chars().count()).max().unwrap_or(0))
-        .collect();
-    let mut text = String::new();
-    for row in rows {
-        let line: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(cell, w)| format!("{cell:<w$}"))
-            .collect();
-        text.push_str(line.join("  ").trim_end());
-        text.push('\n');
-    }
-    text
+    super::table::render(&rows)
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::fail;
+use super::{fail, fail_with};
 use crate::config::Span;
 use crate::daemon::{self, LeaderElection, lease};
 
@@ -46,11 +46,11 @@ pub fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
             .map_or_else(lease::default_namespace, Ok)
         {
             Ok(ns) => ns,
-            Err(e) => return fail("run", &e),
+            Err(e) => return fail_with("run", &e),
         };
         let identity = match lease::default_identity() {
             Ok(id) => id,
-            Err(e) => return fail("run", &e),
+            Err(e) => return fail_with("run", &e),
         };
         Some(LeaderElection {
             namespace,
@@ -82,6 +82,6 @@ pub fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail("run", &e),
+        Err(e) => fail_with("run", &e),
     }
 }

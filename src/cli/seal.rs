@@ -7,10 +7,79 @@ use std::process::ExitCode;
 use base64::Engine;
 use time::OffsetDateTime;
 
-use super::{Format, fail};
+use super::{Format, fail_with};
+use crate::seal::crypto::SealError;
 use crate::seal::manifest::MAX_MANIFEST_BYTES;
-use crate::seal::{RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput, hybrid_encrypt};
+use crate::seal::{
+    KeyError, ManifestError, RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput,
+    hybrid_encrypt,
+};
 use crate::secret::SecretBytes;
+
+/// What stops `seal` or `unseal`: each names the flag or file at fault; never a value.
+#[derive(Debug, thiserror::Error)]
+pub enum SealCliError {
+    /// `what`: the flag and path (`--cert keys/cert.pem`), a path, or `stdin`.
+    #[error("cannot read {what}: {source}")]
+    Read {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cannot write {what}: {source}")]
+    Write {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what} is over the {MAX_MANIFEST_BYTES}-byte limit")]
+    TooLarge { what: String },
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// A `--sha256` that is no fingerprint (the rule's message names the flag).
+    #[error("{0}")]
+    Fingerprint(String),
+    #[error(
+        "--cert {} is {actual}, but --sha256 allows only {}: nothing sealed. It may have been replaced; fetch it from the controller (kubeseal --fetch-cert) and compare",
+        cert.display(),
+        allowed.join(", ")
+    )]
+    FingerprintMismatch {
+        cert: PathBuf,
+        actual: String,
+        allowed: Vec<String>,
+    },
+    #[error("--raw needs --namespace (unless --scope cluster-wide)")]
+    RawNeedsNamespace,
+    #[error("--raw with strict scope needs --name")]
+    RawNeedsName,
+    #[error("-o table does not apply: use -o yaml or -o json")]
+    TableFormat,
+    #[error(
+        "{file} is sealed {sealed}, but --scope {given} was given: drop --scope, or reseal the whole Secret"
+    )]
+    ScopeConflict {
+        file: String,
+        sealed: Scope,
+        given: Scope,
+    },
+    #[error(transparent)]
+    Seal(#[from] SealError),
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// A manifest read from `input` (a path or `stdin`).
+    #[error("{input}: {source}")]
+    Input {
+        input: String,
+        #[source]
+        source: ManifestError,
+    },
+}
+
+fn input(input: impl Into<String>) -> impl FnOnce(ManifestError) -> SealCliError {
+    let input = input.into();
+    move |source| SealCliError::Input { input, source }
+}
 
 #[derive(Debug, clap::Args)]
 pub struct SealArgs {
@@ -55,19 +124,20 @@ pub struct UnsealArgs {
 pub fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
     match try_seal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => fail("seal", &msg),
+        Err(e) => fail_with("seal", &e),
     }
 }
 
-fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), String> {
-    let cert = std::fs::read(&args.cert)
-        .map_err(|e| format!("cannot read --cert {}: {e}", args.cert.display()))?;
+fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError> {
+    let cert = std::fs::read(&args.cert).map_err(|source| SealCliError::Read {
+        what: format!("--cert {}", args.cert.display()),
+        source,
+    })?;
     let key = SealingKey::from_pem(
         &cert,
         &args.cert.display().to_string(),
         OffsetDateTime::now_utc(),
-    )
-    .map_err(|e| e.to_string())?;
+    )?;
     check_fingerprint(&key, &args.sha256, &args.cert)?;
     seal_with(args, format, &key)?;
     // Always said, so whoever seals can compare it with the controller's.
@@ -75,7 +145,11 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), String> {
     Ok(())
 }
 
-fn seal_with(args: &SealArgs, format: Option<Format>, key: &SealingKey) -> Result<(), String> {
+fn seal_with(
+    args: &SealArgs,
+    format: Option<Format>,
+    key: &SealingKey,
+) -> Result<(), SealCliError> {
     let input = read_limited(None)?;
 
     if args.raw {
@@ -83,49 +157,52 @@ fn seal_with(args: &SealArgs, format: Option<Format>, key: &SealingKey) -> Resul
         let namespace = args.namespace.as_deref().unwrap_or("");
         let name = args.name.as_deref().unwrap_or("");
         if scope != Scope::ClusterWide && namespace.is_empty() {
-            return Err("--raw needs --namespace (unless --scope cluster-wide)".into());
+            return Err(SealCliError::RawNeedsNamespace);
         }
         if scope == Scope::Strict && name.is_empty() {
-            return Err("--raw with strict scope needs --name".into());
+            return Err(SealCliError::RawNeedsName);
         }
-        let ct = hybrid_encrypt(key, &scope.label(namespace, name), input.expose())
-            .map_err(|e| e.to_string())?;
+        let ct = hybrid_encrypt(key, &scope.label(namespace, name), input.expose())?;
         let b64 = base64::engine::general_purpose::STANDARD.encode(ct);
         return write_stdout(b64.as_bytes());
     }
 
-    let mut secret = SecretInput::parse(input.expose()).map_err(|e| format!("stdin: {e}"))?;
+    let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
     secret
         .apply_flags(args.name.as_deref(), args.namespace.as_deref())
-        .map_err(|e| format!("stdin: {e}"))?;
+        .map_err(self::input("stdin"))?;
 
     if let Some(path) = &args.merge_into {
         return merge_into(path, &secret, key, args.scope);
     }
     let scope = args.scope.unwrap_or_else(|| secret.annotated_scope());
-    let sealed = SealedSecret::seal(&secret, key, scope).map_err(|e| e.to_string())?;
+    let sealed = SealedSecret::seal(&secret, key, scope)?;
     let text = match format.unwrap_or(Format::Yaml) {
         Format::Json => sealed.to_json(),
         Format::Yaml => sealed.to_yaml(),
-        Format::Table => return Err("-o table does not apply: use -o yaml or -o json".into()),
+        Format::Table => return Err(SealCliError::TableFormat),
     };
     write_stdout(text.as_bytes())
 }
 
 /// Refuses a certificate whose fingerprint `--sha256` does not list.
-fn check_fingerprint(key: &SealingKey, allowed: &[String], cert: &Path) -> Result<(), String> {
+fn check_fingerprint(
+    key: &SealingKey,
+    allowed: &[String],
+    cert: &Path,
+) -> Result<(), SealCliError> {
     for fp in allowed {
-        crate::rotate::state::fingerprint("--sha256", fp).map_err(|e| e.to_string())?;
+        crate::rotate::state::fingerprint("--sha256", fp)
+            .map_err(|e| SealCliError::Fingerprint(e.to_string()))?;
     }
     if allowed.is_empty() || allowed.iter().any(|fp| fp == key.fingerprint()) {
         return Ok(());
     }
-    Err(format!(
-        "--cert {} is {}, but --sha256 allows only {}: nothing sealed. It may have been replaced; fetch it from the controller (kubeseal --fetch-cert) and compare",
-        cert.display(),
-        key.fingerprint(),
-        allowed.join(", ")
-    ))
+    Err(SealCliError::FingerprintMismatch {
+        cert: cert.to_path_buf(),
+        actual: key.fingerprint().to_string(),
+        allowed: allowed.to_vec(),
+    })
 }
 
 /// Seals into an existing SealedSecret with its own name, namespace and scope, keeping
@@ -135,63 +212,69 @@ fn merge_into(
     secret: &SecretInput,
     key: &SealingKey,
     scope: Option<Scope>,
-) -> Result<(), String> {
-    let shown = path.display();
-    let existing =
-        std::fs::read(path).map_err(|e| format!("cannot read --merge-into {shown}: {e}"))?;
-    let mut sealed = SealedSecret::parse(&existing).map_err(|e| format!("{shown}: {e}"))?;
-    if let Some(scope) = scope.filter(|s| *s != sealed.scope()) {
-        return Err(format!(
-            "{shown} is sealed {}, but --scope {scope} was given: drop --scope, or reseal the whole Secret",
-            sealed.scope()
-        ));
+) -> Result<(), SealCliError> {
+    let shown = path.display().to_string();
+    let existing = std::fs::read(path).map_err(|source| SealCliError::Read {
+        what: format!("--merge-into {shown}"),
+        source,
+    })?;
+    let mut sealed = SealedSecret::parse(&existing).map_err(input(shown.as_str()))?;
+    if let Some(given) = scope.filter(|s| *s != sealed.scope()) {
+        return Err(SealCliError::ScopeConflict {
+            file: shown,
+            sealed: sealed.scope(),
+            given,
+        });
     }
-    sealed.add_values(secret, key).map_err(|e| e.to_string())?;
+    sealed.add_values(secret, key)?;
     let is_json = existing.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
     let text = if is_json {
         sealed.to_json()
     } else {
         sealed.to_yaml()
     };
-    crate::fsutil::write_atomic(path, text.as_bytes())
-        .map_err(|e| format!("cannot write {shown}: {e}"))
+    crate::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| SealCliError::Write {
+        what: shown,
+        source,
+    })
 }
 
 pub fn unseal(args: &UnsealArgs, format: Option<Format>) -> ExitCode {
     match try_unseal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(msg) => fail("unseal", &msg),
+        Err(e) => fail_with("unseal", &e),
     }
 }
 
-fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), String> {
+fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliError> {
     let format = format.unwrap_or(Format::Yaml);
     if format == Format::Table {
-        return Err("-o table does not apply: use -o yaml or -o json".into());
+        return Err(SealCliError::TableFormat);
     }
     let mut keys = Vec::new();
     for path in &args.recovery_key {
-        let bytes = SecretBytes::from(
-            std::fs::read(path)
-                .map_err(|e| format!("cannot read --recovery-key {}: {e}", path.display()))?,
-        );
-        keys.extend(
-            RecoveryKey::load_all(bytes.expose(), &path.display().to_string())
-                .map_err(|e| e.to_string())?,
-        );
+        let bytes =
+            SecretBytes::from(std::fs::read(path).map_err(|source| SealCliError::Read {
+                what: format!("--recovery-key {}", path.display()),
+                source,
+            })?);
+        keys.extend(RecoveryKey::load_all(
+            bytes.expose(),
+            &path.display().to_string(),
+        )?);
     }
     let input = read_limited(args.file.as_deref())?;
     let shown = args
         .file
         .as_deref()
         .map_or("stdin".into(), |p| p.display().to_string());
-    let sealed = SealedSecret::parse(input.expose()).map_err(|e| format!("{shown}: {e}"))?;
+    let sealed = SealedSecret::parse(input.expose()).map_err(self::input(shown.as_str()))?;
     if !sealed.template.data.is_empty() {
         eprintln!(
             "warning: {shown}: spec.template.data holds Go templates; they are not rendered here"
         );
     }
-    let secret = sealed.unseal(&keys).map_err(|e| format!("{shown}: {e}"))?;
+    let secret = sealed.unseal(&keys).map_err(self::input(shown))?;
     let text = match format {
         Format::Json => secret.to_json(),
         _ => secret.to_yaml(),
@@ -201,12 +284,13 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), String> {
 
 /// Reads a file or stdin into memory, refusing more than a manifest can hold. The buffer
 /// is reserved up front so it never reallocates (and leaves no unzeroized copy behind).
-fn read_limited(path: Option<&Path>) -> Result<SecretBytes, String> {
+fn read_limited(path: Option<&Path>) -> Result<SecretBytes, SealCliError> {
     let (mut reader, shown): (Box<dyn Read>, String) = match path.filter(|p| p.as_os_str() != "-") {
         Some(p) => (
-            Box::new(
-                std::fs::File::open(p).map_err(|e| format!("cannot read {}: {e}", p.display()))?,
-            ),
+            Box::new(std::fs::File::open(p).map_err(|source| SealCliError::Read {
+                what: p.display().to_string(),
+                source,
+            })?),
             p.display().to_string(),
         ),
         None => (Box::new(std::io::stdin()), "stdin".into()),
@@ -216,21 +300,25 @@ fn read_limited(path: Option<&Path>) -> Result<SecretBytes, String> {
     loop {
         let n = reader
             .read(chunk.as_mut())
-            .map_err(|e| format!("cannot read {shown}: {e}"))?;
+            .map_err(|source| SealCliError::Read {
+                what: shown.clone(),
+                source,
+            })?;
         if n == 0 {
             return Ok(buf);
         }
         if !buf.try_extend(&chunk[..n]) {
-            return Err(format!(
-                "{shown} is over the {MAX_MANIFEST_BYTES}-byte limit"
-            ));
+            return Err(SealCliError::TooLarge { what: shown });
         }
     }
 }
 
-fn write_stdout(bytes: &[u8]) -> Result<(), String> {
+fn write_stdout(bytes: &[u8]) -> Result<(), SealCliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|_| out.flush())
-        .map_err(|e| format!("cannot write stdout: {e}"))
+        .map_err(|source| SealCliError::Write {
+            what: "stdout".into(),
+            source,
+        })
 }

@@ -149,7 +149,7 @@ async fn gather(config: &Config) -> Result<Report, String> {
     };
     let mut hub_state = hub.as_ref().map(|h| HubState {
         reachable: h.is_ok(),
-        error: h.as_ref().err().cloned(),
+        error: h.as_ref().err().map(ToString::to_string),
     });
     let listed = match &hub {
         Some(Ok(h)) => h.list_consumers(config.spokes.iter(), LIST_TIMEOUT).await,
@@ -205,7 +205,8 @@ async fn hub_view(
     listed: &Listed,
 ) -> (Seen, Consumers) {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
-    let sealed = seen(ns, name, hub.sealed_secret(ns, name).await, "Synced", |o| {
+    let got = hub.sealed_secret(ns, name).await.map_err(|e| e.to_string());
+    let sealed = seen(ns, name, got, "Synced", |o| {
         committed.map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
     });
     let (found_by, found) = consumers::of(spoke, listed);
@@ -220,7 +221,7 @@ async fn hub_view(
                 let mut s = seen(
                     &c.namespace,
                     &c.name,
-                    hub.consumer(&c).await,
+                    hub.consumer(&c).await.map_err(|e| e.to_string()),
                     "Ready",
                     |_| None,
                 );
@@ -228,7 +229,7 @@ async fn hub_view(
                 consumers.items.push(s);
             }
         }
-        Err(e) => consumers.error = Some(one_line(&e, 300)),
+        Err(e) => consumers.error = Some(one_line(&e.to_string(), 300)),
     }
     (sealed, consumers)
 }
@@ -530,7 +531,7 @@ fn print(report: &Report, format: Format) {
                     s.probe.state.into(),
                 ]);
             }
-            super::rotate::print_table(&rows);
+            out(&super::table::render(&rows));
             if let Some(h) = &report.hub
                 && let Some(e) = &h.error
             {

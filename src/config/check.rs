@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
-use std::path::{Component, Path};
+use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
 use super::{
@@ -21,7 +21,111 @@ pub struct Invalid {
     pub message: String,
 }
 
-type Reason = Result<(), String>;
+/// What is wrong with a value and what to write instead; [`at`] puts its key before it.
+/// Carries the value as written (never a credential: see [`BadValue::ApiServerCredentials`]).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BadValue {
+    #[error("{name:?} is also spokes[{other}]'s name: spoke names must be unique")]
+    DuplicateName { name: String, other: usize },
+    #[error("{:?} is also spokes[{other}]'s output: give each spoke its own file", .output.display())]
+    DuplicateOutput { output: PathBuf, other: usize },
+    #[error("{namespace}/{name} is also spokes[{other}]'s Secret: give each spoke its own")]
+    DuplicateSecret {
+        namespace: String,
+        name: String,
+        other: usize,
+    },
+    #[error(
+        "{0:?} must be lowercase letters, digits and '-' (a DNS label, at most 63, starting and ending with a letter or digit): it names files, branches and Secrets"
+    )]
+    SpokeName(String),
+    #[error(
+        "{0:?} is not a Kubernetes namespace: lowercase letters, digits and '-', at most 63 (e.g. flux-system)"
+    )]
+    Namespace(String),
+    #[error(
+        "{0:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.', at most 253 (e.g. dev-kubeconfig)"
+    )]
+    ObjectName(String),
+    #[error("is empty: {HOST_FIX}")]
+    HostEmpty,
+    #[error("{0:?} contains a space or control character: {HOST_FIX}")]
+    HostSpace(String),
+    #[error("{0:?} is a URL, not a host: {HOST_FIX}")]
+    HostUrl(String),
+    #[error("{0:?} names a user: set ssh.user for that, and {HOST_FIX}")]
+    HostUser(String),
+    #[error("{0:?} starts with '-': {HOST_FIX}")]
+    HostDash(String),
+    #[error(
+        "{0:?} is not a host name or IP address (a port goes in ssh.port or api_server): {HOST_FIX}"
+    )]
+    HostPort(String),
+    #[error("{0:?} is not a host name or IP address: {HOST_FIX}")]
+    NotHost(String),
+    #[error(
+        "{0:?} is not a plain user name: letters, digits, '.', '_' and '-', not starting with '-' (e.g. spokekeeper)"
+    )]
+    SshUser(String),
+    #[error("is 0: a port is 1-65535 (ssh: usually 22)")]
+    PortZero,
+    #[error("{0:?} must be an absolute path on the node (e.g. /etc/rancher/k3s/k3s.yaml)")]
+    NodePathRelative(String),
+    #[error(
+        "{0:?} must be a path without control characters (NUL, line breaks), at most 4096 bytes"
+    )]
+    NodePathControl(String),
+    #[error("{0:?} is not a Secret data key: letters, digits, '-', '.' and '_' (e.g. value)")]
+    SecretKey(String),
+    #[error("{0:?} is not a URL ({1}): {API_SERVER_FIX}")]
+    ApiServerNotUrl(String, #[source] url::ParseError),
+    #[error("{0:?} must be an https:// URL with a host: {API_SERVER_FIX}")]
+    ApiServerNotHttps(String),
+    #[error("{0:?} has port 0: {API_SERVER_FIX}")]
+    ApiServerPortZero(String),
+    /// The URL with its user and password replaced by `***`: the value is not repeated.
+    #[error(
+        "{0:?} carries a user or password: the credential is the kubeconfig's; {API_SERVER_FIX}"
+    )]
+    ApiServerCredentials(String),
+    #[error("{0:?} has a query or fragment, which the API does not take: {API_SERVER_FIX}")]
+    ApiServerQuery(String),
+    #[error("must be longer than 0s: e.g. {example}")]
+    NotPositive { example: &'static str },
+    #[error(
+        "{0:?} must be a remote's name or URL, not starting with '-', without spaces (e.g. origin)"
+    )]
+    Remote(String),
+    #[error("{branch:?} is not a valid branch name: {why} {BRANCH_FIX}")]
+    Branch { branch: String, why: &'static str },
+    #[error(
+        "{0:?} must be `Name <email>` on one line (e.g. spokekeeper <spokekeeper@example.org>)"
+    )]
+    Author(String),
+    #[error("{:?} must be a relative path inside the repo: {OUTPUT_FIX}", .0.display())]
+    OutputOutside(PathBuf),
+    #[error(
+        "{:?} starts with ':', which git reads as pathspec magic (':!a.yaml' means every file but a.yaml): {OUTPUT_FIX}",
+        .0.display()
+    )]
+    OutputPathspec(PathBuf),
+    #[error(
+        "{:?} is inside .git, git's own directory (hooks run code from there): {OUTPUT_FIX}",
+        .0.display()
+    )]
+    OutputInGit(PathBuf),
+    #[error("{:?} contains a control character: {OUTPUT_FIX}", .0.display())]
+    OutputControl(PathBuf),
+}
+
+const HOST_FIX: &str =
+    "write the node's host name or IP address alone (e.g. 10.0.0.1 or node1.example.org)";
+const API_SERVER_FIX: &str = "write https://HOST:PORT, e.g. https://api.dev.example.org:6443";
+const BRANCH_FIX: &str = "(git check-ref-format rules; e.g. main)";
+const OUTPUT_FIX: &str =
+    "write a relative path inside the repo, without '..' (e.g. fluxcd/dev-kubeconfig-sealed.yaml)";
+
+type Reason = Result<(), BadValue>;
 
 fn at(key: impl Into<String>, reason: Reason) -> Result<(), Invalid> {
     reason.map_err(|why| {
@@ -114,29 +218,30 @@ pub fn fleet(spokes: &[SpokeConfig]) -> Result<(), Invalid> {
         if let Some(j) = names.insert(s.name.as_str(), i) {
             return at(
                 format!("spokes[{i}].name"),
-                Err(format!(
-                    "{:?} is also spokes[{j}]'s name: spoke names must be unique",
-                    s.name
-                )),
+                Err(BadValue::DuplicateName {
+                    name: s.name.clone(),
+                    other: j,
+                }),
             );
         }
         if let Some(j) = outputs.insert(s.output.as_path(), i) {
             return at(
                 format!("spokes[{i}].output"),
-                Err(format!(
-                    "{:?} is also spokes[{j}]'s output: give each spoke its own file",
-                    s.output.display()
-                )),
+                Err(BadValue::DuplicateOutput {
+                    output: s.output.clone(),
+                    other: j,
+                }),
             );
         }
         let secret = (s.secret.namespace.as_str(), s.secret.name.as_str());
         if let Some(j) = secrets.insert(secret, i) {
             return at(
                 format!("spokes[{i}].secret.name"),
-                Err(format!(
-                    "{}/{} is also spokes[{j}]'s Secret: give each spoke its own",
-                    secret.0, secret.1
-                )),
+                Err(BadValue::DuplicateSecret {
+                    namespace: secret.0.to_string(),
+                    name: secret.1.to_string(),
+                    other: j,
+                }),
             );
         }
     }
@@ -149,59 +254,46 @@ pub fn spoke_name(v: &str) -> Reason {
     if is_dns_label(v) {
         return Ok(());
     }
-    Err(format!(
-        "{v:?} must be lowercase letters, digits and '-' (a DNS label, at most 63, starting and ending with a letter or digit): it names files, branches and Secrets"
-    ))
+    Err(BadValue::SpokeName(v.to_string()))
 }
 
 pub fn dns_label(v: &str) -> Reason {
     if is_dns_label(v) {
         return Ok(());
     }
-    Err(format!(
-        "{v:?} is not a Kubernetes namespace: lowercase letters, digits and '-', at most 63 (e.g. flux-system)"
-    ))
+    Err(BadValue::Namespace(v.to_string()))
 }
 
 pub fn dns_subdomain(v: &str) -> Reason {
     if is_dns_subdomain(v) {
         return Ok(());
     }
-    Err(format!(
-        "{v:?} is not a Kubernetes object name: lowercase letters, digits, '-' and '.', at most 253 (e.g. dev-kubeconfig)"
-    ))
+    Err(BadValue::ObjectName(v.to_string()))
 }
 
 /// A host name or an IP address, nothing around it: it is ssh's destination and the
 /// API server's default host.
 pub fn host(v: &str) -> Reason {
-    let fix = "write the node's host name or IP address alone (e.g. 10.0.0.1 or node1.example.org)";
     if v.is_empty() {
-        return Err(format!("is empty: {fix}"));
+        return Err(BadValue::HostEmpty);
     }
     if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
-        return Err(format!(
-            "{v:?} contains a space or control character: {fix}"
-        ));
+        return Err(BadValue::HostSpace(v.to_string()));
     }
     if v.contains("://") || v.contains('/') {
-        return Err(format!("{v:?} is a URL, not a host: {fix}"));
+        return Err(BadValue::HostUrl(v.to_string()));
     }
     if v.contains('@') {
-        return Err(format!(
-            "{v:?} names a user: set ssh.user for that, and {fix}"
-        ));
+        return Err(BadValue::HostUser(v.to_string()));
     }
     if v.starts_with('-') {
-        return Err(format!("{v:?} starts with '-': {fix}"));
+        return Err(BadValue::HostDash(v.to_string()));
     }
     if v.parse::<IpAddr>().is_ok() {
         return Ok(());
     }
     if v.contains(':') {
-        return Err(format!(
-            "{v:?} is not a host name or IP address (a port goes in ssh.port or api_server): {fix}"
-        ));
+        return Err(BadValue::HostPort(v.to_string()));
     }
     let label_ok = |l: &str| {
         !l.is_empty()
@@ -214,7 +306,7 @@ pub fn host(v: &str) -> Reason {
     if v.len() <= 253 && v.split('.').all(label_ok) {
         return Ok(());
     }
-    Err(format!("{v:?} is not a host name or IP address: {fix}"))
+    Err(BadValue::NotHost(v.to_string()))
 }
 
 /// Given to ssh as the login name: nothing it or a shell could read as more.
@@ -227,14 +319,12 @@ pub fn ssh_user(v: &str) -> Reason {
     if plain {
         return Ok(());
     }
-    Err(format!(
-        "{v:?} is not a plain user name: letters, digits, '.', '_' and '-', not starting with '-' (e.g. spokekeeper)"
-    ))
+    Err(BadValue::SshUser(v.to_string()))
 }
 
 pub fn port(p: u16) -> Reason {
     if p == 0 {
-        return Err("is 0: a port is 1-65535 (ssh: usually 22)".into());
+        return Err(BadValue::PortZero);
     }
     Ok(())
 }
@@ -242,14 +332,10 @@ pub fn port(p: u16) -> Reason {
 /// A path on the node, read with `cat PATH`.
 pub fn node_path(v: &str) -> Reason {
     if !v.starts_with('/') {
-        return Err(format!(
-            "{v:?} must be an absolute path on the node (e.g. /etc/rancher/k3s/k3s.yaml)"
-        ));
+        return Err(BadValue::NodePathRelative(v.to_string()));
     }
     if v.len() > 4096 || v.chars().any(char::is_control) {
-        return Err(format!(
-            "{v:?} must be a path without control characters (NUL, line breaks), at most 4096 bytes"
-        ));
+        return Err(BadValue::NodePathControl(v.to_string()));
     }
     Ok(())
 }
@@ -263,37 +349,33 @@ pub fn secret_key(v: &str) -> Reason {
     if ok {
         return Ok(());
     }
-    Err(format!(
-        "{v:?} is not a Secret data key: letters, digits, '-', '.' and '_' (e.g. value)"
-    ))
+    Err(BadValue::SecretKey(v.to_string()))
 }
 
 /// The spoke's API server as the hub reaches it.
-pub fn api_server(v: &str) -> Result<url::Url, String> {
-    let fix = "write https://HOST:PORT, e.g. https://api.dev.example.org:6443";
-    let u = url::Url::parse(v).map_err(|e| format!("{v:?} is not a URL ({e}): {fix}"))?;
+pub fn api_server(v: &str) -> Result<url::Url, BadValue> {
+    let u = url::Url::parse(v).map_err(|e| BadValue::ApiServerNotUrl(v.to_string(), e))?;
     if u.scheme() != "https" || u.host().is_none() {
-        return Err(format!("{v:?} must be an https:// URL with a host: {fix}"));
+        return Err(BadValue::ApiServerNotHttps(v.to_string()));
     }
     if u.port() == Some(0) {
-        return Err(format!("{v:?} has port 0: {fix}"));
+        return Err(BadValue::ApiServerPortZero(v.to_string()));
     }
     if !u.username().is_empty() || u.password().is_some() {
-        return Err(format!(
-            "{v:?} carries a user or password: the credential is the kubeconfig's; {fix}"
-        ));
+        let mut shown = u.clone();
+        let _ = shown.set_username("***");
+        let _ = shown.set_password(u.password().map(|_| "***"));
+        return Err(BadValue::ApiServerCredentials(shown.to_string()));
     }
     if u.query().is_some() || u.fragment().is_some() {
-        return Err(format!(
-            "{v:?} has a query or fragment, which the API does not take: {fix}"
-        ));
+        return Err(BadValue::ApiServerQuery(v.to_string()));
     }
     Ok(u)
 }
 
-pub fn positive(d: Duration, example: &str) -> Reason {
+pub fn positive(d: Duration, example: &'static str) -> Reason {
     if d.is_zero() {
-        return Err(format!("must be longer than 0s: e.g. {example}"));
+        return Err(BadValue::NotPositive { example });
     }
     Ok(())
 }
@@ -302,17 +384,19 @@ pub fn positive(d: Duration, example: &str) -> Reason {
 pub fn remote(v: &str) -> Reason {
     if v.is_empty() || v.starts_with('-') || v.chars().any(|c| c.is_whitespace() || c.is_control())
     {
-        return Err(format!(
-            "{v:?} must be a remote's name or URL, not starting with '-', without spaces (e.g. origin)"
-        ));
+        return Err(BadValue::Remote(v.to_string()));
     }
     Ok(())
 }
 
 /// A branch name, by `git check-ref-format --branch`'s rules.
 pub fn branch(v: &str) -> Reason {
-    let fix = "(git check-ref-format rules; e.g. main)";
-    let bad = |why: &str| Err(format!("{v:?} is not a valid branch name: {why} {fix}"));
+    let bad = |why: &'static str| {
+        Err(BadValue::Branch {
+            branch: v.to_string(),
+            why,
+        })
+    };
     if v.is_empty() {
         return bad("it is empty");
     }
@@ -352,41 +436,26 @@ pub fn author(v: &str) -> Reason {
     if ok {
         return Ok(());
     }
-    Err(format!(
-        "{v:?} must be `Name <email>` on one line (e.g. spokekeeper <spokekeeper@example.org>)"
-    ))
+    Err(BadValue::Author(v.to_string()))
 }
 
 /// A file in the fleet repo, relative to its root.
 pub fn output(p: &Path) -> Reason {
-    let fix = "write a relative path inside the repo, without '..' (e.g. fluxcd/dev-kubeconfig-sealed.yaml)";
     let inside =
         !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
     if !inside {
-        return Err(format!(
-            "{:?} must be a relative path inside the repo: {fix}",
-            p.display()
-        ));
+        return Err(BadValue::OutputOutside(p.to_path_buf()));
     }
     if p.to_string_lossy().starts_with(':') {
-        return Err(format!(
-            "{:?} starts with ':', which git reads as pathspec magic (':!a.yaml' means every file but a.yaml): {fix}",
-            p.display()
-        ));
+        return Err(BadValue::OutputPathspec(p.to_path_buf()));
     }
     if p.components()
         .any(|c| c.as_os_str().eq_ignore_ascii_case(".git"))
     {
-        return Err(format!(
-            "{:?} is inside .git, git's own directory (hooks run code from there): {fix}",
-            p.display()
-        ));
+        return Err(BadValue::OutputInGit(p.to_path_buf()));
     }
     if p.to_string_lossy().chars().any(char::is_control) {
-        return Err(format!(
-            "{:?} contains a control character: {fix}",
-            p.display()
-        ));
+        return Err(BadValue::OutputControl(p.to_path_buf()));
     }
     Ok(())
 }

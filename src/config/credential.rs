@@ -151,14 +151,15 @@ pub fn resolve(
         .clone()
         .or_else(|| global.user.clone())
         .unwrap_or_else(|| DEFAULT_USER.into());
-    user_template(&user).map_err(|why| refuse("user", user_own, why))?;
+    user_template(&user).map_err(|why| refuse("user", user_own, why.to_string()))?;
     let role_own = spoke.cluster_role.is_some();
     let cluster_role = spoke
         .cluster_role
         .clone()
         .or_else(|| global.cluster_role.clone())
         .unwrap_or_else(|| DEFAULT_CLUSTER_ROLE.into());
-    cluster_role_name(&cluster_role).map_err(|why| refuse("cluster_role", role_own, why))?;
+    cluster_role_name(&cluster_role)
+        .map_err(|why| refuse("cluster_role", role_own, why.to_string()))?;
     Ok(CredentialPolicy {
         mode,
         ttl,
@@ -168,30 +169,46 @@ pub fn resolve(
     })
 }
 
-fn user_template(u: &str) -> Result<(), String> {
-    let shown = crate::text::one_line(u, 80);
+/// A credential.user or credential.cluster_role that cannot be used; the value is shown
+/// as one bounded line.
+#[derive(Debug, thiserror::Error)]
+enum BadName {
+    #[error(
+        "{0:?} must contain {{generation}}: each generation is its own user, so revoking one leaves the next working (e.g. \"{DEFAULT_USER}\")"
+    )]
+    UserWithoutGeneration(String),
+    #[error(
+        "{0:?} starts with system:, which Kubernetes reserves for its own identities: e.g. \"{DEFAULT_USER}\""
+    )]
+    UserReserved(String),
+    #[error(
+        "{0:?} may hold only letters, digits and - _ . : @ (at most 200): e.g. \"{DEFAULT_USER}\""
+    )]
+    UserCharacters(String),
+    #[error(
+        "{0:?} is not a ClusterRole name: letters, digits and - _ . : (e.g. {DEFAULT_CLUSTER_ROLE})"
+    )]
+    ClusterRole(String),
+}
+
+fn user_template(u: &str) -> Result<(), BadName> {
+    let shown = || crate::text::one_line(u, 80);
     if !u.contains("{generation}") {
-        return Err(format!(
-            "{shown:?} must contain {{generation}}: each generation is its own user, so revoking one leaves the next working (e.g. \"{DEFAULT_USER}\")"
-        ));
+        return Err(BadName::UserWithoutGeneration(shown()));
     }
     if u.starts_with("system:") {
-        return Err(format!(
-            "{shown:?} starts with system:, which Kubernetes reserves for its own identities: e.g. \"{DEFAULT_USER}\""
-        ));
+        return Err(BadName::UserReserved(shown()));
     }
     let ok = u.len() <= 200
         && u.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:@{}".contains(&b));
     if !ok {
-        return Err(format!(
-            "{shown:?} may hold only letters, digits and - _ . : @ (at most 200): e.g. \"{DEFAULT_USER}\""
-        ));
+        return Err(BadName::UserCharacters(shown()));
     }
     Ok(())
 }
 
-fn cluster_role_name(r: &str) -> Result<(), String> {
+fn cluster_role_name(r: &str) -> Result<(), BadName> {
     let ok = !r.is_empty()
         && r.len() <= 253
         && r.bytes()
@@ -199,10 +216,7 @@ fn cluster_role_name(r: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{:?} is not a ClusterRole name: letters, digits and - _ . : (e.g. {DEFAULT_CLUSTER_ROLE})",
-            crate::text::one_line(r, 80)
-        ))
+        Err(BadName::ClusterRole(crate::text::one_line(r, 80)))
     }
 }
 

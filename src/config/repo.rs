@@ -129,7 +129,9 @@ pub(super) fn load(raw: RawRepo, l: &Loading) -> Result<RepoConfig, ConfigError>
                 "repo.mode pull-request needs repo.forge (kind, url, repository, token_file or token_env)".into(),
             ));
         }
-        (RepoMode::PullRequest, Some(f)) => Some(forge(f, l).map_err(|e| l.bad("repo.forge", e))?),
+        (RepoMode::PullRequest, Some(f)) => {
+            Some(forge(f, l).map_err(|e| l.bad("repo.forge", e.to_string()))?)
+        }
     };
     let signing_key = match (mode, raw.signing_key) {
         (RepoMode::PullRequest, Some(k)) => Some(l.resolve(&k)),
@@ -167,37 +169,58 @@ pub(super) fn load(raw: RawRepo, l: &Loading) -> Result<RepoConfig, ConfigError>
     })
 }
 
+/// A `repo.forge` that cannot be used: names the key and the fix (never the token).
+#[derive(Debug, thiserror::Error)]
+enum BadForge {
+    #[error(
+        "repo.forge.token is not allowed: a token never goes in the configuration file. \
+         Put it in a file (repo.forge.token_file: /etc/spokekeeper/forge-token, mode 600) \
+         or an environment variable (repo.forge.token_env: SPOKEKEEPER_FORGE_TOKEN)"
+    )]
+    InlineToken,
+    #[error(
+        "repo.forge needs token_file (a file holding the token) or token_env (the variable's name)"
+    )]
+    NoToken,
+    #[error("repo.forge has both token_file and token_env: keep exactly one")]
+    BothTokens,
+    #[error(
+        "repo.forge.url {0:?} is not an http(s) URL: e.g. https://api.github.com, https://gitlab.example.org"
+    )]
+    NotHttp(String),
+    #[error(
+        "repo.forge.url {0:?} is plain http: the token would cross the network in clear; use https"
+    )]
+    PlainHttp(String),
+    #[error(
+        "repo.forge.repository {0:?} must be owner/name (GitLab: a numeric project id or group/project)"
+    )]
+    Repository(String),
+    #[error(
+        "repo.forge.reviewers {0:?}: GitLab takes reviewer user ids (numbers, from /api/v4/users?username=NAME)"
+    )]
+    Reviewer(String),
+}
+
 /// `repo.forge`: the token source (never the token), the API URL and the repository.
-fn forge(f: RawForge, l: &Loading) -> Result<ForgeConfig, String> {
+fn forge(f: RawForge, l: &Loading) -> Result<ForgeConfig, BadForge> {
     if f.token.is_some() {
-        return Err(
-            "repo.forge.token is not allowed: a token never goes in the configuration file. \
-             Put it in a file (repo.forge.token_file: /etc/spokekeeper/forge-token, mode 600) \
-             or an environment variable (repo.forge.token_env: SPOKEKEEPER_FORGE_TOKEN)"
-                .into(),
-        );
+        return Err(BadForge::InlineToken);
     }
     let token = match (f.token_file, f.token_env) {
         (Some(p), None) => TokenSource::File(l.resolve(&p)),
         (None, Some(v)) if !v.trim().is_empty() => TokenSource::Env(v),
         (None, None) | (None, Some(_)) => {
-            return Err(
-                "repo.forge needs token_file (a file holding the token) or token_env (the variable's name)".into(),
-            );
+            return Err(BadForge::NoToken);
         }
         (Some(_), Some(_)) => {
-            return Err("repo.forge has both token_file and token_env: keep exactly one".into());
+            return Err(BadForge::BothTokens);
         }
     };
     let url = url::Url::parse(&f.url)
         .ok()
         .filter(|u| matches!(u.scheme(), "http" | "https") && u.host().is_some())
-        .ok_or_else(|| {
-            format!(
-                "repo.forge.url {:?} is not an http(s) URL: e.g. https://api.github.com, https://gitlab.example.org",
-                f.url
-            )
-        })?;
+        .ok_or_else(|| BadForge::NotHttp(f.url.clone()))?;
     // The token travels in a header: plain HTTP only to this machine.
     let loopback = match url.host() {
         Some(url::Host::Ipv4(a)) => a.is_loopback(),
@@ -206,10 +229,7 @@ fn forge(f: RawForge, l: &Loading) -> Result<ForgeConfig, String> {
         None => false,
     };
     if url.scheme() == "http" && !loopback {
-        return Err(format!(
-            "repo.forge.url {:?} is plain http: the token would cross the network in clear; use https",
-            f.url
-        ));
+        return Err(BadForge::PlainHttp(f.url));
     }
     let repo = f.repository.trim();
     let ok = match f.kind {
@@ -220,17 +240,12 @@ fn forge(f: RawForge, l: &Loading) -> Result<ForgeConfig, String> {
         _ => repo.split('/').count() == 2 && repo.split('/').all(|p| !p.is_empty()),
     };
     if !ok {
-        return Err(format!(
-            "repo.forge.repository {:?} must be owner/name (GitLab: a numeric project id or group/project)",
-            f.repository
-        ));
+        return Err(BadForge::Repository(f.repository));
     }
     if f.kind == ForgeKind::Gitlab
         && let Some(r) = f.reviewers.iter().find(|r| r.parse::<u64>().is_err())
     {
-        return Err(format!(
-            "repo.forge.reviewers {r:?}: GitLab takes reviewer user ids (numbers, from /api/v4/users?username=NAME)"
-        ));
+        return Err(BadForge::Reviewer(r.clone()));
     }
     Ok(ForgeConfig {
         kind: f.kind,

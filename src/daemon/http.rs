@@ -87,28 +87,18 @@ impl Health {
     }
 
     /// Ok with what is ready, or Err with why not.
-    pub fn readiness(&self, now: SystemTime) -> Result<String, String> {
-        let s = self
-            .state
-            .lock()
-            .map_err(|_| "the health state is poisoned".to_string())?;
+    pub fn readiness(&self, now: SystemTime) -> Result<String, NotReady> {
+        let s = self.state.lock().map_err(|_| NotReady::Poisoned)?;
         if s.leader == Some(false) {
             // A standby that cannot reach the Lease could not take over: say so.
             return match s.answered {
-                Some(at) if now.duration_since(at).unwrap_or_default() <= s.answer_window => {
-                    Ok(format!(
-                        "ready: standby (not the leader), config {}",
-                        s.config
-                    ))
-                }
-                Some(at) => Err(format!(
-                    "not ready: standby, the hub API last answered leader election {}s ago: see the log for why",
-                    now.duration_since(at).unwrap_or_default().as_secs()
-                )),
-                None => Err(
-                    "not ready: standby, the hub API has not answered leader election yet: see the log for why"
-                        .to_string(),
+                Some(at) if now.duration_since(at).unwrap_or_default() <= s.answer_window => Ok(
+                    format!("ready: standby (not the leader), config {}", s.config),
                 ),
+                Some(at) => Err(NotReady::ElectionSilent {
+                    secs: now.duration_since(at).unwrap_or_default().as_secs(),
+                }),
+                None => Err(NotReady::ElectionUnanswered),
             };
         }
         // Ticks finish a little after their slot: allow up to the 2nd slot after the last
@@ -125,10 +115,11 @@ impl Health {
         let ago = now.duration_since(s.since).unwrap_or_default().as_secs();
         match deadline {
             Some(d) if now <= d => Ok(format!("ready: {what} {ago}s ago, config {}", s.config)),
-            _ => Err(format!(
-                "not ready: {what} {ago}s ago, more than two periods of schedule {}: see the log for why ticks do not finish",
-                s.schedule
-            )),
+            _ => Err(NotReady::Late {
+                what,
+                ago,
+                schedule: s.schedule.to_string(),
+            }),
         }
     }
 
@@ -171,11 +162,45 @@ async fn metrics_text(State(s): State<Shared>) -> Response {
     }
 }
 
+/// Why /readyz answers 503: the body says it, and where to look.
+#[derive(Debug, thiserror::Error)]
+pub enum NotReady {
+    #[error("the health state is poisoned")]
+    Poisoned,
+    #[error(
+        "not ready: standby, the hub API last answered leader election {secs}s ago: see the log for why"
+    )]
+    ElectionSilent { secs: u64 },
+    #[error(
+        "not ready: standby, the hub API has not answered leader election yet: see the log for why"
+    )]
+    ElectionUnanswered,
+    #[error(
+        "not ready: {what} {ago}s ago, more than two periods of schedule {schedule}: see the log for why ticks do not finish"
+    )]
+    Late {
+        what: &'static str,
+        ago: u64,
+        schedule: String,
+    },
+}
+
+/// The metrics and health address cannot be listened on.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "cannot listen on {addr} for /metrics, /healthz and /readyz: {source} (set metrics.listen in the config, or pass --listen ADDR)"
+)]
+pub struct BindError {
+    addr: SocketAddr,
+    #[source]
+    source: std::io::Error,
+}
+
 /// Binds `addr`; the error says which address and how to pick another.
-pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
-    TcpListener::bind(addr).await.map_err(|e| {
-        format!("cannot listen on {addr} for /metrics, /healthz and /readyz: {e} (set metrics.listen in the config, or pass --listen ADDR)")
-    })
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|source| BindError { addr, source })
 }
 
 #[cfg(test)]
@@ -193,7 +218,10 @@ mod tests {
         let start = SystemTime::now();
         assert!(h.readiness(start).unwrap().contains("first tick"));
         assert!(h.readiness(start + Duration::from_secs(20)).is_ok());
-        let e = h.readiness(start + Duration::from_secs(23)).unwrap_err();
+        let e = h
+            .readiness(start + Duration::from_secs(23))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("more than two periods"), "{e}");
         h.tick_finished(start + Duration::from_secs(15));
         assert!(
@@ -213,13 +241,16 @@ mod tests {
             true,
         );
         let now = SystemTime::now();
-        let e = h.readiness(now).unwrap_err();
+        let e = h.readiness(now).unwrap_err().to_string();
         assert!(e.contains("has not answered leader election yet"), "{e}");
         h.election_round(true, now);
         assert!(h.readiness(now).unwrap().contains("standby"));
         assert!(h.readiness(now + Duration::from_secs(15)).is_ok());
         h.election_round(false, now + Duration::from_secs(10));
-        let e = h.readiness(now + Duration::from_secs(16)).unwrap_err();
+        let e = h
+            .readiness(now + Duration::from_secs(16))
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("last answered leader election 16s ago"), "{e}");
         h.election_round(true, now + Duration::from_secs(16));
         assert!(h.readiness(now + Duration::from_secs(16)).is_ok());

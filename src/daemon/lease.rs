@@ -261,14 +261,22 @@ pub struct Round {
 /// this much of its renew deadline left.
 pub const ACT_MARGIN: Duration = Duration::from_secs(2);
 
+/// Why a replica may not start a side effect now.
+#[derive(Debug, thiserror::Error)]
+pub enum ActError {
+    #[error("this replica no longer holds the lease")]
+    NotHeld,
+    #[error("the lease was not renewed and this replica must stop within {millis}ms")]
+    Expiring { millis: u128 },
+}
+
 /// Ok when a replica leading until `lead_until` may start a side effect at `now`.
-pub fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), String> {
+pub fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), ActError> {
     match lead_until {
-        None => Err("this replica no longer holds the lease".into()),
-        Some(t) if t.saturating_duration_since(now) < ACT_MARGIN => Err(format!(
-            "the lease was not renewed and this replica must stop within {}ms",
-            t.saturating_duration_since(now).as_millis()
-        )),
+        None => Err(ActError::NotHeld),
+        Some(t) if t.saturating_duration_since(now) < ACT_MARGIN => Err(ActError::Expiring {
+            millis: t.saturating_duration_since(now).as_millis(),
+        }),
         Some(_) => Ok(()),
     }
 }
@@ -374,7 +382,7 @@ pub async fn elect_reporting(
 
 /// POD_NAME, else the host name with a random suffix (as client-go does), so two
 /// replicas on one host never share an identity.
-pub fn default_identity() -> Result<String, String> {
+pub fn default_identity() -> Result<String, IdentityError> {
     if let Ok(name) = std::env::var("POD_NAME")
         && !name.trim().is_empty()
     {
@@ -383,30 +391,41 @@ pub fn default_identity() -> Result<String, String> {
     host_identity()
 }
 
-fn host_identity() -> Result<String, String> {
+/// No identity for leader election: says to set POD_NAME.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("no identity for leader election: set POD_NAME (the downward API's metadata.name)")]
+    NoHostName,
+    #[error(
+        "no identity for leader election: no random suffix for the host name ({0}): set POD_NAME"
+    )]
+    NoRandom(#[source] getrandom::Error),
+}
+
+/// Not in a pod and no namespace given.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "no namespace for the lease: pass --lease-namespace or set POD_NAMESPACE ({NAMESPACE_FILE} is not there: not running in a pod)"
+)]
+pub struct NoNamespace;
+
+fn host_identity() -> Result<String, IdentityError> {
     let uname = rustix::system::uname();
     let host = uname.nodename().to_string_lossy().trim().to_string();
     if host.is_empty() {
-        return Err(
-            "no identity for leader election: set POD_NAME (the downward API's metadata.name)"
-                .into(),
-        );
+        return Err(IdentityError::NoHostName);
     }
     let mut suffix = [0u8; 8];
-    getrandom::fill(&mut suffix).map_err(|e| {
-        format!("no identity for leader election: no random suffix for the host name ({e}): set POD_NAME")
-    })?;
+    getrandom::fill(&mut suffix).map_err(IdentityError::NoRandom)?;
     let hex: String = suffix.iter().map(|b| format!("{b:02x}")).collect();
     Ok(format!("{host}_{hex}"))
 }
 
 /// The in-cluster namespace (POD_NAMESPACE is read by the command line).
-pub fn default_namespace() -> Result<String, String> {
+pub fn default_namespace() -> Result<String, NoNamespace> {
     match std::fs::read_to_string(NAMESPACE_FILE) {
         Ok(ns) if !ns.trim().is_empty() => Ok(ns.trim().to_string()),
-        _ => Err(format!(
-            "no namespace for the lease: pass --lease-namespace or set POD_NAMESPACE ({NAMESPACE_FILE} is not there: not running in a pod)"
-        )),
+        _ => Err(NoNamespace),
     }
 }
 
@@ -470,10 +489,12 @@ mod tests {
     fn side_effects_need_the_lease_with_time_left() {
         let now = Instant::now();
         assert!(may_act(Some(now + Duration::from_secs(8)), now).is_ok());
-        let e = may_act(Some(now + Duration::from_millis(1500)), now).unwrap_err();
+        let e = may_act(Some(now + Duration::from_millis(1500)), now)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("must stop within 1500ms"), "{e}");
         assert!(may_act(Some(now), now + Duration::from_secs(1)).is_err());
-        let e = may_act(None, now).unwrap_err();
+        let e = may_act(None, now).unwrap_err().to_string();
         assert!(e.contains("no longer holds the lease"), "{e}");
     }
 

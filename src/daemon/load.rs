@@ -1,12 +1,13 @@
 //! Everything a tick needs, built from the configuration file; rebuilt on SIGHUP.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::schedule::Schedule;
-use crate::config::Config;
-use crate::repo::Repo;
+use super::schedule::{Schedule, ScheduleError};
+use crate::config::{Config, ConfigError};
+use crate::hub::cert::StartKeyError;
+use crate::repo::{Repo, RepoError};
 use crate::rotate::Context;
 
 pub struct Loaded {
@@ -20,21 +21,61 @@ impl Loaded {
     }
 }
 
+/// Why the daemon cannot (re)load: each names the configuration file.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error(transparent)]
+    Interval(ScheduleError),
+    #[error("{}: {source}", path.display())]
+    Schedule {
+        path: PathBuf,
+        #[source]
+        source: ScheduleError,
+    },
+    #[error("{}: {source}", path.display())]
+    Sealing {
+        path: PathBuf,
+        #[source]
+        source: StartKeyError,
+    },
+    #[error("{}: repo.path: {source}", path.display())]
+    Repo {
+        path: PathBuf,
+        #[source]
+        source: RepoError,
+    },
+    /// The tick's context refused the configuration (its message names the setting).
+    #[error("{0}")]
+    Context(String),
+}
+
 /// Loads and checks the file, the sealing certificate and the fleet clone. `interval`
 /// (tests) replaces the configured schedule.
-pub async fn load(path: &Path, interval: Option<Duration>) -> Result<Loaded, String> {
-    let config = Config::load(path).map_err(|e| e.to_string())?;
+pub async fn load(path: &Path, interval: Option<Duration>) -> Result<Loaded, LoadError> {
+    let config = Config::load(path)?;
     let schedule = match interval {
-        Some(every) => Schedule::every(every)?,
-        None => Schedule::cron(&config.schedule).map_err(|e| format!("{}: {e}", path.display()))?,
+        Some(every) => Schedule::every(every).map_err(LoadError::Interval)?,
+        None => Schedule::cron(&config.schedule).map_err(|source| LoadError::Schedule {
+            path: path.to_path_buf(),
+            source,
+        })?,
     };
-    let sealing = crate::hub::cert::initial(&config)
-        .await
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+    let sealing =
+        crate::hub::cert::initial(&config)
+            .await
+            .map_err(|source| LoadError::Sealing {
+                path: path.to_path_buf(),
+                source,
+            })?;
     let repo = Repo::open(&config.repo)
         .await
-        .map_err(|e| format!("{}: repo.path: {e}", path.display()))?;
-    let context = Context::new(config, sealing, repo)?;
+        .map_err(|source| LoadError::Repo {
+            path: path.to_path_buf(),
+            source,
+        })?;
+    let context = Context::new(config, sealing, repo).map_err(LoadError::Context)?;
     Ok(Loaded {
         context: Arc::new(context),
         schedule,

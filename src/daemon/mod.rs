@@ -17,7 +17,9 @@ use std::time::{Duration, SystemTime};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
-pub use load::{Loaded, load};
+pub use http::BindError;
+pub use load::{LoadError, Loaded, load};
+pub use signals::SignalError;
 
 use crate::metrics::Metrics;
 use http::Health;
@@ -52,14 +54,39 @@ pub struct Options {
     pub leader: Option<LeaderElection>,
 }
 
+/// Why the daemon did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Signals(#[from] SignalError),
+    /// Boxed: the reasons a configuration does not load are the largest by far.
+    #[error(transparent)]
+    Load(Box<LoadError>),
+    #[error(transparent)]
+    Bind(#[from] BindError),
+    #[error(
+        "--leader-elect: cannot build a client for the hub's API: {0} (run in a pod with a service account, or set KUBECONFIG)"
+    )]
+    LeaseClient(#[source] kube::Error),
+    /// The alert client (alerts' `NotifyError`, which `alerts` does not re-export yet).
+    #[error("alerts: {0}")]
+    Alerts(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<LoadError> for DaemonError {
+    fn from(e: LoadError) -> DaemonError {
+        DaemonError::Load(Box::new(e))
+    }
+}
+
 /// Runs until SIGTERM or SIGINT. Errors are startup errors.
-pub async fn run(opts: Options) -> Result<(), String> {
+pub async fn run(opts: Options) -> Result<(), DaemonError> {
     // Ticks run as local tasks: the compiler cannot prove rotate::tick's future Send
     // (rust-lang/rust#102211), and a task still isolates its errors and panics.
     tokio::task::LocalSet::new().run_until(serve(opts)).await
 }
 
-async fn serve(opts: Options) -> Result<(), String> {
+async fn serve(opts: Options) -> Result<(), DaemonError> {
     let signals = Signals::new()?;
     let loaded = load(&opts.config, opts.interval).await?;
     let schedule = loaded.schedule.clone();
@@ -119,7 +146,7 @@ impl Http {
         listen: SocketAddr,
         health: Arc<Health>,
         metrics: Arc<Metrics>,
-    ) -> Result<Http, String> {
+    ) -> Result<Http, DaemonError> {
         let listener = http::bind(listen).await?;
         // Port 0 binds any free port: say which.
         let addr = listener.local_addr().unwrap_or(listen);
@@ -164,7 +191,7 @@ impl Leadership {
         election: Option<&LeaderElection>,
         health: Arc<Health>,
         metrics: Arc<Metrics>,
-    ) -> Result<(Leadership, watch::Receiver<bool>, crate::rotate::Gate), String> {
+    ) -> Result<(Leadership, watch::Receiver<bool>, crate::rotate::Gate), DaemonError> {
         let (tx, rx) = watch::channel(election.is_none());
         let Some(le) = election else {
             return Ok((
@@ -173,9 +200,9 @@ impl Leadership {
                 crate::rotate::Gate::default(),
             ));
         };
-        let client = kube::Client::try_default().await.map_err(|e| {
-            format!("--leader-elect: cannot build a client for the hub's API: {e} (run in a pod with a service account, or set KUBECONFIG)")
-        })?;
+        let client = kube::Client::try_default()
+            .await
+            .map_err(DaemonError::LeaseClient)?;
         let lock = Arc::new(LeaseLock::new(
             client,
             &le.namespace,
@@ -188,7 +215,7 @@ impl Leadership {
         let until = tenure.clone();
         let gate = crate::rotate::Gate::new(move || {
             let lead_until = until.lock().map_err(|_| "poisoned".to_string())?;
-            lease::may_act(*lead_until, tokio::time::Instant::now())
+            lease::may_act(*lead_until, tokio::time::Instant::now()).map_err(|e| e.to_string())
         });
         let on_round = move |round: lease::Round| {
             health.election_round(round.answered, SystemTime::now());

@@ -7,6 +7,23 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use chrono::{DateTime, Utc};
 
+/// A schedule that cannot be used: names the expression and the fix.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    #[error(
+        "schedule {expr:?} is not a cron expression ({source}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"
+    )]
+    NotCron {
+        expr: String,
+        #[source]
+        source: croner::errors::CronError,
+    },
+    #[error("schedule {expr:?} never fires: check day and month")]
+    NeverFires { expr: String },
+    #[error("the tick interval must be longer than 0s")]
+    ZeroInterval,
+}
+
 #[derive(Clone, Debug)]
 pub enum Schedule {
     /// `schedule` from spokekeeper.yaml.
@@ -20,11 +37,10 @@ pub enum Schedule {
 
 impl Schedule {
     /// Parses a 5-field cron expression or a nickname like @hourly.
-    pub fn cron(expr: &str) -> Result<Schedule, String> {
-        let cron = croner::Cron::from_str(expr).map_err(|e| {
-            format!(
-                "schedule {expr:?} is not a cron expression ({e}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"
-            )
+    pub fn cron(expr: &str) -> Result<Schedule, ScheduleError> {
+        let cron = croner::Cron::from_str(expr).map_err(|source| ScheduleError::NotCron {
+            expr: expr.to_string(),
+            source,
         })?;
         // Refuse expressions that never fire (e.g. February 30th) now, not at the first tick.
         let schedule = Schedule::Cron {
@@ -34,13 +50,15 @@ impl Schedule {
         schedule
             .next_after(SystemTime::now())
             .map(|_| schedule.clone())
-            .ok_or_else(|| format!("schedule {expr:?} never fires: check day and month"))
+            .ok_or_else(|| ScheduleError::NeverFires {
+                expr: expr.to_string(),
+            })
     }
 
     /// A fixed period; zero is refused.
-    pub fn every(period: Duration) -> Result<Schedule, String> {
+    pub fn every(period: Duration) -> Result<Schedule, ScheduleError> {
         if period.is_zero() {
-            return Err("the tick interval must be longer than 0s".into());
+            return Err(ScheduleError::ZeroInterval);
         }
         Ok(Schedule::Every(period))
     }
@@ -123,9 +141,9 @@ mod tests {
             Schedule::cron("@daily").unwrap().period_at(t),
             Some(Duration::from_secs(86_400))
         );
-        let e = Schedule::cron("*/15 * *").unwrap_err();
+        let e = Schedule::cron("*/15 * *").unwrap_err().to_string();
         assert!(e.contains("\"*/15 * *\"") && e.contains("@hourly"), "{e}");
-        let e = Schedule::cron("0 0 30 2 *").unwrap_err();
+        let e = Schedule::cron("0 0 30 2 *").unwrap_err().to_string();
         assert!(e.contains("never fires"), "{e}");
     }
 

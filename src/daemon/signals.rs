@@ -7,6 +7,15 @@ pub enum Sig {
     Reload,
 }
 
+/// A signal handler that cannot be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot handle {name}: {source}")]
+pub struct SignalError {
+    name: &'static str,
+    #[source]
+    source: std::io::Error,
+}
+
 pub struct Signals {
     term: Signal,
     int: Signal,
@@ -15,9 +24,9 @@ pub struct Signals {
 
 impl Signals {
     /// Install early: until then SIGHUP's default action ends the process.
-    pub fn new() -> Result<Signals, String> {
-        let install = |kind: SignalKind, name: &str| {
-            signal(kind).map_err(|e| format!("cannot handle {name}: {e}"))
+    pub fn new() -> Result<Signals, SignalError> {
+        let install = |kind: SignalKind, name: &'static str| {
+            signal(kind).map_err(|source| SignalError { name, source })
         };
         Ok(Signals {
             term: install(SignalKind::terminate(), "SIGTERM")?,

@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::http::Health;
 use super::signals::{Sig, Signals};
-use super::{Loaded, MAX_NAP, Options, SHUTDOWN_GRACE, load, schedule};
+use super::{DaemonError, Loaded, MAX_NAP, Options, SHUTDOWN_GRACE, load, schedule};
 use crate::alerts::{self, Notifier, NotifyOptions};
 use crate::metrics::Metrics;
 use crate::rotate::{self, Outcome, TickReport};
@@ -43,7 +43,7 @@ pub(super) struct Ticker {
 }
 
 /// The sinks for a configuration: active alerts stay valid for a few schedule periods.
-pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, String> {
+pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, DaemonError> {
     let period = loaded
         .schedule
         .period_at(SystemTime::now())
@@ -52,7 +52,7 @@ pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, String> {
         evaluation_period: period,
         ..NotifyOptions::default()
     };
-    Notifier::new(&loaded.config().alerts, opts).map_err(|e| format!("alerts: {e}"))
+    Notifier::new(&loaded.config().alerts, opts).map_err(|e| DaemonError::Alerts(Box::new(e)))
 }
 
 impl Ticker {

@@ -2,11 +2,13 @@
 //! the key a process starts with, and the report types a tick fills in. Choosing the
 //! tick's key, trusting it and pinning a renewal are the tick's job (rotate/sealing).
 
+use std::path::PathBuf;
+
 use serde::Serialize;
 use time::OffsetDateTime;
 
-use super::{CALL_TIMEOUT, Hub};
-use crate::seal::SealingKey;
+use super::{CALL_TIMEOUT, Hub, HubError};
+use crate::seal::{KeyError, SealingKey};
 
 /// The sealing certificate of a tick: what the hub gave (with `hub:`) and whether it is
 /// trusted (see [`crate::seal::trust`]).
@@ -60,7 +62,7 @@ pub struct Renewed {
 
 /// The controller's certificate PEM, and its version when its Service was read; bounded
 /// in time.
-pub async fn fetch(cfg: &crate::config::HubConfig) -> Result<(String, Option<String>), String> {
+pub async fn fetch(cfg: &crate::config::HubConfig) -> Result<(String, Option<String>), HubError> {
     tokio::time::timeout(2 * CALL_TIMEOUT, async {
         let hub = Hub::connect(cfg).await?;
         let pem = hub.fetch_cert().await?;
@@ -68,47 +70,101 @@ pub async fn fetch(cfg: &crate::config::HubConfig) -> Result<(String, Option<Str
     })
     .await
     .unwrap_or_else(|_| {
-        Err(format!(
-            "no answer within {}s",
-            (2 * CALL_TIMEOUT).as_secs()
-        ))
+        Err(HubError::NoAnswer {
+            secs: (2 * CALL_TIMEOUT).as_secs(),
+        })
     })
+}
+
+/// Why sealing.cert itself cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum PinnedError {
+    #[error("sealing.cert: {0}")]
+    Key(#[source] KeyError),
+    #[error("sealing.cert {} does not exist yet", path.display())]
+    Missing { path: PathBuf },
+    #[error("cannot read sealing.cert {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Why a process has no sealing key to start with: sealing.cert cannot be used and,
+/// with `hub:`, neither can what the hub gives.
+#[derive(Debug, thiserror::Error)]
+pub enum StartKeyError {
+    #[error(transparent)]
+    Pinned(PinnedError),
+    #[error(
+        "{pinned}, and the hub cannot give it: {source} (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
+        path.display()
+    )]
+    Unfetched {
+        pinned: PinnedError,
+        path: PathBuf,
+        #[source]
+        source: HubError,
+    },
+    /// `served` names what the hub gave: the controller's certificate, and where.
+    #[error("{pinned}, and {served}: {source}")]
+    Refused {
+        pinned: PinnedError,
+        served: String,
+        #[source]
+        source: KeyError,
+    },
 }
 
 /// The sealing key a process starts with: sealing.cert, or, when that file cannot be used
 /// (missing, a link, garbage, expired) and `hub:` is configured, the controller's
 /// certificate (the first tick pins it). Without `hub:` a bad sealing.cert is an error that
 /// names it.
-pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, String> {
+pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, StartKeyError> {
     let path = &config.sealing_cert;
     let now = OffsetDateTime::now_utc();
     let pinned = match crate::fsutil::read_under(path, &config.repo.path) {
-        Ok(pem) => SealingKey::from_pem(&pem, &path.display().to_string(), now)
-            .map_err(|e| format!("sealing.cert: {e}")),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(format!(
-            "sealing.cert {} does not exist yet",
-            path.display()
-        )),
-        Err(e) => Err(format!("cannot read sealing.cert {}: {e}", path.display())),
+        Ok(pem) => {
+            SealingKey::from_pem(&pem, &path.display().to_string(), now).map_err(PinnedError::Key)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            Err(PinnedError::Missing { path: path.clone() })
+        }
+        Err(source) => Err(PinnedError::Read {
+            path: path.clone(),
+            source,
+        }),
     };
     let (pinned_error, cfg) = match (pinned, &config.hub) {
         (Ok(key), _) => return Ok(key),
-        (Err(e), None) => return Err(e),
+        (Err(e), None) => return Err(StartKeyError::Pinned(e)),
         (Err(e), Some(cfg)) => (e, cfg),
     };
-    let source = format!(
+    let served = format!(
         "the controller's certificate ({}/{})",
         cfg.controller.namespace, cfg.controller.name
     );
-    let (pem, _) = fetch(cfg).await.map_err(|f| {
-        format!(
-            "{pinned_error}, and the hub cannot give it: {f} \
-             (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
-            path.display()
-        )
-    })?;
-    let key = SealingKey::from_pem(pem.as_bytes(), &source, now)
-        .map_err(|e| format!("{pinned_error}, and {source}: {e}"))?;
+    let pem = match fetch(cfg).await {
+        Ok((pem, _)) => pem,
+        Err(source) => {
+            return Err(StartKeyError::Unfetched {
+                pinned: pinned_error,
+                path: path.clone(),
+                source,
+            });
+        }
+    };
+    let key = match SealingKey::from_pem(pem.as_bytes(), &served, now) {
+        Ok(key) => key,
+        Err(source) => {
+            return Err(StartKeyError::Refused {
+                pinned: pinned_error,
+                served,
+                source,
+            });
+        }
+    };
     tracing::warn!(sha256 = %key.fingerprint(), path = %path.display(), problem = %pinned_error, "sealing.cert cannot be used: starting with the controller's certificate; the tick pins it");
     Ok(key)
 }

@@ -9,13 +9,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http_body_util::{BodyExt, Limited};
 use kube::api::{ApiResource, GroupVersionKind, ListParams};
 use serde::{Deserialize, Serialize};
 
-use super::{CALL_TIMEOUT, Hub};
+use super::{CALL_TIMEOUT, CallError, Hub, HubError};
 use crate::config::{SpokeConfig, is_dns_subdomain};
 use crate::text::one_line;
 
@@ -88,10 +89,11 @@ pub fn found_by(spoke: &SpokeConfig) -> FoundBy {
 }
 
 /// Per Secret namespace, the consumers of the Secrets asked for: (Secret name, consumer).
-pub type Listed = BTreeMap<String, Result<Vec<(String, Consumer)>, String>>;
+/// A failed listing is shared by every spoke whose Secret is in that namespace.
+pub type Listed = BTreeMap<String, Result<Vec<(String, Consumer)>, Arc<HubError>>>;
 
 /// A spoke's consumers: the configured Kustomization, or those `listed`.
-pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer>, String>) {
+pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer>, Arc<HubError>>) {
     if let Some(k) = &spoke.kustomization {
         let c = Consumer {
             kind: Kind::Kustomization,
@@ -108,7 +110,9 @@ pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer
             .map(|(_, c)| c.clone())
             .collect()),
         Some(Err(e)) => Err(e.clone()),
-        None => Err(format!("consumers in {ns}: not listed")),
+        None => Err(Arc::new(HubError::NotListed {
+            namespace: ns.clone(),
+        })),
     };
     (FoundBy::Listed, found)
 }
@@ -181,12 +185,12 @@ impl Hub {
             let found = tokio::time::timeout_at(deadline, self.consumers(&ns, &secrets))
                 .await
                 .unwrap_or_else(|_| {
-                    Err(format!(
-                        "consumers in {ns}: not listed within {}s",
-                        bound.as_secs()
-                    ))
+                    Err(HubError::ListTimeout {
+                        namespace: ns.clone(),
+                        secs: bound.as_secs(),
+                    })
                 });
-            listed.insert(ns, found);
+            listed.insert(ns, found.map_err(Arc::new));
         }
         listed
     }
@@ -197,18 +201,18 @@ impl Hub {
         &self,
         namespace: &str,
         secrets: &BTreeSet<String>,
-    ) -> Result<Vec<(String, Consumer)>, String> {
+    ) -> Result<Vec<(String, Consumer)>, HubError> {
         let mut found = Vec::new();
         for kind in Kind::ALL {
             let mut next: Option<String> = None;
             let mut pages = 0;
             loop {
                 if pages == MAX_PAGES {
-                    return Err(format!(
-                        "{} in {namespace}: more than {} objects, not all read",
-                        kind.resource().plural,
-                        MAX_PAGES * PAGE as usize
-                    ));
+                    return Err(HubError::TooMany {
+                        plural: kind.resource().plural,
+                        namespace: namespace.to_string(),
+                        max: MAX_PAGES * PAGE as usize,
+                    });
                 }
                 pages += 1;
                 let page = self.page(kind, namespace, next.as_deref()).await?;
@@ -225,7 +229,12 @@ impl Hub {
     }
 
     /// One list page, its body bounded in size and time.
-    async fn page(&self, kind: Kind, namespace: &str, next: Option<&str>) -> Result<Page, String> {
+    async fn page(
+        &self,
+        kind: Kind,
+        namespace: &str,
+        next: Option<&str>,
+    ) -> Result<Page, HubError> {
         let ar = kind.resource();
         let what = format!("{} in {namespace}", ar.plural);
         let mut lp = ListParams::default().limit(PAGE);
@@ -238,30 +247,33 @@ impl Hub {
         );
         let req = kube::core::Request::new(path)
             .list(&lp)
-            .map_err(|e| format!("{what}: {e}"))?
+            .map_err(|source| HubError::ListRequest {
+                what: what.clone(),
+                source,
+            })?
             .map(kube::client::Body::from);
+        let what = format!("list {what}");
         let read = async {
-            let resp = self
-                .client
-                .send(req)
-                .await
-                .map_err(|e| format!("list {what}: {e}"))?;
+            let resp = self.client.send(req).await?;
             let status = resp.status();
             let body = Limited::new(resp.into_body(), PAGE_BYTES)
                 .collect()
                 .await
-                .map_err(|_| {
-                    format!(
-                        "list {what}: the answer is longer than {} MiB or broken off",
-                        PAGE_BYTES >> 20
-                    )
+                .map_err(|_| CallError::TooLong {
+                    mib: PAGE_BYTES >> 20,
                 })?
                 .to_bytes();
-            Ok::<_, String>((status, body))
+            Ok::<_, CallError>((status, body))
         };
         let (status, body) = tokio::time::timeout(CALL_TIMEOUT, read)
             .await
-            .map_err(|_| format!("list {what}: no answer within {}s", CALL_TIMEOUT.as_secs()))??;
+            .unwrap_or(Err(CallError::NoAnswer {
+                secs: CALL_TIMEOUT.as_secs(),
+            }))
+            .map_err(|source| HubError::Call {
+                what: what.clone(),
+                source,
+            })?;
         if status == hyper::http::StatusCode::NOT_FOUND {
             // The kind is not served (Flux installed without helm-controller, say): a
             // list in a namespace that does not exist is 200 and empty, never 404.
@@ -275,9 +287,9 @@ impl Hub {
             });
         }
         if !status.is_success() {
-            return Err(format!("list {what}: {}", api_error(status, &body)));
+            return Err(refused(what, status, &body));
         }
-        serde_json::from_slice(&body).map_err(|e| format!("list {what}: not a list: {e}"))
+        serde_json::from_slice(&body).map_err(|source| HubError::NotList { what, source })
     }
 }
 
@@ -288,7 +300,7 @@ fn matching(
     namespace: &str,
     items: Vec<Item>,
     secrets: &BTreeSet<String>,
-) -> Result<Vec<(String, Consumer)>, String> {
+) -> Result<Vec<(String, Consumer)>, HubError> {
     let mut out = Vec::new();
     for item in items {
         if item
@@ -310,11 +322,12 @@ fn matching(
         };
         let name = item.metadata.name;
         if !is_dns_subdomain(&name) {
-            return Err(format!(
-                "{} in {namespace} named {:?} uses Secret {secret}: not a Kubernetes object name",
-                kind.as_str(),
-                one_line(&name, 80)
-            ));
+            return Err(HubError::BadName {
+                kind: kind.as_str(),
+                namespace: namespace.to_string(),
+                name: one_line(&name, 80),
+                secret,
+            });
         }
         out.push((
             secret,
@@ -326,6 +339,15 @@ fn matching(
         ));
     }
     Ok(out)
+}
+
+/// A failed call to `what`, with its answer (see [`api_error`]).
+pub(super) fn refused(what: String, status: hyper::http::StatusCode, body: &[u8]) -> HubError {
+    HubError::Refused {
+        what,
+        status: status.as_u16(),
+        answer: api_error(status, body),
+    }
 }
 
 /// A failed call's metav1 Status as one bounded line.
@@ -396,7 +418,9 @@ mod tests {
              "spec": {"kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}}
         ]}));
         let secrets = BTreeSet::from(["dev-kubeconfig".to_string()]);
-        let e = matching(Kind::HelmRelease, "flux-system", p.items, &secrets).unwrap_err();
+        let e = matching(Kind::HelmRelease, "flux-system", p.items, &secrets)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("HelmRelease in flux-system named"), "{e}");
         assert!(!e.contains('\n'), "{e}");
     }

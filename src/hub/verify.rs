@@ -5,6 +5,7 @@
 //! and alerted, and never undoes the commit (the credential was validated against the
 //! spoke before it).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -13,7 +14,7 @@ use tokio::time::Instant;
 
 pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
-use super::{CALL_TIMEOUT, Consumer, Hub, HubObject, rfc3339_nano};
+use super::{CALL_TIMEOUT, Consumer, Hub, HubError, HubObject, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
 use crate::text::one_line;
@@ -159,7 +160,7 @@ pub async fn verify(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
-    consumers: Result<Vec<Consumer>, String>,
+    consumers: Result<Vec<Consumer>, Arc<HubError>>,
     timeout: Duration,
     reuse_pending: bool,
 ) -> HubReport {
@@ -172,7 +173,7 @@ pub async fn verify(
     let consumers = match consumers {
         Ok(c) => c,
         Err(e) => {
-            report.list_error = Some(one_line(&e, 300));
+            report.list_error = Some(one_line(&e.to_string(), 300));
             return report;
         }
     };
@@ -210,7 +211,7 @@ pub async fn verify(
             Err(e) => {
                 let ready = match hub.serves(c.kind).await {
                     Ok(false) => not_served(&c),
-                    _ => Check::failed("Error", e),
+                    _ => Check::failed("Error", e.to_string()),
                 };
                 report.consumers.push(ConsumerCheck { consumer: c, ready });
             }
@@ -286,8 +287,8 @@ pub async fn after_push(
     }
     let hub = match tokio::time::timeout(CALL_TIMEOUT, Hub::connect(cfg)).await {
         Ok(Ok(h)) => Ok(h.knowing_version(controller_version.map(str::to_string))),
-        Ok(Err(e)) => Err(e),
-        Err(_) => Err("no answer".into()),
+        Ok(Err(e)) => Err(e.to_string()),
+        Err(_) => Err("no answer".to_string()),
     };
     let listed = match &hub {
         Ok(h) => {
@@ -377,7 +378,7 @@ async fn wait_synced(
             Ok(None) => {
                 format!("sealedsecrets {ns}/{name} does not exist on the hub (not applied yet?)")
             }
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         if Instant::now() + POLL > deadline {
             return Check::failed(
@@ -497,7 +498,7 @@ async fn wait_ready(
                 };
                 return Check::failed("Missing", format!("{c} does not exist on the hub: {fix}"));
             }
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         if Instant::now() + POLL > deadline {
             return Check::failed(

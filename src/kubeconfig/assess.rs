@@ -270,7 +270,7 @@ fn assess_cluster(cluster: &Named<RawCluster>, a: &mut Assessment) {
                 Ok(url) => a.server = Some(url),
                 Err(reason) => a.problems.push(KubeconfigError::Invalid {
                     field: field("server"),
-                    reason,
+                    reason: reason.to_string(),
                     fix: "use https://HOST:PORT of the spoke's API server",
                 }),
             }
@@ -281,7 +281,7 @@ fn assess_cluster(cluster: &Named<RawCluster>, a: &mut Assessment) {
             Ok(n) => a.tls_server_name = Some(n),
             Err(reason) => a.problems.push(KubeconfigError::Invalid {
                 field: field("tls-server-name"),
-                reason,
+                reason: reason.to_string(),
                 fix: "use a DNS name or an IP address in the API server's certificate",
             }),
         }
@@ -415,14 +415,20 @@ fn certificates(data: &[u8]) -> Result<Vec<CertInfo>, CertError> {
     certs::parse_pem_certificates(decoded.expose())
 }
 
+/// A tls-server-name that is no server name; shown escaped.
+#[derive(Debug, thiserror::Error)]
+#[error("\"{}\" is neither a DNS name nor an IP address", certs::escape(.name))]
+pub(crate) struct TlsNameError {
+    name: String,
+}
+
 /// A TLS server name: a DNS name or an IP address.
-pub(crate) fn tls_server_name(name: &str) -> Result<String, String> {
+pub(crate) fn tls_server_name(name: &str) -> Result<String, TlsNameError> {
     if name.parse::<std::net::IpAddr>().is_ok() || server::is_dns_name(name) {
         Ok(name.to_ascii_lowercase())
     } else {
-        Err(format!(
-            "\"{}\" is neither a DNS name nor an IP address",
-            certs::escape(name)
-        ))
+        Err(TlsNameError {
+            name: name.to_string(),
+        })
     }
 }

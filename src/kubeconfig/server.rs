@@ -4,23 +4,49 @@ use std::net::{IpAddr, Ipv6Addr};
 
 use url::Url;
 
+/// Why a server URL is refused: the reason after the field that holds it (never the
+/// URL's credentials).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ServerError {
+    #[error("not a URL ({0})")]
+    NotUrl(#[source] url::ParseError),
+    #[error("uses {scheme}://; only https keeps credentials and API traffic private")]
+    NotHttps { scheme: String },
+    #[error("has no host")]
+    NoHost,
+    #[error("carries credentials in the URL")]
+    Credentials,
+    #[error("has a query or a fragment, which an API server URL never has")]
+    QueryOrFragment,
+}
+
+/// Why a host cannot be the API server URL's host: the reason after the host.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum HostError {
+    #[error("is bracketed but not an IPv6 address")]
+    BracketedNotIpv6,
+    #[error("is neither an IP address nor a DNS name (letters, digits, '-' and '.')")]
+    NotAHost,
+    #[error("cannot be set as the URL's host")]
+    NotSettable,
+}
+
 /// An https URL with a host, no credentials, no query, no fragment.
-pub(crate) fn parse_server(s: &str) -> Result<Url, String> {
-    let url = Url::parse(s).map_err(|e| format!("not a URL ({e})"))?;
+pub(crate) fn parse_server(s: &str) -> Result<Url, ServerError> {
+    let url = Url::parse(s).map_err(ServerError::NotUrl)?;
     if url.scheme() != "https" {
-        return Err(format!(
-            "uses {}://; only https keeps credentials and API traffic private",
-            url.scheme()
-        ));
+        return Err(ServerError::NotHttps {
+            scheme: url.scheme().to_string(),
+        });
     }
     if url.host().is_none() {
-        return Err("has no host".into());
+        return Err(ServerError::NoHost);
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("carries credentials in the URL".into());
+        return Err(ServerError::Credentials);
     }
     if url.query().is_some() || url.fragment().is_some() {
-        return Err("has a query or a fragment, which an API server URL never has".into());
+        return Err(ServerError::QueryOrFragment);
     }
     Ok(url)
 }
@@ -38,13 +64,13 @@ pub(crate) fn server_string(url: &Url) -> String {
 
 /// `url` with its host replaced by `host` (IP address, bracketed or not, or DNS name);
 /// scheme, port and path are kept.
-pub(crate) fn with_host(url: &Url, host: &str) -> Result<Url, String> {
+pub(crate) fn with_host(url: &Url, host: &str) -> Result<Url, HostError> {
     let mut url = url.clone();
     let set = match parse_host(host)? {
         Host::Ip(ip) => url.set_ip_host(ip),
         Host::Name(name) => url.set_host(Some(&name)).map_err(|_| ()),
     };
-    set.map_err(|()| "cannot be set as the URL's host".to_string())?;
+    set.map_err(|()| HostError::NotSettable)?;
     Ok(url)
 }
 
@@ -55,13 +81,13 @@ pub(crate) enum Host {
 }
 
 /// An IPv4 or IPv6 address (brackets optional) or a DNS name; nothing else.
-pub(crate) fn parse_host(host: &str) -> Result<Host, String> {
+pub(crate) fn parse_host(host: &str) -> Result<Host, HostError> {
     let inner = host.strip_prefix('[').and_then(|h| h.strip_suffix(']'));
     if let Some(inner) = inner {
         return inner
             .parse::<Ipv6Addr>()
             .map(|ip| Host::Ip(IpAddr::V6(ip)))
-            .map_err(|_| "is bracketed but not an IPv6 address".into());
+            .map_err(|_| HostError::BracketedNotIpv6);
     }
     if let Ok(ip) = host.parse::<IpAddr>() {
         return Ok(Host::Ip(ip));
@@ -69,7 +95,7 @@ pub(crate) fn parse_host(host: &str) -> Result<Host, String> {
     if is_dns_name(host) {
         Ok(Host::Name(host.to_ascii_lowercase()))
     } else {
-        Err("is neither an IP address nor a DNS name (letters, digits, '-' and '.')".into())
+        Err(HostError::NotAHost)
     }
 }
 

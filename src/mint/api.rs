@@ -57,7 +57,7 @@ impl Spoke {
         let bytes = body
             .map(serde_json::to_vec)
             .transpose()
-            .map_err(|e| MintError::Key(e.to_string()))?
+            .map_err(|e| MintError::Build(e.into()))?
             .unwrap_or_default();
         let request = hyper::Request::builder()
             .method(method)
@@ -65,7 +65,7 @@ impl Spoke {
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
             .body(bytes)
-            .map_err(|e| MintError::Key(e.to_string()))?;
+            .map_err(|e| MintError::Build(e.into()))?;
         let timed_out = || MintError::Call {
             step,
             error: live::LiveError::TimedOut {

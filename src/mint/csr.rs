@@ -7,6 +7,7 @@
 use ring::rand::{SecureRandom, SystemRandom};
 use ring::signature::{ECDSA_P256_SHA256_ASN1_SIGNING, EcdsaKeyPair, KeyPair};
 
+use super::error::KeyError;
 use crate::certs::PrivateKey;
 use crate::secret::SecretBytes;
 
@@ -24,25 +25,24 @@ impl std::fmt::Debug for MintKey {
 }
 
 impl MintKey {
-    pub fn generate() -> Result<MintKey, String> {
+    pub fn generate() -> Result<MintKey, KeyError> {
         let rng = SystemRandom::new();
         let alg = &ECDSA_P256_SHA256_ASN1_SIGNING;
         // The document lives only in this block: copied out, then gone.
         let pkcs8 = {
-            let doc = EcdsaKeyPair::generate_pkcs8(alg, &rng)
-                .map_err(|_| "the system random generator failed".to_string())?;
+            let doc = EcdsaKeyPair::generate_pkcs8(alg, &rng).map_err(|_| KeyError::Random)?;
             let mut pkcs8 = SecretBytes::with_capacity(doc.as_ref().len());
             pkcs8.try_extend(doc.as_ref());
             pkcs8
         };
-        let pair = EcdsaKeyPair::from_pkcs8(alg, pkcs8.expose(), &rng)
-            .map_err(|_| "the generated key does not load".to_string())?;
+        let pair =
+            EcdsaKeyPair::from_pkcs8(alg, pkcs8.expose(), &rng).map_err(|_| KeyError::Load)?;
         Ok(MintKey { pair, pkcs8, rng })
     }
 
     /// The key as the kubeconfig carries it.
-    pub fn private_key(&self) -> Result<PrivateKey, String> {
-        PrivateKey::from_pkcs8_der(self.pkcs8.clone()).map_err(|e| e.to_string())
+    pub fn private_key(&self) -> Result<PrivateKey, KeyError> {
+        Ok(PrivateKey::from_pkcs8_der(self.pkcs8.clone())?)
     }
 }
 
@@ -67,7 +67,7 @@ impl rcgen::SigningKey for MintKey {
 
 /// A PEM `CERTIFICATE REQUEST` for `user` (the subject's CN; no O, so no group), signed
 /// by `key`. Public: it goes to the spoke as the CSR's `spec.request`.
-pub fn request(key: &MintKey, user: &str) -> Result<String, String> {
+pub fn request(key: &MintKey, user: &str) -> Result<String, KeyError> {
     let mut params = rcgen::CertificateParams::default();
     params.distinguished_name = rcgen::DistinguishedName::new();
     params
@@ -76,16 +76,16 @@ pub fn request(key: &MintKey, user: &str) -> Result<String, String> {
     params
         .serialize_request(key)
         .and_then(|csr| csr.pem())
-        .map_err(|e| format!("cannot build the certificate request: {e}"))
+        .map_err(KeyError::Request)
 }
 
 /// `spokekeeper-<spoke>-g<generation>-<8 random hex>`: unique per attempt, so a request
 /// left behind never blocks the next one.
-pub fn csr_name(spoke: &str, generation: u64) -> Result<String, String> {
+pub fn csr_name(spoke: &str, generation: u64) -> Result<String, KeyError> {
     let mut random = [0u8; 4];
     SystemRandom::new()
         .fill(&mut random)
-        .map_err(|_| "the system random generator failed".to_string())?;
+        .map_err(|_| KeyError::Random)?;
     let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
     let mut name = format!("spokekeeper-{spoke}-g{generation}-{hex}");
     name.truncate(253);

@@ -9,10 +9,35 @@ const SIGNER_FIX: &str = "k3s/RKE2: the server's embedded controller-manager sig
      --cluster-signing-key-file (or --cluster-signing-kube-apiserver-client-cert-file/-key-file) pointing at \
      the client CA (/etc/kubernetes/pki/ca.crt and ca.key)";
 
+/// What can stop making the minted key pair, its request or its CSR name: never the key.
+#[derive(Debug, thiserror::Error)]
+pub enum KeyError {
+    #[error("the system random generator failed")]
+    Random,
+    #[error("the generated key does not load")]
+    Load,
+    #[error(transparent)]
+    Encode(#[from] crate::certs::CertError),
+    #[error("cannot build the certificate request: {0}")]
+    Request(#[source] rcgen::Error),
+}
+
+/// An API request that cannot be put together.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Body(#[from] serde_json::Error),
+    #[error(transparent)]
+    Request(#[from] hyper::http::Error),
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum MintError {
     #[error("cannot make a key pair or certificate request: {0}")]
-    Key(String),
+    Key(#[from] KeyError),
+    /// A request to the spoke's API that cannot be built (said as `Key` always was).
+    #[error("cannot make a key pair or certificate request: {0}")]
+    Build(#[source] BuildError),
     #[error("the admin credential cannot be used to mint: {0}")]
     Admin(LiveError),
     #[error(

@@ -17,7 +17,7 @@ use time::OffsetDateTime;
 
 pub use api::Spoke;
 pub use csr::{MintKey, csr_name, request};
-pub use error::MintError;
+pub use error::{BuildError, KeyError, MintError};
 
 use crate::certs::{self, CertInfo};
 use crate::config::CredentialPolicy;
@@ -78,9 +78,9 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
     let spoke = Spoke::connect(&admin.to_yaml(), req.call_timeout)
         .await
         .map_err(MintError::Admin)?;
-    let key = MintKey::generate().map_err(MintError::Key)?;
-    let pem = request(&key, &user).map_err(MintError::Key)?;
-    let name = csr_name(req.spoke, req.generation).map_err(MintError::Key)?;
+    let key = MintKey::generate()?;
+    let pem = request(&key, &user)?;
+    let name = csr_name(req.spoke, req.generation)?;
     let chain = signed(&spoke, req, &name, &user, &pem).await;
     // Always removed: a request left behind would only clutter the spoke.
     if let Err(e) = delete_csr(&spoke, &name).await {
@@ -91,7 +91,7 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
     let binding = binding_name(req.generation);
     ensure_binding(&spoke, &binding, &user, req.policy, req.generation).await?;
 
-    let private = key.private_key().map_err(MintError::Key)?;
+    let private = key.private_key()?;
     drop(key);
     let kubeconfig = admin.with_client(chain, private);
     if let Some(p) = kubeconfig
@@ -256,10 +256,10 @@ fn check_certificate(
         why,
     };
     let leaf = &chain[0];
-    let private = key.private_key().map_err(MintError::Key)?;
+    let private = key.private_key()?;
     certs::key_matches_cert(&private, &leaf.der)
         .map_err(|_| bad("it is not for the key that was sent".into()))?;
-    let (cn, orgs) = subject(&leaf.der).map_err(bad)?;
+    let (cn, orgs) = subject(&leaf.der).map_err(|why| bad(why.into()))?;
     if cn.as_deref() != Some(user) || !orgs.is_empty() {
         return Err(bad(format!(
             "its subject is CN={:?} O={orgs:?}, not CN={user:?} alone",
@@ -270,9 +270,9 @@ fn check_certificate(
 }
 
 /// The CN and the organizations (groups) of a certificate, escaped.
-fn subject(der: &[u8]) -> Result<(Option<String>, Vec<String>), String> {
+fn subject(der: &[u8]) -> Result<(Option<String>, Vec<String>), &'static str> {
     use x509_parser::prelude::{FromDer, X509Certificate};
-    let (_, cert) = X509Certificate::from_der(der).map_err(|_| "it does not parse".to_string())?;
+    let (_, cert) = X509Certificate::from_der(der).map_err(|_| "it does not parse")?;
     let s = cert.subject();
     let text = |a: &x509_parser::x509::AttributeTypeAndValue| {
         a.as_str()

@@ -4,7 +4,11 @@
 #[derive(Debug, thiserror::Error)]
 pub enum ExtractError {
     #[error("invalid SSH settings for {target}: {reason}")]
-    Settings { target: String, reason: String },
+    Settings {
+        target: String,
+        #[source]
+        reason: SettingsError,
+    },
     #[error(
         "host key for {host} is not in {known_hosts}: refusing to trust it on first use. Check the node's \
          fingerprint out of band (`ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` on the node), then add \
@@ -92,4 +96,50 @@ pub enum ExtractError {
     Ssh { target: String, detail: String },
     #[error("cannot read {path}: {reason}")]
     Local { path: String, reason: String },
+}
+
+/// SSH settings that ssh or the remote shell would interpret rather than take literally:
+/// each names the setting.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingsError {
+    #[error("address {0:?} is not a host name or IP address")]
+    Address(String),
+    #[error("user {0:?} is not a plain user name")]
+    User(String),
+    #[error("port 0 is not a valid SSH port")]
+    PortZero,
+    /// The path as shown (sanitized, bounded).
+    #[error("kubeconfig path {0:?} must be an absolute path without control characters")]
+    KubeconfigPath(String),
+    #[error("{what} {}: {reason}", path.display())]
+    FilePath {
+        what: &'static str,
+        path: std::path::PathBuf,
+        #[source]
+        reason: PathError,
+    },
+    #[error("{what} file {} does not exist or is not a file{}", path.display(), missing_fix(what))]
+    FileMissing {
+        what: &'static str,
+        path: std::path::PathBuf,
+    },
+}
+
+fn missing_fix(what: &str) -> &'static str {
+    if what == "known_hosts" {
+        ": create it with ssh-keyscan after checking the node's fingerprint"
+    } else {
+        ": generate one with `ssh-keygen -t ed25519 -N '' -f PATH`"
+    }
+}
+
+/// A path that cannot be written into ssh_config as it is.
+#[derive(Debug, thiserror::Error)]
+pub enum PathError {
+    #[error("is not UTF-8")]
+    NotUtf8,
+    #[error("must be an absolute path")]
+    Relative,
+    #[error("contains a character ssh would interpret (% $ quotes backslash or control)")]
+    Interpreted,
 }

@@ -43,7 +43,7 @@ pub struct LiveReport {
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
     #[error("kubeconfig refused before use: {0}")]
-    Unsafe(String),
+    Unsafe(#[source] UnsafeError),
     #[error("kubeconfig does not parse: {0}")]
     Parse(&'static str),
     #[error("kubeconfig cannot be used: {0}")]
@@ -254,46 +254,58 @@ async fn post(
     client.request::<serde_json::Value>(request).await
 }
 
+/// A kubeconfig entry that would make the client do more than talk TLS with embedded
+/// credentials: names the entry (shown escaped) and the field, never its value.
+#[derive(Debug, thiserror::Error)]
+pub enum UnsafeError {
+    #[error("cluster {cluster} sets insecure-skip-tls-verify")]
+    InsecureSkipTlsVerify { cluster: String },
+    #[error(
+        "cluster {cluster} points certificate-authority at a file; only embedded data is accepted"
+    )]
+    CaFile { cluster: String },
+    #[error("cluster {cluster} sets proxy-url; the hub connects directly")]
+    ProxyUrl { cluster: String },
+    #[error("user {user} has an exec credential plugin (it would run a command)")]
+    Exec { user: String },
+    #[error("user {user} has an auth-provider")]
+    AuthProvider { user: String },
+    #[error("user {user} points {field} at a file; only embedded data is accepted")]
+    FileReference { user: String, field: &'static str },
+}
+
 /// Refuses anything that would make building or using the client do more than talk
 /// TLS to the server with embedded credentials. Checks every entry, not just the current.
-fn refuse_unsafe(kc: &Kubeconfig) -> Result<(), String> {
+fn refuse_unsafe(kc: &Kubeconfig) -> Result<(), UnsafeError> {
     for named in &kc.clusters {
         let Some(c) = &named.cluster else { continue };
         let name = shown_name(&named.name);
         if c.insecure_skip_tls_verify == Some(true) {
-            return Err(format!("cluster {name} sets insecure-skip-tls-verify"));
+            return Err(UnsafeError::InsecureSkipTlsVerify { cluster: name });
         }
         if c.certificate_authority.is_some() {
-            return Err(format!(
-                "cluster {name} points certificate-authority at a file; only embedded data is accepted"
-            ));
+            return Err(UnsafeError::CaFile { cluster: name });
         }
         if c.proxy_url.is_some() {
-            return Err(format!(
-                "cluster {name} sets proxy-url; the hub connects directly"
-            ));
+            return Err(UnsafeError::ProxyUrl { cluster: name });
         }
     }
     for named in &kc.auth_infos {
         let Some(a) = &named.auth_info else { continue };
         let name = shown_name(&named.name);
         if a.exec.is_some() {
-            return Err(format!(
-                "user {name} has an exec credential plugin (it would run a command)"
-            ));
+            return Err(UnsafeError::Exec { user: name });
         }
         if a.auth_provider.is_some() {
-            return Err(format!("user {name} has an auth-provider"));
+            return Err(UnsafeError::AuthProvider { user: name });
         }
-        for (key, set) in [
+        for (field, set) in [
             ("client-certificate", a.client_certificate.is_some()),
             ("client-key", a.client_key.is_some()),
             ("tokenFile", a.token_file.is_some()),
         ] {
             if set {
-                return Err(format!(
-                    "user {name} points {key} at a file; only embedded data is accepted"
-                ));
+                return Err(UnsafeError::FileReference { user: name, field });
             }
         }
     }
@@ -448,7 +460,9 @@ users:
                 "    client-key-data: AAAA\n",
                 &format!("    client-key-data: AAAA\n{extra_user}"),
             );
-        refuse_unsafe(&Kubeconfig::from_yaml(&text).unwrap()).err()
+        refuse_unsafe(&Kubeconfig::from_yaml(&text).unwrap())
+            .err()
+            .map(|e| e.to_string())
     }
 
     #[test]
