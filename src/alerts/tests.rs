@@ -375,7 +375,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
     );
     assert!(
         dev.description
-            .contains("failed at extract: ssh: host key CHANGED")
+            .contains("failed at extract: invalid SSH settings for dev: ssh: host key CHANGED")
     );
     assert_eq!(
         (rot("test").status, rot("test").detail.as_str()),
