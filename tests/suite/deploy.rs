@@ -3,7 +3,7 @@
 //! into its k8s-openapi type (or a small struct for a CRD) and written back: a field the
 //! type does not know, or a value it reads differently, fails here rather than in a cluster.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};

@@ -19,7 +19,7 @@
 //! | committed manifest corrupted by hand | `committed_manifest_corrupted_by_hand` |
 //! | sealing certificate replaced (and confirmed) / expired | `sealing_certificate_replaced_and_confirmed_reseals_every_spoke`, `sealing_certificate_expired_is_refused_and_nothing_changes` |
 
-mod support;
+use crate::support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};

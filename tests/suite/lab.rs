@@ -1,7 +1,7 @@
 //! The lab itself: nodes are isolated, k3s-shaped, answer like the API server, and
 //! leave nothing running behind them.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;

@@ -1,7 +1,7 @@
 //! The plaintext-key check itself (tests/support/leak.rs): its needles identify one key,
 //! and it finds a planted key where the end-to-end tests and the soak look.
 
-mod support;
+use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr};
 

@@ -1,7 +1,7 @@
 //! The rotation pipeline end to end, through the binary and a spokekeeper.yaml: real sshd
 //! nodes, real TLS API servers, a real bare git remote, the upstream sealing key.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 

@@ -5,7 +5,7 @@
 //! It fails when either exceeds twice the documented figure: a doubling is caught, noise is
 //! not. Memory, not timing: the bound does not depend on how busy the machine is.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,7 +1,7 @@
 //! `spokekeeper check` through the binary: real sshd nodes and TLS API servers, a real
 //! bare git remote, state recorded by `spokekeeper rotate --all` first.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use spokekeeper::certs::CertInfo;

@@ -3,7 +3,7 @@
 //! PrometheusRule a real helm renders, `promtool check metrics` on a real scrape, and a
 //! real Prometheus that scrapes a running daemon and evaluates the rules on it.
 
-mod support;
+use crate::support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Output;

@@ -5,7 +5,7 @@
 //! Alertmanager only where a test needs a fault the real one cannot produce (5xx, 400,
 //! a hang).
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

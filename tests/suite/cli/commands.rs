@@ -2,7 +2,7 @@
 //! the clap definitions, `--version` with the commit and build date, an example in every
 //! `--help`, `unseal -o json`, and `rotate`'s progress only on a terminal.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::process::{Command, Output};

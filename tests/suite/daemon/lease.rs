@@ -2,7 +2,7 @@
 //! optimistic concurrency: in-process contenders first, then two `spokekeeper run
 //! --leader-elect` processes, recording who ticked when.
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::net::SocketAddr;

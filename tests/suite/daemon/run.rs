@@ -3,7 +3,7 @@
 //!
 //! Fast ticks use the hidden `--interval` flag (for tests only; the schedule is cron).
 
-mod support;
+use crate::support;
 
 use std::fs;
 use std::io::{Read, Write};

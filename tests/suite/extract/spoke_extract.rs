@@ -1,7 +1,7 @@
 //! Extraction over SSH against real sshd nodes: root, sudo, the node recipe, strict host
 //! keys, timeouts, the size cap, and no ssh process left behind.
 
-mod support;
+use crate::support;
 
 use std::net::IpAddr;
 use std::time::{Duration, Instant};

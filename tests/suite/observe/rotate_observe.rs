@@ -1,7 +1,7 @@
 //! observe and decide end to end, through the binary: a damaged recorded state, a
 //! re-addressed spoke, an `api_server` on 443 or under a path, a CA bundle, an old API.
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use support::NodeOptions;

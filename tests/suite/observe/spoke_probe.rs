@@ -1,7 +1,7 @@
 //! TLS probe against lab API servers: healthy, rebuilt (CA changed), SANs, and the
 //! ways a probe can fail without saying anything about the CA.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

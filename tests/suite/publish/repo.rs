@@ -1,7 +1,7 @@
 //! The fleet repo against a real bare remote: commit, push, races, plaintext refusal,
 //! locking, crash leftovers, an unreachable remote.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

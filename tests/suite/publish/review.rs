@@ -2,7 +2,7 @@
 //! spokes, real TLS API servers, a real bare git remote, and an emulated forge per kind
 //! (tests/support/forge.rs) that checks paths, the token header and the JSON bodies.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -12,7 +12,7 @@
 //!   after approval, the CN and notAfter, no signer, a denial, the minted user's access
 //!   before, with and after its binding, approval without the right.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeSet;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};

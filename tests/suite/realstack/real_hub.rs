@@ -2,7 +2,7 @@
 //! Secrets controller behind the real service proxy, kubeseal, the Flux CRDs and Flux's
 //! own kubeconfig loading (tests/support/realstack). Each test starts its own hub.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

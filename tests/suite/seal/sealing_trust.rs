@@ -3,7 +3,7 @@
 //! certificate the committed credentials record confirms it; first use only when no
 //! spoke's output exists. Real sshd spokes, real git.
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 

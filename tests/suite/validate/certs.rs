@@ -1,6 +1,6 @@
 //! Certificates and keys, checked against what OpenSSL says about the same bytes.
 
-mod kc_fixtures;
+use crate::kc_fixtures;
 
 use std::net::IpAddr;
 

@@ -1,7 +1,7 @@
 //! `spokekeeper inspect`, run as a binary: output, exit codes, and that no key material
 //! or token ever reaches stdout or stderr.
 
-mod kc_fixtures;
+use crate::kc_fixtures;
 
 use std::path::Path;
 

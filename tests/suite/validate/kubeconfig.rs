@@ -1,7 +1,7 @@
 //! Kubeconfigs as k3s, RKE2 and kubeadm write them: parse, sanitize, rewrite, serialize;
 //! and hostile kubeconfigs, each refused with the field named.
 
-mod kc_fixtures;
+use crate::kc_fixtures;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;

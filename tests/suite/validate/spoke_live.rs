@@ -1,7 +1,7 @@
 //! Live validation against lab API servers: who a kubeconfig authenticates as, and a
 //! clear reason when it does not work.
 
-mod support;
+use crate::support;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! verification reaching Ready, a stuck SealedSecret, an unreachable hub, `status`, and
 //! every request held to hub::ACCESS.
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::sync::Arc;
