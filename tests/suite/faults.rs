@@ -29,6 +29,7 @@ use std::time::{Duration, Instant};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
 use support::git::{clone, git};
+use support::procs::pids_mentioning;
 
 fn set_config(fleet: &Fleet, from: &str, to: &str) {
     let text = std::fs::read_to_string(&fleet.config).unwrap();
@@ -92,22 +93,6 @@ fn assert_clean_clone(clone: &Path) {
     let status = git(clone, &["status", "--porcelain", "--ignored"]);
     assert!(status.trim().is_empty(), "leftovers in the clone: {status}");
     assert!(!clone.join(".git/index.lock").exists());
-}
-
-/// Pids of processes whose command line mentions `needle`.
-fn pids_mentioning(needle: &str) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if let Ok(cmd) = std::fs::read(e.path().join("cmdline"))
-            && cmd.windows(needle.len()).any(|w| w == needle.as_bytes())
-        {
-            pids.push(pid);
-        }
-    }
-    pids
 }
 
 #[tokio::test(flavor = "multi_thread")]

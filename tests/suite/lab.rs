@@ -9,46 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use support::procs::sshd_pids_in;
 use support::{Lab, NodeOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
-    })
-}
-
-fn sshd_pids_for(address: IpAddr) -> Vec<i32> {
-    let mut pids = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(cfg) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cfg).replace('\0', " ");
-        // sshd retitles itself: "sshd: /usr/sbin/sshd -D -e -f CONFIG [listener] ...".
-        if cmd.contains("/usr/sbin/sshd -D -e -f ") && alive(pid) {
-            let config = cmd
-                .split(" -f ")
-                .nth(1)
-                .and_then(|r| r.split_whitespace().next())
-                .unwrap_or("");
-            if std::fs::read_to_string(config)
-                .is_ok_and(|c| c.contains(&format!("ListenAddress {address}:")))
-            {
-                pids.push(pid);
-            }
-        }
-    }
-    pids
-}
 
 #[test]
 fn nodes_are_isolated_and_everything_stops_on_drop() {
@@ -60,7 +23,7 @@ fn nodes_are_isolated_and_everything_stops_on_drop() {
     assert_eq!(addresses.len(), 3, "each node has its own address");
     for n in &nodes {
         assert_ne!(n.address, IpAddr::from([127, 0, 0, 1]));
-        assert_eq!(sshd_pids_for(n.address).len(), 1);
+        assert_eq!(sshd_pids_in(&n.dir).len(), 1);
         assert!(TcpStream::connect((n.address, n.ssh_port)).is_ok());
         assert!(TcpStream::connect((n.address, n.api_port)).is_ok());
         let mode = std::fs::metadata(&n.kubeconfig_path)
@@ -75,9 +38,11 @@ fn nodes_are_isolated_and_everything_stops_on_drop() {
         .map(|n| (n.address, n.ssh_port, n.api_port, n.dir.clone()))
         .collect();
     drop(nodes);
+    // The address may already be another test's node: look for this node's own sshd and
+    // sudoers rule (both name its directory), not for whatever serves the address now.
     for (address, ssh, api, dir) in gone {
         assert!(
-            sshd_pids_for(address).is_empty(),
+            sshd_pids_in(&dir).is_empty(),
             "sshd for {address} still runs"
         );
         assert!(TcpStream::connect((address, ssh)).is_err());
@@ -88,7 +53,8 @@ fn nodes_are_isolated_and_everything_stops_on_drop() {
             address.to_string().replace('.', "-")
         );
         assert!(
-            !std::path::Path::new(&sudoers).exists(),
+            !std::fs::read_to_string(&sudoers)
+                .is_ok_and(|rules| rules.contains(&*dir.to_string_lossy())),
             "{sudoers} left behind"
         );
     }
@@ -100,14 +66,14 @@ fn a_panicking_test_still_stops_its_node() {
     let (tx, rx) = std::sync::mpsc::channel();
     let result = std::thread::spawn(move || {
         let node = lab.add_node(NodeOptions::default());
-        assert_eq!(sshd_pids_for(node.address).len(), 1);
-        tx.send(node.address).unwrap();
+        assert_eq!(sshd_pids_in(&node.dir).len(), 1);
+        tx.send(node.dir.clone()).unwrap();
         panic!("test failure while the node runs");
     })
     .join();
     assert!(result.is_err());
-    let address = rx.recv().unwrap();
-    assert!(sshd_pids_for(address).is_empty());
+    let dir = rx.recv().unwrap();
+    assert!(sshd_pids_in(&dir).is_empty());
 }
 
 #[test]

@@ -126,6 +126,7 @@ fn push_race(racer: &Path, n: u64) -> bool {
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "soak: minutes long; run scripts/soak"]
 async fn soak() {
+    let _heavy = support::timing::heavy();
     let spokes = env_or("SOAK_SPOKES", 200) as usize;
     let minutes = env_or("SOAK_MINUTES", 30);
     let tick_secs = env_or("SOAK_TICK_SECS", 5);

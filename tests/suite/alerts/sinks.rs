@@ -560,6 +560,7 @@ const QUICK: NotifyOptions = NotifyOptions {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn failing_sinks_are_retried_reported_and_do_not_block() {
+    let _quiet = support::timing::exclusive();
     let am = Receiver::start(AM_PATH).await;
     let hook = Receiver::start(HOOK_PATH).await;
     am.set(Mode::Answer500);

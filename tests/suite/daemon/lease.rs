@@ -267,6 +267,7 @@ impl Drop for Watcher {
 
 #[test]
 fn elections_never_have_two_leaders_through_death_and_partition() {
+    let _quiet = support::timing::exclusive();
     let timing = Timing {
         lease_duration: Duration::from_secs(3),
         renew_every: Duration::from_secs(1),
@@ -472,6 +473,7 @@ fn fleet(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
 
 #[test]
 fn two_daemons_one_ticks_the_other_takes_over_never_both() {
+    let _quiet = support::timing::exclusive();
     let emu = Emulator::new();
     let dir = tempfile::tempdir().unwrap();
     let configs = fleet(dir.path(), &["a", "b", "c"]);
@@ -599,6 +601,7 @@ fn two_daemons_one_ticks_the_other_takes_over_never_both() {
 
 #[test]
 fn losing_the_lease_cancels_the_running_tick() {
+    let _quiet = support::timing::exclusive();
     let emu = Emulator::new();
     let dir = tempfile::tempdir().unwrap();
     let config = fleet(dir.path(), &["a"]).remove(0);

@@ -18,6 +18,7 @@ use spokekeeper::seal::{SealedSecret, SealingKey};
 use support::daemon::rss_kib;
 use support::fleet::{extract_failures, unreachable_spokes, vectors};
 use support::git::{fleet_remote, git};
+use support::procs::ssh_clients_for;
 use support::{Lab, Node, NodeOptions};
 
 /// A bare remote with one seed commit, and spokekeeper's clone of it.
@@ -329,20 +330,6 @@ fn assert_ticks_never_overlap(d: &Daemon) {
     }
 }
 
-/// Command lines of running processes that contain `needle`, except sshd.
-fn processes_mentioning(needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in fs::read_dir("/proc").unwrap().flatten() {
-        if let Ok(cmd) = fs::read(e.path().join("cmdline")) {
-            let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-            if cmd.contains(needle) && !cmd.contains("sshd") {
-                found.push(cmd);
-            }
-        }
-    }
-    found
-}
-
 const FIVE_S: Duration = Duration::from_secs(5);
 
 #[test]
@@ -509,6 +496,7 @@ fn sigterm_during_a_tick_lets_it_finish_and_leaves_the_repo_clean() {
 
 #[test]
 fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
+    let _quiet = support::timing::exclusive();
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     // spoke1's sshd accepts connections and never answers; its connect timeout is 60s.
     fs::write(&fleet.config, fleet.yaml(&[0, 1], &[1])).unwrap();
@@ -516,9 +504,9 @@ fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
     let mut d = Daemon::start(&fleet.config, &["--now", "--interval", "1h"]);
     assert!(d.wait_for("tick started", 1, FIVE_S), "{}", d.log());
     std::thread::sleep(Duration::from_secs(1));
-    let node1 = fleet.nodes[1].address.to_string();
+    let node1 = fleet.nodes[1].address;
     assert!(
-        !processes_mentioning(&node1).is_empty(),
+        !ssh_clients_for(node1).is_empty(),
         "an ssh to the wedged node is waiting"
     );
     let sent = Instant::now();
@@ -527,7 +515,7 @@ fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
         .wait_exit(Duration::from_secs(10))
         .expect("exits within 10s");
     let took = sent.elapsed();
-    let leftovers = processes_mentioning(&node1);
+    let leftovers = ssh_clients_for(node1);
     assert!(leftovers.is_empty(), "ssh left running: {leftovers:?}");
     fleet.nodes[1].sigcont();
     let log = d.log();
@@ -550,6 +538,7 @@ fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
 
 #[test]
 fn a_tick_longer_than_the_interval_delays_the_next_and_says_so() {
+    let _quiet = support::timing::exclusive();
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let mut yaml = fleet.yaml(&[0], &[]);
     yaml = yaml.replace("connect_timeout: 5s", "connect_timeout: 3s");
@@ -779,6 +768,7 @@ fn memory_with_100_spokes_idle_and_during_a_tick() {
 
 #[test]
 fn a_second_signal_cancels_the_running_tick_at_once() {
+    let _quiet = support::timing::exclusive();
     let fleet = Fleet::new(&[NodeOptions::default()]);
     fs::write(&fleet.config, fleet.yaml(&[0], &[0])).unwrap();
     fleet.nodes[0].sigstop();

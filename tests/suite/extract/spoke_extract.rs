@@ -9,45 +9,13 @@ use std::time::{Duration, Instant};
 use spokekeeper::spoke::{
     ExtractError, MAX_KUBECONFIG_BYTES, NODE_RECIPE, Source, extract, read_over_ssh,
 };
+use support::procs::ssh_clients_for;
 use support::{LAB_USER, Lab, Node, NodeOptions};
 
 async fn read(node: &Node, user: &str, path: &str) -> Result<Vec<u8>, ExtractError> {
     read_over_ssh(&node.address_string(), &node.ssh_settings(user), path)
         .await
         .map(|b| b.expose().to_vec())
-}
-
-/// Our ssh client processes for `address` (the destination is on their command line).
-fn ssh_clients_for(address: IpAddr) -> Vec<String> {
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        if entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<u32>().ok())
-            .is_none()
-        {
-            continue;
-        }
-        let Ok(raw) = std::fs::read(entry.path().join("cmdline")) else {
-            continue;
-        };
-        let args: Vec<String> = raw
-            .split(|b| *b == 0)
-            .map(|a| String::from_utf8_lossy(a).into_owned())
-            .collect();
-        let is_ssh = args
-            .first()
-            .is_some_and(|a| a == "ssh" || a.ends_with("/ssh") || a.starts_with("ssh: "));
-        if is_ssh
-            && args
-                .iter()
-                .any(|a| a == &address.to_string() || a.contains(&format!("{address}]")))
-        {
-            found.push(args.join(" "));
-        }
-    }
-    found
 }
 
 /// ssh processes may take a moment to exit after the session ends.
@@ -278,6 +246,7 @@ async fn a_changed_host_key_is_refused_with_the_new_fingerprint() {
 
 #[tokio::test]
 async fn a_node_that_accepts_tcp_but_never_answers_times_out() {
+    let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -309,6 +278,7 @@ async fn a_node_that_accepts_tcp_but_never_answers_times_out() {
 
 #[tokio::test]
 async fn a_command_that_hangs_is_cut_off_and_its_session_ended() {
+    let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,

@@ -114,6 +114,7 @@ async fn an_api_that_is_down_is_unreachable_not_a_ca_change() {
 
 #[tokio::test]
 async fn a_silent_server_times_out_within_the_limit() {
+    let _quiet = support::timing::exclusive();
     // Accepts TCP, never speaks.
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

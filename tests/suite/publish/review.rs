@@ -610,6 +610,7 @@ async fn rate_limits_are_waited_out_when_short_and_reported_when_long() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_forge_times_out_and_the_branch_stays() {
+    let _quiet = support::timing::exclusive();
     let r = review(Kind::Gitea, 1, "");
     r.forge
         .fault(Method::GET, Fault::Delay(Duration::from_secs(8)));
@@ -1008,6 +1009,7 @@ async fn a_failed_reviewer_request_still_reports_the_open_pull_request() {
 /// fail at once (their branches pushed) and the next tick retries.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_forge_costs_one_timeout_per_tick_not_one_per_spoke() {
+    let _quiet = support::timing::exclusive();
     let r = review(Kind::Github, 3, "");
     r.forge
         .fault(Method::GET, Fault::Delay(Duration::from_secs(8)));

@@ -261,6 +261,7 @@ async fn live(kubeconfig: String) -> Value {
 
 #[test]
 fn the_mock_spoke_api_answers_as_a_real_spoke() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
     let dir = support::scratch_dir();
@@ -550,6 +551,7 @@ fn access_rules() -> Value {
 
 #[test]
 fn the_simulated_hub_answers_as_the_real_hub() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let real = RealHub::start(&HubOptions::default());
     let rt = tokio::runtime::Runtime::new().unwrap();
@@ -873,6 +875,7 @@ async fn lease_transcript(client: &kube::Client) -> Vec<(String, Value)> {
 
 #[test]
 fn the_lease_emulator_answers_as_a_real_api_server() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let dir = support::scratch_dir();
     let etcd = Etcd::start(dir.path());
@@ -1264,6 +1267,7 @@ async fn client_from_yaml_async(yaml: &str) -> kube::Client {
 
 #[test]
 fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
     let dir = support::scratch_dir();
@@ -1386,6 +1390,7 @@ async fn unsigned_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
 
 #[test]
 fn without_a_signer_neither_the_mock_nor_a_real_spoke_signs() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
     let dir = support::scratch_dir();
@@ -1442,6 +1447,7 @@ async fn denied_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
 
 #[test]
 fn a_denied_approval_reads_the_same_from_the_mock_and_a_real_spoke() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
     let dir = support::scratch_dir();

@@ -242,6 +242,7 @@ fn kubeseal_fetch_cert(hub: &RealHub) -> String {
 /// one `kubeseal --fetch-cert` gets, byte for byte.
 #[test]
 fn the_sealing_certificate_is_what_kubeseal_fetches() {
+    let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let hub = RealHub::start(&HubOptions::default());
     let from_kubeseal = kubeseal_fetch_cert(&hub);
@@ -269,6 +270,7 @@ fn the_sealing_certificate_is_what_kubeseal_fetches() {
 /// verification reads the real Synced condition.
 #[test]
 fn the_real_controller_unseals_rotations_in_every_scope() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}\n{}", stack.hub.controller_log());
@@ -309,6 +311,7 @@ fn the_real_controller_unseals_rotations_in_every_scope() {
 /// spoke with it; the Kustomizations report Ready after spokekeeper's reconcile request.
 #[test]
 fn fluxs_code_deploys_with_every_unsealed_secret() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -334,6 +337,7 @@ fn fluxs_code_deploys_with_every_unsealed_secret() {
 /// Secret kubeseal and `spokekeeper seal` write the same manifest but for the ciphertext.
 #[test]
 fn kubeseal_opens_every_commit_and_seals_the_same_manifest() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -415,6 +419,7 @@ fn mask_ciphertext(manifest: &str) -> String {
 /// the controller unseals the new commits.
 #[test]
 fn a_controller_key_renewal_reseals_every_spoke() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..2], &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -477,6 +482,7 @@ fn a_controller_key_renewal_reseals_every_spoke() {
 /// spokekeeper with a token of the chart's ServiceAccount, under the chart's RBAC only.
 #[test]
 fn the_charts_rbac_is_enough_and_nothing_more() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ns = "spokekeeper";
     stack.hub.api.apply(&format!(
@@ -571,6 +577,7 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
 /// is a standard one.
 #[test]
 fn leader_election_on_a_real_lease() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ns = "spokekeeper";
     stack.hub.api.apply(&format!(
@@ -649,6 +656,7 @@ fn leader_election_on_a_real_lease() {
 /// another Secret and one in another namespace are not.
 #[test]
 fn every_consumer_on_the_real_crds_is_verified() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let hr = |name: &str, ns: &str, secret: &str| {
         format!(
@@ -713,6 +721,7 @@ fn every_consumer_on_the_real_crds_is_verified() {
 /// the real controller unseals it and Flux's code deploys with it.
 #[test]
 fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
+    let _heavy = support::timing::heavy();
     let mut stack = Stack::with_real_spokes(2);
     for node in &stack.fleet.nodes {
         let k3s = String::from_utf8(node.kubeconfig_bytes()).unwrap();
@@ -773,6 +782,7 @@ fn libfaketime() -> PathBuf {
 /// tick at once.
 #[test]
 fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
+    let _heavy = support::timing::heavy();
     let hub = support::realstack::api::ApiOnly::start();
     let ns = "spokekeeper";
     hub.api.apply(&format!(
@@ -952,6 +962,7 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
 /// reaches it with `port: ""`, and with the chart's `http` it says what to set.
 #[test]
 fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
+    let _heavy = support::timing::heavy();
     let opts = HubOptions {
         unnamed_port: true,
         ..HubOptions::default()
@@ -984,6 +995,7 @@ fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
 /// DependencyNotReady is waited through to the retry's result.
 #[test]
 fn flux_ready_semantics_on_the_real_crds() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ks = |name: &str, extra: &str| {
         format!(
@@ -1063,6 +1075,7 @@ fn flux_ready_semantics_on_the_real_crds() {
 /// instead of a bare timeout.
 #[test]
 fn a_controller_that_writes_no_status_is_named_as_such() {
+    let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     stack.hub.start_controller_with(&["--update-status=false"]);
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
@@ -1135,6 +1148,7 @@ fn our_bindings(api: &KubeApi) -> Vec<String> {
 /// committed.
 #[test]
 fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
+    let _heavy = support::timing::heavy();
     let mut stack = Stack::with_signing_spokes(&[true]);
     stack.configure("credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n");
     let (code, report, err) = stack.rotate_json();
@@ -1271,6 +1285,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
 /// that may not approve.
 #[test]
 fn minting_failures_leave_the_committed_credential_untouched() {
+    let _heavy = support::timing::heavy();
     let stack = Stack::with_signing_spokes(&[false, true, true, true]);
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");

@@ -2,6 +2,7 @@
 //! and hostile kubeconfigs, each refused with the field named.
 
 use crate::kc_fixtures;
+use crate::support;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -328,6 +329,7 @@ fn a_plugin_in_an_unselected_user_is_refused_too() {
 
 #[test]
 fn alias_bomb_is_refused_quickly() {
+    let _quiet = support::timing::exclusive();
     let mut bomb = String::from(
         "apiVersion: v1\nkind: Config\nlol0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n",
     );
@@ -369,6 +371,7 @@ fn deep_nesting_is_refused_without_overflow() {
 
 #[test]
 fn fifty_mib_is_refused_before_parsing() {
+    let _quiet = support::timing::exclusive();
     let big = vec![b'a'; 50 * 1024 * 1024];
     let started = std::time::Instant::now();
     let e = refusal(&big);

@@ -136,6 +136,7 @@ async fn an_api_that_is_down_is_unreachable() {
 
 #[tokio::test]
 async fn a_silent_server_is_cut_off_by_the_timeout() {
+    let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(api_only());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
