@@ -33,6 +33,23 @@ pub fn openssl(args: &[&str], stdin: &[u8]) -> Vec<u8> {
     out.stdout
 }
 
+/// `openssl x509 -noout -fingerprint -sha256`, as `sha256:<lowercase hex>`.
+pub fn openssl_fingerprint(pem: &str) -> String {
+    let out = String::from_utf8(openssl(
+        &["x509", "-noout", "-fingerprint", "-sha256"],
+        pem.as_bytes(),
+    ))
+    .unwrap();
+    let hex = out
+        .trim()
+        .rsplit('=')
+        .next()
+        .unwrap()
+        .replace(':', "")
+        .to_lowercase();
+    format!("sha256:{hex}")
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Alg {
     P256,

@@ -973,27 +973,11 @@ fn served_metric_names() -> BTreeSet<String> {
     };
     // The pushed credential as the hub took it.
     let mut report = report;
-    let check = |ok| spokekeeper::hub::verify::Check {
-        ok,
-        status: "True".into(),
-        reason: None,
-        message: String::new(),
-    };
-    report.spokes[0].hub = Some(spokekeeper::hub::verify::HubReport {
-        synced: check(true),
-        secret: "flux-system/dev-kubeconfig".into(),
-        found_by: spokekeeper::hub::verify::FoundBy::Listed,
-        list_error: None,
-        consumers: vec![spokekeeper::hub::verify::ConsumerCheck {
-            consumer: spokekeeper::hub::Consumer {
-                kind: spokekeeper::hub::Kind::Kustomization,
-                namespace: "flux-system".into(),
-                name: "dev".into(),
-            },
-            ready: check(true),
-        }],
-        requested_at: None,
-    });
+    report.spokes[0].hub = Some(support::reports::dev_hub_report(
+        spokekeeper::hub::Kind::Kustomization,
+        "dev",
+        true,
+    ));
     let metrics = spokekeeper::metrics::Metrics::new();
     metrics.observe_tick(
         &report,

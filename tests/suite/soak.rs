@@ -52,12 +52,7 @@ struct Daemon {
 
 impl Daemon {
     fn count(&self, needle: &str) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, l)| l.contains(needle))
-            .count()
+        support::logs::count(&self.lines, needle)
     }
 
     fn rss_kib(&self) -> Option<u64> {

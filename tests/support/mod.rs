@@ -33,7 +33,9 @@ mod sshd;
 pub mod trust;
 
 // Shared by the modules of the one test binary (tests/suite).
+pub mod net;
 pub mod procs;
+pub mod reports;
 pub mod timing;
 
 use std::fs;

@@ -174,14 +174,7 @@ fn body(http: &str) -> &str {
 /// hub that did not take it, a failure, a pending review): a healthy scrape has no
 /// counters or hub series yet.
 fn every_family() -> String {
-    use spokekeeper::hub::verify::{Check, HubReport};
     use spokekeeper::rotate::{Outcome, Reason, SpokeReport, Stage, TickReport};
-    let check = |ok: bool| Check {
-        ok,
-        status: if ok { "True" } else { "False" }.into(),
-        reason: None,
-        message: String::new(),
-    };
     let at = time::OffsetDateTime::now_utc() + time::Duration::days(90);
     let mut dev = SpokeReport {
         reason: Some(Reason::Initial),
@@ -189,21 +182,11 @@ fn every_family() -> String {
         ca_not_after: Some(at),
         ..SpokeReport::new("dev", Outcome::Rotated { commit: "a".into() })
     };
-    dev.hub = Some(HubReport {
-        synced: check(true),
-        secret: "flux-system/dev-kubeconfig".into(),
-        found_by: spokekeeper::hub::verify::FoundBy::Listed,
-        list_error: None,
-        consumers: vec![spokekeeper::hub::verify::ConsumerCheck {
-            consumer: spokekeeper::hub::Consumer {
-                kind: spokekeeper::hub::Kind::HelmRelease,
-                namespace: "flux-system".into(),
-                name: "apps".into(),
-            },
-            ready: check(false),
-        }],
-        requested_at: None,
-    });
+    dev.hub = Some(support::reports::dev_hub_report(
+        spokekeeper::hub::Kind::HelmRelease,
+        "apps",
+        false,
+    ));
     let failed = Outcome::Failed {
         stage: Stage::Probe,
         error: "refused".into(),

@@ -375,23 +375,8 @@ struct Proc {
 
 impl Proc {
     fn start(name: &str, config: &Path, kubeconfig: &Path) -> Proc {
-        let (child, lines) = support::daemon::spawn(
-            config,
-            &[
-                "run",
-                "--leader-elect",
-                "--now",
-                "--interval",
-                "1s",
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            &[
-                ("KUBECONFIG", kubeconfig.as_os_str()),
-                ("POD_NAME", name.as_ref()),
-                ("POD_NAMESPACE", NS.as_ref()),
-            ],
-        );
+        let (child, lines) =
+            support::daemon::spawn_replica(config, kubeconfig, (name, NS), "1s", &[]);
         Proc {
             name: name.into(),
             child,
@@ -400,21 +385,11 @@ impl Proc {
     }
 
     fn times(&self, needle: &str) -> Vec<Instant> {
-        let lines = self.lines.lock().unwrap();
-        lines
-            .iter()
-            .filter(|(_, l)| l.contains(needle))
-            .map(|(t, _)| *t)
-            .collect()
+        support::logs::times(&self.lines, needle)
     }
 
     fn log(&self) -> String {
-        let lines = self.lines.lock().unwrap();
-        lines
-            .iter()
-            .map(|(_, l)| l.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
+        support::logs::text(&self.lines)
     }
 
     fn wait_for(&self, needle: &str, count: usize, timeout: Duration) -> Option<Instant> {

@@ -181,32 +181,16 @@ impl Daemon {
     }
 
     fn log(&self) -> String {
-        let lines = self.lines.lock().unwrap();
-        lines
-            .iter()
-            .map(|(_, l)| l.as_str())
-            .collect::<Vec<_>>()
-            .join("\n")
+        support::logs::text(&self.lines)
     }
 
     fn count(&self, needle: &str) -> usize {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, l)| l.contains(needle))
-            .count()
+        support::logs::count(&self.lines, needle)
     }
 
     /// When each line containing `needle` arrived.
     fn times(&self, needle: &str) -> Vec<Instant> {
-        self.lines
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, l)| l.contains(needle))
-            .map(|(t, _)| *t)
-            .collect()
+        support::logs::times(&self.lines, needle)
     }
 
     fn wait_for(&self, needle: &str, count: usize, timeout: Duration) -> bool {

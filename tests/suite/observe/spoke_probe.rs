@@ -115,21 +115,13 @@ async fn an_api_that_is_down_is_unreachable_not_a_ca_change() {
 #[tokio::test]
 async fn a_silent_server_times_out_within_the_limit() {
     let _quiet = support::timing::exclusive();
-    // Accepts TCP, never speaks.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
+    let (addr, hold) = support::net::silent_server().await;
     let started = Instant::now();
     let err = probe(&format!("https://{addr}"), Duration::from_millis(1500))
         .await
         .unwrap_err();
     let took = started.elapsed();
-    hold.abort();
+    drop(hold);
     assert!(
         matches!(
             err,

@@ -584,22 +584,12 @@ fn leader_election_on_a_real_lease() {
         "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
     ));
     let start = |name: &str| {
-        support::daemon::spawn(
+        support::daemon::spawn_replica(
             &stack.fleet.config,
-            &[
-                "run",
-                "--leader-elect",
-                "--now",
-                "--interval",
-                "2s",
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            &[
-                ("KUBECONFIG", stack.hub.admin_kubeconfig().as_os_str()),
-                ("POD_NAME", name.as_ref()),
-                ("POD_NAMESPACE", ns.as_ref()),
-            ],
+            stack.hub.admin_kubeconfig(),
+            (name, ns),
+            "2s",
+            &[],
         )
     };
     let (mut a, a_lines) = start("replica-a");
@@ -806,41 +796,17 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
             ),
         )
         .unwrap();
-        let mut envs: Vec<(&str, &std::ffi::OsStr)> = vec![
-            ("KUBECONFIG", hub.admin_kubeconfig().as_os_str()),
-            ("POD_NAME", names[i].as_ref()),
-            ("POD_NAMESPACE", ns.as_ref()),
-        ];
+        let mut envs: Vec<(&str, &std::ffi::OsStr)> = Vec::new();
         if let Some(skew) = skews[i] {
             envs.push(("LD_PRELOAD", faketime.as_os_str()));
             envs.push(("FAKETIME", skew.as_ref()));
             envs.push(("FAKETIME_DONT_FAKE_MONOTONIC", "1".as_ref()));
         }
-        support::daemon::spawn(
-            &config,
-            &[
-                "run",
-                "--leader-elect",
-                "--now",
-                "--interval",
-                "1s",
-                "--listen",
-                "127.0.0.1:0",
-            ],
-            &envs,
-        )
+        support::daemon::spawn_replica(&config, hub.admin_kubeconfig(), (names[i], ns), "1s", &envs)
     };
     let t0 = Instant::now();
     let mut procs = vec![start(0)];
-    let log = |lines: &support::logs::Lines| {
-        lines
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|(_, l)| l.clone())
-            .collect::<Vec<_>>()
-            .join("\n")
-    };
+    let log = support::logs::text;
     let wait_ticks = |lines: &support::logs::Lines, within: Duration| {
         let end = Instant::now() + within;
         while ticks(lines) == 0 && Instant::now() < end {
@@ -1104,12 +1070,7 @@ fn a_controller_that_writes_no_status_is_named_as_such() {
 
 /// How many ticks a daemon's log says it started.
 fn ticks(lines: &support::logs::Lines) -> usize {
-    lines
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(_, l)| l.contains("tick started"))
-        .count()
+    support::logs::count(lines, "tick started")
 }
 
 /// `kubectl get namespaces` on spoke i's API with `kubeconfig`: Ok, or the error text.

@@ -9,9 +9,7 @@ use rsa::pkcs8::EncodePrivateKey;
 use spokekeeper::seal::{RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput};
 use time::OffsetDateTime;
 
-fn vectors() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
-}
+use crate::support::fleet::vectors;
 
 fn cert() -> PathBuf {
     vectors().join("key/cert.pem")

@@ -3,7 +3,7 @@
 //! library and through `spokekeeper unseal`; our output has kubeseal's structure.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use assert_cmd::Command;
 use base64::Engine;
@@ -12,9 +12,8 @@ use spokekeeper::seal::{
 };
 use time::OffsetDateTime;
 
-fn vectors() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
-}
+use crate::kc_fixtures::openssl_fingerprint;
+use crate::support::fleet::vectors;
 
 fn read(rel: &str) -> Vec<u8> {
     std::fs::read(vectors().join(rel)).unwrap_or_else(|e| panic!("{rel}: {e}"))
@@ -294,15 +293,7 @@ fn seal_command_output_unseals_with_the_vector_key() {
 /// src/seal/oaep.rs are upstream's.
 #[test]
 fn upstream_kubeseal_recovery_unseals_our_output() {
-    let tools = std::env::var_os("SPOKEKEEPER_REALSTACK")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/realstack"));
-    let kubeseal = tools.join("bin/kubeseal");
-    assert!(
-        kubeseal.is_file(),
-        "no kubeseal in {}: run scripts/build-realstack (scripts/test does)",
-        tools.display()
-    );
+    let kubeseal = crate::support::realstack::bin("kubeseal");
     for scope in ["strict", "namespace-wide", "cluster-wide"] {
         let sealed = bin()
             .args(["seal", "--cert"])
@@ -386,20 +377,10 @@ fn raw_seal_matches_the_controllers_label() {
 fn sealing_fingerprint_is_what_openssl_says() {
     let pem = read("key/cert.pem");
     let key = SealingKey::from_pem(&pem, "cert.pem", OffsetDateTime::now_utc()).unwrap();
-    let out = std::process::Command::new("openssl")
-        .args(["x509", "-noout", "-fingerprint", "-sha256", "-in"])
-        .arg(vectors().join("key/cert.pem"))
-        .output()
-        .unwrap();
-    let text = String::from_utf8(out.stdout).unwrap();
-    let hex = text
-        .trim()
-        .rsplit('=')
-        .next()
-        .unwrap()
-        .replace(':', "")
-        .to_lowercase();
-    assert_eq!(key.fingerprint(), format!("sha256:{hex}"));
+    assert_eq!(
+        key.fingerprint(),
+        openssl_fingerprint(std::str::from_utf8(&pem).unwrap())
+    );
     assert!(!key.is_demo());
     let demo =
         std::fs::read(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt")).unwrap();

@@ -6,27 +6,10 @@ use std::net::IpAddr;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
-use kc_fixtures::{Alg, ca, leaf, openssl, traditional, validity};
+use kc_fixtures::{Alg, ca, leaf, openssl, openssl_fingerprint, traditional, validity};
 use rcgen::{CertificateParams, DnType, KeyPair, SanType};
 use spokekeeper::certs::{self, CertError, CertInfo, KeyKind, PrivateKey, Validity};
 use time::{Duration, OffsetDateTime};
-
-/// `openssl x509 -noout -fingerprint -sha256`, as `sha256:<lowercase hex>`.
-fn openssl_fingerprint(pem: &str) -> String {
-    let out = String::from_utf8(openssl(
-        &["x509", "-noout", "-fingerprint", "-sha256"],
-        pem.as_bytes(),
-    ))
-    .unwrap();
-    let hex = out
-        .trim()
-        .rsplit('=')
-        .next()
-        .unwrap()
-        .replace(':', "")
-        .to_lowercase();
-    format!("sha256:{hex}")
-}
 
 #[test]
 fn fingerprints_equal_openssl() {

@@ -139,14 +139,7 @@ async fn a_silent_server_is_cut_off_by_the_timeout() {
     let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(api_only());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let hold = tokio::spawn(async move {
-        let mut held = Vec::new();
-        while let Ok((s, _)) = listener.accept().await {
-            held.push(s);
-        }
-    });
+    let (addr, hold) = support::net::silent_server().await;
     let text = kubeconfig_yaml(
         &format!("https://{addr}"),
         &node.parts(),
@@ -158,7 +151,7 @@ async fn a_silent_server_is_cut_off_by_the_timeout() {
         .await
         .unwrap_err();
     let took = started.elapsed();
-    hold.abort();
+    drop(hold);
     assert!(matches!(err, LiveError::TimedOut { .. }), "{err}");
     assert!(
         err.to_string()
