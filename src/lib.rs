@@ -1,8 +1,8 @@
 //! spokekeeper keeps a GitOps hub's kubeconfigs for its spoke clusters valid.
 //!
 //! The pipeline, per spoke: observe -> decide -> extract -> validate -> [mint] -> seal ->
-//! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md; tests/layering.rs
-//! fails when an import points up):
+//! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md;
+//! tests/suite/docs/layering.rs fails when an import points up):
 //! - [`cli`]: commands and their output (thin; calls the rest), and the demo;
 //! - `sim` (feature `demo`): the simulated spokes and hub the demo and the tests use;
 //! - [`daemon`]: `spokekeeper run`: schedule, leader election, endpoints;

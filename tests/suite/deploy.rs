@@ -414,8 +414,8 @@ fn consumer_grants(ns: &str) -> Vec<Grant> {
 }
 
 /// What the code calls on the hub API, and nothing more: the hub client and the Lease
-/// lock export their calls, and tests/hub.rs and tests/lease.rs check every request the
-/// emulated API server saw against these same lists.
+/// lock export their calls, and the suite's verify::hub and daemon::lease check every
+/// request the emulated API server saw against these same lists.
 fn access() -> BTreeSet<(String, String, String)> {
     spokekeeper::hub::ACCESS
         .iter()

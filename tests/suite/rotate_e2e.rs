@@ -497,7 +497,7 @@ async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
     assert_eq!(fleet.remote_log().len(), 2, "{:?}", fleet.remote_log());
 }
 
-/// credential.mode: minted against the emulated API (the real one: tests/realstack.rs):
+/// credential.mode: minted against the emulated API (the real one: realstack::real_hub):
 /// each spoke gets generation 1 and no admin certificate is committed; without `hub:` the
 /// older generation's binding goes right after the push; a spoke whose approvals are
 /// denied fails at `mint` and keeps its commit; `revoke` deletes the current binding and

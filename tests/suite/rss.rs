@@ -1,5 +1,5 @@
 //! The daemon's memory figure in docs/operations.md ("The daemon"), reproduced and guarded:
-//! `cargo test --test rss -- --nocapture` starts `spokekeeper run` over 100 spokes that
+//! `cargo test --test suite -- --nocapture rss::` starts `spokekeeper run` over 100 spokes that
 //! cannot be reached and prints its VmRSS before the first tick (idle) and VmHWM after
 //! one tick (the peak).
 //! It fails when either exceeds twice the documented figure: a doubling is caught, noise is

@@ -1,4 +1,4 @@
-//! Soak (opt-in: `scripts/soak`, or `cargo test --release --test soak -- --ignored`):
+//! Soak (opt-in: `scripts/soak`, or `cargo test --release --test suite -- --ignored soak::`):
 //! `spokekeeper run` ticking every few seconds over a large lab fleet while the nodes are
 //! rebuilt, renew their client certificates, lose their API or sshd, wedge, and while
 //! someone else pushes to the fleet repo. At the end every spoke's committed credential

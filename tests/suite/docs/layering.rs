@@ -255,7 +255,7 @@ fn every_module_imports_only_modules_below_it() {
     let found = upward_imports(&read_src());
     assert!(
         found.is_empty(),
-        "imports against the layering (tests/layering.rs LAYERS, docs/ARCHITECTURE.md):\n{}",
+        "imports against the layering (tests/suite/docs/layering.rs LAYERS, docs/ARCHITECTURE.md):\n{}",
         found.join("\n")
     );
 }
@@ -272,7 +272,7 @@ fn every_top_level_module_has_a_layer() {
     }
     assert!(
         missing.is_empty(),
-        "modules not placed in LAYERS (tests/layering.rs): {missing:?}"
+        "modules not placed in LAYERS (tests/suite/docs/layering.rs): {missing:?}"
     );
     for layer in LAYERS {
         for m in *layer {
