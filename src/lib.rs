@@ -1,9 +1,9 @@
 //! spokekeeper keeps a GitOps hub's kubeconfigs for its spoke clusters valid.
 //!
 //! The pipeline, per spoke: observe -> decide -> extract -> validate -> [mint] -> seal ->
-//! commit -> push -> verify on the hub. Modules, from the top down (docs/ARCHITECTURE.md;
-//! tests/layering.rs fails when an import points up):
-//! - [`cli`]: commands and their output (thin; calls the rest); `cli/demo.rs` runs the demo;
+//! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md;
+//! tests/suite/docs/layering.rs fails when an import points up):
+//! - [`cli`]: commands and their output (thin; calls the rest), and the demo;
 //! - `sim` (feature `demo`): the simulated spokes and hub the demo and the tests use;
 //! - [`daemon`]: `spokekeeper run`: schedule, signals, Lease leader election, endpoints;
 //! - [`metrics`], [`alerts`]: render a tick's report;

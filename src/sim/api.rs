@@ -2,8 +2,8 @@
 //! wire behaviour of kube-apiserver for GET /version, POST selfsubjectreviews (v1 from
 //! 1.28, v1beta1 in 1.27 to 1.32, by the gitVersion it plays) and selfsubjectaccessreviews;
 //! and, through [`Objects`], the CSR and ClusterRoleBinding calls of minted credentials
-//! (with the node's CSR signer, or without one). tests/conformance.rs holds it to a real
-//! kube-apiserver and kube-controller-manager.
+//! (with the node's CSR signer, or without one). tests/suite/realstack/conformance.rs holds
+//! it to a real kube-apiserver and kube-controller-manager.
 //!
 //! Like kube-apiserver, client certificates are requested but optional at the TLS layer
 //! (Go's tls.RequestClientCert); authentication happens per request, and a missing,
@@ -723,7 +723,8 @@ impl ClientCertVerifier for RequestClientCert {
 mod tests {
     use super::*;
 
-    // What a real kube-apiserver answers (tests/conformance.rs checks it against 1.37).
+    // What a real kube-apiserver answers (tests/suite/realstack/conformance.rs checks it
+    // against 1.37).
     #[test]
     fn v1beta1_reviews_are_served_from_1_27_until_1_33() {
         assert!(!serves("v1.26.9", SSR_BETA_PATH));

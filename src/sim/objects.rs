@@ -1,7 +1,7 @@
 //! What the mock spoke API stores, in memory: CertificateSigningRequests (created,
 //! approved, signed with the node's client CA, deleted), ClusterRoleBindings, and the
 //! built-in `cluster-admin` ClusterRole; and the authorization those bindings grant.
-//! The shapes, codes and Status reasons are kube-apiserver's (tests/conformance.rs
+//! The shapes, codes and Status reasons are kube-apiserver's (tests/suite/realstack/conformance.rs
 //! compares them with a real one and its kube-controller-manager).
 //!
 //! Authorization is RBAC's for these calls: `system:masters` may do anything; any other

@@ -68,9 +68,7 @@ impl Daemon {
 
     /// Everything it logged so far.
     pub fn log(&self) -> String {
-        let lines = self.lines.lock().unwrap();
-        let all: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-        all.join("\n")
+        super::logs::text(&self.lines)
     }
 
     /// Waits (up to `within`) until the log contains `needle`; panics with the log if not.
@@ -119,4 +117,33 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A `run --leader-elect --now --interval INTERVAL` replica on 127.0.0.1:0, as pod `name`
+/// in `namespace`, holding its Lease through `kubeconfig`; `envs` added.
+pub fn spawn_replica(
+    config: &Path,
+    kubeconfig: &Path,
+    (name, namespace): (&str, &str),
+    interval: &str,
+    envs: &[(&str, &OsStr)],
+) -> (Child, Lines) {
+    let pod: [(&str, &OsStr); 3] = [
+        ("KUBECONFIG", kubeconfig.as_os_str()),
+        ("POD_NAME", name.as_ref()),
+        ("POD_NAMESPACE", namespace.as_ref()),
+    ];
+    spawn(
+        config,
+        &[
+            "run",
+            "--leader-elect",
+            "--now",
+            "--interval",
+            interval,
+            "--listen",
+            "127.0.0.1:0",
+        ],
+        &[&pod[..], envs].concat(),
+    )
 }

@@ -40,3 +40,26 @@ pub fn tick_spans(lines: &Lines, until: Instant) -> Vec<(Instant, Instant)> {
     out.extend(open.map(|s| (s, until)));
     out
 }
+
+/// Everything captured so far, one line each.
+pub fn text(lines: &Lines) -> String {
+    let lines = lines.lock().unwrap();
+    let all: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+    all.join("\n")
+}
+
+/// How many captured lines contain `needle`.
+pub fn count(lines: &Lines, needle: &str) -> usize {
+    times(lines, needle).len()
+}
+
+/// When each line containing `needle` arrived.
+pub fn times(lines: &Lines, needle: &str) -> Vec<Instant> {
+    lines
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, l)| l.contains(needle))
+        .map(|(t, _)| *t)
+        .collect()
+}

@@ -32,6 +32,12 @@ pub mod realstack;
 mod sshd;
 pub mod trust;
 
+// Shared by the modules of the one test binary (tests/suite).
+pub mod net;
+pub mod procs;
+pub mod reports;
+pub mod timing;
+
 use std::fs;
 use std::net::{IpAddr, SocketAddr};
 use std::os::unix::fs::PermissionsExt;

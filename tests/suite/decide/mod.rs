@@ -1,0 +1,3 @@
+//! decide: the recorded annotations, however damaged, lead to a decision with a reason.
+
+mod annotations;

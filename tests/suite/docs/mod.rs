@@ -1,0 +1,4 @@
+//! The documentation kept true: relative links, and the layering of docs/ARCHITECTURE.md.
+
+mod doc_links;
+mod layering;

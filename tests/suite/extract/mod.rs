@@ -1,0 +1,3 @@
+//! extract: reading the kubeconfig over SSH from real sshd nodes.
+
+mod spoke_extract;

@@ -1,0 +1,5 @@
+//! observe: what the spoke and the fleet repo say now (the TLS probe, the recorded state
+//! read back, re-addressed spokes).
+
+mod rotate_observe;
+mod spoke_probe;

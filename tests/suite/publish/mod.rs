@@ -1,0 +1,5 @@
+//! publish: the fleet repo (commit, push, races, locking) and review mode (branches and
+//! pull requests on emulated forges).
+
+mod repo;
+mod review;

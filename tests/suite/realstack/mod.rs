@@ -1,0 +1,5 @@
+//! Against the real components (tests/support/realstack): spokekeeper against a real hub,
+//! and each emulator held to its real counterpart.
+
+mod conformance;
+mod real_hub;

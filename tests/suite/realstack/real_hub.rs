@@ -1,0 +1,1319 @@
+//! spokekeeper against the real hub: the real kube-apiserver (RBAC), the real Sealed
+//! Secrets controller behind the real service proxy, kubeseal, the Flux CRDs and Flux's
+//! own kubeconfig loading (tests/support/realstack). Each test starts its own hub.
+
+use crate::support;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::NodeOptions;
+use support::fleet::Fleet;
+use support::git::git;
+use support::realstack::access::{self, Lacking};
+use support::realstack::controller_manager::ControllerManager;
+use support::realstack::flux::LabFlux;
+use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
+use support::realstack::kube::KubeApi;
+use support::realstack::run;
+use support::realstack::spoke::real_api;
+
+const PINNED: &str = "keys/sealed-secrets.pem";
+const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
+
+/// A real hub, lab spokes, the fleet repo, and the lab's Flux applying the repo.
+struct Stack {
+    flux: Option<LabFlux>,
+    /// Spoke i's CSR signer (kube-controller-manager), for minted stacks; dropped before
+    /// the API servers.
+    signers: Vec<Option<ControllerManager>>,
+    /// Spoke i's real API server, for stacks with real spokes.
+    spoke_apis: Vec<KubeApi>,
+    fleet: Fleet,
+    hub: RealHub,
+}
+
+impl Stack {
+    /// `scopes[i]` is spoke i's scope (spokes with the emulated API); `hub_extra` goes
+    /// under `hub:`.
+    fn start(scopes: &[&str], opts: &HubOptions, hub_extra: &str) -> Stack {
+        Self::build(scopes, false, opts, hub_extra)
+    }
+
+    /// `n` spokes whose APIs are real kube-apiservers, strict scope.
+    fn with_real_spokes(n: usize) -> Stack {
+        Self::build(&vec!["strict"; n], true, &HubOptions::default(), "")
+    }
+
+    fn build(scopes: &[&str], real: bool, opts: &HubOptions, hub_extra: &str) -> Stack {
+        let hub = RealHub::start(opts);
+        // A real spoke's API listens on 6443 of its node's address, and its k3s.yaml says
+        // https://127.0.0.1:6443, as k3s writes it.
+        let node = NodeOptions {
+            api: !real,
+            api_port: if real { 6443 } else { 0 },
+            ..NodeOptions::default()
+        };
+        let fleet = Fleet::new(&vec![node; scopes.len()]);
+        let spoke_apis = if real {
+            fleet
+                .nodes
+                .iter()
+                .map(|n| real_api(n, &hub.etcd, hub.dir(), 0))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut text = std::fs::read_to_string(&fleet.config).unwrap();
+        let vectors = support::fleet::vectors().join("key/cert.pem");
+        // Not pinned yet: the first tick pins what the real controller serves.
+        text = text.replace(
+            vectors.to_str().unwrap(),
+            fleet.clone.join(PINNED).to_str().unwrap(),
+        );
+        for (i, scope) in scopes.iter().enumerate() {
+            text = text.replace(
+                &format!("  - name: spoke{i}\n"),
+                &format!("  - name: spoke{i}\n    scope: {scope}\n"),
+            );
+        }
+        text.push_str(&format!(
+            "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{hub_extra}",
+            hub.admin_kubeconfig().display()
+        ));
+        std::fs::write(&fleet.config, text).unwrap();
+        let mut stack = Stack {
+            flux: None,
+            signers: Vec::new(),
+            spoke_apis,
+            fleet,
+            hub,
+        };
+        stack.add_kustomizations(scopes.len());
+        stack.flux = Some(LabFlux::start(
+            stack.hub.admin_kubeconfig(),
+            &stack.fleet.remote,
+            "main",
+        ));
+        stack
+    }
+
+    /// Real spokes, spoke i with a CSR signer when `signers[i]`, as a k3s server has one.
+    fn with_signing_spokes(signers: &[bool]) -> Stack {
+        let mut stack = Self::with_real_spokes(signers.len());
+        stack.signers = signers
+            .iter()
+            .enumerate()
+            .map(|(i, &on)| {
+                on.then(|| {
+                    let pki = stack.fleet.nodes[i].pki();
+                    ControllerManager::start(&stack.spoke_apis[i], pki, stack.hub.dir())
+                })
+            })
+            .collect();
+        stack
+    }
+
+    /// Appends top-level `yaml` (e.g. a `credential:` section) to the configuration.
+    fn configure(&self, yaml: &str) {
+        let mut text = std::fs::read_to_string(&self.fleet.config).unwrap();
+        text.push_str(yaml);
+        std::fs::write(&self.fleet.config, text).unwrap();
+    }
+
+    /// Spoke i's committed kubeconfig, as a file for kubectl.
+    fn committed_kubeconfig(&self, i: usize, name: &str) -> PathBuf {
+        let path = self.hub.dir().join(name);
+        std::fs::write(&path, self.recovery_unsealed(i)).unwrap();
+        path
+    }
+
+    /// Spoke i's reinstall: new CAs, the API server and its signer restarted.
+    fn rebuild(&mut self, i: usize, generation: u32) {
+        let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
+        self.spoke_apis[i].stop();
+        self.fleet.nodes[i].rebuild();
+        self.spoke_apis[i] = real_api(
+            &self.fleet.nodes[i],
+            &self.hub.etcd,
+            self.hub.dir(),
+            generation,
+        );
+        if signer {
+            let pki = self.fleet.nodes[i].pki();
+            self.signers[i] = Some(ControllerManager::start(
+                &self.spoke_apis[i],
+                pki,
+                self.hub.dir(),
+            ));
+        }
+    }
+
+    /// Spoke i's Kustomization, deploying with its kubeconfig Secret.
+    fn add_kustomizations(&self, n: usize) {
+        for i in 0..n {
+            self.hub.api.apply(&format!(
+                "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+                 name: spoke{i}\n  namespace: flux-system\nspec:\n  interval: 10m\n  path: ./apps\n  \
+                 prune: true\n  sourceRef:\n    kind: GitRepository\n    name: fleet\n  \
+                 kubeConfig:\n    secretRef:\n      name: spoke{i}-kubeconfig\n"
+            ));
+        }
+    }
+
+    fn rotate_json(&self) -> (i32, Value, String) {
+        let (code, report, err) = self.fleet.rotate_json(&["--all"]);
+        let flux = self.flux.as_ref().map(|f| f.log()).unwrap_or_default();
+        (code, report, format!("{err}\n--- the lab's Flux:\n{flux}"))
+    }
+
+    /// The committed SealedSecret of spoke i, as a file.
+    fn committed(&self, i: usize) -> PathBuf {
+        let path = self.hub.dir().join(format!("committed{i}.yaml"));
+        std::fs::write(&path, self.fleet.remote_file(i)).unwrap();
+        path
+    }
+
+    /// kubeseal --recovery-unseal of spoke i's commit with the controller's keys: the
+    /// `value` of the Secret it holds.
+    fn recovery_unsealed(&self, i: usize) -> Vec<u8> {
+        let keys = self.hub.sealing_keys_files();
+        let secret = self.hub.recovery_unseal(&self.committed(i), &keys).unwrap();
+        use base64::Engine as _;
+        base64::engine::general_purpose::STANDARD
+            .decode(secret["data"]["value"].as_str().expect("data.value"))
+            .unwrap()
+    }
+
+    /// Waits until the real controller unsealed spoke i's committed ciphertext.
+    fn wait_unsealed(&self, i: usize, within: Duration) -> Vec<u8> {
+        let name = format!("spoke{i}-kubeconfig");
+        let expected = self.recovery_unsealed(i);
+        support::realstack::wait_until("the controller unseals the commit", within, || {
+            match self.hub.secret_value("flux-system", &name, "value") {
+                Some(v) if v == expected => Ok(v),
+                other => Err(format!(
+                    "Secret value {} the commit's; Synced: {:?}\n{}",
+                    if other.is_some() {
+                        "differs from"
+                    } else {
+                        "missing, not"
+                    },
+                    self.hub.synced("flux-system", &name),
+                    self.hub.controller_log()
+                )),
+            }
+        })
+    }
+}
+
+/// The spoke's hub report lists exactly `consumers` (KIND/NS/NAME), each Ready.
+fn assert_ready(spoke: &Value, consumers: &[&str]) {
+    let listed = spoke["hub"]["consumers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    let mut names: Vec<String> = listed
+        .iter()
+        .map(|c| {
+            format!(
+                "{}/{}/{}",
+                c["kind"].as_str().unwrap(),
+                c["namespace"].as_str().unwrap(),
+                c["name"].as_str().unwrap()
+            )
+        })
+        .collect();
+    names.sort();
+    let mut want: Vec<String> = consumers.iter().map(|c| c.to_string()).collect();
+    want.sort();
+    assert_eq!(names, want, "{spoke:#}");
+    for c in listed {
+        assert_eq!(c["ready"]["ok"], true, "{spoke:#}");
+        assert_eq!(c["ready"]["status"], "True", "{spoke:#}");
+    }
+}
+
+fn kubeseal_fetch_cert(hub: &RealHub) -> String {
+    run(hub.kubeseal().arg("--fetch-cert")).unwrap()
+}
+
+/// Scenario 1: the certificate spokekeeper fetches through the real service proxy is the
+/// one `kubeseal --fetch-cert` gets, byte for byte.
+#[test]
+fn the_sealing_certificate_is_what_kubeseal_fetches() {
+    let _heavy = support::timing::heavy();
+    support::install_crypto_provider();
+    let hub = RealHub::start(&HubOptions::default());
+    let from_kubeseal = kubeseal_fetch_cert(&hub);
+    assert!(from_kubeseal.starts_with("-----BEGIN CERTIFICATE-----"));
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let ours = rt.block_on(async {
+        let cfg = spokekeeper::config::HubConfig {
+            kubeconfig: Some(hub.admin_kubeconfig().to_owned()),
+            controller: spokekeeper::config::ControllerRef {
+                namespace: CONTROLLER_NS.into(),
+                name: CONTROLLER.into(),
+                // The Service's first port, as the chart names it (http).
+                port: None,
+            },
+            verify_timeout: Duration::from_secs(30),
+        };
+        let hub = spokekeeper::hub::Hub::connect(&cfg).await.unwrap();
+        hub.fetch_cert().await.unwrap()
+    });
+    assert_eq!(ours, from_kubeseal);
+}
+
+/// Scenario 2: rotations in all three scopes are unsealed by the real controller into
+/// Secrets holding exactly the committed (validated) kubeconfig, and spokekeeper's hub
+/// verification reads the real Synced condition.
+#[test]
+fn the_real_controller_unseals_rotations_in_every_scope() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}\n{}", stack.hub.controller_log());
+    // The first tick pinned the controller's certificate, as kubeseal fetches it.
+    let pinned = std::fs::read_to_string(stack.fleet.clone.join(PINNED)).unwrap();
+    assert_eq!(pinned, kubeseal_fetch_cert(&stack.hub));
+    for (i, scope) in SCOPES.iter().enumerate() {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+        assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+        assert_eq!(spoke["hub"]["synced"]["status"], "True", "{spoke:#}");
+        let committed = stack.fleet.remote_file(i);
+        let scope_annotation = match *scope {
+            "strict" => None,
+            "namespace-wide" => Some("sealedsecrets.bitnami.com/namespace-wide: \"true\""),
+            _ => Some("sealedsecrets.bitnami.com/cluster-wide: \"true\""),
+        };
+        if let Some(a) = scope_annotation {
+            assert!(committed.contains(a), "{scope}: {committed}");
+        }
+        let value = stack.wait_unsealed(i, Duration::from_secs(60));
+        assert_eq!(
+            stack
+                .hub
+                .synced("flux-system", &format!("spoke{i}-kubeconfig")),
+            Some(("True".into(), String::new()))
+        );
+        // The validated credential: it authenticates to the spoke.
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let live = rt.block_on(support::fleet::authenticates(
+            &spokekeeper::secret::SecretBytes::from(value),
+        ));
+        assert_eq!(live.username, "system:admin", "{live:?}");
+    }
+}
+
+/// Scenario 3: Flux's own kubeconfig loading accepts every unsealed Secret and calls the
+/// spoke with it; the Kustomizations report Ready after spokekeeper's reconcile request.
+#[test]
+fn fluxs_code_deploys_with_every_unsealed_secret() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    for i in 0..SCOPES.len() {
+        stack.wait_unsealed(i, Duration::from_secs(60));
+        let who = stack
+            .hub
+            .flux_calls_spoke("flux-system", &format!("spoke{i}-kubeconfig"))
+            .unwrap();
+        assert_eq!(who["username"], "system:admin", "{who}");
+        assert!(
+            who["gitVersion"].as_str().unwrap().starts_with("v1."),
+            "{who}"
+        );
+        let spoke = &report["spokes"][i];
+        assert_ready(spoke, &[&format!("Kustomization/flux-system/spoke{i}")]);
+        assert!(spoke["hub"]["requested_at"].is_string(), "{spoke:#}");
+    }
+    assert!(stack.flux.as_ref().unwrap().reconciled() >= SCOPES.len());
+}
+
+/// Scenario 4: kubeseal opens every commit with the controller's keys, and for the same
+/// Secret kubeseal and `spokekeeper seal` write the same manifest but for the ciphertext.
+#[test]
+fn kubeseal_opens_every_commit_and_seals_the_same_manifest() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let cert = stack.fleet.clone.join(PINNED);
+    for (i, scope) in SCOPES.iter().enumerate() {
+        let value = stack.recovery_unsealed(i);
+        assert_eq!(value, stack.wait_unsealed(i, Duration::from_secs(60)));
+        let secret = stack.hub.dir().join(format!("secret{i}.json"));
+        use base64::Engine as _;
+        std::fs::write(
+            &secret,
+            serde_json::json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("spoke{i}-kubeconfig"), "namespace": "flux-system"},
+                "type": "Opaque",
+                "data": {"value": base64::engine::general_purpose::STANDARD.encode(&value)},
+            })
+            .to_string(),
+        )
+        .unwrap();
+        let kubeseal = run(stack
+            .hub
+            .kubeseal()
+            .arg(format!("--cert={}", cert.display()))
+            .arg(format!("--scope={scope}"))
+            .args(["-o", "yaml"])
+            .stdin(std::fs::File::open(&secret).unwrap()))
+        .unwrap();
+        let ours = run(
+            std::process::Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+                .args(["seal", "--cert"])
+                .arg(&cert)
+                .arg(format!("--scope={scope}"))
+                .args(["-o", "yaml"])
+                .stdin(std::fs::File::open(&secret).unwrap()),
+        )
+        .unwrap();
+        assert_eq!(
+            mask_ciphertext(&ours),
+            mask_ciphertext(&kubeseal),
+            "{scope}"
+        );
+        assert_ne!(ours, kubeseal, "fresh ciphertext each time");
+        // And the controller opens ours.
+        let sealed = stack.hub.dir().join(format!("ours{i}.yaml"));
+        std::fs::write(&sealed, &ours).unwrap();
+        let keys = stack.hub.sealing_keys_files();
+        let opened = stack.hub.recovery_unseal(&sealed, &keys).unwrap();
+        assert_eq!(
+            opened["data"]["value"].as_str().unwrap(),
+            base64::engine::general_purpose::STANDARD.encode(&value)
+        );
+    }
+}
+
+/// Each `encryptedData` value replaced by a marker.
+fn mask_ciphertext(manifest: &str) -> String {
+    let mut out = String::new();
+    let mut in_data = false;
+    for line in manifest.lines() {
+        let indent = line.len() - line.trim_start().len();
+        if line.trim_start().starts_with("encryptedData:") {
+            in_data = true;
+            out.push_str(line);
+        } else if in_data && indent > 2 {
+            let key = line.split(':').next().unwrap();
+            out.push_str(&format!("{key}: CIPHERTEXT"));
+        } else {
+            in_data = false;
+            out.push_str(line);
+        }
+        out.push('\n');
+    }
+    out
+}
+
+/// Scenario 5: the controller renews its key (SIGUSR1, its own trigger); spokekeeper
+/// notices at the next tick, pins the new certificate, re-seals every spoke to it, and
+/// the controller unseals the new commits.
+#[test]
+fn a_controller_key_renewal_reseals_every_spoke() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..2], &HubOptions::default(), "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let first = kubeseal_fetch_cert(&stack.hub);
+    let old_keys = stack.hub.sealing_keys();
+    assert_eq!(old_keys.len(), 1);
+
+    stack.hub.renew_key();
+    support::realstack::wait_until(
+        "the controller serves a new certificate",
+        Duration::from_secs(60),
+        || {
+            let now = kubeseal_fetch_cert(&stack.hub);
+            if now != first {
+                Ok(())
+            } else {
+                Err("same certificate".into())
+            }
+        },
+    );
+    let new_keys: Vec<String> = stack
+        .hub
+        .sealing_keys()
+        .into_iter()
+        .filter(|k| !old_keys.contains(k))
+        .collect();
+    assert_eq!(new_keys.len(), 1);
+    let only_new = stack.hub.dir().join("newest-key.pem");
+    std::fs::write(&only_new, &new_keys[0]).unwrap();
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let renewed_fp = &report["sealing"]["renewed"];
+    assert_eq!(renewed_fp["new"], report["sealing"]["sha256"], "{report:#}");
+    assert_ne!(renewed_fp["old"], renewed_fp["new"], "{report:#}");
+    let renewed = kubeseal_fetch_cert(&stack.hub);
+    assert_eq!(
+        std::fs::read_to_string(stack.fleet.clone.join(PINNED)).unwrap(),
+        renewed
+    );
+    let log = git(&stack.fleet.remote, &["log", "--format=%s", "main"]);
+    assert!(
+        log.contains("sealing: controller certificate renewed"),
+        "{log}"
+    );
+    for i in 0..2 {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+        assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+        stack.wait_unsealed(i, Duration::from_secs(60));
+        // Sealed to the new key: the new key alone opens it.
+        let opened = stack
+            .hub
+            .recovery_unseal(&stack.committed(i), only_new.to_str().unwrap());
+        assert!(opened.is_ok(), "{opened:?}");
+    }
+}
+
+/// The hub's ServiceAccount-less admin is not what production runs: scenario 7 runs
+/// spokekeeper with a token of the chart's ServiceAccount, under the chart's RBAC only.
+#[test]
+fn the_charts_rbac_is_enough_and_nothing_more() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let ns = "spokekeeper";
+    stack.hub.api.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+    ));
+    // The chart grants by the names in its config: the lab's spoke.
+    let values = stack.hub.dir().join("values.yaml");
+    std::fs::write(
+        &values,
+        "config:\n  spokes:\n    - name: spoke0\n      address: 127.0.0.1\n",
+    )
+    .unwrap();
+    let rendered = support::helm::run_helm(&[
+        "template",
+        "spokekeeper",
+        support::helm::CHART,
+        "--namespace",
+        ns,
+        "-f",
+        values.to_str().unwrap(),
+    ]);
+    let mut applied = Vec::new();
+    for doc in rendered.split("\n---") {
+        let Ok(v) = serde_saphyr::from_str::<Value>(doc) else {
+            continue;
+        };
+        let kind = v["kind"].as_str().unwrap_or("");
+        if matches!(
+            kind,
+            "ServiceAccount" | "Role" | "RoleBinding" | "ClusterRole" | "ClusterRoleBinding"
+        ) {
+            stack.hub.api.apply(&v.to_string());
+            applied.push(format!(
+                "{kind}/{}",
+                v["metadata"]["name"].as_str().unwrap_or("")
+            ));
+        }
+    }
+    assert!(
+        applied.iter().any(|a| a.starts_with("Role/")),
+        "the chart renders a Role: {applied:?}"
+    );
+    let sa = support::realstack::wait_until(
+        "the chart's ServiceAccount",
+        Duration::from_secs(10),
+        || {
+            let list = stack.hub.api.get_json(&["serviceaccounts", "-n", ns]);
+            list["items"]
+                .as_array()
+                .and_then(|a| {
+                    a.iter()
+                        .find_map(|s| s["metadata"]["name"].as_str().map(String::from))
+                })
+                .ok_or_else(|| "none".to_string())
+        },
+    );
+    let token = stack.hub.token(ns, &sa);
+    let kubeconfig = stack.hub.token_kubeconfig("spokekeeper", &token);
+    let text = std::fs::read_to_string(&stack.fleet.config)
+        .unwrap()
+        .replace(
+            &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
+            &format!("kubeconfig: {}", kubeconfig.display()),
+        );
+    std::fs::write(&stack.fleet.config, text).unwrap();
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(
+        code, 0,
+        "every call within the chart's RBAC: {report:#}\n{err}"
+    );
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+    assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
+    assert_eq!(report["sealing"]["reachable"], true, "{report:#}");
+
+    // One call outside hub::ACCESS: the real authorizer refuses it.
+    let denied = run(
+        std::process::Command::new(support::realstack::bin("kubectl"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["get", "secrets", "-n", "flux-system"]),
+    );
+    let err = denied.unwrap_err();
+    assert!(
+        err.contains("Forbidden") || err.contains("forbidden"),
+        "{err}"
+    );
+}
+
+/// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:
+/// exactly one ticks; killed, the other takes over within the lease duration; the Lease
+/// is a standard one.
+#[test]
+fn leader_election_on_a_real_lease() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let ns = "spokekeeper";
+    stack.hub.api.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+    ));
+    let start = |name: &str| {
+        support::daemon::spawn_replica(
+            &stack.fleet.config,
+            stack.hub.admin_kubeconfig(),
+            (name, ns),
+            "2s",
+            &[],
+        )
+    };
+    let (mut a, a_lines) = start("replica-a");
+    let (mut b, b_lines) = start("replica-b");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while ticks(&a_lines) + ticks(&b_lines) < 3 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ta, tb) = (ticks(&a_lines), ticks(&b_lines));
+    let (leader, follower, follower_lines, leader_child) = match (ta, tb) {
+        (n, 0) if n >= 1 => ("replica-a", "replica-b", &b_lines, &mut a),
+        (0, n) if n >= 1 => ("replica-b", "replica-a", &a_lines, &mut b),
+        _ => panic!("exactly one ticks: a {ta}, b {tb}"),
+    };
+    let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+    assert_eq!(lease["spec"]["holderIdentity"], leader, "{lease:#}");
+    assert!(
+        lease["spec"]["leaseDurationSeconds"].as_i64().unwrap() > 0,
+        "{lease:#}"
+    );
+    assert!(lease["spec"]["renewTime"].is_string(), "{lease:#}");
+    assert!(lease["spec"]["acquireTime"].is_string(), "{lease:#}");
+    let duration = Duration::from_secs(lease["spec"]["leaseDurationSeconds"].as_u64().unwrap());
+
+    let _ = leader_child.kill();
+    let killed = Instant::now();
+    let _ = leader_child.wait();
+    let before = ticks(follower_lines);
+    while ticks(follower_lines) == before && killed.elapsed() < duration + Duration::from_secs(15) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let took = killed.elapsed();
+    assert!(
+        ticks(follower_lines) > before,
+        "no takeover within {took:?}"
+    );
+    eprintln!("takeover on the real Lease after the leader was killed: {took:?}");
+    // Within the lease duration, plus the moments a busy machine takes to start a tick.
+    assert!(took <= duration + Duration::from_secs(3), "took {took:?}");
+    let lease = stack.hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+    assert_eq!(lease["spec"]["holderIdentity"], follower, "{lease:#}");
+    assert!(
+        lease["spec"]["leaseTransitions"].as_i64().unwrap_or(0) >= 1,
+        "{lease:#}"
+    );
+    let _ = a.kill();
+    let _ = b.kill();
+    let _ = a.wait();
+    let _ = b.wait();
+}
+
+/// Every consumer of a spoke's Secret on the real CRDs: two Kustomizations and a
+/// HelmRelease on it are each asked to reconcile and reported by kind and name; one on
+/// another Secret and one in another namespace are not.
+#[test]
+fn every_consumer_on_the_real_crds_is_verified() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let hr = |name: &str, ns: &str, secret: &str| {
+        format!(
+            "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: {name}\n  \
+             namespace: {ns}\nspec:\n  interval: 10m\n  chart:\n    spec:\n      chart: podinfo\n      \
+             sourceRef:\n        kind: HelmRepository\n        name: podinfo\n  kubeConfig:\n    \
+             secretRef:\n      name: {secret}\n"
+        )
+    };
+    let ks = |name: &str, ns: &str, secret: &str| {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n  \
+             namespace: {ns}\nspec:\n  interval: 10m\n  path: ./infra\n  prune: true\n  sourceRef:\n    \
+             kind: GitRepository\n    name: fleet\n  kubeConfig:\n    secretRef:\n      name: {secret}\n"
+        )
+    };
+    stack
+        .hub
+        .api
+        .apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: elsewhere\n");
+    stack
+        .hub
+        .api
+        .apply(&ks("spoke0-infra", "flux-system", "spoke0-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply(&hr("spoke0-apps", "flux-system", "spoke0-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply(&ks("other", "flux-system", "other-kubeconfig"));
+    stack
+        .hub
+        .api
+        .apply(&ks("spoke0", "elsewhere", "spoke0-kubeconfig"));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_ready(
+        &report["spokes"][0],
+        &[
+            "HelmRelease/flux-system/spoke0-apps",
+            "Kustomization/flux-system/spoke0",
+            "Kustomization/flux-system/spoke0-infra",
+        ],
+    );
+    // Each was asked through the annotation, and the others were not.
+    let requested = |kind: &str, ns: &str, name: &str| {
+        stack.hub.api.get_json(&[kind, name, "-n", ns])["metadata"]["annotations"]
+            ["reconcile.fluxcd.io/requestedAt"]
+            .is_string()
+    };
+    assert!(requested("helmrelease", "flux-system", "spoke0-apps"));
+    assert!(requested("kustomization", "flux-system", "spoke0-infra"));
+    assert!(!requested("kustomization", "flux-system", "other"));
+    assert!(!requested("kustomization", "elsewhere", "spoke0"));
+}
+
+/// Scenario 8: spokes whose APIs are real kube-apiservers with k3s-shaped PKI, reached
+/// through the lab's real sshd: live validation (version and SelfSubjectReview) runs
+/// against them; one is rebuilt (new CAs, restart), the probe detects it, it is rotated,
+/// the real controller unseals it and Flux's code deploys with it.
+#[test]
+fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
+    let _heavy = support::timing::heavy();
+    let mut stack = Stack::with_real_spokes(2);
+    for node in &stack.fleet.nodes {
+        let k3s = String::from_utf8(node.kubeconfig_bytes()).unwrap();
+        assert!(k3s.contains("server: https://127.0.0.1:6443\n"), "{k3s}");
+        assert!(k3s.contains("current-context: default\n"), "{k3s}");
+    }
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    for i in 0..2 {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+        assert_eq!(spoke["user"], "system:admin", "{spoke:#}");
+        assert_ready(spoke, &[&format!("Kustomization/flux-system/spoke{i}")]);
+        stack.wait_unsealed(i, Duration::from_secs(60));
+    }
+    let first_ca = report["spokes"][1]["ca_sha256"].clone();
+
+    // A reinstall of spoke1: new CAs, the API server restarted over fresh storage.
+    stack.spoke_apis[1].stop();
+    stack.fleet.nodes[1].rebuild();
+    stack.spoke_apis[1] = real_api(&stack.fleet.nodes[1], &stack.hub.etcd, stack.hub.dir(), 1);
+    // The committed credential no longer works against it.
+    let stale = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke1-kubeconfig");
+    assert!(stale.is_err(), "{stale:?}");
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][1];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_ne!(spoke["ca_sha256"], first_ca, "{spoke:#}");
+    assert_ne!(report["spokes"][0]["action"], "rotated", "{report:#}");
+    stack.wait_unsealed(1, Duration::from_secs(60));
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke1-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "system:admin", "{who}");
+    assert_ready(spoke, &["Kustomization/flux-system/spoke1"]);
+}
+
+/// libfaketime (Debian's libfaketime), to run a daemon with its wall clock shifted.
+fn libfaketime() -> PathBuf {
+    let found = std::fs::read_dir("/usr/lib")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .map(|e| e.path().join("faketime/libfaketime.so.1"))
+        .find(|p| p.is_file());
+    found.expect("libfaketime is missing: apt-get install libfaketime (scripts/test does)")
+}
+
+/// Issue 19, item 6: three daemons on a real Lease, two with their wall clocks shifted by
+/// libfaketime (+12 s and -10 min; the monotonic clock is not shifted). The one 12 s
+/// ahead never takes a healthy leader's lease, and when leaders die, whichever replica is
+/// left takes over within the lease duration, the one 10 min behind too; no two ever
+/// tick at once.
+#[test]
+fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
+    let _heavy = support::timing::heavy();
+    let hub = support::realstack::api::ApiOnly::start();
+    let ns = "spokekeeper";
+    hub.api.apply(&format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n"
+    ));
+    let dir = tempfile::tempdir().unwrap();
+    let (_, clones) = support::git::fleet_remote(dir.path(), 3);
+    let cert = support::fleet::vectors().join("key/cert.pem");
+    let faketime = libfaketime();
+    let names = ["steady", "ahead", "behind"];
+    let skews = [None, Some("+12s"), Some("-10m")];
+    let start = |i: usize| {
+        let config = dir.path().join(format!("{}.yaml", names[i]));
+        std::fs::write(
+            &config,
+            format!(
+                "repo:\n  path: {}\nsealing:\n  cert: {}\nspokes:\n  - name: unreachable\n    address: 127.255.0.1\n    ssh: {{ port: 1, identity: {}/no-such-key }}\n",
+                clones[i].display(),
+                cert.display(),
+                dir.path().display()
+            ),
+        )
+        .unwrap();
+        let mut envs: Vec<(&str, &std::ffi::OsStr)> = Vec::new();
+        if let Some(skew) = skews[i] {
+            envs.push(("LD_PRELOAD", faketime.as_os_str()));
+            envs.push(("FAKETIME", skew.as_ref()));
+            envs.push(("FAKETIME_DONT_FAKE_MONOTONIC", "1".as_ref()));
+        }
+        support::daemon::spawn_replica(&config, hub.admin_kubeconfig(), (names[i], ns), "1s", &envs)
+    };
+    let t0 = Instant::now();
+    let mut procs = vec![start(0)];
+    let log = support::logs::text;
+    let wait_ticks = |lines: &support::logs::Lines, within: Duration| {
+        let end = Instant::now() + within;
+        while ticks(lines) == 0 && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        ticks(lines) > 0
+    };
+    assert!(
+        wait_ticks(&procs[0].1, Duration::from_secs(30)),
+        "{}",
+        log(&procs[0].1)
+    );
+    procs.push(start(1));
+    procs.push(start(2));
+    // Long enough for many renewals: with renewTime compared to its own clock, the one
+    // 12 s ahead would see each renewal expire 3 s after it was written.
+    std::thread::sleep(Duration::from_secs(25));
+    for p in &procs[1..] {
+        assert_eq!(
+            ticks(&p.1),
+            0,
+            "a standby ticked under a healthy leader:\n{}",
+            log(&p.1)
+        );
+    }
+    let lease = hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+    assert_eq!(lease["spec"]["holderIdentity"], "steady", "{lease:#}");
+    let duration = Duration::from_secs(lease["spec"]["leaseDurationSeconds"].as_u64().unwrap());
+
+    // The holder's renewTime, against our clock: shows the holder's skew is real.
+    let renew_offset = || {
+        let lease = hub.api.get_json(&["lease", "spokekeeper", "-n", ns]);
+        let renewed = lease["spec"]["renewTime"].as_str().unwrap().to_string();
+        let renewed =
+            time::OffsetDateTime::parse(&renewed, &time::format_description::well_known::Rfc3339)
+                .unwrap_or_else(|e| panic!("{renewed}: {e}"));
+        let holder = lease["spec"]["holderIdentity"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        (
+            holder,
+            (renewed - time::OffsetDateTime::now_utc()).as_seconds_f64(),
+        )
+    };
+    let mut dead = vec![0];
+    let mut killed_at = Vec::new();
+    for round in 0..2 {
+        let leader = *dead.last().unwrap();
+        let _ = procs[leader].0.kill();
+        let _ = procs[leader].0.wait();
+        let killed = Instant::now();
+        killed_at.push((leader, killed));
+        let live: Vec<usize> = (0..3).filter(|i| !dead.contains(i)).collect();
+        let end = killed + duration + Duration::from_secs(10);
+        let next = loop {
+            if let Some(&i) = live.iter().find(|&&i| ticks(&procs[i].1) > 0) {
+                break i;
+            }
+            assert!(
+                Instant::now() < end,
+                "round {round}: no takeover within {:?}:\n{}",
+                end - killed,
+                live.iter()
+                    .map(|&i| log(&procs[i].1))
+                    .collect::<Vec<_>>()
+                    .join("\n---\n")
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let took = killed.elapsed();
+        eprintln!("round {round}: {} took over after {took:?}", names[next]);
+        assert!(took <= duration + Duration::from_secs(7), "took {took:?}");
+        let (holder, offset) = renew_offset();
+        assert_eq!(holder, names[next]);
+        let want = if next == 1 { 12.0 } else { -600.0 };
+        assert!(
+            (offset - want).abs() < 8.0,
+            "{holder} renews {offset:.1}s off, want {want}"
+        );
+        dead.push(next);
+    }
+
+    // Over the whole test, no two daemons ticked at the same time.
+    let end = Instant::now();
+    let mut all = Vec::new();
+    for (i, p) in procs.iter().enumerate() {
+        let until = killed_at
+            .iter()
+            .find(|(k, _)| *k == i)
+            .map_or(end, |(_, t)| *t);
+        all.extend(
+            support::logs::tick_spans(&p.1, until)
+                .into_iter()
+                .map(|(s, e)| (s, e, i)),
+        );
+    }
+    all.sort_by_key(|(s, _, _)| *s);
+    assert!(all.len() >= 10, "{all:?}");
+    for w in all.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0 || w[0].2 == w[1].2,
+            "{} ticked {:?}..{:?} while {} started at {:?}",
+            names[w[0].2],
+            w[0].0 - t0,
+            w[0].1 - t0,
+            names[w[1].2],
+            w[1].0 - t0
+        );
+    }
+    for p in &mut procs {
+        let _ = p.0.kill();
+        let _ = p.0.wait();
+    }
+}
+
+/// Issue 19, item 1, on the real API server: the controller Service's port unnamed, as
+/// upstream controller.yaml installs it. kubeseal asks for `http:NAME:`; spokekeeper
+/// reaches it with `port: ""`, and with the chart's `http` it says what to set.
+#[test]
+fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
+    let _heavy = support::timing::heavy();
+    let opts = HubOptions {
+        unnamed_port: true,
+        ..HubOptions::default()
+    };
+    let stack = Stack::start(&SCOPES[..1], &opts, "  controller: {port: \"\"}\n");
+    assert_eq!(kubeseal_fetch_cert(&stack.hub), stack.hub.cert_pem());
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_ready(&report["spokes"][0], &["Kustomization/flux-system/spoke0"]);
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    std::fs::write(
+        &stack.fleet.config,
+        text.replace(
+            "  controller: {port: \"\"}\n",
+            "  controller: {port: http}\n",
+        ),
+    )
+    .unwrap();
+    let (_, report, err) = stack.rotate_json();
+    let all = format!("{report}\n{err}");
+    assert!(
+        all.contains("503") && all.contains("hub.controller.port to \\\"\\\" or 8080"),
+        "{all}"
+    );
+}
+
+/// Issue 19, item 3, on the real CRDs: a suspended Kustomization echoes the request and
+/// keeps its old Ready True (reported as suspended); a run that fails leaves
+/// observedGeneration behind (its Ready False is reported, not a timeout); a
+/// DependencyNotReady is waited through to the retry's result.
+#[test]
+fn flux_ready_semantics_on_the_real_crds() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let ks = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n  \
+             namespace: flux-system\nspec:\n  interval: 10m\n  path: ./infra\n  prune: true\n{extra}  sourceRef:\n    \
+             kind: GitRepository\n    name: fleet\n  kubeConfig:\n    secretRef:\n      name: spoke0-kubeconfig\n"
+        )
+    };
+    stack
+        .hub
+        .api
+        .apply(&ks("spoke0-suspended", "  suspend: true\n"));
+    stack.hub.api.kubectl(&[
+        "patch", "kustomization", "spoke0-suspended", "-n", "flux-system",
+        "--subresource=status", "--type=merge", "-p",
+        r#"{"status":{"observedGeneration":1,"conditions":[{"type":"Ready","status":"True","reason":"ReconciliationSucceeded","message":"Applied revision: main@sha1:0000","lastTransitionTime":"2026-01-01T00:00:00Z","observedGeneration":1}]}}"#,
+    ]);
+    stack.hub.api.apply(&ks("spoke0-failing", ""));
+    stack.hub.api.apply(&ks("spoke0-retried", ""));
+    let flux = stack.flux.as_ref().unwrap();
+    flux.script(
+        "kustomizations",
+        "flux-system",
+        "spoke0-failing",
+        &[(
+            "False",
+            "ReconciliationFailed",
+            "kustomize build failed: accumulating resources",
+        )],
+    );
+    flux.script(
+        "kustomizations",
+        "flux-system",
+        "spoke0-retried",
+        &[
+            (
+                "False",
+                "DependencyNotReady",
+                "dependency 'flux-system/infra' is not ready",
+            ),
+            (
+                "True",
+                "ReconciliationSucceeded",
+                "Applied revision: main@sha1:1111",
+            ),
+        ],
+    );
+    let (_, report, err) = stack.rotate_json();
+    let consumer = |name: &str| {
+        report["spokes"][0]["hub"]["consumers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{report:#}\n{err}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {report:#}\n{err}"))["ready"]
+            .clone()
+    };
+    let suspended = consumer("spoke0-suspended");
+    assert_eq!(suspended["status"], "Suspended", "{report:#}\n{err}");
+    assert_eq!(suspended["ok"], false);
+    let failing = consumer("spoke0-failing");
+    assert_eq!(failing["status"], "False", "{report:#}\n{err}");
+    assert!(
+        failing["message"]
+            .as_str()
+            .unwrap()
+            .contains("kustomize build failed")
+    );
+    let retried = consumer("spoke0-retried");
+    assert_eq!(retried["ok"], true, "{report:#}\n{err}");
+    assert_eq!(consumer("spoke0")["ok"], true);
+}
+
+/// Issue 19, item 2, on the real controller run as one that writes no status (before
+/// v0.17 without --update-status; here v0.36.6 with --update-status=false): it unseals,
+/// and verification says the controller does not report status and the minimum version,
+/// instead of a bare timeout.
+#[test]
+fn a_controller_that_writes_no_status_is_named_as_such() {
+    let _heavy = support::timing::heavy();
+    let mut stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    stack.hub.start_controller_with(&["--update-status=false"]);
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    std::fs::write(
+        &stack.fleet.config,
+        text.replace("verify_timeout: 90s", "verify_timeout: 15s"),
+    )
+    .unwrap();
+    let (_, report, err) = stack.rotate_json();
+    let synced = &report["spokes"][0]["hub"]["synced"];
+    assert_eq!(synced["ok"], false, "{report:#}\n{err}");
+    let message = synced["message"].as_str().unwrap();
+    // The chart labels the Service app.kubernetes.io/version (issue 19, item 2): a
+    // supported version, so the message names the flag, not an upgrade.
+    let version = report["sealing"]["controller_version"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the chart's version label is read: {report:#}"));
+    assert!(
+        message.contains("--update-status=false")
+            && message.contains(&format!("Sealed Secrets v{version}"))
+            && !message.contains("does not support"),
+        "{message}"
+    );
+    stack.wait_unsealed(0, Duration::from_secs(30));
+}
+
+/// How many ticks a daemon's log says it started.
+fn ticks(lines: &support::logs::Lines) -> usize {
+    support::logs::count(lines, "tick started")
+}
+
+/// `kubectl get namespaces` on spoke i's API with `kubeconfig`: Ok, or the error text.
+fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
+    run(
+        std::process::Command::new(support::realstack::bin("kubectl"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]),
+    )
+}
+
+/// The ClusterRoleBindings spokekeeper made on a spoke.
+fn our_bindings(api: &KubeApi) -> Vec<String> {
+    let list = api.get_json(&[
+        "clusterrolebindings",
+        "-l",
+        "app.kubernetes.io/managed-by=spokekeeper",
+    ]);
+    let mut names: Vec<String> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| b["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// Minted end to end on a real spoke with its real signer: the hub's real controller
+/// unseals the minted kubeconfig and Flux's code authenticates as the minted user (not
+/// system:masters); a renewal (credential.renew_before reached) mints generation 2 and,
+/// once the hub verified it, deletes generation 1's binding, so that credential is
+/// refused (403); `spokekeeper revoke` refuses generation 2 at once and mints 3; a
+/// reinstalled spoke (new CAs) is minted again (4); the periodic check finds the binding
+/// deleted by hand and mints 5. No CSR is left behind, the admin kubeconfig is never
+/// committed.
+#[test]
+fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
+    let _heavy = support::timing::heavy();
+    let mut stack = Stack::with_signing_spokes(&[true]);
+    stack.configure("credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["user"], "spokekeeper:hub:1", "{spoke:#}");
+    assert_eq!(spoke["credential"]["mode"], "minted", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
+    let not_after = time::OffsetDateTime::parse(
+        spoke["credential"]["not_after"].as_str().unwrap(),
+        &time::format_description::well_known::Rfc3339,
+    )
+    .unwrap();
+    assert!(
+        not_after <= time::OffsetDateTime::now_utc() + time::Duration::hours(1),
+        "{spoke:#}"
+    );
+    assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "spokekeeper:hub:1", "{who}");
+    assert!(!who.to_string().contains("system:masters"), "{who}");
+    let unsealed = String::from_utf8(stack.recovery_unsealed(0)).unwrap();
+    let admin = String::from_utf8(stack.fleet.nodes[0].kubeconfig_bytes()).unwrap();
+    let admin_cert = admin
+        .lines()
+        .find(|l| l.contains("client-certificate-data"))
+        .unwrap();
+    assert!(!unsealed.contains(admin_cert.split_whitespace().last().unwrap()));
+    let subject = stack.fleet.remote_log();
+    assert!(
+        subject[0].contains("minted spokekeeper:hub:1"),
+        "{subject:?}"
+    );
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g1"]);
+    let csrs = stack.spoke_apis[0].kubectl(&["get", "csr", "-o", "name"]);
+    assert!(!csrs.contains("spokekeeper-"), "{csrs}");
+    let gen1 = stack.committed_kubeconfig(0, "gen1.yaml");
+    list_namespaces(&gen1).expect("generation 1 works");
+
+    // renew_before (3590s of a 1h certificate) is reached 10s after the mint.
+    std::thread::sleep(Duration::from_secs(11));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 2, "{spoke:#}");
+    assert_eq!(
+        spoke["revoked"],
+        serde_json::json!(["spokekeeper-hub-g1"]),
+        "{spoke:#}"
+    );
+    assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let refused = list_namespaces(&gen1).expect_err("generation 1 is revoked");
+    assert!(
+        refused.contains("Forbidden") || refused.contains("forbidden"),
+        "{refused}"
+    );
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "spokekeeper:hub:2", "{who}");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+
+    // revoke: generation 2 is refused at once, generation 3 is committed and works.
+    let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
+    list_namespaces(&gen2).expect("generation 2 works");
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        "{err}"
+    );
+    assert!(
+        err.contains("minted generation 3 for spokekeeper:hub:3"),
+        "{err}"
+    );
+    assert!(
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:2"),
+        "{err}"
+    );
+    let refused = list_namespaces(&gen2).expect_err("generation 2 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
+    list_namespaces(&gen3).expect("generation 3 works");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g3"]);
+
+    // A reinstall: new CAs; the probe sees it and generation 4 is minted on the new cluster.
+    stack.rebuild(0, 1);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 4, "{spoke:#}");
+    stack.wait_unsealed(0, Duration::from_secs(60));
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    assert_eq!(who["username"], "spokekeeper:hub:4", "{who}");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g4"]);
+
+    // The periodic check (verify_every) looks at the binding with the admin credential:
+    // present, nothing to do; deleted by hand, generation 5 is minted.
+    stack.configure("verify_every: 1s\n");
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(report["spokes"][0]["action"], "unchanged", "{report:#}");
+    stack.spoke_apis[0].kubectl(&["delete", "clusterrolebinding", "spokekeeper-hub-g4"]);
+    std::thread::sleep(Duration::from_secs(2));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "binding-missing", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 5, "{spoke:#}");
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g5"]);
+    stack.fleet.assert_no_plaintext();
+}
+
+/// Each way a mint fails on a real spoke stops at stage `mint` with what is missing and
+/// the committed credential untouched: no signer (the request is never signed), an
+/// approval turned into a denial, an admin credential that may not create bindings, one
+/// that may not approve.
+#[test]
+fn minting_failures_leave_the_committed_credential_untouched() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::with_signing_spokes(&[false, true, true, true]);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let before: Vec<String> = (0..4).map(|i| stack.fleet.remote_file(i)).collect();
+    access::deny_csr_approvals(&stack.spoke_apis[1]);
+    let limited = access::limited_admin(
+        &stack.spoke_apis[2],
+        &stack.fleet.nodes[2],
+        Lacking::CreateBinding,
+    );
+    access::write_k3s_yaml(&stack.fleet.nodes[2], &limited);
+    let limited = access::limited_admin(
+        &stack.spoke_apis[3],
+        &stack.fleet.nodes[3],
+        Lacking::Approve,
+    );
+    access::write_k3s_yaml(&stack.fleet.nodes[3], &limited);
+    stack.configure("credential:\n  mode: minted\n");
+
+    let (code, report, err) = stack.rotate_json();
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let failed = |i: usize, needles: &[&str]| {
+        let spoke = &report["spokes"][i];
+        assert_eq!(spoke["action"], "failed", "{spoke:#}");
+        assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+        assert_eq!(spoke["reason"]["kind"], "config-changed", "{spoke:#}");
+        let error = spoke["error"].as_str().unwrap();
+        for n in needles {
+            assert!(error.contains(n), "{n:?} not in {error}");
+        }
+        assert_eq!(
+            stack.fleet.remote_file(i),
+            before[i],
+            "spoke{i}'s commit changed"
+        );
+    };
+    failed(
+        0,
+        &[
+            "no certificate within 30s",
+            "does not sign kubernetes.io/kube-apiserver-client",
+            "kubeadm",
+        ],
+    );
+    failed(
+        1,
+        &[
+            "is Denied (LabDenied",
+            "the lab denies every client certificate request",
+        ],
+    );
+    failed(2, &["may not create clusterrolebindings", "403"]);
+    failed(
+        3,
+        &[
+            "may not update certificatesigningrequests/approval and approve on signers kubernetes.io/kube-apiserver-client",
+            "403",
+        ],
+    );
+    // The committed (extracted) credentials still work; no request is left behind.
+    for i in 0..4 {
+        let who = stack
+            .hub
+            .flux_calls_spoke("flux-system", &format!("spoke{i}-kubeconfig"))
+            .unwrap();
+        assert_eq!(who["username"], "system:admin", "{who}");
+        let csrs = stack.spoke_apis[i].kubectl(&["get", "csr", "-o", "name"]);
+        assert!(!csrs.contains("spokekeeper-"), "{csrs}");
+    }
+}

@@ -1,0 +1,348 @@
+//! Soak (opt-in: `scripts/soak`, or `cargo test --release --test suite -- --ignored soak::`):
+//! `spokekeeper run` ticking every few seconds over a large lab fleet while the nodes are
+//! rebuilt, renew their client certificates, lose their API or sshd, wedge, and while
+//! someone else pushes to the fleet repo. At the end every spoke's committed credential
+//! unseals and authenticates, no client key any node ever had is in the daemon's log, the
+//! fleet's files or git objects, or the daemon's TMPDIR, and the daemon's RSS did not
+//! grow.
+//!
+//! SOAK_SPOKES (200), SOAK_MINUTES (30), SOAK_TICK_SECS (5), SOAK_SEED (from the clock),
+//! SOAK_LOG (a file for the daemon's log).
+
+use crate::support;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use support::NodeOptions;
+use support::fleet::{Fleet, authenticates};
+use support::git::{clone, git};
+use support::leak::Needles;
+
+fn env_or(var: &str, default: u64) -> u64 {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// xorshift64*: reproducible from the printed seed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// The daemon; killed and reaped on drop.
+struct Daemon {
+    child: Child,
+    lines: support::logs::Lines,
+}
+
+impl Daemon {
+    fn count(&self, needle: &str) -> usize {
+        support::logs::count(&self.lines, needle)
+    }
+
+    fn rss_kib(&self) -> Option<u64> {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
+        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+        line.split_whitespace().nth(1)?.parse().ok()
+    }
+
+    fn wait_ticks(&self, more: usize, timeout: Duration) -> bool {
+        let target = self.count("tick finished") + more;
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.count("tick finished") >= target {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        false
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Fault {
+    ApiDown,
+    SshdDown,
+    SshdWedged,
+}
+
+/// Someone else's commit on the remote, racing the daemon's push.
+fn push_race(racer: &Path, n: u64) -> bool {
+    let run = |args: &[&str]| {
+        Command::new("git")
+            .arg("-C")
+            .arg(racer)
+            .args(args)
+            .env("GIT_AUTHOR_NAME", "racer")
+            .env("GIT_AUTHOR_EMAIL", "r@r")
+            .env("GIT_COMMITTER_NAME", "racer")
+            .env("GIT_COMMITTER_EMAIL", "r@r")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !run(&["pull", "--quiet", "--rebase", "origin", "main"]) {
+        return false;
+    }
+    std::fs::create_dir_all(racer.join("other")).unwrap();
+    std::fs::write(
+        racer.join(format!("other/{}.txt", n % 20)),
+        format!("{n}\n"),
+    )
+    .unwrap();
+    run(&["add", "other"])
+        && run(&["commit", "--quiet", "-m", "unrelated change"])
+        && run(&["push", "--quiet", "origin", "HEAD:main"])
+}
+
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "soak: minutes long; run scripts/soak"]
+async fn soak() {
+    let _heavy = support::timing::heavy();
+    let spokes = env_or("SOAK_SPOKES", 200) as usize;
+    let minutes = env_or("SOAK_MINUTES", 30);
+    let tick_secs = env_or("SOAK_TICK_SECS", 5);
+    let seed = env_or(
+        "SOAK_SEED",
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64
+            | 1,
+    );
+    println!("soak: {spokes} spokes, {minutes} min, a tick every {tick_secs}s, SOAK_SEED={seed}");
+    let started = Instant::now();
+    let mut fleet = Fleet::with(
+        &vec![NodeOptions::default(); spokes],
+        "verify_every: 5m\nrenew_before: 30d\n",
+    );
+    println!("soak: lab up in {:.0}s", started.elapsed().as_secs_f64());
+    let mut needles = Needles::new();
+    for node in &fleet.nodes {
+        needles.add_key(&node.parts().client_key_pem);
+    }
+    let racer = fleet.dir.path().join("racer");
+    clone(&fleet.remote, &racer);
+
+    // The daemon's own TMPDIR (ssh control sockets), scanned at the end.
+    let daemon_tmp = fleet.dir.path().join("daemon-tmp");
+    std::fs::create_dir(&daemon_tmp).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(&fleet.config)
+        .args(["run", "--now", "--listen", "127.0.0.1:0", "--interval"])
+        .arg(format!("{tick_secs}s"))
+        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
+        .env("NO_COLOR", "1")
+        .env("TMPDIR", &daemon_tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = support::logs::capture_stderr(&mut child);
+    let daemon = Daemon { child, lines };
+    assert!(
+        daemon.wait_ticks(1, Duration::from_secs(600)),
+        "the first tick never finished"
+    );
+    println!(
+        "soak: first tick (every spoke rotated) done at {:.0}s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut rng = Rng(seed);
+    let mut broken: BTreeMap<usize, (Fault, Instant)> = BTreeMap::new();
+    let mut actions: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut rss: Vec<(f64, u64)> = Vec::new();
+    let chaos_start = Instant::now();
+    let end = chaos_start + Duration::from_secs(minutes * 60);
+    let mut next_sample = Instant::now();
+    let mut n = 0u64;
+    while Instant::now() < end {
+        n += 1;
+        // Heal what is due.
+        let now = Instant::now();
+        let due: Vec<usize> = broken
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in due {
+            match broken.remove(&i).unwrap().0 {
+                Fault::ApiDown => fleet.nodes[i].start_api(),
+                Fault::SshdDown => fleet.nodes[i].start_sshd(),
+                Fault::SshdWedged => fleet.nodes[i].sigcont(),
+            }
+        }
+        let i = rng.below(spokes as u64) as usize;
+        let hold = Duration::from_secs(5 + rng.below(40));
+        let action = match rng.below(100) {
+            0..30 => {
+                fleet.nodes[i].rebuild();
+                needles.add_key(&fleet.nodes[i].parts().client_key_pem);
+                "rebuild"
+            }
+            30..45 => {
+                fleet.nodes[i].renew_client_cert(365);
+                "client cert renewed"
+            }
+            45..75 if !broken.contains_key(&i) && broken.len() < spokes / 10 + 1 => {
+                let fault = match rng.below(3) {
+                    0 => {
+                        fleet.nodes[i].stop_api();
+                        Fault::ApiDown
+                    }
+                    1 => {
+                        fleet.nodes[i].stop_sshd();
+                        Fault::SshdDown
+                    }
+                    _ => {
+                        fleet.nodes[i].sigstop();
+                        Fault::SshdWedged
+                    }
+                };
+                broken.insert(i, (fault, Instant::now() + hold));
+                match fault {
+                    Fault::ApiDown => "API outage",
+                    Fault::SshdDown => "sshd outage",
+                    Fault::SshdWedged => "sshd wedged",
+                }
+            }
+            45..75 => "skipped (node already broken)",
+            _ => {
+                if push_race(&racer, n) {
+                    "push race"
+                } else {
+                    "push race (racer lost)"
+                }
+            }
+        };
+        *actions.entry(action).or_insert(0) += 1;
+        if Instant::now() >= next_sample {
+            if let Some(kib) = daemon.rss_kib() {
+                rss.push((chaos_start.elapsed().as_secs_f64(), kib));
+            }
+            next_sample += Duration::from_secs(10);
+        }
+        std::thread::sleep(Duration::from_millis(500 + rng.below(2500)));
+    }
+
+    // Heal everything and let the daemon catch up.
+    for (i, (fault, _)) in std::mem::take(&mut broken) {
+        match fault {
+            Fault::ApiDown => fleet.nodes[i].start_api(),
+            Fault::SshdDown => fleet.nodes[i].start_sshd(),
+            Fault::SshdWedged => fleet.nodes[i].sigcont(),
+        }
+    }
+    assert!(
+        daemon.wait_ticks(2, Duration::from_secs(600)),
+        "the daemon stopped ticking"
+    );
+    let ticks = daemon.count("tick finished");
+    // The ticker's lines only: an alert resolving reads "rotation: rotated spoke=" too.
+    let rotated = daemon.count("daemon::ticker: rotated spoke=");
+    let spoke_failures = daemon.count("daemon::ticker: spoke failed spoke=");
+    let repo_warnings = daemon.count("fleet repo");
+    let panics = daemon.count("panicked");
+    let log = {
+        let lines = daemon.lines.lock().unwrap();
+        let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+        text.join("\n")
+    };
+    if let Ok(path) = std::env::var("SOAK_LOG") {
+        std::fs::write(&path, &log).unwrap();
+    }
+    drop(daemon);
+    needles.assert_absent("the daemon's log", log.as_bytes());
+
+    // The next run finds nothing left to do, and every credential works.
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let mut final_actions: BTreeMap<String, usize> = BTreeMap::new();
+    for s in report["spokes"].as_array().unwrap() {
+        *final_actions
+            .entry(s["action"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    for i in 0..spokes {
+        authenticates(&fleet.unsealed(i)).await;
+    }
+    // Every key any node ever had: the final run's output, the fleet directory (the
+    // remote, the clone, the racer's clone, both TMPDIRs) and every git object there.
+    fleet.assert_no_plaintext_of(&needles);
+    let racer_hits = needles.git_objects_containing(&racer);
+    assert!(
+        racer_hits.is_empty(),
+        "plaintext key material in the racer's clone: {racer_hits:?}"
+    );
+
+    // RSS: the first and the last quarter of the samples.
+    let q = (rss.len() / 4).max(1);
+    let median = |s: &[(f64, u64)]| {
+        let mut v: Vec<u64> = s.iter().map(|(_, k)| *k).collect();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let first = median(&rss[..q]);
+    let last = median(&rss[rss.len() - q..]);
+    let max = rss.iter().map(|(_, k)| *k).max().unwrap_or(0);
+    let authors = git(&fleet.remote, &["log", "--format=%an", "main"]);
+    let by = |who: &str| authors.lines().filter(|a| *a == who).count();
+    let mut commits = BTreeMap::new();
+    for who in ["spokekeeper", "racer", "t"] {
+        commits.insert(who, by(who));
+    }
+    commits.insert("total", authors.lines().count());
+    println!("soak summary");
+    println!("  spokes {spokes}, chaos for {minutes} min, seed {seed}");
+    println!(
+        "  daemon ticks {ticks}, rotations logged {rotated}, spoke failures logged {spoke_failures}, repo warnings {repo_warnings}"
+    );
+    println!("  remote commits by author {commits:?}");
+    println!("  chaos actions {actions:?}");
+    println!("  final rotate: exit 0, {final_actions:?}");
+    println!("  all {spokes} committed credentials unseal and authenticate");
+    println!(
+        "  plaintext scan: {} distinct needles from {} client keys; daemon log, final run's output, fleet directory (repos, clones, TMPDIRs), git objects: none found",
+        needles.len(),
+        needles.keys()
+    );
+    println!(
+        "  daemon RSS: first quarter median {:.1} MiB, last quarter median {:.1} MiB, max {:.1} MiB ({} samples)",
+        first as f64 / 1024.0,
+        last as f64 / 1024.0,
+        max as f64 / 1024.0,
+        rss.len()
+    );
+    println!("  total {:.0}s", started.elapsed().as_secs_f64());
+    assert_eq!(panics, 0, "the daemon panicked");
+    assert!(
+        last <= first + first / 5 + 2048,
+        "RSS grew: {first} KiB -> {last} KiB"
+    );
+}
