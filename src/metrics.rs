@@ -585,9 +585,9 @@ mod tests {
             Stage::Probe => SpokeError::Unreachable(crate::spoke::ProbeError::Refused {
                 server: text.into(),
             }),
-            Stage::Extract => SpokeError::Extract(Arc::new(crate::spoke::ExtractError::Settings {
+            Stage::Extract => SpokeError::Extract(Arc::new(crate::spoke::ExtractError::Ssh {
                 target: text.into(),
-                reason: text.into(),
+                detail: text.into(),
             })),
             Stage::Validate => {
                 SpokeError::Kubeconfig(Arc::new(crate::kubeconfig::KubeconfigError::Yaml {

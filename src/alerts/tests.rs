@@ -338,9 +338,9 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
             report(
                 "dev",
                 Outcome::Failed(SpokeError::Extract(std::sync::Arc::new(
-                    crate::spoke::ExtractError::Settings {
+                    crate::spoke::ExtractError::Ssh {
                         target: "dev".into(),
-                        reason: "ssh: host key CHANGED".into(),
+                        detail: "ssh: host key CHANGED".into(),
                     },
                 ))),
             ),
@@ -375,7 +375,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
     );
     assert!(
         dev.description
-            .contains("failed at extract: invalid SSH settings for dev: ssh: host key CHANGED")
+            .contains("failed at extract: ssh to dev failed: ssh: host key CHANGED")
     );
     assert_eq!(
         (rot("test").status, rot("test").detail.as_str()),
