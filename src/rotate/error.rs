@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use super::refresh::Stage;
 use crate::config::CredentialMode;
 use crate::forge::ForgeError;
 use crate::kubeconfig::KubeconfigError;
@@ -15,6 +14,29 @@ use crate::mint::MintError;
 use crate::repo::RepoError;
 use crate::seal::ManifestError;
 use crate::spoke::{ExtractError, LiveError, ProbeError};
+
+/// Where a spoke's pipeline stopped.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Stage {
+    Observe,
+    Probe,
+    Extract,
+    Validate,
+    /// Minting the credential with the admin one (credential.mode: minted).
+    Mint,
+    Seal,
+    Commit,
+    Push,
+    /// Opening or updating the pull request (`repo.mode: pull-request`).
+    Review,
+}
+
+impl std::fmt::Display for Stage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.metric_label())
+    }
+}
 
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum SpokeError {

@@ -31,7 +31,7 @@ pub use decide::{Decision, Reason};
 pub use error::{ForgeFailure, ReviewError, SpokeError};
 pub use observe::{Committed, Observation};
 pub use progress::{Progress, Step};
-pub use refresh::Stage;
+pub use error::Stage;
 pub use report::{CredentialReport, Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};
 pub use tick::tick;
 

@@ -13,29 +13,6 @@ use crate::seal::{SealedSecret, SealingKey, SecretInput};
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport, Source};
 
-/// Where a spoke's pipeline stopped.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Stage {
-    Observe,
-    Probe,
-    Extract,
-    Validate,
-    /// Minting the credential with the admin one (credential.mode: minted).
-    Mint,
-    Seal,
-    Commit,
-    Push,
-    /// Opening or updating the pull request (`repo.mode: pull-request`).
-    Review,
-}
-
-impl std::fmt::Display for Stage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.metric_label())
-    }
-}
-
 /// A credential that was extracted, sanitized, pointed at the spoke and accepted by it.
 pub struct Fresh {
     pub kubeconfig: Sanitized,

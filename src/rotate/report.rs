@@ -6,7 +6,7 @@ use time::OffsetDateTime;
 use super::decide::Reason;
 use super::error::SpokeError;
 use super::observe::Observation;
-use super::refresh::Stage;
+use super::error::Stage;
 use super::state::Recorded;
 use crate::seal::SealingKey;
 
