@@ -70,7 +70,7 @@ impl Fleet {
         for (i, s) in spokes.iter().enumerate() {
             let path = nodes.join(format!("spoke{i}.yaml"));
             let kc =
-                spokekeeper::sim::kubeconfig_yaml("https://127.0.0.1:6443", &s.parts, None, "");
+                spokekeeper_lab::kubeconfig_yaml("https://127.0.0.1:6443", &s.parts, None, "");
             std::fs::write(&path, kc).expect("write kubeconfig");
             yaml.push_str(&format!(
                 "  - name: spoke{i}\n    address: {}\n    api_server: https://{}\n    source: local\n    kubeconfig_path: {}\n",

@@ -15,7 +15,7 @@ use spokekeeper::rotate::decide::{self, Decision, Observed, Policy};
 use spokekeeper::rotate::state::{self, Recorded};
 use spokekeeper::rotate::{Outcome, Reason, SpokeReport, TickReport};
 use spokekeeper::seal::SealedSecret;
-use spokekeeper::sim::{Pki, PkiOptions};
+use spokekeeper_lab::{Pki, PkiOptions};
 use time::OffsetDateTime;
 
 const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

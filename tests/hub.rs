@@ -1,5 +1,5 @@
 //! The hub integration against the lab (real sshd spokes, a real git remote) and the
-//! emulated hub API (src/sim/hub.rs), through the binary: the controller's certificate
+//! emulated hub API (the lab's `hub`), through the binary: the controller's certificate
 //! fetched and pinned, a renewal re-sealing every spoke in one tick, the post-push
 //! verification reaching Ready, a stuck SealedSecret, an unreachable hub, `status`, and
 //! every request held to hub::ACCESS.
@@ -10,9 +10,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use spokekeeper::hub::{ACCESS, Kind};
+use spokekeeper::hub::ACCESS;
 use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
-use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
+use spokekeeper_lab::hub::{Controller, Flux, HubSim, Kind, SimSpoke, rbac_attributes};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
 use support::git::{clone, commit, git};
@@ -1003,7 +1003,7 @@ fn patches_to(hub: &HubSim, plural: &str, ns: &str, name: &str) -> usize {
     requests_to(hub, "PATCH", &format!("/namespaces/{ns}/{plural}/{name}"))
 }
 
-fn lists(hub: &HubSim) -> Vec<spokekeeper::sim::hub::Seen> {
+fn lists(hub: &HubSim) -> Vec<spokekeeper_lab::hub::Seen> {
     hub.requests()
         .into_iter()
         .filter(|r| {
@@ -1398,7 +1398,7 @@ async fn a_recheck_waits_for_the_pending_request() {
     let spoke = &config.spokes[0];
     let ciphertext = l.sealed(0).encrypted_data[&spoke.secret.key].clone();
     let consumer = spokekeeper::hub::Consumer {
-        kind: Kind::Kustomization,
+        kind: spokekeeper::hub::Kind::Kustomization,
         namespace: "flux-system".into(),
         name: "spoke0".into(),
     };

@@ -178,7 +178,7 @@ fn an_expired_lease_is_taken_over_and_a_released_one_at_once() {
     let requests = emu.shared.requests.lock().unwrap().clone();
     let mut verbs = std::collections::BTreeSet::new();
     for (method, path) in &requests {
-        let (group, resource, verb) = spokekeeper::sim::hub::rbac_attributes(method, path)
+        let (group, resource, verb) = spokekeeper_lab::hub::rbac_attributes(method, path)
             .unwrap_or_else(|| panic!("{method} {path}"));
         assert!(
             lease::ACCESS

@@ -43,11 +43,11 @@ use rustix::process::Signal;
 use spokekeeper::secret::SecretBytes;
 use spokekeeper::spoke::SshSettings;
 
-pub use spokekeeper::sim::{Hostile, KubeconfigParts, kubeconfig_yaml};
+pub use spokekeeper_lab::{Hostile, KubeconfigParts, kubeconfig_yaml};
 
 use addr::AddressLease;
-use spokekeeper::sim::objects::{Objects, Signer};
-use spokekeeper::sim::{ApiIdentity, ApiServer, Pki, PkiOptions};
+use spokekeeper_lab::objects::{Objects, Signer};
+use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use sshd::Sshd;
 
 /// The unprivileged node user, allowed `sudo cat` of its node's k3s.yaml only.
