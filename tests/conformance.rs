@@ -7,7 +7,7 @@
 //! - the simulated hub (`spokekeeper_lab::hub::HubSim`) against the real hub:
 //!   kube-apiserver with RBAC, the Sealed Secrets controller behind the service proxy,
 //!   Flux's CRDs;
-//! - the Lease emulator (tests/support/lease_emulator.rs) against a real kube-apiserver;
+//! - the Lease emulator (lab/src/lease.rs) against a real kube-apiserver;
 //! - the mock spoke API's CSRs, approvals, signing and ClusterRoleBindings (minted
 //!   credentials) against a real spoke with its kube-controller-manager: signed only
 //!   after approval, the CN and notAfter, no signer, a denial, the minted user's access
@@ -28,9 +28,9 @@ use spokekeeper::daemon::lease::{LeaseLock, Observed};
 use spokekeeper::hub::{Consumer, Hub, HubObject, Kind};
 use spokekeeper::secret::SecretBytes;
 use spokekeeper_lab::hub::{HubSim, Kind as SimKind, SimSpoke, rbac_attributes};
+use spokekeeper_lab::lease::Emulator;
 use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use support::Lab;
-use support::lease_emulator::Emulator;
 use support::realstack::access::Lacking;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
 use support::realstack::kube::{Etcd, KubeApi};
@@ -895,7 +895,7 @@ fn the_lease_emulator_answers_as_a_real_api_server() {
 
     let emu = Emulator::new();
     let ep = emu.endpoint();
-    let emu_client = emu.client(&ep);
+    let emu_client = support::lease::client(&emu, &ep);
     let emulated = rt.block_on(lease_transcript(&emu_client));
     assert_same(&emulated, &real);
     assert_eq!(real[1].1, json!("Leader"), "{real:#?}");

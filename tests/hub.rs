@@ -675,7 +675,7 @@ fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
 /// own branch and pull request, and every spoke's re-sealed credential on its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
-    use support::forge::{ForgeSim, Kind, TOKEN};
+    use spokekeeper_lab::forge::{ForgeSim, Kind, TOKEN};
     let l = lab(2, "  verify_timeout: 5s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0, "seeded directly");
     let main_before = git(&l.fleet.remote, &["rev-parse", "main"]);

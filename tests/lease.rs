@@ -16,8 +16,8 @@ use hyper::StatusCode;
 use rustix::process::{Pid, Signal, kill_process};
 use serde_json::Value;
 use spokekeeper::daemon::lease::{self, LeaseLock, Observed, Timing};
+use spokekeeper_lab::lease::{Emulator, Endpoint, NS};
 use support::git::fleet_remote;
-use support::lease_emulator::{Emulator, Endpoint, NS};
 use tokio::sync::watch;
 
 // ---------------------------------------------------------------------------------------
@@ -27,7 +27,7 @@ const LONG: Duration = Duration::from_secs(15);
 
 fn contender(emu: &Emulator, lease: &str, id: &str, duration: Duration) -> (Endpoint, LeaseLock) {
     let ep = emu.endpoint();
-    let lock = LeaseLock::new(emu.client(&ep), NS, lease, id, duration);
+    let lock = LeaseLock::new(support::lease::client(emu, &ep), NS, lease, id, duration);
     (ep, lock)
 }
 

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use spokekeeper::repo::{Repo, Untrusted};
 use support::NodeOptions;
 use support::fleet::{Fleet, action};
-use support::forge::{Fault, ForgeSim, Kind, TOKEN};
+use spokekeeper_lab::forge::{Fault, ForgeSim, Kind, TOKEN};
 use support::git::{git, repo_config, signing_key, verifies_with};
 
 const KINDS: [Kind; 3] = [Kind::Github, Kind::Gitlab, Kind::Gitea];

@@ -13,15 +13,21 @@
 //! proxy, SealedSecret, Kustomization and HelmRelease status, listing them, the
 //! reconcile annotation).
 //!
+//! The peers: emulated forges ([`forge`]: GitHub, GitLab, Gitea pull requests), a Lease
+//! API ([`lease`]), a recording receiver for alert deliveries ([`webhook`]).
+//!
 //! This crate does not depend on spokekeeper (spokekeeper's `demo` feature depends on
 //! it): what it emulates of Flux it names itself ([`hub::Kind`], [`hub::REQUESTED_AT`]),
 //! and what needs Sealed Secrets' crypto (the controller unsealing) its user injects
 //! ([`hub::Key`]).
 
 pub mod api;
+pub mod forge;
 pub mod hub;
+pub mod lease;
 pub mod objects;
 pub mod pki;
+pub mod webhook;
 
 pub use api::{ApiIdentity, ApiServer};
 pub use pki::{Hostile, KubeconfigParts, Pki, PkiOptions, kubeconfig_yaml};

@@ -1,4 +1,7 @@
-//! The lab: real spoke nodes for tests and benchmarks.
+//! The lab: real spoke nodes for tests and benchmarks. What needs spokekeeper's own types
+//! lives here (a [`Node`]'s `SshSettings`, the fleet and daemon helpers that run the
+//! binary, the real stack); the rest (mock API servers, PKI, the emulated hub, forges and
+//! Lease API) is the lab crate, `spokekeeper_lab` (lab/).
 //!
 //! A [`Node`] is a real `sshd` on its own loopback address (127.0.X.Y, leased so that
 //! parallel tests and test binaries never collide), with its own host key, a client
@@ -21,11 +24,10 @@
 mod addr;
 pub mod daemon;
 pub mod fleet;
-pub mod forge;
 pub mod git;
 pub mod helm;
 pub mod leak;
-pub mod lease_emulator;
+pub mod lease;
 pub mod logs;
 pub mod peers;
 pub mod realstack;
