@@ -22,6 +22,7 @@ use spokekeeper::repo::Repo;
 use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{self, Context, Options};
 use spokekeeper::seal::SealingKey;
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use spokekeeper_lab::webhook::{Mode, Post, Receiver};
 use support::fleet::{config_yaml, spokekeeper as run_binary, vectors};
 use support::git::fleet_remote;
@@ -701,10 +702,12 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
     let dir = tempfile::tempdir().unwrap();
     let clone = fleet_remote(dir.path(), 1).1.remove(0);
     // Nothing listens on port 1: a fresh probe would be refused.
-    let text = format!(
-        "repo: {{path: {}}}\nsealing: {{cert: c.pem}}\nspokes:\n  - {{name: dev, address: 127.0.0.1, api_server: \"https://127.0.0.1:1\"}}\n  - {{name: other, address: 127.0.0.1, api_server: \"https://127.0.0.1:1\"}}\n",
-        clone.display()
-    );
+    let text = ConfigBuilder::new(&clone, "c.pem")
+        .spokes(
+            ["dev", "other"]
+                .map(|name| Spoke::new(name, "127.0.0.1").api_server("https://127.0.0.1:1")),
+        )
+        .yaml();
     let config = Config::parse(&text, "t.yaml", dir.path()).unwrap();
     let repo = Repo::open(&config.repo).await.unwrap();
     let now = OffsetDateTime::now_utc();

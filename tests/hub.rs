@@ -12,6 +12,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use spokekeeper::hub::ACCESS;
 use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
+use spokekeeper_lab::config::ConfigBuilder;
 use spokekeeper_lab::hub::{Controller, Flux, HubSim, Kind, SimSpoke, rbac_attributes};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
@@ -22,6 +23,8 @@ const PINNED: &str = "keys/sealed-secrets.pem";
 struct HubLab {
     fleet: Fleet,
     hub: HubSim,
+    /// The `hub:` section of the fleet's configuration.
+    hub_yaml: String,
     // Last: the hub runs on it.
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -94,28 +97,26 @@ fn lab(n: usize, hub_extra: &str) -> HubLab {
     }
     let kubeconfig = fleet.dir.path().join("hub.kubeconfig");
     std::fs::write(&kubeconfig, hub.kubeconfig_yaml()).unwrap();
-    let text = std::fs::read_to_string(&fleet.config).unwrap();
-    let old = vectors().join("key/cert.pem");
-    let text = text.replace(
-        old.to_str().unwrap(),
-        fleet.clone.join(PINNED).to_str().unwrap(),
-    );
-    std::fs::write(
-        &fleet.config,
-        format!(
-            "{text}hub:\n  kubeconfig: {}\n{hub_extra}",
-            kubeconfig.display()
-        ),
-    )
-    .unwrap();
-    HubLab {
+    let hub_yaml = format!("hub:\n  kubeconfig: {}\n{hub_extra}", kubeconfig.display());
+    let l = HubLab {
         fleet,
         hub,
+        hub_yaml,
         rt: Some(rt),
-    }
+    };
+    l.builder().write(&l.fleet.config).unwrap();
+    l
 }
 
 impl HubLab {
+    /// The fleet's configuration: the pinned certificate, and the hub.
+    fn builder(&self) -> ConfigBuilder {
+        self.fleet
+            .builder()
+            .sealing_cert(self.fleet.clone.join(PINNED))
+            .top(&self.hub_yaml)
+    }
+
     fn sealed(&self, i: usize) -> SealedSecret {
         SealedSecret::parse(self.fleet.remote_file(i).as_bytes()).unwrap()
     }
@@ -682,16 +683,11 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
     let forge = ForgeSim::start(Kind::Github, l.fleet.remote.clone());
     let token_file = l.fleet.dir.path().join("forge-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let yaml = std::fs::read_to_string(&l.fleet.config).unwrap();
     let signing_key = support::git::signing_key(&l.fleet.dir.path().join("signing-key"));
-    let review = format!(
-        "repo:\n  mode: pull-request\n  signing_key: {}\n  forge:\n    kind: github\n    url: {}\n    repository: {}\n    token_file: {}\n",
-        signing_key.display(),
-        forge.url(),
-        forge.repository(),
-        token_file.display()
-    );
-    std::fs::write(&l.fleet.config, yaml.replacen("repo:\n", &review, 1)).unwrap();
+    l.builder()
+        .repo(&forge.repo_yaml(&signing_key, &token_file))
+        .write(&l.fleet.config)
+        .unwrap();
 
     l.hub.renew_key(&cert("other-key"), key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);

@@ -448,23 +448,14 @@ impl Drop for Proc {
 /// unreachable (its SSH identity does not exist): ticks are quick and fail at extract.
 fn fleet(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
     let (_, clones) = fleet_remote(dir, names.len());
-    let cert =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets/key/cert.pem");
     names
         .iter()
         .zip(clones)
         .map(|(name, clone)| {
             let config = dir.join(format!("{name}.yaml"));
-            fs::write(
-                &config,
-                format!(
-                    "repo:\n  path: {}\nsealing:\n  cert: {}\nspokes:\n  - name: unreachable\n    address: 127.255.0.1\n    ssh: {{ port: 1, identity: {}/no-such-key }}\n",
-                    clone.display(),
-                    cert.display(),
-                    dir.display()
-                ),
-            )
-            .unwrap();
+            support::fleet::one_unreachable(&clone, dir)
+                .write(&config)
+                .unwrap();
             config
         })
         .collect()

@@ -14,7 +14,8 @@
 //! reconcile annotation).
 //!
 //! The peers: emulated forges ([`forge`]: GitHub, GitLab, Gitea pull requests), a Lease
-//! API ([`lease`]), a recording receiver for alert deliveries ([`webhook`]).
+//! API ([`lease`]), a recording receiver for alert deliveries ([`webhook`]); and
+//! [`config::ConfigBuilder`], which writes a spokekeeper.yaml.
 //!
 //! This crate does not depend on spokekeeper (spokekeeper's `demo` feature depends on
 //! it): what it emulates of Flux it names itself ([`hub::Kind`], [`hub::REQUESTED_AT`]),
@@ -22,6 +23,7 @@
 //! ([`hub::Key`]).
 
 pub mod api;
+pub mod config;
 pub mod forge;
 pub mod hub;
 pub mod lease;

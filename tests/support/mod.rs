@@ -1,7 +1,7 @@
 //! The lab: real spoke nodes for tests and benchmarks. What needs spokekeeper's own types
 //! lives here (a [`Node`]'s `SshSettings`, the fleet and daemon helpers that run the
 //! binary, the real stack); the rest (mock API servers, PKI, the emulated hub, forges and
-//! Lease API) is the lab crate, `spokekeeper_lab` (lab/).
+//! Lease API, `ConfigBuilder`) is the lab crate, `spokekeeper_lab` (lab/).
 //!
 //! A [`Node`] is a real `sshd` on its own loopback address (127.0.X.Y, leased so that
 //! parallel tests and test binaries never collide), with its own host key, a client
@@ -44,6 +44,7 @@ use std::time::Duration;
 use rustix::process::Signal;
 use spokekeeper::secret::SecretBytes;
 use spokekeeper::spoke::SshSettings;
+use spokekeeper_lab::config::{Spoke, Ssh};
 
 pub use spokekeeper_lab::{Hostile, KubeconfigParts, kubeconfig_yaml};
 
@@ -273,6 +274,19 @@ impl Node {
             connect_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(20),
         }
+    }
+
+    /// This node as the spoke `name` of a spokekeeper.yaml: its k3s.yaml over its sshd
+    /// (as root), connects timing out after `connect_timeout` (`5s`).
+    pub fn spoke(&self, name: &str, connect_timeout: &str) -> Spoke {
+        Spoke::new(name, self.address)
+            .kubeconfig_path(&self.kubeconfig_path)
+            .ssh(&Ssh {
+                port: self.ssh_port,
+                identity: self.identity_path.clone(),
+                known_hosts: Some(self.known_hosts_path.clone()),
+                connect_timeout: Some(connect_timeout.into()),
+            })
     }
 
     pub fn address_string(&self) -> String {
