@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use support::fleet::{config_yaml, vectors};
 use support::git::{fleet_remote, git};
 use support::{Lab, Node, NodeOptions};
@@ -98,19 +99,14 @@ impl Fleet {
 
 /// TLS-only nodes: the kubeconfig is read on this host (`source: local`).
 fn local_config(clone: &Path, nodes: &[Node]) -> String {
-    let mut yaml = format!(
-        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
-        clone.display(),
-        vectors().join("key/cert.pem").display()
-    );
-    for (i, n) in nodes.iter().enumerate() {
-        yaml.push_str(&format!(
-            "  - name: spoke{i}\n    address: {}\n    source: local\n    kubeconfig_path: {}\n",
-            n.address,
-            n.kubeconfig_path.display()
-        ));
-    }
-    yaml
+    ConfigBuilder::new(clone, vectors().join("key/cert.pem"))
+        .spokes(
+            nodes
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Spoke::new(format!("spoke{i}"), n.address).local(&n.kubeconfig_path)),
+        )
+        .yaml()
 }
 
 fn actions(m: &Measured) -> std::collections::BTreeMap<String, usize> {

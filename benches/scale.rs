@@ -31,6 +31,7 @@ use scale_lab::{ScaleLab, ScaleSpoke};
 use spokekeeper::config::Config;
 use spokekeeper::rotate::refresh;
 use spokekeeper::seal::SealingKey;
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use support::daemon::Daemon;
 use support::fleet::vectors;
 use support::git::{commit, fleet_remote, git};
@@ -62,25 +63,19 @@ impl Fleet {
         let clone = clones.remove(0);
         let nodes = dir.path().join("nodes");
         std::fs::create_dir_all(&nodes).expect("nodes dir");
-        let mut yaml = format!(
-            "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
-            clone.display(),
-            vectors().join("key/cert.pem").display()
-        );
+        let mut yaml = ConfigBuilder::new(&clone, vectors().join("key/cert.pem"));
         for (i, s) in spokes.iter().enumerate() {
             let path = nodes.join(format!("spoke{i}.yaml"));
-            let kc =
-                spokekeeper::sim::kubeconfig_yaml("https://127.0.0.1:6443", &s.parts, None, "");
+            let kc = spokekeeper_lab::kubeconfig_yaml("https://127.0.0.1:6443", &s.parts, None, "");
             std::fs::write(&path, kc).expect("write kubeconfig");
-            yaml.push_str(&format!(
-                "  - name: spoke{i}\n    address: {}\n    api_server: https://{}\n    source: local\n    kubeconfig_path: {}\n",
-                s.addr.ip(),
-                s.addr,
-                path.display()
-            ));
+            yaml = yaml.spoke(
+                Spoke::new(format!("spoke{i}"), s.addr.ip())
+                    .api_server(&format!("https://{}", s.addr))
+                    .local(&path),
+            );
         }
         let config = dir.path().join("spokekeeper.yaml");
-        std::fs::write(&config, yaml).expect("write config");
+        yaml.write(&config).expect("write config");
         commit_state(&config, &clone);
         Fleet { dir, config }
     }

@@ -591,6 +591,27 @@ mod tests {
         }
     }
 
+    /// The lab emulates Flux under its own names (it cannot depend on this crate): they
+    /// must be Flux's as spokekeeper calls them.
+    #[test]
+    fn the_labs_flux_is_the_flux_spokekeeper_calls() {
+        use spokekeeper_lab::hub as lab;
+        assert_eq!(lab::REQUESTED_AT, REQUESTED_AT);
+        assert_eq!(lab::Kind::ALL.len(), Kind::ALL.len());
+        for (ours, theirs) in Kind::ALL.into_iter().zip(lab::Kind::ALL) {
+            let ar = ours.resource();
+            assert_eq!(
+                (ours.as_str(), ar.group.as_str(), ar.version.as_str()),
+                (theirs.as_str(), theirs.group(), theirs.version())
+            );
+            assert_eq!(
+                (ar.plural.as_str(), ar.api_version.as_str()),
+                (theirs.plural(), theirs.api_version().as_str())
+            );
+            assert_eq!(lab::Kind::named(ours.as_str()), Some(theirs));
+        }
+    }
+
     #[test]
     fn a_helm_release_reports_ready_like_a_kustomization() {
         // helm-controller v2's status: the same condition and request fields.

@@ -4,7 +4,6 @@
 //! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md;
 //! tests/suite/docs/layering.rs fails when an import points up):
 //! - [`cli`]: commands and their output (thin; calls the rest), and the demo;
-//! - `sim` (feature `demo`): the simulated spokes and hub the demo and the tests use;
 //! - [`daemon`]: `spokekeeper run`: schedule, signals, Lease leader election, endpoints;
 //! - [`metrics`], [`alerts`]: render a tick's report;
 //! - [`rotate`]: the tick: each spoke through observe to seal (`rotate::reconcile`), the
@@ -35,7 +34,5 @@ pub mod repo;
 pub mod rotate;
 pub mod seal;
 pub mod secret;
-#[cfg(feature = "demo")]
-pub mod sim;
 pub mod spoke;
 pub mod text;

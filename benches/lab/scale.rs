@@ -3,7 +3,7 @@
 //! (N descriptors: the caller raises RLIMIT_NOFILE); after accept the spoke's
 //! `ServerConfig` is picked by the socket's local address, before the handshake.
 //!
-//! Every spoke has its own PKI (`sim::Pki::generate`: its own server CA, client CA,
+//! Every spoke has its own PKI (`spokekeeper_lab::Pki::generate`: its own server CA, client CA,
 //! serving certificate with its address in the SANs, admin client certificate).
 
 use std::collections::HashMap;
@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rustls::ServerConfig;
-use spokekeeper::sim::{KubeconfigParts, Pki, PkiOptions};
+use spokekeeper_lab::{KubeconfigParts, Pki, PkiOptions};
 use tokio::io::AsyncReadExt;
 use tokio_rustls::TlsAcceptor;
 

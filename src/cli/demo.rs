@@ -7,7 +7,7 @@
 //! that commits nothing, a rebuild of one spoke, the CA change detected and committed,
 //! the new commit unsealed and proven against the rebuilt spoke, `prod`'s minted identity
 //! revoked (its previous generation refused at once), and the fleet repo's log.
-//! A simulated hub (src/sim/hub.rs: the controller holding the demo key, and Flux) serves
+//! A simulated hub (the lab's `hub`: the controller holding the demo key, and Flux) serves
 //! the sealing certificate and shows each pushed credential Synced, and Ready in each
 //! Kustomization and HelmRelease that uses it.
 
@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::repo::Repo;
 use crate::rotate::{self, Context, Options};
 use crate::seal::{RecoveryKey, SealedSecret, SealingKey};
-use crate::sim::{
+use spokekeeper_lab::{
     ApiIdentity, ApiServer, DEMO_CERT_PEM, DEMO_KEY_PEM, Pki, PkiOptions, kubeconfig_yaml,
 };
 
@@ -248,12 +248,12 @@ pub fn run() -> Result<(), String> {
     let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "keys/demo/tls.key")
         .map_err(|e| e.to_string())?;
     let source_remote = remote.clone();
-    let source: crate::sim::hub::Source = std::sync::Arc::new(move |file: &str| {
+    let source: spokekeeper_lab::hub::Source = std::sync::Arc::new(move |file: &str| {
         git(&source_remote, &["show", &format!("main:{file}")])
             .ok()
             .map(String::into_bytes)
     });
-    let hub_api = crate::sim::hub::HubSim::start(
+    let hub_api = spokekeeper_lab::hub::HubSim::start(
         sim.handle(),
         "kube-system",
         "sealed-secrets-controller",
@@ -263,7 +263,7 @@ pub fn run() -> Result<(), String> {
     )
     .map_err(|e| format!("the simulated hub: {e}"))?;
     for s in &spokes {
-        hub_api.add_spoke(crate::sim::hub::SimSpoke {
+        hub_api.add_spoke(spokekeeper_lab::hub::SimSpoke {
             secret_namespace: "flux-system".into(),
             secret_name: format!("{}-kubeconfig", s.name),
             kustomization_namespace: "flux-system".into(),
@@ -272,7 +272,7 @@ pub fn run() -> Result<(), String> {
         });
         // A second consumer of the same Secret: apps deployed with Helm.
         hub_api.add_consumer(
-            crate::hub::Kind::HelmRelease,
+            spokekeeper_lab::hub::Kind::HelmRelease,
             "flux-system",
             &format!("{}-apps", s.name),
             Some(&format!("{}-kubeconfig", s.name)),
@@ -447,4 +447,12 @@ pub fn run() -> Result<(), String> {
     drop(spokes);
     sim.shutdown_timeout(Duration::from_secs(2));
     Ok(())
+}
+
+/// The lab's hub emulates the Sealed Secrets controller; what one of its keys opens is
+/// spokekeeper's own unsealing (the demo's hub, and the tests').
+impl spokekeeper_lab::hub::Key for RecoveryKey {
+    fn opens(&self, sealed: &[u8]) -> bool {
+        SealedSecret::parse(sealed).is_ok_and(|s| s.unseal(std::slice::from_ref(self)).is_ok())
+    }
 }

@@ -231,6 +231,54 @@ fn is_dns_label(s: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// The lab's ConfigBuilder, which the tests and benchmarks write their configurations
+    /// with, writes what this parser reads, quoted or not.
+    #[test]
+    fn the_labs_config_builder_writes_what_parse_reads() {
+        use spokekeeper_lab::config::{AUTHOR, ConfigBuilder, Spoke, Ssh};
+        let text = ConfigBuilder::new("/srv/fleet clone", "/k/cert.pem")
+            .top("renew_before: 2d")
+            .spoke(
+                Spoke::new("1", "10.0.0.1")
+                    .kubeconfig_path("/etc/rancher/k3s/k3s.yaml")
+                    .ssh(&Ssh {
+                        port: 2222,
+                        identity: "/id".into(),
+                        known_hosts: Some("/k,h".into()),
+                        connect_timeout: Some("5s".into()),
+                    })
+                    .api_server("https://lb.example.org:8443"),
+            )
+            .spoke(Spoke::new("dev", "127.0.0.2").local("/n/k3s.yaml"))
+            .yaml();
+        let c = Config::parse(&text, "spokekeeper.yaml", Path::new("/")).unwrap();
+        assert_eq!(c.repo.path, Path::new("/srv/fleet clone"));
+        assert_eq!(c.repo.author.as_deref(), Some(AUTHOR));
+        assert_eq!(c.sealing_cert, Path::new("/k/cert.pem"));
+        assert_eq!(c.renew_before, Duration::from_secs(2 * 86_400));
+        let (a, b) = (&c.spokes[0], &c.spokes[1]);
+        assert_eq!((a.name.as_str(), a.address.as_str()), ("1", "10.0.0.1"));
+        assert_eq!(a.kubeconfig_path, "/etc/rancher/k3s/k3s.yaml");
+        assert_eq!(
+            (
+                a.ssh.port,
+                a.ssh.identity.as_path(),
+                a.ssh.known_hosts.as_path()
+            ),
+            (2222, Path::new("/id"), Path::new("/k,h"))
+        );
+        assert_eq!(a.ssh.connect_timeout, Duration::from_secs(5));
+        assert_eq!(
+            a.api_server.as_ref().map(url::Url::as_str),
+            Some("https://lb.example.org:8443/")
+        );
+        assert_eq!(a.source, SourceKind::Ssh);
+        assert_eq!(
+            (b.source, b.kubeconfig_path.as_str()),
+            (SourceKind::Local, "/n/k3s.yaml")
+        );
+    }
+
     const FULL: &str = r#"
 repo:
   path: fleet

@@ -170,7 +170,7 @@ impl SealingKey {
         self.public.size() * 8
     }
 
-    /// True for the demo key (the lab's, `sim::DEMO_CERT_PEM`), whose private half is
+    /// True for the demo key (the lab's, `spokekeeper_lab::DEMO_CERT_PEM`), whose private half is
     /// public: nothing real may be sealed to it. Compares the RSA modulus, so the demo key
     /// given as a bare public key, re-wrapped in another certificate or with another
     /// exponent counts; the production build holds only this fingerprint, not the key.
@@ -327,5 +327,26 @@ fn algorithm_name(oid: &str) -> String {
         "1.3.101.113" => "Ed448".into(),
         "1.2.840.10040.4.1" => "DSA".into(),
         other => format!("algorithm {other}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use spokekeeper_lab::{DEMO_CERT_PEM, DEMO_KEY_PEM};
+
+    use super::*;
+    use crate::seal::{hybrid_decrypt, hybrid_encrypt};
+
+    /// The fingerprint `seal` refuses is the demo certificate's, and the lab's private key
+    /// is its other half (what is sealed to the one opens with the other).
+    #[test]
+    fn the_refused_demo_fingerprint_is_the_demo_key_pairs() {
+        let now = OffsetDateTime::now_utc();
+        let demo = SealingKey::from_pem(DEMO_CERT_PEM.as_bytes(), "demo", now).unwrap();
+        assert!(demo.is_demo());
+        let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "demo key").unwrap();
+        let sealed = hybrid_encrypt(&demo, b"label", b"plaintext").unwrap();
+        let opened = hybrid_decrypt(&keys, b"label", &sealed).unwrap();
+        assert_eq!(opened.expose(), b"plaintext");
     }
 }

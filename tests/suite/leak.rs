@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use spokekeeper::sim::{Pki, PkiOptions, kubeconfig_yaml};
+use spokekeeper_lab::{Pki, PkiOptions, kubeconfig_yaml};
 use support::git::{commit, fleet_remote, git};
 use support::leak::{Needles, key_needles, scalar_of_pem};
 

@@ -11,7 +11,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use support::daemon::{Daemon, rss_kib};
-use support::fleet::{config_yaml, extract_failures, unreachable_spokes};
+use support::fleet::{extract_failures, unreachable_spokes};
 use support::git::fleet_remote;
 
 /// VmRSS of a daemon that has started (serving /metrics, the config loaded) and is
@@ -51,10 +51,11 @@ fn daemon_memory_over_100_unreachable_spokes_stays_within_twice_the_documented_f
     let (_, mut clones) = fleet_remote(dir.path(), 1);
     let clone = clones.remove(0);
     // 127.254.0.0/16 is outside the lab's 127.0.0.0/16.
-    let mut yaml = config_yaml(&clone, &[], "");
-    yaml.push_str(&unreachable_spokes(dir.path(), 100, "127.254"));
     let config = dir.path().join("spokekeeper.yaml");
-    std::fs::write(&config, yaml).unwrap();
+    support::fleet::config(&clone, &[])
+        .spokes(unreachable_spokes(dir.path(), 100, "127.254"))
+        .write(&config)
+        .unwrap();
 
     let idle = idle_rss_kib(&config);
     // `--now`: one tick at once, the next an hour later.

@@ -7,6 +7,7 @@ use std::sync::Mutex;
 
 use spokekeeper::seal::{RecoveryKey, SealedSecret};
 use spokekeeper::secret::SecretBytes;
+use spokekeeper_lab::config::{ConfigBuilder, Spoke, Ssh};
 
 use super::git::{fleet_remote, git};
 use super::leak::Needles;
@@ -24,6 +25,8 @@ pub struct Fleet {
     pub config: PathBuf,
     /// TMPDIR of every command run through the fleet (scanned for plaintext).
     pub tmp: PathBuf,
+    /// The top-level lines `Fleet::with` was given.
+    extra: String,
     /// Everything those commands printed: (args, stdout, stderr).
     outputs: Mutex<Vec<(String, String, String)>>,
     // Last: the lab's runtime outlives the nodes.
@@ -59,41 +62,53 @@ pub fn extract_failures(metrics: &str) -> usize {
 
 /// `n` spokes (spoke0, spoke1, ...) at `{net}.X.Y` on SSH port 1, where nothing listens:
 /// every connection is refused at once. Their identity and known_hosts are made in `dir`.
-/// The entries for under `spokes:`.
-pub fn unreachable_spokes(dir: &Path, n: usize, net: &str) -> String {
+pub fn unreachable_spokes(dir: &Path, n: usize, net: &str) -> Vec<Spoke> {
     let (identity, known_hosts) = ssh_client_files(dir);
-    let mut yaml = String::new();
-    for i in 0..n {
-        yaml.push_str(&format!(
-            "  - name: spoke{i}\n    address: {net}.{}.{}\n    ssh: {{ port: 1, identity: {}, known_hosts: {}, connect_timeout: 2s }}\n",
-            i / 250,
-            i % 250 + 1,
-            identity.display(),
-            known_hosts.display()
-        ));
-    }
-    yaml
+    let ssh = Ssh {
+        port: 1,
+        identity,
+        known_hosts: Some(known_hosts),
+        connect_timeout: Some("2s".into()),
+    };
+    (0..n)
+        .map(|i| {
+            Spoke::new(
+                format!("spoke{i}"),
+                format!("{net}.{}.{}", i / 250, i % 250 + 1),
+            )
+            .ssh(&ssh)
+        })
+        .collect()
 }
 
-/// A spokekeeper.yaml for `nodes` (spoke0, spoke1, ...) over `clone`, with `extra`
-/// top-level lines (e.g. `renew_before: 1d`).
+/// A spokekeeper.yaml over `clone` with one spoke, `unreachable` at 127.255.0.1 on SSH
+/// port 1 with an identity in `dir` that does not exist: a tick that fails fast, for
+/// tests of the daemon's loop rather than of rotations.
+pub fn one_unreachable(clone: &Path, dir: &Path) -> ConfigBuilder {
+    let ssh = Ssh {
+        port: 1,
+        identity: dir.join("no-such-key"),
+        known_hosts: None,
+        connect_timeout: None,
+    };
+    ConfigBuilder::new(clone, vectors().join("key/cert.pem"))
+        .spoke(Spoke::new("unreachable", "127.255.0.1").ssh(&ssh))
+}
+
+/// A spokekeeper.yaml for `nodes` (spoke0, spoke1, ...) over `clone`, sealing to the
+/// vectors' certificate.
+pub fn config(clone: &Path, nodes: &[Node]) -> ConfigBuilder {
+    ConfigBuilder::new(clone, vectors().join("key/cert.pem")).spokes(
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(i, n)| n.spoke(&format!("spoke{i}"), "5s")),
+    )
+}
+
+/// The same as text, with `extra` top-level lines (e.g. `renew_before: 1d`).
 pub fn config_yaml(clone: &Path, nodes: &[Node], extra: &str) -> String {
-    let mut yaml = format!(
-        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\n{extra}spokes:\n",
-        clone.display(),
-        vectors().join("key/cert.pem").display()
-    );
-    for (i, n) in nodes.iter().enumerate() {
-        yaml.push_str(&format!(
-            "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: 5s }}\n",
-            n.address,
-            n.kubeconfig_path.display(),
-            n.ssh_port,
-            n.identity_path.display(),
-            n.known_hosts_path.display()
-        ));
-    }
-    yaml
+    config(clone, nodes).top(extra).yaml()
 }
 
 /// Runs the binary with `--config config` and `args`: (exit code, stdout, stderr).
@@ -122,6 +137,11 @@ impl Fleet {
         Self::with(opts, "")
     }
 
+    /// The configuration the fleet was made with, to change and write again.
+    pub fn builder(&self) -> ConfigBuilder {
+        config(&self.clone, &self.nodes).top(&self.extra)
+    }
+
     /// With `extra` top-level configuration lines.
     pub fn with(opts: &[NodeOptions], extra: &str) -> Fleet {
         let lab = Lab::new();
@@ -140,6 +160,7 @@ impl Fleet {
             clone,
             config,
             tmp,
+            extra: extra.into(),
             outputs: Mutex::new(Vec::new()),
             _lab: lab,
         }

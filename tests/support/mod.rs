@@ -1,4 +1,7 @@
-//! The lab: real spoke nodes for tests and benchmarks.
+//! The lab: real spoke nodes for tests and benchmarks. What needs spokekeeper's own types
+//! lives here (a [`Node`]'s `SshSettings`, the fleet and daemon helpers that run the
+//! binary, the real stack); the rest (mock API servers, PKI, the emulated hub, forges and
+//! Lease API, `ConfigBuilder`) is the lab crate, `spokekeeper_lab` (lab/).
 //!
 //! A [`Node`] is a real `sshd` on its own loopback address (127.0.X.Y, leased so that
 //! parallel tests and test binaries never collide), with its own host key, a client
@@ -21,11 +24,10 @@
 mod addr;
 pub mod daemon;
 pub mod fleet;
-pub mod forge;
 pub mod git;
 pub mod helm;
 pub mod leak;
-pub mod lease_emulator;
+pub mod lease;
 pub mod logs;
 pub mod peers;
 pub mod realstack;
@@ -48,12 +50,13 @@ use std::time::Duration;
 use rustix::process::Signal;
 use spokekeeper::secret::SecretBytes;
 use spokekeeper::spoke::SshSettings;
+use spokekeeper_lab::config::{Spoke, Ssh};
 
-pub use spokekeeper::sim::{Hostile, KubeconfigParts, kubeconfig_yaml};
+pub use spokekeeper_lab::{Hostile, KubeconfigParts, kubeconfig_yaml};
 
 use addr::AddressLease;
-use spokekeeper::sim::objects::{Objects, Signer};
-use spokekeeper::sim::{ApiIdentity, ApiServer, Pki, PkiOptions};
+use spokekeeper_lab::objects::{Objects, Signer};
+use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use sshd::Sshd;
 
 /// The unprivileged node user, allowed `sudo cat` of its node's k3s.yaml only.
@@ -277,6 +280,19 @@ impl Node {
             connect_timeout: Duration::from_secs(10),
             command_timeout: Duration::from_secs(20),
         }
+    }
+
+    /// This node as the spoke `name` of a spokekeeper.yaml: its k3s.yaml over its sshd
+    /// (as root), connects timing out after `connect_timeout` (`5s`).
+    pub fn spoke(&self, name: &str, connect_timeout: &str) -> Spoke {
+        Spoke::new(name, self.address)
+            .kubeconfig_path(&self.kubeconfig_path)
+            .ssh(&Ssh {
+                port: self.ssh_port,
+                identity: self.identity_path.clone(),
+                known_hosts: Some(self.known_hosts_path.clone()),
+                connect_timeout: Some(connect_timeout.into()),
+            })
     }
 
     pub fn address_string(&self) -> String {

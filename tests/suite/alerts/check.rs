@@ -7,6 +7,7 @@ use serde_json::Value;
 use spokekeeper::certs::CertInfo;
 use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::state::short;
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use support::NodeOptions;
 use support::fleet::{Fleet, spokekeeper, vectors};
 use support::git::{commit, fleet_remote, git};
@@ -204,15 +205,10 @@ fn the_sealing_certificate_is_graded_even_when_expired() {
         let cert = dir.path().join(name);
         std::fs::write(&cert, sealing_cert(not_after)).unwrap();
         let config = dir.path().join("spokekeeper.yaml");
-        std::fs::write(
-            &config,
-            format!(
-                "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 127.0.0.1}}\n",
-                clone.display(),
-                cert.display()
-            ),
-        )
-        .unwrap();
+        ConfigBuilder::new(&clone, &cert)
+            .spoke(Spoke::new("dev", "127.0.0.1"))
+            .write(&config)
+            .unwrap();
         let (code, out, err) = spokekeeper(&config, &["check", "-o", "json"]);
         assert_eq!(code, 2, "{out}\n{err}");
         let report: Value = serde_json::from_str(&out).unwrap();
@@ -241,15 +237,10 @@ fn what_cannot_be_checked_exits_3_and_says_what_to_do() {
     let not_a_clone = dir.path().join("empty");
     std::fs::create_dir(&not_a_clone).unwrap();
     let config = dir.path().join("spokekeeper.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 127.0.0.1}}\n",
-            not_a_clone.display(),
-            vectors().join("key/cert.pem").display()
-        ),
-    )
-    .unwrap();
+    ConfigBuilder::new(&not_a_clone, vectors().join("key/cert.pem"))
+        .spoke(Spoke::new("dev", "127.0.0.1"))
+        .write(&config)
+        .unwrap();
     let (code, out, err) = spokekeeper(&config, &["check", "-o", "json"]);
     assert_eq!(code, 3, "{out}\n{err}");
     let report: Value = serde_json::from_str(&out).unwrap();

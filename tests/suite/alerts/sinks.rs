@@ -12,9 +12,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use serde_json::Value;
 use spokekeeper::alerts::{
     self, AlertName, Finding, Notifier, NotifyOptions, SealingCert, Sink, Status, Subject,
@@ -25,6 +22,8 @@ use spokekeeper::repo::Repo;
 use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{self, Context, Options};
 use spokekeeper::seal::SealingKey;
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
+use spokekeeper_lab::webhook::{Mode, Post, Receiver};
 use support::fleet::{config_yaml, spokekeeper as run_binary, vectors};
 use support::git::fleet_remote;
 use support::peers::{self, Peer};
@@ -37,124 +36,6 @@ const AM_PATH: &str = "/api/v2/alerts";
 const RECORDER_PATH: &str = "/alertmanager-receiver";
 /// Webhook paths often are the secret (Slack-style): they must never be printed.
 const HOOK_PATH: &str = "/hooks/T000/secret-token";
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Mode {
-    Answer200,
-    Answer400,
-    Answer500,
-    Hang,
-}
-
-/// One delivered POST: when it arrived and its JSON body.
-#[derive(Clone, Debug)]
-struct Post {
-    at: OffsetDateTime,
-    body: Value,
-}
-
-#[derive(Default)]
-struct Seen {
-    requests: usize,
-    posts: Vec<Post>,
-    violations: Vec<String>,
-}
-
-/// Records POSTs (method, path, Content-Type and JSON checked). Spokekeeper's webhook and
-/// the real Alertmanager's notifications are heard through it; as a stand-in for
-/// Alertmanager itself it is used only for faults (5xx, 400, a hang).
-#[derive(Clone)]
-struct Receiver {
-    base: String,
-    path: &'static str,
-    mode: Arc<Mutex<Mode>>,
-    seen: Arc<Mutex<Seen>>,
-}
-
-impl Receiver {
-    async fn start(path: &'static str) -> Receiver {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let r = Receiver {
-            base: format!("http://{}", listener.local_addr().unwrap()),
-            path,
-            mode: Arc::new(Mutex::new(Mode::Answer200)),
-            seen: Arc::new(Mutex::new(Seen::default())),
-        };
-        let app = axum::Router::new().fallback(receive).with_state(r.clone());
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        r
-    }
-
-    fn url(&self) -> String {
-        format!("{}{}", self.base, self.path)
-    }
-
-    fn set(&self, mode: Mode) {
-        *self.mode.lock().unwrap() = mode;
-    }
-
-    fn posts(&self) -> Vec<Post> {
-        self.seen.lock().unwrap().posts.clone()
-    }
-
-    fn requests(&self) -> usize {
-        self.seen.lock().unwrap().requests
-    }
-
-    fn assert_clean(&self) {
-        let v = &self.seen.lock().unwrap().violations;
-        assert!(v.is_empty(), "{}: {v:?}", self.path);
-    }
-}
-
-async fn receive(
-    State(r): State<Receiver>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Bytes,
-) -> (StatusCode, String) {
-    let at = OffsetDateTime::now_utc();
-    let mode = *r.mode.lock().unwrap();
-    let violation = |what: String, code| {
-        let mut seen = r.seen.lock().unwrap();
-        seen.requests += 1;
-        seen.violations.push(what.clone());
-        (code, what)
-    };
-    if method != Method::POST {
-        return violation(format!("method {method}"), StatusCode::METHOD_NOT_ALLOWED);
-    }
-    if uri.path() != r.path {
-        return violation(format!("path {}", uri.path()), StatusCode::NOT_FOUND);
-    }
-    let ct = headers
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    if ct != "application/json" {
-        return violation(
-            format!("content-type {ct:?}"),
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        );
-    }
-    let Ok(json) = serde_json::from_slice::<Value>(&body) else {
-        return violation("body is not JSON".into(), StatusCode::BAD_REQUEST);
-    };
-    r.seen.lock().unwrap().requests += 1;
-    match mode {
-        Mode::Answer200 => {
-            r.seen.lock().unwrap().posts.push(Post { at, body: json });
-            (StatusCode::OK, String::new())
-        }
-        Mode::Answer400 => (StatusCode::BAD_REQUEST, "bad alert".into()),
-        Mode::Answer500 => (StatusCode::INTERNAL_SERVER_ERROR, "boom".into()),
-        Mode::Hang => {
-            tokio::time::sleep(Duration::from_secs(60)).await;
-            (StatusCode::OK, String::new())
-        }
-    }
-}
 
 fn time(v: &Value) -> OffsetDateTime {
     OffsetDateTime::parse(v.as_str().unwrap(), &Rfc3339).unwrap()
@@ -822,10 +703,12 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
     let dir = tempfile::tempdir().unwrap();
     let clone = fleet_remote(dir.path(), 1).1.remove(0);
     // Nothing listens on port 1: a fresh probe would be refused.
-    let text = format!(
-        "repo: {{path: {}}}\nsealing: {{cert: c.pem}}\nspokes:\n  - {{name: dev, address: 127.0.0.1, api_server: \"https://127.0.0.1:1\"}}\n  - {{name: other, address: 127.0.0.1, api_server: \"https://127.0.0.1:1\"}}\n",
-        clone.display()
-    );
+    let text = ConfigBuilder::new(&clone, "c.pem")
+        .spokes(
+            ["dev", "other"]
+                .map(|name| Spoke::new(name, "127.0.0.1").api_server("https://127.0.0.1:1")),
+        )
+        .yaml();
     let config = Config::parse(&text, "t.yaml", dir.path()).unwrap();
     let repo = Repo::open(&config.repo).await.unwrap();
     let now = OffsetDateTime::now_utc();

@@ -16,8 +16,8 @@ use hyper::StatusCode;
 use rustix::process::{Pid, Signal, kill_process};
 use serde_json::Value;
 use spokekeeper::daemon::lease::{self, LeaseLock, Observed, Timing};
+use spokekeeper_lab::lease::{Emulator, Endpoint, NS};
 use support::git::fleet_remote;
-use support::lease_emulator::{Emulator, Endpoint, NS};
 use tokio::sync::watch;
 
 // ---------------------------------------------------------------------------------------
@@ -27,7 +27,7 @@ const LONG: Duration = Duration::from_secs(15);
 
 fn contender(emu: &Emulator, lease: &str, id: &str, duration: Duration) -> (Endpoint, LeaseLock) {
     let ep = emu.endpoint();
-    let lock = LeaseLock::new(emu.client(&ep), NS, lease, id, duration);
+    let lock = LeaseLock::new(support::lease::client(emu, &ep), NS, lease, id, duration);
     (ep, lock)
 }
 
@@ -178,7 +178,7 @@ fn an_expired_lease_is_taken_over_and_a_released_one_at_once() {
     let requests = emu.shared.requests.lock().unwrap().clone();
     let mut verbs = std::collections::BTreeSet::new();
     for (method, path) in &requests {
-        let (group, resource, verb) = spokekeeper::sim::hub::rbac_attributes(method, path)
+        let (group, resource, verb) = spokekeeper_lab::hub::rbac_attributes(method, path)
             .unwrap_or_else(|| panic!("{method} {path}"));
         assert!(
             lease::ACCESS
@@ -424,23 +424,14 @@ impl Drop for Proc {
 /// unreachable (its SSH identity does not exist): ticks are quick and fail at extract.
 fn fleet(dir: &Path, names: &[&str]) -> Vec<PathBuf> {
     let (_, clones) = fleet_remote(dir, names.len());
-    let cert =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets/key/cert.pem");
     names
         .iter()
         .zip(clones)
         .map(|(name, clone)| {
             let config = dir.join(format!("{name}.yaml"));
-            fs::write(
-                &config,
-                format!(
-                    "repo:\n  path: {}\nsealing:\n  cert: {}\nspokes:\n  - name: unreachable\n    address: 127.255.0.1\n    ssh: {{ port: 1, identity: {}/no-such-key }}\n",
-                    clone.display(),
-                    cert.display(),
-                    dir.display()
-                ),
-            )
-            .unwrap();
+            support::fleet::one_unreachable(&clone, dir)
+                .write(&config)
+                .unwrap();
             config
         })
         .collect()

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::process::{Pid, Signal, kill_process};
 use spokekeeper::seal::{SealedSecret, SealingKey};
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use support::daemon::rss_kib;
 use support::fleet::{extract_failures, unreachable_spokes, vectors};
 use support::git::{fleet_remote, git};
@@ -27,12 +28,9 @@ fn fleet_repo(dir: &Path) -> (PathBuf, PathBuf) {
     (remote, clones.remove(0))
 }
 
-fn config_head(clone: &Path) -> String {
-    format!(
-        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
-        clone.display(),
-        vectors().join("key/cert.pem").display()
-    )
+/// The fleet repo `clone`, sealing to the vectors' certificate.
+fn builder(clone: &Path) -> ConfigBuilder {
+    ConfigBuilder::new(clone, vectors().join("key/cert.pem"))
 }
 
 struct Fleet {
@@ -67,20 +65,12 @@ impl Fleet {
 
     /// A config with the nodes `spokes` (by index); `slow` connects time out after 60s.
     fn yaml(&self, spokes: &[usize], slow: &[usize]) -> String {
-        let mut yaml = config_head(&self.clone);
-        for &i in spokes {
-            let n = &self.nodes[i];
-            let timeout = if slow.contains(&i) { "60s" } else { "5s" };
-            yaml.push_str(&format!(
-                "  - name: spoke{i}\n    address: {}\n    kubeconfig_path: {}\n    ssh: {{ port: {}, identity: {}, known_hosts: {}, connect_timeout: {timeout} }}\n",
-                n.address,
-                n.kubeconfig_path.display(),
-                n.ssh_port,
-                n.identity_path.display(),
-                n.known_hosts_path.display()
-            ));
-        }
-        yaml
+        builder(&self.clone)
+            .spokes(spokes.iter().map(|&i| {
+                let timeout = if slow.contains(&i) { "60s" } else { "5s" };
+                self.nodes[i].spoke(&format!("spoke{i}"), timeout)
+            }))
+            .yaml()
     }
 
     fn write_config(&self, spokes: &[usize], extra: &str) {
@@ -673,7 +663,7 @@ fn startup_errors_name_what_failed() {
     let dir = tempfile::tempdir().unwrap();
     let (_, clone) = fleet_repo(dir.path());
     let config = dir.path().join("spokekeeper.yaml");
-    let spoke = "  - name: a\n    address: 127.255.0.1\n";
+    let with_spoke = builder(&clone).spoke(Spoke::new("a", "127.255.0.1"));
     let run = |args: &[&str]| {
         Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
             .arg("--config")
@@ -683,11 +673,11 @@ fn startup_errors_name_what_failed() {
             .output()
             .unwrap()
     };
-    fs::write(
-        &config,
-        format!("{}{spoke}schedule: \"*/15 * *\"\n", config_head(&clone)),
-    )
-    .unwrap();
+    with_spoke
+        .clone()
+        .top("schedule: \"*/15 * *\"\n")
+        .write(&config)
+        .unwrap();
     let out = run(&[]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -699,7 +689,7 @@ fn startup_errors_name_what_failed() {
     );
 
     // The listen address is taken.
-    fs::write(&config, format!("{}{spoke}", config_head(&clone))).unwrap();
+    with_spoke.write(&config).unwrap();
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap().to_string();
     let out = run(&["--listen", &addr]);
@@ -719,10 +709,11 @@ fn memory_with_100_spokes_idle_and_during_a_tick() {
     let dir = support::scratch_dir();
     let (_, clone) = fleet_repo(dir.path());
     // 127.255.0.0/16 is outside the lab's 127.0.0.0/16.
-    let mut yaml = config_head(&clone);
-    yaml.push_str(&unreachable_spokes(dir.path(), 100, "127.255"));
     let config = dir.path().join("spokekeeper.yaml");
-    fs::write(&config, yaml).unwrap();
+    builder(&clone)
+        .spokes(unreachable_spokes(dir.path(), 100, "127.255"))
+        .write(&config)
+        .unwrap();
 
     let d = Daemon::start(&config, &["--interval", "4s"]);
     let pid = d.child.id();

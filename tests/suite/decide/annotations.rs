@@ -16,7 +16,7 @@ use spokekeeper::rotate::observe::{Committed, Invalid, Observation, Record};
 use spokekeeper::rotate::state::{self, Recorded};
 use spokekeeper::rotate::{Outcome, Reason, SpokeReport, TickReport};
 use spokekeeper::seal::SealedSecret;
-use spokekeeper::sim::{Pki, PkiOptions};
+use spokekeeper_lab::{Pki, PkiOptions};
 use time::OffsetDateTime;
 
 const HEX: &str = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";

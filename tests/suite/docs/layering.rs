@@ -9,10 +9,8 @@ use std::path::{Path, PathBuf};
 /// Top-level modules of `src/`, from the top down. A module may import only modules in
 /// layers below its own. The reasons are in docs/ARCHITECTURE.md.
 const LAYERS: &[&[&str]] = &[
-    // Commands and their output; `cli/demo.rs` runs the demo.
+    // Commands and their output; `cli/demo.rs` runs the demo (on the lab crate, lab/).
     &["cli"],
-    // The demo's simulated spokes and hub (the `demo` feature; the tests use it too).
-    &["sim"],
     // `spokekeeper run`: schedule, leader election, endpoints.
     &["daemon"],
     // Renderers of a tick's report.

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 
 use spokekeeper::config::RepoConfig;
 use spokekeeper::repo::{Pushed, Repo, RepoError};
+use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use support::git::{commit, fleet_remote, git, repo_config};
 
 /// A bare remote with one commit on main, and `n` clones of it.
@@ -465,11 +466,9 @@ async fn a_pinned_sealing_cert_inside_the_clone_is_not_read_through_a_symlink() 
     let outside = d.path().join("cert.pem");
     std::fs::write(&outside, "not a certificate\n").unwrap();
     let _repo = with_committed_links(&clones[0], &[("keys/sealing.pem", &outside)]).await;
-    let text = format!(
-        "repo: {{path: {}}}\nsealing: {{cert: {}}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n",
-        clones[0].display(),
-        clones[0].join("keys/sealing.pem").display()
-    );
+    let text = ConfigBuilder::new(&clones[0], clones[0].join("keys/sealing.pem"))
+        .spoke(Spoke::new("dev", "10.0.0.1"))
+        .yaml();
     let config = spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", d.path()).unwrap();
     let e = spokekeeper::hub::cert::initial(&config)
         .await

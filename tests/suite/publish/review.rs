@@ -1,6 +1,6 @@
 //! Review mode (`repo.mode: pull-request`) in the lab, through the binary: real sshd
 //! spokes, real TLS API servers, a real bare git remote, and an emulated forge per kind
-//! (tests/support/forge.rs) that checks paths, the token header and the JSON bodies.
+//! (lab/src/forge.rs) that checks paths, the token header and the JSON bodies.
 
 use crate::support;
 
@@ -10,9 +10,9 @@ use std::time::Duration;
 use axum::http::Method;
 use serde_json::{Value, json};
 use spokekeeper::repo::{Repo, Untrusted};
+use spokekeeper_lab::forge::{Fault, ForgeSim, Kind, TOKEN};
 use support::NodeOptions;
 use support::fleet::{Fleet, action};
-use support::forge::{Fault, ForgeSim, Kind, TOKEN};
 use support::git::{git, repo_config, signing_key, verifies_with};
 
 const KINDS: [Kind; 3] = [Kind::Github, Kind::Gitlab, Kind::Gitea];
@@ -33,16 +33,14 @@ fn review(kind: Kind, n: usize, extra: &str) -> Review {
     let token_file = fleet.dir.path().join("forge-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
     let signing_key = support::git::signing_key(&fleet.dir.path().join("signing-key"));
-    let yaml = std::fs::read_to_string(&fleet.config).unwrap();
-    let forge_yaml = format!(
-        "repo:\n  mode: pull-request\n  signing_key: {}\n  forge:\n    kind: {}\n    url: {}\n    repository: {}\n    token_file: {}\n    timeout: 2s\n    rate_limit_wait: 3s\n{extra}",
-        signing_key.display(),
-        kind.name(),
-        forge.url(),
-        forge.repository(),
-        token_file.display()
-    );
-    std::fs::write(&fleet.config, yaml.replacen("repo:\n", &forge_yaml, 1)).unwrap();
+    let forge_yaml = forge.repo_yaml(&signing_key, &token_file)
+        + "    timeout: 2s\n    rate_limit_wait: 3s\n"
+        + extra;
+    fleet
+        .builder()
+        .repo(&forge_yaml)
+        .write(&fleet.config)
+        .unwrap();
     Review {
         fleet,
         forge,

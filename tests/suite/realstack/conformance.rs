@@ -2,11 +2,12 @@
 //! component (tests/support/realstack) and compares the status codes and the fields
 //! spokekeeper reads. The real component is right; a difference is a fix to the emulator.
 //!
-//! - the mock spoke API (`sim::ApiServer`) against a real kube-apiserver with k3s-shaped
-//!   PKI and `--anonymous-auth=false` (the mock's default mode);
-//! - the simulated hub (`sim::HubSim`) against the real hub: kube-apiserver with RBAC, the
-//!   Sealed Secrets controller behind the service proxy, Flux's CRDs;
-//! - the Lease emulator (tests/support/lease_emulator.rs) against a real kube-apiserver;
+//! - the mock spoke API (`spokekeeper_lab::ApiServer`) against a real kube-apiserver with
+//!   k3s-shaped PKI and `--anonymous-auth=false` (the mock's default mode);
+//! - the simulated hub (`spokekeeper_lab::hub::HubSim`) against the real hub:
+//!   kube-apiserver with RBAC, the Sealed Secrets controller behind the service proxy,
+//!   Flux's CRDs;
+//! - the Lease emulator (lab/src/lease.rs) against a real kube-apiserver;
 //! - the mock spoke API's CSRs, approvals, signing and ClusterRoleBindings (minted
 //!   credentials) against a real spoke with its kube-controller-manager: signed only
 //!   after approval, the CN and notAfter, no signer, a denial, the minted user's access
@@ -26,10 +27,10 @@ use spokekeeper::config::{ControllerRef, HubConfig};
 use spokekeeper::daemon::lease::{LeaseLock, Observed};
 use spokekeeper::hub::{Consumer, Hub, HubObject, Kind};
 use spokekeeper::secret::SecretBytes;
-use spokekeeper::sim::hub::{HubSim, SimSpoke, rbac_attributes};
-use spokekeeper::sim::{ApiIdentity, ApiServer, Pki, PkiOptions};
+use spokekeeper_lab::hub::{HubSim, Kind as SimKind, SimSpoke, rbac_attributes};
+use spokekeeper_lab::lease::Emulator;
+use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use support::Lab;
-use support::lease_emulator::Emulator;
 use support::realstack::access::Lacking;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
 use support::realstack::kube::{Etcd, KubeApi};
@@ -524,7 +525,7 @@ async fn hub_transcript(
 
 /// A Kustomization or HelmRelease as the simulated hub holds it, for the real hub: its
 /// spec and status, applied and then written through the status subresource.
-fn copy_to_real(real: &RealHub, sim: &HubSim, kind: Kind, name: &str) {
+fn copy_to_real(real: &RealHub, sim: &HubSim, kind: SimKind, name: &str) {
     let obj = sim.consumer(kind, FLUX_NS, name).expect("the sim holds it");
     let manifest = json!({
         "apiVersion": obj["apiVersion"], "kind": obj["kind"],
@@ -532,10 +533,9 @@ fn copy_to_real(real: &RealHub, sim: &HubSim, kind: Kind, name: &str) {
         "spec": obj["spec"],
     });
     real.api.apply(&manifest.to_string());
-    let plural = kind.resource().plural;
     real.api.kubectl(&[
         "patch",
-        &format!("{plural}.{}", kind.resource().group),
+        &format!("{}.{}", kind.plural(), kind.group()),
         name,
         "-n",
         FLUX_NS,
@@ -612,14 +612,14 @@ fn the_simulated_hub_answers_as_the_real_hub() {
         .expect("the chart labels the controller's Service with its version")
         .to_string();
     sim.set_version_label(&label);
-    sim.add_consumer(Kind::Kustomization, FLUX_NS, "conform-b", Some(SECRET));
-    sim.add_consumer(Kind::Kustomization, FLUX_NS, "conform-c", None);
-    sim.add_consumer(Kind::HelmRelease, FLUX_NS, "conform-app", Some(SECRET));
+    sim.add_consumer(SimKind::Kustomization, FLUX_NS, "conform-b", Some(SECRET));
+    sim.add_consumer(SimKind::Kustomization, FLUX_NS, "conform-c", None);
+    sim.add_consumer(SimKind::HelmRelease, FLUX_NS, "conform-app", Some(SECRET));
     for (kind, name) in [
-        (Kind::Kustomization, "conform"),
-        (Kind::Kustomization, "conform-b"),
-        (Kind::Kustomization, "conform-c"),
-        (Kind::HelmRelease, "conform-app"),
+        (SimKind::Kustomization, "conform"),
+        (SimKind::Kustomization, "conform-b"),
+        (SimKind::Kustomization, "conform-c"),
+        (SimKind::HelmRelease, "conform-app"),
     ] {
         copy_to_real(&real, &sim, kind, name);
     }
@@ -903,7 +903,7 @@ fn the_lease_emulator_answers_as_a_real_api_server() {
 
     let emu = Emulator::new();
     let ep = emu.endpoint();
-    let emu_client = emu.client(&ep);
+    let emu_client = support::lease::client(&emu, &ep);
     let emulated = rt.block_on(lease_transcript(&emu_client));
     assert_same(&emulated, &real);
     assert_eq!(real[1].1, json!("Leader"), "{real:#?}");
@@ -1015,7 +1015,7 @@ fn minted_kubeconfig(url: &str, pki: &Pki, csr: &Value, key: &rcgen::KeyPair) ->
     let pem = base64::engine::general_purpose::STANDARD
         .decode(csr["status"]["certificate"].as_str().expect("signed"))
         .unwrap();
-    let parts = spokekeeper::sim::KubeconfigParts {
+    let parts = spokekeeper_lab::KubeconfigParts {
         ca_pem: pki.parts.ca_pem.clone(),
         client_chain_pem: String::from_utf8(pem).unwrap(),
         client_key_pem: key.serialize_pem(),
@@ -1293,7 +1293,7 @@ fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
     )
     .unwrap();
     let mock_url = format!("https://{}:{}", spoke.node.address, mock.port);
-    let client = |url: &str, parts: &spokekeeper::sim::KubeconfigParts| {
+    let client = |url: &str, parts: &spokekeeper_lab::KubeconfigParts| {
         client_from_yaml(&rt, &support::kubeconfig_yaml(url, parts, None, ""))
     };
 

@@ -780,22 +780,14 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
     ));
     let dir = tempfile::tempdir().unwrap();
     let (_, clones) = support::git::fleet_remote(dir.path(), 3);
-    let cert = support::fleet::vectors().join("key/cert.pem");
     let faketime = libfaketime();
     let names = ["steady", "ahead", "behind"];
     let skews = [None, Some("+12s"), Some("-10m")];
     let start = |i: usize| {
         let config = dir.path().join(format!("{}.yaml", names[i]));
-        std::fs::write(
-            &config,
-            format!(
-                "repo:\n  path: {}\nsealing:\n  cert: {}\nspokes:\n  - name: unreachable\n    address: 127.255.0.1\n    ssh: {{ port: 1, identity: {}/no-such-key }}\n",
-                clones[i].display(),
-                cert.display(),
-                dir.path().display()
-            ),
-        )
-        .unwrap();
+        support::fleet::one_unreachable(&clones[i], dir.path())
+            .write(&config)
+            .unwrap();
         let mut envs: Vec<(&str, &std::ffi::OsStr)> = Vec::new();
         if let Some(skew) = skews[i] {
             envs.push(("LD_PRELOAD", faketime.as_os_str()));

@@ -1,5 +1,5 @@
 //! The hub integration against the lab (real sshd spokes, a real git remote) and the
-//! emulated hub API (src/sim/hub.rs), through the binary: the controller's certificate
+//! emulated hub API (the lab's `hub`), through the binary: the controller's certificate
 //! fetched and pinned, a renewal re-sealing every spoke in one tick, the post-push
 //! verification reaching Ready, a stuck SealedSecret, an unreachable hub, `status`, and
 //! every request held to hub::ACCESS.
@@ -10,9 +10,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use spokekeeper::hub::{ACCESS, Kind};
+use spokekeeper::hub::ACCESS;
 use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
-use spokekeeper::sim::hub::{Controller, Flux, HubSim, SimSpoke, rbac_attributes};
+use spokekeeper_lab::config::ConfigBuilder;
+use spokekeeper_lab::hub::{Controller, Flux, HubSim, Kind, SimSpoke, rbac_attributes};
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
 use support::git::{clone, commit, git};
@@ -22,6 +23,8 @@ const PINNED: &str = "keys/sealed-secrets.pem";
 struct HubLab {
     fleet: Fleet,
     hub: HubSim,
+    /// The `hub:` section of the fleet's configuration.
+    hub_yaml: String,
     // Last: the hub runs on it.
     rt: Option<tokio::runtime::Runtime>,
 }
@@ -94,28 +97,26 @@ fn lab(n: usize, hub_extra: &str) -> HubLab {
     }
     let kubeconfig = fleet.dir.path().join("hub.kubeconfig");
     std::fs::write(&kubeconfig, hub.kubeconfig_yaml()).unwrap();
-    let text = std::fs::read_to_string(&fleet.config).unwrap();
-    let old = vectors().join("key/cert.pem");
-    let text = text.replace(
-        old.to_str().unwrap(),
-        fleet.clone.join(PINNED).to_str().unwrap(),
-    );
-    std::fs::write(
-        &fleet.config,
-        format!(
-            "{text}hub:\n  kubeconfig: {}\n{hub_extra}",
-            kubeconfig.display()
-        ),
-    )
-    .unwrap();
-    HubLab {
+    let hub_yaml = format!("hub:\n  kubeconfig: {}\n{hub_extra}", kubeconfig.display());
+    let l = HubLab {
         fleet,
         hub,
+        hub_yaml,
         rt: Some(rt),
-    }
+    };
+    l.builder().write(&l.fleet.config).unwrap();
+    l
 }
 
 impl HubLab {
+    /// The fleet's configuration: the pinned certificate, and the hub.
+    fn builder(&self) -> ConfigBuilder {
+        self.fleet
+            .builder()
+            .sealing_cert(self.fleet.clone.join(PINNED))
+            .top(&self.hub_yaml)
+    }
+
     fn sealed(&self, i: usize) -> SealedSecret {
         SealedSecret::parse(self.fleet.remote_file(i).as_bytes()).unwrap()
     }
@@ -675,23 +676,18 @@ fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
 /// own branch and pull request, and every spoke's re-sealed credential on its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
-    use support::forge::{ForgeSim, Kind, TOKEN};
+    use spokekeeper_lab::forge::{ForgeSim, Kind, TOKEN};
     let l = lab(2, "  verify_timeout: 5s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0, "seeded directly");
     let main_before = git(&l.fleet.remote, &["rev-parse", "main"]);
     let forge = ForgeSim::start(Kind::Github, l.fleet.remote.clone());
     let token_file = l.fleet.dir.path().join("forge-token");
     std::fs::write(&token_file, format!("{TOKEN}\n")).unwrap();
-    let yaml = std::fs::read_to_string(&l.fleet.config).unwrap();
     let signing_key = support::git::signing_key(&l.fleet.dir.path().join("signing-key"));
-    let review = format!(
-        "repo:\n  mode: pull-request\n  signing_key: {}\n  forge:\n    kind: github\n    url: {}\n    repository: {}\n    token_file: {}\n",
-        signing_key.display(),
-        forge.url(),
-        forge.repository(),
-        token_file.display()
-    );
-    std::fs::write(&l.fleet.config, yaml.replacen("repo:\n", &review, 1)).unwrap();
+    l.builder()
+        .repo(&forge.repo_yaml(&signing_key, &token_file))
+        .write(&l.fleet.config)
+        .unwrap();
 
     l.hub.renew_key(&cert("other-key"), key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -1003,7 +999,7 @@ fn patches_to(hub: &HubSim, plural: &str, ns: &str, name: &str) -> usize {
     requests_to(hub, "PATCH", &format!("/namespaces/{ns}/{plural}/{name}"))
 }
 
-fn lists(hub: &HubSim) -> Vec<spokekeeper::sim::hub::Seen> {
+fn lists(hub: &HubSim) -> Vec<spokekeeper_lab::hub::Seen> {
     hub.requests()
         .into_iter()
         .filter(|r| {
@@ -1398,7 +1394,7 @@ async fn a_recheck_waits_for_the_pending_request() {
     let spoke = &config.spokes[0];
     let ciphertext = l.sealed(0).encrypted_data[&spoke.secret.key].clone();
     let consumer = spokekeeper::hub::Consumer {
-        kind: Kind::Kustomization,
+        kind: spokekeeper::hub::Kind::Kustomization,
         namespace: "flux-system".into(),
         name: "spoke0".into(),
     };

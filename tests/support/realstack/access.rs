@@ -2,9 +2,9 @@
 //! that lack one right (an RBAC'd lab user of the client CA, not `system:masters`), and
 //! a spoke on which every CSR approval comes back as a denial.
 
-use spokekeeper::sim::KubeconfigParts;
-use spokekeeper::sim::objects::Objects;
-use spokekeeper::sim::pki::kubeconfig_yaml;
+use spokekeeper_lab::KubeconfigParts;
+use spokekeeper_lab::objects::Objects;
+use spokekeeper_lab::pki::kubeconfig_yaml;
 
 use super::kube::{KubeApi, START};
 use super::spoke::RealSpoke;

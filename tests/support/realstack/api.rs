@@ -4,7 +4,7 @@
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 
-use spokekeeper::sim::Pki;
+use spokekeeper_lab::Pki;
 
 use super::kube::{Etcd, KubeApi, control_plane};
 

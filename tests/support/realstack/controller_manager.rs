@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use spokekeeper::sim::Pki;
-use spokekeeper::sim::pki::kubeconfig_yaml;
+use spokekeeper_lab::Pki;
+use spokekeeper_lab::pki::kubeconfig_yaml;
 
 use super::kube::{KubeApi, START};
 use super::proc::Proc;

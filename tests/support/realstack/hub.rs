@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
-use spokekeeper::sim::Pki;
+use spokekeeper_lab::Pki;
 
 use super::kube::{Etcd, KubeApi, START, control_plane};
 use super::netns::Netns;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use spokekeeper::sim::pki::pem;
-use spokekeeper::sim::{Pki, PkiOptions, kubeconfig_yaml};
+use spokekeeper_lab::pki::pem;
+use spokekeeper_lab::{Pki, PkiOptions, kubeconfig_yaml};
 
 use super::proc::Proc;
 use super::{bin, free_port, run, wait_until};

@@ -1,6 +1,6 @@
 //! A Kubernetes API that serves coordination.k8s.io/v1 Leases with real optimistic
 //! concurrency (one revision counter, 409 on a stale resourceVersion), for the lease
-//! tests; tests/conformance.rs holds it to a real kube-apiserver.
+//! tests; tests/suite/realstack/conformance.rs holds it to a real kube-apiserver.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -194,20 +194,15 @@ impl Emulator {
         store.leases.insert(key, obj);
     }
 
-    pub fn client(&self, endpoint: &Endpoint) -> kube::Client {
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let yaml = fs::read_to_string(self.kubeconfig(endpoint)).unwrap();
-        let kc = kube::config::Kubeconfig::from_yaml(&yaml).unwrap();
-        let rt = self.rt.as_ref().unwrap();
-        let config = rt
-            .block_on(kube::Config::from_custom_kubeconfig(
-                kc,
-                &kube::config::KubeConfigOptions::default(),
-            ))
-            .unwrap();
-        // The client's connection tasks run on the caller's runtime.
-        let _guard = rt.enter();
-        kube::Client::try_from(config).unwrap()
+    /// The runtime the endpoints are served on (a client's connection tasks may run there).
+    pub fn runtime(&self) -> &tokio::runtime::Runtime {
+        self.rt.as_ref().expect("running")
+    }
+}
+
+impl Default for Emulator {
+    fn default() -> Self {
+        Self::new()
     }
 }
 

@@ -5,8 +5,9 @@
 //!   (text/plain PEM; 503 "no endpoints available" while the controller is down);
 //! - GET SealedSecrets (bitnami.com/v1alpha1): on each read, "Flux" applies the file the
 //!   `source` closure returns (what the fleet repo holds), bumping generation when the
-//!   spec changed; the "controller" then really unseals it with its private keys and
-//!   writes the Synced condition and observedGeneration;
+//!   spec changed; the "controller" then really unseals it with its private keys (each a
+//!   [`Key`], injected: the lab does no Sealed Secrets crypto) and writes the Synced
+//!   condition and observedGeneration;
 //! - GET and PATCH (merge patch only, like the API server for custom resources)
 //!   Kustomizations (kustomize.toolkit.fluxcd.io/v1) and HelmReleases
 //!   (helm.toolkit.fluxcd.io/v2): a new reconcile.fluxcd.io/requestedAt goes through Ready
@@ -34,8 +35,67 @@ use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
 
-use crate::hub::Kind;
-use crate::seal::{RecoveryKey, SealedSecret};
+/// Flux's annotation asking a Kustomization or HelmRelease to reconcile now (spokekeeper's
+/// `hub::REQUESTED_AT`; a test there holds the two equal).
+pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
+
+/// The Flux kinds that deploy with a kubeconfig Secret, as the hub serves them
+/// (spokekeeper's `hub::Kind`; a test there holds the two alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Kind {
+    Kustomization,
+    HelmRelease,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 2] = [Kind::Kustomization, Kind::HelmRelease];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Kustomization => "Kustomization",
+            Kind::HelmRelease => "HelmRelease",
+        }
+    }
+
+    pub fn group(self) -> &'static str {
+        match self {
+            Kind::Kustomization => "kustomize.toolkit.fluxcd.io",
+            Kind::HelmRelease => "helm.toolkit.fluxcd.io",
+        }
+    }
+
+    pub fn version(self) -> &'static str {
+        match self {
+            Kind::Kustomization => "v1",
+            Kind::HelmRelease => "v2",
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            Kind::Kustomization => "kustomizations",
+            Kind::HelmRelease => "helmreleases",
+        }
+    }
+
+    pub fn api_version(self) -> String {
+        format!("{}/{}", self.group(), self.version())
+    }
+
+    /// The kind named `name` (`Kustomization`, `HelmRelease`).
+    pub fn named(name: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == name)
+    }
+}
+
+/// One of the controller's private keys. The lab emulates the controller on the wire, not
+/// Sealed Secrets' crypto: whoever starts the hub says what a key opens (the demo and the
+/// tests, with spokekeeper's `seal`).
+pub trait Key: Send {
+    /// Whether this key opens `sealed`: a SealedSecret object (JSON, as the API server
+    /// stores it) holding one encryptedData value.
+    fn opens(&self, sealed: &[u8]) -> bool;
+}
 
 /// What "Flux" would apply for a path in the fleet repo (None: not there).
 pub type Source = Arc<dyn Fn(&str) -> Option<Vec<u8>> + Send + Sync>;
@@ -92,7 +152,7 @@ struct State {
     namespace: String,
     name: String,
     cert_pem: String,
-    keys: Vec<RecoveryKey>,
+    keys: Vec<Box<dyn Key>>,
     controller: Controller,
     flux: Flux,
     source: Source,
@@ -139,19 +199,19 @@ pub struct HubSim {
 impl HubSim {
     /// Serves on 127.0.0.1 (any port) on `rt`: a controller `namespace/name` with
     /// certificate `cert_pem` and private `keys`.
-    pub fn start(
+    pub fn start<K: Key + 'static>(
         rt: &Handle,
         namespace: &str,
         name: &str,
         cert_pem: &str,
-        keys: Vec<RecoveryKey>,
+        keys: impl IntoIterator<Item = K>,
         source: Source,
     ) -> std::io::Result<HubSim> {
         let state = Arc::new(Mutex::new(State {
             namespace: namespace.into(),
             name: name.into(),
             cert_pem: cert_pem.into(),
-            keys,
+            keys: boxed(keys),
             controller: Controller::Up,
             flux: Flux::Ready,
             source,
@@ -214,7 +274,6 @@ impl HubSim {
     pub fn add_consumer(&self, kind: Kind, namespace: &str, name: &str, secret: Option<&str>) {
         let mut st = self.lock();
         st.revision += 1;
-        let ar = kind.resource();
         let mut spec = match kind {
             Kind::Kustomization => json!({
                 "interval": "10m",
@@ -248,8 +307,8 @@ impl HubSim {
             ),
         };
         let obj = json!({
-            "apiVersion": ar.api_version,
-            "kind": ar.kind,
+            "apiVersion": kind.api_version(),
+            "kind": kind.as_str(),
             "metadata": {
                 "name": name,
                 "namespace": namespace,
@@ -341,15 +400,15 @@ impl HubSim {
 
     /// The controller's key rotation: a new certificate; it keeps the old keys to
     /// decrypt what is still sealed to them, as the real controller does.
-    pub fn renew_key(&self, cert_pem: &str, key: RecoveryKey) {
+    pub fn renew_key(&self, cert_pem: &str, key: impl Key + 'static) {
         let mut st = self.lock();
         st.cert_pem = cert_pem.into();
-        st.keys.push(key);
+        st.keys.push(Box::new(key));
     }
 
     /// Replaces the controller's private keys (a lost key: nothing old unseals).
-    pub fn set_keys(&self, keys: Vec<RecoveryKey>) {
-        self.lock().keys = keys;
+    pub fn set_keys<K: Key + 'static>(&self, keys: impl IntoIterator<Item = K>) {
+        self.lock().keys = boxed(keys);
     }
 
     pub fn set_controller(&self, c: Controller) {
@@ -391,6 +450,12 @@ impl HubSim {
             self.addr
         )
     }
+}
+
+fn boxed<K: Key + 'static>(keys: impl IntoIterator<Item = K>) -> Vec<Box<dyn Key>> {
+    keys.into_iter()
+        .map(|k| Box::new(k) as Box<dyn Key>)
+        .collect()
 }
 
 impl Drop for HubSim {
@@ -561,9 +626,8 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
             let served: Vec<Value> = Kind::ALL
                 .into_iter()
                 .filter(|k| !st.not_served.contains(k))
-                .map(|k| k.resource())
-                .filter(|ar| ar.group == *group && ar.version == *version)
-                .map(|ar| json!({"name": ar.plural, "namespaced": true, "kind": ar.kind, "verbs": ["get", "list", "patch"]}))
+                .filter(|k| k.group() == *group && k.version() == *version)
+                .map(|k| json!({"name": k.plural(), "namespaced": true, "kind": k.as_str(), "verbs": ["get", "list", "patch"]}))
                 .collect();
             if served.is_empty() {
                 return status(
@@ -580,10 +644,9 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
         }
         ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
             let Some(kind) = Kind::ALL.into_iter().find(|k| {
-                let ar = k.resource();
-                ar.group == *group
-                    && ar.version == *version
-                    && ar.plural == *plural
+                k.group() == *group
+                    && k.version() == *version
+                    && k.plural() == *plural
                     && !st.not_served.contains(k)
             }) else {
                 return status(
@@ -712,12 +775,12 @@ fn apply(st: &mut State, key: &(String, String)) {
     let Some(bytes) = (st.source)(&spoke.file) else {
         return;
     };
-    let Ok(sealed) = SealedSecret::parse(&bytes) else {
+    let Some((name, namespace, encrypted_data)) = manifest(&bytes) else {
         return;
     };
     let spec = json!({
-        "encryptedData": sealed.encrypted_data,
-        "template": {"metadata": {"name": sealed.name, "namespace": sealed.namespace}},
+        "encryptedData": encrypted_data,
+        "template": {"metadata": {"name": name, "namespace": namespace}},
     });
     st.revision += 1;
     let revision = st.revision.to_string();
@@ -749,6 +812,26 @@ fn apply(st: &mut State, key: &(String, String)) {
     }
 }
 
+/// A SealedSecret manifest (YAML or JSON) as the API server would take it: its name,
+/// namespace and encryptedData. None for anything else (nothing is applied).
+fn manifest(bytes: &[u8]) -> Option<(String, String, serde_json::Map<String, Value>)> {
+    let text = std::str::from_utf8(bytes).ok()?;
+    let v: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).ok()?
+    } else {
+        serde_saphyr::from_str(text).ok()?
+    };
+    if v["kind"] != "SealedSecret" || v["apiVersion"] != "bitnami.com/v1alpha1" {
+        return None;
+    }
+    let name = v["metadata"]["name"].as_str()?.to_string();
+    let namespace = v["metadata"]["namespace"].as_str().unwrap_or_default();
+    let data = v["spec"]["encryptedData"].as_object()?;
+    data.values()
+        .all(Value::is_string)
+        .then(|| (name, namespace.to_string(), data.clone()))
+}
+
 /// The controller unseals the current generation once, with the keys it has.
 fn unseal(st: &mut State, key: &(String, String)) {
     if st.controller != Controller::Up {
@@ -762,15 +845,27 @@ fn unseal(st: &mut State, key: &(String, String)) {
         return;
     }
     st.retry = false;
-    let text = serde_json::to_vec(obj).unwrap_or_default();
-    let result = SealedSecret::parse(&text)
-        .map_err(|e| e.to_string())
-        .and_then(|s| {
-            s.unseal(&st.keys).map(|_| ()).map_err(|_| {
-                let names: Vec<&str> = s.encrypted_data.keys().map(String::as_str).collect();
-                format!("no key could decrypt secret ({})", names.join(", "))
-            })
-        });
+    // As the controller: each value with the first key that opens it.
+    let data = obj["spec"]["encryptedData"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let opened = data.iter().all(|(k, v)| {
+        let mut one = obj.clone();
+        one["spec"]["encryptedData"] = json!({k: v});
+        let bytes = serde_json::to_vec(&one).unwrap_or_default();
+        st.keys.iter().any(|key| key.opens(&bytes))
+    });
+    let result = match opened {
+        true => Ok(()),
+        false => {
+            let names: Vec<&str> = data.keys().map(String::as_str).collect();
+            Err(format!(
+                "no key could decrypt secret ({})",
+                names.join(", ")
+            ))
+        }
+    };
     let result = match std::mem::take(&mut st.fail_next_unseal) {
         true => {
             st.retry = true;
@@ -902,13 +997,13 @@ fn patch(
     st.revision += 1;
     let revision = st.revision.to_string();
     let k = st.consumers.get_mut(key).expect("checked");
-    let before = k.obj["metadata"]["annotations"][crate::hub::REQUESTED_AT].clone();
+    let before = k.obj["metadata"]["annotations"][REQUESTED_AT].clone();
     // status is a subresource: a patch to the main resource leaves it alone.
     let kept = k.obj["status"].clone();
     merge(&mut k.obj, &p);
     k.obj["status"] = kept;
     k.obj["metadata"]["resourceVersion"] = json!(revision);
-    let after = k.obj["metadata"]["annotations"][crate::hub::REQUESTED_AT].clone();
+    let after = k.obj["metadata"]["annotations"][REQUESTED_AT].clone();
     if after != before
         && let Some(at) = after.as_str()
     {
@@ -951,7 +1046,6 @@ fn list(st: &State, kind: Kind, ns: &str, query: &str) -> Response<Full<Bytes>> 
         .collect();
     let more = items.len() > limit;
     items.truncate(limit);
-    let ar = kind.resource();
     let mut metadata = json!({"resourceVersion": st.revision.to_string()});
     if more && let Some(last) = items.last() {
         metadata["continue"] = last["metadata"]["name"].clone();
@@ -959,8 +1053,8 @@ fn list(st: &State, kind: Kind, ns: &str, query: &str) -> Response<Full<Bytes>> 
     json_response(
         StatusCode::OK,
         &json!({
-            "apiVersion": ar.api_version,
-            "kind": format!("{}List", ar.kind),
+            "apiVersion": kind.api_version(),
+            "kind": format!("{}List", kind.as_str()),
             "metadata": metadata,
             "items": items,
         }),

@@ -10,7 +10,7 @@
 
 use std::collections::VecDeque;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -143,6 +143,19 @@ impl ForgeSim {
             Kind::Gitlab => format!("{OWNER}/{REPO}"),
             _ => format!("{OWNER}/{REPO}"),
         }
+    }
+
+    /// The lines under `repo:` (review mode) that point spokekeeper at this forge, signing
+    /// with the key at `signing_key` and reading the token from `token_file`.
+    pub fn repo_yaml(&self, signing_key: &Path, token_file: &Path) -> String {
+        format!(
+            "  mode: pull-request\n  signing_key: {}\n  forge:\n    kind: {}\n    url: {}\n    repository: {}\n    token_file: {}\n",
+            signing_key.display(),
+            self.kind.name(),
+            self.url(),
+            self.repository(),
+            token_file.display()
+        )
     }
 
     pub fn pulls(&self) -> Vec<Pull> {

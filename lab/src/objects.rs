@@ -734,7 +734,7 @@ fn method_not_allowed() -> Reply {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sim::PkiOptions;
+    use crate::PkiOptions;
 
     fn pki() -> Pki {
         Pki::generate(&PkiOptions {
