@@ -28,10 +28,10 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 pub use decide::{Decision, Reason};
+pub use error::Stage;
 pub use error::{ForgeFailure, ReviewError, SpokeError};
 pub use observe::{Committed, Observation};
 pub use progress::{Progress, Step};
-pub use error::Stage;
 pub use report::{CredentialReport, Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};
 pub use tick::tick;
 

@@ -5,8 +5,8 @@ use time::OffsetDateTime;
 
 use super::decide::Reason;
 use super::error::SpokeError;
-use super::observe::Observation;
 use super::error::Stage;
+use super::observe::Observation;
 use super::state::Recorded;
 use crate::seal::SealingKey;
 
