@@ -577,7 +577,8 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
 /// is a standard one.
 #[test]
 fn leader_election_on_a_real_lease() {
-    let _heavy = support::timing::heavy();
+    // Its takeover is bounded by the lease duration: no other real stack starts beside it.
+    let _alone = support::timing::exclusive();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ns = "spokekeeper";
     stack.hub.api.apply(&format!(
@@ -772,7 +773,8 @@ fn libfaketime() -> PathBuf {
 /// tick at once.
 #[test]
 fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
-    let _heavy = support::timing::heavy();
+    // Its takeover is bounded by the lease duration: no other real stack starts beside it.
+    let _alone = support::timing::exclusive();
     let hub = support::realstack::api::ApiOnly::start();
     let ns = "spokekeeper";
     hub.api.apply(&format!(
