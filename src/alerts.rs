@@ -26,9 +26,10 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use crate::config::{AlertsConfig, Span};
+use crate::fingerprint::{Ca, Fingerprint};
 use crate::rotate::TickReport;
 use crate::rotate::observe::{Committed, Observation};
-use crate::rotate::state::{rfc3339, short};
+use crate::rotate::state::rfc3339;
 use crate::spoke::CaCheck;
 
 pub use alertmanager::PostableAlert;
@@ -380,7 +381,8 @@ pub fn evaluate(
 /// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`); also
 /// what `spokekeeper check` reports.
 pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
-    let expected: Vec<String> = u.expected.iter().map(|e| short(e)).collect();
+    let expected: Vec<String> = u.expected.iter().map(|e| e.short()).collect();
+    let full: Vec<String> = u.expected.iter().map(ToString::to_string).collect();
     let commit = u
         .commit
         .as_deref()
@@ -396,12 +398,12 @@ pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
         summary: format!(
             "the sealing certificate {} is not trusted (expected {}{commit}): nothing is sealed to it",
             u.sha256,
-            u.expected.join(", ")
+            full.join(", ")
         ),
         description: u.error.clone(),
         detail: format!(
             "not trusted: {} (expected {}{commit})",
-            short(&u.sha256),
+            u.sha256.short(),
             expected.join(", ")
         ),
     }
@@ -561,10 +563,10 @@ fn advice(subject: Subject, spoke: &str) -> String {
     }
 }
 
-fn ca_mismatch(spoke: &str, recorded: &str) -> Finding {
+fn ca_mismatch(spoke: &str, recorded: &Fingerprint<Ca>) -> Finding {
     let detail = format!(
         "the API presents a certificate not signed by the recorded CA {}: spoke rebuilt?",
-        short(recorded)
+        recorded.short()
     );
     Finding {
         spoke: spoke.into(),

@@ -3,12 +3,12 @@
 //! Certificates come from kubeconfigs read off possibly compromised nodes, so every
 //! string taken from one (subject, issuer, SANs) is escaped before anyone prints it.
 
-use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use sha2::{Digest, Sha256};
 use time::OffsetDateTime;
 use x509_parser::prelude::{FromDer, GeneralName, X509Certificate, X509Error};
+
+use crate::fingerprint::{Cert, Fingerprint};
 
 mod key;
 pub(crate) mod pem;
@@ -35,7 +35,7 @@ pub enum CertError {
         "the private key does not belong to the certificate {cert}; \
          the key and the certificate must come from the same kubeconfig"
     )]
-    KeyMismatch { cert: String },
+    KeyMismatch { cert: Fingerprint<Cert> },
     #[error("the signature of \"{subject}\" does not verify with the key of \"{issuer}\"")]
     BadSignature { subject: String, issuer: String },
     #[error("\"{subject}\" is signed with SHA-1, which Kubernetes clients reject; reissue it")]
@@ -48,8 +48,8 @@ pub enum CertError {
 #[derive(Clone, PartialEq, Eq)]
 pub struct CertInfo {
     pub der: Vec<u8>,
-    /// `sha256:<64 lowercase hex>` of the DER.
-    pub fingerprint: String,
+    /// Of the DER; `as_kind` gives it in the role the certificate is used in.
+    pub fingerprint: Fingerprint<Cert>,
     pub subject: String,
     pub issuer: String,
     /// Hex, colon-separated, as OpenSSL prints it.
@@ -152,19 +152,9 @@ pub fn days_until(when: OffsetDateTime, now: OffsetDateTime) -> i64 {
     (when - now).whole_seconds().div_euclid(86_400)
 }
 
-/// `sha256:<64 lowercase hex>` of the DER bytes.
-pub fn fingerprint(der: &[u8]) -> String {
-    format!("sha256:{}", sha256_hex(der))
-}
-
-/// Lowercase hex SHA-256 of any bytes.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    let digest = Sha256::digest(bytes);
-    let mut hex = String::with_capacity(64);
-    for b in digest.iter() {
-        let _ = write!(hex, "{b:02x}");
-    }
-    hex
+/// The fingerprint of a certificate's DER, in no particular role.
+pub fn fingerprint(der: &[u8]) -> Fingerprint<Cert> {
+    Fingerprint::of(der)
 }
 
 /// The certificates in `data`: PEM, base64 of PEM (a kubeconfig `*-data` field) or DER.

@@ -12,6 +12,7 @@ use time::OffsetDateTime;
 use url::Url;
 
 use crate::certs::{self, CertError, CertInfo, PrivateKey, Validity};
+use crate::fingerprint::{Content, Fingerprint};
 use crate::secret::SecretBytes;
 
 mod assess;
@@ -455,8 +456,8 @@ impl Sanitized {
     }
 
     /// Lowercase hex SHA-256 of [`Sanitized::to_yaml`].
-    pub fn content_sha256(&self) -> String {
-        certs::sha256_hex(self.to_yaml().expose())
+    pub fn content_sha256(&self) -> Fingerprint<Content> {
+        Fingerprint::of(self.to_yaml().expose())
     }
 }
 

@@ -16,14 +16,16 @@
 //! - [`kubeconfig`]: parse, sanitize, rewrite and serialize, treating it as hostile;
 //! - [`certs`]: X.509 fingerprints, validity, chain and key checks;
 //! - [`config`]: spokekeeper.yaml and the types every layer reads;
-//! - [`secret`], [`text`], [`fsutil`]: the in-memory wrapper every plaintext travels in,
-//!   bounded one-line text, careful file access.
+//! - [`secret`], [`text`], [`fsutil`], [`fingerprint`]: the in-memory wrapper every
+//!   plaintext travels in, bounded one-line text, careful file access, SHA-256 fingerprints
+//!   typed by what they are of.
 
 pub mod alerts;
 pub mod certs;
 pub mod cli;
 pub mod config;
 pub mod daemon;
+pub mod fingerprint;
 pub mod forge;
 pub mod fsutil;
 pub mod hub;

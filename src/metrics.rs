@@ -390,7 +390,7 @@ mod tests {
             sealing: Some(crate::hub::cert::CertReport {
                 reachable: Some(true),
                 trusted: true,
-                ..Default::default()
+                ..crate::hub::cert::CertReport::new(crate::fingerprint::Fingerprint::of(b"cert"))
             }),
             sealing_key: None,
             seen: Vec::new(),
@@ -503,7 +503,7 @@ mod tests {
             sealing: Some(crate::hub::cert::CertReport {
                 reachable: Some(false),
                 trusted: false,
-                ..Default::default()
+                ..crate::hub::cert::CertReport::new(crate::fingerprint::Fingerprint::of(b"cert"))
             }),
             sealing_key: None,
             seen: Vec::new(),

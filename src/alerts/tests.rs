@@ -46,7 +46,7 @@ fn probe_by(issuer: &CertifiedIssuer<'static, KeyPair>, not_after: OffsetDateTim
         server: "127.0.0.9:6443".into(),
         host: "127.0.0.9".into(),
         chain: vec![leaf.der().to_vec()],
-        serving_sha256: "sha256:00".into(),
+        serving_sha256: Fingerprint::of(leaf.der()),
         not_before: at(-DAY),
         not_after,
         dns_names: vec!["kubernetes".into()],
@@ -63,13 +63,13 @@ fn recorded(
     Recorded {
         spoke: "dev".into(),
         server: "https://127.0.0.9:6443".into(),
-        ca_sha256: crate::certs::fingerprint(ca_der),
+        ca_sha256: Fingerprint::of(ca_der),
         ca_bundle: vec![ca_der.to_vec()],
         ca_not_after,
-        client_sha256: client.map(|_| "sha256:cc".into()),
+        client_sha256: client.map(|_| Fingerprint::of(b"client")),
         client_not_after: client,
-        content_sha256: "ab".into(),
-        sealing_sha256: "sha256:ss".into(),
+        content_sha256: Fingerprint::of(b"content"),
+        sealing_sha256: Fingerprint::of(b"sealing"),
         rotated_at: at(-DAY),
         credential: Default::default(),
     }
@@ -234,7 +234,7 @@ fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
     );
     assert!(
         f.description
-            .contains(&crate::certs::fingerprint(recorded_ca.der()))
+            .contains(&crate::certs::fingerprint(recorded_ca.der()).to_string())
     );
     assert_eq!(find(&fs, Subject::Serving).status, Status::Ok);
 }
@@ -667,8 +667,8 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
 #[test]
 fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
     let untrusted = crate::hub::cert::Untrusted {
-        sha256: format!("sha256:{}", "b".repeat(64)),
-        expected: vec![format!("sha256:{}", "a".repeat(64))],
+        sha256: Fingerprint::from_digest([0xbb; 32]),
+        expected: vec![Fingerprint::from_digest([0xaa; 32])],
         anchor: "committed",
         commit: Some("c0ffee".into()),
         error: "not trusted: the whole story".into(),
@@ -676,7 +676,7 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
     let mut tick = TickReport::of(vec![SpokeReport::new("dev", Outcome::Healthy)]);
     tick.sealing = Some(crate::hub::cert::CertReport {
         untrusted: Some(untrusted),
-        ..Default::default()
+        ..crate::hub::cert::CertReport::new(Fingerprint::from_digest([0xbb; 32]))
     });
     let fs = evaluate(&cfg(), &[], &sealing(Some(far())), now(), Some(&tick));
     let f: Vec<&Finding> = fs
@@ -693,7 +693,7 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
     // A trusted certificate raises nothing.
     tick.sealing = Some(crate::hub::cert::CertReport {
         trusted: true,
-        ..Default::default()
+        ..crate::hub::cert::CertReport::new(Fingerprint::from_digest([0xaa; 32]))
     });
     let fs = evaluate(&cfg(), &[], &sealing(Some(far())), now(), Some(&tick));
     assert!(

@@ -115,7 +115,7 @@ struct Report {
 #[derive(Serialize)]
 struct CertRow {
     role: String,
-    fingerprint: String,
+    fingerprint: crate::fingerprint::Fingerprint<crate::fingerprint::Cert>,
     subject: String,
     issuer: String,
     serial: String,
@@ -147,7 +147,7 @@ fn row(role: String, c: &CertInfo, now: OffsetDateTime) -> CertRow {
     let date = |t: OffsetDateTime| t.format(&Rfc3339).unwrap_or_else(|_| t.to_string());
     CertRow {
         role,
-        fingerprint: c.fingerprint.clone(),
+        fingerprint: c.fingerprint,
         subject: c.subject.clone(),
         issuer: c.issuer.clone(),
         serial: c.serial.clone(),

@@ -151,8 +151,8 @@ pub fn print_report(report: &TickReport, format: Format) {
                 if let Some(r) = &c.renewed {
                     eprintln!(
                         "sealing certificate renewed on the hub: {} -> {} (every spoke re-sealed)",
-                        rotate::state::short(&r.old),
-                        rotate::state::short(&r.new)
+                        r.old.short(),
+                        r.new.short()
                     );
                 }
                 if let Some(e) = &c.error {
@@ -215,10 +215,7 @@ pub fn table(report: &TickReport) -> String {
             s.spoke.clone(),
             action,
             s.reason.as_ref().map(|r| r.to_string()).unwrap_or_default(),
-            s.ca_sha256
-                .as_deref()
-                .map(rotate::state::short)
-                .unwrap_or_default(),
+            s.ca_sha256.map(|f| f.short()).unwrap_or_default(),
             s.client_not_after
                 .map(rotate::state::rfc3339)
                 .unwrap_or_default(),

@@ -8,6 +8,7 @@ use base64::Engine;
 use time::OffsetDateTime;
 
 use super::{Format, fail_with};
+use crate::fingerprint::{Fingerprint, Sealing};
 use crate::seal::crypto::SealError;
 use crate::seal::manifest::MAX_MANIFEST_BYTES;
 use crate::seal::{
@@ -37,17 +38,17 @@ pub enum SealCliError {
     #[error(transparent)]
     Key(#[from] KeyError),
     /// A `--sha256` that is no fingerprint (the rule's message names the flag).
-    #[error("{0}")]
-    Fingerprint(String),
+    #[error(transparent)]
+    Fingerprint(crate::rotate::state::AnnotationError),
     #[error(
         "--cert {} is {actual}, but --sha256 allows only {}: nothing sealed. It may have been replaced; fetch it from the controller (kubeseal --fetch-cert) and compare",
         cert.display(),
-        allowed.join(", ")
+        allowed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
     )]
     FingerprintMismatch {
         cert: PathBuf,
-        actual: String,
-        allowed: Vec<String>,
+        actual: Fingerprint<Sealing>,
+        allowed: Vec<Fingerprint<Sealing>>,
     },
     #[error("--raw needs --namespace (unless --scope cluster-wide)")]
     RawNeedsNamespace,
@@ -191,17 +192,18 @@ fn check_fingerprint(
     allowed: &[String],
     cert: &Path,
 ) -> Result<(), SealCliError> {
-    for fp in allowed {
-        crate::rotate::state::fingerprint("--sha256", fp)
-            .map_err(|e| SealCliError::Fingerprint(e.to_string()))?;
-    }
-    if allowed.is_empty() || allowed.iter().any(|fp| fp == key.fingerprint()) {
+    let allowed = allowed
+        .iter()
+        .map(|fp| crate::rotate::state::fingerprint("--sha256", fp))
+        .collect::<Result<Vec<Fingerprint<Sealing>>, _>>()
+        .map_err(SealCliError::Fingerprint)?;
+    if allowed.is_empty() || allowed.contains(&key.fingerprint()) {
         return Ok(());
     }
     Err(SealCliError::FingerprintMismatch {
         cert: cert.to_path_buf(),
-        actual: key.fingerprint().to_string(),
-        allowed: allowed.to_vec(),
+        actual: key.fingerprint(),
+        allowed,
     })
 }
 

@@ -16,11 +16,12 @@ use serde::Serialize;
 use super::{Format, out};
 use crate::alerts;
 use crate::config::{Config, SpokeConfig};
+use crate::fingerprint::{Ca, Fingerprint, Sealing};
 use crate::hub::consumers::{self, FoundBy, Listed};
 use crate::hub::{Condition, Hub, HubObject, Kind};
 use crate::repo::Repo;
 use crate::rotate::observe::{self, Committed as Held, Observation};
-use crate::rotate::state::{rfc3339, short};
+use crate::rotate::state::rfc3339;
 use crate::spoke::CaCheck;
 use crate::text::one_line;
 
@@ -61,11 +62,11 @@ struct Committed {
     #[serde(skip_serializing_if = "Option::is_none")]
     rotated_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    ca_sha256: Option<String>,
+    ca_sha256: Option<Fingerprint<Ca>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     client_not_after: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    sealing_sha256: Option<String>,
+    sealing_sha256: Option<Fingerprint<Sealing>>,
     /// How the committed credential was made (mode; minted: user and generation).
     #[serde(skip_serializing_if = "Option::is_none")]
     credential: Option<alerts::CredentialFacts>,
@@ -295,9 +296,9 @@ fn spoke_status(
         Held::Recorded(rec) => {
             let r = &rec.recorded;
             committed.rotated_at = Some(rfc3339(r.rotated_at));
-            committed.ca_sha256 = Some(r.ca_sha256.clone());
+            committed.ca_sha256 = Some(r.ca_sha256);
             committed.client_not_after = r.client_not_after.map(rfc3339);
-            committed.sealing_sha256 = Some(r.sealing_sha256.clone());
+            committed.sealing_sha256 = Some(r.sealing_sha256);
             committed.credential = Some(alerts::CredentialFacts::of(&r.credential));
             recorded = Some(r);
         }
@@ -521,11 +522,7 @@ fn print(report: &Report, format: Format) {
                         .clone()
                         .unwrap_or_else(|| s.committed.state.into()),
                     credential_column(s.committed.credential.as_ref()),
-                    s.committed
-                        .ca_sha256
-                        .as_deref()
-                        .map(short)
-                        .unwrap_or_default(),
+                    s.committed.ca_sha256.map(|f| f.short()).unwrap_or_default(),
                     cond(&s.sealed_secret),
                     ready_column(&s.consumers),
                     s.probe.state.into(),

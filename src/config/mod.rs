@@ -30,6 +30,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::fingerprint::{Fingerprint, Sealing};
+
 mod alerts;
 mod check;
 mod credential;
@@ -95,8 +97,8 @@ pub struct Config {
     pub repo: RepoConfig,
     pub sealing_cert: PathBuf,
     /// `sealing.sha256`: the sealing certificate fingerprints this host trusts, kept
-    /// outside the fleet repo (lowercase `sha256:<hex>`; empty: not set).
-    pub sealing_sha256: Vec<String>,
+    /// outside the fleet repo (empty: not set).
+    pub sealing_sha256: Vec<Fingerprint<Sealing>>,
     pub schedule: String,
     pub metrics_listen: SocketAddr,
     pub renew_before: Duration,

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::{ConfigError, Loading};
+use crate::fingerprint::{self, Fingerprint};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,7 +26,7 @@ enum OneOrMany {
 /// `sealing:` as loaded (`Config::sealing_cert`, `Config::sealing_sha256`).
 pub(super) struct Sealing {
     pub cert: PathBuf,
-    pub sha256: Vec<String>,
+    pub sha256: Vec<Fingerprint<fingerprint::Sealing>>,
 }
 
 /// The certificate's path resolved; every fingerprint checked and lowercased.
@@ -38,18 +39,21 @@ pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError>
     let sha256 = sha256
         .into_iter()
         .map(|v| {
-            let hex = v.strip_prefix("sha256:").unwrap_or("");
-            if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
-                Ok(format!("sha256:{}", hex.to_ascii_lowercase()))
-            } else {
-                Err(l.bad(
+            // Upper-case hex is accepted here (an operator may paste it); stored values
+            // never are.
+            let lower = match v.strip_prefix("sha256:") {
+                Some(hex) => format!("sha256:{}", hex.to_ascii_lowercase()),
+                None => String::new(),
+            };
+            Fingerprint::parse(&lower).map_err(|_| {
+                l.bad(
                     "sealing.sha256",
                     format!(
                         "sealing.sha256 {:?} is not a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)",
                         crate::text::one_line(&v, 80)
                     ),
-                ))
-            }
+                )
+            })
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok(Sealing {
@@ -67,7 +71,7 @@ mod tests {
         let fp = format!("sha256:{}", "AB".repeat(32));
         let one = MIN.replace("cert: c.pem}", &format!("cert: c.pem, sha256: \"{fp}\"}}"));
         let c = parse(&one).unwrap();
-        assert_eq!(c.sealing_sha256, [fp.to_lowercase()]);
+        assert_eq!(c.sealing_sha256[0].to_string(), fp.to_lowercase());
         let two = format!("sha256:{}", "0".repeat(64));
         let list = MIN.replace(
             "cert: c.pem}",

@@ -8,17 +8,18 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::{CALL_TIMEOUT, Hub, HubError};
+use crate::fingerprint::{Fingerprint, Sealing};
 use crate::seal::{KeyError, SealingKey};
 
 /// The sealing certificate of a tick: what the hub gave (with `hub:`) and whether it is
 /// trusted (see [`crate::seal::trust`]).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CertReport {
     /// With `hub:`: whether the controller's certificate could be fetched (absent without).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reachable: Option<bool>,
     /// The certificate sealed to in this tick (when not trusted: the one refused).
-    pub sha256: String,
+    pub sha256: Fingerprint<Sealing>,
     /// Set when the fetched certificate differs from the pinned one.
     pub renewed: Option<Renewed>,
     /// Why the pinned copy was used (unreachable, refused) or could not be updated.
@@ -36,14 +37,30 @@ pub struct CertReport {
     pub controller_version: Option<String>,
 }
 
+impl CertReport {
+    /// Sealing to `sha256`, not yet trusted, nothing heard from a hub.
+    pub fn new(sha256: Fingerprint<Sealing>) -> Self {
+        Self {
+            reachable: None,
+            sha256,
+            renewed: None,
+            error: None,
+            trusted: false,
+            trust: String::new(),
+            untrusted: None,
+            controller_version: None,
+        }
+    }
+}
+
 /// A sealing certificate nothing outside the fleet repo confirms.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Untrusted {
     /// The certificate refused.
-    pub sha256: String,
+    pub sha256: Fingerprint<Sealing>,
     /// What the anchor expects (sealing.sha256, what the hub served last, or what the
     /// committed credentials record).
-    pub expected: Vec<String>,
+    pub expected: Vec<Fingerprint<Sealing>>,
     /// `hub` (it serves another), `sealing.sha256`, `last-served` or `committed`.
     pub anchor: &'static str,
     /// The last commit that changed sealing.cert (None: outside the repo, or none found).
@@ -54,8 +71,8 @@ pub struct Untrusted {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Renewed {
-    pub old: String,
-    pub new: String,
+    pub old: Fingerprint<Sealing>,
+    pub new: Fingerprint<Sealing>,
     /// The commit that pinned it, when sealing.cert is inside the fleet repo.
     pub commit: Option<String>,
 }

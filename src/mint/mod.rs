@@ -52,7 +52,7 @@ pub struct Request<'a> {
 pub struct Minted {
     pub kubeconfig: Sanitized,
     pub yaml: SecretBytes,
-    pub content_sha256: String,
+    pub content_sha256: crate::fingerprint::Fingerprint<crate::fingerprint::Content>,
     pub live: LiveReport,
     pub user: String,
     pub generation: u64,

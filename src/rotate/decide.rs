@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::state::{Recorded, rfc3339, short};
+use super::state::{Recorded, rfc3339};
 use crate::config::{CredentialMode, SpokeConfig};
+use crate::fingerprint::{Ca, Fingerprint, Sealing};
 use crate::seal::SealedSecret;
 use crate::spoke::{CaCheck, ProbeError, ProbeReport};
 
@@ -23,7 +24,7 @@ pub enum Reason {
     },
     /// The serving certificate no longer verifies against the recorded CA: rebuilt.
     CaChanged {
-        old: String,
+        old: Fingerprint<Ca>,
     },
     /// The recorded client certificate expires within `renew_before`.
     ClientExpiring {
@@ -32,8 +33,8 @@ pub enum Reason {
     },
     /// Sealed to another sealing certificate than the one configured.
     SealingKeyChanged {
-        old: String,
-        new: String,
+        old: Fingerprint<Sealing>,
+        new: Fingerprint<Sealing>,
     },
     /// The configuration asks for something the commit does not have.
     ConfigChanged {
@@ -79,12 +80,12 @@ impl fmt::Display for Reason {
         match self {
             Reason::Initial => f.write_str("initial credential"),
             Reason::Unreadable { detail } => write!(f, "committed manifest unreadable ({detail})"),
-            Reason::CaChanged { old } => write!(f, "CA changed {}", short(old)),
+            Reason::CaChanged { old } => write!(f, "CA changed {}", old.short()),
             Reason::ClientExpiring { not_after } => {
                 write!(f, "client certificate expiring on {}", rfc3339(*not_after))
             }
             Reason::SealingKeyChanged { old, new } => {
-                write!(f, "sealing key changed {} -> {}", short(old), short(new))
+                write!(f, "sealing key changed {} -> {}", old.short(), new.short())
             }
             Reason::ConfigChanged { detail } => write!(f, "configuration changed ({detail})"),
             Reason::Forced => f.write_str("forced"),
@@ -118,10 +119,10 @@ pub struct Observed<'a> {
     pub probe: Option<&'a Result<ProbeReport, ProbeError>>,
 }
 
-pub struct Policy<'a> {
+pub struct Policy {
     pub now: OffsetDateTime,
     pub renew_before: Duration,
-    pub sealing_sha256: &'a str,
+    pub sealing_sha256: Fingerprint<Sealing>,
     pub force: bool,
     /// `verify_every` has elapsed since this spoke was last re-extracted.
     pub verify_due: bool,
@@ -149,7 +150,7 @@ pub fn expected_server(spoke: &SpokeConfig, recorded: Option<&Recorded>) -> Opti
     )
 }
 
-pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> Decision {
+pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Decision {
     let (sealed, recorded) = match &seen.committed {
         None => return Decision::Rotate(Reason::Initial),
         Some(Err(detail)) => {
@@ -164,7 +165,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
             CaCheck::Verified => {}
             CaCheck::NotSignedByCa => {
                 return Decision::Rotate(Reason::CaChanged {
-                    old: recorded.ca_sha256.clone(),
+                    old: recorded.ca_sha256,
                 });
             }
             CaCheck::UnusableCa => {
@@ -188,8 +189,8 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
     }
     if recorded.sealing_sha256 != policy.sealing_sha256 {
         return Decision::Rotate(Reason::SealingKeyChanged {
-            old: recorded.sealing_sha256.clone(),
-            new: policy.sealing_sha256.to_string(),
+            old: recorded.sealing_sha256,
+            new: policy.sealing_sha256,
         });
     }
     if let Some(detail) = config_drift(spoke, sealed, recorded) {
@@ -207,7 +208,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy<'_>) -> 
 /// What a periodic check of a minted spoke found with the admin credential it extracted.
 pub struct MintedCheck<'a> {
     /// The admin kubeconfig's first CA and server (the minted one carries the same).
-    pub ca_sha256: &'a str,
+    pub ca_sha256: Fingerprint<Ca>,
     pub server: &'a str,
     /// Whether the committed generation's ClusterRoleBinding exists and binds the
     /// committed user to the configured cluster role.
@@ -225,7 +226,7 @@ pub fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option<Reason
     }
     if seen.ca_sha256 != recorded.ca_sha256 {
         return Some(Reason::CaChanged {
-            old: recorded.ca_sha256.clone(),
+            old: recorded.ca_sha256,
         });
     }
     if seen.server != recorded.server {
@@ -300,17 +301,20 @@ mod tests {
         OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap()
     }
 
+    const SEAL: Fingerprint<Sealing> = Fingerprint::from_digest([4; 32]);
+    const NEW_SEAL: Fingerprint<Sealing> = Fingerprint::from_digest([5; 32]);
+
     fn recorded() -> Recorded {
         Recorded {
             spoke: "dev".into(),
             server: "https://10.0.0.1:6443".into(),
-            ca_sha256: "sha256:ca".into(),
+            ca_sha256: Fingerprint::from_digest([1; 32]),
             ca_bundle: vec![],
             ca_not_after: now() + time::Duration::days(3000),
-            client_sha256: Some("sha256:cl".into()),
+            client_sha256: Some(Fingerprint::from_digest([2; 32])),
             client_not_after: Some(now() + time::Duration::days(200)),
-            content_sha256: "c".into(),
-            sealing_sha256: "sha256:seal".into(),
+            content_sha256: Fingerprint::from_digest([3; 32]),
+            sealing_sha256: SEAL,
             rotated_at: now() - time::Duration::days(1),
             credential: Default::default(),
         }
@@ -329,17 +333,17 @@ mod tests {
         s
     }
 
-    fn policy() -> Policy<'static> {
+    fn policy() -> Policy {
         Policy {
             now: now(),
             renew_before: Duration::from_secs(30 * 86_400),
-            sealing_sha256: "sha256:seal",
+            sealing_sha256: SEAL,
             force: false,
             verify_due: false,
         }
     }
 
-    fn run(spoke: &SpokeConfig, s: &SealedSecret, r: &Recorded, p: &Policy<'_>) -> Decision {
+    fn run(spoke: &SpokeConfig, s: &SealedSecret, r: &Recorded, p: &Policy) -> Decision {
         decide(
             spoke,
             &Observed {
@@ -395,7 +399,7 @@ mod tests {
         token_only.client_not_after = None;
         assert_eq!(run(&sp, &s, &token_only, &policy()), Decision::Healthy);
         let other_key = Policy {
-            sealing_sha256: "sha256:new",
+            sealing_sha256: NEW_SEAL,
             ..policy()
         };
         assert!(matches!(
@@ -508,11 +512,13 @@ mod tests {
             Reason::Unreadable {
                 detail: String::new(),
             },
-            Reason::CaChanged { old: String::new() },
+            Reason::CaChanged {
+                old: Fingerprint::from_digest([1; 32]),
+            },
             Reason::ClientExpiring { not_after: now() },
             Reason::SealingKeyChanged {
-                old: String::new(),
-                new: String::new(),
+                old: SEAL,
+                new: NEW_SEAL,
             },
             Reason::ConfigChanged {
                 detail: String::new(),
@@ -532,8 +538,8 @@ mod tests {
     #[test]
     fn reasons_read_well() {
         let r = Reason::SealingKeyChanged {
-            old: "sha256:0011223344556677".into(),
-            new: "sha256:8899aabbccddeeff".into(),
+            old: Fingerprint::parse(&format!("sha256:{}", "0011223344556677".repeat(4))).unwrap(),
+            new: Fingerprint::parse(&format!("sha256:{}", "8899aabbccddeeff".repeat(4))).unwrap(),
         };
         assert_eq!(
             r.to_string(),
@@ -574,7 +580,7 @@ mod tests {
         // A sealing key change still rotates a minted credential.
         r.client_not_after = Some(now() + time::Duration::days(20));
         let other_key = Policy {
-            sealing_sha256: "sha256:new",
+            sealing_sha256: NEW_SEAL,
             ..policy()
         };
         assert!(matches!(
@@ -615,7 +621,7 @@ mod tests {
     fn a_periodic_check_of_a_minted_spoke() {
         let r = minted(3);
         let fits = MintedCheck {
-            ca_sha256: &r.ca_sha256,
+            ca_sha256: r.ca_sha256,
             server: &r.server,
             binding_present: true,
         };
@@ -625,7 +631,7 @@ mod tests {
                 &r,
                 &MintedCheck {
                     binding_present: false,
-                    ca_sha256: "sha256:other",
+                    ca_sha256: Fingerprint::from_digest([9; 32]),
                     ..fits
                 }
             ),
@@ -637,13 +643,11 @@ mod tests {
             after_check(
                 &r,
                 &MintedCheck {
-                    ca_sha256: "sha256:other",
+                    ca_sha256: Fingerprint::from_digest([9; 32]),
                     ..fits
                 }
             ),
-            Some(Reason::CaChanged {
-                old: r.ca_sha256.clone()
-            })
+            Some(Reason::CaChanged { old: r.ca_sha256 })
         );
         assert_eq!(
             after_check(

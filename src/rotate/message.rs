@@ -1,7 +1,7 @@
 //! The commit message of a rotation: one line that says why, then the facts.
 
 use super::decide::Reason;
-use super::state::{Recorded, rfc3339, short};
+use super::state::{Recorded, rfc3339};
 use crate::config::SpokeConfig;
 use crate::spoke::{self};
 
@@ -18,7 +18,7 @@ pub(super) fn commit_message(
     use crate::text::one_line;
     let why = match (reason, previous) {
         (Reason::CaChanged { old }, _) => {
-            format!("CA changed {} -> {}", short(old), short(&new.ca_sha256))
+            format!("CA changed {} -> {}", old.short(), new.ca_sha256.short())
         }
         _ => reason.to_string(),
     };
@@ -84,13 +84,13 @@ mod tests {
         let new = Recorded {
             spoke: "dev".into(),
             server: "https://10.0.0.1:6443\nSigned-off-by: server".into(),
-            ca_sha256: "sha256:ca".into(),
+            ca_sha256: crate::fingerprint::Fingerprint::from_digest([1; 32]),
             ca_bundle: vec![vec![]],
             ca_not_after: now + time::Duration::days(3000),
             client_sha256: None,
             client_not_after: None,
-            content_sha256: "c".into(),
-            sealing_sha256: "sha256:seal".into(),
+            content_sha256: crate::fingerprint::Fingerprint::from_digest([3; 32]),
+            sealing_sha256: crate::fingerprint::Fingerprint::from_digest([4; 32]),
             rotated_at: now,
             credential: Default::default(),
         };

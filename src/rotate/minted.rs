@@ -104,7 +104,7 @@ pub async fn step(
         .map_err(failed)?;
         let kc = &admin.kubeconfig;
         let seen = MintedCheck {
-            ca_sha256: &kc.ca_certs()[0].fingerprint,
+            ca_sha256: kc.ca_certs()[0].fingerprint.as_kind(),
             server: &kc.server_string(),
             binding_present: present,
         };

@@ -36,6 +36,7 @@ pub use report::{CredentialReport, Outcome, RepoFailure, RepoStage, SpokeReport,
 pub use tick::tick;
 
 use crate::config::Config;
+use crate::fingerprint::{Content, Fingerprint, Sealing};
 use crate::repo::Repo;
 use crate::seal::SealingKey;
 
@@ -43,9 +44,9 @@ use crate::seal::SealingKey;
 struct Proposal {
     manifest: String,
     message: String,
-    content_sha256: String,
+    content_sha256: Fingerprint<Content>,
     /// The sealing certificate this tick sealed to.
-    sealing_sha256: String,
+    sealing_sha256: Fingerprint<Sealing>,
     /// Direct mode: what to revoke once the hub has this credential.
     revocation: Option<minted::Revocation>,
 }

@@ -27,7 +27,7 @@ pub(super) trait Publish {
         spoke: &SpokeConfig,
         seen: &Observation,
         report: &mut SpokeReport,
-        policy: &Policy<'_>,
+        policy: &Policy,
     ) -> bool;
 
     /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
@@ -80,7 +80,7 @@ impl Publish for Direct {
         _: &SpokeConfig,
         _: &Observation,
         _: &mut SpokeReport,
-        _: &Policy<'_>,
+        _: &Policy,
     ) -> bool {
         false
     }

@@ -43,11 +43,7 @@ impl Reconciled {
 }
 
 /// What the rule table weighs a spoke's observation against this tick.
-pub(super) fn policy<'s, P>(
-    run: &'s Run<'_, P>,
-    spoke: &SpokeConfig,
-    seen: &'s Observation,
-) -> Policy<'s> {
+pub(super) fn policy<P>(run: &Run<'_, P>, spoke: &SpokeConfig, seen: &Observation) -> Policy {
     let ctx = run.ctx;
     let recorded = seen.committed.recorded();
     let verify_due = {
@@ -61,7 +57,7 @@ pub(super) fn policy<'s, P>(
     };
     // An untrusted key is no reason to rotate: against it, compare with what is recorded.
     let sealing_sha256 = match (run.untrusted, recorded) {
-        (Some(_), Some(r)) => r.sealing_sha256.as_str(),
+        (Some(_), Some(r)) => r.sealing_sha256,
         _ => run.sealing.fingerprint(),
     };
     Policy {
@@ -79,7 +75,7 @@ pub(super) async fn reconcile<P: Publish>(
     run: &Run<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
-    policy: &Policy<'_>,
+    policy: &Policy,
 ) -> Reconciled {
     let (ctx, opts, now, sealing, untrusted) =
         (run.ctx, run.opts, run.now, run.sealing, run.untrusted);
@@ -96,7 +92,7 @@ pub(super) async fn reconcile<P: Publish>(
     }
     let previous: Option<&Recorded> = seen.committed.recorded();
     if let Some(r) = previous {
-        report.ca_sha256 = Some(r.ca_sha256.clone());
+        report.ca_sha256 = Some(r.ca_sha256);
         report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
         report.credential = Some(CredentialReport::of(r));
@@ -200,13 +196,8 @@ pub(super) async fn reconcile<P: Publish>(
         };
         (fresh, credential)
     };
-    let mut recorded = refresh::record(
-        spoke,
-        &fresh.kubeconfig,
-        &fresh.content_sha256,
-        sealing,
-        now,
-    );
+    let mut recorded =
+        refresh::record(spoke, &fresh.kubeconfig, fresh.content_sha256, sealing, now);
     recorded.credential = credential;
     report.user = Some(fresh.live.username.clone());
     let mut credential = CredentialReport::of(&recorded);
@@ -235,7 +226,7 @@ pub(super) async fn reconcile<P: Publish>(
         _ => reason,
     };
     report.reason = Some(reason.clone());
-    report.ca_sha256 = Some(recorded.ca_sha256.clone());
+    report.ca_sha256 = Some(recorded.ca_sha256);
     report.ca_not_after = Some(recorded.ca_not_after);
     report.client_not_after = recorded.client_not_after;
 
@@ -257,14 +248,14 @@ pub(super) async fn reconcile<P: Publish>(
         return Reconciled::done(report);
     }
     let message = commit_message(spoke, &reason, previous, &recorded, &fresh.live);
-    let content_sha256 = recorded.content_sha256.clone();
+    let content_sha256 = recorded.content_sha256;
     Reconciled {
         report,
         proposal: Some(Proposal {
             manifest,
             message,
             content_sha256,
-            sealing_sha256: sealing.fingerprint().to_string(),
+            sealing_sha256: sealing.fingerprint(),
             revocation,
         }),
     }

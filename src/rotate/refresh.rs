@@ -8,6 +8,7 @@ use time::OffsetDateTime;
 use super::error::SpokeError;
 use super::state::Recorded;
 use crate::config::{SourceKind, SpokeConfig};
+use crate::fingerprint::{Content, Fingerprint};
 use crate::kubeconfig::{self, Sanitized};
 use crate::seal::{SealedSecret, SealingKey, SecretInput};
 use crate::secret::SecretBytes;
@@ -17,7 +18,7 @@ use crate::spoke::{self, LiveReport, Source};
 pub struct Fresh {
     pub kubeconfig: Sanitized,
     pub yaml: SecretBytes,
-    pub content_sha256: String,
+    pub content_sha256: Fingerprint<Content>,
     pub live: LiveReport,
 }
 
@@ -74,7 +75,7 @@ pub async fn extract_and_validate(
 pub fn record(
     spoke: &SpokeConfig,
     kc: &Sanitized,
-    content_sha256: &str,
+    content_sha256: Fingerprint<Content>,
     sealing: &SealingKey,
     now: OffsetDateTime,
 ) -> Recorded {
@@ -83,13 +84,13 @@ pub fn record(
     Recorded {
         spoke: spoke.name.clone(),
         server: kc.server_string(),
-        ca_sha256: ca.fingerprint.clone(),
+        ca_sha256: ca.fingerprint.as_kind(),
         ca_bundle: kc.ca_certs().iter().map(|c| c.der.clone()).collect(),
         ca_not_after: ca.not_after,
-        client_sha256: client.map(|c| c.fingerprint.clone()),
+        client_sha256: client.map(|c| c.fingerprint.as_kind()),
         client_not_after: client.map(|c| c.not_after),
-        content_sha256: content_sha256.to_string(),
-        sealing_sha256: sealing.fingerprint().to_string(),
+        content_sha256,
+        sealing_sha256: sealing.fingerprint(),
         rotated_at: now,
         credential: Default::default(),
     }

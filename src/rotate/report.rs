@@ -8,6 +8,7 @@ use super::error::SpokeError;
 use super::error::Stage;
 use super::observe::Observation;
 use super::state::Recorded;
+use crate::fingerprint::{Ca, Fingerprint};
 use crate::seal::SealingKey;
 
 /// What happened to one spoke.
@@ -47,7 +48,7 @@ pub struct SpokeReport {
     pub outcome: Outcome,
     pub reason: Option<Reason>,
     /// The CA the hub's credential trusts after this tick.
-    pub ca_sha256: Option<String>,
+    pub ca_sha256: Option<Fingerprint<Ca>>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub ca_not_after: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]

@@ -116,7 +116,7 @@ impl Review {
         spoke: &SpokeConfig,
         seen: &Observation,
         report: &mut SpokeReport,
-        policy: &Policy<'_>,
+        policy: &Policy,
     ) -> bool {
         let Some(branch) = self.branch(ctx, spoke).await else {
             return false;
@@ -320,7 +320,7 @@ impl Publish for Review {
         spoke: &SpokeConfig,
         seen: &Observation,
         report: &mut SpokeReport,
-        policy: &Policy<'_>,
+        policy: &Policy,
     ) -> bool {
         self.waiting_on_branch(ctx, spoke, seen, report, policy)
             .await
@@ -657,8 +657,7 @@ pub fn describe(
         body.push_str("\n\n");
     }
     if let Some(Reason::CaChanged { old }) = reason {
-        let old = text::one_line(old, 100);
-        body.push_str(&format!("previous CA: {}\n", text::markdown(&old)));
+        body.push_str(&format!("previous CA: {old}\n"));
     }
     for line in rest.trim().lines() {
         body.push_str(&text::markdown(&text::one_line(line, 1000)));
@@ -684,7 +683,7 @@ pub fn branch_fixes(
     spoke: &SpokeConfig,
     branch: &Branch,
     probe: Option<&Result<ProbeReport, ProbeError>>,
-    policy: &Policy<'_>,
+    policy: &Policy,
 ) -> bool {
     if branch.untrusted.is_some() {
         return false;
@@ -741,21 +740,15 @@ mod tests {
 
     #[test]
     fn description_carries_both_fingerprints() {
+        let old = crate::fingerprint::Fingerprint::from_digest([0xaa; 32]);
         let msg = "dev: rotate kubeconfig: CA changed sha256:aaaa.. -> sha256:bbbb..\n\nCA: sha256:bbbbfull (valid until 2036-01-01T00:00:00Z)\nvalidated: authenticated as system:admin\n";
-        let (title, body) = describe(
-            msg,
-            Some(&Reason::CaChanged {
-                old: "sha256:aaaafull".into(),
-            }),
-            None,
-            "0123abcd",
-        );
+        let (title, body) = describe(msg, Some(&Reason::CaChanged { old }), None, "0123abcd");
         assert_eq!(
             title,
             "dev: rotate kubeconfig: CA changed sha256:aaaa.. -> sha256:bbbb.."
         );
         assert!(
-            body.starts_with("previous CA: sha256:aaaafull\nCA: sha256:bbbbfull"),
+            body.starts_with(&format!("previous CA: {old}\nCA: sha256:bbbbfull")),
             "{body}"
         );
         assert!(
@@ -771,7 +764,9 @@ mod tests {
     #[test]
     fn broken_means_the_hub_cannot_use_what_is_committed() {
         let now = OffsetDateTime::now_utc();
-        let ca = Reason::CaChanged { old: "x".into() };
+        let ca = Reason::CaChanged {
+            old: crate::fingerprint::Fingerprint::of(b"x"),
+        };
         assert!(hub_broken(Some(&ca), now));
         let expiring = Reason::ClientExpiring {
             not_after: now + time::Duration::days(3),

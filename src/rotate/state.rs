@@ -11,6 +11,7 @@ use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::config::CredentialMode;
+use crate::fingerprint::{Ca, CaBundle, ClientCert, Content, Fingerprint, Kind, Sealing};
 use crate::spoke::{CaCheck, ProbeReport};
 
 pub const SPOKE: &str = "spokekeeper.io/spoke";
@@ -53,16 +54,16 @@ pub struct Recorded {
     pub spoke: String,
     pub server: String,
     /// Fingerprint of the first CA of the bundle.
-    pub ca_sha256: String,
+    pub ca_sha256: Fingerprint<Ca>,
     /// Every CA the kubeconfig trusts, DER, in its order; never empty.
     pub ca_bundle: Vec<Vec<u8>>,
     /// notAfter of the first CA.
     pub ca_not_after: OffsetDateTime,
     /// None for token-only kubeconfigs.
-    pub client_sha256: Option<String>,
+    pub client_sha256: Option<Fingerprint<ClientCert>>,
     pub client_not_after: Option<OffsetDateTime>,
-    pub content_sha256: String,
-    pub sealing_sha256: String,
+    pub content_sha256: Fingerprint<Content>,
+    pub sealing_sha256: Fingerprint<Sealing>,
     pub rotated_at: OffsetDateTime,
     pub credential: RecordedCredential,
 }
@@ -112,8 +113,6 @@ impl AnnotationError {
     }
 }
 
-const FINGERPRINT: &str = "\"sha256:\" and 64 lowercase hex digits";
-
 impl Recorded {
     /// Reads and validates the annotations; the error names the first one missing or
     /// malformed.
@@ -126,12 +125,12 @@ impl Recorded {
         let opt = |key: &'static str| a.get(key).map(String::as_str);
         let spoke = spoke_name(SPOKE, get(SPOKE)?)?;
         let server = server(SERVER, get(SERVER)?)?;
-        let ca_sha256 = fingerprint(CA_SHA256, get(CA_SHA256)?)?;
+        let ca_sha256 = fingerprint::<Ca>(CA_SHA256, get(CA_SHA256)?)?;
         let bundle_sha256 = opt(CA_BUNDLE_SHA256)
-            .map(|v| fingerprint(CA_BUNDLE_SHA256, v))
+            .map(|v| fingerprint::<CaBundle>(CA_BUNDLE_SHA256, v))
             .transpose()?;
         let ca_bundle = ca_data(get(CA_DATA)?, bundle_sha256.is_some())?;
-        if crate::certs::fingerprint(&ca_bundle[0]) != ca_sha256 {
+        if Fingerprint::<Ca>::of(&ca_bundle[0]) != ca_sha256 {
             return Err(AnnotationError::Disagree {
                 key: CA_DATA,
                 other: CA_SHA256,
@@ -157,7 +156,7 @@ impl Recorded {
             client_not_after: opt(CLIENT_CERT_NOT_AFTER)
                 .map(|v| date(CLIENT_CERT_NOT_AFTER, v))
                 .transpose()?,
-            content_sha256: hex64(CONTENT_SHA256, get(CONTENT_SHA256)?)?,
+            content_sha256: fingerprint(CONTENT_SHA256, get(CONTENT_SHA256)?)?,
             sealing_sha256: fingerprint(SEALING_CERT_SHA256, get(SEALING_CERT_SHA256)?)?,
             rotated_at: date(ROTATED_AT, get(ROTATED_AT)?)?,
             credential: credential(
@@ -175,19 +174,22 @@ impl Recorded {
         };
         put(SPOKE, self.spoke.clone());
         put(SERVER, self.server.clone());
-        put(CA_SHA256, self.ca_sha256.clone());
-        put(CA_BUNDLE_SHA256, bundle_fingerprint(&self.ca_bundle));
+        put(CA_SHA256, self.ca_sha256.to_string());
+        put(
+            CA_BUNDLE_SHA256,
+            bundle_fingerprint(&self.ca_bundle).to_string(),
+        );
         let data: Vec<String> = self.ca_bundle.iter().map(|d| B64.encode(d)).collect();
         put(CA_DATA, data.join(","));
         put(CA_NOT_AFTER, rfc3339(self.ca_not_after));
         if let Some(c) = &self.client_sha256 {
-            put(CLIENT_CERT_SHA256, c.clone());
+            put(CLIENT_CERT_SHA256, c.to_string());
         }
         if let Some(d) = self.client_not_after {
             put(CLIENT_CERT_NOT_AFTER, rfc3339(d));
         }
-        put(CONTENT_SHA256, self.content_sha256.clone());
-        put(SEALING_CERT_SHA256, self.sealing_sha256.clone());
+        put(CONTENT_SHA256, self.content_sha256.to_string());
+        put(SEALING_CERT_SHA256, self.sealing_sha256.to_string());
         put(ROTATED_AT, rfc3339(self.rotated_at));
         let c = &self.credential;
         if c.mode == CredentialMode::Minted {
@@ -217,9 +219,9 @@ impl Recorded {
     }
 }
 
-/// `sha256:<hex>` of the CAs' DER, concatenated in order (one CA: its fingerprint).
-pub fn bundle_fingerprint(cas: &[Vec<u8>]) -> String {
-    crate::certs::fingerprint(&cas.concat())
+/// Of the CAs' DER, concatenated in order (one CA: the same digest as its fingerprint).
+pub fn bundle_fingerprint(cas: &[Vec<u8>]) -> Fingerprint<CaBundle> {
+    Fingerprint::of(&cas.concat())
 }
 
 /// The value for an error message: escaped, then cut to 48 characters.
@@ -242,17 +244,13 @@ fn malformed(key: &'static str, want: &'static str, v: &str) -> AnnotationError 
     }
 }
 
-fn is_hex64(s: &str) -> bool {
-    s.len() == 64 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-/// A `sha256:` fingerprint read back from outside (annotations, local state), or an error
-/// that shows it escaped.
-pub(crate) fn fingerprint(key: &'static str, v: &str) -> Result<String, AnnotationError> {
-    match v.strip_prefix("sha256:") {
-        Some(hex) if is_hex64(hex) => Ok(v.to_string()),
-        _ => Err(malformed(key, FINGERPRINT, v)),
-    }
+/// A fingerprint read back from outside (annotations, local state, flags), or an error
+/// that names `key` and shows the value escaped.
+pub(crate) fn fingerprint<K: Kind>(
+    key: &'static str,
+    v: &str,
+) -> Result<Fingerprint<K>, AnnotationError> {
+    Fingerprint::parse(v).map_err(|e| malformed(key, e.want, v))
 }
 
 /// The credential annotations: a minted credential names its user and generation.
@@ -309,14 +307,6 @@ fn credential(
         user,
         generation,
     })
-}
-
-fn hex64(key: &'static str, v: &str) -> Result<String, AnnotationError> {
-    if is_hex64(v) {
-        Ok(v.to_string())
-    } else {
-        Err(malformed(key, "64 lowercase hex digits", v))
-    }
 }
 
 fn date(key: &'static str, v: &str) -> Result<OffsetDateTime, AnnotationError> {
@@ -399,15 +389,6 @@ pub fn rfc3339(t: OffsetDateTime) -> String {
     t.format(&Rfc3339).unwrap_or_default()
 }
 
-/// `sha256:ab12cd34..` for messages: enough to tell two apart at a glance.
-/// Any text is accepted (it may come from a hand-edited file): cut by characters,
-/// never by bytes, and escaped.
-pub fn short(fp: &str) -> String {
-    let hex = fp.strip_prefix("sha256:").unwrap_or(fp);
-    let head: String = hex.chars().take(8).collect();
-    format!("sha256:{}..", crate::certs::escape(&head))
-}
-
 /// A self-signed CA certificate, DER, for tests of the recorded state.
 #[cfg(test)]
 pub(crate) fn test_ca(cn: &str) -> Vec<u8> {
@@ -429,13 +410,13 @@ mod tests {
         Recorded {
             spoke: "dev".into(),
             server: "https://10.0.0.1:6443".into(),
-            ca_sha256: crate::certs::fingerprint(&ca),
+            ca_sha256: Fingerprint::of(&ca),
             ca_bundle: vec![ca],
             ca_not_after: OffsetDateTime::from_unix_timestamp(2_000_000_000).unwrap(),
-            client_sha256: Some(format!("sha256:{HEX}")),
+            client_sha256: Some(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
             client_not_after: Some(OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap()),
-            content_sha256: HEX.into(),
-            sealing_sha256: format!("sha256:{HEX}"),
+            content_sha256: Fingerprint::parse(HEX).unwrap(),
+            sealing_sha256: Fingerprint::parse(&format!("sha256:{HEX}")).unwrap(),
             rotated_at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap(),
             credential: RecordedCredential::default(),
         }
@@ -642,7 +623,7 @@ mod tests {
             server: "10.0.0.1:6443".into(),
             host: "10.0.0.1".into(),
             chain: vec![leaf.der().to_vec(), issuer_der.to_vec()],
-            serving_sha256: crate::certs::fingerprint(leaf.der()),
+            serving_sha256: Fingerprint::of(leaf.der()),
             not_before: OffsetDateTime::now_utc(),
             not_after: OffsetDateTime::now_utc(),
             dns_names: vec!["kubernetes".into()],
@@ -670,14 +651,5 @@ mod tests {
         );
         r.ca_bundle = vec![b"junk".to_vec()];
         assert_eq!(r.check_ca(&served_by(&old, old.der())), CaCheck::UnusableCa);
-    }
-
-    #[test]
-    fn short_fingerprints() {
-        assert_eq!(short("sha256:ab12cd34ef56"), "sha256:ab12cd34..");
-        // Cut by characters, never inside one (this panicked).
-        assert_eq!(short("sha256:aéééééé"), "sha256:aéééééé..");
-        assert_eq!(short("sha256:aééééééééé"), "sha256:aééééééé..");
-        assert_eq!(short(""), "sha256:..");
     }
 }

@@ -9,7 +9,8 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use crate::certs::{fingerprint, pem};
+use crate::certs::pem;
+use crate::fingerprint::{Fingerprint, PublicKey, RsaModulus, Sealing};
 use zeroize::Zeroizing;
 
 /// Smaller keys are refused: the controller has generated 4096-bit keys since v0.12.
@@ -58,7 +59,7 @@ pub enum KeyError {
 #[derive(Clone)]
 pub struct SealingKey {
     public: rsa::PublicKey,
-    fingerprint: String,
+    fingerprint: Fingerprint<Sealing>,
     not_after: Option<OffsetDateTime>,
 }
 
@@ -83,7 +84,7 @@ impl SealingKey {
                         reason: e.to_string(),
                     }
                 })?;
-                Self::checked(public, fingerprint(der), None, source_name)
+                Self::checked(public, Fingerprint::of(der), None, source_name)
             }
             "RSA PUBLIC KEY" => {
                 let public =
@@ -91,7 +92,7 @@ impl SealingKey {
                         source_name: source_name.into(),
                         reason: e.to_string(),
                     })?;
-                Self::checked(public, fingerprint(der), None, source_name)
+                Self::checked(public, Fingerprint::of(der), None, source_name)
             }
             label if label.contains("PRIVATE KEY") => Err(KeyError::PrivateKeyGiven {
                 source_name: source_name.into(),
@@ -130,12 +131,12 @@ impl SealingKey {
                 source_name: source_name.into(),
                 reason: e.to_string(),
             })?;
-        Self::checked(public, fingerprint(der), Some(not_after), source_name)
+        Self::checked(public, Fingerprint::of(der), Some(not_after), source_name)
     }
 
     fn checked(
         public: rsa::PublicKey,
-        fingerprint: String,
+        fingerprint: Fingerprint<Sealing>,
         not_after: Option<OffsetDateTime>,
         source_name: &str,
     ) -> Result<Self, KeyError> {
@@ -157,9 +158,9 @@ impl SealingKey {
         &self.public
     }
 
-    /// `sha256:<hex>` of the certificate DER (or of the public key DER when no certificate).
-    pub fn fingerprint(&self) -> &str {
-        &self.fingerprint
+    /// Of the certificate DER (or of the public key DER when no certificate).
+    pub fn fingerprint(&self) -> Fingerprint<Sealing> {
+        self.fingerprint
     }
 
     pub fn not_after(&self) -> Option<OffsetDateTime> {
@@ -177,7 +178,7 @@ impl SealingKey {
     pub fn is_demo(&self) -> bool {
         let n = self.public.n().to_be_bytes();
         let first = n.iter().position(|b| *b != 0).unwrap_or(n.len());
-        crate::certs::sha256_hex(&n[first..]) == DEMO_MODULUS_SHA256
+        Fingerprint::<RsaModulus>::of(&n[first..]).hex() == DEMO_MODULUS_SHA256
     }
 }
 
@@ -300,13 +301,11 @@ impl RecoveryKey {
         &self.name
     }
 
-    /// `sha256:<hex>` of the public key's SPKI DER.
-    pub fn public_fingerprint(&self) -> String {
+    /// Of the public key's SPKI DER; None if it cannot be encoded.
+    pub fn public_fingerprint(&self) -> Option<Fingerprint<PublicKey>> {
         use rsa::pkcs8::EncodePublicKey;
-        match self.private.to_public_key().to_public_key_der() {
-            Ok(der) => fingerprint(der.as_bytes()),
-            Err(_) => "sha256:?".into(),
-        }
+        let der = self.private.to_public_key().to_public_key_der().ok()?;
+        Some(Fingerprint::of(der.as_bytes()))
     }
 }
 

@@ -11,6 +11,8 @@
 
 use std::collections::BTreeSet;
 
+use crate::fingerprint::{Fingerprint, Sealing};
+
 /// What confirmed the certificate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Anchor {
@@ -46,20 +48,20 @@ impl Anchor {
 
 /// What the hub's controller said this tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Controller<'a> {
+pub enum Controller {
     /// It served this very certificate.
     Served,
     /// No `hub:`, unreachable, or what it served was refused (broken, demo key).
     Silent,
     /// It served this other, valid certificate (which could not be pinned).
-    Contradicts(&'a str),
+    Contradicts(Fingerprint<Sealing>),
 }
 
 /// What decides when neither the hub (this tick) nor `sealing.sha256` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fallback<'a> {
     /// `hub:` is configured: the certificate it last served to this clone (None: never).
-    LastServed(Option<&'a str>),
+    LastServed(Option<Fingerprint<Sealing>>),
     /// No `hub:`: what the committed outputs record.
     Committed(&'a Committed),
 }
@@ -68,7 +70,7 @@ pub enum Fallback<'a> {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Committed {
     /// The valid sealing fingerprints recorded.
-    pub recorded: BTreeSet<String>,
+    pub recorded: BTreeSet<Fingerprint<Sealing>>,
     /// Spokes whose output exists but records no valid fingerprint (unreadable,
     /// unparsable, unannotated): they may hide what it was sealed to.
     pub unknown: Vec<String>,
@@ -78,21 +80,21 @@ pub struct Committed {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Mismatch {
     /// The hub's controller serves another certificate.
-    HubServes { served: String },
+    HubServes { served: Fingerprint<Sealing> },
     /// `sealing.sha256` lists other fingerprints.
-    Configured { expected: Vec<String> },
+    Configured { expected: Vec<Fingerprint<Sealing>> },
     /// The hub is unreachable and last served another certificate (empty: this clone
     /// never fetched one).
-    LastServed { expected: Vec<String> },
+    LastServed { expected: Vec<Fingerprint<Sealing>> },
     /// No anchor configured, and committed credentials are sealed to other certificates.
-    Committed { expected: Vec<String> },
+    Committed { expected: Vec<Fingerprint<Sealing>> },
     /// No anchor configured, no valid record, and these spokes' outputs exist: not a
     /// fresh install, so not first use.
     Unknown { spokes: Vec<String> },
 }
 
 impl Mismatch {
-    pub fn expected(&self) -> &[String] {
+    pub fn expected(&self) -> &[Fingerprint<Sealing>] {
         match self {
             Mismatch::Configured { expected }
             | Mismatch::LastServed { expected }
@@ -105,22 +107,20 @@ impl Mismatch {
 /// The rule. `sha256` is the certificate the tick would seal to; `hub`: what the hub's
 /// controller served this tick; `configured`: `sealing.sha256`.
 pub fn confirm(
-    sha256: &str,
-    hub: Controller<'_>,
-    configured: &[String],
+    sha256: Fingerprint<Sealing>,
+    hub: Controller,
+    configured: &[Fingerprint<Sealing>],
     fallback: Fallback<'_>,
 ) -> Result<Anchor, Mismatch> {
     match hub {
         Controller::Served => return Ok(Anchor::Hub),
         Controller::Contradicts(served) => {
-            return Err(Mismatch::HubServes {
-                served: served.to_string(),
-            });
+            return Err(Mismatch::HubServes { served });
         }
         Controller::Silent => {}
     }
     if !configured.is_empty() {
-        return if configured.iter().any(|c| c == sha256) {
+        return if configured.contains(&sha256) {
             Ok(Anchor::Configured)
         } else {
             Err(Mismatch::Configured {
@@ -132,16 +132,16 @@ pub fn confirm(
         Fallback::LastServed(Some(last)) if last == sha256 => return Ok(Anchor::LastServed),
         Fallback::LastServed(last) => {
             return Err(Mismatch::LastServed {
-                expected: last.into_iter().map(str::to_string).collect(),
+                expected: last.into_iter().collect(),
             });
         }
         Fallback::Committed(c) => c,
     };
-    let others: Vec<String> = committed
+    let others: Vec<Fingerprint<Sealing>> = committed
         .recorded
         .iter()
-        .filter(|r| *r != sha256)
-        .cloned()
+        .filter(|r| **r != sha256)
+        .copied()
         .collect();
     if !others.is_empty() {
         Err(Mismatch::Committed { expected: others })
@@ -160,20 +160,24 @@ pub fn confirm(
 mod tests {
     use super::*;
 
-    fn committed(v: &[&str], unknown: &[&str]) -> Committed {
+    fn fp(name: &str) -> Fingerprint<Sealing> {
+        Fingerprint::of(name.as_bytes())
+    }
+
+    fn committed(v: &[Fingerprint<Sealing>], unknown: &[&str]) -> Committed {
         Committed {
-            recorded: v.iter().map(|s| s.to_string()).collect(),
+            recorded: v.iter().copied().collect(),
             unknown: unknown.iter().map(|s| s.to_string()).collect(),
         }
     }
 
     #[test]
     fn the_hub_confirms_whatever_else_says() {
-        let configured = vec!["sha256:old".to_string()];
-        let c = committed(&["sha256:old"], &[]);
+        let configured = vec![fp("old")];
+        let c = committed(&[fp("old")], &[]);
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Served,
                 &configured,
                 Fallback::Committed(&c)
@@ -182,7 +186,7 @@ mod tests {
         );
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Served,
                 &[],
                 Fallback::LastServed(None)
@@ -193,11 +197,11 @@ mod tests {
 
     #[test]
     fn sealing_sha256_decides_when_set_even_with_nothing_committed() {
-        let configured = vec!["sha256:a".to_string(), "sha256:b".to_string()];
-        let a = committed(&["sha256:a"], &[]);
+        let configured = vec![fp("a"), fp("b")];
+        let a = committed(&[fp("a")], &[]);
         assert_eq!(
             confirm(
-                "sha256:b",
+                fp("b"),
                 Controller::Silent,
                 &configured,
                 Fallback::Committed(&a)
@@ -206,7 +210,7 @@ mod tests {
         );
         assert_eq!(
             confirm(
-                "sha256:c",
+                fp("c"),
                 Controller::Silent,
                 &configured,
                 Fallback::Committed(&committed(&[], &[]))
@@ -216,10 +220,10 @@ mod tests {
             })
         );
         // Matching the committed credentials, or what the hub served last, does not override it.
-        let c = committed(&["sha256:c"], &[]);
+        let c = committed(&[fp("c")], &[]);
         assert_eq!(
             confirm(
-                "sha256:c",
+                fp("c"),
                 Controller::Silent,
                 &configured,
                 Fallback::Committed(&c)
@@ -230,10 +234,10 @@ mod tests {
         );
         assert_eq!(
             confirm(
-                "sha256:c",
+                fp("c"),
                 Controller::Silent,
                 &configured,
-                Fallback::LastServed(Some("sha256:c"))
+                Fallback::LastServed(Some(fp("c")))
             ),
             Err(Mismatch::Configured {
                 expected: configured
@@ -246,40 +250,35 @@ mod tests {
         let none = committed(&[], &[]);
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Silent,
                 &[],
                 Fallback::Committed(&none)
             ),
             Ok(Anchor::FirstUse)
         );
-        let a = committed(&["sha256:a"], &[]);
+        let a = committed(&[fp("a")], &[]);
         assert_eq!(
-            confirm("sha256:a", Controller::Silent, &[], Fallback::Committed(&a)),
+            confirm(fp("a"), Controller::Silent, &[], Fallback::Committed(&a)),
             Ok(Anchor::Committed)
         );
         assert_eq!(
-            confirm(
-                "sha256:new",
-                Controller::Silent,
-                &[],
-                Fallback::Committed(&a)
-            ),
+            confirm(fp("new"), Controller::Silent, &[], Fallback::Committed(&a)),
             Err(Mismatch::Committed {
-                expected: vec!["sha256:a".into()]
+                expected: vec![fp("a")]
             })
         );
         // Half re-sealed: the rest still records the other one.
-        let half = committed(&["sha256:a", "sha256:new"], &[]);
+        let half = committed(&[fp("a"), fp("new")], &[]);
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Silent,
                 &[],
                 Fallback::Committed(&half)
             ),
             Err(Mismatch::Committed {
-                expected: vec!["sha256:a".into()]
+                expected: vec![fp("a")]
             })
         );
     }
@@ -290,7 +289,7 @@ mod tests {
         let unknown = committed(&[], &["dev", "test"]);
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Silent,
                 &[],
                 Fallback::Committed(&unknown)
@@ -300,52 +299,40 @@ mod tests {
             })
         );
         // One valid record left decides; the unknown ones cannot widen it.
-        let some = committed(&["sha256:a"], &["test"]);
+        let some = committed(&[fp("a")], &["test"]);
         assert_eq!(
-            confirm(
-                "sha256:a",
-                Controller::Silent,
-                &[],
-                Fallback::Committed(&some)
-            ),
+            confirm(fp("a"), Controller::Silent, &[], Fallback::Committed(&some)),
             Ok(Anchor::Committed)
         );
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Silent,
                 &[],
                 Fallback::Committed(&some)
             ),
             Err(Mismatch::Committed {
-                expected: vec!["sha256:a".into()]
+                expected: vec![fp("a")]
             })
         );
     }
 
     #[test]
     fn a_hub_serving_another_certificate_contradicts_every_other_anchor() {
-        let configured = vec!["sha256:old".to_string()];
-        let old = committed(&["sha256:old"], &[]);
-        let want = Err(Mismatch::HubServes {
-            served: "sha256:new".into(),
-        });
-        let hub = Controller::Contradicts("sha256:new");
+        let configured = vec![fp("old")];
+        let old = committed(&[fp("old")], &[]);
+        let want = Err(Mismatch::HubServes { served: fp("new") });
+        let hub = Controller::Contradicts(fp("new"));
         assert_eq!(
-            confirm("sha256:old", hub, &configured, Fallback::Committed(&old)),
+            confirm(fp("old"), hub, &configured, Fallback::Committed(&old)),
             want
         );
         assert_eq!(
-            confirm("sha256:old", hub, &[], Fallback::Committed(&old)),
+            confirm(fp("old"), hub, &[], Fallback::Committed(&old)),
             want
         );
         assert_eq!(
-            confirm(
-                "sha256:old",
-                hub,
-                &[],
-                Fallback::LastServed(Some("sha256:old"))
-            ),
+            confirm(fp("old"), hub, &[], Fallback::LastServed(Some(fp("old")))),
             want
         );
     }
@@ -354,28 +341,28 @@ mod tests {
     fn with_a_hub_only_what_it_served_last_is_trusted_while_it_is_unreachable() {
         assert_eq!(
             confirm(
-                "sha256:a",
+                fp("a"),
                 Controller::Silent,
                 &[],
-                Fallback::LastServed(Some("sha256:a"))
+                Fallback::LastServed(Some(fp("a")))
             ),
             Ok(Anchor::LastServed)
         );
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Silent,
                 &[],
-                Fallback::LastServed(Some("sha256:a"))
+                Fallback::LastServed(Some(fp("a")))
             ),
             Err(Mismatch::LastServed {
-                expected: vec!["sha256:a".into()]
+                expected: vec![fp("a")]
             })
         );
         // A clone that never reached the hub: nothing, not first use.
         assert_eq!(
             confirm(
-                "sha256:new",
+                fp("new"),
                 Controller::Silent,
                 &[],
                 Fallback::LastServed(None)

@@ -20,6 +20,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 use super::host_port;
 use crate::certs;
+use crate::fingerprint::{Fingerprint, Serving};
 
 /// What the spoke API presented.
 #[derive(Clone, Debug)]
@@ -30,8 +31,7 @@ pub struct ProbeReport {
     pub host: String,
     /// The presented chain, DER, serving certificate first. Not verified.
     pub chain: Vec<Vec<u8>>,
-    /// `sha256:<hex>` of the serving certificate.
-    pub serving_sha256: String,
+    pub serving_sha256: Fingerprint<Serving>,
     pub not_before: OffsetDateTime,
     pub not_after: OffsetDateTime,
     pub dns_names: Vec<String>,
@@ -185,7 +185,7 @@ fn report(server: String, host: String, chain: Vec<Vec<u8>>) -> Result<ProbeRepo
     }
     let address_in_sans = covers(&host, &dns_names, &ip_addresses);
     Ok(ProbeReport {
-        serving_sha256: certs::fingerprint(leaf_der),
+        serving_sha256: Fingerprint::of(leaf_der),
         not_before: leaf.validity().not_before.to_datetime(),
         not_after: leaf.validity().not_after.to_datetime(),
         server,

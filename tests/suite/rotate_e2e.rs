@@ -55,9 +55,9 @@ async fn first_run_seals_every_spoke_second_commits_nothing_rebuild_commits_one(
     // Rebuild spoke1: exactly one new commit, for spoke1, naming the CA change.
     let mut needles = fleet.key_needles();
     let before: Vec<String> = (0..3).map(|i| fleet.remote_file(i)).collect();
-    let old_ca = spokekeeper::certs::fingerprint(&fleet.nodes[1].server_ca_der());
+    let old_ca = spokekeeper::certs::fingerprint(&fleet.nodes[1].server_ca_der()).to_string();
     fleet.nodes[1].rebuild();
-    let new_ca = spokekeeper::certs::fingerprint(&fleet.nodes[1].server_ca_der());
+    let new_ca = spokekeeper::certs::fingerprint(&fleet.nodes[1].server_ca_der()).to_string();
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(action(&report, 1), "rotated");

@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 
 use super::Context;
 use super::publish::Publish;
-use super::state::short;
+use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
 use crate::seal::SealingKey;
@@ -32,10 +32,7 @@ pub(super) async fn for_tick(
     publish: &impl Publish,
 ) -> (SealingKey, CertReport) {
     let (key, report, heard) = choose(ctx, dry_run, publish).await;
-    let mut report = report.unwrap_or_else(|| CertReport {
-        sha256: key.fingerprint().to_string(),
-        ..CertReport::default()
-    });
+    let mut report = report.unwrap_or_else(|| CertReport::new(key.fingerprint()));
     if ctx.config.hub.is_none() && ctx.config.sealing_sha256.is_empty() {
         tracing::warn!(
             "no hub: and no sealing.sha256: a sealing certificate pushed to the fleet repo is only checked against what the committed credentials record; set sealing.sha256 in {} to {} once you have checked it with the controller",
@@ -44,10 +41,7 @@ pub(super) async fn for_tick(
         );
     }
     let listed = &ctx.config.sealing_sha256;
-    if heard == Heard::Served
-        && !listed.is_empty()
-        && !listed.iter().any(|l| l == key.fingerprint())
-    {
+    if heard == Heard::Served && !listed.is_empty() && !listed.contains(&key.fingerprint()) {
         tracing::warn!(
             "the hub's controller serves {} but sealing.sha256 in {} does not list it: add it, or ticks while the hub is unreachable seal nothing",
             key.fingerprint(),
@@ -57,7 +51,7 @@ pub(super) async fn for_tick(
     let hub = match &heard {
         Heard::Served => Controller::Served,
         Heard::Silent => Controller::Silent,
-        Heard::Other(fp) => Controller::Contradicts(fp),
+        Heard::Other(fp) => Controller::Contradicts(*fp),
     };
     match trust::check(&ctx.config, &ctx.repo, key.fingerprint(), hub).await {
         Ok(how) => {
@@ -81,7 +75,7 @@ pub(super) async fn for_tick(
 pub async fn trusted_offline(
     config: &crate::config::Config,
     repo: &crate::repo::Repo,
-    sha256: &str,
+    sha256: Fingerprint<Sealing>,
 ) -> Result<&'static str, Untrusted> {
     trust::check(config, repo, sha256, Controller::Silent).await
 }
@@ -94,7 +88,7 @@ enum Heard {
     /// Nothing usable (no hub, unreachable, refused).
     Silent,
     /// Another valid certificate, with this fingerprint.
-    Other(String),
+    Other(Fingerprint<Sealing>),
 }
 
 /// The key for this tick, the hub's part of the report (None: no hub), and what the
@@ -111,8 +105,7 @@ async fn choose(
     };
     let mut report = CertReport {
         reachable: Some(false),
-        sha256: pinned.fingerprint().to_string(),
-        ..CertReport::default()
+        ..CertReport::new(pinned.fingerprint())
     };
     let pem = match fetch(cfg).await {
         Ok((pem, version)) => {
@@ -156,7 +149,7 @@ async fn choose(
         if !dry_run && !on_disk {
             let message = format!(
                 "sealing: pin the controller's certificate {}\n\n{}\nFetched from {source}, as kubeseal --fetch-cert does.\n",
-                short(key.fingerprint()),
+                key.fingerprint().short(),
                 key.fingerprint()
             );
             if let Err(e) = pin(ctx, pem.as_bytes(), &message, publish).await {
@@ -167,17 +160,17 @@ async fn choose(
         return (pinned, Some(report), Heard::Served);
     }
     let mut renewed = Renewed {
-        old: pinned.fingerprint().to_string(),
-        new: key.fingerprint().to_string(),
+        old: pinned.fingerprint(),
+        new: key.fingerprint(),
         commit: None,
     };
     tracing::info!(old = %renewed.old, new = %renewed.new, "the controller's sealing certificate changed: re-sealing every spoke");
-    report.sha256 = renewed.new.clone();
+    report.sha256 = renewed.new;
     if !dry_run {
         let message = format!(
             "sealing: controller certificate renewed {} -> {}\n\nold: {}\nnew: {}\nEvery spoke is re-sealed to the new certificate.\n",
-            short(&renewed.old),
-            short(&renewed.new),
+            renewed.old.short(),
+            renewed.new.short(),
             renewed.old,
             renewed.new
         );
@@ -192,11 +185,11 @@ async fn choose(
             // whenever the hub is unreachable. Keep the pinned one until it is pinned.
             Err(e) => {
                 tracing::error!(error = %e, "cannot pin the renewed sealing certificate: sealing to the pinned copy until it can be");
-                report.sha256 = pinned.fingerprint().to_string();
+                report.sha256 = pinned.fingerprint();
                 report.error = Some(format!(
                     "the controller's certificate changed ({} -> {}) but cannot be pinned, so this tick sealed to the pinned copy: {e}",
-                    short(&renewed.old),
-                    short(&renewed.new)
+                    renewed.old.short(),
+                    renewed.new.short()
                 ));
                 // The hub has just contradicted the pinned copy: not trusted this tick.
                 return (pinned, Some(report), Heard::Other(renewed.new));

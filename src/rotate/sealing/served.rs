@@ -4,6 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::fingerprint::{Fingerprint, Sealing};
 use crate::rotate::state;
 
 const FILE: &str = "spokekeeper/hub-sealing-sha256";
@@ -16,7 +17,7 @@ pub fn path(clone: &Path) -> PathBuf {
 
 /// The fingerprint recorded, None when there is none; a malformed record is an error that
 /// shows it escaped.
-pub fn last(clone: &Path) -> Result<Option<String>, String> {
+pub fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, String> {
     let path = path(clone);
     let bytes = match crate::fsutil::read_nofollow(&path) {
         Ok(b) => b,
@@ -29,10 +30,10 @@ pub fn last(clone: &Path) -> Result<Option<String>, String> {
         .map_err(|e| format!("{e}: it is rewritten when the hub is reachable"))
 }
 
-/// Records `sha256` (a validated fingerprint) as the hub's last-served certificate.
-pub fn record(clone: &Path, sha256: &str) -> Result<(), String> {
+/// Records `sha256` as the hub's last-served certificate.
+pub fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), String> {
     // Every tick that reaches the hub calls this; the file changes only on a renewal.
-    if last(clone).ok().flatten().as_deref() == Some(sha256) {
+    if last(clone).ok().flatten() == Some(sha256) {
         return Ok(());
     }
     let path = path(clone);
@@ -55,8 +56,8 @@ mod tests {
     fn records_and_reads_back_only_a_valid_fingerprint() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(last(dir.path()), Ok(None));
-        let fp = format!("sha256:{}", "a1".repeat(32));
-        record(dir.path(), &fp).unwrap();
+        let fp = Fingerprint::parse(&format!("sha256:{}", "a1".repeat(32))).unwrap();
+        record(dir.path(), fp).unwrap();
         assert_eq!(last(dir.path()), Ok(Some(fp)));
         std::fs::write(path(dir.path()), "sha256:\x1b[31mzz\n").unwrap();
         let err = last(dir.path()).unwrap_err();

@@ -4,6 +4,7 @@
 //! spoke carries.
 
 use crate::config::Config;
+use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
 use crate::hub::cert::Untrusted;
 use crate::repo::Repo;
@@ -16,8 +17,8 @@ use crate::seal::trust::{Committed, Controller, Fallback, Mismatch, confirm};
 pub(super) async fn check(
     config: &Config,
     repo: &Repo,
-    sha256: &str,
-    hub: Controller<'_>,
+    sha256: Fingerprint<Sealing>,
+    hub: Controller,
 ) -> Result<&'static str, Untrusted> {
     let committed;
     let last;
@@ -26,7 +27,7 @@ pub(super) async fn check(
             tracing::warn!(error = %e, "ignoring the record of the hub's last certificate");
             None
         });
-        Fallback::LastServed(last.as_deref())
+        Fallback::LastServed(last)
     } else {
         committed = recorded(config, repo);
         Fallback::Committed(&committed)
@@ -51,6 +52,11 @@ pub(super) async fn check(
         },
     };
     let expected = mismatch.expected().to_vec();
+    let listed = expected
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let file = config.file.display();
     let revert = commit
         .as_deref()
@@ -68,7 +74,7 @@ pub(super) async fn check(
         ),
         Mismatch::Configured { .. } => (
             "sealing.sha256",
-            format!("sealing.sha256 in {file} allows only {}", expected.join(", ")),
+            format!("sealing.sha256 in {file} allows only {listed}"),
             format!("{set}; otherwise revert the change{revert}"),
         ),
         Mismatch::LastServed { expected } if expected.is_empty() => (
@@ -82,16 +88,14 @@ pub(super) async fn check(
         Mismatch::LastServed { .. } => (
             "last-served",
             format!(
-                "the hub is unreachable, and the certificate it served last is {}",
-                expected.join(", ")
+                "the hub is unreachable, and the certificate it served last is {listed}"
             ),
             format!("{set}; otherwise revert the change{revert}"),
         ),
         Mismatch::Committed { .. } => (
             "committed",
             format!(
-                "the committed credentials are sealed to {}, and neither hub: nor sealing.sha256 confirms the change",
-                expected.join(", ")
+                "the committed credentials are sealed to {listed}, and neither hub: nor sealing.sha256 confirms the change"
             ),
             format!("{set}; otherwise revert the change{revert}"),
         ),
@@ -111,7 +115,7 @@ pub(super) async fn check(
         path.display(),
     );
     Err(Untrusted {
-        sha256: sha256.to_string(),
+        sha256,
         expected,
         anchor,
         commit,
@@ -129,7 +133,7 @@ fn recorded(config: &Config, repo: &Repo) -> Committed {
             Ok(None) => continue,
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|sealed| {
                 let v = sealed.annotations.get(SEALING_CERT_SHA256)?;
-                state::fingerprint(SEALING_CERT_SHA256, v).ok()
+                state::fingerprint::<Sealing>(SEALING_CERT_SHA256, v).ok()
             }),
             Err(_) => None,
         };

@@ -5,8 +5,8 @@ use crate::support;
 
 use serde_json::Value;
 use spokekeeper::certs::CertInfo;
+use spokekeeper::fingerprint::{Fingerprint, Sealing};
 use spokekeeper::rotate::state::rfc3339;
-use spokekeeper::rotate::state::short;
 use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use support::NodeOptions;
 use support::fleet::{Fleet, spokekeeper, vectors};
@@ -277,11 +277,10 @@ fn push_sealing_cert(clone: &std::path::Path, pem: &str) -> String {
     git(clone, &["rev-parse", "HEAD"]).trim().to_string()
 }
 
-fn sealing_fingerprint(pem: &str) -> String {
+fn sealing_fingerprint(pem: &str) -> Fingerprint<Sealing> {
     spokekeeper::seal::SealingKey::from_pem(pem.as_bytes(), "test", OffsetDateTime::now_utc())
         .unwrap()
         .fingerprint()
-        .to_string()
 }
 
 fn untrusted_findings(report: &Value) -> Vec<&Value> {
@@ -330,7 +329,7 @@ fn a_pushed_sealing_certificate_is_critical_until_sealing_sha256_lists_it() {
     assert_eq!((&f["spoke"], &f["cert"]), (&"".into(), &"sealing".into()));
     assert_eq!(f["severity"], "critical", "{f:#}");
     let detail = f["detail"].as_str().unwrap();
-    for needle in [short(&new), short(&old), attack.clone()] {
+    for needle in [new.short(), old.short(), attack.clone()] {
         assert!(detail.contains(&needle), "{needle} not in {detail}");
     }
     let (code, out, err) = fleet.run(&["check"]);
@@ -340,11 +339,11 @@ fn a_pushed_sealing_certificate_is_critical_until_sealing_sha256_lists_it() {
         .find(|l| l.contains("not trusted"))
         .unwrap_or_else(|| panic!("no untrusted row in {out}"));
     assert!(
-        row.contains("critical") && row.contains(&short(&new)),
+        row.contains("critical") && row.contains(&new.short()),
         "{row}"
     );
-    for needle in [&new, &old, &attack] {
-        assert!(err.contains(needle.as_str()), "{needle} not in {err}");
+    for needle in [new.to_string(), old.to_string(), attack] {
+        assert!(err.contains(&needle), "{needle} not in {err}");
     }
 
     // The operator checked it with the controller and lists it: OK again.

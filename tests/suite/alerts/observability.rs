@@ -211,7 +211,9 @@ fn every_family() -> String {
     report.sealing = Some(spokekeeper::hub::cert::CertReport {
         reachable: Some(true),
         trusted: true,
-        ..Default::default()
+        ..spokekeeper::hub::cert::CertReport::new(spokekeeper::fingerprint::Fingerprint::of(
+            b"cert",
+        ))
     });
     let m = spokekeeper::metrics::Metrics::new();
     m.observe_tick(

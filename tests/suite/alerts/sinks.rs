@@ -716,7 +716,7 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
         server: "127.0.0.1:1".into(),
         host: "127.0.0.1".into(),
         chain: vec![],
-        serving_sha256: "sha256:00".into(),
+        serving_sha256: spokekeeper::fingerprint::Fingerprint::of(b"serving"),
         not_before: now,
         not_after: now + time::Duration::days(90),
         dns_names: vec![],

@@ -11,6 +11,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use spokekeeper::alerts::{self, SealingCert};
 use spokekeeper::config::{Config, SpokeConfig};
+use spokekeeper::fingerprint::Fingerprint;
 use spokekeeper::rotate::decide::{self, Decision, Observed, Policy};
 use spokekeeper::rotate::observe::{Committed, Invalid, Observation, Record};
 use spokekeeper::rotate::state::{self, Recorded};
@@ -50,13 +51,13 @@ static GOOD: LazyLock<Recorded> = LazyLock::new(|| {
     Recorded {
         spoke: "dev".into(),
         server: "https://10.0.0.1:6443".into(),
-        ca_sha256: spokekeeper::certs::fingerprint(&pki.server_ca_der),
+        ca_sha256: Fingerprint::of(&pki.server_ca_der),
         ca_bundle: vec![pki.server_ca_der.clone()],
         ca_not_after: now() + time::Duration::days(3000),
-        client_sha256: Some(format!("sha256:{HEX}")),
+        client_sha256: Some(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
         client_not_after: Some(now() + time::Duration::days(200)),
-        content_sha256: HEX.into(),
-        sealing_sha256: format!("sha256:{HEX}"),
+        content_sha256: Fingerprint::parse(HEX).unwrap(),
+        sealing_sha256: Fingerprint::parse(&format!("sha256:{HEX}")).unwrap(),
         rotated_at: now() - time::Duration::days(1),
         credential: spokekeeper::rotate::state::RecordedCredential::default(),
     }
@@ -80,11 +81,11 @@ fn sealed() -> SealedSecret {
     s
 }
 
-fn policy() -> Policy<'static> {
+fn policy() -> Policy {
     Policy {
         now: now(),
         renew_before: Duration::from_secs(30 * 86_400),
-        sealing_sha256: "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+        sealing_sha256: GOOD.sealing_sha256,
         force: false,
         verify_due: false,
     }
@@ -111,7 +112,9 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
     if let Decision::Rotate(reason) = &decision {
         report.reason = Some(reason.clone());
     }
-    report.ca_sha256 = Some(raw.to_string());
+    // Only a valid fingerprint can be one (the type refuses the rest).
+    let raw_ca = Fingerprint::parse(raw).ok();
+    report.ca_sha256 = raw_ca;
     let mut failed = SpokeReport::new(
         "dev",
         Outcome::Failed(spokekeeper::rotate::SpokeError::Unreachable(
@@ -122,7 +125,7 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
         )),
     );
     failed.reason = Some(Reason::CaChanged {
-        old: raw.to_string(),
+        old: raw_ca.unwrap_or(GOOD.ca_sha256),
     });
     let tick = TickReport::of(vec![report, failed]);
     let table = spokekeeper::cli::rotate_table(&tick);

@@ -26,7 +26,7 @@ const LAYERS: &[&[&str]] = &[
     // spokekeeper.yaml: every layer reads it.
     &["config"],
     // Leaves anyone may use.
-    &["secret", "text", "fsutil"],
+    &["secret", "text", "fsutil", "fingerprint"],
 ];
 
 fn layer_of(module: &str) -> Option<usize> {

@@ -194,7 +194,7 @@ async fn a_ca_bundle_is_recorded_whole_and_either_ca_is_healthy() {
     );
     assert_eq!(
         annotation(&file, "spokekeeper.io/ca-sha256"),
-        spokekeeper::certs::fingerprint(&fleet.nodes[0].server_ca_der()),
+        spokekeeper::certs::fingerprint(&fleet.nodes[0].server_ca_der()).to_string(),
         "ca-sha256 stays the first CA"
     );
     rotate(&fleet, &["--all"], "healthy");

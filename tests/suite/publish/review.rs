@@ -257,9 +257,9 @@ async fn open_update_merge(kind: Kind) {
     let before = writes(&r.forge);
 
     // Rebuilt before the merge: the branch is replaced, the same pull request updated.
-    let old_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    let old_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der()).to_string();
     r.fleet.nodes[0].rebuild();
-    let new_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    let new_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der()).to_string();
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(spoke(&report, 0)["change"], "updated", "{report}");
@@ -289,7 +289,7 @@ async fn open_update_merge(kind: Kind) {
     // Rebuilt after the merge: a new pull request that names both CAs.
     let merged = r.fleet.remote_file(0);
     r.fleet.nodes[0].rebuild();
-    let newest_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der());
+    let newest_ca = spokekeeper::certs::fingerprint(&r.fleet.nodes[0].server_ca_der()).to_string();
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");

@@ -378,7 +378,7 @@ fn sealing_fingerprint_is_what_openssl_says() {
     let pem = read("key/cert.pem");
     let key = SealingKey::from_pem(&pem, "cert.pem", OffsetDateTime::now_utc()).unwrap();
     assert_eq!(
-        key.fingerprint(),
+        key.fingerprint().to_string(),
         openssl_fingerprint(std::str::from_utf8(&pem).unwrap())
     );
     assert!(!key.is_demo());

@@ -70,7 +70,7 @@ fn k3s_kubeconfig_table_lists_every_certificate() {
         let line = run
             .stdout
             .lines()
-            .find(|l| l.contains(&certs::fingerprint(der)))
+            .find(|l| l.contains(&certs::fingerprint(der).to_string()))
             .unwrap_or_else(|| panic!("{role} missing:\n{}", run.stdout));
         assert!(line.starts_with(role) && line.ends_with(subject), "{line}");
     }
@@ -92,10 +92,13 @@ fn json_output_from_stdin_is_machine_readable() {
     let certs_json = v["certificates"].as_array().unwrap();
     assert_eq!(certs_json.len(), 2);
     assert_eq!(certs_json[0]["role"], "cluster CA");
-    assert_eq!(certs_json[0]["fingerprint"], certs::fingerprint(&f.ca.der));
+    assert_eq!(
+        certs_json[0]["fingerprint"],
+        certs::fingerprint(&f.ca.der).to_string()
+    );
     assert_eq!(
         certs_json[1]["fingerprint"],
-        certs::fingerprint(&f.leaf.der)
+        certs::fingerprint(&f.leaf.der).to_string()
     );
     let days = certs_json[1]["days_left"].as_i64().unwrap();
     assert!((363..=365).contains(&days), "{days}");
@@ -189,8 +192,8 @@ fn certificate_pem_lists_each_certificate_and_skips_keys() {
     assert_eq!(
         fps,
         [
-            certs::fingerprint(&f.leaf.der),
-            certs::fingerprint(&client_ca.der)
+            certs::fingerprint(&f.leaf.der).to_string(),
+            certs::fingerprint(&client_ca.der).to_string()
         ]
     );
     assert_eq!(v["skipped_blocks"][0], "PRIVATE KEY");

@@ -180,10 +180,9 @@ fn output_is_idempotent_and_hash_matches_sha256() {
     let openssl_hex =
         String::from_utf8(openssl(&["dgst", "-sha256", "-r"], once.expose())).unwrap();
     assert_eq!(
-        s.content_sha256(),
+        s.content_sha256().to_string(),
         openssl_hex.split_whitespace().next().unwrap()
     );
-    assert_eq!(s.content_sha256().len(), 64);
 }
 
 #[test]
@@ -415,7 +414,8 @@ fn key_of_another_certificate_is_refused() {
     let e = assert_refused_naming(&yaml, "users[default].user.client-key-data");
     assert!(e.to_string().contains("does not belong"), "{e}");
     assert!(
-        e.to_string().contains(&certs::fingerprint(&f.leaf.der)),
+        e.to_string()
+            .contains(&certs::fingerprint(&f.leaf.der).to_string()),
         "names the certificate: {e}"
     );
 }

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use serde_json::{Value, json};
+use spokekeeper::fingerprint::{Fingerprint, Sealing};
 use spokekeeper::hub::ACCESS;
 use spokekeeper::seal::{RecoveryKey, SealedSecret, SealingKey};
 use spokekeeper_lab::config::ConfigBuilder;
@@ -339,7 +340,10 @@ async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
         "{log:?}"
     );
     assert!(
-        log[2].contains(&format!("-> {}", spokekeeper::rotate::state::short(new_fp))),
+        log[2].contains(&format!(
+            "-> {}",
+            Fingerprint::<Sealing>::parse(new_fp).unwrap().short()
+        )),
         "{log:?}"
     );
     assert_eq!(
@@ -891,9 +895,10 @@ async fn a_fresh_clone_with_the_hub_unreachable_seals_nothing_and_says_to_set_se
     // The operator checked the fingerprint with the controller and sets it.
     set_sealing_sha256(
         &l,
-        SealingKey::from_pem(cert("key").as_bytes(), "t", time::OffsetDateTime::now_utc())
+        &SealingKey::from_pem(cert("key").as_bytes(), "t", time::OffsetDateTime::now_utc())
             .unwrap()
-            .fingerprint(),
+            .fingerprint()
+            .to_string(),
     );
     let (_, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(action(&report, 0), "rotated", "{report}\n{err}");
