@@ -35,7 +35,6 @@ use crate::spoke::CaCheck;
 pub use alertmanager::PostableAlert;
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
 pub use sealing::SealingCert;
-pub use webhook::Change;
 
 /// How a finding is graded. Ordered from best to worst for `check`'s exit code, except
 /// that critical and expired rank above unknown (see [`Status::exit_code`]).
@@ -117,7 +116,7 @@ impl Subject {
         }
     }
 
-    pub fn is_cert(self) -> bool {
+    pub(crate) fn is_cert(self) -> bool {
         matches!(
             self,
             Subject::Client | Subject::Ca | Subject::Serving | Subject::Sealing
@@ -224,7 +223,7 @@ impl CredentialFacts {
     }
 
     /// `minted for USER (generation N)`; None when extracted.
-    pub fn describe(&self) -> Option<String> {
+    pub(crate) fn describe(&self) -> Option<String> {
         match (&self.user, self.generation) {
             (Some(u), Some(g)) => Some(format!(
                 "minted for {} (generation {g})",
@@ -264,7 +263,7 @@ pub fn grade(not_after: OffsetDateTime, now: OffsetDateTime, cfg: &AlertsConfig)
 }
 
 /// The worst status, as `check` ranks them (critical over unknown over warning).
-pub fn overall(findings: &[Finding]) -> Status {
+pub(crate) fn overall(findings: &[Finding]) -> Status {
     let rank = |s: Status| match s {
         Status::Ok => 0,
         Status::Warning => 1,
@@ -380,7 +379,7 @@ pub fn evaluate(
 
 /// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`); also
 /// what `spokekeeper check` reports.
-pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
+pub(crate) fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
     let expected: Vec<String> = u.expected.iter().map(|e| e.short()).collect();
     let full: Vec<String> = u.expected.iter().map(ToString::to_string).collect();
     let commit = u

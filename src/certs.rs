@@ -142,13 +142,13 @@ impl CertInfo {
 
     /// True when this certificate names `issuer` as its issuer (a name match only: use
     /// [`verify_signed_by`] to decide anything).
-    pub fn names_as_issuer(&self, issuer: &CertInfo) -> bool {
+    pub(crate) fn names_as_issuer(&self, issuer: &CertInfo) -> bool {
         self.issuer_raw == issuer.subject_raw
     }
 }
 
 /// Whole days from `now` until `when`, rounded down (toward the past).
-pub fn days_until(when: OffsetDateTime, now: OffsetDateTime) -> i64 {
+pub(crate) fn days_until(when: OffsetDateTime, now: OffsetDateTime) -> i64 {
     (when - now).whole_seconds().div_euclid(86_400)
 }
 
@@ -278,7 +278,7 @@ fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
 
 /// Escapes control characters (terminal escapes, newlines) and caps the length, for
 /// strings taken from hostile input that end up on a terminal or in a log.
-pub fn escape(s: &str) -> String {
+pub(crate) fn escape(s: &str) -> String {
     const MAX: usize = 256;
     let mut out = String::with_capacity(s.len().min(MAX));
     for (i, c) in s.chars().enumerate() {

@@ -74,7 +74,7 @@ impl<K: Kind> Fingerprint<K> {
     }
 
     /// From the digest itself.
-    pub const fn from_digest(digest: [u8; 32]) -> Self {
+    pub(crate) const fn from_digest(digest: [u8; 32]) -> Self {
         Self {
             digest,
             kind: PhantomData,
@@ -126,7 +126,7 @@ impl<K: Kind> Fingerprint<K> {
 impl<K: CertKind> Fingerprint<K> {
     /// The same certificate's fingerprint in another role: where a certificate seen in
     /// one place is recorded as another (a kubeconfig's first CA as `ca-sha256`).
-    pub fn as_kind<J: CertKind>(self) -> Fingerprint<J> {
+    pub(crate) fn as_kind<J: CertKind>(self) -> Fingerprint<J> {
         Fingerprint::from_digest(self.digest)
     }
 }

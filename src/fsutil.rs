@@ -5,7 +5,7 @@ use std::io::{Read, Write};
 use std::path::{Component, Path, PathBuf};
 
 /// How temporary files start; a process killed mid-write leaves one behind.
-pub const TEMP_PREFIX: &str = ".spokekeeper-";
+pub(crate) const TEMP_PREFIX: &str = ".spokekeeper-";
 
 /// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path`
 /// and fsyncs the directory. Readers see the old file or the new one, never a mix.
@@ -37,7 +37,7 @@ pub struct SymlinkError {
 /// The first of `root/rel`'s components below `root` that is a symbolic link. A
 /// component that does not exist ends the walk: what is created there is a real
 /// directory or file. `root` itself may be a link (the operator chose it).
-pub fn symlink_in(root: &Path, rel: &Path) -> std::io::Result<Option<PathBuf>> {
+pub(crate) fn symlink_in(root: &Path, rel: &Path) -> std::io::Result<Option<PathBuf>> {
     let mut path = root.to_path_buf();
     for c in rel.components() {
         match c {
@@ -61,7 +61,7 @@ pub fn symlink_in(root: &Path, rel: &Path) -> std::io::Result<Option<PathBuf>> {
 }
 
 /// Reads `path`, refusing (ELOOP) when its last component is a symbolic link.
-pub fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
     let mut open = std::fs::OpenOptions::new();
     open.read(true);
     #[cfg(unix)]
@@ -76,7 +76,7 @@ pub fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
 
 /// Reads `path`; when it lies under `root` (the fleet clone), refuses a symbolic link on
 /// any component below `root` with a [`SymlinkError`].
-pub fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
+pub(crate) fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
     let Ok(rel) = path.strip_prefix(root) else {
         return std::fs::read(path);
     };

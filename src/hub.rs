@@ -78,7 +78,7 @@ pub const ACCESS: &[Access] = &[
 pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 
 /// Bounds each API call, so an unresponsive hub never holds a tick for long.
-pub const CALL_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The longest Retry-After honoured (a 429 without one waits a second).
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
@@ -86,7 +86,7 @@ const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
 /// The largest single object read (a SealedSecret or a Flux object).
 const OBJECT_BYTES: usize = 4 << 20;
 
-pub fn sealed_secret_resource() -> ApiResource {
+pub(crate) fn sealed_secret_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("bitnami.com", "v1alpha1", "SealedSecret"),
         "sealedsecrets",
@@ -146,7 +146,7 @@ impl Hub {
     }
 
     /// This client, told the controller's version read earlier in the tick.
-    pub fn knowing_version(self, version: Option<String>) -> Hub {
+    pub(crate) fn knowing_version(self, version: Option<String>) -> Hub {
         if let Ok(mut v) = self.controller_version.lock() {
             *v = version;
         }
@@ -306,7 +306,7 @@ impl Hub {
     }
 
     /// Waits out the Retry-After of the hub's last 429, until `deadline` at most.
-    pub async fn pace(&self, deadline: Instant) {
+    pub(crate) async fn pace(&self, deadline: Instant) {
         let until = *self.throttled.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(t) = until {
             tokio::time::sleep_until(t.min(deadline)).await;
@@ -387,7 +387,7 @@ pub struct Condition {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_transition_time: Option<String>,
+    pub(crate) last_transition_time: Option<String>,
 }
 
 /// What spokekeeper reads of a SealedSecret, Kustomization or HelmRelease on the hub.
@@ -407,7 +407,7 @@ pub struct HubObject {
 }
 
 impl HubObject {
-    pub fn from_dynamic(o: &DynamicObject) -> HubObject {
+    pub(crate) fn from_dynamic(o: &DynamicObject) -> HubObject {
         let mut h = HubObject::from_json(&o.data);
         h.generation = o.metadata.generation;
         h.requested_at = o
@@ -419,7 +419,7 @@ impl HubObject {
     }
 
     /// From an object's JSON body (what DynamicObject keeps besides metadata).
-    pub fn from_json(v: &serde_json::Value) -> HubObject {
+    pub(crate) fn from_json(v: &serde_json::Value) -> HubObject {
         let status = &v["status"];
         let conditions = status["conditions"]
             .as_array()
@@ -468,7 +468,7 @@ impl HubObject {
 }
 
 /// `time.Now().Format(time.RFC3339Nano)` as Go writes it (trailing zeros trimmed).
-pub fn rfc3339_nano(t: time::OffsetDateTime) -> String {
+pub(crate) fn rfc3339_nano(t: time::OffsetDateTime) -> String {
     let t = t.to_offset(time::UtcOffset::UTC);
     let base = t
         .format(time::macros::format_description!(

@@ -24,7 +24,7 @@ use raw::RawConfig;
 pub(crate) use server::{parse_server, server_string, with_host};
 
 /// Inputs larger than this are refused before parsing; real kubeconfigs are a few KiB.
-pub const MAX_BYTES: usize = 1024 * 1024;
+pub(crate) const MAX_BYTES: usize = 1024 * 1024;
 
 /// Why a kubeconfig was refused. Each names the field (`users[default].user.exec`) and
 /// the fix, and never contains key material or tokens.
@@ -329,7 +329,7 @@ fn unreachable_problem<T>() -> Result<T, KubeconfigError> {
 impl Sanitized {
     /// The same cluster, server and CA with another client chain and key and no token:
     /// a minted credential next to the admin one it was minted with.
-    pub fn with_client(&self, client: Vec<CertInfo>, key: PrivateKey) -> Sanitized {
+    pub(crate) fn with_client(&self, client: Vec<CertInfo>, key: PrivateKey) -> Sanitized {
         Sanitized {
             name: self.name.clone(),
             server: self.server.clone(),
@@ -409,7 +409,7 @@ impl Sanitized {
     }
 
     /// The cluster CA certificates (usually one), in the order given.
-    pub fn ca_certs(&self) -> &[CertInfo] {
+    pub(crate) fn ca_certs(&self) -> &[CertInfo] {
         &self.ca
     }
 

@@ -20,6 +20,8 @@
 //!   plaintext travels in, bounded one-line text, careful file access, SHA-256 fingerprints
 //!   typed by what they are of.
 
+#![warn(unreachable_pub)]
+
 pub mod alerts;
 pub mod certs;
 pub mod cli;

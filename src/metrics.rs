@@ -19,7 +19,7 @@ use time::OffsetDateTime;
 use crate::rotate::{Outcome, Reason, TickReport};
 
 /// What `/metrics` answers with (prometheus-client writes OpenMetrics text).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Timestamp = Gauge<f64, AtomicU64>;
 
@@ -57,10 +57,34 @@ struct ErrorLabels {
     stage: &'static str,
 }
 
-/// Every value the `stage` label of `spokekeeper_errors_total` can take, besides the
-/// spoke stages ([`crate::rotate::Stage::metric_label`]) and the repo stages
-/// ([`crate::rotate::RepoStage::metric_label`]).
-pub const FLEET_STAGES: [&str; 4] = ["hub", "tick", "alert", "reload"];
+/// The `stage` label values of `spokekeeper_errors_total` besides the spoke stages
+/// ([`crate::rotate::Stage::metric_label`]) and the repo stages
+/// ([`crate::rotate::RepoStage::metric_label`]): typed, so no other text can become one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OtherStage {
+    /// The hub did not take a pushed credential (per spoke).
+    Hub,
+    /// A tick failed as a whole.
+    Tick,
+    /// Alerts could not be evaluated or sent.
+    Alert,
+    /// The configuration could not be reloaded.
+    Reload,
+}
+
+impl OtherStage {
+    #[cfg(test)]
+    const ALL: [OtherStage; 4] = [Self::Hub, Self::Tick, Self::Alert, Self::Reload];
+
+    fn metric_label(self) -> &'static str {
+        match self {
+            Self::Hub => "hub",
+            Self::Tick => "tick",
+            Self::Alert => "alert",
+            Self::Reload => "reload",
+        }
+    }
+}
 
 pub struct Metrics {
     registry: Registry,
@@ -190,7 +214,7 @@ impl Metrics {
         Metrics { registry, ..m }
     }
 
-    pub fn set_leader(&self, leading: bool) {
+    pub(crate) fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
     }
 
@@ -282,7 +306,7 @@ impl Metrics {
                 .set(i64::from(h.synced.ok));
             self.hub_ready.get_or_create(&labels).set(i64::from(h.ok()));
             if !h.ok() {
-                self.error(&s.spoke, "hub");
+                self.other_error(&s.spoke, OtherStage::Hub);
             }
         }
         if let Some(e) = &report.repo_error {
@@ -291,7 +315,12 @@ impl Metrics {
     }
 
     /// Counts one failure at `stage` (`spoke` empty: not about one spoke).
-    pub fn error(&self, spoke: &str, stage: &'static str) {
+    /// One more error outside a spoke's stages (`spoke` empty: fleet-wide).
+    pub(crate) fn other_error(&self, spoke: &str, stage: OtherStage) {
+        self.error(spoke, stage.metric_label());
+    }
+
+    fn error(&self, spoke: &str, stage: &'static str) {
         self.errors
             .get_or_create(&ErrorLabels {
                 spoke: spoke.to_string(),
@@ -556,7 +585,7 @@ mod tests {
             .iter()
             .map(|s| s.metric_label())
             .chain(RepoStage::ALL.iter().map(|s| s.metric_label()))
-            .chain(FLEET_STAGES)
+            .chain(OtherStage::ALL.iter().map(|s| s.metric_label()))
             .collect()
     }
 

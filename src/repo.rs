@@ -19,9 +19,9 @@ pub mod signing;
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
-pub const GIT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Push attempts when the remote moved under us (non-fast-forward).
-pub const PUSH_ATTEMPTS: usize = 4;
+pub(crate) const PUSH_ATTEMPTS: usize = 4;
 const LOCK_FILE: &str = "spokekeeper.lock";
 /// The largest staged file the plaintext guard reads; a larger one is refused unread
 /// (a sealed kubeconfig is a few KiB).
@@ -318,7 +318,7 @@ impl Repo {
     }
 
     /// The last commit on HEAD that changed `rel` (None: none did).
-    pub async fn last_commit(&self, rel: &Path) -> Result<Option<String>, RepoError> {
+    pub(crate) async fn last_commit(&self, rel: &Path) -> Result<Option<String>, RepoError> {
         let rel_s = rel.to_string_lossy().into_owned();
         self.inside(rel)?;
         let sha = self.git(["log", "-1", "--format=%H", "--", &rel_s]).await?;
@@ -579,7 +579,7 @@ fn is_non_fast_forward(output: &str) -> bool {
 }
 
 /// What in a file would be plaintext key material.
-pub fn plaintext_in(text: &str) -> Option<&'static str> {
+pub(crate) fn plaintext_in(text: &str) -> Option<&'static str> {
     let added: Vec<&str> = text.lines().collect();
     if added.iter().any(|l| l.contains("client-key-data")) {
         return Some("client-key-data (a plaintext kubeconfig key)");

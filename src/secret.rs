@@ -28,7 +28,7 @@ impl SecretBytes {
 
     /// Appends without reallocating; returns false (and appends nothing) when the
     /// bytes do not fit in the reserved capacity.
-    pub fn try_extend(&mut self, bytes: &[u8]) -> bool {
+    pub(crate) fn try_extend(&mut self, bytes: &[u8]) -> bool {
         if self.0.capacity() - self.0.len() < bytes.len() {
             return false;
         }
@@ -40,7 +40,7 @@ impl SecretBytes {
         &self.0
     }
 
-    pub fn expose_mut(&mut self) -> &mut [u8] {
+    pub(crate) fn expose_mut(&mut self) -> &mut [u8] {
         &mut self.0
     }
 

@@ -5,7 +5,7 @@
 /// `s` as one line of at most `max` characters: newlines, tabs and other control
 /// characters become spaces (runs collapse to one), invisible format characters (bidi
 /// overrides, zero-width) are dropped, and a longer value is cut at `max` chars with `…`.
-pub fn one_line(s: &str, max: usize) -> String {
+pub(crate) fn one_line(s: &str, max: usize) -> String {
     let mut out = String::new();
     let mut space = false;
     for c in s.chars() {
@@ -37,7 +37,7 @@ pub fn one_line(s: &str, max: usize) -> String {
 /// cmark-gfm merges the text back before it looks for links): after `@` (mentions), `#`
 /// and `!` (issue and merge request references), after a `:` before `/`
 /// (`http://...`), and before the dot of `www.`.
-pub fn markdown(s: &str) -> String {
+pub(crate) fn markdown(s: &str) -> String {
     const ZWSP: &str = "&#8203;";
     let mut out = String::with_capacity(s.len());
     let mut chars = s.chars().peekable();

@@ -15,9 +15,9 @@ use time::OffsetDateTime;
 use super::Finding;
 
 /// How many evaluation periods an active alert stays valid without being re-sent.
-pub const VALID_FOR_PERIODS: u32 = 4;
+pub(crate) const VALID_FOR_PERIODS: u32 = 4;
 
-pub type Labels = BTreeMap<String, String>;
+pub(super) type Labels = BTreeMap<String, String>;
 
 /// One element of the POSTed array (Alertmanager's `postableAlert`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -26,21 +26,21 @@ pub struct PostableAlert {
     pub labels: Labels,
     pub annotations: BTreeMap<String, String>,
     #[serde(with = "time::serde::rfc3339")]
-    pub starts_at: OffsetDateTime,
+    pub(crate) starts_at: OffsetDateTime,
     #[serde(with = "time::serde::rfc3339")]
-    pub ends_at: OffsetDateTime,
+    pub(crate) ends_at: OffsetDateTime,
 }
 
 /// What was active at the last send, and resolutions not delivered yet.
 #[derive(Debug, Default)]
-pub struct AlertmanagerState {
+pub(crate) struct AlertmanagerState {
     active: BTreeMap<Labels, PostableAlert>,
     unsent_resolved: BTreeMap<Labels, PostableAlert>,
 }
 
 /// A batch to send and the state to keep once it is delivered (or not).
 #[derive(Debug)]
-pub struct Batch {
+pub(crate) struct Batch {
     pub alerts: Vec<PostableAlert>,
     active: BTreeMap<Labels, PostableAlert>,
     resolved: BTreeMap<Labels, PostableAlert>,
@@ -49,7 +49,12 @@ pub struct Batch {
 impl AlertmanagerState {
     /// The alerts to POST now: every active one (endsAt ahead), and each one that went
     /// away since the last delivered send (endsAt = now).
-    pub fn batch(&self, findings: &[Finding], now: OffsetDateTime, period: Duration) -> Batch {
+    pub(super) fn batch(
+        &self,
+        findings: &[Finding],
+        now: OffsetDateTime,
+        period: Duration,
+    ) -> Batch {
         let valid_until = now + period.saturating_mul(VALID_FOR_PERIODS);
         let mut active = BTreeMap::new();
         for f in findings {
@@ -99,7 +104,7 @@ impl AlertmanagerState {
     }
 
     /// Keeps the batch's view; undelivered resolutions are sent again next time.
-    pub fn settle(&mut self, batch: Batch, delivered: bool) {
+    pub(super) fn settle(&mut self, batch: Batch, delivered: bool) {
         self.active = batch.active;
         self.unsent_resolved = if delivered {
             BTreeMap::new()
@@ -108,7 +113,7 @@ impl AlertmanagerState {
         };
     }
 
-    pub fn active(&self) -> impl Iterator<Item = &PostableAlert> {
+    pub(super) fn active(&self) -> impl Iterator<Item = &PostableAlert> {
         self.active.values()
     }
 }

@@ -14,7 +14,7 @@ type Key = (String, Subject);
 
 /// One change, as sent in the webhook's `changes` array.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Change {
+pub(crate) struct Change {
     pub spoke: String,
     pub cert: Subject,
     pub previous: Status,
@@ -28,12 +28,12 @@ pub struct Change {
 
 /// The last delivered status of every finding.
 #[derive(Debug, Default)]
-pub struct WebhookState {
+pub(crate) struct WebhookState {
     last: BTreeMap<Key, (Status, Option<AlertName>)>,
 }
 
 impl WebhookState {
-    pub fn changes(&self, findings: &[Finding]) -> Vec<Change> {
+    pub(super) fn changes(&self, findings: &[Finding]) -> Vec<Change> {
         let mut out = Vec::new();
         let mut seen = BTreeSet::new();
         for f in findings {
@@ -75,7 +75,7 @@ impl WebhookState {
     }
 
     /// Records what was delivered; call only after a successful send.
-    pub fn remember(&mut self, findings: &[Finding]) {
+    pub(crate) fn remember(&mut self, findings: &[Finding]) {
         self.last = findings
             .iter()
             .map(|f| ((f.spoke.clone(), f.subject), (f.status, f.alert)))
@@ -85,7 +85,7 @@ impl WebhookState {
 
 /// The webhook's JSON body.
 #[derive(Debug, Serialize)]
-pub struct Payload<'a> {
+pub(crate) struct Payload<'a> {
     pub source: &'static str,
     #[serde(with = "time::serde::rfc3339")]
     pub at: OffsetDateTime,

@@ -75,7 +75,7 @@ impl PrivateKey {
     }
 
     /// A PKCS#8 key held in memory (a minted credential's), checked as [`Self::from_pem`] does.
-    pub fn from_pkcs8_der(der: SecretBytes) -> Result<Self, CertError> {
+    pub(crate) fn from_pkcs8_der(der: SecretBytes) -> Result<Self, CertError> {
         let key = PrivateKey {
             kind: KeyKind::Pkcs8,
             der,

@@ -31,7 +31,7 @@ pub struct CheckArgs {
     pub spokes: Vec<String>,
     /// Bound on each spoke's TLS probe (s, m, h, d).
     #[arg(long, default_value = "10s")]
-    pub probe_timeout: Span,
+    pub(crate) probe_timeout: Span,
 }
 
 #[derive(Serialize)]
@@ -49,7 +49,7 @@ struct Report<'a> {
     error: Option<String>,
 }
 
-pub fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
     let format = format.unwrap_or(Format::Table);
     let now = OffsetDateTime::now_utc();
     let config = match Config::load(config_path) {

@@ -21,7 +21,7 @@ pub enum Shell {
     Fish,
 }
 
-pub fn completion(args: &CompletionArgs) -> ExitCode {
+pub(super) fn completion(args: &CompletionArgs) -> ExitCode {
     let shell = match args.shell {
         Shell::Bash => clap_complete::Shell::Bash,
         Shell::Zsh => clap_complete::Shell::Zsh,
@@ -33,7 +33,7 @@ pub fn completion(args: &CompletionArgs) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-pub fn man() -> ExitCode {
+pub(super) fn man() -> ExitCode {
     let mut page = Vec::new();
     if let Err(e) = clap_mangen::Man::new(Cli::command()).render(&mut page) {
         return fail("man", &format!("cannot render the manual page: {e}"));

@@ -154,7 +154,7 @@ fn step(n: u32, text: &str) {
 }
 
 /// Runs the demo; every error names what failed.
-pub fn run() -> Result<(), String> {
+pub(super) fn run() -> Result<(), String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let root = tempfile::Builder::new()
         .prefix("spokekeeper-demo-")

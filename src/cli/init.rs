@@ -7,7 +7,7 @@ use super::fail;
 use crate::spoke::NODE_RECIPE;
 
 /// A starting configuration: every key of the contract, with its default or an example.
-pub const TEMPLATE: &str = r#"# spokekeeper.yaml: keeps the hub's kubeconfigs for its spokes valid.
+pub(crate) const TEMPLATE: &str = r#"# spokekeeper.yaml: keeps the hub's kubeconfigs for its spokes valid.
 # Relative paths resolve against this file's directory. Durations take s, m, h, d.
 repo:
   path: fleet                          # a clone of the fleet repo, owned by spokekeeper
@@ -68,7 +68,7 @@ pub struct InitArgs {
     pub force: bool,
 }
 
-pub fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
+pub(super) fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
     if config_path.exists() && !args.force {
         eprintln!(
             "{} exists: left as it is (pass --force to overwrite). The node recipe follows.\n",

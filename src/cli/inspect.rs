@@ -24,7 +24,7 @@ pub struct InspectArgs {
     pub file: Option<PathBuf>,
 }
 
-pub fn run(args: &InspectArgs, format: Option<Format>) -> ExitCode {
+pub(super) fn run(args: &InspectArgs, format: Option<Format>) -> ExitCode {
     let path = args.file.as_deref().filter(|p| *p != Path::new("-"));
     let name = path.map_or_else(|| "stdin".to_owned(), |p| p.display().to_string());
     let (input, size) = match read_capped(path) {

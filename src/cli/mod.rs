@@ -26,7 +26,7 @@ mod status;
 mod table;
 
 /// `--version`: the package version, the git commit it was built from and the build date.
-pub const VERSION: &str = concat!(
+pub(crate) const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
     env!("SPOKEKEEPER_GIT_COMMIT"),

@@ -15,12 +15,12 @@ struct Line {
 }
 
 /// The progress callback, and a handle that clears the line before the result prints.
-pub struct Shown {
+pub(super) struct Shown {
     line: Arc<Mutex<Line>>,
 }
 
 /// `Some` when progress should be shown: stderr is a terminal and the output a table.
-pub fn on_terminal(table: bool) -> Option<(Progress, Shown)> {
+pub(crate) fn on_terminal(table: bool) -> Option<(Progress, Shown)> {
     (table && std::io::stderr().is_terminal()).then(start)
 }
 
@@ -52,7 +52,7 @@ fn start() -> (Progress, Shown) {
 
 impl Shown {
     /// Erases the progress line, so the result starts on a clean line.
-    pub fn clear(&self) {
+    pub(super) fn clear(&self) {
         if self.line.lock().is_ok_and(|l| l.shown) {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[2K");

@@ -15,7 +15,7 @@ pub struct RevokeArgs {
     pub spoke: String,
 }
 
-pub fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
     let config = match Config::load(config_path) {
         Ok(c) => c,
         Err(e) => return fail("revoke", &e.to_string()),

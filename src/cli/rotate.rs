@@ -27,7 +27,7 @@ pub struct RotateArgs {
     pub concurrency: usize,
 }
 
-pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
     let config = match Config::load(config_path) {
         Ok(c) => c,
         Err(e) => return fail("rotate", &e.to_string()),
@@ -88,7 +88,7 @@ pub fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> Exi
 
 /// What stops a one-shot tick before it reports.
 #[derive(Debug, thiserror::Error)]
-pub enum RunTickError {
+pub(crate) enum RunTickError {
     #[error(transparent)]
     Sealing(#[from] crate::hub::cert::StartKeyError),
     #[error("repo.path: {0}")]
@@ -101,14 +101,14 @@ pub enum RunTickError {
 }
 
 /// Loads the sealing key, opens the repo and runs one tick.
-pub async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, RunTickError> {
+pub(crate) async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, RunTickError> {
     let sealing = crate::hub::cert::initial(&config).await?;
     let repo = Repo::open(&config.repo).await.map_err(RunTickError::Repo)?;
     let ctx = Context::new(config, sealing, repo).map_err(RunTickError::Context)?;
     rotate::tick(&ctx, opts).await.map_err(RunTickError::Tick)
 }
 
-pub fn print_report(report: &TickReport, format: Format) {
+pub(crate) fn print_report(report: &TickReport, format: Format) {
     match format {
         Format::Json => out(&format!(
             "{}\n",

@@ -16,7 +16,7 @@ pub struct RunArgs {
     pub listen: Option<SocketAddr>,
     /// Start each tick up to DURATION (e.g. 30s) after its scheduled time, at random.
     #[arg(long, value_name = "DURATION", default_value = "0s")]
-    pub jitter: Span,
+    pub(crate) jitter: Span,
     /// Tick once at start (with --leader-elect: on becoming the leader), then on the schedule.
     #[arg(long)]
     pub now: bool,
@@ -31,13 +31,13 @@ pub struct RunArgs {
     pub lease_name: String,
     /// The Lease's namespace [default: the pod's namespace].
     #[arg(long, value_name = "NS", env = "POD_NAMESPACE")]
-    pub lease_namespace: Option<String>,
+    pub(crate) lease_namespace: Option<String>,
     /// For tests only: tick every DURATION instead of on `schedule`.
     #[arg(long, value_name = "DURATION", hide = true)]
     pub interval: Option<Span>,
 }
 
-pub fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
+pub(super) fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
     let leader = if args.leader_elect {
         let namespace = match args
             .lease_namespace

@@ -19,7 +19,7 @@ use crate::secret::SecretBytes;
 
 /// What stops `seal` or `unseal`: each names the flag or file at fault; never a value.
 #[derive(Debug, thiserror::Error)]
-pub enum SealCliError {
+pub(crate) enum SealCliError {
     /// `what`: the flag and path (`--cert keys/cert.pem`), a path, or `stdin`.
     #[error("cannot read {what}: {source}")]
     Read {
@@ -105,7 +105,7 @@ pub struct SealArgs {
     pub raw: bool,
     /// Add or replace the input's keys in this SealedSecret file, in place.
     #[arg(long, value_name = "FILE")]
-    pub merge_into: Option<PathBuf>,
+    pub(crate) merge_into: Option<PathBuf>,
 }
 
 #[derive(Debug, clap::Args)]
@@ -117,12 +117,12 @@ pub struct UnsealArgs {
         value_delimiter = ',',
         required = true
     )]
-    pub recovery_key: Vec<PathBuf>,
+    pub(crate) recovery_key: Vec<PathBuf>,
     /// The SealedSecret (YAML or JSON); `-` or nothing reads stdin.
     pub file: Option<PathBuf>,
 }
 
-pub fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
+pub(super) fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
     match try_seal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail_with("seal", &e),
@@ -241,7 +241,7 @@ fn merge_into(
     })
 }
 
-pub fn unseal(args: &UnsealArgs, format: Option<Format>) -> ExitCode {
+pub(super) fn unseal(args: &UnsealArgs, format: Option<Format>) -> ExitCode {
     match try_unseal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail_with("unseal", &e),

@@ -118,7 +118,7 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Bounds listing the consumers, every namespace together.
 const LIST_TIMEOUT: Duration = Duration::from_secs(60);
 
-pub fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
+pub(super) fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
     let format = format.unwrap_or(Format::Table);
     let config = match Config::load(config_path) {
         Ok(c) => c,

@@ -14,7 +14,7 @@ use super::{
 
 /// A value that fails its check: where it is and what to do.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Invalid {
+pub(super) struct Invalid {
     /// `spokes[2].address`, as [`super::lines::Lines::line`] reads it.
     pub key: String,
     /// Starts with the key.
@@ -24,7 +24,7 @@ pub struct Invalid {
 /// What is wrong with a value and what to write instead; [`at`] puts its key before it.
 /// Carries the value as written (never a credential: see [`BadValue::ApiServerCredentials`]).
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum BadValue {
+pub(crate) enum BadValue {
     #[error("{name:?} is also spokes[{other}]'s name: spoke names must be unique")]
     DuplicateName { name: String, other: usize },
     #[error("{:?} is also spokes[{other}]'s output: give each spoke its own file", .output.display())]
@@ -139,7 +139,7 @@ fn at(key: impl Into<String>, reason: Reason) -> Result<(), Invalid> {
 
 /// Every section; the raw `ssh:` overrides are checked where they are written
 /// ([`ssh`]), as they are merged into each spoke.
-pub fn config(c: &Config) -> Result<(), Invalid> {
+pub(super) fn config(c: &Config) -> Result<(), Invalid> {
     repo(&c.repo)?;
     at("renew_before", positive(c.renew_before, "30d"))?;
     at("verify_every", positive(c.verify_every, "24h"))?;
@@ -150,7 +150,7 @@ pub fn config(c: &Config) -> Result<(), Invalid> {
     fleet(&c.spokes)
 }
 
-pub fn repo(r: &RepoConfig) -> Result<(), Invalid> {
+pub(super) fn repo(r: &RepoConfig) -> Result<(), Invalid> {
     at("repo.remote", remote(&r.remote))?;
     at("repo.branch", branch(&r.branch))?;
     if let Some(a) = &r.author {
@@ -162,7 +162,7 @@ pub fn repo(r: &RepoConfig) -> Result<(), Invalid> {
     Ok(())
 }
 
-pub fn alerts(a: &AlertsConfig) -> Result<(), Invalid> {
+pub(super) fn alerts(a: &AlertsConfig) -> Result<(), Invalid> {
     at("alerts.warn_before", positive(a.warn_before, "30d"))?;
     at("alerts.critical_before", positive(a.critical_before, "7d"))?;
     at(
@@ -172,7 +172,7 @@ pub fn alerts(a: &AlertsConfig) -> Result<(), Invalid> {
 }
 
 /// `ssh:` or `spokes[N].ssh:` as written (`prefix` is that key).
-pub fn ssh(prefix: &str, o: &SshOverrides) -> Result<(), Invalid> {
+pub(super) fn ssh(prefix: &str, o: &SshOverrides) -> Result<(), Invalid> {
     if let Some(u) = &o.user {
         at(format!("{prefix}.user"), ssh_user(u))?;
     }
@@ -191,11 +191,11 @@ pub fn ssh(prefix: &str, o: &SshOverrides) -> Result<(), Invalid> {
 }
 
 /// First of a spoke's checks: its defaults (Secret, output, the `kustomization:` override) derive from it.
-pub fn name(i: usize, v: &str) -> Result<(), Invalid> {
+pub(super) fn name(i: usize, v: &str) -> Result<(), Invalid> {
     at(format!("spokes[{i}].name"), spoke_name(v))
 }
 
-pub fn spoke(i: usize, s: &SpokeConfig) -> Result<(), Invalid> {
+pub(super) fn spoke(i: usize, s: &SpokeConfig) -> Result<(), Invalid> {
     let key = |field: &str| format!("spokes[{i}].{field}");
     name(i, &s.name)?;
     at(key("address"), host(&s.address))?;
@@ -210,7 +210,7 @@ pub fn spoke(i: usize, s: &SpokeConfig) -> Result<(), Invalid> {
 }
 
 /// What must differ between spokes.
-pub fn fleet(spokes: &[SpokeConfig]) -> Result<(), Invalid> {
+pub(super) fn fleet(spokes: &[SpokeConfig]) -> Result<(), Invalid> {
     let mut names = BTreeMap::new();
     let mut outputs = BTreeMap::new();
     let mut secrets = BTreeMap::new();
@@ -250,21 +250,21 @@ pub fn fleet(spokes: &[SpokeConfig]) -> Result<(), Invalid> {
 
 // The value checks: Err says what is wrong with the value and what to write instead.
 
-pub fn spoke_name(v: &str) -> Reason {
+pub(crate) fn spoke_name(v: &str) -> Reason {
     if is_dns_label(v) {
         return Ok(());
     }
     Err(BadValue::SpokeName(v.to_string()))
 }
 
-pub fn dns_label(v: &str) -> Reason {
+pub(crate) fn dns_label(v: &str) -> Reason {
     if is_dns_label(v) {
         return Ok(());
     }
     Err(BadValue::Namespace(v.to_string()))
 }
 
-pub fn dns_subdomain(v: &str) -> Reason {
+pub(crate) fn dns_subdomain(v: &str) -> Reason {
     if is_dns_subdomain(v) {
         return Ok(());
     }
@@ -273,7 +273,7 @@ pub fn dns_subdomain(v: &str) -> Reason {
 
 /// A host name or an IP address, nothing around it: it is ssh's destination and the
 /// API server's default host.
-pub fn host(v: &str) -> Reason {
+pub(super) fn host(v: &str) -> Reason {
     if v.is_empty() {
         return Err(BadValue::HostEmpty);
     }
@@ -310,7 +310,7 @@ pub fn host(v: &str) -> Reason {
 }
 
 /// Given to ssh as the login name: nothing it or a shell could read as more.
-pub fn ssh_user(v: &str) -> Reason {
+pub(crate) fn ssh_user(v: &str) -> Reason {
     let plain = !v.is_empty()
         && v.len() <= 256
         && !v.starts_with('-')
@@ -322,7 +322,7 @@ pub fn ssh_user(v: &str) -> Reason {
     Err(BadValue::SshUser(v.to_string()))
 }
 
-pub fn port(p: u16) -> Reason {
+pub(super) fn port(p: u16) -> Reason {
     if p == 0 {
         return Err(BadValue::PortZero);
     }
@@ -330,7 +330,7 @@ pub fn port(p: u16) -> Reason {
 }
 
 /// A path on the node, read with `cat PATH`.
-pub fn node_path(v: &str) -> Reason {
+pub(crate) fn node_path(v: &str) -> Reason {
     if !v.starts_with('/') {
         return Err(BadValue::NodePathRelative(v.to_string()));
     }
@@ -341,7 +341,7 @@ pub fn node_path(v: &str) -> Reason {
 }
 
 /// A key of a Secret's data.
-pub fn secret_key(v: &str) -> Reason {
+pub(crate) fn secret_key(v: &str) -> Reason {
     let ok = !v.is_empty()
         && v.len() <= 253
         && v.bytes()
@@ -353,7 +353,7 @@ pub fn secret_key(v: &str) -> Reason {
 }
 
 /// The spoke's API server as the hub reaches it.
-pub fn api_server(v: &str) -> Result<url::Url, BadValue> {
+pub(super) fn api_server(v: &str) -> Result<url::Url, BadValue> {
     let u = url::Url::parse(v).map_err(|e| BadValue::ApiServerNotUrl(v.to_string(), e))?;
     if u.scheme() != "https" || u.host().is_none() {
         return Err(BadValue::ApiServerNotHttps(v.to_string()));
@@ -373,7 +373,7 @@ pub fn api_server(v: &str) -> Result<url::Url, BadValue> {
     Ok(u)
 }
 
-pub fn positive(d: Duration, example: &'static str) -> Reason {
+pub(crate) fn positive(d: Duration, example: &'static str) -> Reason {
     if d.is_zero() {
         return Err(BadValue::NotPositive { example });
     }
@@ -381,7 +381,7 @@ pub fn positive(d: Duration, example: &'static str) -> Reason {
 }
 
 /// A remote's name or URL, given to `git fetch` and `git push`.
-pub fn remote(v: &str) -> Reason {
+pub(super) fn remote(v: &str) -> Reason {
     if v.is_empty() || v.starts_with('-') || v.chars().any(|c| c.is_whitespace() || c.is_control())
     {
         return Err(BadValue::Remote(v.to_string()));
@@ -390,7 +390,7 @@ pub fn remote(v: &str) -> Reason {
 }
 
 /// A branch name, by `git check-ref-format --branch`'s rules.
-pub fn branch(v: &str) -> Reason {
+pub(super) fn branch(v: &str) -> Reason {
     let bad = |why: &'static str| {
         Err(BadValue::Branch {
             branch: v.to_string(),
@@ -426,7 +426,7 @@ pub fn branch(v: &str) -> Reason {
 }
 
 /// `Name <email>`, as git takes it.
-pub fn author(v: &str) -> Reason {
+pub(super) fn author(v: &str) -> Reason {
     let parsed = v
         .split_once('<')
         .and_then(|(name, rest)| Some((name.trim(), rest.strip_suffix('>')?.trim())));
@@ -440,7 +440,7 @@ pub fn author(v: &str) -> Reason {
 }
 
 /// A file in the fleet repo, relative to its root.
-pub fn output(p: &Path) -> Reason {
+pub(super) fn output(p: &Path) -> Reason {
     let inside =
         !p.as_os_str().is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)));
     if !inside {

@@ -34,16 +34,16 @@ impl std::fmt::Display for CredentialMode {
     }
 }
 
-pub const DEFAULT_TTL: Duration = Duration::from_secs(30 * 86_400);
-pub const DEFAULT_USER: &str = "spokekeeper:hub:{generation}";
-pub const DEFAULT_CLUSTER_ROLE: &str = "cluster-admin";
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30 * 86_400);
+pub(crate) const DEFAULT_USER: &str = "spokekeeper:hub:{generation}";
+pub(crate) const DEFAULT_CLUSTER_ROLE: &str = "cluster-admin";
 /// Shorter lifetimes are refused (Kubernetes' own minimum is 600s).
-pub const MIN_TTL: Duration = Duration::from_secs(3600);
+pub(crate) const MIN_TTL: Duration = Duration::from_secs(3600);
 
 /// `credential:` as written, globally or for one spoke.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RawCredential {
+pub(crate) struct RawCredential {
     #[serde(default)]
     pub mode: Option<CredentialMode>,
     #[serde(default)]
@@ -53,7 +53,7 @@ pub struct RawCredential {
     #[serde(default)]
     pub user: Option<String>,
     #[serde(default)]
-    pub cluster_role: Option<String>,
+    pub(crate) cluster_role: Option<String>,
 }
 
 /// A spoke's resolved credential settings.
@@ -66,7 +66,7 @@ pub struct CredentialPolicy {
     pub renew_before: Duration,
     /// The user template; holds `{generation}`.
     pub user: String,
-    pub cluster_role: String,
+    pub(crate) cluster_role: String,
 }
 
 impl Default for CredentialPolicy {
@@ -83,13 +83,13 @@ impl Default for CredentialPolicy {
 
 impl CredentialPolicy {
     /// The user minted for `generation`.
-    pub fn user_for(&self, generation: u64) -> String {
+    pub(crate) fn user_for(&self, generation: u64) -> String {
         self.user.replace("{generation}", &generation.to_string())
     }
 }
 
 /// A refused value: its key (for the line) and the message naming it and the fix.
-pub struct Refused {
+pub(super) struct Refused {
     pub key: String,
     pub message: String,
 }
@@ -97,7 +97,7 @@ pub struct Refused {
 /// Merges a spoke's `credential:` over the global one (field by field) and checks the
 /// result; `at` is the spoke's key (`spokes[2]`), so an error names where the bad value
 /// was written.
-pub fn resolve(
+pub(super) fn resolve(
     global: &RawCredential,
     spoke: &RawCredential,
     at: &str,

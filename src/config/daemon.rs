@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::{ConfigError, Loading, Span};
 
-pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
+pub(crate) const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:9464";
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -20,7 +20,7 @@ pub(super) struct RawMetrics {
 /// The daemon's keys, defaults filled in.
 pub(super) struct Daemon {
     pub schedule: String,
-    pub metrics_listen: SocketAddr,
+    pub(crate) metrics_listen: SocketAddr,
     pub renew_before: Duration,
     pub verify_every: Duration,
 }

@@ -6,7 +6,7 @@ use serde::de::{self, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_saphyr::Spanned;
 
 /// The YAML tree with the line of every value.
-pub struct Lines(Option<Spanned<Node>>);
+pub(super) struct Lines(Option<Spanned<Node>>);
 
 enum Node {
     Map(Vec<(String, Spanned<Node>)>),
@@ -15,13 +15,13 @@ enum Node {
 }
 
 impl Lines {
-    pub fn of(text: &str) -> Lines {
+    pub(super) fn of(text: &str) -> Lines {
         Lines(serde_saphyr::from_str(text).ok())
     }
 
     /// The line of `key` (`spokes[2].ssh.port`), or of its nearest written ancestor
     /// when it was left out (a default). None when nothing of it is written.
-    pub fn line(&self, key: &str) -> Option<u64> {
+    pub(super) fn line(&self, key: &str) -> Option<u64> {
         let mut at = self.0.as_ref()?;
         let mut line = None;
         for part in key.split('.') {

@@ -47,7 +47,8 @@ mod types;
 
 pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
-pub use daemon::DEFAULT_METRICS_LISTEN;
+#[cfg(test)]
+use daemon::DEFAULT_METRICS_LISTEN;
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
     HubConfig,
@@ -100,7 +101,7 @@ pub struct Config {
     /// outside the fleet repo (empty: not set).
     pub sealing_sha256: Vec<Fingerprint<Sealing>>,
     pub schedule: String,
-    pub metrics_listen: SocketAddr,
+    pub(crate) metrics_listen: SocketAddr,
     pub renew_before: Duration,
     pub verify_every: Duration,
     pub alerts: AlertsConfig,

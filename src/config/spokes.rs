@@ -90,7 +90,7 @@ pub struct KustomizationRef {
 pub struct SpokeConfig {
     pub name: String,
     pub address: String,
-    pub distro: Distro,
+    pub(crate) distro: Distro,
     pub source: SourceKind,
     pub kubeconfig_path: String,
     /// None: https://ADDRESS:PORT-from-the-extracted-kubeconfig.

@@ -16,10 +16,10 @@ use crate::metrics::{self, Metrics};
 
 /// A standby is ready while its election rounds got an answer within this long (the
 /// default lease duration: three rounds).
-pub const STANDBY_ANSWER_WINDOW: Duration = Duration::from_secs(15);
+pub(crate) const STANDBY_ANSWER_WINDOW: Duration = Duration::from_secs(15);
 
 /// What /readyz decides from; updated by the tick loop.
-pub struct Health {
+pub(crate) struct Health {
     state: Mutex<HealthState>,
 }
 
@@ -39,7 +39,12 @@ struct HealthState {
 }
 
 impl Health {
-    pub fn new(schedule: Schedule, jitter: Duration, config: String, leader_elect: bool) -> Health {
+    pub(crate) fn new(
+        schedule: Schedule,
+        jitter: Duration,
+        config: String,
+        leader_elect: bool,
+    ) -> Health {
         Health {
             state: Mutex::new(HealthState {
                 schedule,
@@ -54,14 +59,14 @@ impl Health {
         }
     }
 
-    pub fn config_loaded(&self, schedule: Schedule, config: String) {
+    pub(crate) fn config_loaded(&self, schedule: Schedule, config: String) {
         self.with(|s| {
             s.schedule = schedule;
             s.config = config;
         });
     }
 
-    pub fn tick_finished(&self, at: SystemTime) {
+    pub(crate) fn tick_finished(&self, at: SystemTime) {
         self.with(|s| {
             s.since = at;
             s.ticked = true;
@@ -69,14 +74,14 @@ impl Health {
     }
 
     /// An election round ended; `answered` when the hub API answered it.
-    pub fn election_round(&self, answered: bool, at: SystemTime) {
+    pub(crate) fn election_round(&self, answered: bool, at: SystemTime) {
         if answered {
             self.with(|s| s.answered = Some(at));
         }
     }
 
     /// A new leader gets the same grace as a fresh start.
-    pub fn leading(&self, leading: bool) {
+    pub(crate) fn leading(&self, leading: bool) {
         self.with(|s| {
             if leading && s.leader == Some(false) {
                 s.since = SystemTime::now();
@@ -87,7 +92,7 @@ impl Health {
     }
 
     /// Ok with what is ready, or Err with why not.
-    pub fn readiness(&self, now: SystemTime) -> Result<String, NotReady> {
+    pub(crate) fn readiness(&self, now: SystemTime) -> Result<String, NotReady> {
         let s = self.state.lock().map_err(|_| NotReady::Poisoned)?;
         if s.leader == Some(false) {
             // A standby that cannot reach the Lease could not take over: say so.
@@ -136,7 +141,7 @@ struct Shared {
     metrics: Arc<Metrics>,
 }
 
-pub fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
+pub(crate) fn router(health: Arc<Health>, metrics: Arc<Metrics>) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -164,7 +169,7 @@ async fn metrics_text(State(s): State<Shared>) -> Response {
 
 /// Why /readyz answers 503: the body says it, and where to look.
 #[derive(Debug, thiserror::Error)]
-pub enum NotReady {
+pub(crate) enum NotReady {
     #[error("the health state is poisoned")]
     Poisoned,
     #[error(

@@ -27,7 +27,7 @@ pub const ACCESS: &[crate::hub::Access] = &[crate::hub::Access {
 }];
 
 /// Where the in-cluster service account's namespace is mounted.
-pub const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
+pub(crate) const NAMESPACE_FILE: &str = "/var/run/secrets/kubernetes.io/serviceaccount/namespace";
 
 #[derive(Clone, Copy, Debug)]
 pub struct Timing {
@@ -250,20 +250,20 @@ impl LeaseLock {
 
 /// What one election round told: whether the API answered it, and whether we lead now.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Round {
+pub(crate) struct Round {
     pub answered: bool,
     pub leading: bool,
     /// While leading: when we must stop acting unless renewed by then.
-    pub lead_until: Option<Instant>,
+    pub(crate) lead_until: Option<Instant>,
 }
 
 /// A leader starts a side effect (a push, telling the alert sinks) only with at least
 /// this much of its renew deadline left.
-pub const ACT_MARGIN: Duration = Duration::from_secs(2);
+pub(crate) const ACT_MARGIN: Duration = Duration::from_secs(2);
 
 /// Why a replica may not start a side effect now.
 #[derive(Debug, thiserror::Error)]
-pub enum ActError {
+pub(crate) enum ActError {
     #[error("this replica no longer holds the lease")]
     NotHeld,
     #[error("the lease was not renewed and this replica must stop within {millis}ms")]
@@ -271,7 +271,7 @@ pub enum ActError {
 }
 
 /// Ok when a replica leading until `lead_until` may start a side effect at `now`.
-pub fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), ActError> {
+pub(crate) fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), ActError> {
     match lead_until {
         None => Err(ActError::NotHeld),
         Some(t) if t.saturating_duration_since(now) < ACT_MARGIN => Err(ActError::Expiring {
@@ -288,7 +288,7 @@ pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<b
 }
 
 /// [`elect`], telling `on_round` after every round (for /readyz and the leader gauge).
-pub async fn elect_reporting(
+pub(crate) async fn elect_reporting(
     lock: Arc<LeaseLock>,
     timing: Timing,
     leader: watch::Sender<bool>,
@@ -382,7 +382,7 @@ pub async fn elect_reporting(
 
 /// POD_NAME, else the host name with a random suffix (as client-go does), so two
 /// replicas on one host never share an identity.
-pub fn default_identity() -> Result<String, IdentityError> {
+pub(crate) fn default_identity() -> Result<String, IdentityError> {
     if let Ok(name) = std::env::var("POD_NAME")
         && !name.trim().is_empty()
     {
@@ -393,7 +393,7 @@ pub fn default_identity() -> Result<String, IdentityError> {
 
 /// No identity for leader election: says to set POD_NAME.
 #[derive(Debug, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     #[error("no identity for leader election: set POD_NAME (the downward API's metadata.name)")]
     NoHostName,
     #[error(
@@ -407,7 +407,7 @@ pub enum IdentityError {
 #[error(
     "no namespace for the lease: pass --lease-namespace or set POD_NAMESPACE ({NAMESPACE_FILE} is not there: not running in a pod)"
 )]
-pub struct NoNamespace;
+pub(crate) struct NoNamespace;
 
 fn host_identity() -> Result<String, IdentityError> {
     let uname = rustix::system::uname();
@@ -422,7 +422,7 @@ fn host_identity() -> Result<String, IdentityError> {
 }
 
 /// The in-cluster namespace (POD_NAMESPACE is read by the command line).
-pub fn default_namespace() -> Result<String, NoNamespace> {
+pub(crate) fn default_namespace() -> Result<String, NoNamespace> {
     match std::fs::read_to_string(NAMESPACE_FILE) {
         Ok(ns) if !ns.trim().is_empty() => Ok(ns.trim().to_string()),
         _ => Err(NoNamespace),

@@ -29,7 +29,7 @@ use ticker::Ticker;
 
 /// How long a running tick may go on after SIGTERM or SIGINT; the process exits within
 /// 10 s of the signal.
-pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(7);
+pub(crate) const SHUTDOWN_GRACE: Duration = Duration::from_secs(7);
 /// Long sleeps wake this often, so a stepped wall clock is noticed.
 const MAX_NAP: Duration = Duration::from_secs(30);
 
@@ -45,9 +45,9 @@ pub struct Options {
     /// Overrides metrics.listen.
     pub listen: Option<SocketAddr>,
     /// Each tick starts up to this much after its slot, at random.
-    pub jitter: Duration,
+    pub(crate) jitter: Duration,
     /// Tick at once at start (with leader election: on becoming the leader).
-    pub tick_now: bool,
+    pub(crate) tick_now: bool,
     /// Testing: tick every `interval` instead of on the configured schedule.
     pub interval: Option<Duration>,
     pub concurrency: usize,

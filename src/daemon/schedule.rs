@@ -64,7 +64,7 @@ impl Schedule {
     }
 
     /// The first slot strictly after `t`; None when there is none.
-    pub fn next_after(&self, t: SystemTime) -> Option<SystemTime> {
+    pub(crate) fn next_after(&self, t: SystemTime) -> Option<SystemTime> {
         match self {
             Schedule::Every(period) => t.checked_add(*period),
             Schedule::Cron { cron, .. } => {
@@ -80,12 +80,12 @@ impl Schedule {
     }
 
     /// The `n`th slot after `t` (n >= 1).
-    pub fn nth_after(&self, t: SystemTime, n: usize) -> Option<SystemTime> {
+    pub(crate) fn nth_after(&self, t: SystemTime, n: usize) -> Option<SystemTime> {
         (0..n).try_fold(t, |at, _| self.next_after(at))
     }
 
     /// The time between the next two slots after `t`.
-    pub fn period_at(&self, t: SystemTime) -> Option<Duration> {
+    pub(crate) fn period_at(&self, t: SystemTime) -> Option<Duration> {
         let first = self.next_after(t)?;
         self.next_after(first)?.duration_since(first).ok()
     }
@@ -101,7 +101,7 @@ impl fmt::Display for Schedule {
 }
 
 /// A uniformly random delay in [0, max), for `--jitter`.
-pub fn jitter(max: Duration) -> Duration {
+pub(crate) fn jitter(max: Duration) -> Duration {
     let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX);
     if ms == 0 {
         return Duration::ZERO;

@@ -2,7 +2,7 @@
 
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-pub enum Sig {
+pub(crate) enum Sig {
     Stop(&'static str),
     Reload,
 }
@@ -16,7 +16,7 @@ pub struct SignalError {
     source: std::io::Error,
 }
 
-pub struct Signals {
+pub(crate) struct Signals {
     term: Signal,
     int: Signal,
     hup: Signal,
@@ -24,7 +24,7 @@ pub struct Signals {
 
 impl Signals {
     /// Install early: until then SIGHUP's default action ends the process.
-    pub fn new() -> Result<Signals, SignalError> {
+    pub(super) fn new() -> Result<Signals, SignalError> {
         let install = |kind: SignalKind, name: &'static str| {
             signal(kind).map_err(|source| SignalError { name, source })
         };
@@ -36,7 +36,7 @@ impl Signals {
     }
 
     /// The next signal; cancel-safe.
-    pub async fn recv(&mut self) -> Sig {
+    pub(super) async fn recv(&mut self) -> Sig {
         tokio::select! {
             _ = self.term.recv() => Sig::Stop("SIGTERM"),
             _ = self.int.recv() => Sig::Stop("SIGINT"),

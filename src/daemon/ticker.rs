@@ -14,7 +14,7 @@ use super::http::Health;
 use super::signals::{Sig, Signals};
 use super::{DaemonError, Loaded, MAX_NAP, Options, SHUTDOWN_GRACE, load, schedule};
 use crate::alerts::{self, Notifier, NotifyOptions};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, OtherStage};
 use crate::rotate::{self, Outcome, TickReport};
 
 /// How a tick ended, for the loop.
@@ -33,7 +33,7 @@ pub(super) struct Ticker {
     pub health: Arc<Health>,
     /// Whether this process may tick (always true without leader election).
     pub leader: watch::Receiver<bool>,
-    pub leader_alive: bool,
+    pub(crate) leader_alive: bool,
     /// Asked before the push and before telling the alert sinks.
     pub gate: rotate::Gate,
     pub signals: Signals,
@@ -57,7 +57,7 @@ pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, DaemonError> {
 
 impl Ticker {
     /// Returns on SIGTERM or SIGINT, after the running tick finished or was cancelled.
-    pub async fn run(&mut self) {
+    pub(super) async fn run(&mut self) {
         let mut leading = *self.leader.borrow_and_update();
         // The slot the next tick belongs to, and when it starts (slot + jitter).
         let mut due = leading.then(|| self.first_slot());
@@ -232,11 +232,11 @@ impl Ticker {
             }
             Some(Ok(Err(e))) => {
                 tracing::error!(error = %e, "tick failed");
-                self.metrics.error("", "tick");
+                self.metrics.other_error("", OtherStage::Tick);
             }
             Some(Err(e)) => {
                 tracing::error!(error = %e, "tick failed unexpectedly (a bug: please report it)");
-                self.metrics.error("", "tick");
+                self.metrics.other_error("", OtherStage::Tick);
             }
         }
         if stop_by.is_some() {
@@ -266,7 +266,7 @@ impl Ticker {
         }
         for e in self.notifier.notify(&findings, now).await {
             tracing::warn!(error = %e, "alert sink failed");
-            self.metrics.error("", "alert");
+            self.metrics.other_error("", OtherStage::Alert);
         }
         findings
     }
@@ -326,7 +326,7 @@ impl Ticker {
             }
             Err(e) => {
                 tracing::error!(error = %e, "configuration not reloaded: still running on the previous one");
-                self.metrics.error("", "reload");
+                self.metrics.other_error("", OtherStage::Reload);
                 false
             }
         }

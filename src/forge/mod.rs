@@ -35,8 +35,8 @@ pub struct PullRequest {
 /// An open pull request as the forge lists it: the commit its head branch shows and
 /// its text, so a caller can tell whether it is still what spokekeeper pushed and wrote.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Open {
-    pub pr: PullRequest,
+pub(crate) struct Open {
+    pub(crate) pr: PullRequest,
     /// The head commit (GitHub and Gitea `head.sha`, GitLab `sha`); None if not given.
     pub head: Option<String>,
     pub title: String,
@@ -44,7 +44,7 @@ pub struct Open {
 }
 
 /// What to propose.
-pub struct Proposal<'a> {
+pub(crate) struct Proposal<'a> {
     pub branch: &'a str,
     pub base: &'a str,
     pub title: &'a str,
@@ -110,7 +110,7 @@ pub enum ForgeError {
 }
 
 /// A forge client for one tick.
-pub struct Forge {
+pub(crate) struct Forge {
     kind: ForgeKind,
     /// The API root: GitHub as configured, GitLab .../api/v4, Gitea .../api/v1.
     api: String,
@@ -121,7 +121,7 @@ pub struct Forge {
     reviewers: Vec<String>,
     http: reqwest::Client,
     /// Longest rate-limit wait honoured before reporting.
-    pub max_wait: Duration,
+    pub(crate) max_wait: Duration,
     timeout: Duration,
     /// Set by a timeout, rate limit or refused token: no more calls this tick.
     down: std::sync::Mutex<Option<String>>,
@@ -146,7 +146,7 @@ struct Answer {
 
 impl Forge {
     /// Reads the token and builds the client.
-    pub fn new(cfg: &ForgeConfig) -> Result<Forge, ForgeError> {
+    pub(crate) fn new(cfg: &ForgeConfig) -> Result<Forge, ForgeError> {
         let (timeout, max_wait) = (cfg.timeout, cfg.rate_limit_wait);
         let (token, token_source) = read_token(&cfg.token)?;
         let base = cfg.url.as_str().trim_end_matches('/').to_string();
@@ -192,7 +192,11 @@ impl Forge {
     }
 
     /// The open pull request from `branch` into `base`, if any.
-    pub async fn find_open(&self, branch: &str, base: &str) -> Result<Option<Open>, ForgeError> {
+    pub(crate) async fn find_open(
+        &self,
+        branch: &str,
+        base: &str,
+    ) -> Result<Option<Open>, ForgeError> {
         match self.kind {
             ForgeKind::Github => github::find_open(self, branch, base).await,
             ForgeKind::Gitlab => gitlab::find_open(self, branch, base).await,
@@ -202,7 +206,7 @@ impl Forge {
 
     /// Updates `open` (the branch's open pull request from [`Forge::find_open`]), or
     /// opens one (with labels and reviewers).
-    pub async fn open_or_update(
+    pub(crate) async fn open_or_update(
         &self,
         p: &Proposal<'_>,
         open: Option<Open>,

@@ -21,11 +21,11 @@ use crate::config::{SpokeConfig, is_dns_subdomain};
 use crate::text::one_line;
 
 /// Objects asked for per list request.
-pub const PAGE: u32 = 100;
+pub(crate) const PAGE: u32 = 100;
 /// A list response longer than this is refused.
-pub const PAGE_BYTES: usize = 4 << 20;
+pub(crate) const PAGE_BYTES: usize = 4 << 20;
 /// Pages read per kind and namespace: at most PAGE * MAX_PAGES objects.
-pub const MAX_PAGES: usize = 10;
+pub(crate) const MAX_PAGES: usize = 10;
 
 /// The Flux kinds that take a kubeconfig Secret; both take the reconcile annotation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
@@ -167,7 +167,7 @@ impl Hub {
     /// The consumers of the Secrets of `spokes` without `spokes[].kustomization`, listed
     /// once per namespace (a renewal verifies every spoke, often in one namespace), all
     /// within `bound`.
-    pub async fn list_consumers<'a>(
+    pub(crate) async fn list_consumers<'a>(
         &self,
         spokes: impl Iterator<Item = &'a SpokeConfig>,
         bound: Duration,

@@ -20,7 +20,7 @@ use crate::seal::SealedSecret;
 use crate::text::one_line;
 
 /// How often the hub is polled while waiting.
-pub const POLL: Duration = Duration::from_millis(500);
+pub(crate) const POLL: Duration = Duration::from_millis(500);
 
 /// Consumers of one spoke waited for at once.
 const CONSUMER_CONCURRENCY: usize = 8;
@@ -106,7 +106,7 @@ impl HubReport {
     /// Unsealed, but no Kustomization or HelmRelease uses the Secret. A warning, not a
     /// failure: the validated credential is on the hub, and nothing that deploys is
     /// broken by it (a spoke being set up, or one whose consumers name another Secret).
-    pub fn unused(&self) -> bool {
+    pub(crate) fn unused(&self) -> bool {
         self.ok() && self.consumers.is_empty()
     }
 
@@ -275,7 +275,7 @@ const VERIFY_CONCURRENCY: usize = 16;
 /// Verifies every spoke committed in this tick (`committed`: index into `spokes`, and the
 /// manifest committed), concurrently; one report per entry of `committed`, in its order.
 /// `reuse_pending`: see [`verify`].
-pub async fn after_push(
+pub(crate) async fn after_push(
     cfg: &HubConfig,
     spokes: &[&SpokeConfig],
     committed: &[(usize, String)],

@@ -12,9 +12,9 @@ use crate::secret::SecretBytes;
 #[derive(Default)]
 pub(crate) struct Assessment {
     pub context: Option<String>,
-    pub cluster_name: Option<String>,
-    pub user_name: Option<String>,
-    pub server_raw: Option<String>,
+    pub(crate) cluster_name: Option<String>,
+    pub(crate) user_name: Option<String>,
+    pub(crate) server_raw: Option<String>,
     pub server: Option<Url>,
     pub tls_server_name: Option<String>,
     pub ca: Vec<CertInfo>,

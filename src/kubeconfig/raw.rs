@@ -35,11 +35,11 @@ pub(crate) struct RawCluster {
     #[serde(rename = "tls-server-name")]
     pub tls_server_name: Option<String>,
     #[serde(rename = "insecure-skip-tls-verify")]
-    pub insecure_skip_tls_verify: Option<Flag>,
+    pub(crate) insecure_skip_tls_verify: Option<Flag>,
     #[serde(rename = "certificate-authority")]
-    pub certificate_authority: Option<Present>,
+    pub(crate) certificate_authority: Option<Present>,
     #[serde(rename = "proxy-url")]
-    pub proxy_url: Option<Present>,
+    pub(crate) proxy_url: Option<Present>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -57,9 +57,9 @@ pub(crate) struct RawUser {
     pub token: Option<SecretString>,
     pub exec: Option<Present>,
     #[serde(rename = "auth-provider")]
-    pub auth_provider: Option<Present>,
+    pub(crate) auth_provider: Option<Present>,
     #[serde(rename = "client-certificate")]
-    pub client_certificate: Option<Present>,
+    pub(crate) client_certificate: Option<Present>,
     #[serde(rename = "client-key")]
     pub client_key: Option<Present>,
     #[serde(rename = "tokenFile")]

@@ -9,13 +9,13 @@ use serde_json::{Value, json};
 use super::MintError;
 use crate::spoke::live;
 
-pub const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
-pub const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
+pub(super) const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
+pub(super) const BINDINGS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
 const CLUSTER_ROLES: &str = "/apis/rbac.authorization.k8s.io/v1/clusterroles";
 const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
-pub const SIGNER: &str = "kubernetes.io/kube-apiserver-client";
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-pub const GENERATION: &str = "spokekeeper.io/generation";
+pub(crate) const SIGNER: &str = "kubernetes.io/kube-apiserver-client";
+pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+pub(crate) const GENERATION: &str = "spokekeeper.io/generation";
 /// Most bindings looked at in one listing: a spoke holds a few of ours.
 const MAX_LISTED: usize = 1000;
 
@@ -121,7 +121,7 @@ impl Spoke {
         }
     }
 
-    pub async fn get_binding(&self, name: &str) -> Result<Option<Value>, MintError> {
+    pub(crate) async fn get_binding(&self, name: &str) -> Result<Option<Value>, MintError> {
         let path = format!("{BINDINGS}/{name}");
         match self.call("binding", "GET", &path, None).await? {
             Answer::Ok(v) => Ok(Some(v)),
@@ -137,7 +137,7 @@ impl Spoke {
     }
 
     /// Deletes a binding; false when it was already gone.
-    pub async fn delete_binding(&self, name: &str) -> Result<bool, MintError> {
+    pub(crate) async fn delete_binding(&self, name: &str) -> Result<bool, MintError> {
         let path = format!("{BINDINGS}/{name}");
         match self.call("revoke", "DELETE", &path, None).await? {
             Answer::Ok(_) => Ok(true),
@@ -153,7 +153,7 @@ impl Spoke {
     }
 
     /// spokekeeper's bindings on this spoke: (name, generation), bounded.
-    pub async fn list_bindings(&self) -> Result<Vec<(String, Option<u64>)>, MintError> {
+    pub(crate) async fn list_bindings(&self) -> Result<Vec<(String, Option<u64>)>, MintError> {
         let path = format!("{BINDINGS}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dspokekeeper");
         let list = self
             .expect(
@@ -181,7 +181,7 @@ impl Spoke {
     }
 
     /// The first resource rule of a ClusterRole: what the SSAR asks for (verb, group, resource).
-    pub async fn first_rule(
+    pub(crate) async fn first_rule(
         &self,
         role: &str,
     ) -> Result<Option<(String, String, String)>, MintError> {
@@ -228,6 +228,6 @@ impl Spoke {
 }
 
 /// Text from the spoke, for messages: one escaped line, at most 200 characters.
-pub fn shown(s: &str) -> String {
+pub(super) fn shown(s: &str) -> String {
     crate::text::one_line(&crate::certs::escape(s), 200)
 }

@@ -96,7 +96,7 @@ pub enum MintError {
 
 impl MintError {
     /// The minted credential was made but does not work (stage `validate`, not `mint`).
-    pub fn is_validation(&self) -> bool {
+    pub(crate) fn is_validation(&self) -> bool {
         matches!(
             self,
             MintError::Validate(_) | MintError::NotAuthorized { .. }

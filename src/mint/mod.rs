@@ -33,7 +33,7 @@ const MAX_CERTIFICATE: usize = 64 * 1024;
 const POLL: Duration = Duration::from_millis(500);
 
 /// The ClusterRoleBinding of a generation.
-pub fn binding_name(generation: u64) -> String {
+pub(crate) fn binding_name(generation: u64) -> String {
     format!("spokekeeper-hub-g{generation}")
 }
 
@@ -43,9 +43,9 @@ pub struct Request<'a> {
     pub policy: &'a CredentialPolicy,
     pub generation: u64,
     /// Per API call.
-    pub call_timeout: Duration,
+    pub(crate) call_timeout: Duration,
     /// Waiting for the signer (default 30s).
-    pub sign_timeout: Duration,
+    pub(crate) sign_timeout: Duration,
 }
 
 /// A minted credential, validated live.
@@ -386,7 +386,7 @@ async fn authorized(
 
 /// Deletes spokekeeper's bindings of generations before `current` (labelled ours):
 /// the older credentials stop working. Returns the names deleted.
-pub async fn revoke_older(
+pub(crate) async fn revoke_older(
     admin: &SecretBytes,
     current: u64,
     limit: Duration,
@@ -407,7 +407,7 @@ pub async fn revoke_older(
 /// generation is above it as well as above the recorded one: the recorded counter comes
 /// from the fleet repo, and a counter wound back there must not bind a user again whose
 /// revoked certificate may still be valid.
-pub async fn highest_bound(admin: &SecretBytes, limit: Duration) -> Result<u64, MintError> {
+pub(crate) async fn highest_bound(admin: &SecretBytes, limit: Duration) -> Result<u64, MintError> {
     let spoke = Spoke::connect(admin, limit)
         .await
         .map_err(MintError::Admin)?;
@@ -434,7 +434,7 @@ pub async fn revoke(
 
 /// Whether the binding of `generation` exists and binds `user` to the configured
 /// cluster role (a renewal is due when it does not).
-pub async fn binding_fits(
+pub(crate) async fn binding_fits(
     admin: &SecretBytes,
     generation: u64,
     user: &str,

@@ -56,10 +56,6 @@ impl Repo {
         &self.branch
     }
 
-    pub fn remote_name(&self) -> &str {
-        &self.remote
-    }
-
     /// Fetches every review branch into `refs/remotes/<remote>/spokekeeper/*`, dropping
     /// the tracking refs of branches deleted on the remote (merged and cleaned up).
     pub async fn fetch_review_branches(&self) -> Result<(), RepoError> {
@@ -97,7 +93,7 @@ impl Repo {
     }
 
     /// The full message of `commit`.
-    pub async fn commit_message(&self, commit: &str) -> Result<String, RepoError> {
+    pub(crate) async fn commit_message(&self, commit: &str) -> Result<String, RepoError> {
         self.git(["log", "-1", "--format=%B", commit]).await
     }
 
@@ -107,7 +103,7 @@ impl Repo {
     /// leaves it), or open with its [`Repo::provenance`]. Anyone else's branch that
     /// leaves `rel` as on target is open, not merged: it may add other files. Provenance
     /// is checked once here, so callers get it with the answer.
-    pub async fn branch_state(&self, branch: &str, commit: &str, rel: &Path) -> BranchState {
+    pub(crate) async fn branch_state(&self, branch: &str, commit: &str, rel: &Path) -> BranchState {
         let upstream = self.upstream();
         if self
             .git(["merge-base", "--is-ancestor", commit, &upstream])

@@ -52,7 +52,7 @@ impl Signer {
     }
 
     /// `git -c ...` options that make `commit-tree -S` sign with the key.
-    pub fn sign_args(&self) -> [String; 4] {
+    pub(crate) fn sign_args(&self) -> [String; 4] {
         [
             "-c".into(),
             "gpg.format=ssh".into(),
@@ -63,7 +63,7 @@ impl Signer {
 
     /// `git -c ...` options under which `verify-commit` succeeds only for a signature
     /// by the key (an unknown key's good signature is not enough).
-    pub fn verify_args(&self) -> [String; 4] {
+    pub(crate) fn verify_args(&self) -> [String; 4] {
         self.follow_key();
         [
             "-c".into(),

@@ -132,7 +132,7 @@ pub struct Policy {
 /// `api_server` exactly as configured (scheme, host, port, path); else the recorded
 /// server (its port and path) at the configured `address`. None when neither says.
 /// This is also what is probed, so a re-addressed spoke is probed where it now is.
-pub fn expected_server(spoke: &SpokeConfig, recorded: Option<&Recorded>) -> Option<String> {
+pub(crate) fn expected_server(spoke: &SpokeConfig, recorded: Option<&Recorded>) -> Option<String> {
     if let Some(url) = &spoke.api_server {
         return Some(crate::kubeconfig::server_string(url));
     }
@@ -206,19 +206,19 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
 }
 
 /// What a periodic check of a minted spoke found with the admin credential it extracted.
-pub struct MintedCheck<'a> {
+pub(crate) struct MintedCheck<'a> {
     /// The admin kubeconfig's first CA and server (the minted one carries the same).
     pub ca_sha256: Fingerprint<Ca>,
     pub server: &'a str,
     /// Whether the committed generation's ClusterRoleBinding exists and binds the
     /// committed user to the configured cluster role.
-    pub binding_present: bool,
+    pub(crate) binding_present: bool,
 }
 
 /// After a periodic re-extraction of a minted spoke: why to mint again, or None (the
 /// committed credential still fits). The admin kubeconfig's own content is never
 /// compared: it is not what the hub holds.
-pub fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option<Reason> {
+pub(crate) fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option<Reason> {
     if !seen.binding_present {
         return Some(Reason::BindingMissing {
             binding: crate::mint::binding_name(recorded.credential.generation),

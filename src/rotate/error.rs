@@ -157,7 +157,7 @@ impl SpokeError {
     }
 
     /// The `stage` label of `spokekeeper_errors_total`: from a fixed set.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         self.stage().metric_label()
     }
 }

@@ -14,7 +14,7 @@ use crate::secret::SecretBytes;
 
 /// Bindings to delete once the hub has the new credential: spokekeeper's, of
 /// generations below `below`, with the admin credential kept in memory until then.
-pub struct Revocation {
+pub(crate) struct Revocation {
     pub admin: SecretBytes,
     pub below: u64,
 }
@@ -25,7 +25,7 @@ impl std::fmt::Debug for Revocation {
     }
 }
 
-pub enum Step {
+pub(super) enum Step {
     /// A periodic check found the committed minted credential still fits.
     Unchanged,
     /// --dry-run: would mint (nothing was created or deleted on the spoke).
@@ -41,7 +41,7 @@ pub enum Step {
 }
 
 /// How this tick runs the step.
-pub struct Run {
+pub(super) struct Run {
     /// `spokekeeper revoke`: delete the committed generation's binding first.
     pub revoke: bool,
     /// Review mode: nothing is revoked after the push.
@@ -60,7 +60,7 @@ fn failed(e: MintError) -> SpokeError {
 
 /// `admin` is the extracted, validated admin credential; `reason` may be refined (a
 /// periodic check that finds the binding gone says so).
-pub async fn step(
+pub(super) async fn step(
     spoke: &SpokeConfig,
     admin: Fresh,
     previous: Option<&Recorded>,

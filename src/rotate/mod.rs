@@ -56,10 +56,10 @@ pub struct Context {
     pub config: Config,
     pub sealing: SealingKey,
     pub repo: Repo,
-    pub probe_timeout: Duration,
-    pub live_timeout: Duration,
+    pub(crate) probe_timeout: Duration,
+    pub(crate) live_timeout: Duration,
     /// How long a minted credential's CSR may wait for the spoke's signer.
-    pub sign_timeout: Duration,
+    pub(crate) sign_timeout: Duration,
     /// When each spoke was last re-extracted (in memory: a fresh process re-checks once).
     verified: Mutex<HashMap<String, OffsetDateTime>>,
     /// Spokes whose pushed credential the hub had not taken at the last look: looked at
@@ -87,7 +87,7 @@ impl Context {
 
     /// For `spokekeeper demo` only: allows the demo key.
     #[cfg(feature = "demo")]
-    pub fn for_demo(config: Config, sealing: SealingKey, repo: Repo) -> Context {
+    pub(crate) fn for_demo(config: Config, sealing: SealingKey, repo: Repo) -> Context {
         Context {
             demo: true,
             ..Self::unchecked(config, sealing, repo)

@@ -28,7 +28,7 @@ impl Progress {
         Progress(Some(Arc::new(f)))
     }
 
-    pub fn emit(&self, step: Step<'_>) {
+    pub(crate) fn emit(&self, step: Step<'_>) {
         if let Some(f) = &self.0 {
             f(step);
         }

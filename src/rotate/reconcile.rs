@@ -30,7 +30,7 @@ pub(super) struct Run<'a, P> {
 /// One spoke's result: its report, and what to publish when a credential is ready.
 pub(super) struct Reconciled {
     pub report: SpokeReport,
-    pub proposal: Option<Proposal>,
+    pub(crate) proposal: Option<Proposal>,
 }
 
 impl Reconciled {

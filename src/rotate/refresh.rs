@@ -15,7 +15,7 @@ use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport, Source};
 
 /// A credential that was extracted, sanitized, pointed at the spoke and accepted by it.
-pub struct Fresh {
+pub(crate) struct Fresh {
     pub kubeconfig: Sanitized,
     pub yaml: SecretBytes,
     pub content_sha256: Fingerprint<Content>,
@@ -36,7 +36,7 @@ pub fn source(spoke: &SpokeConfig) -> Source {
 }
 
 /// Reads the node's kubeconfig and proves it works against the spoke API.
-pub async fn extract_and_validate(
+pub(crate) async fn extract_and_validate(
     spoke: &SpokeConfig,
     now: OffsetDateTime,
     live_timeout: Duration,

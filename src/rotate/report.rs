@@ -160,7 +160,7 @@ impl TickReport {
 
     /// Every credential pushed this tick was unsealed on the hub and each of its consumers
     /// is Ready (trivially true without `hub:`).
-    pub fn hub_ok(&self) -> bool {
+    pub(crate) fn hub_ok(&self) -> bool {
         self.spokes
             .iter()
             .all(|s| s.hub.as_ref().is_none_or(|h| h.ok()))
@@ -188,7 +188,7 @@ pub enum RepoStage {
 impl RepoStage {
     pub const ALL: [RepoStage; 3] = [RepoStage::Sync, RepoStage::Push, RepoStage::Unpushed];
 
-    pub fn metric_label(self) -> &'static str {
+    pub(crate) fn metric_label(self) -> &'static str {
         match self {
             RepoStage::Sync => "sync",
             RepoStage::Push => "push",
@@ -235,7 +235,7 @@ impl Stage {
     ];
 
     /// The `stage` label of `spokekeeper_errors_total` (the JSON name, as a constant).
-    pub fn metric_label(self) -> &'static str {
+    pub(crate) fn metric_label(self) -> &'static str {
         match self {
             Stage::Observe => "observe",
             Stage::Probe => "probe",

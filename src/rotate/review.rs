@@ -65,7 +65,7 @@ pub struct Branch {
     pub recorded: Option<(SealedSecret, Recorded)>,
 }
 
-pub fn branch_name(spoke: &SpokeConfig) -> String {
+pub(crate) fn branch_name(spoke: &SpokeConfig) -> String {
     format!("{}{}", crate::repo::BRANCH_PREFIX, spoke.name)
 }
 
@@ -450,7 +450,7 @@ impl Publish for Review {
 /// and that commit passes [`crate::repo::Repo::provenance`]; any other is reported as an
 /// unverified pull request (failed at `review`), never as a validated fix. Reads the
 /// forge and the clone; fetches nothing.
-pub async fn open_reviews(
+pub(crate) async fn open_reviews(
     config: &crate::config::Config,
     repo: &crate::repo::Repo,
     spokes: &[String],
@@ -644,7 +644,7 @@ async fn same_content(ctx: &Context, spoke: &SpokeConfig, head: &str, p: &Propos
 /// the verified head commit; and, when an untrusted branch head was replaced, which and
 /// why). The message's text carries values a spoke reported: the body quotes it
 /// escaped, as literal Markdown.
-pub fn describe(
+pub(crate) fn describe(
     message: &str,
     reason: Option<&Reason>,
     replaced: Option<&str>,
@@ -679,7 +679,7 @@ pub(crate) fn signed_line(head: &str) -> String {
 }
 
 /// Whether the branch's manifest would be healthy: the fix is waiting for review.
-pub fn branch_fixes(
+pub(crate) fn branch_fixes(
     spoke: &SpokeConfig,
     branch: &Branch,
     probe: Option<&Result<ProbeReport, ProbeError>>,
@@ -705,18 +705,8 @@ pub fn branch_fixes(
     decide::decide(spoke, &seen, &policy) == Decision::Healthy
 }
 
-/// Whether the hub's committed credential no longer works (so a fix waiting for review
-/// is urgent): nothing usable committed, a rebuilt spoke, or an expired client cert.
-pub fn hub_broken(reason: Option<&Reason>, now: OffsetDateTime) -> bool {
-    match reason {
-        Some(Reason::Initial | Reason::Unreadable { .. } | Reason::CaChanged { .. }) => true,
-        Some(Reason::ClientExpiring { not_after }) => *not_after <= now,
-        _ => false,
-    }
-}
-
 /// An age for people: `45s`, `12m`, `3h 27m`, `2d 4h`.
-pub fn human(secs: u64) -> String {
+pub(crate) fn human(secs: u64) -> String {
     let (d, h, m) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60);
     match (d, h, m) {
         (0, 0, 0) => format!("{secs}s"),
@@ -759,23 +749,5 @@ mod tests {
             body.ends_with("\nhead 0123abcd, signed by spokekeeper\n"),
             "the head a reviewer compares with the forge's: {body}"
         );
-    }
-
-    #[test]
-    fn broken_means_the_hub_cannot_use_what_is_committed() {
-        let now = OffsetDateTime::now_utc();
-        let ca = Reason::CaChanged {
-            old: crate::fingerprint::Fingerprint::of(b"x"),
-        };
-        assert!(hub_broken(Some(&ca), now));
-        let expiring = Reason::ClientExpiring {
-            not_after: now + time::Duration::days(3),
-        };
-        assert!(!hub_broken(Some(&expiring), now), "still works for 3 days");
-        let expired = Reason::ClientExpiring {
-            not_after: now - time::Duration::hours(1),
-        };
-        assert!(hub_broken(Some(&expired), now));
-        assert!(!hub_broken(Some(&Reason::Forced), now));
     }
 }

@@ -32,12 +32,12 @@ pub const CONTENT_SHA256: &str = "spokekeeper.io/content-sha256";
 pub const SEALING_CERT_SHA256: &str = "spokekeeper.io/sealing-cert-sha256";
 pub const ROTATED_AT: &str = "spokekeeper.io/rotated-at";
 /// `minted` when the credential was minted; absent: extracted (and earlier versions).
-pub const CREDENTIAL_MODE: &str = "spokekeeper.io/credential-mode";
+pub(crate) const CREDENTIAL_MODE: &str = "spokekeeper.io/credential-mode";
 /// Minted: the user the certificate was signed for.
-pub const CREDENTIAL_USER: &str = "spokekeeper.io/credential-user";
+pub(crate) const CREDENTIAL_USER: &str = "spokekeeper.io/credential-user";
 /// The last minted generation (kept after a switch back to extracted, so a user name is
 /// never reused); absent: 0, none minted yet.
-pub const CREDENTIAL_GENERATION: &str = "spokekeeper.io/credential-generation";
+pub(crate) const CREDENTIAL_GENERATION: &str = "spokekeeper.io/credential-generation";
 const MAX_USER: usize = 200;
 
 /// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
@@ -80,7 +80,7 @@ pub struct RecordedCredential {
 
 impl RecordedCredential {
     /// The generation the next minted credential gets.
-    pub fn next_generation(&self) -> u64 {
+    pub(crate) fn next_generation(&self) -> u64 {
         self.generation.saturating_add(1)
     }
 }
@@ -220,7 +220,7 @@ impl Recorded {
 }
 
 /// Of the CAs' DER, concatenated in order (one CA: the same digest as its fingerprint).
-pub fn bundle_fingerprint(cas: &[Vec<u8>]) -> Fingerprint<CaBundle> {
+pub(crate) fn bundle_fingerprint(cas: &[Vec<u8>]) -> Fingerprint<CaBundle> {
     Fingerprint::of(&cas.concat())
 }
 

@@ -55,7 +55,7 @@ pub enum FormatError {
 /// Checks that `b64` has the shape [`hybrid_encrypt`] gives for a key whose modulus is
 /// `modulus_len` bytes: the last guard against committing a value that is not ciphertext.
 /// Shape only: nothing is decrypted.
-pub fn check_sealed(b64: &str, modulus_len: usize) -> Result<(), FormatError> {
+pub(crate) fn check_sealed(b64: &str, modulus_len: usize) -> Result<(), FormatError> {
     use base64::Engine;
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(b64)

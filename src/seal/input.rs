@@ -76,7 +76,7 @@ impl SecretInput {
     }
 
     /// Fills name and namespace from flags; a flag that contradicts the input is an error.
-    pub fn apply_flags(
+    pub(crate) fn apply_flags(
         &mut self,
         name: Option<&str>,
         namespace: Option<&str>,
@@ -100,7 +100,7 @@ impl SecretInput {
     }
 
     /// The scope this Secret asks for in its own annotations (kubeseal honours them).
-    pub fn annotated_scope(&self) -> Scope {
+    pub(crate) fn annotated_scope(&self) -> Scope {
         Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
     }
 }
@@ -242,9 +242,9 @@ pub(super) struct RawSecret {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub type_: Option<String>,
-    pub immutable: Option<bool>,
+    pub(crate) immutable: Option<bool>,
     pub data: Vec<(String, Zeroizing<String>)>,
-    pub string_data: Vec<(String, Zeroizing<String>)>,
+    pub(crate) string_data: Vec<(String, Zeroizing<String>)>,
 }
 
 /// Reads the Secret's fields from the tree; anything else in it is ignored.

@@ -14,7 +14,7 @@ use crate::fingerprint::{Fingerprint, PublicKey, RsaModulus, Sealing};
 use zeroize::Zeroizing;
 
 /// Smaller keys are refused: the controller has generated 4096-bit keys since v0.12.
-pub const MIN_RSA_BITS: usize = 2048;
+pub(crate) const MIN_RSA_BITS: usize = 2048;
 
 #[derive(Debug, thiserror::Error)]
 pub enum KeyError {
@@ -184,7 +184,7 @@ impl SealingKey {
 
 /// SHA-256 of the demo key's RSA modulus (big-endian, no leading zeros):
 /// `openssl x509 -in keys/demo/tls.crt -noout -modulus | cut -d= -f2 | xxd -r -p | sha256sum`.
-pub const DEMO_MODULUS_SHA256: &str =
+pub(crate) const DEMO_MODULUS_SHA256: &str =
     "f5249cc37059b63e32ff572159593c581fd2c348aa713fd5404639b18dde31a3";
 
 /// A date as the errors show it.

@@ -44,7 +44,7 @@ pub struct Template {
     pub labels: BTreeMap<String, String>,
     pub annotations: BTreeMap<String, String>,
     pub type_: Option<String>,
-    pub immutable: Option<bool>,
+    pub(crate) immutable: Option<bool>,
     /// Go templates over the decrypted values; kept when read, never written by us.
     pub data: BTreeMap<String, Option<String>>,
 }
@@ -93,7 +93,7 @@ impl SealedSecret {
 
     /// Seals `input`'s values into this SealedSecret (adding or replacing keys), with this
     /// SealedSecret's own name, namespace and scope: kubeseal's `--merge-into`.
-    pub fn add_values(
+    pub(crate) fn add_values(
         &mut self,
         input: &SecretInput,
         key: &SealingKey,
@@ -109,7 +109,7 @@ impl SealedSecret {
 
     /// Whether every encryptedData value has the sealed format for `key` (shape only,
     /// nothing decrypted); the error names the first key at fault, never its value.
-    pub fn check_sealed(&self, key: &SealingKey) -> Result<(), ManifestError> {
+    pub(crate) fn check_sealed(&self, key: &SealingKey) -> Result<(), ManifestError> {
         let modulus_len = key.bits() / 8;
         for (k, v) in &self.encrypted_data {
             super::crypto::check_sealed(v, modulus_len).map_err(|reason| {

@@ -22,14 +22,14 @@ pub use crypto::{hybrid_decrypt, hybrid_encrypt};
 pub use key::{KeyError, RecoveryKey, SealingKey};
 pub use manifest::{ManifestError, SealedSecret, SecretInput};
 
-pub const API_VERSION: &str = "bitnami.com/v1alpha1";
+pub(crate) const API_VERSION: &str = "bitnami.com/v1alpha1";
 pub const KIND: &str = "SealedSecret";
 /// Top-level annotations the controller reads the scope from (cluster-wide wins).
-pub const ANNOTATION_CLUSTER_WIDE: &str = "sealedsecrets.bitnami.com/cluster-wide";
-pub const ANNOTATION_NAMESPACE_WIDE: &str = "sealedsecrets.bitnami.com/namespace-wide";
+pub(crate) const ANNOTATION_CLUSTER_WIDE: &str = "sealedsecrets.bitnami.com/cluster-wide";
+pub(crate) const ANNOTATION_NAMESPACE_WIDE: &str = "sealedsecrets.bitnami.com/namespace-wide";
 /// Annotations kubectl and kubecfg use to keep a full copy of the object: stripped, or
 /// the plaintext would leak into the template.
-pub const LAST_APPLIED_ANNOTATIONS: [&str; 2] = [
+pub(crate) const LAST_APPLIED_ANNOTATIONS: [&str; 2] = [
     "kubectl.kubernetes.io/last-applied-configuration",
     "kubecfg.ksonnet.io/last-applied-configuration",
 ];

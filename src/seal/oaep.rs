@@ -18,7 +18,7 @@ use zeroize::{Zeroize, Zeroizing};
 const H_LEN: usize = 32;
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum OaepError {
+pub(crate) enum OaepError {
     #[error("the message is {len} bytes; at most {max} fit this key")]
     MessageTooLong { len: usize, max: usize },
     #[error("the system random number generator failed: {0}")]
@@ -26,7 +26,11 @@ pub enum OaepError {
 }
 
 /// Encrypts `msg` to `key` under `label` with a fresh random seed.
-pub fn encrypt(key: &rsa::PublicKey, label: &[u8], msg: &[u8]) -> Result<Vec<u8>, OaepError> {
+pub(super) fn encrypt(
+    key: &rsa::PublicKey,
+    label: &[u8],
+    msg: &[u8],
+) -> Result<Vec<u8>, OaepError> {
     let mut seed = Zeroizing::new([0u8; H_LEN]);
     getrandom::fill(seed.as_mut()).map_err(|e| OaepError::Random(e.to_string()))?;
     encrypt_with_seed(key, label, msg, &seed)

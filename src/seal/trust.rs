@@ -15,7 +15,7 @@ use crate::fingerprint::{Fingerprint, Sealing};
 
 /// What confirmed the certificate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Anchor {
+pub(crate) enum Anchor {
     /// The hub's controller served it this tick.
     Hub,
     /// It is listed in `sealing.sha256`.
@@ -29,7 +29,7 @@ pub enum Anchor {
 }
 
 impl Anchor {
-    pub fn describe(self) -> &'static str {
+    pub(crate) fn describe(self) -> &'static str {
         match self {
             Anchor::Hub => "served by the hub's controller this tick",
             Anchor::Configured => "listed in sealing.sha256",
@@ -59,7 +59,7 @@ pub enum Controller {
 
 /// What decides when neither the hub (this tick) nor `sealing.sha256` does.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Fallback<'a> {
+pub(crate) enum Fallback<'a> {
     /// `hub:` is configured: the certificate it last served to this clone (None: never).
     LastServed(Option<Fingerprint<Sealing>>),
     /// No `hub:`: what the committed outputs record.
@@ -78,7 +78,7 @@ pub struct Committed {
 
 /// Why a certificate is not confirmed: the anchor that disagrees and what it expects.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Mismatch {
+pub(crate) enum Mismatch {
     /// The hub's controller serves another certificate.
     HubServes { served: Fingerprint<Sealing> },
     /// `sealing.sha256` lists other fingerprints.
@@ -94,7 +94,7 @@ pub enum Mismatch {
 }
 
 impl Mismatch {
-    pub fn expected(&self) -> &[Fingerprint<Sealing>] {
+    pub(crate) fn expected(&self) -> &[Fingerprint<Sealing>] {
         match self {
             Mismatch::Configured { expected }
             | Mismatch::LastServed { expected }
@@ -106,7 +106,7 @@ impl Mismatch {
 
 /// The rule. `sha256` is the certificate the tick would seal to; `hub`: what the hub's
 /// controller served this tick; `configured`: `sealing.sha256`.
-pub fn confirm(
+pub(crate) fn confirm(
     sha256: Fingerprint<Sealing>,
     hub: Controller,
     configured: &[Fingerprint<Sealing>],

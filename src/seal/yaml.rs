@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use std::fmt::Write;
 
 /// A YAML scalar (key or value) for block context.
-pub fn scalar(s: &str) -> Cow<'_, str> {
+pub(super) fn scalar(s: &str) -> Cow<'_, str> {
     if needs_escapes(s) {
         return Cow::Owned(double_quoted(s));
     }
@@ -114,7 +114,7 @@ fn double_quoted(s: &str) -> String {
 }
 
 /// A JSON string as Go's encoding/json writes it.
-pub fn json_string(s: &str) -> String {
+pub(crate) fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
     out.push('"');
     for c in s.chars() {

@@ -24,7 +24,7 @@ const SELF_REVIEWS: [&str; 2] = [
 /// Before 1.27: an access review is authenticated, but does not say who asked.
 const ACCESS_REVIEW: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
 /// The user reported when only an access review could be made.
-pub const UNKNOWN_USER: &str = "(unknown: pre-1.27 API)";
+pub(crate) const UNKNOWN_USER: &str = "(unknown: pre-1.27 API)";
 const ANONYMOUS: &str = "system:anonymous";
 
 /// Who the kubeconfig authenticates as, and what answered.

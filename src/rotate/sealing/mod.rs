@@ -22,7 +22,7 @@ use crate::seal::trust::Controller;
 
 /// Review mode's branch for a renewed certificate. Spoke names are DNS labels, so no
 /// spoke's branch can be this one.
-pub const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
+pub(crate) const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
 
 /// The key for this tick, what happened on the hub, and whether the key is trusted:
 /// when `report.untrusted` is set, nothing may be sealed to it.
@@ -72,7 +72,7 @@ pub(super) async fn for_tick(
 /// the hub (no network), as for a tick that cannot reach it: `sealing.sha256`, else with
 /// `hub:` the certificate it last served to this clone, else what the committed
 /// credentials record.
-pub async fn trusted_offline(
+pub(crate) async fn trusted_offline(
     config: &crate::config::Config,
     repo: &crate::repo::Repo,
     sha256: Fingerprint<Sealing>,

@@ -11,13 +11,13 @@ const FILE: &str = "spokekeeper/hub-sealing-sha256";
 /// What the value is called in errors.
 const WHAT: &str = ".git/spokekeeper/hub-sealing-sha256";
 
-pub fn path(clone: &Path) -> PathBuf {
+pub(super) fn path(clone: &Path) -> PathBuf {
     clone.join(".git").join(FILE)
 }
 
 /// The fingerprint recorded, None when there is none; a malformed record is an error that
 /// shows it escaped.
-pub fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, String> {
+pub(super) fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, String> {
     let path = path(clone);
     let bytes = match crate::fsutil::read_nofollow(&path) {
         Ok(b) => b,
@@ -31,7 +31,7 @@ pub fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, String> {
 }
 
 /// Records `sha256` as the hub's last-served certificate.
-pub fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), String> {
+pub(super) fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), String> {
     // Every tick that reaches the hub calls this; the file changes only on a renewal.
     if last(clone).ok().flatten() == Some(sha256) {
         return Ok(());
