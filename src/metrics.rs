@@ -310,7 +310,7 @@ impl Metrics {
             }
         }
         if let Some(e) = &report.repo_error {
-            self.error("", e.stage.metric_label());
+            self.error("", e.stage().metric_label());
         }
     }
 
@@ -525,9 +525,8 @@ mod tests {
                 ),
             ],
             pushed: true,
-            repo_error: Some(crate::rotate::RepoFailure {
-                stage: crate::rotate::RepoStage::Push,
-                error: "rejected".into(),
+            repo_error: Some(crate::rotate::RepoFailure::NotPushed {
+                why: "rejected".into(),
             }),
             sealing: Some(crate::hub::cert::CertReport {
                 reachable: Some(false),
@@ -651,9 +650,22 @@ mod tests {
                 .collect();
             spokes.push(spoke("ok", Outcome::Healthy, None));
             let report = TickReport {
-                repo_error: Some(RepoFailure {
-                    stage,
-                    error: hostile.into(),
+                repo_error: Some(match stage {
+                    RepoStage::Sync => {
+                        RepoFailure::Sync(std::sync::Arc::new(crate::repo::RepoError::Git {
+                            args: hostile.into(),
+                            stderr: hostile.into(),
+                        }))
+                    }
+                    RepoStage::Push => RepoFailure::NotPushed {
+                        why: hostile.into(),
+                    },
+                    RepoStage::Unpushed => RepoFailure::Unpushed {
+                        commits: 2,
+                        remote: hostile.into(),
+                        branch: hostile.into(),
+                        clone: hostile.into(),
+                    },
                 }),
                 ..TickReport::of(spokes)
             };

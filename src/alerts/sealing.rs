@@ -25,10 +25,15 @@ impl SealingCert {
     /// Reads `path` like `sealing.cert`, but an expired certificate is a fact to grade
     /// here, not an error ([`SealingKey::from_pem`] refuses it for sealing). Inside the
     /// clone, no component may be a symbolic link.
-    pub fn load(path: &Path, clone: &Path, now: OffsetDateTime) -> Result<SealingCert, String> {
+    pub fn load(
+        path: &Path,
+        clone: &Path,
+        now: OffsetDateTime,
+    ) -> Result<SealingCert, SealingCertError> {
         let source = path.display().to_string();
-        let pem = crate::fsutil::read_under(path, clone).map_err(|e| {
-            format!("cannot read sealing.cert {source}: {e} (fix the path in the configuration)")
+        let pem = crate::fsutil::read_under(path, clone).map_err(|e| SealingCertError::Read {
+            path: path.to_path_buf(),
+            source: e,
         })?;
         match SealingKey::from_pem(&pem, &source, now) {
             Ok(key) => Ok(Self::from_key(&key, &source)),
@@ -36,7 +41,19 @@ impl SealingCert {
                 source,
                 not_after: Some(not_after),
             }),
-            Err(e) => Err(format!("sealing.cert: {e}")),
+            Err(e) => Err(SealingCertError::Key(e)),
         }
     }
+}
+
+/// sealing.cert cannot be graded.
+#[derive(Debug, thiserror::Error)]
+pub enum SealingCertError {
+    #[error("cannot read sealing.cert {}: {source} (fix the path in the configuration)", path.display())]
+    Read {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error("sealing.cert: {0}")]
+    Key(KeyError),
 }

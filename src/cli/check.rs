@@ -66,7 +66,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
     }
     let sealing = match SealingCert::load(&config.sealing_cert, &config.repo.path, now) {
         Ok(s) => s,
-        Err(e) => return cannot_check(format, now, &e),
+        Err(e) => return cannot_check(format, now, &e.to_string()),
     };
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()

@@ -94,8 +94,8 @@ pub(crate) enum RunTickError {
     #[error("repo.path: {0}")]
     Repo(#[source] RepoError),
     /// The tick's context refused the configuration (its message names the setting).
-    #[error("{0}")]
-    Context(String),
+    #[error(transparent)]
+    Context(crate::rotate::DemoKey),
     #[error(transparent)]
     Tick(RepoError),
 }

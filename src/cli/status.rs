@@ -133,16 +133,15 @@ pub(super) fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
     };
     let report = match runtime.block_on(gather(&config)) {
         Ok(r) => r,
-        Err(e) => return unable(format, &e),
+        Err(e) => return unable(format, &format!("repo.path: {e}")),
     };
     print(&report, format);
     ExitCode::from(report.exit_code)
 }
 
-async fn gather(config: &Config) -> Result<Report, String> {
-    let repo = Repo::open(&config.repo)
-        .await
-        .map_err(|e| format!("repo.path: {e}"))?;
+/// Fails only when the fleet repo cannot be opened; whatever else fails is reported.
+async fn gather(config: &Config) -> Result<Report, crate::repo::RepoError> {
+    let repo = Repo::open(&config.repo).await?;
     let seen = observe::fleet(config, &repo, &[], PROBE_TIMEOUT).await;
     let hub = match &config.hub {
         Some(cfg) => Some(Hub::connect(cfg).await),

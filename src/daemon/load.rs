@@ -47,8 +47,8 @@ pub enum LoadError {
         source: RepoError,
     },
     /// The tick's context refused the configuration (its message names the setting).
-    #[error("{0}")]
-    Context(String),
+    #[error(transparent)]
+    Context(crate::rotate::DemoKey),
 }
 
 /// Loads and checks the file, the sealing certificate and the fleet clone. `interval`

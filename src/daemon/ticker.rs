@@ -225,7 +225,7 @@ impl Ticker {
                 if report
                     .repo_error
                     .as_ref()
-                    .is_some_and(|e| e.stage == crate::rotate::RepoStage::Push)
+                    .is_some_and(|e| e.stage() == crate::rotate::RepoStage::Push)
                 {
                     self.report_unpushed(&ctx).await;
                 }

@@ -123,6 +123,29 @@ pub enum ReviewError {
     Lookup { branch: String, error: ForgeFailure },
 }
 
+/// Why a sealing certificate could not be pinned: written, committed, or proposed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PinError {
+    /// sealing.cert is outside the fleet repo and could not be written.
+    #[error("{}: {source}", path.display())]
+    Write {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    /// Inside the fleet repo: it could not be written there or committed.
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// Review mode: its branch could not be committed or pushed.
+    #[error("branch {branch}: {source}")]
+    Branch {
+        branch: &'static str,
+        source: RepoError,
+    },
+    /// Review mode: its pull request.
+    #[error(transparent)]
+    Review(#[from] ReviewError),
+}
+
 /// Why the forge could not be used.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ForgeFailure {

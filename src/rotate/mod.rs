@@ -51,6 +51,18 @@ struct Proposal {
     revocation: Option<minted::Revocation>,
 }
 
+/// sealing.cert is the demo key: refused outside `spokekeeper demo`.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "sealing.cert {} is spokekeeper's demo key, whose private key is public (keys/demo/): \
+     anyone could unseal what is sealed to it. Use the hub controller's certificate \
+     (kubeseal --fetch-cert > keys/sealed-secrets-infra.pem)",
+    cert.display()
+)]
+pub struct DemoKey {
+    pub cert: std::path::PathBuf,
+}
+
 /// What one tick needs: the configuration, the sealing key and the fleet repo.
 pub struct Context {
     pub config: Config,
@@ -73,14 +85,11 @@ pub struct Context {
 
 impl Context {
     /// Refuses the demo sealing key: its private half is published in keys/demo/.
-    pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Result<Context, String> {
+    pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Result<Context, DemoKey> {
         if sealing.is_demo() {
-            return Err(format!(
-                "sealing.cert {} is spokekeeper's demo key, whose private key is public (keys/demo/): \
-                 anyone could unseal what is sealed to it. Use the hub controller's certificate \
-                 (kubeseal --fetch-cert > keys/sealed-secrets-infra.pem)",
-                config.sealing_cert.display()
-            ));
+            return Err(DemoKey {
+                cert: config.sealing_cert,
+            });
         }
         Ok(Self::unchecked(config, sealing, repo))
     }

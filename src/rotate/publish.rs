@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::decide::Policy;
-use super::error::SpokeError;
+use super::error::{PinError, SpokeError};
 use super::observe::Observation;
-use super::report::{Outcome, RepoFailure, RepoStage, SpokeReport};
+use super::report::{Outcome, RepoFailure, SpokeReport};
 use super::{Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::Pushed;
@@ -49,7 +49,7 @@ pub(super) trait Publish {
         rel: &Path,
         pem: &[u8],
         message: &str,
-    ) -> Result<Option<String>, String>;
+    ) -> Result<Option<String>, PinError>;
 
     /// After every spoke: push, or say why nothing was.
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished;
@@ -109,13 +109,13 @@ impl Publish for Direct {
         rel: &Path,
         pem: &[u8],
         message: &str,
-    ) -> Result<Option<String>, String> {
-        ctx.repo.write_atomic(rel, pem).map_err(|e| e.to_string())?;
+    ) -> Result<Option<String>, PinError> {
+        ctx.repo.write_atomic(rel, pem)?;
         let committed = ctx.repo.commit(rel, message).await;
         if committed.is_err() {
             ctx.repo.discard(rel).await;
         }
-        committed.map_err(|e| e.to_string())
+        Ok(committed?)
     }
 
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished {
@@ -127,10 +127,7 @@ impl Publish for Direct {
         if let Err(why) = opts.gate.check() {
             // Left in the clone: the next tick here, or the new leader, pushes.
             if !matches!(ctx.repo.unpushed().await, Ok(0)) {
-                out.repo_error = Some(RepoFailure::new(
-                    RepoStage::Push,
-                    format!("not pushed: {why}"),
-                ));
+                out.repo_error = Some(RepoFailure::NotPushed { why });
             }
             return out;
         }
@@ -140,7 +137,7 @@ impl Publish for Direct {
                 tracing::info!(committed = self.committed, rebases, "pushed");
             }
             Ok(Pushed::Nothing) => {}
-            Err(e) => out.repo_error = Some(RepoFailure::new(RepoStage::Push, e.to_string())),
+            Err(e) => out.repo_error = Some(RepoFailure::Push(Arc::new(e))),
         }
         out
     }

@@ -1,6 +1,8 @@
 //! What a tick reports: per spoke (outcome, credential, hub) and for the tick (the
 //! sealing certificate, the fleet repo). The CLI, the metrics and the alerts render it.
 
+use std::sync::Arc;
+
 use time::OffsetDateTime;
 
 use super::decide::Reason;
@@ -9,6 +11,7 @@ use super::error::Stage;
 use super::observe::Observation;
 use super::state::Recorded;
 use crate::fingerprint::{Ca, Fingerprint};
+use crate::repo::RepoError;
 use crate::seal::SealingKey;
 
 /// What happened to one spoke.
@@ -167,12 +170,25 @@ impl TickReport {
     }
 }
 
-/// Where the fleet repo failed in a tick; the stage is the only part that becomes a
-/// metric label, so label values come from a fixed set, never from error text.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct RepoFailure {
-    pub stage: RepoStage,
-    pub error: String,
+/// How the fleet repo failed in a tick. Only its [`RepoStage`] becomes a metric label,
+/// so label values come from a fixed set, never from error text.
+#[derive(Clone, Debug)]
+pub enum RepoFailure {
+    /// Fetching and rebasing onto the remote (the tick went on from the local clone).
+    Sync(Arc<RepoError>),
+    /// Pushing the tick's commits.
+    Push(Arc<RepoError>),
+    /// The push was not attempted: this process may no longer act (`why`: the Lease's
+    /// words). The commits wait in the clone for the next tick or the new leader.
+    NotPushed { why: String },
+    /// Review mode: the clone holds commits that only a push of the target branch would
+    /// publish, and review mode never pushes it.
+    Unpushed {
+        commits: usize,
+        remote: String,
+        branch: String,
+        clone: std::path::PathBuf,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,8 +214,12 @@ impl RepoStage {
 }
 
 impl RepoFailure {
-    pub fn new(stage: RepoStage, error: String) -> RepoFailure {
-        RepoFailure { stage, error }
+    pub fn stage(&self) -> RepoStage {
+        match self {
+            RepoFailure::Sync(_) => RepoStage::Sync,
+            RepoFailure::Push(_) | RepoFailure::NotPushed { .. } => RepoStage::Push,
+            RepoFailure::Unpushed { .. } => RepoStage::Unpushed,
+        }
     }
 }
 
@@ -207,9 +227,29 @@ impl RepoFailure {
 /// unpushed-commits message alone.
 impl std::fmt::Display for RepoFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.stage {
-            RepoStage::Unpushed => f.write_str(&self.error),
-            s => write!(f, "{}: {}", s.metric_label(), self.error),
+        match self {
+            RepoFailure::Sync(e) => write!(f, "sync: {e}"),
+            RepoFailure::Push(e) => write!(f, "push: {e}"),
+            RepoFailure::NotPushed { why } => write!(f, "push: not pushed: {why}"),
+            RepoFailure::Unpushed {
+                commits,
+                remote,
+                branch,
+                clone,
+            } => write!(
+                f,
+                "the clone has {commits} commit(s) that {remote}/{branch} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
+                clone.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RepoFailure {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            RepoFailure::Sync(e) | RepoFailure::Push(e) => Some(e.as_ref()),
+            _ => None,
         }
     }
 }
@@ -256,18 +296,42 @@ mod tests {
 
     #[test]
     fn repo_error_serializes_as_the_text_it_always_had() {
-        let json = |stage, error: &str| {
+        let json = |failure| {
             let r = TickReport {
-                repo_error: Some(RepoFailure::new(stage, error.into())),
+                repo_error: Some(failure),
                 ..TickReport::of(vec![])
             };
             serde_json::to_value(&r).unwrap()["repo_error"].clone()
         };
-        assert_eq!(json(RepoStage::Push, "rejected"), "push: rejected");
-        assert_eq!(json(RepoStage::Sync, "offline"), "sync: offline");
+        let git = |stderr: &str| {
+            Arc::new(RepoError::Git {
+                args: "push".into(),
+                stderr: stderr.into(),
+            })
+        };
         assert_eq!(
-            json(RepoStage::Unpushed, "the clone has 1 commit(s)"),
-            "the clone has 1 commit(s)"
+            json(RepoFailure::Push(git("rejected"))),
+            "push: git push failed: rejected"
+        );
+        assert_eq!(
+            json(RepoFailure::Sync(git("offline"))),
+            "sync: git push failed: offline"
+        );
+        let lost = RepoFailure::NotPushed {
+            why: "lease lost".into(),
+        };
+        assert_eq!(lost.stage(), RepoStage::Push);
+        assert_eq!(json(lost), "push: not pushed: lease lost");
+        let left = RepoFailure::Unpushed {
+            commits: 1,
+            remote: "origin".into(),
+            branch: "main".into(),
+            clone: "/srv/fleet".into(),
+        };
+        assert_eq!(left.stage(), RepoStage::Unpushed);
+        assert_eq!(
+            json(left),
+            "the clone has 1 commit(s) that origin/main does not: review mode never pushes the target branch; push or drop them by hand (git -C /srv/fleet log @{u}..)"
         );
     }
 }

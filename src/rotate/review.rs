@@ -32,12 +32,13 @@
 use time::OffsetDateTime;
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::decide::{self, Decision, Observed, Policy, Reason};
-use super::error::{ForgeFailure, ReviewError, SpokeError};
+use super::error::{ForgeFailure, PinError, ReviewError, SpokeError};
 use super::observe::Observation;
 use super::publish::{Finished, Publish};
-use super::report::{RepoFailure, RepoStage};
+use super::report::RepoFailure;
 use super::sealing::CERT_BRANCH;
 use super::state::Recorded;
 use super::{Context, Gate, Options, Outcome, Proposal, SpokeReport};
@@ -352,7 +353,15 @@ impl Publish for Review {
         rel: &Path,
         pem: &[u8],
         message: &str,
-    ) -> Result<Option<String>, String> {
+    ) -> Result<Option<String>, PinError> {
+        let branch = |source| PinError::Branch {
+            branch: CERT_BRANCH,
+            source,
+        };
+        let kept = |error| ReviewError::Forge {
+            kept: format!("branch {CERT_BRANCH} pushed"),
+            error,
+        };
         let repo = &ctx.repo;
         let head = repo.remote_branch_head(CERT_BRANCH).await;
         let waiting = match &head {
@@ -375,18 +384,21 @@ impl Publish for Review {
             let sha = repo
                 .commit_on_target(rel, pem, message)
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(branch)?;
             repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
                 .await
-                .map_err(|e| format!("branch {CERT_BRANCH}: {e}"))?;
+                .map_err(branch)?;
             (Some(sha.clone()), sha)
         };
-        let forge = self.forge.as_ref().map_err(Clone::clone)?;
+        let forge = self
+            .forge
+            .as_ref()
+            .map_err(|e| kept(ForgeFailure::Setup(e.clone())))?;
         let base = repo.target_branch();
         let open = forge
             .find_open(CERT_BRANCH, base)
             .await
-            .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+            .map_err(|e| kept(ForgeFailure::Forge(Arc::new(e))))?;
         let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
         // The head line lets a reviewer compare with the commit the forge shows.
         let body = format!("{body}\n\n{}", signed_line(&trusted));
@@ -403,13 +415,14 @@ impl Publish for Review {
                 let (pr, action) = forge
                     .open_or_update(&ask, open)
                     .await
-                    .map_err(|e| format!("branch {CERT_BRANCH} pushed; {e}"))?;
+                    .map_err(|e| kept(ForgeFailure::Forge(Arc::new(e))))?;
                 tracing::info!(number = pr.pr.number, url = %pr.pr.url, ?action, "sealing certificate pull request");
                 pr
             }
         };
         if shown.head.as_deref() != Some(trusted.as_str()) {
-            return Err(unverified(&shown, &trusted, pushed.is_some()));
+            let why = unverified(&shown, &trusted, pushed.is_some());
+            return Err(ReviewError::Unverified(why).into());
         }
         Ok(pushed)
     }
@@ -421,24 +434,18 @@ impl Publish for Review {
         match ctx.repo.unpushed().await {
             Ok(0) | Err(_) => {}
             Ok(n) => {
-                out.repo_error = Some(RepoFailure::new(
-                    RepoStage::Unpushed,
-                    format!(
-                        "the clone has {n} commit(s) that {}/{} does not: review mode never pushes the target branch; push or drop them by hand (git -C {} log @{{u}}..)",
-                        ctx.config.repo.remote,
-                        ctx.config.repo.branch,
-                        ctx.config.repo.path.display()
-                    ),
-                ))
+                out.repo_error = Some(RepoFailure::Unpushed {
+                    commits: n,
+                    remote: ctx.config.repo.remote.clone(),
+                    branch: ctx.config.repo.branch.clone(),
+                    clone: ctx.config.repo.path.clone(),
+                })
             }
         }
         // Reported as in direct mode: the branches and pull requests wait for a tick
         // that may act.
         if let Some(why) = &self.refused {
-            out.repo_error = Some(RepoFailure::new(
-                RepoStage::Push,
-                format!("not pushed: {why}"),
-            ));
+            out.repo_error = Some(RepoFailure::NotPushed { why: why.clone() });
         }
         out
     }

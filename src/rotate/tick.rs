@@ -11,7 +11,7 @@ use super::observe::{self, Observation};
 use super::progress::Step;
 use super::publish::{Direct, Publish};
 use super::reconcile::{Reconciled, Run, policy, reconcile};
-use super::report::{Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};
+use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, minted, review, sealing};
 use crate::config::SpokeConfig;
 
@@ -23,7 +23,7 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         && let Err(e) = ctx.repo.sync().await
     {
         tracing::warn!(error = %e, "cannot sync the fleet repo; working from the local clone");
-        sync_error = Some(RepoFailure::new(RepoStage::Sync, e.to_string()));
+        sync_error = Some(RepoFailure::Sync(std::sync::Arc::new(e)));
     }
     // Review branches first: a renewed sealing certificate may be proposed on one.
     Ok(match review::Review::start(ctx).await {

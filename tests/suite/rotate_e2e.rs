@@ -479,10 +479,10 @@ async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
     };
     let report = rotate::tick(&ctx, &refused).await.unwrap();
     let failure = report.repo_error.clone().expect("a repo error");
-    assert_eq!(failure.stage, RepoStage::Push);
+    assert_eq!(failure.stage(), RepoStage::Push);
     assert_eq!(
-        failure.error,
-        "not pushed: this replica no longer holds the lease"
+        failure.to_string(),
+        "push: not pushed: this replica no longer holds the lease"
     );
     assert!(!report.pushed);
     assert_eq!(fleet.remote_log().len(), 1, "only the seed on the remote");

@@ -13,6 +13,7 @@ mod trust;
 use time::OffsetDateTime;
 
 use super::Context;
+use super::error::PinError;
 use super::publish::Publish;
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
@@ -225,10 +226,13 @@ async fn pin(
     pem: &[u8],
     message: &str,
     publish: &impl Publish,
-) -> Result<Option<String>, String> {
+) -> Result<Option<String>, PinError> {
     let path = &ctx.config.sealing_cert;
     let Some(rel) = inside(path, ctx.repo.path()) else {
-        crate::fsutil::write_atomic(path, pem).map_err(|e| format!("{}: {e}", path.display()))?;
+        crate::fsutil::write_atomic(path, pem).map_err(|source| PinError::Write {
+            path: path.clone(),
+            source,
+        })?;
         return Ok(None);
     };
     publish.certificate(ctx, &rel, pem, message).await

@@ -11,27 +11,44 @@ const FILE: &str = "spokekeeper/hub-sealing-sha256";
 /// What the value is called in errors.
 const WHAT: &str = ".git/spokekeeper/hub-sealing-sha256";
 
+/// Why the record cannot be read or written.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ServedError {
+    #[error("cannot read {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{0}: it is rewritten when the hub is reachable")]
+    Malformed(state::AnnotationError),
+    #[error("cannot record the hub's certificate in {}: {source}", path.display())]
+    Write {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
 pub(super) fn path(clone: &Path) -> PathBuf {
     clone.join(".git").join(FILE)
 }
 
 /// The fingerprint recorded, None when there is none; a malformed record is an error that
 /// shows it escaped.
-pub(super) fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, String> {
+pub(super) fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, ServedError> {
     let path = path(clone);
     let bytes = match crate::fsutil::read_nofollow(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("cannot read {}: {e}", path.display())),
+        Err(source) => return Err(ServedError::Read { path, source }),
     };
     let text = String::from_utf8_lossy(&bytes);
     state::fingerprint(WHAT, text.trim_end_matches('\n'))
         .map(Some)
-        .map_err(|e| format!("{e}: it is rewritten when the hub is reachable"))
+        .map_err(ServedError::Malformed)
 }
 
 /// Records `sha256` as the hub's last-served certificate.
-pub(super) fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), String> {
+pub(super) fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), ServedError> {
     // Every tick that reaches the hub calls this; the file changes only on a renewal.
     if last(clone).ok().flatten() == Some(sha256) {
         return Ok(());
@@ -40,12 +57,7 @@ pub(super) fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), S
     let dir = path.parent().expect("a file under .git");
     std::fs::create_dir_all(dir)
         .and_then(|()| crate::fsutil::write_atomic(&path, format!("{sha256}\n").as_bytes()))
-        .map_err(|e| {
-            format!(
-                "cannot record the hub's certificate in {}: {e}",
-                path.display()
-            )
-        })
+        .map_err(|source| ServedError::Write { path, source })
 }
 
 #[cfg(test)]
@@ -55,12 +67,12 @@ mod tests {
     #[test]
     fn records_and_reads_back_only_a_valid_fingerprint() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(last(dir.path()), Ok(None));
+        assert_eq!(last(dir.path()).unwrap(), None);
         let fp = Fingerprint::parse(&format!("sha256:{}", "a1".repeat(32))).unwrap();
         record(dir.path(), fp).unwrap();
-        assert_eq!(last(dir.path()), Ok(Some(fp)));
+        assert_eq!(last(dir.path()).unwrap(), Some(fp));
         std::fs::write(path(dir.path()), "sha256:\x1b[31mzz\n").unwrap();
-        let err = last(dir.path()).unwrap_err();
+        let err = last(dir.path()).unwrap_err().to_string();
         assert!(err.contains(WHAT) && !err.contains('\x1b'), "{err}");
     }
 }

@@ -204,10 +204,9 @@ fn every_family() -> String {
         SpokeReport::new("test", failed),
         SpokeReport::new("stage", pending),
     ]);
-    report.repo_error = Some(spokekeeper::rotate::RepoFailure::new(
-        spokekeeper::rotate::RepoStage::Push,
-        "rejected".into(),
-    ));
+    report.repo_error = Some(spokekeeper::rotate::RepoFailure::NotPushed {
+        why: "rejected".into(),
+    });
     report.sealing = Some(spokekeeper::hub::cert::CertReport {
         reachable: Some(true),
         trusted: true,

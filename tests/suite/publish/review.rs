@@ -908,8 +908,8 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
     let ctx = Context::new(config, sealing, repo).unwrap();
     let refused_push = |report: &rotate::TickReport| {
         let failure = report.repo_error.clone().expect("a repo error");
-        assert_eq!(failure.stage, RepoStage::Push);
-        assert_eq!(failure.error, format!("not pushed: {LOST}"));
+        assert_eq!(failure.stage(), RepoStage::Push);
+        assert_eq!(failure.to_string(), format!("push: not pushed: {LOST}"));
     };
 
     let refused = Options {
@@ -964,7 +964,7 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
         ..Options::default()
     };
     let report = rotate::tick(&ctx, &open).await.unwrap();
-    assert_eq!(report.repo_error, None);
+    assert!(report.repo_error.is_none(), "{:?}", report.repo_error);
     assert!(
         matches!(
             &report.spokes[0].outcome,
