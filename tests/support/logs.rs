@@ -41,6 +41,28 @@ pub fn tick_spans(lines: &Lines, until: Instant) -> Vec<(Instant, Instant)> {
     out
 }
 
+/// Fails when two daemons' ticks overlap: `spans` are (start, end, daemon), in any order;
+/// times are shown from `t0`. Asks for at least `min` ticks so an empty run cannot pass.
+pub fn assert_ticks_never_overlap(
+    mut spans: Vec<(Instant, Instant, String)>,
+    t0: Instant,
+    min: usize,
+) {
+    spans.sort_by_key(|(s, _, _)| *s);
+    assert!(spans.len() >= min, "{spans:?}");
+    for w in spans.windows(2) {
+        assert!(
+            w[0].1 <= w[1].0 || w[0].2 == w[1].2,
+            "{} ticked {:?}..{:?} while {} started at {:?}",
+            w[0].2,
+            w[0].0 - t0,
+            w[0].1 - t0,
+            w[1].2,
+            w[1].0 - t0
+        );
+    }
+}
+
 /// Everything captured so far, one line each.
 pub fn text(lines: &Lines) -> String {
     let lines = lines.lock().unwrap();

@@ -105,7 +105,7 @@ impl Drop for Sshd {
         let pid = self.pid();
         // Freeze the listener so it forks nothing new while its children are collected.
         let _ = kill_process(pid, Signal::STOP);
-        for child in descendants(pid.as_raw_nonzero().get()) {
+        for child in super::procs::descendants(pid.as_raw_nonzero().get()) {
             if let Some(child) = Pid::from_raw(child) {
                 let _ = kill_process(child, Signal::KILL);
             }
@@ -114,39 +114,6 @@ impl Drop for Sshd {
         let _ = kill_process(pid, Signal::CONT);
         let _ = self.child.wait();
     }
-}
-
-/// Every process below `root`, from /proc/*/stat parent links.
-fn descendants(root: i32) -> Vec<i32> {
-    let mut parent_of = Vec::new();
-    for entry in fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|n| n.parse::<i32>().ok())
-        else {
-            continue;
-        };
-        let Ok(stat) = fs::read_to_string(entry.path().join("stat")) else {
-            continue;
-        };
-        // "pid (comm) state ppid ...": comm may contain spaces and parentheses.
-        let ppid = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<i32>().ok());
-        if let Some(ppid) = ppid {
-            parent_of.push((pid, ppid));
-        }
-    }
-    let mut found = vec![root];
-    let mut i = 0;
-    while i < found.len() {
-        let p = found[i];
-        found.extend(parent_of.iter().filter(|(_, pp)| *pp == p).map(|(c, _)| *c));
-        i += 1;
-    }
-    found.remove(0);
-    found
 }
 
 fn free_port(addr: Ipv4Addr) -> u16 {

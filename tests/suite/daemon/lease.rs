@@ -544,19 +544,7 @@ fn two_daemons_one_ticks_the_other_takes_over_never_both() {
                 .map(|(s, e)| (s, e, p.name.clone())),
         );
     }
-    all.sort_by_key(|(s, _, _)| *s);
-    assert!(all.len() >= 10, "{all:?}");
-    for w in all.windows(2) {
-        assert!(
-            w[0].1 <= w[1].0 || w[0].2 == w[1].2,
-            "{} ticked {:?}..{:?} while {} started at {:?}",
-            w[0].2,
-            w[0].0 - t0,
-            w[0].1 - t0,
-            w[1].2,
-            w[1].0 - t0
-        );
-    }
+    support::logs::assert_ticks_never_overlap(all, t0, 10);
     let holders: Vec<Option<String>> = emu
         .writes("spokekeeper")
         .into_iter()

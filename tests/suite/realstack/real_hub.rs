@@ -895,22 +895,10 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
         all.extend(
             support::logs::tick_spans(&p.1, until)
                 .into_iter()
-                .map(|(s, e)| (s, e, i)),
+                .map(|(s, e)| (s, e, names[i].to_string())),
         );
     }
-    all.sort_by_key(|(s, _, _)| *s);
-    assert!(all.len() >= 10, "{all:?}");
-    for w in all.windows(2) {
-        assert!(
-            w[0].1 <= w[1].0 || w[0].2 == w[1].2,
-            "{} ticked {:?}..{:?} while {} started at {:?}",
-            names[w[0].2],
-            w[0].0 - t0,
-            w[0].1 - t0,
-            names[w[1].2],
-            w[1].0 - t0
-        );
-    }
+    support::logs::assert_ticks_never_overlap(all, t0, 10);
     for p in &mut procs {
         let _ = p.0.kill();
         let _ = p.0.wait();
