@@ -139,18 +139,21 @@ impl Hub {
         })
     }
 
-    /// The controller's version as its Service's label says, when the Service was read
-    /// (hub.controller.port unset) or it was given with [`Hub::knowing_version`].
-    pub fn controller_version(&self) -> Option<String> {
-        self.controller_version.lock().ok()?.clone()
+    /// [`Hub::connect`], bounded in time: what a tick uses, once, for fetching the
+    /// certificate and for verifying after the push (so a 429 seen by one is respected by
+    /// the other). Made again every tick, so a rotated hub credential is read again.
+    pub(crate) async fn connect_bounded(cfg: &HubConfig) -> Result<Hub, HubError> {
+        tokio::time::timeout(CALL_TIMEOUT, Hub::connect(cfg))
+            .await
+            .unwrap_or(Err(HubError::NoAnswer {
+                secs: CALL_TIMEOUT.as_secs(),
+            }))
     }
 
-    /// This client, told the controller's version read earlier in the tick.
-    pub(crate) fn knowing_version(self, version: Option<String>) -> Hub {
-        if let Ok(mut v) = self.controller_version.lock() {
-            *v = version;
-        }
-        self
+    /// The controller's version as its Service's label says, once the Service was read
+    /// (hub.controller.port unset) by [`Hub::fetch_cert`].
+    pub fn controller_version(&self) -> Option<String> {
+        self.controller_version.lock().ok()?.clone()
     }
 
     /// Where the certificate is fetched from, for messages.

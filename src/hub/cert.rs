@@ -79,9 +79,8 @@ pub struct Renewed {
 
 /// The controller's certificate PEM, and its version when its Service was read; bounded
 /// in time.
-pub async fn fetch(cfg: &crate::config::HubConfig) -> Result<(String, Option<String>), HubError> {
+pub async fn fetch(hub: &Hub) -> Result<(String, Option<String>), HubError> {
     tokio::time::timeout(2 * CALL_TIMEOUT, async {
-        let hub = Hub::connect(cfg).await?;
         let pem = hub.fetch_cert().await?;
         Ok((pem, hub.controller_version()))
     })
@@ -162,7 +161,11 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Start
         "the controller's certificate ({}/{})",
         cfg.controller.namespace, cfg.controller.name
     );
-    let pem = match fetch(cfg).await {
+    let fetched = match Hub::connect_bounded(cfg).await {
+        Ok(hub) => fetch(&hub).await,
+        Err(e) => Err(e),
+    };
+    let pem = match fetched {
         Ok((pem, _)) => pem,
         Err(source) => {
             return Err(StartKeyError::Unfetched {

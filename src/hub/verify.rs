@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
-use super::{CALL_TIMEOUT, Consumer, Hub, HubError, HubObject, rfc3339_nano};
+use super::{Consumer, Hub, HubError, HubObject, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
 use crate::text::one_line;
@@ -277,20 +277,15 @@ const VERIFY_CONCURRENCY: usize = 16;
 /// `reuse_pending`: see [`verify`].
 pub(crate) async fn after_push(
     cfg: &HubConfig,
+    hub: &Result<Hub, HubError>,
     spokes: &[&SpokeConfig],
     committed: &[(usize, String)],
     reuse_pending: bool,
-    controller_version: Option<&str>,
 ) -> Vec<HubReport> {
     if committed.is_empty() {
         return Vec::new();
     }
-    let hub = match tokio::time::timeout(CALL_TIMEOUT, Hub::connect(cfg)).await {
-        Ok(Ok(h)) => Ok(h.knowing_version(controller_version.map(str::to_string))),
-        Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err("no answer".to_string()),
-    };
-    let listed = match &hub {
+    let listed = match hub {
         Ok(h) => {
             let each = committed.iter().map(|(i, _)| spokes[*i]);
             h.list_consumers(each, cfg.verify_timeout).await
@@ -300,7 +295,6 @@ pub(crate) async fn after_push(
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
     let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
         let spoke = spokes[*i];
-        let hub = &hub;
         let listed = &listed;
         async move {
             let hub = match hub {

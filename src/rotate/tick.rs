@@ -14,6 +14,7 @@ use super::reconcile::{Reconciled, Run, policy, reconcile};
 use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, minted, review, sealing};
 use crate::config::SpokeConfig;
+use crate::hub::{Hub, HubError};
 
 /// One tick over the selected spokes.
 pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::repo::RepoError> {
@@ -38,7 +39,12 @@ async fn run<P: Publish>(
     mut publish: P,
     sync_error: Option<RepoFailure>,
 ) -> TickReport {
-    let (sealing, cert) = sealing::for_tick(ctx, opts.dry_run, &publish).await;
+    // One hub client for the tick: the certificate's fetch and the verification share it.
+    let hub = match &ctx.config.hub {
+        Some(cfg) => Some(Hub::connect_bounded(cfg).await),
+        None => None,
+    };
+    let (sealing, cert) = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
     let spokes: Vec<&SpokeConfig> = ctx
         .config
         .spokes
@@ -100,12 +106,11 @@ async fn run<P: Publish>(
     let published = publish.finish(ctx, opts).await;
     let pushed = published.pushed;
     let repo_error = published.repo_error.or(sync_error);
-    if let Some(hub) = &ctx.config.hub
+    if let (Some(cfg), Some(hub)) = (&ctx.config.hub, &hub)
         && !opts.dry_run
     {
         opts.progress.emit(Step::Fleet { stage: "hub" });
-        let version = cert.controller_version.as_deref();
-        verify_on_hub(ctx, hub, &spokes, &mut reports, pushed, sealed_now, version).await;
+        verify_on_hub(ctx, cfg, hub, &spokes, &mut reports, pushed, sealed_now).await;
     }
     if pushed {
         revoke_superseded(ctx, &mut reports, revocations).await;
@@ -124,12 +129,12 @@ async fn run<P: Publish>(
 /// at the last look (briefly: they were already waited for once).
 async fn verify_on_hub(
     ctx: &Context,
-    hub: &crate::config::HubConfig,
+    cfg: &crate::config::HubConfig,
+    hub: &Result<Hub, HubError>,
     spokes: &[&SpokeConfig],
     reports: &mut [SpokeReport],
     pushed: bool,
     sealed_now: Vec<(usize, String)>,
-    controller_version: Option<&str>,
 ) {
     const RECHECK: Duration = Duration::from_secs(15);
     let fresh = if pushed { sealed_now } else { Vec::new() };
@@ -149,17 +154,16 @@ async fn verify_on_hub(
             Some((i, String::from_utf8(bytes).ok()?))
         })
         .collect();
-    let version = controller_version;
-    let checks = crate::hub::verify::after_push(hub, spokes, &fresh, false, version).await;
+    let checks = crate::hub::verify::after_push(cfg, hub, spokes, &fresh, false).await;
     for ((i, _), check) in fresh.iter().zip(checks) {
         reports[*i].hub = Some(check);
     }
     let brief = crate::config::HubConfig {
-        verify_timeout: hub.verify_timeout.min(RECHECK),
-        ..hub.clone()
+        verify_timeout: cfg.verify_timeout.min(RECHECK),
+        ..cfg.clone()
     };
     // The request made when they were pushed is waited for again, not replaced.
-    let checks = crate::hub::verify::after_push(&brief, spokes, &again, true, version).await;
+    let checks = crate::hub::verify::after_push(&brief, hub, spokes, &again, true).await;
     for ((i, _), check) in again.iter().zip(checks) {
         reports[*i].hub = Some(check);
     }

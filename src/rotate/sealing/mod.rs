@@ -18,6 +18,7 @@ use super::publish::Publish;
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
+use crate::hub::{Hub, HubError};
 use crate::seal::SealingKey;
 use crate::seal::trust::Controller;
 
@@ -29,10 +30,11 @@ pub(crate) const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
 /// when `report.untrusted` is set, nothing may be sealed to it.
 pub(super) async fn for_tick(
     ctx: &Context,
+    hub: Option<&Result<Hub, HubError>>,
     dry_run: bool,
     publish: &impl Publish,
 ) -> (SealingKey, CertReport) {
-    let (key, report, heard) = choose(ctx, dry_run, publish).await;
+    let (key, report, heard) = choose(ctx, hub, dry_run, publish).await;
     let mut report = report.unwrap_or_else(|| CertReport::new(key.fingerprint()));
     if ctx.config.hub.is_none() && ctx.config.sealing_sha256.is_empty() {
         tracing::warn!(
@@ -96,22 +98,31 @@ enum Heard {
 /// hub's controller served.
 async fn choose(
     ctx: &Context,
+    hub: Option<&Result<Hub, HubError>>,
     dry_run: bool,
     publish: &impl Publish,
 ) -> (SealingKey, Option<CertReport>, Heard) {
     let now = OffsetDateTime::now_utc();
     let (pinned, on_disk) = pinned(ctx, now);
-    let Some(cfg) = &ctx.config.hub else {
+    let (Some(cfg), Some(hub)) = (&ctx.config.hub, hub) else {
         return (pinned, None, Heard::Silent);
     };
     let mut report = CertReport {
         reachable: Some(false),
         ..CertReport::new(pinned.fingerprint())
     };
-    let pem = match fetch(cfg).await {
+    let answer;
+    let fetched = match hub {
+        Ok(hub) => {
+            answer = fetch(hub).await;
+            answer.as_ref()
+        }
+        Err(e) => Err(e),
+    };
+    let pem = match fetched {
         Ok((pem, version)) => {
-            report.controller_version = version;
-            pem
+            report.controller_version = version.clone();
+            pem.clone()
         }
         Err(e) => {
             tracing::warn!(error = %e, "cannot fetch the sealing certificate from the hub: using the pinned copy");
