@@ -61,7 +61,7 @@ impl Status {
     }
 
     /// Nagios convention: 0 ok, 1 warning, 2 critical, 3 unknown.
-    pub fn exit_code(self) -> u8 {
+    pub(crate) fn exit_code(self) -> u8 {
         match self {
             Status::Ok => 0,
             Status::Warning => 1,
@@ -249,7 +249,7 @@ impl Finding {
 /// Where a certificate stands: expired once `now` is past notAfter (notAfter itself is
 /// still valid, RFC 5280), critical when less than `critical_before` is left, warning
 /// when less than `warn_before` is left.
-pub fn grade(not_after: OffsetDateTime, now: OffsetDateTime, cfg: &AlertsConfig) -> Status {
+pub(crate) fn grade(not_after: OffsetDateTime, now: OffsetDateTime, cfg: &AlertsConfig) -> Status {
     let left = not_after - now;
     if left.is_negative() {
         Status::Expired

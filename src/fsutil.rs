@@ -9,7 +9,7 @@ pub(crate) const TEMP_PREFIX: &str = ".spokekeeper-";
 
 /// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path`
 /// and fsyncs the directory. Readers see the old file or the new one, never a mix.
-pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -87,7 +87,7 @@ pub(crate) fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// `path` relative to the clone `repo`, when it is inside it.
-pub fn inside(path: &Path, repo: &Path) -> Option<PathBuf> {
+pub(crate) fn inside(path: &Path, repo: &Path) -> Option<PathBuf> {
     if let Ok(rel) = path.strip_prefix(repo) {
         return Some(rel.to_path_buf());
     }

@@ -296,7 +296,7 @@ impl Hub {
     /// Whether the hub serves `kind` at the API version used (discovery, which every
     /// authenticated user may read): Flux before v2.0 has no kustomize.toolkit.fluxcd.io/v1,
     /// before v2.3 no helm.toolkit.fluxcd.io/v2.
-    pub async fn serves(&self, kind: Kind) -> Result<bool, HubError> {
+    pub(crate) async fn serves(&self, kind: Kind) -> Result<bool, HubError> {
         use k8s_openapi::apimachinery::pkg::apis::meta::v1::APIResourceList;
         let ar = kind.resource();
         let path = format!("/apis/{}/{}", ar.group, ar.version);
@@ -455,7 +455,7 @@ impl HubObject {
         }
     }
 
-    pub fn condition(&self, type_: &str) -> Option<&Condition> {
+    pub(crate) fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
 

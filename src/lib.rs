@@ -29,7 +29,7 @@ pub mod config;
 pub mod daemon;
 pub mod fingerprint;
 pub mod forge;
-pub mod fsutil;
+pub(crate) mod fsutil;
 pub mod hub;
 pub mod kubeconfig;
 pub mod metrics;

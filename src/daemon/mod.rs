@@ -5,7 +5,7 @@
 pub mod http;
 pub mod lease;
 mod load;
-pub mod schedule;
+pub(crate) mod schedule;
 mod signals;
 mod ticker;
 

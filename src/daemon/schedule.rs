@@ -37,7 +37,7 @@ pub enum Schedule {
 
 impl Schedule {
     /// Parses a 5-field cron expression or a nickname like @hourly.
-    pub fn cron(expr: &str) -> Result<Schedule, ScheduleError> {
+    pub(crate) fn cron(expr: &str) -> Result<Schedule, ScheduleError> {
         let cron = croner::Cron::from_str(expr).map_err(|source| ScheduleError::NotCron {
             expr: expr.to_string(),
             source,
@@ -56,7 +56,7 @@ impl Schedule {
     }
 
     /// A fixed period; zero is refused.
-    pub fn every(period: Duration) -> Result<Schedule, ScheduleError> {
+    pub(crate) fn every(period: Duration) -> Result<Schedule, ScheduleError> {
         if period.is_zero() {
             return Err(ScheduleError::ZeroInterval);
         }

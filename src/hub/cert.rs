@@ -79,7 +79,7 @@ pub struct Renewed {
 
 /// The controller's certificate PEM, and its version when its Service was read; bounded
 /// in time.
-pub async fn fetch(hub: &Hub) -> Result<(String, Option<String>), HubError> {
+pub(crate) async fn fetch(hub: &Hub) -> Result<(String, Option<String>), HubError> {
     tokio::time::timeout(2 * CALL_TIMEOUT, async {
         let pem = hub.fetch_cert().await?;
         Ok((pem, hub.controller_version()))

@@ -197,7 +197,12 @@ impl Spoke {
     }
 
     /// Whether this credential may do (verb, group, resource) cluster-wide.
-    pub async fn may(&self, verb: &str, group: &str, resource: &str) -> Result<bool, MintError> {
+    pub(crate) async fn may(
+        &self,
+        verb: &str,
+        group: &str,
+        resource: &str,
+    ) -> Result<bool, MintError> {
         let body = json!({
             "apiVersion": "authorization.k8s.io/v1",
             "kind": "SelfSubjectAccessReview",

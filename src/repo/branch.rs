@@ -52,7 +52,7 @@ pub enum Untrusted {
 }
 
 impl Repo {
-    pub fn target_branch(&self) -> &str {
+    pub(crate) fn target_branch(&self) -> &str {
         &self.branch
     }
 
@@ -79,7 +79,11 @@ impl Repo {
     }
 
     /// `rel` as committed in `commit`, or None when it is not there.
-    pub async fn show(&self, commit: &str, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
+    pub(crate) async fn show(
+        &self,
+        commit: &str,
+        rel: &Path,
+    ) -> Result<Option<Vec<u8>>, RepoError> {
         self.inside(rel)?;
         let spec = format!("{commit}:{}", rel.to_string_lossy());
         match self.git(["cat-file", "-e", &spec]).await {

@@ -11,7 +11,7 @@ mod error;
 mod message;
 mod minted;
 pub mod observe;
-pub mod progress;
+pub(crate) mod progress;
 mod publish;
 mod reconcile;
 pub mod refresh;

@@ -23,7 +23,7 @@ pub use key::{KeyError, RecoveryKey, SealingKey};
 pub use manifest::{ManifestError, SealedSecret, SecretInput};
 
 pub(crate) const API_VERSION: &str = "bitnami.com/v1alpha1";
-pub const KIND: &str = "SealedSecret";
+pub(crate) const KIND: &str = "SealedSecret";
 /// Top-level annotations the controller reads the scope from (cluster-wide wins).
 pub(crate) const ANNOTATION_CLUSTER_WIDE: &str = "sealedsecrets.bitnami.com/cluster-wide";
 pub(crate) const ANNOTATION_NAMESPACE_WIDE: &str = "sealedsecrets.bitnami.com/namespace-wide";
