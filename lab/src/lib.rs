@@ -29,14 +29,16 @@ pub mod hub;
 pub mod lease;
 pub mod objects;
 pub mod pki;
+pub mod sealing;
 pub mod webhook;
 
 pub use api::{ApiIdentity, ApiServer};
 pub use pki::{Hostile, KubeconfigParts, Pki, PkiOptions, kubeconfig_yaml};
+pub use sealing::SealingPair;
 
-/// The demo sealing certificate (keys/demo/tls.crt). spokekeeper refuses it outside the
-/// demo by its modulus (`spokekeeper::seal::key::DEMO_MODULUS_SHA256`).
+/// The published demo sealing certificate (keys/demo/tls.crt), for the tests: spokekeeper
+/// refuses it by its modulus (`spokekeeper::seal::key::DEMO_MODULUS_SHA256`), in the
+/// demo too, which makes a key of its own ([`sealing::SealingPair`]).
 pub const DEMO_CERT_PEM: &str = include_str!("../../keys/demo/tls.crt");
-/// The demo's private key (keys/demo/tls.key): public on purpose, for `spokekeeper demo`;
-/// only a build with the `demo` feature holds it.
+/// Its private key (keys/demo/tls.key): public on purpose, for the tests' unsealing.
 pub const DEMO_KEY_PEM: &str = include_str!("../../keys/demo/tls.key");

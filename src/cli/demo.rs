@@ -7,7 +7,7 @@
 //! that commits nothing, a rebuild of one spoke, the CA change detected and committed,
 //! the new commit unsealed and proven against the rebuilt spoke, `prod`'s minted identity
 //! revoked (its previous generation refused at once), and the fleet repo's log.
-//! A simulated hub (the lab's `hub`: the controller holding the demo key, and Flux) serves
+//! A simulated hub (the lab's `hub`: the controller holding a key made for this run, and Flux) serves
 //! the sealing certificate and shows each pushed credential Synced, and Ready in each
 //! Kustomization and HelmRelease that uses it.
 
@@ -25,9 +25,7 @@ use crate::config::Config;
 use crate::repo::Repo;
 use crate::rotate::{self, Context, Options};
 use crate::seal::{RecoveryKey, SealedSecret, SealingKey};
-use spokekeeper_lab::{
-    ApiIdentity, ApiServer, DEMO_CERT_PEM, DEMO_KEY_PEM, Pki, PkiOptions, kubeconfig_yaml,
-};
+use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions, SealingPair, kubeconfig_yaml};
 
 /// println! that survives a closed pipe (`spokekeeper demo | head`).
 macro_rules! say {
@@ -243,10 +241,14 @@ pub(super) fn run() -> Result<(), String> {
         );
         spokes.push(s);
     }
-    // The hub: the Sealed Secrets controller (holding the demo key) and Flux, applying
-    // what the fleet repo's main holds.
-    let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "keys/demo/tls.key")
-        .map_err(|e| e.to_string())?;
+    // The hub: the Sealed Secrets controller (holding a key made for this run) and Flux,
+    // applying what the fleet repo's main holds.
+    let pair = SealingPair::generate()?;
+    let load_keys = || {
+        RecoveryKey::load_all(pair.key_pem.as_bytes(), "the demo controller's key")
+            .map_err(|e| e.to_string())
+    };
+    let keys = load_keys()?;
     let source_remote = remote.clone();
     let source: spokekeeper_lab::hub::Source = std::sync::Arc::new(move |file: &str| {
         git(&source_remote, &["show", &format!("main:{file}")])
@@ -257,7 +259,7 @@ pub(super) fn run() -> Result<(), String> {
         sim.handle(),
         "kube-system",
         "sealed-secrets-controller",
-        DEMO_CERT_PEM,
+        &pair.cert_pem,
         keys,
         source,
     )
@@ -281,11 +283,11 @@ pub(super) fn run() -> Result<(), String> {
     let hub_kubeconfig = root_path.join("hub.kubeconfig");
     std::fs::write(&hub_kubeconfig, hub_api.kubeconfig_yaml()).map_err(|e| e.to_string())?;
     say!(
-        "   hub   API on http://{}: the Sealed Secrets controller (demo key) and Flux",
+        "   hub   API on http://{}: the Sealed Secrets controller (a key made for this run) and Flux",
         hub_api.addr
     );
     let cert = root_path.join("sealed-secrets-demo.pem");
-    std::fs::write(&cert, DEMO_CERT_PEM).map_err(|e| e.to_string())?;
+    std::fs::write(&cert, &pair.cert_pem).map_err(|e| e.to_string())?;
     let mut yaml = format!(
         "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
         clone.display(),
@@ -309,15 +311,15 @@ pub(super) fn run() -> Result<(), String> {
     std::fs::write(&config_path, &yaml).map_err(|e| e.to_string())?;
     let config = Config::load(&config_path).map_err(|e| e.to_string())?;
     let sealing = SealingKey::from_pem(
-        DEMO_CERT_PEM.as_bytes(),
-        "keys/demo/tls.crt",
+        pair.cert_pem.as_bytes(),
+        &cert.display().to_string(),
         OffsetDateTime::now_utc(),
     )
     .map_err(|e| e.to_string())?;
     let repo = hub
         .block_on(Repo::open(&config.repo))
         .map_err(|e| e.to_string())?;
-    let ctx = Context::for_demo(config, sealing, repo);
+    let ctx = Context::new(config, sealing, repo).map_err(|e| e.to_string())?;
     let all = Options {
         concurrency: 8,
         ..Options::default()
@@ -380,13 +382,12 @@ pub(super) fn run() -> Result<(), String> {
 
     step(
         6,
-        "the hub's view: unseal the rebuilt spoke's new commit and prod's minted one with the demo key, and call each spoke with it",
+        "the hub's view: unseal the rebuilt spoke's new commit and prod's minted one with the controller's key, and call each spoke with it",
     );
     let hubs_view = |name: &str| -> Result<crate::secret::SecretBytes, String> {
         let file = format!("fluxcd/{name}-kubeconfig-sealed.yaml");
         let committed = git(&remote, &["show", &format!("main:{file}")])?;
-        let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "keys/demo/tls.key")
-            .map_err(|e| e.to_string())?;
+        let keys = load_keys()?;
         let sealed = SealedSecret::parse(committed.as_bytes()).map_err(|e| e.to_string())?;
         let mut secret = sealed.unseal(&keys).map_err(|e| e.to_string())?;
         let kubeconfig = secret

@@ -51,7 +51,8 @@ struct Proposal {
     revocation: Option<minted::Revocation>,
 }
 
-/// sealing.cert is the demo key: refused outside `spokekeeper demo`.
+/// sealing.cert is the published demo key: refused everywhere (the demo makes a key of
+/// its own).
 #[derive(Debug, thiserror::Error)]
 #[error(
     "sealing.cert {} is spokekeeper's demo key, whose private key is public (keys/demo/): \
@@ -81,10 +82,6 @@ pub struct Context {
     /// Spokes whose pushed credential the hub had not taken at the last look: looked at
     /// again every tick until it has, so their hub gauges and alerts clear.
     hub_unverified: Mutex<std::collections::BTreeSet<String>>,
-    /// `spokekeeper demo`: the demo key is allowed, also from the (simulated) hub. A
-    /// build without the `demo` feature has no way to set it.
-    #[cfg(feature = "demo")]
-    demo: bool,
 }
 
 impl Context {
@@ -95,28 +92,7 @@ impl Context {
                 cert: config.sealing_cert,
             });
         }
-        Ok(Self::unchecked(config, sealing, repo))
-    }
-
-    /// For `spokekeeper demo` only: allows the demo key.
-    #[cfg(feature = "demo")]
-    pub(crate) fn for_demo(config: Config, sealing: SealingKey, repo: Repo) -> Context {
-        Context {
-            demo: true,
-            ..Self::unchecked(config, sealing, repo)
-        }
-    }
-
-    /// Whether this is the demo's context, where the demo key is allowed.
-    pub fn is_demo(&self) -> bool {
-        #[cfg(feature = "demo")]
-        return self.demo;
-        #[cfg(not(feature = "demo"))]
-        false
-    }
-
-    fn unchecked(config: Config, sealing: SealingKey, repo: Repo) -> Context {
-        Context {
+        Ok(Context {
             config,
             sealing,
             repo,
@@ -125,9 +101,7 @@ impl Context {
             sign_timeout: Duration::from_secs(30),
             verified: Mutex::new(HashMap::new()),
             hub_unverified: Mutex::new(Default::default()),
-            #[cfg(feature = "demo")]
-            demo: false,
-        }
+        })
     }
 }
 
