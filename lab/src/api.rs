@@ -629,15 +629,7 @@ fn version(git_version: &str) -> serde_json::Value {
 
 /// A metav1.Status failure, as the API server writes it.
 fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "code": code.as_u16(),
-    });
+    let body = crate::status::failure(code.as_u16(), reason, message, None);
     json(code, &body, false)
 }
 

@@ -1116,13 +1116,7 @@ fn status(
     message: &str,
     details: Option<Value>,
 ) -> Response<Full<Bytes>> {
-    let mut body = json!({
-        "kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason, "code": code.as_u16(),
-    });
-    if let Some(d) = details {
-        body["details"] = d;
-    }
+    let body = crate::status::failure(code.as_u16(), reason, message, details);
     json_response(code, &body)
 }
 

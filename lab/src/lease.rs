@@ -399,16 +399,8 @@ fn not_found(name: &str) -> Response<Full<Bytes>> {
 }
 
 fn status(code: StatusCode, reason: &str, message: &str, name: &str) -> Response<Full<Bytes>> {
-    let body = json!({
-        "kind": "Status",
-        "apiVersion": "v1",
-        "metadata": {},
-        "status": "Failure",
-        "message": message,
-        "reason": reason,
-        "details": {"name": name, "group": "coordination.k8s.io", "kind": "leases"},
-        "code": code.as_u16(),
-    });
+    let details = json!({"name": name, "group": "coordination.k8s.io", "kind": "leases"});
+    let body = crate::status::failure(code.as_u16(), reason, message, Some(details));
     respond(code, &body)
 }
 

@@ -30,6 +30,7 @@ pub mod lease;
 pub mod objects;
 pub mod pki;
 pub mod sealing;
+mod status;
 pub mod webhook;
 
 pub use api::{ApiIdentity, ApiServer};

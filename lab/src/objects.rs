@@ -640,12 +640,11 @@ fn details(attrs: &Attributes) -> Value {
 }
 
 fn failure(code: u16, reason: &str, message: &str, details: Value) -> Reply {
-    let mut body = json!({"kind": "Status", "apiVersion": "v1", "metadata": {},
-        "status": "Failure", "message": message, "reason": reason, "code": code});
-    if !details.is_null() {
-        body["details"] = details;
+    let details = Some(details).filter(|d| !d.is_null());
+    Reply {
+        code,
+        body: crate::status::failure(code, reason, message, details),
     }
-    Reply { code, body }
 }
 
 fn not_found(attrs: &Attributes) -> Reply {
