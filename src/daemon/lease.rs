@@ -319,9 +319,12 @@ pub(crate) async fn elect_reporting(
                     tracing::warn!(identity = lock.identity(), %holder, "lost the lease: stopping");
                 }
                 set(false);
-                // Look again right when it expires, to take over within the lease duration.
+                // A standby reads the record every retry period, as client-go's does: expiry
+                // counts from when it last saw the record change, so reading only every
+                // renew period could add a whole one to a takeover. And it looks again right
+                // when the lease expires.
                 let left = expires.saturating_duration_since(Instant::now());
-                wait = wait.min(left + Duration::from_millis(50));
+                wait = timing.retry_every.min(left + Duration::from_millis(50));
             }
             Ok(Ok(Observed::Lost)) if lead_until.is_some() => {
                 // Someone else wrote the record (a label, another contender's failed

@@ -573,8 +573,8 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
 }
 
 /// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:
-/// exactly one ticks; killed, the other takes over within the lease duration; the Lease
-/// is a standard one.
+/// exactly one ticks; killed, the other takes over within the lease duration and a retry
+/// period; the Lease is a standard one.
 #[test]
 fn leader_election_on_a_real_lease() {
     // Its takeover is bounded by the lease duration: no other real stack starts beside it.
