@@ -22,10 +22,11 @@
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+
+use super::git::all_objects;
 
 /// Every needle is at least this long (the search indexes this many leading bytes).
 const PREFIX: usize = 8;
@@ -207,43 +208,13 @@ impl Needles {
     /// Objects of the git repository `repo` (loose and packed, reachable or not) holding
     /// a needle: "OID TYPE".
     pub fn git_objects_containing(&self, repo: &Path) -> Vec<String> {
-        let mut child = Command::new("git")
-            .arg("-C")
-            .arg(repo)
-            .args(["cat-file", "--batch-all-objects", "--batch", "--unordered"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run git cat-file");
-        let mut all = Vec::new();
-        child.stdout.take().unwrap().read_to_end(&mut all).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "git cat-file in {}: {}",
-            repo.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // "OID TYPE SIZE\nCONTENT\n" per object.
-        let mut hits = Vec::new();
-        let mut rest = &all[..];
-        let mut objects = 0;
-        while !rest.is_empty() {
-            let nl = rest.iter().position(|&b| b == b'\n').expect("header line");
-            let header = std::str::from_utf8(&rest[..nl]).expect("header");
-            let mut f = header.split(' ');
-            let (oid, kind, size) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
-            let size: usize = size.parse().expect("object size");
-            let body = &rest[nl + 1..nl + 1 + size];
-            if self.find(body).is_some() {
-                hits.push(format!("{oid} {kind}"));
-            }
-            rest = &rest[nl + 1 + size + 1..];
-            objects += 1;
-        }
-        assert!(objects > 0, "no objects in {}", repo.display());
-        hits
+        let objects = all_objects(repo);
+        assert!(!objects.is_empty(), "no objects in {}", repo.display());
+        objects
+            .iter()
+            .filter(|(_, _, body)| self.find(body).is_some())
+            .map(|(oid, kind, _)| format!("{oid} {kind}"))
+            .collect()
     }
 
     /// Panics naming `what` if `bytes` holds a needle.
