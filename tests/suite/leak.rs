@@ -1,5 +1,7 @@
 //! The plaintext-key check itself (tests/support/leak.rs): its needles identify one key,
-//! and it finds a planted key where the end-to-end tests and the soak look.
+//! find it in every encoding spokekeeper writes a key in (each built here with openssl
+//! and the base64 crate, not with leak.rs), and it finds a planted key where the
+//! end-to-end tests and the soak look.
 
 use crate::support;
 
@@ -63,7 +65,8 @@ fn needles_are_cut_from_each_keys_scalar_and_tell_keys_apart() {
         let mine = key_needles(pem);
         assert!(mine.len() >= 8, "{} needles", mine.len());
         for n in &mine {
-            assert!(n.len() >= 32, "needle of {} bytes", n.len());
+            // The shortest is a half of the scalar's base64 run: 15 key bytes, 120 bits.
+            assert!(n.len() >= 20, "needle of {} bytes", n.len());
             for h in &headers {
                 assert!(
                     !contains(h, n) && !contains(n, h),
@@ -188,4 +191,273 @@ fn body_of(pem: &str) -> String {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// `openssl args` with `input` on stdin: its stdout.
+fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new("openssl")
+        .args(args)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run openssl");
+    child.stdin.take().unwrap().write_all(input).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
+}
+
+/// A P-256 key as `openssl ecparam -genkey` writes it: SEC1, `EC PRIVATE KEY`.
+fn openssl_sec1_key() -> String {
+    let pem = openssl(
+        &["ecparam", "-name", "prime256v1", "-genkey", "-noout"],
+        b"",
+    );
+    String::from_utf8(pem).unwrap()
+}
+
+/// A P-256 key as `openssl genpkey` writes it: PKCS#8, `PRIVATE KEY`.
+fn openssl_pkcs8_key() -> String {
+    let pem = openssl(
+        &[
+            "genpkey",
+            "-algorithm",
+            "EC",
+            "-pkeyopt",
+            "ec_paramgen_curve:P-256",
+        ],
+        b"",
+    );
+    String::from_utf8(pem).unwrap()
+}
+
+/// A P-256 key as spokekeeper mints one (ring's PKCS#8, which rcgen generates too).
+fn ring_pkcs8_key() -> String {
+    rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256)
+        .unwrap()
+        .serialize_pem()
+}
+
+/// A kubeconfig for user `user` whose client-key-data is the base64 of `key_text`.
+fn kubeconfig_holding(user: &str, key_text: &[u8]) -> String {
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: spoke\n  cluster:\n    server: \
+         https://127.0.0.1:6443\nusers:\n- name: {user}\n  user:\n    client-certificate-data: \
+         TFMwdExTMUNSVWRKVGlCRFJWSlVTVVpKUTBGVVJTMHRMUzB0Q2c9PQo=\n    client-key-data: {}\n\
+         contexts:\n- name: spoke\n  context:\n    cluster: spoke\n    user: {user}\n\
+         current-context: spoke\n",
+        STANDARD.encode(key_text)
+    )
+}
+
+/// Every encoding of the key in `pem` that the needles must see, each inside other text:
+/// (what, bytes). Built with openssl and the base64 crate; at each of the 3 base64
+/// alignments where the encoding is base64.
+fn encodings(pem: &str) -> Vec<(String, Vec<u8>)> {
+    let forms = [
+        (
+            "SEC1",
+            openssl(&["ec"], pem.as_bytes()),
+            openssl(&["ec", "-outform", "DER"], pem.as_bytes()),
+        ),
+        (
+            "PKCS#8",
+            openssl(&["pkey"], pem.as_bytes()),
+            openssl(&["pkey", "-outform", "DER"], pem.as_bytes()),
+        ),
+    ];
+    let mut out: Vec<(String, Vec<u8>)> = Vec::new();
+    let mut add = |what: String, bytes: &[u8]| {
+        let embedded = [b"log line before\n".as_slice(), bytes, b"\nand after\n"].concat();
+        out.push((what, embedded));
+    };
+    for (form, key_pem, der) in &forms {
+        let text = std::str::from_utf8(key_pem).unwrap();
+        assert!(
+            text.starts_with(&format!(
+                "-----BEGIN {}PRIVATE KEY-----\n",
+                if *form == "SEC1" { "EC " } else { "" }
+            )),
+            "{text}"
+        );
+        add(format!("{form} PEM"), key_pem);
+        add(
+            format!("{form} PEM, CRLF"),
+            text.replace('\n', "\r\n").as_bytes(),
+        );
+        let indented: String = text.lines().map(|l| format!("      {l}\n")).collect();
+        add(format!("{form} PEM in a YAML block"), indented.as_bytes());
+        let json = serde_json::to_string(&serde_json::json!({ "key": text })).unwrap();
+        add(format!("{form} PEM in a JSON string"), json.as_bytes());
+        add(format!("{form} DER"), der);
+        let hex: String = der.iter().map(|b| format!("{b:02x}")).collect();
+        add(format!("{form} DER in hex"), hex.as_bytes());
+        add(format!("{form} DER in HEX"), hex.to_uppercase().as_bytes());
+        add(
+            format!("{form} DER as {{:?}}"),
+            format!("{der:?}").as_bytes(),
+        );
+        for j in 0..3 {
+            // j bytes before the DER or the PEM move it across the base64 groups.
+            let shifted = [&b"ab"[..j], der.as_slice()].concat();
+            add(
+                format!("{form} DER after {j} bytes, base64 wrapped at 64"),
+                &openssl(&["base64"], &shifted),
+            );
+            add(
+                format!("{form} DER after {j} bytes, base64 on one line"),
+                &openssl(&["base64", "-A"], &shifted),
+            );
+            add(
+                format!("{form} DER after {j} bytes, base64 wrapped at 76"),
+                STANDARD
+                    .encode(&shifted)
+                    .as_bytes()
+                    .chunks(76)
+                    .collect::<Vec<_>>()
+                    .join(&b'\n')
+                    .as_slice(),
+            );
+            let key_text = [&b"\n\n"[..j], key_pem.as_slice()].concat();
+            let kc = kubeconfig_holding("hub", &key_text);
+            add(
+                format!("{form} PEM after {j} bytes in client-key-data"),
+                kc.as_bytes(),
+            );
+            // `base64 kubeconfig` without -w0: wrapped at 76, here in a YAML block. A
+            // comment of 0 to 54 bytes moves the key along a whole line of it.
+            for pad in (0..57).step_by(3) {
+                let kc = format!("# {}\n{kc}", "x".repeat(pad));
+                let wrapped: String = STANDARD
+                    .encode(&kc)
+                    .as_bytes()
+                    .chunks(76)
+                    .map(|l| format!("    {}\n", std::str::from_utf8(l).unwrap()))
+                    .collect();
+                add(
+                    format!(
+                        "{form} PEM after {j} bytes, {pad} bytes later, in data.value wrapped at 76"
+                    ),
+                    format!("data:\n  value: |\n{wrapped}").as_bytes(),
+                );
+            }
+            for u in 0..3 {
+                // The user's name moves client-key-data across the outer groups.
+                let kc = kubeconfig_holding(&"spokekeeper:hub:1"[..15 + u], &key_text);
+                let secret = format!(
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke0-kubeconfig\n  \
+                     namespace: flux-system\ndata:\n  value: {}\n",
+                    STANDARD.encode(&kc)
+                );
+                add(
+                    format!(
+                        "{form} PEM after {j} bytes, user name of {} bytes, in a Secret's data.value",
+                        15 + u
+                    ),
+                    secret.as_bytes(),
+                );
+                let json = serde_json::json!({"data": {"value": STANDARD.encode(&kc)}});
+                add(
+                    format!(
+                        "{form} PEM after {j} bytes, user name of {} bytes, in a JSON Secret's data.value",
+                        15 + u
+                    ),
+                    json.to_string().as_bytes(),
+                );
+            }
+        }
+    }
+    out
+}
+
+/// Asserts each encoding of `pems[i]` is found and named as key `i` by `needles`.
+fn assert_each_found(needles: &Needles, pems: &[&str]) {
+    let mut missed = Vec::new();
+    for (i, pem) in pems.iter().enumerate() {
+        let all = encodings(pem);
+        assert!(all.len() >= 60, "{} encodings", all.len());
+        for (what, bytes) in all {
+            let found = needles.find(&bytes).map(|(k, _)| k);
+            if found != Some(i) {
+                missed.push(format!("key {i} in its {what}: found {found:?}"));
+            }
+        }
+    }
+    assert!(missed.is_empty(), "{}", missed.join("\n"));
+}
+
+#[test]
+fn a_sec1_key_is_found_in_every_encoding_at_every_alignment() {
+    let pem = openssl_sec1_key();
+    let mut needles = Needles::new();
+    needles.add_key(&pem);
+    assert_each_found(&needles, &[&pem]);
+}
+
+#[test]
+fn a_pkcs8_key_is_found_in_every_encoding_at_every_alignment() {
+    let (openssl_key, minted_like) = (openssl_pkcs8_key(), ring_pkcs8_key());
+    let mut needles = Needles::new();
+    needles.add_key(&openssl_key);
+    needles.add_key(&minted_like);
+    assert_eq!(needles.keys(), 2);
+    assert_each_found(&needles, &[&openssl_key, &minted_like]);
+}
+
+#[test]
+fn unrelated_keys_in_every_encoding_are_not_reported() {
+    let mut needles = Needles::new();
+    let (sec1, pkcs8) = (openssl_sec1_key(), openssl_pkcs8_key());
+    needles.add_key(&sec1);
+    needles.add_key(&pkcs8);
+    for other in [openssl_sec1_key(), openssl_pkcs8_key(), ring_pkcs8_key()] {
+        for (what, bytes) in encodings(&other) {
+            assert_eq!(
+                needles.find(&bytes).map(|(k, _)| k),
+                None,
+                "an unrelated key's {what}"
+            );
+        }
+    }
+    // Both keys, one after the other in one text: the first one's name comes back.
+    let both = [encodings(&pkcs8)[0].1.clone(), sec1.clone().into_bytes()].concat();
+    assert_eq!(needles.find(&both).map(|(k, _)| k), Some(1));
+}
+
+#[test]
+fn a_key_is_added_from_either_form_with_its_parameters_and_one_form_is_enough() {
+    let mut needles = Needles::new();
+    // `openssl ecparam -genkey` without -noout: an EC PARAMETERS block first.
+    let with_params =
+        String::from_utf8(openssl(&["ecparam", "-name", "prime256v1", "-genkey"], b"")).unwrap();
+    assert!(with_params.starts_with("-----BEGIN EC PARAMETERS-----\n"));
+    needles.add_key(&with_params);
+    let pkcs8 = String::from_utf8(openssl(&["pkey"], with_params.as_bytes())).unwrap();
+    assert!(pkcs8.starts_with("-----BEGIN PRIVATE KEY-----\n"));
+    let before = needles.len();
+    needles.add_key(&pkcs8);
+    needles.add_key(&pkcs8.replace('\n', "\r\n"));
+    assert_eq!((needles.keys(), needles.len()), (1, before));
+    assert_eq!(scalar_of_pem(&pkcs8), scalar_of_pem(&with_params));
+    // Not an EC key: refused, saying so.
+    let rsa = String::from_utf8(openssl(
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:1024",
+        ],
+        b"",
+    ))
+    .unwrap();
+    let refused = std::panic::catch_unwind(|| scalar_of_pem(&rsa)).unwrap_err();
+    let why = refused.downcast_ref::<String>().unwrap();
+    assert!(why.contains("not EC"), "{why}");
 }

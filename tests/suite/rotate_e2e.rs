@@ -590,7 +590,11 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
     );
     let (code, out, err) = fleet.run(&["revoke", "spoke1"]);
     assert_ne!(code, 0, "{out}\n{err}");
-    fleet.assert_no_plaintext();
+    // The nodes' admin keys and every minted key committed (generation 1 of both spokes,
+    // 2 and 3 of spoke0), read back by unsealing each committed output.
+    let needles = fleet.key_needles();
+    assert_eq!(needles.keys(), 2 + 4);
+    fleet.assert_no_plaintext_of(&needles);
 }
 
 /// Someone with push access winds the recorded generation back: the next mint must not
@@ -642,4 +646,10 @@ async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_aga
         names.contains(&"spokekeeper-hub-g3".to_string()),
         "{names:?}"
     );
+    // The admin key and generations 1 to 3 (the attacker's commit holds generation 2's).
+    let needles = fleet.key_needles();
+    assert_eq!(needles.keys(), 1 + 3);
+    fleet.assert_no_plaintext_of(&needles);
+    let theirs_hits = needles.git_objects_containing(&theirs);
+    assert!(theirs_hits.is_empty(), "{theirs_hits:?}");
 }

@@ -1,10 +1,12 @@
 //! Soak (opt-in: `scripts/soak`, or `cargo test --release --test suite -- --ignored soak::`):
-//! `spokekeeper run` ticking every few seconds over a large lab fleet while the nodes are
-//! rebuilt, renew their client certificates, lose their API or sshd, wedge, and while
-//! someone else pushes to the fleet repo. At the end every spoke's committed credential
-//! unseals and authenticates, no client key any node ever had is in the daemon's log, the
-//! fleet's files or git objects, or the daemon's TMPDIR, and the daemon's RSS did not
-//! grow.
+//! `spokekeeper run` with minted credentials, logging at debug, ticking every few seconds
+//! over a large lab fleet while the nodes are rebuilt, renew their client certificates,
+//! lose their API or sshd, wedge, and while someone else pushes to the fleet repo. At the
+//! end every spoke's committed credential unseals and authenticates, no client key (any
+//! admin key a node ever had, any minted key committed, read back by unsealing every
+//! SealedSecret in the repos' objects) is in the daemon's log, the fleet's files or git
+//! objects, or the daemon's TMPDIR, and the daemon's RSS did not grow. A short variant of
+//! the same checks runs with the suite.
 //!
 //! SOAK_SPOKES (200), SOAK_MINUTES (30), SOAK_TICK_SECS (5), SOAK_SEED (from the clock),
 //! SOAK_LOG (a file for the daemon's log).
@@ -17,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::NodeOptions;
-use support::fleet::{Fleet, authenticates};
+use support::fleet::{Fleet, authenticates, sealed_keys, vectors_recovery_keys};
 use support::git::{clone, git};
 use support::leak::Needles;
 
@@ -50,7 +52,40 @@ struct Daemon {
     lines: support::logs::Lines,
 }
 
+/// Minted credentials (the default ttl and renew_before), on top of `extra`.
+const MINTED: &str = "credential:\n  mode: minted\n";
+
 impl Daemon {
+    /// `spokekeeper run` over `fleet`, a tick every `tick_secs`, logging at debug (every
+    /// crate, as an operator sets `SPOKEKEEPER_LOG=debug`), with its own TMPDIR
+    /// (`daemon-tmp` in the fleet's directory, so that it is scanned with the fleet).
+    fn start(fleet: &Fleet, tick_secs: u64) -> Daemon {
+        let daemon_tmp = fleet.dir.path().join("daemon-tmp");
+        std::fs::create_dir(&daemon_tmp).unwrap();
+        let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+            .arg("--config")
+            .arg(&fleet.config)
+            .args(["run", "--now", "--listen", "127.0.0.1:0", "--interval"])
+            .arg(format!("{tick_secs}s"))
+            .env("SPOKEKEEPER_LOG", "debug")
+            .env("NO_COLOR", "1")
+            .env("TMPDIR", &daemon_tmp)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let lines = support::logs::capture_stderr(&mut child);
+        Daemon { child, lines }
+    }
+
+    /// Everything it logged so far.
+    fn log(&self) -> String {
+        let lines = self.lines.lock().unwrap();
+        let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
+        text.join("\n")
+    }
+
     fn count(&self, needle: &str) -> usize {
         support::logs::count(&self.lines, needle)
     }
@@ -137,7 +172,7 @@ async fn soak() {
     let started = Instant::now();
     let mut fleet = Fleet::with(
         &vec![NodeOptions::default(); spokes],
-        "verify_every: 5m\nrenew_before: 30d\n",
+        &format!("verify_every: 5m\nrenew_before: 30d\n{MINTED}"),
     );
     println!("soak: lab up in {:.0}s", started.elapsed().as_secs_f64());
     let mut needles = Needles::new();
@@ -147,24 +182,7 @@ async fn soak() {
     let racer = fleet.dir.path().join("racer");
     clone(&fleet.remote, &racer);
 
-    // The daemon's own TMPDIR (ssh control sockets), scanned at the end.
-    let daemon_tmp = fleet.dir.path().join("daemon-tmp");
-    std::fs::create_dir(&daemon_tmp).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
-        .arg(&fleet.config)
-        .args(["run", "--now", "--listen", "127.0.0.1:0", "--interval"])
-        .arg(format!("{tick_secs}s"))
-        .env("SPOKEKEEPER_LOG", "spokekeeper=info")
-        .env("NO_COLOR", "1")
-        .env("TMPDIR", &daemon_tmp)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let lines = support::logs::capture_stderr(&mut child);
-    let daemon = Daemon { child, lines };
+    let daemon = Daemon::start(&fleet, tick_secs);
     assert!(
         daemon.wait_ticks(1, Duration::from_secs(600)),
         "the first tick never finished"
@@ -269,16 +287,13 @@ async fn soak() {
     let spoke_failures = daemon.count("daemon::ticker: spoke failed spoke=");
     let repo_warnings = daemon.count("fleet repo");
     let panics = daemon.count("panicked");
-    let log = {
-        let lines = daemon.lines.lock().unwrap();
-        let text: Vec<&str> = lines.iter().map(|(_, l)| l.as_str()).collect();
-        text.join("\n")
-    };
+    let debug_lines = daemon.count(" DEBUG ");
+    let log = daemon.log();
     if let Ok(path) = std::env::var("SOAK_LOG") {
         std::fs::write(&path, &log).unwrap();
     }
     drop(daemon);
-    needles.assert_absent("the daemon's log", log.as_bytes());
+    assert!(debug_lines > 0, "the daemon did not log at debug");
 
     // The next run finds nothing left to do, and every credential works.
     let (code, report, err) = fleet.rotate_json(&["--all"]);
@@ -292,8 +307,21 @@ async fn soak() {
     for i in 0..spokes {
         authenticates(&fleet.unsealed(i)).await;
     }
-    // Every key any node ever had: the final run's output, the fleet directory (the
-    // remote, the clone, the racer's clone, both TMPDIRs) and every git object there.
+    // Every key any node ever had and every minted key committed (in any object of the
+    // remote or a clone, the racer's included): the daemon's log, the final run's output,
+    // the fleet directory (the remote, the clones, both TMPDIRs) and every git object.
+    let recovery = vectors_recovery_keys();
+    let admin_keys = needles.keys();
+    let sealed: usize = [&fleet.remote, &fleet.clone, &racer]
+        .iter()
+        .map(|repo| sealed_keys(&mut needles, repo, &recovery))
+        .sum();
+    assert!(
+        needles.keys() > admin_keys + spokes,
+        "{} keys, {admin_keys} of them admin keys: the minted keys were not all read",
+        needles.keys()
+    );
+    needles.assert_absent("the daemon's log", log.as_bytes());
     fleet.assert_no_plaintext_of(&needles);
     let racer_hits = needles.git_objects_containing(&racer);
     assert!(
@@ -328,7 +356,7 @@ async fn soak() {
     println!("  final rotate: exit 0, {final_actions:?}");
     println!("  all {spokes} committed credentials unseal and authenticate");
     println!(
-        "  plaintext scan: {} distinct needles from {} client keys; daemon log, final run's output, fleet directory (repos, clones, TMPDIRs), git objects: none found",
+        "  plaintext scan: {} distinct needles from {} client keys ({admin_keys} admin, the rest minted, from {sealed} sealed kubeconfigs); daemon log ({debug_lines} lines at debug), final run's output, fleet directory (repos, clones, TMPDIRs), git objects: none found",
         needles.len(),
         needles.keys()
     );
@@ -345,4 +373,50 @@ async fn soak() {
         last <= first + first / 5 + 2048,
         "RSS grew: {first} KiB -> {last} KiB"
     );
+}
+
+/// The soak's checks in a few ticks, with the suite: minted credentials, the daemon at
+/// debug, two spokes each rebuilt once (new CAs: a new admin key, and a new generation
+/// minted). Every key, admin or minted (read back by unsealing every committed output),
+/// is looked for in the daemon's log, the repos' objects, the clone and the TMPDIRs.
+#[test]
+fn a_short_minted_run_at_debug_leaks_no_key_into_logs_repos_or_tmp() {
+    let mut fleet = Fleet::with(&[NodeOptions::default(), NodeOptions::default()], MINTED);
+    let mut needles = Needles::new();
+    for node in &fleet.nodes {
+        needles.add_key(&node.parts().client_key_pem);
+    }
+    let daemon = Daemon::start(&fleet, 1);
+    assert!(
+        daemon.wait_ticks(1, Duration::from_secs(30)),
+        "the first tick never finished:\n{}",
+        daemon.log()
+    );
+    for i in 0..2 {
+        fleet.nodes[i].rebuild();
+        needles.add_key(&fleet.nodes[i].parts().client_key_pem);
+        assert!(
+            daemon.wait_ticks(2, Duration::from_secs(30)),
+            "no tick after rebuilding node {i}:\n{}",
+            daemon.log()
+        );
+    }
+    let debug_lines = daemon.count(" DEBUG ");
+    let log = daemon.log();
+    drop(daemon);
+    assert!(debug_lines > 0, "the daemon did not log at debug:\n{log}");
+
+    let recovery = vectors_recovery_keys();
+    let sealed = sealed_keys(&mut needles, &fleet.remote, &recovery)
+        + sealed_keys(&mut needles, &fleet.clone, &recovery);
+    assert!(sealed >= 4, "{sealed} sealed kubeconfigs");
+    // 4 admin keys (2 nodes, 2 installs each), generations 1 and 2 of each spoke.
+    assert_eq!(needles.keys(), 4 + 4, "{log}");
+    needles.assert_absent("the daemon's log", log.as_bytes());
+    fleet.assert_no_plaintext_of(&needles);
+    for i in 0..2 {
+        let kc = fleet.unsealed(i);
+        let text = std::str::from_utf8(kc.expose()).unwrap();
+        assert_eq!(needles.find(text.as_bytes()).map(|_| ()), Some(()));
+    }
 }

@@ -9,7 +9,7 @@ use spokekeeper::seal::{RecoveryKey, SealedSecret};
 use spokekeeper::secret::SecretBytes;
 use spokekeeper_lab::config::{ConfigBuilder, Spoke, Ssh};
 
-use super::git::{fleet_remote, git};
+use super::git::{all_objects, fleet_remote, git};
 use super::leak::Needles;
 use super::{Lab, Node, NodeOptions};
 
@@ -214,11 +214,7 @@ impl Fleet {
 
     /// The kubeconfig the hub would get from spoke i's committed SealedSecret.
     pub fn unsealed(&self, i: usize) -> SecretBytes {
-        let keys = RecoveryKey::load_all(
-            &std::fs::read(vectors().join("key/tls.key")).unwrap(),
-            "tls.key",
-        )
-        .unwrap();
+        let keys = vectors_recovery_keys();
         let sealed = SealedSecret::parse(self.remote_file(i).as_bytes()).unwrap();
         assert_eq!(sealed.namespace, "flux-system");
         assert_eq!(sealed.name, format!("spoke{i}-kubeconfig"));
@@ -233,16 +229,26 @@ impl Fleet {
         kc.client_certs()[0].not_after
     }
 
-    /// Needles of every node's current client key.
+    /// Needles of every node's current client key and of every client key sealed in an
+    /// object of the remote or the clone (each minted generation): see [`sealed_keys`].
     pub fn key_needles(&self) -> Needles {
+        self.key_needles_unsealing(&vectors_recovery_keys())
+    }
+
+    /// The same, for a fleet that seals to a key of `recovery` (a real controller's).
+    pub fn key_needles_unsealing(&self, recovery: &[RecoveryKey]) -> Needles {
         let mut needles = Needles::new();
         for n in &self.nodes {
             needles.add_key(&n.parts().client_key_pem);
         }
+        for repo in [&self.remote, &self.clone] {
+            sealed_keys(&mut needles, repo, recovery);
+        }
         needles
     }
 
-    /// No node's current client key anywhere: see [`Fleet::assert_no_plaintext_of`].
+    /// No node's current client key and no sealed client key anywhere: see
+    /// [`Fleet::assert_no_plaintext_of`].
     pub fn assert_no_plaintext(&self) {
         self.assert_no_plaintext_of(&self.key_needles());
     }
@@ -258,6 +264,42 @@ impl Fleet {
         }
         needles.assert_nowhere(&[self.dir.path()], &[&self.remote, &self.clone]);
     }
+}
+
+/// The private key of the vectors' sealing certificate, which the fleet seals to.
+pub fn vectors_recovery_keys() -> Vec<RecoveryKey> {
+    RecoveryKey::load_all(
+        &std::fs::read(vectors().join("key/tls.key")).unwrap(),
+        "tls.key",
+    )
+    .unwrap()
+}
+
+/// Adds to `needles` the client key of every kubeconfig sealed in any object of `repo`
+/// (loose or packed, reachable or not: every generation committed, every commit that lost
+/// a push race), unsealed with `recovery`; returns how many sealed kubeconfigs it read.
+/// Panics on a SealedSecret that does not unseal, since its key could not be looked for.
+pub fn sealed_keys(needles: &mut Needles, repo: &Path, recovery: &[RecoveryKey]) -> usize {
+    let mut read = 0;
+    for (oid, kind, body) in all_objects(repo) {
+        if kind != "blob" || !body.windows(12).any(|w| w == b"SealedSecret") {
+            continue;
+        }
+        let Ok(sealed) = SealedSecret::parse(&body) else {
+            continue;
+        };
+        let secret = sealed.unseal(recovery).unwrap_or_else(|e| {
+            panic!(
+                "blob {oid} of {}: {e}: its key cannot be looked for",
+                repo.display()
+            )
+        });
+        for value in secret.data.values() {
+            needles.add_kubeconfig(value.expose());
+        }
+        read += 1;
+    }
+    read
 }
 
 pub fn action(report: &serde_json::Value, i: usize) -> String {

@@ -23,6 +23,39 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// Every object of the repository `repo` (loose and packed, reachable or not):
+/// (oid, type, content).
+pub fn all_objects(repo: &Path) -> Vec<(String, String, Vec<u8>)> {
+    let out = git_in(repo)
+        .args(["cat-file", "--batch-all-objects", "--batch", "--unordered"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run git cat-file");
+    assert!(
+        out.status.success(),
+        "git cat-file in {}: {}",
+        repo.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // "OID TYPE SIZE\nCONTENT\n" per object.
+    let mut objects = Vec::new();
+    let mut rest = &out.stdout[..];
+    while !rest.is_empty() {
+        let nl = rest.iter().position(|&b| b == b'\n').expect("header line");
+        let header = std::str::from_utf8(&rest[..nl]).expect("header");
+        let mut f = header.split(' ');
+        let (oid, kind, size) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
+        let size: usize = size.parse().expect("object size");
+        objects.push((
+            oid.to_string(),
+            kind.to_string(),
+            rest[nl + 1..nl + 1 + size].to_vec(),
+        ));
+        rest = &rest[nl + 1 + size + 1..];
+    }
+    objects
+}
+
 /// `git clone --quiet REMOTE DEST`: another working copy of a lab remote.
 pub fn clone(remote: &Path, dest: &Path) {
     git(

@@ -3,25 +3,40 @@
 //!
 //! A cut from the start of a key's PEM, of the PEM's base64 or of a PKCS#8 body is the
 //! same for every P-256 key (`-----BEGIN EC PRIVATE KEY-----`, ASN.1 header bytes), so it
-//! cannot tell one node's key from another. The needles here encode scalar bytes only:
-//! - the scalar raw, in hex, and in base64 at each of the 3 alignments a base64 stream
-//!   can give it (this covers the PEM body line, whatever DER wraps the scalar);
-//! - the base64 of the PEM text (a kubeconfig's `client-key-data`) at its 3 alignments,
-//!   cut from the scalar's window of the PEM body.
+//! cannot tell one node's key from another. The needles here encode scalar bytes only,
+//! in every form spokekeeper writes a key or could leak one:
+//! - raw (any DER: SEC1, PKCS#8), lower and upper hex, Rust's `{:?}` of the bytes;
+//! - base64 at each of the 3 alignments a base64 stream can give the scalar (a PEM
+//!   body, base64 of the DER, wrapped or not): the whole run, and its two halves, so
+//!   that one half is whole whatever line break falls in the run (a PKCS#8 key's scalar
+//!   crosses the PEM's 64-column break);
+//! - the base64 of a text holding a half (a kubeconfig's `client-key-data`: base64 of
+//!   the PEM), at the 3 alignments of that outer stream;
+//! - the base64 of a text holding one of those (a Secret's `data.value`: base64 of the
+//!   kubeconfig), again at the 3 alignments.
+//!
+//! Besides the bytes as they are, the search reads each haystack with whitespace and
+//! JSON's `\n`, `\r`, `\t` escapes removed, so a base64 stream wrapped at any width (or
+//! indented in YAML) matches too.
 
 use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+
+use super::git::all_objects;
 
 /// Every needle is at least this long (the search indexes this many leading bytes).
 const PREFIX: usize = 8;
 
 /// Files are read this much at a time.
 pub const CHUNK: usize = 16 << 20;
+
+/// Consecutive reads of a file overlap by this much: a needle spread by whitespace over
+/// more than this, across a read boundary, is missed.
+const OVERLAP: usize = 4096;
 
 #[derive(Default)]
 pub struct Needles {
@@ -40,11 +55,27 @@ impl Needles {
         Needles::default()
     }
 
-    /// Adds one EC private key (PEM, SEC1 or PKCS#8). Adding the same key again (a
-    /// renewed certificate keeps its key) changes nothing; a different key whose needles
-    /// collide with an earlier key's panics, since then a hit could not name the key.
+    /// Adds one EC private key PEM (SEC1 `EC PRIVATE KEY` or PKCS#8 `PRIVATE KEY`; other
+    /// blocks such as `EC PARAMETERS` are skipped). Adding the same key again (a renewed
+    /// certificate keeps its key) changes nothing. Panics, saying why, on text that holds
+    /// no such key, and on a different key whose needles collide with an earlier key's,
+    /// since then a hit could not name the key.
     pub fn add_key(&mut self, pem: &str) {
         let scalar = scalar_of_pem(pem);
+        self.add_scalar(scalar);
+    }
+
+    /// Adds the key of every user's `client-key-data` in a kubeconfig (YAML or JSON);
+    /// returns how many the kubeconfig held.
+    pub fn add_kubeconfig(&mut self, kubeconfig: &[u8]) -> usize {
+        let pems = kubeconfig_keys(kubeconfig);
+        for pem in &pems {
+            self.add_key(pem);
+        }
+        pems.len()
+    }
+
+    fn add_scalar(&mut self, scalar: Vec<u8>) {
         let key = match self.keys.iter().position(|k| *k == scalar) {
             Some(_) => return,
             None => {
@@ -52,8 +83,8 @@ impl Needles {
                 self.keys.len() - 1
             }
         };
-        for n in key_needles(pem) {
-            // key_needles has no duplicates: a repeat is another key's needle.
+        for n in scalar_needles(&scalar) {
+            // scalar_needles has no duplicates: a repeat is another key's needle.
             if !self.distinct.insert(n.clone()) {
                 let other = self
                     .needles
@@ -91,8 +122,20 @@ impl Needles {
         self.keys.len()
     }
 
-    /// The first needle in `hay`: (key index, needle).
+    /// The first needle in `hay`, read as it is and then with whitespace (and JSON's
+    /// whitespace escapes) removed: (key index, needle).
     pub fn find(&self, hay: &[u8]) -> Option<(usize, &[u8])> {
+        if let Some(hit) = self.find_exact(hay) {
+            return Some(hit);
+        }
+        let compact = compact(hay);
+        if compact.len() == hay.len() {
+            return None;
+        }
+        self.find_exact(&compact)
+    }
+
+    fn find_exact(&self, hay: &[u8]) -> Option<(usize, &[u8])> {
         if hay.len() < PREFIX || self.is_empty() {
             return None;
         }
@@ -139,14 +182,13 @@ impl Needles {
         hits
     }
 
-    /// Reads in chunks that overlap by a needle's length. A file removed meanwhile (a
+    /// Reads in chunks that overlap by [`OVERLAP`]. A file removed meanwhile (a
     /// session directory going away) holds nothing.
     fn file_contains(&self, path: &Path) -> bool {
         let Ok(mut f) = std::fs::File::open(path) else {
             return false;
         };
-        let overlap = self.needles.iter().map(Vec::len).max().unwrap_or(0);
-        let mut buf = Vec::with_capacity(CHUNK + overlap);
+        let mut buf = Vec::with_capacity(CHUNK + OVERLAP);
         loop {
             let read = (&mut f)
                 .take(CHUNK as u64)
@@ -158,7 +200,7 @@ impl Needles {
             if self.find(&buf).is_some() {
                 return true;
             }
-            let tail = buf.len().saturating_sub(overlap);
+            let tail = buf.len().saturating_sub(OVERLAP);
             buf.drain(..tail);
         }
     }
@@ -166,43 +208,13 @@ impl Needles {
     /// Objects of the git repository `repo` (loose and packed, reachable or not) holding
     /// a needle: "OID TYPE".
     pub fn git_objects_containing(&self, repo: &Path) -> Vec<String> {
-        let mut child = Command::new("git")
-            .arg("-C")
-            .arg(repo)
-            .args(["cat-file", "--batch-all-objects", "--batch", "--unordered"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("run git cat-file");
-        let mut all = Vec::new();
-        child.stdout.take().unwrap().read_to_end(&mut all).unwrap();
-        let out = child.wait_with_output().unwrap();
-        assert!(
-            out.status.success(),
-            "git cat-file in {}: {}",
-            repo.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        // "OID TYPE SIZE\nCONTENT\n" per object.
-        let mut hits = Vec::new();
-        let mut rest = &all[..];
-        let mut objects = 0;
-        while !rest.is_empty() {
-            let nl = rest.iter().position(|&b| b == b'\n').expect("header line");
-            let header = std::str::from_utf8(&rest[..nl]).expect("header");
-            let mut f = header.split(' ');
-            let (oid, kind, size) = (f.next().unwrap(), f.next().unwrap(), f.next().unwrap());
-            let size: usize = size.parse().expect("object size");
-            let body = &rest[nl + 1..nl + 1 + size];
-            if self.find(body).is_some() {
-                hits.push(format!("{oid} {kind}"));
-            }
-            rest = &rest[nl + 1 + size + 1..];
-            objects += 1;
-        }
-        assert!(objects > 0, "no objects in {}", repo.display());
-        hits
+        let objects = all_objects(repo);
+        assert!(!objects.is_empty(), "no objects in {}", repo.display());
+        objects
+            .iter()
+            .filter(|(_, _, body)| self.find(body).is_some())
+            .map(|(oid, kind, _)| format!("{oid} {kind}"))
+            .collect()
     }
 
     /// Panics naming `what` if `bytes` holds a needle.
@@ -235,81 +247,202 @@ impl Needles {
 
 /// The needles of one EC private key PEM (SEC1 or PKCS#8); see the module doc.
 pub fn key_needles(pem: &str) -> Vec<Vec<u8>> {
-    let scalar = scalar_of_pem(pem);
-    let mut needles = vec![scalar.clone(), hex(&scalar).into_bytes()];
-    // 30 of the 32 bytes from each offset: one of the three starts on a base64 group.
-    let scalar_b64: Vec<String> = (0..3)
-        .map(|k| STANDARD.encode(&scalar[k..k + 30]))
-        .collect();
-    needles.extend(scalar_b64.iter().map(|s| s.clone().into_bytes()));
-    // The scalar's window in the PEM body (one line), and that line's text in base64 at
-    // the three alignments: whatever precedes the key in a base64 blob, one matches.
-    let window = scalar_b64
-        .iter()
-        .find_map(|w| pem.find(w.as_str()))
-        .expect("the scalar's base64 lies within one PEM body line");
-    needles.push(pem.as_bytes()[window..window + 40].to_vec());
-    for k in 0..3 {
-        let text = &pem.as_bytes()[window + k..window + k + 36];
-        needles.push(STANDARD.encode(text).into_bytes());
+    scalar_needles(&scalar_of_pem(pem))
+}
+
+/// The needles of one private scalar; see the module doc.
+pub fn scalar_needles(scalar: &[u8]) -> Vec<Vec<u8>> {
+    let hex: String = scalar.iter().map(|b| format!("{b:02x}")).collect();
+    let mut needles = vec![
+        scalar.to_vec(),
+        hex.clone().into_bytes(),
+        hex.to_uppercase().into_bytes(),
+    ];
+    // `{:?}` of a byte slice holding the scalar: "..., 12, 200, ...", each half.
+    let (a, b) = scalar.split_at(scalar.len() / 2);
+    for part in [a, b] {
+        let list: Vec<String> = part.iter().map(u8::to_string).collect();
+        needles.push(list.join(", ").into_bytes());
     }
+    // The longest run of whole base64 groups from each offset: one of the three starts
+    // on a group of whatever stream the scalar is in. A line break falls in at most one
+    // half of a run (a run is 40 characters, a PEM line 64).
+    let run = (scalar.len() - 2) / 3 * 3;
+    let half = run / 2 / 3 * 3;
+    let mut halves = Vec::new();
+    for k in 0..3 {
+        let bytes = &scalar[k..k + run];
+        needles.push(STANDARD.encode(bytes).into_bytes());
+        halves.push(STANDARD.encode(&bytes[..half]).into_bytes());
+        halves.push(STANDARD.encode(&bytes[half..]).into_bytes());
+    }
+    // client-key-data holds a half somewhere in the PEM's text; data.value holds that.
+    let once = base64_of_each(&halves);
+    let twice = base64_of_each(&once);
+    needles.extend(halves);
+    needles.extend(once);
+    needles.extend(twice);
     needles.sort();
     needles.dedup();
     needles
 }
 
-/// The private scalar of an EC key PEM.
-pub fn scalar_of_pem(pem: &str) -> Vec<u8> {
-    let body: String = pem
-        .lines()
-        .filter(|l| !l.starts_with("-----"))
-        .map(str::trim)
-        .collect();
-    let der = STANDARD.decode(body).expect("key PEM body is base64");
-    if pem.contains("BEGIN EC PRIVATE KEY") {
-        sec1_scalar(&der)
-    } else {
-        // PKCS#8: SEQUENCE { version, algorithm, OCTET STRING { ECPrivateKey } }.
-        let (_, seq, _) = tlv(&der);
-        let (_, _, rest) = tlv(seq);
-        let (_, _, rest) = tlv(rest);
-        let (tag, inner, _) = tlv(rest);
-        assert_eq!(tag, 0x04, "PKCS#8 privateKey is an OCTET STRING");
-        sec1_scalar(inner)
+/// For each text, its base64 at the 3 alignments it can have inside a longer encoded
+/// text: the whole groups from each of its first 3 bytes.
+fn base64_of_each(texts: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    for t in texts {
+        let len = (t.len() - 2) / 3 * 3;
+        for j in 0..3 {
+            out.push(STANDARD.encode(&t[j..j + len]).into_bytes());
+        }
     }
+    out
+}
+
+/// The private scalar of the one EC private key in a PEM text. Panics, saying why, on
+/// text that holds none.
+pub fn scalar_of_pem(pem: &str) -> Vec<u8> {
+    try_scalar_of_pem(pem).unwrap_or_else(|why| panic!("not an EC private key PEM: {why}"))
+}
+
+fn try_scalar_of_pem(pem: &str) -> Result<Vec<u8>, String> {
+    let mut found = None;
+    let mut lines = pem.lines().map(str::trim);
+    while let Some(line) = lines.next() {
+        let Some(label) = line
+            .strip_prefix("-----BEGIN ")
+            .and_then(|l| l.strip_suffix("-----"))
+        else {
+            continue;
+        };
+        let end = format!("-----END {label}-----");
+        let body: String = lines.by_ref().take_while(|l| *l != end).collect();
+        let sec1 = match label {
+            "EC PRIVATE KEY" => true,
+            "PRIVATE KEY" => false,
+            _ => continue,
+        };
+        if found.is_some() {
+            return Err("more than one private key block".into());
+        }
+        let der = STANDARD
+            .decode(body.as_bytes())
+            .map_err(|e| format!("the {label} body is not base64: {e}"))?;
+        found = Some(if sec1 {
+            sec1_scalar(&der)?
+        } else {
+            pkcs8_scalar(&der)?
+        });
+    }
+    found.ok_or_else(|| "no EC PRIVATE KEY or PRIVATE KEY block".into())
+}
+
+/// id-ecPublicKey (1.2.840.10045.2.1), as DER.
+const EC_PUBLIC_KEY: [u8; 9] = [0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+
+/// PKCS#8: SEQUENCE { version, AlgorithmIdentifier, OCTET STRING { ECPrivateKey }, ... }.
+fn pkcs8_scalar(der: &[u8]) -> Result<Vec<u8>, String> {
+    let (tag, seq, _) = tlv(der)?;
+    expect(tag, 0x30, "PrivateKeyInfo")?;
+    let (tag, _, rest) = tlv(seq)?;
+    expect(tag, 0x02, "PrivateKeyInfo.version")?;
+    let (tag, alg, rest) = tlv(rest)?;
+    expect(tag, 0x30, "PrivateKeyInfo.privateKeyAlgorithm")?;
+    if !alg.starts_with(&EC_PUBLIC_KEY) {
+        return Err("PKCS#8 of a key that is not EC".into());
+    }
+    let (tag, inner, _) = tlv(rest)?;
+    expect(tag, 0x04, "PrivateKeyInfo.privateKey")?;
+    sec1_scalar(inner)
 }
 
 /// ECPrivateKey: SEQUENCE { INTEGER 1, OCTET STRING privateKey, ... }.
-fn sec1_scalar(der: &[u8]) -> Vec<u8> {
-    let (tag, seq, _) = tlv(der);
-    assert_eq!(tag, 0x30, "ECPrivateKey is a SEQUENCE");
-    let (_, _, rest) = tlv(seq);
-    let (tag, scalar, _) = tlv(rest);
-    assert_eq!(tag, 0x04, "ECPrivateKey.privateKey is an OCTET STRING");
-    assert!(scalar.len() >= 32, "a P-256 scalar or larger");
-    scalar.to_vec()
+fn sec1_scalar(der: &[u8]) -> Result<Vec<u8>, String> {
+    let (tag, seq, _) = tlv(der)?;
+    expect(tag, 0x30, "ECPrivateKey")?;
+    let (tag, _, rest) = tlv(seq)?;
+    expect(tag, 0x02, "ECPrivateKey.version")?;
+    let (tag, scalar, _) = tlv(rest)?;
+    expect(tag, 0x04, "ECPrivateKey.privateKey")?;
+    if scalar.len() < 32 {
+        return Err(format!(
+            "a {}-byte scalar; P-256 and larger have 32 or more",
+            scalar.len()
+        ));
+    }
+    Ok(scalar.to_vec())
+}
+
+fn expect(tag: u8, want: u8, what: &str) -> Result<(), String> {
+    if tag == want {
+        Ok(())
+    } else {
+        Err(format!("{what} has tag {tag:#04x}, not {want:#04x}"))
+    }
 }
 
 /// One DER element: (tag, contents, what follows).
-fn tlv(der: &[u8]) -> (u8, &[u8], &[u8]) {
-    let tag = der[0];
-    let (len, head) = match der[1] {
-        n if n < 0x80 => (n as usize, 2),
-        n => {
-            let count = (n & 0x7f) as usize;
-            let len = der[2..2 + count]
-                .iter()
-                .fold(0usize, |acc, &b| (acc << 8) | b as usize);
-            (len, 2 + count)
+fn tlv(der: &[u8]) -> Result<(u8, &[u8], &[u8]), String> {
+    let short = || "DER ends inside an element".to_string();
+    let (&tag, rest) = der.split_first().ok_or_else(short)?;
+    let (&first, rest) = rest.split_first().ok_or_else(short)?;
+    let (len, rest) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let count = (first & 0x7f) as usize;
+        if count == 0 || count > 4 || rest.len() < count {
+            return Err("a DER length that is not definite and short".into());
         }
+        let len = rest[..count]
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | b as usize);
+        (len, &rest[count..])
     };
-    (tag, &der[head..head + len], &der[head + len..])
+    if rest.len() < len {
+        return Err(short());
+    }
+    Ok((tag, &rest[..len], &rest[len..]))
+}
+
+/// The PEM of every user's `client-key-data` in a kubeconfig (YAML or JSON). Panics,
+/// saying why, on a kubeconfig that does not parse or a key that does not decode.
+pub fn kubeconfig_keys(kubeconfig: &[u8]) -> Vec<String> {
+    let text = std::str::from_utf8(kubeconfig).expect("a kubeconfig is UTF-8");
+    let doc: serde_json::Value =
+        serde_saphyr::from_str(text).unwrap_or_else(|e| panic!("kubeconfig: {e}"));
+    let users = doc["users"].as_array().map(Vec::as_slice).unwrap_or(&[]);
+    users
+        .iter()
+        .filter_map(|u| u["user"]["client-key-data"].as_str())
+        .map(|b64| {
+            let pem = STANDARD
+                .decode(b64.trim())
+                .unwrap_or_else(|e| panic!("client-key-data is not base64: {e}"));
+            String::from_utf8(pem).expect("client-key-data holds a PEM")
+        })
+        .collect()
+}
+
+/// `hay` without ASCII whitespace and without JSON's `\n`, `\r` and `\t` escapes. Only
+/// the raw scalar and the `{:?}` lists can hold what is removed; [`Needles::find`] also
+/// searches the bytes as they are.
+fn compact(hay: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        match hay[i] {
+            b' ' | b'\t' | b'\r' | b'\n' => i += 1,
+            b'\\' if matches!(hay.get(i + 1), Some(b'n' | b'r' | b't')) => i += 2,
+            b => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    out
 }
 
 fn pair(a: u8, b: u8) -> usize {
     (a as usize) << 8 | b as usize
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use spokekeeper::seal::RecoveryKey;
 use support::NodeOptions;
 use support::fleet::Fleet;
 use support::git::git;
@@ -1188,6 +1189,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g3"]);
 
     // A reinstall: new CAs; the probe sees it and generation 4 is minted on the new cluster.
+    let admin_key_before_rebuild = stack.fleet.nodes[0].parts().client_key_pem.clone();
     stack.rebuild(0, 1);
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -1219,7 +1221,18 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(spoke["reason"]["kind"], "binding-missing", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 5, "{spoke:#}");
     assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g5"]);
-    stack.fleet.assert_no_plaintext();
+    // Every committed generation unsealed with the controller's keys: the admin keys of
+    // both installs and the five minted keys, none of them in plaintext anywhere.
+    let recovery: Vec<RecoveryKey> = stack
+        .hub
+        .sealing_keys()
+        .iter()
+        .flat_map(|pem| RecoveryKey::load_all(pem.as_bytes(), "controller key").unwrap())
+        .collect();
+    let mut needles = stack.fleet.key_needles_unsealing(&recovery);
+    needles.add_key(&admin_key_before_rebuild);
+    assert_eq!(needles.keys(), 2 + 5);
+    stack.fleet.assert_no_plaintext_of(&needles);
 }
 
 /// Each way a mint fails on a real spoke stops at stage `mint` with what is missing and
