@@ -15,6 +15,7 @@ use tokio::process::Command;
 use crate::config::RepoConfig;
 
 mod branch;
+mod plaintext;
 pub mod signing;
 mod stage;
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
@@ -451,7 +452,7 @@ impl Repo {
             let what = if body.contains(&0) {
                 Some("binary content, which cannot be checked for plaintext")
             } else {
-                plaintext_in(&String::from_utf8_lossy(body))
+                plaintext::plaintext_in(&String::from_utf8_lossy(body))
             };
             if let Some(what) = what {
                 return Err(RepoError::Plaintext {
@@ -633,39 +634,6 @@ fn is_non_fast_forward(output: &str) -> bool {
     ]
     .iter()
     .any(|m| output.contains(m))
-}
-
-/// What in a file would be plaintext key material.
-pub(crate) fn plaintext_in(text: &str) -> Option<&'static str> {
-    let added: Vec<&str> = text.lines().collect();
-    if added.iter().any(|l| l.contains("client-key-data")) {
-        return Some("client-key-data (a plaintext kubeconfig key)");
-    }
-    if added
-        .iter()
-        .any(|l| l.contains("-----BEGIN") && l.contains("PRIVATE KEY-----"))
-    {
-        return Some("a PEM private key");
-    }
-    let is_secret = added
-        .iter()
-        .any(|l| l.trim() == "kind: Secret" || l.contains("\"kind\": \"Secret\""));
-    let has_data = added.iter().any(|l| {
-        let t = l.trim_start();
-        t.starts_with("data:")
-            || t.starts_with("stringData:")
-            || t.starts_with("\"data\":")
-            || t.starts_with("\"stringData\":")
-    });
-    if is_secret && has_data {
-        return Some("a plaintext Secret with data");
-    }
-    if added.iter().any(|l| l.trim() == "kind: Config")
-        && added.iter().any(|l| l.trim_start().starts_with("token:"))
-    {
-        return Some("a plaintext kubeconfig token");
-    }
-    None
 }
 
 /// Kills a git's whole process group when the git call is dropped (a cancelled tick)

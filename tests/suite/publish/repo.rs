@@ -83,7 +83,15 @@ async fn push_rebases_over_a_concurrent_commit() {
 async fn plaintext_is_never_committed() {
     let (_d, _remote, clones) = fleet(1);
     let repo = open(&clones[0]).await;
-    let cases: [(&str, &[u8]); 4] = [
+    let cases: [(&str, &[u8]); 6] = [
+        (
+            "j.json",
+            br#"{"apiVersion":"v1","kind":"Secret","data":{"value":"aGk="}}"#,
+        ),
+        (
+            "l.yaml",
+            b"kind: List\nitems:\n- kind: Secret\n  data:\n    value: aGk=\n",
+        ),
         ("k.yaml", b"users:\n- user:\n    client-key-data: LS0t\n"),
         (
             "p.pem",
