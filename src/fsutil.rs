@@ -75,15 +75,83 @@ pub(crate) fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 /// Reads `path`; when it lies under `root` (the fleet clone), refuses a symbolic link on
-/// any component below `root` with a [`SymlinkError`].
+/// any component below `root` with a [`SymlinkError`]. Both are resolved physically
+/// first, so neither a `root` named through a link or `..` nor a `path` written with
+/// `..` or through a link outside the clone slips past as text that does not match.
 pub(crate) fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
-    let Ok(rel) = path.strip_prefix(root) else {
-        return std::fs::read(path);
+    let root = match root.canonicalize() {
+        Ok(r) => r,
+        // No clone there: nothing can lie under it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return std::fs::read(path),
+        Err(e) => return Err(e),
     };
-    if let Some(link) = symlink_in(root, rel)? {
-        return Err(std::io::Error::other(SymlinkError { path: link }));
+    match resolve(path, &root)? {
+        Resolved::Link(link) => Err(std::io::Error::other(SymlinkError { path: link })),
+        Resolved::Real(real) if real.starts_with(&root) => read_nofollow(&real),
+        // Outside the clone, links are the operator's business.
+        Resolved::Real(_) => std::fs::read(path),
     }
-    read_nofollow(path)
+}
+
+/// How many links one resolution follows before giving up, as the kernel's ELOOP.
+const MAX_LINKS: usize = 40;
+
+enum Resolved {
+    /// The path with every link and `..` resolved; no link below the root was met.
+    Real(PathBuf),
+    /// The first symbolic link met below the root.
+    Link(PathBuf),
+}
+
+/// Resolves `path` one component at a time, as the kernel would, following links
+/// outside `root` (canonical) and stopping at the first one below it.
+fn resolve(path: &Path, root: &Path) -> std::io::Result<Resolved> {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    let mut todo: std::collections::VecDeque<PathBuf> = absolute
+        .components()
+        .map(|c| PathBuf::from(c.as_os_str()))
+        .collect();
+    let mut real = PathBuf::from("/");
+    let mut links = 0;
+    while let Some(next) = todo.pop_front() {
+        match next.components().next() {
+            Some(Component::RootDir | Component::Prefix(_)) => real = next,
+            Some(Component::ParentDir) => {
+                real.pop();
+            }
+            Some(Component::Normal(name)) => {
+                let candidate = real.join(name);
+                if !std::fs::symlink_metadata(&candidate)?
+                    .file_type()
+                    .is_symlink()
+                {
+                    real = candidate;
+                    continue;
+                }
+                if candidate.starts_with(root) {
+                    return Ok(Resolved::Link(candidate));
+                }
+                links += 1;
+                if links > MAX_LINKS {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("{}: too many levels of symbolic links", path.display()),
+                    ));
+                }
+                // The target's components go first; a relative one starts from `real`.
+                let target = std::fs::read_link(&candidate)?;
+                for c in target.components().rev() {
+                    todo.push_front(PathBuf::from(c.as_os_str()));
+                }
+            }
+            Some(Component::CurDir) | None => {}
+        }
+    }
+    Ok(Resolved::Real(real))
 }
 
 /// `path` relative to the clone `repo`, when it is inside it.
@@ -152,5 +220,92 @@ mod tests {
         );
         // Outside the root, links are the operator's business.
         assert_eq!(read_under(&root.join("file-link"), &outside).unwrap(), b"s");
+    }
+
+    /// A clone with a real file, a link to a file outside and a link to a directory
+    /// outside, and the root reachable through a link (`via`).
+    #[cfg(unix)]
+    fn clone_with_links() -> (tempfile::TempDir, PathBuf) {
+        use std::os::unix::fs::symlink;
+        let dir = tempfile::tempdir().unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("secret"), "s").unwrap();
+        let root = dir.path().join("clone");
+        std::fs::create_dir_all(root.join("real")).unwrap();
+        std::fs::write(root.join("real/f"), "f").unwrap();
+        symlink(outside.join("secret"), root.join("file-link")).unwrap();
+        symlink(&outside, root.join("dir-link")).unwrap();
+        symlink(&root, dir.path().join("via")).unwrap();
+        (dir, root)
+    }
+
+    #[cfg(unix)]
+    fn refused(path: &Path, root: &Path) {
+        let e = read_under(path, root).unwrap_err();
+        let inner = e.get_ref().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            inner.contains("symbolic link"),
+            "{} under {}: {e}",
+            path.display(),
+            root.display()
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_root_named_through_a_link_still_guards_the_clone() {
+        let (dir, root) = clone_with_links();
+        let via = dir.path().join("via");
+        refused(&root.join("file-link"), &via);
+        refused(&via.join("dir-link/secret"), &root);
+        assert_eq!(read_under(&root.join("real/f"), &via).unwrap(), b"f");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_root_written_with_dotdot_still_guards_the_clone() {
+        let (_dir, root) = clone_with_links();
+        refused(&root.join("file-link"), &root.join("real/.."));
+        assert_eq!(
+            read_under(&root.join("real/f"), &root.join("real/..")).unwrap(),
+            b"f"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_path_written_with_dotdot_is_checked_where_it_lands() {
+        let (dir, root) = clone_with_links();
+        // Enters the clone from outside it, and wanders inside it.
+        refused(&dir.path().join("outside/../clone/file-link"), &root);
+        refused(&root.join("real/../file-link"), &root);
+        refused(&root.join("real/../dir-link/secret"), &root);
+        assert_eq!(
+            read_under(&root.join("real/../real/./f"), &root).unwrap(),
+            b"f"
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn an_operators_link_into_the_clone_does_not_launder_a_link_inside_it() {
+        let (dir, root) = clone_with_links();
+        let operator = dir.path().join("pinned.crt");
+        std::os::unix::fs::symlink(root.join("file-link"), &operator).unwrap();
+        refused(&operator, &root);
+        let to_real = dir.path().join("to-real");
+        std::os::unix::fs::symlink(root.join("real/f"), &to_real).unwrap();
+        assert_eq!(read_under(&to_real, &root).unwrap(), b"f");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_link_loop_outside_the_clone_is_an_error_not_a_hang() {
+        let (dir, root) = clone_with_links();
+        let (a, b) = (dir.path().join("a"), dir.path().join("b"));
+        std::os::unix::fs::symlink(&b, &a).unwrap();
+        std::os::unix::fs::symlink(&a, &b).unwrap();
+        assert!(read_under(&a, &root).is_err());
     }
 }

@@ -15,7 +15,9 @@ use tokio::process::Command;
 use crate::config::RepoConfig;
 
 mod branch;
+mod plaintext;
 pub mod signing;
+mod stage;
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
@@ -63,6 +65,30 @@ pub enum RepoError {
     NoSigningKey,
     #[error(transparent)]
     Symlink(crate::fsutil::SymlinkError),
+    #[error(
+        "refusing to commit {file}: git attributes apply to it ({found}), so what git stores or checks out could differ from what spokekeeper wrote; remove them from .gitattributes (in any directory) or core.attributesFile, or unset them for this file with a line `/{file} {unset}` in the clone's .git/info/attributes; nothing was committed"
+    )]
+    Attributes {
+        file: String,
+        found: String,
+        unset: String,
+    },
+    #[error(
+        "refusing to commit {file}: the clone's git config sets {setting}, which rewrites line endings on checkout; unset it (git -C CLONE config --unset {key}); nothing was committed"
+    )]
+    LineEndings {
+        file: String,
+        setting: String,
+        key: String,
+    },
+    #[error(
+        "refusing to commit {file}: git staged other bytes than spokekeeper wrote; nothing was committed"
+    )]
+    Altered { file: String },
+    #[error(
+        "refusing to commit {file}: the index also holds changes to {others}, which spokekeeper did not make; clear them (git -C CLONE reset); nothing was committed"
+    )]
+    OtherStaged { file: String, others: String },
 }
 
 /// What `push` did.
@@ -206,14 +232,31 @@ impl Repo {
         }
     }
 
-    /// The contents of `rel` in the clone's working tree (after [`Repo::sync`], what HEAD
-    /// holds), or None when it is not there.
-    pub fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
+    /// The contents of `rel` as HEAD holds it (after [`Repo::sync`], the remote branch),
+    /// or None when it is not there. The committed blob, not the working tree: that is
+    /// what Flux reads, and attributes could make checkout write other bytes.
+    pub async fn read(&self, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
         let path = self.no_links(rel)?;
-        match crate::fsutil::read_nofollow(&path) {
-            Ok(b) => Ok(Some(b)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.io(&path, e)),
+        let rel_s = rel.to_string_lossy().into_owned();
+        let entry = self
+            .git(["ls-tree", "-z", "--full-tree", "HEAD", "--", &rel_s])
+            .await?;
+        let Some((meta, _)) = entry.split_once('\t') else {
+            return Ok(None);
+        };
+        match meta.split(' ').collect::<Vec<_>>().as_slice() {
+            ["100644" | "100755", "blob", id] => self
+                .git_raw(["cat-file", "blob", id], &[], None)
+                .await
+                .map(Some),
+            ["120000", ..] => Err(RepoError::Symlink(crate::fsutil::SymlinkError { path })),
+            _ => Err(self.io(
+                &path,
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    "committed as something other than a regular file",
+                ),
+            )),
         }
     }
 
@@ -227,34 +270,49 @@ impl Repo {
     }
 
     /// Commits `rel` alone with `message`; returns the new commit, or None when the file
-    /// did not change. Refuses (and unstages) a change that carries plaintext.
+    /// did not change. The file is staged as written, without filters, and refused
+    /// (and unstaged) when it carries plaintext or git attributes apply to it.
     pub async fn commit(&self, rel: &Path, message: &str) -> Result<Option<String>, RepoError> {
         let rel_s = rel.to_string_lossy().into_owned();
-        self.no_links(rel)?;
-        self.git(["add", "--", &rel_s]).await?;
-        // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
-        // diff drivers change what a diff shows, never what a blob holds.
-        let staged = self
-            .git(["diff", "--cached", "--name-only", "-z", "--", &rel_s])
-            .await?;
-        let staged: Vec<(String, String)> = staged
-            .split('\0')
-            .filter(|n| !n.is_empty())
-            .map(|n| (n.to_string(), format!(":0:{n}")))
-            .collect();
-        if staged.is_empty() {
-            return Ok(None);
-        }
-        if let Err(e) = self.check_blobs(&staged).await {
+        let path = self.no_links(rel)?;
+        let bytes = crate::fsutil::read_nofollow(&path).map_err(|e| self.io(&path, e))?;
+        if let Err(e) = self.stage_checked(&rel_s, &bytes).await {
             let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
             let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
             return Err(e);
         }
-        self.git(["commit", "--quiet", "-m", message, "--", &rel_s])
-            .await?;
+        // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
+        // diff drivers change what a diff shows, never what a blob holds.
+        let staged = self.git(["diff", "--cached", "--name-only", "-z"]).await?;
+        if staged.is_empty() {
+            return Ok(None);
+        }
+        // No pathspec: `git commit -- path` would stage the working tree again, through
+        // the filters just avoided. So the index must hold this change and no other.
+        let others: Vec<&str> = staged
+            .split('\0')
+            .filter(|n| !n.is_empty() && *n != rel_s)
+            .collect();
+        if !others.is_empty() {
+            let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
+            return Err(RepoError::OtherStaged {
+                file: rel_s,
+                others: crate::text::one_line(&others.join(", "), 300),
+            });
+        }
+        self.git(["commit", "--quiet", "-m", message]).await?;
         Ok(Some(
             self.git(["rev-parse", "HEAD"]).await?.trim().to_string(),
         ))
+    }
+
+    /// Stages `bytes` at `rel` in the clone's index as written, then refuses plaintext
+    /// (first: the worse finding) and any conversion git would apply to the file.
+    async fn stage_checked(&self, rel_s: &str, bytes: &[u8]) -> Result<(), RepoError> {
+        self.stage(rel_s, bytes, &[]).await?;
+        self.check_blobs(&[(rel_s.to_string(), format!(":0:{rel_s}"))])
+            .await?;
+        self.no_conversion(rel_s, &[], false).await
     }
 
     /// Puts `rel` back as HEAD has it (removed when HEAD has none): a change that could
@@ -394,7 +452,7 @@ impl Repo {
             let what = if body.contains(&0) {
                 Some("binary content, which cannot be checked for plaintext")
             } else {
-                plaintext_in(&String::from_utf8_lossy(body))
+                plaintext::plaintext_in(&String::from_utf8_lossy(body))
             };
             if let Some(what) = what {
                 return Err(RepoError::Plaintext {
@@ -576,39 +634,6 @@ fn is_non_fast_forward(output: &str) -> bool {
     ]
     .iter()
     .any(|m| output.contains(m))
-}
-
-/// What in a file would be plaintext key material.
-pub(crate) fn plaintext_in(text: &str) -> Option<&'static str> {
-    let added: Vec<&str> = text.lines().collect();
-    if added.iter().any(|l| l.contains("client-key-data")) {
-        return Some("client-key-data (a plaintext kubeconfig key)");
-    }
-    if added
-        .iter()
-        .any(|l| l.contains("-----BEGIN") && l.contains("PRIVATE KEY-----"))
-    {
-        return Some("a PEM private key");
-    }
-    let is_secret = added
-        .iter()
-        .any(|l| l.trim() == "kind: Secret" || l.contains("\"kind\": \"Secret\""));
-    let has_data = added.iter().any(|l| {
-        let t = l.trim_start();
-        t.starts_with("data:")
-            || t.starts_with("stringData:")
-            || t.starts_with("\"data\":")
-            || t.starts_with("\"stringData\":")
-    });
-    if is_secret && has_data {
-        return Some("a plaintext Secret with data");
-    }
-    if added.iter().any(|l| l.trim() == "kind: Config")
-        && added.iter().any(|l| l.trim_start().starts_with("token:"))
-    {
-        return Some("a plaintext kubeconfig token");
-    }
-    None
 }
 
 /// Kills a git's whole process group when the git call is dropped (a cancelled tick)

@@ -2,7 +2,6 @@
 //! index, so the clone's checkout never leaves the target branch and its working tree
 //! is never touched.
 
-use std::ffi::OsStr;
 use std::path::Path;
 
 use super::{Repo, RepoError};
@@ -168,16 +167,10 @@ impl Repo {
             .tempfile_in(self.path.join(".git"))
             .map_err(|e| self.io(&self.path, e))?;
         let env = [("GIT_INDEX_FILE", index.path().as_os_str())];
-        let no_env: [(&str, &OsStr); 0] = [];
         // git wants an index file it wrote itself, not an empty one.
         let _ = std::fs::remove_file(index.path());
         self.git_with(["read-tree", &base], &env, None).await?;
-        let blob = self
-            .git_with(["hash-object", "-w", "--stdin"], &no_env, Some(bytes))
-            .await?;
-        let info = format!("100644,{},{rel_s}", blob.trim());
-        self.git_with(["update-index", "--add", "--cacheinfo", &info], &env, None)
-            .await?;
+        self.stage(&rel_s, bytes, &env).await?;
         let tree = self.git_with(["write-tree"], &env, None).await?;
         let tree = tree.trim();
         let changed = self
@@ -189,6 +182,8 @@ impl Repo {
             .map(|n| (n.to_string(), format!("{tree}:{n}")))
             .collect();
         self.check_blobs(&changed).await?;
+        // The attributes the target branch's tree (and the clone) applies to the file.
+        self.no_conversion(&rel_s, &env, true).await?;
         // Signed by git itself (ssh-keygen -Y sign with repo.signing_key): a review
         // branch is trusted only when its head verifies against that key.
         let signer = self.signer.as_ref().ok_or(RepoError::NoSigningKey)?;

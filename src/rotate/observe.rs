@@ -58,8 +58,8 @@ pub enum InvalidKind {
 
 impl Committed {
     /// Reads what is committed at `spoke.output` in the clone.
-    pub fn read(spoke: &SpokeConfig, repo: &Repo) -> Committed {
-        match repo.read(&spoke.output) {
+    pub async fn read(spoke: &SpokeConfig, repo: &Repo) -> Committed {
+        match repo.read(&spoke.output).await {
             Ok(None) => Committed::Missing,
             Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
             Err(e) => Committed::Unreadable(Arc::new(e)),
@@ -136,7 +136,7 @@ pub async fn spoke(
     timeout: Duration,
     known: Option<Result<ProbeReport, ProbeError>>,
 ) -> Observation {
-    let committed = Committed::read(spoke, repo);
+    let committed = Committed::read(spoke, repo).await;
     let probe = match (known, expected_server(spoke, committed.recorded())) {
         (Some(known), _) => Some(known),
         (None, Some(server)) => Some(spoke::probe(&server, timeout).await),

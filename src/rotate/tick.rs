@@ -143,17 +143,17 @@ async fn verify_on_hub(
         .lock()
         .map(|s| s.clone())
         .unwrap_or_default();
-    let again: Vec<(usize, String)> = spokes
-        .iter()
-        .enumerate()
-        .filter(|(i, s)| {
-            waiting.contains(&s.name) && !fresh.iter().any(|(j, _)| j == i) && !reports[*i].failed()
-        })
-        .filter_map(|(i, s)| {
-            let bytes = ctx.repo.read(&s.output).ok()??;
-            Some((i, String::from_utf8(bytes).ok()?))
-        })
-        .collect();
+    let mut again: Vec<(usize, String)> = Vec::new();
+    for (i, s) in spokes.iter().enumerate() {
+        if !waiting.contains(&s.name) || fresh.iter().any(|(j, _)| *j == i) || reports[i].failed() {
+            continue;
+        }
+        if let Ok(Some(bytes)) = ctx.repo.read(&s.output).await
+            && let Ok(text) = String::from_utf8(bytes)
+        {
+            again.push((i, text));
+        }
+    }
     let checks = crate::hub::verify::after_push(cfg, hub, spokes, &fresh, false).await;
     for ((i, _), check) in fresh.iter().zip(checks) {
         reports[*i].hub = Some(check);

@@ -29,7 +29,7 @@ pub(super) async fn check(
         });
         Fallback::LastServed(last)
     } else {
-        committed = recorded(config, repo);
+        committed = recorded(config, repo).await;
         Fallback::Committed(&committed)
     };
     let mismatch = match confirm(sha256, hub, &config.sealing_sha256, fallback) {
@@ -126,10 +126,10 @@ pub(super) async fn check(
 /// What every configured spoke's committed output records: valid sealing fingerprints
 /// (through the annotation validator), and the spokes whose output exists but records
 /// none (unreadable, a link, unparsable, unannotated or malformed).
-fn recorded(config: &Config, repo: &Repo) -> Committed {
+async fn recorded(config: &Config, repo: &Repo) -> Committed {
     let mut out = Committed::default();
     for s in &config.spokes {
-        let valid = match repo.read(&s.output) {
+        let valid = match repo.read(&s.output).await {
             Ok(None) => continue,
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|sealed| {
                 let v = sealed.annotations.get(SEALING_CERT_SHA256)?;

@@ -31,7 +31,7 @@ async fn commit_push_and_idempotence() {
     let repo = open(&clones[0]).await;
     repo.sync().await.unwrap();
     let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
-    assert_eq!(repo.read(rel).unwrap(), None);
+    assert_eq!(repo.read(rel).await.unwrap(), None);
     repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap();
     let sha = repo
         .commit(rel, "dev: initial credential")
@@ -83,7 +83,15 @@ async fn push_rebases_over_a_concurrent_commit() {
 async fn plaintext_is_never_committed() {
     let (_d, _remote, clones) = fleet(1);
     let repo = open(&clones[0]).await;
-    let cases: [(&str, &[u8]); 4] = [
+    let cases: [(&str, &[u8]); 6] = [
+        (
+            "j.json",
+            br#"{"apiVersion":"v1","kind":"Secret","data":{"value":"aGk="}}"#,
+        ),
+        (
+            "l.yaml",
+            b"kind: List\nitems:\n- kind: Secret\n  data:\n    value: aGk=\n",
+        ),
         ("k.yaml", b"users:\n- user:\n    client-key-data: LS0t\n"),
         (
             "p.pem",
@@ -240,7 +248,7 @@ async fn review_branches_commit_beside_the_checkout_and_push_with_a_lease() {
     );
     assert_eq!(git(&clones[0], &["status", "--porcelain"]).trim(), "");
     assert_eq!(
-        repo.read(rel).unwrap(),
+        repo.read(rel).await.unwrap(),
         None,
         "the working tree has no trace of it"
     );
@@ -354,15 +362,15 @@ async fn plaintext_guard_ignores_diff_attributes() {
         assert_eq!(git(clone, &["rev-parse", "HEAD"]), head, "{attrs}");
         let e = repo.commit_on_target(rel, key, "leak").await.unwrap_err();
         assert!(matches!(e, RepoError::Plaintext { .. }), "{attrs}: {e}");
-        // A sealed file still commits under the same attributes.
+        // A sealed file is refused too: any attribute on an output is (see attributes.rs).
         repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap();
-        assert!(
-            repo.commit(rel, "sealed").await.unwrap().is_some(),
-            "{attrs}"
-        );
-        repo.commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "sealed")
+        let e = repo.commit(rel, "sealed").await.unwrap_err();
+        assert!(matches!(e, RepoError::Attributes { .. }), "{attrs}: {e}");
+        let e = repo
+            .commit_on_target(rel, b"kind: SealedSecret\nv: 2\n", "sealed")
             .await
-            .unwrap();
+            .unwrap_err();
+        assert!(matches!(e, RepoError::Attributes { .. }), "{attrs}: {e}");
     }
 }
 
@@ -406,7 +414,7 @@ async fn a_committed_symlink_at_the_output_is_neither_read_nor_written_through()
     std::fs::write(&outside, "kind: Secret\nhost-only: 1\n").unwrap();
     let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
     let repo = with_committed_links(&clones[0], &[(rel.to_str().unwrap(), &outside)]).await;
-    let e = repo.read(rel).unwrap_err();
+    let e = repo.read(rel).await.unwrap_err();
     assert!(matches!(e, RepoError::Symlink(_)), "{e}");
     assert!(
         e.to_string().contains("fluxcd/dev-kubeconfig-sealed.yaml")
@@ -442,7 +450,7 @@ async fn a_committed_symlinked_directory_is_neither_read_nor_written_through() {
     let repo = with_committed_links(&clones[0], &[("fluxcd", &outside)]).await;
     for rel in ["fluxcd/dev.yaml", "fluxcd/new/dev.yaml"] {
         let rel = Path::new(rel);
-        let e = repo.read(rel).unwrap_err();
+        let e = repo.read(rel).await.unwrap_err();
         assert!(matches!(e, RepoError::Symlink(_)), "{e}");
         assert!(e.to_string().contains("fluxcd is a symbolic link"), "{e}");
         let e = repo.write_atomic(rel, b"kind: SealedSecret\n").unwrap_err();

@@ -1,0 +1,252 @@
+//! The plaintext guard's reading of one staged file: parsed as YAML (every document) or
+//! JSON, whatever the layout (quoted keys, flow style, compact JSON, `List` items), and
+//! refused when any object in it is a Secret with data or a kubeconfig user with a key
+//! or token. Text that does not parse is refused when it mentions such things.
+
+use serde_json::Value;
+
+/// Keys of a kubeconfig user that hold a credential.
+const USER_SECRETS: [&str; 5] = [
+    "client-key",
+    "client-key-data",
+    "token",
+    "tokenFile",
+    "password",
+];
+
+/// Words that make text which does not parse suspect (compared in lower case).
+const SUSPECT: [&str; 6] = [
+    "client-key",
+    "token",
+    "password",
+    "secret",
+    "stringdata",
+    "data:",
+];
+
+/// What in `text` would be plaintext key material, or None.
+pub(crate) fn plaintext_in(text: &str) -> Option<&'static str> {
+    // A PEM private key is refused in any file, parsed or not.
+    if text
+        .lines()
+        .any(|l| l.contains("-----BEGIN") && l.contains("PRIVATE KEY-----"))
+    {
+        return Some("a PEM private key");
+    }
+    match documents(text) {
+        Some(docs) => docs.iter().find_map(found_in),
+        None => {
+            let lower = text.to_ascii_lowercase();
+            SUSPECT.iter().any(|w| lower.contains(w)).then_some(
+                "text that does not parse as YAML or JSON and mentions a Secret, a key or a token, which cannot be checked",
+            )
+        }
+    }
+}
+
+/// Every document in `text`, as JSON or else multi-document YAML; None when neither
+/// parses within the limits.
+fn documents(text: &str) -> Option<Vec<Value>> {
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        return Some(vec![v]);
+    }
+    serde_saphyr::from_multiple_with_options::<Value>(text, options()).ok()
+}
+
+/// Limits for a file of at most [`super::MAX_CHECKED_BLOB`]: what spokekeeper writes
+/// is shallow and has no anchors, so an alias bomb or deep nesting fails to parse (and
+/// is then judged as text).
+fn options() -> serde_saphyr::Options {
+    let max = usize::try_from(super::MAX_CHECKED_BLOB).unwrap_or(usize::MAX);
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_reader_input_bytes: Some(max),
+            max_depth: 64,
+            flow_nesting_limit: 64,
+            max_documents: 256,
+            max_aliases: 64,
+            max_anchors: 64,
+            max_nodes: 200_000,
+            max_events: 800_000,
+            max_total_scalar_bytes: 2 * max,
+            max_merge_keys: 0,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 1_000,
+            max_replay_stack_depth: 4,
+            max_alias_expansions_per_anchor: 8,
+        },
+        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
+        // Which of two `kind:` keys counts differs between parsers: not parsed.
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        with_snippet: false,
+    }
+}
+
+/// The first plaintext found in `v` or anything nested in it.
+fn found_in(v: &Value) -> Option<&'static str> {
+    match v {
+        Value::Object(map) => {
+            let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
+            if kind.eq_ignore_ascii_case("Secret")
+                && ["data", "stringData"]
+                    .iter()
+                    .any(|k| map.get(*k).is_some_and(non_empty))
+            {
+                return Some("a plaintext Secret with data");
+            }
+            if (kind.eq_ignore_ascii_case("Config") || map.contains_key("users"))
+                && kubeconfig_user_secret(map.get("users"))
+            {
+                return Some("a plaintext kubeconfig user key or token");
+            }
+            if map.get("client-key-data").is_some_and(non_empty) {
+                return Some("client-key-data (a plaintext kubeconfig key)");
+            }
+            map.values().find_map(found_in)
+        }
+        Value::Array(items) => items.iter().find_map(found_in),
+        _ => None,
+    }
+}
+
+/// Whether any entry of a kubeconfig's `users` has a key or token.
+fn kubeconfig_user_secret(users: Option<&Value>) -> bool {
+    let Some(Value::Array(users)) = users else {
+        return false;
+    };
+    users.iter().any(|u| {
+        // `- name: x\n  user: {...}`; a bare user mapping is read the same way.
+        let user = u.get("user").unwrap_or(u);
+        USER_SECRETS
+            .iter()
+            .any(|k| user.get(*k).is_some_and(non_empty))
+    })
+}
+
+fn non_empty(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::String(s) => !s.is_empty(),
+        Value::Object(m) => !m.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Bool(_) | Value::Number(_) => true,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(text: &str) -> Option<&'static str> {
+        plaintext_in(text)
+    }
+
+    #[test]
+    fn a_quoted_kind_is_a_secret() {
+        for text in [
+            "apiVersion: v1\nkind: \"Secret\"\ndata:\n  value: aGk=\n",
+            "apiVersion: v1\n'kind': 'Secret'\ndata:\n  value: aGk=\n",
+        ] {
+            assert_eq!(secret(text), Some("a plaintext Secret with data"), "{text}");
+        }
+    }
+
+    #[test]
+    fn a_flow_mapping_is_a_secret() {
+        let text = "{apiVersion: v1, kind: Secret, data: {value: aGk=}}\n";
+        assert_eq!(secret(text), Some("a plaintext Secret with data"));
+    }
+
+    #[test]
+    fn compact_json_is_a_secret() {
+        let text = r#"{"apiVersion":"v1","kind":"Secret","data":{"value":"aGk="}}"#;
+        assert_eq!(secret(text), Some("a plaintext Secret with data"));
+    }
+
+    #[test]
+    fn a_secret_in_a_lists_items_is_a_secret() {
+        let text = "apiVersion: v1\nkind: List\nitems:\n- kind: Secret\n  apiVersion: v1\n  data:\n    value: aGk=\n";
+        assert_eq!(secret(text), Some("a plaintext Secret with data"));
+    }
+
+    #[test]
+    fn a_secret_as_the_second_document_is_a_secret() {
+        let text = "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: b\n---\n{apiVersion: v1, kind: Secret, data: {value: aGk=}}\n";
+        assert_eq!(secret(text), Some("a plaintext Secret with data"));
+    }
+
+    #[test]
+    fn string_data_under_a_commented_kind_is_a_secret() {
+        let text =
+            "apiVersion: v1\nkind: Secret  # rotated\nstringData:\n  kubeconfig: |\n    anything\n";
+        assert_eq!(secret(text), Some("a plaintext Secret with data"));
+    }
+
+    #[test]
+    fn a_secret_of_any_api_version_with_data_is_refused_and_an_empty_one_is_not() {
+        let text = r#"{"apiVersion":"example.org/v2","kind":"Secret","data":{"a":"b"}}"#;
+        assert_eq!(secret(text), Some("a plaintext Secret with data"));
+        let empty = r#"{"apiVersion":"v1","kind":"Secret","data":{},"stringData":null}"#;
+        assert_eq!(secret(empty), None, "an empty Secret holds nothing");
+    }
+
+    #[test]
+    fn every_kubeconfig_user_credential_is_refused_in_json_and_flow_yaml() {
+        for key in USER_SECRETS {
+            let text = format!(
+                r#"{{"apiVersion":"v1","kind":"Config","users":[{{"name":"u","user":{{"{key}":"x"}}}}]}}"#
+            );
+            assert_eq!(
+                secret(&text),
+                Some("a plaintext kubeconfig user key or token"),
+                "{key}"
+            );
+        }
+        let flow = "{users: [{name: u, user: {token: abc}}]}";
+        assert_eq!(
+            secret(flow),
+            Some("a plaintext kubeconfig user key or token")
+        );
+    }
+
+    #[test]
+    fn unparseable_text_that_mentions_a_key_is_refused_and_plain_text_is_not() {
+        let broken = "kind: Secret\ndata: [unclosed\n  value: aGk=\n";
+        assert!(secret(broken).unwrap().contains("does not parse"));
+        let dup = "kind: ConfigMap\nkind: Secret\ndata:\n  value: aGk=\n";
+        assert!(
+            secret(dup).unwrap().contains("does not parse"),
+            "duplicate keys"
+        );
+        assert_eq!(secret("a: [unclosed\n"), None);
+    }
+
+    #[test]
+    fn an_alias_bomb_does_not_parse_and_is_judged_as_text() {
+        let mut bomb = String::from("a: &a [x, x, x, x, x, x, x, x, x]\n");
+        for (i, prev) in ["b", "c", "d", "e", "f", "g", "h", "i"]
+            .iter()
+            .zip(["a", "b", "c", "d", "e", "f", "g", "h"])
+        {
+            bomb.push_str(&format!(
+                "{i}: &{i} [*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]\n"
+            ));
+        }
+        assert!(documents(&bomb).is_none());
+        assert_eq!(secret(&bomb), None, "no suspect words");
+        bomb.push_str("kind: Secret\n");
+        assert!(secret(&bomb).unwrap().contains("does not parse"));
+    }
+
+    #[test]
+    fn sealed_secrets_and_certificates_pass() {
+        let sealed = "apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nmetadata:\n  name: dev-kubeconfig\n  namespace: flux-system\n  annotations:\n    spokekeeper.io/sealing-cert-sha256: ab12\nspec:\n  encryptedData:\n    value: AgBy3i4OJSWK\n  template:\n    metadata:\n      name: dev-kubeconfig\n      namespace: flux-system\n    type: Opaque\n";
+        assert_eq!(secret(sealed), None);
+        let cert =
+            "-----BEGIN CERTIFICATE-----\nMIIBszCCAVmgAwIBAgIUYx\n-----END CERTIFICATE-----\n";
+        assert_eq!(secret(cert), None);
+        let pem = "-----BEGIN PRIVATE KEY-----\nMC4CAQ\n-----END PRIVATE KEY-----\n";
+        assert_eq!(secret(pem), Some("a PEM private key"));
+    }
+}
