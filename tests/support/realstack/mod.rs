@@ -13,6 +13,8 @@ pub mod access;
 pub mod api;
 pub mod controller_manager;
 pub mod flux;
+pub mod flux_controllers;
+pub mod git_http;
 pub mod hub;
 pub mod kube;
 pub mod netns;
