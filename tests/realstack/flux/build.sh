@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Builds the lab tool flux-kubeconfig and copies Flux's Kustomization and
-# HelmRelease CRDs out of the controller modules pinned in go.mod. Everything
-# comes through the Go module proxy, checked against go.sum; nothing else is
-# fetched.
+# Builds the lab tool flux-kubeconfig and Flux's kustomize-controller and
+# helm-controller from the modules pinned in go.mod here, source-controller from
+# ../source (a module of its own: see the replaces in its go.mod), and copies
+# their CRDs out of the same modules. Everything comes through the Go module
+# proxy, checked against go.sum; nothing else is fetched.
 #   usage: build.sh OUT_DIR
-#   writes OUT_DIR/flux-kubeconfig, OUT_DIR/crds/kustomizations.yaml,
-#          OUT_DIR/crds/helmreleases.yaml
+#   writes OUT_DIR/flux-kubeconfig, OUT_DIR/bin/{source,kustomize,helm}-controller,
+#          OUT_DIR/crds/{kustomizations,helmreleases,gitrepositories,
+#          ocirepositories,buckets,helmrepositories,helmcharts,externalartifacts}.yaml
 set -euo pipefail
 
 if [ "$#" -ne 1 ] || [ -z "$1" ]; then
@@ -22,6 +24,10 @@ cd "$here"
 export GOFLAGS="-mod=readonly -buildvcs=false"
 
 go build -trimpath -o "$out/flux-kubeconfig" .
+mkdir -p "$out/bin"
+go build -trimpath -ldflags "-s -w" -o "$out/bin/" \
+    github.com/fluxcd/kustomize-controller github.com/fluxcd/helm-controller
+(cd ../source && go build -trimpath -ldflags "-s -w" -o "$out/bin/" github.com/fluxcd/source-controller)
 
 # stored_version FILE VERSION: the CRD's spec.versions has VERSION with
 # storage: true (version items are "  - " entries, their keys indented 4).
@@ -60,3 +66,12 @@ copy_crd github.com/fluxcd/kustomize-controller \
 copy_crd github.com/fluxcd/helm-controller \
     helm.toolkit.fluxcd.io_helmreleases.yaml helmreleases.yaml \
     helm.toolkit.fluxcd.io v2
+
+# source-controller's: kustomize-controller watches every source kind (and
+# ExternalArtifact) at start, helm-controller the HelmChart it makes.
+cd ../source
+for kind in gitrepositories ocirepositories buckets helmrepositories helmcharts externalartifacts; do
+    copy_crd github.com/fluxcd/source-controller \
+        "source.toolkit.fluxcd.io_$kind.yaml" "$kind.yaml" \
+        source.toolkit.fluxcd.io v1
+done

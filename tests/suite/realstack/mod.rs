@@ -2,4 +2,5 @@
 //! and each emulator held to its real counterpart.
 
 mod conformance;
+mod flux_real;
 mod real_hub;

@@ -1,7 +1,8 @@
 //! The real stack: a hub made of the real Kubernetes API server (RBAC, client
 //! certificates, a service-account issuer) over a real etcd, the real Sealed Secrets
 //! controller behind the API server's service proxy, Flux's CRDs and Flux's own
-//! kubeconfig loading; and spokes that are real API servers with k3s-shaped PKI behind
+//! kubeconfig loading, Flux's source-, kustomize- and helm-controller (flux_controllers,
+//! fed the fleet repo by git_http); and spokes that are real API servers with k3s-shaped PKI behind
 //! the lab's real sshd, each with kube-controller-manager's CSR signer.
 //!
 //! Everything is built from pinned Go modules by `scripts/build-realstack` into
@@ -13,6 +14,8 @@ pub mod access;
 pub mod api;
 pub mod controller_manager;
 pub mod flux;
+pub mod flux_controllers;
+pub mod git_http;
 pub mod hub;
 pub mod kube;
 pub mod netns;

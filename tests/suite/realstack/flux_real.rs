@@ -1,0 +1,326 @@
+//! spokekeeper against Flux's real controllers (tests/support/realstack/flux_controllers):
+//! source-controller fetches the fleet repo over HTTP, kustomize-controller applies its
+//! `fluxcd/` to the real hub and the spokes' ConfigMaps to the real spokes, helm-controller
+//! installs the fleet repo's chart on them, the real Sealed Secrets controller unseals.
+//! Nothing here writes a status: every Ready is the controllers' own.
+
+use crate::support;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use support::NodeOptions;
+use support::fleet::Fleet;
+use support::git::{commit, git};
+use support::realstack::controller_manager::ControllerManager;
+use support::realstack::flux_controllers::{
+    self as flux, FluxControllers, FluxOptions, Ready, ready, request_reconcile,
+};
+use support::realstack::git_http::GitHttp;
+use support::realstack::hub::{HubOptions, RealHub};
+use support::realstack::kube::KubeApi;
+use support::realstack::spoke::real_api;
+use support::realstack::wait_until;
+
+const PINNED: &str = "keys/sealed-secrets.pem";
+/// The GitRepository's and the root Kustomization's interval: short, so that a push
+/// reaches the hub without anyone asking.
+const SOURCE_INTERVAL: &str = "3s";
+/// The consumers' interval, Flux's usual: only a reconcile request moves them in a test.
+const CONSUMER_INTERVAL: &str = "10m";
+const WAIT: Duration = Duration::from_secs(120);
+
+/// A real hub with Flux's controllers, real spokes, and the fleet repo in Flux's layout.
+struct RealFlux {
+    // Drop order: the controllers, the git server, the spokes, then the hub.
+    controllers: FluxControllers,
+    _git: GitHttp,
+    signers: Vec<Option<ControllerManager>>,
+    spoke_apis: Vec<KubeApi>,
+    fleet: Fleet,
+    hub: RealHub,
+}
+
+impl RealFlux {
+    /// `n` real spokes (each with a CSR signer when `signers`), `extra` top-level lines
+    /// in spokekeeper.yaml.
+    fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
+        let hub = RealHub::start(&HubOptions::default());
+        let node = NodeOptions {
+            api: false,
+            api_port: 6443,
+            ..NodeOptions::default()
+        };
+        let fleet = Fleet::new(&vec![node; n]);
+        let spoke_apis: Vec<KubeApi> = fleet
+            .nodes
+            .iter()
+            .map(|n| real_api(n, &hub.etcd, hub.dir(), 0))
+            .collect();
+        let signers = spoke_apis
+            .iter()
+            .zip(&fleet.nodes)
+            .map(|(api, node)| {
+                signers.then(|| ControllerManager::start(api, node.pki(), hub.dir()))
+            })
+            .collect();
+        let mut text = std::fs::read_to_string(&fleet.config).unwrap();
+        let vectors = support::fleet::vectors().join("key/cert.pem");
+        text = text.replace(
+            vectors.to_str().unwrap(),
+            fleet.clone.join(PINNED).to_str().unwrap(),
+        );
+        text.push_str(&format!(
+            "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{extra}",
+            hub.admin_kubeconfig().display()
+        ));
+        std::fs::write(&fleet.config, text).unwrap();
+
+        // The layout, pushed from the seed clone as a person would.
+        let seed = fleet.dir.path().join("seed");
+        flux::write_layout(&seed, n, CONSUMER_INTERVAL);
+        git(&seed, &["add", "-A"]);
+        commit(&seed, "flux: the spokes' Kustomizations and HelmReleases");
+        git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+
+        let git_http = GitHttp::serve(fleet.dir.path());
+        let controllers = FluxControllers::start(&hub, &FluxOptions::default());
+        flux::bootstrap(&hub, &git_http.url("fleet.git"), SOURCE_INTERVAL);
+        let stack = RealFlux {
+            controllers,
+            _git: git_http,
+            signers,
+            spoke_apis,
+            fleet,
+            hub,
+        };
+        stack.wait_ready("gitrepository", "fleet", None);
+        stack.wait_ready("kustomization", "flux-system", None);
+        stack
+    }
+
+    /// Waits until `kind` `name` is Ready=True, having handled `requested` if given.
+    fn wait_ready(&self, kind: &str, name: &str, requested: Option<&str>) -> Ready {
+        self.wait_for(kind, name, "Ready=True", |r| {
+            r.status == "True" && requested.is_none_or(|at| r.last_handled == at)
+        })
+    }
+
+    fn wait_for(&self, kind: &str, name: &str, what: &str, ok: impl Fn(&Ready) -> bool) -> Ready {
+        wait_until(&format!("{kind} {name}: {what}"), WAIT, || {
+            match ready(&self.hub, kind, name) {
+                Some(r) if ok(&r) => Ok(r),
+                other => Err(format!("{other:?}\n{}", self.controllers.tail(15))),
+            }
+        })
+    }
+
+    fn rotate_json(&self) -> (i32, Value, String) {
+        let (code, report, err) = self.fleet.rotate_json(&["--all"]);
+        (
+            code,
+            report,
+            format!("{err}\n{}", self.controllers.tail(20)),
+        )
+    }
+
+    /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
+    /// restarted.
+    fn rebuild(&mut self, i: usize, generation: u32) {
+        let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
+        self.spoke_apis[i].stop();
+        self.fleet.nodes[i].rebuild();
+        self.spoke_apis[i] = real_api(
+            &self.fleet.nodes[i],
+            &self.hub.etcd,
+            self.hub.dir(),
+            generation,
+        );
+        if signer {
+            let pki = self.fleet.nodes[i].pki();
+            self.signers[i] = Some(ControllerManager::start(
+                &self.spoke_apis[i],
+                pki,
+                self.hub.dir(),
+            ));
+        }
+    }
+
+    /// What the controllers put on spoke i, read with the spoke's admin: the
+    /// Kustomization's ConfigMap and the Helm release's.
+    fn assert_deployed(&self, i: usize) {
+        let api = &self.spoke_apis[i];
+        let app = api.get_json(&[
+            "configmap",
+            "spoke-app",
+            "-n",
+            "default",
+            "--show-managed-fields",
+        ]);
+        assert_eq!(app["data"]["spoke"], format!("spoke{i}"), "{app:#}");
+        let managers: Vec<&str> = app["metadata"]["managedFields"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["manager"].as_str())
+            .collect();
+        assert_eq!(managers, ["kustomize-controller"], "{app:#}");
+        let chart = api.get_json(&["configmap", "spoke-config", "-n", "default"]);
+        assert_eq!(chart["data"]["spoke"], format!("spoke{i}"), "{chart:#}");
+        assert_eq!(
+            chart["metadata"]["annotations"]["meta.helm.sh/release-name"], "spoke-config",
+            "{chart:#}"
+        );
+        let releases = api.get_json(&[
+            "secrets",
+            "-n",
+            "default",
+            "-l",
+            "owner=helm,name=spoke-config,status=deployed",
+        ]);
+        assert_eq!(
+            releases["items"].as_array().map(Vec::len),
+            Some(1),
+            "{releases:#}"
+        );
+    }
+
+    /// Spoke i's hub report names exactly its Kustomization and HelmRelease, each Ready,
+    /// and says what `kubectl get` says of them on the hub; returns the requestedAt set.
+    fn assert_consumers_ready(&self, report: &Value, i: usize) -> String {
+        let spoke = &report["spokes"][i];
+        let listed = spoke["hub"]["consumers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{spoke:#}"));
+        let mut names: Vec<String> = listed
+            .iter()
+            .map(|c| format!("{}/{}/{}", c["kind"], c["namespace"], c["name"]).replace('"', ""))
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            [
+                format!("HelmRelease/flux-system/spoke{i}"),
+                format!("Kustomization/flux-system/spoke{i}")
+            ],
+            "{spoke:#}"
+        );
+        let requested = spoke["hub"]["requested_at"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{spoke:#}"))
+            .to_string();
+        for c in listed {
+            assert_eq!(c["ready"]["ok"], true, "{spoke:#}");
+            let kind = c["kind"].as_str().unwrap().to_lowercase();
+            let live = ready(&self.hub, &kind, &format!("spoke{i}")).expect("Ready");
+            assert_eq!(c["ready"]["status"], live.status, "{spoke:#}\n{live:?}");
+            assert_eq!(c["ready"]["reason"], live.reason, "{spoke:#}\n{live:?}");
+            assert_eq!(live.status, "True", "{live:?}");
+            assert_eq!(live.last_handled, requested, "{live:?}");
+            assert_eq!(live.observed_generation, live.generation, "{live:?}");
+        }
+        requested
+    }
+}
+
+/// Scenario 1 of issue 27: the first rotation. The root Kustomization applies the
+/// committed SealedSecret, the real Sealed Secrets controller unseals it, kustomize-
+/// controller applies the spoke's ConfigMap on the spoke and helm-controller installs the
+/// chart's release there; spokekeeper's report says each consumer Ready, as the hub does.
+#[test]
+fn the_real_controllers_deploy_with_the_first_rotation() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start(1, false, "");
+    // Before: the consumers cannot reach the spoke (no Secret yet).
+    for kind in ["kustomization", "helmrelease"] {
+        stack.wait_for(kind, "spoke0", "Ready=False", |r| r.status == "False");
+    }
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(report["spokes"][0]["action"], "rotated", "{report:#}");
+    assert_eq!(
+        report["spokes"][0]["hub"]["synced"]["ok"], true,
+        "{report:#}"
+    );
+    stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+}
+
+/// Spoke 0 rebuilt (new CAs, empty storage) after a first rotation in `extra`'s mode: the
+/// real controllers report the x509 failure when asked, then one tick brings the
+/// ConfigMap and the release back, each consumer Ready=True having handled spokekeeper's
+/// request at its current generation. Returns the stack and the tick's report.
+fn rebuild_and_tick(extra: &str, signers: bool) -> (RealFlux, Value) {
+    let mut stack = RealFlux::start(1, signers, extra);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let first = stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+
+    stack.rebuild(0, 1);
+    let gone = stack.spoke_apis[0].try_kubectl(&["get", "configmap", "spoke-app", "-n", "default"]);
+    assert!(gone.is_err(), "fresh storage: {gone:?}");
+    for kind in ["kustomization", "helmrelease"] {
+        let at = request_reconcile(&stack.hub, kind, "spoke0");
+        let failed = stack.wait_for(kind, "spoke0", "the x509 failure", |r| {
+            r.last_handled == at && r.status == "False"
+        });
+        assert!(failed.message.contains("x509"), "{kind}: {failed:?}");
+    }
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    let after = stack.assert_consumers_ready(&report, 0);
+    assert_ne!(after, first);
+    stack.assert_deployed(0);
+    (stack, report)
+}
+
+/// Scenario 2 of issue 27, extracted mode: a rebuilt spoke is served again by the real
+/// controllers after one tick.
+#[test]
+fn a_rebuilt_spoke_is_back_on_the_real_controllers_after_one_tick() {
+    let _heavy = support::timing::heavy();
+    let (_stack, report) = rebuild_and_tick("", false);
+    assert_eq!(report["spokes"][0]["user"], "system:admin", "{report:#}");
+}
+
+/// Scenario 2 of issue 27, minted mode: the rebuilt spoke gets generation 2 on its new
+/// cluster (generation 1's binding went with the old storage, so nothing is revoked);
+/// a renewal then mints generation 3, and generation 2 is revoked only once the real
+/// controllers reported Ready with it.
+#[test]
+fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
+    let _heavy = support::timing::heavy();
+    let (stack, report) = rebuild_and_tick(
+        "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n",
+        true,
+    );
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["user"], "spokekeeper:hub:2", "{spoke:#}");
+    assert!(
+        spoke["revoked"].as_array().is_none_or(Vec::is_empty),
+        "{spoke:#}"
+    );
+    let bindings = stack.spoke_apis[0].kubectl(&["get", "clusterrolebindings", "-o", "name"]);
+    assert!(bindings.contains("spokekeeper-hub-g2"), "{bindings}");
+    assert!(!bindings.contains("spokekeeper-hub-g1"), "{bindings}");
+
+    // renew_before (3590s of a 1h certificate) is reached 10s after the mint.
+    std::thread::sleep(Duration::from_secs(11));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
+    stack.assert_consumers_ready(&report, 0);
+    assert_eq!(
+        spoke["revoked"],
+        serde_json::json!(["spokekeeper-hub-g2"]),
+        "{spoke:#}"
+    );
+    let bindings = stack.spoke_apis[0].kubectl(&["get", "clusterrolebindings", "-o", "name"]);
+    assert!(!bindings.contains("spokekeeper-hub-g2"), "{bindings}");
+}
