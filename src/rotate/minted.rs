@@ -6,6 +6,8 @@ use std::time::Duration;
 
 use super::decide::{self, MintedCheck, Reason};
 use super::error::SpokeError;
+use super::generation::{self, Bound, GenerationError};
+use super::observe::{Committed, Invalid, InvalidKind};
 use super::refresh::Fresh;
 use super::state::{Recorded, RecordedCredential};
 use crate::config::{CredentialMode, SpokeConfig};
@@ -54,6 +56,32 @@ pub(super) struct Run {
     pub sign: Duration,
 }
 
+/// Minted: a committed file whose credential annotations do not read leaves the counter
+/// unknown, and a guess could bind a revoked user again: nothing is minted until they are
+/// restored.
+pub(super) fn unknown_generation(spoke: &SpokeConfig, committed: &Committed) -> Option<SpokeError> {
+    if spoke.credential.mode != CredentialMode::Minted {
+        return None;
+    }
+    let Committed::Invalid(Invalid {
+        path,
+        kind: InvalidKind::Annotations(e),
+    }) = committed
+    else {
+        return None;
+    };
+    if !e.key().starts_with("spokekeeper.io/credential-") {
+        return None;
+    }
+    let e = GenerationError::Annotation {
+        spoke: spoke.name.clone(),
+        file: path.display().to_string(),
+        detail: e.to_string(),
+    };
+    tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
+    Some(SpokeError::Generation(e))
+}
+
 fn failed(e: MintError) -> SpokeError {
     SpokeError::Mint(e.into())
 }
@@ -72,6 +100,8 @@ pub(super) async fn step(
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
     let mut revoked = Vec::new();
+    // Generations deleted this tick: the next one is above them too.
+    let mut gone: Vec<Bound> = Vec::new();
     if revoke_now {
         if !was_minted {
             return Err(SpokeError::NotMinted {
@@ -82,14 +112,25 @@ pub(super) async fn step(
         if dry_run {
             return Ok(Step::WouldMint);
         }
-        if mint::revoke(&admin.yaml, had.generation, limits.call)
+        // Every binding on the spoke, not the one the fleet repo names: that annotation
+        // may have been wound back to a generation long gone.
+        gone = mint::revoke_all(&admin.yaml, limits.call)
             .await
-            .map_err(failed)?
-        {
-            revoked.push(mint::binding_name(had.generation));
+            .map_err(failed)?;
+        let found: Vec<u64> = gone.iter().filter_map(|(_, g)| *g).collect();
+        if found != [had.generation] {
+            tracing::warn!(
+                spoke = %spoke.name,
+                recorded = had.generation,
+                found = ?found,
+                "the fleet repo's annotation {} disagrees with the bindings on the spoke: deleted every one",
+                super::state::CREDENTIAL_GENERATION
+            );
         }
+        revoked.extend(gone.iter().map(|(n, _)| n.clone()));
         *reason = Reason::Revoked {
             generation: had.generation,
+            found,
         };
     } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted)) {
         let user = had.user.as_deref().unwrap_or_default();
@@ -126,15 +167,20 @@ pub(super) async fn step(
             }
         }
     }
-    let bound = mint::highest_bound(&admin.yaml, limits.call)
+    let mut bound = mint::bound(&admin.yaml, limits.call)
         .await
         .map_err(failed)?;
-    let generation = had.next_generation().max(bound.saturating_add(1));
+    bound.extend(gone);
+    let file = spoke.output.display().to_string();
+    let generation = generation::next(&spoke.name, &file, had.generation, &bound).map_err(|e| {
+        tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
+        SpokeError::Generation(e)
+    })?;
     if generation != had.next_generation() {
         tracing::warn!(
             spoke = %spoke.name,
             recorded = had.generation,
-            bound,
+            generation,
             "the recorded generation is behind the spoke's bindings (was the fleet repo's annotation changed?): minting above both"
         );
     }

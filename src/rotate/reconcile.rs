@@ -120,6 +120,11 @@ pub(super) async fn reconcile<P: Publish>(
         return Reconciled::done(report);
     }
 
+    if let Some(e) = minted::unknown_generation(spoke, &seen.committed) {
+        report.outcome = Outcome::Failed(e);
+        return Reconciled::done(report);
+    }
+
     // extract -> validate
     stage("extract and validate");
     let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
