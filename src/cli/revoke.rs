@@ -91,7 +91,7 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
                 "{name}: deleted ClusterRoleBinding {binding}: its user is refused from now on\n"
             ));
         }
-        if found.as_slice() != [generation] {
+        if generation > 0 && found.as_slice() != [generation] {
             text.push_str(&format!(
                 "{name}: warning: the fleet repo's annotation spokekeeper.io/credential-generation says {generation}, \
                  but the spoke bound generations {found:?}: was the annotation changed? All were deleted\n"
@@ -112,7 +112,7 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
             _ => {}
         }
         let mut users: Vec<u64> = found.clone();
-        if !users.contains(&generation) {
+        if generation > 0 && !users.contains(&generation) {
             users.push(generation);
         }
         let bindings = if s.revoked.is_empty() {

@@ -9,7 +9,8 @@ use super::error::SpokeError;
 use super::generation::{self, Bound, GenerationError};
 use super::observe::{Committed, Invalid, InvalidKind};
 use super::refresh::Fresh;
-use super::state::{Recorded, RecordedCredential};
+use super::state::AnnotationError;
+use super::state::RecordedCredential;
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
 use crate::secret::SecretBytes;
@@ -37,8 +38,6 @@ pub(super) enum Step {
         credential: RecordedCredential,
         /// The admin credential, for the revocation after the push.
         admin: SecretBytes,
-        /// Deleted before minting (`spokekeeper revoke`, review-mode cleanup).
-        revoked: Vec<String>,
     },
 }
 
@@ -56,10 +55,14 @@ pub(super) struct Run {
     pub sign: Duration,
 }
 
-/// Minted: a committed file whose credential annotations do not read leaves the counter
-/// unknown, and a guess could bind a revoked user again: nothing is minted until they are
-/// restored.
-pub(super) fn unknown_generation(spoke: &SpokeConfig, committed: &Committed) -> Option<SpokeError> {
+/// Minted: a credential annotation that is there but malformed (e.g. a generation above
+/// MAX_GENERATION, which would freeze the counter) leaves the counter unknown, and a
+/// guess could bind a revoked user again: nothing is minted until it is restored. One
+/// removed reads as none minted, and the next generation is above the spoke's bindings.
+pub(super) fn unknown_generation(
+    spoke: &SpokeConfig,
+    committed: &Committed,
+) -> Option<GenerationError> {
     if spoke.credential.mode != CredentialMode::Minted {
         return None;
     }
@@ -70,16 +73,20 @@ pub(super) fn unknown_generation(spoke: &SpokeConfig, committed: &Committed) -> 
     else {
         return None;
     };
-    if !e.key().starts_with("spokekeeper.io/credential-") {
+    if !matches!(e, AnnotationError::Malformed { key, .. } if key.starts_with("spokekeeper.io/credential-"))
+    {
         return None;
     }
-    let e = GenerationError::Annotation {
+    Some(GenerationError::Annotation {
         spoke: spoke.name.clone(),
         file: path.display().to_string(),
         detail: e.to_string(),
-    };
+    })
+}
+
+fn refused(spoke: &SpokeConfig, e: GenerationError) -> SpokeError {
     tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
-    Some(SpokeError::Generation(e))
+    SpokeError::Generation(e)
 }
 
 fn failed(e: MintError) -> SpokeError {
@@ -87,23 +94,30 @@ fn failed(e: MintError) -> SpokeError {
 }
 
 /// `admin` is the extracted, validated admin credential; `reason` may be refined (a
-/// periodic check that finds the binding gone says so).
+/// periodic check that finds the binding gone says so); `revoked` gets the bindings
+/// deleted, also when the step then fails.
 pub(super) async fn step(
     spoke: &SpokeConfig,
     admin: Fresh,
-    previous: Option<&Recorded>,
+    committed: &Committed,
     reason: &mut Reason,
+    revoked: &mut Vec<String>,
     run: &Run,
 ) -> Result<Step, SpokeError> {
     let (revoke_now, review, dry_run) = (run.revoke, run.review, run.dry_run);
     let limits = run;
+    let previous = committed.recorded();
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
-    let mut revoked = Vec::new();
+    let unknown = unknown_generation(spoke, committed);
+    if let (Some(e), false) = (&unknown, revoke_now) {
+        return Err(refused(spoke, e.clone()));
+    }
     // Generations deleted this tick: the next one is above them too.
     let mut gone: Vec<Bound> = Vec::new();
     if revoke_now {
-        if !was_minted {
+        // A malformed annotation does not stop a revocation, only the mint after it.
+        if !was_minted && unknown.is_none() {
             return Err(SpokeError::NotMinted {
                 spoke: spoke.name.clone(),
                 had: had.mode,
@@ -132,6 +146,9 @@ pub(super) async fn step(
             generation: had.generation,
             found,
         };
+        if let Some(e) = unknown {
+            return Err(refused(spoke, e));
+        }
     } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted)) {
         let user = had.user.as_deref().unwrap_or_default();
         let present = mint::binding_fits(
@@ -172,10 +189,8 @@ pub(super) async fn step(
         .map_err(failed)?;
     bound.extend(gone);
     let file = spoke.output.display().to_string();
-    let generation = generation::next(&spoke.name, &file, had.generation, &bound).map_err(|e| {
-        tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
-        SpokeError::Generation(e)
-    })?;
+    let generation = generation::next(&spoke.name, &file, had.generation, &bound)
+        .map_err(|e| refused(spoke, e))?;
     if generation != had.next_generation() {
         tracing::warn!(
             spoke = %spoke.name,
@@ -209,6 +224,5 @@ pub(super) async fn step(
         fresh: Box::new(fresh),
         credential,
         admin: admin.yaml,
-        revoked,
     })
 }

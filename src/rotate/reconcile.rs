@@ -120,11 +120,6 @@ pub(super) async fn reconcile<P: Publish>(
         return Reconciled::done(report);
     }
 
-    if let Some(e) = minted::unknown_generation(spoke, &seen.committed) {
-        report.outcome = Outcome::Failed(e);
-        return Reconciled::done(report);
-    }
-
     // extract -> validate
     stage("extract and validate");
     let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
@@ -151,7 +146,15 @@ pub(super) async fn reconcile<P: Publish>(
             call: ctx.live_timeout,
             sign: ctx.sign_timeout,
         };
-        let step = minted::step(spoke, fresh, previous, &mut reason, &run).await;
+        let step = minted::step(
+            spoke,
+            fresh,
+            &seen.committed,
+            &mut reason,
+            &mut report.revoked,
+            &run,
+        )
+        .await;
         report.reason = Some(reason.clone());
         match step {
             Err(e) => {
@@ -170,9 +173,7 @@ pub(super) async fn reconcile<P: Publish>(
                 fresh,
                 credential,
                 admin,
-                revoked,
             }) => {
-                report.revoked = revoked;
                 if !in_review {
                     let below = credential.generation;
                     revocation = Some(minted::Revocation { admin, below });
