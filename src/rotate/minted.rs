@@ -53,6 +53,9 @@ pub(super) struct Run {
     pub call: Duration,
     /// Waiting for the signer.
     pub sign: Duration,
+    /// Why what is minted could not be sealed this tick (an untrusted sealing certificate,
+    /// a Secret `seal` refuses): then nothing is minted, since each mint binds a user.
+    pub unsealable: Option<SpokeError>,
 }
 
 /// Minted: a credential annotation that is there but malformed (e.g. a generation above
@@ -198,6 +201,9 @@ pub(super) async fn step(
             generation,
             "the recorded generation is behind the spoke's bindings (was the fleet repo's annotation changed?): minting above both"
         );
+    }
+    if let Some(e) = &run.unsealable {
+        return Err(e.clone());
     }
     let request = mint::Request {
         spoke: &spoke.name,

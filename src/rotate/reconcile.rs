@@ -145,6 +145,10 @@ pub(super) async fn reconcile<P: Publish>(
             dry_run: opts.dry_run,
             call: ctx.live_timeout,
             sign: ctx.sign_timeout,
+            unsealable: match untrusted {
+                Some(u) => Some(SpokeError::Untrusted(u.error.clone())),
+                None => refresh::can_seal(spoke, sealing).err(),
+            },
         };
         let step = minted::step(
             spoke,
