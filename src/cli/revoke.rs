@@ -73,18 +73,28 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
 fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> String {
     let mut text = String::new();
     for s in &report.spokes {
-        let Some(Reason::Revoked { generation }) = s.reason else {
+        let Some(Reason::Revoked {
+            generation,
+            ref found,
+        }) = s.reason
+        else {
             continue;
         };
-        let old = crate::mint::binding_name(generation);
         let name = &s.spoke;
-        if s.revoked.contains(&old) {
+        if s.revoked.is_empty() {
             text.push_str(&format!(
-                "{name}: deleted ClusterRoleBinding {old}: generation {generation} is refused from now on\n"
+                "{name}: no ClusterRoleBinding of spokekeeper's was on the spoke: generation {generation} had no access\n"
             ));
-        } else {
+        }
+        for binding in &s.revoked {
             text.push_str(&format!(
-                "{name}: ClusterRoleBinding {old} was already gone: generation {generation} had no access\n"
+                "{name}: deleted ClusterRoleBinding {binding}: its user is refused from now on\n"
+            ));
+        }
+        if generation > 0 && found.as_slice() != [generation] {
+            text.push_str(&format!(
+                "{name}: warning: the fleet repo's annotation spokekeeper.io/credential-generation says {generation}, \
+                 but the spoke bound generations {found:?}: was the annotation changed? All were deleted\n"
             ));
         }
         match (&s.outcome, &s.credential) {
@@ -101,10 +111,21 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
             )),
             _ => {}
         }
+        let mut users: Vec<u64> = found.clone();
+        if generation > 0 && !users.contains(&generation) {
+            users.push(generation);
+        }
+        let bindings = if s.revoked.is_empty() {
+            "-l app.kubernetes.io/managed-by=spokekeeper".to_string()
+        } else {
+            s.revoked.join(" ")
+        };
         text.push_str(&format!(
-            "check on the spoke with its admin kubeconfig: kubectl get clusterrolebinding {old} (NotFound), \
-             kubectl auth can-i '*' '*' --as {} (no)\n",
-            policy.user_for(generation)
+            "check on the spoke with its admin kubeconfig: kubectl get clusterrolebinding {bindings} (NotFound){}\n",
+            users
+                .iter()
+                .map(|g| format!(", kubectl auth can-i '*' '*' --as {} (no)", policy.user_for(*g)))
+                .collect::<String>()
         ));
     }
     text

@@ -403,33 +403,37 @@ pub(crate) async fn revoke_older(
     Ok(deleted)
 }
 
-/// The highest generation among spokekeeper's bindings on the spoke (0: none). The next
-/// generation is above it as well as above the recorded one: the recorded counter comes
+/// spokekeeper's bindings on the spoke: (name, generation label). The next generation
+/// is above all of them as well as above the recorded one: the recorded counter comes
 /// from the fleet repo, and a counter wound back there must not bind a user again whose
 /// revoked certificate may still be valid.
-pub(crate) async fn highest_bound(admin: &SecretBytes, limit: Duration) -> Result<u64, MintError> {
+pub(crate) async fn bound(
+    admin: &SecretBytes,
+    limit: Duration,
+) -> Result<Vec<(String, Option<u64>)>, MintError> {
     let spoke = Spoke::connect(admin, limit)
         .await
         .map_err(MintError::Admin)?;
-    Ok(spoke
-        .list_bindings()
-        .await?
-        .into_iter()
-        .filter_map(|(_, g)| g)
-        .max()
-        .unwrap_or(0))
+    spoke.list_bindings().await
 }
 
-/// Deletes the binding of `generation` now (`spokekeeper revoke`); false: it was gone.
-pub async fn revoke(
+/// Deletes every binding of spokekeeper's on the spoke now (`spokekeeper revoke`), not
+/// only the one the fleet repo names, which may have been changed. Returns those deleted
+/// (name, generation label).
+pub async fn revoke_all(
     admin: &SecretBytes,
-    generation: u64,
     limit: Duration,
-) -> Result<bool, MintError> {
+) -> Result<Vec<(String, Option<u64>)>, MintError> {
     let spoke = Spoke::connect(admin, limit)
         .await
         .map_err(MintError::Admin)?;
-    spoke.delete_binding(&binding_name(generation)).await
+    let mut deleted = Vec::new();
+    for (name, generation) in spoke.list_bindings().await? {
+        if spoke.delete_binding(&name).await? {
+            deleted.push((name, generation));
+        }
+    }
+    Ok(deleted)
 }
 
 /// Whether the binding of `generation` exists and binds `user` to the configured

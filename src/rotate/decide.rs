@@ -50,9 +50,12 @@ pub enum Reason {
     BindingMissing {
         binding: String,
     },
-    /// `spokekeeper revoke`: the committed generation's binding was deleted.
+    /// `spokekeeper revoke`: every binding of spokekeeper's on the spoke was deleted;
+    /// `generation` is the committed one, `found` the generations those bindings carried
+    /// (they differ when the fleet repo's annotation was changed).
     Revoked {
         generation: u64,
+        found: Vec<u64>,
     },
 }
 
@@ -97,7 +100,13 @@ impl fmt::Display for Reason {
                     "ClusterRoleBinding {binding} of the minted user is missing or binds another role"
                 )
             }
-            Reason::Revoked { generation } => write!(f, "generation {generation} revoked"),
+            Reason::Revoked { generation, found } => {
+                write!(f, "generation {generation} revoked")?;
+                match found.iter().filter(|g| *g != generation).count() {
+                    0 => Ok(()),
+                    _ => write!(f, " (the spoke bound generations {found:?})"),
+                }
+            }
         }
     }
 }
@@ -529,7 +538,10 @@ mod tests {
             Reason::BindingMissing {
                 binding: String::new(),
             },
-            Reason::Revoked { generation: 1 },
+            Reason::Revoked {
+                generation: 1,
+                found: vec![1],
+            },
         ] {
             assert_eq!(serde_json::to_value(&r).unwrap()["kind"], r.kind());
         }

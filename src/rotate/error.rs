@@ -67,6 +67,9 @@ pub enum SpokeError {
         "{spoke} holds no minted credential to revoke (its committed credential is {had}): set credential.mode: minted and rotate"
     )]
     NotMinted { spoke: String, had: CredentialMode },
+    /// Minted: no generation above the recorded and the bound ones may be minted.
+    #[error("{0}")]
+    Generation(super::generation::GenerationError),
     /// The tick's sealing certificate is not trusted: nothing is sealed to it.
     #[error("{0}")]
     Untrusted(String),
@@ -169,7 +172,7 @@ impl SpokeError {
             SpokeError::Kubeconfig(_) | SpokeError::Live(_) => Stage::Validate,
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
-            SpokeError::NotMinted { .. } => Stage::Mint,
+            SpokeError::NotMinted { .. } | SpokeError::Generation(_) => Stage::Mint,
             SpokeError::Untrusted(_) | SpokeError::Seal(_) | SpokeError::ReadBack { .. } => {
                 Stage::Seal
             }

@@ -6,8 +6,11 @@ use std::time::Duration;
 
 use super::decide::{self, MintedCheck, Reason};
 use super::error::SpokeError;
+use super::generation::{self, Bound, GenerationError};
+use super::observe::{Committed, Invalid, InvalidKind};
 use super::refresh::Fresh;
-use super::state::{Recorded, RecordedCredential};
+use super::state::AnnotationError;
+use super::state::RecordedCredential;
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
 use crate::secret::SecretBytes;
@@ -35,8 +38,6 @@ pub(super) enum Step {
         credential: RecordedCredential,
         /// The admin credential, for the revocation after the push.
         admin: SecretBytes,
-        /// Deleted before minting (`spokekeeper revoke`, review-mode cleanup).
-        revoked: Vec<String>,
     },
 }
 
@@ -52,6 +53,43 @@ pub(super) struct Run {
     pub call: Duration,
     /// Waiting for the signer.
     pub sign: Duration,
+    /// Why what is minted could not be sealed this tick (an untrusted sealing certificate,
+    /// a Secret `seal` refuses): then nothing is minted, since each mint binds a user.
+    pub unsealable: Option<SpokeError>,
+}
+
+/// Minted: a credential annotation that is there but malformed (e.g. a generation above
+/// MAX_GENERATION, which would freeze the counter) leaves the counter unknown, and a
+/// guess could bind a revoked user again: nothing is minted until it is restored. One
+/// removed reads as none minted, and the next generation is above the spoke's bindings.
+pub(super) fn unknown_generation(
+    spoke: &SpokeConfig,
+    committed: &Committed,
+) -> Option<GenerationError> {
+    if spoke.credential.mode != CredentialMode::Minted {
+        return None;
+    }
+    let Committed::Invalid(Invalid {
+        path,
+        kind: InvalidKind::Annotations(e),
+    }) = committed
+    else {
+        return None;
+    };
+    if !matches!(e, AnnotationError::Malformed { key, .. } if key.starts_with("spokekeeper.io/credential-"))
+    {
+        return None;
+    }
+    Some(GenerationError::Annotation {
+        spoke: spoke.name.clone(),
+        file: path.display().to_string(),
+        detail: e.to_string(),
+    })
+}
+
+fn refused(spoke: &SpokeConfig, e: GenerationError) -> SpokeError {
+    tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
+    SpokeError::Generation(e)
 }
 
 fn failed(e: MintError) -> SpokeError {
@@ -59,21 +97,30 @@ fn failed(e: MintError) -> SpokeError {
 }
 
 /// `admin` is the extracted, validated admin credential; `reason` may be refined (a
-/// periodic check that finds the binding gone says so).
+/// periodic check that finds the binding gone says so); `revoked` gets the bindings
+/// deleted, also when the step then fails.
 pub(super) async fn step(
     spoke: &SpokeConfig,
     admin: Fresh,
-    previous: Option<&Recorded>,
+    committed: &Committed,
     reason: &mut Reason,
+    revoked: &mut Vec<String>,
     run: &Run,
 ) -> Result<Step, SpokeError> {
     let (revoke_now, review, dry_run) = (run.revoke, run.review, run.dry_run);
     let limits = run;
+    let previous = committed.recorded();
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
-    let mut revoked = Vec::new();
+    let unknown = unknown_generation(spoke, committed);
+    if let (Some(e), false) = (&unknown, revoke_now) {
+        return Err(refused(spoke, e.clone()));
+    }
+    // Generations deleted this tick: the next one is above them too.
+    let mut gone: Vec<Bound> = Vec::new();
     if revoke_now {
-        if !was_minted {
+        // A malformed annotation does not stop a revocation, only the mint after it.
+        if !was_minted && unknown.is_none() {
             return Err(SpokeError::NotMinted {
                 spoke: spoke.name.clone(),
                 had: had.mode,
@@ -82,15 +129,29 @@ pub(super) async fn step(
         if dry_run {
             return Ok(Step::WouldMint);
         }
-        if mint::revoke(&admin.yaml, had.generation, limits.call)
+        // Every binding on the spoke, not the one the fleet repo names: that annotation
+        // may have been wound back to a generation long gone.
+        gone = mint::revoke_all(&admin.yaml, limits.call)
             .await
-            .map_err(failed)?
-        {
-            revoked.push(mint::binding_name(had.generation));
+            .map_err(failed)?;
+        let found: Vec<u64> = gone.iter().filter_map(|(_, g)| *g).collect();
+        if found != [had.generation] {
+            tracing::warn!(
+                spoke = %spoke.name,
+                recorded = had.generation,
+                found = ?found,
+                "the fleet repo's annotation {} disagrees with the bindings on the spoke: deleted every one",
+                super::state::CREDENTIAL_GENERATION
+            );
         }
+        revoked.extend(gone.iter().map(|(n, _)| n.clone()));
         *reason = Reason::Revoked {
             generation: had.generation,
+            found,
         };
+        if let Some(e) = unknown {
+            return Err(refused(spoke, e));
+        }
     } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted)) {
         let user = had.user.as_deref().unwrap_or_default();
         let present = mint::binding_fits(
@@ -126,17 +187,23 @@ pub(super) async fn step(
             }
         }
     }
-    let bound = mint::highest_bound(&admin.yaml, limits.call)
+    let mut bound = mint::bound(&admin.yaml, limits.call)
         .await
         .map_err(failed)?;
-    let generation = had.next_generation().max(bound.saturating_add(1));
+    bound.extend(gone);
+    let file = spoke.output.display().to_string();
+    let generation = generation::next(&spoke.name, &file, had.generation, &bound)
+        .map_err(|e| refused(spoke, e))?;
     if generation != had.next_generation() {
         tracing::warn!(
             spoke = %spoke.name,
             recorded = had.generation,
-            bound,
+            generation,
             "the recorded generation is behind the spoke's bindings (was the fleet repo's annotation changed?): minting above both"
         );
+    }
+    if let Some(e) = &run.unsealable {
+        return Err(e.clone());
     }
     let request = mint::Request {
         spoke: &spoke.name,
@@ -163,6 +230,5 @@ pub(super) async fn step(
         fresh: Box::new(fresh),
         credential,
         admin: admin.yaml,
-        revoked,
     })
 }

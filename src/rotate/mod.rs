@@ -8,6 +8,7 @@
 
 pub mod decide;
 mod error;
+mod generation;
 mod message;
 mod minted;
 pub mod observe;
@@ -30,6 +31,7 @@ use time::OffsetDateTime;
 pub use decide::{Decision, Reason};
 pub use error::Stage;
 pub use error::{ForgeFailure, ReviewError, SpokeError};
+pub use generation::GenerationError;
 pub use observe::{Committed, Observation};
 pub use progress::{Progress, Step};
 pub use report::{CredentialReport, Outcome, RepoFailure, RepoStage, SpokeReport, TickReport};

@@ -145,8 +145,20 @@ pub(super) async fn reconcile<P: Publish>(
             dry_run: opts.dry_run,
             call: ctx.live_timeout,
             sign: ctx.sign_timeout,
+            unsealable: match untrusted {
+                Some(u) => Some(SpokeError::Untrusted(u.error.clone())),
+                None => refresh::can_seal(spoke, sealing).err(),
+            },
         };
-        let step = minted::step(spoke, fresh, previous, &mut reason, &run).await;
+        let step = minted::step(
+            spoke,
+            fresh,
+            &seen.committed,
+            &mut reason,
+            &mut report.revoked,
+            &run,
+        )
+        .await;
         report.reason = Some(reason.clone());
         match step {
             Err(e) => {
@@ -165,9 +177,7 @@ pub(super) async fn reconcile<P: Publish>(
                 fresh,
                 credential,
                 admin,
-                revoked,
             }) => {
-                report.revoked = revoked;
                 if !in_review {
                     let below = credential.generation;
                     revocation = Some(minted::Revocation { admin, below });

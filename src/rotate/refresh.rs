@@ -96,13 +96,8 @@ pub fn record(
     }
 }
 
-/// Seals the kubeconfig `yaml` into the spoke's SealedSecret, with the recorded state.
-pub fn seal(
-    spoke: &SpokeConfig,
-    yaml: &SecretBytes,
-    sealing: &SealingKey,
-    recorded: &Recorded,
-) -> Result<String, SpokeError> {
+/// The spoke's Secret holding `yaml`.
+fn secret(spoke: &SpokeConfig, yaml: &SecretBytes) -> SecretInput {
     let mut input = SecretInput {
         name: spoke.secret.name.clone(),
         namespace: spoke.secret.namespace.clone(),
@@ -110,8 +105,33 @@ pub fn seal(
         ..Default::default()
     };
     input.data.insert(spoke.secret.key.clone(), yaml.clone());
-    let mut sealed =
-        SealedSecret::seal(&input, sealing, spoke.scope).map_err(|e| SpokeError::Seal(e.into()))?;
+    input
+}
+
+/// Whether [`seal`] would refuse the spoke's Secret for `sealing` (its names, scope or the
+/// key), tried with a placeholder: a mint is made only when it can be sealed, since each
+/// leaves a binding on the spoke.
+pub(crate) fn can_seal(spoke: &SpokeConfig, sealing: &SealingKey) -> Result<(), SpokeError> {
+    let placeholder = SecretBytes::from(b"placeholder".to_vec());
+    let sealed = SealedSecret::seal(&secret(spoke, &placeholder), sealing, spoke.scope)
+        .map_err(|e| SpokeError::Seal(e.into()))?;
+    SealedSecret::parse(sealed.to_yaml().as_bytes())
+        .and_then(|back| back.check_sealed(sealing))
+        .map_err(|e| SpokeError::ReadBack {
+            spoke: spoke.name.clone(),
+            error: e.into(),
+        })
+}
+
+/// Seals the kubeconfig `yaml` into the spoke's SealedSecret, with the recorded state.
+pub fn seal(
+    spoke: &SpokeConfig,
+    yaml: &SecretBytes,
+    sealing: &SealingKey,
+    recorded: &Recorded,
+) -> Result<String, SpokeError> {
+    let mut sealed = SealedSecret::seal(&secret(spoke, yaml), sealing, spoke.scope)
+        .map_err(|e| SpokeError::Seal(e.into()))?;
     sealed.annotations.extend(recorded.to_annotations());
     let manifest = sealed.to_yaml();
     // What is written is read back and must be ciphertext for this key: the last guard

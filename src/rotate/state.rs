@@ -38,6 +38,10 @@ pub(crate) const CREDENTIAL_USER: &str = "spokekeeper.io/credential-user";
 /// The last minted generation (kept after a switch back to extracted, so a user name is
 /// never reused); absent: 0, none minted yet.
 pub(crate) const CREDENTIAL_GENERATION: &str = "spokekeeper.io/credential-generation";
+/// The highest generation spokekeeper records or mints (2^32 - 1: one mint a minute for
+/// 8000 years). A larger one was written by hand: saturating it would freeze the counter,
+/// so every later mint would bind the same user again (docs/minted.md).
+pub(crate) const MAX_GENERATION: u64 = u32::MAX as u64;
 const MAX_USER: usize = 200;
 
 /// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
@@ -79,7 +83,8 @@ pub struct RecordedCredential {
 }
 
 impl RecordedCredential {
-    /// The generation the next minted credential gets.
+    /// The generation after the recorded one (a switch back to extracted revokes every
+    /// generation below it). Recorded generations are at most [`MAX_GENERATION`].
     pub(crate) fn next_generation(&self) -> u64 {
         self.generation.saturating_add(1)
     }
@@ -269,9 +274,17 @@ fn credential(
         Some(v) => v
             .parse::<u64>()
             .ok()
-            .filter(|&g| g > 0 && v.len() <= 20 && v.bytes().all(|b| b.is_ascii_digit()))
+            .filter(|&g| {
+                (1..=MAX_GENERATION).contains(&g)
+                    && v.len() <= 20
+                    && v.bytes().all(|b| b.is_ascii_digit())
+            })
             .ok_or_else(|| {
-                malformed(CREDENTIAL_GENERATION, "a generation number (1 or more)", v)
+                malformed(
+                    CREDENTIAL_GENERATION,
+                    "a generation number from 1 to 4294967295",
+                    v,
+                )
             })?,
     };
     let user = user
@@ -488,6 +501,9 @@ mod tests {
             (CREDENTIAL_GENERATION, "-1"),
             (CREDENTIAL_GENERATION, "+4"),
             (CREDENTIAL_GENERATION, "99999999999999999999999"),
+            // Frozen: every later mint would saturate to the same generation and user.
+            (CREDENTIAL_GENERATION, "18446744073709551614"),
+            (CREDENTIAL_GENERATION, "4294967296"),
             (CREDENTIAL_USER, ""),
             (CREDENTIAL_USER, "a b"),
             (CREDENTIAL_USER, "a\nSigned-off-by: x"),

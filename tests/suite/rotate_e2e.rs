@@ -653,3 +653,86 @@ async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_aga
     let theirs_hits = needles.git_objects_containing(&theirs);
     assert!(theirs_hits.is_empty(), "{theirs_hits:?}");
 }
+
+/// Someone with push access sets spoke0's `spokekeeper.io/credential-generation` to
+/// `value` (the line is there: spoke0 was minted).
+fn push_generation(fleet: &Fleet, value: &str) {
+    let theirs = fleet.dir.path().join(format!("theirs-{value}"));
+    clone(&fleet.remote, &theirs);
+    let file = theirs.join("fluxcd/spoke0-kubeconfig-sealed.yaml");
+    let text = std::fs::read_to_string(&file).unwrap();
+    let edited: String = text
+        .lines()
+        .map(
+            |l| match l.split_once("spokekeeper.io/credential-generation:") {
+                Some((indent, _)) => {
+                    format!("{indent}spokekeeper.io/credential-generation: \"{value}\"\n")
+                }
+                None => format!("{l}\n"),
+            },
+        )
+        .collect();
+    assert_ne!(edited, text, "the annotation was there");
+    std::fs::write(&file, edited).unwrap();
+    git(&theirs, &["add", "-A"]);
+    support::git::commit(&theirs, "tidy annotations");
+    git(&theirs, &["push", "--quiet", "origin", "main"]);
+}
+
+/// A recorded generation at the maximum (4294967295, which reads) leaves no generation
+/// above it: the mint is refused, naming the annotation and the file, and nothing is
+/// requested or bound (the counter used to saturate and bind one user on every mint).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_generation_at_the_maximum_refuses_to_mint_and_binds_nothing() {
+    let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    push_generation(&fleet, "4294967295");
+    let objects = fleet.nodes[0].api_objects();
+    for _ in 0..2 {
+        let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+        assert_ne!(code, 0, "{report:#}\n{err}");
+        let spoke = &report["spokes"][0];
+        assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+        let error = spoke["error"].as_str().unwrap();
+        for needle in [
+            "above 4294967295",
+            "spokekeeper.io/credential-generation in fluxcd/spoke0-kubeconfig-sealed.yaml is 4294967295",
+        ] {
+            assert!(error.contains(needle), "{needle:?} not in {error}");
+        }
+        let o = objects.lock().unwrap();
+        assert_eq!(o.binding_names(), ["spokekeeper-hub-g1"]);
+        assert!(o.csr_names().is_empty(), "{:?}", o.csr_names());
+    }
+}
+
+/// The annotation lowered below the live generation, then `revoke` whose mint is denied:
+/// the live generation's binding is deleted all the same (it used to delete only the one
+/// the annotation named, "already gone", and leave the live one working).
+#[tokio::test(flavor = "multi_thread")]
+async fn revoke_deletes_the_live_binding_a_lowered_annotation_no_longer_names() {
+    let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
+    for _ in 0..3 {
+        let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+        assert_eq!(code, 0, "{report:#}\n{err}");
+    }
+    let objects = fleet.nodes[0].api_objects();
+    assert_eq!(
+        objects.lock().unwrap().binding_names(),
+        ["spokekeeper-hub-g3"]
+    );
+    push_generation(&fleet, "1");
+    objects.lock().unwrap().deny_approvals();
+    let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    for needle in [
+        "deleted ClusterRoleBinding spokekeeper-hub-g3",
+        "says 1, but the spoke bound generations [3]",
+        "--as spokekeeper:hub:3 (no)",
+        "no new credential was committed",
+    ] {
+        assert!(err.contains(needle), "{needle:?} not in {err}");
+    }
+    assert!(objects.lock().unwrap().binding_names().is_empty());
+}

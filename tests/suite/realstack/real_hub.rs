@@ -1235,6 +1235,128 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     stack.fleet.assert_no_plaintext_of(&needles);
 }
 
+/// Pushes, as someone with push access to the fleet repo, spoke i's committed file with
+/// its `spokekeeper.io/credential-generation` annotation set to `value`.
+fn push_generation(stack: &Stack, i: usize, value: &str) {
+    let theirs = stack.hub.dir().join(format!("theirs-{value}"));
+    support::git::clone(&stack.fleet.remote, &theirs);
+    let file = theirs.join(format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let edited: String = text
+        .lines()
+        .map(
+            |l| match l.split_once("spokekeeper.io/credential-generation:") {
+                Some((indent, _)) => {
+                    format!("{indent}spokekeeper.io/credential-generation: \"{value}\"\n")
+                }
+                None => format!("{l}\n"),
+            },
+        )
+        .collect();
+    assert_ne!(edited, text, "the annotation was there");
+    std::fs::write(&file, edited).unwrap();
+    git(&theirs, &["add", "-A"]);
+    support::git::commit(&theirs, "tidy annotations");
+    git(&theirs, &["push", "--quiet", "origin", "main"]);
+}
+
+/// The generation counter against someone with push access to the fleet repo, on a real
+/// spoke with its real signer. Frozen (`18446744073709551614`, which saturated to the same
+/// user on every mint): a rotation is refused at `mint`, naming the annotation, its value,
+/// the file and the fix, and nothing new is bound nor requested; `revoke` still deletes
+/// the live binding (its credential gets 403) and binds nothing. Lowered below the live
+/// generation: `revoke` deletes the live generation's binding, which the annotation no
+/// longer names, says the two disagree, and that credential gets 403, even though the
+/// mint after it fails (approvals denied).
+#[test]
+fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_binding() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::with_signing_spokes(&[true]);
+    stack.configure("credential:\n  mode: minted\n  ttl: 1h\n");
+    for generation in [1, 2] {
+        let (code, report, err) = stack.fleet.rotate_json(&["--all", "--force"]);
+        assert_eq!(code, 0, "{report:#}\n{err}");
+        let spoke = &report["spokes"][0];
+        assert_eq!(spoke["credential"]["generation"], generation, "{spoke:#}");
+    }
+    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+    let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
+    list_namespaces(&gen2).expect("generation 2 works");
+    let api = &stack.spoke_apis[0];
+    let csrs = || api.kubectl(&["get", "csr", "-o", "name"]);
+
+    // Frozen: refused, loudly; nothing bound, nothing requested, the commit untouched.
+    push_generation(&stack, 0, "18446744073709551614");
+    let frozen = stack.fleet.remote_file(0);
+    let (code, report, err) = stack.fleet.rotate_json(&["--all", "--force"]);
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "failed", "{spoke:#}");
+    assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+    let error = spoke["error"].as_str().unwrap();
+    for needle in [
+        "refusing to mint for spoke0",
+        "fluxcd/spoke0-kubeconfig-sealed.yaml",
+        "annotation spokekeeper.io/credential-generation",
+        "18446744073709551614",
+        "git log -p",
+    ] {
+        assert!(error.contains(needle), "{needle:?} not in {error}");
+    }
+    assert!(err.contains("refusing to mint"), "no warning logged: {err}");
+    assert_eq!(our_bindings(api), ["spokekeeper-hub-g2"]);
+    assert!(!csrs().contains("spokekeeper-"), "{}", csrs());
+    assert_eq!(stack.fleet.remote_file(0), frozen);
+    // revoke still revokes: the live binding goes, and no user is bound again.
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        "{err}"
+    );
+    assert_eq!(our_bindings(api), Vec::<String>::new());
+    let refused = list_namespaces(&gen2).expect_err("generation 2 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    assert_eq!(stack.fleet.remote_file(0), frozen);
+
+    // Restored: the next generation is above it (3), and works.
+    push_generation(&stack, 0, "2");
+    let (code, report, err) = stack.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["credential"]["generation"], 3,
+        "{report:#}"
+    );
+    assert_eq!(our_bindings(api), ["spokekeeper-hub-g3"]);
+    let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
+    list_namespaces(&gen3).expect("generation 3 works");
+
+    // Lowered to 1: revoke deletes generation 3's binding all the same, and says why.
+    push_generation(&stack, 0, "1");
+    access::deny_csr_approvals(api);
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_ne!(code, 0, "the mint is denied: {out}\n{err}");
+    assert!(
+        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g3"),
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "spokekeeper.io/credential-generation says 1, but the spoke bound generations [3]"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:3 (no)"),
+        "{err}"
+    );
+    assert_eq!(our_bindings(api), Vec::<String>::new());
+    let refused = list_namespaces(&gen3).expect_err("generation 3 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    assert!(!csrs().contains("spokekeeper-"), "{}", csrs());
+    stack.fleet.assert_no_plaintext();
+}
+
 /// Each way a mint fails on a real spoke stops at stage `mint` with what is missing and
 /// the committed credential untouched: no signer (the request is never signed), an
 /// approval turned into a denial, an admin credential that may not create bindings, one

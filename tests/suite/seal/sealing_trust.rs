@@ -278,3 +278,57 @@ fn corrupted_or_unannotated_outputs_do_not_reach_first_use() {
     );
     assert_eq!(remote_head(&fleet), head);
 }
+
+/// A minted fleet whose pinned sealing certificate was replaced by a pusher: the
+/// configuration mints, the first tick sealed to the controller's certificate.
+fn minted_fleet_then_attacked() -> (Fleet, String) {
+    let fleet = fleet(1, None);
+    let mut text = std::fs::read_to_string(&fleet.config).unwrap();
+    text.push_str("credential:\n  mode: minted\n");
+    std::fs::write(&fleet.config, text).unwrap();
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["credential"]["generation"], 1,
+        "{report}"
+    );
+    push_attacker_cert(&fleet);
+    let file = fleet.remote_file(0);
+    (fleet, file)
+}
+
+/// Each minted tick against an untrusted sealing certificate fails at `seal` before it
+/// mints: no CSR and no new ClusterRoleBinding pile up on the spoke, one per tick.
+#[test]
+fn minted_ticks_against_an_untrusted_sealing_certificate_bind_nothing_new() {
+    let (fleet, file) = minted_fleet_then_attacked();
+    let objects = fleet.nodes[0].api_objects();
+    for _ in 0..3 {
+        let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+        assert_eq!(code, 1, "{report}\n{err}");
+        assert_eq!(action(&report, 0), "failed", "{report}");
+        assert_eq!(report["spokes"][0]["stage"], "seal", "{report}");
+        let o = objects.lock().unwrap();
+        assert_eq!(o.binding_names(), ["spokekeeper-hub-g1"]);
+        assert!(o.csr_names().is_empty(), "{:?}", o.csr_names());
+    }
+    assert_eq!(fleet.remote_file(0), file);
+}
+
+/// `revoke` against an untrusted sealing certificate still deletes the binding (the
+/// leaked credential is refused) but mints no replacement it could not seal.
+#[test]
+fn revoke_against_an_untrusted_sealing_certificate_deletes_and_binds_nothing() {
+    let (fleet, file) = minted_fleet_then_attacked();
+    let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g1"),
+        "{err}"
+    );
+    let objects = fleet.nodes[0].api_objects();
+    let o = objects.lock().unwrap();
+    assert!(o.binding_names().is_empty(), "{:?}", o.binding_names());
+    assert!(o.csr_names().is_empty(), "{:?}", o.csr_names());
+    assert_eq!(fleet.remote_file(0), file);
+}
