@@ -67,6 +67,15 @@ pub enum MintError {
         reason: String,
         message: String,
     },
+    #[error(
+        "{short}; that is not longer than credential.renew_before ({renew_before}), so every tick would \
+         mint a new generation (CSR {csr}; nothing was bound for it): {}", .short.limit.fix()
+    )]
+    TooShort {
+        csr: String,
+        renew_before: crate::config::Span,
+        short: super::lifetime::Shortfall,
+    },
     #[error("the certificate signed for CSR {csr} cannot be used: {why}")]
     BadCertificate { csr: String, why: String },
     #[error(

@@ -7,6 +7,8 @@
 mod api;
 mod csr;
 mod error;
+mod issuer;
+mod lifetime;
 
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ use time::OffsetDateTime;
 pub use api::Spoke;
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
+pub use lifetime::{Limit, Shortfall};
 
 use crate::certs::{self, CertInfo};
 use crate::config::CredentialPolicy;
@@ -25,6 +28,7 @@ use crate::kubeconfig::Sanitized;
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport};
 use api::{Answer, BINDINGS, CSRS, GENERATION, MANAGED_BY, SIGNER, shown};
+use lifetime::Lifetime;
 
 /// The group no minted credential may be in: it bypasses RBAC.
 const MASTERS: &str = "system:masters";
@@ -58,6 +62,8 @@ pub struct Minted {
     pub generation: u64,
     pub binding: String,
     pub not_after: OffsetDateTime,
+    /// The spoke issued less than `credential.ttl` (but more than `renew_before`).
+    pub shortened: Option<Shortfall>,
 }
 
 impl std::fmt::Debug for Minted {
@@ -88,6 +94,42 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
     }
     let chain = chain?;
     let leaf = check_certificate(&chain, &key, &user, &name)?;
+    // Judged before anything is bound: a lifetime that would be renewed at once leaves
+    // no binding behind, and the committed credential stays.
+    let at_hand: Vec<CertInfo> = admin
+        .client_certs()
+        .get(1..)
+        .unwrap_or_default()
+        .iter()
+        .chain(chain.get(1..).unwrap_or_default())
+        .cloned()
+        .collect();
+    let ca = issuer::issuing_ca(&leaf, &at_hand);
+    let shortened = match lifetime::judge(
+        leaf.not_after,
+        ca.map(|c| c.not_after),
+        OffsetDateTime::now_utc(),
+        req.policy.ttl,
+        req.policy.renew_before,
+    ) {
+        Lifetime::Full => None,
+        Lifetime::Short(short) => {
+            tracing::warn!(
+                spoke = req.spoke,
+                csr = %name,
+                renew_before = %crate::config::Span(req.policy.renew_before),
+                "{short}: renewed sooner than credential.ttl implies"
+            );
+            Some(short)
+        }
+        Lifetime::TooShort(short) => {
+            return Err(MintError::TooShort {
+                csr: name,
+                renew_before: crate::config::Span(req.policy.renew_before),
+                short,
+            });
+        }
+    };
     let binding = binding_name(req.generation);
     ensure_binding(&spoke, &binding, &user, req.policy, req.generation).await?;
 
@@ -127,6 +169,7 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
         generation: req.generation,
         binding,
         not_after: leaf.not_after,
+        shortened,
     })
 }
 

@@ -37,6 +37,8 @@ pub(super) enum Step {
         admin: SecretBytes,
         /// Deleted before minting (`spokekeeper revoke`, review-mode cleanup).
         revoked: Vec<String>,
+        /// The spoke issued less than credential.ttl.
+        shortened: Option<mint::Shortfall>,
     },
 }
 
@@ -153,6 +155,7 @@ pub(super) async fn step(
         user: Some(minted.user.clone()),
         generation,
     };
+    let shortened = minted.shortened;
     let fresh = Fresh {
         kubeconfig: minted.kubeconfig,
         yaml: minted.yaml,
@@ -164,5 +167,6 @@ pub(super) async fn step(
         credential,
         admin: admin.yaml,
         revoked,
+        shortened,
     })
 }

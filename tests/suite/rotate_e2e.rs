@@ -643,3 +643,39 @@ async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_aga
         "{names:?}"
     );
 }
+
+/// The emulated spoke signs for 24h at most, as a controller-manager with
+/// `--cluster-signing-duration=24h`, under the default ttl (30d) and renew_before (10d):
+/// each tick fails at `mint` with the reason, commits nothing, binds nothing and leaves
+/// no CSR, instead of minting, committing and pushing a generation every tick.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_24h_signer_under_the_default_renew_before_mints_nothing_each_tick() {
+    let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
+    let objects = fleet.nodes[0].api_objects();
+    objects.lock().unwrap().sign_at_most(24 * 3600);
+    let seed = fleet.remote_log();
+    for tick in 0..2 {
+        let (code, report, err) = fleet.rotate_json(&["--all"]);
+        assert_ne!(code, 0, "tick {tick}: {report:#}\n{err}");
+        let spoke = &report["spokes"][0];
+        assert_eq!(action(&report, 0), "failed", "{spoke:#}");
+        assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+        let error = spoke["error"].as_str().unwrap();
+        for needle in [
+            "for 23h5",
+            "not the 30d asked (credential.ttl)",
+            "--cluster-signing-duration",
+            "not longer than credential.renew_before (10d)",
+        ] {
+            assert!(error.contains(needle), "{needle:?} not in {error}");
+        }
+        assert_eq!(fleet.remote_log(), seed, "tick {tick} committed");
+        let objects = objects.lock().unwrap();
+        assert!(
+            objects.binding_names().is_empty(),
+            "{:?}",
+            objects.binding_names()
+        );
+        assert!(objects.csr_names().is_empty(), "{:?}", objects.csr_names());
+    }
+}
