@@ -123,6 +123,12 @@ impl Objects {
         }
     }
 
+    /// From now on approved CSRs are signed by `signer` (e.g. another node's CA, which
+    /// this node's API server does not trust).
+    pub fn sign_with(&mut self, signer: Signer) {
+        self.signer = signer;
+    }
+
     /// The signer issues for at most `seconds`, as KCM's `--cluster-signing-duration`
     /// caps a CSR's `expirationSeconds`.
     pub fn sign_at_most(&mut self, seconds: i64) {
