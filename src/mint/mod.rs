@@ -692,7 +692,8 @@ mod tests {
         let admin = admin_chain(&client_ca);
         for other in [ca("someone-else"), ca("k3s-client-ca")] {
             let cert = leaf(&other, &[USER], None, &[Eku::ClientAuth], &key);
-            let e = check_certificate(&[cert.clone()], &key, USER, "c", &admin).unwrap_err();
+            let e = check_certificate(std::slice::from_ref(&cert), &key, USER, "c", &admin)
+                .unwrap_err();
             assert!(
                 e.to_string()
                     .contains("not signed by the client CA that issued the admin credential"),
