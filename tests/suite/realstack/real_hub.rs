@@ -1291,6 +1291,8 @@ fn minting_failures_leave_the_committed_credential_untouched() {
         &[
             "no certificate within 30s",
             "does not sign kubernetes.io/kube-apiserver-client",
+            "/var/lib/rancher/k3s/server/tls/client-ca.nochain.crt",
+            "/var/lib/rancher/rke2/agent/pod-manifests/kube-controller-manager.yaml",
             "kubeadm",
         ],
     );
