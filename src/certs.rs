@@ -145,6 +145,11 @@ impl CertInfo {
     pub(crate) fn names_as_issuer(&self, issuer: &CertInfo) -> bool {
         self.issuer_raw == issuer.subject_raw
     }
+
+    /// True when both certificates name the same issuer (a name match only).
+    pub(crate) fn same_issuer(&self, other: &CertInfo) -> bool {
+        self.issuer_raw == other.issuer_raw
+    }
 }
 
 /// Whole days from `now` until `when`, rounded down (toward the past).

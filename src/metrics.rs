@@ -452,6 +452,7 @@ mod tests {
                 user: user.map(String::from),
                 generation,
                 not_after: None,
+                shortened: None,
             });
             TickReport::of(vec![s])
         };

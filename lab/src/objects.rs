@@ -37,6 +37,8 @@ const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 /// certificate is short-lived (under 8 hours).
 const BACKDATE: i64 = 5 * 60;
 const SHORT: i64 = 8 * 3600;
+/// KCM's `--cluster-signing-duration` default (8760h): the most it signs for.
+const SIGNING_DURATION: i64 = 365 * 24 * 3600;
 
 /// Who is asking: the x509 authenticator's user.
 pub struct Caller<'a> {
@@ -89,6 +91,8 @@ pub struct Objects {
     bindings: BTreeMap<String, Value>,
     revision: u64,
     signer: Signer,
+    /// The longest certificate the signer issues (`--cluster-signing-duration`), seconds.
+    signing_duration: i64,
     /// Every approval is stored as a denial (as the lab's admission policy does).
     deny_approvals: bool,
     /// (user, verb, resource[/subresource]) a test granted, as a ClusterRole bound to
@@ -103,6 +107,7 @@ impl Objects {
             bindings: BTreeMap::new(),
             revision: 1,
             signer,
+            signing_duration: SIGNING_DURATION,
             deny_approvals: false,
             grants: Vec::new(),
         }
@@ -116,6 +121,18 @@ impl Objects {
             self.grants
                 .push((user.into(), (*verb).into(), resource.into()));
         }
+    }
+
+    /// From now on approved CSRs are signed by `signer` (e.g. another node's CA, which
+    /// this node's API server does not trust).
+    pub fn sign_with(&mut self, signer: Signer) {
+        self.signer = signer;
+    }
+
+    /// The signer issues for at most `seconds`, as KCM's `--cluster-signing-duration`
+    /// caps a CSR's `expirationSeconds`.
+    pub fn sign_at_most(&mut self, seconds: i64) {
+        self.signing_duration = seconds;
     }
 
     /// From now on an approval is stored as a `Denied` condition.
@@ -318,7 +335,7 @@ impl Objects {
         if approved
             && csr["spec"]["signerName"] == CLIENT_SIGNER
             && let Signer::Signs(issuer, ca_not_after) = &self.signer
-            && let Ok(pem) = sign(&csr, issuer, *ca_not_after)
+            && let Ok(pem) = sign(&csr, issuer, *ca_not_after, self.signing_duration)
         {
             use base64::Engine as _;
             csr["status"]["certificate"] =
@@ -529,11 +546,13 @@ fn invalid_csr(csr: &Value) -> Option<String> {
 }
 
 /// What KCM's csrsigning controller issues: the CSR's subject and key, clientAuth,
-/// not a CA, valid from 5 minutes ago for expirationSeconds (capped by the CA).
+/// not a CA, valid from 5 minutes ago for expirationSeconds, capped by the signing
+/// duration `most` (seconds) and by the CA's notAfter.
 fn sign(
     csr: &Value,
     issuer: &Issuer<'static, KeyPair>,
     ca_not_after: OffsetDateTime,
+    most: i64,
 ) -> Result<String, String> {
     use base64::Engine as _;
     let pem = base64::engine::general_purpose::STANDARD
@@ -543,7 +562,8 @@ fn sign(
     let request = CertificateSigningRequestParams::from_der(&der).map_err(|e| e.to_string())?;
     let ttl = csr["spec"]["expirationSeconds"]
         .as_i64()
-        .unwrap_or(365 * 24 * 3600);
+        .unwrap_or(most)
+        .min(most);
     let now = OffsetDateTime::now_utc();
     let mut params = CertificateParams::default();
     params.distinguished_name = request.params.distinguished_name.clone();
@@ -856,6 +876,30 @@ mod tests {
         assert!(
             not_after <= now + 3600 && not_after > now + 3500,
             "{not_after} vs {now}"
+        );
+    }
+
+    #[test]
+    fn the_signing_duration_caps_what_a_csr_asks_as_kcm_does() {
+        let pki = pki();
+        let mut o = Objects::new(Signer::client_ca(&pki));
+        o.sign_at_most(24 * 3600);
+        let created = admin(&mut o, "POST", CSRS, csr("a", "u", 30 * 86_400));
+        admin(
+            &mut o,
+            "PUT",
+            &format!("{CSRS}/a/approval"),
+            approved(created.body),
+        );
+        let der = certificate(&mut o, "a").expect("signed");
+        let (_, cert) = X509Certificate::from_der(&der).unwrap();
+        let not_after = cert.validity().not_after.timestamp();
+        let now = OffsetDateTime::now_utc().unix_timestamp();
+        // 24h, backdated 5 minutes (24h is not short), not the 30 days asked.
+        let expected = now + 24 * 3600 - BACKDATE;
+        assert!(
+            (expected - 5..=expected).contains(&not_after),
+            "{not_after} vs {expected}"
         );
     }
 

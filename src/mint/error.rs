@@ -2,12 +2,21 @@
 
 use crate::spoke::LiveError;
 
-/// How to give a spoke a signer for kubernetes.io/kube-apiserver-client.
-const SIGNER_FIX: &str = "k3s/RKE2: the server's embedded controller-manager signs them with the client CA \
-     (/var/lib/rancher/{k3s,rke2}/server/tls/client-ca.crt): check it runs (not --disable-controller-manager) \
-     and its log; kubeadm: kube-controller-manager must run with --cluster-signing-cert-file and \
-     --cluster-signing-key-file (or --cluster-signing-kube-apiserver-client-cert-file/-key-file) pointing at \
-     the client CA (/etc/kubernetes/pki/ca.crt and ca.key)";
+/// How to give a spoke a signer for kubernetes.io/kube-apiserver-client. The file names
+/// are k3s's own (pkg/daemons/control/deps/deps.go, k3s-io/k3s at 09ac65a6:
+/// `SigningClientCA` is tls/client-ca.nochain.crt, the first certificate of
+/// client-ca.crt, which may hold a chain the signer does not take); RKE2 shares that code
+/// under /var/lib/rancher/rke2/server and runs the controller-manager as a static pod.
+const SIGNER_FIX: &str = "k3s: the controller-manager embedded in the k3s server \
+     signs them with /var/lib/rancher/k3s/server/tls/client-ca.nochain.crt (the first certificate \
+     of client-ca.crt) and client-ca.key: check the server does not run with \
+     --disable-controller-manager, and its log (journalctl -u k3s); RKE2: kube-controller-manager \
+     runs as a static pod (/var/lib/rancher/rke2/agent/pod-manifests/kube-controller-manager.yaml) \
+     signing with /var/lib/rancher/rke2/server/tls/client-ca.nochain.crt and client-ca.key: check \
+     that pod runs (crictl ps) and its log; kubeadm: kube-controller-manager must run with \
+     --cluster-signing-cert-file and --cluster-signing-key-file (or \
+     --cluster-signing-kube-apiserver-client-cert-file/-key-file) pointing at the client CA \
+     (/etc/kubernetes/pki/ca.crt and ca.key)";
 
 /// What can stop making the minted key pair, its request or its CSR name: never the key.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +76,15 @@ pub enum MintError {
         reason: String,
         message: String,
     },
+    #[error(
+        "{short}; that is not longer than credential.renew_before ({renew_before}), so every tick would \
+         mint a new generation (CSR {csr}; nothing was bound for it): {}", .short.limit.fix()
+    )]
+    TooShort {
+        csr: String,
+        renew_before: crate::config::Span,
+        short: super::lifetime::Shortfall,
+    },
     #[error("the certificate signed for CSR {csr} cannot be used: {why}")]
     BadCertificate { csr: String, why: String },
     #[error(
@@ -101,5 +119,32 @@ impl MintError {
             self,
             MintError::Validate(_) | MintError::NotAuthorized { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_signer_advice_names_the_files_k3s_and_rke2_sign_with() {
+        let text = MintError::SignerMissing {
+            csr: "c".into(),
+            secs: 30,
+        }
+        .to_string();
+        for needle in [
+            "/var/lib/rancher/k3s/server/tls/client-ca.nochain.crt",
+            "/var/lib/rancher/rke2/server/tls/client-ca.nochain.crt",
+            "--disable-controller-manager",
+            "static pod (/var/lib/rancher/rke2/agent/pod-manifests/kube-controller-manager.yaml)",
+            "--cluster-signing-kube-apiserver-client-cert-file",
+            "/etc/kubernetes/pki/ca.crt",
+        ] {
+            assert!(text.contains(needle), "{needle:?} not in {text}");
+        }
+        // client-ca.crt may be a chain: it is not what signs.
+        assert!(!text.contains("tls/client-ca.crt"), "{text}");
+        assert!(!text.contains("{k3s,rke2}"), "{text}");
     }
 }

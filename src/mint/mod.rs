@@ -7,6 +7,8 @@
 mod api;
 mod csr;
 mod error;
+mod issuer;
+mod lifetime;
 
 use std::time::Duration;
 
@@ -18,6 +20,7 @@ use time::OffsetDateTime;
 pub use api::Spoke;
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
+pub use lifetime::{Limit, Shortfall};
 
 use crate::certs::{self, CertInfo};
 use crate::config::CredentialPolicy;
@@ -25,6 +28,7 @@ use crate::kubeconfig::Sanitized;
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport};
 use api::{Answer, BINDINGS, CSRS, GENERATION, MANAGED_BY, SIGNER, shown};
+use lifetime::Lifetime;
 
 /// The group no minted credential may be in: it bypasses RBAC.
 const MASTERS: &str = "system:masters";
@@ -58,6 +62,8 @@ pub struct Minted {
     pub generation: u64,
     pub binding: String,
     pub not_after: OffsetDateTime,
+    /// The spoke issued less than `credential.ttl` (but more than `renew_before`).
+    pub shortened: Option<Shortfall>,
 }
 
 impl std::fmt::Debug for Minted {
@@ -87,7 +93,34 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
         tracing::warn!(spoke = req.spoke, csr = %name, error = %e, "cannot delete the CSR");
     }
     let chain = chain?;
-    let leaf = check_certificate(&chain, &key, &user, &name)?;
+    let (leaf, ca) = check_certificate(&chain, &key, &user, &name, admin.client_certs())?;
+    // Judged before anything is bound: a lifetime that would be renewed at once leaves
+    // no binding behind, and the committed credential stays.
+    let shortened = match lifetime::judge(
+        leaf.not_after,
+        ca.as_ref().map(|c| c.not_after),
+        OffsetDateTime::now_utc(),
+        req.policy.ttl,
+        req.policy.renew_before,
+    ) {
+        Lifetime::Full => None,
+        Lifetime::Short(short) => {
+            tracing::warn!(
+                spoke = req.spoke,
+                csr = %name,
+                renew_before = %crate::config::Span(req.policy.renew_before),
+                "{short}: renewed sooner than credential.ttl implies"
+            );
+            Some(short)
+        }
+        Lifetime::TooShort(short) => {
+            return Err(MintError::TooShort {
+                csr: name,
+                renew_before: crate::config::Span(req.policy.renew_before),
+                short,
+            });
+        }
+    };
     let binding = binding_name(req.generation);
     ensure_binding(&spoke, &binding, &user, req.policy, req.generation).await?;
 
@@ -127,6 +160,7 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
         generation: req.generation,
         binding,
         not_after: leaf.not_after,
+        shortened,
     })
 }
 
@@ -244,13 +278,16 @@ fn chain(cert: &str, name: &str) -> Result<Vec<CertInfo>, MintError> {
     Ok(chain)
 }
 
-/// The leaf must carry our key and name our user, in no group.
+/// The leaf must carry our key, name our user alone, in no group, be a client
+/// certificate, and be issued by the client CA the admin credential's issuer is (see
+/// issuer.rs); returns it and its issuing CA, when at hand.
 fn check_certificate(
     chain: &[CertInfo],
     key: &MintKey,
     user: &str,
     name: &str,
-) -> Result<CertInfo, MintError> {
+    admin: &[CertInfo],
+) -> Result<(CertInfo, Option<CertInfo>), MintError> {
     let bad = |why: String| MintError::BadCertificate {
         csr: name.to_string(),
         why,
@@ -259,30 +296,9 @@ fn check_certificate(
     let private = key.private_key()?;
     certs::key_matches_cert(&private, &leaf.der)
         .map_err(|_| bad("it is not for the key that was sent".into()))?;
-    let (cn, orgs) = subject(&leaf.der).map_err(|why| bad(why.into()))?;
-    if cn.as_deref() != Some(user) || !orgs.is_empty() {
-        return Err(bad(format!(
-            "its subject is CN={:?} O={orgs:?}, not CN={user:?} alone",
-            cn.unwrap_or_default()
-        )));
-    }
-    Ok(leaf.clone())
-}
-
-/// The CN and the organizations (groups) of a certificate, escaped.
-fn subject(der: &[u8]) -> Result<(Option<String>, Vec<String>), &'static str> {
-    use x509_parser::prelude::{FromDer, X509Certificate};
-    let (_, cert) = X509Certificate::from_der(der).map_err(|_| "it does not parse")?;
-    let s = cert.subject();
-    let text = |a: &x509_parser::x509::AttributeTypeAndValue| {
-        a.as_str()
-            .map(shown)
-            .unwrap_or_else(|_| "(not text)".into())
-    };
-    Ok((
-        s.iter_common_name().next().map(text),
-        s.iter_organization().take(16).map(text).collect(),
-    ))
+    issuer::check_subject(&leaf.der, user).map_err(bad)?;
+    let ca = issuer::check(leaf, admin, &chain[1..]).map_err(bad)?;
+    Ok((leaf.clone(), ca))
 }
 
 async fn delete_csr(spoke: &Spoke, name: &str) -> Result<(), MintError> {
@@ -521,47 +537,219 @@ mod tests {
         assert!(chain(&B64.encode("no pem here"), "c").is_err());
     }
 
+    use rcgen::{CertifiedIssuer, ExtendedKeyUsagePurpose as Eku, KeyPair};
+
+    fn ca(cn: &str) -> CertifiedIssuer<'static, KeyPair> {
+        ca_params(cn, None)
+    }
+
+    /// A CA named `cn`, self-signed, or signed by `parent` (an intermediate).
+    fn ca_params(
+        cn: &str,
+        parent: Option<&CertifiedIssuer<'static, KeyPair>>,
+    ) -> CertifiedIssuer<'static, KeyPair> {
+        let mut p = rcgen::CertificateParams::default();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+        p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        let key = KeyPair::generate().unwrap();
+        match parent {
+            None => CertifiedIssuer::self_signed(p, key).unwrap(),
+            Some(parent) => CertifiedIssuer::signed_by(p, key, parent).unwrap(),
+        }
+    }
+
+    /// A certificate from `issuer` for `subject_key`, with these CNs, organization and
+    /// extended key usages.
+    fn leaf(
+        issuer: &CertifiedIssuer<'static, KeyPair>,
+        cns: &[&str],
+        org: Option<&str>,
+        eku: &[Eku],
+        subject_key: &impl rcgen::PublicKeyData,
+    ) -> CertInfo {
+        let mut p = rcgen::CertificateParams::default();
+        p.distinguished_name = rcgen::DistinguishedName::new();
+        for (i, cn) in cns.iter().enumerate() {
+            // rcgen keeps one value per type: a second CN goes under its bare OID.
+            let kind = match i {
+                0 => rcgen::DnType::CommonName,
+                _ => rcgen::DnType::CustomDnType(vec![2, 5, 4, 3]),
+            };
+            p.distinguished_name.push(kind, *cn);
+        }
+        if let Some(o) = org {
+            p.distinguished_name
+                .push(rcgen::DnType::OrganizationName, o);
+        }
+        p.extended_key_usages = eku.to_vec();
+        p.use_authority_key_identifier_extension = true;
+        let der = p.signed_by(subject_key, issuer).unwrap().der().to_vec();
+        CertInfo::from_der(&der).unwrap()
+    }
+
+    fn info(ca: &CertifiedIssuer<'static, KeyPair>) -> CertInfo {
+        CertInfo::from_der(ca.der()).unwrap()
+    }
+
+    /// The admin credential's client chain, as k3s writes it: its leaf, then its CA.
+    fn admin_chain(ca: &CertifiedIssuer<'static, KeyPair>) -> Vec<CertInfo> {
+        let key = KeyPair::generate().unwrap();
+        let admin = leaf(
+            ca,
+            &["system:admin"],
+            Some("system:masters"),
+            &[Eku::ClientAuth],
+            &key,
+        );
+        vec![admin, info(ca)]
+    }
+
+    const USER: &str = "spokekeeper:hub:1";
+
     #[test]
     fn the_leaf_must_be_for_our_key_and_user_alone() {
         let key = MintKey::generate().unwrap();
-        let issuer = rcgen::KeyPair::generate().unwrap();
-        fn sign(
-            issuer: &rcgen::KeyPair,
-            cn: &str,
-            org: Option<&str>,
-            subject_key: &impl rcgen::PublicKeyData,
-        ) -> Vec<CertInfo> {
-            let mut p = rcgen::CertificateParams::default();
-            p.distinguished_name = rcgen::DistinguishedName::new();
-            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
-            if let Some(o) = org {
-                p.distinguished_name
-                    .push(rcgen::DnType::OrganizationName, o);
-            }
-            let ca = rcgen::CertificateParams::default()
-                .self_signed(issuer)
-                .unwrap();
-            let issuer = rcgen::Issuer::from_ca_cert_der(ca.der(), issuer).unwrap();
-            let der = p.signed_by(subject_key, &issuer).unwrap().der().to_vec();
-            vec![CertInfo::from_der(&der).unwrap()]
-        }
-        let ok = sign(&issuer, "spokekeeper:hub:1", None, &key);
-        assert!(check_certificate(&ok, &key, "spokekeeper:hub:1", "c").is_ok());
-        let e = check_certificate(&ok, &key, "spokekeeper:hub:2", "c").unwrap_err();
+        let client_ca = ca("k3s-client-ca");
+        let admin = admin_chain(&client_ca);
+        let check = |chain: Vec<CertInfo>, user: &str| {
+            check_certificate(&chain, &key, user, "c", &admin).map(|(_, ca)| ca)
+        };
+        let ok = leaf(&client_ca, &[USER], None, &[Eku::ClientAuth], &key);
+        let issuing = check(vec![ok.clone()], USER).unwrap();
+        assert_eq!(issuing, Some(info(&client_ca)));
+        let e = check(vec![ok], "spokekeeper:hub:2").unwrap_err();
         assert!(
             e.to_string().contains("not CN=\"spokekeeper:hub:2\""),
             "{e}"
         );
-        let masters = sign(&issuer, "spokekeeper:hub:1", Some("system:masters"), &key);
-        assert!(check_certificate(&masters, &key, "spokekeeper:hub:1", "c").is_err());
         let other = MintKey::generate().unwrap();
-        let e = check_certificate(
-            &sign(&issuer, "spokekeeper:hub:1", None, &other),
-            &key,
-            "spokekeeper:hub:1",
-            "c",
+        let e = check(
+            vec![leaf(&client_ca, &[USER], None, &[Eku::ClientAuth], &other)],
+            USER,
         )
         .unwrap_err();
         assert!(e.to_string().contains("not for the key"), "{e}");
+    }
+
+    #[test]
+    fn a_leaf_with_an_organization_or_a_second_cn_is_refused() {
+        let key = MintKey::generate().unwrap();
+        let client_ca = ca("k3s-client-ca");
+        let admin = admin_chain(&client_ca);
+        let masters = leaf(
+            &client_ca,
+            &[USER],
+            Some("system:masters"),
+            &[Eku::ClientAuth],
+            &key,
+        );
+        let e = check_certificate(&[masters], &key, USER, "c", &admin).unwrap_err();
+        assert!(e.to_string().contains("O=[\"system:masters\"]"), "{e}");
+        // Any organization is a group.
+        let team = leaf(&client_ca, &[USER], Some("team"), &[Eku::ClientAuth], &key);
+        assert!(check_certificate(&[team], &key, USER, "c", &admin).is_err());
+        let two = leaf(
+            &client_ca,
+            &[USER, "spokekeeper:hub:9"],
+            None,
+            &[Eku::ClientAuth],
+            &key,
+        );
+        let e = check_certificate(&[two], &key, USER, "c", &admin).unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "CN=[\"spokekeeper:hub:1\", \"spokekeeper:hub:9\"] O=[], not CN=\"spokekeeper:hub:1\" alone"
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_leaf_without_client_auth_is_refused() {
+        let key = MintKey::generate().unwrap();
+        let client_ca = ca("k3s-client-ca");
+        let admin = admin_chain(&client_ca);
+        for eku in [&[Eku::ServerAuth][..], &[]] {
+            let cert = leaf(&client_ca, &[USER], None, eku, &key);
+            let e = check_certificate(&[cert], &key, USER, "c", &admin).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("its extended key usage does not include clientAuth"),
+                "{eku:?}: {e}"
+            );
+        }
+        let both = leaf(
+            &client_ca,
+            &[USER],
+            None,
+            &[Eku::ServerAuth, Eku::ClientAuth],
+            &key,
+        );
+        assert!(check_certificate(&[both], &key, USER, "c", &admin).is_ok());
+    }
+
+    #[test]
+    fn a_leaf_from_another_ca_is_refused_even_under_the_same_name() {
+        let key = MintKey::generate().unwrap();
+        let client_ca = ca("k3s-client-ca");
+        let admin = admin_chain(&client_ca);
+        for other in [ca("someone-else"), ca("k3s-client-ca")] {
+            let cert = leaf(&other, &[USER], None, &[Eku::ClientAuth], &key);
+            let e = check_certificate(std::slice::from_ref(&cert), &key, USER, "c", &admin)
+                .unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("not signed by the client CA that issued the admin credential"),
+                "{e}"
+            );
+            // Returning the other CA beside it changes nothing: it does not chain to
+            // the admin credential's.
+            let e = check_certificate(&[cert, info(&other)], &key, USER, "c", &admin).unwrap_err();
+            assert!(
+                e.to_string().contains("nor by a CA that chains to it"),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_leaf_from_an_intermediate_of_the_admin_ca_is_accepted_when_returned() {
+        let key = MintKey::generate().unwrap();
+        let client_ca = ca("k3s-client-ca");
+        let admin = admin_chain(&client_ca);
+        let intermediate = ca_params("k3s-client-intermediate", Some(&client_ca));
+        let cert = leaf(&intermediate, &[USER], None, &[Eku::ClientAuth], &key);
+        let (_, issuing) = check_certificate(
+            &[cert.clone(), info(&intermediate)],
+            &key,
+            USER,
+            "c",
+            &admin,
+        )
+        .unwrap();
+        assert_eq!(issuing, Some(info(&intermediate)));
+        // Not returned, it cannot be verified: refused.
+        assert!(check_certificate(&[cert], &key, USER, "c", &admin).is_err());
+    }
+
+    #[test]
+    fn without_the_ca_at_hand_the_leaf_must_name_the_admin_certificates_issuer_and_key() {
+        let key = MintKey::generate().unwrap();
+        let client_ca = ca("kubernetes");
+        // kubeadm's admin.conf: the leaf alone.
+        let admin = admin_chain(&client_ca)[..1].to_vec();
+        let ok = leaf(&client_ca, &[USER], None, &[Eku::ClientAuth], &key);
+        let (_, issuing) = check_certificate(&[ok], &key, USER, "c", &admin).unwrap();
+        assert_eq!(issuing, None, "nothing to verify against");
+        for other in [ca("someone-else"), ca("kubernetes")] {
+            let cert = leaf(&other, &[USER], None, &[Eku::ClientAuth], &key);
+            let e = check_certificate(&[cert], &key, USER, "c", &admin).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains("not by the client CA that issued the admin credential"),
+                "{e}"
+            );
+        }
     }
 }

@@ -38,6 +38,8 @@ pub(super) enum Step {
         credential: RecordedCredential,
         /// The admin credential, for the revocation after the push.
         admin: SecretBytes,
+        /// The spoke issued less than credential.ttl.
+        shortened: Option<mint::Shortfall>,
     },
 }
 
@@ -220,6 +222,7 @@ pub(super) async fn step(
         user: Some(minted.user.clone()),
         generation,
     };
+    let shortened = minted.shortened;
     let fresh = Fresh {
         kubeconfig: minted.kubeconfig,
         yaml: minted.yaml,
@@ -230,5 +233,6 @@ pub(super) async fn step(
         fresh: Box::new(fresh),
         credential,
         admin: admin.yaml,
+        shortened,
     })
 }

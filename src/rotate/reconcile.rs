@@ -134,6 +134,7 @@ pub(super) async fn reconcile<P: Publish>(
     }
     let mut reason = reason;
     let mut revocation = None;
+    let mut shortened = None;
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let extracted = spoke.credential.mode == CredentialMode::Extracted;
     let (fresh, credential) = if !extracted {
@@ -177,7 +178,9 @@ pub(super) async fn reconcile<P: Publish>(
                 fresh,
                 credential,
                 admin,
+                shortened: short,
             }) => {
+                shortened = short;
                 if !in_review {
                     let below = credential.generation;
                     revocation = Some(minted::Revocation { admin, below });
@@ -215,6 +218,7 @@ pub(super) async fn reconcile<P: Publish>(
         // Extracted: who it authenticated as.
         credential.user = Some(fresh.live.username.clone());
     }
+    credential.shortened = shortened.map(|s| s.to_string());
     report.credential = Some(credential);
     match (&reason, previous.filter(|_| extracted)) {
         // On schedule, and the node serves what the hub already has.

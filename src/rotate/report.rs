@@ -84,6 +84,9 @@ pub struct CredentialReport {
     /// The client certificate's notAfter (minted: the signed certificate's).
     #[serde(with = "time::serde::rfc3339::option")]
     pub not_after: Option<OffsetDateTime>,
+    /// Minted this tick: the spoke issued less than credential.ttl, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shortened: Option<String>,
 }
 
 impl CredentialReport {
@@ -95,6 +98,7 @@ impl CredentialReport {
             user: r.credential.user.clone(),
             generation: minted.then_some(r.credential.generation),
             not_after: r.client_not_after,
+            shortened: None,
         }
     }
 }

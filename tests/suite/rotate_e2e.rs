@@ -736,3 +736,76 @@ async fn revoke_deletes_the_live_binding_a_lowered_annotation_no_longer_names() 
     }
     assert!(objects.lock().unwrap().binding_names().is_empty());
 }
+
+/// The emulated spoke signs for 24h at most, as a controller-manager with
+/// `--cluster-signing-duration=24h`, under the default ttl (30d) and renew_before (10d):
+/// each tick fails at `mint` with the reason, commits nothing, binds nothing and leaves
+/// no CSR, instead of minting, committing and pushing a generation every tick.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_24h_signer_under_the_default_renew_before_mints_nothing_each_tick() {
+    let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
+    let objects = fleet.nodes[0].api_objects();
+    objects.lock().unwrap().sign_at_most(24 * 3600);
+    let seed = fleet.remote_log();
+    for tick in 0..2 {
+        let (code, report, err) = fleet.rotate_json(&["--all"]);
+        assert_ne!(code, 0, "tick {tick}: {report:#}\n{err}");
+        let spoke = &report["spokes"][0];
+        assert_eq!(action(&report, 0), "failed", "{spoke:#}");
+        assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+        let error = spoke["error"].as_str().unwrap();
+        for needle in [
+            "for 23h5",
+            "not the 30d asked (credential.ttl)",
+            "--cluster-signing-duration",
+            "not longer than credential.renew_before (10d)",
+        ] {
+            assert!(error.contains(needle), "{needle:?} not in {error}");
+        }
+        assert_eq!(fleet.remote_log(), seed, "tick {tick} committed");
+        let objects = objects.lock().unwrap();
+        assert!(
+            objects.binding_names().is_empty(),
+            "{:?}",
+            objects.binding_names()
+        );
+        assert!(objects.csr_names().is_empty(), "{:?}", objects.csr_names());
+    }
+}
+
+/// The emulated spoke's signer signs with another cluster's client CA (one its API server
+/// does not trust): the certificate is refused at `mint`, before its binding is made,
+/// naming both issuers; nothing is committed, bound or left behind.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_certificate_from_another_ca_is_refused_before_it_is_bound() {
+    let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
+    let elsewhere = spokekeeper_lab::Pki::generate(&spokekeeper_lab::PkiOptions {
+        address: "127.0.0.1".parse().unwrap(),
+        address_in_sans: true,
+        client_cert_days: 365,
+    });
+    let objects = fleet.nodes[0].api_objects();
+    objects
+        .lock()
+        .unwrap()
+        .sign_with(spokekeeper_lab::objects::Signer::client_ca(&elsewhere));
+    let seed = fleet.remote_log();
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(action(&report, 0), "failed", "{spoke:#}");
+    assert_eq!(spoke["stage"], "mint", "{spoke:#}");
+    let error = spoke["error"].as_str().unwrap();
+    assert!(
+        error.contains("not signed by the client CA that issued the admin credential"),
+        "{error}"
+    );
+    assert_eq!(fleet.remote_log(), seed);
+    let objects = objects.lock().unwrap();
+    assert!(
+        objects.binding_names().is_empty(),
+        "{:?}",
+        objects.binding_names()
+    );
+    assert!(objects.csr_names().is_empty(), "{:?}", objects.csr_names());
+}

@@ -35,6 +35,18 @@ impl ControllerManager {
     /// and waits until a CSR the admin approves is signed: the signer works when this
     /// returns. The probe CSR is deleted.
     pub fn start(api: &KubeApi, pki: &Pki, dir: &Path) -> ControllerManager {
+        Self::start_with(api, pki, dir, None)
+    }
+
+    /// As [`ControllerManager::start`], signing for at most `signing_duration` (its
+    /// `--cluster-signing-duration`, e.g. `24h`; None: the default, a year), which caps
+    /// every CSR's `expirationSeconds`.
+    pub fn start_with(
+        api: &KubeApi,
+        pki: &Pki,
+        dir: &Path,
+        signing_duration: Option<&str>,
+    ) -> ControllerManager {
         let dir = dir.join(format!("{}-kcm", api.name));
         std::fs::create_dir_all(&dir).expect("controller-manager dir");
         let write = |file: &str, text: &str| {
@@ -67,6 +79,9 @@ impl ControllerManager {
             // No serving: nothing here scrapes or probes it (readiness is a signed CSR).
             .arg("--secure-port=0")
             .arg("--profiling=false");
+        if let Some(d) = signing_duration {
+            cmd.arg(format!("--cluster-signing-duration={d}"));
+        }
         let proc = Proc::spawn("kube-controller-manager", &dir, cmd);
         let mut kcm = ControllerManager { proc, dir };
         kcm.wait_signing(api);
