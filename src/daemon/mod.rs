@@ -6,6 +6,7 @@ pub mod http;
 pub mod lease;
 mod load;
 pub(crate) mod schedule;
+mod serve;
 mod signals;
 mod ticker;
 
@@ -112,7 +113,7 @@ async fn serve(opts: Options) -> Result<(), DaemonError> {
     let http = Http::start(listen, health.clone(), metrics.clone()).await?;
     let (leadership, leader, gate) =
         Leadership::start(opts.leader.as_ref(), health.clone(), metrics.clone()).await?;
-    tracing::info!(listen = %http.addr, schedule = %schedule, spokes = loaded.config().spokes.len(), "running: serving /metrics, /healthz and /readyz");
+    tracing::info!(listen = %http.addr, schedule = %schedule, spokes = loaded.config().spokes.len(), header_timeout_s = serve::HEADER_READ_TIMEOUT.as_secs(), connection_lifetime_s = serve::CONNECTION_LIFETIME.as_secs(), max_connections = serve::MAX_CONNECTIONS, max_head_bytes = serve::MAX_HEAD_BYTES, "running: serving /metrics, /healthz and /readyz");
 
     let notifier = ticker::notifier(&loaded)?;
     Ticker {
@@ -152,16 +153,7 @@ impl Http {
         let addr = listener.local_addr().unwrap_or(listen);
         let (stop, stopped) = oneshot::channel::<()>();
         let app = http::router(health, metrics);
-        let task = tokio::spawn(async move {
-            let served = axum::serve(listener, app)
-                .with_graceful_shutdown(async {
-                    let _ = stopped.await;
-                })
-                .await;
-            if let Err(e) = served {
-                tracing::error!(error = %e, "the HTTP server stopped");
-            }
-        });
+        let task = tokio::spawn(serve::serve(listener, app, stopped));
         Ok(Http { addr, stop, task })
     }
 

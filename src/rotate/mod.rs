@@ -88,6 +88,7 @@ pub struct Context {
 
 impl Context {
     /// Refuses the demo sealing key: its private half is published in keys/demo/.
+    /// `SealingKey::from_pem` refuses it already; this holds should a key be made otherwise.
     pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Result<Context, DemoKey> {
         if sealing.is_demo() {
             return Err(DemoKey {

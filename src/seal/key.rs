@@ -28,6 +28,10 @@ pub enum KeyError {
     PrivateKeyGiven { source_name: String },
     #[error("{source_name}: PEM block {label:?} is not a certificate or RSA public key")]
     UnexpectedPem { source_name: String, label: String },
+    #[error(
+        "{source_name}: {what} is spokekeeper's published demo key (keys/demo/), whose private key is public: anyone could unseal what is sealed to it. Seal to the hub controller's certificate instead (kubeseal --fetch-cert > keys/sealed-secrets-infra.pem)"
+    )]
+    DemoKey { source_name: String, what: String },
     #[error("{source_name}: the certificate does not parse: {reason}")]
     BadCertificate { source_name: String, reason: String },
     #[error("{source_name}: the key is {algorithm}, not RSA: Sealed Secrets only uses RSA keys")]
@@ -64,13 +68,21 @@ pub struct SealingKey {
 }
 
 impl SealingKey {
-    /// From a PEM certificate (as the controller serves it) or a bare RSA public key PEM.
-    /// Refuses non-RSA, small and expired keys; `now` decides what expired means.
+    /// From a PEM certificate (as the controller serves it; the first of a chain) or a bare
+    /// RSA public key PEM. Refuses the published demo key in any block of the file, and
+    /// non-RSA, small and expired keys; `now` decides what expired means. Every sealing key
+    /// (seal, rotate, the hub's certificate, the pinned one) is loaded here.
     pub fn from_pem(pem: &[u8], source_name: &str, now: OffsetDateTime) -> Result<Self, KeyError> {
         let blocks = pem::blocks(pem).map_err(|e| KeyError::BadCertificate {
             source_name: source_name.into(),
             reason: e.to_string(),
         })?;
+        if let Some(what) = demo_block(&blocks) {
+            return Err(KeyError::DemoKey {
+                source_name: source_name.into(),
+                what,
+            });
+        }
         let block = blocks.into_iter().next().ok_or_else(|| KeyError::NoPem {
             source_name: source_name.into(),
         })?;
@@ -172,14 +184,60 @@ impl SealingKey {
     }
 
     /// True for the demo key (the lab's, `spokekeeper_lab::DEMO_CERT_PEM`), whose private half is
-    /// public: nothing real may be sealed to it. Compares the RSA modulus, so the demo key
-    /// given as a bare public key, re-wrapped in another certificate or with another
-    /// exponent counts; the production build holds only this fingerprint, not the key.
+    /// public: nothing real may be sealed to it. [`SealingKey::from_pem`] already refuses it.
     pub fn is_demo(&self) -> bool {
-        let n = self.public.n().to_be_bytes();
-        let first = n.iter().position(|b| *b != 0).unwrap_or(n.len());
-        Fingerprint::<RsaModulus>::of(&n[first..]).hex() == DEMO_MODULUS_SHA256
+        is_demo_modulus(&self.public)
     }
+}
+
+/// Compares the RSA modulus, so the demo key given as a bare public key, re-wrapped in
+/// another certificate or with another exponent counts; the production build holds only
+/// this fingerprint, not the key.
+fn is_demo_modulus(public: &rsa::PublicKey) -> bool {
+    let n = public.n().to_be_bytes();
+    let first = n.iter().position(|b| *b != 0).unwrap_or(n.len());
+    Fingerprint::<RsaModulus>::of(&n[first..]).hex() == DEMO_MODULUS_SHA256
+}
+
+/// Which block of a PEM file holds the demo key, said for the error: every certificate of
+/// a chain and every public key, in each encoding `from_pem` reads. Blocks that do not
+/// parse are not the demo key (the first one's own error is reported as usual).
+fn demo_block(blocks: &[pem::Block]) -> Option<String> {
+    let certs = blocks.iter().filter(|b| b.label == "CERTIFICATE").count();
+    let mut cert_no = 0;
+    for block in blocks {
+        let der = block.der.expose();
+        let (public, what) = match block.label.as_str() {
+            "CERTIFICATE" => {
+                cert_no += 1;
+                let Ok((_, cert)) = X509Certificate::from_der(der) else {
+                    continue;
+                };
+                let what = if certs == 1 {
+                    "the certificate".to_string()
+                } else {
+                    format!("certificate {cert_no} of the {certs} in the file")
+                };
+                (
+                    rsa::PublicKey::from_public_key_der(cert.public_key().raw).ok(),
+                    what,
+                )
+            }
+            "PUBLIC KEY" => (
+                rsa::PublicKey::from_public_key_der(der).ok(),
+                "the public key".to_string(),
+            ),
+            "RSA PUBLIC KEY" => (
+                rsa::PublicKey::from_pkcs1_der(der).ok(),
+                "the RSA public key".to_string(),
+            ),
+            _ => continue,
+        };
+        if public.is_some_and(|p| is_demo_modulus(&p)) {
+            return Some(what);
+        }
+    }
+    None
 }
 
 /// SHA-256 of the demo key's RSA modulus (big-endian, no leading zeros):
@@ -336,16 +394,89 @@ mod tests {
     use super::*;
     use crate::seal::{hybrid_decrypt, hybrid_encrypt};
 
+    fn now() -> OffsetDateTime {
+        OffsetDateTime::now_utc()
+    }
+
+    fn vectors_cert() -> String {
+        std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/vectors/sealed-secrets/key/cert.pem"
+        ))
+        .unwrap()
+    }
+
+    fn demo_private() -> rsa::PrivateKey {
+        RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "demo key").unwrap()[0]
+            .private_key()
+            .clone()
+    }
+
+    /// A new self-signed certificate for the demo key pair: another fingerprint, same key.
+    fn reissued_demo_cert() -> String {
+        use rsa::pkcs8::EncodePrivateKey;
+        let der = demo_private().to_pkcs8_der().unwrap();
+        let kp = rcgen::KeyPair::try_from(der.as_bytes()).unwrap();
+        let params = rcgen::CertificateParams::new(vec!["not-the-demo".into()]).unwrap();
+        params.self_signed(&kp).unwrap().pem()
+    }
+
+    /// Refused as the demo key, naming the file, what in it, and the fix.
+    fn assert_demo_refused(pem: &str, what: &str) {
+        let e = SealingKey::from_pem(pem.as_bytes(), "some/cert.pem", now()).unwrap_err();
+        assert!(matches!(e, KeyError::DemoKey { .. }), "{e:?}");
+        let msg = e.to_string();
+        for needle in [
+            "some/cert.pem",
+            what,
+            "published demo key",
+            "kubeseal --fetch-cert",
+        ] {
+            assert!(msg.contains(needle), "{needle:?} not in: {msg}");
+        }
+    }
+
     /// The fingerprint `seal` refuses is the demo certificate's, and the lab's private key
     /// is its other half (what is sealed to the one opens with the other).
     #[test]
     fn the_refused_demo_fingerprint_is_the_demo_key_pairs() {
-        let now = OffsetDateTime::now_utc();
-        let demo = SealingKey::from_pem(DEMO_CERT_PEM.as_bytes(), "demo", now).unwrap();
+        let public = demo_private().to_public_key();
+        assert!(is_demo_modulus(&public));
+        let demo = SealingKey::checked(public, Fingerprint::of(b"demo"), None, "demo").unwrap();
         assert!(demo.is_demo());
         let keys = RecoveryKey::load_all(DEMO_KEY_PEM.as_bytes(), "demo key").unwrap();
         let sealed = hybrid_encrypt(&demo, b"label", b"plaintext").unwrap();
         let opened = hybrid_decrypt(&keys, b"label", &sealed).unwrap();
         assert_eq!(opened.expose(), b"plaintext");
+    }
+
+    #[test]
+    fn the_demo_key_is_refused_as_certificate_reissued_in_a_chain_or_bare() {
+        use rsa::pkcs1::EncodeRsaPublicKey;
+        use rsa::pkcs8::EncodePublicKey;
+        assert_demo_refused(DEMO_CERT_PEM, "the certificate");
+        assert_demo_refused(&reissued_demo_cert(), "the certificate");
+        // Second in a chain whose first certificate is a usable key.
+        let chain = format!("{}{}", vectors_cert(), reissued_demo_cert());
+        assert_demo_refused(&chain, "certificate 2 of the 2");
+        let public = demo_private().to_public_key();
+        let spki = public
+            .to_public_key_pem(rsa::pkcs8::LineEnding::LF)
+            .unwrap();
+        assert_demo_refused(&spki, "the public key");
+        let pkcs1 = public.to_pkcs1_pem(rsa::pkcs8::LineEnding::LF).unwrap();
+        assert_demo_refused(&pkcs1, "the RSA public key");
+        // After a usable certificate, as a bare key: still in the file, still refused.
+        assert_demo_refused(&format!("{}{spki}", vectors_cert()), "the public key");
+    }
+
+    /// Only the demo key: the vectors' certificate, alone or with another after it, loads.
+    #[test]
+    fn another_key_alone_or_in_a_chain_is_not_taken_for_the_demo_key() {
+        let alone = SealingKey::from_pem(vectors_cert().as_bytes(), "cert.pem", now()).unwrap();
+        assert!(!alone.is_demo());
+        let chain = format!("{}{}", vectors_cert(), vectors_cert());
+        let first = SealingKey::from_pem(chain.as_bytes(), "chain.pem", now()).unwrap();
+        assert_eq!(first.fingerprint(), alone.fingerprint());
     }
 }

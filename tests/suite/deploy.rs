@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodSpec, SecretVolumeSource, Service, ServiceAccount,
     VolumeMount,
 };
+use k8s_openapi::api::networking::v1::{NetworkPolicy, NetworkPolicyPeer, NetworkPolicyPort};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
@@ -257,6 +258,7 @@ enum Object {
     Namespace(Namespace),
     Role(Role),
     RoleBinding(RoleBinding),
+    NetworkPolicy(NetworkPolicy),
     ServiceMonitor(Crd<ServiceMonitorSpec>),
     PrometheusRule(Crd<PrometheusRuleSpec>),
     HelmRelease(Crd<HelmReleaseSpec>),
@@ -277,6 +279,7 @@ fn read_object(doc: &Value, origin: &str) -> Object {
         ("v1", "Namespace") => Object::Namespace(strict(doc, &what)),
         ("rbac.authorization.k8s.io/v1", "Role") => Object::Role(strict(doc, &what)),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => Object::RoleBinding(strict(doc, &what)),
+        ("networking.k8s.io/v1", "NetworkPolicy") => Object::NetworkPolicy(strict(doc, &what)),
         ("monitoring.coreos.com/v1", "ServiceMonitor") => {
             Object::ServiceMonitor(strict(doc, &what))
         }
@@ -477,6 +480,7 @@ fn chart_renders_only_strictly_typed_objects_with_defaults() {
             Object::ConfigMap(_) => "ConfigMap",
             Object::Role(_) => "Role",
             Object::RoleBinding(_) => "RoleBinding",
+            Object::NetworkPolicy(_) => "NetworkPolicy",
             Object::ServiceMonitor(_) => "ServiceMonitor",
             Object::PrometheusRule(_) => "PrometheusRule",
             other => panic!("the chart renders {other:?}"),
@@ -495,6 +499,7 @@ fn chart_renders_only_strictly_typed_objects_with_defaults() {
         [
             "ConfigMap",
             "Deployment",
+            "NetworkPolicy",
             "PrometheusRule",
             "Role",
             "RoleBinding",
@@ -688,6 +693,164 @@ fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
         Sub::Run(run) => assert!(!run.leader_elect),
         other => panic!("the container runs {other:?}"),
     }
+}
+
+/// The chart's NetworkPolicy, if it renders one.
+fn network_policy(objects: &[Object]) -> Option<&NetworkPolicy> {
+    let found: Vec<&NetworkPolicy> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::NetworkPolicy(n) => Some(n),
+            _ => None,
+        })
+        .collect();
+    assert!(found.len() <= 1, "more than one NetworkPolicy");
+    found.first().copied()
+}
+
+/// Whether `selector` (matchLabels only, as the chart writes it) selects `labels`.
+fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
+    assert!(
+        selector.match_expressions.is_none(),
+        "the chart's pod selector uses matchLabels only"
+    );
+    let wanted = selector.match_labels.clone().unwrap_or_default();
+    !wanted.is_empty() && wanted.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+/// The ports of the daemon's container: (containerPort, name) and the probes' ports.
+fn metrics_port(objects: &[Object]) -> i32 {
+    let pod = pod_spec(objects);
+    let c = &pod.containers[0];
+    let port = c
+        .ports
+        .iter()
+        .flatten()
+        .find(|p| p.name.as_deref() == Some("metrics"))
+        .expect("a container port named metrics");
+    for probe in [&c.liveness_probe, &c.readiness_probe] {
+        let get = probe.as_ref().unwrap().http_get.as_ref().unwrap();
+        assert_eq!(
+            get.port,
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::String("metrics".into()),
+            "the probes use the metrics port"
+        );
+    }
+    port.container_port
+}
+
+fn tcp_port(n: i32) -> NetworkPolicyPort {
+    NetworkPolicyPort {
+        port: Some(k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(n)),
+        protocol: Some("TCP".into()),
+        end_port: None,
+    }
+}
+
+fn peer_value(p: &NetworkPolicyPeer) -> Value {
+    serde_json::to_value(p).unwrap()
+}
+
+#[test]
+fn chart_network_policy_admits_only_the_scrape_to_the_metrics_port_and_values_widen_it() {
+    let objects = read_all(&render(&[]), "chart (defaults)");
+    let np = network_policy(&objects).expect("the chart renders a NetworkPolicy by default");
+    let spec = np.spec.as_ref().unwrap();
+    let template_labels = deployment(&objects)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap();
+    assert!(
+        spec.pod_selector
+            .as_ref()
+            .is_some_and(|sel| selects(sel, &template_labels)),
+        "the NetworkPolicy's podSelector {:?} does not select the pod {template_labels:?}",
+        spec.pod_selector
+    );
+    // Egress stays open: SSH to nodes, the hub API, git, the forge, the sinks.
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_string()][..])
+    );
+    assert!(spec.egress.is_none());
+    let port = metrics_port(&objects);
+    let ingress = spec.ingress.as_ref().unwrap();
+    assert_eq!(ingress.len(), 1, "one ingress rule: {ingress:?}");
+    assert_eq!(ingress[0].ports.as_deref(), Some(&[tcp_port(port)][..]));
+    let from: Vec<Value> = ingress[0].from.iter().flatten().map(peer_value).collect();
+    assert_eq!(
+        from,
+        [serde_json::json!({
+            "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}},
+            "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}},
+        })],
+        "by default only Prometheus in namespace monitoring is admitted"
+    );
+
+    // Widened: another scraper, the nodes for the probes, an extra rule, restricted egress,
+    // and the port follows metrics.port.
+    let objects = read_all(
+        &render_with(
+            "metrics: {port: 9100}\n\
+             networkPolicy:\n\
+             \x20 scrapeFrom: [{namespaceSelector: {matchLabels: {team: obs}}, podSelector: {}}]\n\
+             \x20 probeCIDRs: [10.0.0.0/24]\n\
+             \x20 extraIngress: [{from: [{ipBlock: {cidr: 192.168.0.0/16}}], ports: [{port: 9100}]}]\n\
+             \x20 egress: [{ports: [{port: 53, protocol: UDP}]}]\n",
+        ),
+        "chart (network policy widened)",
+    );
+    let spec = network_policy(&objects).unwrap().spec.clone().unwrap();
+    assert_eq!(metrics_port(&objects), 9100);
+    let ingress = spec.ingress.unwrap();
+    assert_eq!(ingress.len(), 2, "{ingress:?}");
+    assert_eq!(ingress[0].ports.as_deref(), Some(&[tcp_port(9100)][..]));
+    let from: Vec<Value> = ingress[0].from.iter().flatten().map(peer_value).collect();
+    assert_eq!(
+        from,
+        [
+            serde_json::json!({"namespaceSelector": {"matchLabels": {"team": "obs"}}, "podSelector": {}}),
+            serde_json::json!({"ipBlock": {"cidr": "10.0.0.0/24"}}),
+        ]
+    );
+    assert_eq!(
+        serde_json::to_value(&ingress[1]).unwrap(),
+        serde_json::json!({"from": [{"ipBlock": {"cidr": "192.168.0.0/16"}}], "ports": [{"port": 9100}]})
+    );
+    assert_eq!(
+        spec.policy_types.unwrap(),
+        ["Ingress".to_string(), "Egress".to_string()]
+    );
+    assert_eq!(spec.egress.unwrap().len(), 1);
+
+    // Nobody to admit would mean everybody: refused, with the fix.
+    let out = helm_command(&[
+        "template",
+        "sk",
+        CHART,
+        "--set",
+        "networkPolicy.scrapeFrom=null",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("networkPolicy.enabled: false"),
+        "{err}"
+    );
+
+    let objects = read_all(
+        &render_with("networkPolicy: {enabled: false}\n"),
+        "chart (no network policy)",
+    );
+    assert!(network_policy(&objects).is_none());
 }
 
 fn main_container_args(d: &Deployment) -> Vec<String> {

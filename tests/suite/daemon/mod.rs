@@ -1,4 +1,6 @@
-//! daemon: `spokekeeper run` (schedule, endpoints, signals) and leader election.
+//! daemon: `spokekeeper run` (schedule, endpoints, signals, the HTTP port's limits) and
+//! leader election.
 
 mod lease;
+mod port;
 mod run;
