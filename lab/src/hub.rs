@@ -775,12 +775,17 @@ fn apply(st: &mut State, key: &(String, String)) {
     let Some(bytes) = (st.source)(&spoke.file) else {
         return;
     };
-    let Some((name, namespace, encrypted_data)) = manifest(&bytes) else {
+    let Some((name, namespace, encrypted_data, template)) = manifest(&bytes) else {
         return;
     };
+    // The template as the file has it (the Secret's labels, annotations and type); the
+    // API server stores it as applied, only defaulting its name and namespace.
+    let mut template = template;
+    template["metadata"]["name"] = json!(name);
+    template["metadata"]["namespace"] = json!(namespace);
     let spec = json!({
         "encryptedData": encrypted_data,
-        "template": {"metadata": {"name": name, "namespace": namespace}},
+        "template": template,
     });
     st.revision += 1;
     let revision = st.revision.to_string();
@@ -813,8 +818,11 @@ fn apply(st: &mut State, key: &(String, String)) {
 }
 
 /// A SealedSecret manifest (YAML or JSON) as the API server would take it: its name,
-/// namespace and encryptedData. None for anything else (nothing is applied).
-fn manifest(bytes: &[u8]) -> Option<(String, String, serde_json::Map<String, Value>)> {
+/// namespace, encryptedData and template (an object; `{}` when absent). None for anything
+/// else (nothing is applied).
+type Manifest = (String, String, serde_json::Map<String, Value>, Value);
+
+fn manifest(bytes: &[u8]) -> Option<Manifest> {
     let text = std::str::from_utf8(bytes).ok()?;
     let v: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).ok()?
@@ -827,9 +835,20 @@ fn manifest(bytes: &[u8]) -> Option<(String, String, serde_json::Map<String, Val
     let name = v["metadata"]["name"].as_str()?.to_string();
     let namespace = v["metadata"]["namespace"].as_str().unwrap_or_default();
     let data = v["spec"]["encryptedData"].as_object()?;
+    let template = match &v["spec"]["template"] {
+        Value::Null => json!({"metadata": {}}),
+        t @ Value::Object(_) if t["metadata"].is_object() || t["metadata"].is_null() => {
+            let mut t = t.clone();
+            if t["metadata"].is_null() {
+                t["metadata"] = json!({});
+            }
+            t
+        }
+        _ => return None,
+    };
     data.values()
         .all(Value::is_string)
-        .then(|| (name, namespace.to_string(), data.clone()))
+        .then(|| (name, namespace.to_string(), data.clone(), template))
 }
 
 /// The controller unseals the current generation once, with the keys it has.

@@ -290,6 +290,35 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
     l.assert_within_access();
 }
 
+/// kustomize-controller (v1.7+) and helm-controller reconcile a consumer when its kubeConfig
+/// Secret changes only if the Secret has the label reconcile.fluxcd.io/watch: Enabled
+/// (their --watch-configs-label-selector default): the Secret the controller unseals
+/// carries what the SealedSecret's template says.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_unsealed_secret_is_labelled_for_fluxs_config_watch() {
+    let l = lab(1, "  verify_timeout: 30s\n");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let on_hub = l
+        .hub
+        .sealed_secret("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    let template = &on_hub["spec"]["template"]["metadata"];
+    assert_eq!(
+        template["labels"],
+        json!({"reconcile.fluxcd.io/watch": "Enabled"}),
+        "{on_hub}"
+    );
+    assert_eq!(
+        on_hub["metadata"]["labels"]["reconcile.fluxcd.io/watch"],
+        Value::Null
+    );
+    assert_eq!(
+        l.sealed(0).template.labels["reconcile.fluxcd.io/watch"],
+        "Enabled"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn status_without_a_hub_reports_the_commit_and_the_probe() {
     let fleet = Fleet::new(&[NodeOptions::default()]);
