@@ -39,6 +39,10 @@ use tokio::task::JoinSet;
 /// `hub::REQUESTED_AT`; a test there holds the two equal).
 pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 
+/// helm-controller's annotation resetting a HelmRelease's failure counts when it equals
+/// [`REQUESTED_AT`] (spokekeeper's `hub::RESET_AT`).
+pub const RESET_AT: &str = "reconcile.fluxcd.io/resetAt";
+
 /// The Flux kinds that deploy with a kubeconfig Secret, as the hub serves them
 /// (spokekeeper's `hub::Kind`; a test there holds the two alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -184,6 +188,8 @@ struct FluxObject {
     pending: Option<(String, u32)>,
     /// How this one finishes, when not as the hub's `flux`.
     flux: Option<Flux>,
+    /// A HelmRelease that used up its retries (see [`HubSim::exhaust_retries`]).
+    stalled: bool,
 }
 
 type ConsumerKey = (Kind, String, String);
@@ -327,6 +333,7 @@ impl HubSim {
                 obj,
                 pending: None,
                 flux: None,
+                stalled: false,
             },
         );
     }
@@ -395,6 +402,34 @@ impl HubSim {
                 .get_mut(&(kind, namespace.to_string(), name.to_string()))
         {
             o.flux = Some(f);
+        }
+    }
+
+    /// A HelmRelease whose upgrades failed until helm-controller stopped retrying, with
+    /// the status it then writes (Ready False, Stalled True RetriesExceeded). A request
+    /// is only echoed, until one comes with reconcile.fluxcd.io/resetAt equal to its
+    /// requestedAt: then the failure counts are reset and it runs as the hub's `flux` says.
+    pub fn exhaust_retries(&self, namespace: &str, name: &str, error: &str) {
+        let key = (Kind::HelmRelease, namespace.to_string(), name.to_string());
+        if let Some(o) = self.lock().consumers.get_mut(&key) {
+            o.stalled = true;
+            let failed = format!(
+                "Helm upgrade failed for release {namespace}/{name} with chart {name}@1.0.0: {error}"
+            );
+            let status = &mut o.obj["status"];
+            status["conditions"] = json!([
+                condition("Ready", "False", "UpgradeFailed", &failed),
+                condition(
+                    "Stalled",
+                    "True",
+                    "RetriesExceeded",
+                    "Failed to upgrade after 1 attempt(s)"
+                ),
+                condition("Released", "False", "UpgradeFailed", &failed),
+            ]);
+            status["failures"] = json!(1);
+            status["upgradeFailures"] = json!(1);
+            status["lastAttemptedReleaseAction"] = json!("upgrade");
         }
     }
 
@@ -923,6 +958,21 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
         st.revision -= 1;
         return;
     };
+    if k.stalled {
+        let reset = k.obj["metadata"]["annotations"][RESET_AT].as_str() == Some(&at);
+        if !reset {
+            // helm-controller: retries exhausted, nothing runs; the request is handled.
+            k.obj["status"]["lastHandledReconcileAt"] = json!(at);
+            k.pending = None;
+            k.obj["metadata"]["resourceVersion"] = json!(revision);
+            return;
+        }
+        k.stalled = false;
+        let status = &mut k.obj["status"];
+        status["lastHandledResetAt"] = json!(at);
+        status["failures"] = json!(0);
+        status["upgradeFailures"] = json!(0);
+    }
     let status = &mut k.obj["status"];
     if reads == 0 || flux == Flux::Stalled {
         status["conditions"] = json!([

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
-use super::{Consumer, Hub, HubError, HubObject, rfc3339_nano};
+use super::{Consumer, Hub, HubError, HubObject, Kind, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
 use crate::text::one_line;
@@ -196,17 +196,19 @@ pub async fn verify(
             });
             continue;
         }
-        if reuse_pending
-            && let Ok(Some(obj)) = hub.consumer(&c).await
-            && let Some(at) = reusable(&obj)
-        {
-            requested.push((c, at));
+        let current = match reuse_pending || c.kind == Kind::HelmRelease {
+            true => hub.consumer(&c).await.ok().flatten(),
+            false => None,
+        };
+        if reuse_pending && let Some(at) = current.as_ref().and_then(reusable) {
+            requested.push((c, at, false));
             continue;
         }
-        match hub.request_reconcile(&c, &now, deadline).await {
+        let reset = current.as_ref().is_some_and(|o| retries_exceeded(&c, o));
+        match hub.request(&c, &now, reset, deadline).await {
             Ok(()) => {
                 report.requested_at = Some(now.clone());
-                requested.push((c, now.clone()));
+                requested.push((c, now.clone(), reset));
             }
             Err(e) => {
                 let ready = match hub.serves(c.kind).await {
@@ -218,12 +220,13 @@ pub async fn verify(
         }
     }
     if report.requested_at.is_none() {
-        report.requested_at = requested.first().map(|(_, at)| at.clone());
+        report.requested_at = requested.first().map(|(_, at, _)| at.clone());
     }
     let found_by = report.found_by;
     let waited: Vec<ConsumerCheck> =
-        futures::stream::iter(requested.into_iter().map(|(c, at)| async move {
-            let ready = wait_ready(hub, spoke, found_by, &c, &at, deadline, timeout).await;
+        futures::stream::iter(requested.into_iter().map(|(c, at, reset)| async move {
+            let asked = Asked { at, reset };
+            let ready = wait_ready(hub, spoke, found_by, &c, asked, deadline, timeout).await;
             ConsumerCheck { consumer: c, ready }
         }))
         .buffered(CONSUMER_CONCURRENCY)
@@ -232,6 +235,22 @@ pub async fn verify(
     report.consumers.extend(waited);
     report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
     report
+}
+
+/// A HelmRelease helm-controller stopped retrying (`Stalled` True, `RetriesExceeded`):
+/// it runs again only with a reset request (`flux reconcile hr --reset`), which is
+/// what a fixed credential needs.
+fn retries_exceeded(c: &Consumer, obj: &HubObject) -> bool {
+    c.kind == Kind::HelmRelease
+        && obj
+            .condition("Stalled")
+            .is_some_and(|s| s.status == "True" && s.reason.as_deref() == Some("RetriesExceeded"))
+}
+
+/// The request a consumer's wait is for: its requestedAt, and whether resetAt came with it.
+struct Asked {
+    at: String,
+    reset: bool,
 }
 
 /// The standing request a recheck waits for: one Flux has not answered yet, or answered
@@ -470,14 +489,26 @@ async fn wait_ready(
     spoke: &SpokeConfig,
     found_by: FoundBy,
     c: &Consumer,
-    requested_at: &str,
+    mut asked: Asked,
     deadline: Instant,
     timeout: Duration,
 ) -> Check {
     loop {
         hub.pace(deadline).await;
         let last = match hub.consumer(c).await {
-            Ok(Some(obj)) => match ready(&obj, requested_at) {
+            Ok(Some(obj)) => match ready(&obj, &asked.at) {
+                // It used up its retries while the request ran (on the old credential,
+                // say): asked once more, with the reset.
+                Seen::Done(check) if !check.ok && !asked.reset && retries_exceeded(c, &obj) => {
+                    let at = rfc3339_nano(time::OffsetDateTime::now_utc());
+                    match hub.request(c, &at, true, deadline).await {
+                        Ok(()) => {
+                            asked = Asked { at, reset: true };
+                            "stalled after its retries: asked again with reconcile.fluxcd.io/resetAt".into()
+                        }
+                        Err(_) => return check,
+                    }
+                }
                 Seen::Done(check) => return check,
                 Seen::Waiting(why) => why,
             },
@@ -542,9 +573,22 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
                 300,
             ))
         }
-        "False" => Seen::Done(Check::of(c, false, "")),
+        "False" => Seen::Done(stalled(obj, Check::of(c, false, ""))),
         other => Seen::Waiting(one_line(&format!("Ready {other} ({message})"), 300)),
     }
+}
+
+/// A failed Ready of an object Flux stopped retrying says so (`Stalled` True: it runs
+/// again only on a spec change, or for a HelmRelease a reset request).
+fn stalled(obj: &HubObject, mut check: Check) -> Check {
+    if let Some(s) = obj.condition("Stalled").filter(|s| s.status == "True") {
+        let why = match (s.reason.as_deref(), s.message.as_deref()) {
+            (Some(r), Some(m)) => format!("{r}: {m}"),
+            (r, m) => r.or(m).unwrap_or_default().to_string(),
+        };
+        check.message = one_line(&format!("stalled ({why}): {}", check.message), 300);
+    }
+    check
 }
 
 #[cfg(test)]
@@ -793,6 +837,64 @@ mod tests {
                 matches!(ready(&echoed(1, None, c), "now"), Seen::Waiting(w) if w.starts_with("Flux retries") && w.contains(reason)),
                 "{reason}"
             );
+        }
+    }
+
+    fn release(stalled_reason: &str) -> (Consumer, HubObject) {
+        let mut obj = echoed(
+            2,
+            Some(1),
+            cond(
+                "Ready",
+                "False",
+                "UpgradeFailed",
+                "Helm upgrade failed: x509",
+            ),
+        );
+        obj.conditions.push(cond(
+            "Stalled",
+            "True",
+            stalled_reason,
+            "Failed to upgrade after 1 attempt(s)",
+        ));
+        let c = Consumer {
+            kind: Kind::HelmRelease,
+            namespace: "flux-system".into(),
+            name: "apps".into(),
+        };
+        (c, obj)
+    }
+
+    #[test]
+    fn only_a_helm_release_that_used_up_its_retries_is_reset() {
+        let (c, obj) = release("RetriesExceeded");
+        assert!(retries_exceeded(&c, &obj));
+        // Stalled for a reason a reset does not cure, or not stalled: no reset.
+        let (_, other) = release("InvalidCELExpression");
+        assert!(!retries_exceeded(&c, &other));
+        let mut over = obj.clone();
+        over.conditions[1].status = "False".into();
+        assert!(!retries_exceeded(&c, &over));
+        let k = Consumer {
+            kind: Kind::Kustomization,
+            ..c
+        };
+        assert!(!retries_exceeded(&k, &obj), "resetAt is helm-controller's");
+    }
+
+    #[test]
+    fn a_stalled_failure_says_it_is_stalled() {
+        let (_, obj) = release("RetriesExceeded");
+        match ready(&obj, "now") {
+            Seen::Done(c) => {
+                assert!(!c.ok);
+                assert_eq!(c.reason.as_deref(), Some("UpgradeFailed"));
+                assert_eq!(
+                    c.message,
+                    "stalled (RetriesExceeded: Failed to upgrade after 1 attempt(s)): Helm upgrade failed: x509"
+                );
+            }
+            Seen::Waiting(w) => panic!("{w}"),
         }
     }
 

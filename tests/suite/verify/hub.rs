@@ -509,6 +509,61 @@ async fn the_controller_version_comes_from_its_service_label() {
     );
 }
 
+/// A HelmRelease that used up its retries (on the broken credential before the push) is
+/// asked with reconcile.fluxcd.io/resetAt equal to requestedAt, as `flux reconcile hr
+/// --reset` asks: helm-controller runs it again only then. Its Kustomization sibling gets
+/// the plain request.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    l.hub.add_consumer(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Some("spoke0-kubeconfig"),
+    );
+    l.hub.exhaust_retries(
+        "flux-system",
+        "spoke0-apps",
+        "Kubernetes cluster unreachable: x509: certificate signed by unknown authority",
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    let hr = hub["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "HelmRelease")
+        .unwrap();
+    assert_eq!(hr["ready"]["ok"], true, "{hub}");
+    assert_eq!(hr["ready"]["reason"], "UpgradeSucceeded", "{hub}");
+    let at = hub["requested_at"].as_str().unwrap();
+    let patch = |path: &str| -> Vec<Value> {
+        l.hub
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with(path))
+            .map(|r| serde_json::from_str(&r.body).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        patch("/helmreleases/spoke0-apps"),
+        [json!({"metadata": {"annotations": {
+            "reconcile.fluxcd.io/requestedAt": at, "reconcile.fluxcd.io/resetAt": at}}})]
+    );
+    assert_eq!(
+        patch("/kustomizations/spoke0"),
+        [json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": at}}})]
+    );
+    let obj = l
+        .hub
+        .consumer(Kind::HelmRelease, "flux-system", "spoke0-apps")
+        .unwrap();
+    assert_eq!(obj["status"]["lastHandledResetAt"], at, "{obj}");
+    l.assert_within_access();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kustomization_not_ready_is_reported() {
     // A configured port: the Service is read for its version label only.
