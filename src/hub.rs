@@ -15,6 +15,7 @@
 pub mod cert;
 pub mod consumers;
 mod error;
+pub mod source;
 pub mod verify;
 
 use std::collections::BTreeMap;
@@ -71,6 +72,32 @@ pub const ACCESS: &[Access] = &[
         group: "helm.toolkit.fluxcd.io",
         resource: "helmreleases",
         verbs: &["list", "get", "patch"],
+    },
+    // A consumer's source, read when Flux says it failed (hub::source::KINDS).
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "gitrepositories",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "ocirepositories",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "buckets",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "helmcharts",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "externalartifacts",
+        verbs: &["get"],
     },
 ];
 
@@ -427,6 +454,9 @@ pub struct HubObject {
     pub requested_at: Option<String>,
     /// Kustomization, HelmRelease: spec.suspend (Flux echoes requests but runs nothing).
     pub suspended: bool,
+    /// Kustomization, HelmRelease: the source it takes its artifact from.
+    #[serde(skip)]
+    pub(crate) source: Option<source::SourceRef>,
 }
 
 impl HubObject {
@@ -438,6 +468,7 @@ impl HubObject {
             .annotations
             .as_ref()
             .and_then(|a| a.get(REQUESTED_AT).cloned());
+        h.source = source::SourceRef::of(&o.data, o.metadata.namespace.as_deref().unwrap_or(""));
         h
     }
 
@@ -472,6 +503,7 @@ impl HubObject {
                 .as_str()
                 .map(str::to_string),
             suspended: v["spec"]["suspend"] == true,
+            source: source::SourceRef::of(v, v["metadata"]["namespace"].as_str().unwrap_or("")),
         }
     }
 

@@ -165,6 +165,8 @@ struct State {
     sealed: BTreeMap<(String, String), Value>,
     /// (kind, namespace, name) -> Kustomization or HelmRelease.
     consumers: BTreeMap<(Kind, String, String), FluxObject>,
+    /// Flux sources (source.toolkit.fluxcd.io/v1): (plural, namespace, name) -> object.
+    sources: BTreeMap<(String, String, String), Value>,
     /// Kinds whose CRD is not installed: every request for them is 404.
     not_served: Vec<Kind>,
     /// The controller Service's port name ("": unnamed, as upstream controller.yaml).
@@ -224,6 +226,14 @@ impl HubSim {
             spokes: Vec::new(),
             sealed: BTreeMap::new(),
             consumers: BTreeMap::new(),
+            sources: BTreeMap::from([(
+                (
+                    "gitrepositories".into(),
+                    "flux-system".into(),
+                    "flux-system".into(),
+                ),
+                git_repository("flux-system", "flux-system", None),
+            )]),
             not_served: Vec::new(),
             port_name: CONTROLLER_PORT_NAME.into(),
             version_label: None,
@@ -335,6 +345,24 @@ impl HubSim {
                 flux: None,
                 stalled: false,
             },
+        );
+    }
+
+    /// Deletes a GitRepository (the consumers' default source is flux-system/flux-system).
+    pub fn remove_git_repository(&self, namespace: &str, name: &str) {
+        self.lock().sources.remove(&(
+            "gitrepositories".to_string(),
+            namespace.to_string(),
+            name.to_string(),
+        ));
+    }
+
+    /// A GitRepository source-controller never fetched: Ready False with this reason and
+    /// message, and no artifact (e.g. `GitOperationFailed`, a broken URL).
+    pub fn fail_git_repository(&self, namespace: &str, name: &str, reason: &str, message: &str) {
+        self.lock().sources.insert(
+            ("gitrepositories".into(), namespace.into(), name.into()),
+            git_repository(namespace, name, Some((reason, message))),
         );
     }
 
@@ -677,6 +705,26 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
                 &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": served}),
             )
         }
+        [
+            "apis",
+            "source.toolkit.fluxcd.io",
+            "v1",
+            "namespaces",
+            ns,
+            plural,
+            name,
+        ] => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            match st
+                .sources
+                .get(&(plural.to_string(), ns.to_string(), name.to_string()))
+            {
+                Some(obj) => json_response(StatusCode::OK, obj),
+                None => not_found("source.toolkit.fluxcd.io", plural, name),
+            }
+        }
         ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
             let Some(kind) = Kind::ALL.into_iter().find(|k| {
                 k.group() == *group
@@ -973,6 +1021,18 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
         status["failures"] = json!(0);
         status["upgradeFailures"] = json!(0);
     }
+    // kustomize-controller reads the source before anything else: missing, or without
+    // an artifact, it writes Ready False ArtifactFailed and handles the request.
+    if key.0 == Kind::Kustomization
+        && let Some(failed) = source_failure(&st.sources, &k.obj)
+    {
+        k.obj["status"]["conditions"] =
+            json!([condition("Ready", "False", "ArtifactFailed", &failed)]);
+        k.obj["status"]["lastHandledReconcileAt"] = json!(at);
+        k.pending = None;
+        k.obj["metadata"]["resourceVersion"] = json!(revision);
+        return;
+    }
     let status = &mut k.obj["status"];
     if reads == 0 || flux == Flux::Stalled {
         status["conditions"] = json!([
@@ -1018,6 +1078,72 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
         k.pending = None;
     }
     k.obj["metadata"]["resourceVersion"] = json!(revision);
+}
+
+/// What kustomize-controller (v1.9) writes when a Kustomization's GitRepository is missing
+/// or has no artifact; None when it has one.
+fn source_failure(
+    sources: &BTreeMap<(String, String, String), Value>,
+    k: &Value,
+) -> Option<String> {
+    let r = &k["spec"]["sourceRef"];
+    if r["kind"] != "GitRepository" {
+        return None;
+    }
+    let name = r["name"].as_str().unwrap_or_default();
+    let ns = r["namespace"]
+        .as_str()
+        .or(k["metadata"]["namespace"].as_str())
+        .unwrap_or_default();
+    match sources.get(&("gitrepositories".into(), ns.into(), name.into())) {
+        None => Some(format!(
+            "GitRepository.source.toolkit.fluxcd.io \"{name}\" not found"
+        )),
+        Some(src) if src["status"]["artifact"].is_null() => {
+            Some("Source artifact not found, retrying in 30s".into())
+        }
+        Some(_) => None,
+    }
+}
+
+/// A GitRepository as source-controller (v1.x) leaves it: fetched (Ready True, with an
+/// artifact), or failing before any fetch (`failed`: reason and message; no artifact).
+fn git_repository(namespace: &str, name: &str, failed: Option<(&str, &str)>) -> Value {
+    let mut obj = json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "GitRepository",
+        "metadata": {"name": name, "namespace": namespace, "generation": 1,
+            "resourceVersion": "7", "uid": "00000000-0000-4000-8000-000000000007",
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+            "finalizers": ["finalizers.fluxcd.io"]},
+        "spec": {"interval": "1m", "url": "ssh://git@git.example/fleet.git",
+            "ref": {"branch": "main"}, "timeout": "60s"},
+    });
+    obj["status"] = match failed {
+        None => {
+            let rev = "main@sha1:0000000000000000000000000000000000000000";
+            json!({
+                "observedGeneration": 1,
+                "artifact": {"path": format!("gitrepository/{namespace}/{name}/0000000000000000000000000000000000000000.tar.gz"),
+                    "url": format!("http://source-controller.flux-system.svc.cluster.local./gitrepository/{namespace}/{name}/0000000000000000000000000000000000000000.tar.gz"),
+                    "revision": rev, "digest": format!("sha256:{}", "0".repeat(64)),
+                    "lastUpdateTime": "2025-06-01T12:00:00Z", "size": 1024},
+                "conditions": [
+                    condition("Ready", "True", "Succeeded", &format!("stored artifact for revision '{rev}'")),
+                    condition("ArtifactInStorage", "True", "Succeeded", &format!("stored artifact for revision '{rev}'")),
+                ],
+            })
+        }
+        Some((reason, message)) => json!({
+            "observedGeneration": 1,
+            "conditions": [
+                condition("Reconciling", "True", "ProgressingWithRetry", "building artifact"),
+                condition("Ready", "False", reason, message),
+                condition("FetchFailed", "True", reason, message),
+            ],
+        }),
+    };
+    obj
 }
 
 fn patch(

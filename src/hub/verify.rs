@@ -373,7 +373,7 @@ async fn wait_synced(
         let last = match hub.sealed_secret(ns, name).await {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext, version.as_deref()) {
                 Seen::Done(check) if check.ok => return check,
-                Seen::Done(check) => {
+                Seen::Done(check) | Seen::Source(check) => {
                     let since = *false_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= SYNCED_RETRY || Instant::now() + POLL > deadline {
                         return check;
@@ -447,9 +447,12 @@ fn release(version: &str) -> Option<((u64, u64, u64), bool)> {
     parts.next().is_none().then_some((r, pre))
 }
 
+#[derive(Debug)]
 enum Seen {
     Done(Check),
     Waiting(String),
+    /// A consumer's Ready False that blames its source (see [`SOURCE_FAILED`]).
+    Source(Check),
 }
 
 /// Whether the hub's SealedSecret is the committed one and the controller has unsealed it.
@@ -511,6 +514,10 @@ async fn wait_ready(
                 }
                 Seen::Done(check) => return check,
                 Seen::Waiting(why) => why,
+                Seen::Source(check) => match source_failed(hub, obj.source.as_ref(), check).await {
+                    Ok(failed) => return failed,
+                    Err(why) => why,
+                },
             },
             Ok(None) => {
                 // A 404 is also what a kind the hub does not serve answers.
@@ -536,8 +543,14 @@ async fn wait_ready(
 }
 
 /// Ready False reasons Flux retries on its own (after `--requeue-dependency`, 30s by
-/// default) without a new request: a dependency or the source artifact not ready yet.
-const RETRIED: &[&str] = &["DependencyNotReady", "ArtifactFailed"];
+/// default) without a new request: a dependency not ready yet.
+const RETRIED: &[&str] = &["DependencyNotReady"];
+
+/// Ready False reasons that blame the consumer's source: kustomize-controller's
+/// `ArtifactFailed` (source missing, without an artifact, or not fetched),
+/// helm-controller's `ArtifactFailed` (chart source missing, chart not loaded) and
+/// `SourceNotReady`. The source is then read: missing or Ready False, it is the cause.
+const SOURCE_FAILED: &[&str] = &["ArtifactFailed", "SourceNotReady"];
 
 /// Ready once Flux handled our request and settled on True or False.
 ///
@@ -564,6 +577,13 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
         "True" => Seen::Waiting(
             "Ready True for an older generation (observedGeneration is behind)".into(),
         ),
+        "False"
+            if c.reason
+                .as_deref()
+                .is_some_and(|r| SOURCE_FAILED.contains(&r)) =>
+        {
+            Seen::Source(Check::of(c, false, ""))
+        }
         "False" if c.reason.as_deref().is_some_and(|r| RETRIED.contains(&r)) => {
             Seen::Waiting(one_line(
                 &format!(
@@ -575,6 +595,55 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
         }
         "False" => Seen::Done(stalled(obj, Check::of(c, false, ""))),
         other => Seen::Waiting(one_line(&format!("Ready {other} ({message})"), 300)),
+    }
+}
+
+/// The consumer's source failed (Ok: the report), or Flux retries it (Err: why waiting).
+/// Missing, or Ready False, the source is the cause: reported
+/// at once (`SourceFailed`), naming it, with source-controller's message or, when it is
+/// missing, the consumer controller's. Otherwise (Ready True or in progress, or the
+/// source not readable) Flux retries on its own, 30 s later by default.
+async fn source_failed(
+    hub: &Hub,
+    source: Option<&super::source::SourceRef>,
+    consumer: Check,
+) -> Result<Check, String> {
+    let retries = |extra: &str| {
+        one_line(
+            &format!(
+                "Flux retries: Ready False ({}: {}){extra}",
+                consumer.reason.as_deref().unwrap_or_default(),
+                consumer.message
+            ),
+            300,
+        )
+    };
+    let Some(src) = source else {
+        return Err(retries(""));
+    };
+    let failed = |reason: Option<String>, message: String| Check {
+        ok: false,
+        status: "SourceFailed".into(),
+        reason,
+        message: one_line(&format!("source {src}: {message}"), 300),
+    };
+    match hub.source(src).await {
+        Ok(None) => Ok(failed(
+            Some("NotFound".into()),
+            format!(
+                "does not exist on the hub ({}: {})",
+                consumer.reason.as_deref().unwrap_or_default(),
+                consumer.message
+            ),
+        )),
+        Ok(Some(obj)) => match obj.condition("Ready") {
+            Some(c) if c.status == "False" => Ok(failed(
+                c.reason.as_deref().map(|r| one_line(r, 100)),
+                c.message.clone().unwrap_or_default(),
+            )),
+            _ => Err(retries(&format!("; source {src} is not failing"))),
+        },
+        Err(e) => Err(retries(&format!("; source {src} not read: {e}"))),
     }
 }
 
@@ -643,7 +712,7 @@ mod tests {
                 assert_eq!(c.status, "False");
                 assert_eq!(c.message, "no key could decrypt secret (value)");
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
         assert!(matches!(
             synced(&sealed("new", 3, 3, None), "value", "new", None),
@@ -673,7 +742,7 @@ mod tests {
                 assert!(c.message.chars().count() <= 300);
                 assert_eq!(c.reason.as_deref(), Some("Failed reason"));
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -780,7 +849,7 @@ mod tests {
         ));
         match ready(&k("now", failed), "now") {
             Seen::Done(c) => assert!(!c.ok && c.message.contains("x509"), "{c:?}"),
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -806,7 +875,7 @@ mod tests {
         );
         match ready(&echoed(2, Some(1), failed.clone()), "now") {
             Seen::Done(c) => assert!(!c.ok && c.message == "kustomize build failed", "{c:?}"),
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
         assert!(matches!(
             ready(&echoed(2, None, failed), "now"),
@@ -825,8 +894,32 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_that_blames_the_source_has_the_source_read() {
+        for (reason, msg) in [
+            (
+                "ArtifactFailed",
+                "GitRepository.source.toolkit.fluxcd.io \"fleet\" not found",
+            ),
+            (
+                "ArtifactFailed",
+                "Source artifact not found, retrying in 30s",
+            ),
+            (
+                "SourceNotReady",
+                "HelmChart 'flux-system/flux-system-apps' is not ready: chart pull error",
+            ),
+        ] {
+            let c = cond("Ready", "False", reason, msg);
+            assert!(
+                matches!(ready(&echoed(1, None, c), "now"), Seen::Source(c) if c.message == msg && c.reason.as_deref() == Some(reason)),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
     fn flux_retries_are_waited_through() {
-        for reason in ["DependencyNotReady", "ArtifactFailed"] {
+        for reason in ["DependencyNotReady"] {
             let c = cond(
                 "Ready",
                 "False",
@@ -894,7 +987,7 @@ mod tests {
                     "stalled (RetriesExceeded: Failed to upgrade after 1 attempt(s)): Helm upgrade failed: x509"
                 );
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -913,7 +1006,7 @@ mod tests {
                 assert_eq!(c.status, "Suspended");
                 assert!(c.message.contains("flux resume"), "{}", c.message);
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
         let v = serde_json::json!({"spec": {"suspend": true}});
         assert!(HubObject::from_json(&v).suspended);
@@ -958,7 +1051,7 @@ mod tests {
         obj.observed_generation = None;
         let said = |v| match synced(&obj, "value", "new", Some(v)) {
             Seen::Waiting(w) => w,
-            Seen::Done(c) => panic!("{c:?}"),
+            other => panic!("{other:?}"),
         };
         for old in ["0.24.2", "v0.16.0", "0.24.3-rc.1"] {
             let w = said(old);

@@ -564,6 +564,65 @@ async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
     l.assert_within_access();
 }
 
+/// kustomize-controller writes Ready False `ArtifactFailed` for a Kustomization whose
+/// GitRepository is missing, or was never fetched: the report names the source and what
+/// Flux says of it at once, not a timeout after waiting for Flux's retries.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_source_is_named_as_the_cause_not_a_timeout() {
+    let l = lab(2, "  verify_timeout: 60s\n");
+    // spoke0's source is missing; spoke1's fails to clone.
+    l.hub.remove_git_repository("flux-system", "flux-system");
+    let k = l.hub.kustomization("flux-system", "spoke1").unwrap();
+    assert_eq!(k["spec"]["sourceRef"]["name"], "flux-system");
+    l.hub.add_consumer(
+        Kind::Kustomization,
+        "flux-system",
+        "spoke1-apps",
+        Some("spoke1-kubeconfig"),
+    );
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["spoke0"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let ready = &report["spokes"][0]["hub"]["consumers"][0]["ready"];
+    assert_eq!(ready["status"], "SourceFailed", "{report}");
+    assert_eq!(ready["reason"], "NotFound");
+    assert_eq!(
+        ready["message"],
+        "source GitRepository flux-system/flux-system: does not exist on the hub (ArtifactFailed: GitRepository.source.toolkit.fluxcd.io \"flux-system\" not found)"
+    );
+    assert!(
+        err.contains("source GitRepository flux-system/flux-system"),
+        "{err}"
+    );
+
+    let broken = "failed to checkout and determine revision: unable to clone 'ssh://git@git.example/fleet.git': dial tcp: lookup git.example: no such host";
+    l.hub
+        .fail_git_repository("flux-system", "flux-system", "GitOperationFailed", broken);
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["spoke1"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    for c in report["spokes"][0]["hub"]["consumers"].as_array().unwrap() {
+        let ready = &c["ready"];
+        assert_eq!(ready["status"], "SourceFailed", "{report}");
+        assert_eq!(ready["reason"], "GitOperationFailed");
+        assert_eq!(
+            ready["message"],
+            format!("source GitRepository flux-system/flux-system: {broken}")
+        );
+    }
+    l.assert_within_access();
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn kustomization_not_ready_is_reported() {
     // A configured port: the Service is read for its version label only.
