@@ -657,26 +657,13 @@ async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_aga
 /// Someone with push access sets spoke0's `spokekeeper.io/credential-generation` to
 /// `value` (the line is there: spoke0 was minted).
 fn push_generation(fleet: &Fleet, value: &str) {
-    let theirs = fleet.dir.path().join(format!("theirs-{value}"));
-    clone(&fleet.remote, &theirs);
-    let file = theirs.join("fluxcd/spoke0-kubeconfig-sealed.yaml");
-    let text = std::fs::read_to_string(&file).unwrap();
-    let edited: String = text
-        .lines()
-        .map(
-            |l| match l.split_once("spokekeeper.io/credential-generation:") {
-                Some((indent, _)) => {
-                    format!("{indent}spokekeeper.io/credential-generation: \"{value}\"\n")
-                }
-                None => format!("{l}\n"),
-            },
-        )
-        .collect();
-    assert_ne!(edited, text, "the annotation was there");
-    std::fs::write(&file, edited).unwrap();
-    git(&theirs, &["add", "-A"]);
-    support::git::commit(&theirs, "tidy annotations");
-    git(&theirs, &["push", "--quiet", "origin", "main"]);
+    support::git::push_annotation(
+        &fleet.remote,
+        &fleet.dir.path().join(format!("theirs-{value}")),
+        "fluxcd/spoke0-kubeconfig-sealed.yaml",
+        "spokekeeper.io/credential-generation",
+        value,
+    );
 }
 
 /// A recorded generation at the maximum (4294967295, which reads) leaves no generation

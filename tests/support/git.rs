@@ -87,6 +87,27 @@ pub fn commit(dir: &Path, message: &str) {
     );
 }
 
+/// Someone with push access sets the annotation `key` of the committed file `rel` to
+/// `value` (the line must be there), through their own clone `theirs` of `remote`.
+pub fn push_annotation(remote: &Path, theirs: &Path, rel: &str, key: &str, value: &str) {
+    clone(remote, theirs);
+    let file = theirs.join(rel);
+    let text = std::fs::read_to_string(&file).expect("the committed file");
+    let prefix = format!("{key}:");
+    let edited: String = text
+        .lines()
+        .map(|l| match l.split_once(&prefix) {
+            Some((indent, _)) => format!("{indent}{key}: \"{value}\"\n"),
+            None => format!("{l}\n"),
+        })
+        .collect();
+    assert_ne!(edited, text, "{key} was in {rel}");
+    std::fs::write(&file, edited).expect("write the edited file");
+    git(theirs, &["add", "-A"]);
+    commit(theirs, "tidy annotations");
+    git(theirs, &["push", "--quiet", "origin", "main"]);
+}
+
 /// The config spokekeeper opens `path` with: remote origin, branch main, pushing, direct
 /// mode unless the test changes it, signing with `signing_key` when given.
 pub fn repo_config(path: &Path, signing_key: Option<PathBuf>) -> RepoConfig {

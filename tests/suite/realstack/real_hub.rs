@@ -1259,26 +1259,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
 /// Pushes, as someone with push access to the fleet repo, spoke i's committed file with
 /// its `spokekeeper.io/credential-generation` annotation set to `value`.
 fn push_generation(stack: &Stack, i: usize, value: &str) {
-    let theirs = stack.hub.dir().join(format!("theirs-{value}"));
-    support::git::clone(&stack.fleet.remote, &theirs);
-    let file = theirs.join(format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"));
-    let text = std::fs::read_to_string(&file).unwrap();
-    let edited: String = text
-        .lines()
-        .map(
-            |l| match l.split_once("spokekeeper.io/credential-generation:") {
-                Some((indent, _)) => {
-                    format!("{indent}spokekeeper.io/credential-generation: \"{value}\"\n")
-                }
-                None => format!("{l}\n"),
-            },
-        )
-        .collect();
-    assert_ne!(edited, text, "the annotation was there");
-    std::fs::write(&file, edited).unwrap();
-    git(&theirs, &["add", "-A"]);
-    support::git::commit(&theirs, "tidy annotations");
-    git(&theirs, &["push", "--quiet", "origin", "main"]);
+    support::git::push_annotation(
+        &stack.fleet.remote,
+        &stack.hub.dir().join(format!("theirs-{value}")),
+        &format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"),
+        "spokekeeper.io/credential-generation",
+        value,
+    );
 }
 
 /// The generation counter against someone with push access to the fleet repo, on a real
