@@ -599,9 +599,14 @@ async fn sigkill_between_write_and_commit() {
     let (code, out, err) = fleet.rotate(&["--all"]);
     assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
     assert!(!hook.exists(), "the hook fired");
-    assert!(
-        fleet.clone.join(".git/index.lock").exists(),
-        "git died holding its index lock"
+    // Staged as written (update-index), so `git commit` holds no index lock while its
+    // hooks run: the change is left staged, not committed (a stale lock is
+    // tests/suite/publish/repo.rs's case).
+    let staged = git(&fleet.clone, &["diff", "--cached", "--name-only"]);
+    assert_eq!(
+        staged.trim(),
+        "fluxcd/spoke0-kubeconfig-sealed.yaml",
+        "died between staging and committing"
     );
     assert_eq!(
         fleet.remote_file(0),
