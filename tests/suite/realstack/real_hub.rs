@@ -36,6 +36,22 @@ struct Stack {
 }
 
 impl Stack {
+    /// The hub controller's keys, which open every SealedSecret this stack committed.
+    fn recovery_keys(&self) -> Vec<RecoveryKey> {
+        self.hub
+            .sealing_keys()
+            .iter()
+            .flat_map(|pem| RecoveryKey::load_all(pem.as_bytes(), "controller key").unwrap())
+            .collect()
+    }
+
+    /// No key of the fleet (admin or minted, every committed generation unsealed with the
+    /// controller's keys) in plaintext anywhere the fleet helper looks.
+    fn assert_no_plaintext(&self) {
+        let needles = self.fleet.key_needles_unsealing(&self.recovery_keys());
+        self.fleet.assert_no_plaintext_of(&needles);
+    }
+
     /// `scopes[i]` is spoke i's scope (spokes with the emulated API); `hub_extra` goes
     /// under `hub:`.
     fn start(scopes: &[&str], opts: &HubOptions, hub_extra: &str) -> Stack {
@@ -1244,13 +1260,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g5"]);
     // Every committed generation unsealed with the controller's keys: the admin keys of
     // both installs and the five minted keys, none of them in plaintext anywhere.
-    let recovery: Vec<RecoveryKey> = stack
-        .hub
-        .sealing_keys()
-        .iter()
-        .flat_map(|pem| RecoveryKey::load_all(pem.as_bytes(), "controller key").unwrap())
-        .collect();
-    let mut needles = stack.fleet.key_needles_unsealing(&recovery);
+    let mut needles = stack.fleet.key_needles_unsealing(&stack.recovery_keys());
     needles.add_key(&admin_key_before_rebuild);
     assert_eq!(needles.keys(), 2 + 5);
     stack.fleet.assert_no_plaintext_of(&needles);
@@ -1362,7 +1372,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
     let refused = list_namespaces(&gen3).expect_err("generation 3 is revoked");
     assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
     assert!(!csrs().contains("spokekeeper-"), "{}", csrs());
-    stack.fleet.assert_no_plaintext();
+    stack.assert_no_plaintext();
 }
 
 /// Each way a mint fails on a real spoke stops at stage `mint` with what is missing and
@@ -1536,5 +1546,5 @@ fn a_signer_shorter_than_renew_before_fails_at_mint_instead_of_looping() {
     // The committed generation still works.
     let gen1 = stack.committed_kubeconfig(0, "gen1.yaml");
     list_namespaces(&gen1).expect("generation 1 works");
-    stack.fleet.assert_no_plaintext();
+    stack.assert_no_plaintext();
 }
