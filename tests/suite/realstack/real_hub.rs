@@ -1099,7 +1099,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(code, 0, "{report:#}\n{err}");
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}");
-    assert_eq!(spoke["user"], "spokekeeper:hub:1", "{spoke:#}");
+    assert!(
+        spoke["user"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:1:"),
+        "{spoke:#}"
+    );
     assert_eq!(spoke["credential"]["mode"], "minted", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
     let not_after = time::OffsetDateTime::parse(
@@ -1117,7 +1123,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .hub
         .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
         .unwrap();
-    assert_eq!(who["username"], "spokekeeper:hub:1", "{who}");
+    assert!(
+        who["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:1:"),
+        "{who}"
+    );
     assert!(!who.to_string().contains("system:masters"), "{who}");
     let unsealed = String::from_utf8(stack.recovery_unsealed(0)).unwrap();
     let admin = String::from_utf8(stack.fleet.nodes[0].kubeconfig_bytes()).unwrap();
@@ -1128,10 +1140,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert!(!unsealed.contains(admin_cert.split_whitespace().last().unwrap()));
     let subject = stack.fleet.remote_log();
     assert!(
-        subject[0].contains("minted spokekeeper:hub:1"),
+        subject[0].contains("minted spokekeeper:hub:spoke0:1:"),
         "{subject:?}"
     );
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g1"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g1"]
+    );
     let csrs = stack.spoke_apis[0].kubectl(&["get", "csr", "-o", "name"]);
     assert!(!csrs.contains("spokekeeper-"), "{csrs}");
     let gen1 = stack.committed_kubeconfig(0, "gen1.yaml");
@@ -1147,7 +1162,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(spoke["credential"]["generation"], 2, "{spoke:#}");
     assert_eq!(
         spoke["revoked"],
-        serde_json::json!(["spokekeeper-hub-g1"]),
+        serde_json::json!(["spokekeeper.hub.spoke0.g1"]),
         "{spoke:#}"
     );
     assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
@@ -1161,8 +1176,17 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .hub
         .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
         .unwrap();
-    assert_eq!(who["username"], "spokekeeper:hub:2", "{who}");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+    assert!(
+        who["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:2:"),
+        "{who}"
+    );
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g2"]
+    );
 
     // revoke: generation 2 is refused at once, generation 3 is committed and works.
     let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
@@ -1170,15 +1194,15 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g2"),
         "{err}"
     );
     assert!(
-        err.contains("minted generation 3 for spokekeeper:hub:3"),
+        err.contains("minted generation 3 for spokekeeper:hub:spoke0:3:"),
         "{err}"
     );
     assert!(
-        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:2"),
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:spoke0:2:"),
         "{err}"
     );
     let refused = list_namespaces(&gen2).expect_err("generation 2 is revoked");
@@ -1186,7 +1210,10 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     stack.wait_unsealed(0, Duration::from_secs(60));
     let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
     list_namespaces(&gen3).expect("generation 3 works");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g3"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g3"]
+    );
 
     // A reinstall: new CAs; the probe sees it and generation 4 is minted on the new cluster.
     let admin_key_before_rebuild = stack.fleet.nodes[0].parts().client_key_pem.clone();
@@ -1202,8 +1229,17 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .hub
         .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
         .unwrap();
-    assert_eq!(who["username"], "spokekeeper:hub:4", "{who}");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g4"]);
+    assert!(
+        who["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:4:"),
+        "{who}"
+    );
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g4"]
+    );
 
     // The periodic check (verify_every) looks at the binding with the admin credential:
     // present, nothing to do; deleted by hand, generation 5 is minted.
@@ -1212,7 +1248,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
     assert_eq!(report["spokes"][0]["action"], "unchanged", "{report:#}");
-    stack.spoke_apis[0].kubectl(&["delete", "clusterrolebinding", "spokekeeper-hub-g4"]);
+    stack.spoke_apis[0].kubectl(&["delete", "clusterrolebinding", "spokekeeper.hub.spoke0.g4"]);
     std::thread::sleep(Duration::from_secs(2));
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -1220,7 +1256,10 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(spoke["action"], "rotated", "{spoke:#}");
     assert_eq!(spoke["reason"]["kind"], "binding-missing", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 5, "{spoke:#}");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g5"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g5"]
+    );
     // Every committed generation unsealed with the controller's keys: the admin keys of
     // both installs and the five minted keys, none of them in plaintext anywhere.
     let recovery: Vec<RecoveryKey> = stack
@@ -1279,7 +1318,10 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         let spoke = &report["spokes"][0];
         assert_eq!(spoke["credential"]["generation"], generation, "{spoke:#}");
     }
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g2"]
+    );
     let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
     list_namespaces(&gen2).expect("generation 2 works");
     let api = &stack.spoke_apis[0];
@@ -1304,14 +1346,14 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         assert!(error.contains(needle), "{needle:?} not in {error}");
     }
     assert!(err.contains("refusing to mint"), "no warning logged: {err}");
-    assert_eq!(our_bindings(api), ["spokekeeper-hub-g2"]);
+    assert_eq!(our_bindings(api), ["spokekeeper.hub.spoke0.g2"]);
     assert!(!csrs().contains("spokekeeper-"), "{}", csrs());
     assert_eq!(stack.fleet.remote_file(0), frozen);
     // revoke still revokes: the live binding goes, and no user is bound again.
     let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g2"),
         "{err}"
     );
     assert_eq!(our_bindings(api), Vec::<String>::new());
@@ -1327,7 +1369,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         report["spokes"][0]["credential"]["generation"], 3,
         "{report:#}"
     );
-    assert_eq!(our_bindings(api), ["spokekeeper-hub-g3"]);
+    assert_eq!(our_bindings(api), ["spokekeeper.hub.spoke0.g3"]);
     let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
     list_namespaces(&gen3).expect("generation 3 works");
 
@@ -1337,7 +1379,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
     let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "the mint is denied: {out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g3"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g3"),
         "{err}"
     );
     assert!(
@@ -1347,7 +1389,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         "{err}"
     );
     assert!(
-        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:3 (no)"),
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:spoke0:3:"),
         "{err}"
     );
     assert_eq!(our_bindings(api), Vec::<String>::new());
