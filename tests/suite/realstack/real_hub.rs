@@ -1274,6 +1274,66 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     stack.fleet.assert_no_plaintext_of(&needles);
 }
 
+/// Two entries for one real spoke (issue 28, defect 8e): the real API server answers the
+/// scoped label selectors, each entry gets its own binding, renewing spoke0 revokes only
+/// spoke0's older generation (spoke1's credential keeps working on the real spoke), and
+/// `revoke spoke1` leaves spoke0's alone.
+#[test]
+fn two_entries_on_one_real_spoke_keep_their_own_bindings() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::with_signing_spokes(&[true]);
+    let mut text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    let start = text.find("  - name: spoke0\n").unwrap();
+    let end = start + text[start..].find("\nhub:\n").unwrap() + 1;
+    let second = text[start..end].replace("name: spoke0", "name: spoke1");
+    text.insert_str(end, &second);
+    std::fs::write(&stack.fleet.config, text).unwrap();
+    stack.add_kustomizations(2);
+    stack.configure("credential:\n  mode: minted\n");
+    let api = &stack.spoke_apis[0];
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let (first0, first1) = (
+        stack.committed_kubeconfig(0, "first0.yaml"),
+        stack.committed_kubeconfig(1, "first1.yaml"),
+    );
+    list_namespaces(&first0).expect("spoke0's generation 1 works");
+    list_namespaces(&first1).expect("spoke1's generation 1 works");
+    assert_eq!(
+        our_bindings(api),
+        ["spokekeeper.hub.spoke0.g1", "spokekeeper.hub.spoke1.g1"]
+    );
+
+    // spoke0 alone renewed.
+    let (code, report, err) = stack.fleet.rotate_json(&["spoke0", "--force"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["revoked"],
+        serde_json::json!(["spokekeeper.hub.spoke0.g1"]),
+        "{report:#}"
+    );
+    assert_eq!(
+        our_bindings(api),
+        ["spokekeeper.hub.spoke0.g2", "spokekeeper.hub.spoke1.g1"]
+    );
+    let refused = list_namespaces(&first0).expect_err("spoke0's generation 1 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    list_namespaces(&first1).expect("spoke1's generation 1 still works");
+
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke1"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(
+        our_bindings(api),
+        ["spokekeeper.hub.spoke0.g2", "spokekeeper.hub.spoke1.g2"]
+    );
+    let refused = list_namespaces(&first1).expect_err("spoke1's generation 1 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    list_namespaces(&stack.committed_kubeconfig(0, "second0.yaml"))
+        .expect("spoke0's generation 2 still works");
+    list_namespaces(&stack.committed_kubeconfig(1, "second1.yaml"))
+        .expect("spoke1's generation 2 works");
+}
+
 /// Pushes, as someone with push access to the fleet repo, spoke i's committed file with
 /// its `spokekeeper.io/credential-generation` annotation set to `value`.
 fn push_generation(stack: &Stack, i: usize, value: &str) {
