@@ -278,7 +278,8 @@ pub struct Bound {
     pub name: String,
     /// Its `spokekeeper.io/generation` label, when that is a number.
     pub generation: Option<u64>,
-    /// Its subject, when it is exactly one User (shown: escaped, bounded).
+    /// Its subject, when it is exactly one User: as the spoke sent it, so escape it
+    /// before it is shown.
     pub user: Option<String>,
     pub(crate) labels: Labels,
 }

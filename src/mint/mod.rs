@@ -565,6 +565,48 @@ mod tests {
     }
 
     #[test]
+    fn each_mint_of_one_generation_is_its_own_user() {
+        let policy = CredentialPolicy::default();
+        let req = Request {
+            spoke: "edge",
+            policy: &policy,
+            generation: 1,
+            call_timeout: Duration::from_secs(1),
+            sign_timeout: Duration::from_secs(1),
+        };
+        let users: std::collections::BTreeSet<String> =
+            (0..64).map(|_| fresh_user(&req).unwrap()).collect();
+        assert_eq!(users.len(), 64);
+        for u in &users {
+            assert!(policy.is_minted_user("edge", 1, u), "{u}");
+            assert!(u.len() <= 64, "{u}");
+        }
+    }
+
+    #[test]
+    fn only_an_earlier_versions_binding_of_exactly_the_recorded_user_is_adopted() {
+        let legacy = |name: &str, user: Option<&str>| Bound {
+            name: name.into(),
+            generation: Some(1),
+            user: user.map(str::to_string),
+            labels: api::Labels::default(),
+        };
+        let all = vec![
+            legacy("spokekeeper-hub-g1", Some("spokekeeper:hub:1")),
+            legacy("spokekeeper-hub-g11", Some("spokekeeper:hub:11")),
+            legacy("spokekeeper-hub-g2", None),
+        ];
+        let names = |user| {
+            adopted(all.clone(), user)
+                .map(|b| b.name)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(Some("spokekeeper:hub:1")), ["spokekeeper-hub-g1"]);
+        assert!(names(None).is_empty());
+        assert!(names(Some("spokekeeper:hub")).is_empty());
+    }
+
+    #[test]
     fn a_binding_is_ours_only_with_our_hub_and_spoke_labels() {
         let scope = Scope {
             hub: "hub",
