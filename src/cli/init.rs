@@ -42,7 +42,8 @@ credential:                            # how the hub's credential for each spoke
   mode: minted                         # minted: a short-lived, revocable client certificate per spoke (docs/minted.md); extracted: the node's admin kubeconfig
   # ttl: 30d                           # the minted certificate's lifetime (at least 1h)
   # renew_before: 10d                  # default: a third of ttl
-  # user: "spokekeeper:hub:{generation}"
+  # user: "spokekeeper:{hub}:{spoke}:{generation}"   # each mint appends :RANDOM
+  # hub_id: hub                        # global: set one per spokekeeper deployment that shares a cluster
   # cluster_role: cluster-admin
 # hub:                                 # optional: fetch the sealing certificate, verify after a push
 #   kubeconfig: /etc/spokekeeper/hub.kubeconfig   # absent: in-cluster, else KUBECONFIG or ~/.kube/config

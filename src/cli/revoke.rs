@@ -76,6 +76,7 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
         let Some(Reason::Revoked {
             generation,
             ref found,
+            ref users,
         }) = s.reason
         else {
             continue;
@@ -111,12 +112,11 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
             )),
             _ => {}
         }
-        let mut users: Vec<u64> = found.clone();
-        if generation > 0 && !users.contains(&generation) {
-            users.push(generation);
-        }
         let bindings = if s.revoked.is_empty() {
-            "-l app.kubernetes.io/managed-by=spokekeeper".to_string()
+            format!(
+                "-l app.kubernetes.io/managed-by=spokekeeper,spokekeeper.io/hub={},spokekeeper.io/spoke={name}",
+                policy.hub_id
+            )
         } else {
             s.revoked.join(" ")
         };
@@ -124,7 +124,7 @@ fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> Str
             "check on the spoke with its admin kubeconfig: kubectl get clusterrolebinding {bindings} (NotFound){}\n",
             users
                 .iter()
-                .map(|g| format!(", kubectl auth can-i '*' '*' --as {} (no)", policy.user_for(*g)))
+                .map(|u| format!(", kubectl auth can-i '*' '*' --as {u} (no)"))
                 .collect::<String>()
         ));
     }

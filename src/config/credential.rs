@@ -35,7 +35,16 @@ impl std::fmt::Display for CredentialMode {
 }
 
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(30 * 86_400);
-pub(crate) const DEFAULT_USER: &str = "spokekeeper:hub:{generation}";
+pub(crate) const DEFAULT_USER: &str = "spokekeeper:{hub}:{spoke}:{generation}";
+/// `credential.hub_id` when unset: see docs/minted.md (why a constant, not a derived value).
+pub(crate) const DEFAULT_HUB_ID: &str = "hub";
+/// The longest hub_id: it is in every binding's name and minted user (a CN of at most 64).
+const MAX_HUB_ID: usize = 20;
+/// What each mint appends to the user: `:` and 8 random hex digits, so that no user name
+/// is ever bound twice, even when the counter starts again.
+pub(crate) const USER_SUFFIX_LEN: usize = 9;
+/// A certificate's CN holds at most 64 characters (X.520 ub-common-name).
+const MAX_CN: usize = 64;
 pub(crate) const DEFAULT_CLUSTER_ROLE: &str = "cluster-admin";
 /// Shorter lifetimes are refused (Kubernetes' own minimum is 600s).
 pub(crate) const MIN_TTL: Duration = Duration::from_secs(3600);
@@ -54,6 +63,9 @@ pub(crate) struct RawCredential {
     pub user: Option<String>,
     #[serde(default)]
     pub(crate) cluster_role: Option<String>,
+    /// Global only: names this spokekeeper deployment on the spokes it mints on.
+    #[serde(default)]
+    pub(crate) hub_id: Option<String>,
 }
 
 /// A spoke's resolved credential settings.
@@ -64,9 +76,11 @@ pub struct CredentialPolicy {
     pub ttl: Duration,
     /// Renew a minted certificate when it expires sooner than this.
     pub renew_before: Duration,
-    /// The user template; holds `{generation}`.
+    /// The user template; holds `{generation}`, may hold `{hub}` and `{spoke}`.
     pub user: String,
     pub(crate) cluster_role: String,
+    /// `credential.hub_id`: this deployment's label on the spoke's bindings.
+    pub hub_id: String,
 }
 
 impl Default for CredentialPolicy {
@@ -77,14 +91,31 @@ impl Default for CredentialPolicy {
             renew_before: DEFAULT_TTL / 3,
             user: DEFAULT_USER.into(),
             cluster_role: DEFAULT_CLUSTER_ROLE.into(),
+            hub_id: DEFAULT_HUB_ID.into(),
         }
     }
 }
 
 impl CredentialPolicy {
-    /// The user minted for `generation`.
-    pub(crate) fn user_for(&self, generation: u64) -> String {
-        self.user.replace("{generation}", &generation.to_string())
+    /// The template filled in for `spoke` and `generation`: each mint appends
+    /// [`USER_SUFFIX_LEN`] characters of its own (`:` and 8 random hex digits).
+    pub(crate) fn user_for(&self, spoke: &str, generation: u64) -> String {
+        self.user
+            .replace("{hub}", &self.hub_id)
+            .replace("{spoke}", spoke)
+            .replace("{generation}", &generation.to_string())
+    }
+
+    /// Whether `user` is what a mint of `generation` for `spoke` makes with this template.
+    pub(crate) fn is_minted_user(&self, spoke: &str, generation: u64, user: &str) -> bool {
+        user.strip_prefix(self.user_for(spoke, generation).as_str())
+            .and_then(|rest| rest.strip_prefix(':'))
+            .is_some_and(|hex| {
+                hex.len() == USER_SUFFIX_LEN - 1
+                    && hex
+                        .bytes()
+                        .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+            })
     }
 }
 
@@ -101,6 +132,7 @@ pub(super) fn resolve(
     global: &RawCredential,
     spoke: &RawCredential,
     at: &str,
+    name: &str,
 ) -> Result<CredentialPolicy, Refused> {
     let key = |field: &str, own: bool| {
         if own {
@@ -151,7 +183,36 @@ pub(super) fn resolve(
         .clone()
         .or_else(|| global.user.clone())
         .unwrap_or_else(|| DEFAULT_USER.into());
+    if spoke.hub_id.is_some() {
+        return Err(refuse(
+            "hub_id",
+            true,
+            "is global: it names this spokekeeper deployment, not a spoke; move it to the top-level credential: section".into(),
+        ));
+    }
+    let hub_id = global
+        .hub_id
+        .clone()
+        .unwrap_or_else(|| DEFAULT_HUB_ID.into());
+    hub_id_name(&hub_id).map_err(|why| refuse("hub_id", false, why.to_string()))?;
     user_template(&user).map_err(|why| refuse("user", user_own, why.to_string()))?;
+    // The longest user a mint can make: the largest generation and the suffix.
+    let longest = user
+        .replace("{hub}", &hub_id)
+        .replace("{spoke}", name)
+        .replace("{generation}", "4294967295")
+        .len()
+        + USER_SUFFIX_LEN;
+    if longest > MAX_CN {
+        return Err(refuse(
+            "user",
+            user_own,
+            format!(
+                "{:?} makes users of up to {longest} characters for spoke {name} (with credential.hub_id {hub_id:?}, a 10-digit generation and the {USER_SUFFIX_LEN} characters each mint appends), but a certificate's CN holds at most {MAX_CN}: shorten the spoke's name or credential.hub_id, or drop {{spoke}} from the template (e.g. \"spokekeeper:{{hub}}:{{generation}}\")",
+                crate::text::one_line(&user, 80)
+            ),
+        ));
+    }
     let role_own = spoke.cluster_role.is_some();
     let cluster_role = spoke
         .cluster_role
@@ -166,6 +227,7 @@ pub(super) fn resolve(
         renew_before,
         user,
         cluster_role,
+        hub_id,
     })
 }
 
@@ -186,6 +248,14 @@ enum BadName {
     )]
     UserCharacters(String),
     #[error(
+        "{0:?} is not a DNS label of at most 20 characters (lowercase letters, digits and '-', not at either end): e.g. \"hub-eu\""
+    )]
+    HubId(String),
+    #[error(
+        "{0:?} holds a {{...}} other than {{generation}}, {{hub}} and {{spoke}}: e.g. \"{DEFAULT_USER}\""
+    )]
+    UserPlaceholder(String),
+    #[error(
         "{0:?} is not a ClusterRole name: letters, digits and - _ . : (e.g. {DEFAULT_CLUSTER_ROLE})"
     )]
     ClusterRole(String),
@@ -205,7 +275,21 @@ fn user_template(u: &str) -> Result<(), BadName> {
     if !ok {
         return Err(BadName::UserCharacters(shown()));
     }
+    let bare = ["{generation}", "{hub}", "{spoke}"]
+        .iter()
+        .fold(u.to_string(), |t, p| t.replace(p, ""));
+    if bare.contains(['{', '}']) {
+        return Err(BadName::UserPlaceholder(shown()));
+    }
     Ok(())
+}
+
+fn hub_id_name(h: &str) -> Result<(), BadName> {
+    if h.len() <= MAX_HUB_ID && super::is_dns_label(h) {
+        Ok(())
+    } else {
+        Err(BadName::HubId(crate::text::one_line(h, 80)))
+    }
 }
 
 fn cluster_role_name(r: &str) -> Result<(), BadName> {
@@ -246,7 +330,8 @@ mod tests {
         assert_eq!(p.mode, CredentialMode::Extracted);
         assert_eq!(p.ttl, Duration::from_secs(30 * 86_400));
         assert_eq!(p.renew_before, Duration::from_secs(10 * 86_400));
-        assert_eq!(p.user_for(7), "spokekeeper:hub:7");
+        assert_eq!(p.user_for("dev", 7), "spokekeeper:hub:dev:7");
+        assert_eq!(p.hub_id, "hub");
         assert_eq!(p.cluster_role, "cluster-admin");
     }
 
@@ -271,7 +356,7 @@ mod tests {
             (b.ttl, b.renew_before),
             (Duration::from_secs(6 * 3600), Duration::from_secs(2 * 3600))
         );
-        assert_eq!(b.user_for(3), "hub-3@b");
+        assert_eq!(b.user_for("b", 3), "hub-3@b");
         assert_eq!(b.cluster_role, "edit");
         assert_eq!(
             (cc.mode, cc.renew_before),
@@ -301,7 +386,7 @@ mod tests {
                 "line 7",
                 "spokes[0].credential.user",
                 "{generation}",
-                "spokekeeper:hub:{generation}",
+                "spokekeeper:{hub}:{spoke}:{generation}",
             ],
         );
         refused(
@@ -321,5 +406,51 @@ mod tests {
             &["issued", "extracted", "minted"],
         );
         refused(&format!("{HEAD}credential:\n  tll: 1d\n{spokes}"), &["tll"]);
+    }
+
+    #[test]
+    fn hub_id_is_a_short_global_dns_label_and_users_fit_a_cn() {
+        let spokes = "spokes:\n  - name: dev\n    address: a\n";
+        let c = parse(&format!("{HEAD}credential:\n  hub_id: eu-1\n{spokes}")).unwrap();
+        let p = &c.spokes[0].credential;
+        assert_eq!(p.hub_id, "eu-1");
+        assert_eq!(p.user_for("dev", 4), "spokekeeper:eu-1:dev:4");
+        assert!(p.is_minted_user("dev", 4, "spokekeeper:eu-1:dev:4:0a1b2c3d"));
+        assert!(!p.is_minted_user("dev", 4, "spokekeeper:eu-1:dev:4"));
+        assert!(!p.is_minted_user("dev", 4, "spokekeeper:eu-1:dev:41:0a1b2c3d"));
+        for bad in ["Hub", "a.b", "-a", &"h".repeat(21)] {
+            refused(
+                &format!("{HEAD}credential:\n  hub_id: \"{bad}\"\n{spokes}"),
+                &["line 4", "credential.hub_id", "DNS label of at most 20"],
+            );
+        }
+        refused(
+            &format!("{HEAD}{spokes}    credential:\n      hub_id: eu\n"),
+            &[
+                "line 7",
+                "spokes[0].credential.hub_id",
+                "is global",
+                "top-level",
+            ],
+        );
+        // spokekeeper:hub:{29 letters}:4294967295:xxxxxxxx is 65 characters.
+        let long = "s".repeat(29);
+        refused(
+            &format!("{HEAD}spokes:\n  - name: {long}\n    address: a\n"),
+            &["credential.user", "65 characters", "at most 64", "{spoke}"],
+        );
+        parse(&format!(
+            "{HEAD}spokes:\n  - name: {}\n    address: a\n",
+            &long[1..]
+        ))
+        .unwrap();
+        refused(
+            &format!("{HEAD}credential:\n  user: \"u:{{generaton}}{{generation}}\"\n{spokes}"),
+            &[
+                "line 4",
+                "credential.user",
+                "{generation}, {hub} and {spoke}",
+            ],
+        );
     }
 }

@@ -171,7 +171,7 @@ fn spoke(
         .kustomization
         .map(|k| kustomization(&at, &s.name, k, l))
         .transpose()?;
-    let credential = credential::resolve(global_credential, &s.credential, &at)
+    let credential = credential::resolve(global_credential, &s.credential, &at, &s.name)
         .map_err(|r| l.bad(&r.key, r.message))?;
     Ok(SpokeConfig {
         name: s.name,

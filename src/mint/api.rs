@@ -16,6 +16,8 @@ const ACCESS_REVIEWS: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessrev
 pub(crate) const SIGNER: &str = "kubernetes.io/kube-apiserver-client";
 pub(crate) const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
 pub(crate) const GENERATION: &str = "spokekeeper.io/generation";
+pub(crate) const HUB: &str = "spokekeeper.io/hub";
+pub(crate) const SPOKE: &str = "spokekeeper.io/spoke";
 /// Most bindings looked at in one listing: a spoke holds a few of ours.
 const MAX_LISTED: usize = 1000;
 
@@ -152,9 +154,38 @@ impl Spoke {
         }
     }
 
-    /// spokekeeper's bindings on this spoke: (name, generation), bounded.
-    pub(crate) async fn list_bindings(&self) -> Result<Vec<(String, Option<u64>)>, MintError> {
-        let path = format!("{BINDINGS}?labelSelector=app.kubernetes.io%2Fmanaged-by%3Dspokekeeper");
+    /// This hub's bindings for this spoke entry: asked by label, and every label checked
+    /// again here (the answer is hostile input). Bounded.
+    pub(crate) async fn list_bindings(&self, scope: &Scope<'_>) -> Result<Vec<Bound>, MintError> {
+        let selector = format!(
+            "{MANAGED_BY}=spokekeeper,{HUB}={},{SPOKE}={}",
+            scope.hub, scope.spoke
+        );
+        Ok(self
+            .listed(&selector)
+            .await?
+            .into_iter()
+            .filter(|b| b.labels.hub.as_deref() == Some(scope.hub))
+            .filter(|b| b.labels.spoke.as_deref() == Some(scope.spoke))
+            .collect())
+    }
+
+    /// Bindings an earlier spokekeeper made before they were scoped: managed by
+    /// spokekeeper, with neither a hub nor a spoke label.
+    pub(crate) async fn list_legacy(&self) -> Result<Vec<Bound>, MintError> {
+        Ok(self
+            .listed(&format!("{MANAGED_BY}=spokekeeper"))
+            .await?
+            .into_iter()
+            .filter(|b| b.labels.hub.is_none() && b.labels.spoke.is_none())
+            .collect())
+    }
+
+    async fn listed(&self, selector: &str) -> Result<Vec<Bound>, MintError> {
+        let query: String = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair("labelSelector", selector)
+            .finish();
+        let path = format!("{BINDINGS}?{query}");
         let list = self
             .expect(
                 "revoke",
@@ -169,14 +200,7 @@ impl Spoke {
             .iter()
             .take(MAX_LISTED)
             .filter(|b| b["metadata"]["labels"][MANAGED_BY] == "spokekeeper")
-            .filter_map(|b| {
-                let name = b["metadata"]["name"].as_str()?;
-                (name.len() <= 253).then_some(())?;
-                let generation = b["metadata"]["labels"][GENERATION]
-                    .as_str()
-                    .and_then(|g| g.parse().ok());
-                Some((name.to_string(), generation))
-            })
+            .filter_map(Bound::of)
             .collect())
     }
 
@@ -229,6 +253,56 @@ impl Spoke {
                 message,
             },
         }
+    }
+}
+
+/// Which bindings are one spoke entry's of one hub.
+#[derive(Clone, Copy, Debug)]
+pub struct Scope<'a> {
+    /// `credential.hub_id`.
+    pub hub: &'a str,
+    /// The spoke entry's name.
+    pub spoke: &'a str,
+}
+
+/// The labels that say whose a binding is, as read (absent or not text: None).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Labels {
+    pub hub: Option<String>,
+    pub spoke: Option<String>,
+}
+
+/// One of spokekeeper's bindings, as listed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Bound {
+    pub name: String,
+    /// Its `spokekeeper.io/generation` label, when that is a number.
+    pub generation: Option<u64>,
+    /// Its subject, when it is exactly one User: as the spoke sent it, so escape it
+    /// before it is shown.
+    pub user: Option<String>,
+    pub(crate) labels: Labels,
+}
+
+impl Bound {
+    fn of(b: &Value) -> Option<Bound> {
+        let name = b["metadata"]["name"].as_str()?;
+        (name.len() <= 253).then_some(())?;
+        let labels = &b["metadata"]["labels"];
+        let text = |k: &str| labels[k].as_str().map(str::to_string);
+        let user = match b["subjects"].as_array().map(Vec::as_slice) {
+            Some([s]) if s["kind"] == "User" => s["name"].as_str().map(str::to_string),
+            _ => None,
+        };
+        Some(Bound {
+            name: name.to_string(),
+            generation: text(GENERATION).and_then(|g| g.parse().ok()),
+            user,
+            labels: Labels {
+                hub: text(HUB),
+                spoke: text(SPOKE),
+            },
+        })
     }
 }
 

@@ -17,7 +17,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-pub use api::Spoke;
+pub use api::{Answer, Bound, Scope, Spoke};
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
 pub use lifetime::{Limit, Shortfall};
@@ -27,7 +27,7 @@ use crate::config::CredentialPolicy;
 use crate::kubeconfig::Sanitized;
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport};
-use api::{Answer, BINDINGS, CSRS, GENERATION, MANAGED_BY, SIGNER, shown};
+use api::{BINDINGS, CSRS, GENERATION, HUB, MANAGED_BY, SIGNER, SPOKE, shown};
 use lifetime::Lifetime;
 
 /// The group no minted credential may be in: it bypasses RBAC.
@@ -36,9 +36,26 @@ const MASTERS: &str = "system:masters";
 const MAX_CERTIFICATE: usize = 64 * 1024;
 const POLL: Duration = Duration::from_millis(500);
 
-/// The ClusterRoleBinding of a generation.
-pub(crate) fn binding_name(generation: u64) -> String {
-    format!("spokekeeper-hub-g{generation}")
+/// The ClusterRoleBinding of one hub's spoke entry's generation. Dots separate the parts:
+/// neither a hub_id nor a spoke name holds one, so no two (hub, spoke, generation) share
+/// a name (with dashes, hub `a-b` spoke `c` and hub `a` spoke `b-c` would).
+pub(crate) fn binding_name(scope: &Scope<'_>, generation: u64) -> String {
+    format!("spokekeeper.{}.{}.g{generation}", scope.hub, scope.spoke)
+}
+
+/// The user of one mint: the template filled in, then `:` and 8 random hex digits, so
+/// that no user name is bound twice, even when the counter starts again.
+fn fresh_user(req: &Request<'_>) -> Result<String, MintError> {
+    use ring::rand::{SecureRandom, SystemRandom};
+    let mut random = [0u8; 4];
+    SystemRandom::new()
+        .fill(&mut random)
+        .map_err(|_| MintError::from(KeyError::Random))?;
+    let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    Ok(format!(
+        "{}:{hex}",
+        req.policy.user_for(req.spoke, req.generation)
+    ))
 }
 
 /// What to mint for one spoke.
@@ -80,7 +97,11 @@ impl std::fmt::Debug for Minted {
 /// certificate, binding; then proves the minted kubeconfig authenticates as the user,
 /// outside system:masters, and is authorized by the binding.
 pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintError> {
-    let user = req.policy.user_for(req.generation);
+    let user = fresh_user(req)?;
+    let scope = Scope {
+        hub: &req.policy.hub_id,
+        spoke: req.spoke,
+    };
     let spoke = Spoke::connect(&admin.to_yaml(), req.call_timeout)
         .await
         .map_err(MintError::Admin)?;
@@ -121,8 +142,8 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
             });
         }
     };
-    let binding = binding_name(req.generation);
-    ensure_binding(&spoke, &binding, &user, req.policy, req.generation).await?;
+    let binding = binding_name(&scope, req.generation);
+    ensure_binding(&spoke, &scope, &binding, &user, req.policy, req.generation).await?;
 
     let private = key.private_key()?;
     drop(key);
@@ -315,6 +336,7 @@ async fn delete_csr(spoke: &Spoke, name: &str) -> Result<(), MintError> {
 /// something else is replaced, anyone else's is left alone.
 async fn ensure_binding(
     spoke: &Spoke,
+    scope: &Scope<'_>,
     name: &str,
     user: &str,
     policy: &CredentialPolicy,
@@ -325,7 +347,12 @@ async fn ensure_binding(
         "kind": "ClusterRoleBinding",
         "metadata": {
             "name": name,
-            "labels": {MANAGED_BY: "spokekeeper", GENERATION: generation.to_string()},
+            "labels": {
+                MANAGED_BY: "spokekeeper",
+                GENERATION: generation.to_string(),
+                HUB: scope.hub,
+                SPOKE: scope.spoke,
+            },
         },
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": policy.cluster_role},
         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
@@ -334,7 +361,7 @@ async fn ensure_binding(
         if fits(&have, user, &policy.cluster_role) {
             return Ok(());
         }
-        if have["metadata"]["labels"][MANAGED_BY] != "spokekeeper" {
+        if !scoped(&have, scope) {
             return Err(MintError::BindingConflict {
                 name: name.to_string(),
                 why: format!(
@@ -400,62 +427,94 @@ async fn authorized(
     }
 }
 
-/// Deletes spokekeeper's bindings of generations before `current` (labelled ours):
-/// the older credentials stop working. Returns the names deleted.
+/// Deletes this hub's bindings for this spoke entry of generations before `current`,
+/// and an earlier version's unscoped binding of `legacy_user` (the user recorded before
+/// this mint): the older credentials stop working. Returns the names deleted.
 pub(crate) async fn revoke_older(
     admin: &SecretBytes,
+    scope: &Scope<'_>,
     current: u64,
+    legacy_user: Option<&str>,
     limit: Duration,
 ) -> Result<Vec<String>, MintError> {
     let spoke = Spoke::connect(admin, limit)
         .await
         .map_err(MintError::Admin)?;
     let mut deleted = Vec::new();
-    for (name, generation) in spoke.list_bindings().await? {
-        if generation.is_some_and(|g| g < current) && spoke.delete_binding(&name).await? {
-            deleted.push(name);
+    for b in spoke.list_bindings(scope).await? {
+        if b.generation.is_some_and(|g| g < current) && spoke.delete_binding(&b.name).await? {
+            deleted.push(b.name);
+        }
+    }
+    for b in adopted(spoke.list_legacy().await?, legacy_user) {
+        if spoke.delete_binding(&b.name).await? {
+            deleted.push(b.name);
         }
     }
     Ok(deleted)
 }
 
-/// spokekeeper's bindings on the spoke: (name, generation label). The next generation
-/// is above all of them as well as above the recorded one: the recorded counter comes
-/// from the fleet repo, and a counter wound back there must not bind a user again whose
-/// revoked certificate may still be valid.
+/// The bindings on the spoke a mint looks at.
+#[derive(Debug, Default)]
+pub(crate) struct Bindings {
+    /// This hub's for this spoke entry: the next generation is above all of them as well
+    /// as above the recorded one (the recorded counter comes from the fleet repo, and one
+    /// wound back there must not reuse a generation).
+    pub ours: Vec<Bound>,
+    /// An earlier version's, not scoped to a hub or spoke.
+    pub legacy: Vec<Bound>,
+}
+
 pub(crate) async fn bound(
     admin: &SecretBytes,
+    scope: &Scope<'_>,
     limit: Duration,
-) -> Result<Vec<(String, Option<u64>)>, MintError> {
+) -> Result<Bindings, MintError> {
     let spoke = Spoke::connect(admin, limit)
         .await
         .map_err(MintError::Admin)?;
-    spoke.list_bindings().await
+    Ok(Bindings {
+        ours: spoke.list_bindings(scope).await?,
+        legacy: spoke.list_legacy().await?,
+    })
 }
 
-/// Deletes every binding of spokekeeper's on the spoke now (`spokekeeper revoke`), not
-/// only the one the fleet repo names, which may have been changed. Returns those deleted
-/// (name, generation label).
+/// The unscoped bindings an earlier version made for `user` (the spoke's recorded user):
+/// since users are not shared, a binding of exactly that user is this spoke entry's.
+fn adopted(legacy: Vec<Bound>, user: Option<&str>) -> impl Iterator<Item = Bound> {
+    legacy
+        .into_iter()
+        .filter(move |b| user.is_some() && b.user.as_deref() == user)
+}
+
+/// Deletes now (`spokekeeper revoke`) every binding of this hub's for this spoke entry,
+/// not only the one the fleet repo names (which may have been changed), and an earlier
+/// version's unscoped binding of `recorded_user`. Returns those deleted.
 pub async fn revoke_all(
     admin: &SecretBytes,
+    scope: &Scope<'_>,
+    recorded_user: Option<&str>,
     limit: Duration,
-) -> Result<Vec<(String, Option<u64>)>, MintError> {
+) -> Result<Vec<Bound>, MintError> {
     let spoke = Spoke::connect(admin, limit)
         .await
         .map_err(MintError::Admin)?;
     let mut deleted = Vec::new();
-    for (name, generation) in spoke.list_bindings().await? {
-        if spoke.delete_binding(&name).await? {
-            deleted.push((name, generation));
+    let legacy = spoke.list_legacy().await?;
+    let ours = spoke.list_bindings(scope).await?;
+    for b in ours.into_iter().chain(adopted(legacy, recorded_user)) {
+        if spoke.delete_binding(&b.name).await? {
+            deleted.push(b);
         }
     }
     Ok(deleted)
 }
 
-/// Whether the binding of `generation` exists and binds `user` to the configured
-/// cluster role (a renewal is due when it does not).
+/// Whether this hub's binding of `generation` for this spoke entry exists and binds
+/// `user` to the configured cluster role (a renewal is due when it does not).
 pub(crate) async fn binding_fits(
     admin: &SecretBytes,
+    scope: &Scope<'_>,
     generation: u64,
     user: &str,
     policy: &CredentialPolicy,
@@ -465,9 +524,15 @@ pub(crate) async fn binding_fits(
         .await
         .map_err(MintError::Admin)?;
     Ok(spoke
-        .get_binding(&binding_name(generation))
+        .get_binding(&binding_name(scope, generation))
         .await?
-        .is_some_and(|b| fits(&b, user, &policy.cluster_role)))
+        .is_some_and(|b| scoped(&b, scope) && fits(&b, user, &policy.cluster_role)))
+}
+
+/// Labelled as this hub's binding for this spoke entry.
+fn scoped(binding: &Value, scope: &Scope<'_>) -> bool {
+    let labels = &binding["metadata"]["labels"];
+    labels[MANAGED_BY] == "spokekeeper" && labels[HUB] == scope.hub && labels[SPOKE] == scope.spoke
 }
 
 /// A binding of exactly `user` to the ClusterRole `role`.
@@ -500,6 +565,77 @@ mod tests {
         assert!(refused(&csr("Failed", "True"), "c", "u").is_some());
         assert!(refused(&csr("Denied", "False"), "c", "u").is_none());
         assert!(refused(&json!({"status": {}}), "c", "u").is_none());
+    }
+
+    #[test]
+    fn binding_names_never_collide_across_hubs_and_spokes() {
+        let name = |hub, spoke, g| binding_name(&Scope { hub, spoke }, g);
+        assert_eq!(name("hub", "edge", 3), "spokekeeper.hub.edge.g3");
+        // The pairs a dash-joined name would confuse.
+        assert_ne!(name("a-b", "c", 1), name("a", "b-c", 1));
+        // Nor with an earlier version's spokekeeper-hub-gN.
+        assert!(!name("hub", "g1", 2).starts_with("spokekeeper-"));
+        // The longest hub_id (20) and spoke name (63) and generation fit a name (253).
+        let long = name(&"h".repeat(20), &"s".repeat(63), 4_294_967_295);
+        assert!(long.len() <= 253, "{}", long.len());
+    }
+
+    #[test]
+    fn each_mint_of_one_generation_is_its_own_user() {
+        let policy = CredentialPolicy::default();
+        let req = Request {
+            spoke: "edge",
+            policy: &policy,
+            generation: 1,
+            call_timeout: Duration::from_secs(1),
+            sign_timeout: Duration::from_secs(1),
+        };
+        let users: std::collections::BTreeSet<String> =
+            (0..64).map(|_| fresh_user(&req).unwrap()).collect();
+        assert_eq!(users.len(), 64);
+        for u in &users {
+            assert!(policy.is_minted_user("edge", 1, u), "{u}");
+            assert!(u.len() <= 64, "{u}");
+        }
+    }
+
+    #[test]
+    fn only_an_earlier_versions_binding_of_exactly_the_recorded_user_is_adopted() {
+        let legacy = |name: &str, user: Option<&str>| Bound {
+            name: name.into(),
+            generation: Some(1),
+            user: user.map(str::to_string),
+            labels: api::Labels::default(),
+        };
+        let all = vec![
+            legacy("spokekeeper-hub-g1", Some("spokekeeper:hub:1")),
+            legacy("spokekeeper-hub-g11", Some("spokekeeper:hub:11")),
+            legacy("spokekeeper-hub-g2", None),
+        ];
+        let names = |user| {
+            adopted(all.clone(), user)
+                .map(|b| b.name)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(Some("spokekeeper:hub:1")), ["spokekeeper-hub-g1"]);
+        assert!(names(None).is_empty());
+        assert!(names(Some("spokekeeper:hub")).is_empty());
+    }
+
+    #[test]
+    fn a_binding_is_ours_only_with_our_hub_and_spoke_labels() {
+        let scope = Scope {
+            hub: "hub",
+            spoke: "edge",
+        };
+        let b = |hub: &str, spoke: &str| json!({"metadata": {"labels": {MANAGED_BY: "spokekeeper", HUB: hub, SPOKE: spoke}}});
+        assert!(scoped(&b("hub", "edge"), &scope));
+        assert!(!scoped(&b("other", "edge"), &scope));
+        assert!(!scoped(&b("hub", "edge2"), &scope));
+        assert!(!scoped(
+            &json!({"metadata": {"labels": {MANAGED_BY: "spokekeeper"}}}),
+            &scope
+        ));
     }
 
     #[test]

@@ -50,12 +50,14 @@ pub enum Reason {
     BindingMissing {
         binding: String,
     },
-    /// `spokekeeper revoke`: every binding of spokekeeper's on the spoke was deleted;
-    /// `generation` is the committed one, `found` the generations those bindings carried
-    /// (they differ when the fleet repo's annotation was changed).
+    /// `spokekeeper revoke`: every binding of this hub's for the spoke entry was deleted
+    /// (and an earlier version's binding of the recorded user); `generation` is the
+    /// committed one, `found` the generations those bindings carried (they differ when the
+    /// fleet repo's annotation was changed), `users` the users they bound.
     Revoked {
         generation: u64,
         found: Vec<u64>,
+        users: Vec<String>,
     },
 }
 
@@ -100,7 +102,9 @@ impl fmt::Display for Reason {
                     "ClusterRoleBinding {binding} of the minted user is missing or binds another role"
                 )
             }
-            Reason::Revoked { generation, found } => {
+            Reason::Revoked {
+                generation, found, ..
+            } => {
                 write!(f, "generation {generation} revoked")?;
                 match found.iter().filter(|g| *g != generation).count() {
                     0 => Ok(()),
@@ -222,6 +226,8 @@ pub(crate) struct MintedCheck<'a> {
     /// Whether the committed generation's ClusterRoleBinding exists and binds the
     /// committed user to the configured cluster role.
     pub(crate) binding_present: bool,
+    /// The name of that binding.
+    pub(crate) binding: &'a str,
 }
 
 /// After a periodic re-extraction of a minted spoke: why to mint again, or None (the
@@ -230,7 +236,7 @@ pub(crate) struct MintedCheck<'a> {
 pub(crate) fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option<Reason> {
     if !seen.binding_present {
         return Some(Reason::BindingMissing {
-            binding: crate::mint::binding_name(recorded.credential.generation),
+            binding: seen.binding.to_string(),
         });
     }
     if seen.ca_sha256 != recorded.ca_sha256 {
@@ -266,7 +272,10 @@ fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded)
         return Some(format!("credential.mode {} -> {}", had.mode, want.mode));
     }
     if want.mode == CredentialMode::Minted
-        && had.user.as_deref() != Some(want.user_for(had.generation).as_str())
+        && !had
+            .user
+            .as_deref()
+            .is_some_and(|u| want.is_minted_user(&spoke.name, had.generation, u))
     {
         return Some(format!(
             "credential.user {} -> {}",
@@ -541,6 +550,7 @@ mod tests {
             Reason::Revoked {
                 generation: 1,
                 found: vec![1],
+                users: vec!["spokekeeper:hub:dev:1:0a1b2c3d".into()],
             },
         ] {
             assert_eq!(serde_json::to_value(&r).unwrap()["kind"], r.kind());
@@ -568,7 +578,7 @@ mod tests {
         Recorded {
             credential: crate::rotate::state::RecordedCredential {
                 mode: CredentialMode::Minted,
-                user: Some(format!("spokekeeper:hub:{generation}")),
+                user: Some(format!("spokekeeper:hub:dev:{generation}:0a1b2c3d")),
                 generation,
             },
             ..recorded()
@@ -620,11 +630,22 @@ mod tests {
             run(&spoke(MINTED), &s, &minted(2), &policy()),
             Decision::Healthy
         );
+        // An earlier version's user (unscoped, no per-mint suffix) is minted again at once.
+        let mut legacy = minted(2);
+        legacy.credential.user = Some("spokekeeper:hub:2".into());
+        assert_eq!(
+            run(&spoke(MINTED), &s, &legacy, &policy()),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail:
+                    "credential.user spokekeeper:hub:2 -> spokekeeper:{hub}:{spoke}:{generation}"
+                        .into()
+            })
+        );
         let renamed = spoke(", credential: {mode: minted, user: \"hub-{generation}\"}");
         assert_eq!(
             run(&renamed, &s, &minted(2), &policy()),
             Decision::Rotate(Reason::ConfigChanged {
-                detail: "credential.user spokekeeper:hub:2 -> hub-{generation}".into()
+                detail: "credential.user spokekeeper:hub:dev:2:0a1b2c3d -> hub-{generation}".into()
             })
         );
     }
@@ -636,6 +657,7 @@ mod tests {
             ca_sha256: r.ca_sha256,
             server: &r.server,
             binding_present: true,
+            binding: "spokekeeper.hub.dev.g3",
         };
         assert_eq!(after_check(&r, &fits), None);
         assert_eq!(
@@ -648,7 +670,7 @@ mod tests {
                 }
             ),
             Some(Reason::BindingMissing {
-                binding: "spokekeeper-hub-g3".into()
+                binding: "spokekeeper.hub.dev.g3".into()
             })
         );
         assert_eq!(

@@ -5,7 +5,7 @@
 
 use super::state::MAX_GENERATION;
 
-/// A binding of spokekeeper's on the spoke: its name and its generation label.
+/// A binding of this hub's for the spoke entry: its name and its generation label.
 pub(crate) type Bound = (String, Option<u64>);
 
 /// Why no generation may be minted for a spoke; each names what to change.

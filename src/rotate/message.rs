@@ -34,7 +34,13 @@ pub(super) fn commit_message(
             "credential: minted for user {} (generation {}, ClusterRoleBinding {}); the admin credential is not committed\n",
             one_line(user, 200),
             new.credential.generation,
-            crate::mint::binding_name(new.credential.generation)
+            crate::mint::binding_name(
+                &crate::mint::Scope {
+                    hub: &spoke.credential.hub_id,
+                    spoke: &spoke.name
+                },
+                new.credential.generation
+            )
         ));
     }
     msg.push_str(&format!("server: {}\n", one_line(&new.server, 200)));

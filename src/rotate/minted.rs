@@ -15,11 +15,17 @@ use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
 use crate::secret::SecretBytes;
 
-/// Bindings to delete once the hub has the new credential: spokekeeper's, of
-/// generations below `below`, with the admin credential kept in memory until then.
+/// Bindings to delete once the hub has the new credential: this hub's for the spoke
+/// entry, of generations below `below`, and an earlier version's unscoped binding of
+/// `legacy_user` (the user recorded before), with the admin credential kept in memory
+/// until then.
 pub(crate) struct Revocation {
     pub admin: SecretBytes,
     pub below: u64,
+    pub legacy_user: Option<String>,
+    /// Whose bindings: `credential.hub_id` and the spoke entry's name.
+    pub hub: String,
+    pub spoke: String,
 }
 
 impl std::fmt::Debug for Revocation {
@@ -89,6 +95,24 @@ pub(super) fn unknown_generation(
     })
 }
 
+/// An earlier version's unscoped bindings are never left silently: the one of the
+/// recorded user is this entry's and goes with its next revocation; any other is named
+/// with the command that deletes it (spokekeeper cannot tell whose it is).
+fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option<&str>) {
+    let shown = |s: &str| crate::text::one_line(&crate::certs::escape(s), 200);
+    for b in legacy {
+        if recorded.is_some() && b.user.as_deref() == recorded {
+            continue;
+        }
+        tracing::warn!(
+            spoke = %spoke.name,
+            "ClusterRoleBinding {name} was made by an earlier spokekeeper (no spokekeeper.io/hub label) and binds {user}, not this spoke entry's recorded user: once no spoke entry of any spokekeeper records that user (annotation spokekeeper.io/credential-user), delete it: kubectl delete clusterrolebinding {name}",
+            name = shown(&b.name),
+            user = b.user.as_deref().map_or("no single user".to_string(), shown),
+        );
+    }
+}
+
 fn refused(spoke: &SpokeConfig, e: GenerationError) -> SpokeError {
     tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
     SpokeError::Generation(e)
@@ -115,11 +139,15 @@ pub(super) async fn step(
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
     let unknown = unknown_generation(spoke, committed);
+    let scope = mint::Scope {
+        hub: &spoke.credential.hub_id,
+        spoke: &spoke.name,
+    };
     if let (Some(e), false) = (&unknown, revoke_now) {
         return Err(refused(spoke, e.clone()));
     }
     // Generations deleted this tick: the next one is above them too.
-    let mut gone: Vec<Bound> = Vec::new();
+    let mut gone: Vec<mint::Bound> = Vec::new();
     if revoke_now {
         // A malformed annotation does not stop a revocation, only the mint after it.
         if !was_minted && unknown.is_none() {
@@ -133,10 +161,16 @@ pub(super) async fn step(
         }
         // Every binding on the spoke, not the one the fleet repo names: that annotation
         // may have been wound back to a generation long gone.
-        gone = mint::revoke_all(&admin.yaml, limits.call)
+        gone = mint::revoke_all(&admin.yaml, &scope, had.user.as_deref(), limits.call)
             .await
             .map_err(failed)?;
-        let found: Vec<u64> = gone.iter().filter_map(|(_, g)| *g).collect();
+        // This hub's generations for the entry; an earlier version's binding adopted
+        // with them carries its own counter.
+        let found: Vec<u64> = gone
+            .iter()
+            .filter(|b| b.labels.hub.is_some())
+            .filter_map(|b| b.generation)
+            .collect();
         if found != [had.generation] {
             tracing::warn!(
                 spoke = %spoke.name,
@@ -146,18 +180,25 @@ pub(super) async fn step(
                 super::state::CREDENTIAL_GENERATION
             );
         }
-        revoked.extend(gone.iter().map(|(n, _)| n.clone()));
+        revoked.extend(gone.iter().map(|b| b.name.clone()));
         *reason = Reason::Revoked {
             generation: had.generation,
             found,
+            users: gone
+                .iter()
+                .filter_map(|b| b.user.as_deref())
+                .map(|u| crate::text::one_line(&crate::certs::escape(u), 200))
+                .collect(),
         };
         if let Some(e) = unknown {
             return Err(refused(spoke, e));
         }
     } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted)) {
         let user = had.user.as_deref().unwrap_or_default();
+        let binding = mint::binding_name(&scope, had.generation);
         let present = mint::binding_fits(
             &admin.yaml,
+            &scope,
             had.generation,
             user,
             &spoke.credential,
@@ -170,6 +211,7 @@ pub(super) async fn step(
             ca_sha256: kc.ca_certs()[0].fingerprint.as_kind(),
             server: &kc.server_string(),
             binding_present: present,
+            binding: &binding,
         };
         match decide::after_check(prev, &seen) {
             None => return Ok(Step::Unchanged),
@@ -182,17 +224,23 @@ pub(super) async fn step(
     // Review mode revokes nothing after its push (the hub takes the credential only when
     // the pull request is merged): the generations before the merged one go here.
     if review && was_minted && had.generation > 1 {
-        match mint::revoke_older(&admin.yaml, had.generation, limits.call).await {
+        match mint::revoke_older(&admin.yaml, &scope, had.generation, None, limits.call).await {
             Ok(names) => revoked.extend(names),
             Err(e) => {
                 tracing::warn!(spoke = %spoke.name, error = %e, "cannot revoke older generations")
             }
         }
     }
-    let mut bound = mint::bound(&admin.yaml, limits.call)
+    let listed = mint::bound(&admin.yaml, &scope, limits.call)
         .await
         .map_err(failed)?;
-    bound.extend(gone);
+    legacy_warnings(spoke, &listed.legacy, had.user.as_deref());
+    let bound: Vec<Bound> = listed
+        .ours
+        .iter()
+        .chain(gone.iter().filter(|b| b.labels.hub.is_some()))
+        .map(|b| (b.name.clone(), b.generation))
+        .collect();
     let file = spoke.output.display().to_string();
     let generation = generation::next(&spoke.name, &file, had.generation, &bound)
         .map_err(|e| refused(spoke, e))?;

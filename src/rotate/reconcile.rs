@@ -183,7 +183,14 @@ pub(super) async fn reconcile<P: Publish>(
                 shortened = short;
                 if !in_review {
                     let below = credential.generation;
-                    revocation = Some(minted::Revocation { admin, below });
+                    let legacy_user = had.user.clone();
+                    revocation = Some(minted::Revocation {
+                        admin,
+                        below,
+                        legacy_user,
+                        hub: spoke.credential.hub_id.clone(),
+                        spoke: spoke.name.clone(),
+                    });
                 }
                 (*fresh, credential)
             }
@@ -200,6 +207,9 @@ pub(super) async fn reconcile<P: Publish>(
             revocation = Some(minted::Revocation {
                 admin: fresh.yaml.clone(),
                 below: had.next_generation(),
+                legacy_user: had.user.clone(),
+                hub: spoke.credential.hub_id.clone(),
+                spoke: spoke.name.clone(),
             });
         }
         let credential = state::RecordedCredential {

@@ -192,7 +192,12 @@ async fn revoke_superseded(
         if ctx.config.hub.is_some() && !verified {
             continue;
         }
-        match crate::mint::revoke_older(&r.admin, r.below, ctx.live_timeout).await {
+        let scope = crate::mint::Scope {
+            hub: &r.hub,
+            spoke: &r.spoke,
+        };
+        let legacy = r.legacy_user.as_deref();
+        match crate::mint::revoke_older(&r.admin, &scope, r.below, legacy, ctx.live_timeout).await {
             Ok(names) => report.revoked.extend(names),
             Err(e) => {
                 tracing::warn!(spoke = %report.spoke, error = %e, "cannot revoke superseded generations");

@@ -26,6 +26,9 @@ mod verify;
 /// The whole tick end to end, through the binary.
 mod rotate_e2e;
 
+/// Minted bindings scoped to a hub and a spoke entry, through the binary.
+mod minted_scope;
+
 mod daemon;
 
 mod alerts;

@@ -514,14 +514,18 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
         let spoke = &report["spokes"][i];
         assert_eq!(action(&report, i), "rotated", "{spoke:#}");
         assert_eq!(spoke["credential"]["mode"], "minted", "{spoke:#}");
-        assert_eq!(
-            spoke["credential"]["user"], "spokekeeper:hub:1",
+        let user = spoke["credential"]["user"].as_str().unwrap();
+        assert!(
+            user.starts_with(&format!("spokekeeper:hub:spoke{i}:1:")),
             "{spoke:#}"
         );
         assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
         let objects = fleet.nodes[i].api_objects();
         let objects = objects.lock().unwrap();
-        assert_eq!(objects.binding_names(), ["spokekeeper-hub-g1"]);
+        assert_eq!(
+            objects.binding_names(),
+            [format!("spokekeeper.hub.spoke{i}.g1")]
+        );
         assert!(objects.csr_names().is_empty(), "{:?}", objects.csr_names());
         let kc = fleet.unsealed(i);
         let text = std::str::from_utf8(kc.expose()).unwrap();
@@ -533,9 +537,10 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
         assert!(!text.contains(admin_cert.trim_matches('"')), "{text}");
     }
     assert!(
-        fleet.remote_log().contains(
-            &"spoke0: rotate kubeconfig, minted spokekeeper:hub:1: initial credential".to_string()
-        ),
+        fleet.remote_log().iter().any(|l| {
+            l.starts_with("spoke0: rotate kubeconfig, minted spokekeeper:hub:spoke0:1:")
+                && l.ends_with(": initial credential")
+        }),
         "{:?}",
         fleet.remote_log()
     );
@@ -553,13 +558,13 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
     assert_eq!(spoke0["credential"]["generation"], 2, "{spoke0:#}");
     assert_eq!(
         spoke0["revoked"],
-        serde_json::json!(["spokekeeper-hub-g1"]),
+        serde_json::json!(["spokekeeper.hub.spoke0.g1"]),
         "{spoke0:#}"
     );
     let objects0 = fleet.nodes[0].api_objects();
     assert_eq!(
         objects0.lock().unwrap().binding_names(),
-        ["spokekeeper-hub-g2"]
+        ["spokekeeper.hub.spoke0.g2"]
     );
     let spoke1 = &report["spokes"][1];
     assert_eq!(action(&report, 1), "failed", "{spoke1:#}");
@@ -571,22 +576,22 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
     assert_eq!(fleet.remote_file(1), committed1);
     assert_eq!(
         fleet.nodes[1].api_objects().lock().unwrap().binding_names(),
-        ["spokekeeper-hub-g1"]
+        ["spokekeeper.hub.spoke1.g1"]
     );
 
     let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("spoke0: deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        err.contains("spoke0: deleted ClusterRoleBinding spokekeeper.hub.spoke0.g2"),
         "{err}"
     );
     assert!(
-        err.contains("minted generation 3 for spokekeeper:hub:3"),
+        err.contains("minted generation 3 for spokekeeper:hub:spoke0:3:"),
         "{err}"
     );
     assert_eq!(
         objects0.lock().unwrap().binding_names(),
-        ["spokekeeper-hub-g3"]
+        ["spokekeeper.hub.spoke0.g3"]
     );
     let (code, out, err) = fleet.run(&["revoke", "spoke1"]);
     assert_ne!(code, 0, "{out}\n{err}");
@@ -610,7 +615,7 @@ async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_aga
     let objects = fleet.nodes[0].api_objects();
     assert_eq!(
         objects.lock().unwrap().binding_names(),
-        ["spokekeeper-hub-g2"]
+        ["spokekeeper.hub.spoke0.g2"]
     );
 
     // The attacker's commit: the generation annotation removed (read back as 0).
@@ -633,17 +638,15 @@ async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_aga
     assert_eq!(code, 0, "{report:#}\n{err}");
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["credential"]["generation"], 3, "{spoke:#}");
-    assert_eq!(
-        spoke["credential"]["user"], "spokekeeper:hub:3",
-        "{spoke:#}"
-    );
+    let user = spoke["credential"]["user"].as_str().unwrap();
+    assert!(user.starts_with("spokekeeper:hub:spoke0:3:"), "{spoke:#}");
     let names = objects.lock().unwrap().binding_names();
     assert!(
-        !names.contains(&"spokekeeper-hub-g1".to_string()),
+        !names.contains(&"spokekeeper.hub.spoke0.g1".to_string()),
         "generation 1 was bound again: {names:?}"
     );
     assert!(
-        names.contains(&"spokekeeper-hub-g3".to_string()),
+        names.contains(&"spokekeeper.hub.spoke0.g3".to_string()),
         "{names:?}"
     );
     // The admin key and generations 1 to 3 (the attacker's commit holds generation 2's).
@@ -689,7 +692,7 @@ async fn a_generation_at_the_maximum_refuses_to_mint_and_binds_nothing() {
             assert!(error.contains(needle), "{needle:?} not in {error}");
         }
         let o = objects.lock().unwrap();
-        assert_eq!(o.binding_names(), ["spokekeeper-hub-g1"]);
+        assert_eq!(o.binding_names(), ["spokekeeper.hub.spoke0.g1"]);
         assert!(o.csr_names().is_empty(), "{:?}", o.csr_names());
     }
 }
@@ -707,16 +710,16 @@ async fn revoke_deletes_the_live_binding_a_lowered_annotation_no_longer_names() 
     let objects = fleet.nodes[0].api_objects();
     assert_eq!(
         objects.lock().unwrap().binding_names(),
-        ["spokekeeper-hub-g3"]
+        ["spokekeeper.hub.spoke0.g3"]
     );
     push_generation(&fleet, "1");
     objects.lock().unwrap().deny_approvals();
     let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "{out}\n{err}");
     for needle in [
-        "deleted ClusterRoleBinding spokekeeper-hub-g3",
+        "deleted ClusterRoleBinding spokekeeper.hub.spoke0.g3",
         "says 1, but the spoke bound generations [3]",
-        "--as spokekeeper:hub:3 (no)",
+        "--as spokekeeper:hub:spoke0:3:",
         "no new credential was committed",
     ] {
         assert!(err.contains(needle), "{needle:?} not in {err}");

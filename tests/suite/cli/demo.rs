@@ -69,12 +69,13 @@ fn demo_runs_the_whole_loop_and_cleans_up() {
     // mints the next generation and the previous one is refused at once.
     assert!(
         stdout.contains(
-            "prod-kubeconfig-sealed.yaml unseals; it authenticates as spokekeeper:hub:1 (groups system:authenticated)"
-        ),
+            "prod-kubeconfig-sealed.yaml unseals; it authenticates as spokekeeper:hub:prod:1:"
+        ) && stdout.contains(" (groups system:authenticated)"),
         "{stdout}"
     );
     assert!(
-        log[0].ends_with("prod: rotate kubeconfig, minted spokekeeper:hub:2: generation 1 revoked"),
+        log[0].contains(" prod: rotate kubeconfig, minted spokekeeper:hub:prod:2:")
+            && log[0].ends_with(": generation 1 revoked"),
         "{log:?}"
     );
     assert!(

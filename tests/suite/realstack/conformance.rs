@@ -915,9 +915,9 @@ fn the_lease_emulator_answers_as_a_real_api_server() {
 
 const CSRS: &str = "/apis/certificates.k8s.io/v1/certificatesigningrequests";
 const CRBS: &str = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings";
-const MINTED_USER: &str = "spokekeeper:hub:7";
+const MINTED_USER: &str = "spokekeeper:hub:conform:7:0a1b2c3d";
 const MINTED_CSR: &str = "spokekeeper-conform-g7-0a1b2c3d";
-const BINDING: &str = "spokekeeper-hub-g7";
+const BINDING: &str = "spokekeeper.hub.conform.g7";
 const TTL: i64 = 3600;
 
 /// A CSR as the mint client sends it: ECDSA P-256, CN = the user, no O; and its key.
@@ -940,7 +940,8 @@ fn mint_request(name: &str, seconds: i64) -> (Value, rcgen::KeyPair) {
 fn binding_body() -> Value {
     json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
         "metadata": {"name": BINDING, "labels": {"app.kubernetes.io/managed-by": "spokekeeper",
-            "spokekeeper.io/generation": "7"}},
+            "spokekeeper.io/generation": "7", "spokekeeper.io/hub": "hub",
+            "spokekeeper.io/spoke": "conform"}},
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
         "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": MINTED_USER}]})
 }
@@ -1222,6 +1223,28 @@ async fn mint_transcript(
         json!({"http": a.code, "kind": a.body["kind"], "names": names,
                "item kind": a.body["items"][0]["kind"]}),
     ));
+    // As spokekeeper scopes its lists: every label must match (comma-joined, encoded).
+    for (hub, spoke) in [("hub", "conform"), ("other", "conform"), ("hub", "other")] {
+        let query: String = url::form_urlencoded::Serializer::new(String::new())
+            .append_pair(
+                "labelSelector",
+                &format!(
+                    "app.kubernetes.io/managed-by=spokekeeper,spokekeeper.io/hub={hub},spokekeeper.io/spoke={spoke}"
+                ),
+            )
+            .finish();
+        let a = call(admin, "GET", &format!("{CRBS}?{query}"), "", None).await;
+        let names: Vec<Value> = a.body["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|i| i["metadata"]["name"].clone())
+            .collect();
+        t.push((
+            format!("list bindings of hub {hub}, spoke {spoke}"),
+            json!({"http": a.code, "names": names}),
+        ));
+    }
     let a = call(
         admin,
         "GET",

@@ -300,14 +300,23 @@ fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
         true,
     );
     let spoke = &report["spokes"][0];
-    assert_eq!(spoke["user"], "spokekeeper:hub:2", "{spoke:#}");
+    assert!(
+        spoke["user"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:2:"),
+        "{spoke:#}"
+    );
     assert!(
         spoke["revoked"].as_array().is_none_or(Vec::is_empty),
         "{spoke:#}"
     );
     let bindings = stack.spoke_apis[0].kubectl(&["get", "clusterrolebindings", "-o", "name"]);
-    assert!(bindings.contains("spokekeeper-hub-g2"), "{bindings}");
-    assert!(!bindings.contains("spokekeeper-hub-g1"), "{bindings}");
+    assert!(bindings.contains("spokekeeper.hub.spoke0.g2"), "{bindings}");
+    assert!(
+        !bindings.contains("spokekeeper.hub.spoke0.g1"),
+        "{bindings}"
+    );
 
     // renew_before (3590s of a 1h certificate) is reached 10s after the mint.
     std::thread::sleep(Duration::from_secs(11));
@@ -318,9 +327,12 @@ fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
     stack.assert_consumers_ready(&report, 0);
     assert_eq!(
         spoke["revoked"],
-        serde_json::json!(["spokekeeper-hub-g2"]),
+        serde_json::json!(["spokekeeper.hub.spoke0.g2"]),
         "{spoke:#}"
     );
     let bindings = stack.spoke_apis[0].kubectl(&["get", "clusterrolebindings", "-o", "name"]);
-    assert!(!bindings.contains("spokekeeper-hub-g2"), "{bindings}");
+    assert!(
+        !bindings.contains("spokekeeper.hub.spoke0.g2"),
+        "{bindings}"
+    );
 }

@@ -1136,7 +1136,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(code, 0, "{report:#}\n{err}");
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}");
-    assert_eq!(spoke["user"], "spokekeeper:hub:1", "{spoke:#}");
+    assert!(
+        spoke["user"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:1:"),
+        "{spoke:#}"
+    );
     assert_eq!(spoke["credential"]["mode"], "minted", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
     let not_after = time::OffsetDateTime::parse(
@@ -1154,7 +1160,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .hub
         .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
         .unwrap();
-    assert_eq!(who["username"], "spokekeeper:hub:1", "{who}");
+    assert!(
+        who["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:1:"),
+        "{who}"
+    );
     assert!(!who.to_string().contains("system:masters"), "{who}");
     let unsealed = String::from_utf8(stack.recovery_unsealed(0)).unwrap();
     let admin = String::from_utf8(stack.fleet.nodes[0].kubeconfig_bytes()).unwrap();
@@ -1165,10 +1177,13 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert!(!unsealed.contains(admin_cert.split_whitespace().last().unwrap()));
     let subject = stack.fleet.remote_log();
     assert!(
-        subject[0].contains("minted spokekeeper:hub:1"),
+        subject[0].contains("minted spokekeeper:hub:spoke0:1:"),
         "{subject:?}"
     );
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g1"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g1"]
+    );
     let csrs = stack.spoke_apis[0].kubectl(&["get", "csr", "-o", "name"]);
     assert!(!csrs.contains("spokekeeper-"), "{csrs}");
     let gen1 = stack.committed_kubeconfig(0, "gen1.yaml");
@@ -1184,7 +1199,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(spoke["credential"]["generation"], 2, "{spoke:#}");
     assert_eq!(
         spoke["revoked"],
-        serde_json::json!(["spokekeeper-hub-g1"]),
+        serde_json::json!(["spokekeeper.hub.spoke0.g1"]),
         "{spoke:#}"
     );
     assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
@@ -1198,8 +1213,17 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .hub
         .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
         .unwrap();
-    assert_eq!(who["username"], "spokekeeper:hub:2", "{who}");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+    assert!(
+        who["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:2:"),
+        "{who}"
+    );
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g2"]
+    );
 
     // revoke: generation 2 is refused at once, generation 3 is committed and works.
     let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
@@ -1207,15 +1231,15 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g2"),
         "{err}"
     );
     assert!(
-        err.contains("minted generation 3 for spokekeeper:hub:3"),
+        err.contains("minted generation 3 for spokekeeper:hub:spoke0:3:"),
         "{err}"
     );
     assert!(
-        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:2"),
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:spoke0:2:"),
         "{err}"
     );
     let refused = list_namespaces(&gen2).expect_err("generation 2 is revoked");
@@ -1223,7 +1247,10 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     stack.wait_unsealed(0, Duration::from_secs(60));
     let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
     list_namespaces(&gen3).expect("generation 3 works");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g3"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g3"]
+    );
 
     // A reinstall: new CAs; the probe sees it and generation 4 is minted on the new cluster.
     let admin_key_before_rebuild = stack.fleet.nodes[0].parts().client_key_pem.clone();
@@ -1239,8 +1266,17 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
         .hub
         .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
         .unwrap();
-    assert_eq!(who["username"], "spokekeeper:hub:4", "{who}");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g4"]);
+    assert!(
+        who["username"]
+            .as_str()
+            .unwrap()
+            .starts_with("spokekeeper:hub:spoke0:4:"),
+        "{who}"
+    );
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g4"]
+    );
 
     // The periodic check (verify_every) looks at the binding with the admin credential:
     // present, nothing to do; deleted by hand, generation 5 is minted.
@@ -1249,7 +1285,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
     assert_eq!(report["spokes"][0]["action"], "unchanged", "{report:#}");
-    stack.spoke_apis[0].kubectl(&["delete", "clusterrolebinding", "spokekeeper-hub-g4"]);
+    stack.spoke_apis[0].kubectl(&["delete", "clusterrolebinding", "spokekeeper.hub.spoke0.g4"]);
     std::thread::sleep(Duration::from_secs(2));
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -1257,13 +1293,76 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
     assert_eq!(spoke["action"], "rotated", "{spoke:#}");
     assert_eq!(spoke["reason"]["kind"], "binding-missing", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 5, "{spoke:#}");
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g5"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g5"]
+    );
     // Every committed generation unsealed with the controller's keys: the admin keys of
     // both installs and the five minted keys, none of them in plaintext anywhere.
     let mut needles = stack.fleet.key_needles_unsealing(&stack.recovery_keys());
     needles.add_key(&admin_key_before_rebuild);
     assert_eq!(needles.keys(), 2 + 5);
     stack.fleet.assert_no_plaintext_of(&needles);
+}
+
+/// Two entries for one real spoke (issue 28, defect 8e): the real API server answers the
+/// scoped label selectors, each entry gets its own binding, renewing spoke0 revokes only
+/// spoke0's older generation (spoke1's credential keeps working on the real spoke), and
+/// `revoke spoke1` leaves spoke0's alone.
+#[test]
+fn two_entries_on_one_real_spoke_keep_their_own_bindings() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::with_signing_spokes(&[true]);
+    let mut text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    let start = text.find("  - name: spoke0\n").unwrap();
+    let end = start + text[start..].find("\nhub:\n").unwrap() + 1;
+    let second = text[start..end].replace("name: spoke0", "name: spoke1");
+    text.insert_str(end, &second);
+    std::fs::write(&stack.fleet.config, text).unwrap();
+    stack.add_kustomizations(2);
+    stack.configure("credential:\n  mode: minted\n");
+    let api = &stack.spoke_apis[0];
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let (first0, first1) = (
+        stack.committed_kubeconfig(0, "first0.yaml"),
+        stack.committed_kubeconfig(1, "first1.yaml"),
+    );
+    list_namespaces(&first0).expect("spoke0's generation 1 works");
+    list_namespaces(&first1).expect("spoke1's generation 1 works");
+    assert_eq!(
+        our_bindings(api),
+        ["spokekeeper.hub.spoke0.g1", "spokekeeper.hub.spoke1.g1"]
+    );
+
+    // spoke0 alone renewed.
+    let (code, report, err) = stack.fleet.rotate_json(&["spoke0", "--force"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(
+        report["spokes"][0]["revoked"],
+        serde_json::json!(["spokekeeper.hub.spoke0.g1"]),
+        "{report:#}"
+    );
+    assert_eq!(
+        our_bindings(api),
+        ["spokekeeper.hub.spoke0.g2", "spokekeeper.hub.spoke1.g1"]
+    );
+    let refused = list_namespaces(&first0).expect_err("spoke0's generation 1 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    list_namespaces(&first1).expect("spoke1's generation 1 still works");
+
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke1"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert_eq!(
+        our_bindings(api),
+        ["spokekeeper.hub.spoke0.g2", "spokekeeper.hub.spoke1.g2"]
+    );
+    let refused = list_namespaces(&first1).expect_err("spoke1's generation 1 is revoked");
+    assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
+    list_namespaces(&stack.committed_kubeconfig(0, "second0.yaml"))
+        .expect("spoke0's generation 2 still works");
+    list_namespaces(&stack.committed_kubeconfig(1, "second1.yaml"))
+        .expect("spoke1's generation 2 works");
 }
 
 /// Pushes, as someone with push access to the fleet repo, spoke i's committed file with
@@ -1297,7 +1396,10 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         let spoke = &report["spokes"][0];
         assert_eq!(spoke["credential"]["generation"], generation, "{spoke:#}");
     }
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g2"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g2"]
+    );
     let gen2 = stack.committed_kubeconfig(0, "gen2.yaml");
     list_namespaces(&gen2).expect("generation 2 works");
     let api = &stack.spoke_apis[0];
@@ -1322,14 +1424,14 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         assert!(error.contains(needle), "{needle:?} not in {error}");
     }
     assert!(err.contains("refusing to mint"), "no warning logged: {err}");
-    assert_eq!(our_bindings(api), ["spokekeeper-hub-g2"]);
+    assert_eq!(our_bindings(api), ["spokekeeper.hub.spoke0.g2"]);
     assert!(!csrs().contains("spokekeeper-"), "{}", csrs());
     assert_eq!(stack.fleet.remote_file(0), frozen);
     // revoke still revokes: the live binding goes, and no user is bound again.
     let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g2"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g2"),
         "{err}"
     );
     assert_eq!(our_bindings(api), Vec::<String>::new());
@@ -1345,7 +1447,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         report["spokes"][0]["credential"]["generation"], 3,
         "{report:#}"
     );
-    assert_eq!(our_bindings(api), ["spokekeeper-hub-g3"]);
+    assert_eq!(our_bindings(api), ["spokekeeper.hub.spoke0.g3"]);
     let gen3 = stack.committed_kubeconfig(0, "gen3.yaml");
     list_namespaces(&gen3).expect("generation 3 works");
 
@@ -1355,7 +1457,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
     let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "the mint is denied: {out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g3"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g3"),
         "{err}"
     );
     assert!(
@@ -1365,7 +1467,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
         "{err}"
     );
     assert!(
-        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:3 (no)"),
+        err.contains("kubectl auth can-i '*' '*' --as spokekeeper:hub:spoke0:3:"),
         "{err}"
     );
     assert_eq!(our_bindings(api), Vec::<String>::new());
@@ -1498,7 +1600,10 @@ fn a_signer_shorter_than_renew_before_fails_at_mint_instead_of_looping() {
     );
     let commits = stack.fleet.remote_log().len();
     let committed = stack.fleet.remote_file(0);
-    assert_eq!(our_bindings(&stack.spoke_apis[0]), ["spokekeeper-hub-g1"]);
+    assert_eq!(
+        our_bindings(&stack.spoke_apis[0]),
+        ["spokekeeper.hub.spoke0.g1"]
+    );
 
     // 23h55m left is more than 12h: nothing to do.
     let (code, report, err) = stack.rotate_json();
@@ -1537,7 +1642,7 @@ fn a_signer_shorter_than_renew_before_fails_at_mint_instead_of_looping() {
         assert_eq!(stack.fleet.remote_file(0), committed);
         assert_eq!(
             our_bindings(&stack.spoke_apis[0]),
-            ["spokekeeper-hub-g1"],
+            ["spokekeeper.hub.spoke0.g1"],
             "tick {tick} bound another generation"
         );
         let csrs = stack.spoke_apis[0].kubectl(&["get", "csr", "-o", "name"]);

@@ -309,7 +309,7 @@ fn minted_ticks_against_an_untrusted_sealing_certificate_bind_nothing_new() {
         assert_eq!(action(&report, 0), "failed", "{report}");
         assert_eq!(report["spokes"][0]["stage"], "seal", "{report}");
         let o = objects.lock().unwrap();
-        assert_eq!(o.binding_names(), ["spokekeeper-hub-g1"]);
+        assert_eq!(o.binding_names(), ["spokekeeper.hub.spoke0.g1"]);
         assert!(o.csr_names().is_empty(), "{:?}", o.csr_names());
     }
     assert_eq!(fleet.remote_file(0), file);
@@ -323,7 +323,7 @@ fn revoke_against_an_untrusted_sealing_certificate_deletes_and_binds_nothing() {
     let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "{out}\n{err}");
     assert!(
-        err.contains("deleted ClusterRoleBinding spokekeeper-hub-g1"),
+        err.contains("deleted ClusterRoleBinding spokekeeper.hub.spoke0.g1"),
         "{err}"
     );
     let objects = fleet.nodes[0].api_objects();
