@@ -15,6 +15,7 @@
 pub mod cert;
 pub mod consumers;
 mod error;
+pub mod source;
 pub mod verify;
 
 use std::collections::BTreeMap;
@@ -72,10 +73,41 @@ pub const ACCESS: &[Access] = &[
         resource: "helmreleases",
         verbs: &["list", "get", "patch"],
     },
+    // A consumer's source, read when Flux says it failed (hub::source::KINDS).
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "gitrepositories",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "ocirepositories",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "buckets",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "helmcharts",
+        verbs: &["get"],
+    },
+    Access {
+        group: "source.toolkit.fluxcd.io",
+        resource: "externalartifacts",
+        verbs: &["get"],
+    },
 ];
 
 /// The annotation `flux reconcile` sets to ask for a reconciliation now.
 pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
+
+/// The annotation `flux reconcile hr --reset` sets, with the same value as
+/// [`REQUESTED_AT`]: helm-controller then resets a HelmRelease's failure counts, the only
+/// way (short of a spec change or `forceAt`) to run again one that used up its retries.
+pub const RESET_AT: &str = "reconcile.fluxcd.io/resetAt";
 
 /// Bounds each API call, so an unresponsive hub never holds a tick for long.
 pub(crate) const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -264,6 +296,18 @@ impl Hub {
         at: &str,
         deadline: Instant,
     ) -> Result<(), HubError> {
+        self.request(c, at, false, deadline).await
+    }
+
+    /// [`Hub::request_reconcile`]; with `reset`, also [`RESET_AT`] with the same value,
+    /// as `flux reconcile hr --reset` (HelmReleases only).
+    pub(crate) async fn request(
+        &self,
+        c: &Consumer,
+        at: &str,
+        reset: bool,
+        deadline: Instant,
+    ) -> Result<(), HubError> {
         let ar = c.kind.resource();
         let what = format!(
             "{} {}/{}: annotate {REQUESTED_AT}",
@@ -273,7 +317,10 @@ impl Hub {
             "/apis/{}/{}/namespaces/{}/{}/{}",
             ar.group, ar.version, c.namespace, ar.plural, c.name
         );
-        let patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: at}}});
+        let mut patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: at}}});
+        if reset {
+            patch["metadata"]["annotations"][RESET_AT] = at.into();
+        }
         loop {
             self.pace(deadline).await;
             let req = hyper::http::Request::patch(&path)
@@ -407,6 +454,9 @@ pub struct HubObject {
     pub requested_at: Option<String>,
     /// Kustomization, HelmRelease: spec.suspend (Flux echoes requests but runs nothing).
     pub suspended: bool,
+    /// Kustomization, HelmRelease: the source it takes its artifact from.
+    #[serde(skip)]
+    pub(crate) source: Option<source::SourceRef>,
 }
 
 impl HubObject {
@@ -418,6 +468,7 @@ impl HubObject {
             .annotations
             .as_ref()
             .and_then(|a| a.get(REQUESTED_AT).cloned());
+        h.source = source::SourceRef::of(&o.data, o.metadata.namespace.as_deref().unwrap_or(""));
         h
     }
 
@@ -452,6 +503,7 @@ impl HubObject {
                 .as_str()
                 .map(str::to_string),
             suspended: v["spec"]["suspend"] == true,
+            source: source::SourceRef::of(v, v["metadata"]["namespace"].as_str().unwrap_or("")),
         }
     }
 
@@ -600,6 +652,7 @@ mod tests {
     fn the_labs_flux_is_the_flux_spokekeeper_calls() {
         use spokekeeper_lab::hub as lab;
         assert_eq!(lab::REQUESTED_AT, REQUESTED_AT);
+        assert_eq!(lab::RESET_AT, RESET_AT);
         assert_eq!(lab::Kind::ALL.len(), Kind::ALL.len());
         for (ours, theirs) in Kind::ALL.into_iter().zip(lab::Kind::ALL) {
             let ar = ours.resource();

@@ -39,6 +39,10 @@ use tokio::task::JoinSet;
 /// `hub::REQUESTED_AT`; a test there holds the two equal).
 pub const REQUESTED_AT: &str = "reconcile.fluxcd.io/requestedAt";
 
+/// helm-controller's annotation resetting a HelmRelease's failure counts when it equals
+/// [`REQUESTED_AT`] (spokekeeper's `hub::RESET_AT`).
+pub const RESET_AT: &str = "reconcile.fluxcd.io/resetAt";
+
 /// The Flux kinds that deploy with a kubeconfig Secret, as the hub serves them
 /// (spokekeeper's `hub::Kind`; a test there holds the two alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -161,6 +165,8 @@ struct State {
     sealed: BTreeMap<(String, String), Value>,
     /// (kind, namespace, name) -> Kustomization or HelmRelease.
     consumers: BTreeMap<(Kind, String, String), FluxObject>,
+    /// Flux sources (source.toolkit.fluxcd.io/v1): (plural, namespace, name) -> object.
+    sources: BTreeMap<(String, String, String), Value>,
     /// Kinds whose CRD is not installed: every request for them is 404.
     not_served: Vec<Kind>,
     /// The controller Service's port name ("": unnamed, as upstream controller.yaml).
@@ -184,6 +190,8 @@ struct FluxObject {
     pending: Option<(String, u32)>,
     /// How this one finishes, when not as the hub's `flux`.
     flux: Option<Flux>,
+    /// A HelmRelease that used up its retries (see [`HubSim::exhaust_retries`]).
+    stalled: bool,
 }
 
 type ConsumerKey = (Kind, String, String);
@@ -218,6 +226,14 @@ impl HubSim {
             spokes: Vec::new(),
             sealed: BTreeMap::new(),
             consumers: BTreeMap::new(),
+            sources: BTreeMap::from([(
+                (
+                    "gitrepositories".into(),
+                    "flux-system".into(),
+                    "flux-system".into(),
+                ),
+                git_repository("flux-system", "flux-system", None),
+            )]),
             not_served: Vec::new(),
             port_name: CONTROLLER_PORT_NAME.into(),
             version_label: None,
@@ -327,7 +343,26 @@ impl HubSim {
                 obj,
                 pending: None,
                 flux: None,
+                stalled: false,
             },
+        );
+    }
+
+    /// Deletes a GitRepository (the consumers' default source is flux-system/flux-system).
+    pub fn remove_git_repository(&self, namespace: &str, name: &str) {
+        self.lock().sources.remove(&(
+            "gitrepositories".to_string(),
+            namespace.to_string(),
+            name.to_string(),
+        ));
+    }
+
+    /// A GitRepository source-controller never fetched: Ready False with this reason and
+    /// message, and no artifact (e.g. `GitOperationFailed`, a broken URL).
+    pub fn fail_git_repository(&self, namespace: &str, name: &str, reason: &str, message: &str) {
+        self.lock().sources.insert(
+            ("gitrepositories".into(), namespace.into(), name.into()),
+            git_repository(namespace, name, Some((reason, message))),
         );
     }
 
@@ -395,6 +430,34 @@ impl HubSim {
                 .get_mut(&(kind, namespace.to_string(), name.to_string()))
         {
             o.flux = Some(f);
+        }
+    }
+
+    /// A HelmRelease whose upgrades failed until helm-controller stopped retrying, with
+    /// the status it then writes (Ready False, Stalled True RetriesExceeded). A request
+    /// is only echoed, until one comes with reconcile.fluxcd.io/resetAt equal to its
+    /// requestedAt: then the failure counts are reset and it runs as the hub's `flux` says.
+    pub fn exhaust_retries(&self, namespace: &str, name: &str, error: &str) {
+        let key = (Kind::HelmRelease, namespace.to_string(), name.to_string());
+        if let Some(o) = self.lock().consumers.get_mut(&key) {
+            o.stalled = true;
+            let failed = format!(
+                "Helm upgrade failed for release {namespace}/{name} with chart {name}@1.0.0: {error}"
+            );
+            let status = &mut o.obj["status"];
+            status["conditions"] = json!([
+                condition("Ready", "False", "UpgradeFailed", &failed),
+                condition(
+                    "Stalled",
+                    "True",
+                    "RetriesExceeded",
+                    "Failed to upgrade after 1 attempt(s)"
+                ),
+                condition("Released", "False", "UpgradeFailed", &failed),
+            ]);
+            status["failures"] = json!(1);
+            status["upgradeFailures"] = json!(1);
+            status["lastAttemptedReleaseAction"] = json!("upgrade");
         }
     }
 
@@ -642,6 +705,26 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
                 &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": format!("{group}/{version}"), "resources": served}),
             )
         }
+        [
+            "apis",
+            "source.toolkit.fluxcd.io",
+            "v1",
+            "namespaces",
+            ns,
+            plural,
+            name,
+        ] => {
+            if method != Method::GET {
+                return not_allowed();
+            }
+            match st
+                .sources
+                .get(&(plural.to_string(), ns.to_string(), name.to_string()))
+            {
+                Some(obj) => json_response(StatusCode::OK, obj),
+                None => not_found("source.toolkit.fluxcd.io", plural, name),
+            }
+        }
         ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
             let Some(kind) = Kind::ALL.into_iter().find(|k| {
                 k.group() == *group
@@ -775,12 +858,17 @@ fn apply(st: &mut State, key: &(String, String)) {
     let Some(bytes) = (st.source)(&spoke.file) else {
         return;
     };
-    let Some((name, namespace, encrypted_data)) = manifest(&bytes) else {
+    let Some((name, namespace, encrypted_data, template)) = manifest(&bytes) else {
         return;
     };
+    // The template as the file has it (the Secret's labels, annotations and type); the
+    // API server stores it as applied, only defaulting its name and namespace.
+    let mut template = template;
+    template["metadata"]["name"] = json!(name);
+    template["metadata"]["namespace"] = json!(namespace);
     let spec = json!({
         "encryptedData": encrypted_data,
-        "template": {"metadata": {"name": name, "namespace": namespace}},
+        "template": template,
     });
     st.revision += 1;
     let revision = st.revision.to_string();
@@ -813,8 +901,11 @@ fn apply(st: &mut State, key: &(String, String)) {
 }
 
 /// A SealedSecret manifest (YAML or JSON) as the API server would take it: its name,
-/// namespace and encryptedData. None for anything else (nothing is applied).
-fn manifest(bytes: &[u8]) -> Option<(String, String, serde_json::Map<String, Value>)> {
+/// namespace, encryptedData and template (an object; `{}` when absent). None for anything
+/// else (nothing is applied).
+type Manifest = (String, String, serde_json::Map<String, Value>, Value);
+
+fn manifest(bytes: &[u8]) -> Option<Manifest> {
     let text = std::str::from_utf8(bytes).ok()?;
     let v: Value = if text.trim_start().starts_with('{') {
         serde_json::from_str(text).ok()?
@@ -827,9 +918,20 @@ fn manifest(bytes: &[u8]) -> Option<(String, String, serde_json::Map<String, Val
     let name = v["metadata"]["name"].as_str()?.to_string();
     let namespace = v["metadata"]["namespace"].as_str().unwrap_or_default();
     let data = v["spec"]["encryptedData"].as_object()?;
+    let template = match &v["spec"]["template"] {
+        Value::Null => json!({"metadata": {}}),
+        t @ Value::Object(_) if t["metadata"].is_object() || t["metadata"].is_null() => {
+            let mut t = t.clone();
+            if t["metadata"].is_null() {
+                t["metadata"] = json!({});
+            }
+            t
+        }
+        _ => return None,
+    };
     data.values()
         .all(Value::is_string)
-        .then(|| (name, namespace.to_string(), data.clone()))
+        .then(|| (name, namespace.to_string(), data.clone(), template))
 }
 
 /// The controller unseals the current generation once, with the keys it has.
@@ -904,6 +1006,33 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
         st.revision -= 1;
         return;
     };
+    if k.stalled {
+        let reset = k.obj["metadata"]["annotations"][RESET_AT].as_str() == Some(&at);
+        if !reset {
+            // helm-controller: retries exhausted, nothing runs; the request is handled.
+            k.obj["status"]["lastHandledReconcileAt"] = json!(at);
+            k.pending = None;
+            k.obj["metadata"]["resourceVersion"] = json!(revision);
+            return;
+        }
+        k.stalled = false;
+        let status = &mut k.obj["status"];
+        status["lastHandledResetAt"] = json!(at);
+        status["failures"] = json!(0);
+        status["upgradeFailures"] = json!(0);
+    }
+    // kustomize-controller reads the source before anything else: missing, or without
+    // an artifact, it writes Ready False ArtifactFailed and handles the request.
+    if key.0 == Kind::Kustomization
+        && let Some(failed) = source_failure(&st.sources, &k.obj)
+    {
+        k.obj["status"]["conditions"] =
+            json!([condition("Ready", "False", "ArtifactFailed", &failed)]);
+        k.obj["status"]["lastHandledReconcileAt"] = json!(at);
+        k.pending = None;
+        k.obj["metadata"]["resourceVersion"] = json!(revision);
+        return;
+    }
     let status = &mut k.obj["status"];
     if reads == 0 || flux == Flux::Stalled {
         status["conditions"] = json!([
@@ -949,6 +1078,72 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
         k.pending = None;
     }
     k.obj["metadata"]["resourceVersion"] = json!(revision);
+}
+
+/// What kustomize-controller (v1.9) writes when a Kustomization's GitRepository is missing
+/// or has no artifact; None when it has one.
+fn source_failure(
+    sources: &BTreeMap<(String, String, String), Value>,
+    k: &Value,
+) -> Option<String> {
+    let r = &k["spec"]["sourceRef"];
+    if r["kind"] != "GitRepository" {
+        return None;
+    }
+    let name = r["name"].as_str().unwrap_or_default();
+    let ns = r["namespace"]
+        .as_str()
+        .or(k["metadata"]["namespace"].as_str())
+        .unwrap_or_default();
+    match sources.get(&("gitrepositories".into(), ns.into(), name.into())) {
+        None => Some(format!(
+            "GitRepository.source.toolkit.fluxcd.io \"{name}\" not found"
+        )),
+        Some(src) if src["status"]["artifact"].is_null() => {
+            Some("Source artifact not found, retrying in 30s".into())
+        }
+        Some(_) => None,
+    }
+}
+
+/// A GitRepository as source-controller (v1.x) leaves it: fetched (Ready True, with an
+/// artifact), or failing before any fetch (`failed`: reason and message; no artifact).
+fn git_repository(namespace: &str, name: &str, failed: Option<(&str, &str)>) -> Value {
+    let mut obj = json!({
+        "apiVersion": "source.toolkit.fluxcd.io/v1",
+        "kind": "GitRepository",
+        "metadata": {"name": name, "namespace": namespace, "generation": 1,
+            "resourceVersion": "7", "uid": "00000000-0000-4000-8000-000000000007",
+            "creationTimestamp": "2025-01-01T00:00:00Z",
+            "finalizers": ["finalizers.fluxcd.io"]},
+        "spec": {"interval": "1m", "url": "ssh://git@git.example/fleet.git",
+            "ref": {"branch": "main"}, "timeout": "60s"},
+    });
+    obj["status"] = match failed {
+        None => {
+            let rev = "main@sha1:0000000000000000000000000000000000000000";
+            json!({
+                "observedGeneration": 1,
+                "artifact": {"path": format!("gitrepository/{namespace}/{name}/0000000000000000000000000000000000000000.tar.gz"),
+                    "url": format!("http://source-controller.flux-system.svc.cluster.local./gitrepository/{namespace}/{name}/0000000000000000000000000000000000000000.tar.gz"),
+                    "revision": rev, "digest": format!("sha256:{}", "0".repeat(64)),
+                    "lastUpdateTime": "2025-06-01T12:00:00Z", "size": 1024},
+                "conditions": [
+                    condition("Ready", "True", "Succeeded", &format!("stored artifact for revision '{rev}'")),
+                    condition("ArtifactInStorage", "True", "Succeeded", &format!("stored artifact for revision '{rev}'")),
+                ],
+            })
+        }
+        Some((reason, message)) => json!({
+            "observedGeneration": 1,
+            "conditions": [
+                condition("Reconciling", "True", "ProgressingWithRetry", "building artifact"),
+                condition("Ready", "False", reason, message),
+                condition("FetchFailed", "True", reason, message),
+            ],
+        }),
+    };
+    obj
 }
 
 fn patch(

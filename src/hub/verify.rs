@@ -14,7 +14,7 @@ use tokio::time::Instant;
 
 pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
-use super::{Consumer, Hub, HubError, HubObject, rfc3339_nano};
+use super::{Consumer, Hub, HubError, HubObject, Kind, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
 use crate::text::one_line;
@@ -196,17 +196,19 @@ pub async fn verify(
             });
             continue;
         }
-        if reuse_pending
-            && let Ok(Some(obj)) = hub.consumer(&c).await
-            && let Some(at) = reusable(&obj)
-        {
-            requested.push((c, at));
+        let current = match reuse_pending || c.kind == Kind::HelmRelease {
+            true => hub.consumer(&c).await.ok().flatten(),
+            false => None,
+        };
+        if reuse_pending && let Some(at) = current.as_ref().and_then(reusable) {
+            requested.push((c, at, false));
             continue;
         }
-        match hub.request_reconcile(&c, &now, deadline).await {
+        let reset = current.as_ref().is_some_and(|o| retries_exceeded(&c, o));
+        match hub.request(&c, &now, reset, deadline).await {
             Ok(()) => {
                 report.requested_at = Some(now.clone());
-                requested.push((c, now.clone()));
+                requested.push((c, now.clone(), reset));
             }
             Err(e) => {
                 let ready = match hub.serves(c.kind).await {
@@ -218,12 +220,13 @@ pub async fn verify(
         }
     }
     if report.requested_at.is_none() {
-        report.requested_at = requested.first().map(|(_, at)| at.clone());
+        report.requested_at = requested.first().map(|(_, at, _)| at.clone());
     }
     let found_by = report.found_by;
     let waited: Vec<ConsumerCheck> =
-        futures::stream::iter(requested.into_iter().map(|(c, at)| async move {
-            let ready = wait_ready(hub, spoke, found_by, &c, &at, deadline, timeout).await;
+        futures::stream::iter(requested.into_iter().map(|(c, at, reset)| async move {
+            let asked = Asked { at, reset };
+            let ready = wait_ready(hub, spoke, found_by, &c, asked, deadline, timeout).await;
             ConsumerCheck { consumer: c, ready }
         }))
         .buffered(CONSUMER_CONCURRENCY)
@@ -232,6 +235,22 @@ pub async fn verify(
     report.consumers.extend(waited);
     report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
     report
+}
+
+/// A HelmRelease helm-controller stopped retrying (`Stalled` True, `RetriesExceeded`):
+/// it runs again only with a reset request (`flux reconcile hr --reset`), which is
+/// what a fixed credential needs.
+fn retries_exceeded(c: &Consumer, obj: &HubObject) -> bool {
+    c.kind == Kind::HelmRelease
+        && obj
+            .condition("Stalled")
+            .is_some_and(|s| s.status == "True" && s.reason.as_deref() == Some("RetriesExceeded"))
+}
+
+/// The request a consumer's wait is for: its requestedAt, and whether resetAt came with it.
+struct Asked {
+    at: String,
+    reset: bool,
 }
 
 /// The standing request a recheck waits for: one Flux has not answered yet, or answered
@@ -354,7 +373,7 @@ async fn wait_synced(
         let last = match hub.sealed_secret(ns, name).await {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext, version.as_deref()) {
                 Seen::Done(check) if check.ok => return check,
-                Seen::Done(check) => {
+                Seen::Done(check) | Seen::Source(check) => {
                     let since = *false_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= SYNCED_RETRY || Instant::now() + POLL > deadline {
                         return check;
@@ -428,9 +447,12 @@ fn release(version: &str) -> Option<((u64, u64, u64), bool)> {
     parts.next().is_none().then_some((r, pre))
 }
 
+#[derive(Debug)]
 enum Seen {
     Done(Check),
     Waiting(String),
+    /// A consumer's Ready False that blames its source (see [`SOURCE_FAILED`]).
+    Source(Check),
 }
 
 /// Whether the hub's SealedSecret is the committed one and the controller has unsealed it.
@@ -470,16 +492,32 @@ async fn wait_ready(
     spoke: &SpokeConfig,
     found_by: FoundBy,
     c: &Consumer,
-    requested_at: &str,
+    mut asked: Asked,
     deadline: Instant,
     timeout: Duration,
 ) -> Check {
     loop {
         hub.pace(deadline).await;
         let last = match hub.consumer(c).await {
-            Ok(Some(obj)) => match ready(&obj, requested_at) {
+            Ok(Some(obj)) => match ready(&obj, &asked.at) {
+                // It used up its retries while the request ran (on the old credential,
+                // say): asked once more, with the reset.
+                Seen::Done(check) if !check.ok && !asked.reset && retries_exceeded(c, &obj) => {
+                    let at = rfc3339_nano(time::OffsetDateTime::now_utc());
+                    match hub.request(c, &at, true, deadline).await {
+                        Ok(()) => {
+                            asked = Asked { at, reset: true };
+                            "stalled after its retries: asked again with reconcile.fluxcd.io/resetAt".into()
+                        }
+                        Err(_) => return check,
+                    }
+                }
                 Seen::Done(check) => return check,
                 Seen::Waiting(why) => why,
+                Seen::Source(check) => match source_failed(hub, obj.source.as_ref(), check).await {
+                    Ok(failed) => return failed,
+                    Err(why) => why,
+                },
             },
             Ok(None) => {
                 // A 404 is also what a kind the hub does not serve answers.
@@ -505,8 +543,14 @@ async fn wait_ready(
 }
 
 /// Ready False reasons Flux retries on its own (after `--requeue-dependency`, 30s by
-/// default) without a new request: a dependency or the source artifact not ready yet.
-const RETRIED: &[&str] = &["DependencyNotReady", "ArtifactFailed"];
+/// default) without a new request: a dependency not ready yet.
+const RETRIED: &[&str] = &["DependencyNotReady"];
+
+/// Ready False reasons that blame the consumer's source: kustomize-controller's
+/// `ArtifactFailed` (source missing, without an artifact, or not fetched),
+/// helm-controller's `ArtifactFailed` (chart source missing, chart not loaded) and
+/// `SourceNotReady`. The source is then read: missing or Ready False, it is the cause.
+const SOURCE_FAILED: &[&str] = &["ArtifactFailed", "SourceNotReady"];
 
 /// Ready once Flux handled our request and settled on True or False.
 ///
@@ -533,6 +577,13 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
         "True" => Seen::Waiting(
             "Ready True for an older generation (observedGeneration is behind)".into(),
         ),
+        "False"
+            if c.reason
+                .as_deref()
+                .is_some_and(|r| SOURCE_FAILED.contains(&r)) =>
+        {
+            Seen::Source(Check::of(c, false, ""))
+        }
         "False" if c.reason.as_deref().is_some_and(|r| RETRIED.contains(&r)) => {
             Seen::Waiting(one_line(
                 &format!(
@@ -542,9 +593,71 @@ fn ready(obj: &HubObject, requested_at: &str) -> Seen {
                 300,
             ))
         }
-        "False" => Seen::Done(Check::of(c, false, "")),
+        "False" => Seen::Done(stalled(obj, Check::of(c, false, ""))),
         other => Seen::Waiting(one_line(&format!("Ready {other} ({message})"), 300)),
     }
+}
+
+/// The consumer's source failed (Ok: the report), or Flux retries it (Err: why waiting).
+/// Missing, or Ready False, the source is the cause: reported
+/// at once (`SourceFailed`), naming it, with source-controller's message or, when it is
+/// missing, the consumer controller's. Otherwise (Ready True or in progress, or the
+/// source not readable) Flux retries on its own, 30 s later by default.
+async fn source_failed(
+    hub: &Hub,
+    source: Option<&super::source::SourceRef>,
+    consumer: Check,
+) -> Result<Check, String> {
+    let retries = |extra: &str| {
+        one_line(
+            &format!(
+                "Flux retries: Ready False ({}: {}){extra}",
+                consumer.reason.as_deref().unwrap_or_default(),
+                consumer.message
+            ),
+            300,
+        )
+    };
+    let Some(src) = source else {
+        return Err(retries(""));
+    };
+    let failed = |reason: Option<String>, message: String| Check {
+        ok: false,
+        status: "SourceFailed".into(),
+        reason,
+        message: one_line(&format!("source {src}: {message}"), 300),
+    };
+    match hub.source(src).await {
+        Ok(None) => Ok(failed(
+            Some("NotFound".into()),
+            format!(
+                "does not exist on the hub ({}: {})",
+                consumer.reason.as_deref().unwrap_or_default(),
+                consumer.message
+            ),
+        )),
+        Ok(Some(obj)) => match obj.condition("Ready") {
+            Some(c) if c.status == "False" => Ok(failed(
+                c.reason.as_deref().map(|r| one_line(r, 100)),
+                c.message.clone().unwrap_or_default(),
+            )),
+            _ => Err(retries(&format!("; source {src} is not failing"))),
+        },
+        Err(e) => Err(retries(&format!("; source {src} not read: {e}"))),
+    }
+}
+
+/// A failed Ready of an object Flux stopped retrying says so (`Stalled` True: it runs
+/// again only on a spec change, or for a HelmRelease a reset request).
+fn stalled(obj: &HubObject, mut check: Check) -> Check {
+    if let Some(s) = obj.condition("Stalled").filter(|s| s.status == "True") {
+        let why = match (s.reason.as_deref(), s.message.as_deref()) {
+            (Some(r), Some(m)) => format!("{r}: {m}"),
+            (r, m) => r.or(m).unwrap_or_default().to_string(),
+        };
+        check.message = one_line(&format!("stalled ({why}): {}", check.message), 300);
+    }
+    check
 }
 
 #[cfg(test)]
@@ -599,7 +712,7 @@ mod tests {
                 assert_eq!(c.status, "False");
                 assert_eq!(c.message, "no key could decrypt secret (value)");
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
         assert!(matches!(
             synced(&sealed("new", 3, 3, None), "value", "new", None),
@@ -629,7 +742,7 @@ mod tests {
                 assert!(c.message.chars().count() <= 300);
                 assert_eq!(c.reason.as_deref(), Some("Failed reason"));
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -736,7 +849,7 @@ mod tests {
         ));
         match ready(&k("now", failed), "now") {
             Seen::Done(c) => assert!(!c.ok && c.message.contains("x509"), "{c:?}"),
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
     }
 
@@ -762,7 +875,7 @@ mod tests {
         );
         match ready(&echoed(2, Some(1), failed.clone()), "now") {
             Seen::Done(c) => assert!(!c.ok && c.message == "kustomize build failed", "{c:?}"),
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
         assert!(matches!(
             ready(&echoed(2, None, failed), "now"),
@@ -781,8 +894,32 @@ mod tests {
     }
 
     #[test]
+    fn a_failure_that_blames_the_source_has_the_source_read() {
+        for (reason, msg) in [
+            (
+                "ArtifactFailed",
+                "GitRepository.source.toolkit.fluxcd.io \"fleet\" not found",
+            ),
+            (
+                "ArtifactFailed",
+                "Source artifact not found, retrying in 30s",
+            ),
+            (
+                "SourceNotReady",
+                "HelmChart 'flux-system/flux-system-apps' is not ready: chart pull error",
+            ),
+        ] {
+            let c = cond("Ready", "False", reason, msg);
+            assert!(
+                matches!(ready(&echoed(1, None, c), "now"), Seen::Source(c) if c.message == msg && c.reason.as_deref() == Some(reason)),
+                "{reason}"
+            );
+        }
+    }
+
+    #[test]
     fn flux_retries_are_waited_through() {
-        for reason in ["DependencyNotReady", "ArtifactFailed"] {
+        for reason in ["DependencyNotReady"] {
             let c = cond(
                 "Ready",
                 "False",
@@ -793,6 +930,64 @@ mod tests {
                 matches!(ready(&echoed(1, None, c), "now"), Seen::Waiting(w) if w.starts_with("Flux retries") && w.contains(reason)),
                 "{reason}"
             );
+        }
+    }
+
+    fn release(stalled_reason: &str) -> (Consumer, HubObject) {
+        let mut obj = echoed(
+            2,
+            Some(1),
+            cond(
+                "Ready",
+                "False",
+                "UpgradeFailed",
+                "Helm upgrade failed: x509",
+            ),
+        );
+        obj.conditions.push(cond(
+            "Stalled",
+            "True",
+            stalled_reason,
+            "Failed to upgrade after 1 attempt(s)",
+        ));
+        let c = Consumer {
+            kind: Kind::HelmRelease,
+            namespace: "flux-system".into(),
+            name: "apps".into(),
+        };
+        (c, obj)
+    }
+
+    #[test]
+    fn only_a_helm_release_that_used_up_its_retries_is_reset() {
+        let (c, obj) = release("RetriesExceeded");
+        assert!(retries_exceeded(&c, &obj));
+        // Stalled for a reason a reset does not cure, or not stalled: no reset.
+        let (_, other) = release("InvalidCELExpression");
+        assert!(!retries_exceeded(&c, &other));
+        let mut over = obj.clone();
+        over.conditions[1].status = "False".into();
+        assert!(!retries_exceeded(&c, &over));
+        let k = Consumer {
+            kind: Kind::Kustomization,
+            ..c
+        };
+        assert!(!retries_exceeded(&k, &obj), "resetAt is helm-controller's");
+    }
+
+    #[test]
+    fn a_stalled_failure_says_it_is_stalled() {
+        let (_, obj) = release("RetriesExceeded");
+        match ready(&obj, "now") {
+            Seen::Done(c) => {
+                assert!(!c.ok);
+                assert_eq!(c.reason.as_deref(), Some("UpgradeFailed"));
+                assert_eq!(
+                    c.message,
+                    "stalled (RetriesExceeded: Failed to upgrade after 1 attempt(s)): Helm upgrade failed: x509"
+                );
+            }
+            other => panic!("{other:?}"),
         }
     }
 
@@ -811,7 +1006,7 @@ mod tests {
                 assert_eq!(c.status, "Suspended");
                 assert!(c.message.contains("flux resume"), "{}", c.message);
             }
-            Seen::Waiting(w) => panic!("{w}"),
+            other => panic!("{other:?}"),
         }
         let v = serde_json::json!({"spec": {"suspend": true}});
         assert!(HubObject::from_json(&v).suspended);
@@ -856,7 +1051,7 @@ mod tests {
         obj.observed_generation = None;
         let said = |v| match synced(&obj, "value", "new", Some(v)) {
             Seen::Waiting(w) => w,
-            Seen::Done(c) => panic!("{c:?}"),
+            other => panic!("{other:?}"),
         };
         for old in ["0.24.2", "v0.16.0", "0.24.3-rc.1"] {
             let w = said(old);

@@ -410,6 +410,17 @@ fn consumer_grants(ns: &str) -> Vec<Grant> {
             .into_iter()
             .map(move |verb| grant(ns, group, resource, verb, &[]))
     })
+    .chain(
+        [
+            "gitrepositories",
+            "ocirepositories",
+            "buckets",
+            "helmcharts",
+            "externalartifacts",
+        ]
+        .into_iter()
+        .map(|resource| grant(ns, "source.toolkit.fluxcd.io", resource, "get", &[])),
+    )
     .collect()
 }
 

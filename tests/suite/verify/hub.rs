@@ -290,6 +290,35 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
     l.assert_within_access();
 }
 
+/// kustomize-controller (v1.7+) and helm-controller reconcile a consumer when its kubeConfig
+/// Secret changes only if the Secret has the label reconcile.fluxcd.io/watch: Enabled
+/// (their --watch-configs-label-selector default): the Secret the controller unseals
+/// carries what the SealedSecret's template says.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_unsealed_secret_is_labelled_for_fluxs_config_watch() {
+    let l = lab(1, "  verify_timeout: 30s\n");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let on_hub = l
+        .hub
+        .sealed_secret("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    let template = &on_hub["spec"]["template"]["metadata"];
+    assert_eq!(
+        template["labels"],
+        json!({"reconcile.fluxcd.io/watch": "Enabled"}),
+        "{on_hub}"
+    );
+    assert_eq!(
+        on_hub["metadata"]["labels"]["reconcile.fluxcd.io/watch"],
+        Value::Null
+    );
+    assert_eq!(
+        l.sealed(0).template.labels["reconcile.fluxcd.io/watch"],
+        "Enabled"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn status_without_a_hub_reports_the_commit_and_the_probe() {
     let fleet = Fleet::new(&[NodeOptions::default()]);
@@ -478,6 +507,120 @@ async fn the_controller_version_comes_from_its_service_label() {
         Value::Null,
         "{report}"
     );
+}
+
+/// A HelmRelease that used up its retries (on the broken credential before the push) is
+/// asked with reconcile.fluxcd.io/resetAt equal to requestedAt, as `flux reconcile hr
+/// --reset` asks: helm-controller runs it again only then. Its Kustomization sibling gets
+/// the plain request.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    l.hub.add_consumer(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Some("spoke0-kubeconfig"),
+    );
+    l.hub.exhaust_retries(
+        "flux-system",
+        "spoke0-apps",
+        "Kubernetes cluster unreachable: x509: certificate signed by unknown authority",
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    let hr = hub["consumers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["kind"] == "HelmRelease")
+        .unwrap();
+    assert_eq!(hr["ready"]["ok"], true, "{hub}");
+    assert_eq!(hr["ready"]["reason"], "UpgradeSucceeded", "{hub}");
+    let at = hub["requested_at"].as_str().unwrap();
+    let patch = |path: &str| -> Vec<Value> {
+        l.hub
+            .requests()
+            .into_iter()
+            .filter(|r| r.method == "PATCH" && r.path.ends_with(path))
+            .map(|r| serde_json::from_str(&r.body).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        patch("/helmreleases/spoke0-apps"),
+        [json!({"metadata": {"annotations": {
+            "reconcile.fluxcd.io/requestedAt": at, "reconcile.fluxcd.io/resetAt": at}}})]
+    );
+    assert_eq!(
+        patch("/kustomizations/spoke0"),
+        [json!({"metadata": {"annotations": {"reconcile.fluxcd.io/requestedAt": at}}})]
+    );
+    let obj = l
+        .hub
+        .consumer(Kind::HelmRelease, "flux-system", "spoke0-apps")
+        .unwrap();
+    assert_eq!(obj["status"]["lastHandledResetAt"], at, "{obj}");
+    l.assert_within_access();
+}
+
+/// kustomize-controller writes Ready False `ArtifactFailed` for a Kustomization whose
+/// GitRepository is missing, or was never fetched: the report names the source and what
+/// Flux says of it at once, not a timeout after waiting for Flux's retries.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failing_source_is_named_as_the_cause_not_a_timeout() {
+    let l = lab(2, "  verify_timeout: 60s\n");
+    // spoke0's source is missing; spoke1's fails to clone.
+    l.hub.remove_git_repository("flux-system", "flux-system");
+    let k = l.hub.kustomization("flux-system", "spoke1").unwrap();
+    assert_eq!(k["spec"]["sourceRef"]["name"], "flux-system");
+    l.hub.add_consumer(
+        Kind::Kustomization,
+        "flux-system",
+        "spoke1-apps",
+        Some("spoke1-kubeconfig"),
+    );
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["spoke0"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    let ready = &report["spokes"][0]["hub"]["consumers"][0]["ready"];
+    assert_eq!(ready["status"], "SourceFailed", "{report}");
+    assert_eq!(ready["reason"], "NotFound");
+    assert_eq!(
+        ready["message"],
+        "source GitRepository flux-system/flux-system: does not exist on the hub (ArtifactFailed: GitRepository.source.toolkit.fluxcd.io \"flux-system\" not found)"
+    );
+    assert!(
+        err.contains("source GitRepository flux-system/flux-system"),
+        "{err}"
+    );
+
+    let broken = "failed to checkout and determine revision: unable to clone 'ssh://git@git.example/fleet.git': dial tcp: lookup git.example: no such host";
+    l.hub
+        .fail_git_repository("flux-system", "flux-system", "GitOperationFailed", broken);
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["spoke1"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    for c in report["spokes"][0]["hub"]["consumers"].as_array().unwrap() {
+        let ready = &c["ready"];
+        assert_eq!(ready["status"], "SourceFailed", "{report}");
+        assert_eq!(ready["reason"], "GitOperationFailed");
+        assert_eq!(
+            ready["message"],
+            format!("source GitRepository flux-system/flux-system: {broken}")
+        );
+    }
+    l.assert_within_access();
 }
 
 #[tokio::test(flavor = "multi_thread")]
