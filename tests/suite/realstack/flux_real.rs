@@ -6,7 +6,8 @@
 
 use crate::support;
 
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::NodeOptions;
@@ -34,7 +35,7 @@ const WAIT: Duration = Duration::from_secs(120);
 struct RealFlux {
     // Drop order: the controllers, the git server, the spokes, then the hub.
     controllers: FluxControllers,
-    _git: GitHttp,
+    git: GitHttp,
     signers: Vec<Option<ControllerManager>>,
     spoke_apis: Vec<KubeApi>,
     fleet: Fleet,
@@ -45,6 +46,12 @@ impl RealFlux {
     /// `n` real spokes (each with a CSR signer when `signers`), `extra` top-level lines
     /// in spokekeeper.yaml.
     fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
+        RealFlux::start_with(n, signers, extra, |_| {})
+    }
+
+    /// [`RealFlux::start`], with `edit` applied to the seed's work tree after the layout
+    /// is written and before it is pushed.
+    fn start_with(n: usize, signers: bool, extra: &str, edit: impl FnOnce(&Path)) -> RealFlux {
         let hub = RealHub::start(&HubOptions::default());
         let node = NodeOptions {
             api: false,
@@ -79,6 +86,7 @@ impl RealFlux {
         // The layout, pushed from the seed clone as a person would.
         let seed = fleet.dir.path().join("seed");
         flux::write_layout(&seed, n, CONSUMER_INTERVAL);
+        edit(&seed);
         git(&seed, &["add", "-A"]);
         commit(&seed, "flux: the spokes' Kustomizations and HelmReleases");
         git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
@@ -88,7 +96,7 @@ impl RealFlux {
         flux::bootstrap(&hub, &git_http.url("fleet.git"), SOURCE_INTERVAL);
         let stack = RealFlux {
             controllers,
-            _git: git_http,
+            git: git_http,
             signers,
             spoke_apis,
             fleet,
@@ -323,4 +331,73 @@ fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
     );
     let bindings = stack.spoke_apis[0].kubectl(&["get", "clusterrolebindings", "-o", "name"]);
     assert!(!bindings.contains("spokekeeper-hub-g2"), "{bindings}");
+}
+
+/// Points spoke 0's Kustomization and HelmRelease at the GitRepository `apps` instead of
+/// `fleet` (in the seed's work tree `dir`).
+fn consumers_from_apps(dir: &Path) {
+    let path = dir.join("fluxcd/spoke0.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let moved = text.replace("name: fleet\n", "name: apps\n");
+    assert_eq!(moved.matches("name: apps\n").count(), 2, "{moved}");
+    std::fs::write(&path, moved).unwrap();
+}
+
+/// Scenario 4 of issue 27: the consumers' GitRepository has a broken URL (a repository
+/// the git server does not have), so source-controller never fetches an artifact and both
+/// consumers fail on their source. spokekeeper names the source as the cause
+/// (SourceFailed) well within `verify_timeout`, instead of waiting it out. (A URL broken
+/// after a first fetch fails nothing: Flux keeps using the last artifact.)
+#[test]
+fn a_broken_source_is_named_as_the_cause_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(1, false, "", consumers_from_apps);
+    stack.hub.api.apply(&format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  \
+         name: apps\n  namespace: {}\nspec:\n  interval: 1m\n  timeout: 20s\n  url: {}\n  \
+         ref:\n    branch: main\n",
+        flux::NS,
+        stack.git.url("missing.git")
+    ));
+    // Before: source-controller itself says the source failed.
+    let source = stack.wait_for("gitrepository", "apps", "Ready=False", |r| {
+        r.status == "False"
+    });
+
+    let started = Instant::now();
+    let (code, report, err) = stack.rotate_json();
+    let took = started.elapsed();
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+    let consumers = spoke["hub"]["consumers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    assert_eq!(consumers.len(), 2, "{spoke:#}");
+    for c in consumers {
+        assert_eq!(c["ready"]["ok"], false, "{spoke:#}");
+        assert_eq!(c["ready"]["status"], "SourceFailed", "{spoke:#}");
+    }
+    let kustomization = consumers
+        .iter()
+        .find(|c| c["kind"] == "Kustomization")
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    let message = kustomization["ready"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("source GitRepository flux-system/apps: "),
+        "{spoke:#}"
+    );
+    // What source-controller says of it, as kubectl shows it.
+    let live = flux::ready(&stack.hub, "gitrepository", "apps").expect("Ready");
+    assert_eq!(live.status, "False", "{live:?}");
+    assert_eq!(
+        kustomization["ready"]["reason"], live.reason,
+        "{spoke:#}\n{live:?}"
+    );
+    assert_eq!(live.reason, source.reason, "{live:?}\n{source:?}");
+    assert!(
+        took < Duration::from_secs(60),
+        "named within verify_timeout (90s), not waited out: {took:?}\n{spoke:#}"
+    );
 }
