@@ -401,3 +401,98 @@ fn a_broken_source_is_named_as_the_cause_on_the_real_controllers() {
         "named within verify_timeout (90s), not waited out: {took:?}\n{spoke:#}"
     );
 }
+
+/// spoke 0's HelmRelease gives up after one retry (`install.remediation.retries: 1`).
+fn one_install_retry(dir: &Path) {
+    let path = dir.join("fluxcd/spoke0.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "  releaseName: spoke-config\n",
+        "  releaseName: spoke-config\n  install:\n    remediation:\n      retries: 1\n",
+    );
+    assert_ne!(edited, text);
+    std::fs::write(&path, edited).unwrap();
+}
+
+/// The ClusterRole spokekeeper binds its minted users to in scenario 3: Helm's storage
+/// (Secrets), reading and deleting ConfigMaps (so helm-controller's uninstall remediation
+/// completes), but creating none until `ready` adds it.
+fn deployer_role(ready: bool) -> String {
+    let write = if ready {
+        "- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [create, update, patch]\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+         name: spoke-deployer\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  \
+         verbs: [get, list, watch, create, update, patch, delete]\n- apiGroups: [\"\"]\n  \
+         resources: [namespaces]\n  verbs: [get, list, watch]\n- apiGroups: [\"\"]\n  \
+         resources: [configmaps]\n  verbs: [get, list, watch, delete]\n{write}"
+    )
+}
+
+/// Scenario 3 of issue 27: a HelmRelease the real helm-controller stalled after its
+/// retries (the minted user's role could not create the chart's ConfigMap:
+/// `Stalled=True, RetriesExceeded`), which a plain reconcile request no longer moves.
+/// Once the role is fixed, spokekeeper's next tick (a renewal) asks it with
+/// `reconcile.fluxcd.io/resetAt` and it is Ready=True again, the release deployed.
+#[test]
+fn a_stalled_helm_release_is_reset_by_the_next_tick_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(
+        1,
+        true,
+        "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n  cluster_role: spoke-deployer\n",
+        one_install_retry,
+    );
+    stack.spoke_apis[0].apply(&deployer_role(false));
+    let (_, report, err) = stack.rotate_json();
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{report:#}\n{err}");
+    assert_eq!(spoke["user"], "spokekeeper:hub:1", "{spoke:#}");
+
+    // Before: the real helm-controller used up its retries and stalled.
+    let stalled = wait_until(
+        "Stalled=True, RetriesExceeded",
+        WAIT,
+        || match flux::condition(&stack.hub, "helmrelease", "spoke0", "Stalled") {
+            Some(s) if s.status == "True" => Ok(s),
+            other => Err(format!("{other:?}\n{}", stack.controllers.tail(15))),
+        },
+    );
+    assert_eq!(stalled.reason, "RetriesExceeded", "{stalled:?}");
+    let failed = flux::ready(&stack.hub, "helmrelease", "spoke0").expect("Ready");
+    assert_eq!(failed.status, "False", "{failed:?}");
+
+    // The role fixed, a plain request no longer runs it: handled, still stalled.
+    stack.spoke_apis[0].apply(&deployer_role(true));
+    let at = request_reconcile(&stack.hub, "helmrelease", "spoke0");
+    let still = stack.wait_for("helmrelease", "spoke0", "the request handled", |r| {
+        r.last_handled == at
+    });
+    assert_eq!(still.status, "False", "{still:?}");
+    let stuck = flux::condition(&stack.hub, "helmrelease", "spoke0", "Stalled");
+    assert_eq!(stuck.map(|s| s.status), Some("True".into()));
+    let absent =
+        stack.spoke_apis[0].try_kubectl(&["get", "configmap", "spoke-config", "-n", "default"]);
+    assert!(absent.is_err(), "{absent:?}");
+
+    // renew_before (3590s of a 1h certificate) is reached 10s after the mint.
+    std::thread::sleep(Duration::from_secs(11));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
+    stack.assert_consumers_ready(&report, 0);
+    let reset = stack
+        .hub
+        .api
+        .get_json(&["helmrelease", "spoke0", "-n", flux::NS]);
+    assert_eq!(
+        reset["metadata"]["annotations"]["reconcile.fluxcd.io/resetAt"],
+        spoke["hub"]["requested_at"],
+        "{reset:#}"
+    );
+    stack.assert_deployed(0);
+}
