@@ -496,3 +496,133 @@ fn a_stalled_helm_release_is_reset_by_the_next_tick_on_the_real_controllers() {
     );
     stack.assert_deployed(0);
 }
+
+/// A kubeconfig for spokekeeper on the hub: a ServiceAccount token bound to everything
+/// `hub::ACCESS` lists except `patch` on Kustomizations, so its reconcile requests to
+/// them are refused by the real authorizer.
+fn hub_identity_without_kustomization_patch(hub: &RealHub) -> std::path::PathBuf {
+    let mut rules = String::new();
+    for a in spokekeeper::hub::ACCESS {
+        let verbs: Vec<&str> = a
+            .verbs
+            .iter()
+            .copied()
+            .filter(|v| !(a.resource == "kustomizations" && *v == "patch"))
+            .collect();
+        rules.push_str(&format!(
+            "- apiGroups: [\"{}\"]\n  resources: [{}]\n  verbs: [{}]\n",
+            a.group,
+            a.resource,
+            verbs.join(", ")
+        ));
+    }
+    hub.api.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: spokekeeper\n  namespace: {ns}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+         name: spokekeeper-no-kustomization-patch\nrules:\n{rules}---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
+         name: spokekeeper-no-kustomization-patch\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+         kind: ClusterRole\n  name: spokekeeper-no-kustomization-patch\nsubjects:\n\
+         - {{kind: ServiceAccount, name: spokekeeper, namespace: {ns}}}\n",
+        ns = flux::NS
+    ));
+    let token = hub.token(flux::NS, "spokekeeper");
+    hub.token_kubeconfig("spokekeeper-no-kustomization-patch", &token)
+}
+
+/// Scenario 6 of issue 27: the watch label. spoke 0's consumers take their files from
+/// the GitRepository `apps` (branch `apps`, which no push of spokekeeper's moves, so a
+/// push does not wake them through their source). After a first rotation spoke 0 is
+/// rebuilt while its Kustomization stays Ready on the old credential (10m interval,
+/// nothing pending), and spokekeeper runs with a hub identity that may not patch
+/// Kustomizations: its reconcile request is refused, yet the real kustomize-controller
+/// reconciles on the unsealed Secret's change (`reconcile.fluxcd.io/watch: Enabled`) and
+/// puts the ConfigMap back on the rebuilt spoke without handling any request.
+#[test]
+fn the_watch_label_reconciles_a_kustomization_whose_request_is_refused() {
+    let _heavy = support::timing::heavy();
+    let mut stack = RealFlux::start_with(1, false, "", consumers_from_apps);
+    let seed = stack.fleet.dir.path().join("seed");
+    git(&seed, &["push", "--quiet", "origin", "HEAD:apps"]);
+    stack.hub.api.apply(&format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  \
+         name: apps\n  namespace: {}\nspec:\n  interval: 10m\n  timeout: 20s\n  url: {}\n  \
+         ref:\n    branch: apps\n",
+        flux::NS,
+        stack.git.url("fleet.git")
+    ));
+    stack.wait_ready("gitrepository", "apps", None);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let first = stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+    let before = stack
+        .hub
+        .api
+        .get_json(&["gitrepository", "apps", "-n", flux::NS]);
+
+    stack.rebuild(0, 1);
+    let kubeconfig = hub_identity_without_kustomization_patch(&stack.hub);
+    let text = std::fs::read_to_string(&stack.fleet.config)
+        .unwrap()
+        .replace(
+            &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
+            &format!("kubeconfig: {}", kubeconfig.display()),
+        );
+    std::fs::write(&stack.fleet.config, text).unwrap();
+
+    let (_, report, err) = stack.rotate_json();
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{report:#}\n{err}");
+    assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+    let refused = spoke["hub"]["consumers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["kind"] == "Kustomization")
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    assert_eq!(refused["ready"]["status"], "Error", "{spoke:#}");
+    assert!(
+        refused["ready"]["message"]
+            .as_str()
+            .is_some_and(|m| m.to_lowercase().contains("forbidden")),
+        "{spoke:#}"
+    );
+    let annotations = stack
+        .hub
+        .api
+        .get_json(&["kustomization", "spoke0", "-n", flux::NS]);
+    assert_eq!(
+        annotations["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"], first,
+        "no request reached it: {annotations:#}"
+    );
+    let secret = stack
+        .hub
+        .api
+        .get_json(&["secret", "spoke0-kubeconfig", "-n", flux::NS]);
+    assert_eq!(
+        secret["metadata"]["labels"]["reconcile.fluxcd.io/watch"], "Enabled",
+        "{}",
+        secret["metadata"]
+    );
+
+    // The ConfigMap is back on the rebuilt spoke although the Kustomization handled no
+    // request since the first rotation, and its source did not move.
+    wait_until("spoke-app on the rebuilt spoke", WAIT, || {
+        stack.spoke_apis[0]
+            .try_kubectl(&["get", "configmap", "spoke-app", "-n", "default"])
+            .map_err(|e| format!("{e}\n{}", stack.controllers.tail(10)))
+    });
+    let live = stack.wait_ready("kustomization", "spoke0", None);
+    assert_eq!(live.last_handled, first, "{live:?}");
+    let after = stack
+        .hub
+        .api
+        .get_json(&["gitrepository", "apps", "-n", flux::NS]);
+    assert_eq!(
+        after["status"]["artifact"]["revision"], before["status"]["artifact"]["revision"],
+        "{after:#}"
+    );
+    stack.assert_deployed(0);
+}
