@@ -32,20 +32,20 @@ const CONSUMER_INTERVAL: &str = "10m";
 const WAIT: Duration = Duration::from_secs(120);
 
 /// A real hub with Flux's controllers, real spokes, and the fleet repo in Flux's layout.
-struct RealFlux {
+pub(super) struct RealFlux {
     // Drop order: the controllers, the git server, the spokes, then the hub.
-    controllers: FluxControllers,
+    pub(super) controllers: FluxControllers,
     git: GitHttp,
     signers: Vec<Option<ControllerManager>>,
-    spoke_apis: Vec<KubeApi>,
-    fleet: Fleet,
-    hub: RealHub,
+    pub(super) spoke_apis: Vec<KubeApi>,
+    pub(super) fleet: Fleet,
+    pub(super) hub: RealHub,
 }
 
 impl RealFlux {
     /// `n` real spokes (each with a CSR signer when `signers`), `extra` top-level lines
     /// in spokekeeper.yaml.
-    fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
+    pub(super) fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
         RealFlux::start_with(n, signers, extra, |_| {})
     }
 
@@ -108,13 +108,19 @@ impl RealFlux {
     }
 
     /// Waits until `kind` `name` is Ready=True, having handled `requested` if given.
-    fn wait_ready(&self, kind: &str, name: &str, requested: Option<&str>) -> Ready {
+    pub(super) fn wait_ready(&self, kind: &str, name: &str, requested: Option<&str>) -> Ready {
         self.wait_for(kind, name, "Ready=True", |r| {
             r.status == "True" && requested.is_none_or(|at| r.last_handled == at)
         })
     }
 
-    fn wait_for(&self, kind: &str, name: &str, what: &str, ok: impl Fn(&Ready) -> bool) -> Ready {
+    pub(super) fn wait_for(
+        &self,
+        kind: &str,
+        name: &str,
+        what: &str,
+        ok: impl Fn(&Ready) -> bool,
+    ) -> Ready {
         wait_until(&format!("{kind} {name}: {what}"), WAIT, || {
             match ready(&self.hub, kind, name) {
                 Some(r) if ok(&r) => Ok(r),
@@ -123,7 +129,7 @@ impl RealFlux {
         })
     }
 
-    fn rotate_json(&self) -> (i32, Value, String) {
+    pub(super) fn rotate_json(&self) -> (i32, Value, String) {
         let (code, report, err) = self.fleet.rotate_json(&["--all"]);
         (
             code,
@@ -134,7 +140,7 @@ impl RealFlux {
 
     /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
     /// restarted.
-    fn rebuild(&mut self, i: usize, generation: u32) {
+    pub(super) fn rebuild(&mut self, i: usize, generation: u32) {
         let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
         self.spoke_apis[i].stop();
         self.fleet.nodes[i].rebuild();
@@ -156,7 +162,7 @@ impl RealFlux {
 
     /// What the controllers put on spoke i, read with the spoke's admin: the
     /// Kustomization's ConfigMap and the Helm release's.
-    fn assert_deployed(&self, i: usize) {
+    pub(super) fn assert_deployed(&self, i: usize) {
         let api = &self.spoke_apis[i];
         let app = api.get_json(&[
             "configmap",
@@ -195,7 +201,7 @@ impl RealFlux {
 
     /// Spoke i's hub report names exactly its Kustomization and HelmRelease, each Ready,
     /// and says what `kubectl get` says of them on the hub; returns the requestedAt set.
-    fn assert_consumers_ready(&self, report: &Value, i: usize) -> String {
+    pub(super) fn assert_consumers_ready(&self, report: &Value, i: usize) -> String {
         let spoke = &report["spokes"][i];
         let listed = spoke["hub"]["consumers"]
             .as_array()
