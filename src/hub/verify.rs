@@ -919,18 +919,17 @@ mod tests {
 
     #[test]
     fn flux_retries_are_waited_through() {
-        for reason in ["DependencyNotReady"] {
-            let c = cond(
-                "Ready",
-                "False",
-                reason,
-                "dependency 'flux-system/infra' is not ready",
-            );
-            assert!(
-                matches!(ready(&echoed(1, None, c), "now"), Seen::Waiting(w) if w.starts_with("Flux retries") && w.contains(reason)),
-                "{reason}"
-            );
-        }
+        let reason = "DependencyNotReady";
+        let c = cond(
+            "Ready",
+            "False",
+            reason,
+            "dependency 'flux-system/infra' is not ready",
+        );
+        assert!(
+            matches!(ready(&echoed(1, None, c), "now"), Seen::Waiting(w) if w.starts_with("Flux retries") && w.contains(reason)),
+            "{reason}"
+        );
     }
 
     fn release(stalled_reason: &str) -> (Consumer, HubObject) {
