@@ -6,7 +6,8 @@
 
 use crate::support;
 
-use std::time::Duration;
+use std::path::Path;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::NodeOptions;
@@ -31,20 +32,26 @@ const CONSUMER_INTERVAL: &str = "10m";
 const WAIT: Duration = Duration::from_secs(120);
 
 /// A real hub with Flux's controllers, real spokes, and the fleet repo in Flux's layout.
-struct RealFlux {
+pub(super) struct RealFlux {
     // Drop order: the controllers, the git server, the spokes, then the hub.
-    controllers: FluxControllers,
-    _git: GitHttp,
+    pub(super) controllers: FluxControllers,
+    git: GitHttp,
     signers: Vec<Option<ControllerManager>>,
-    spoke_apis: Vec<KubeApi>,
-    fleet: Fleet,
-    hub: RealHub,
+    pub(super) spoke_apis: Vec<KubeApi>,
+    pub(super) fleet: Fleet,
+    pub(super) hub: RealHub,
 }
 
 impl RealFlux {
     /// `n` real spokes (each with a CSR signer when `signers`), `extra` top-level lines
     /// in spokekeeper.yaml.
-    fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
+    pub(super) fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
+        RealFlux::start_with(n, signers, extra, |_| {})
+    }
+
+    /// [`RealFlux::start`], with `edit` applied to the seed's work tree after the layout
+    /// is written and before it is pushed.
+    fn start_with(n: usize, signers: bool, extra: &str, edit: impl FnOnce(&Path)) -> RealFlux {
         let hub = RealHub::start(&HubOptions::default());
         let node = NodeOptions {
             api: false,
@@ -79,6 +86,7 @@ impl RealFlux {
         // The layout, pushed from the seed clone as a person would.
         let seed = fleet.dir.path().join("seed");
         flux::write_layout(&seed, n, CONSUMER_INTERVAL);
+        edit(&seed);
         git(&seed, &["add", "-A"]);
         commit(&seed, "flux: the spokes' Kustomizations and HelmReleases");
         git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
@@ -88,7 +96,7 @@ impl RealFlux {
         flux::bootstrap(&hub, &git_http.url("fleet.git"), SOURCE_INTERVAL);
         let stack = RealFlux {
             controllers,
-            _git: git_http,
+            git: git_http,
             signers,
             spoke_apis,
             fleet,
@@ -100,13 +108,19 @@ impl RealFlux {
     }
 
     /// Waits until `kind` `name` is Ready=True, having handled `requested` if given.
-    fn wait_ready(&self, kind: &str, name: &str, requested: Option<&str>) -> Ready {
+    pub(super) fn wait_ready(&self, kind: &str, name: &str, requested: Option<&str>) -> Ready {
         self.wait_for(kind, name, "Ready=True", |r| {
             r.status == "True" && requested.is_none_or(|at| r.last_handled == at)
         })
     }
 
-    fn wait_for(&self, kind: &str, name: &str, what: &str, ok: impl Fn(&Ready) -> bool) -> Ready {
+    pub(super) fn wait_for(
+        &self,
+        kind: &str,
+        name: &str,
+        what: &str,
+        ok: impl Fn(&Ready) -> bool,
+    ) -> Ready {
         wait_until(&format!("{kind} {name}: {what}"), WAIT, || {
             match ready(&self.hub, kind, name) {
                 Some(r) if ok(&r) => Ok(r),
@@ -115,7 +129,7 @@ impl RealFlux {
         })
     }
 
-    fn rotate_json(&self) -> (i32, Value, String) {
+    pub(super) fn rotate_json(&self) -> (i32, Value, String) {
         let (code, report, err) = self.fleet.rotate_json(&["--all"]);
         (
             code,
@@ -126,7 +140,7 @@ impl RealFlux {
 
     /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
     /// restarted.
-    fn rebuild(&mut self, i: usize, generation: u32) {
+    pub(super) fn rebuild(&mut self, i: usize, generation: u32) {
         let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
         self.spoke_apis[i].stop();
         self.fleet.nodes[i].rebuild();
@@ -148,7 +162,7 @@ impl RealFlux {
 
     /// What the controllers put on spoke i, read with the spoke's admin: the
     /// Kustomization's ConfigMap and the Helm release's.
-    fn assert_deployed(&self, i: usize) {
+    pub(super) fn assert_deployed(&self, i: usize) {
         let api = &self.spoke_apis[i];
         let app = api.get_json(&[
             "configmap",
@@ -187,7 +201,7 @@ impl RealFlux {
 
     /// Spoke i's hub report names exactly its Kustomization and HelmRelease, each Ready,
     /// and says what `kubectl get` says of them on the hub; returns the requestedAt set.
-    fn assert_consumers_ready(&self, report: &Value, i: usize) -> String {
+    pub(super) fn assert_consumers_ready(&self, report: &Value, i: usize) -> String {
         let spoke = &report["spokes"][i];
         let listed = spoke["hub"]["consumers"]
             .as_array()
@@ -335,4 +349,298 @@ fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
         !bindings.contains("spokekeeper.hub.spoke0.g2"),
         "{bindings}"
     );
+}
+
+/// Points spoke 0's Kustomization and HelmRelease at the GitRepository `apps` instead of
+/// `fleet` (in the seed's work tree `dir`).
+fn consumers_from_apps(dir: &Path) {
+    let path = dir.join("fluxcd/spoke0.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let moved = text.replace("name: fleet\n", "name: apps\n");
+    assert_eq!(moved.matches("name: apps\n").count(), 2, "{moved}");
+    std::fs::write(&path, moved).unwrap();
+}
+
+/// Scenario 4 of issue 27: the consumers' GitRepository has a broken URL (a repository
+/// the git server does not have), so source-controller never fetches an artifact and both
+/// consumers fail on their source. spokekeeper names the source as the cause
+/// (SourceFailed) well within `verify_timeout`, instead of waiting it out. (A URL broken
+/// after a first fetch fails nothing: Flux keeps using the last artifact.)
+#[test]
+fn a_broken_source_is_named_as_the_cause_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(1, false, "", consumers_from_apps);
+    stack.hub.api.apply(&format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  \
+         name: apps\n  namespace: {}\nspec:\n  interval: 1m\n  timeout: 20s\n  url: {}\n  \
+         ref:\n    branch: main\n",
+        flux::NS,
+        stack.git.url("missing.git")
+    ));
+    // Before: source-controller itself says the source failed.
+    let source = stack.wait_for("gitrepository", "apps", "Ready=False", |r| {
+        r.status == "False"
+    });
+
+    let started = Instant::now();
+    let (code, report, err) = stack.rotate_json();
+    let took = started.elapsed();
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+    let consumers = spoke["hub"]["consumers"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    assert_eq!(consumers.len(), 2, "{spoke:#}");
+    for c in consumers {
+        assert_eq!(c["ready"]["ok"], false, "{spoke:#}");
+        assert_eq!(c["ready"]["status"], "SourceFailed", "{spoke:#}");
+    }
+    let kustomization = consumers
+        .iter()
+        .find(|c| c["kind"] == "Kustomization")
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    let message = kustomization["ready"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with("source GitRepository flux-system/apps: "),
+        "{spoke:#}"
+    );
+    // What source-controller says of it, as kubectl shows it.
+    let live = flux::ready(&stack.hub, "gitrepository", "apps").expect("Ready");
+    assert_eq!(live.status, "False", "{live:?}");
+    assert_eq!(
+        kustomization["ready"]["reason"], live.reason,
+        "{spoke:#}\n{live:?}"
+    );
+    assert_eq!(live.reason, source.reason, "{live:?}\n{source:?}");
+    assert!(
+        took < Duration::from_secs(60),
+        "named within verify_timeout (90s), not waited out: {took:?}\n{spoke:#}"
+    );
+}
+
+/// spoke 0's HelmRelease gives up after one retry (`install.remediation.retries: 1`).
+fn one_install_retry(dir: &Path) {
+    let path = dir.join("fluxcd/spoke0.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "  releaseName: spoke-config\n",
+        "  releaseName: spoke-config\n  install:\n    remediation:\n      retries: 1\n",
+    );
+    assert_ne!(edited, text);
+    std::fs::write(&path, edited).unwrap();
+}
+
+/// The ClusterRole spokekeeper binds its minted users to in scenario 3: Helm's storage
+/// (Secrets), reading and deleting ConfigMaps (so helm-controller's uninstall remediation
+/// completes), but creating none until `ready` adds it.
+fn deployer_role(ready: bool) -> String {
+    let write = if ready {
+        "- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [create, update, patch]\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+         name: spoke-deployer\nrules:\n- apiGroups: [\"\"]\n  resources: [secrets]\n  \
+         verbs: [get, list, watch, create, update, patch, delete]\n- apiGroups: [\"\"]\n  \
+         resources: [namespaces]\n  verbs: [get, list, watch]\n- apiGroups: [\"\"]\n  \
+         resources: [configmaps]\n  verbs: [get, list, watch, delete]\n{write}"
+    )
+}
+
+/// Scenario 3 of issue 27: a HelmRelease the real helm-controller stalled after its
+/// retries (the minted user's role could not create the chart's ConfigMap:
+/// `Stalled=True, RetriesExceeded`), which a plain reconcile request no longer moves.
+/// Once the role is fixed, spokekeeper's next tick (a renewal) asks it with
+/// `reconcile.fluxcd.io/resetAt` and it is Ready=True again, the release deployed.
+#[test]
+fn a_stalled_helm_release_is_reset_by_the_next_tick_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(
+        1,
+        true,
+        "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n  cluster_role: spoke-deployer\n",
+        one_install_retry,
+    );
+    stack.spoke_apis[0].apply(&deployer_role(false));
+    let (_, report, err) = stack.rotate_json();
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{report:#}\n{err}");
+    assert_eq!(spoke["user"], "spokekeeper:hub:1", "{spoke:#}");
+
+    // Before: the real helm-controller used up its retries and stalled.
+    let stalled = wait_until(
+        "Stalled=True, RetriesExceeded",
+        WAIT,
+        || match flux::condition(&stack.hub, "helmrelease", "spoke0", "Stalled") {
+            Some(s) if s.status == "True" => Ok(s),
+            other => Err(format!("{other:?}\n{}", stack.controllers.tail(15))),
+        },
+    );
+    assert_eq!(stalled.reason, "RetriesExceeded", "{stalled:?}");
+    let failed = flux::ready(&stack.hub, "helmrelease", "spoke0").expect("Ready");
+    assert_eq!(failed.status, "False", "{failed:?}");
+
+    // The role fixed, a plain request no longer runs it: handled, still stalled.
+    stack.spoke_apis[0].apply(&deployer_role(true));
+    let at = request_reconcile(&stack.hub, "helmrelease", "spoke0");
+    let still = stack.wait_for("helmrelease", "spoke0", "the request handled", |r| {
+        r.last_handled == at
+    });
+    assert_eq!(still.status, "False", "{still:?}");
+    let stuck = flux::condition(&stack.hub, "helmrelease", "spoke0", "Stalled");
+    assert_eq!(stuck.map(|s| s.status), Some("True".into()));
+    let absent =
+        stack.spoke_apis[0].try_kubectl(&["get", "configmap", "spoke-config", "-n", "default"]);
+    assert!(absent.is_err(), "{absent:?}");
+
+    // renew_before (3590s of a 1h certificate) is reached 10s after the mint.
+    std::thread::sleep(Duration::from_secs(11));
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
+    stack.assert_consumers_ready(&report, 0);
+    let reset = stack
+        .hub
+        .api
+        .get_json(&["helmrelease", "spoke0", "-n", flux::NS]);
+    assert_eq!(
+        reset["metadata"]["annotations"]["reconcile.fluxcd.io/resetAt"],
+        spoke["hub"]["requested_at"],
+        "{reset:#}"
+    );
+    stack.assert_deployed(0);
+}
+
+/// A kubeconfig for spokekeeper on the hub: a ServiceAccount token bound to everything
+/// `hub::ACCESS` lists except `patch` on Kustomizations, so its reconcile requests to
+/// them are refused by the real authorizer.
+fn hub_identity_without_kustomization_patch(hub: &RealHub) -> std::path::PathBuf {
+    let mut rules = String::new();
+    for a in spokekeeper::hub::ACCESS {
+        let verbs: Vec<&str> = a
+            .verbs
+            .iter()
+            .copied()
+            .filter(|v| !(a.resource == "kustomizations" && *v == "patch"))
+            .collect();
+        rules.push_str(&format!(
+            "- apiGroups: [\"{}\"]\n  resources: [{}]\n  verbs: [{}]\n",
+            a.group,
+            a.resource,
+            verbs.join(", ")
+        ));
+    }
+    hub.api.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: spokekeeper\n  namespace: {ns}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+         name: spokekeeper-no-kustomization-patch\nrules:\n{rules}---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
+         name: spokekeeper-no-kustomization-patch\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+         kind: ClusterRole\n  name: spokekeeper-no-kustomization-patch\nsubjects:\n\
+         - {{kind: ServiceAccount, name: spokekeeper, namespace: {ns}}}\n",
+        ns = flux::NS
+    ));
+    let token = hub.token(flux::NS, "spokekeeper");
+    hub.token_kubeconfig("spokekeeper-no-kustomization-patch", &token)
+}
+
+/// Scenario 6 of issue 27: the watch label. spoke 0's consumers take their files from
+/// the GitRepository `apps` (branch `apps`, which no push of spokekeeper's moves, so a
+/// push does not wake them through their source). After a first rotation spoke 0 is
+/// rebuilt while its Kustomization stays Ready on the old credential (10m interval,
+/// nothing pending), and spokekeeper runs with a hub identity that may not patch
+/// Kustomizations: its reconcile request is refused, yet the real kustomize-controller
+/// reconciles on the unsealed Secret's change (`reconcile.fluxcd.io/watch: Enabled`) and
+/// puts the ConfigMap back on the rebuilt spoke without handling any request.
+#[test]
+fn the_watch_label_reconciles_a_kustomization_whose_request_is_refused() {
+    let _heavy = support::timing::heavy();
+    let mut stack = RealFlux::start_with(1, false, "", consumers_from_apps);
+    let seed = stack.fleet.dir.path().join("seed");
+    git(&seed, &["push", "--quiet", "origin", "HEAD:apps"]);
+    stack.hub.api.apply(&format!(
+        "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  \
+         name: apps\n  namespace: {}\nspec:\n  interval: 10m\n  timeout: 20s\n  url: {}\n  \
+         ref:\n    branch: apps\n",
+        flux::NS,
+        stack.git.url("fleet.git")
+    ));
+    stack.wait_ready("gitrepository", "apps", None);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let first = stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+    let before = stack
+        .hub
+        .api
+        .get_json(&["gitrepository", "apps", "-n", flux::NS]);
+
+    stack.rebuild(0, 1);
+    let kubeconfig = hub_identity_without_kustomization_patch(&stack.hub);
+    let text = std::fs::read_to_string(&stack.fleet.config)
+        .unwrap()
+        .replace(
+            &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
+            &format!("kubeconfig: {}", kubeconfig.display()),
+        );
+    std::fs::write(&stack.fleet.config, text).unwrap();
+
+    let (_, report, err) = stack.rotate_json();
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{report:#}\n{err}");
+    assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    assert_eq!(spoke["hub"]["synced"]["ok"], true, "{spoke:#}");
+    let refused = spoke["hub"]["consumers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["kind"] == "Kustomization")
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    assert_eq!(refused["ready"]["status"], "Error", "{spoke:#}");
+    assert!(
+        refused["ready"]["message"]
+            .as_str()
+            .is_some_and(|m| m.to_lowercase().contains("forbidden")),
+        "{spoke:#}"
+    );
+    let annotations = stack
+        .hub
+        .api
+        .get_json(&["kustomization", "spoke0", "-n", flux::NS]);
+    assert_eq!(
+        annotations["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"], first,
+        "no request reached it: {annotations:#}"
+    );
+    let secret = stack
+        .hub
+        .api
+        .get_json(&["secret", "spoke0-kubeconfig", "-n", flux::NS]);
+    assert_eq!(
+        secret["metadata"]["labels"]["reconcile.fluxcd.io/watch"], "Enabled",
+        "{}",
+        secret["metadata"]
+    );
+
+    // The ConfigMap is back on the rebuilt spoke although the Kustomization handled no
+    // request since the first rotation, and its source did not move.
+    wait_until("spoke-app on the rebuilt spoke", WAIT, || {
+        stack.spoke_apis[0]
+            .try_kubectl(&["get", "configmap", "spoke-app", "-n", "default"])
+            .map_err(|e| format!("{e}\n{}", stack.controllers.tail(10)))
+    });
+    let live = stack.wait_ready("kustomization", "spoke0", None);
+    assert_eq!(live.last_handled, first, "{live:?}");
+    let after = stack
+        .hub
+        .api
+        .get_json(&["gitrepository", "apps", "-n", flux::NS]);
+    assert_eq!(
+        after["status"]["artifact"]["revision"], before["status"]["artifact"]["revision"],
+        "{after:#}"
+    );
+    stack.assert_deployed(0);
 }

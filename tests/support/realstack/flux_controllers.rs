@@ -243,6 +243,12 @@ fn http_status(port: u16, path: &str) -> Result<u16, String> {
 /// The Ready condition of `kind` `name` in flux-system: (status, reason, message), and
 /// the object's generation and status.observedGeneration.
 pub fn ready(hub: &RealHub, kind: &str, name: &str) -> Option<Ready> {
+    condition(hub, kind, name, "Ready")
+}
+
+/// The condition `type_` of `kind` `name` in flux-system, with the object's generation,
+/// observedGeneration and lastHandledReconcileAt, as [`ready`] gives Ready.
+pub fn condition(hub: &RealHub, kind: &str, name: &str, type_: &str) -> Option<Ready> {
     let out = hub
         .api
         .try_kubectl(&["get", kind, name, "-n", NS, "-o", "json"])
@@ -251,7 +257,7 @@ pub fn ready(hub: &RealHub, kind: &str, name: &str) -> Option<Ready> {
     let c = v["status"]["conditions"]
         .as_array()?
         .iter()
-        .find(|c| c["type"] == "Ready")?;
+        .find(|c| c["type"] == type_)?;
     Some(Ready {
         status: c["status"].as_str().unwrap_or("").into(),
         reason: c["reason"].as_str().unwrap_or("").into(),
