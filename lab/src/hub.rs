@@ -404,6 +404,27 @@ impl HubSim {
             .remove(&(kind, namespace.to_string(), name.to_string()));
     }
 
+    /// Sets a consumer's spec.kubeConfig.secretRef.key (None: unset, so Flux reads
+    /// `value`, else `value.yaml`).
+    pub fn set_consumer_key(&self, kind: Kind, namespace: &str, name: &str, key: Option<&str>) {
+        if let Some(o) =
+            self.lock()
+                .consumers
+                .get_mut(&(kind, namespace.to_string(), name.to_string()))
+        {
+            let r = &mut o.obj["spec"]["kubeConfig"]["secretRef"];
+            match (key, r.as_object_mut()) {
+                (Some(k), Some(r)) => {
+                    r.insert("key".into(), json!(k));
+                }
+                (None, Some(r)) => {
+                    r.remove("key");
+                }
+                (_, None) => {}
+            }
+        }
+    }
+
     /// Sets an annotation on a consumer (e.g. a huge one, as a hostile hub could serve).
     pub fn annotate_consumer(
         &self,

@@ -88,9 +88,65 @@ pub fn found_by(spoke: &SpokeConfig) -> FoundBy {
     }
 }
 
-/// Per Secret namespace, the consumers of the Secrets asked for: (Secret name, consumer).
-/// A failed listing is shared by every spoke whose Secret is in that namespace.
-pub type Listed = BTreeMap<String, Result<Vec<(String, Consumer)>, Arc<HubError>>>;
+/// One listed consumer of a Secret, with what Flux reads through it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Listing {
+    /// The Secret's name (spec.kubeConfig.secretRef.name).
+    pub secret: String,
+    pub consumer: Consumer,
+    /// spec.kubeConfig.secretRef.key as the hub has it ("" when unset).
+    pub key: String,
+}
+
+/// Per Secret namespace, the consumers of the Secrets asked for. A failed listing is
+/// shared by every spoke whose Secret is in that namespace.
+pub type Listed = BTreeMap<String, Result<Vec<Listing>, Arc<HubError>>>;
+
+/// The key Flux reads when `spec.kubeConfig.secretRef.key` is unset: `value`, else
+/// `value.yaml` (fluxcd/pkg runtime/client, impersonator.go).
+const FLUX_DEFAULT_KEYS: [&str; 2] = ["value", "value.yaml"];
+
+/// A consumer whose secretRef.key (`key`) makes Flux read something other than
+/// `written`, the one key of the Secret spokekeeper writes: what it reads, as a phrase.
+/// None when Flux reads `written`.
+pub(crate) fn misread(key: &str, written: &str) -> Option<String> {
+    match key {
+        "" if FLUX_DEFAULT_KEYS.contains(&written) => None,
+        "" => Some(format!(
+            "reads key {} (then {}; spec.kubeConfig.secretRef.key is unset)",
+            FLUX_DEFAULT_KEYS[0], FLUX_DEFAULT_KEYS[1]
+        )),
+        k if k == written => None,
+        k => Some(format!("reads key {}", one_line(k, 80))),
+    }
+}
+
+/// The spoke's listed consumers that read another key of its Secret than the one
+/// written (spokes[].secret.key), each with the reason Flux will fail with it.
+pub fn wrong_keys(spoke: &SpokeConfig, listed: &Listed) -> Vec<(Consumer, String)> {
+    if spoke.kustomization.is_some() {
+        return Vec::new();
+    }
+    let (ns, name, written) = (
+        &spoke.secret.namespace,
+        &spoke.secret.name,
+        &spoke.secret.key,
+    );
+    let Some(Ok(all)) = listed.get(ns) else {
+        return Vec::new();
+    };
+    all.iter()
+        .filter(|l| &l.secret == name)
+        .filter_map(|l| {
+            let reads = misread(&l.key, written)?;
+            let why = format!(
+                "{} {reads} of Secret {ns}/{name}, but spokekeeper writes key {written} (spokes[{}].secret.key): Flux will fail to read the kubeconfig; set its spec.kubeConfig.secretRef.key to {written}, or spokes[{}].secret.key to what it reads",
+                l.consumer, spoke.name, spoke.name
+            );
+            Some((l.consumer.clone(), why))
+        })
+        .collect()
+}
 
 /// A spoke's consumers: the configured Kustomization, or those `listed`.
 pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer>, Arc<HubError>>) {
@@ -106,8 +162,8 @@ pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer
     let found = match listed.get(ns) {
         Some(Ok(all)) => Ok(all
             .iter()
-            .filter(|(secret, _)| secret == name)
-            .map(|(_, c)| c.clone())
+            .filter(|l| &l.secret == name)
+            .map(|l| l.consumer.clone())
             .collect()),
         Some(Err(e)) => Err(e.clone()),
         None => Err(Arc::new(HubError::NotListed {
@@ -161,6 +217,8 @@ struct KubeConfigRef {
 #[derive(Deserialize)]
 struct SecretRef {
     name: String,
+    #[serde(default)]
+    key: Option<String>,
 }
 
 impl Hub {
@@ -196,12 +254,12 @@ impl Hub {
     }
 
     /// Every Kustomization and HelmRelease in `namespace` whose kubeconfig Secret is one
-    /// of `secrets`, as (Secret name, consumer), sorted.
+    /// of `secrets`, sorted.
     pub async fn consumers(
         &self,
         namespace: &str,
         secrets: &BTreeSet<String>,
-    ) -> Result<Vec<(String, Consumer)>, HubError> {
+    ) -> Result<Vec<Listing>, HubError> {
         let mut found = Vec::new();
         for kind in Kind::ALL {
             let mut next: Option<String> = None;
@@ -300,7 +358,7 @@ fn matching(
     namespace: &str,
     items: Vec<Item>,
     secrets: &BTreeSet<String>,
-) -> Result<Vec<(String, Consumer)>, HubError> {
+) -> Result<Vec<Listing>, HubError> {
     let mut out = Vec::new();
     for item in items {
         if item
@@ -311,15 +369,15 @@ fn matching(
         {
             continue;
         }
-        let Some(secret) = item
+        let Some(secret_ref) = item
             .spec
             .and_then(|s| s.kube_config)
             .and_then(|k| k.secret_ref)
-            .map(|r| r.name)
-            .filter(|n| secrets.contains(n))
+            .filter(|r| secrets.contains(&r.name))
         else {
             continue;
         };
+        let secret = secret_ref.name;
         let name = item.metadata.name;
         if !is_dns_subdomain(&name) {
             return Err(HubError::BadName {
@@ -329,14 +387,15 @@ fn matching(
                 secret,
             });
         }
-        out.push((
+        out.push(Listing {
             secret,
-            Consumer {
+            consumer: Consumer {
                 kind,
                 namespace: namespace.to_string(),
                 name,
             },
-        ));
+            key: secret_ref.key.unwrap_or_default(),
+        });
     }
     Ok(out)
 }
@@ -399,16 +458,48 @@ mod tests {
         let found = matching(Kind::Kustomization, "flux-system", p.items, &secrets).unwrap();
         assert_eq!(
             found,
-            [(
-                "dev-kubeconfig".to_string(),
-                Consumer {
+            [Listing {
+                secret: "dev-kubeconfig".to_string(),
+                consumer: Consumer {
                     kind: Kind::Kustomization,
                     namespace: "flux-system".into(),
                     name: "apps".into()
-                }
-            )]
+                },
+                key: "value".into(),
+            }]
         );
-        assert_eq!(found[0].1.to_string(), "Kustomization flux-system/apps");
+        assert_eq!(
+            found[0].consumer.to_string(),
+            "Kustomization flux-system/apps"
+        );
+    }
+
+    #[test]
+    fn the_key_flux_reads_follows_its_fallback_to_value_then_value_yaml() {
+        // Named: that key only.
+        assert_eq!(misread("value", "value"), None);
+        assert_eq!(
+            misread("kubeconfig", "value").as_deref(),
+            Some("reads key kubeconfig")
+        );
+        assert_eq!(
+            misread("value", "kubeconfig").as_deref(),
+            Some("reads key value")
+        );
+        // Unset: `value`, else `value.yaml`; the Secret holds only the key written.
+        assert_eq!(misread("", "value"), None);
+        assert_eq!(misread("", "value.yaml"), None);
+        let unset = misread("", "kubeconfig").unwrap();
+        assert!(
+            unset.contains("value (then value.yaml") && unset.contains("unset"),
+            "{unset}"
+        );
+        // Hub text: one bounded line.
+        let hostile = misread(&format!("a\nb{}", "x".repeat(500)), "value").unwrap();
+        assert!(
+            !hostile.contains('\n') && hostile.chars().count() < 100,
+            "{hostile}"
+        );
     }
 
     #[test]

@@ -294,23 +294,27 @@ const VERIFY_CONCURRENCY: usize = 16;
 /// Verifies every spoke committed in this tick (`committed`: index into `spokes`, and the
 /// manifest committed), concurrently; one report per entry of `committed`, in its order.
 /// `reuse_pending`: see [`verify`].
+/// `listed`: the tick's listing of consumers; a namespace it could not list is listed again.
 pub(crate) async fn after_push(
     cfg: &HubConfig,
     hub: &Result<Hub, HubError>,
     spokes: &[&SpokeConfig],
     committed: &[(usize, String)],
+    listed: &Listed,
     reuse_pending: bool,
 ) -> Vec<HubReport> {
     if committed.is_empty() {
         return Vec::new();
     }
-    let listed = match hub {
-        Ok(h) => {
-            let each = committed.iter().map(|(i, _)| spokes[*i]);
-            h.list_consumers(each, cfg.verify_timeout).await
-        }
-        Err(_) => Listed::new(),
-    };
+    let mut listed = listed.clone();
+    if let Ok(h) = hub {
+        let missing = committed
+            .iter()
+            .map(|(i, _)| spokes[*i])
+            .filter(|s| !matches!(listed.get(&s.secret.namespace), Some(Ok(_))));
+        let again = h.list_consumers(missing, cfg.verify_timeout).await;
+        listed.extend(again);
+    }
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
     let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
         let spoke = spokes[*i];
@@ -326,8 +330,14 @@ pub(crate) async fn after_push(
                 .ok()
                 .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned())
                 .unwrap_or_default();
-            let consumers = consumers::of(spoke, listed).1;
-            verify(
+            // A consumer reading another key fails inside Flux: said, not requested.
+            let wrong = consumers::wrong_keys(spoke, listed);
+            let consumers = consumers::of(spoke, listed).1.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| !wrong.iter().any(|(w, _)| w == c))
+                    .collect()
+            });
+            let mut report = verify(
                 hub,
                 spoke,
                 &ciphertext,
@@ -335,7 +345,17 @@ pub(crate) async fn after_push(
                 cfg.verify_timeout,
                 reuse_pending,
             )
-            .await
+            .await;
+            if report.synced.ok && report.list_error.is_none() {
+                report
+                    .consumers
+                    .extend(wrong.into_iter().map(|(c, why)| ConsumerCheck {
+                        consumer: c,
+                        ready: Check::failed("WrongKey", why),
+                    }));
+                report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
+            }
+            report
         }
     }))
     .buffered(VERIFY_CONCURRENCY)

@@ -1416,6 +1416,82 @@ async fn a_secret_without_consumers_is_a_warning() {
     l.assert_within_access();
 }
 
+/// A consumer whose spec.kubeConfig.secretRef.key names another key than the one written
+/// fails inside Flux: the log says so before the push, and the report and `status` name
+/// it, the key it reads and the key written; it is not asked to reconcile. One with the
+/// key unset reads `value`, the key written here, and is verified as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_reading_another_key_is_named_before_the_push() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    let secret = Some("spoke0-kubeconfig");
+    l.hub
+        .add_consumer(Kind::HelmRelease, "flux-system", "spoke0-apps", secret);
+    l.hub.set_consumer_key(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Some("kubeconfig"),
+    );
+    l.hub
+        .add_consumer(Kind::Kustomization, "flux-system", "spoke0-infra", secret);
+    l.hub
+        .set_consumer_key(Kind::Kustomization, "flux-system", "spoke0-infra", None);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    let consumers = hub["consumers"].as_array().unwrap();
+    let names: Vec<(&str, bool)> = consumers
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["ready"]["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("spoke0", true),
+            ("spoke0-infra", true),
+            ("spoke0-apps", false)
+        ],
+        "{hub}"
+    );
+    let ready = &consumers[2]["ready"];
+    assert_eq!(ready["status"], "WrongKey", "{hub}");
+    let why = "HelmRelease flux-system/spoke0-apps reads key kubeconfig of Secret flux-system/spoke0-kubeconfig, but spokekeeper writes key value (spokes[spoke0].secret.key)";
+    assert!(ready["message"].as_str().unwrap().starts_with(why), "{hub}");
+    assert_eq!(
+        patches_to(&l.hub, "helmreleases", "flux-system", "spoke0-apps"),
+        0
+    );
+    assert_eq!(
+        patches_to(&l.hub, "kustomizations", "flux-system", "spoke0-infra"),
+        1
+    );
+    // Said before the push.
+    let warned = err.find(why).unwrap_or_else(|| panic!("not logged: {err}"));
+    let pushed = err
+        .find("pushed")
+        .unwrap_or_else(|| panic!("no push: {err}"));
+    assert!(warned < pushed, "{err}");
+    let (code, status, err) = l.status();
+    assert_eq!(code, 1, "{status}\n{err}");
+    assert!(
+        status["spokes"][0]["problems"].to_string().contains(why),
+        "{status}"
+    );
+    assert_eq!(
+        status["spokes"][0]["consumers"]["items"][2]["wrong_key"]
+            .as_str()
+            .map(|w| w.starts_with(why)),
+        Some(true),
+        "{status}"
+    );
+    l.assert_within_access();
+}
+
 /// A hostile hub cannot make the listing unbounded: a page over 4 MiB, or more than
 /// 1000 objects of a kind, fails the verification plainly and nothing is requested.
 #[tokio::test(flavor = "multi_thread")]
