@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
+use super::root::{self, Root};
 use super::{Consumer, Hub, HubError, HubObject, Kind, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
@@ -156,16 +157,19 @@ impl HubReport {
 /// `timeout`. With `reuse_pending` (a recheck of a spoke already requested for this
 /// commit) a consumer's standing requestedAt is waited for instead of a new one, so a
 /// run longer than one recheck is not restarted every tick.
+/// `root`: the Kustomization that applies the SealedSecret, whose failing source is
+/// named as the cause while the SealedSecret is not the commit's.
 pub async fn verify(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
     consumers: Result<Vec<Consumer>, Arc<HubError>>,
+    root: Option<&Root>,
     timeout: Duration,
     reuse_pending: bool,
 ) -> HubReport {
     let deadline = Instant::now() + timeout;
-    let synced = wait_synced(hub, spoke, ciphertext, deadline, timeout).await;
+    let synced = wait_synced(hub, spoke, ciphertext, root, deadline, timeout).await;
     let mut report = HubReport::new(spoke, synced);
     if !report.synced.ok {
         return report;
@@ -315,10 +319,23 @@ pub(crate) async fn after_push(
         let again = h.list_consumers(missing, cfg.verify_timeout).await;
         listed.extend(again);
     }
+    // The fleet's GitRepository and the root first, as `flux reconcile ks --with-source`;
+    // a recheck asks nothing again, and only reads the root's source.
+    let started = Instant::now();
+    let roots = match hub {
+        Ok(h) => {
+            let each = committed.iter().map(|(i, _)| spokes[*i]);
+            let at = rfc3339_nano(time::OffsetDateTime::now_utc());
+            let at = (!reuse_pending).then_some(at.as_str());
+            root::roots(h, each, at, started + cfg.verify_timeout).await
+        }
+        Err(_) => Default::default(),
+    };
+    let timeout = cfg.verify_timeout.saturating_sub(started.elapsed());
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
     let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
         let spoke = spokes[*i];
-        let listed = &listed;
+        let (listed, roots) = (&listed, &roots);
         async move {
             let hub = match hub {
                 Ok(h) => h,
@@ -337,12 +354,14 @@ pub(crate) async fn after_push(
                     .filter(|c| !wrong.iter().any(|(w, _)| w == c))
                     .collect()
             });
+            let root = roots.get(&spoke.name);
             let mut report = verify(
                 hub,
                 spoke,
                 &ciphertext,
                 consumers,
-                cfg.verify_timeout,
+                root,
+                timeout,
                 reuse_pending,
             )
             .await;
@@ -378,6 +397,7 @@ async fn wait_synced(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
+    root: Option<&Root>,
     deadline: Instant,
     timeout: Duration,
 ) -> Check {
@@ -387,10 +407,32 @@ async fn wait_synced(
         &spoke.secret.key,
     );
     let mut false_since: Option<Instant> = None;
+    let mut source_read: Option<Instant> = None;
     let version = hub.controller_version();
     loop {
         hub.pace(deadline).await;
-        let last = match hub.sealed_secret(ns, name).await {
+        let got = hub.sealed_secret(ns, name).await;
+        // Not the commit's yet: a failing fleet source means it never will be.
+        let behind = match &got {
+            Ok(Some(obj)) => obj.encrypted_data.get(key).map(String::as_str) != Some(ciphertext),
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if behind
+            && let Some(r) = root
+            && source_read.is_none_or(|t| t.elapsed() >= SOURCE_READ)
+        {
+            source_read = Some(Instant::now());
+            if let Some(f) = r.source_failed(hub).await {
+                return Check {
+                    ok: false,
+                    status: "SourceFailed".into(),
+                    reason: f.reason,
+                    message: f.message,
+                };
+            }
+        }
+        let last = match got {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext, version.as_deref()) {
                 Seen::Done(check) if check.ok => return check,
                 Seen::Done(check) | Seen::Source(check) => {
@@ -422,6 +464,9 @@ async fn wait_synced(
         tokio::time::sleep(POLL).await;
     }
 }
+
+/// How often the root's source is read while the SealedSecret is not the commit's.
+const SOURCE_READ: Duration = Duration::from_secs(2);
 
 /// The controller retries a failed unseal (5 times, backing off from 5 ms) after writing
 /// Synced False; a False still there after this is its result.

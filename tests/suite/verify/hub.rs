@@ -564,6 +564,88 @@ async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
     l.assert_within_access();
 }
 
+/// After the push the fleet's GitRepository, then the Kustomization that applies the
+/// SealedSecret (the root, named by its kustomize.toolkit.fluxcd.io labels), then the
+/// consumers are asked to reconcile, in that order, as `flux reconcile ks --with-source`:
+/// the root only once source-controller handled its source's request.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_source_then_the_root_then_the_consumers_are_asked_in_turn() {
+    let l = lab(2, "  verify_timeout: 20s\n");
+    l.hub.add_root();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let seen = l.hub.requests();
+    let at = |method: &str, suffix: &str| -> Vec<usize> {
+        seen.iter()
+            .enumerate()
+            .filter(|(_, r)| r.method == method && r.path.ends_with(suffix))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let source = at("PATCH", "/gitrepositories/flux-system");
+    let root = at("PATCH", "/kustomizations/infra");
+    // Asked once for both spokes: they share the root.
+    assert_eq!((source.len(), root.len()), (1, 1), "{seen:?}");
+    let echo = at("GET", "/gitrepositories/flux-system");
+    assert!(
+        echo.iter().any(|&g| source[0] < g && g < root[0]),
+        "the root is asked once the source was read back: {seen:?}"
+    );
+    for spoke in ["/kustomizations/spoke0", "/kustomizations/spoke1"] {
+        let consumer = at("PATCH", spoke);
+        assert_eq!(consumer.len(), 1, "{spoke}: {seen:?}");
+        assert!(root[0] < consumer[0], "{spoke}: {seen:?}");
+    }
+    let git = l
+        .hub
+        .source("gitrepositories", "flux-system", "flux-system")
+        .unwrap();
+    let asked = git["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+        .as_str()
+        .unwrap();
+    assert_eq!(git["status"]["lastHandledReconcileAt"], asked);
+    let root = l.hub.kustomization("flux-system", "infra").unwrap();
+    assert_eq!(
+        root["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"],
+        asked
+    );
+    l.assert_within_access();
+}
+
+/// The fleet's GitRepository fails after an earlier good fetch: the root stays Ready on
+/// the old artifact and the SealedSecret never becomes the commit's. The report names the
+/// GitRepository and source-controller's message at once, not a timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_source_failing_after_a_good_fetch_is_named_not_a_timeout() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    l.hub.add_root();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let broken = "failed to checkout and determine revision: unable to clone 'ssh://git@git.example/fleet.git': dial tcp: lookup git.example: no such host";
+    l.hub
+        .break_git_repository("flux-system", "flux-system", "GitOperationFailed", broken);
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let synced = &report["spokes"][0]["hub"]["synced"];
+    assert_eq!(synced["status"], "SourceFailed", "{report}");
+    assert_eq!(synced["reason"], "GitOperationFailed");
+    assert_eq!(
+        synced["message"],
+        format!("source GitRepository flux-system/flux-system: {broken}")
+    );
+    assert!(
+        err.contains("source GitRepository flux-system/flux-system"),
+        "{err}"
+    );
+    l.assert_within_access();
+}
+
 /// kustomize-controller writes Ready False `ArtifactFailed` for a Kustomization whose
 /// GitRepository is missing, or was never fetched: the report names the source and what
 /// Flux says of it at once, not a timeout after waiting for Flux's retries.
@@ -1627,6 +1709,7 @@ async fn a_recheck_waits_for_the_pending_request() {
         spoke,
         &ciphertext,
         Ok(vec![consumer]),
+        None,
         Duration::from_secs(5),
         true,
     )
