@@ -466,6 +466,18 @@ impl HubSim {
         }
     }
 
+    /// Sets a consumer's spec.serviceAccountName: Flux impersonates that ServiceAccount of
+    /// the consumer's namespace on the spoke.
+    pub fn set_consumer_service_account(&self, kind: Kind, namespace: &str, name: &str, sa: &str) {
+        if let Some(o) =
+            self.lock()
+                .consumers
+                .get_mut(&(kind, namespace.to_string(), name.to_string()))
+        {
+            o.obj["spec"]["serviceAccountName"] = json!(sa);
+        }
+    }
+
     /// Sets an annotation on a consumer (e.g. a huge one, as a hostile hub could serve).
     pub fn annotate_consumer(
         &self,

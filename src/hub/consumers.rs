@@ -96,6 +96,45 @@ pub struct Listing {
     pub consumer: Consumer,
     /// spec.kubeConfig.secretRef.key as the hub has it ("" when unset).
     pub key: String,
+    /// spec.serviceAccountName ("" when unset): Flux impersonates it on the spoke.
+    pub service_account: String,
+}
+
+/// A ServiceAccount Flux impersonates on the spoke with the spoke's credential
+/// (`system:serviceaccount:NAMESPACE:NAME`, a username only), and a consumer that needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Impersonated {
+    pub namespace: String,
+    pub name: String,
+    pub consumer: Consumer,
+}
+
+/// The ServiceAccounts the spoke's listed consumers make Flux impersonate, each once:
+/// spec.serviceAccountName in the consumer's namespace. Not listed (a configured
+/// `spokes[].kustomization`, or a failed listing): none known.
+pub fn impersonated(spoke: &SpokeConfig, listed: &Listed) -> Vec<Impersonated> {
+    let Some(Ok(all)) = listed.get(&spoke.secret.namespace) else {
+        return Vec::new();
+    };
+    if spoke.kustomization.is_some() {
+        return Vec::new();
+    }
+    let mut out: Vec<Impersonated> = Vec::new();
+    for l in all.iter().filter(|l| l.secret == spoke.secret.name) {
+        if l.service_account.is_empty()
+            || out
+                .iter()
+                .any(|i| i.namespace == l.consumer.namespace && i.name == l.service_account)
+        {
+            continue;
+        }
+        out.push(Impersonated {
+            namespace: l.consumer.namespace.clone(),
+            name: l.service_account.clone(),
+            consumer: l.consumer.clone(),
+        });
+    }
+    out
 }
 
 /// Per Secret namespace, the consumers of the Secrets asked for. A failed listing is
@@ -206,6 +245,8 @@ struct ItemMeta {
 struct ItemSpec {
     #[serde(default, rename = "kubeConfig")]
     kube_config: Option<KubeConfigRef>,
+    #[serde(default, rename = "serviceAccountName")]
+    service_account_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -369,14 +410,27 @@ fn matching(
         {
             continue;
         }
-        let Some(secret_ref) = item
-            .spec
-            .and_then(|s| s.kube_config)
+        let Some(spec) = item.spec else {
+            continue;
+        };
+        let Some(secret_ref) = spec
+            .kube_config
             .and_then(|k| k.secret_ref)
             .filter(|r| secrets.contains(&r.name))
         else {
             continue;
         };
+        let service_account = spec.service_account_name.unwrap_or_default();
+        if !service_account.is_empty() && !is_dns_subdomain(&service_account) {
+            return Err(HubError::BadServiceAccount {
+                consumer: format!(
+                    "{} {namespace}/{}",
+                    kind.as_str(),
+                    one_line(&item.metadata.name, 80)
+                ),
+                service_account: one_line(&service_account, 80),
+            });
+        }
         let secret = secret_ref.name;
         let name = item.metadata.name;
         if !is_dns_subdomain(&name) {
@@ -395,6 +449,7 @@ fn matching(
                 name,
             },
             key: secret_ref.key.unwrap_or_default(),
+            service_account,
         });
     }
     Ok(out)
@@ -466,6 +521,7 @@ mod tests {
                     name: "apps".into()
                 },
                 key: "value".into(),
+                service_account: String::new(),
             }]
         );
         assert_eq!(
@@ -499,6 +555,53 @@ mod tests {
         assert!(
             !hostile.contains('\n') && hostile.chars().count() < 100,
             "{hostile}"
+        );
+    }
+
+    #[test]
+    fn the_service_accounts_flux_impersonates_are_each_listed_once() {
+        let p = page(serde_json::json!({"items": [
+            {"metadata": {"name": "a", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "deployer", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+            {"metadata": {"name": "b", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "deployer", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+            {"metadata": {"name": "c", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+            {"metadata": {"name": "d", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "other", "kubeConfig": {"secretRef": {"name": "test-kubeconfig"}}}}
+        ]}));
+        let secrets = BTreeSet::from(["dev-kubeconfig".to_string(), "test-kubeconfig".to_string()]);
+        let found = matching(Kind::Kustomization, "flux-system", p.items, &secrets).unwrap();
+        let listed = Listed::from([("flux-system".to_string(), Ok(found))]);
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+        let cfg =
+            crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let got = impersonated(&cfg.spokes[0], &listed);
+        assert_eq!(
+            got.iter()
+                .map(|i| format!("{}/{} for {}", i.namespace, i.name, i.consumer))
+                .collect::<Vec<_>>(),
+            ["flux-system/deployer for Kustomization flux-system/a"]
+        );
+        // A configured kustomization is not listed: nothing known to check.
+        let text = text.replace("10.0.0.1}", "10.0.0.1, kustomization: {}}");
+        let cfg =
+            crate::config::Config::parse(&text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(impersonated(&cfg.spokes[0], &listed), []);
+        // Not a name: the listing fails (it goes into a review the spoke answers).
+        let p = page(serde_json::json!({"items": [
+            {"metadata": {"name": "a"},
+             "spec": {"serviceAccountName": "x\ny", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}}
+        ]}));
+        let e = matching(Kind::HelmRelease, "flux-system", p.items, &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("HelmRelease flux-system/a has spec.serviceAccountName")
+                && !e.contains('\n'),
+            "{e}"
         );
     }
 

@@ -71,6 +71,7 @@ async fn run<P: Publish>(
             sealing: &sealing,
             untrusted: cert.untrusted.as_ref(),
             publish: &publish,
+            listed: &listed,
         };
         let run = &run;
         futures::stream::iter(spokes.iter().enumerate())

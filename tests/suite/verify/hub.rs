@@ -1574,6 +1574,43 @@ async fn a_consumer_reading_another_key_is_named_before_the_push() {
     l.assert_within_access();
 }
 
+/// A consumer with spec.serviceAccountName makes Flux impersonate that ServiceAccount on
+/// the spoke with the committed credential. The node's admin credential may; a minted one
+/// bound to `view` may not: refused at validate, naming the ServiceAccount, the consumer
+/// and the missing verb, and nothing is committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credential_that_may_not_impersonate_a_consumers_service_account_is_refused() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    let secret = Some("spoke0-kubeconfig");
+    l.hub
+        .add_consumer(Kind::HelmRelease, "flux-system", "spoke0-apps", secret);
+    l.hub
+        .set_consumer_service_account(Kind::HelmRelease, "flux-system", "spoke0-apps", "deployer");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "the admin credential may: {report}\n{err}");
+    let committed = l.fleet.remote_file(0);
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    std::fs::write(
+        &l.fleet.config,
+        format!("{text}credential:\n  mode: minted\n  cluster_role: view\n"),
+    )
+    .unwrap();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["stage"], "validate", "{spoke}");
+    let error = spoke["error"].as_str().unwrap();
+    for part in [
+        "may not impersonate ServiceAccount flux-system/deployer",
+        "missing verb impersonate on serviceaccounts",
+        "HelmRelease flux-system/spoke0-apps",
+    ] {
+        assert!(error.contains(part), "{part}: {error}");
+    }
+    assert_eq!(l.fleet.remote_file(0), committed, "nothing committed");
+    l.assert_within_access();
+}
+
 /// A hostile hub cannot make the listing unbounded: a page over 4 MiB, or more than
 /// 1000 objects of a kind, fails the verification plainly and nothing is requested.
 #[tokio::test(flavor = "multi_thread")]
