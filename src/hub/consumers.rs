@@ -110,9 +110,14 @@ pub struct Impersonated {
 }
 
 /// The ServiceAccounts the spoke's listed consumers make Flux impersonate, each once:
-/// spec.serviceAccountName in the consumer's namespace. Not listed (a configured
-/// `spokes[].kustomization`, or a failed listing): none known.
-pub fn impersonated(spoke: &SpokeConfig, listed: &Listed) -> Vec<Impersonated> {
+/// spec.serviceAccountName, else `default` (the controllers' --default-service-account),
+/// in the consumer's namespace. Not listed (a configured `spokes[].kustomization`, or a
+/// failed listing): none known.
+pub fn impersonated(
+    spoke: &SpokeConfig,
+    listed: &Listed,
+    default: Option<&str>,
+) -> Vec<Impersonated> {
     let Some(Ok(all)) = listed.get(&spoke.secret.namespace) else {
         return Vec::new();
     };
@@ -121,16 +126,20 @@ pub fn impersonated(spoke: &SpokeConfig, listed: &Listed) -> Vec<Impersonated> {
     }
     let mut out: Vec<Impersonated> = Vec::new();
     for l in all.iter().filter(|l| l.secret == spoke.secret.name) {
-        if l.service_account.is_empty()
-            || out
-                .iter()
-                .any(|i| i.namespace == l.consumer.namespace && i.name == l.service_account)
+        let name = match (l.service_account.as_str(), default) {
+            ("", Some(d)) => d,
+            ("", None) => continue,
+            (sa, _) => sa,
+        };
+        if out
+            .iter()
+            .any(|i| i.namespace == l.consumer.namespace && i.name == name)
         {
             continue;
         }
         out.push(Impersonated {
             namespace: l.consumer.namespace.clone(),
-            name: l.service_account.clone(),
+            name: name.to_string(),
             consumer: l.consumer.clone(),
         });
     }
@@ -577,19 +586,29 @@ mod tests {
         let cfg =
             crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
                 .unwrap_or_else(|e| panic!("{e}"));
-        let got = impersonated(&cfg.spokes[0], &listed);
-        assert_eq!(
+        let shown = |got: Vec<Impersonated>| {
             got.iter()
                 .map(|i| format!("{}/{} for {}", i.namespace, i.name, i.consumer))
-                .collect::<Vec<_>>(),
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            shown(impersonated(&cfg.spokes[0], &listed, None)),
             ["flux-system/deployer for Kustomization flux-system/a"]
+        );
+        // The controllers' --default-service-account stands in for an unset one.
+        assert_eq!(
+            shown(impersonated(&cfg.spokes[0], &listed, Some("flux-deployer"))),
+            [
+                "flux-system/deployer for Kustomization flux-system/a",
+                "flux-system/flux-deployer for Kustomization flux-system/c"
+            ]
         );
         // A configured kustomization is not listed: nothing known to check.
         let text = text.replace("10.0.0.1}", "10.0.0.1, kustomization: {}}");
         let cfg =
             crate::config::Config::parse(&text, "spokekeeper.yaml", std::path::Path::new("/x"))
                 .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(impersonated(&cfg.spokes[0], &listed), []);
+        assert_eq!(impersonated(&cfg.spokes[0], &listed, Some("x")), []);
         // Not a name: the listing fails (it goes into a review the spoke answers).
         let p = page(serde_json::json!({"items": [
             {"metadata": {"name": "a"},

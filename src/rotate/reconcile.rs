@@ -212,7 +212,9 @@ pub(super) async fn reconcile<P: Publish>(
         (fresh, credential)
     };
     // validate, for Flux: the ServiceAccounts its consumers impersonate with it.
-    let needed = crate::hub::consumers::impersonated(spoke, run.listed);
+    let default_sa =
+        (ctx.config.hub.as_ref()).and_then(|h| h.flux_default_service_account.as_deref());
+    let needed = crate::hub::consumers::impersonated(spoke, run.listed, default_sa);
     if let Err(e) = refresh::may_impersonate(&fresh, &needed, ctx.live_timeout).await {
         report.outcome = Outcome::Failed(e);
         return Reconciled::done(report);

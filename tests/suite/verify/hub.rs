@@ -1611,6 +1611,33 @@ async fn a_credential_that_may_not_impersonate_a_consumers_service_account_is_re
     l.assert_within_access();
 }
 
+/// `hub.flux_default_service_account` (the controllers' --default-service-account) is
+/// what Flux impersonates for a consumer without spec.serviceAccountName: checked the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flux_default_service_account_is_checked_for_consumers_without_one() {
+    let l = lab(
+        1,
+        "  verify_timeout: 10s\n  flux_default_service_account: flux-deployer\n",
+    );
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    std::fs::write(
+        &l.fleet.config,
+        format!("{text}credential:\n  mode: minted\n  cluster_role: view\n"),
+    )
+    .unwrap();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["stage"], "validate", "{spoke}");
+    let error = spoke["error"].as_str().unwrap();
+    assert!(
+        error.contains("may not impersonate ServiceAccount flux-system/flux-deployer")
+            && error.contains("Kustomization flux-system/spoke0"),
+        "{error}"
+    );
+    assert_eq!(requests_to(&l.hub, "PATCH", ""), 0, "nothing pushed");
+}
+
 /// A hostile hub cannot make the listing unbounded: a page over 4 MiB, or more than
 /// 1000 objects of a kind, fails the verification plainly and nothing is requested.
 #[tokio::test(flavor = "multi_thread")]
