@@ -5,7 +5,9 @@
 //! `cert.rs` fetches the controller's certificate and gives the sealing key a process
 //! starts with (choosing, trusting and pinning the tick's key is `rotate::sealing`'s job);
 //! `verify.rs` checks after a push that the hub unsealed the commit and Flux deployed it;
-//! `consumers.rs` finds the Flux objects that use a spoke's Secret; `error.rs` holds
+//! `consumers.rs` finds the Flux objects that use a spoke's Secret; `root.rs` asks the
+//! Kustomization that applies its SealedSecret, and that one's source, to reconcile first;
+//! `error.rs` holds
 //! [`HubError`].
 //!
 //! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
@@ -15,6 +17,7 @@
 pub mod cert;
 pub mod consumers;
 mod error;
+pub mod root;
 pub mod source;
 pub mod verify;
 
@@ -73,11 +76,12 @@ pub const ACCESS: &[Access] = &[
         resource: "helmreleases",
         verbs: &["list", "get", "patch"],
     },
-    // A consumer's source, read when Flux says it failed (hub::source::KINDS).
+    // A consumer's source, read when Flux says it failed (hub::source::KINDS); patch: the
+    // requestedAt of the GitRepository the root Kustomization applies from (hub::root).
     Access {
         group: "source.toolkit.fluxcd.io",
         resource: "gitrepositories",
-        verbs: &["get"],
+        verbs: &["get", "patch"],
     },
     Access {
         group: "source.toolkit.fluxcd.io",
@@ -308,14 +312,31 @@ impl Hub {
         reset: bool,
         deadline: Instant,
     ) -> Result<(), HubError> {
-        let ar = c.kind.resource();
-        let what = format!(
-            "{} {}/{}: annotate {REQUESTED_AT}",
-            ar.plural, c.namespace, c.name
-        );
+        self.annotate(
+            &c.kind.resource(),
+            &c.namespace,
+            &c.name,
+            at,
+            reset,
+            deadline,
+        )
+        .await
+    }
+
+    /// Sets requestedAt (and with `reset`, resetAt) on any Flux object.
+    pub(crate) async fn annotate(
+        &self,
+        ar: &ApiResource,
+        namespace: &str,
+        name: &str,
+        at: &str,
+        reset: bool,
+        deadline: Instant,
+    ) -> Result<(), HubError> {
+        let what = format!("{} {namespace}/{name}: annotate {REQUESTED_AT}", ar.plural);
         let path = format!(
-            "/apis/{}/{}/namespaces/{}/{}/{}",
-            ar.group, ar.version, c.namespace, ar.plural, c.name
+            "/apis/{}/{}/namespaces/{namespace}/{}/{name}",
+            ar.group, ar.version, ar.plural
         );
         let mut patch = serde_json::json!({"metadata": {"annotations": {REQUESTED_AT: at}}});
         if reset {
@@ -457,6 +478,10 @@ pub struct HubObject {
     /// Kustomization, HelmRelease: the source it takes its artifact from.
     #[serde(skip)]
     pub(crate) source: Option<source::SourceRef>,
+    /// An object kustomize-controller applied: its Kustomization, from the
+    /// `kustomize.toolkit.fluxcd.io/{namespace,name}` labels it writes.
+    #[serde(skip)]
+    pub(crate) applied_by: Option<Consumer>,
 }
 
 impl HubObject {
@@ -469,6 +494,7 @@ impl HubObject {
             .as_ref()
             .and_then(|a| a.get(REQUESTED_AT).cloned());
         h.source = source::SourceRef::of(&o.data, o.metadata.namespace.as_deref().unwrap_or(""));
+        h.applied_by = o.metadata.labels.as_ref().and_then(root::applied_by);
         h
     }
 
@@ -504,6 +530,7 @@ impl HubObject {
                 .map(str::to_string),
             suspended: v["spec"]["suspend"] == true,
             source: source::SourceRef::of(v, v["metadata"]["namespace"].as_str().unwrap_or("")),
+            applied_by: None,
         }
     }
 
@@ -628,10 +655,16 @@ mod tests {
             for v in a.verbs {
                 assert!(["get", "list", "patch"].contains(v), "{a:?}");
             }
-            if a.verbs.contains(&"list") || a.verbs.contains(&"patch") {
+            if a.verbs.contains(&"list") {
                 assert!(
                     ["kustomizations", "helmreleases"].contains(&a.resource),
-                    "only the Flux consumers are listed and annotated: {a:?}"
+                    "only the Flux consumers are listed: {a:?}"
+                );
+            }
+            if a.verbs.contains(&"patch") {
+                assert!(
+                    ["kustomizations", "helmreleases", "gitrepositories"].contains(&a.resource),
+                    "only the Flux consumers, the root and its GitRepository are annotated: {a:?}"
                 );
             }
         }

@@ -152,6 +152,9 @@ pub struct Seen {
 
 pub const CONTROLLER_PORT_NAME: &str = "http";
 
+/// The Kustomization that applies the SealedSecrets (namespace, name); see [`HubSim::add_root`].
+pub const ROOT: (&str, &str) = ("flux-system", "infra");
+
 struct State {
     namespace: String,
     name: String,
@@ -366,6 +369,44 @@ impl HubSim {
         );
     }
 
+    /// The root: the Kustomization `flux-system/infra` that applies the SealedSecrets
+    /// (their `kustomize.toolkit.fluxcd.io/*` labels name it) from the GitRepository
+    /// `flux-system/flux-system`, to the hub itself.
+    pub fn add_root(&self) {
+        self.add_consumer(Kind::Kustomization, ROOT.0, ROOT.1, None);
+        if let Some(o) = self.lock().consumers.get_mut(&(
+            Kind::Kustomization,
+            ROOT.0.to_string(),
+            ROOT.1.to_string(),
+        )) {
+            o.obj["spec"]["path"] = json!("./fluxcd");
+        }
+    }
+
+    /// A GitRepository fetched before whose fetches now fail, as source-controller leaves
+    /// it: Ready False with this reason and message, FetchFailed True, the old artifact
+    /// kept. Flux applies that artifact: the SealedSecrets stay as they were.
+    pub fn break_git_repository(&self, namespace: &str, name: &str, reason: &str, message: &str) {
+        let mut st = self.lock();
+        let Some(obj) =
+            st.sources
+                .get_mut(&("gitrepositories".into(), namespace.into(), name.into()))
+        else {
+            return;
+        };
+        let stored = obj["status"]["conditions"][0]["message"].clone();
+        obj["status"]["conditions"] = json!([
+            condition("FetchFailed", "True", reason, message),
+            condition("Ready", "False", reason, message),
+            condition(
+                "ArtifactInStorage",
+                "True",
+                "Succeeded",
+                stored.as_str().unwrap_or_default()
+            ),
+        ]);
+    }
+
     /// Uninstalls a kind's CRD (its objects go with it), as a Flux without helm-controller.
     pub fn remove_kind(&self, kind: Kind) {
         let mut st = self.lock();
@@ -402,6 +443,39 @@ impl HubSim {
         self.lock()
             .consumers
             .remove(&(kind, namespace.to_string(), name.to_string()));
+    }
+
+    /// Sets a consumer's spec.kubeConfig.secretRef.key (None: unset, so Flux reads
+    /// `value`, else `value.yaml`).
+    pub fn set_consumer_key(&self, kind: Kind, namespace: &str, name: &str, key: Option<&str>) {
+        if let Some(o) =
+            self.lock()
+                .consumers
+                .get_mut(&(kind, namespace.to_string(), name.to_string()))
+        {
+            let r = &mut o.obj["spec"]["kubeConfig"]["secretRef"];
+            match (key, r.as_object_mut()) {
+                (Some(k), Some(r)) => {
+                    r.insert("key".into(), json!(k));
+                }
+                (None, Some(r)) => {
+                    r.remove("key");
+                }
+                (_, None) => {}
+            }
+        }
+    }
+
+    /// Sets a consumer's spec.serviceAccountName: Flux impersonates that ServiceAccount of
+    /// the consumer's namespace on the spoke.
+    pub fn set_consumer_service_account(&self, kind: Kind, namespace: &str, name: &str, sa: &str) {
+        if let Some(o) =
+            self.lock()
+                .consumers
+                .get_mut(&(kind, namespace.to_string(), name.to_string()))
+        {
+            o.obj["spec"]["serviceAccountName"] = json!(sa);
+        }
     }
 
     /// Sets an annotation on a consumer (e.g. a huge one, as a hostile hub could serve).
@@ -491,6 +565,14 @@ impl HubSim {
         self.lock()
             .sealed
             .get(&(namespace.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    /// A Flux source (source.toolkit.fluxcd.io/v1) as stored.
+    pub fn source(&self, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.lock()
+            .sources
+            .get(&(plural.into(), namespace.into(), name.into()))
             .cloned()
     }
 
@@ -714,15 +796,36 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
             plural,
             name,
         ] => {
-            if method != Method::GET {
-                return not_allowed();
-            }
-            match st
-                .sources
-                .get(&(plural.to_string(), ns.to_string(), name.to_string()))
-            {
-                Some(obj) => json_response(StatusCode::OK, obj),
-                None => not_found("source.toolkit.fluxcd.io", plural, name),
+            let key = (plural.to_string(), ns.to_string(), name.to_string());
+            let Some(obj) = st.sources.get_mut(&key) else {
+                return not_found("source.toolkit.fluxcd.io", plural, name);
+            };
+            match method {
+                Method::GET => {
+                    fetch(obj);
+                    json_response(StatusCode::OK, obj)
+                }
+                Method::PATCH
+                    if content_type.as_deref() == Some("application/merge-patch+json") =>
+                {
+                    let Ok(p) = serde_json::from_str::<Value>(&body) else {
+                        return status(
+                            StatusCode::BAD_REQUEST,
+                            "BadRequest",
+                            "the body of the request was in an unknown format",
+                            None,
+                        );
+                    };
+                    merge(obj, &p);
+                    json_response(StatusCode::OK, obj)
+                }
+                Method::PATCH => status(
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                    "UnsupportedMediaType",
+                    "the body of the request was in an unknown format - accepted media types include: application/merge-patch+json",
+                    None,
+                ),
+                _ => not_allowed(),
             }
         }
         ["apis", group, version, "namespaces", ns, plural, rest @ ..] if rest.len() <= 1 => {
@@ -855,6 +958,9 @@ fn apply(st: &mut State, key: &(String, String)) {
     else {
         return;
     };
+    if fetch_failing(st) {
+        return;
+    }
     let Some(bytes) = (st.source)(&spoke.file) else {
         return;
     };
@@ -891,13 +997,31 @@ fn apply(st: &mut State, key: &(String, String)) {
                     "resourceVersion": revision,
                     "uid": format!("00000000-0000-4000-8000-{:012}", st.revision),
                     "creationTimestamp": "2025-01-01T00:00:00Z",
-                    "labels": {"kustomize.toolkit.fluxcd.io/name": "infra", "kustomize.toolkit.fluxcd.io/namespace": "flux-system"},
+                    "labels": {"kustomize.toolkit.fluxcd.io/name": ROOT.1, "kustomize.toolkit.fluxcd.io/namespace": ROOT.0},
                 },
                 "spec": spec,
             });
             st.sealed.insert(key.clone(), obj);
         }
     }
+}
+
+/// The fleet's GitRepository fails to fetch after an earlier fetch (it keeps its
+/// artifact, Ready False): Flux applies the old artifact, not what main holds.
+fn fetch_failing(st: &State) -> bool {
+    st.sources
+        .get(&(
+            "gitrepositories".into(),
+            "flux-system".into(),
+            "flux-system".into(),
+        ))
+        .is_some_and(|g| {
+            !g["status"]["artifact"].is_null()
+                && g["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Ready" && c["status"] == "False")
+                })
+        })
 }
 
 /// A SealedSecret manifest (YAML or JSON) as the API server would take it: its name,
@@ -1257,6 +1381,16 @@ fn list(st: &State, kind: Kind, ns: &str, query: &str) -> Response<Full<Bytes>> 
 }
 
 /// RFC 7386 JSON merge patch.
+/// source-controller handles a new requestedAt: it fetches again (as it stands: a
+/// failing fetch stays failing) and echoes the request.
+fn fetch(obj: &mut Value) {
+    if let Some(at) = obj["metadata"]["annotations"][REQUESTED_AT].as_str()
+        && obj["status"]["lastHandledReconcileAt"].as_str() != Some(at)
+    {
+        obj["status"]["lastHandledReconcileAt"] = json!(at);
+    }
+}
+
 fn merge(target: &mut Value, patch: &Value) {
     let Some(p) = patch.as_object() else {
         *target = patch.clone();

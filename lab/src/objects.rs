@@ -1,12 +1,12 @@
 //! What the mock spoke API stores, in memory: CertificateSigningRequests (created,
 //! approved, signed with the node's client CA, deleted), ClusterRoleBindings, and the
-//! built-in `cluster-admin` ClusterRole; and the authorization those bindings grant.
+//! built-in `cluster-admin` and `view` ClusterRoles; and the authorization those bindings grant.
 //! The shapes, codes and Status reasons are kube-apiserver's (tests/suite/realstack/conformance.rs
 //! compares them with a real one and its kube-controller-manager).
 //!
 //! Authorization is RBAC's for these calls: `system:masters` may do anything; any other
 //! user only what a ClusterRoleBinding naming it (as a User, or one of its Groups) to
-//! `cluster-admin` grants, or what a test granted it directly ([`Objects::grant`], a lab
+//! the built-in `cluster-admin` or `view` grants (their rules, as RBAC matches them), or what a test granted it directly ([`Objects::grant`], a lab
 //! user's own ClusterRole), besides what every authenticated user may (reviews, /version,
 //! discovery; the API server's routing answers those before this store is asked).
 //! Approving also needs `approve` on `signers` (the CertificateApproval admission plugin).
@@ -178,8 +178,9 @@ impl Objects {
         });
         granted
             || self.bindings.values().any(|b| {
-                b["roleRef"]["name"] == "cluster-admin"
-                    && b["roleRef"]["kind"] == "ClusterRole"
+                b["roleRef"]["kind"] == "ClusterRole"
+                    && builtin_role(b["roleRef"]["name"].as_str().unwrap_or_default())
+                        .is_some_and(|role| role_allows(&role, attrs, &resource))
                     && b["subjects"].as_array().into_iter().flatten().any(|s| {
                         let name = s["name"].as_str().unwrap_or_default();
                         match s["kind"].as_str() {
@@ -249,11 +250,10 @@ impl Objects {
                 _ => method_not_allowed(),
             },
             Route::Role => match (attrs.verb.as_str(), attrs.name.as_str()) {
-                ("get", "cluster-admin") => Reply {
-                    code: 200,
-                    body: cluster_admin(),
+                ("get", name) => match builtin_role(name) {
+                    Some(body) => Reply { code: 200, body },
+                    None => not_found(&attrs),
                 },
-                ("get", _) => not_found(&attrs),
                 _ => method_not_allowed(),
             },
         }
@@ -636,6 +636,55 @@ fn cluster_admin() -> Value {
             "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
         "rules": [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]},
                   {"nonResourceURLs": ["*"], "verbs": ["*"]}]})
+}
+
+/// The built-in `view` ClusterRole as kube-apiserver bootstraps it (its rules in part:
+/// reads only, and no `impersonate`).
+fn view() -> Value {
+    json!({"kind": "ClusterRole", "apiVersion": "rbac.authorization.k8s.io/v1",
+    "metadata": {"name": "view", "labels":
+        {"kubernetes.io/bootstrapping": "rbac-defaults",
+         "rbac.authorization.k8s.io/aggregate-to-edit": "true"},
+        "annotations": {"rbac.authorization.kubernetes.io/autoupdate": "true"}},
+    "aggregationRule": {"clusterRoleSelectors": [{"matchLabels":
+        {"rbac.authorization.k8s.io/aggregate-to-view": "true"}}]},
+    "rules": [
+        {"apiGroups": [""], "resources": ["configmaps", "endpoints", "persistentvolumeclaims",
+            "persistentvolumeclaims/status", "pods", "replicationcontrollers",
+            "replicationcontrollers/scale", "serviceaccounts", "services", "services/status"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["bindings", "events", "limitranges",
+            "namespaces/status", "pods/log", "pods/status", "replicationcontrollers/status",
+            "resourcequotas", "resourcequotas/status"],
+         "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "list", "watch"]},
+    ]})
+}
+
+/// The ClusterRoles this store serves: the built-in `cluster-admin` and `view`.
+fn builtin_role(name: &str) -> Option<Value> {
+    match name {
+        "cluster-admin" => Some(cluster_admin()),
+        "view" => Some(view()),
+        _ => None,
+    }
+}
+
+/// Whether one of `role`'s resource rules covers the request, as RBAC matches them.
+fn role_allows(role: &Value, attrs: &Attributes, resource: &str) -> bool {
+    let has = |rule: &Value, k: &str, v: &str| {
+        rule[k]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|x| x == "*" || x == v))
+    };
+    role["rules"].as_array().into_iter().flatten().any(|rule| {
+        has(rule, "verbs", &attrs.verb)
+            && has(rule, "apiGroups", &attrs.group)
+            && has(rule, "resources", resource)
+            && rule["resourceNames"]
+                .as_array()
+                .is_none_or(|n| n.is_empty() || n.iter().any(|x| x == attrs.name.as_str()))
+    })
 }
 
 fn get(store: &BTreeMap<String, Value>, attrs: &Attributes) -> Reply {

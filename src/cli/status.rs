@@ -103,6 +103,9 @@ struct Seen {
     last_handled_reconcile_at: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<String>,
+    /// Consumers: it reads another key of the Secret than the one written, and why.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    wrong_key: Option<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -215,9 +218,14 @@ async fn hub_view(
         error: None,
         items: Vec::new(),
     };
+    let wrong = consumers::wrong_keys(spoke, listed);
     match found {
         Ok(found) => {
             for c in found {
+                let wrong_key = wrong
+                    .iter()
+                    .find(|(w, _)| *w == c)
+                    .map(|(_, why)| why.clone());
                 let mut s = seen(
                     &c.namespace,
                     &c.name,
@@ -226,6 +234,7 @@ async fn hub_view(
                     |_| None,
                 );
                 s.kind = Some(c.kind);
+                s.wrong_key = wrong_key;
                 consumers.items.push(s);
             }
         }
@@ -252,6 +261,7 @@ fn seen(
         matches_commit: None,
         last_handled_reconcile_at: None,
         error: None,
+        wrong_key: None,
     };
     match got {
         Ok(Some(o)) => {
@@ -405,6 +415,9 @@ fn consumer_problems(spoke: &SpokeConfig, cs: &Consumers, problems: &mut Vec<Str
         ));
     }
     for c in &cs.items {
+        if let Some(why) = &c.wrong_key {
+            problems.push(why.clone());
+        }
         let what = format!(
             "{} {}/{}",
             c.kind.map_or("", Kind::as_str),

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::{ConfigError, Loading, Span, is_dns_label};
+use super::{ConfigError, Loading, Span, is_dns_label, is_dns_subdomain};
 
 pub const DEFAULT_CONTROLLER_NAMESPACE: &str = "kube-system";
 pub const DEFAULT_CONTROLLER_NAME: &str = "sealed-secrets-controller";
@@ -21,6 +21,8 @@ pub(super) struct RawHub {
     controller: Option<RawController>,
     #[serde(default)]
     verify_timeout: Option<Span>,
+    #[serde(default)]
+    flux_default_service_account: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -56,6 +58,9 @@ pub struct HubConfig {
     pub controller: ControllerRef,
     /// Bounds waiting for Synced, then Ready, after a push.
     pub verify_timeout: Duration,
+    /// The Flux controllers' `--default-service-account`: impersonated on the spokes for a
+    /// consumer without spec.serviceAccountName.
+    pub flux_default_service_account: Option<String>,
 }
 
 /// The Sealed Secrets controller's Service.
@@ -103,10 +108,18 @@ pub(super) fn load(h: RawHub, l: &Loading) -> Result<HubConfig, ConfigError> {
             "hub.verify_timeout must be longer than 0s: e.g. 2m".into(),
         ));
     }
+    if let Some(sa) = &h.flux_default_service_account
+        && !is_dns_subdomain(sa)
+    {
+        return Err(l.bad("hub.flux_default_service_account", format!(
+            "hub.flux_default_service_account {sa:?} is not a ServiceAccount name: set it to what the Flux controllers' --default-service-account says (e.g. flux-deployer), or leave it out when they have none"
+        )));
+    }
     Ok(HubConfig {
         kubeconfig: h.kubeconfig.as_deref().map(|p| l.resolve(p)),
         controller,
         verify_timeout,
+        flux_default_service_account: h.flux_default_service_account,
     })
 }
 
@@ -148,6 +161,15 @@ mod tests {
             }
         );
         assert_eq!(hub.verify_timeout, Duration::from_secs(120));
+        assert_eq!(hub.flux_default_service_account, None);
+        let c = parse(&format!(
+            "{MIN}hub: {{flux_default_service_account: flux-deployer}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.hub.unwrap().flux_default_service_account.as_deref(),
+            Some("flux-deployer")
+        );
         let text = MIN.replace(
             "10.0.0.1}",
             "10.0.0.1, kustomization: {name: apps-dev, namespace: fleet}}",
@@ -195,6 +217,13 @@ mod tests {
         refused(
             &format!("{MIN}hub: {{verify_timeout: 0s}}\n"),
             &["hub.verify_timeout"],
+        );
+        refused(
+            &format!("{MIN}hub: {{flux_default_service_account: Flux_Deployer}}\n"),
+            &[
+                "hub.flux_default_service_account",
+                "--default-service-account",
+            ],
         );
         refused(
             &format!("{MIN}hub: {{verify_timeout: 2}}\n"),

@@ -88,9 +88,113 @@ pub fn found_by(spoke: &SpokeConfig) -> FoundBy {
     }
 }
 
-/// Per Secret namespace, the consumers of the Secrets asked for: (Secret name, consumer).
-/// A failed listing is shared by every spoke whose Secret is in that namespace.
-pub type Listed = BTreeMap<String, Result<Vec<(String, Consumer)>, Arc<HubError>>>;
+/// One listed consumer of a Secret, with what Flux reads through it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct Listing {
+    /// The Secret's name (spec.kubeConfig.secretRef.name).
+    pub secret: String,
+    pub consumer: Consumer,
+    /// spec.kubeConfig.secretRef.key as the hub has it ("" when unset).
+    pub key: String,
+    /// spec.serviceAccountName ("" when unset): Flux impersonates it on the spoke.
+    pub service_account: String,
+}
+
+/// A ServiceAccount Flux impersonates on the spoke with the spoke's credential
+/// (`system:serviceaccount:NAMESPACE:NAME`, a username only), and a consumer that needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Impersonated {
+    pub namespace: String,
+    pub name: String,
+    pub consumer: Consumer,
+}
+
+/// The ServiceAccounts the spoke's listed consumers make Flux impersonate, each once:
+/// spec.serviceAccountName, else `default` (the controllers' --default-service-account),
+/// in the consumer's namespace. Not listed (a configured `spokes[].kustomization`, or a
+/// failed listing): none known.
+pub fn impersonated(
+    spoke: &SpokeConfig,
+    listed: &Listed,
+    default: Option<&str>,
+) -> Vec<Impersonated> {
+    let Some(Ok(all)) = listed.get(&spoke.secret.namespace) else {
+        return Vec::new();
+    };
+    if spoke.kustomization.is_some() {
+        return Vec::new();
+    }
+    let mut out: Vec<Impersonated> = Vec::new();
+    for l in all.iter().filter(|l| l.secret == spoke.secret.name) {
+        let name = match (l.service_account.as_str(), default) {
+            ("", Some(d)) => d,
+            ("", None) => continue,
+            (sa, _) => sa,
+        };
+        if out
+            .iter()
+            .any(|i| i.namespace == l.consumer.namespace && i.name == name)
+        {
+            continue;
+        }
+        out.push(Impersonated {
+            namespace: l.consumer.namespace.clone(),
+            name: name.to_string(),
+            consumer: l.consumer.clone(),
+        });
+    }
+    out
+}
+
+/// Per Secret namespace, the consumers of the Secrets asked for. A failed listing is
+/// shared by every spoke whose Secret is in that namespace.
+pub type Listed = BTreeMap<String, Result<Vec<Listing>, Arc<HubError>>>;
+
+/// The key Flux reads when `spec.kubeConfig.secretRef.key` is unset: `value`, else
+/// `value.yaml` (fluxcd/pkg runtime/client, impersonator.go).
+const FLUX_DEFAULT_KEYS: [&str; 2] = ["value", "value.yaml"];
+
+/// A consumer whose secretRef.key (`key`) makes Flux read something other than
+/// `written`, the one key of the Secret spokekeeper writes: what it reads, as a phrase.
+/// None when Flux reads `written`.
+pub(crate) fn misread(key: &str, written: &str) -> Option<String> {
+    match key {
+        "" if FLUX_DEFAULT_KEYS.contains(&written) => None,
+        "" => Some(format!(
+            "reads key {} (then {}; spec.kubeConfig.secretRef.key is unset)",
+            FLUX_DEFAULT_KEYS[0], FLUX_DEFAULT_KEYS[1]
+        )),
+        k if k == written => None,
+        k => Some(format!("reads key {}", one_line(k, 80))),
+    }
+}
+
+/// The spoke's listed consumers that read another key of its Secret than the one
+/// written (spokes[].secret.key), each with the reason Flux will fail with it.
+pub fn wrong_keys(spoke: &SpokeConfig, listed: &Listed) -> Vec<(Consumer, String)> {
+    if spoke.kustomization.is_some() {
+        return Vec::new();
+    }
+    let (ns, name, written) = (
+        &spoke.secret.namespace,
+        &spoke.secret.name,
+        &spoke.secret.key,
+    );
+    let Some(Ok(all)) = listed.get(ns) else {
+        return Vec::new();
+    };
+    all.iter()
+        .filter(|l| &l.secret == name)
+        .filter_map(|l| {
+            let reads = misread(&l.key, written)?;
+            let why = format!(
+                "{} {reads} of Secret {ns}/{name}, but spokekeeper writes key {written} (spokes[{}].secret.key): Flux will fail to read the kubeconfig; set its spec.kubeConfig.secretRef.key to {written}, or spokes[{}].secret.key to what it reads",
+                l.consumer, spoke.name, spoke.name
+            );
+            Some((l.consumer.clone(), why))
+        })
+        .collect()
+}
 
 /// A spoke's consumers: the configured Kustomization, or those `listed`.
 pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer>, Arc<HubError>>) {
@@ -106,8 +210,8 @@ pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer
     let found = match listed.get(ns) {
         Some(Ok(all)) => Ok(all
             .iter()
-            .filter(|(secret, _)| secret == name)
-            .map(|(_, c)| c.clone())
+            .filter(|l| &l.secret == name)
+            .map(|l| l.consumer.clone())
             .collect()),
         Some(Err(e)) => Err(e.clone()),
         None => Err(Arc::new(HubError::NotListed {
@@ -150,6 +254,8 @@ struct ItemMeta {
 struct ItemSpec {
     #[serde(default, rename = "kubeConfig")]
     kube_config: Option<KubeConfigRef>,
+    #[serde(default, rename = "serviceAccountName")]
+    service_account_name: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -161,6 +267,8 @@ struct KubeConfigRef {
 #[derive(Deserialize)]
 struct SecretRef {
     name: String,
+    #[serde(default)]
+    key: Option<String>,
 }
 
 impl Hub {
@@ -196,12 +304,12 @@ impl Hub {
     }
 
     /// Every Kustomization and HelmRelease in `namespace` whose kubeconfig Secret is one
-    /// of `secrets`, as (Secret name, consumer), sorted.
+    /// of `secrets`, sorted.
     pub async fn consumers(
         &self,
         namespace: &str,
         secrets: &BTreeSet<String>,
-    ) -> Result<Vec<(String, Consumer)>, HubError> {
+    ) -> Result<Vec<Listing>, HubError> {
         let mut found = Vec::new();
         for kind in Kind::ALL {
             let mut next: Option<String> = None;
@@ -300,7 +408,7 @@ fn matching(
     namespace: &str,
     items: Vec<Item>,
     secrets: &BTreeSet<String>,
-) -> Result<Vec<(String, Consumer)>, HubError> {
+) -> Result<Vec<Listing>, HubError> {
     let mut out = Vec::new();
     for item in items {
         if item
@@ -311,15 +419,28 @@ fn matching(
         {
             continue;
         }
-        let Some(secret) = item
-            .spec
-            .and_then(|s| s.kube_config)
+        let Some(spec) = item.spec else {
+            continue;
+        };
+        let Some(secret_ref) = spec
+            .kube_config
             .and_then(|k| k.secret_ref)
-            .map(|r| r.name)
-            .filter(|n| secrets.contains(n))
+            .filter(|r| secrets.contains(&r.name))
         else {
             continue;
         };
+        let service_account = spec.service_account_name.unwrap_or_default();
+        if !service_account.is_empty() && !is_dns_subdomain(&service_account) {
+            return Err(HubError::BadServiceAccount {
+                consumer: format!(
+                    "{} {namespace}/{}",
+                    kind.as_str(),
+                    one_line(&item.metadata.name, 80)
+                ),
+                service_account: one_line(&service_account, 80),
+            });
+        }
+        let secret = secret_ref.name;
         let name = item.metadata.name;
         if !is_dns_subdomain(&name) {
             return Err(HubError::BadName {
@@ -329,14 +450,16 @@ fn matching(
                 secret,
             });
         }
-        out.push((
+        out.push(Listing {
             secret,
-            Consumer {
+            consumer: Consumer {
                 kind,
                 namespace: namespace.to_string(),
                 name,
             },
-        ));
+            key: secret_ref.key.unwrap_or_default(),
+            service_account,
+        });
     }
     Ok(out)
 }
@@ -399,16 +522,106 @@ mod tests {
         let found = matching(Kind::Kustomization, "flux-system", p.items, &secrets).unwrap();
         assert_eq!(
             found,
-            [(
-                "dev-kubeconfig".to_string(),
-                Consumer {
+            [Listing {
+                secret: "dev-kubeconfig".to_string(),
+                consumer: Consumer {
                     kind: Kind::Kustomization,
                     namespace: "flux-system".into(),
                     name: "apps".into()
-                }
-            )]
+                },
+                key: "value".into(),
+                service_account: String::new(),
+            }]
         );
-        assert_eq!(found[0].1.to_string(), "Kustomization flux-system/apps");
+        assert_eq!(
+            found[0].consumer.to_string(),
+            "Kustomization flux-system/apps"
+        );
+    }
+
+    #[test]
+    fn the_key_flux_reads_follows_its_fallback_to_value_then_value_yaml() {
+        // Named: that key only.
+        assert_eq!(misread("value", "value"), None);
+        assert_eq!(
+            misread("kubeconfig", "value").as_deref(),
+            Some("reads key kubeconfig")
+        );
+        assert_eq!(
+            misread("value", "kubeconfig").as_deref(),
+            Some("reads key value")
+        );
+        // Unset: `value`, else `value.yaml`; the Secret holds only the key written.
+        assert_eq!(misread("", "value"), None);
+        assert_eq!(misread("", "value.yaml"), None);
+        let unset = misread("", "kubeconfig").unwrap();
+        assert!(
+            unset.contains("value (then value.yaml") && unset.contains("unset"),
+            "{unset}"
+        );
+        // Hub text: one bounded line.
+        let hostile = misread(&format!("a\nb{}", "x".repeat(500)), "value").unwrap();
+        assert!(
+            !hostile.contains('\n') && hostile.chars().count() < 100,
+            "{hostile}"
+        );
+    }
+
+    #[test]
+    fn the_service_accounts_flux_impersonates_are_each_listed_once() {
+        let p = page(serde_json::json!({"items": [
+            {"metadata": {"name": "a", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "deployer", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+            {"metadata": {"name": "b", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "deployer", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+            {"metadata": {"name": "c", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+            {"metadata": {"name": "d", "namespace": "flux-system"},
+             "spec": {"serviceAccountName": "other", "kubeConfig": {"secretRef": {"name": "test-kubeconfig"}}}}
+        ]}));
+        let secrets = BTreeSet::from(["dev-kubeconfig".to_string(), "test-kubeconfig".to_string()]);
+        let found = matching(Kind::Kustomization, "flux-system", p.items, &secrets).unwrap();
+        let listed = Listed::from([("flux-system".to_string(), Ok(found))]);
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+        let cfg =
+            crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let shown = |got: Vec<Impersonated>| {
+            got.iter()
+                .map(|i| format!("{}/{} for {}", i.namespace, i.name, i.consumer))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            shown(impersonated(&cfg.spokes[0], &listed, None)),
+            ["flux-system/deployer for Kustomization flux-system/a"]
+        );
+        // The controllers' --default-service-account stands in for an unset one.
+        assert_eq!(
+            shown(impersonated(&cfg.spokes[0], &listed, Some("flux-deployer"))),
+            [
+                "flux-system/deployer for Kustomization flux-system/a",
+                "flux-system/flux-deployer for Kustomization flux-system/c"
+            ]
+        );
+        // A configured kustomization is not listed: nothing known to check.
+        let text = text.replace("10.0.0.1}", "10.0.0.1, kustomization: {}}");
+        let cfg =
+            crate::config::Config::parse(&text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(impersonated(&cfg.spokes[0], &listed, Some("x")), []);
+        // Not a name: the listing fails (it goes into a review the spoke answers).
+        let p = page(serde_json::json!({"items": [
+            {"metadata": {"name": "a"},
+             "spec": {"serviceAccountName": "x\ny", "kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}}
+        ]}));
+        let e = matching(Kind::HelmRelease, "flux-system", p.items, &secrets)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("HelmRelease flux-system/a has spec.serviceAccountName")
+                && !e.contains('\n'),
+            "{e}"
+        );
     }
 
     #[test]

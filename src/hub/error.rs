@@ -92,6 +92,14 @@ pub enum HubError {
         namespace: String,
         max: usize,
     },
+    /// `service_account` as shown: escaped, one bounded line.
+    #[error(
+        "{consumer} has spec.serviceAccountName {service_account:?}: not a Kubernetes object name"
+    )]
+    BadServiceAccount {
+        consumer: String,
+        service_account: String,
+    },
     /// `name` as shown: escaped, one bounded line.
     #[error(
         "{kind} in {namespace} named {name:?} uses Secret {secret}: not a Kubernetes object name"

@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 pub use super::consumers::FoundBy;
 use super::consumers::{self, Listed};
+use super::root::{self, Root};
 use super::{Consumer, Hub, HubError, HubObject, Kind, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
@@ -156,16 +157,19 @@ impl HubReport {
 /// `timeout`. With `reuse_pending` (a recheck of a spoke already requested for this
 /// commit) a consumer's standing requestedAt is waited for instead of a new one, so a
 /// run longer than one recheck is not restarted every tick.
+/// `root`: the Kustomization that applies the SealedSecret, whose failing source is
+/// named as the cause while the SealedSecret is not the commit's.
 pub async fn verify(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
     consumers: Result<Vec<Consumer>, Arc<HubError>>,
+    root: Option<&Root>,
     timeout: Duration,
     reuse_pending: bool,
 ) -> HubReport {
     let deadline = Instant::now() + timeout;
-    let synced = wait_synced(hub, spoke, ciphertext, deadline, timeout).await;
+    let synced = wait_synced(hub, spoke, ciphertext, root, deadline, timeout).await;
     let mut report = HubReport::new(spoke, synced);
     if !report.synced.ok {
         return report;
@@ -294,27 +298,44 @@ const VERIFY_CONCURRENCY: usize = 16;
 /// Verifies every spoke committed in this tick (`committed`: index into `spokes`, and the
 /// manifest committed), concurrently; one report per entry of `committed`, in its order.
 /// `reuse_pending`: see [`verify`].
+/// `listed`: the tick's listing of consumers; a namespace it could not list is listed again.
 pub(crate) async fn after_push(
     cfg: &HubConfig,
     hub: &Result<Hub, HubError>,
     spokes: &[&SpokeConfig],
     committed: &[(usize, String)],
+    listed: &Listed,
     reuse_pending: bool,
 ) -> Vec<HubReport> {
     if committed.is_empty() {
         return Vec::new();
     }
-    let listed = match hub {
+    let mut listed = listed.clone();
+    if let Ok(h) = hub {
+        let missing = committed
+            .iter()
+            .map(|(i, _)| spokes[*i])
+            .filter(|s| !matches!(listed.get(&s.secret.namespace), Some(Ok(_))));
+        let again = h.list_consumers(missing, cfg.verify_timeout).await;
+        listed.extend(again);
+    }
+    // The fleet's GitRepository and the root first, as `flux reconcile ks --with-source`;
+    // a recheck asks nothing again, and only reads the root's source.
+    let started = Instant::now();
+    let roots = match hub {
         Ok(h) => {
             let each = committed.iter().map(|(i, _)| spokes[*i]);
-            h.list_consumers(each, cfg.verify_timeout).await
+            let at = rfc3339_nano(time::OffsetDateTime::now_utc());
+            let at = (!reuse_pending).then_some(at.as_str());
+            root::roots(h, each, at, started + cfg.verify_timeout).await
         }
-        Err(_) => Listed::new(),
+        Err(_) => Default::default(),
     };
+    let timeout = cfg.verify_timeout.saturating_sub(started.elapsed());
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
     let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
         let spoke = spokes[*i];
-        let listed = &listed;
+        let (listed, roots) = (&listed, &roots);
         async move {
             let hub = match hub {
                 Ok(h) => h,
@@ -326,16 +347,34 @@ pub(crate) async fn after_push(
                 .ok()
                 .and_then(|s| s.encrypted_data.get(&spoke.secret.key).cloned())
                 .unwrap_or_default();
-            let consumers = consumers::of(spoke, listed).1;
-            verify(
+            // A consumer reading another key fails inside Flux: said, not requested.
+            let wrong = consumers::wrong_keys(spoke, listed);
+            let consumers = consumers::of(spoke, listed).1.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| !wrong.iter().any(|(w, _)| w == c))
+                    .collect()
+            });
+            let root = roots.get(&spoke.name);
+            let mut report = verify(
                 hub,
                 spoke,
                 &ciphertext,
                 consumers,
-                cfg.verify_timeout,
+                root,
+                timeout,
                 reuse_pending,
             )
-            .await
+            .await;
+            if report.synced.ok && report.list_error.is_none() {
+                report
+                    .consumers
+                    .extend(wrong.into_iter().map(|(c, why)| ConsumerCheck {
+                        consumer: c,
+                        ready: Check::failed("WrongKey", why),
+                    }));
+                report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
+            }
+            report
         }
     }))
     .buffered(VERIFY_CONCURRENCY)
@@ -358,6 +397,7 @@ async fn wait_synced(
     hub: &Hub,
     spoke: &SpokeConfig,
     ciphertext: &str,
+    root: Option<&Root>,
     deadline: Instant,
     timeout: Duration,
 ) -> Check {
@@ -367,10 +407,32 @@ async fn wait_synced(
         &spoke.secret.key,
     );
     let mut false_since: Option<Instant> = None;
+    let mut source_read: Option<Instant> = None;
     let version = hub.controller_version();
     loop {
         hub.pace(deadline).await;
-        let last = match hub.sealed_secret(ns, name).await {
+        let got = hub.sealed_secret(ns, name).await;
+        // Not the commit's yet: a failing fleet source means it never will be.
+        let behind = match &got {
+            Ok(Some(obj)) => obj.encrypted_data.get(key).map(String::as_str) != Some(ciphertext),
+            Ok(None) => true,
+            Err(_) => false,
+        };
+        if behind
+            && let Some(r) = root
+            && source_read.is_none_or(|t| t.elapsed() >= SOURCE_READ)
+        {
+            source_read = Some(Instant::now());
+            if let Some(f) = r.source_failed(hub).await {
+                return Check {
+                    ok: false,
+                    status: "SourceFailed".into(),
+                    reason: f.reason,
+                    message: f.message,
+                };
+            }
+        }
+        let last = match got {
             Ok(Some(obj)) => match synced(&obj, key, ciphertext, version.as_deref()) {
                 Seen::Done(check) if check.ok => return check,
                 Seen::Done(check) | Seen::Source(check) => {
@@ -402,6 +464,9 @@ async fn wait_synced(
         tokio::time::sleep(POLL).await;
     }
 }
+
+/// How often the root's source is read while the SealedSecret is not the commit's.
+const SOURCE_READ: Duration = Duration::from_secs(2);
 
 /// The controller retries a failed unseal (5 times, backing off from 5 ms) after writing
 /// Synced False; a False still there after this is its result.

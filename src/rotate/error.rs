@@ -54,6 +54,16 @@ pub enum SpokeError {
     Kubeconfig(Arc<KubeconfigError>),
     #[error("the new credential does not work against the live API: {0}")]
     Live(Arc<LiveError>),
+    /// A consumer's spec.serviceAccountName makes Flux impersonate a ServiceAccount the
+    /// new credential may not impersonate.
+    #[error(
+        "the new credential ({user}) may not impersonate ServiceAccount {service_account} (missing verb impersonate on serviceaccounts, checked with a SelfSubjectAccessReview), which {consumer} makes Flux impersonate (spec.serviceAccountName): Flux would fail with it; grant the credential impersonate on that ServiceAccount (credential.cluster_role, or a binding of its own), or drop spec.serviceAccountName"
+    )]
+    Impersonate {
+        user: String,
+        service_account: String,
+        consumer: String,
+    },
     /// Minting (or, for a validation failure of the admin credential, validating).
     #[error("{0}")]
     Mint(Arc<MintError>),
@@ -170,6 +180,7 @@ impl SpokeError {
             SpokeError::Unreachable(_) => Stage::Probe,
             SpokeError::Extract(_) => Stage::Extract,
             SpokeError::Kubeconfig(_) | SpokeError::Live(_) => Stage::Validate,
+            SpokeError::Impersonate { .. } => Stage::Validate,
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
             SpokeError::NotMinted { .. } | SpokeError::Generation(_) => Stage::Mint,

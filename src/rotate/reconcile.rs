@@ -25,6 +25,8 @@ pub(super) struct Run<'a, P> {
     pub sealing: &'a SealingKey,
     pub untrusted: Option<&'a Untrusted>,
     pub publish: &'a P,
+    /// The tick's listing of the hub's consumers (empty without a hub).
+    pub listed: &'a crate::hub::consumers::Listed,
 }
 
 /// One spoke's result: its report, and what to publish when a credential is ready.
@@ -219,6 +221,14 @@ pub(super) async fn reconcile<P: Publish>(
         };
         (fresh, credential)
     };
+    // validate, for Flux: the ServiceAccounts its consumers impersonate with it.
+    let default_sa =
+        (ctx.config.hub.as_ref()).and_then(|h| h.flux_default_service_account.as_deref());
+    let needed = crate::hub::consumers::impersonated(spoke, run.listed, default_sa);
+    if let Err(e) = refresh::may_impersonate(&fresh, &needed, ctx.live_timeout).await {
+        report.outcome = Outcome::Failed(e);
+        return Reconciled::done(report);
+    }
     let mut recorded =
         refresh::record(spoke, &fresh.kubeconfig, fresh.content_sha256, sealing, now);
     recorded.credential = credential;

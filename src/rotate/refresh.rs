@@ -71,6 +71,28 @@ pub(crate) async fn extract_and_validate(
     })
 }
 
+/// The credential about to be committed may impersonate every ServiceAccount the spoke's
+/// consumers make Flux impersonate (`listed`: the tick's listing of consumers).
+pub(crate) async fn may_impersonate(
+    fresh: &Fresh,
+    needed: &[crate::hub::consumers::Impersonated],
+    live_timeout: Duration,
+) -> Result<(), SpokeError> {
+    for sa in needed {
+        let allowed = spoke::may_impersonate(&fresh.yaml, live_timeout, &sa.namespace, &sa.name)
+            .await
+            .map_err(|e| SpokeError::Live(e.into()))?;
+        if !allowed {
+            return Err(SpokeError::Impersonate {
+                user: fresh.live.username.clone(),
+                service_account: format!("{}/{}", sa.namespace, sa.name),
+                consumer: sa.consumer.to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
 /// The recorded state for a credential (`content_sha256`: the kubeconfig's).
 pub fn record(
     spoke: &SpokeConfig,

@@ -14,6 +14,7 @@ use super::reconcile::{Reconciled, Run, policy, reconcile};
 use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, minted, review, sealing};
 use crate::config::SpokeConfig;
+use crate::hub::consumers::{self, Listed};
 use crate::hub::{Hub, HubError};
 
 /// One tick over the selected spokes.
@@ -54,6 +55,14 @@ async fn run<P: Publish>(
     opts.progress.emit(Step::Start {
         total: spokes.len(),
     });
+    // Once per tick: what is about to be pushed is checked against it, and it is verified.
+    let listed = match (&ctx.config.hub, &hub) {
+        (Some(cfg), Some(Ok(h))) => {
+            h.list_consumers(spokes.iter().copied(), cfg.verify_timeout)
+                .await
+        }
+        _ => Listed::new(),
+    };
     let mut results: Vec<(usize, Observation, Reconciled)> = {
         let run = Run {
             ctx,
@@ -62,6 +71,7 @@ async fn run<P: Publish>(
             sealing: &sealing,
             untrusted: cert.untrusted.as_ref(),
             publish: &publish,
+            listed: &listed,
         };
         let run = &run;
         futures::stream::iter(spokes.iter().enumerate())
@@ -91,6 +101,9 @@ async fn run<P: Publish>(
             mut report,
             proposal,
         } = done;
+        if proposal.is_some() {
+            warn_wrong_keys(spokes[i], &listed);
+        }
         publish
             .spoke(ctx, spokes[i], &mut report, proposal.as_ref(), opts)
             .await;
@@ -110,7 +123,12 @@ async fn run<P: Publish>(
         && !opts.dry_run
     {
         opts.progress.emit(Step::Fleet { stage: "hub" });
-        verify_on_hub(ctx, cfg, hub, &spokes, &mut reports, pushed, sealed_now).await;
+        let tick = Pushed {
+            pushed,
+            sealed_now,
+            listed: &listed,
+        };
+        verify_on_hub(ctx, cfg, hub, &spokes, &mut reports, tick).await;
     }
     if pushed {
         revoke_superseded(ctx, &mut reports, revocations).await;
@@ -125,6 +143,22 @@ async fn run<P: Publish>(
     }
 }
 
+/// A consumer that reads another key of the Secret than the one written fails inside
+/// Flux once the push lands: said before it.
+fn warn_wrong_keys(spoke: &SpokeConfig, listed: &Listed) {
+    for (consumer, why) in consumers::wrong_keys(spoke, listed) {
+        tracing::warn!(spoke = %spoke.name, %consumer, "{why}");
+    }
+}
+
+/// What the tick published, for the hub's verification.
+struct Pushed<'a> {
+    pushed: bool,
+    /// Index into the spokes, and the manifest committed.
+    sealed_now: Vec<(usize, String)>,
+    listed: &'a Listed,
+}
+
 /// After a push, the credentials it carried; and, every tick, those the hub had not taken
 /// at the last look (briefly: they were already waited for once).
 async fn verify_on_hub(
@@ -133,10 +167,14 @@ async fn verify_on_hub(
     hub: &Result<Hub, HubError>,
     spokes: &[&SpokeConfig],
     reports: &mut [SpokeReport],
-    pushed: bool,
-    sealed_now: Vec<(usize, String)>,
+    tick: Pushed<'_>,
 ) {
     const RECHECK: Duration = Duration::from_secs(15);
+    let Pushed {
+        pushed,
+        sealed_now,
+        listed,
+    } = tick;
     let fresh = if pushed { sealed_now } else { Vec::new() };
     let waiting = ctx
         .hub_unverified
@@ -154,7 +192,7 @@ async fn verify_on_hub(
             again.push((i, text));
         }
     }
-    let checks = crate::hub::verify::after_push(cfg, hub, spokes, &fresh, false).await;
+    let checks = crate::hub::verify::after_push(cfg, hub, spokes, &fresh, listed, false).await;
     for ((i, _), check) in fresh.iter().zip(checks) {
         reports[*i].hub = Some(check);
     }
@@ -163,7 +201,7 @@ async fn verify_on_hub(
         ..cfg.clone()
     };
     // The request made when they were pushed is waited for again, not replaced.
-    let checks = crate::hub::verify::after_push(&brief, hub, spokes, &again, true).await;
+    let checks = crate::hub::verify::after_push(&brief, hub, spokes, &again, listed, true).await;
     for ((i, _), check) in again.iter().zip(checks) {
         reports[*i].hub = Some(check);
     }

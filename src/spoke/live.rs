@@ -121,6 +121,36 @@ pub async fn check_live(
     })
 }
 
+/// Whether `kubeconfig`'s identity may impersonate the ServiceAccount `namespace/name`
+/// (a SelfSubjectAccessReview: verb impersonate, resource serviceaccounts), as Flux does
+/// with spec.serviceAccountName. Everything within `limit`.
+pub async fn may_impersonate(
+    kubeconfig: &SecretBytes,
+    limit: Duration,
+    namespace: &str,
+    name: &str,
+) -> Result<bool, LiveError> {
+    let secs = limit.as_secs_f64();
+    let deadline = Instant::now() + limit;
+    let (client, server) = client_until(kubeconfig, limit, deadline).await?;
+    let body = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1",
+        "kind": "SelfSubjectAccessReview",
+        "spec": {"resourceAttributes": {
+            "verb": "impersonate", "group": "", "resource": "serviceaccounts",
+            "namespace": namespace, "name": name,
+        }},
+    });
+    let review = timeout_at(deadline, post(&client, ACCESS_REVIEW, &body))
+        .await
+        .map_err(|_| LiveError::TimedOut {
+            server: server.clone(),
+            secs,
+        })?
+        .map_err(|e| classify(&server, secs, &e))?;
+    Ok(review["status"]["allowed"].as_bool() == Some(true))
+}
+
 /// A client for the kubeconfig's current context, every request bounded by `limit`,
 /// after the same safety checks as [`check_live`]; and the server URL it calls.
 pub async fn client(

@@ -424,6 +424,13 @@ fn consumer_grants(ns: &str) -> Vec<Grant> {
         .into_iter()
         .map(|resource| grant(ns, "source.toolkit.fluxcd.io", resource, "get", &[])),
     )
+    .chain([grant(
+        ns,
+        "source.toolkit.fluxcd.io",
+        "gitrepositories",
+        "patch",
+        &[],
+    )])
     .collect()
 }
 

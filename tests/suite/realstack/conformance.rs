@@ -325,6 +325,7 @@ fn hub_config(kubeconfig: &Path) -> HubConfig {
             port: None,
         },
         verify_timeout: Duration::from_secs(30),
+        flux_default_service_account: None,
     }
 }
 

@@ -296,6 +296,7 @@ fn the_sealing_certificate_is_what_kubeseal_fetches() {
                 port: None,
             },
             verify_timeout: Duration::from_secs(30),
+            flux_default_service_account: None,
         };
         let hub = spokekeeper::hub::Hub::connect(&cfg).await.unwrap();
         hub.fetch_cert().await.unwrap()

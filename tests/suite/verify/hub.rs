@@ -564,6 +564,88 @@ async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
     l.assert_within_access();
 }
 
+/// After the push the fleet's GitRepository, then the Kustomization that applies the
+/// SealedSecret (the root, named by its kustomize.toolkit.fluxcd.io labels), then the
+/// consumers are asked to reconcile, in that order, as `flux reconcile ks --with-source`:
+/// the root only once source-controller handled its source's request.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_fleet_source_then_the_root_then_the_consumers_are_asked_in_turn() {
+    let l = lab(2, "  verify_timeout: 20s\n");
+    l.hub.add_root();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let seen = l.hub.requests();
+    let at = |method: &str, suffix: &str| -> Vec<usize> {
+        seen.iter()
+            .enumerate()
+            .filter(|(_, r)| r.method == method && r.path.ends_with(suffix))
+            .map(|(i, _)| i)
+            .collect()
+    };
+    let source = at("PATCH", "/gitrepositories/flux-system");
+    let root = at("PATCH", "/kustomizations/infra");
+    // Asked once for both spokes: they share the root.
+    assert_eq!((source.len(), root.len()), (1, 1), "{seen:?}");
+    let echo = at("GET", "/gitrepositories/flux-system");
+    assert!(
+        echo.iter().any(|&g| source[0] < g && g < root[0]),
+        "the root is asked once the source was read back: {seen:?}"
+    );
+    for spoke in ["/kustomizations/spoke0", "/kustomizations/spoke1"] {
+        let consumer = at("PATCH", spoke);
+        assert_eq!(consumer.len(), 1, "{spoke}: {seen:?}");
+        assert!(root[0] < consumer[0], "{spoke}: {seen:?}");
+    }
+    let git = l
+        .hub
+        .source("gitrepositories", "flux-system", "flux-system")
+        .unwrap();
+    let asked = git["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"]
+        .as_str()
+        .unwrap();
+    assert_eq!(git["status"]["lastHandledReconcileAt"], asked);
+    let root = l.hub.kustomization("flux-system", "infra").unwrap();
+    assert_eq!(
+        root["metadata"]["annotations"]["reconcile.fluxcd.io/requestedAt"],
+        asked
+    );
+    l.assert_within_access();
+}
+
+/// The fleet's GitRepository fails after an earlier good fetch: the root stays Ready on
+/// the old artifact and the SealedSecret never becomes the commit's. The report names the
+/// GitRepository and source-controller's message at once, not a timeout.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fleet_source_failing_after_a_good_fetch_is_named_not_a_timeout() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    l.hub.add_root();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let broken = "failed to checkout and determine revision: unable to clone 'ssh://git@git.example/fleet.git': dial tcp: lookup git.example: no such host";
+    l.hub
+        .break_git_repository("flux-system", "flux-system", "GitOperationFailed", broken);
+    let started = std::time::Instant::now();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+    let synced = &report["spokes"][0]["hub"]["synced"];
+    assert_eq!(synced["status"], "SourceFailed", "{report}");
+    assert_eq!(synced["reason"], "GitOperationFailed");
+    assert_eq!(
+        synced["message"],
+        format!("source GitRepository flux-system/flux-system: {broken}")
+    );
+    assert!(
+        err.contains("source GitRepository flux-system/flux-system"),
+        "{err}"
+    );
+    l.assert_within_access();
+}
+
 /// kustomize-controller writes Ready False `ArtifactFailed` for a Kustomization whose
 /// GitRepository is missing, or was never fetched: the report names the source and what
 /// Flux says of it at once, not a timeout after waiting for Flux's retries.
@@ -1416,6 +1498,146 @@ async fn a_secret_without_consumers_is_a_warning() {
     l.assert_within_access();
 }
 
+/// A consumer whose spec.kubeConfig.secretRef.key names another key than the one written
+/// fails inside Flux: the log says so before the push, and the report and `status` name
+/// it, the key it reads and the key written; it is not asked to reconcile. One with the
+/// key unset reads `value`, the key written here, and is verified as usual.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_consumer_reading_another_key_is_named_before_the_push() {
+    let l = lab(1, "  verify_timeout: 20s\n");
+    let secret = Some("spoke0-kubeconfig");
+    l.hub
+        .add_consumer(Kind::HelmRelease, "flux-system", "spoke0-apps", secret);
+    l.hub.set_consumer_key(
+        Kind::HelmRelease,
+        "flux-system",
+        "spoke0-apps",
+        Some("kubeconfig"),
+    );
+    l.hub
+        .add_consumer(Kind::Kustomization, "flux-system", "spoke0-infra", secret);
+    l.hub
+        .set_consumer_key(Kind::Kustomization, "flux-system", "spoke0-infra", None);
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let hub = &report["spokes"][0]["hub"];
+    let consumers = hub["consumers"].as_array().unwrap();
+    let names: Vec<(&str, bool)> = consumers
+        .iter()
+        .map(|c| {
+            (
+                c["name"].as_str().unwrap(),
+                c["ready"]["ok"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        names,
+        [
+            ("spoke0", true),
+            ("spoke0-infra", true),
+            ("spoke0-apps", false)
+        ],
+        "{hub}"
+    );
+    let ready = &consumers[2]["ready"];
+    assert_eq!(ready["status"], "WrongKey", "{hub}");
+    let why = "HelmRelease flux-system/spoke0-apps reads key kubeconfig of Secret flux-system/spoke0-kubeconfig, but spokekeeper writes key value (spokes[spoke0].secret.key)";
+    assert!(ready["message"].as_str().unwrap().starts_with(why), "{hub}");
+    assert_eq!(
+        patches_to(&l.hub, "helmreleases", "flux-system", "spoke0-apps"),
+        0
+    );
+    assert_eq!(
+        patches_to(&l.hub, "kustomizations", "flux-system", "spoke0-infra"),
+        1
+    );
+    // Said before the push.
+    let warned = err.find(why).unwrap_or_else(|| panic!("not logged: {err}"));
+    let pushed = err
+        .find("pushed")
+        .unwrap_or_else(|| panic!("no push: {err}"));
+    assert!(warned < pushed, "{err}");
+    let (code, status, err) = l.status();
+    assert_eq!(code, 1, "{status}\n{err}");
+    assert!(
+        status["spokes"][0]["problems"].to_string().contains(why),
+        "{status}"
+    );
+    assert_eq!(
+        status["spokes"][0]["consumers"]["items"][2]["wrong_key"]
+            .as_str()
+            .map(|w| w.starts_with(why)),
+        Some(true),
+        "{status}"
+    );
+    l.assert_within_access();
+}
+
+/// A consumer with spec.serviceAccountName makes Flux impersonate that ServiceAccount on
+/// the spoke with the committed credential. The node's admin credential may; a minted one
+/// bound to `view` may not: refused at validate, naming the ServiceAccount, the consumer
+/// and the missing verb, and nothing is committed.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_credential_that_may_not_impersonate_a_consumers_service_account_is_refused() {
+    let l = lab(1, "  verify_timeout: 10s\n");
+    let secret = Some("spoke0-kubeconfig");
+    l.hub
+        .add_consumer(Kind::HelmRelease, "flux-system", "spoke0-apps", secret);
+    l.hub
+        .set_consumer_service_account(Kind::HelmRelease, "flux-system", "spoke0-apps", "deployer");
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "the admin credential may: {report}\n{err}");
+    let committed = l.fleet.remote_file(0);
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    std::fs::write(
+        &l.fleet.config,
+        format!("{text}credential:\n  mode: minted\n  cluster_role: view\n"),
+    )
+    .unwrap();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["stage"], "validate", "{spoke}");
+    let error = spoke["error"].as_str().unwrap();
+    for part in [
+        "may not impersonate ServiceAccount flux-system/deployer",
+        "missing verb impersonate on serviceaccounts",
+        "HelmRelease flux-system/spoke0-apps",
+    ] {
+        assert!(error.contains(part), "{part}: {error}");
+    }
+    assert_eq!(l.fleet.remote_file(0), committed, "nothing committed");
+    l.assert_within_access();
+}
+
+/// `hub.flux_default_service_account` (the controllers' --default-service-account) is
+/// what Flux impersonates for a consumer without spec.serviceAccountName: checked the same.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_flux_default_service_account_is_checked_for_consumers_without_one() {
+    let l = lab(
+        1,
+        "  verify_timeout: 10s\n  flux_default_service_account: flux-deployer\n",
+    );
+    let text = std::fs::read_to_string(&l.fleet.config).unwrap();
+    std::fs::write(
+        &l.fleet.config,
+        format!("{text}credential:\n  mode: minted\n  cluster_role: view\n"),
+    )
+    .unwrap();
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 1, "{report}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["stage"], "validate", "{spoke}");
+    let error = spoke["error"].as_str().unwrap();
+    assert!(
+        error.contains("may not impersonate ServiceAccount flux-system/flux-deployer")
+            && error.contains("Kustomization flux-system/spoke0"),
+        "{error}"
+    );
+    assert_eq!(requests_to(&l.hub, "PATCH", ""), 0, "nothing pushed");
+}
+
 /// A hostile hub cannot make the listing unbounded: a page over 4 MiB, or more than
 /// 1000 objects of a kind, fails the verification plainly and nothing is requested.
 #[tokio::test(flavor = "multi_thread")]
@@ -1551,6 +1773,7 @@ async fn a_recheck_waits_for_the_pending_request() {
         spoke,
         &ciphertext,
         Ok(vec![consumer]),
+        None,
         Duration::from_secs(5),
         true,
     )
