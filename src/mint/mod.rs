@@ -454,6 +454,21 @@ pub(crate) async fn revoke_older(
     Ok(deleted)
 }
 
+/// Deletes the binding of `generation` alone (this hub's, this spoke entry's): a
+/// generation minted and then refused before it was committed leaves nothing granted.
+/// False: it was gone.
+pub(crate) async fn withdraw(
+    admin: &SecretBytes,
+    scope: &Scope<'_>,
+    generation: u64,
+    limit: Duration,
+) -> Result<bool, MintError> {
+    let spoke = Spoke::connect(admin, limit)
+        .await
+        .map_err(MintError::Admin)?;
+    spoke.delete_binding(&binding_name(scope, generation)).await
+}
+
 /// The bindings on the spoke a mint looks at.
 #[derive(Debug, Default)]
 pub(crate) struct Bindings {

@@ -284,3 +284,26 @@ pub(super) async fn step(
         shortened,
     })
 }
+
+/// A generation just minted that will not be committed (a later check refused it): its
+/// binding is deleted now, so the refusal leaves nothing granted on the spoke.
+pub(super) async fn withdraw(
+    spoke: &SpokeConfig,
+    admin: &SecretBytes,
+    generation: u64,
+    limit: Duration,
+) {
+    let scope = mint::Scope {
+        hub: &spoke.credential.hub_id,
+        spoke: &spoke.name,
+    };
+    match mint::withdraw(admin, &scope, generation, limit).await {
+        Ok(_) => {}
+        Err(e) => tracing::warn!(
+            spoke = %spoke.name,
+            generation,
+            error = %e,
+            "cannot delete the binding of a generation that was minted but not committed"
+        ),
+    }
+}

@@ -15,6 +15,7 @@ use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::hub::cert::Untrusted;
 use crate::seal::SealingKey;
+use crate::secret::SecretBytes;
 
 /// What a tick gives every spoke's reconcile.
 pub(super) struct Run<'a, P> {
@@ -137,6 +138,8 @@ pub(super) async fn reconcile<P: Publish>(
     let mut reason = reason;
     let mut revocation = None;
     let mut shortened = None;
+    // The admin credential and the generation minted this tick, until it is committed.
+    let mut minted_now: Option<(SecretBytes, u64)> = None;
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let extracted = spoke.credential.mode == CredentialMode::Extracted;
     let (fresh, credential) = if !extracted {
@@ -183,6 +186,7 @@ pub(super) async fn reconcile<P: Publish>(
                 shortened: short,
             }) => {
                 shortened = short;
+                minted_now = Some((admin.clone(), credential.generation));
                 if !in_review {
                     let below = credential.generation;
                     let legacy_user = had.user.clone();
@@ -226,6 +230,9 @@ pub(super) async fn reconcile<P: Publish>(
         (ctx.config.hub.as_ref()).and_then(|h| h.flux_default_service_account.as_deref());
     let needed = crate::hub::consumers::impersonated(spoke, run.listed, default_sa);
     if let Err(e) = refresh::may_impersonate(&fresh, &needed, ctx.live_timeout).await {
+        if let Some((admin, generation)) = &minted_now {
+            minted::withdraw(spoke, admin, *generation, ctx.live_timeout).await;
+        }
         report.outcome = Outcome::Failed(e);
         return Reconciled::done(report);
     }

@@ -1608,6 +1608,13 @@ async fn a_credential_that_may_not_impersonate_a_consumers_service_account_is_re
         assert!(error.contains(part), "{part}: {error}");
     }
     assert_eq!(l.fleet.remote_file(0), committed, "nothing committed");
+    // The generation minted for the refused credential is not left bound on the spoke.
+    let bound = l.fleet.nodes[0]
+        .api_objects()
+        .lock()
+        .unwrap()
+        .binding_names();
+    assert_eq!(bound, Vec::<String>::new(), "nothing left granted");
     l.assert_within_access();
 }
 
