@@ -141,23 +141,14 @@ impl RealFlux {
     /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
     /// restarted.
     pub(super) fn rebuild(&mut self, i: usize, generation: u32) {
-        let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
-        self.spoke_apis[i].stop();
-        self.fleet.nodes[i].rebuild();
-        self.spoke_apis[i] = real_api(
-            &self.fleet.nodes[i],
+        support::realstack::spoke::rebuild(
+            &mut self.fleet.nodes[i],
+            &mut self.spoke_apis[i],
+            &mut self.signers[i],
             &self.hub.etcd,
             self.hub.dir(),
             generation,
         );
-        if signer {
-            let pki = self.fleet.nodes[i].pki();
-            self.signers[i] = Some(ControllerManager::start(
-                &self.spoke_apis[i],
-                pki,
-                self.hub.dir(),
-            ));
-        }
     }
 
     /// What the controllers put on spoke i, read with the spoke's admin: the

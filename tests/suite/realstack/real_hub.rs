@@ -169,23 +169,14 @@ impl Stack {
 
     /// Spoke i's reinstall: new CAs, the API server and its signer restarted.
     fn rebuild(&mut self, i: usize, generation: u32) {
-        let signer = self.signers[i].take().map(|mut s| s.stop()).is_some();
-        self.spoke_apis[i].stop();
-        self.fleet.nodes[i].rebuild();
-        self.spoke_apis[i] = real_api(
-            &self.fleet.nodes[i],
+        support::realstack::spoke::rebuild(
+            &mut self.fleet.nodes[i],
+            &mut self.spoke_apis[i],
+            &mut self.signers[i],
             &self.hub.etcd,
             self.hub.dir(),
             generation,
         );
-        if signer {
-            let pki = self.fleet.nodes[i].pki();
-            self.signers[i] = Some(ControllerManager::start(
-                &self.spoke_apis[i],
-                pki,
-                self.hub.dir(),
-            ));
-        }
     }
 
     /// Spoke i's Kustomization, deploying with its kubeconfig Secret.

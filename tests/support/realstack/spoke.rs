@@ -28,6 +28,25 @@ pub fn real_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeAp
     )
 }
 
+/// A real spoke's reinstall: `node` gets new CAs (empty storage), its API server `api` is
+/// restarted on them as generation `generation`, and its signer too when it had one.
+pub fn rebuild(
+    node: &mut Node,
+    api: &mut KubeApi,
+    signer: &mut Option<ControllerManager>,
+    etcd: &Etcd,
+    dir: &Path,
+    generation: u32,
+) {
+    let had_signer = signer.take().map(|mut s| s.stop()).is_some();
+    api.stop();
+    node.rebuild();
+    *api = real_api(node, etcd, dir, generation);
+    if had_signer {
+        *signer = Some(ControllerManager::start(api, node.pki(), dir));
+    }
+}
+
 /// How a real spoke is started.
 #[derive(Clone, Debug)]
 pub struct SpokeOptions {
