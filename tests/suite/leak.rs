@@ -3,6 +3,7 @@
 //! and the base64 crate, not with leak.rs), and it finds a planted key where the
 //! end-to-end tests and the soak look.
 
+use crate::kc_fixtures::openssl;
 use crate::support;
 
 use std::net::{IpAddr, Ipv4Addr};
@@ -191,26 +192,6 @@ fn body_of(pem: &str) -> String {
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
-}
-
-/// `openssl args` with `input` on stdin: its stdout.
-fn openssl(args: &[&str], input: &[u8]) -> Vec<u8> {
-    use std::io::Write as _;
-    let mut child = std::process::Command::new("openssl")
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("run openssl");
-    child.stdin.take().unwrap().write_all(input).unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
 }
 
 /// A P-256 key as `openssl ecparam -genkey` writes it: SEC1, `EC PRIVATE KEY`.
