@@ -323,61 +323,7 @@ fn the_demo_sealing_key_is_refused_outside_the_demo() {
 #[test]
 fn the_demo_key_in_any_wrapping_is_refused_outside_the_demo() {
     let fleet = Fleet::new(&[NodeOptions::default()]);
-    let demo_key = Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.key");
-    let dir = fleet.dir.path();
-    let openssl = |args: &[&str]| {
-        let out = std::process::Command::new("openssl")
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    let key = demo_key.to_str().unwrap();
-    let spki = dir.join("demo-spki.pem");
-    let pkcs1 = dir.join("demo-pkcs1.pem");
-    let rewrapped = dir.join("demo-rewrapped.pem");
-    openssl(&[
-        "pkey",
-        "-in",
-        key,
-        "-pubout",
-        "-out",
-        spki.to_str().unwrap(),
-    ]);
-    openssl(&[
-        "rsa",
-        "-in",
-        key,
-        "-RSAPublicKey_out",
-        "-out",
-        pkcs1.to_str().unwrap(),
-    ]);
-    openssl(&[
-        "req",
-        "-x509",
-        "-key",
-        key,
-        "-subj",
-        "/CN=not-the-demo",
-        "-days",
-        "30",
-        "-out",
-        rewrapped.to_str().unwrap(),
-    ]);
-    assert!(
-        std::fs::read_to_string(&spki)
-            .unwrap()
-            .contains("BEGIN PUBLIC KEY")
-    );
-    assert!(
-        std::fs::read_to_string(&pkcs1)
-            .unwrap()
-            .contains("BEGIN RSA PUBLIC KEY")
-    );
+    let (rewrapped, spki, pkcs1) = support::fleet::demo_key_wrappings(fleet.dir.path());
     let text = std::fs::read_to_string(&fleet.config).unwrap();
     let cert = vectors().join("key/cert.pem");
     for wrapped in [&spki, &pkcs1, &rewrapped] {

@@ -17,6 +17,54 @@ pub fn vectors() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
 }
 
+/// The published demo key (keys/demo/) wrapped three other ways, written into `dir` with
+/// the openssl CLI: (a certificate re-issued for the same key, the bare SPKI public key,
+/// the PKCS#1 RSA public key).
+pub fn demo_key_wrappings(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.key");
+    let key = key.to_str().expect("utf-8 path");
+    let (reissued, spki, pkcs1) = (
+        dir.join("demo-reissued.pem"),
+        dir.join("demo-spki.pem"),
+        dir.join("demo-pkcs1.pem"),
+    );
+    let s = |p: &Path| p.to_str().expect("utf-8 path").to_string();
+    let reissue = [
+        "req",
+        "-x509",
+        "-key",
+        key,
+        "-subj",
+        "/CN=not-the-demo",
+        "-days",
+        "30",
+        "-out",
+    ];
+    for args in [
+        [&reissue[..], &[s(&reissued).as_str()]].concat(),
+        vec!["pkey", "-in", key, "-pubout", "-out", &s(&spki)],
+        vec!["rsa", "-in", key, "-RSAPublicKey_out", "-out", &s(&pkcs1)],
+    ] {
+        let out = Command::new("openssl")
+            .args(&args)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    for (file, label) in [
+        (&spki, "BEGIN PUBLIC KEY"),
+        (&pkcs1, "BEGIN RSA PUBLIC KEY"),
+    ] {
+        let text = std::fs::read_to_string(file).expect("written by openssl");
+        assert!(text.contains(label), "{label}: {text}");
+    }
+    (reissued, spki, pkcs1)
+}
+
 pub struct Fleet {
     pub nodes: Vec<Node>,
     pub dir: tempfile::TempDir,

@@ -239,52 +239,16 @@ fn bad_certificates_are_refused_clearly() {
     );
 }
 
-/// `openssl ARGS`, which must succeed.
-fn openssl(args: &[&str]) {
-    let out = std::process::Command::new("openssl")
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The demo key's private half is published (keys/demo/): `seal` refuses it however it is
 /// wrapped, and says which file, that it is the demo key, and what to use instead.
 #[test]
 fn seal_refuses_the_published_demo_key_in_every_wrapping() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let demo_key = root.join("keys/demo/tls.key");
-    let key = demo_key.to_str().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = |name: &str| dir.path().join(name);
-    let s = |p: &Path| p.to_str().unwrap().to_string();
-    // A re-issued certificate for the same key: another fingerprint, another subject.
-    let reissued = path("reissued.pem");
-    openssl(&[
-        "req",
-        "-x509",
-        "-key",
-        key,
-        "-subj",
-        "/CN=not-the-demo",
-        "-days",
-        "30",
-        "-out",
-        &s(&reissued),
-    ]);
-    let spki = path("spki.pem");
-    openssl(&["pkey", "-in", key, "-pubout", "-out", &s(&spki)]);
-    let pkcs1 = path("pkcs1.pem");
-    openssl(&["rsa", "-in", key, "-RSAPublicKey_out", "-out", &s(&pkcs1)]);
-    assert!(
-        std::fs::read_to_string(&pkcs1)
-            .unwrap()
-            .contains("BEGIN RSA PUBLIC KEY")
-    );
+    // A re-issued certificate for the same key (another fingerprint, another subject),
+    // and the key bare as SPKI and as PKCS#1.
+    let (reissued, spki, pkcs1) = crate::support::fleet::demo_key_wrappings(dir.path());
     // A chain whose first certificate is a usable key and whose second is the demo's.
     let chain = path("chain.pem");
     let demo_cert = std::fs::read_to_string(root.join("keys/demo/tls.crt")).unwrap();
