@@ -573,13 +573,7 @@ fn the_watch_label_reconciles_a_kustomization_whose_request_is_refused() {
 
     stack.rebuild(0, 1);
     let kubeconfig = hub_identity_without_kustomization_patch(&stack.hub);
-    let text = std::fs::read_to_string(&stack.fleet.config)
-        .unwrap()
-        .replace(
-            &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
-            &format!("kubeconfig: {}", kubeconfig.display()),
-        );
-    std::fs::write(&stack.fleet.config, text).unwrap();
+    stack.hub.use_kubeconfig(&stack.fleet.config, &kubeconfig);
 
     let (_, report, err) = stack.rotate_json();
     let spoke = &report["spokes"][0];

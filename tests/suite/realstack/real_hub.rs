@@ -571,13 +571,7 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
     );
     let token = stack.hub.token(ns, &sa);
     let kubeconfig = stack.hub.token_kubeconfig("spokekeeper", &token);
-    let text = std::fs::read_to_string(&stack.fleet.config)
-        .unwrap()
-        .replace(
-            &format!("kubeconfig: {}", stack.hub.admin_kubeconfig().display()),
-            &format!("kubeconfig: {}", kubeconfig.display()),
-        );
-    std::fs::write(&stack.fleet.config, text).unwrap();
+    stack.hub.use_kubeconfig(&stack.fleet.config, &kubeconfig);
 
     let (code, report, err) = stack.rotate_json();
     assert_eq!(

@@ -105,6 +105,18 @@ impl RealHub {
         &self.api.admin_kubeconfig
     }
 
+    /// Makes spokekeeper's config file `config` reach this hub with `kubeconfig` instead of
+    /// the admin's.
+    pub fn use_kubeconfig(&self, config: &Path, kubeconfig: &Path) {
+        let text = std::fs::read_to_string(config)
+            .expect("spokekeeper's config")
+            .replace(
+                &format!("kubeconfig: {}", self.admin_kubeconfig().display()),
+                &format!("kubeconfig: {}", kubeconfig.display()),
+            );
+        std::fs::write(config, text).expect("write spokekeeper's config");
+    }
+
     /// The upstream chart, rendered by the real helm: everything but the Deployment is
     /// applied; the Deployment's container arguments are how the process is run.
     fn install_controller(&mut self, opts: &HubOptions) {
