@@ -121,6 +121,13 @@ impl Kubeconfig {
     pub fn current_context(&self) -> Option<&str> {
         self.raw.current_context.as_deref()
     }
+
+    /// Every field that would make a client do more than talk TLS with embedded
+    /// credentials (a plugin, a file path, a proxy, basic auth, skipped verification),
+    /// wherever it appears: the rule set [`sanitize`] and the live check share.
+    pub fn forbidden(&self) -> Vec<KubeconfigError> {
+        assess::forbidden(&self.raw)
+    }
 }
 
 /// Parses a kubeconfig under limits: size ([`MAX_BYTES`]), nesting, aliases, one document.

@@ -30,17 +30,10 @@ const FIX_PATH: &str =
     "embed the data instead (kubectl config view --raw --flatten writes the *-data fields)";
 
 pub(crate) fn assess(raw: &RawConfig) -> Assessment {
-    let mut a = Assessment::default();
-    for c in &raw.clusters {
-        if let Some(body) = &c.body {
-            forbidden_in_cluster(&esc(&c.name), body, &mut a.problems);
-        }
-    }
-    for u in &raw.users {
-        if let Some(body) = &u.body {
-            forbidden_in_user(&esc(&u.name), body, &mut a.problems);
-        }
-    }
+    let mut a = Assessment {
+        problems: forbidden(raw),
+        ..Assessment::default()
+    };
     duplicates("clusters", &raw.clusters, &mut a.problems);
     duplicates("contexts", &raw.contexts, &mut a.problems);
     duplicates("users", &raw.users, &mut a.problems);
@@ -74,6 +67,23 @@ pub(crate) fn assess(raw: &RawConfig) -> Assessment {
         assess_user(user, &mut a);
     }
     a
+}
+
+/// The fields refused wherever they appear, in every cluster and user (not only the
+/// selected ones): the one rule set for sanitizing and for the live check.
+pub(crate) fn forbidden(raw: &RawConfig) -> Vec<KubeconfigError> {
+    let mut out = Vec::new();
+    for c in &raw.clusters {
+        if let Some(body) = &c.body {
+            forbidden_in_cluster(&esc(&c.name), body, &mut out);
+        }
+    }
+    for u in &raw.users {
+        if let Some(body) = &u.body {
+            forbidden_in_user(&esc(&u.name), body, &mut out);
+        }
+    }
+    out
 }
 
 /// Names from the input, made safe to print and short enough for a field path.

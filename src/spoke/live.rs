@@ -13,6 +13,7 @@ use tokio::time::{Instant, timeout_at};
 
 use super::sanitize_remote_text;
 use crate::certs;
+use crate::kubeconfig;
 use crate::secret::SecretBytes;
 
 /// Where a caller asks who it is, newest first: SelfSubjectReview is served in
@@ -43,7 +44,7 @@ pub struct LiveReport {
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
     #[error("kubeconfig refused before use: {0}")]
-    Unsafe(#[source] UnsafeError),
+    Unsafe(#[source] kubeconfig::KubeconfigError),
     #[error("kubeconfig does not parse: {0}")]
     Parse(&'static str),
     #[error("kubeconfig cannot be used: {0}")]
@@ -167,8 +168,8 @@ async fn client_until(
 ) -> Result<(Client, String), LiveError> {
     let text =
         std::str::from_utf8(kubeconfig.expose()).map_err(|_| LiveError::Parse("not UTF-8"))?;
+    refuse_unsafe(kubeconfig.expose())?;
     let parsed = Kubeconfig::from_yaml(text).map_err(|e| LiveError::Parse(parse_reason(&e)))?;
-    refuse_unsafe(&parsed).map_err(LiveError::Unsafe)?;
     // kube builds its rustls config from the process default provider.
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut config = timeout_at(
@@ -284,66 +285,24 @@ async fn post(
     client.request::<serde_json::Value>(request).await
 }
 
-/// A kubeconfig entry that would make the client do more than talk TLS with embedded
-/// credentials: names the entry (shown escaped) and the field, never its value.
-#[derive(Debug, thiserror::Error)]
-pub enum UnsafeError {
-    #[error("cluster {cluster} sets insecure-skip-tls-verify")]
-    InsecureSkipTlsVerify { cluster: String },
-    #[error(
-        "cluster {cluster} points certificate-authority at a file; only embedded data is accepted"
-    )]
-    CaFile { cluster: String },
-    #[error("cluster {cluster} sets proxy-url; the hub connects directly")]
-    ProxyUrl { cluster: String },
-    #[error("user {user} has an exec credential plugin (it would run a command)")]
-    Exec { user: String },
-    #[error("user {user} has an auth-provider")]
-    AuthProvider { user: String },
-    #[error("user {user} points {field} at a file; only embedded data is accepted")]
-    FileReference { user: String, field: &'static str },
-}
-
 /// Refuses anything that would make building or using the client do more than talk
-/// TLS to the server with embedded credentials. Checks every entry, not just the current.
-fn refuse_unsafe(kc: &Kubeconfig) -> Result<(), UnsafeError> {
-    for named in &kc.clusters {
-        let Some(c) = &named.cluster else { continue };
-        let name = shown_name(&named.name);
-        if c.insecure_skip_tls_verify == Some(true) {
-            return Err(UnsafeError::InsecureSkipTlsVerify { cluster: name });
-        }
-        if c.certificate_authority.is_some() {
-            return Err(UnsafeError::CaFile { cluster: name });
-        }
-        if c.proxy_url.is_some() {
-            return Err(UnsafeError::ProxyUrl { cluster: name });
-        }
+/// TLS to the server with embedded credentials: the kubeconfig module's one rule set,
+/// over every entry, not just the current.
+fn refuse_unsafe(bytes: &[u8]) -> Result<(), LiveError> {
+    let ours = kubeconfig::parse(bytes).map_err(|e| LiveError::Parse(our_parse_reason(&e)))?;
+    match ours.forbidden().into_iter().next() {
+        Some(first) => Err(LiveError::Unsafe(first)),
+        None => Ok(()),
     }
-    for named in &kc.auth_infos {
-        let Some(a) = &named.auth_info else { continue };
-        let name = shown_name(&named.name);
-        if a.exec.is_some() {
-            return Err(UnsafeError::Exec { user: name });
-        }
-        if a.auth_provider.is_some() {
-            return Err(UnsafeError::AuthProvider { user: name });
-        }
-        for (field, set) in [
-            ("client-certificate", a.client_certificate.is_some()),
-            ("client-key", a.client_key.is_some()),
-            ("tokenFile", a.token_file.is_some()),
-        ] {
-            if set {
-                return Err(UnsafeError::FileReference { user: name, field });
-            }
-        }
-    }
-    Ok(())
 }
 
-fn shown_name(name: &str) -> String {
-    format!("{:?}", sanitize_remote_text(name, 64))
+// Our parser's messages are about shape and limits, never values; only the category is
+// kept all the same, as for kube's parser below.
+fn our_parse_reason(e: &kubeconfig::KubeconfigError) -> &'static str {
+    match e {
+        kubeconfig::KubeconfigError::TooLarge { .. } => "over the size limit for a kubeconfig",
+        _ => "not YAML, or not shaped like a kubeconfig",
+    }
 }
 
 // The parser's own messages can quote the input, which may be key material: only the
@@ -490,9 +449,7 @@ users:
                 "    client-key-data: AAAA\n",
                 &format!("    client-key-data: AAAA\n{extra_user}"),
             );
-        refuse_unsafe(&Kubeconfig::from_yaml(&text).unwrap())
-            .err()
-            .map(|e| e.to_string())
+        refuse_unsafe(text.as_bytes()).err().map(|e| e.to_string())
     }
 
     #[test]
@@ -508,7 +465,7 @@ users:
             (
                 "    certificate-authority: /etc/shadow\n",
                 "",
-                "certificate-authority at a file",
+                "cluster.certificate-authority: a file path",
             ),
             ("    proxy-url: http://10.0.0.1:3128\n", "", "proxy-url"),
             (
@@ -520,18 +477,47 @@ users:
             (
                 "",
                 "    client-certificate: /root/cert.pem\n",
-                "client-certificate at a file",
+                "user.client-certificate: a file path",
             ),
             (
                 "",
                 "    client-key: /root/key.pem\n",
-                "client-key at a file",
+                "user.client-key: a file path",
             ),
-            ("", "    tokenFile: /var/run/token\n", "tokenFile at a file"),
+            (
+                "",
+                "    tokenFile: /var/run/token\n",
+                "tokenFile: a file path",
+            ),
+            // What this check once let through while sanitizing refused it: one rule set.
+            (
+                "    insecure-skip-tls-verify: \"true\"\n",
+                "",
+                "insecure-skip-tls-verify",
+            ),
+            (
+                "    insecure-skip-tls-verify: yes\n",
+                "",
+                "insecure-skip-tls-verify",
+            ),
+            (
+                "",
+                "    username: admin\n",
+                "user.username: basic authentication",
+            ),
+            (
+                "",
+                "    password: hunter2\n",
+                "user.password: basic authentication",
+            ),
         ];
         for (c, u, want) in cases {
             let why = refused(c, u).unwrap_or_else(|| panic!("not refused: {want}"));
             assert!(why.contains(want), "{why}");
+            assert!(
+                !why.contains("hunter2") && !why.contains("/etc/shadow"),
+                "{why}"
+            );
         }
     }
 

@@ -17,7 +17,7 @@ mod ssh;
 pub use crate::config::{Distro, SshSettings};
 pub use error::ExtractError;
 pub use extract::{Source, extract, read_local, read_over_ssh};
-pub use live::{LiveError, LiveReport, UnsafeError, check_live, may_impersonate};
+pub use live::{LiveError, LiveReport, check_live, may_impersonate};
 pub use probe::{CaCheck, ProbeError, ProbeReport, probe};
 
 /// Largest kubeconfig accepted from a spoke. Bigger is an error, never a truncation.
