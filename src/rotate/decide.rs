@@ -115,13 +115,50 @@ impl fmt::Display for Reason {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Decision {
     /// Nothing to do: no SSH at all.
     Healthy,
     Rotate(Reason),
     /// The API could not be probed: report it, touch nothing.
-    Unreachable(String),
+    Unreachable(ProbeError),
+}
+
+/// After a fresh extraction and its validation: whether it is worth committing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Extracted {
+    /// Commit it, for this reason.
+    Commit(Reason),
+    /// A periodic check found what is committed on the node: nothing to commit.
+    Unchanged,
+    /// The client certificate is expiring and the node still serves the same one.
+    NotRenewed,
+}
+
+/// The rules after extraction (extracted mode compares with what is committed; a
+/// periodic check that found anything new commits it as a content change).
+pub fn after_extraction(
+    reason: Reason,
+    previous: Option<&Recorded>,
+    fresh: &Recorded,
+    mode: CredentialMode,
+) -> Extracted {
+    let compared = previous.filter(|_| mode == CredentialMode::Extracted);
+    match (&reason, compared) {
+        (Reason::Periodic, Some(prev)) if prev.content_sha256 == fresh.content_sha256 => {
+            return Extracted::Unchanged;
+        }
+        (Reason::ClientExpiring { .. }, Some(prev))
+            if prev.client_sha256 == fresh.client_sha256 =>
+        {
+            return Extracted::NotRenewed;
+        }
+        _ => {}
+    }
+    match (reason, previous) {
+        (Reason::Periodic, Some(_)) => Extracted::Commit(Reason::ContentChanged),
+        (reason, _) => Extracted::Commit(reason),
+    }
 }
 
 /// What was observed for one spoke.
@@ -187,7 +224,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
                 });
             }
         },
-        Some(Err(e)) => return Decision::Unreachable(e.to_string()),
+        Some(Err(e)) => return Decision::Unreachable(e.clone()),
         None => {}
     }
     // A minted certificate renews on its own schedule (credential.renew_before).
@@ -692,6 +729,53 @@ mod tests {
                 }
             ),
             Some(Reason::ContentChanged)
+        );
+    }
+
+    #[test]
+    fn after_extraction_compares_what_the_node_serves_with_the_commit() {
+        let prev = recorded();
+        let same = recorded();
+        let mut renewed = recorded();
+        renewed.client_sha256 = Some(Fingerprint::from_digest([9; 32]));
+        renewed.content_sha256 = Fingerprint::from_digest([8; 32]);
+        let expiring = Reason::ClientExpiring { not_after: now() };
+        let ex = CredentialMode::Extracted;
+        let after = |r: Reason, p: Option<&Recorded>, f: &Recorded, m| after_extraction(r, p, f, m);
+        assert_eq!(
+            after(Reason::Periodic, Some(&prev), &same, ex),
+            Extracted::Unchanged
+        );
+        assert_eq!(
+            after(Reason::Periodic, Some(&prev), &renewed, ex),
+            Extracted::Commit(Reason::ContentChanged)
+        );
+        assert_eq!(
+            after(expiring.clone(), Some(&prev), &same, ex),
+            Extracted::NotRenewed
+        );
+        assert_eq!(
+            after(expiring.clone(), Some(&prev), &renewed, ex),
+            Extracted::Commit(expiring.clone())
+        );
+        // Minted: the fresh credential is a new mint, never compared with the commit.
+        let mi = CredentialMode::Minted;
+        assert_eq!(
+            after(Reason::Periodic, Some(&prev), &same, mi),
+            Extracted::Commit(Reason::ContentChanged)
+        );
+        assert_eq!(
+            after(expiring.clone(), Some(&prev), &same, mi),
+            Extracted::Commit(expiring)
+        );
+        // Nothing committed: the reason stands.
+        assert_eq!(
+            after(Reason::Periodic, None, &same, ex),
+            Extracted::Commit(Reason::Periodic)
+        );
+        assert_eq!(
+            after(Reason::Forced, Some(&prev), &same, ex),
+            Extracted::Commit(Reason::Forced)
         );
     }
 }

@@ -8,6 +8,7 @@ use super::decide::{self, MintedCheck, Reason};
 use super::error::SpokeError;
 use super::generation::{self, Bound, GenerationError};
 use super::observe::{Committed, Invalid, InvalidKind};
+use super::publish::Landing;
 use super::refresh::Fresh;
 use super::state::AnnotationError;
 use super::state::RecordedCredential;
@@ -50,11 +51,11 @@ pub(super) enum Step {
 }
 
 /// How this tick runs the step.
-pub(super) struct Run {
+pub(super) struct Mint {
     /// `spokekeeper revoke`: delete the committed generation's binding first.
     pub revoke: bool,
-    /// Review mode: nothing is revoked after the push.
-    pub review: bool,
+    /// At a merge (review mode): nothing is revoked after the push.
+    pub landing: Landing,
     /// Create and delete nothing on the spoke.
     pub dry_run: bool,
     /// Per API call.
@@ -131,10 +132,11 @@ pub(super) async fn step(
     committed: &Committed,
     reason: &mut Reason,
     revoked: &mut Vec<String>,
-    run: &Run,
+    how: &Mint,
 ) -> Result<Step, SpokeError> {
-    let (revoke_now, review, dry_run) = (run.revoke, run.review, run.dry_run);
-    let limits = run;
+    let (revoke_now, dry_run) = (how.revoke, how.dry_run);
+    let review = how.landing == Landing::AtMerge;
+    let limits = how;
     let previous = committed.recorded();
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
@@ -252,7 +254,7 @@ pub(super) async fn step(
             "the recorded generation is behind the spoke's bindings (was the fleet repo's annotation changed?): minting above both"
         );
     }
-    if let Some(e) = &run.unsealable {
+    if let Some(e) = &how.unsealable {
         return Err(e.clone());
     }
     let request = mint::Request {

@@ -14,10 +14,20 @@ use super::{Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::Pushed;
 
+/// When a published change can reach the hub, which decides when superseded minted
+/// generations may be revoked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Landing {
+    /// Direct mode: the push is on the target branch.
+    AtPush,
+    /// Review mode: nothing reaches the target branch before a person merges it.
+    AtMerge,
+}
+
 /// How the tick's changes are published.
 pub(super) trait Publish {
-    /// Review mode: nothing reaches the target branch before a person merges it.
-    fn reviews(&self) -> bool;
+    /// When what is published can reach the hub.
+    fn landing(&self) -> Landing;
 
     /// Whether the spoke's fix already waits for review, so nothing is extracted (then
     /// the report says pending).
@@ -70,8 +80,8 @@ pub(super) struct Direct {
 }
 
 impl Publish for Direct {
-    fn reviews(&self) -> bool {
-        false
+    fn landing(&self) -> Landing {
+        Landing::AtPush
     }
 
     async fn waiting(

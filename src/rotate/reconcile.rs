@@ -3,14 +3,15 @@
 
 use time::OffsetDateTime;
 
-use super::decide::{Decision, Policy, Reason};
+use super::decide::{Decision, Extracted, Policy, Reason};
 use super::error::SpokeError;
 use super::message::commit_message;
 use super::observe::{Committed, Observation};
 use super::progress::Step;
-use super::publish::Publish;
+use super::publish::{Landing, Publish};
+use super::refresh::Fresh;
 use super::report::{CredentialReport, Outcome, SpokeReport};
-use super::state::{self, Recorded};
+use super::state::{Recorded, RecordedCredential};
 use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::hub::cert::Untrusted;
@@ -80,224 +81,279 @@ pub(super) async fn reconcile<P: Publish>(
     seen: &Observation,
     policy: &Policy,
 ) -> Reconciled {
-    let (ctx, opts, now, sealing, untrusted) =
-        (run.ctx, run.opts, run.now, run.sealing, run.untrusted);
     let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
-    let stage = |stage| {
-        opts.progress.emit(Step::Stage {
-            spoke: &spoke.name,
-            stage,
-        })
-    };
-    if let Committed::Unreadable(e) = &seen.committed {
-        report.outcome = Outcome::Failed(SpokeError::Read(e.clone()));
-        return Reconciled::done(report);
-    }
-    let previous: Option<&Recorded> = seen.committed.recorded();
-    if let Some(r) = previous {
+    if let Some(r) = seen.committed.recorded() {
         report.ca_sha256 = Some(r.ca_sha256);
         report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
         report.credential = Some(CredentialReport::of(r));
     }
-    // decide
-    let reason = match decide::decide(spoke, &seen.observed(), policy) {
-        Decision::Healthy => return Reconciled::done(report),
-        Decision::Unreachable(_) => {
-            // decide says so only for a failed probe, which the observation holds.
-            if let Some(Err(e)) = &seen.probe {
-                report.outcome = Outcome::Failed(SpokeError::Unreachable(e.clone()));
-            }
-            return Reconciled::done(report);
+    match rotate(run, spoke, seen, policy, &mut report).await {
+        Ok(proposal) => Reconciled {
+            report,
+            proposal: Some(proposal),
+        },
+        Err(end) => {
+            report.outcome = end;
+            Reconciled::done(report)
         }
-        Decision::Rotate(reason) => reason,
-    };
+    }
+}
+
+/// The pipeline. An `Err` is how the spoke's tick ends without a proposal: healthy,
+/// unchanged, pending review, a dry run, or failed at a stage.
+async fn rotate<P: Publish>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+    policy: &Policy,
+    report: &mut SpokeReport,
+) -> Result<Proposal, Outcome> {
+    let mut reason = decided(spoke, seen, policy)?;
     report.reason = Some(reason.clone());
-    let review = run.publish.reviews();
+    let opts = run.opts;
     if !(opts.force || opts.revoke)
         && run
             .publish
-            .waiting(ctx, spoke, seen, &mut report, policy)
+            .waiting(run.ctx, spoke, seen, report, policy)
             .await
     {
-        return Reconciled::done(report);
+        return Err(report.outcome.clone());
     }
-
-    // extract -> validate
-    stage("extract and validate");
-    let fresh = match refresh::extract_and_validate(spoke, now, ctx.live_timeout).await {
-        Ok(f) => f,
-        Err(e) => {
-            report.outcome = Outcome::Failed(e);
-            return Reconciled::done(report);
-        }
+    let admin = extract(run, spoke).await?;
+    let candidate = match spoke.credential.mode {
+        CredentialMode::Minted => minted(run, spoke, seen, admin, &mut reason, report).await?,
+        CredentialMode::Extracted => extracted(run, spoke, seen, admin)?,
     };
-    if let Ok(mut m) = ctx.verified.lock() {
-        m.insert(spoke.name.clone(), now);
-    }
-    let mut reason = reason;
-    let mut revocation = None;
-    let mut shortened = None;
-    // The admin credential and the generation minted this tick, until it is committed.
-    let mut minted_now: Option<(SecretBytes, u64)> = None;
-    let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
-    let extracted = spoke.credential.mode == CredentialMode::Extracted;
-    let (fresh, credential) = if !extracted {
-        stage("mint");
-        let in_review = review;
-        let run = minted::Run {
-            revoke: opts.revoke,
-            review: in_review,
-            dry_run: opts.dry_run,
-            call: ctx.live_timeout,
-            sign: ctx.sign_timeout,
-            unsealable: match untrusted {
-                Some(u) => Some(SpokeError::Untrusted(u.error.clone())),
-                None => refresh::can_seal(spoke, sealing).err(),
-            },
-        };
-        let step = minted::step(
-            spoke,
-            fresh,
-            &seen.committed,
-            &mut reason,
-            &mut report.revoked,
-            &run,
-        )
-        .await;
-        report.reason = Some(reason.clone());
-        match step {
-            Err(e) => {
-                report.outcome = Outcome::Failed(e);
-                return Reconciled::done(report);
-            }
-            Ok(minted::Step::Unchanged) => {
-                report.outcome = Outcome::Unchanged;
-                return Reconciled::done(report);
-            }
-            Ok(minted::Step::WouldMint) => {
-                report.outcome = Outcome::WouldRotate;
-                return Reconciled::done(report);
-            }
-            Ok(minted::Step::Minted {
-                fresh,
-                credential,
-                admin,
-                shortened: short,
-            }) => {
-                shortened = short;
-                minted_now = Some((admin.clone(), credential.generation));
-                if !in_review {
-                    let below = credential.generation;
-                    let legacy_user = had.user.clone();
-                    revocation = Some(minted::Revocation {
-                        admin,
-                        below,
-                        legacy_user,
-                        hub: spoke.credential.hub_id.clone(),
-                        spoke: spoke.name.clone(),
-                    });
-                }
-                (*fresh, credential)
-            }
-        }
-    } else {
-        if opts.revoke {
-            report.outcome = Outcome::Failed(SpokeError::RevokeExtracted {
-                spoke: spoke.name.clone(),
-            });
-            return Reconciled::done(report);
-        }
-        // Back from minted: every minted generation goes once the hub has this one.
-        if had.mode == CredentialMode::Minted && !review && !opts.dry_run {
-            revocation = Some(minted::Revocation {
-                admin: fresh.yaml.clone(),
-                below: had.next_generation(),
-                legacy_user: had.user.clone(),
-                hub: spoke.credential.hub_id.clone(),
-                spoke: spoke.name.clone(),
-            });
-        }
-        let credential = state::RecordedCredential {
-            mode: CredentialMode::Extracted,
-            user: None,
-            generation: had.generation,
-        };
-        (fresh, credential)
-    };
-    // validate, for Flux: the ServiceAccounts its consumers impersonate with it.
-    let default_sa =
-        (ctx.config.hub.as_ref()).and_then(|h| h.flux_default_service_account.as_deref());
-    let needed = crate::hub::consumers::impersonated(spoke, run.listed, default_sa);
-    if let Err(e) = refresh::may_impersonate(&fresh, &needed, ctx.live_timeout).await {
-        if let Some((admin, generation)) = &minted_now {
-            minted::withdraw(spoke, admin, *generation, ctx.live_timeout).await;
-        }
-        report.outcome = Outcome::Failed(e);
-        return Reconciled::done(report);
-    }
-    let mut recorded =
-        refresh::record(spoke, &fresh.kubeconfig, fresh.content_sha256, sealing, now);
-    recorded.credential = credential;
-    report.user = Some(fresh.live.username.clone());
-    let mut credential = CredentialReport::of(&recorded);
-    if extracted {
-        // Extracted: who it authenticated as.
-        credential.user = Some(fresh.live.username.clone());
-    }
-    credential.shortened = shortened.map(|s| s.to_string());
-    report.credential = Some(credential);
-    match (&reason, previous.filter(|_| extracted)) {
-        // On schedule, and the node serves what the hub already has.
-        (Reason::Periodic, Some(prev)) if prev.content_sha256 == recorded.content_sha256 => {
-            report.outcome = Outcome::Unchanged;
-            return Reconciled::done(report);
-        }
-        // Expiring, but the node still serves the same certificate: say so, keep it.
-        (Reason::ClientExpiring { .. }, Some(prev))
-            if prev.client_sha256 == recorded.client_sha256 =>
-        {
-            report.outcome = Outcome::NotRenewed;
-            return Reconciled::done(report);
-        }
-        _ => {}
-    }
-    let reason = match (&reason, previous) {
-        (Reason::Periodic, Some(_)) => Reason::ContentChanged,
-        _ => reason,
+    impersonation(run, spoke, &candidate).await?;
+    let recorded = record(run, spoke, &candidate, report);
+    let previous = seen.committed.recorded();
+    let reason = match decide::after_extraction(reason, previous, &recorded, spoke.credential.mode)
+    {
+        Extracted::Commit(reason) => reason,
+        Extracted::Unchanged => return Err(Outcome::Unchanged),
+        Extracted::NotRenewed => return Err(Outcome::NotRenewed),
     };
     report.reason = Some(reason.clone());
     report.ca_sha256 = Some(recorded.ca_sha256);
     report.ca_not_after = Some(recorded.ca_not_after);
     report.client_not_after = recorded.client_not_after;
+    let manifest = seal(run, spoke, &candidate, &recorded)?;
+    let fresh = &candidate.fresh;
+    Ok(Proposal {
+        manifest,
+        message: commit_message(spoke, &reason, previous, &recorded, &fresh.live),
+        content_sha256: recorded.content_sha256,
+        sealing_sha256: run.sealing.fingerprint(),
+        revocation: candidate.revocation,
+    })
+}
 
-    // seal
-    stage("seal");
-    if let Some(u) = untrusted {
-        report.outcome = Outcome::Failed(SpokeError::Untrusted(u.error.clone()));
-        return Reconciled::done(report);
+impl From<SpokeError> for Outcome {
+    fn from(e: SpokeError) -> Outcome {
+        Outcome::Failed(e)
     }
-    let manifest = match refresh::seal(spoke, &fresh.yaml, sealing, &recorded) {
-        Ok(m) => m,
-        Err(e) => {
-            report.outcome = Outcome::Failed(e);
-            return Reconciled::done(report);
-        }
+}
+
+fn stage<P>(run: &Run<'_, P>, spoke: &SpokeConfig, stage: &'static str) {
+    run.opts.progress.emit(Step::Stage {
+        spoke: &spoke.name,
+        stage,
+    });
+}
+
+/// decide: what is committed and the probe, weighed by the rule table.
+fn decided(spoke: &SpokeConfig, seen: &Observation, policy: &Policy) -> Result<Reason, Outcome> {
+    if let Committed::Unreadable(e) = &seen.committed {
+        return Err(SpokeError::Read(e.clone()).into());
+    }
+    match decide::decide(spoke, &seen.observed(), policy) {
+        Decision::Healthy => Err(Outcome::Healthy),
+        Decision::Unreachable(e) => Err(SpokeError::Unreachable(e).into()),
+        Decision::Rotate(reason) => Ok(reason),
+    }
+}
+
+/// extract -> validate: the node's admin credential, proven against the live API.
+async fn extract<P>(run: &Run<'_, P>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
+    stage(run, spoke, "extract and validate");
+    let fresh = refresh::extract_and_validate(spoke, run.now, run.ctx.live_timeout).await?;
+    if let Ok(mut m) = run.ctx.verified.lock() {
+        m.insert(spoke.name.clone(), run.now);
+    }
+    Ok(fresh)
+}
+
+/// The credential about to be committed, and what goes with it.
+struct Candidate {
+    fresh: Fresh,
+    credential: RecordedCredential,
+    /// Direct mode: what to revoke once the hub has it.
+    revocation: Option<minted::Revocation>,
+    /// Minted this tick: the admin credential and the generation, until it is committed.
+    minted_now: Option<(SecretBytes, u64)>,
+    shortened: Option<crate::mint::Shortfall>,
+}
+
+/// [mint]: the hub's own credential, minted with the admin one just validated.
+async fn minted<P: Publish>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+    admin: Fresh,
+    reason: &mut Reason,
+    report: &mut SpokeReport,
+) -> Result<Candidate, Outcome> {
+    stage(run, spoke, "mint");
+    let landing = run.publish.landing();
+    let how = minted::Mint {
+        revoke: run.opts.revoke,
+        landing,
+        dry_run: run.opts.dry_run,
+        call: run.ctx.live_timeout,
+        sign: run.ctx.sign_timeout,
+        unsealable: match run.untrusted {
+            Some(u) => Some(SpokeError::Untrusted(u.error.clone())),
+            None => refresh::can_seal(spoke, run.sealing).err(),
+        },
     };
-    if opts.dry_run {
-        report.outcome = Outcome::WouldRotate;
-        return Reconciled::done(report);
+    let step = minted::step(
+        spoke,
+        admin,
+        &seen.committed,
+        reason,
+        &mut report.revoked,
+        &how,
+    )
+    .await;
+    report.reason = Some(reason.clone());
+    let (fresh, credential, admin, shortened) = match step? {
+        minted::Step::Minted {
+            fresh,
+            credential,
+            admin,
+            shortened,
+        } => (fresh, credential, admin, shortened),
+        minted::Step::Unchanged => return Err(Outcome::Unchanged),
+        minted::Step::WouldMint => return Err(Outcome::WouldRotate),
+    };
+    let had = seen.committed.recorded().map(|r| &r.credential);
+    let revocation = (landing == Landing::AtPush).then(|| minted::Revocation {
+        admin: admin.clone(),
+        below: credential.generation,
+        legacy_user: had.and_then(|h| h.user.clone()),
+        hub: spoke.credential.hub_id.clone(),
+        spoke: spoke.name.clone(),
+    });
+    Ok(Candidate {
+        fresh: *fresh,
+        minted_now: Some((admin, credential.generation)),
+        credential,
+        revocation,
+        shortened,
+    })
+}
+
+/// Extracted: the admin credential itself is what the hub gets.
+fn extracted<P: Publish>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+    fresh: Fresh,
+) -> Result<Candidate, SpokeError> {
+    if run.opts.revoke {
+        return Err(SpokeError::RevokeExtracted {
+            spoke: spoke.name.clone(),
+        });
     }
-    let message = commit_message(spoke, &reason, previous, &recorded, &fresh.live);
-    let content_sha256 = recorded.content_sha256;
-    Reconciled {
-        report,
-        proposal: Some(Proposal {
-            manifest,
-            message,
-            content_sha256,
-            sealing_sha256: sealing.fingerprint(),
-            revocation,
-        }),
+    let had = seen
+        .committed
+        .recorded()
+        .map(|r| r.credential.clone())
+        .unwrap_or_default();
+    // Back from minted: every minted generation goes once the hub has this one.
+    let lands_at_push = run.publish.landing() == Landing::AtPush;
+    let revocation = (had.mode == CredentialMode::Minted && lands_at_push && !run.opts.dry_run)
+        .then(|| minted::Revocation {
+            admin: fresh.yaml.clone(),
+            below: had.next_generation(),
+            legacy_user: had.user.clone(),
+            hub: spoke.credential.hub_id.clone(),
+            spoke: spoke.name.clone(),
+        });
+    Ok(Candidate {
+        fresh,
+        credential: RecordedCredential {
+            mode: CredentialMode::Extracted,
+            user: None,
+            generation: had.generation,
+        },
+        revocation,
+        minted_now: None,
+        shortened: None,
+    })
+}
+
+/// validate, for Flux: the ServiceAccounts its consumers impersonate with the credential.
+/// A generation minted for nothing is withdrawn.
+async fn impersonation<P>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    c: &Candidate,
+) -> Result<(), SpokeError> {
+    let hub = run.ctx.config.hub.as_ref();
+    let default_sa = hub.and_then(|h| h.flux_default_service_account.as_deref());
+    let needed = crate::hub::consumers::impersonated(spoke, run.listed, default_sa);
+    let checked = refresh::may_impersonate(&c.fresh, &needed, run.ctx.live_timeout).await;
+    if checked.is_err()
+        && let Some((admin, generation)) = &c.minted_now
+    {
+        minted::withdraw(spoke, admin, *generation, run.ctx.live_timeout).await;
     }
+    checked
+}
+
+/// What the annotations will record, and the report's view of the new credential.
+fn record<P>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    c: &Candidate,
+    report: &mut SpokeReport,
+) -> Recorded {
+    let fresh = &c.fresh;
+    let mut recorded = refresh::record(
+        spoke,
+        &fresh.kubeconfig,
+        fresh.content_sha256,
+        run.sealing,
+        run.now,
+    );
+    recorded.credential = c.credential.clone();
+    report.user = Some(fresh.live.username.clone());
+    let mut credential = CredentialReport::of(&recorded);
+    if c.credential.mode == CredentialMode::Extracted {
+        // Extracted: who it authenticated as.
+        credential.user = Some(fresh.live.username.clone());
+    }
+    credential.shortened = c.shortened.map(|s| s.to_string());
+    report.credential = Some(credential);
+    recorded
+}
+
+/// seal, unless the sealing key is untrusted or this is a dry run.
+fn seal<P>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    c: &Candidate,
+    recorded: &Recorded,
+) -> Result<String, Outcome> {
+    stage(run, spoke, "seal");
+    if let Some(u) = run.untrusted {
+        return Err(SpokeError::Untrusted(u.error.clone()).into());
+    }
+    let manifest = refresh::seal(spoke, &c.fresh.yaml, run.sealing, recorded)?;
+    if run.opts.dry_run {
+        return Err(Outcome::WouldRotate);
+    }
+    Ok(manifest)
 }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use super::decide::{self, Decision, Observed, Policy, Reason};
 use super::error::{ForgeFailure, PinError, ReviewError, SpokeError};
 use super::observe::Observation;
-use super::publish::{Finished, Publish};
+use super::publish::{Finished, Landing, Publish};
 use super::report::RepoFailure;
 use super::sealing::CERT_BRANCH;
 use super::state::Recorded;
@@ -311,8 +311,8 @@ impl Review {
 }
 
 impl Publish for Review {
-    fn reviews(&self) -> bool {
-        true
+    fn landing(&self) -> Landing {
+        Landing::AtMerge
     }
 
     async fn waiting(

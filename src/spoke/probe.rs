@@ -51,7 +51,7 @@ pub enum CaCheck {
     UnusableCa,
 }
 
-#[derive(Clone, Debug, thiserror::Error)]
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ProbeError {
     #[error("invalid API server URL {url:?}: {reason}")]
     InvalidUrl { url: String, reason: String },

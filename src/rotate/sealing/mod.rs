@@ -14,7 +14,7 @@ use time::OffsetDateTime;
 
 use super::Context;
 use super::error::PinError;
-use super::publish::Publish;
+use super::publish::{Landing, Publish};
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
@@ -184,7 +184,7 @@ async fn choose(
         match pin(ctx, pem.as_bytes(), &message, publish).await {
             Ok(commit) => renewed.commit = commit,
             // Review mode: the certificate's branch may be pushed already; seal to it.
-            Err(e) if publish.reviews() => {
+            Err(e) if publish.landing() == Landing::AtMerge => {
                 tracing::error!(error = %e, "cannot propose the renewed sealing certificate (sealing to it anyway)");
                 report.error = Some(format!("cannot propose the renewed certificate: {e}"));
             }
