@@ -154,7 +154,7 @@ impl HubReport {
 
 /// Waits for the SealedSecret holding `ciphertext` to be unsealed, asks each of
 /// `consumers` to reconcile, and waits for each one's Ready condition, all within
-/// `timeout`. With `reuse_pending` (a recheck of a spoke already requested for this
+/// `timeout`. With [`Ask::Again`] (a recheck of a spoke already requested for this
 /// commit) a consumer's standing requestedAt is waited for instead of a new one, so a
 /// run longer than one recheck is not restarted every tick.
 /// `root`: the Kustomization that applies the SealedSecret, whose failing source is
@@ -166,7 +166,7 @@ pub async fn verify(
     consumers: Result<Vec<Consumer>, Arc<HubError>>,
     root: Option<&Root>,
     timeout: Duration,
-    reuse_pending: bool,
+    ask: Ask,
 ) -> HubReport {
     let deadline = Instant::now() + timeout;
     let synced = wait_synced(hub, spoke, ciphertext, root, deadline, timeout).await;
@@ -200,11 +200,12 @@ pub async fn verify(
             });
             continue;
         }
-        let current = match reuse_pending || c.kind == Kind::HelmRelease {
+        let again = ask == Ask::Again;
+        let current = match again || c.kind == Kind::HelmRelease {
             true => hub.consumer(&c).await.ok().flatten(),
             false => None,
         };
-        if reuse_pending && let Some(at) = current.as_ref().and_then(reusable) {
+        if again && let Some(at) = current.as_ref().and_then(reusable) {
             requested.push((c, at, false));
             continue;
         }
@@ -295,17 +296,30 @@ fn elsewhere(spoke: &SpokeConfig, c: &Consumer) -> Option<Check> {
 /// How many spokes are verified at once (each polls its objects every POLL).
 const VERIFY_CONCURRENCY: usize = 16;
 
-/// Verifies every spoke committed in this tick (`committed`: index into `spokes`, and the
-/// manifest committed), concurrently; one report per entry of `committed`, in its order.
-/// `reuse_pending`: see [`verify`].
+/// How a verification asks the hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ask {
+    /// Just pushed: the root and every consumer are asked to reconcile now.
+    Now,
+    /// A recheck of a spoke asked before: the request made then is waited for again, not
+    /// replaced, and nothing is asked again.
+    Again,
+}
+
+/// A credential committed: its spoke, and the manifest committed.
+pub(crate) struct Committed<'a> {
+    pub spoke: &'a SpokeConfig,
+    pub manifest: &'a str,
+}
+
+/// Verifies every spoke in `committed`, concurrently; one report per entry, in its order.
 /// `listed`: the tick's listing of consumers; a namespace it could not list is listed again.
 pub(crate) async fn after_push(
     cfg: &HubConfig,
     hub: &Result<Hub, HubError>,
-    spokes: &[&SpokeConfig],
-    committed: &[(usize, String)],
+    committed: &[Committed<'_>],
     listed: &Listed,
-    reuse_pending: bool,
+    ask: Ask,
 ) -> Vec<HubReport> {
     if committed.is_empty() {
         return Vec::new();
@@ -314,7 +328,7 @@ pub(crate) async fn after_push(
     if let Ok(h) = hub {
         let missing = committed
             .iter()
-            .map(|(i, _)| spokes[*i])
+            .map(|c| c.spoke)
             .filter(|s| !matches!(listed.get(&s.secret.namespace), Some(Ok(_))));
         let again = h.list_consumers(missing, cfg.verify_timeout).await;
         listed.extend(again);
@@ -324,17 +338,17 @@ pub(crate) async fn after_push(
     let started = Instant::now();
     let roots = match hub {
         Ok(h) => {
-            let each = committed.iter().map(|(i, _)| spokes[*i]);
+            let each = committed.iter().map(|c| c.spoke);
             let at = rfc3339_nano(time::OffsetDateTime::now_utc());
-            let at = (!reuse_pending).then_some(at.as_str());
+            let at = (ask == Ask::Now).then_some(at.as_str());
             root::roots(h, each, at, started + cfg.verify_timeout).await
         }
         Err(_) => Default::default(),
     };
     let timeout = cfg.verify_timeout.saturating_sub(started.elapsed());
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
-    let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|(i, manifest)| {
-        let spoke = spokes[*i];
+    let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|c| {
+        let (spoke, manifest) = (c.spoke, c.manifest);
         let (listed, roots) = (&listed, &roots);
         async move {
             let hub = match hub {
@@ -355,16 +369,7 @@ pub(crate) async fn after_push(
                     .collect()
             });
             let root = roots.get(&spoke.name);
-            let mut report = verify(
-                hub,
-                spoke,
-                &ciphertext,
-                consumers,
-                root,
-                timeout,
-                reuse_pending,
-            )
-            .await;
+            let mut report = verify(hub, spoke, &ciphertext, consumers, root, timeout, ask).await;
             if report.synced.ok && report.list_error.is_none() {
                 report
                     .consumers
@@ -380,8 +385,8 @@ pub(crate) async fn after_push(
     .buffered(VERIFY_CONCURRENCY)
     .collect()
     .await;
-    for ((i, _), check) in committed.iter().zip(&checks) {
-        let spoke = &spokes[*i].name;
+    for (c, check) in committed.iter().zip(&checks) {
+        let spoke = &c.spoke.name;
         if check.unused() {
             tracing::warn!(%spoke, hub = %check.summary(), "hub: unsealed, but no Flux consumer uses the Secret");
         } else if check.ok() {

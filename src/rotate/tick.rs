@@ -12,9 +12,10 @@ use super::progress::Step;
 use super::publish::{Direct, Publish};
 use super::reconcile::{Reconciled, Run, policy, reconcile};
 use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
-use super::{Context, Options, minted, review, sealing};
+use super::{Context, Options, Proposal, review, sealing};
 use crate::config::SpokeConfig;
 use crate::hub::consumers::{self, Listed};
+use crate::hub::verify::{self, Ask, Committed, HubReport};
 use crate::hub::{Hub, HubError};
 
 /// One tick over the selected spokes.
@@ -63,19 +64,20 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
-    let mut results: Vec<(usize, Observation, Reconciled)> = {
+    let now = OffsetDateTime::now_utc();
+    let mut worked: Vec<(usize, Worked)> = {
         let run = Run {
             ctx,
             opts,
-            now: OffsetDateTime::now_utc(),
+            now,
             sealing: &sealing,
             untrusted: cert.untrusted.as_ref(),
             publish: &publish,
             listed: &listed,
         };
         let run = &run;
-        futures::stream::iter(spokes.iter().enumerate())
-            .map(|(i, spoke)| async move {
+        futures::stream::iter(spokes.iter().copied().enumerate())
+            .map(|(order, spoke)| async move {
                 opts.progress.emit(Step::Stage {
                     spoke: &spoke.name,
                     stage: "probe",
@@ -83,38 +85,24 @@ async fn run<P: Publish>(
                 let seen = observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await;
                 let done = reconcile(run, spoke, &seen, &policy(run, spoke, &seen)).await;
                 opts.progress.emit(Step::Done { spoke: &spoke.name });
-                (i, seen, done)
+                (order, Worked::new(spoke, seen, done))
             })
             .buffer_unordered(opts.concurrency.max(1))
             .collect()
             .await
     };
-    results.sort_by_key(|(i, _, _)| *i);
+    // Published in configuration order.
+    worked.sort_by_key(|(order, _)| *order);
+    let mut worked: Vec<Worked> = worked.into_iter().map(|(_, w)| w).collect();
 
     opts.progress.emit(Step::Fleet { stage: "commit" });
-    let mut reports = Vec::with_capacity(results.len());
-    let mut seen = Vec::with_capacity(results.len());
-    let mut sealed_now = Vec::new();
-    let mut revocations = Vec::new();
-    for (i, observed, done) in results {
-        let Reconciled {
-            mut report,
-            proposal,
-        } = done;
-        if proposal.is_some() {
-            warn_wrong_keys(spokes[i], &listed);
+    for w in &mut worked {
+        if w.proposal.is_some() {
+            warn_wrong_keys(w.spoke, &listed);
         }
         publish
-            .spoke(ctx, spokes[i], &mut report, proposal.as_ref(), opts)
+            .spoke(ctx, w.spoke, &mut w.report, w.proposal.as_ref(), opts)
             .await;
-        if let (Outcome::Rotated { .. }, Some(p)) = (&report.outcome, proposal) {
-            sealed_now.push((reports.len(), p.manifest));
-            if let Some(r) = p.revocation {
-                revocations.push((reports.len(), r));
-            }
-        }
-        reports.push(report);
-        seen.push(observed);
     }
     let published = publish.finish(ctx, opts).await;
     let pushed = published.pushed;
@@ -123,23 +111,46 @@ async fn run<P: Publish>(
         && !opts.dry_run
     {
         opts.progress.emit(Step::Fleet { stage: "hub" });
-        let tick = Pushed {
-            pushed,
-            sealed_now,
-            listed: &listed,
-        };
-        verify_on_hub(ctx, cfg, hub, &spokes, &mut reports, tick).await;
+        verify_on_hub(ctx, cfg, hub, &mut worked, pushed, &listed).await;
     }
     if pushed {
-        revoke_superseded(ctx, &mut reports, revocations).await;
+        revoke_superseded(ctx, &mut worked).await;
     }
+    let (spokes, seen) = worked.into_iter().map(|w| (w.report, w.seen)).unzip();
     TickReport {
-        spokes: reports,
+        spokes,
         pushed,
         repo_error,
         sealing: Some(cert.clone()),
         sealing_key: Some(sealing.clone()),
         seen,
+    }
+}
+
+/// One spoke through the tick: what was observed, its report, and what it proposed.
+struct Worked<'a> {
+    spoke: &'a SpokeConfig,
+    seen: Observation,
+    report: SpokeReport,
+    proposal: Option<Proposal>,
+}
+
+impl<'a> Worked<'a> {
+    fn new(spoke: &'a SpokeConfig, seen: Observation, done: Reconciled) -> Worked<'a> {
+        Worked {
+            spoke,
+            seen,
+            report: done.report,
+            proposal: done.proposal,
+        }
+    }
+
+    /// The manifest this tick committed, once published.
+    fn committed(&self) -> Option<&str> {
+        match (&self.report.outcome, &self.proposal) {
+            (Outcome::Rotated { .. }, Some(p)) => Some(&p.manifest),
+            _ => None,
+        }
     }
 }
 
@@ -151,66 +162,70 @@ fn warn_wrong_keys(spoke: &SpokeConfig, listed: &Listed) {
     }
 }
 
-/// What the tick published, for the hub's verification.
-struct Pushed<'a> {
-    pushed: bool,
-    /// Index into the spokes, and the manifest committed.
-    sealed_now: Vec<(usize, String)>,
-    listed: &'a Listed,
-}
-
 /// After a push, the credentials it carried; and, every tick, those the hub had not taken
 /// at the last look (briefly: they were already waited for once).
 async fn verify_on_hub(
     ctx: &Context,
     cfg: &crate::config::HubConfig,
     hub: &Result<Hub, HubError>,
-    spokes: &[&SpokeConfig],
-    reports: &mut [SpokeReport],
-    tick: Pushed<'_>,
+    worked: &mut [Worked<'_>],
+    pushed: bool,
+    listed: &Listed,
 ) {
     const RECHECK: Duration = Duration::from_secs(15);
-    let Pushed {
-        pushed,
-        sealed_now,
-        listed,
-    } = tick;
-    let fresh = if pushed { sealed_now } else { Vec::new() };
     let waiting = ctx
         .hub_unverified
         .lock()
         .map(|s| s.clone())
         .unwrap_or_default();
-    let mut again: Vec<(usize, String)> = Vec::new();
-    for (i, s) in spokes.iter().enumerate() {
-        if !waiting.contains(&s.name) || fresh.iter().any(|(j, _)| *j == i) || reports[i].failed() {
-            continue;
-        }
-        if let Ok(Some(bytes)) = ctx.repo.read(&s.output).await
-            && let Ok(text) = String::from_utf8(bytes)
-        {
-            again.push((i, text));
-        }
+    // Read again from the clone: what the hub should hold for a spoke it had not taken.
+    let mut again_manifests: Vec<Option<String>> = Vec::with_capacity(worked.len());
+    for w in worked.iter() {
+        let fresh = pushed && w.committed().is_some();
+        let recheck = waiting.contains(&w.spoke.name) && !fresh && !w.report.failed();
+        let text = match recheck {
+            true => match ctx.repo.read(&w.spoke.output).await {
+                Ok(Some(bytes)) => String::from_utf8(bytes).ok(),
+                _ => None,
+            },
+            false => None,
+        };
+        again_manifests.push(text);
     }
-    let checks = crate::hub::verify::after_push(cfg, hub, spokes, &fresh, listed, false).await;
-    for ((i, _), check) in fresh.iter().zip(checks) {
-        reports[*i].hub = Some(check);
-    }
+    let fresh: Vec<Committed> = worked
+        .iter()
+        .filter(|_| pushed)
+        .filter_map(|w| w.committed().map(|manifest| (w.spoke, manifest)))
+        .map(|(spoke, manifest)| Committed { spoke, manifest })
+        .collect();
+    let again: Vec<Committed> = worked
+        .iter()
+        .zip(&again_manifests)
+        .filter_map(|(w, text)| text.as_deref().map(|manifest| (w.spoke, manifest)))
+        .map(|(spoke, manifest)| Committed { spoke, manifest })
+        .collect();
+    let checks = verify::after_push(cfg, hub, &fresh, listed, Ask::Now).await;
     let brief = crate::config::HubConfig {
         verify_timeout: cfg.verify_timeout.min(RECHECK),
         ..cfg.clone()
     };
     // The request made when they were pushed is waited for again, not replaced.
-    let checks = crate::hub::verify::after_push(&brief, hub, spokes, &again, listed, true).await;
-    for ((i, _), check) in again.iter().zip(checks) {
-        reports[*i].hub = Some(check);
-    }
-    if let Ok(mut set) = ctx.hub_unverified.lock() {
-        for (i, _) in fresh.iter().chain(&again) {
-            match &reports[*i].hub {
-                Some(h) if h.ok() => set.remove(&reports[*i].spoke),
-                _ => set.insert(reports[*i].spoke.clone()),
+    let rechecks = verify::after_push(&brief, hub, &again, listed, Ask::Again).await;
+    let looked: Vec<(String, HubReport)> = fresh
+        .iter()
+        .chain(&again)
+        .map(|c| c.spoke.name.clone())
+        .zip(checks.into_iter().chain(rechecks))
+        .collect();
+    for (name, check) in looked {
+        if let Ok(mut set) = ctx.hub_unverified.lock() {
+            match check.ok() {
+                true => set.remove(&name),
+                false => set.insert(name.clone()),
             };
+        }
+        if let Some(w) = worked.iter_mut().find(|w| w.spoke.name == name) {
+            w.report.hub = Some(check);
         }
     }
 }
@@ -219,13 +234,15 @@ async fn verify_on_hub(
 /// hub unsealed it and its consumers are Ready, the older generations' bindings are
 /// deleted, so a leaked older credential stops working. Not verified: left to the next
 /// minted rotation, which deletes them the same way.
-async fn revoke_superseded(
-    ctx: &Context,
-    reports: &mut [SpokeReport],
-    revocations: Vec<(usize, minted::Revocation)>,
-) {
-    for (i, r) in revocations {
-        let report = &mut reports[i];
+async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
+    for w in worked {
+        let Some(r) = w.proposal.take().and_then(|p| p.revocation) else {
+            continue;
+        };
+        let report = &mut w.report;
+        if !matches!(report.outcome, Outcome::Rotated { .. }) {
+            continue;
+        }
         let verified = report.hub.as_ref().is_some_and(|h| h.ok());
         if ctx.config.hub.is_some() && !verified {
             continue;

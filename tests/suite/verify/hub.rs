@@ -1746,7 +1746,7 @@ async fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recheck_waits_for_the_pending_request() {
     use spokekeeper::hub::Hub;
-    use spokekeeper::hub::verify::verify;
+    use spokekeeper::hub::verify::{Ask, verify};
     use std::time::Duration;
     let l = lab(1, "  verify_timeout: 5s\n");
     l.hub.set_flux(Flux::Stalled);
@@ -1782,7 +1782,7 @@ async fn a_recheck_waits_for_the_pending_request() {
         Ok(vec![consumer]),
         None,
         Duration::from_secs(5),
-        true,
+        Ask::Again,
     )
     .await;
     assert!(again.ok(), "{again:?}");
