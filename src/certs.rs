@@ -22,7 +22,7 @@ pub enum CertError {
     #[error("PEM: {0}")]
     Pem(String),
     #[error("not base64: {0}")]
-    Base64(#[from] Base64Error),
+    Base64(Base64Error),
     #[error("no CERTIFICATE block found; expected PEM certificates")]
     NoCertificate,
     #[error("found a {0} block where only CERTIFICATE blocks belong")]
@@ -42,6 +42,12 @@ pub enum CertError {
     WeakSignature { subject: String },
     #[error("\"{subject}\" uses a signature algorithm spokekeeper cannot verify")]
     UnsupportedSignature { subject: String },
+}
+
+impl From<Base64Error> for CertError {
+    fn from(e: Base64Error) -> CertError {
+        CertError::Base64(e)
+    }
 }
 
 /// What spokekeeper records and shows about one certificate. Strings are escaped.

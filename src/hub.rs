@@ -151,7 +151,7 @@ impl Hub {
             Some(path) => {
                 let bad = |source| HubError::Kubeconfig {
                     path: path.clone(),
-                    source,
+                    error: source,
                 };
                 let kc = kube::config::Kubeconfig::read_from(path).map_err(bad)?;
                 kube::Config::from_custom_kubeconfig(kc, &Default::default())
@@ -216,7 +216,7 @@ impl Hub {
                 let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
                 let svc = svc.get(&c.name).await.map_err(|source| HubError::Service {
                     controller: self.controller(),
-                    source,
+                    error: source,
                 })?;
                 let version = version_label(&svc);
                 if let Ok(mut v) = self.controller_version.lock() {
@@ -243,9 +243,12 @@ impl Hub {
                 (kube::Error::Api(s), Some(p)) if s.code == 503 => HubError::PortName {
                     path,
                     port: p.clone(),
-                    source,
+                    error: source,
                 },
-                _ => HubError::Get { path, source },
+                _ => HubError::Get {
+                    path,
+                    error: source,
+                },
             })
     }
 
@@ -278,7 +281,7 @@ impl Hub {
             .body(Vec::new())?;
         let (status, body) = self.call(req).await.map_err(|source| HubError::Call {
             what: what.clone(),
-            source,
+            error: source,
         })?;
         if status == hyper::http::StatusCode::NOT_FOUND {
             return Ok(None);
@@ -287,7 +290,10 @@ impl Hub {
             return Err(consumers::refused(what, status, &body));
         }
         let obj: DynamicObject =
-            serde_json::from_slice(&body).map_err(|source| HubError::NotObject { what, source })?;
+            serde_json::from_slice(&body).map_err(|source| HubError::NotObject {
+                what,
+                error: source,
+            })?;
         Ok(Some(HubObject::from_dynamic(&obj)))
     }
 
@@ -350,7 +356,7 @@ impl Hub {
                 .body(patch.to_string().into_bytes())?;
             let (status, body) = self.call(req).await.map_err(|source| HubError::Call {
                 what: what.clone(),
-                source,
+                error: source,
             })?;
             if status.is_success() {
                 return Ok(());
@@ -372,7 +378,10 @@ impl Hub {
         match self.client.request::<APIResourceList>(req).await {
             Ok(list) => Ok(list.resources.iter().any(|r| r.name == ar.plural)),
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(false),
-            Err(source) => Err(HubError::Get { path, source }),
+            Err(source) => Err(HubError::Get {
+                path,
+                error: source,
+            }),
         }
     }
 

@@ -59,9 +59,9 @@ pub enum KubeconfigError {
         fix: &'static str,
     },
     #[error(
-        "{field}: {source}. Fix: read the kubeconfig again from the node; if it persists, regenerate it there"
+        "{field}: {error}. Fix: read the kubeconfig again from the node; if it persists, regenerate it there"
     )]
-    Certificate { field: String, source: CertError },
+    Certificate { field: String, error: CertError },
     #[error(
         "{field}: \"{subject}\" expired at {not_after}. Fix: renew it on the spoke (k3s/RKE2: restart the server; kubeadm: kubeadm certs renew admin.conf)"
     )]

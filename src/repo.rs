@@ -43,11 +43,8 @@ pub enum RepoError {
     Spawn(std::io::Error),
     #[error("another spokekeeper run holds {0}: wait for it to finish")]
     Locked(String),
-    #[error("{path}: {source}")]
-    Io {
-        path: String,
-        source: std::io::Error,
-    },
+    #[error("{path}: {error}")]
+    Io { path: String, error: std::io::Error },
     #[error("refusing to commit {file}: the staged change contains {what}; nothing was committed")]
     Plaintext { file: String, what: &'static str },
     #[error(
@@ -608,7 +605,7 @@ impl Repo {
     fn io(&self, path: &Path, source: std::io::Error) -> RepoError {
         RepoError::Io {
             path: path.display().to_string(),
-            source,
+            error: source,
         }
     }
 }

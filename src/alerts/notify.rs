@@ -68,9 +68,9 @@ pub struct SinkError {
 #[derive(Debug, thiserror::Error)]
 pub enum NotifyError {
     #[error("cannot set up TLS for alert sinks: {0}")]
-    Tls(#[source] rustls::Error),
+    Tls(rustls::Error),
     #[error("cannot set up the alert HTTP client: {}", chain(.0))]
-    Client(#[source] reqwest::Error),
+    Client(reqwest::Error),
 }
 
 /// The sinks and what each was last told: hold one across ticks.

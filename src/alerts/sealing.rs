@@ -33,7 +33,7 @@ impl SealingCert {
         let source = path.display().to_string();
         let pem = crate::fsutil::read_under(path, clone).map_err(|e| SealingCertError::Read {
             path: path.to_path_buf(),
-            source: e,
+            error: e,
         })?;
         match SealingKey::from_pem(&pem, &source, now) {
             Ok(key) => Ok(Self::from_key(&key, &source)),
@@ -49,10 +49,10 @@ impl SealingCert {
 /// sealing.cert cannot be graded.
 #[derive(Debug, thiserror::Error)]
 pub enum SealingCertError {
-    #[error("cannot read sealing.cert {}: {source} (fix the path in the configuration)", path.display())]
+    #[error("cannot read sealing.cert {}: {error} (fix the path in the configuration)", path.display())]
     Read {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("sealing.cert: {0}")]
     Key(KeyError),

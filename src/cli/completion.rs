@@ -36,7 +36,7 @@ pub(super) fn completion(args: &CompletionArgs) -> ExitCode {
 pub(super) fn man() -> ExitCode {
     let mut page = Vec::new();
     if let Err(e) = clap_mangen::Man::new(Cli::command()).render(&mut page) {
-        return fail("man", &format!("cannot render the manual page: {e}"));
+        return fail("man", format!("cannot render the manual page: {e}"));
     }
     super::out(&String::from_utf8_lossy(&page));
     ExitCode::SUCCESS

@@ -79,7 +79,7 @@ pub(super) fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
         if let Err(e) = crate::fsutil::write_atomic(config_path, TEMPLATE.as_bytes()) {
             return fail(
                 "init",
-                &format!("cannot write {}: {e}", config_path.display()),
+                format!("cannot write {}: {e}", config_path.display()),
             );
         }
         eprintln!(

@@ -30,7 +30,7 @@ pub(super) fn run(args: &InspectArgs, format: Option<Format>) -> ExitCode {
     let (input, size) = match read_capped(path) {
         Ok(read) => read,
         Err(err) => {
-            super::report(&format!("cannot read {name}"), &err);
+            eprintln!("error: cannot read {name}: {}", super::Chain(&err));
             eprintln!("  fix: check the path and that this user may read it (`-` reads stdin)");
             return ExitCode::from(2);
         }

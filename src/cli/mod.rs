@@ -171,24 +171,21 @@ pub fn main() -> ExitCode {
     }
 }
 
-/// Prints an error chain to stderr: the error, then one line per cause the text printed
-/// so far does not already say (most errors here quote their cause).
-pub(crate) fn report(context: &str, err: &dyn std::error::Error) {
-    eprint!("{}", chain(&format!("error: {context}: {err}"), err));
-}
+/// How every error is printed: its message, then one line per cause it wraps. An error
+/// either wraps its cause or says it, never both (docs/ARCHITECTURE.md; the suite's
+/// docs::errors test holds it), so nothing is printed twice.
+pub(crate) struct Chain<'a>(pub &'a dyn std::error::Error);
 
-/// `first`, then each of `err`'s causes not already in the text, one line each.
-fn chain(first: &str, err: &dyn std::error::Error) -> String {
-    let mut text = format!("{first}\n");
-    let mut source = err.source();
-    while let Some(cause) = source {
-        let said = cause.to_string();
-        if !text.contains(&said) {
-            text.push_str(&format!("  caused by: {said}\n"));
+impl std::fmt::Display for Chain<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut source = self.0.source();
+        while let Some(cause) = source {
+            write!(f, "\n  caused by: {cause}")?;
+            source = cause.source();
         }
-        source = cause.source();
+        Ok(())
     }
-    text
 }
 
 /// Logs to stderr; `SPOKEKEEPER_LOG` (e.g. `debug`, `spokekeeper=trace`) overrides the
@@ -214,17 +211,9 @@ pub fn out(text: &str) {
         .and_then(|()| stdout.flush());
 }
 
-/// Prints a command's error to stderr and returns the failure exit code.
-pub(crate) fn fail(command: &str, message: &str) -> ExitCode {
+/// Prints a command's error to stderr and returns the failure exit code: a message that
+/// says its cause, or an error as a [`Chain`].
+pub(crate) fn fail(command: &str, message: impl std::fmt::Display) -> ExitCode {
     eprintln!("spokekeeper {command}: error: {message}");
-    ExitCode::FAILURE
-}
-
-/// [`fail`] for an error value: its message, then each cause it does not already say.
-pub(crate) fn fail_with(command: &str, err: &dyn std::error::Error) -> ExitCode {
-    eprint!(
-        "{}",
-        chain(&format!("spokekeeper {command}: error: {err}"), err)
-    );
     ExitCode::FAILURE
 }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::rotate::{print_report, run_tick};
-use super::{Format, fail, fail_with};
+use super::{Chain, Format, fail};
 use crate::config::{Config, CredentialMode};
 use crate::rotate::{Options, Outcome, Reason, TickReport};
 
@@ -18,12 +18,12 @@ pub struct RevokeArgs {
 pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
     let config = match Config::load(config_path) {
         Ok(c) => c,
-        Err(e) => return fail("revoke", &e.to_string()),
+        Err(e) => return fail("revoke", Chain(&e)),
     };
     let Some(spoke) = config.spokes.iter().find(|s| s.name == args.spoke) else {
         return fail(
             "revoke",
-            &format!(
+            format!(
                 "no spoke named {:?} in {}",
                 args.spoke,
                 config_path.display()
@@ -33,7 +33,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
     if spoke.credential.mode != CredentialMode::Minted {
         return fail(
             "revoke",
-            &format!(
+            format!(
                 "{} uses credential.mode: extracted (the node's admin kubeconfig, which cannot be revoked): set credential.mode: minted and rotate",
                 spoke.name
             ),
@@ -45,7 +45,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail("revoke", &format!("cannot start the runtime: {e}")),
+        Err(e) => return fail("revoke", format!("cannot start the runtime: {e}")),
     };
     let opts = Options {
         revoke: true,
@@ -55,7 +55,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
     };
     let report = match runtime.block_on(run_tick(config, &opts)) {
         Ok(r) => r,
-        Err(e) => return fail_with("revoke", &e),
+        Err(e) => return fail("revoke", Chain(&e)),
     };
     let format = format.unwrap_or(Format::Table);
     print_report(&report, format);

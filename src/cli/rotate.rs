@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::ExitCode;
 
-use super::{Format, fail, fail_with, out};
+use super::{Chain, Format, fail, out};
 use crate::config::Config;
 use crate::repo::{Repo, RepoError};
 use crate::rotate::{self, Context, Options, Outcome, TickReport};
@@ -30,13 +30,13 @@ pub struct RotateArgs {
 pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
     let config = match Config::load(config_path) {
         Ok(c) => c,
-        Err(e) => return fail("rotate", &e.to_string()),
+        Err(e) => return fail("rotate", Chain(&e)),
     };
     if args.spokes.is_empty() && !args.all {
         let names: Vec<&str> = config.spokes.iter().map(|s| s.name.as_str()).collect();
         return fail(
             "rotate",
-            &format!(
+            format!(
                 "name the spokes to rotate ({}), or pass --all",
                 names.join(", ")
             ),
@@ -49,7 +49,7 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
     {
         return fail(
             "rotate",
-            &format!("no spoke named {unknown:?} in {}", config_path.display()),
+            format!("no spoke named {unknown:?} in {}", config_path.display()),
         );
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -57,7 +57,7 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail("rotate", &format!("cannot start the runtime: {e}")),
+        Err(e) => return fail("rotate", format!("cannot start the runtime: {e}")),
     };
     let format = format.unwrap_or(Format::Table);
     let shown = super::progress::on_terminal(format == Format::Table);
@@ -76,7 +76,7 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
     }
     let report = match result {
         Ok(r) => r,
-        Err(e) => return fail_with("rotate", &e),
+        Err(e) => return fail("rotate", Chain(&e)),
     };
     print_report(&report, format);
     if report.ok() && report.hub_ok() {
@@ -92,7 +92,7 @@ pub(crate) enum RunTickError {
     #[error(transparent)]
     Sealing(#[from] crate::hub::cert::StartKeyError),
     #[error("repo.path: {0}")]
-    Repo(#[source] RepoError),
+    Repo(RepoError),
     /// The tick's context refused the configuration (its message names the setting).
     #[error(transparent)]
     Context(crate::rotate::DemoKey),

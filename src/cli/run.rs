@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use super::{fail, fail_with};
+use super::{Chain, fail};
 use crate::config::Span;
 use crate::daemon::{self, LeaderElection, lease};
 
@@ -46,11 +46,11 @@ pub(super) fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
             .map_or_else(lease::default_namespace, Ok)
         {
             Ok(ns) => ns,
-            Err(e) => return fail_with("run", &e),
+            Err(e) => return fail("run", Chain(&e)),
         };
         let identity = match lease::default_identity() {
             Ok(id) => id,
-            Err(e) => return fail_with("run", &e),
+            Err(e) => return fail("run", Chain(&e)),
         };
         Some(LeaderElection {
             namespace,
@@ -75,13 +75,13 @@ pub(super) fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail("run", &format!("cannot start the runtime: {e}")),
+        Err(e) => return fail("run", format!("cannot start the runtime: {e}")),
     };
     let result = runtime.block_on(daemon::run(opts));
     // Whatever is still running (an ssh being killed) must not hold up the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail_with("run", &e),
+        Err(e) => fail("run", Chain(&e)),
     }
 }

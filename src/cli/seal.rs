@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use base64::Engine;
 use time::OffsetDateTime;
 
-use super::{Format, fail_with};
+use super::{Chain, Format, fail};
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::seal::crypto::SealError;
 use crate::seal::manifest::MAX_MANIFEST_BYTES;
@@ -21,18 +21,10 @@ use crate::secret::SecretBytes;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SealCliError {
     /// `what`: the flag and path (`--cert keys/cert.pem`), a path, or `stdin`.
-    #[error("cannot read {what}: {source}")]
-    Read {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("cannot write {what}: {source}")]
-    Write {
-        what: String,
-        #[source]
-        source: std::io::Error,
-    },
+    #[error("cannot read {what}: {error}")]
+    Read { what: String, error: std::io::Error },
+    #[error("cannot write {what}: {error}")]
+    Write { what: String, error: std::io::Error },
     #[error("{what} is over the {MAX_MANIFEST_BYTES}-byte limit")]
     TooLarge { what: String },
     #[error(transparent)]
@@ -69,17 +61,16 @@ pub(crate) enum SealCliError {
     #[error(transparent)]
     Manifest(#[from] ManifestError),
     /// A manifest read from `input` (a path or `stdin`).
-    #[error("{input}: {source}")]
-    Input {
-        input: String,
-        #[source]
-        source: ManifestError,
-    },
+    #[error("{input}: {error}")]
+    Input { input: String, error: ManifestError },
 }
 
 fn input(input: impl Into<String>) -> impl FnOnce(ManifestError) -> SealCliError {
     let input = input.into();
-    move |source| SealCliError::Input { input, source }
+    move |source| SealCliError::Input {
+        input,
+        error: source,
+    }
 }
 
 #[derive(Debug, clap::Args)]
@@ -125,14 +116,14 @@ pub struct UnsealArgs {
 pub(super) fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
     match try_seal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail_with("seal", &e),
+        Err(e) => fail("seal", Chain(&e)),
     }
 }
 
 fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError> {
     let cert = std::fs::read(&args.cert).map_err(|source| SealCliError::Read {
         what: format!("--cert {}", args.cert.display()),
-        source,
+        error: source,
     })?;
     let key = SealingKey::from_pem(
         &cert,
@@ -218,7 +209,7 @@ fn merge_into(
     let shown = path.display().to_string();
     let existing = std::fs::read(path).map_err(|source| SealCliError::Read {
         what: format!("--merge-into {shown}"),
-        source,
+        error: source,
     })?;
     let mut sealed = SealedSecret::parse(&existing).map_err(input(shown.as_str()))?;
     if let Some(given) = scope.filter(|s| *s != sealed.scope()) {
@@ -237,14 +228,14 @@ fn merge_into(
     };
     crate::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| SealCliError::Write {
         what: shown,
-        source,
+        error: source,
     })
 }
 
 pub(super) fn unseal(args: &UnsealArgs, format: Option<Format>) -> ExitCode {
     match try_unseal(args, format) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => fail_with("unseal", &e),
+        Err(e) => fail("unseal", Chain(&e)),
     }
 }
 
@@ -258,7 +249,7 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
         let bytes =
             SecretBytes::from(std::fs::read(path).map_err(|source| SealCliError::Read {
                 what: format!("--recovery-key {}", path.display()),
-                source,
+                error: source,
             })?);
         keys.extend(RecoveryKey::load_all(
             bytes.expose(),
@@ -291,7 +282,7 @@ fn read_limited(path: Option<&Path>) -> Result<SecretBytes, SealCliError> {
         Some(p) => (
             Box::new(std::fs::File::open(p).map_err(|source| SealCliError::Read {
                 what: p.display().to_string(),
-                source,
+                error: source,
             })?),
             p.display().to_string(),
         ),
@@ -304,7 +295,7 @@ fn read_limited(path: Option<&Path>) -> Result<SecretBytes, SealCliError> {
             .read(chunk.as_mut())
             .map_err(|source| SealCliError::Read {
                 what: shown.clone(),
-                source,
+                error: source,
             })?;
         if n == 0 {
             return Ok(buf);
@@ -321,6 +312,6 @@ fn write_stdout(bytes: &[u8]) -> Result<(), SealCliError> {
         .and_then(|_| out.flush())
         .map_err(|source| SealCliError::Write {
             what: "stdout".into(),
-            source,
+            error: source,
         })
 }

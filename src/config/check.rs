@@ -78,7 +78,7 @@ pub(crate) enum BadValue {
     #[error("{0:?} is not a Secret data key: letters, digits, '-', '.' and '_' (e.g. value)")]
     SecretKey(String),
     #[error("{0:?} is not a URL ({1}): {API_SERVER_FIX}")]
-    ApiServerNotUrl(String, #[source] url::ParseError),
+    ApiServerNotUrl(String, url::ParseError),
     #[error("{0:?} must be an https:// URL with a host: {API_SERVER_FIX}")]
     ApiServerNotHttps(String),
     #[error("{0:?} has port 0: {API_SERVER_FIX}")]

@@ -17,12 +17,9 @@ pub enum SigningKeyError {
     )]
     Missing { path: String },
     #[error(
-        "repo.signing_key {path} cannot be read: {source} (spokekeeper's user must be able to read it)"
+        "repo.signing_key {path} cannot be read: {error} (spokekeeper's user must be able to read it)"
     )]
-    Unreadable {
-        path: String,
-        source: std::io::Error,
-    },
+    Unreadable { path: String, error: std::io::Error },
     #[error(
         "repo.signing_key {path} has a passphrase: spokekeeper signs unattended; remove it (ssh-keygen -p -N '' -f {path}) or create a key without one ({KEYGEN})"
     )]
@@ -34,9 +31,9 @@ pub enum SigningKeyError {
     )]
     NotAKey { path: String, detail: String },
     #[error(
-        "cannot write the allowed-signers file for repo.signing_key in {dir}: {source} (the temporary directory, TMPDIR, must be writable)"
+        "cannot write the allowed-signers file for repo.signing_key in {dir}: {error} (the temporary directory, TMPDIR, must be writable)"
     )]
-    AllowedSigners { dir: String, source: std::io::Error },
+    AllowedSigners { dir: String, error: std::io::Error },
     #[error("cannot run ssh-keygen to read repo.signing_key: {0} (install openssh-client)")]
     Spawn(std::io::Error),
 }
@@ -59,7 +56,7 @@ pub fn public_key(path: &Path) -> Result<String, SigningKeyError> {
         Err(source) => {
             return Err(SigningKeyError::Unreadable {
                 path: shown,
-                source,
+                error: source,
             });
         }
     }

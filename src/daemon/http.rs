@@ -193,19 +193,19 @@ pub(crate) enum NotReady {
 /// The metrics and health address cannot be listened on.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot listen on {addr} for /metrics, /healthz and /readyz: {source} (set metrics.listen in the config, or pass --listen ADDR)"
+    "cannot listen on {addr} for /metrics, /healthz and /readyz: {error} (set metrics.listen in the config, or pass --listen ADDR)"
 )]
 pub struct BindError {
     addr: SocketAddr,
-    #[source]
-    source: std::io::Error,
+    error: std::io::Error,
 }
 
 /// Binds `addr`; the error says which address and how to pick another.
 pub async fn bind(addr: SocketAddr) -> Result<TcpListener, BindError> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|source| BindError { addr, source })
+    TcpListener::bind(addr).await.map_err(|source| BindError {
+        addr,
+        error: source,
+    })
 }
 
 #[cfg(test)]

@@ -66,14 +66,13 @@ pub enum Observed {
 
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "cannot {op} lease {namespace}/{name}: {source} (check --lease-namespace and that the service account may get, create and update leases.coordination.k8s.io there)"
+    "cannot {op} lease {namespace}/{name}: {error} (check --lease-namespace and that the service account may get, create and update leases.coordination.k8s.io there)"
 )]
 pub struct LeaseError {
     op: &'static str,
     namespace: String,
     name: String,
-    #[source]
-    source: kube::Error,
+    error: kube::Error,
 }
 
 pub struct LeaseLock {
@@ -238,12 +237,12 @@ impl LeaseLock {
         i32::try_from(self.duration.as_secs().max(1)).unwrap_or(i32::MAX)
     }
 
-    fn err(&self, op: &'static str, source: kube::Error) -> LeaseError {
+    fn err(&self, op: &'static str, error: kube::Error) -> LeaseError {
         LeaseError {
             op,
             namespace: self.namespace.clone(),
             name: self.name.clone(),
-            source,
+            error,
         }
     }
 }
@@ -402,7 +401,7 @@ pub(crate) enum IdentityError {
     #[error(
         "no identity for leader election: no random suffix for the host name ({0}): set POD_NAME"
     )]
-    NoRandom(#[source] getrandom::Error),
+    NoRandom(getrandom::Error),
 }
 
 /// Not in a pod and no namespace given.

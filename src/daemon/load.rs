@@ -28,24 +28,12 @@ pub enum LoadError {
     Config(#[from] ConfigError),
     #[error(transparent)]
     Interval(ScheduleError),
-    #[error("{}: {source}", path.display())]
-    Schedule {
-        path: PathBuf,
-        #[source]
-        source: ScheduleError,
-    },
-    #[error("{}: {source}", path.display())]
-    Sealing {
-        path: PathBuf,
-        #[source]
-        source: StartKeyError,
-    },
-    #[error("{}: repo.path: {source}", path.display())]
-    Repo {
-        path: PathBuf,
-        #[source]
-        source: RepoError,
-    },
+    #[error("{}: {error}", path.display())]
+    Schedule { path: PathBuf, error: ScheduleError },
+    #[error("{}: {error}", path.display())]
+    Sealing { path: PathBuf, error: StartKeyError },
+    #[error("{}: repo.path: {error}", path.display())]
+    Repo { path: PathBuf, error: RepoError },
     /// The tick's context refused the configuration (its message names the setting).
     #[error(transparent)]
     Context(crate::rotate::DemoKey),
@@ -59,7 +47,7 @@ pub async fn load(path: &Path, interval: Option<Duration>) -> Result<Loaded, Loa
         Some(every) => Schedule::every(every).map_err(LoadError::Interval)?,
         None => Schedule::cron(&config.schedule).map_err(|source| LoadError::Schedule {
             path: path.to_path_buf(),
-            source,
+            error: source,
         })?,
     };
     let sealing =
@@ -67,13 +55,13 @@ pub async fn load(path: &Path, interval: Option<Duration>) -> Result<Loaded, Loa
             .await
             .map_err(|source| LoadError::Sealing {
                 path: path.to_path_buf(),
-                source,
+                error: source,
             })?;
     let repo = Repo::open(&config.repo)
         .await
         .map_err(|source| LoadError::Repo {
             path: path.to_path_buf(),
-            source,
+            error: source,
         })?;
     let context = Context::new(config, sealing, repo).map_err(LoadError::Context)?;
     Ok(Loaded {

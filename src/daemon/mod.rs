@@ -68,10 +68,10 @@ pub enum DaemonError {
     #[error(
         "--leader-elect: cannot build a client for the hub's API: {0} (run in a pod with a service account, or set KUBECONFIG)"
     )]
-    LeaseClient(#[source] kube::Error),
+    LeaseClient(kube::Error),
     /// The alert client (alerts' `NotifyError`, which `alerts` does not re-export yet).
     #[error("alerts: {0}")]
-    Alerts(#[source] Box<dyn std::error::Error + Send + Sync>),
+    Alerts(Box<dyn std::error::Error + Send + Sync>),
 }
 
 impl From<LoadError> for DaemonError {
@@ -206,8 +206,9 @@ impl Leadership {
         let tenure = Arc::new(std::sync::Mutex::new(None));
         let until = tenure.clone();
         let gate = crate::rotate::Gate::new(move || {
-            let lead_until = until.lock().map_err(|_| "poisoned".to_string())?;
-            lease::may_act(*lead_until, tokio::time::Instant::now()).map_err(|e| e.to_string())
+            // A poisoned record of the tenure says nothing: not held.
+            let lead_until = until.lock().map_err(|_| lease::ActError::NotHeld)?;
+            lease::may_act(*lead_until, tokio::time::Instant::now())
         });
         let on_round = move |round: lease::Round| {
             health.election_round(round.answered, SystemTime::now());

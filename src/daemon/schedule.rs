@@ -11,12 +11,11 @@ use chrono::{DateTime, Utc};
 #[derive(Debug, thiserror::Error)]
 pub enum ScheduleError {
     #[error(
-        "schedule {expr:?} is not a cron expression ({source}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"
+        "schedule {expr:?} is not a cron expression ({error}): use 5 fields like \"*/15 * * * *\", or @hourly, @daily"
     )]
     NotCron {
         expr: String,
-        #[source]
-        source: croner::errors::CronError,
+        error: croner::errors::CronError,
     },
     #[error("schedule {expr:?} never fires: check day and month")]
     NeverFires { expr: String },
@@ -40,7 +39,7 @@ impl Schedule {
     pub(crate) fn cron(expr: &str) -> Result<Schedule, ScheduleError> {
         let cron = croner::Cron::from_str(expr).map_err(|source| ScheduleError::NotCron {
             expr: expr.to_string(),
-            source,
+            error: source,
         })?;
         // Refuse expressions that never fire (e.g. February 30th) now, not at the first tick.
         let schedule = Schedule::Cron {

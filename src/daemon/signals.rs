@@ -9,11 +9,10 @@ pub(crate) enum Sig {
 
 /// A signal handler that cannot be installed.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot handle {name}: {source}")]
+#[error("cannot handle {name}: {error}")]
 pub struct SignalError {
     name: &'static str,
-    #[source]
-    source: std::io::Error,
+    error: std::io::Error,
 }
 
 pub(crate) struct Signals {
@@ -26,7 +25,10 @@ impl Signals {
     /// Install early: until then SIGHUP's default action ends the process.
     pub(super) fn new() -> Result<Signals, SignalError> {
         let install = |kind: SignalKind, name: &'static str| {
-            signal(kind).map_err(|source| SignalError { name, source })
+            signal(kind).map_err(|source| SignalError {
+                name,
+                error: source,
+            })
         };
         Ok(Signals {
             term: install(SignalKind::terminate(), "SIGTERM")?,

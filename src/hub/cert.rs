@@ -96,14 +96,13 @@ pub(crate) async fn fetch(hub: &Hub) -> Result<(String, Option<String>), HubErro
 #[derive(Debug, thiserror::Error)]
 pub enum PinnedError {
     #[error("sealing.cert: {0}")]
-    Key(#[source] KeyError),
+    Key(KeyError),
     #[error("sealing.cert {} does not exist yet", path.display())]
     Missing { path: PathBuf },
-    #[error("cannot read sealing.cert {}: {source}", path.display())]
+    #[error("cannot read sealing.cert {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        #[source]
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -114,22 +113,20 @@ pub enum StartKeyError {
     #[error(transparent)]
     Pinned(PinnedError),
     #[error(
-        "{pinned}, and the hub cannot give it: {source} (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
+        "{pinned}, and the hub cannot give it: {error} (fix hub:, or pin it by hand: kubeseal --fetch-cert > {})",
         path.display()
     )]
     Unfetched {
         pinned: PinnedError,
         path: PathBuf,
-        #[source]
-        source: HubError,
+        error: HubError,
     },
     /// `served` names what the hub gave: the controller's certificate, and where.
-    #[error("{pinned}, and {served}: {source}")]
+    #[error("{pinned}, and {served}: {error}")]
     Refused {
         pinned: PinnedError,
         served: String,
-        #[source]
-        source: KeyError,
+        error: KeyError,
     },
 }
 
@@ -149,7 +146,7 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Start
         }
         Err(source) => Err(PinnedError::Read {
             path: path.clone(),
-            source,
+            error: source,
         }),
     };
     let (pinned_error, cfg) = match (pinned, &config.hub) {
@@ -171,7 +168,7 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Start
             return Err(StartKeyError::Unfetched {
                 pinned: pinned_error,
                 path: path.clone(),
-                source,
+                error: source,
             });
         }
     };
@@ -181,7 +178,7 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Start
             return Err(StartKeyError::Refused {
                 pinned: pinned_error,
                 served,
-                source,
+                error: source,
             });
         }
     };

@@ -357,7 +357,7 @@ impl Hub {
             .list(&lp)
             .map_err(|source| HubError::ListRequest {
                 what: what.clone(),
-                source,
+                error: source,
             })?
             .map(kube::client::Body::from);
         let what = format!("list {what}");
@@ -380,7 +380,7 @@ impl Hub {
             }))
             .map_err(|source| HubError::Call {
                 what: what.clone(),
-                source,
+                error: source,
             })?;
         if status == hyper::http::StatusCode::NOT_FOUND {
             // The kind is not served (Flux installed without helm-controller, say): a
@@ -397,7 +397,10 @@ impl Hub {
         if !status.is_success() {
             return Err(refused(what, status, &body));
         }
-        serde_json::from_slice(&body).map_err(|source| HubError::NotList { what, source })
+        serde_json::from_slice(&body).map_err(|source| HubError::NotList {
+            what,
+            error: source,
+        })
     }
 }
 

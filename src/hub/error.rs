@@ -17,55 +17,43 @@ pub enum CallError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HubError {
-    #[error("hub.kubeconfig {}: {source}", path.display())]
+    #[error("hub.kubeconfig {}: {error}", path.display())]
     Kubeconfig {
         path: PathBuf,
-        #[source]
-        source: kube::config::KubeconfigError,
+        error: kube::config::KubeconfigError,
     },
     #[error("no hub API configuration ({0}): set hub.kubeconfig, or run in the hub cluster")]
-    NoConfig(#[source] kube::config::InferConfigError),
+    NoConfig(kube::config::InferConfigError),
     #[error("hub API client: {0}")]
-    Client(#[source] kube::Error),
+    Client(kube::Error),
     #[error(
-        "service {controller}: {source} (hub.controller names the Sealed Secrets controller's Service)"
+        "service {controller}: {error} (hub.controller names the Sealed Secrets controller's Service)"
     )]
     Service {
         controller: String,
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
     #[error("service {controller} has no ports: set hub.controller.port")]
     NoPorts { controller: String },
     #[error(transparent)]
     Request(#[from] hyper::http::Error),
     #[error(
-        "GET {path}: {source} (is {port:?} the name of the Service's port? upstream controller.yaml leaves it unnamed: set hub.controller.port to \"\" or 8080, or leave it out)"
+        "GET {path}: {error} (is {port:?} the name of the Service's port? upstream controller.yaml leaves it unnamed: set hub.controller.port to \"\" or 8080, or leave it out)"
     )]
     PortName {
         path: String,
         port: String,
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
-    #[error("GET {path}: {source}")]
-    Get {
-        path: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error("GET {path}: {error}")]
+    Get { path: String, error: kube::Error },
     /// `what` is the object or list asked for, e.g. `sealedsecrets flux-system/dev`.
-    #[error("{what}: {source}")]
-    Call {
-        what: String,
-        #[source]
-        source: CallError,
-    },
-    #[error("{what}: {source}")]
+    #[error("{what}: {error}")]
+    Call { what: String, error: CallError },
+    #[error("{what}: {error}")]
     ListRequest {
         what: String,
-        #[source]
-        source: kube::core::request::Error,
+        error: kube::core::request::Error,
     },
     /// A failed call's answer: `answer` is its status line and message, bounded.
     #[error("{what}: {answer}")]
@@ -74,17 +62,15 @@ pub enum HubError {
         status: u16,
         answer: String,
     },
-    #[error("{what}: not an object: {source}")]
+    #[error("{what}: not an object: {error}")]
     NotObject {
         what: String,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
-    #[error("{what}: not a list: {source}")]
+    #[error("{what}: not a list: {error}")]
     NotList {
         what: String,
-        #[source]
-        source: serde_json::Error,
+        error: serde_json::Error,
     },
     #[error("{plural} in {namespace}: more than {max} objects, not all read")]
     TooMany {

@@ -303,7 +303,7 @@ fn assess_cluster(cluster: &Named<RawCluster>, a: &mut Assessment) {
         }),
         Some(data) => match certificates(data.as_bytes()) {
             Ok(ca) => a.ca = ca,
-            Err(source) => a.problems.push(KubeconfigError::Certificate { field: field("certificate-authority-data"), source }),
+            Err(source) => a.problems.push(KubeconfigError::Certificate { field: field("certificate-authority-data"), error: source }),
         },
     }
 }
@@ -332,7 +332,7 @@ fn assess_user(user: &Named<RawUser>, a: &mut Assessment) {
             Ok(chain) => a.client = chain,
             Err(source) => a.problems.push(KubeconfigError::Certificate {
                 field: field("client-certificate-data"),
-                source,
+                error: source,
             }),
         }
     }
@@ -344,7 +344,7 @@ fn assess_user(user: &Named<RawUser>, a: &mut Assessment) {
             Ok(key) => a.key = Some(key),
             Err(source) => a.problems.push(KubeconfigError::Certificate {
                 field: field("client-key-data"),
-                source,
+                error: source,
             }),
         }
     }
@@ -396,14 +396,14 @@ fn check_client_chain(field: &dyn Fn(&str) -> String, a: &mut Assessment) {
     {
         a.problems.push(KubeconfigError::Certificate {
             field: field("client-key-data"),
-            source,
+            error: source,
         });
     }
     for pair in a.client.windows(2) {
         if let Err(source) = certs::verify_signed_by(&pair[0].der, &pair[1].der) {
             a.problems.push(KubeconfigError::Certificate {
                 field: field("client-certificate-data"),
-                source,
+                error: source,
             });
         }
     }
@@ -412,7 +412,7 @@ fn check_client_chain(field: &dyn Fn(&str) -> String, a: &mut Assessment) {
             if let Err(source) = certs::verify_signed_by(&leaf.der, &ca.der) {
                 a.problems.push(KubeconfigError::Certificate {
                     field: field("client-certificate-data"),
-                    source,
+                    error: source,
                 });
             }
         }

@@ -9,7 +9,7 @@ use url::Url;
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ServerError {
     #[error("not a URL ({0})")]
-    NotUrl(#[source] url::ParseError),
+    NotUrl(url::ParseError),
     #[error("uses {scheme}://; only https keeps credentials and API traffic private")]
     NotHttps { scheme: String },
     #[error("has no host")]

@@ -28,7 +28,7 @@ pub enum KeyError {
     #[error(transparent)]
     Encode(#[from] crate::certs::CertError),
     #[error("cannot build the certificate request: {0}")]
-    Request(#[source] rcgen::Error),
+    Request(rcgen::Error),
 }
 
 /// An API request that cannot be put together.
@@ -43,10 +43,10 @@ pub enum BuildError {
 #[derive(Debug, thiserror::Error)]
 pub enum MintError {
     #[error("cannot make a key pair or certificate request: {0}")]
-    Key(#[from] KeyError),
+    Key(KeyError),
     /// A request to the spoke's API that cannot be built (said as `Key` always was).
     #[error("cannot make a key pair or certificate request: {0}")]
-    Build(#[source] BuildError),
+    Build(BuildError),
     #[error("the admin credential cannot be used to mint: {0}")]
     Admin(LiveError),
     #[error(
@@ -110,6 +110,12 @@ pub enum MintError {
         step: &'static str,
         error: LiveError,
     },
+}
+
+impl From<KeyError> for MintError {
+    fn from(e: KeyError) -> MintError {
+        MintError::Key(e)
+    }
 }
 
 impl MintError {

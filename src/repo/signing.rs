@@ -26,20 +26,20 @@ impl Signer {
         // the old one, so a resolved path would stop existing at the next update.
         let key = std::path::absolute(key).map_err(|source| SigningKeyError::Unreadable {
             path: key.display().to_string(),
-            source,
+            error: source,
         })?;
         let dir = tempfile::Builder::new()
             .prefix("spokekeeper-signers")
             .tempdir()
             .map_err(|source| SigningKeyError::AllowedSigners {
                 dir: std::env::temp_dir().display().to_string(),
-                source,
+                error: source,
             })?;
         let allowed = dir.path().join("allowed_signers");
         std::fs::write(&allowed, allowed_signers(&public)).map_err(|source| {
             SigningKeyError::AllowedSigners {
                 dir: dir.path().display().to_string(),
-                source,
+                error: source,
             }
         })?;
         let stamped = stamp(&key);

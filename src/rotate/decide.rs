@@ -164,7 +164,7 @@ pub fn after_extraction(
 /// What was observed for one spoke.
 pub struct Observed<'a> {
     /// The committed manifest and its recorded state, or why they could not be read.
-    pub committed: Option<Result<(&'a SealedSecret, &'a Recorded), String>>,
+    pub committed: Option<Result<(&'a SealedSecret, &'a Recorded), &'a dyn std::error::Error>>,
     /// None when no probe was needed (nothing recorded to compare with).
     pub probe: Option<&'a Result<ProbeReport, ProbeError>>,
 }
@@ -203,9 +203,9 @@ pub(crate) fn expected_server(spoke: &SpokeConfig, recorded: Option<&Recorded>) 
 pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Decision {
     let (sealed, recorded) = match &seen.committed {
         None => return Decision::Rotate(Reason::Initial),
-        Some(Err(detail)) => {
+        Some(Err(e)) => {
             return Decision::Rotate(Reason::Unreadable {
-                detail: detail.clone(),
+                detail: e.to_string(),
             });
         }
         Some(Ok(pair)) => *pair,
@@ -426,7 +426,7 @@ mod tests {
         let d = decide(
             &sp,
             &Observed {
-                committed: Some(Err("bad".into())),
+                committed: Some(Err(&std::fmt::Error)),
                 probe: None,
             },
             &policy(),
@@ -434,7 +434,7 @@ mod tests {
         assert_eq!(
             d,
             Decision::Rotate(Reason::Unreadable {
-                detail: "bad".into()
+                detail: std::fmt::Error.to_string()
             })
         );
     }

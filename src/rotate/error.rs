@@ -140,19 +140,19 @@ pub enum ReviewError {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PinError {
     /// sealing.cert is outside the fleet repo and could not be written.
-    #[error("{}: {source}", path.display())]
+    #[error("{}: {error}", path.display())]
     Write {
         path: std::path::PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     /// Inside the fleet repo: it could not be written there or committed.
     #[error(transparent)]
     Repo(#[from] RepoError),
     /// Review mode: its branch could not be committed or pushed.
-    #[error("branch {branch}: {source}")]
+    #[error("branch {branch}: {error}")]
     Branch {
         branch: &'static str,
-        source: RepoError,
+        error: RepoError,
     },
     /// Review mode: its pull request.
     #[error(transparent)]

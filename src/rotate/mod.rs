@@ -130,14 +130,24 @@ pub struct Options {
 /// Whether this process may still act (with leader election: it holds the Lease with
 /// time left), asked right before a side effect: Err says why not.
 #[derive(Clone, Default)]
-pub struct Gate(Option<std::sync::Arc<dyn Fn() -> Result<(), String> + Send + Sync>>);
+pub struct Gate(Option<std::sync::Arc<dyn Fn() -> Result<(), Closed> + Send + Sync>>);
+
+/// Why the [`Gate`] refused a side effect.
+#[derive(Clone, Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct Closed(std::sync::Arc<dyn std::error::Error + Send + Sync>);
 
 impl Gate {
-    pub fn new(check: impl Fn() -> Result<(), String> + Send + Sync + 'static) -> Gate {
-        Gate(Some(std::sync::Arc::new(check)))
+    pub fn new<E>(check: impl Fn() -> Result<(), E> + Send + Sync + 'static) -> Gate
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        Gate(Some(std::sync::Arc::new(move || {
+            check().map_err(|e| Closed(std::sync::Arc::new(e)))
+        })))
     }
 
-    pub fn check(&self) -> Result<(), String> {
+    pub fn check(&self) -> Result<(), Closed> {
         self.0.as_ref().map_or(Ok(()), |check| check())
     }
 }

@@ -44,7 +44,6 @@ pub struct Record {
 #[error("{}: {kind}", path.display())]
 pub struct Invalid {
     pub path: PathBuf,
-    #[source]
     pub kind: InvalidKind,
 }
 
@@ -119,7 +118,7 @@ impl Observation {
         Observed {
             committed: match &self.committed {
                 Committed::Missing | Committed::Unreadable(_) => None,
-                Committed::Invalid(e) => Some(Err(e.kind.to_string())),
+                Committed::Invalid(e) => Some(Err(&e.kind)),
                 Committed::Recorded(r) => Some(Ok((&r.sealed, &r.recorded))),
             },
             probe: self.probe.as_ref(),

@@ -137,7 +137,9 @@ impl Publish for Direct {
         if let Err(why) = opts.gate.check() {
             // Left in the clone: the next tick here, or the new leader, pushes.
             if !matches!(ctx.repo.unpushed().await, Ok(0)) {
-                out.repo_error = Some(RepoFailure::NotPushed { why });
+                out.repo_error = Some(RepoFailure::NotPushed {
+                    why: why.to_string(),
+                });
             }
             return out;
         }

@@ -180,10 +180,10 @@ impl Review {
             if proposal.is_some() {
                 report.outcome = Outcome::Failed(SpokeError::NotPushed {
                     branch: name.clone(),
-                    why: why.clone(),
+                    why: why.to_string(),
                 });
             }
-            return Some(why);
+            return Some(why.to_string());
         }
         if let Some(p) = proposal {
             match push(ctx, spoke, &name, p).await {
@@ -237,10 +237,10 @@ impl Review {
                     report,
                     &name,
                     pushed.as_deref(),
-                    ForgeFailure::NotSent(why.clone()),
+                    ForgeFailure::NotSent(why.to_string()),
                 );
             }
-            return Some(why);
+            return Some(why.to_string());
         }
         let now = OffsetDateTime::now_utc();
         let result = if dry_run {
@@ -356,7 +356,7 @@ impl Publish for Review {
     ) -> Result<Option<String>, PinError> {
         let branch = |source| PinError::Branch {
             branch: CERT_BRANCH,
-            source,
+            error: source,
         };
         let kept = |error| ReviewError::Forge {
             kept: format!("branch {CERT_BRANCH} pushed"),

@@ -49,13 +49,19 @@ pub enum ManifestError {
         given: String,
     },
     #[error("sealing failed: {0}")]
-    Seal(#[from] SealError),
+    Seal(SealError),
     #[error("encryptedData.{key} is not base64: {reason}")]
     BadCiphertext { key: String, reason: String },
     #[error("{}", format_unseal_failures(.0))]
     Unseal(Vec<(String, UnsealError)>),
     #[error("encryptedData.{key} {reason}: refused, it must never be written")]
     NotSealed { key: String, reason: FormatError },
+}
+
+impl From<SealError> for ManifestError {
+    fn from(e: SealError) -> ManifestError {
+        ManifestError::Seal(e)
+    }
 }
 
 /// The fix for a value of the wrong type: Secret values are strings.

@@ -6,7 +6,6 @@ pub enum ExtractError {
     #[error("invalid SSH settings for {target}: {reason}")]
     Settings {
         target: String,
-        #[source]
         reason: SettingsError,
     },
     #[error(
@@ -115,7 +114,6 @@ pub enum SettingsError {
     FilePath {
         what: &'static str,
         path: std::path::PathBuf,
-        #[source]
         reason: PathError,
     },
     #[error("{what} file {} does not exist or is not a file{}", path.display(), missing_fix(what))]

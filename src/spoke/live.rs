@@ -44,7 +44,7 @@ pub struct LiveReport {
 #[derive(Debug, thiserror::Error)]
 pub enum LiveError {
     #[error("kubeconfig refused before use: {0}")]
-    Unsafe(#[source] kubeconfig::KubeconfigError),
+    Unsafe(kubeconfig::KubeconfigError),
     #[error("kubeconfig does not parse: {0}")]
     Parse(&'static str),
     #[error("kubeconfig cannot be used: {0}")]

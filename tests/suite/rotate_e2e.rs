@@ -420,7 +420,11 @@ async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
     let ctx = Context::new(config, sealing, repo).unwrap();
     let refused = Options {
         concurrency: 1,
-        gate: Gate::new(|| Err("this replica no longer holds the lease".into())),
+        gate: Gate::new(|| {
+            Err(std::io::Error::other(
+                "this replica no longer holds the lease",
+            ))
+        }),
         ..Options::default()
     };
     let report = rotate::tick(&ctx, &refused).await.unwrap();

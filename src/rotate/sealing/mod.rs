@@ -237,7 +237,7 @@ async fn pin(
     let Some(rel) = inside(path, ctx.repo.path()) else {
         crate::fsutil::write_atomic(path, pem).map_err(|source| PinError::Write {
             path: path.clone(),
-            source,
+            error: source,
         })?;
         return Ok(None);
     };

@@ -14,17 +14,17 @@ const WHAT: &str = ".git/spokekeeper/hub-sealing-sha256";
 /// Why the record cannot be read or written.
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ServedError {
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}: {error}", path.display())]
     Read {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
     #[error("{0}: it is rewritten when the hub is reachable")]
     Malformed(state::AnnotationError),
-    #[error("cannot record the hub's certificate in {}: {source}", path.display())]
+    #[error("cannot record the hub's certificate in {}: {error}", path.display())]
     Write {
         path: PathBuf,
-        source: std::io::Error,
+        error: std::io::Error,
     },
 }
 
@@ -39,7 +39,12 @@ pub(super) fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, ServedE
     let bytes = match crate::fsutil::read_nofollow(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(source) => return Err(ServedError::Read { path, source }),
+        Err(source) => {
+            return Err(ServedError::Read {
+                path,
+                error: source,
+            });
+        }
     };
     let text = String::from_utf8_lossy(&bytes);
     state::fingerprint(WHAT, text.trim_end_matches('\n'))
@@ -57,7 +62,10 @@ pub(super) fn record(clone: &Path, sha256: Fingerprint<Sealing>) -> Result<(), S
     let dir = path.parent().expect("a file under .git");
     std::fs::create_dir_all(dir)
         .and_then(|()| crate::fsutil::write_atomic(&path, format!("{sha256}\n").as_bytes()))
-        .map_err(|source| ServedError::Write { path, source })
+        .map_err(|source| ServedError::Write {
+            path,
+            error: source,
+        })
 }
 
 #[cfg(test)]

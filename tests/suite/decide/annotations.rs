@@ -97,7 +97,7 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
     let sealed = sealed();
     let committed = match &read {
         Ok(r) => Ok((&sealed, r)),
-        Err(e) => Err(e.to_string()),
+        Err(e) => Err(e as &dyn std::error::Error),
     };
     let decision = decide::decide(
         &SPOKE,

@@ -1,4 +1,5 @@
 //! The documentation kept true: relative links, and the layering of docs/ARCHITECTURE.md.
 
 mod doc_links;
+mod errors;
 mod layering;

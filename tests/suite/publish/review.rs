@@ -914,7 +914,7 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
 
     let refused = Options {
         concurrency: 1,
-        gate: Gate::new(|| Err(LOST.into())),
+        gate: Gate::new(|| Err(std::io::Error::other(LOST))),
         ..Options::default()
     };
     let report = rotate::tick(&ctx, &refused).await.unwrap();
@@ -936,7 +936,7 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
         concurrency: 1,
         gate: Gate::new(move || match count.fetch_add(1, Ordering::SeqCst) {
             0 => Ok(()),
-            _ => Err(LOST.into()),
+            _ => Err(std::io::Error::other(LOST)),
         }),
         ..Options::default()
     };
