@@ -208,6 +208,7 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     // Five days: within renew_before (30d), as a year-old admin.conf would be.
     let mut stack = Stack::start(&KubeadmOptions {
         certificate_validity: Some("120h".into()),
+        ..KubeadmOptions::default()
     });
     let admin = stack.spoke.read(ADMIN_CONF);
     assert!(
@@ -347,8 +348,9 @@ fn minted_user(v: &Value, generation: u32) -> bool {
 /// controller manager kubeadm configured (`--cluster-signing-cert-file`, the cluster CA)
 /// signs the minted certificate; the minted generation renews at renew_before (after
 /// `kubeadm certs renew admin.conf`) and the old one is revoked once the hub took the
-/// new; after `kubeadm reset` and a new init, the next generation is minted on the new
-/// CA and the old one is refused. super-admin.conf is never read.
+/// new; after `kubeadm reset` (which empties the local etcd) and a new init, the next
+/// generation is minted on the new CA and the old one is refused. super-admin.conf is never
+/// read.
 #[test]
 fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt() {
     let _heavy = support::timing::heavy();
@@ -414,6 +416,11 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
     assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
     assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 3, "{spoke:#}");
+    // Generation 2's binding went with the old etcd data: nothing left to revoke.
+    assert!(
+        spoke["revoked"].as_array().is_none_or(Vec::is_empty),
+        "{spoke:#}"
+    );
     assert!(minted_user(&stack.flux_whoami()["username"], 3));
     let gen3 = stack.committed_kubeconfig("gen3.yaml");
     let gen3_der = client_cert_der(&std::fs::read_to_string(&gen3).unwrap());
@@ -427,4 +434,46 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
             .fleet
             .key_needles_unsealing(&recovery_keys(&stack.hub)),
     );
+}
+
+/// A kubeadm control plane on an external etcd (kubeadm's `etcd.external`), minted: `kubeadm
+/// reset` leaves etcd's data, so the reinstall (new CA) still holds generation 1's
+/// ClusterRoleBinding; generation 2 is minted on the new CA and, once the hub took it,
+/// generation 1's binding is deleted.
+#[test]
+fn a_kubeadm_reinstall_over_kept_etcd_revokes_the_old_generation() {
+    let _heavy = support::timing::heavy();
+    let mut stack = Stack::start(&KubeadmOptions {
+        external_etcd: true,
+        ..KubeadmOptions::default()
+    });
+    stack.configure("credential:\n  mode: minted\n  ttl: 1h\n");
+    let manifest = stack
+        .spoke
+        .read("/etc/kubernetes/manifests/kube-apiserver.yaml");
+    assert!(
+        manifest.contains(&format!("- --etcd-servers={}\n", stack.hub.etcd.url)),
+        "{manifest}"
+    );
+    let (report, err) = stack.rotate_json(&["--all"]);
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
+    assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
+    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g1"]);
+
+    stack.spoke.reset_and_init(&stack.hub.etcd);
+    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g1"]);
+    let (report, err) = stack.rotate_json(&["--all"]);
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
+    assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    assert_eq!(spoke["credential"]["generation"], 2, "{spoke:#}");
+    assert_eq!(
+        spoke["revoked"],
+        serde_json::json!(["spokekeeper.hub.spoke0.g1"]),
+        "{spoke:#}"
+    );
+    assert!(minted_user(&stack.flux_whoami()["username"], 2));
+    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g2"]);
+    stack.assert_read_admin_conf_only();
 }

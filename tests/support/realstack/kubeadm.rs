@@ -20,7 +20,8 @@
 //! not loopback; the node's sshd stays on its loopback address. Two flags are kubeadm's
 //! own `extraArgs`, written into the manifests by kubeadm: `bind-address` (kubeadm's
 //! manifests listen on every address, which lab nodes on one machine cannot share) and the
-//! API server's `etcd-prefix` (each install its own storage in the lab's etcd).
+//! API server's `etcd-prefix` (each spoke its own storage in the lab's etcd; with kubeadm's
+//! local etcd each install its own, as reset's emptying of /var/lib/etcd leaves it).
 //!
 //! The node's sshd runs every command of the hub's key in the node's root (a private mount
 //! namespace with the host's /usr, chrooted), so `cat /etc/kubernetes/admin.conf` reads the
@@ -63,6 +64,11 @@ pub struct KubeadmOptions {
     /// ClusterConfiguration.certificateValidityPeriod (e.g. `120h`); None: kubeadm's
     /// default, a year.
     pub certificate_validity: Option<String>,
+    /// The lab's etcd as kubeadm's `etcd.external` (kubeadm writes `--etcd-servers`, no
+    /// etcd PKI), whose data `kubeadm reset` leaves: a reinstall finds the old objects.
+    /// false: kubeadm's local etcd, mapped to the lab's (see the module's comment), fresh
+    /// for each install as reset's deleting of /var/lib/etcd makes it.
+    pub external_etcd: bool,
 }
 
 pub struct KubeadmSpoke {
@@ -74,6 +80,7 @@ pub struct KubeadmSpoke {
     /// The node's root (kubeadm's `/`).
     pub root: PathBuf,
     node_dir: PathBuf,
+    etcd_url: String,
     opts: KubeadmOptions,
     generation: u32,
 }
@@ -90,9 +97,9 @@ impl KubeadmSpoke {
         let netns = Netns::create();
         let addr = IpAddr::V4(netns.host);
         let generation = 0;
-        install(&root, addr, opts, generation);
+        install(&root, addr, opts, generation, etcd);
         let api = start_api(&root, &node.dir, addr, etcd, generation);
-        upload_config(&root, &api);
+        upload_config(&root, &api, true);
         let controller_manager = start_controller_manager(&root, &api, etcd);
         KubeadmSpoke {
             controller_manager: Some(controller_manager),
@@ -100,6 +107,7 @@ impl KubeadmSpoke {
             netns,
             root,
             node_dir: node.dir.clone(),
+            etcd_url: etcd.url.clone(),
             opts: opts.clone(),
             generation,
         }
@@ -134,7 +142,11 @@ impl KubeadmSpoke {
     /// `kubeadm certs renew admin.conf`: a new client certificate from the same CA, with
     /// kubeadm's default validity (a year) whatever the install asked.
     pub fn renew_admin_conf(&self) -> String {
-        let config = config_yaml(self.address(), &KubeadmOptions::default(), self.generation);
+        let opts = KubeadmOptions {
+            certificate_validity: None,
+            ..self.opts.clone()
+        };
+        let config = config_yaml(self.address(), &opts, self.generation, &self.etcd_url);
         write_node_file(&self.root, RENEW_CONFIG, &config);
         self.kubeadm(&["certs", "renew", "admin.conf", "--config", RENEW_CONFIG])
     }
@@ -155,7 +167,13 @@ impl KubeadmSpoke {
         }
         self.api.stop();
         self.generation += 1;
-        install(&self.root, self.address(), &self.opts, self.generation);
+        install(
+            &self.root,
+            self.address(),
+            &self.opts,
+            self.generation,
+            etcd,
+        );
         self.api = start_api(
             &self.root,
             &self.node_dir,
@@ -163,7 +181,8 @@ impl KubeadmSpoke {
             etcd,
             self.generation,
         );
-        upload_config(&self.root, &self.api);
+        // Over kept storage the binding is there: admin.conf needs no super-admin.conf.
+        upload_config(&self.root, &self.api, !self.opts.external_etcd);
         self.controller_manager = Some(start_controller_manager(&self.root, &self.api, etcd));
     }
 
@@ -217,8 +236,9 @@ fn record_ssh(node: &Node, root: &Path) {
 
 /// `kubeadm init phase upload-config kubeadm`: kubeadm's client for it first tries
 /// admin.conf, is refused (its group is bound to nothing yet), and creates the
-/// ClusterRoleBinding `kubeadm:cluster-admins` with super-admin.conf.
-fn upload_config(root: &Path, api: &KubeApi) {
+/// ClusterRoleBinding `kubeadm:cluster-admins` with super-admin.conf (`by_super_admin`;
+/// false: the binding is already there, and admin.conf may).
+fn upload_config(root: &Path, api: &KubeApi, by_super_admin: bool) {
     let out = kubeadm(
         root,
         &[
@@ -231,11 +251,12 @@ fn upload_config(root: &Path, api: &KubeApi) {
             "--v=1",
         ],
     );
-    assert!(
+    assert_eq!(
         out.contains(
             "creating the ClusterRoleBinding for the kubeadm:cluster-admins Group by using \
              super-admin.conf"
         ),
+        by_super_admin,
         "{out}"
     );
     let binding = api.get_json(&["clusterrolebinding", "kubeadm:cluster-admins"]);
@@ -251,12 +272,20 @@ fn upload_config(root: &Path, api: &KubeApi) {
 
 /// kubeadm's configuration for the node: its advertise address, the version, kubeadm's
 /// own extraArgs for the two flags the lab needs (see the module's comment).
-fn config_yaml(addr: IpAddr, opts: &KubeadmOptions, generation: u32) -> String {
+fn config_yaml(addr: IpAddr, opts: &KubeadmOptions, generation: u32, etcd_url: &str) -> String {
     let validity = opts
         .certificate_validity
         .as_deref()
         .map(|v| format!("certificateValidityPeriod: {v}\n"))
         .unwrap_or_default();
+    let (etcd, prefix) = if opts.external_etcd {
+        (
+            format!("etcd:\n  external:\n    endpoints:\n    - {etcd_url}\n"),
+            format!("/kubeadm-{addr}"),
+        )
+    } else {
+        (String::new(), format!("/kubeadm-{addr}-{generation}"))
+    };
     format!(
         "apiVersion: kubeadm.k8s.io/v1beta4\n\
          kind: InitConfiguration\n\
@@ -268,8 +297,9 @@ fn config_yaml(addr: IpAddr, opts: &KubeadmOptions, generation: u32) -> String {
          kind: ClusterConfiguration\n\
          kubernetesVersion: {KUBERNETES_VERSION}\n\
          {validity}\
+         {etcd}\
          apiServer:\n  extraArgs:\n  - name: bind-address\n    value: {addr}\n  \
-         - name: etcd-prefix\n    value: /kubeadm-{addr}-{generation}\n\
+         - name: etcd-prefix\n    value: {prefix}\n\
          controllerManager:\n  extraArgs:\n  - name: bind-address\n    value: {addr}\n"
     )
 }
@@ -281,8 +311,12 @@ fn write_node_file(root: &Path, path: &str, text: &str) {
 }
 
 /// The phases of `kubeadm init` that make the PKI, the kubeconfigs and the manifests.
-fn install(root: &Path, addr: IpAddr, opts: &KubeadmOptions, generation: u32) {
-    write_node_file(root, CONFIG, &config_yaml(addr, opts, generation));
+fn install(root: &Path, addr: IpAddr, opts: &KubeadmOptions, generation: u32, etcd: &Etcd) {
+    write_node_file(
+        root,
+        CONFIG,
+        &config_yaml(addr, opts, generation, &etcd.url),
+    );
     for phase in [
         &["certs", "all"][..],
         &["kubeconfig", "all"],
@@ -359,9 +393,14 @@ pub fn manifest_command(root: &Path, name: &str, etcd_url: &str) -> (String, Vec
             mapped.push(arg.clone());
         }
     }
-    let expected = if name == "kube-apiserver" { 4 } else { 0 };
-    assert_eq!(
-        etcd_flags, expected,
+    // Local etcd: its address and three TLS files; external (plain HTTP): the address.
+    let expected: &[usize] = if name == "kube-apiserver" {
+        &[4, 1]
+    } else {
+        &[0]
+    };
+    assert!(
+        expected.contains(&etcd_flags),
         "{name}'s etcd flags in kubeadm's manifest changed: {command:?}"
     );
     (program.clone(), mapped)
