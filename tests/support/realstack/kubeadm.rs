@@ -44,8 +44,6 @@ use super::netns::Netns;
 use super::proc::Proc;
 use super::{bin, run, wait_until};
 
-/// The version kubeadm is asked to install (the one scripts/build-realstack builds).
-pub const KUBERNETES_VERSION: &str = "v1.37.2";
 /// kubeadm's default API server port.
 pub const API_PORT: u16 = 6443;
 /// Where kubeadm writes, on the node.
@@ -278,6 +276,11 @@ fn config_yaml(addr: IpAddr, opts: &KubeadmOptions, generation: u32, etcd_url: &
         .as_deref()
         .map(|v| format!("certificateValidityPeriod: {v}\n"))
         .unwrap_or_default();
+    // kubeadm's own version, the control plane's too (all built from one module); given,
+    // so that kubeadm does not look up the latest release online.
+    let version = run(Command::new(bin("kubeadm")).args(["version", "-o", "short"]))
+        .unwrap_or_else(|e| panic!("kubeadm version: {e}"));
+    let version = version.trim();
     let (etcd, prefix) = if opts.external_etcd {
         (
             format!("etcd:\n  external:\n    endpoints:\n    - {etcd_url}\n"),
@@ -295,7 +298,7 @@ fn config_yaml(addr: IpAddr, opts: &KubeadmOptions, generation: u32, etcd_url: &
          ---\n\
          apiVersion: kubeadm.k8s.io/v1beta4\n\
          kind: ClusterConfiguration\n\
-         kubernetesVersion: {KUBERNETES_VERSION}\n\
+         kubernetesVersion: {version}\n\
          {validity}\
          {etcd}\
          apiServer:\n  extraArgs:\n  - name: bind-address\n    value: {addr}\n  \
