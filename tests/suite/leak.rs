@@ -426,19 +426,64 @@ fn a_key_is_added_from_either_form_with_its_parameters_and_one_form_is_enough() 
     needles.add_key(&pkcs8.replace('\n', "\r\n"));
     assert_eq!((needles.keys(), needles.len()), (1, before));
     assert_eq!(scalar_of_pem(&pkcs8), scalar_of_pem(&with_params));
-    // Not an EC key: refused, saying so.
-    let rsa = String::from_utf8(openssl(
+    // Neither an EC nor an RSA key: refused, saying so.
+    let ed25519 = String::from_utf8(openssl(&["genpkey", "-algorithm", "ed25519"], b"")).unwrap();
+    let refused = std::panic::catch_unwind(|| scalar_of_pem(&ed25519)).unwrap_err();
+    let why = refused.downcast_ref::<String>().unwrap();
+    assert!(why.contains("neither EC nor RSA"), "{why}");
+}
+
+/// kubeadm's admin.conf holds an RSA key as PKCS#1 (`RSA PRIVATE KEY`): its needles come
+/// from the start of the private exponent, the same in PKCS#8, and find the key in a
+/// kubeconfig and in a Secret's value, not an unrelated key.
+#[test]
+fn an_rsa_key_as_kubeadm_writes_it_is_found_in_its_kubeconfig() {
+    let pkcs8 = String::from_utf8(openssl(
         &[
             "genpkey",
             "-algorithm",
             "RSA",
             "-pkeyopt",
-            "rsa_keygen_bits:1024",
+            "rsa_keygen_bits:2048",
         ],
         b"",
     ))
     .unwrap();
-    let refused = std::panic::catch_unwind(|| scalar_of_pem(&rsa)).unwrap_err();
-    let why = refused.downcast_ref::<String>().unwrap();
-    assert!(why.contains("not EC"), "{why}");
+    let pkcs1 = String::from_utf8(openssl(&["rsa", "-traditional"], pkcs8.as_bytes())).unwrap();
+    assert!(
+        pkcs1.starts_with("-----BEGIN RSA PRIVATE KEY-----\n"),
+        "{pkcs1}"
+    );
+    let exponent = scalar_of_pem(&pkcs1);
+    assert_eq!(exponent, scalar_of_pem(&pkcs8));
+    assert_eq!(exponent.len(), 32);
+    let der = STANDARD.decode(body_of(&pkcs1)).unwrap();
+    assert!(contains(&der, &exponent));
+
+    let mut needles = Needles::new();
+    needles.add_key(&pkcs1);
+    let kc = format!(
+        "apiVersion: v1\nkind: Config\nusers:\n- name: kubernetes-admin\n  user:\n    \
+         client-key-data: {}\n",
+        STANDARD.encode(&pkcs1)
+    );
+    assert_eq!(needles.find(kc.as_bytes()).map(|(k, _)| k), Some(0));
+    let value = STANDARD.encode(&kc);
+    assert_eq!(needles.find(value.as_bytes()).map(|(k, _)| k), Some(0));
+    let unrelated = kubeconfig(&pki());
+    assert!(needles.find(unrelated.as_bytes()).is_none());
+    let other = String::from_utf8(openssl(
+        &[
+            "genpkey",
+            "-algorithm",
+            "RSA",
+            "-pkeyopt",
+            "rsa_keygen_bits:2048",
+        ],
+        b"",
+    ))
+    .unwrap();
+    assert!(needles.find(other.as_bytes()).is_none());
+    assert_eq!(needles.add_kubeconfig(kc.as_bytes()), 1);
+    assert_eq!(needles.keys(), 1);
 }

@@ -1,5 +1,6 @@
-//! Plaintext-key checks: "needles" cut from the random part of each client key (its
-//! private scalar), searched for in files, git objects and command output.
+//! Plaintext-key checks: "needles" cut from the random part of each client key (an EC
+//! key's private scalar, an RSA key's private exponent: "scalar" below), searched for in
+//! files, git objects and command output.
 //!
 //! A cut from the start of a key's PEM, of the PEM's base64 or of a PKCS#8 body is the
 //! same for every P-256 key (`-----BEGIN EC PRIVATE KEY-----`, ASN.1 header bytes), so it
@@ -55,8 +56,9 @@ impl Needles {
         Needles::default()
     }
 
-    /// Adds one EC private key PEM (SEC1 `EC PRIVATE KEY` or PKCS#8 `PRIVATE KEY`; other
-    /// blocks such as `EC PARAMETERS` are skipped). Adding the same key again (a renewed
+    /// Adds one EC or RSA private key PEM (SEC1 `EC PRIVATE KEY`, PKCS#1 `RSA PRIVATE KEY`
+    /// as kubeadm writes, or PKCS#8 `PRIVATE KEY`; other blocks such as `EC PARAMETERS`
+    /// are skipped). Adding the same key again (a renewed
     /// certificate keeps its key) changes nothing. Panics, saying why, on text that holds
     /// no such key, and on a different key whose needles collide with an earlier key's,
     /// since then a hit could not name the key.
@@ -300,10 +302,10 @@ fn base64_of_each(texts: &[Vec<u8>]) -> Vec<Vec<u8>> {
     out
 }
 
-/// The private scalar of the one EC private key in a PEM text. Panics, saying why, on
-/// text that holds none.
+/// The private scalar of the one EC private key in a PEM text, or the private exponent
+/// of the one RSA key. Panics, saying why, on text that holds none.
 pub fn scalar_of_pem(pem: &str) -> Vec<u8> {
-    try_scalar_of_pem(pem).unwrap_or_else(|why| panic!("not an EC private key PEM: {why}"))
+    try_scalar_of_pem(pem).unwrap_or_else(|why| panic!("not an EC or RSA private key PEM: {why}"))
 }
 
 fn try_scalar_of_pem(pem: &str) -> Result<Vec<u8>, String> {
@@ -318,9 +320,10 @@ fn try_scalar_of_pem(pem: &str) -> Result<Vec<u8>, String> {
         };
         let end = format!("-----END {label}-----");
         let body: String = lines.by_ref().take_while(|l| *l != end).collect();
-        let sec1 = match label {
-            "EC PRIVATE KEY" => true,
-            "PRIVATE KEY" => false,
+        let read: fn(&[u8]) -> Result<Vec<u8>, String> = match label {
+            "EC PRIVATE KEY" => sec1_scalar,
+            "RSA PRIVATE KEY" => rsa_exponent,
+            "PRIVATE KEY" => pkcs8_scalar,
             _ => continue,
         };
         if found.is_some() {
@@ -329,19 +332,21 @@ fn try_scalar_of_pem(pem: &str) -> Result<Vec<u8>, String> {
         let der = STANDARD
             .decode(body.as_bytes())
             .map_err(|e| format!("the {label} body is not base64: {e}"))?;
-        found = Some(if sec1 {
-            sec1_scalar(&der)?
-        } else {
-            pkcs8_scalar(&der)?
-        });
+        found = Some(read(&der)?);
     }
-    found.ok_or_else(|| "no EC PRIVATE KEY or PRIVATE KEY block".into())
+    found.ok_or_else(|| "no EC PRIVATE KEY, RSA PRIVATE KEY or PRIVATE KEY block".into())
 }
 
 /// id-ecPublicKey (1.2.840.10045.2.1), as DER.
 const EC_PUBLIC_KEY: [u8; 9] = [0x06, 0x07, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
 
-/// PKCS#8: SEQUENCE { version, AlgorithmIdentifier, OCTET STRING { ECPrivateKey }, ... }.
+/// rsaEncryption (1.2.840.113549.1.1.1), as DER.
+const RSA_ENCRYPTION: [u8; 11] = [
+    0x06, 0x09, 0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01,
+];
+
+/// PKCS#8: SEQUENCE { version, AlgorithmIdentifier, OCTET STRING { ECPrivateKey or
+/// RSAPrivateKey }, ... }.
 fn pkcs8_scalar(der: &[u8]) -> Result<Vec<u8>, String> {
     let (tag, seq, _) = tlv(der)?;
     expect(tag, 0x30, "PrivateKeyInfo")?;
@@ -349,12 +354,42 @@ fn pkcs8_scalar(der: &[u8]) -> Result<Vec<u8>, String> {
     expect(tag, 0x02, "PrivateKeyInfo.version")?;
     let (tag, alg, rest) = tlv(rest)?;
     expect(tag, 0x30, "PrivateKeyInfo.privateKeyAlgorithm")?;
-    if !alg.starts_with(&EC_PUBLIC_KEY) {
-        return Err("PKCS#8 of a key that is not EC".into());
-    }
+    let read = if alg.starts_with(&EC_PUBLIC_KEY) {
+        sec1_scalar
+    } else if alg.starts_with(&RSA_ENCRYPTION) {
+        rsa_exponent
+    } else {
+        return Err("PKCS#8 of a key that is neither EC nor RSA".into());
+    };
     let (tag, inner, _) = tlv(rest)?;
     expect(tag, 0x04, "PrivateKeyInfo.privateKey")?;
-    sec1_scalar(inner)
+    read(inner)
+}
+
+/// RSAPrivateKey (PKCS#1, kubeadm's default key): SEQUENCE { version, modulus,
+/// publicExponent, privateExponent, ... }. The private exponent is the random part; its
+/// first 32 bytes are the "scalar": as long as a P-256 scalar, so that a half's base64
+/// falls whole between a PEM's line breaks as an EC scalar's does (a half of the whole
+/// exponent would span several lines).
+fn rsa_exponent(der: &[u8]) -> Result<Vec<u8>, String> {
+    let (tag, seq, _) = tlv(der)?;
+    expect(tag, 0x30, "RSAPrivateKey")?;
+    let mut rest = seq;
+    for what in ["version", "modulus", "publicExponent"] {
+        let (tag, _, next) = tlv(rest)?;
+        expect(tag, 0x02, &format!("RSAPrivateKey.{what}"))?;
+        rest = next;
+    }
+    let (tag, exponent, _) = tlv(rest)?;
+    expect(tag, 0x02, "RSAPrivateKey.privateExponent")?;
+    if exponent.len() < 128 {
+        return Err(format!(
+            "a {}-byte private exponent; RSA-1024 and larger have 128 or more",
+            exponent.len()
+        ));
+    }
+    let exponent = exponent.strip_prefix(&[0]).unwrap_or(exponent);
+    Ok(exponent[..32].to_vec())
 }
 
 /// ECPrivateKey: SEQUENCE { INTEGER 1, OCTET STRING privateKey, ... }.

@@ -3,4 +3,5 @@
 
 mod conformance;
 mod flux_real;
+mod kubeadm;
 mod real_hub;

@@ -18,6 +18,7 @@ pub mod flux_controllers;
 pub mod git_http;
 pub mod hub;
 pub mod kube;
+pub mod kubeadm;
 pub mod netns;
 pub mod proc;
 pub mod spoke;
