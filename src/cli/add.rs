@@ -310,6 +310,17 @@ async fn flux_files(
     Ok(beside)
 }
 
+/// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
+#[cfg(test)]
+pub(super) fn layout_for_tests(spoke: &SpokeConfig) -> String {
+    Layout {
+        root: "clusters/hub".into(),
+        dir: Path::new("spokes").join(&spoke.name),
+        source: "flux-system".into(),
+    }
+    .objects(spoke)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
