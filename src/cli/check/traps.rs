@@ -1,7 +1,7 @@
 //! `check`'s HelmRelease traps, read from the fleet repo clone (hostile input, bounded):
 //!
 //! - a HelmRelease applied by a Kustomization whose `spec.kubeConfig` targets a spoke is
-//!   created on the spoke, where no helm-controller runs: it is never installed;
+//!   applied on the spoke, where no helm-controller runs: it is never installed;
 //! - a HelmRelease without `spec.kubeConfig` under a spoke's directory (a path component
 //!   named after the spoke), applied by a hub-side Kustomization that does not patch
 //!   `spec.kubeConfig` into HelmReleases, is installed on the hub, not on the spoke.
@@ -122,7 +122,7 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
                 push(Trap {
                     spoke: spoke.name.clone(),
                     detail: format!(
-                        "HelmRelease {hr} ({file}) is applied by Kustomization {}/{} ({}), which targets spoke {} (spec.kubeConfig): it is created on the spoke, where no helm-controller runs, and never installed; apply it from the hub with spec.kubeConfig instead (spokekeeper add's {}-helmreleases Kustomization patches it in)",
+                        "HelmRelease {hr} ({file}) is applied by Kustomization {}/{} ({}), which targets spoke {} (spec.kubeConfig): it is applied on the spoke, where no helm-controller runs (nor, usually, its CRD), and never installed; apply it from the hub with spec.kubeConfig instead (spokekeeper add's {}-helmreleases Kustomization patches it in)",
                         k.namespace, k.name, k.file, spoke.name, spoke.name
                     ),
                 });
