@@ -182,16 +182,19 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
 /// The node recipe for this spoke's kubeconfig path, then the host-key step: strict
 /// known_hosts, so the key is compared with the node's own before it is trusted.
 fn node_steps(spoke: &SpokeConfig) -> String {
-    let recipe = crate::spoke::NODE_RECIPE.replace(
+    // Steps 1 to 3, for this spoke's kubeconfig; the host-key step follows, for its node.
+    let recipe = crate::spoke::NODE_RECIPE;
+    let recipe = recipe[..recipe.find("# 4. On the hub").unwrap_or(recipe.len())].replace(
         Distro::K3s.kubeconfig_path(),
         spoke.kubeconfig_path.as_str(),
     );
     let ssh = &spoke.ssh;
     let key = format!("{}.hostkey", spoke.name);
     format!(
-        "# spoke {name}: on the node {address} ({distro}, kubeconfig {path})\n{recipe}\n\
-         # The host key (ssh.known_hosts is strict: an unknown key is refused, none is trusted on\n\
-         # first use). Fetch it, compare its fingerprint with the node's own, then add it:\n\
+        "# spoke {name}: on the node {address} ({distro}, kubeconfig {path})\n{recipe}\
+         # 4. On the hub: the node's host key. ssh.known_hosts is strict (an unknown key is\n\
+         #    refused; none is trusted on first use): fetch it, compare its fingerprint with\n\
+         #    the node's own, and only then add it. spokekeeper connects as {user} (ssh.user).\n\
          ssh-keyscan -p {port} -t ed25519 {address} > {key}\n\
          ssh-keygen -lf {key}    # must equal, on the node: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub\n\
          cat {key} >> {known_hosts} && rm {key}\n\n",
@@ -200,6 +203,7 @@ fn node_steps(spoke: &SpokeConfig) -> String {
         distro = spoke.distro.name(),
         path = spoke.kubeconfig_path,
         port = ssh.port,
+        user = ssh.user,
         known_hosts = ssh.known_hosts.display(),
     )
 }
@@ -369,5 +373,7 @@ mod tests {
             assert!(steps.contains(want), "{want:?} in {steps}");
         }
         assert!(!steps.contains("k3s.yaml"), "{steps}");
+        // The recipe's own host-key line appends unchecked: only the checked step is shown.
+        assert_eq!(steps.matches("ssh-keyscan").count(), 1, "{steps}");
     }
 }

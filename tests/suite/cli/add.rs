@@ -13,18 +13,24 @@ use support::git::{commit, git};
 /// node 1 (as an operator's defaults would reach a new node).
 fn fleet() -> Fleet {
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
+    let known_hosts = fleet.nodes[1].known_hosts_path.clone();
+    reach_node1(&fleet, &known_hosts);
+    fleet
+}
+
+/// spokekeeper.yaml: spoke0, and global `ssh:` settings for node 1 with `known_hosts`.
+fn reach_node1(fleet: &Fleet, known_hosts: &std::path::Path) {
     let n1 = &fleet.nodes[1];
     let top = format!(
         "ssh:\n  port: {}\n  identity: \"{}\"\n  known_hosts: \"{}\"\n  connect_timeout: 5s\n",
         n1.ssh_port,
         n1.identity_path.display(),
-        n1.known_hosts_path.display()
+        known_hosts.display()
     );
     config(&fleet.clone, &fleet.nodes[..1])
         .top(&top)
         .write(&fleet.config)
         .unwrap();
-    fleet
 }
 
 fn add(fleet: &Fleet, extra: &[&str]) -> (i32, String, String) {
@@ -181,4 +187,34 @@ fn add_overwrites_nothing_and_a_failure_leaves_the_configuration_as_it_was() {
     );
     let status = git(&fleet.clone, &["status", "--porcelain"]);
     assert_eq!(status, "", "the clone is as the remote has it");
+}
+
+/// Strict known_hosts: node 1's host key is not known, so add prints the host-key step
+/// and fails at extract; the key is not learned, nothing is committed or configured.
+#[test]
+fn add_trusts_no_host_key_on_first_use() {
+    let fleet = fleet();
+    let known_hosts = fleet.dir.path().join("empty_known_hosts");
+    std::fs::write(&known_hosts, "").unwrap();
+    reach_node1(&fleet, &known_hosts);
+    let before = fleet.remote_log();
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+    let (code, out, err) = add(&fleet, &[]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("cat spoke1.hostkey >> {}", known_hosts.display())),
+        "{out}"
+    );
+    assert!(
+        err.contains("spoke1: failed at extract")
+            && err.contains("refusing to trust it on first use"),
+        "{err}"
+    );
+    assert!(err.contains("spoke1 was not added"), "{err}");
+    assert_eq!(std::fs::read_to_string(&known_hosts).unwrap(), "");
+    assert_eq!(fleet.remote_log(), before);
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
 }
