@@ -293,8 +293,16 @@ impl Repo {
             }
         };
         for (rel, rel_s) in rels.iter().zip(&names) {
-            let path = self.no_links(rel)?;
-            let bytes = crate::fsutil::read_nofollow(&path).map_err(|e| self.io(&path, e))?;
+            let read = self.no_links(rel).and_then(|path| {
+                crate::fsutil::read_nofollow(&path).map_err(|e| self.io(&path, e))
+            });
+            let bytes = match read {
+                Ok(b) => b,
+                Err(e) => {
+                    unstage().await;
+                    return Err(e);
+                }
+            };
             if let Err(e) = self.stage_checked(rel_s, &bytes).await {
                 unstage().await;
                 for rel_s in &names {

@@ -218,3 +218,80 @@ fn add_trusts_no_host_key_on_first_use() {
         config_before
     );
 }
+
+/// What add commits beside a credential is checked against the target branch at commit
+/// time: a file that appeared there, or changed, since add read it stops the spoke's
+/// commit (nothing committed, the clone put back); as read, it is committed with the
+/// credential in one commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_beside_a_credential_commit_only_as_add_read_them() {
+    use spokekeeper::rotate::{self, Beside, Context, Options, Outcome};
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    push_to_remote(&fleet, &[("fluxcd/kustomization.yaml", "resources: []\n")]);
+    let config = spokekeeper::config::Config::load(&fleet.config).unwrap();
+    let sealing = spokekeeper::seal::SealingKey::from_pem(
+        &std::fs::read(support::fleet::vectors().join("key/cert.pem")).unwrap(),
+        "cert.pem",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let repo = spokekeeper::repo::Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let tick = |beside: Vec<Beside>| {
+        let opts = Options {
+            concurrency: 1,
+            force: true,
+            beside: [("spoke0".to_string(), beside)].into(),
+            ..Options::default()
+        };
+        let ctx = &ctx;
+        async move { rotate::tick(ctx, &opts).await.unwrap() }
+    };
+    let new = |rel: &str, was: Option<&str>| Beside {
+        rel: rel.into(),
+        bytes: b"kind: Kustomization\n".to_vec(),
+        was: was.map(|w| w.as_bytes().to_vec()),
+    };
+    let before = fleet.remote_log();
+    for (beside, why) in [
+        (new("fluxcd/kustomization.yaml", None), "exists now"),
+        (
+            new("fluxcd/kustomization.yaml", Some("resources: [x]\n")),
+            "changed",
+        ),
+        (new("fluxcd/gone.yaml", Some("x\n")), "is gone"),
+    ] {
+        let report = tick(vec![new("fluxcd/spoke0.yaml", None), beside]).await;
+        let Outcome::Failed(e) = &report.spokes[0].outcome else {
+            panic!("{:?}", report.spokes[0].outcome)
+        };
+        assert_eq!(e.stage(), rotate::Stage::Commit);
+        assert!(
+            e.to_string().contains(&format!(
+                " {why} on the target branch: nothing was committed"
+            )),
+            "{e}"
+        );
+        assert_eq!(fleet.remote_log(), before);
+        assert_eq!(git(&fleet.clone, &["status", "--porcelain"]), "");
+    }
+    let report = tick(vec![
+        new("fluxcd/spoke0.yaml", None),
+        new("fluxcd/kustomization.yaml", Some("resources: []\n")),
+    ])
+    .await;
+    assert!(
+        matches!(report.spokes[0].outcome, Outcome::Rotated { .. }),
+        "{:?}",
+        report.spokes[0].outcome
+    );
+    assert_eq!(fleet.remote_log().len(), before.len() + 1);
+    assert_eq!(
+        files_of(&fleet, "main"),
+        [
+            "fluxcd/kustomization.yaml",
+            "fluxcd/spoke0-kubeconfig-sealed.yaml",
+            "fluxcd/spoke0.yaml"
+        ]
+    );
+}
