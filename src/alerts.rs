@@ -99,6 +99,8 @@ pub enum Subject {
     Hub,
     /// A fresh credential waiting for review (`repo.mode: pull-request`).
     Review,
+    /// How the fleet repo's Flux objects deploy to the spoke (`check` only).
+    Flux,
 }
 
 impl Subject {
@@ -113,6 +115,7 @@ impl Subject {
             Subject::State => "state",
             Subject::Hub => "hub",
             Subject::Review => "review",
+            Subject::Flux => "flux",
         }
     }
 
@@ -134,6 +137,7 @@ impl Subject {
             Subject::State => "recorded state",
             Subject::Hub => "hub",
             Subject::Review => "pull request",
+            Subject::Flux => "Flux layout",
         }
     }
 }
@@ -455,6 +459,11 @@ fn review(
         });
     }
     Some(plain(spoke, Subject::Review, Status::Warning, detail))
+}
+
+/// A warning about the fleet repo's Flux objects for `spoke` (`check`'s layout traps).
+pub(crate) fn flux_layout(spoke: &str, detail: String) -> Finding {
+    plain(spoke, Subject::Flux, Status::Warning, detail)
 }
 
 fn plain(spoke: &str, subject: Subject, status: Status, detail: String) -> Finding {

@@ -270,13 +270,43 @@ impl Repo {
     /// did not change. The file is staged as written, without filters, and refused
     /// (and unstaged) when it carries plaintext or git attributes apply to it.
     pub async fn commit(&self, rel: &Path, message: &str) -> Result<Option<String>, RepoError> {
-        let rel_s = rel.to_string_lossy().into_owned();
-        let path = self.no_links(rel)?;
-        let bytes = crate::fsutil::read_nofollow(&path).map_err(|e| self.io(&path, e))?;
-        if let Err(e) = self.stage_checked(&rel_s, &bytes).await {
-            let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
-            let _ = self.git(["checkout", "--quiet", "--", &rel_s]).await;
-            return Err(e);
+        self.commit_all(&[rel], message).await
+    }
+
+    /// [`Repo::commit`] for several files in one commit (`spokekeeper add`: a credential
+    /// and the Flux objects that deploy with it): each is checked as `commit` checks one.
+    pub async fn commit_all(
+        &self,
+        rels: &[&Path],
+        message: &str,
+    ) -> Result<Option<String>, RepoError> {
+        let names: Vec<String> = rels
+            .iter()
+            .map(|r| r.to_string_lossy().into_owned())
+            .collect();
+        let unstage = || async {
+            for rel_s in &names {
+                let _ = self.git(["reset", "--quiet", "--", rel_s]).await;
+            }
+        };
+        for (rel, rel_s) in rels.iter().zip(&names) {
+            let read = self.no_links(rel).and_then(|path| {
+                crate::fsutil::read_nofollow(&path).map_err(|e| self.io(&path, e))
+            });
+            let bytes = match read {
+                Ok(b) => b,
+                Err(e) => {
+                    unstage().await;
+                    return Err(e);
+                }
+            };
+            if let Err(e) = self.stage_checked(rel_s, &bytes).await {
+                unstage().await;
+                for rel_s in &names {
+                    let _ = self.git(["checkout", "--quiet", "--", rel_s]).await;
+                }
+                return Err(e);
+            }
         }
         // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
         // diff drivers change what a diff shows, never what a blob holds.
@@ -285,15 +315,15 @@ impl Repo {
             return Ok(None);
         }
         // No pathspec: `git commit -- path` would stage the working tree again, through
-        // the filters just avoided. So the index must hold this change and no other.
+        // the filters just avoided. So the index must hold these changes and no other.
         let others: Vec<&str> = staged
             .split('\0')
-            .filter(|n| !n.is_empty() && *n != rel_s)
+            .filter(|n| !n.is_empty() && !names.iter().any(|r| r == n))
             .collect();
         if !others.is_empty() {
-            let _ = self.git(["reset", "--quiet", "--", &rel_s]).await;
+            unstage().await;
             return Err(RepoError::OtherStaged {
-                file: rel_s,
+                file: names.join(", "),
                 others: crate::text::one_line(&others.join(", "), 300),
             });
         }

@@ -30,6 +30,79 @@ pub(crate) fn one_line(s: &str, max: usize) -> String {
     out
 }
 
+/// Where a top-level YAML block list `key:` ends, to append items to it as text so every
+/// other line (comments, layout) stays as written. The caller parses the result again.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct BlockList {
+    /// Byte offset where new items go: after the list's last line (and its line break).
+    pub at: usize,
+    /// The column of the items' `-`, and the spaces between `-` and the item.
+    pub indent: usize,
+    pub gap: usize,
+    /// The file's line break; `missing_eol` when the last line has none.
+    pub eol: &'static str,
+    pub missing_eol: bool,
+}
+
+/// The block list under the top-level `key:` in `text`. None: no such key. Err (with
+/// the line) when it is not a block list with at least one item: flow style
+/// (`key: [...]`) or empty.
+pub(crate) fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, String> {
+    let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
+    let lines: Vec<&str> = text.split_inclusive('\n').collect();
+    let is_key = |l: &str| {
+        l.strip_prefix(key)
+            .and_then(|r| r.strip_prefix(':'))
+            .is_some_and(|r| {
+                let r = r.trim();
+                r.is_empty() || r.starts_with('#')
+            })
+    };
+    let flow = |l: &str| l.strip_prefix(key).is_some_and(|r| r.starts_with(':'));
+    let Some(k) = lines.iter().position(|l| is_key(l)) else {
+        return match lines.iter().position(|l| flow(l)) {
+            Some(k) => Err(format!(
+                "line {}: {key} is written on one line (flow style): write it as a block list (`{key}:` then `- ...` lines), or edit it by hand",
+                k + 1
+            )),
+            None => Ok(None),
+        };
+    };
+    // The list: indented lines and `-` items at column 0, with comments and blank lines
+    // between them; it ends at the next top-level key.
+    let (mut last, mut item) = (None, None);
+    for (i, line) in lines.iter().enumerate().skip(k + 1) {
+        let body = line.trim_end_matches(['\n', '\r']);
+        let trimmed = body.trim_start();
+        let indent = body.len() - trimmed.len();
+        if trimmed.is_empty() || (indent == 0 && trimmed.starts_with('#')) {
+            continue;
+        }
+        if indent == 0 && !trimmed.starts_with('-') {
+            break;
+        }
+        if item.is_none() && trimmed.starts_with('-') {
+            let after = &trimmed[1..];
+            item = Some((indent, (after.len() - after.trim_start().len()).max(1)));
+        }
+        last = Some(i);
+    }
+    let (Some(last), Some((indent, gap))) = (last, item) else {
+        return Err(format!(
+            "line {}: {key} has no `- ` item to follow: write the first one by hand",
+            k + 1
+        ));
+    };
+    let at = lines[..=last].iter().map(|l| l.len()).sum();
+    Ok(Some(BlockList {
+        at,
+        indent,
+        gap,
+        eol,
+        missing_eol: !lines[last].ends_with('\n'),
+    }))
+}
+
 /// `s` as literal text in Markdown (CommonMark, GitHub, GitLab, Gitea): every ASCII
 /// punctuation mark that Markdown or HTML could act on is backslash-escaped. Autolinks
 /// and references are found in the rendered text, after escapes are gone, so they are

@@ -8,6 +8,9 @@
 //! repo or sealing certificate unreadable, a spoke never rotated, its state unreadable,
 //! or unreachable) ranks below critical and above warning: a known critical problem is
 //! never hidden, and a warning never hides a spoke that could not be checked.
+//!
+//! The clone's Flux objects are read too: a HelmRelease that would land on the hub, or
+//! on a spoke where no helm-controller runs, is a warning (`traps.rs`).
 
 use std::io::Write;
 use std::path::Path;
@@ -24,6 +27,8 @@ use crate::repo::Repo;
 use crate::rotate::state::rfc3339;
 use crate::rotate::{observe, review};
 use crate::seal::SealingKey;
+
+mod traps;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -99,6 +104,13 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         eprintln!("spokekeeper check: CRITICAL: {}", u.error);
         findings.push(alerts::untrusted_sealing(u));
     }
+    let layout = traps::traps(&traps::read_tree(&config.repo.path), &config.spokes);
+    findings.extend(
+        layout
+            .into_iter()
+            .filter(|t| args.spokes.is_empty() || args.spokes.contains(&t.spoke))
+            .map(|t| alerts::flux_layout(&t.spoke, t.detail)),
+    );
     let status = alerts::overall(&findings);
     let report = Report {
         status,

@@ -11,6 +11,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand, ValueEnum};
 
+mod add;
 mod check;
 mod completion;
 #[cfg(feature = "demo")]
@@ -119,6 +120,15 @@ pub enum Command {
         spokekeeper status\n  \
         spokekeeper --config /etc/spokekeeper/spokekeeper.yaml status -o yaml")]
     Status,
+    /// Onboard a new spoke: add it to the configuration, print its node recipe, rotate it
+    /// and commit beside its credential the Flux objects that deploy to it.
+    #[command(after_help = "Examples:\n  \
+        spokekeeper add edge-1 --address 192.168.1.30 --distro k3s\n  \
+        spokekeeper add edge-2 --address 10.0.0.7 --distro rke2 --ssh-host bastion.example.org --source flux-system\n\n\
+        In the same commit as the sealed credential: ROOT/NAME.yaml with a Kustomization that applies\n\
+        spokes/NAME/apps on the spoke and one that applies spokes/NAME/helmreleases on the hub with\n\
+        spec.kubeConfig patched into each HelmRelease, listed in ROOT/kustomization.yaml when it exists.")]
+    Add(add::AddArgs),
     /// Scaffold a spokekeeper.yaml and print the least-privilege node recipe.
     #[command(after_help = "Examples:\n  \
         spokekeeper init\n  \
@@ -158,6 +168,7 @@ pub fn main() -> ExitCode {
         Command::Rotate(args) => rotate::run(&args, &cli.config, cli.output),
         Command::Revoke(args) => revoke::run(&args, &cli.config, cli.output),
         Command::Init(args) => init::run(&args, &cli.config),
+        Command::Add(args) => add::run(&args, &cli.config, cli.output),
         #[cfg(feature = "demo")]
         Command::Demo => match demo::run() {
             Ok(()) => ExitCode::SUCCESS,

@@ -69,6 +69,7 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
         concurrency: args.concurrency,
         progress: shown.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
         gate: Default::default(),
+        beside: Default::default(),
     };
     let result = runtime.block_on(run_tick(config, &opts));
     if let Some((_, line)) = &shown {

@@ -17,6 +17,8 @@
 //! - `types.rs`: [`Span`], and the value types the layers above use as they are
 //!   ([`Scope`], [`Distro`]).
 //!
+//! `edit.rs` appends a spoke to the file as text (`spokekeeper add`), keeping its comments.
+//!
 //! `check.rs` holds what every value must look like, checked on the loaded
 //! configuration; `lines.rs` finds the line of a key for errors found after parsing.
 //!
@@ -36,6 +38,7 @@ mod alerts;
 mod check;
 mod credential;
 mod daemon;
+mod edit;
 mod hub;
 mod lines;
 mod repo;
@@ -49,6 +52,7 @@ pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
 #[cfg(test)]
 use daemon::DEFAULT_METRICS_LISTEN;
+pub use edit::{NewSpoke, add_spoke};
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
     HubConfig,

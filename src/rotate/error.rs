@@ -95,6 +95,12 @@ pub enum SpokeError {
     Commit(Arc<RepoError>),
     #[error("nothing changed in the file (unexpected: sealing is randomized)")]
     Unchanged,
+    /// `spokekeeper add`: a file to commit beside the credential is not as it was when
+    /// the change was computed (it exists now, or the remote changed it).
+    #[error(
+        "{file} {why} on the target branch: nothing was committed; run `spokekeeper add` again"
+    )]
+    BesideMoved { file: String, why: &'static str },
     /// Review mode: the spoke's branch was not pushed (the gate refused, or git failed).
     #[error("branch {branch} not pushed: {why}")]
     NotPushed { branch: String, why: String },
@@ -187,7 +193,9 @@ impl SpokeError {
             SpokeError::Untrusted(_) | SpokeError::Seal(_) | SpokeError::ReadBack { .. } => {
                 Stage::Seal
             }
-            SpokeError::Commit(_) | SpokeError::Unchanged => Stage::Commit,
+            SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
+                Stage::Commit
+            }
             SpokeError::NotPushed { .. } | SpokeError::BranchPush { .. } => Stage::Push,
             SpokeError::Review(_) => Stage::Review,
         }

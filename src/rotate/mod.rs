@@ -125,6 +125,21 @@ pub struct Options {
     pub progress: progress::Progress,
     /// Asked right before the push; always yes by default.
     pub gate: Gate,
+    /// Files committed in the same commit as a spoke's credential, by spoke name
+    /// (`spokekeeper add`: the Flux objects that deploy with it). Direct mode only.
+    pub beside: std::collections::BTreeMap<String, Vec<Beside>>,
+}
+
+/// A file written and committed beside a spoke's credential, only if the target branch
+/// still holds what it was computed from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Beside {
+    /// Relative to the repo root.
+    pub rel: std::path::PathBuf,
+    pub bytes: Vec<u8>,
+    /// What the target branch must hold there now (None: nothing; then it is created,
+    /// never overwritten).
+    pub was: Option<Vec<u8>>,
 }
 
 /// Whether this process may still act (with leader election: it holds the Lease with

@@ -10,7 +10,7 @@ use super::decide::Policy;
 use super::error::{PinError, SpokeError};
 use super::observe::Observation;
 use super::report::{Outcome, RepoFailure, SpokeReport};
-use super::{Context, Options, Proposal};
+use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::Pushed;
 
@@ -101,10 +101,11 @@ impl Publish for Direct {
         spoke: &SpokeConfig,
         report: &mut SpokeReport,
         proposal: Option<&Proposal>,
-        _: &Options,
+        opts: &Options,
     ) {
         let Some(p) = proposal else { return };
-        report.outcome = match commit(ctx, spoke, p).await {
+        let beside = opts.beside.get(&spoke.name).map(Vec::as_slice);
+        report.outcome = match commit(ctx, spoke, p, beside.unwrap_or_default()).await {
             Ok(sha) => {
                 self.committed += 1;
                 Outcome::Rotated { commit: sha }
@@ -155,14 +156,50 @@ impl Publish for Direct {
     }
 }
 
-async fn commit(ctx: &Context, spoke: &SpokeConfig, p: &Proposal) -> Result<String, SpokeError> {
+/// The credential, and `beside` it the files `spokekeeper add` writes, in one commit.
+/// A beside file the target branch no longer holds as expected stops the commit; on any
+/// failure the clone is put back as HEAD has it.
+async fn commit(
+    ctx: &Context,
+    spoke: &SpokeConfig,
+    p: &Proposal,
+    beside: &[Beside],
+) -> Result<String, SpokeError> {
     let failed = |e| SpokeError::Commit(Arc::new(e));
-    ctx.repo
-        .write_atomic(&spoke.output, p.manifest.as_bytes())
-        .map_err(failed)?;
-    match ctx.repo.commit(&spoke.output, &p.message).await {
-        Ok(Some(sha)) => Ok(sha),
-        Ok(None) => Err(SpokeError::Unchanged),
-        Err(e) => Err(failed(e)),
+    for b in beside {
+        let now = ctx.repo.read(&b.rel).await.map_err(failed)?;
+        if now != b.was {
+            let why = match (&now, &b.was) {
+                (Some(_), None) => "exists now",
+                (None, Some(_)) => "is gone",
+                _ => "changed",
+            };
+            return Err(SpokeError::BesideMoved {
+                file: b.rel.display().to_string(),
+                why,
+            });
+        }
     }
+    let mut rels: Vec<&Path> = vec![spoke.output.as_path()];
+    rels.extend(beside.iter().map(|b| b.rel.as_path()));
+    let written = async {
+        ctx.repo
+            .write_atomic(&spoke.output, p.manifest.as_bytes())
+            .map_err(failed)?;
+        for b in beside {
+            ctx.repo.write_atomic(&b.rel, &b.bytes).map_err(failed)?;
+        }
+        match ctx.repo.commit_all(&rels, &p.message).await {
+            Ok(Some(sha)) => Ok(sha),
+            Ok(None) => Err(SpokeError::Unchanged),
+            Err(e) => Err(failed(e)),
+        }
+    }
+    .await;
+    if written.is_err() && !beside.is_empty() {
+        for rel in &rels {
+            ctx.repo.discard(rel).await;
+        }
+    }
+    written
 }

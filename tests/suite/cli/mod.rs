@@ -1,4 +1,5 @@
 //! The command line itself (completions, man page, help, progress) and the demo.
 
+mod add;
 mod commands;
 mod demo;

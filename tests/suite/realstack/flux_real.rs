@@ -51,7 +51,12 @@ impl RealFlux {
 
     /// [`RealFlux::start`], with `edit` applied to the seed's work tree after the layout
     /// is written and before it is pushed.
-    fn start_with(n: usize, signers: bool, extra: &str, edit: impl FnOnce(&Path)) -> RealFlux {
+    pub(super) fn start_with(
+        n: usize,
+        signers: bool,
+        extra: &str,
+        edit: impl FnOnce(&Path),
+    ) -> RealFlux {
         let hub = RealHub::start(&HubOptions::default());
         let node = NodeOptions {
             api: false,

@@ -1,0 +1,379 @@
+//! `spokekeeper add NAME --address ... --distro ...`: a new spoke onboarded in one
+//! command. Appends it to spokekeeper.yaml as text (comments kept, the result parsed
+//! again), prints the node recipe and the host-key step, then rotates it through the
+//! one-spoke rotate path, committing beside its credential, in the same commit, the Flux
+//! objects that deploy to it (layout.rs) and the root kustomization.yaml's listing of
+//! them: one commit, one push. spokekeeper.yaml is written only once that commit is
+//! made; a failure leaves it, the clone and the remote as they were.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use super::{Format, fail, fail_with, out};
+use crate::config::{Config, Distro, NewSpoke, RepoMode, SpokeConfig};
+use crate::repo::Repo;
+use crate::rotate::{Beside, Options, Outcome};
+
+mod layout;
+
+use layout::{EMPTY_KUSTOMIZATION, Layout, slash_path};
+
+/// The API server port of k3s, rke2 and kubeadm alike.
+const API_PORT: u16 = 6443;
+
+#[derive(Debug, clap::Args)]
+pub struct AddArgs {
+    /// The new spoke's name: a DNS label; its Secret, files and Kustomizations are named after it.
+    pub name: String,
+    /// The spoke's API server host (an IP address or DNS name); also the SSH target unless --ssh-host.
+    #[arg(long)]
+    pub address: String,
+    /// The spoke's distribution: sets the kubeconfig path read on the node.
+    #[arg(long, value_parser = ["k3s", "rke2", "kubeadm"])]
+    pub distro: String,
+    /// Reach the node over SSH here instead of --address (the kubeconfig then points at https://ADDRESS:6443).
+    #[arg(long)]
+    pub ssh_host: Option<String>,
+    /// The kubeconfig on the node, when not where the distribution writes it.
+    #[arg(long)]
+    pub kubeconfig_path: Option<String>,
+    /// The root Kustomization's directory in the fleet repo (its spec.path), where the
+    /// spoke's Kustomizations go [default: the directory of the spoke's sealed credential].
+    #[arg(long)]
+    pub root: Option<PathBuf>,
+    /// The spoke's manifests directory in the fleet repo [default: spokes/NAME].
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// The GitRepository the spoke's Kustomizations read (flux bootstrap names it flux-system).
+    #[arg(long, default_value = "flux-system")]
+    pub source: String,
+}
+
+pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
+    let format = format.unwrap_or(Format::Table);
+    let text = match std::fs::read_to_string(config_path) {
+        Ok(t) => t,
+        Err(e) => {
+            return fail(
+                "add",
+                &format!(
+                    "{}: cannot read it: {e} (pass --config FILE; `spokekeeper init` writes one)",
+                    config_path.display()
+                ),
+            );
+        }
+    };
+    let file = config_path.display().to_string();
+    let base = config_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    let (edited, config) = match crate::config::add_spoke(&text, &file, &base, &new_spoke(args)) {
+        Ok(e) => e,
+        Err(e) => return fail("add", &e.to_string()),
+    };
+    if config.repo.mode == RepoMode::PullRequest {
+        return fail(
+            "add",
+            "repo.mode is pull-request: add commits the Flux objects beside the credential, which a review branch may not hold (it changes the spoke's file alone); add the spoke with repo.mode: direct, or add it to spokekeeper.yaml by hand and let the review branch carry its credential",
+        );
+    }
+    let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name).cloned() else {
+        return fail("add", "the spoke is not in the edited configuration");
+    };
+    let steps = node_steps(&spoke);
+    if format == Format::Table {
+        out(&steps);
+    } else {
+        eprint!("{steps}");
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => return fail("add", &format!("cannot start the runtime: {e}")),
+    };
+    let beside = match runtime.block_on(flux_files(&config, &spoke, args)) {
+        Ok(b) => b,
+        Err(e) => return fail("add", &e),
+    };
+    let files: Vec<String> = beside.iter().map(|b| b.rel.display().to_string()).collect();
+    let opts = Options {
+        only: vec![spoke.name.clone()],
+        concurrency: 1,
+        beside: BTreeMap::from([(spoke.name.clone(), beside)]),
+        ..Options::default()
+    };
+    let report = match runtime.block_on(super::rotate::run_tick(config, &opts)) {
+        Ok(r) => r,
+        Err(e) => return fail_with("add", &e),
+    };
+    super::rotate::print_report(&report, format);
+    let committed = report
+        .spokes
+        .iter()
+        .find(|s| s.spoke == spoke.name)
+        .and_then(|s| match &s.outcome {
+            Outcome::Rotated { commit } => Some(commit.clone()),
+            _ => None,
+        });
+    let Some(commit) = committed else {
+        return fail(
+            "add",
+            &format!(
+                "{} was not added: nothing was committed and {} is unchanged; follow the steps above (the node recipe, the host key) and run add again",
+                spoke.name,
+                config_path.display()
+            ),
+        );
+    };
+    if let Err(e) = crate::fsutil::write_atomic(config_path, edited.as_bytes()) {
+        return fail(
+            "add",
+            &format!(
+                "{} is committed ({commit}) but {} could not be written: {e}; add the spoke to it by hand",
+                spoke.name,
+                config_path.display()
+            ),
+        );
+    }
+    eprintln!(
+        "added {} to {}; committed its credential with {} in {}",
+        spoke.name,
+        config_path.display(),
+        files.join(", "),
+        commit.chars().take(12).collect::<String>()
+    );
+    if report.ok() && report.hub_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// The spoke as the flags give it.
+fn new_spoke(args: &AddArgs) -> NewSpoke {
+    let distro = match args.distro.as_str() {
+        "rke2" => Distro::Rke2,
+        "kubeadm" => Distro::Kubeadm,
+        _ => Distro::K3s,
+    };
+    let (address, api_server) = match &args.ssh_host {
+        Some(ssh) => (
+            ssh.clone(),
+            Some(format!(
+                "https://{}",
+                crate::spoke::host_port(&args.address, API_PORT)
+            )),
+        ),
+        None => (args.address.clone(), None),
+    };
+    NewSpoke {
+        name: args.name.clone(),
+        address,
+        distro,
+        kubeconfig_path: args.kubeconfig_path.clone(),
+        api_server,
+    }
+}
+
+/// The node recipe for this spoke's kubeconfig path, then the host-key step: strict
+/// known_hosts, so the key is compared with the node's own before it is trusted.
+fn node_steps(spoke: &SpokeConfig) -> String {
+    // Steps 1 to 3, for this spoke's kubeconfig; the host-key step follows, for its node.
+    let recipe = crate::spoke::NODE_RECIPE;
+    let recipe = recipe[..recipe.find("# 4. On the hub").unwrap_or(recipe.len())].replace(
+        Distro::K3s.kubeconfig_path(),
+        spoke.kubeconfig_path.as_str(),
+    );
+    let ssh = &spoke.ssh;
+    let key = format!("{}.hostkey", spoke.name);
+    format!(
+        "# spoke {name}: on the node {address} ({distro}, kubeconfig {path})\n{recipe}\
+         # 4. On the hub: the node's host key. ssh.known_hosts is strict (an unknown key is\n\
+         #    refused; none is trusted on first use): fetch it, compare its fingerprint with\n\
+         #    the node's own, and only then add it. spokekeeper connects as {user} (ssh.user).\n\
+         ssh-keyscan -p {port} -t ed25519 {address} > {key}\n\
+         ssh-keygen -lf {key}    # must equal, on the node: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub\n\
+         cat {key} >> {known_hosts} && rm {key}\n\n",
+        name = spoke.name,
+        address = spoke.address,
+        distro = spoke.distro.name(),
+        path = spoke.kubeconfig_path,
+        port = ssh.port,
+        user = ssh.user,
+        known_hosts = ssh.known_hosts.display(),
+    )
+}
+
+/// What is committed beside the credential: the Kustomizations, an empty kustomization
+/// for each spoke directory that does not exist, and the root kustomization.yaml's
+/// listing (when the root has one). Read from the target branch as the remote has it
+/// now; the commit checks each file is still as read. Nothing that exists is overwritten.
+async fn flux_files(
+    config: &Config,
+    spoke: &SpokeConfig,
+    args: &AddArgs,
+) -> Result<Vec<Beside>, String> {
+    let repo = Repo::open(&config.repo)
+        .await
+        .map_err(|e| format!("repo.path: {e}"))?;
+    {
+        let _lock = repo.lock().map_err(|e| e.to_string())?;
+        repo.sync().await.map_err(|e| format!("repo.path: {e}"))?;
+    }
+    let layout = Layout {
+        root: match &args.root {
+            Some(r) => r.clone(),
+            None => spoke
+                .output
+                .parent()
+                .map(Path::to_path_buf)
+                .unwrap_or_default(),
+        },
+        dir: args
+            .dir
+            .clone()
+            .unwrap_or_else(|| Path::new("spokes").join(&spoke.name)),
+        source: args.source.clone(),
+    };
+    for (flag, p) in [("--root", &layout.root), ("--dir", &layout.dir)] {
+        let inside = p
+            .components()
+            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        if !inside {
+            return Err(format!(
+                "{flag} {}: give a directory inside the fleet repo, relative to its root (e.g. clusters/hub)",
+                p.display()
+            ));
+        }
+    }
+    if !crate::config::is_dns_subdomain(&args.source) {
+        return Err(format!(
+            "--source {:?} is not a Kubernetes object name (the GitRepository, e.g. flux-system)",
+            args.source
+        ));
+    }
+    let read = |rel: PathBuf| {
+        let repo = &repo;
+        async move {
+            repo.read(&rel)
+                .await
+                .map_err(|e| format!("{}: {e}", rel.display()))
+        }
+    };
+    let mut beside = Vec::new();
+    let objects = layout.objects_file(spoke);
+    for rel in [&spoke.output, &objects] {
+        if read(rel.clone()).await?.is_some() {
+            return Err(format!(
+                "{} exists in the fleet repo: add overwrites nothing; remove it, or pick another name",
+                rel.display()
+            ));
+        }
+    }
+    beside.push(Beside {
+        rel: objects.clone(),
+        bytes: layout.objects(spoke).into_bytes(),
+        was: None,
+    });
+    for dir in [layout.apps(), layout.helm_releases()] {
+        if !repo.path().join(&dir).exists() {
+            beside.push(Beside {
+                rel: dir.join("kustomization.yaml"),
+                bytes: EMPTY_KUSTOMIZATION.as_bytes().to_vec(),
+                was: None,
+            });
+        }
+    }
+    let root_file = layout.root.join("kustomization.yaml");
+    if let Some(was) = read(root_file.clone()).await? {
+        let Ok(output) = spoke.output.strip_prefix(&layout.root) else {
+            return Err(format!(
+                "{} lists the root's resources, but the spoke's credential {} is outside {}: set spokes[].output under it, or pass --root",
+                root_file.display(),
+                spoke.output.display(),
+                layout.root.display()
+            ));
+        };
+        let text = String::from_utf8(was.clone())
+            .map_err(|_| format!("{}: not UTF-8 text", root_file.display()))?;
+        let entries = [slash_path(output), format!("{}.yaml", spoke.name)];
+        let edited = layout::list_resources(&text, &entries)
+            .map_err(|e| format!("{}: {e}", root_file.display()))?;
+        if let Some(edited) = edited {
+            beside.push(Beside {
+                rel: root_file,
+                bytes: edited.into_bytes(),
+                was: Some(was),
+            });
+        }
+    }
+    Ok(beside)
+}
+
+/// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
+#[cfg(test)]
+pub(super) fn layout_for_tests(spoke: &SpokeConfig) -> String {
+    Layout {
+        root: "clusters/hub".into(),
+        dir: Path::new("spokes").join(&spoke.name),
+        source: "flux-system".into(),
+    }
+    .objects(spoke)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(extra: &[&str]) -> AddArgs {
+        use clap::Parser;
+        let mut argv = vec!["spokekeeper", "add", "edge-1", "--address", "10.0.0.9"];
+        argv.extend_from_slice(extra);
+        match super::super::Cli::parse_from(argv).command {
+            super::super::Command::Add(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_ssh_host_keeps_the_address_for_the_api_server() {
+        let s = new_spoke(&args(&[
+            "--distro",
+            "kubeadm",
+            "--ssh-host",
+            "bastion.example.org",
+        ]));
+        assert_eq!(s.address, "bastion.example.org");
+        assert_eq!(s.api_server.as_deref(), Some("https://10.0.0.9:6443"));
+        assert_eq!(s.distro, Distro::Kubeadm);
+        let s = new_spoke(&args(&["--distro", "rke2"]));
+        assert_eq!((s.address.as_str(), s.api_server), ("10.0.0.9", None));
+    }
+
+    #[test]
+    fn the_template_gains_the_spoke_and_the_steps_name_its_node() {
+        let (text, config) = crate::config::add_spoke(
+            super::super::init::TEMPLATE,
+            "spokekeeper.yaml",
+            Path::new("/etc/spokekeeper"),
+            &new_spoke(&args(&["--distro", "rke2"])),
+        )
+        .unwrap();
+        assert!(text.starts_with(super::super::init::TEMPLATE), "{text}");
+        let steps = node_steps(&config.spokes[1]);
+        for want in [
+            "NOPASSWD: /usr/bin/cat /etc/rancher/rke2/rke2.yaml",
+            "ssh-keyscan -p 22 -t ed25519 10.0.0.9 > edge-1.hostkey",
+            "cat edge-1.hostkey >> /etc/spokekeeper/ssh/known_hosts",
+        ] {
+            assert!(steps.contains(want), "{want:?} in {steps}");
+        }
+        assert!(!steps.contains("k3s.yaml"), "{steps}");
+        // The recipe's own host-key line appends unchecked: only the checked step is shown.
+        assert_eq!(steps.matches("ssh-keyscan").count(), 1, "{steps}");
+    }
+}

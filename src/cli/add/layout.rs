@@ -1,0 +1,245 @@
+//! The Flux objects `spokekeeper add` commits beside a new spoke's credential, and the
+//! root kustomization.yaml that lists them. Every name is derived from the spoke's name
+//! (a DNS label) and the configuration's Secret, so nothing here comes from the repo but
+//! the root kustomization.yaml, which is edited as text and parsed again.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::config::SpokeConfig;
+
+/// Where the new spoke's Flux objects go and what they deploy from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Layout {
+    /// The root Kustomization's directory (its spec.path), relative to the repo root.
+    pub root: PathBuf,
+    /// The spoke's own directory: `apps/` is applied on the spoke, `helmreleases/` on
+    /// the hub with spec.kubeConfig patched in.
+    pub dir: PathBuf,
+    /// The GitRepository both Kustomizations read.
+    pub source: String,
+}
+
+impl Layout {
+    /// `ROOT/NAME.yaml`: both Kustomizations.
+    pub(super) fn objects_file(&self, spoke: &SpokeConfig) -> PathBuf {
+        self.root.join(format!("{}.yaml", spoke.name))
+    }
+
+    pub(super) fn apps(&self) -> PathBuf {
+        self.dir.join("apps")
+    }
+
+    pub(super) fn helm_releases(&self) -> PathBuf {
+        self.dir.join("helmreleases")
+    }
+
+    /// The name of the hub-side Kustomization that applies the spoke's HelmReleases.
+    pub(super) fn helm_kustomization(spoke: &SpokeConfig) -> String {
+        format!("{}-helmreleases", spoke.name)
+    }
+
+    /// The two Kustomizations, in the Secret's namespace (Flux reads a kubeConfig Secret
+    /// from the consumer's own namespace): one applies `apps/` on the spoke with its
+    /// kubeconfig; the other applies `helmreleases/` on the hub, where helm-controller
+    /// runs, with `spec.kubeConfig` patched into every HelmRelease so that each release
+    /// is installed on the spoke, and the HelmReleases moved into that namespace.
+    pub(super) fn objects(&self, spoke: &SpokeConfig) -> String {
+        let (name, ns) = (&spoke.name, &spoke.secret.namespace);
+        let (secret, key) = (&spoke.secret.name, &spoke.secret.key);
+        let source = &self.source;
+        let apps = slash_path(&self.apps());
+        let helm = slash_path(&self.helm_releases());
+        let helm_name = Self::helm_kustomization(spoke);
+        format!(
+            "# Written by `spokekeeper add {name}`: what Flux deploys to spoke {name}.\n\
+             # Plain manifests in {apps} are applied on the spoke, with its kubeconfig.\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\n\
+             kind: Kustomization\n\
+             metadata:\n  name: {name}\n  namespace: {ns}\n\
+             spec:\n  interval: 10m\n  retryInterval: 1m\n  timeout: 5m\n  path: ./{apps}\n  prune: true\n\
+             \x20 sourceRef:\n    kind: GitRepository\n    name: {source}\n\
+             \x20 kubeConfig:\n    secretRef:\n      name: {secret}\n      key: {key}\n\
+             ---\n\
+             # HelmReleases in {helm} are applied on the hub, where helm-controller runs;\n\
+             # each gets spec.kubeConfig, so its release is installed on the spoke.\n\
+             apiVersion: kustomize.toolkit.fluxcd.io/v1\n\
+             kind: Kustomization\n\
+             metadata:\n  name: {helm_name}\n  namespace: {ns}\n\
+             spec:\n  interval: 10m\n  retryInterval: 1m\n  timeout: 5m\n  path: ./{helm}\n  prune: true\n\
+             \x20 targetNamespace: {ns}\n\
+             \x20 sourceRef:\n    kind: GitRepository\n    name: {source}\n\
+             \x20 patches:\n    - target:\n        kind: HelmRelease\n      patch: |\n\
+             \x20       - op: add\n          path: /spec/kubeConfig\n          value:\n\
+             \x20           secretRef:\n              name: {secret}\n              key: {key}\n"
+        )
+    }
+}
+
+/// An empty kustomization for a spoke directory that does not exist yet, so that its
+/// Kustomization is Ready (a missing path fails it) until manifests are added.
+pub(super) const EMPTY_KUSTOMIZATION: &str = "# Add this spoke's manifests here and list them below.\n\
+apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n";
+
+/// `rel` with `/` separators, as Flux and kustomize write paths.
+pub(super) fn slash_path(rel: &Path) -> String {
+    rel.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// `text` (a kustomization.yaml) with each of `entries` appended to its `resources:`
+/// when not listed yet, comments and layout kept; the result is parsed again and must
+/// list them all. None: nothing to add.
+pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, String> {
+    #[derive(Deserialize)]
+    struct Kustomization {
+        #[serde(default)]
+        resources: Option<Vec<String>>,
+    }
+    let parse = |t: &str| {
+        serde_saphyr::from_str::<Kustomization>(t)
+            .map(|k| k.resources.unwrap_or_default())
+            .map_err(|e| crate::text::one_line(&e.to_string(), 300))
+    };
+    let listed = parse(text).map_err(|e| format!("does not parse: {e}"))?;
+    let new: Vec<&String> = entries
+        .iter()
+        .filter(|e| !listed.iter().any(|l| same_entry(l, e)))
+        .collect();
+    if new.is_empty() {
+        return Ok(None);
+    }
+    let edited = match crate::text::block_list(text, "resources")? {
+        Some(list) => {
+            let pad = " ".repeat(list.indent);
+            let gap = " ".repeat(list.gap);
+            let mut items = String::from(if list.missing_eol { list.eol } else { "" });
+            for e in &new {
+                items.push_str(&format!("{pad}-{gap}{e}{}", list.eol));
+            }
+            format!("{}{items}{}", &text[..list.at], &text[list.at..])
+        }
+        None => {
+            let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
+            let mut out = text.to_string();
+            if !out.is_empty() && !out.ends_with('\n') {
+                out.push_str(eol);
+            }
+            out.push_str(&format!("resources:{eol}"));
+            for e in &new {
+                out.push_str(&format!("- {e}{eol}"));
+            }
+            out
+        }
+    };
+    let after = parse(&edited).map_err(|e| format!("does not parse once edited: {e}"))?;
+    if let Some(missing) = entries
+        .iter()
+        .find(|e| !after.iter().any(|l| same_entry(l, e)))
+    {
+        return Err(format!("does not list {missing} once edited"));
+    }
+    Ok(Some(edited))
+}
+
+/// `./x.yaml` and `x.yaml` are the same resource.
+fn same_entry(listed: &str, entry: &str) -> bool {
+    listed.trim_start_matches("./").trim_end_matches('/') == entry.trim_start_matches("./")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spoke() -> SpokeConfig {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge-1, address: 10.0.0.1}\n";
+        crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+            .unwrap()
+            .spokes
+            .remove(0)
+    }
+
+    #[test]
+    fn the_objects_target_the_spoke_and_patch_every_helm_release() {
+        let layout = Layout {
+            root: "clusters/hub".into(),
+            dir: "spokes/edge-1".into(),
+            source: "flux-system".into(),
+        };
+        let s = spoke();
+        assert_eq!(
+            layout.objects_file(&s),
+            Path::new("clusters/hub/edge-1.yaml")
+        );
+        let text = layout.objects(&s);
+        let docs: Vec<serde_json::Value> = text
+            .split("\n---\n")
+            .map(|d| serde_saphyr::from_str(d).unwrap())
+            .collect();
+        let [apps, helm] = docs.as_slice() else {
+            panic!("{text}")
+        };
+        assert_eq!(apps["metadata"]["name"], "edge-1");
+        assert_eq!(apps["spec"]["path"], "./spokes/edge-1/apps");
+        assert_eq!(
+            apps["spec"]["kubeConfig"]["secretRef"],
+            serde_json::json!({"name": "edge-1-kubeconfig", "key": "value"})
+        );
+        assert_eq!(apps["spec"]["sourceRef"]["name"], "flux-system");
+        assert_eq!(helm["metadata"]["name"], "edge-1-helmreleases");
+        assert!(
+            helm["spec"].get("kubeConfig").is_none(),
+            "applied on the hub"
+        );
+        assert_eq!(helm["spec"]["targetNamespace"], "flux-system");
+        let patch = &helm["spec"]["patches"][0];
+        assert_eq!(patch["target"], serde_json::json!({"kind": "HelmRelease"}));
+        let ops: serde_json::Value =
+            serde_saphyr::from_str(patch["patch"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            ops,
+            serde_json::json!([{"op": "add", "path": "/spec/kubeConfig",
+                "value": {"secretRef": {"name": "edge-1-kubeconfig", "key": "value"}}}])
+        );
+    }
+
+    #[test]
+    fn resources_gain_what_is_missing_and_keep_their_comments() {
+        let text = "# the hub\napiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n  - dev.yaml   # dev\n  - ./dev-kubeconfig-sealed.yaml\n# end\npatches: []\n";
+        let out = list_resources(
+            text,
+            &["edge-1.yaml".into(), "dev-kubeconfig-sealed.yaml".into()],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(
+            out,
+            text.replace("sealed.yaml\n# end", "sealed.yaml\n  - edge-1.yaml\n# end")
+        );
+        // Already listed: nothing to do.
+        assert_eq!(list_resources(&out, &["edge-1.yaml".into()]), Ok(None));
+        // No resources yet: the key is added.
+        let out = list_resources("kind: Kustomization", &["a.yaml".into()])
+            .unwrap()
+            .unwrap();
+        assert_eq!(out, "kind: Kustomization\nresources:\n- a.yaml\n");
+    }
+
+    #[test]
+    fn resources_it_cannot_edit_as_text_are_refused_with_the_line() {
+        let e = list_resources(
+            "kind: Kustomization\nresources: [a.yaml]\n",
+            &["b.yaml".into()],
+        )
+        .unwrap_err();
+        assert!(
+            e.starts_with("line 2: resources is written on one line"),
+            "{e}"
+        );
+        let e = list_resources("resources: {a: 1}\n", &["b.yaml".into()]).unwrap_err();
+        assert!(e.starts_with("does not parse"), "{e}");
+    }
+}

@@ -1,0 +1,512 @@
+//! `check`'s HelmRelease traps, read from the fleet repo clone (hostile input, bounded):
+//!
+//! - a HelmRelease applied by a Kustomization whose `spec.kubeConfig` targets a spoke is
+//!   applied on the spoke, where no helm-controller runs: it is never installed;
+//! - a HelmRelease without `spec.kubeConfig` under a spoke's directory (a path component
+//!   named after the spoke), applied by a hub-side Kustomization that does not patch
+//!   `spec.kubeConfig` into HelmReleases, is installed on the hub, not on the spoke.
+//!
+//! What a Kustomization applies follows kustomize-controller: its path's
+//! kustomization.yaml `resources` (files and directories, in a chain), or without one
+//! every YAML file below the path (a subdirectory with its own kustomization.yaml by
+//! that one).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::config::SpokeConfig;
+
+/// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
+const MAX_FILES: usize = 5_000;
+const MAX_FILE_BYTES: u64 = 1 << 20;
+const MAX_DEPTH: usize = 16;
+const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+
+/// One trap: the spoke it concerns and what to do, as one line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Trap {
+    pub spoke: String,
+    pub detail: String,
+}
+
+/// The YAML files of the clone at `root`, by path relative to it (`/`-separated):
+/// regular files only (no symbolic link is followed), `.git` skipped, bounded.
+pub(super) fn read_tree(root: &Path) -> BTreeMap<String, String> {
+    let mut files = BTreeMap::new();
+    let mut dirs = vec![(PathBuf::new(), 0usize)];
+    while let Some((rel, depth)) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(root.join(&rel)) else {
+            continue;
+        };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(meta) = e.path().symlink_metadata() else {
+                continue;
+            };
+            let child = rel.join(&name);
+            if meta.is_dir() && name != ".git" && depth < MAX_DEPTH {
+                dirs.push((child, depth + 1));
+            } else if meta.is_file()
+                && meta.len() <= MAX_FILE_BYTES
+                && is_yaml(&name)
+                && files.len() < MAX_FILES
+                && let Ok(text) = std::fs::read_to_string(e.path())
+            {
+                files.insert(slash(&child), text);
+            }
+        }
+    }
+    files
+}
+
+fn is_yaml(name: &str) -> bool {
+    name.ends_with(".yaml") || name.ends_with(".yml") || name == "Kustomization"
+}
+
+fn slash(p: &Path) -> String {
+    p.components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
+}
+
+/// A Flux Kustomization found in the repo.
+struct Kustomization {
+    file: String,
+    namespace: String,
+    name: String,
+    /// spec.path, normalized ("" is the repo root); None when it leaves the repo.
+    path: Option<String>,
+    /// spec.kubeConfig.secretRef.name.
+    secret: Option<String>,
+    /// Whether a patch targeting HelmReleases sets spec.kubeConfig.
+    patches_helm_kubeconfig: bool,
+}
+
+/// The traps in `files` (see the module docs) for `spokes`, each once, in file order.
+pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) -> Vec<Trap> {
+    let docs: BTreeMap<&str, Vec<Value>> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), documents(t)))
+        .collect();
+    let kustomizations: Vec<Kustomization> = docs
+        .iter()
+        .flat_map(|(f, ds)| ds.iter().filter_map(|d| kustomization(f, d)))
+        .collect();
+    let mut out: Vec<Trap> = Vec::new();
+    let mut push = |t: Trap| {
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    };
+    for k in &kustomizations {
+        let Some(path) = &k.path else { continue };
+        let applied = applied(files, path);
+        let releases = applied.iter().flat_map(|f| {
+            docs.get(f.as_str())
+                .into_iter()
+                .flatten()
+                .filter(|d| is_helm_release(d))
+                .map(move |d| (f, d))
+        });
+        let target = k.secret.as_ref().and_then(|secret| {
+            spokes
+                .iter()
+                .find(|s| &s.secret.name == secret && s.secret.namespace == k.namespace)
+        });
+        for (file, release) in releases {
+            let hr = object_name(release, &k.namespace);
+            if let Some(spoke) = target {
+                push(Trap {
+                    spoke: spoke.name.clone(),
+                    detail: format!(
+                        "HelmRelease {hr} ({file}) is applied by Kustomization {}/{} ({}), which targets spoke {} (spec.kubeConfig): it is applied on the spoke, where no helm-controller runs (nor, usually, its CRD), and never installed; apply it from the hub with spec.kubeConfig instead (spokekeeper add's {}-helmreleases Kustomization patches it in)",
+                        k.namespace, k.name, k.file, spoke.name, spoke.name
+                    ),
+                });
+                continue;
+            }
+            if k.secret.is_some()
+                || k.patches_helm_kubeconfig
+                || release
+                    .pointer("/spec/kubeConfig")
+                    .is_some_and(|v| !v.is_null())
+            {
+                continue;
+            }
+            let Some(spoke) = spokes.iter().find(|s| file.split('/').any(|c| c == s.name)) else {
+                continue;
+            };
+            push(Trap {
+                spoke: spoke.name.clone(),
+                detail: format!(
+                    "HelmRelease {hr} ({file}) has no spec.kubeConfig and Kustomization {}/{} ({}) applies it on the hub: helm-controller installs it on the hub, not on spoke {}; set its spec.kubeConfig.secretRef to {}, or apply it with a Kustomization that patches it in (spokekeeper add's {}-helmreleases)",
+                    k.namespace, k.name, k.file, spoke.name, spoke.secret.name, spoke.name
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// Every document of a YAML file; none when it does not parse within the limits.
+fn documents(text: &str) -> Vec<Value> {
+    serde_saphyr::from_multiple_with_options::<Value>(text, options())
+        .map(|ds| ds.into_iter().filter(Value::is_object).collect())
+        .unwrap_or_default()
+}
+
+fn options() -> serde_saphyr::Options {
+    let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_reader_input_bytes: Some(max),
+            max_depth: 64,
+            flow_nesting_limit: 64,
+            max_documents: 256,
+            max_aliases: 64,
+            max_anchors: 64,
+            max_nodes: 200_000,
+            max_events: 800_000,
+            max_total_scalar_bytes: 2 * max,
+            max_merge_keys: 0,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 1_000,
+            max_replay_stack_depth: 4,
+            max_alias_expansions_per_anchor: 8,
+        },
+        with_snippet: false,
+    }
+}
+
+fn is_kind(d: &Value, group: &str, kind: &str) -> bool {
+    d["kind"].as_str() == Some(kind)
+        && d["apiVersion"]
+            .as_str()
+            .is_some_and(|v| v.starts_with(&format!("{group}/")))
+}
+
+fn is_helm_release(d: &Value) -> bool {
+    is_kind(d, "helm.toolkit.fluxcd.io", "HelmRelease")
+}
+
+/// `NAMESPACE/NAME` of a document, one bounded line (repo text).
+fn object_name(d: &Value, default_ns: &str) -> String {
+    let ns = d["metadata"]["namespace"].as_str().unwrap_or(default_ns);
+    let name = d["metadata"]["name"].as_str().unwrap_or("?");
+    crate::text::one_line(&format!("{ns}/{name}"), 120)
+}
+
+fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
+    if !is_kind(d, "kustomize.toolkit.fluxcd.io", "Kustomization") {
+        return None;
+    }
+    let spec = &d["spec"];
+    let patches_helm_kubeconfig = spec["patches"].as_array().is_some_and(|ps| {
+        ps.iter().any(|p| {
+            p["target"]["kind"].as_str() == Some("HelmRelease")
+                && p["patch"]
+                    .as_str()
+                    .is_some_and(|t| t.contains("kubeConfig"))
+        })
+    });
+    Some(Kustomization {
+        file: file.to_string(),
+        namespace: crate::text::one_line(
+            d["metadata"]["namespace"].as_str().unwrap_or("flux-system"),
+            63,
+        ),
+        name: crate::text::one_line(d["metadata"]["name"].as_str().unwrap_or("?"), 63),
+        path: normalize("", spec["path"].as_str().unwrap_or("")),
+        secret: spec["kubeConfig"]["secretRef"]["name"]
+            .as_str()
+            .map(str::to_string),
+        patches_helm_kubeconfig,
+    })
+}
+
+/// `rel` joined to the directory `dir`, `.` and `..` resolved; None when it leaves the
+/// repo or is a URL.
+fn normalize(dir: &str, rel: &str) -> Option<String> {
+    if rel.contains("://") {
+        return None;
+    }
+    let mut parts: Vec<&str> = if rel.starts_with('/') {
+        Vec::new()
+    } else {
+        dir.split('/').filter(|p| !p.is_empty()).collect()
+    };
+    for c in Path::new(rel).components() {
+        match c {
+            Component::Normal(p) => parts.push(p.to_str()?),
+            Component::ParentDir => {
+                parts.pop()?;
+            }
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    Some(parts.join("/"))
+}
+
+/// The files a Kustomization with spec.path `dir` applies.
+fn applied(files: &BTreeMap<String, String>, dir: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    walk(files, dir, &mut out, &mut seen);
+    out
+}
+
+fn walk(
+    files: &BTreeMap<String, String>,
+    dir: &str,
+    out: &mut BTreeSet<String>,
+    seen: &mut BTreeSet<String>,
+) {
+    if seen.len() > MAX_FILES || !seen.insert(dir.to_string()) {
+        return;
+    }
+    let join = |name: &str| {
+        if dir.is_empty() {
+            name.to_string()
+        } else {
+            format!("{dir}/{name}")
+        }
+    };
+    if let Some(k) = KUSTOMIZATION_FILES.iter().find_map(|n| files.get(&join(n))) {
+        let resources = documents(k)
+            .first()
+            .and_then(|d| d["resources"].as_array().cloned())
+            .unwrap_or_default();
+        for r in resources.iter().filter_map(Value::as_str) {
+            let Some(target) = normalize(dir, r) else {
+                continue;
+            };
+            if files.contains_key(&target) {
+                out.insert(target);
+            } else {
+                walk(files, &target, out, seen);
+            }
+        }
+        return;
+    }
+    // No kustomization.yaml: every YAML file below, as kustomize-controller generates one.
+    let prefix = if dir.is_empty() {
+        String::new()
+    } else {
+        format!("{dir}/")
+    };
+    let mut sub_kustomizations = BTreeSet::new();
+    for f in files.keys().filter(|f| f.starts_with(&prefix)) {
+        let rest = &f[prefix.len()..];
+        if let Some((sub, name)) = rest.rsplit_once('/')
+            && KUSTOMIZATION_FILES.contains(&name)
+        {
+            sub_kustomizations.insert(format!("{prefix}{sub}"));
+        }
+    }
+    for f in files.keys().filter(|f| f.starts_with(&prefix)) {
+        if sub_kustomizations
+            .iter()
+            .any(|s| f.starts_with(&format!("{s}/")))
+        {
+            continue;
+        }
+        out.insert(f.clone());
+    }
+    for s in &sub_kustomizations {
+        // Only the outermost: a nested one is reached through its parent's resources.
+        if !sub_kustomizations
+            .iter()
+            .any(|o| o != s && s.starts_with(&format!("{o}/")))
+        {
+            walk(files, s, out, seen);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spokes() -> Vec<SpokeConfig> {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge, address: 10.0.0.1}\n  - {name: dev, address: 10.0.0.2}\n";
+        crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+            .unwrap()
+            .spokes
+    }
+
+    fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {
+        files
+            .iter()
+            .map(|(f, t)| (f.to_string(), t.to_string()))
+            .collect()
+    }
+
+    fn kustomization(name: &str, path: &str, tail: &str) -> String {
+        format!(
+            "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: {name}\n  namespace: flux-system\nspec:\n  path: {path}\n  sourceRef: {{kind: GitRepository, name: flux-system}}\n{tail}"
+        )
+    }
+
+    const TO_EDGE: &str = "  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig\n";
+    const HR: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\n  namespace: flux-system\nspec:\n  chart: {spec: {chart: web}}\n";
+    const HR_TO_EDGE: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\nspec:\n  kubeConfig: {secretRef: {name: edge-kubeconfig}}\n";
+    const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n";
+
+    fn details(files: &[(&str, &str)]) -> Vec<(String, String)> {
+        traps(&tree(files), &spokes())
+            .into_iter()
+            .map(|t| (t.spoke, t.detail))
+            .collect()
+    }
+
+    #[test]
+    fn a_helm_release_a_spoke_targeting_kustomization_applies_lands_on_the_spoke() {
+        let k = kustomization("edge", "./spokes/edge/apps", TO_EDGE);
+        let found = details(&[
+            ("clusters/hub/edge.yaml", &k),
+            ("spokes/edge/apps/cm.yaml", CM),
+            ("spokes/edge/apps/web.yaml", HR_TO_EDGE),
+        ]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "edge");
+        assert!(
+            found[0].1.starts_with("HelmRelease flux-system/web (spokes/edge/apps/web.yaml) is applied by Kustomization flux-system/edge (clusters/hub/edge.yaml), which targets spoke edge"),
+            "{}",
+            found[0].1
+        );
+        assert!(
+            found[0].1.contains("no helm-controller runs"),
+            "{}",
+            found[0].1
+        );
+    }
+
+    #[test]
+    fn a_helm_release_without_kubeconfig_under_a_spokes_path_lands_on_the_hub() {
+        let k = kustomization("edge-charts", "./spokes/edge/charts", "");
+        let found = details(&[
+            ("clusters/hub/edge-charts.yaml", &k),
+            ("spokes/edge/charts/web.yaml", HR),
+        ]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "edge");
+        assert!(
+            found[0].1.contains("has no spec.kubeConfig and Kustomization flux-system/edge-charts (clusters/hub/edge-charts.yaml) applies it on the hub")
+                && found[0].1.contains("spec.kubeConfig.secretRef to edge-kubeconfig"),
+            "{}",
+            found[0].1
+        );
+        // With spec.kubeConfig, or through add's patching Kustomization, it is fine.
+        assert_eq!(
+            details(&[
+                ("clusters/hub/edge-charts.yaml", &k),
+                ("spokes/edge/charts/web.yaml", HR_TO_EDGE),
+            ]),
+            []
+        );
+        let s = &spokes()[0];
+        let layout = super::super::super::add::layout_for_tests(s);
+        assert_eq!(
+            details(&[
+                ("clusters/hub/edge.yaml", &layout),
+                ("spokes/edge/helmreleases/web.yaml", HR),
+                ("spokes/edge/apps/cm.yaml", CM),
+            ]),
+            []
+        );
+        // Not under a spoke's path: a hub release, none of check's business.
+        assert_eq!(
+            details(&[
+                (
+                    "clusters/hub/infra.yaml",
+                    &kustomization("infra", "./infra", "")
+                ),
+                ("infra/web.yaml", HR),
+            ]),
+            []
+        );
+    }
+
+    #[test]
+    fn multi_document_files_and_kustomization_chains_are_followed() {
+        // The Kustomization and the release in one file; the spoke path's
+        // kustomization.yaml lists a directory whose kustomization.yaml lists the file.
+        let k = kustomization("edge", "./spokes/edge", TO_EDGE);
+        let found = details(&[
+            ("clusters/hub/edge.yaml", &format!("{CM}---\n{k}")),
+            (
+                "spokes/edge/kustomization.yaml",
+                "resources:\n  - ./base\n  - cm.yaml\n",
+            ),
+            ("spokes/edge/cm.yaml", CM),
+            (
+                "spokes/edge/base/kustomization.yaml",
+                "resources: [../../edge/base/releases.yaml]\n",
+            ),
+            ("spokes/edge/base/releases.yaml", &format!("{CM}---\n{HR}")),
+            // Not listed by the chain: not applied.
+            ("spokes/edge/unlisted.yaml", HR),
+        ]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].1.contains(
+                "(spokes/edge/base/releases.yaml) is applied by Kustomization flux-system/edge"
+            ),
+            "{}",
+            found[0].1
+        );
+        // Without kustomization.yaml every file below counts, and a subdirectory with its
+        // own kustomization.yaml by its resources; a path leaving the repo counts nothing.
+        let found = details(&[
+            (
+                "clusters/hub/edge.yaml",
+                &kustomization("edge", "spokes/edge", TO_EDGE),
+            ),
+            ("spokes/edge/a/b/deep.yaml", HR),
+            ("spokes/edge/c/kustomization.yaml", "resources: []\n"),
+            ("spokes/edge/c/skipped.yaml", HR),
+            (
+                "clusters/hub/out.yaml",
+                &kustomization("out", "../../etc", TO_EDGE),
+            ),
+        ]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].1.contains("(spokes/edge/a/b/deep.yaml)"),
+            "{found:?}"
+        );
+    }
+
+    #[test]
+    fn hostile_repo_text_gives_one_bounded_line_or_nothing() {
+        let k = kustomization("edge", "./spokes/edge", TO_EDGE);
+        let hr = HR.replace("name: web", &format!("name: \"w\\neb{}\"", "x".repeat(500)));
+        let found = details(&[
+            ("clusters/hub/edge.yaml", &k),
+            ("spokes/edge/web.yaml", &hr),
+            ("spokes/edge/bomb.yaml", "a: &a [*a]\n: [\n"),
+        ]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(!found[0].1.contains('\n'), "{}", found[0].1);
+        assert!(found[0].1.contains("flux-system/w eb"), "{}", found[0].1);
+    }
+
+    #[test]
+    fn the_tree_is_read_without_following_links_or_entering_git() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        std::fs::create_dir_all(root.join("spokes/edge")).unwrap();
+        std::fs::create_dir_all(root.join(".git")).unwrap();
+        std::fs::write(root.join("spokes/edge/web.yaml"), HR).unwrap();
+        std::fs::write(root.join(".git/x.yaml"), HR).unwrap();
+        std::fs::write(root.join("README.md"), "x").unwrap();
+        std::os::unix::fs::symlink("/etc", root.join("spokes/link")).unwrap();
+        std::os::unix::fs::symlink(root.join("spokes/edge/web.yaml"), root.join("l.yaml")).unwrap();
+        let files: Vec<String> = read_tree(root).into_keys().collect();
+        assert_eq!(files, ["spokes/edge/web.yaml"]);
+    }
+}

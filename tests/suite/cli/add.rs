@@ -1,0 +1,297 @@
+//! `spokekeeper add` on the lab's spoke nodes: the spoke is appended to spokekeeper.yaml,
+//! rotated, and its credential committed with the Flux objects that deploy to it in one
+//! commit and one push; what exists is never overwritten, and a failure writes nothing.
+//! The real controllers judge the objects in realstack/flux_add.rs.
+
+use crate::support;
+
+use support::NodeOptions;
+use support::fleet::{Fleet, config};
+use support::git::{commit, git};
+
+/// Two lab nodes; spokekeeper.yaml names only spoke0, and its global `ssh:` reaches
+/// node 1 (as an operator's defaults would reach a new node).
+fn fleet() -> Fleet {
+    let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
+    let known_hosts = fleet.nodes[1].known_hosts_path.clone();
+    reach_node1(&fleet, &known_hosts);
+    fleet
+}
+
+/// spokekeeper.yaml: spoke0, and global `ssh:` settings for node 1 with `known_hosts`.
+fn reach_node1(fleet: &Fleet, known_hosts: &std::path::Path) {
+    let n1 = &fleet.nodes[1];
+    let top = format!(
+        "ssh:\n  port: {}\n  identity: \"{}\"\n  known_hosts: \"{}\"\n  connect_timeout: 5s\n",
+        n1.ssh_port,
+        n1.identity_path.display(),
+        known_hosts.display()
+    );
+    config(&fleet.clone, &fleet.nodes[..1])
+        .top(&top)
+        .write(&fleet.config)
+        .unwrap();
+}
+
+fn add(fleet: &Fleet, extra: &[&str]) -> (i32, String, String) {
+    let n1 = &fleet.nodes[1];
+    let address = n1.address_string();
+    let mut args = vec![
+        "add",
+        "spoke1",
+        "--address",
+        &address,
+        "--distro",
+        "k3s",
+        "--kubeconfig-path",
+        n1.kubeconfig_path_str(),
+    ];
+    args.extend_from_slice(extra);
+    fleet.run(&args)
+}
+
+/// Pushes `files` to the remote's main from the seed clone, as a person would.
+fn push_to_remote(fleet: &Fleet, files: &[(&str, &str)]) {
+    let seed = fleet.dir.path().join("seed");
+    git(&seed, &["pull", "--quiet", "origin", "main"]);
+    for (rel, text) in files {
+        let path = seed.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+    git(&seed, &["add", "-A"]);
+    commit(&seed, "the hub's root");
+    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
+}
+
+fn files_of(fleet: &Fleet, rev: &str) -> Vec<String> {
+    let mut files: Vec<String> = git(
+        &fleet.remote,
+        &["diff-tree", "--no-commit-id", "--name-only", "-r", rev],
+    )
+    .lines()
+    .map(str::to_string)
+    .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn add_commits_the_credential_with_its_flux_objects_in_one_commit_and_one_push() {
+    let fleet = fleet();
+    let root = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n# spokes\nresources:\n  - spoke0.yaml\n";
+    push_to_remote(
+        &fleet,
+        &[
+            ("fluxcd/kustomization.yaml", root),
+            ("spokes/spoke1/apps/configmap.yaml", "kind: ConfigMap\n"),
+        ],
+    );
+    let before = fleet.remote_log().len();
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+
+    let (code, out, err) = add(&fleet, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    // The node recipe and the host-key step, for this node's kubeconfig.
+    let n1 = &fleet.nodes[1];
+    assert!(
+        out.contains(&format!(
+            "NOPASSWD: /usr/bin/cat {}",
+            n1.kubeconfig_path_str()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "ssh-keyscan -p {} -t ed25519 {}",
+            n1.ssh_port, n1.address
+        )),
+        "{out}"
+    );
+
+    // One commit, pushed: the credential, the Kustomizations, the missing directory's
+    // kustomization and the root's listing; the existing apps directory is left alone.
+    let log = fleet.remote_log();
+    assert_eq!(log.len(), before + 1, "{log:?}");
+    assert_eq!(
+        files_of(&fleet, "main"),
+        [
+            "fluxcd/kustomization.yaml",
+            "fluxcd/spoke1-kubeconfig-sealed.yaml",
+            "fluxcd/spoke1.yaml",
+            "spokes/spoke1/helmreleases/kustomization.yaml",
+        ]
+    );
+    let listed = git(&fleet.remote, &["show", "main:fluxcd/kustomization.yaml"]);
+    assert_eq!(
+        listed,
+        format!("{root}  - spoke1-kubeconfig-sealed.yaml\n  - spoke1.yaml\n")
+    );
+    let objects = git(&fleet.remote, &["show", "main:fluxcd/spoke1.yaml"]);
+    assert!(
+        objects.contains("path: ./spokes/spoke1/apps\n")
+            && objects.contains("path: /spec/kubeConfig\n"),
+        "{objects}"
+    );
+    // The unsealed credential reaches node 1.
+    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed(1).expose()).unwrap();
+    let kc = spokekeeper::kubeconfig::sanitize(&kc, "spoke1").unwrap();
+    assert_eq!(kc.server().host_str(), Some(n1.address_string().as_str()));
+
+    // spokekeeper.yaml: the old text, then the spoke; it loads, and a second add of the
+    // same name is refused, naming the line, with nothing committed.
+    let config_after = std::fs::read_to_string(&fleet.config).unwrap();
+    assert!(config_after.starts_with(&config_before), "{config_after}");
+    let loaded = spokekeeper::config::Config::load(&fleet.config).unwrap();
+    assert_eq!(loaded.spokes[1].name, "spoke1");
+    let (code, _, err) = add(&fleet, &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("a spoke named \"spoke1\" is already configured (spokes[1])")
+            && err.contains("line "),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log().len(), before + 1);
+    fleet.assert_no_plaintext();
+}
+
+#[test]
+fn add_overwrites_nothing_and_a_failure_leaves_the_configuration_as_it_was() {
+    let fleet = fleet();
+    push_to_remote(&fleet, &[("fluxcd/spoke1.yaml", "# someone else's\n")]);
+    let before = fleet.remote_log();
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+    let (code, _, err) = add(&fleet, &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("fluxcd/spoke1.yaml exists in the fleet repo: add overwrites nothing"),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log(), before);
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
+
+    // A node that cannot be reached: the rotation fails, nothing is committed or written.
+    let (code, _, err) = add(
+        &fleet,
+        &["--root", "clusters/hub", "--ssh-host", "127.255.0.1"],
+    );
+    assert_ne!(code, 0);
+    assert!(err.contains("spoke1 was not added"), "{err}");
+    assert_eq!(fleet.remote_log(), before);
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
+    let status = git(&fleet.clone, &["status", "--porcelain"]);
+    assert_eq!(status, "", "the clone is as the remote has it");
+}
+
+/// Strict known_hosts: node 1's host key is not known, so add prints the host-key step
+/// and fails at extract; the key is not learned, nothing is committed or configured.
+#[test]
+fn add_trusts_no_host_key_on_first_use() {
+    let fleet = fleet();
+    let known_hosts = fleet.dir.path().join("empty_known_hosts");
+    std::fs::write(&known_hosts, "").unwrap();
+    reach_node1(&fleet, &known_hosts);
+    let before = fleet.remote_log();
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+    let (code, out, err) = add(&fleet, &[]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        out.contains(&format!("cat spoke1.hostkey >> {}", known_hosts.display())),
+        "{out}"
+    );
+    assert!(
+        err.contains("spoke1: failed at extract")
+            && err.contains("refusing to trust it on first use"),
+        "{err}"
+    );
+    assert!(err.contains("spoke1 was not added"), "{err}");
+    assert_eq!(std::fs::read_to_string(&known_hosts).unwrap(), "");
+    assert_eq!(fleet.remote_log(), before);
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
+}
+
+/// What add commits beside a credential is checked against the target branch at commit
+/// time: a file that appeared there, or changed, since add read it stops the spoke's
+/// commit (nothing committed, the clone put back); as read, it is committed with the
+/// credential in one commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn files_beside_a_credential_commit_only_as_add_read_them() {
+    use spokekeeper::rotate::{self, Beside, Context, Options, Outcome};
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    push_to_remote(&fleet, &[("fluxcd/kustomization.yaml", "resources: []\n")]);
+    let config = spokekeeper::config::Config::load(&fleet.config).unwrap();
+    let sealing = spokekeeper::seal::SealingKey::from_pem(
+        &std::fs::read(support::fleet::vectors().join("key/cert.pem")).unwrap(),
+        "cert.pem",
+        time::OffsetDateTime::now_utc(),
+    )
+    .unwrap();
+    let repo = spokekeeper::repo::Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let tick = |beside: Vec<Beside>| {
+        let opts = Options {
+            concurrency: 1,
+            force: true,
+            beside: [("spoke0".to_string(), beside)].into(),
+            ..Options::default()
+        };
+        let ctx = &ctx;
+        async move { rotate::tick(ctx, &opts).await.unwrap() }
+    };
+    let new = |rel: &str, was: Option<&str>| Beside {
+        rel: rel.into(),
+        bytes: b"kind: Kustomization\n".to_vec(),
+        was: was.map(|w| w.as_bytes().to_vec()),
+    };
+    let before = fleet.remote_log();
+    for (beside, why) in [
+        (new("fluxcd/kustomization.yaml", None), "exists now"),
+        (
+            new("fluxcd/kustomization.yaml", Some("resources: [x]\n")),
+            "changed",
+        ),
+        (new("fluxcd/gone.yaml", Some("x\n")), "is gone"),
+    ] {
+        let report = tick(vec![new("fluxcd/spoke0.yaml", None), beside]).await;
+        let Outcome::Failed(e) = &report.spokes[0].outcome else {
+            panic!("{:?}", report.spokes[0].outcome)
+        };
+        assert_eq!(e.stage(), rotate::Stage::Commit);
+        assert!(
+            e.to_string().contains(&format!(
+                " {why} on the target branch: nothing was committed"
+            )),
+            "{e}"
+        );
+        assert_eq!(fleet.remote_log(), before);
+        assert_eq!(git(&fleet.clone, &["status", "--porcelain"]), "");
+    }
+    let report = tick(vec![
+        new("fluxcd/spoke0.yaml", None),
+        new("fluxcd/kustomization.yaml", Some("resources: []\n")),
+    ])
+    .await;
+    assert!(
+        matches!(report.spokes[0].outcome, Outcome::Rotated { .. }),
+        "{:?}",
+        report.spokes[0].outcome
+    );
+    assert_eq!(fleet.remote_log().len(), before.len() + 1);
+    assert_eq!(
+        files_of(&fleet, "main"),
+        [
+            "fluxcd/kustomization.yaml",
+            "fluxcd/spoke0-kubeconfig-sealed.yaml",
+            "fluxcd/spoke0.yaml"
+        ]
+    );
+}
