@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{Format, fail, fail_with, out};
+use super::{Chain, Format, fail, out};
 use crate::config::{Config, Distro, NewSpoke, RepoMode, SpokeConfig};
 use crate::repo::Repo;
 use crate::rotate::{Beside, Options, Outcome};
@@ -57,7 +57,7 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         Err(e) => {
             return fail(
                 "add",
-                &format!(
+                format!(
                     "{}: cannot read it: {e} (pass --config FILE; `spokekeeper init` writes one)",
                     config_path.display()
                 ),
@@ -71,7 +71,7 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         .unwrap_or_default();
     let (edited, config) = match crate::config::add_spoke(&text, &file, &base, &new_spoke(args)) {
         Ok(e) => e,
-        Err(e) => return fail("add", &e.to_string()),
+        Err(e) => return fail("add", Chain(&e)),
     };
     if config.repo.mode == RepoMode::PullRequest {
         return fail(
@@ -93,7 +93,7 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         .build()
     {
         Ok(r) => r,
-        Err(e) => return fail("add", &format!("cannot start the runtime: {e}")),
+        Err(e) => return fail("add", format!("cannot start the runtime: {e}")),
     };
     let beside = match runtime.block_on(flux_files(&config, &spoke, args)) {
         Ok(b) => b,
@@ -108,7 +108,7 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
     };
     let report = match runtime.block_on(super::rotate::run_tick(config, &opts)) {
         Ok(r) => r,
-        Err(e) => return fail_with("add", &e),
+        Err(e) => return fail("add", Chain(&e)),
     };
     super::rotate::print_report(&report, format);
     let committed = report
@@ -122,7 +122,7 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
     let Some(commit) = committed else {
         return fail(
             "add",
-            &format!(
+            format!(
                 "{} was not added: nothing was committed and {} is unchanged; follow the steps above (the node recipe, the host key) and run add again",
                 spoke.name,
                 config_path.display()
@@ -132,7 +132,7 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
     if let Err(e) = crate::fsutil::write_atomic(config_path, edited.as_bytes()) {
         return fail(
             "add",
-            &format!(
+            format!(
                 "{} is committed ({commit}) but {} could not be written: {e}; add the spoke to it by hand",
                 spoke.name,
                 config_path.display()
