@@ -1541,8 +1541,8 @@ fn played_shape(plural: &str, ok: bool, observed_before: bool) -> Value {
 /// a request (echoed, status kept). Messages and timestamps are not compared.
 #[test]
 fn the_played_flux_writes_what_the_real_controllers_write() {
-    use super::flux_real::RealFlux;
     use support::realstack::flux_controllers::{NS, request_reconcile};
+    use support::realstack::real_flux::RealFlux;
 
     let _heavy = support::timing::heavy();
     let mut stack = RealFlux::start(1, false, "");
