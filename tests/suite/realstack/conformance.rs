@@ -1513,18 +1513,27 @@ fn a_denied_approval_reads_the_same_from_the_mock_and_a_real_spoke() {
 // controllers: the Ready it writes in each situation, and the fields spokekeeper reads.
 
 /// What spokekeeper reads of one consumer after a run: Ready's status and reason, whether
-/// the run echoed the request, and whether observedGeneration is the object's generation.
-fn shape(r: &support::realstack::flux_controllers::Ready, requested: &str) -> Value {
+/// the run echoed the request, whether observedGeneration is the object's generation, and
+/// the Stalled condition's status and reason (None when there is none).
+fn shape(
+    hub: &RealHub,
+    kind: &str,
+    r: &support::realstack::flux_controllers::Ready,
+    requested: &str,
+) -> Value {
+    let stalled = support::realstack::flux_controllers::condition(hub, kind, "spoke0", "Stalled");
     json!({
         "status": r.status,
         "reason": r.reason,
         "handled": r.last_handled == requested,
         "observed": r.observed_generation == r.generation,
+        "stalled": stalled.map(|s| [s.status, s.reason]),
     })
 }
 
 /// The same as the played Flux writes it for `plural` (a run answers the request it
-/// handles; observedGeneration advances only with Ready True, else stays as it was).
+/// handles; observedGeneration advances only with Ready True, else stays as it was; no
+/// Stalled condition, ever).
 fn played_shape(plural: &str, ok: bool, observed_before: bool) -> Value {
     let (status, reason) = support::realstack::flux::played_ready(plural, ok);
     json!({
@@ -1532,17 +1541,23 @@ fn played_shape(plural: &str, ok: bool, observed_before: bool) -> Value {
         "reason": reason,
         "handled": true,
         "observed": ok || observed_before,
+        "stalled": null,
     })
 }
 
-/// Each Ready shape LabFlux writes is one the real kustomize- and helm-controller wrote
-/// in the same situation: Ready True after a handled request (the first rotation), Ready
-/// False calling a rebuilt spoke (the x509 failure), and a suspended object's answer to
-/// a request (echoed, status kept). Messages and timestamps are not compared.
+/// Each shape LabFlux writes is one the real kustomize- and helm-controller wrote in the
+/// same situation: Ready True after a handled request (the first rotation), Ready False
+/// calling a rebuilt spoke (the x509 failure), and a suspended object's answer to a
+/// request (echoed, status kept); in each, the Ready condition's status and reason,
+/// lastHandledReconcileAt, observedGeneration, and no Stalled condition (which
+/// spokekeeper reads). These are all the situations it plays: a build failure,
+/// DependencyNotReady and its retry are tested on the real controllers only
+/// (realstack::flux_real::flux_ready_semantics_on_the_real_controllers). Messages and
+/// timestamps are not compared.
 #[test]
 fn the_played_flux_writes_what_the_real_controllers_write() {
-    use super::flux_real::RealFlux;
     use support::realstack::flux_controllers::{NS, request_reconcile};
+    use support::realstack::real_flux::RealFlux;
 
     let _heavy = support::timing::heavy();
     let mut stack = RealFlux::start(1, false, "");
@@ -1556,7 +1571,10 @@ fn the_played_flux_writes_what_the_real_controllers_write() {
         ("helmrelease", "helmreleases"),
     ] {
         let r = stack.wait_ready(kind, "spoke0", Some(&requested));
-        real.push((format!("{kind} succeeded"), shape(&r, &requested)));
+        real.push((
+            format!("{kind} succeeded"),
+            shape(&stack.hub, kind, &r, &requested),
+        ));
         played.push((
             format!("{kind} succeeded"),
             played_shape(plural, true, true),
@@ -1573,7 +1591,7 @@ fn the_played_flux_writes_what_the_real_controllers_write() {
             r.last_handled == at && r.status == "False"
         });
         assert!(r.message.contains("x509"), "{r:?}");
-        real.push((format!("{kind} x509"), shape(&r, &at)));
+        real.push((format!("{kind} x509"), shape(&stack.hub, kind, &r, &at)));
         played.push((format!("{kind} x509"), played_shape(plural, false, true)));
     }
 
@@ -1597,8 +1615,8 @@ fn the_played_flux_writes_what_the_real_controllers_write() {
         // The played Flux echoes and keeps the Ready it had. (observedGeneration is not
         // compared: suspending bumped the generation here, and spokekeeper reports a
         // suspended consumer before reading it.)
-        let mut seen = shape(&r, &at);
-        let mut kept = shape(&before, &at);
+        let mut seen = shape(&stack.hub, kind, &r, &at);
+        let mut kept = shape(&stack.hub, kind, &before, &at);
         kept["handled"] = json!(true);
         for s in [&mut seen, &mut kept] {
             s.as_object_mut().expect("object").remove("observed");

@@ -11,7 +11,7 @@ use std::path::Path;
 use support::git::{commit, git};
 use support::realstack::flux_controllers::{self as flux, ready};
 
-use super::flux_real::RealFlux;
+use support::realstack::real_flux::RealFlux;
 
 /// The hub's root lists what it applies (kustomization.yaml), so `add` must list the new
 /// spoke's files there; spoke 1 has manifests waiting in the layout `add` writes

@@ -1,4 +1,5 @@
-//! spokekeeper against Flux's real controllers (tests/support/realstack/flux_controllers):
+//! spokekeeper against Flux's real controllers (tests/support/realstack/flux_controllers,
+//! put together with a real hub and real spokes by tests/support/realstack/real_flux):
 //! source-controller fetches the fleet repo over HTTP, kustomize-controller applies its
 //! `fluxcd/` to the real hub and the spokes' ConfigMaps to the real spokes, helm-controller
 //! installs the fleet repo's chart on them, the real Sealed Secrets controller unseals.
@@ -10,228 +11,11 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::NodeOptions;
-use support::fleet::Fleet;
-use support::git::{commit, git};
-use support::realstack::controller_manager::ControllerManager;
-use support::realstack::flux_controllers::{
-    self as flux, FluxControllers, FluxOptions, Ready, ready, request_reconcile,
-};
-use support::realstack::git_http::GitHttp;
-use support::realstack::hub::{HubOptions, RealHub};
-use support::realstack::kube::KubeApi;
-use support::realstack::spoke::real_api;
+use support::git::git;
+use support::realstack::flux_controllers::{self as flux, request_reconcile};
+use support::realstack::hub::RealHub;
+use support::realstack::real_flux::{RealFlux, WAIT};
 use support::realstack::wait_until;
-
-const PINNED: &str = "keys/sealed-secrets.pem";
-/// The GitRepository's and the root Kustomization's interval: short, so that a push
-/// reaches the hub without anyone asking.
-const SOURCE_INTERVAL: &str = "3s";
-/// The consumers' interval, Flux's usual: only a reconcile request moves them in a test.
-const CONSUMER_INTERVAL: &str = "10m";
-const WAIT: Duration = Duration::from_secs(120);
-
-/// A real hub with Flux's controllers, real spokes, and the fleet repo in Flux's layout.
-pub(super) struct RealFlux {
-    // Drop order: the controllers, the git server, the spokes, then the hub.
-    pub(super) controllers: FluxControllers,
-    git: GitHttp,
-    signers: Vec<Option<ControllerManager>>,
-    pub(super) spoke_apis: Vec<KubeApi>,
-    pub(super) fleet: Fleet,
-    pub(super) hub: RealHub,
-}
-
-impl RealFlux {
-    /// `n` real spokes (each with a CSR signer when `signers`), `extra` top-level lines
-    /// in spokekeeper.yaml.
-    pub(super) fn start(n: usize, signers: bool, extra: &str) -> RealFlux {
-        RealFlux::start_with(n, signers, extra, |_| {})
-    }
-
-    /// [`RealFlux::start`], with `edit` applied to the seed's work tree after the layout
-    /// is written and before it is pushed.
-    pub(super) fn start_with(
-        n: usize,
-        signers: bool,
-        extra: &str,
-        edit: impl FnOnce(&Path),
-    ) -> RealFlux {
-        let hub = RealHub::start(&HubOptions::default());
-        let node = NodeOptions {
-            api: false,
-            api_port: 6443,
-            ..NodeOptions::default()
-        };
-        let fleet = Fleet::new(&vec![node; n]);
-        let spoke_apis: Vec<KubeApi> = fleet
-            .nodes
-            .iter()
-            .map(|n| real_api(n, &hub.etcd, hub.dir(), 0))
-            .collect();
-        let signers = spoke_apis
-            .iter()
-            .zip(&fleet.nodes)
-            .map(|(api, node)| {
-                signers.then(|| ControllerManager::start(api, node.pki(), hub.dir()))
-            })
-            .collect();
-        let mut text = std::fs::read_to_string(&fleet.config).unwrap();
-        let vectors = support::fleet::vectors().join("key/cert.pem");
-        text = text.replace(
-            vectors.to_str().unwrap(),
-            fleet.clone.join(PINNED).to_str().unwrap(),
-        );
-        text.push_str(&format!(
-            "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{extra}",
-            hub.admin_kubeconfig().display()
-        ));
-        std::fs::write(&fleet.config, text).unwrap();
-
-        // The layout, pushed from the seed clone as a person would.
-        let seed = fleet.dir.path().join("seed");
-        flux::write_layout(&seed, n, CONSUMER_INTERVAL);
-        edit(&seed);
-        git(&seed, &["add", "-A"]);
-        commit(&seed, "flux: the spokes' Kustomizations and HelmReleases");
-        git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-
-        let git_http = GitHttp::serve(fleet.dir.path());
-        let controllers = FluxControllers::start(&hub, &FluxOptions::default());
-        flux::bootstrap(&hub, &git_http.url("fleet.git"), SOURCE_INTERVAL);
-        let stack = RealFlux {
-            controllers,
-            git: git_http,
-            signers,
-            spoke_apis,
-            fleet,
-            hub,
-        };
-        stack.wait_ready("gitrepository", "fleet", None);
-        stack.wait_ready("kustomization", "flux-system", None);
-        stack
-    }
-
-    /// Waits until `kind` `name` is Ready=True, having handled `requested` if given.
-    pub(super) fn wait_ready(&self, kind: &str, name: &str, requested: Option<&str>) -> Ready {
-        self.wait_for(kind, name, "Ready=True", |r| {
-            r.status == "True" && requested.is_none_or(|at| r.last_handled == at)
-        })
-    }
-
-    pub(super) fn wait_for(
-        &self,
-        kind: &str,
-        name: &str,
-        what: &str,
-        ok: impl Fn(&Ready) -> bool,
-    ) -> Ready {
-        wait_until(&format!("{kind} {name}: {what}"), WAIT, || {
-            match ready(&self.hub, kind, name) {
-                Some(r) if ok(&r) => Ok(r),
-                other => Err(format!("{other:?}\n{}", self.controllers.tail(15))),
-            }
-        })
-    }
-
-    pub(super) fn rotate_json(&self) -> (i32, Value, String) {
-        let (code, report, err) = self.fleet.rotate_json(&["--all"]);
-        (
-            code,
-            report,
-            format!("{err}\n{}", self.controllers.tail(20)),
-        )
-    }
-
-    /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
-    /// restarted.
-    pub(super) fn rebuild(&mut self, i: usize, generation: u32) {
-        support::realstack::spoke::rebuild(
-            &mut self.fleet.nodes[i],
-            &mut self.spoke_apis[i],
-            &mut self.signers[i],
-            &self.hub.etcd,
-            self.hub.dir(),
-            generation,
-        );
-    }
-
-    /// What the controllers put on spoke i, read with the spoke's admin: the
-    /// Kustomization's ConfigMap and the Helm release's.
-    pub(super) fn assert_deployed(&self, i: usize) {
-        let api = &self.spoke_apis[i];
-        let app = api.get_json(&[
-            "configmap",
-            "spoke-app",
-            "-n",
-            "default",
-            "--show-managed-fields",
-        ]);
-        assert_eq!(app["data"]["spoke"], format!("spoke{i}"), "{app:#}");
-        let managers: Vec<&str> = app["metadata"]["managedFields"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|m| m["manager"].as_str())
-            .collect();
-        assert_eq!(managers, ["kustomize-controller"], "{app:#}");
-        let chart = api.get_json(&["configmap", "spoke-config", "-n", "default"]);
-        assert_eq!(chart["data"]["spoke"], format!("spoke{i}"), "{chart:#}");
-        assert_eq!(
-            chart["metadata"]["annotations"]["meta.helm.sh/release-name"], "spoke-config",
-            "{chart:#}"
-        );
-        let releases = api.get_json(&[
-            "secrets",
-            "-n",
-            "default",
-            "-l",
-            "owner=helm,name=spoke-config,status=deployed",
-        ]);
-        assert_eq!(
-            releases["items"].as_array().map(Vec::len),
-            Some(1),
-            "{releases:#}"
-        );
-    }
-
-    /// Spoke i's hub report names exactly its Kustomization and HelmRelease, each Ready,
-    /// and says what `kubectl get` says of them on the hub; returns the requestedAt set.
-    pub(super) fn assert_consumers_ready(&self, report: &Value, i: usize) -> String {
-        let spoke = &report["spokes"][i];
-        let listed = spoke["hub"]["consumers"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{spoke:#}"));
-        let mut names: Vec<String> = listed
-            .iter()
-            .map(|c| format!("{}/{}/{}", c["kind"], c["namespace"], c["name"]).replace('"', ""))
-            .collect();
-        names.sort();
-        assert_eq!(
-            names,
-            [
-                format!("HelmRelease/flux-system/spoke{i}"),
-                format!("Kustomization/flux-system/spoke{i}")
-            ],
-            "{spoke:#}"
-        );
-        let requested = spoke["hub"]["requested_at"]
-            .as_str()
-            .unwrap_or_else(|| panic!("{spoke:#}"))
-            .to_string();
-        for c in listed {
-            assert_eq!(c["ready"]["ok"], true, "{spoke:#}");
-            let kind = c["kind"].as_str().unwrap().to_lowercase();
-            let live = ready(&self.hub, &kind, &format!("spoke{i}")).expect("Ready");
-            assert_eq!(c["ready"]["status"], live.status, "{spoke:#}\n{live:?}");
-            assert_eq!(c["ready"]["reason"], live.reason, "{spoke:#}\n{live:?}");
-            assert_eq!(live.status, "True", "{live:?}");
-            assert_eq!(live.last_handled, requested, "{live:?}");
-            assert_eq!(live.observed_generation, live.generation, "{live:?}");
-        }
-        requested
-    }
-}
 
 /// Scenario 1 of issue 27: the first rotation. The root Kustomization applies the
 /// committed SealedSecret, the real Sealed Secrets controller unseals it, kustomize-
@@ -634,4 +418,259 @@ fn the_watch_label_reconciles_a_kustomization_whose_request_is_refused() {
         "{after:#}"
     );
     stack.assert_deployed(0);
+}
+
+/// spoke 0's Kustomization makes Flux impersonate the ServiceAccount `deployer` on the
+/// spoke (`spec.serviceAccountName`), in the seed's work tree `dir`.
+fn kustomization_as_deployer(dir: &Path) {
+    let path = dir.join("fluxcd/spoke0.yaml");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let edited = text.replace(
+        "  path: ./apps/spoke0\n",
+        "  path: ./apps/spoke0\n  serviceAccountName: deployer\n",
+    );
+    assert_ne!(edited, text);
+    std::fs::write(&path, edited).unwrap();
+}
+
+/// Scenario 5's minted users: bound to `spoke-deployer` (what the HelmRelease needs).
+const MINTED_DEPLOYER: &str =
+    "credential:\n  mode: minted\n  ttl: 1h\n  cluster_role: spoke-deployer\n";
+
+/// `spoke-deployer` as [`deployer_role`] makes it ready, with `impersonate` on the
+/// ServiceAccount `deployer` when `impersonate`.
+fn deployer_role_impersonating(impersonate: bool) -> String {
+    let mut role = deployer_role(true);
+    if impersonate {
+        role.push_str(
+            "- apiGroups: [\"\"]\n  resources: [serviceaccounts]\n  verbs: [impersonate]\n  \
+             resourceNames: [deployer]\n",
+        );
+    }
+    role
+}
+
+/// Scenario 5 of issue 27: spoke 0's Kustomization names `serviceAccountName: deployer`
+/// (applied to the hub by the real kustomize-controller) and the minted user's
+/// ClusterRole lacks `impersonate`, as the real spoke's authorizer answers the
+/// SelfSubjectAccessReview. The tick fails spoke 0 at validate naming the ServiceAccount
+/// and the missing verb; no credential is committed or pushed, nothing reaches the hub,
+/// and the refused generation's binding is gone from the spoke.
+#[test]
+fn a_minted_credential_that_may_not_impersonate_is_refused_at_validate_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(1, true, MINTED_DEPLOYER, kustomization_as_deployer);
+    stack.spoke_apis[0].apply(&deployer_role_impersonating(false));
+    let listed = stack
+        .hub
+        .api
+        .get_json(&["kustomization", "spoke0", "-n", flux::NS]);
+    assert_eq!(
+        listed["spec"]["serviceAccountName"], "deployer",
+        "{listed:#}"
+    );
+    let commits = stack.fleet.remote_log();
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 1, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["stage"], "validate", "{spoke:#}");
+    let error = spoke["error"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{spoke:#}"));
+    for part in [
+        "may not impersonate ServiceAccount flux-system/deployer",
+        "missing verb impersonate on serviceaccounts",
+        "Kustomization flux-system/spoke0",
+    ] {
+        assert!(error.contains(part), "{part}: {error}");
+    }
+    // The first tick pins the controller's certificate (a commit of its own); no
+    // credential is committed or pushed.
+    let log = stack.fleet.remote_log();
+    let new = log.len() - commits.len();
+    assert_eq!(log[new..], commits, "{log:?}");
+    assert!(
+        log[..new]
+            .iter()
+            .all(|c| c.starts_with("sealing: pin the controller's certificate")),
+        "{log:?}"
+    );
+    let sealed = git(
+        &stack.fleet.remote,
+        &["ls-tree", "-r", "--name-only", "main", "fluxcd/"],
+    );
+    assert!(!sealed.contains("spoke0-kubeconfig"), "{sealed}");
+    for kind in ["sealedsecret", "secret"] {
+        let absent = stack
+            .hub
+            .api
+            .try_kubectl(&["get", kind, "spoke0-kubeconfig", "-n", flux::NS]);
+        assert!(absent.is_err(), "{kind}: {absent:?}");
+    }
+    let bindings = stack.spoke_apis[0].kubectl(&["get", "clusterrolebindings", "-o", "name"]);
+    assert!(!bindings.contains("spokekeeper."), "{bindings}");
+}
+
+/// Scenario 5's twin: the same layout, the minted user's ClusterRole granting
+/// `impersonate` on `deployer`, and `deployer` allowed to write ConfigMaps on the spoke.
+/// The tick passes validate, and the real kustomize-controller, impersonating `deployer`
+/// with the committed credential, applies the ConfigMap: every consumer Ready.
+#[test]
+fn a_minted_credential_that_may_impersonate_deploys_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(1, true, MINTED_DEPLOYER, kustomization_as_deployer);
+    stack.spoke_apis[0].apply(&deployer_role_impersonating(true));
+    stack.spoke_apis[0].apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  \
+         name: deployer-apps\nrules:\n- apiGroups: [\"\"]\n  resources: [configmaps]\n  \
+         verbs: [get, list, watch, create, update, patch, delete]\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
+         name: deployer-apps\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+         kind: ClusterRole\n  name: deployer-apps\nsubjects:\n\
+         - {kind: ServiceAccount, name: deployer, namespace: flux-system}\n",
+    );
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert!(
+        spoke["user"]
+            .as_str()
+            .is_some_and(|u| u.starts_with("spokekeeper:hub:spoke0:1:")),
+        "{spoke:#}"
+    );
+    stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+}
+
+/// The fleet repo's extra paths for [`flux_ready_semantics_on_the_real_controllers`]:
+/// `apps/infra` (a ConfigMap on the hub), `apps/broken` (a kustomization.yaml naming a
+/// file that is not there) and `apps/retried` (a ConfigMap for the spoke).
+fn semantics_paths(dir: &Path) {
+    let write = |rel: &str, text: &str| {
+        let path = dir.join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    };
+    write(
+        "apps/infra/configmap.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: infra\n  namespace: flux-system\n",
+    );
+    write(
+        "apps/broken/kustomization.yaml",
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- missing.yaml\n",
+    );
+    write(
+        "apps/retried/configmap.yaml",
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: spoke-retried\n  namespace: default\n",
+    );
+}
+
+/// A Kustomization `name` in flux-system from the GitRepository `fleet` at `path`, with
+/// `extra` spec lines; on spoke 0 through its Secret when `spoke`.
+fn kustomization(name: &str, path: &str, spoke: bool, extra: &str) -> String {
+    let kubeconfig = if spoke {
+        "  kubeConfig:\n    secretRef:\n      name: spoke0-kubeconfig\n"
+    } else {
+        ""
+    };
+    format!(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
+         name: {name}\n  namespace: {}\nspec:\n  interval: 10m\n  retryInterval: 5s\n  \
+         path: {path}\n  prune: true\n  timeout: 30s\n{extra}  sourceRef:\n    \
+         kind: GitRepository\n    name: fleet\n{kubeconfig}",
+        flux::NS
+    )
+}
+
+/// Issue 19, item 3, on the real kustomize-controller (no status written by the test):
+/// besides spoke 0's own consumers, three more Kustomizations deploy with its Secret. A
+/// suspended one is reported as suspended; one whose build fails (a missing file) is
+/// reported with the controller's Ready False (`BuildFailed`) once it handled the
+/// request, its observedGeneration behind, not waited out; one that depends on the hub's
+/// `infra`, suspended until the controller reported it `DependencyNotReady`, is waited
+/// through to the controller's own retry, Ready True.
+#[test]
+fn flux_ready_semantics_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_with(1, false, "", semantics_paths);
+    let api = &stack.hub.api;
+    api.apply(&kustomization(
+        "infra",
+        "./apps/infra",
+        false,
+        "  suspend: true\n",
+    ));
+    api.apply(&kustomization(
+        "spoke0-suspended",
+        "./apps/retried",
+        true,
+        "  suspend: true\n",
+    ));
+    api.apply(&kustomization("spoke0-failing", "./apps/broken", true, ""));
+    api.apply(&kustomization(
+        "spoke0-retried",
+        "./apps/retried",
+        true,
+        "  dependsOn:\n  - name: infra\n",
+    ));
+
+    let config = stack.fleet.config.clone();
+    let ((_, out, err), retrying) = std::thread::scope(|s| {
+        let tick =
+            s.spawn(|| support::fleet::spokekeeper(&config, &["rotate", "-o", "json", "--all"]));
+        // The controller's own DependencyNotReady, for spokekeeper's request.
+        let retrying = stack.wait_for(
+            "kustomization",
+            "spoke0-retried",
+            "DependencyNotReady",
+            |r| !r.last_handled.is_empty() && r.reason == "DependencyNotReady",
+        );
+        api.kubectl(&[
+            "patch",
+            "kustomization",
+            "infra",
+            "-n",
+            flux::NS,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"suspend":false}}"#,
+        ]);
+        (tick.join().expect("the tick"), retrying)
+    });
+    assert_eq!(retrying.status, "False", "{retrying:?}");
+    let report_json: Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let report = format!("{report_json:#}\n{err}\n{}", stack.controllers.tail(20));
+    let parsed = &report_json;
+    let consumer = |name: &str| {
+        parsed["spokes"][0]["hub"]["consumers"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{report}"))
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap_or_else(|| panic!("{name}: {report}"))["ready"]
+            .clone()
+    };
+    let suspended = consumer("spoke0-suspended");
+    assert_eq!(suspended["status"], "Suspended", "{report}");
+    assert_eq!(suspended["ok"], false, "{report}");
+
+    let failing = consumer("spoke0-failing");
+    let live = flux::ready(&stack.hub, "kustomization", "spoke0-failing").expect("Ready");
+    assert_eq!(failing["ok"], false, "{report}");
+    assert_eq!(failing["status"], "False", "{report}");
+    assert_eq!(failing["reason"], "BuildFailed", "{report}");
+    assert_eq!(failing["reason"], live.reason, "{live:?}");
+    assert!(live.message.contains("missing.yaml"), "{live:?}");
+    assert!(live.observed_generation < live.generation, "{live:?}");
+
+    let retried = consumer("spoke0-retried");
+    assert_eq!(retried["ok"], true, "{report}");
+    let live = flux::ready(&stack.hub, "kustomization", "spoke0-retried").expect("Ready");
+    assert_eq!(live.status, "True", "{live:?}");
+    assert_eq!(live.last_handled, retrying.last_handled, "{live:?}");
+    stack.spoke_apis[0].kubectl(&["get", "configmap", "spoke-retried", "-n", "default"]);
+    assert_eq!(consumer("spoke0")["ok"], true, "{report}");
 }

@@ -6,13 +6,14 @@
 //! and writes `status.lastHandledReconcileAt`, `observedGeneration` and the Ready
 //! condition, which the real API server validates against the real CRD schema.
 //!
-//! The controllers themselves do not run (they need source-controller's artifacts); what
-//! spokekeeper reads from them is exactly those status fields. As the controllers do, a
-//! suspended object echoes the request and keeps its status, and a scripted consumer
-//! (`script`) plays a run whose Ready changes without a new request, as Flux's retries of
-//! DependencyNotReady or ArtifactFailed do.
+//! The controllers themselves do not run here (tests/suite/realstack/flux_real.rs runs
+//! them); what spokekeeper reads from them is exactly those status fields. As the
+//! controllers do, a suspended object echoes the request and keeps its status. Every
+//! shape it writes is held to the real controllers' in the same situation by
+//! realstack::conformance::the_played_flux_writes_what_the_real_controllers_write; a
+//! situation it does not play (a build failure, DependencyNotReady and its retry) is
+//! tested on the real controllers only.
 
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -29,16 +30,8 @@ pub struct LabFlux {
     applied: Arc<AtomicUsize>,
     reconciled: Arc<AtomicUsize>,
     log: Arc<Mutex<Vec<String>>>,
-    script: Script,
     handle: Option<JoinHandle<()>>,
 }
-
-/// "PLURAL/NS/NAME" -> the Ready (status, reason, message) each run of one request
-/// writes in turn, a retry interval apart; the last one stays.
-type Script = Arc<Mutex<BTreeMap<String, Vec<(String, String, String)>>>>;
-
-/// The lab's stand-in for Flux's `--requeue-dependency` (30s by default).
-const RETRY: Duration = Duration::from_secs(3);
 
 #[derive(Clone)]
 struct Ctx {
@@ -46,7 +39,6 @@ struct Ctx {
     remote: PathBuf,
     branch: String,
     log: Arc<Mutex<Vec<String>>>,
-    script: Script,
 }
 
 impl Ctx {
@@ -69,13 +61,11 @@ impl LabFlux {
     /// Watches `branch` of the bare repo `remote` and the hub behind `kubeconfig`.
     pub fn start(kubeconfig: &Path, remote: &Path, branch: &str) -> LabFlux {
         let log = Arc::new(Mutex::new(Vec::new()));
-        let script: Script = Arc::default();
         let ctx = Ctx {
             kubeconfig: kubeconfig.to_owned(),
             remote: remote.to_owned(),
             branch: branch.into(),
             log: log.clone(),
-            script: script.clone(),
         };
         let stop = Arc::new(AtomicBool::new(false));
         let applied = Arc::new(AtomicUsize::new(0));
@@ -105,22 +95,8 @@ impl LabFlux {
             applied,
             reconciled,
             log,
-            script,
             handle: Some(handle),
         }
-    }
-
-    /// How `plural` `ns`/`name` answers a request from now on: each Ready (status,
-    /// reason, message) in turn, RETRY apart, without a new request.
-    pub fn script(&self, plural: &str, ns: &str, name: &str, runs: &[(&str, &str, &str)]) {
-        let runs = runs
-            .iter()
-            .map(|(s, r, m)| (s.to_string(), r.to_string(), m.to_string()))
-            .collect();
-        self.script
-            .lock()
-            .unwrap()
-            .insert(format!("{plural}/{ns}/{name}"), runs);
     }
 
     /// How many source revisions were applied.
@@ -212,49 +188,6 @@ fn names(item: &Value) -> (&str, &str) {
 fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
     let (ns, name) = names(item);
     let generation = item["metadata"]["generation"].as_i64().unwrap_or(1);
-    let scripted = ctx
-        .script
-        .lock()
-        .unwrap()
-        .get(&format!("{kind}/{ns}/{name}"))
-        .cloned();
-    if let Some(runs) = scripted {
-        let (ctx, kind, ns, name, requested) = (
-            ctx.clone(),
-            kind.to_string(),
-            ns.to_string(),
-            name.to_string(),
-            requested.to_string(),
-        );
-        // The first run answers the request; the retries follow on their own.
-        let mut runs = runs.into_iter();
-        if let Some((s, r, m)) = runs.next() {
-            write_run(
-                &ctx,
-                &kind,
-                &ns,
-                &name,
-                generation,
-                &requested,
-                (&s, &r, &m),
-            );
-        }
-        std::thread::spawn(move || {
-            for (s, r, m) in runs {
-                std::thread::sleep(RETRY);
-                write_run(
-                    &ctx,
-                    &kind,
-                    &ns,
-                    &name,
-                    generation,
-                    &requested,
-                    (&s, &r, &m),
-                );
-            }
-        });
-        return;
-    }
     let (ok, message) = match item["spec"]["kubeConfig"]["secretRef"]["name"].as_str() {
         None => (true, "Applied revision: in-cluster".to_string()),
         Some(secret) => match flux_calls_spoke(&ctx.kubeconfig, ns, secret) {

@@ -348,16 +348,17 @@ pub fn write_layout(dir: &Path, spokes: usize, interval: &str) {
     }
 }
 
-/// The bootstrap objects: the GitRepository `fleet` at `url` (branch main) and the root
-/// Kustomization `flux-system` that applies `./fluxcd` to the hub, both every `interval`.
-pub fn bootstrap(hub: &RealHub, url: &str, interval: &str) {
+/// The bootstrap objects: the GitRepository `fleet` at `url` (branch main), fetched every
+/// `source`, and the root Kustomization `flux-system` that applies `./fluxcd` to the hub
+/// every `root`.
+pub fn bootstrap(hub: &RealHub, url: &str, source: &str, root: &str) {
     hub.api.apply(&format!(
         "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  \
-         name: fleet\n  namespace: {NS}\nspec:\n  interval: {interval}\n  timeout: 20s\n  \
+         name: fleet\n  namespace: {NS}\nspec:\n  interval: {source}\n  timeout: 20s\n  \
          url: {url}\n  ref:\n    branch: main\n---\n\
          apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
-         name: flux-system\n  namespace: {NS}\nspec:\n  interval: {interval}\n  \
-         retryInterval: {interval}\n  path: ./fluxcd\n  prune: true\n  timeout: 30s\n  \
+         name: flux-system\n  namespace: {NS}\nspec:\n  interval: {root}\n  \
+         retryInterval: {root}\n  path: ./fluxcd\n  prune: true\n  timeout: 30s\n  \
          sourceRef:\n    kind: GitRepository\n    name: fleet\n"
     ));
 }

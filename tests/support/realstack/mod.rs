@@ -2,8 +2,9 @@
 //! certificates, a service-account issuer) over a real etcd, the real Sealed Secrets
 //! controller behind the API server's service proxy, Flux's CRDs and Flux's own
 //! kubeconfig loading, Flux's source-, kustomize- and helm-controller (flux_controllers,
-//! fed the fleet repo by git_http); and spokes that are real API servers with k3s-shaped PKI behind
-//! the lab's real sshd, each with kube-controller-manager's CSR signer.
+//! fed the fleet repo by git_http; real_flux puts them together with real spokes); and
+//! spokes that are real API servers with k3s-shaped PKI behind the lab's real sshd, each
+//! with kube-controller-manager's CSR signer.
 //!
 //! Everything is built from pinned Go modules by `scripts/build-realstack` into
 //! `.tools/realstack` (or `$SPOKEKEEPER_REALSTACK`); a missing build fails the test with
@@ -21,6 +22,7 @@ pub mod kube;
 pub mod kubeadm;
 pub mod netns;
 pub mod proc;
+pub mod real_flux;
 pub mod spoke;
 
 use std::net::{IpAddr, TcpListener};
