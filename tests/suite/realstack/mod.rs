@@ -2,5 +2,6 @@
 //! and each emulator held to its real counterpart.
 
 mod conformance;
+mod distros;
 mod flux_real;
 mod real_hub;
