@@ -135,14 +135,14 @@ impl Ca {
     /// `PROGRAM-TYPE-root@UNIX`, the same root cross-signed by the old root, a new
     /// `PROGRAM-TYPE-ca@UNIX` signed by the new root; the bundle is [new CA, new root,
     /// cross-signed root, old root], the key file [new CA key, new root key].
-    fn rotated(self, name: &str, now: OffsetDateTime) -> Ca {
+    fn rotated(&self, name: &str, now: OffsetDateTime) -> Ca {
         let stamp = now.unix_timestamp();
-        let old_root = self.root.unwrap_or(self.signer);
+        let old_root = self.root.as_ref().unwrap_or(&self.signer);
         let root_params = ca_params(&format!("{name}-root@{stamp}"), now);
         let root_key = KeyPair::generate().expect("keygen");
         let xsigned = root_params
             .clone()
-            .signed_by(&root_key, &old_root)
+            .signed_by(&root_key, old_root)
             .expect("cross-sign the new root");
         let root = CertifiedIssuer::self_signed(root_params, root_key).expect("self-sign root");
         let signer = CertifiedIssuer::signed_by(
@@ -565,11 +565,8 @@ impl DistroSpoke {
         self.stop_control_plane();
         let now = OffsetDateTime::now_utc();
         let p = self.opts.distro.program();
-        let placeholder_ca = || Ca::new("placeholder", now);
-        let client = std::mem::replace(&mut self.client, placeholder_ca());
-        self.client = client.rotated(&format!("{p}-client"), now);
-        let server = std::mem::replace(&mut self.server, placeholder_ca());
-        self.server = server.rotated(&format!("{p}-server"), now);
+        self.client = self.client.rotated(&format!("{p}-client"), now);
+        self.server = self.server.rotated(&format!("{p}-server"), now);
         self.write_all();
         self.start_control_plane(etcd);
     }
