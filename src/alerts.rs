@@ -317,7 +317,8 @@ pub fn evaluate(
                         Status::Unknown,
                         "the recorded CA (annotation spokekeeper.io/ca-data) does not parse: run `spokekeeper rotate` for this spoke".into(),
                     )),
-                    Some(CaCheck::Verified) | None => {
+                    // Still trusted through the cross-signature; the next tick rotates.
+                    Some(CaCheck::Verified | CaCheck::RootChanged) | None => {
                         out.push(expiry(cfg, spoke, Subject::Ca, r.ca_not_after, now))
                     }
                 }

@@ -294,7 +294,7 @@ pub fn kubeconfig_yaml(
 
 /// ring's PKCS#8 for P-256 wraps a SEC1 ECPrivateKey without the curve parameters;
 /// k3s (Go's MarshalECPrivateKey) writes them, so re-encode with `[0] prime256v1`.
-fn pkcs8_p256_to_sec1(pkcs8: &[u8]) -> Vec<u8> {
+pub fn pkcs8_p256_to_sec1(pkcs8: &[u8]) -> Vec<u8> {
     const PRIME256V1: [u8; 10] = [0x06, 0x08, 0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
     let (_, outer, _) = tlv(pkcs8);
     let (_, _version, rest) = tlv(outer);

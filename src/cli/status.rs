@@ -382,6 +382,18 @@ fn spoke_status(
                     detail: None,
                 }
             }
+            Some(CaCheck::RootChanged) => {
+                problems.push(
+                    "the API's certificate chains to the committed CA only through a new root \
+                     (a CA rotation): the next rotation commits the new CA"
+                        .into(),
+                );
+                Probe {
+                    state: "ca-rotated",
+                    server: Some(p.server.clone()),
+                    detail: None,
+                }
+            }
             _ => Probe {
                 state: "ok",
                 server: Some(p.server.clone()),

@@ -213,7 +213,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
     match seen.probe {
         Some(Ok(report)) => match recorded.check_ca(report) {
             CaCheck::Verified => {}
-            CaCheck::NotSignedByCa => {
+            CaCheck::NotSignedByCa | CaCheck::RootChanged => {
                 return Decision::Rotate(Reason::CaChanged {
                     old: recorded.ca_sha256,
                 });

@@ -211,11 +211,19 @@ impl Recorded {
 
     /// Whether the probed serving chain is signed by any recorded CA: during a CA
     /// rotation the kubeconfig trusts the old and the new one, and either may serve.
+    /// A chain that reaches a recorded CA only through a new root the server presents
+    /// (cross-signed by the old) is a rotated CA, not the recorded one.
     pub fn check_ca(&self, probe: &ProbeReport) -> CaCheck {
         let mut result = CaCheck::UnusableCa;
         for ca in &self.ca_bundle {
             match probe.check_ca(ca) {
-                CaCheck::Verified => return CaCheck::Verified,
+                CaCheck::Verified | CaCheck::RootChanged => {
+                    return if probe.presents_root_outside(&self.ca_bundle) {
+                        CaCheck::RootChanged
+                    } else {
+                        CaCheck::Verified
+                    };
+                }
                 CaCheck::NotSignedByCa => result = CaCheck::NotSignedByCa,
                 CaCheck::UnusableCa => {}
             }
@@ -667,5 +675,46 @@ mod tests {
         );
         r.ca_bundle = vec![b"junk".to_vec()];
         assert_eq!(r.check_ca(&served_by(&old, old.der())), CaCheck::UnusableCa);
+    }
+
+    /// k3s's rotate-default-ca-certs.sh: a new root, the same root cross-signed by the
+    /// old, a new CA under the new root; the server presents all of them and the old
+    /// root. Its chain still reaches the old root, but the CA changed (issue 30).
+    #[test]
+    fn a_new_root_cross_signed_by_the_recorded_one_is_a_changed_ca() {
+        let ca = |cn: &str| {
+            let mut p = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+            p.distinguished_name.push(rcgen::DnType::CommonName, cn);
+            p.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+            p
+        };
+        let old = rcgen::CertifiedIssuer::self_signed(
+            ca("k3s-server-ca@1"),
+            rcgen::KeyPair::generate().unwrap(),
+        )
+        .unwrap();
+        let root_key = rcgen::KeyPair::generate().unwrap();
+        let xsigned = ca("k3s-server-root@2").signed_by(&root_key, &old).unwrap();
+        let root = rcgen::CertifiedIssuer::self_signed(ca("k3s-server-root@2"), root_key).unwrap();
+        let new = rcgen::CertifiedIssuer::signed_by(
+            ca("k3s-server-ca@2"),
+            rcgen::KeyPair::generate().unwrap(),
+            &root,
+        )
+        .unwrap();
+        let bundle = [new.der(), root.der(), xsigned.der(), old.der()].map(|c| c.to_vec());
+        let mut probe = served_by(&new, new.der());
+        probe.chain.extend(bundle[1..].iter().cloned());
+        let mut r = sample();
+        r.ca_bundle = vec![old.der().to_vec()];
+        // Signature by signature the chain does reach the recorded CA.
+        assert_eq!(probe.check_ca(old.der()), CaCheck::Verified);
+        assert_eq!(r.check_ca(&probe), CaCheck::RootChanged);
+        // Committed after the rotation: the new bundle holds every root presented.
+        r.ca_bundle = bundle.to_vec();
+        assert_eq!(r.check_ca(&probe), CaCheck::Verified);
+        // A server presenting its own recorded root alone is the recorded CA.
+        r.ca_bundle = vec![old.der().to_vec()];
+        assert_eq!(r.check_ca(&served_by(&old, old.der())), CaCheck::Verified);
     }
 }

@@ -47,6 +47,11 @@ pub enum CaCheck {
     Verified,
     /// Not signed by that CA: the spoke was rebuilt, or this is another cluster.
     NotSignedByCa,
+    /// Signed by a recorded CA only through a root the server presents and the
+    /// kubeconfig does not hold, cross-signed by the old one: a CA rotation (k3s's
+    /// rotate-default-ca-certs.sh). The committed kubeconfig works until the old root is
+    /// dropped; the new one must be committed before that.
+    RootChanged,
     /// The CA given does not parse as an X.509 certificate.
     UnusableCa,
 }
@@ -114,6 +119,14 @@ impl ProbeReport {
             }
         }
         CaCheck::NotSignedByCa
+    }
+
+    /// Whether the server presents a self-signed certificate that `known` (the
+    /// recorded CA bundle, DER) does not hold: a root other than the recorded ones.
+    pub fn presents_root_outside(&self, known: &[Vec<u8>]) -> bool {
+        self.chain
+            .iter()
+            .any(|c| !known.contains(c) && certs::verify_signed_by(c, c).is_ok())
     }
 }
 

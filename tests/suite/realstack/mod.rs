@@ -2,6 +2,7 @@
 //! and each emulator held to its real counterpart.
 
 mod conformance;
+mod distros;
 mod flux_add;
 mod flux_real;
 mod kubeadm;

@@ -30,6 +30,13 @@ pub struct ControllerManager {
     pub dir: PathBuf,
 }
 
+/// What the signer reads: its own kubeconfig, and the certificate and key it signs with.
+pub struct SignerFiles {
+    pub kubeconfig: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
+}
+
 impl ControllerManager {
     /// Starts it beside `api` (a spoke's API server on `pki`), its files in `dir/NAME-kcm`,
     /// and waits until a CSR the admin approves is signed: the signer works when this
@@ -63,16 +70,32 @@ impl ControllerManager {
             "kubeconfig",
             &kubeconfig_yaml(&api.url, &identity, None, ""),
         );
+        let files = SignerFiles {
+            kubeconfig,
+            cert: ca_cert,
+            key: ca_key,
+        };
+        Self::start_files(api, &files, dir, signing_duration)
+    }
+
+    /// As [`ControllerManager::start_with`], from files already on the node (a
+    /// distribution's own, e.g. k3s's `client-ca.nochain.crt`), its log in `dir`.
+    pub fn start_files(
+        api: &KubeApi,
+        files: &SignerFiles,
+        dir: PathBuf,
+        signing_duration: Option<&str>,
+    ) -> ControllerManager {
         let mut cmd = Command::new(bin("kube-controller-manager"));
-        cmd.arg(format!("--kubeconfig={}", kubeconfig.display()))
+        cmd.arg(format!("--kubeconfig={}", files.kubeconfig.display()))
             .arg("--controllers=csrsigning,csrapproving,csrcleaner")
             .arg(format!(
                 "--cluster-signing-kube-apiserver-client-cert-file={}",
-                ca_cert.display()
+                files.cert.display()
             ))
             .arg(format!(
                 "--cluster-signing-kube-apiserver-client-key-file={}",
-                ca_key.display()
+                files.key.display()
             ))
             .arg("--use-service-account-credentials=true")
             .arg("--leader-elect=false")

@@ -161,7 +161,7 @@ impl KubeApi {
         api
     }
 
-    fn wait_ready(&mut self) {
+    pub fn wait_ready(&mut self) {
         let kubeconfig = self.admin_kubeconfig.clone();
         let proc = &mut self.proc;
         wait_until("kube-apiserver /readyz", START, || {

@@ -14,6 +14,7 @@
 pub mod access;
 pub mod api;
 pub mod controller_manager;
+pub mod distro;
 pub mod flux;
 pub mod flux_controllers;
 pub mod git_http;

@@ -4,6 +4,8 @@
 //! and says `server: https://127.0.0.1:<port>`, as k3s writes it. Beside it, unless
 //! the options say otherwise, the spoke's kube-controller-manager signs approved CSRs for
 //! `kubernetes.io/kube-apiserver-client` with the client CA, as a k3s server does.
+//! distro.rs lays a node out file for file as k3s and RKE2 do (CA bundles, nochain
+//! files, k3s's API server behind 6443); this one keeps the hub scenarios' simpler shape.
 
 use std::path::Path;
 
