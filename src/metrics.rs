@@ -400,6 +400,7 @@ mod tests {
                     name: "apps".into(),
                 },
                 ready: check(true, "True"),
+                requested_at: None,
             }],
             requested_at: None,
         });

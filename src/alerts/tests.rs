@@ -528,6 +528,7 @@ fn a_consumer_not_ready_is_named_and_no_consumer_only_warns() {
             name: name.into(),
         },
         ready: check(ok, message),
+        requested_at: None,
     };
     let report = |consumers| HubReport {
         synced: check(true, "unsealed"),

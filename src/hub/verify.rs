@@ -67,6 +67,11 @@ pub struct ConsumerCheck {
     #[serde(flatten)]
     pub consumer: Consumer,
     pub ready: Check,
+    /// Asked again during the wait (a HelmRelease that used up its retries while the
+    /// first request ran, asked with resetAt): the request its `ready` answers. None: the
+    /// spoke's `requested_at`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requested_at: Option<String>,
 }
 
 /// The hub's view of one spoke after its credential was pushed.
@@ -189,6 +194,7 @@ pub async fn verify(
             report.consumers.push(ConsumerCheck {
                 consumer: c,
                 ready: check,
+                requested_at: None,
             });
             continue;
         }
@@ -197,6 +203,7 @@ pub async fn verify(
             report.consumers.push(ConsumerCheck {
                 consumer: c,
                 ready: Check::failed("TimedOut", why),
+                requested_at: None,
             });
             continue;
         }
@@ -220,7 +227,11 @@ pub async fn verify(
                     Ok(false) => not_served(&c),
                     _ => Check::failed("Error", e.to_string()),
                 };
-                report.consumers.push(ConsumerCheck { consumer: c, ready });
+                report.consumers.push(ConsumerCheck {
+                    consumer: c,
+                    ready,
+                    requested_at: None,
+                });
             }
         }
     }
@@ -230,9 +241,14 @@ pub async fn verify(
     let found_by = report.found_by;
     let waited: Vec<ConsumerCheck> =
         futures::stream::iter(requested.into_iter().map(|(c, at, reset)| async move {
+            let first = at.clone();
             let asked = Asked { at, reset };
-            let ready = wait_ready(hub, spoke, found_by, &c, asked, deadline, timeout).await;
-            ConsumerCheck { consumer: c, ready }
+            let (ready, at) = wait_ready(hub, spoke, found_by, &c, asked, deadline, timeout).await;
+            ConsumerCheck {
+                consumer: c,
+                ready,
+                requested_at: (at != first).then_some(at),
+            }
         }))
         .buffered(CONSUMER_CONCURRENCY)
         .collect()
@@ -376,6 +392,7 @@ pub(crate) async fn after_push(
                     .extend(wrong.into_iter().map(|(c, why)| ConsumerCheck {
                         consumer: c,
                         ready: Check::failed("WrongKey", why),
+                        requested_at: None,
                     }));
                 report.consumers.sort_by(|a, b| a.consumer.cmp(&b.consumer));
             }
@@ -557,12 +574,28 @@ fn synced(obj: &HubObject, key: &str, ciphertext: &str, version: Option<&str>) -
     }
 }
 
+/// Waits for `c` to answer `asked`; and the request its answer is to (a newer one when
+/// it was asked again).
 async fn wait_ready(
     hub: &Hub,
     spoke: &SpokeConfig,
     found_by: FoundBy,
     c: &Consumer,
     mut asked: Asked,
+    deadline: Instant,
+    timeout: Duration,
+) -> (Check, String) {
+    let check = wait_for(hub, spoke, found_by, c, &mut asked, deadline, timeout).await;
+    (check, asked.at)
+}
+
+/// [`wait_ready`]'s loop; `asked` is the request waited for, replaced when asked again.
+async fn wait_for(
+    hub: &Hub,
+    spoke: &SpokeConfig,
+    found_by: FoundBy,
+    c: &Consumer,
+    asked: &mut Asked,
     deadline: Instant,
     timeout: Duration,
 ) -> Check {
@@ -576,7 +609,7 @@ async fn wait_ready(
                     let at = rfc3339_nano(time::OffsetDateTime::now_utc());
                     match hub.request(c, &at, true, deadline).await {
                         Ok(()) => {
-                            asked = Asked { at, reset: true };
+                            *asked = Asked { at, reset: true };
                             "stalled after its retries: asked again with reconcile.fluxcd.io/resetAt".into()
                         }
                         Err(_) => return check,
@@ -834,6 +867,7 @@ mod tests {
                     reason: None,
                     message: format!("m{i}"),
                 },
+                requested_at: None,
             })
             .collect()
     }

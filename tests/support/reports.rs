@@ -28,6 +28,7 @@ pub fn dev_hub_report(kind: Kind, name: &str, ready: bool) -> HubReport {
                 name: name.into(),
             },
             ready: check(ready),
+            requested_at: None,
         }],
         requested_at: None,
     }

@@ -538,6 +538,8 @@ async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
         .unwrap();
     assert_eq!(hr["ready"]["ok"], true, "{hub}");
     assert_eq!(hr["ready"]["reason"], "UpgradeSucceeded", "{hub}");
+    // Asked once, with the spoke's request: no request of its own to report.
+    assert_eq!(hr["requested_at"], Value::Null, "{hub}");
     let at = hub["requested_at"].as_str().unwrap();
     let patch = |path: &str| -> Vec<Value> {
         l.hub
