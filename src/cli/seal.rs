@@ -11,6 +11,7 @@ use super::{Format, fail_with};
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::seal::crypto::SealError;
 use crate::seal::manifest::MAX_MANIFEST_BYTES;
+use crate::seal::sops::{self, AgeIdentities, AgeRecipients, SopsError};
 use crate::seal::{
     KeyError, ManifestError, RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput,
     hybrid_encrypt,
@@ -50,6 +51,22 @@ pub(crate) enum SealCliError {
         actual: Fingerprint<Sealing>,
         allowed: Vec<Fingerprint<Sealing>>,
     },
+    #[error(
+        "seal needs --cert CERT (Sealed Secrets), or --format sops with --age RECIPIENT or --age-file FILE"
+    )]
+    NoCert,
+    #[error("{flag} does not apply to --format {format}: {fix}")]
+    NotForFormat {
+        flag: &'static str,
+        format: &'static str,
+        fix: &'static str,
+    },
+    #[error("{what}: {source}")]
+    Sops {
+        what: String,
+        #[source]
+        source: SopsError,
+    },
     #[error("--raw needs --namespace (unless --scope cluster-wide)")]
     RawNeedsNamespace,
     #[error("--raw with strict scope needs --name")]
@@ -82,11 +99,29 @@ fn input(input: impl Into<String>) -> impl FnOnce(ManifestError) -> SealCliError
     move |source| SealCliError::Input { input, source }
 }
 
+/// What `seal` writes: a SealedSecret (kubeseal's) or a sops-encrypted Secret (age).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    SealedSecrets,
+    Sops,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct SealArgs {
+    /// sealed-secrets (default: a SealedSecret for --cert) or sops (a Secret encrypted for
+    /// the --age recipients as `sops -e --encrypted-regex '^(data|stringData)$'` does).
+    #[arg(long, value_enum, default_value_t = OutputFormat::SealedSecrets)]
+    pub format: OutputFormat,
     /// The sealing certificate (what the controller serves at /v1/cert.pem) or RSA public key, PEM.
     #[arg(long)]
-    pub cert: PathBuf,
+    pub cert: Option<PathBuf>,
+    /// --format sops: age recipients (age1...); comma-separated or repeated.
+    #[arg(long = "age", value_name = "RECIPIENT", value_delimiter = ',')]
+    pub age: Vec<String>,
+    /// --format sops: a file of age recipients, one a line (`#` comments).
+    #[arg(long = "age-file", value_name = "FILE")]
+    pub age_file: Option<PathBuf>,
     /// The fingerprint the certificate must have (sha256:<64 hex>, checked with the
     /// controller); repeatable. A file anyone could have swapped is refused on mismatch.
     #[arg(long = "sha256", value_name = "FP")]
@@ -115,10 +150,15 @@ pub struct UnsealArgs {
         long = "recovery-key",
         value_name = "KEY",
         value_delimiter = ',',
-        required = true
+        required_unless_present = "age_key",
+        conflicts_with = "age_key"
     )]
     pub(crate) recovery_key: Vec<PathBuf>,
-    /// The SealedSecret (YAML or JSON); `-` or nothing reads stdin.
+    /// A sops file instead: the age identity file (AGE-SECRET-KEY-1..., as age-keygen
+    /// writes it) that decrypts it; the MAC is checked as sops -d checks it.
+    #[arg(long = "age-key", value_name = "FILE")]
+    pub(crate) age_key: Option<PathBuf>,
+    /// The SealedSecret or sops file (YAML or JSON); `-` or nothing reads stdin.
     pub file: Option<PathBuf>,
 }
 
@@ -130,16 +170,31 @@ pub(super) fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
 }
 
 fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError> {
-    let cert = std::fs::read(&args.cert).map_err(|source| SealCliError::Read {
-        what: format!("--cert {}", args.cert.display()),
+    if args.format == OutputFormat::Sops {
+        return seal_sops(args, format);
+    }
+    let not_for = |flag| SealCliError::NotForFormat {
+        flag,
+        format: "sealed-secrets",
+        fix: "add --format sops",
+    };
+    if !args.age.is_empty() {
+        return Err(not_for("--age"));
+    }
+    if args.age_file.is_some() {
+        return Err(not_for("--age-file"));
+    }
+    let cert_path = args.cert.as_ref().ok_or(SealCliError::NoCert)?;
+    let cert = std::fs::read(cert_path).map_err(|source| SealCliError::Read {
+        what: format!("--cert {}", cert_path.display()),
         source,
     })?;
     let key = SealingKey::from_pem(
         &cert,
-        &args.cert.display().to_string(),
+        &cert_path.display().to_string(),
         OffsetDateTime::now_utc(),
     )?;
-    check_fingerprint(&key, &args.sha256, &args.cert)?;
+    check_fingerprint(&key, &args.sha256, cert_path)?;
     seal_with(args, format, &key)?;
     // Always said, so whoever seals can compare it with the controller's.
     eprintln!("sealed to {}", key.fingerprint());
@@ -184,6 +239,75 @@ fn seal_with(
         Format::Table => return Err(SealCliError::TableFormat),
     };
     write_stdout(text.as_bytes())
+}
+
+/// `--format sops`: the Secret on stdin encrypted for the age recipients, as sops YAML.
+fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError> {
+    let not_for = |flag, fix| SealCliError::NotForFormat {
+        flag,
+        format: "sops",
+        fix,
+    };
+    let sealed_only = "it is for --format sealed-secrets; sops files have no scope";
+    for (flag, given, fix) in [
+        (
+            "--cert",
+            args.cert.is_some(),
+            "pass age recipients with --age or --age-file",
+        ),
+        (
+            "--sha256",
+            !args.sha256.is_empty(),
+            "recipients given with --age need no pin",
+        ),
+        ("--scope", args.scope.is_some(), sealed_only),
+        ("--raw", args.raw, sealed_only),
+        (
+            "--merge-into",
+            args.merge_into.is_some(),
+            "encrypt the whole Secret again",
+        ),
+    ] {
+        if given {
+            return Err(not_for(flag, fix));
+        }
+    }
+    if matches!(format, Some(Format::Json | Format::Table)) {
+        return Err(not_for(
+            "-o json/table",
+            "sops files are written as YAML (-o yaml)",
+        ));
+    }
+    let mut given = args.age.clone();
+    if let Some(path) = &args.age_file {
+        let what = format!("--age-file {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|source| SealCliError::Read {
+            what: what.clone(),
+            source,
+        })?;
+        let file = AgeRecipients::parse_file(&text)
+            .map_err(|source| SealCliError::Sops { what, source })?;
+        given.extend(file.strings().map(str::to_string));
+    }
+    let recipients = AgeRecipients::parse(&given).map_err(|source| SealCliError::Sops {
+        what: "--age".into(),
+        source,
+    })?;
+    let input = read_limited(None)?;
+    let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
+    secret
+        .apply_flags(args.name.as_deref(), args.namespace.as_deref())
+        .map_err(self::input("stdin"))?;
+    let text = sops::encrypt(&secret, &recipients).map_err(|source| SealCliError::Sops {
+        what: "stdin".into(),
+        source,
+    })?;
+    write_stdout(text.as_bytes())?;
+    eprintln!(
+        "encrypted for {}",
+        recipients.strings().collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
 }
 
 /// Refuses a certificate whose fingerprint `--sha256` does not list.
@@ -253,6 +377,9 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
     if format == Format::Table {
         return Err(SealCliError::TableFormat);
     }
+    if let Some(path) = &args.age_key {
+        return unseal_sops(args, path, format);
+    }
     let mut keys = Vec::new();
     for path in &args.recovery_key {
         let bytes =
@@ -277,6 +404,33 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
         );
     }
     let secret = sealed.unseal(&keys).map_err(self::input(shown))?;
+    let text = match format {
+        Format::Json => secret.to_json(),
+        _ => secret.to_yaml(),
+    };
+    write_stdout(text.expose())
+}
+
+/// `unseal --age-key`: a sops file decrypted, every value and the MAC checked.
+fn unseal_sops(args: &UnsealArgs, key: &Path, format: Format) -> Result<(), SealCliError> {
+    let what = format!("--age-key {}", key.display());
+    let bytes = SecretBytes::from(std::fs::read(key).map_err(|source| SealCliError::Read {
+        what: what.clone(),
+        source,
+    })?);
+    let identities =
+        AgeIdentities::parse(&bytes).map_err(|source| SealCliError::Sops { what, source })?;
+    drop(bytes);
+    let input = read_limited(args.file.as_deref())?;
+    let shown = args
+        .file
+        .as_deref()
+        .map_or("stdin".into(), |p| p.display().to_string());
+    let secret =
+        sops::decrypt(input.expose(), &identities).map_err(|source| SealCliError::Sops {
+            what: shown,
+            source,
+        })?;
     let text = match format {
         Format::Json => secret.to_json(),
         _ => secret.to_yaml(),

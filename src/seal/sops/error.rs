@@ -9,9 +9,10 @@ pub enum SopsError {
     Manifest(#[from] ManifestError),
     #[error("no age recipient given: set sealing.age_recipients (age1...) or pass --age")]
     NoRecipients,
-    #[error("age recipient {index} ({given:?}) is not an age X25519 recipient (age1...): {reason}")]
+    /// `at`: the recipient's place in a list (`#2`) or its line in a file (`line 2`).
+    #[error("age recipient {at} ({given:?}) is not an age X25519 recipient (age1...): {reason}")]
     BadRecipient {
-        index: usize,
+        at: String,
         given: String,
         reason: &'static str,
     },

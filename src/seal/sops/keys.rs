@@ -27,11 +27,34 @@ impl AgeRecipients {
         for (index, s) in given.iter().enumerate() {
             let s = s.as_ref().trim();
             let r = x25519::Recipient::from_str(s).map_err(|reason| SopsError::BadRecipient {
-                index: index + 1,
+                at: format!("#{}", index + 1),
                 given: s.chars().take(80).collect(),
                 reason,
             })?;
             out.push((r.to_string(), r));
+        }
+        Ok(Self(out))
+    }
+
+    /// A recipients file (`age -R`'s format): one `age1...` a line, `#` comments and
+    /// blank lines skipped. Errors name the line.
+    pub fn parse_file(text: &str) -> Result<Self, SopsError> {
+        let mut out = Vec::new();
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let r =
+                x25519::Recipient::from_str(line).map_err(|reason| SopsError::BadRecipient {
+                    at: format!("line {}", n + 1),
+                    given: line.chars().take(80).collect(),
+                    reason,
+                })?;
+            out.push((r.to_string(), r));
+        }
+        if out.is_empty() {
+            return Err(SopsError::NoRecipients);
         }
         Ok(Self(out))
     }

@@ -111,7 +111,7 @@ fn errors_name_fields_not_values() {
     let err = decrypt(b"apiVersion: v1\nkind: Secret\ndata:\n  x: aGk=\n", &ids).unwrap_err();
     assert!(matches!(err, SopsError::NotSops), "{err}");
     let err = AgeRecipients::parse(&["age1nope"]).unwrap_err();
-    assert!(err.to_string().contains("age recipient 1"), "{err}");
+    assert!(err.to_string().contains("age recipient #1"), "{err}");
     let err = AgeIdentities::parse(&SecretBytes::from(
         "# c\nAGE-SECRET-KEY-1SECRETSTUFF\n".to_string(),
     ))

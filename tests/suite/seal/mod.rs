@@ -4,4 +4,5 @@
 mod seal_cli;
 mod seal_vectors;
 mod sealing_trust;
+mod sops_cli;
 mod sops_real;

@@ -1,0 +1,192 @@
+//! `spokekeeper seal --format sops` and `unseal --age-key` through the binary, with the
+//! real sops CLI on the other side, and their refusals (each names the flag and the fix,
+//! never a key or a value).
+
+use std::path::Path;
+
+use assert_cmd::Command;
+use spokekeeper::seal::SecretInput;
+
+use crate::support::realstack;
+
+const SECRET: &str = "apiVersion: v1\nkind: Secret\nmetadata:\n  name: dev-kubeconfig\n  namespace: flux-system\nstringData:\n  value: hello-kubeconfig\n";
+
+/// A key pair: (key file path, recipient).
+fn key(dir: &Path, name: &str) -> (std::path::PathBuf, String) {
+    let id = age::x25519::Identity::generate();
+    let secret = age::secrecy::ExposeSecret::expose_secret(&id.to_string()).to_string();
+    let file = dir.join(format!("{name}.agekey"));
+    std::fs::write(&file, format!("# {name}\n{secret}\n")).unwrap();
+    (file, id.to_public().to_string())
+}
+
+fn bin() -> Command {
+    Command::cargo_bin("spokekeeper").unwrap()
+}
+
+fn run(cmd: &mut Command) -> (i32, String, String) {
+    let out = cmd.output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn seal_format_sops_is_read_by_real_sops_and_unseal_reads_real_sops() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a_key, a) = key(dir.path(), "a");
+    let (b_key, b) = key(dir.path(), "b");
+    std::fs::write(
+        dir.path().join("recipients.txt"),
+        format!("# team b\n{b}\n"),
+    )
+    .unwrap();
+    let (code, out, err) = run(bin()
+        .args(["seal", "--format", "sops", "--age", &a, "--age-file"])
+        .arg(dir.path().join("recipients.txt"))
+        .write_stdin(SECRET));
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains(&format!("encrypted for {a}, {b}")), "{err}");
+    assert!(
+        !out.contains("hello-kubeconfig") && !out.contains("aGVsbG8ta3ViZWNvbmZpZw"),
+        "{out}"
+    );
+    std::fs::write(dir.path().join("dev.sops.yaml"), &out).unwrap();
+    for k in [&a_key, &b_key] {
+        let plain = realstack::run(
+            std::process::Command::new(realstack::bin("sops"))
+                .current_dir(dir.path())
+                .env_clear()
+                .env("HOME", dir.path())
+                .env("SOPS_AGE_KEY_FILE", k)
+                .args(["-d", "dev.sops.yaml"]),
+        )
+        .unwrap();
+        let back = SecretInput::parse(plain.as_bytes()).unwrap();
+        assert_eq!(back.data["value"].expose(), b"hello-kubeconfig");
+        assert_eq!(back.name, "dev-kubeconfig");
+    }
+    // The other way: the real sops encrypts, `unseal --age-key` decrypts.
+    std::fs::write(dir.path().join("plain.yaml"), SECRET).unwrap();
+    let enc = realstack::run(
+        std::process::Command::new(realstack::bin("sops"))
+            .current_dir(dir.path())
+            .env_clear()
+            .env("HOME", dir.path())
+            .args([
+                "-e",
+                "--age",
+                &b,
+                "--encrypted-regex",
+                "^(data|stringData)$",
+                "plain.yaml",
+            ]),
+    )
+    .unwrap();
+    let (code, out, err) = run(bin()
+        .args(["unseal", "--age-key"])
+        .arg(&b_key)
+        .write_stdin(enc.clone()));
+    assert_eq!(code, 0, "{err}");
+    let back = SecretInput::parse(out.as_bytes()).unwrap();
+    assert_eq!(back.data["value"].expose(), b"hello-kubeconfig");
+    // A tampered file is refused, naming the MAC.
+    let tampered = enc.replace("name: dev-kubeconfig", "name: prod-kubeconfig");
+    let (code, out, err) = run(bin()
+        .args(["unseal", "--age-key"])
+        .arg(&b_key)
+        .write_stdin(tampered));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("MAC mismatch"), "{err}");
+    // The wrong key names the file's recipients.
+    let (code, _, err) = run(bin()
+        .args(["unseal", "--age-key"])
+        .arg(&a_key)
+        .write_stdin(enc));
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("no age identity decrypted") && err.contains(&b),
+        "{err}"
+    );
+}
+
+#[test]
+fn sops_flags_are_refused_where_they_do_not_apply() {
+    let dir = tempfile::tempdir().unwrap();
+    let (key_file, a) = key(dir.path(), "a");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (
+            vec!["seal".into()],
+            "seal needs --cert CERT (Sealed Secrets), or --format sops",
+        ),
+        (
+            vec!["seal".into(), "--format".into(), "sops".into()],
+            "no age recipient given",
+        ),
+        (
+            vec!["seal".into(), "--age".into(), a.clone()],
+            "--age does not apply to --format sealed-secrets: add --format sops",
+        ),
+        (
+            vec![
+                "seal".into(),
+                "--format".into(),
+                "sops".into(),
+                "--age".into(),
+                a.clone(),
+                "--scope".into(),
+                "cluster-wide".into(),
+            ],
+            "--scope does not apply to --format sops",
+        ),
+        (
+            vec![
+                "seal".into(),
+                "--format".into(),
+                "sops".into(),
+                "--age".into(),
+                "age1notakey".into(),
+            ],
+            "age recipient #1 (\"age1notakey\") is not an age X25519 recipient",
+        ),
+        (
+            vec![
+                "-o".into(),
+                "json".into(),
+                "seal".into(),
+                "--format".into(),
+                "sops".into(),
+                "--age".into(),
+                a.clone(),
+            ],
+            "-o json/table does not apply to --format sops",
+        ),
+    ];
+    for (args, needle) in cases {
+        let (code, out, err) = run(bin().args(&args).write_stdin(SECRET));
+        assert_eq!((code, out.as_str()), (1, ""), "{args:?}: {err}");
+        assert!(
+            err.contains(needle),
+            "{args:?}: expected {needle:?} in {err}"
+        );
+    }
+    // A key file with a bad line: its line is named, its content never.
+    let bad = dir.path().join("bad.agekey");
+    std::fs::write(&bad, "# ok\nAGE-SECRET-KEY-1NOTAREALKEYBUTSECRETLOOKING\n").unwrap();
+    let (code, _, err) = run(bin()
+        .args(["unseal", "--age-key"])
+        .arg(&bad)
+        .write_stdin(SECRET));
+    assert_eq!(code, 1);
+    assert!(err.contains("line 2 is not an age identity"), "{err}");
+    assert!(!err.contains("NOTAREALKEY"), "{err}");
+    // A plain Secret is not a sops file.
+    let (code, _, err) = run(bin()
+        .args(["unseal", "--age-key"])
+        .arg(&key_file)
+        .write_stdin(SECRET));
+    assert_eq!(code, 1);
+    assert!(err.contains("not a sops file"), "{err}");
+}
