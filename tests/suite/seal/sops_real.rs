@@ -236,3 +236,44 @@ proptest! {
         same(&input, &sops::decrypt(out.as_bytes(), &a.identities).unwrap());
     }
 }
+
+/// The fleet repo's plaintext guard commits sops files, spokekeeper's and the real sops'
+/// alike, and refuses one whose value under data was put back in the clear.
+#[tokio::test]
+async fn the_plaintext_guard_commits_sops_files_and_refuses_a_clear_value() {
+    use spokekeeper::repo::{Repo, RepoError};
+    let dir = tempfile::tempdir().unwrap();
+    let (_remote, clones) = crate::support::git::fleet_remote(dir.path(), 1);
+    let repo = Repo::open(&crate::support::git::repo_config(&clones[0], None))
+        .await
+        .unwrap();
+    let a = key(dir.path(), "a");
+    let input = secret(&[("value", KUBECONFIG)]);
+    let ours = sops::encrypt(&input, &AgeRecipients::parse(&[&a.recipient]).unwrap()).unwrap();
+    std::fs::write(dir.path().join("plain.yaml"), input.to_yaml().expose()).unwrap();
+    let theirs = realstack::run(sops(dir.path(), &a.file).args([
+        "-e",
+        "--age",
+        &a.recipient,
+        "--encrypted-regex",
+        "^(data|stringData)$",
+        "plain.yaml",
+    ]))
+    .unwrap();
+    for (file, text) in [("ours.yaml", &ours), ("theirs.yaml", &theirs)] {
+        repo.write_atomic(Path::new(file), text.as_bytes()).unwrap();
+        repo.commit(Path::new(file), "sops output").await.unwrap();
+    }
+    // One value replaced by its plaintext base64, the rest of the file intact.
+    let start = ours.find("    value: ").unwrap() + 11;
+    let end = start + ours[start..].find('\n').unwrap();
+    let leaked = format!("{}{}{}", &ours[..start], "c2VjcmV0", &ours[end..]);
+    repo.write_atomic(Path::new("leaked.yaml"), leaked.as_bytes())
+        .unwrap();
+    let err = repo
+        .commit(Path::new("leaked.yaml"), "leak")
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RepoError::Plaintext { .. }), "{err}");
+    assert!(err.to_string().contains("not ENC[AES256_GCM"), "{err}");
+}
