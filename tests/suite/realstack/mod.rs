@@ -3,4 +3,5 @@
 
 mod conformance;
 mod flux_real;
+mod flux_sops;
 mod real_hub;
