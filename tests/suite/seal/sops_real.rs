@@ -277,3 +277,30 @@ async fn the_plaintext_guard_commits_sops_files_and_refuses_a_clear_value() {
     assert!(matches!(err, RepoError::Plaintext { .. }), "{err}");
     assert!(err.to_string().contains("not ENC[AES256_GCM"), "{err}");
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Readable fields of any text (quotes, colons, `#`, leading spaces, line breaks,
+    /// unicode) are written so that the real sops reads back the very strings the MAC
+    /// was computed over.
+    #[test]
+    fn real_sops_reads_any_annotation_as_written(
+        annotations in prop::collection::btree_map(
+            "[a-z0-9.-]{1,12}/[a-zA-Z0-9_.-]{1,16}",
+            "(\\PC|[ \\n\\t:#'\"|>-]){0,40}",
+            1..4,
+        ),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let a = key(dir.path(), "a");
+        let mut input = secret(&[("value", b"v")]);
+        input.annotations = annotations;
+        let out = sops::encrypt(&input, &AgeRecipients::parse(&[&a.recipient]).unwrap()).unwrap();
+        std::fs::write(dir.path().join("p.yaml"), &out).unwrap();
+        let back = real_decrypt(dir.path(), &a.file, "p.yaml");
+        prop_assert!(back.is_ok(), "{:?}\n{}", back.err(), out);
+        same(&input, &back.unwrap());
+        same(&input, &sops::decrypt(out.as_bytes(), &a.identities).unwrap());
+    }
+}
