@@ -127,3 +127,37 @@ fn errors_name_fields_not_values() {
         Err(SopsError::NoRecipients)
     ));
 }
+
+mod hostile {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+        /// A committed file is hostile input: any edit is an error or gives the same
+        /// data (values are authenticated with their key path). Never a panic. Keys
+        /// outside data are not: sops' MAC covers values only, so a renamed `name:` key
+        /// decrypts (as with `sops -d`), and so does the key of an empty value, which
+        /// sops leaves unencrypted; docs/sealing.md says so.
+        #[test]
+        fn an_edited_file_is_refused_or_unchanged(
+            edits in prop::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..4),
+        ) {
+            let (ids, public) = identity();
+            let out = encrypt(&secret(), &AgeRecipients::parse(&[public]).unwrap()).unwrap();
+            let mut bytes = out.into_bytes();
+            for (at, b) in edits {
+                let i = at.index(bytes.len());
+                bytes[i] = b;
+            }
+            if let Ok(back) = decrypt(&bytes, &ids) {
+                // An empty value is left unencrypted (as sops does), so its key is not
+                // bound either; every other value keeps its key and content.
+                prop_assert_eq!(back.data.get("value").map(|v| v.expose()), Some(&b"apiVersion: v1\n"[..]));
+                prop_assert!(back.data.iter().all(|(k, v)| k == "value" || v.is_empty()));
+            }
+        }
+    }
+}
