@@ -122,6 +122,14 @@ pub struct SealArgs {
     /// --format sops: a file of age recipients, one a line (`#` comments).
     #[arg(long = "age-file", value_name = "FILE")]
     pub age_file: Option<PathBuf>,
+    /// --format sops: take the recipients from this .sops.yaml's creation rule for --path,
+    /// as sops -e would (instead of --age / --age-file).
+    #[arg(long = "sops-config", value_name = "FILE", requires = "path", conflicts_with_all = ["age", "age_file"])]
+    pub sops_config: Option<PathBuf>,
+    /// With --sops-config: where the output goes, relative to the .sops.yaml's directory
+    /// (matched against each rule's path_regex).
+    #[arg(long = "path", value_name = "PATH", requires = "sops_config")]
+    pub path: Option<String>,
     /// The fingerprint the certificate must have (sha256:<64 hex>, checked with the
     /// controller); repeatable. A file anyone could have swapped is refused on mismatch.
     #[arg(long = "sha256", value_name = "FP")]
@@ -183,6 +191,9 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError>
     }
     if args.age_file.is_some() {
         return Err(not_for("--age-file"));
+    }
+    if args.sops_config.is_some() {
+        return Err(not_for("--sops-config"));
     }
     let cert_path = args.cert.as_ref().ok_or(SealCliError::NoCert)?;
     let cert = std::fs::read(cert_path).map_err(|source| SealCliError::Read {
@@ -289,10 +300,21 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
             .map_err(|source| SealCliError::Sops { what, source })?;
         given.extend(file.strings().map(str::to_string));
     }
-    let recipients = AgeRecipients::parse(&given).map_err(|source| SealCliError::Sops {
-        what: "--age".into(),
-        source,
-    })?;
+    let recipients = match (&args.sops_config, &args.path) {
+        (Some(config), Some(path)) => {
+            let what = format!("--sops-config {}", config.display());
+            let text = std::fs::read(config).map_err(|source| SealCliError::Read {
+                what: what.clone(),
+                source,
+            })?;
+            sops::recipients_for(&text, path)
+                .map_err(|source| SealCliError::Sops { what, source })?
+        }
+        _ => AgeRecipients::parse(&given).map_err(|source| SealCliError::Sops {
+            what: "--age".into(),
+            source,
+        })?,
+    };
     let input = read_limited(None)?;
     let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
     secret

@@ -43,6 +43,8 @@ pub enum SopsError {
         "{field} is not supported by spokekeeper ({what}): re-encrypt with age recipients and encrypted_regex ^(data|stringData)$"
     )]
     Unsupported { field: &'static str, what: String },
+    #[error(".sops.yaml {field} {problem}")]
+    SopsConfig { field: String, problem: String },
     #[error("no age identity decrypted the data key; the file is for: {recipients}")]
     NoIdentityWorked { recipients: String },
     #[error("{path} is not a sops value: {fault}")]

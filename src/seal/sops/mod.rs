@@ -11,6 +11,7 @@
 
 mod error;
 mod keys;
+mod rules;
 mod tree;
 mod value;
 
@@ -20,6 +21,7 @@ use zeroize::Zeroizing;
 
 pub use error::{SopsError, ValueFault};
 pub use keys::{AgeIdentities, AgeRecipients};
+pub use rules::recipients_for;
 
 use super::SecretInput;
 use tree::Node;

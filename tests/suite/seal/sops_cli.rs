@@ -190,3 +190,63 @@ fn sops_flags_are_refused_where_they_do_not_apply() {
     assert_eq!(code, 1);
     assert!(err.contains("not a sops file"), "{err}");
 }
+
+/// `--sops-config` picks the creation rule for `--path` as the real sops does: for each
+/// path, spokekeeper's output and `sops -e`'s (same .sops.yaml, same path) list the same
+/// recipients, and the real sops decrypts spokekeeper's.
+#[test]
+fn seal_honours_the_sops_yaml_creation_rule_for_the_path_as_sops_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a_key, a) = key(dir.path(), "a");
+    let (b_key, b) = key(dir.path(), "b");
+    let config = format!(
+        "creation_rules:\n  - path_regex: ^clusters/prod/.*\\.yaml$\n    encrypted_regex: ^(data|stringData)$\n    age: {a},{b}\n  - path_regex: \\.yaml$\n    encrypted_regex: ^(data|stringData)$\n    age: [{b}]\n"
+    );
+    std::fs::write(dir.path().join(".sops.yaml"), &config).unwrap();
+    for (path, recipients, key_file) in [
+        ("clusters/prod/dev.yaml", vec![a.clone(), b.clone()], &a_key),
+        ("clusters/dev/dev.yaml", vec![b.clone()], &b_key),
+    ] {
+        let (code, ours, err) = run(bin()
+            .args(["seal", "--format", "sops", "--sops-config"])
+            .arg(dir.path().join(".sops.yaml"))
+            .args(["--path", path])
+            .write_stdin(SECRET));
+        assert_eq!(code, 0, "{path}: {err}");
+        let file = dir.path().join(path);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, SECRET).unwrap();
+        let sops = |args: &[&str], key: &Path| {
+            realstack::run(
+                std::process::Command::new(realstack::bin("sops"))
+                    .current_dir(dir.path())
+                    .env_clear()
+                    .env("HOME", dir.path())
+                    .env("SOPS_AGE_KEY_FILE", key)
+                    .args(args),
+            )
+            .unwrap()
+        };
+        let theirs = sops(&["-e", path], key_file);
+        let listed = |text: &str| sops_meta(text).recipients;
+        assert_eq!(listed(&ours), recipients, "{path}: {ours}");
+        assert_eq!(listed(&theirs), recipients, "{path}: {theirs}");
+        std::fs::write(&file, &ours).unwrap();
+        let plain = sops(&["-d", path], key_file);
+        let back = SecretInput::parse(plain.as_bytes()).unwrap();
+        assert_eq!(back.data["value"].expose(), b"hello-kubeconfig", "{path}");
+    }
+    // A path no rule matches is refused, as sops -e refuses it.
+    std::fs::write(dir.path().join(".sops.yaml"), config.replace("\\.yaml$", "\\.json$")).unwrap();
+    let (code, out, err) = run(bin()
+        .args(["seal", "--format", "sops", "--sops-config"])
+        .arg(dir.path().join(".sops.yaml"))
+        .args(["--path", "clusters/dev/dev.yaml"])
+        .write_stdin(SECRET));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("has no rule whose path_regex matches \"clusters/dev/dev.yaml\""), "{err}");
+}
+
+fn sops_meta(text: &str) -> spokekeeper::seal::sops::SopsMetadata {
+    spokekeeper::seal::sops::metadata(text.as_bytes()).unwrap()
+}
