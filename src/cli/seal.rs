@@ -8,7 +8,7 @@ use base64::Engine;
 use time::OffsetDateTime;
 
 use super::{Format, fail_with};
-use crate::fingerprint::{Fingerprint, Sealing};
+use crate::fingerprint::{AgeRecipients as AgeRecipientsKind, Fingerprint, Sealing};
 use crate::seal::crypto::SealError;
 use crate::seal::manifest::MAX_MANIFEST_BYTES;
 use crate::seal::sops::{self, AgeIdentities, AgeRecipients, SopsError};
@@ -66,6 +66,15 @@ pub(crate) enum SealCliError {
         what: String,
         #[source]
         source: SopsError,
+    },
+    #[error(
+        "the age recipients ({recipients}) are {actual}, but --age-sha256 allows only {}: nothing encrypted. The recipients file or .sops.yaml may have been changed; check it",
+        allowed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    RecipientsMismatch {
+        recipients: String,
+        actual: Fingerprint<AgeRecipientsKind>,
+        allowed: Vec<Fingerprint<AgeRecipientsKind>>,
     },
     #[error("--raw needs --namespace (unless --scope cluster-wide)")]
     RawNeedsNamespace,
@@ -126,6 +135,11 @@ pub struct SealArgs {
     /// as sops -e would (instead of --age / --age-file).
     #[arg(long = "sops-config", value_name = "FILE", requires = "path", conflicts_with_all = ["age", "age_file"])]
     pub sops_config: Option<PathBuf>,
+    /// --format sops: the fingerprint the recipient set must have (sha256:<64 hex>, as
+    /// `seal` prints it); repeatable. Use it when the recipients come from a file others
+    /// can write (the fleet repo's .sops.yaml or recipients file).
+    #[arg(long = "age-sha256", value_name = "FP")]
+    pub age_sha256: Vec<String>,
     /// With --sops-config: where the output goes, relative to the .sops.yaml's directory
     /// (matched against each rule's path_regex).
     #[arg(long = "path", value_name = "PATH", requires = "sops_config")]
@@ -194,6 +208,9 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError>
     }
     if args.sops_config.is_some() {
         return Err(not_for("--sops-config"));
+    }
+    if !args.age_sha256.is_empty() {
+        return Err(not_for("--age-sha256"));
     }
     let cert_path = args.cert.as_ref().ok_or(SealCliError::NoCert)?;
     let cert = std::fs::read(cert_path).map_err(|source| SealCliError::Read {
@@ -269,7 +286,7 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
         (
             "--sha256",
             !args.sha256.is_empty(),
-            "recipients given with --age need no pin",
+            "pin the recipients with --age-sha256",
         ),
         ("--scope", args.scope.is_some(), sealed_only),
         ("--raw", args.raw, sealed_only),
@@ -315,6 +332,20 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
             source,
         })?,
     };
+    let allowed = args
+        .age_sha256
+        .iter()
+        .map(|fp| crate::rotate::state::fingerprint("--age-sha256", fp))
+        .collect::<Result<Vec<Fingerprint<AgeRecipientsKind>>, _>>()
+        .map_err(SealCliError::Fingerprint)?;
+    let actual = recipients.fingerprint();
+    if !allowed.is_empty() && !allowed.contains(&actual) {
+        return Err(SealCliError::RecipientsMismatch {
+            recipients: recipients.strings().collect::<Vec<_>>().join(", "),
+            actual,
+            allowed,
+        });
+    }
     let input = read_limited(None)?;
     let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
     secret
@@ -325,8 +356,9 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
         source,
     })?;
     write_stdout(text.as_bytes())?;
+    // Always said, so whoever encrypts can pin the set with --age-sha256.
     eprintln!(
-        "encrypted for {}",
+        "encrypted for {} (recipients {actual})",
         recipients.strings().collect::<Vec<_>>().join(", ")
     );
     Ok(())

@@ -11,6 +11,7 @@ use age::x25519;
 use zeroize::Zeroizing;
 
 use super::error::SopsError;
+use crate::fingerprint::{self, Fingerprint};
 use crate::secret::SecretBytes;
 
 /// One or more age X25519 recipients, in the order given.
@@ -57,6 +58,18 @@ impl AgeRecipients {
             return Err(SopsError::NoRecipients);
         }
         Ok(Self(out))
+    }
+
+    /// What the recipients are pinned by: the same set in any order, or repeated, has
+    /// the same fingerprint.
+    pub fn fingerprint(&self) -> Fingerprint<fingerprint::AgeRecipients> {
+        let set: std::collections::BTreeSet<&str> = self.strings().collect();
+        let mut text = String::new();
+        for r in set {
+            text.push_str(r);
+            text.push('\n');
+        }
+        Fingerprint::of(text.as_bytes())
     }
 
     /// The recipients as `age1...` strings.

@@ -161,3 +161,20 @@ mod hostile {
         }
     }
 }
+
+#[test]
+fn the_recipient_fingerprint_is_of_the_set() {
+    let (_, a) = identity();
+    let (_, b) = identity();
+    let fp = |list: &[&str]| AgeRecipients::parse(list).unwrap().fingerprint();
+    assert_eq!(fp(&[&a, &b]), fp(&[&b, &a]));
+    assert_eq!(fp(&[&a, &b]), fp(&[&b, &a, &b]));
+    assert_ne!(fp(&[&a, &b]), fp(&[&a]));
+    let mut set = [a.as_str(), b.as_str()];
+    set.sort_unstable();
+    let text = format!("{}\n{}\n", set[0], set[1]);
+    assert_eq!(
+        fp(&[&a, &b]),
+        crate::fingerprint::Fingerprint::of(text.as_bytes())
+    );
+}

@@ -237,16 +237,80 @@ fn seal_honours_the_sops_yaml_creation_rule_for_the_path_as_sops_does() {
         assert_eq!(back.data["value"].expose(), b"hello-kubeconfig", "{path}");
     }
     // A path no rule matches is refused, as sops -e refuses it.
-    std::fs::write(dir.path().join(".sops.yaml"), config.replace("\\.yaml$", "\\.json$")).unwrap();
+    std::fs::write(
+        dir.path().join(".sops.yaml"),
+        config.replace("\\.yaml$", "\\.json$"),
+    )
+    .unwrap();
     let (code, out, err) = run(bin()
         .args(["seal", "--format", "sops", "--sops-config"])
         .arg(dir.path().join(".sops.yaml"))
         .args(["--path", "clusters/dev/dev.yaml"])
         .write_stdin(SECRET));
     assert_eq!((code, out.as_str()), (1, ""), "{err}");
-    assert!(err.contains("has no rule whose path_regex matches \"clusters/dev/dev.yaml\""), "{err}");
+    assert!(
+        err.contains("has no rule whose path_regex matches \"clusters/dev/dev.yaml\""),
+        "{err}"
+    );
 }
 
 fn sops_meta(text: &str) -> spokekeeper::seal::sops::SopsMetadata {
     spokekeeper::seal::sops::metadata(text.as_bytes()).unwrap()
+}
+
+/// `--age-sha256` pins the recipient set as `--sha256` pins a certificate: the printed
+/// fingerprint lets the same recipients through in any order, another set is refused
+/// naming both fingerprints, and nothing is written.
+#[test]
+fn age_sha256_pins_the_recipient_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_, a) = key(dir.path(), "a");
+    let (_, b) = key(dir.path(), "b");
+    let (code, _, err) = run(bin()
+        .args(["seal", "--format", "sops", "--age", &format!("{a},{b}")])
+        .write_stdin(SECRET));
+    assert_eq!(code, 0, "{err}");
+    let fp = err
+        .split("(recipients ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap_or_else(|| panic!("no fingerprint printed: {err}"))
+        .to_string();
+    assert!(fp.starts_with("sha256:") && fp.len() == 71, "{fp}");
+    let (code, out, err) = run(bin()
+        .args([
+            "seal",
+            "--format",
+            "sops",
+            "--age",
+            &format!("{b},{a}"),
+            "--age-sha256",
+            &fp,
+        ])
+        .write_stdin(SECRET));
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("sops:"), "{out}");
+    let (code, out, err) = run(bin()
+        .args(["seal", "--format", "sops", "--age", &b, "--age-sha256", &fp])
+        .write_stdin(SECRET));
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.contains(&format!(
+            "but --age-sha256 allows only {fp}: nothing encrypted"
+        )),
+        "{err}"
+    );
+    let (code, _, err) = run(bin()
+        .args([
+            "seal",
+            "--format",
+            "sops",
+            "--age",
+            &b,
+            "--age-sha256",
+            "sha256:abc",
+        ])
+        .write_stdin(SECRET));
+    assert_eq!(code, 1);
+    assert!(err.contains("--age-sha256"), "{err}");
 }
