@@ -41,6 +41,9 @@ kinds! {
     /// The Sealed Secrets controller's certificate, or its bare public key when only that
     /// is given (`sealing.sha256`, `spokekeeper.io/sealing-cert-sha256`).
     Sealing = "sha256:", CertKind;
+    /// A sops output's age recipients: the distinct `age1...` strings sorted, each ended
+    /// by a newline (`seal --age-sha256`).
+    AgeRecipients = "sha256:";
     /// Every CA of a bundle, DER concatenated in order (`spokekeeper.io/ca-bundle-sha256`).
     CaBundle = "sha256:";
     /// A public key's SPKI DER.

@@ -102,12 +102,14 @@ pub enum Command {
     #[command(after_help = "Examples:\n  \
         kubectl create secret generic dev-kubeconfig -n flux-system --from-file=value=dev.yaml \\\n    \
         --dry-run=client -o yaml | spokekeeper seal --cert keys/sealed-secrets-infra.pem > dev-sealed.yaml\n  \
-        printf %s \"$TOKEN\" | spokekeeper seal --cert cert.pem --raw --namespace ns --name app")]
+        printf %s \"$TOKEN\" | spokekeeper seal --cert cert.pem --raw --namespace ns --name app\n  \
+        spokekeeper seal --format sops --age age1... < secret.yaml > secret.sops.yaml")]
     Seal(seal::SealArgs),
-    /// Recovery: print the unsealed Secret, given the controller's private key.
+    /// Recovery: print the unsealed Secret, given the controller's private key (or an age key, for sops).
     #[command(after_help = "Examples:\n  \
         spokekeeper unseal --recovery-key sealed-secrets-keys.yaml fluxcd/dev-kubeconfig-sealed.yaml\n  \
-        spokekeeper unseal --recovery-key key.pem -o json < sealed.yaml")]
+        spokekeeper unseal --recovery-key key.pem -o json < sealed.yaml\n  \
+        spokekeeper unseal --age-key age.agekey clusters/dev-kubeconfig.sops.yaml")]
     Unseal(seal::UnsealArgs),
     /// A kubeconfig's or certificate's fingerprints, validity and problems.
     #[command(after_help = "Examples:\n  \

@@ -8,9 +8,10 @@ use base64::Engine;
 use time::OffsetDateTime;
 
 use super::{Chain, Format, fail};
-use crate::fingerprint::{Fingerprint, Sealing};
+use crate::fingerprint::{AgeRecipients as AgeRecipientsKind, Fingerprint, Sealing};
 use crate::seal::crypto::SealError;
 use crate::seal::manifest::MAX_MANIFEST_BYTES;
+use crate::seal::sops::{self, AgeIdentities, AgeRecipients, SopsError};
 use crate::seal::{
     KeyError, ManifestError, RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput,
     hybrid_encrypt,
@@ -41,6 +42,27 @@ pub(crate) enum SealCliError {
         cert: PathBuf,
         actual: Fingerprint<Sealing>,
         allowed: Vec<Fingerprint<Sealing>>,
+    },
+    #[error(
+        "seal needs --cert CERT (Sealed Secrets), or --format sops with --age RECIPIENT or --age-file FILE"
+    )]
+    NoCert,
+    #[error("{flag} does not apply to --format {format}: {fix}")]
+    NotForFormat {
+        flag: &'static str,
+        format: &'static str,
+        fix: &'static str,
+    },
+    #[error("{what}: {error}")]
+    Sops { what: String, error: SopsError },
+    #[error(
+        "the age recipients ({recipients}) are {actual}, but --age-sha256 allows only {}: nothing encrypted. The recipients file or .sops.yaml may have been changed; check it",
+        allowed.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    RecipientsMismatch {
+        recipients: String,
+        actual: Fingerprint<AgeRecipientsKind>,
+        allowed: Vec<Fingerprint<AgeRecipientsKind>>,
     },
     #[error("--raw needs --namespace (unless --scope cluster-wide)")]
     RawNeedsNamespace,
@@ -73,11 +95,42 @@ fn input(input: impl Into<String>) -> impl FnOnce(ManifestError) -> SealCliError
     }
 }
 
+/// What `seal` writes: a SealedSecret (kubeseal's) or a sops-encrypted Secret (age).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    #[default]
+    SealedSecrets,
+    Sops,
+}
+
 #[derive(Debug, clap::Args)]
 pub struct SealArgs {
+    /// sealed-secrets (default: a SealedSecret for --cert) or sops (a Secret encrypted for
+    /// the --age recipients as `sops -e --encrypted-regex '^(data|stringData)$'` does).
+    #[arg(long, value_enum, default_value_t = OutputFormat::SealedSecrets)]
+    pub format: OutputFormat,
     /// The sealing certificate (what the controller serves at /v1/cert.pem) or RSA public key, PEM.
     #[arg(long)]
-    pub cert: PathBuf,
+    pub cert: Option<PathBuf>,
+    /// --format sops: age recipients (age1...); comma-separated or repeated.
+    #[arg(long = "age", value_name = "RECIPIENT", value_delimiter = ',')]
+    pub age: Vec<String>,
+    /// --format sops: a file of age recipients, one a line (`#` comments).
+    #[arg(long = "age-file", value_name = "FILE")]
+    pub age_file: Option<PathBuf>,
+    /// --format sops: take the recipients from this .sops.yaml's creation rule for --path,
+    /// as sops -e would (instead of --age / --age-file).
+    #[arg(long = "sops-config", value_name = "FILE", requires = "path", conflicts_with_all = ["age", "age_file"])]
+    pub sops_config: Option<PathBuf>,
+    /// --format sops: the fingerprint the recipient set must have (sha256:<64 hex>, as
+    /// `seal` prints it); repeatable. Use it when the recipients come from a file others
+    /// can write (the fleet repo's .sops.yaml or recipients file).
+    #[arg(long = "age-sha256", value_name = "FP")]
+    pub age_sha256: Vec<String>,
+    /// With --sops-config: where the output goes, relative to the .sops.yaml's directory
+    /// (matched against each rule's path_regex).
+    #[arg(long = "path", value_name = "PATH", requires = "sops_config")]
+    pub path: Option<String>,
     /// The fingerprint the certificate must have (sha256:<64 hex>, checked with the
     /// controller); repeatable. A file anyone could have swapped is refused on mismatch.
     #[arg(long = "sha256", value_name = "FP")]
@@ -106,10 +159,15 @@ pub struct UnsealArgs {
         long = "recovery-key",
         value_name = "KEY",
         value_delimiter = ',',
-        required = true
+        required_unless_present = "age_key",
+        conflicts_with = "age_key"
     )]
     pub(crate) recovery_key: Vec<PathBuf>,
-    /// The SealedSecret (YAML or JSON); `-` or nothing reads stdin.
+    /// A sops file instead: the age identity file (AGE-SECRET-KEY-1..., as age-keygen
+    /// writes it) that decrypts it; the MAC is checked as sops -d checks it.
+    #[arg(long = "age-key", value_name = "FILE")]
+    pub(crate) age_key: Option<PathBuf>,
+    /// The SealedSecret or sops file (YAML or JSON); `-` or nothing reads stdin.
     pub file: Option<PathBuf>,
 }
 
@@ -121,16 +179,37 @@ pub(super) fn seal(args: &SealArgs, format: Option<Format>) -> ExitCode {
 }
 
 fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError> {
-    let cert = std::fs::read(&args.cert).map_err(|source| SealCliError::Read {
-        what: format!("--cert {}", args.cert.display()),
+    if args.format == OutputFormat::Sops {
+        return seal_sops(args, format);
+    }
+    let not_for = |flag| SealCliError::NotForFormat {
+        flag,
+        format: "sealed-secrets",
+        fix: "add --format sops",
+    };
+    if !args.age.is_empty() {
+        return Err(not_for("--age"));
+    }
+    if args.age_file.is_some() {
+        return Err(not_for("--age-file"));
+    }
+    if args.sops_config.is_some() {
+        return Err(not_for("--sops-config"));
+    }
+    if !args.age_sha256.is_empty() {
+        return Err(not_for("--age-sha256"));
+    }
+    let cert_path = args.cert.as_ref().ok_or(SealCliError::NoCert)?;
+    let cert = std::fs::read(cert_path).map_err(|source| SealCliError::Read {
+        what: format!("--cert {}", cert_path.display()),
         error: source,
     })?;
     let key = SealingKey::from_pem(
         &cert,
-        &args.cert.display().to_string(),
+        &cert_path.display().to_string(),
         OffsetDateTime::now_utc(),
     )?;
-    check_fingerprint(&key, &args.sha256, &args.cert)?;
+    check_fingerprint(&key, &args.sha256, cert_path)?;
     seal_with(args, format, &key)?;
     // Always said, so whoever seals can compare it with the controller's.
     eprintln!("sealed to {}", key.fingerprint());
@@ -175,6 +254,105 @@ fn seal_with(
         Format::Table => return Err(SealCliError::TableFormat),
     };
     write_stdout(text.as_bytes())
+}
+
+/// `--format sops`: the Secret on stdin encrypted for the age recipients, as sops YAML.
+fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError> {
+    let not_for = |flag, fix| SealCliError::NotForFormat {
+        flag,
+        format: "sops",
+        fix,
+    };
+    let sealed_only = "it is for --format sealed-secrets; sops files have no scope";
+    for (flag, given, fix) in [
+        (
+            "--cert",
+            args.cert.is_some(),
+            "pass age recipients with --age or --age-file",
+        ),
+        (
+            "--sha256",
+            !args.sha256.is_empty(),
+            "pin the recipients with --age-sha256",
+        ),
+        ("--scope", args.scope.is_some(), sealed_only),
+        ("--raw", args.raw, sealed_only),
+        (
+            "--merge-into",
+            args.merge_into.is_some(),
+            "encrypt the whole Secret again",
+        ),
+    ] {
+        if given {
+            return Err(not_for(flag, fix));
+        }
+    }
+    if matches!(format, Some(Format::Json | Format::Table)) {
+        return Err(not_for(
+            "-o json/table",
+            "sops files are written as YAML (-o yaml)",
+        ));
+    }
+    let mut given = args.age.clone();
+    if let Some(path) = &args.age_file {
+        let what = format!("--age-file {}", path.display());
+        let text = std::fs::read_to_string(path).map_err(|source| SealCliError::Read {
+            what: what.clone(),
+            error: source,
+        })?;
+        let file = AgeRecipients::parse_file(&text).map_err(|source| SealCliError::Sops {
+            what,
+            error: source,
+        })?;
+        given.extend(file.strings().map(str::to_string));
+    }
+    let recipients = match (&args.sops_config, &args.path) {
+        (Some(config), Some(path)) => {
+            let what = format!("--sops-config {}", config.display());
+            let text = std::fs::read(config).map_err(|source| SealCliError::Read {
+                what: what.clone(),
+                error: source,
+            })?;
+            sops::recipients_for(&text, path).map_err(|source| SealCliError::Sops {
+                what,
+                error: source,
+            })?
+        }
+        _ => AgeRecipients::parse(&given).map_err(|source| SealCliError::Sops {
+            what: "--age".into(),
+            error: source,
+        })?,
+    };
+    let allowed = args
+        .age_sha256
+        .iter()
+        .map(|fp| crate::rotate::state::fingerprint("--age-sha256", fp))
+        .collect::<Result<Vec<Fingerprint<AgeRecipientsKind>>, _>>()
+        .map_err(SealCliError::Fingerprint)?;
+    let actual = recipients.fingerprint();
+    if !allowed.is_empty() && !allowed.contains(&actual) {
+        return Err(SealCliError::RecipientsMismatch {
+            recipients: recipients.strings().collect::<Vec<_>>().join(", "),
+            actual,
+            allowed,
+        });
+    }
+    let input = read_limited(None)?;
+    let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
+    secret
+        .apply_flags(args.name.as_deref(), args.namespace.as_deref())
+        .map_err(self::input("stdin"))?;
+    let text = sops::encrypt(&secret, &recipients).map_err(|source| SealCliError::Sops {
+        what: "stdin".into(),
+        error: source,
+    })?;
+    write_stdout(text.as_bytes())?;
+    // Always said, so whoever encrypts can pin the set with --age-sha256.
+    eprintln!(
+        "encrypted for {} (recipients {actual})",
+        recipients.strings().collect::<Vec<_>>().join(", ")
+    );
+    Ok(())
 }
 
 /// Refuses a certificate whose fingerprint `--sha256` does not list.
@@ -244,6 +422,9 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
     if format == Format::Table {
         return Err(SealCliError::TableFormat);
     }
+    if let Some(path) = &args.age_key {
+        return unseal_sops(args, path, format);
+    }
     let mut keys = Vec::new();
     for path in &args.recovery_key {
         let bytes =
@@ -268,6 +449,35 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
         );
     }
     let secret = sealed.unseal(&keys).map_err(self::input(shown))?;
+    let text = match format {
+        Format::Json => secret.to_json(),
+        _ => secret.to_yaml(),
+    };
+    write_stdout(text.expose())
+}
+
+/// `unseal --age-key`: a sops file decrypted, every value and the MAC checked.
+fn unseal_sops(args: &UnsealArgs, key: &Path, format: Format) -> Result<(), SealCliError> {
+    let what = format!("--age-key {}", key.display());
+    let bytes = SecretBytes::from(std::fs::read(key).map_err(|source| SealCliError::Read {
+        what: what.clone(),
+        error: source,
+    })?);
+    let identities = AgeIdentities::parse(&bytes).map_err(|source| SealCliError::Sops {
+        what,
+        error: source,
+    })?;
+    drop(bytes);
+    let input = read_limited(args.file.as_deref())?;
+    let shown = args
+        .file
+        .as_deref()
+        .map_or("stdin".into(), |p| p.display().to_string());
+    let secret =
+        sops::decrypt(input.expose(), &identities).map_err(|source| SealCliError::Sops {
+            what: shown,
+            error: source,
+        })?;
     let text = match format {
         Format::Json => secret.to_json(),
         _ => secret.to_yaml(),

@@ -1,6 +1,7 @@
 //! The plaintext guard's reading of one staged file: parsed as YAML (every document) or
 //! JSON, whatever the layout (quoted keys, flow style, compact JSON, `List` items), and
-//! refused when any object in it is a Secret with data or a kubeconfig user with a key
+//! refused when any object in it is a Secret with data (unless it is a sops file whose
+//! every value under data is `ENC[AES256_GCM,...]`) or a kubeconfig user with a key
 //! or token. Text that does not parse is refused when it mentions such things.
 
 use serde_json::Value;
@@ -93,7 +94,17 @@ fn found_in(v: &Value) -> Option<&'static str> {
                     .iter()
                     .any(|k| map.get(*k).is_some_and(non_empty))
             {
-                return Some("a plaintext Secret with data");
+                if !is_sops(map) {
+                    return Some("a plaintext Secret with data");
+                }
+                if !["data", "stringData"]
+                    .iter()
+                    .all(|k| map.get(*k).is_none_or(sops_encrypted))
+                {
+                    return Some(
+                        "a sops file with a value under data that is not ENC[AES256_GCM,...]",
+                    );
+                }
             }
             if (kind.eq_ignore_ascii_case("Config") || map.contains_key("users"))
                 && kubeconfig_user_secret(map.get("users"))
@@ -122,6 +133,57 @@ fn kubeconfig_user_secret(users: Option<&Value>) -> bool {
             .iter()
             .any(|k| user.get(*k).is_some_and(non_empty))
     })
+}
+
+/// Whether a Secret carries sops metadata with an encrypted MAC (what `sops -e` and
+/// `spokekeeper seal --format sops` write); its values are then checked one by one.
+fn is_sops(secret: &serde_json::Map<String, Value>) -> bool {
+    secret
+        .get("sops")
+        .and_then(|m| m.get("mac"))
+        .and_then(Value::as_str)
+        .is_some_and(enc_shape)
+}
+
+/// Every value is a sops `ENC[...]` string, or empty (sops leaves "" and null as they are).
+fn sops_encrypted(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::String(s) => s.is_empty() || enc_shape(s),
+        Value::Object(m) => m.values().all(sops_encrypted),
+        Value::Array(a) => a.iter().all(sops_encrypted),
+        Value::Bool(_) | Value::Number(_) => false,
+    }
+}
+
+/// The shape of one sops value (seal::sops writes and reads it; repo may not import seal).
+fn enc_shape(s: &str) -> bool {
+    let Some(rest) = s
+        .strip_prefix("ENC[AES256_GCM,data:")
+        .and_then(|r| r.strip_suffix(']'))
+    else {
+        return false;
+    };
+    let b64 = |p: &str| {
+        p.bytes()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'+' | b'/' | b'='))
+    };
+    let mut parts = rest.splitn(2, ",iv:");
+    let (Some(data), Some(rest)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let Some((iv, rest)) = rest.split_once(",tag:") else {
+        return false;
+    };
+    let Some((tag, kind)) = rest.split_once(",type:") else {
+        return false;
+    };
+    b64(data)
+        && iv.len() == 44
+        && b64(iv)
+        && tag.len() == 24
+        && b64(tag)
+        && ["str", "int", "float", "bool", "bytes"].contains(&kind)
 }
 
 fn non_empty(v: &Value) -> bool {
@@ -237,6 +299,35 @@ mod tests {
         assert_eq!(secret(&bomb), None, "no suspect words");
         bomb.push_str("kind: Secret\n");
         assert!(secret(&bomb).unwrap().contains("does not parse"));
+    }
+
+    const ENC: &str = "ENC[AES256_GCM,data:s15VM3smwp4=,iv:so17QYaFermDyRaB3i0Gy0a5z7Fsy3XZe378amSCaFQ=,tag:RyFEtzxLmVxqYN/4J9O/SA==,type:str]";
+
+    fn sops_file(value: &str) -> String {
+        format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n    name: dev\ndata:\n    value: {value}\n    empty: \"\"\nsops:\n    age:\n        - enc: x\n          recipient: age1x\n    mac: {ENC}\n    version: 3.13.2\n"
+        )
+    }
+
+    #[test]
+    fn a_sops_secret_passes_only_when_every_value_is_encrypted() {
+        assert_eq!(secret(&sops_file(ENC)), None);
+        for plain in [
+            "aGk=",
+            "ENC[AES256_GCM,data:aGk=]",
+            "ENC[AES256_GCM,data:aGk=,iv:AAAA,tag:AAAA,type:str]",
+        ] {
+            assert_eq!(
+                secret(&sops_file(plain)),
+                Some("a sops file with a value under data that is not ENC[AES256_GCM,...]"),
+                "{plain}"
+            );
+        }
+        // A `sops:` key without an encrypted MAC does not make a Secret a sops file.
+        let fake = format!("kind: Secret\ndata:\n  value: {ENC}\nsops:\n  mac: none\n");
+        assert_eq!(secret(&fake), Some("a plaintext Secret with data"));
+        let nested = sops_file(ENC).replace(&format!("value: {ENC}"), "value:\n        deep: aGk=");
+        assert!(secret(&nested).is_some(), "{nested}");
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod key;
 pub mod manifest;
 mod oaep;
 mod output;
+pub mod sops;
 pub mod trust;
 mod yaml;
 

@@ -5,5 +5,6 @@ mod conformance;
 mod distros;
 mod flux_add;
 mod flux_real;
+mod flux_sops;
 mod kubeadm;
 mod real_hub;
