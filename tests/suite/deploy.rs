@@ -434,6 +434,15 @@ fn consumer_grants(ns: &str) -> Vec<Grant> {
     .collect()
 }
 
+/// Recording Events about the spokes whose objects are in `ns` (hub::events): create,
+/// and patch a repeat's series; names are generated, so not limited by name.
+fn event_grants(ns: &str) -> Vec<Grant> {
+    ["create", "patch"]
+        .into_iter()
+        .map(|verb| grant(ns, "events.k8s.io", "events", verb, &[]))
+        .collect()
+}
+
 /// What the code calls on the hub API, and nothing more: the hub client and the Lease
 /// lock export their calls, and the suite's verify::hub and daemon::lease check every
 /// request the emulated API server saw against these same lists.
@@ -572,6 +581,7 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
     ]
     .into_iter()
     .chain(consumer_grants("flux-system"))
+    .chain(event_grants("flux-system"))
     .collect();
     assert_eq!(g, expected);
     let used: BTreeSet<(String, String, String)> = g
@@ -676,6 +686,13 @@ config:
     // solo): the configured Kustomization alone, by name.
     .chain(consumer_grants("flux-system"))
     .chain(consumer_grants("edge-secrets"))
+    // Events where each spoke's objects are: its consumers' namespace, its configured
+    // Kustomization's, and its SealedSecret's when nothing deploys with it.
+    .chain(
+        ["flux-system", "edge-secrets", "solo-secrets", "lab-flux"]
+            .into_iter()
+            .flat_map(event_grants),
+    )
     .collect();
     assert_eq!(g, expected);
     assert_bindings(&objects, "sk-spokekeeper");
