@@ -1,6 +1,6 @@
 //! Expiry and health alerts: grade every certificate the hub depends on, then tell
 //! Alertmanager, a webhook and the log; and record what a tick did as Kubernetes Events
-//! on the hub (`events.rs`).
+//! on the hub and Flux events for notification-controller (`events.rs`, `flux.rs`).
 //!
 //! [`evaluate`] is pure (recorded state, probe results, sealing certificate, the clock
 //! and an optional tick report in; findings out), so every rule is unit-tested and
@@ -17,6 +17,7 @@
 
 mod alertmanager;
 mod events;
+mod flux;
 mod notify;
 mod sealing;
 mod webhook;

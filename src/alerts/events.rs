@@ -1,6 +1,7 @@
 //! What a tick tells Flux users where they already look: each rotation, failure, hub
 //! verification failure, revocation and expiry warning as a Kubernetes Event on the
-//! spoke's Flux consumer (with `hub:`, `hub::events`).
+//! spoke's Flux consumer (with `hub:`, `hub::events`) and as a Flux event to
+//! notification-controller (`alerts.flux`, `flux.rs`).
 //!
 //! [`noted`] is pure (a tick report and its findings in, what to record out); [`Events`]
 //! holds each sink's open series across ticks, so a repeat aggregates instead of
@@ -10,7 +11,8 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::notify::{NotifyError, NotifyOptions};
+use super::flux::FluxSink;
+use super::notify::{NotifyError, NotifyOptions, SinkError};
 use super::{AlertName, Finding, Status, Subject};
 use crate::config::Config;
 use crate::hub::consumers::Listed;
@@ -141,12 +143,16 @@ pub enum EventError {
     Hub(#[source] HubError),
     #[error("hub Events: not recorded within {}s", HUB_BOUND.as_secs())]
     HubTimeout,
+    #[error(transparent)]
+    Flux(#[from] SinkError),
 }
 
 /// The Event sinks and their open series: hold one across ticks.
 pub struct Events {
     /// With `hub:`.
     recorder: Option<Recorder>,
+    /// With `alerts.flux`.
+    flux: Option<FluxSink>,
 }
 
 impl Events {
@@ -156,10 +162,16 @@ impl Events {
         config: &Config,
         instance: &str,
         window: Duration,
-        _opts: NotifyOptions,
+        opts: NotifyOptions,
     ) -> Result<Events, NotifyError> {
         Ok(Events {
             recorder: config.hub.as_ref().map(|_| Recorder::new(instance, window)),
+            flux: config
+                .alerts
+                .flux
+                .as_ref()
+                .map(|a| FluxSink::new(a, instance, window, opts))
+                .transpose()?,
         })
     }
 
@@ -172,7 +184,7 @@ impl Events {
         now: OffsetDateTime,
     ) -> Vec<EventError> {
         let noted = noted(report, findings);
-        if noted.is_empty() || self.recorder.is_none() {
+        if noted.is_empty() || (self.recorder.is_none() && self.flux.is_none()) {
             return Vec::new();
         }
         let mut errors = Vec::new();
@@ -204,6 +216,15 @@ impl Events {
             match tokio::time::timeout(HUB_BOUND, all).await {
                 Ok(failed) => errors.extend(failed),
                 Err(_) => errors.push(EventError::HubTimeout),
+            }
+        }
+        if let Some(flux) = &mut self.flux {
+            for (spoke, o) in &occurrences {
+                if let Err(e) = flux.send(o, spoke, now).await {
+                    errors.push(e.into());
+                    // The receiver is down: the others would wait as long.
+                    break;
+                }
             }
         }
         errors

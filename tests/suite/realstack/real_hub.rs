@@ -783,6 +783,104 @@ fn events_on_the_real_hub_are_listed_for_the_kustomization_and_aggregate() {
     assert!(!other.contains("Credential"), "{other}");
 }
 
+/// Issue 32: `alerts.flux` posts spokekeeper's Events to Flux's real
+/// notification-controller as the Flux controllers post theirs, so an existing Alert on a
+/// spoke's Kustomization forwards them through its Provider (type generic, to a lab
+/// receiver): after a rotation and after an expiry warning the receiver gets the
+/// controller's own POST naming spokekeeper's reason; an Alert on another Kustomization
+/// receives nothing.
+#[test]
+fn flux_alerts_forward_rotations_and_expiry_warnings_through_the_real_notification_controller() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let nc = support::realstack::notification::NotificationController::start(&stack.hub);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (spoke, other) = rt.block_on(async {
+        (
+            spokekeeper_lab::webhook::Receiver::start("/spoke0").await,
+            spokekeeper_lab::webhook::Receiver::start("/apps").await,
+        )
+    });
+    // Another Kustomization, deploying with no spoke's Secret.
+    stack.hub.api.apply(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: apps\n  \
+         namespace: flux-system\nspec:\n  interval: 10m\n  path: ./apps\n  prune: true\n  \
+         sourceRef:\n    kind: GitRepository\n    name: fleet\n",
+    );
+    for (name, url, kustomization) in [
+        ("spoke0", spoke.url(), "spoke0"),
+        ("apps", other.url(), "apps"),
+    ] {
+        stack.hub.api.apply(&format!(
+            "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Provider\nmetadata:\n  name: {name}\n  \
+             namespace: flux-system\nspec:\n  type: generic\n  address: {url}\n---\n\
+             apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Alert\nmetadata:\n  name: {name}\n  \
+             namespace: flux-system\nspec:\n  providerRef:\n    name: {name}\n  eventSeverity: info\n  \
+             eventSources:\n    - kind: Kustomization\n      name: {kustomization}\n"
+        ));
+    }
+    // Every certificate is inside warn_before: the first tick rotates and warns.
+    stack.configure(&format!(
+        "alerts:\n  warn_before: 36500d\n  flux:\n    address: {}\n",
+        nc.events_url
+    ));
+    let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
+    let reasons = |r: &spokekeeper_lab::webhook::Receiver| -> Vec<String> {
+        r.posts()
+            .iter()
+            .filter_map(|p| p.body["reason"].as_str().map(String::from))
+            .collect()
+    };
+    support::realstack::wait_until(
+        "notification-controller forwards the rotation and the expiry warning",
+        Duration::from_secs(120),
+        || {
+            let got = reasons(&spoke);
+            match ["CredentialRotated", "CredentialExpiring"]
+                .iter()
+                .all(|r| got.iter().any(|g| g == r))
+            {
+                true => Ok(()),
+                false => Err(format!(
+                    "received {got:?}\n--- spokekeeper:\n{}\n--- notification-controller:\n{}",
+                    daemon.log(),
+                    nc.tail(40)
+                )),
+            }
+        },
+    );
+    // More ticks: the repeats are not posted again, and nothing reaches the other Alert.
+    wait_ticks(&daemon, 4, Duration::from_secs(60));
+    let log = daemon.log();
+    drop(daemon);
+    assert!(!log.contains("event not recorded"), "{log}");
+    spoke.assert_clean();
+    other.assert_clean();
+    assert_eq!(other.requests(), 0, "{:?}", other.posts());
+    for p in spoke.posts() {
+        let e = &p.body;
+        assert_eq!(e["involvedObject"]["kind"], "Kustomization", "{e:#}");
+        assert_eq!(e["involvedObject"]["name"], "spoke0", "{e:#}");
+        assert_eq!(e["involvedObject"]["namespace"], "flux-system", "{e:#}");
+        assert_eq!(e["reportingController"], "spokekeeper", "{e:#}");
+        let severity = match e["reason"].as_str().unwrap() {
+            "CredentialRotated" => "info",
+            _ => "error",
+        };
+        assert_eq!(e["severity"], severity, "{e:#}");
+        assert!(
+            e["message"].as_str().unwrap().starts_with("spoke spoke0: "),
+            "{e:#}"
+        );
+    }
+    let got = reasons(&spoke);
+    let expiring = got.iter().filter(|r| *r == "CredentialExpiring").count();
+    // The client certificate's and the CA's: one each, however many ticks warned (the
+    // repeats are not posted; notification-controller would also drop them as
+    // duplicates within its --rate-limit-interval).
+    assert_eq!(expiring, 2, "{got:?}");
+}
+
 /// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:
 /// exactly one ticks; killed, the other takes over within the lease duration and a retry
 /// period; the Lease is a standard one.

@@ -19,6 +19,7 @@ pub mod git_http;
 pub mod hub;
 pub mod kube;
 pub mod netns;
+pub mod notification;
 pub mod proc;
 pub mod spoke;
 
