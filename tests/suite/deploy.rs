@@ -703,6 +703,39 @@ config:
     );
 }
 
+/// The Grafana dashboard: off by default; on, one ConfigMap labelled for Grafana's
+/// dashboard sidecar holding exactly the JSON under deploy/ (alerts::dashboard checks
+/// its queries against a real scrape).
+#[test]
+fn chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
+    let labelled = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["metadata"]["labels"]["grafana_dashboard"].is_string())
+            .cloned()
+            .collect()
+    };
+    assert!(labelled(&render(&[])).is_empty(), "off by default");
+    let docs =
+        render_with("grafanaDashboard:\n  enabled: true\n  annotations: {grafana_folder: Flux}\n");
+    let found = labelled(&docs);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let cm = &found[0];
+    assert_eq!(cm["kind"], "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["namespace"], RELEASE_NS);
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "Flux");
+    let shipped: Value =
+        serde_json::from_str(cm["data"]["spokekeeper.json"].as_str().unwrap()).unwrap();
+    let file = std::fs::read_to_string(
+        support::helm::root().join("deploy/helm/spokekeeper/dashboards/spokekeeper.json"),
+    )
+    .unwrap();
+    assert_eq!(shipped, serde_json::from_str::<Value>(&file).unwrap());
+    assert_eq!(shipped["uid"], "spokekeeper");
+    // Strictly typed, like every other object the chart renders.
+    read_all(&docs, "chart (dashboard)");
+}
+
 #[test]
 fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
     let objects = read_all(

@@ -21,9 +21,9 @@ use support::git::{clone, commit, git};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 
-struct HubLab {
-    fleet: Fleet,
-    hub: HubSim,
+pub(crate) struct HubLab {
+    pub(crate) fleet: Fleet,
+    pub(crate) hub: HubSim,
     /// The `hub:` section of the fleet's configuration.
     hub_yaml: String,
     // Last: the hub runs on it.
@@ -54,7 +54,7 @@ fn cert(dir: &str) -> String {
 
 /// `n` spokes; sealing.cert pinned in the fleet repo under keys/ (the old key); the
 /// hub's controller serves the same certificate; `hub_extra` goes under `hub:`.
-fn lab(n: usize, hub_extra: &str) -> HubLab {
+pub(crate) fn lab(n: usize, hub_extra: &str) -> HubLab {
     let fleet = Fleet::new(&vec![NodeOptions::default(); n]);
     std::fs::create_dir_all(fleet.clone.join("keys")).unwrap();
     std::fs::write(fleet.clone.join(PINNED), cert("key")).unwrap();
