@@ -285,10 +285,6 @@ impl Series {
         self.open.remove(&Key::of(o));
     }
 
-    pub fn len(&self) -> usize {
-        self.open.len()
-    }
-
     pub fn is_empty(&self) -> bool {
         self.open.is_empty()
     }
