@@ -1,5 +1,6 @@
 //! Expiry and health alerts: grade every certificate the hub depends on, then tell
-//! Alertmanager, a webhook and the log.
+//! Alertmanager, a webhook and the log; and record what a tick did as Kubernetes Events
+//! on the hub and Flux events for notification-controller (`events.rs`, `flux.rs`).
 //!
 //! [`evaluate`] is pure (recorded state, probe results, sealing certificate, the clock
 //! and an optional tick report in; findings out), so every rule is unit-tested and
@@ -15,6 +16,8 @@
 //! ```
 
 mod alertmanager;
+mod events;
+mod flux;
 mod notify;
 mod sealing;
 mod webhook;
@@ -33,6 +36,7 @@ use crate::rotate::state::rfc3339;
 use crate::spoke::CaCheck;
 
 pub use alertmanager::PostableAlert;
+pub use events::{EventError, Events};
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
 pub use sealing::SealingCert;
 

@@ -7,7 +7,7 @@
 //! `verify.rs` checks after a push that the hub unsealed the commit and Flux deployed it;
 //! `consumers.rs` finds the Flux objects that use a spoke's Secret; `root.rs` asks the
 //! Kustomization that applies its SealedSecret, and that one's source, to reconcile first;
-//! `error.rs` holds
+//! `events.rs` records Kubernetes Events about a spoke on its consumers; `error.rs` holds
 //! [`HubError`].
 //!
 //! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
@@ -17,6 +17,7 @@
 pub mod cert;
 pub mod consumers;
 mod error;
+pub mod events;
 pub mod root;
 pub mod source;
 pub mod verify;
@@ -102,6 +103,13 @@ pub const ACCESS: &[Access] = &[
         group: "source.toolkit.fluxcd.io",
         resource: "externalartifacts",
         verbs: &["get"],
+    },
+    // Events about a spoke, in its consumers' namespace (hub::events): create, and patch
+    // a repeat's series. events.k8s.io only: nothing writes core/v1 events.
+    Access {
+        group: "events.k8s.io",
+        resource: "events",
+        verbs: &["create", "patch"],
     },
 ];
 
@@ -659,10 +667,17 @@ mod tests {
     }
 
     #[test]
-    fn access_lists_only_reads_and_the_annotation_patch() {
+    fn access_lists_only_reads_the_annotation_patch_and_events() {
         for a in ACCESS {
             for v in a.verbs {
-                assert!(["get", "list", "patch"].contains(v), "{a:?}");
+                assert!(["get", "list", "patch", "create"].contains(v), "{a:?}");
+            }
+            if a.verbs.contains(&"create") {
+                assert_eq!(
+                    (a.group, a.resource, a.verbs),
+                    ("events.k8s.io", "events", &["create", "patch"][..]),
+                    "only Events are created"
+                );
             }
             if a.verbs.contains(&"list") {
                 assert!(
@@ -672,8 +687,14 @@ mod tests {
             }
             if a.verbs.contains(&"patch") {
                 assert!(
-                    ["kustomizations", "helmreleases", "gitrepositories"].contains(&a.resource),
-                    "only the Flux consumers, the root and its GitRepository are annotated: {a:?}"
+                    [
+                        "kustomizations",
+                        "helmreleases",
+                        "gitrepositories",
+                        "events"
+                    ]
+                    .contains(&a.resource),
+                    "only the Flux consumers, the root and its GitRepository are annotated, and Events' series: {a:?}"
                 );
             }
         }

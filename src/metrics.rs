@@ -5,6 +5,8 @@
 //! counters only grow. Fleet-wide errors (sync, push, a tick that failed as a whole,
 //! a rejected reload) carry `spoke=""`.
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -92,6 +94,9 @@ pub struct Metrics {
     credential: Family<CredentialLabels, Gauge>,
     spoke_up: Family<SpokeLabels, Gauge>,
     rotations: Family<RotationLabels, Counter>,
+    last_rotation: Family<RotationLabels, Timestamp>,
+    /// Each spoke's reason in `last_rotation`, so a new reason replaces its series.
+    last_reason: Mutex<HashMap<String, &'static str>>,
     errors: Family<ErrorLabels, Counter>,
     tick_duration: Histogram,
     last_tick: Timestamp,
@@ -119,6 +124,8 @@ impl Metrics {
             credential: Family::default(),
             spoke_up: Family::default(),
             rotations: Family::default(),
+            last_rotation: Family::default(),
+            last_reason: Mutex::default(),
             errors: Family::default(),
             // 0.25 s .. about 17 min.
             tick_duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
@@ -153,6 +160,11 @@ impl Metrics {
             "rotations",
             "Credentials committed, by spoke and reason",
             m.rotations.clone(),
+        );
+        registry.register(
+            "last_rotation_timestamp_seconds",
+            "When the tick that committed the spoke's last credential finished, labelled with why it was rotated (one series per spoke)",
+            m.last_rotation.clone(),
         );
         registry.register(
             "errors",
@@ -285,6 +297,7 @@ impl Metrics {
                             reason,
                         })
                         .inc();
+                    self.last_rotated(&s.spoke, reason, finished);
                 }
                 Outcome::Failed(e) => self.error(&s.spoke, e.metric_label()),
                 _ => {}
@@ -312,6 +325,25 @@ impl Metrics {
         if let Some(e) = &report.repo_error {
             self.error("", e.stage().metric_label());
         }
+    }
+
+    /// The spoke's last rotation, replacing the series of its previous reason.
+    fn last_rotated(&self, spoke: &str, reason: &'static str, at: SystemTime) {
+        let mut last = self.last_reason.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(before) = last.insert(spoke.to_string(), reason)
+            && before != reason
+        {
+            self.last_rotation.remove(&RotationLabels {
+                spoke: spoke.to_string(),
+                reason: before,
+            });
+        }
+        self.last_rotation
+            .get_or_create(&RotationLabels {
+                spoke: spoke.to_string(),
+                reason,
+            })
+            .set(unix_seconds(at));
     }
 
     /// Counts one failure at `stage` (`spoke` empty: not about one spoke).
@@ -551,6 +583,7 @@ mod tests {
             "spokekeeper_spoke_up{spoke=\"dev\"} 1",
             "spokekeeper_spoke_up{spoke=\"test\"} 0",
             "spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1",
+            "spokekeeper_last_rotation_timestamp_seconds{spoke=\"dev\",reason=\"initial\"} 1700000000.0",
             "spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1",
             "spokekeeper_errors_total{spoke=\"\",stage=\"push\"} 1",
             "spokekeeper_pending_review{spoke=\"stage\"} 1",
@@ -578,6 +611,35 @@ mod tests {
         );
         assert!(text.contains("spokekeeper_errors_total{spoke=\"test\",stage=\"probe\"} 1"));
         assert!(text.contains("spokekeeper_rotations_total{spoke=\"dev\",reason=\"initial\"} 1"));
+        assert!(
+            text.contains("spokekeeper_last_rotation_timestamp_seconds{spoke=\"dev\",reason=\"initial\"} 1700000000.0"),
+            "a tick without a rotation keeps the last one: {text}"
+        );
+
+        // Rotated again for another reason: one series, the new reason and time.
+        let forced = TickReport::of(vec![spoke(
+            "dev",
+            Outcome::Rotated {
+                commit: "def".into(),
+            },
+            Some(Reason::Forced),
+        )]);
+        m.observe_tick(
+            &forced,
+            Duration::from_secs(1),
+            UNIX_EPOCH + Duration::from_secs(1_700_000_900),
+        );
+        let text = m.encode().unwrap();
+        let last: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("spokekeeper_last_rotation_timestamp_seconds{"))
+            .collect();
+        assert_eq!(
+            last,
+            [
+                "spokekeeper_last_rotation_timestamp_seconds{spoke=\"dev\",reason=\"forced\"} 1700000900.0"
+            ]
+        );
     }
 
     /// Every `stage` label value the code can produce.

@@ -185,6 +185,8 @@ struct State {
     retry: bool,
     revision: u64,
     seen: Vec<Seen>,
+    /// events.k8s.io/v1 Events: (namespace, name) -> object, as created and patched.
+    events: BTreeMap<(String, String), Value>,
 }
 
 struct FluxObject {
@@ -245,6 +247,7 @@ impl HubSim {
             retry: false,
             revision: 100,
             seen: Vec::new(),
+            events: BTreeMap::new(),
         }));
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel();
@@ -560,6 +563,16 @@ impl HubSim {
         self.lock().seen.clone()
     }
 
+    /// The Events (events.k8s.io/v1) as stored, by namespace and name.
+    pub fn events(&self) -> Vec<Value> {
+        self.lock().events.values().cloned().collect()
+    }
+
+    /// Deletes every Event, as the API server's --event-ttl does.
+    pub fn expire_events(&self) {
+        self.lock().events.clear();
+    }
+
     /// The SealedSecret as stored (spec and status), if Flux applied it.
     pub fn sealed_secret(&self, namespace: &str, name: &str) -> Option<Value> {
         self.lock()
@@ -767,6 +780,15 @@ async fn handle(req: Request<Incoming>, state: &Mutex<State>) -> Response<Full<B
                 None => not_found("bitnami.com", "sealedsecrets", name),
             }
         }
+        [
+            "apis",
+            "events.k8s.io",
+            "v1",
+            "namespaces",
+            ns,
+            "events",
+            rest @ ..,
+        ] if rest.len() <= 1 => event(&mut st, &method, ns, rest.first().copied(), &body),
         ["apis", group, version] if method == Method::GET => {
             let served: Vec<Value> = Kind::ALL
                 .into_iter()
@@ -1388,6 +1410,54 @@ fn fetch(obj: &mut Value) {
         && obj["status"]["lastHandledReconcileAt"].as_str() != Some(at)
     {
         obj["status"]["lastHandledReconcileAt"] = json!(at);
+    }
+}
+
+/// Create (POST to the collection, 409 when the name is taken) and merge-patch (404 when
+/// gone) of an Event; nothing else.
+fn event(
+    st: &mut State,
+    method: &Method,
+    ns: &str,
+    name: Option<&str>,
+    body: &str,
+) -> Response<Full<Bytes>> {
+    let Ok(v) = serde_json::from_str::<Value>(body) else {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the body of the request was in an unknown format",
+            None,
+        );
+    };
+    match (method, name) {
+        (&Method::POST, None) => {
+            let name = v["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let key = (ns.to_string(), name.clone());
+            if st.events.contains_key(&key) {
+                return status(
+                    StatusCode::CONFLICT,
+                    "AlreadyExists",
+                    &format!("events.events.k8s.io \"{name}\" already exists"),
+                    None,
+                );
+            }
+            st.events.insert(key, v.clone());
+            json_response(StatusCode::CREATED, &v)
+        }
+        (&Method::PATCH, Some(name)) => {
+            match st.events.get_mut(&(ns.to_string(), name.to_string())) {
+                Some(obj) => {
+                    merge(obj, &v);
+                    json_response(StatusCode::OK, obj)
+                }
+                None => not_found("events.k8s.io", "events", name),
+            }
+        }
+        _ => not_allowed(),
     }
 }
 

@@ -40,6 +40,8 @@ impl Default for NotifyOptions {
 pub enum Sink {
     Alertmanager,
     Webhook,
+    /// Flux's notification-controller (alerts.flux).
+    Flux,
 }
 
 impl fmt::Display for Sink {
@@ -47,6 +49,7 @@ impl fmt::Display for Sink {
         f.write_str(match self {
             Sink::Alertmanager => "alertmanager",
             Sink::Webhook => "webhook",
+            Sink::Flux => "flux",
         })
     }
 }
@@ -95,20 +98,7 @@ impl fmt::Debug for Notifier {
 
 impl Notifier {
     pub fn new(cfg: &AlertsConfig, opts: NotifyOptions) -> Result<Notifier, NotifyError> {
-        // reqwest is built without a crypto provider: it uses the process default, and
-        // panics without one. Installing twice is harmless (the first one stays).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = match client_builder(&opts).build() {
-            Ok(c) => c,
-            Err(e) => {
-                // No system CA certificates (a minimal image): http sinks still work.
-                tracing::warn!(
-                    error = %chain(&e),
-                    "https alert sinks cannot be verified without the system's CA certificates: install ca-certificates"
-                );
-                without_system_roots(&opts)?
-            }
-        };
+        let client = client(&opts)?;
         let alertmanager = cfg.alertmanager.as_ref().map(|u| {
             let mut u = u.clone();
             let path = format!("{}/api/v2/alerts", u.path().trim_end_matches('/'));
@@ -190,6 +180,24 @@ impl Notifier {
     }
 }
 
+/// The HTTP client every sink posts with.
+pub(super) fn client(opts: &NotifyOptions) -> Result<reqwest::Client, NotifyError> {
+    // reqwest is built without a crypto provider: it uses the process default, and
+    // panics without one. Installing twice is harmless (the first one stays).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    match client_builder(opts).build() {
+        Ok(c) => Ok(c),
+        Err(e) => {
+            // No system CA certificates (a minimal image): http sinks still work.
+            tracing::warn!(
+                error = %chain(&e),
+                "https alert sinks cannot be verified without the system's CA certificates: install ca-certificates"
+            );
+            without_system_roots(opts)
+        }
+    }
+}
+
 fn client_builder(opts: &NotifyOptions) -> reqwest::ClientBuilder {
     reqwest::Client::builder()
         .timeout(opts.timeout)
@@ -227,7 +235,7 @@ fn log_change(c: &Change) {
     }
 }
 
-async fn post<T: serde::Serialize + ?Sized>(
+pub(super) async fn post<T: serde::Serialize + ?Sized>(
     client: &reqwest::Client,
     opts: &NotifyOptions,
     sink: Sink,
@@ -244,6 +252,14 @@ async fn post<T: serde::Serialize + ?Sized>(
         tried += 1;
         match client.post(url.clone()).json(body).send().await {
             Ok(resp) if resp.status().is_success() => return Ok(()),
+            // notification-controller's answer to a duplicate within its rate limit
+            // interval: taken (Flux's own recorder does not retry it either).
+            Ok(resp)
+                if sink == Sink::Flux
+                    && resp.status() == reqwest::StatusCode::TOO_MANY_REQUESTS =>
+            {
+                return Ok(());
+            }
             Ok(resp) => {
                 let status = resp.status();
                 let text = resp.text().await.unwrap_or_default();
@@ -269,7 +285,7 @@ async fn post<T: serde::Serialize + ?Sized>(
     }
     let target = match sink {
         Sink::Alertmanager => shown_am(url),
-        Sink::Webhook => shown_hook(url),
+        Sink::Webhook | Sink::Flux => shown_hook(url),
     };
     Err(SinkError {
         sink,
@@ -369,6 +385,7 @@ mod tests {
             alertmanager: Some(url::Url::parse("http://am:9093/prefix/").unwrap()),
             webhook: None,
             pending_review_after: Duration::from_secs(3600),
+            flux: None,
         };
         let n = Notifier::new(&cfg, NotifyOptions::default()).unwrap();
         assert_eq!(

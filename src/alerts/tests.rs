@@ -29,6 +29,7 @@ fn cfg() -> AlertsConfig {
         alertmanager: None,
         webhook: None,
         pending_review_after: Duration::from_secs(4 * 3600),
+        flux: None,
     }
 }
 

@@ -19,6 +19,14 @@ pub(super) struct RawAlerts {
     webhook: Option<String>,
     #[serde(default)]
     pending_review_after: Option<Span>,
+    #[serde(default)]
+    flux: Option<RawFlux>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawFlux {
+    address: String,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -29,6 +37,9 @@ pub struct AlertsConfig {
     pub webhook: Option<url::Url>,
     /// How long a fix for a broken hub credential may wait for review before an alert.
     pub pending_review_after: Duration,
+    /// Flux's notification-controller: its event endpoint, as the Flux controllers'
+    /// `--events-addr` names it.
+    pub flux: Option<url::Url>,
 }
 
 /// Defaults filled in (no `alerts:` at all takes them all); the sinks must be http(s)
@@ -56,6 +67,7 @@ pub(super) fn load(raw: Option<RawAlerts>, l: &Loading) -> Result<AlertsConfig, 
         pending_review_after: a
             .pending_review_after
             .map_or(Duration::from_secs(4 * 3600), |s| s.0),
+        flux: url("alerts.flux.address", a.flux.map(|f| f.address))?,
     };
     if alerts.critical_before > alerts.warn_before {
         return Err(l.bad(
@@ -72,7 +84,27 @@ pub(super) fn load(raw: Option<RawAlerts>, l: &Loading) -> Result<AlertsConfig, 
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{MIN, refused};
+    use super::super::tests::{MIN, parse, refused};
+
+    #[test]
+    fn the_flux_address_is_an_http_url_and_nothing_else_is_taken() {
+        refused(
+            &format!("{MIN}alerts: {{flux: {{address: notification-controller:9090}}}}\n"),
+            &["alerts.flux.address", "http(s) URL"],
+        );
+        refused(
+            &format!("{MIN}alerts: {{flux: {{url: http://nc/}}}}\n"),
+            &["url"],
+        );
+        let c = parse(&format!(
+            "{MIN}alerts: {{flux: {{address: 'http://notification-controller.flux-system.svc.cluster.local./'}}}}\n"
+        ))
+        .unwrap();
+        assert_eq!(
+            c.alerts.flux.unwrap().as_str(),
+            "http://notification-controller.flux-system.svc.cluster.local./"
+        );
+    }
 
     #[test]
     fn critical_must_come_after_warn() {

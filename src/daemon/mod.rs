@@ -116,8 +116,10 @@ async fn serve(opts: Options) -> Result<(), DaemonError> {
     tracing::info!(listen = %http.addr, schedule = %schedule, spokes = loaded.config().spokes.len(), header_timeout_s = serve::HEADER_READ_TIMEOUT.as_secs(), connection_lifetime_s = serve::CONNECTION_LIFETIME.as_secs(), max_connections = serve::MAX_CONNECTIONS, max_head_bytes = serve::MAX_HEAD_BYTES, "running: serving /metrics, /healthz and /readyz");
 
     let notifier = ticker::notifier(&loaded)?;
+    let events = ticker::events(&loaded, opts.jitter)?;
     Ticker {
         notifier,
+        events,
         opts,
         loaded,
         metrics,

@@ -40,6 +40,8 @@ pub(super) struct Ticker {
     /// The alert sinks and what each was last told; kept across ticks and reloads that
     /// leave `alerts:` as it was.
     pub notifier: Notifier,
+    /// The hub's Events and alerts.flux, with their open series; kept like `notifier`.
+    pub events: alerts::Events,
 }
 
 /// The sinks for a configuration: active alerts stay valid for a few schedule periods.
@@ -53,6 +55,23 @@ pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, DaemonError> {
         ..NotifyOptions::default()
     };
     Notifier::new(&loaded.config().alerts, opts).map_err(|e| DaemonError::Alerts(Box::new(e)))
+}
+
+/// The Event sinks: a series stays open for two schedule periods and the jitter, so a
+/// finding repeated every tick aggregates into one Event.
+pub(super) fn events(loaded: &Loaded, jitter: Duration) -> Result<alerts::Events, DaemonError> {
+    let period = loaded
+        .schedule
+        .period_at(SystemTime::now())
+        .unwrap_or(Duration::from_secs(15 * 60));
+    let instance = super::lease::default_identity().unwrap_or_else(|_| "spokekeeper".into());
+    alerts::Events::new(
+        loaded.config(),
+        &instance,
+        period.saturating_mul(2) + jitter,
+        NotifyOptions::default(),
+    )
+    .map_err(|e| DaemonError::Alerts(Box::new(e)))
 }
 
 impl Ticker {
@@ -268,6 +287,14 @@ impl Ticker {
             tracing::warn!(error = %e, "alert sink failed");
             self.metrics.other_error("", OtherStage::Alert);
         }
+        let events = self
+            .events
+            .record(&ctx.config, report, &findings, now)
+            .await;
+        for e in events {
+            tracing::warn!(error = %e, "event not recorded");
+            self.metrics.other_error("", OtherStage::Alert);
+        }
         findings
     }
 
@@ -310,6 +337,14 @@ impl Ticker {
                         Ok(n) => self.notifier = n,
                         Err(e) => {
                             tracing::error!(error = %e, "alert sinks not reloaded: keeping the previous ones")
+                        }
+                    }
+                }
+                if changed || new.config().alerts != old.alerts || new.config().hub != old.hub {
+                    match events(&new, self.opts.jitter) {
+                        Ok(e) => self.events = e,
+                        Err(e) => {
+                            tracing::error!(error = %e, "event sinks not reloaded: keeping the previous ones")
                         }
                     }
                 }

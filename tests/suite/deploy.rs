@@ -434,6 +434,15 @@ fn consumer_grants(ns: &str) -> Vec<Grant> {
     .collect()
 }
 
+/// Recording Events about the spokes whose objects are in `ns` (hub::events): create,
+/// and patch a repeat's series; names are generated, so not limited by name.
+fn event_grants(ns: &str) -> Vec<Grant> {
+    ["create", "patch"]
+        .into_iter()
+        .map(|verb| grant(ns, "events.k8s.io", "events", verb, &[]))
+        .collect()
+}
+
 /// What the code calls on the hub API, and nothing more: the hub client and the Lease
 /// lock export their calls, and the suite's verify::hub and daemon::lease check every
 /// request the emulated API server saw against these same lists.
@@ -572,6 +581,7 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
     ]
     .into_iter()
     .chain(consumer_grants("flux-system"))
+    .chain(event_grants("flux-system"))
     .collect();
     assert_eq!(g, expected);
     let used: BTreeSet<(String, String, String)> = g
@@ -676,6 +686,13 @@ config:
     // solo): the configured Kustomization alone, by name.
     .chain(consumer_grants("flux-system"))
     .chain(consumer_grants("edge-secrets"))
+    // Events where each spoke's objects are: its consumers' namespace, its configured
+    // Kustomization's, and its SealedSecret's when nothing deploys with it.
+    .chain(
+        ["flux-system", "edge-secrets", "solo-secrets", "lab-flux"]
+            .into_iter()
+            .flat_map(event_grants),
+    )
     .collect();
     assert_eq!(g, expected);
     assert_bindings(&objects, "sk-spokekeeper");
@@ -684,6 +701,39 @@ config:
         config["hub"]["controller"],
         serde_json::json!({"namespace": "sealed-secrets", "name": "sealer", "port": "web"})
     );
+}
+
+/// The Grafana dashboard: off by default; on, one ConfigMap labelled for Grafana's
+/// dashboard sidecar holding exactly the JSON under deploy/ (alerts::dashboard checks
+/// its queries against a real scrape).
+#[test]
+fn chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
+    let labelled = |docs: &[Value]| -> Vec<Value> {
+        docs.iter()
+            .filter(|d| d["metadata"]["labels"]["grafana_dashboard"].is_string())
+            .cloned()
+            .collect()
+    };
+    assert!(labelled(&render(&[])).is_empty(), "off by default");
+    let docs =
+        render_with("grafanaDashboard:\n  enabled: true\n  annotations: {grafana_folder: Flux}\n");
+    let found = labelled(&docs);
+    assert_eq!(found.len(), 1, "{found:#?}");
+    let cm = &found[0];
+    assert_eq!(cm["kind"], "ConfigMap");
+    assert_eq!(cm["metadata"]["labels"]["grafana_dashboard"], "1");
+    assert_eq!(cm["metadata"]["namespace"], RELEASE_NS);
+    assert_eq!(cm["metadata"]["annotations"]["grafana_folder"], "Flux");
+    let shipped: Value =
+        serde_json::from_str(cm["data"]["spokekeeper.json"].as_str().unwrap()).unwrap();
+    let file = std::fs::read_to_string(
+        support::helm::root().join("deploy/helm/spokekeeper/dashboards/spokekeeper.json"),
+    )
+    .unwrap();
+    assert_eq!(shipped, serde_json::from_str::<Value>(&file).unwrap());
+    assert_eq!(shipped["uid"], "spokekeeper");
+    // Strictly typed, like every other object the chart renders.
+    read_all(&docs, "chart (dashboard)");
 }
 
 #[test]

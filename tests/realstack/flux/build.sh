@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Builds the lab tool flux-kubeconfig and Flux's kustomize-controller and
 # helm-controller from the modules pinned in go.mod here, source-controller from
-# ../source (a module of its own: see the replaces in its go.mod), and copies
-# their CRDs out of the same modules. Everything comes through the Go module
-# proxy, checked against go.sum; nothing else is fetched.
+# ../source (a module of its own: see the replaces in its go.mod),
+# notification-controller from ../notification (its own module: its dependencies
+# resolve apart from the others'), and copies their CRDs out of the same modules.
+# Everything comes through the Go module proxy, checked against go.sum; nothing
+# else is fetched.
 #   usage: build.sh OUT_DIR
-#   writes OUT_DIR/flux-kubeconfig, OUT_DIR/bin/{source,kustomize,helm}-controller,
+#   writes OUT_DIR/flux-kubeconfig,
+#          OUT_DIR/bin/{source,kustomize,helm,notification}-controller,
 #          OUT_DIR/crds/{kustomizations,helmreleases,gitrepositories,
-#          ocirepositories,buckets,helmrepositories,helmcharts,externalartifacts}.yaml
+#          ocirepositories,buckets,helmrepositories,helmcharts,externalartifacts,
+#          alerts,providers,receivers}.yaml
 set -euo pipefail
 
 if [ "$#" -ne 1 ] || [ -z "$1" ]; then
@@ -28,6 +32,7 @@ mkdir -p "$out/bin"
 go build -trimpath -ldflags "-s -w" -o "$out/bin/" \
     github.com/fluxcd/kustomize-controller github.com/fluxcd/helm-controller
 (cd ../source && go build -trimpath -ldflags "-s -w" -o "$out/bin/" github.com/fluxcd/source-controller)
+(cd ../notification && go build -trimpath -ldflags "-s -w" -o "$out/bin/" github.com/fluxcd/notification-controller)
 
 # stored_version FILE VERSION: the CRD's spec.versions has VERSION with
 # storage: true (version items are "  - " entries, their keys indented 4).
@@ -75,3 +80,16 @@ for kind in gitrepositories ocirepositories buckets helmrepositories helmcharts 
         "source.toolkit.fluxcd.io_$kind.yaml" "$kind.yaml" \
         source.toolkit.fluxcd.io v1
 done
+
+# notification-controller's: Alerts and Providers, and the Receivers it also
+# watches at start.
+cd ../notification
+copy_crd github.com/fluxcd/notification-controller \
+    notification.toolkit.fluxcd.io_alerts.yaml alerts.yaml \
+    notification.toolkit.fluxcd.io v1beta3
+copy_crd github.com/fluxcd/notification-controller \
+    notification.toolkit.fluxcd.io_providers.yaml providers.yaml \
+    notification.toolkit.fluxcd.io v1beta3
+copy_crd github.com/fluxcd/notification-controller \
+    notification.toolkit.fluxcd.io_receivers.yaml receivers.yaml \
+    notification.toolkit.fluxcd.io v1

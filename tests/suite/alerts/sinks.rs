@@ -429,6 +429,7 @@ fn sinks(am: &str, hook: &str) -> AlertsConfig {
         alertmanager: Some(am.parse().unwrap()),
         webhook: Some(hook.parse().unwrap()),
         pending_review_after: Duration::from_secs(4 * 3600),
+        flux: None,
     }
 }
 

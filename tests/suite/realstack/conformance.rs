@@ -521,6 +521,40 @@ async fn hub_transcript(
             status_of(&a),
         ));
     }
+
+    // Events (hub::events): the first occurrence created, a repeat patched into its
+    // series, a patch of an Event that is gone answered 404 (then created anew).
+    use spokekeeper::hub::events::{Occurrence, Reason, Recorder, Regarding, Seen};
+    let mut recorder = Recorder::new("conform-0", Duration::from_secs(600));
+    let o = Occurrence {
+        regarding: Regarding::consumer(&k),
+        reason: Reason::CredentialExpiring,
+        note: "spoke conform: the client certificate expires on 2027-01-01T00:00:00Z (warning)"
+            .into(),
+    };
+    let now = time::OffsetDateTime::now_utc();
+    for step in ["first", "repeat"] {
+        let r = recorder.record(hub, &o, now).await;
+        t.push((
+            format!("Recorder::record ({step})"),
+            json!(
+                r.map(|s| match s {
+                    Seen::First => "created".to_string(),
+                    Seen::Again { count, .. } => format!("patched to count {count}"),
+                })
+                .map_err(|e| e.to_string())
+            ),
+        ));
+    }
+    let a = call(
+        client,
+        "PATCH",
+        &format!("/apis/events.k8s.io/v1/namespaces/{FLUX_NS}/events/missing"),
+        "application/merge-patch+json",
+        Some(&json!({"series": {"count": 2, "lastObservedTime": "2026-01-01T00:00:00.000000Z"}})),
+    )
+    .await;
+    t.push(("merge-patch a missing Event".into(), status_of(&a)));
     t
 }
 
@@ -676,6 +710,13 @@ fn the_simulated_hub_answers_as_the_real_hub() {
         json!({"Ok": real.cert_pem().len()}),
         "{actual:#?}"
     );
+    let step = |name: &str| &actual.iter().find(|(n, _)| n == name).unwrap().1;
+    assert_eq!(step("Recorder::record (first)"), &json!({"Ok": "created"}));
+    assert_eq!(
+        step("Recorder::record (repeat)"),
+        &json!({"Ok": "patched to count 2"})
+    );
+    assert_eq!(step("merge-patch a missing Event")["http"], 404);
 
     // Outside hub::ACCESS the real authorizer answers 403. The simulated hub does no
     // authorization; it records every request instead, and each is within hub::ACCESS.

@@ -583,6 +583,63 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
     assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
     assert_eq!(report["sealing"]["reachable"], true, "{report:#}");
 
+    // The daemon records its Events under the same Role: create, then a repeat's patch.
+    stack.configure("alerts:\n  warn_before: 36500d\n");
+    let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
+    wait_ticks(&daemon, 2, Duration::from_secs(120));
+    let log = daemon.log();
+    drop(daemon);
+    assert!(!log.contains("event not recorded"), "{log}");
+    let events = our_events(&stack, "flux-system");
+    let expiring = one_event(
+        &events,
+        "CredentialExpiring",
+        "spoke0",
+        "client certificate",
+    );
+    assert!(
+        expiring["series"]["count"].as_u64().unwrap_or(0) >= 2,
+        "patched under the chart's Role: {expiring:#}"
+    );
+    // Exactly create and patch on events.k8s.io Events, in the spokes' namespace only:
+    // the real authorizer's answers for the chart's ServiceAccount.
+    let can = |args: &[&str]| {
+        let out = std::process::Command::new(support::realstack::bin("kubectl"))
+            .arg(format!("--kubeconfig={}", kubeconfig.display()))
+            .args(["auth", "can-i"])
+            .args(args)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim() == "yes"
+    };
+    for verb in ["create", "patch"] {
+        assert!(
+            can(&[verb, "events.events.k8s.io", "-n", "flux-system"]),
+            "{verb}"
+        );
+    }
+    for verb in [
+        "get",
+        "list",
+        "watch",
+        "update",
+        "delete",
+        "deletecollection",
+    ] {
+        assert!(
+            !can(&[verb, "events.events.k8s.io", "-n", "flux-system"]),
+            "{verb}"
+        );
+    }
+    assert!(
+        !can(&["create", "events", "-n", "flux-system"]),
+        "core/v1 events"
+    );
+    assert!(
+        !can(&["create", "events.events.k8s.io", "-n", "default"]),
+        "another namespace"
+    );
+
     // One call outside hub::ACCESS: the real authorizer refuses it.
     let denied = run(
         std::process::Command::new(support::realstack::bin("kubectl"))
@@ -594,6 +651,234 @@ fn the_charts_rbac_is_enough_and_nothing_more() {
         err.contains("Forbidden") || err.contains("forbidden"),
         "{err}"
     );
+}
+
+/// spokekeeper's Events in `ns` as the real API server stores them (events.k8s.io/v1).
+fn our_events(stack: &Stack, ns: &str) -> Vec<Value> {
+    let list = stack
+        .hub
+        .api
+        .get_json(&["events.v1.events.k8s.io", "-n", ns]);
+    list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["reportingController"] == "spokekeeper")
+        .cloned()
+        .collect()
+}
+
+/// The one Event with `reason` about Kustomization `name` whose note contains `note`;
+/// panics with all of them if there is none or more than one.
+fn one_event<'a>(events: &'a [Value], reason: &str, name: &str, note: &str) -> &'a Value {
+    let found: Vec<&Value> = events
+        .iter()
+        .filter(|e| {
+            e["reason"] == reason
+                && e["regarding"]["name"] == name
+                && e["note"].as_str().is_some_and(|n| n.contains(note))
+        })
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one {reason} Event about {name}, {note:?}: {events:#?}"
+    );
+    found[0]
+}
+
+/// Waits until the daemon's log shows `n` finished ticks.
+fn wait_ticks(daemon: &support::daemon::Daemon, n: usize, within: Duration) {
+    support::realstack::wait_until(&format!("{n} ticks"), within, || {
+        let log = daemon.log();
+        match log.matches("tick finished").count() {
+            k if k >= n => Ok(()),
+            k => Err(format!("{k} ticks:\n{log}")),
+        }
+    });
+}
+
+/// Issue 32: with `hub:`, `spokekeeper run` records a rotation and an expiry warning as
+/// Events on the spoke's Kustomization; the real API server stores them, the real
+/// `kubectl events --for` lists them, and the warning repeated every tick is one Event
+/// whose series counts the ticks (client-go's aggregation), not one Event per tick.
+#[test]
+fn events_on_the_real_hub_are_listed_for_the_kustomization_and_aggregate() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    // Every certificate is inside warn_before: each tick warns again.
+    stack.configure("alerts:\n  warn_before: 36500d\n");
+    let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
+    wait_ticks(&daemon, 4, Duration::from_secs(180));
+    let log = daemon.log();
+    assert!(!log.contains("event not recorded"), "{log}");
+    drop(daemon);
+
+    let events = our_events(&stack, "flux-system");
+    let rotated = one_event(&events, "CredentialRotated", "spoke0", "");
+    assert_eq!(rotated["type"], "Normal", "{rotated:#}");
+    assert_eq!(rotated["action"], "Rotate", "{rotated:#}");
+    assert_eq!(
+        rotated["regarding"]["apiVersion"], "kustomize.toolkit.fluxcd.io/v1",
+        "{rotated:#}"
+    );
+    assert_eq!(rotated["regarding"]["kind"], "Kustomization", "{rotated:#}");
+    assert!(
+        rotated["reportingInstance"]
+            .as_str()
+            .is_some_and(|i| !i.is_empty())
+    );
+    let note = rotated["note"].as_str().unwrap();
+    assert!(
+        note.starts_with("spoke spoke0: a validated credential was committed"),
+        "{note}"
+    );
+
+    let expiring = one_event(
+        &events,
+        "CredentialExpiring",
+        "spoke0",
+        "client certificate",
+    );
+    assert_eq!(expiring["type"], "Warning", "{expiring:#}");
+    // The first tick created it, every later one counted: at least three in all.
+    let count = expiring["series"]["count"].as_u64().unwrap_or(0);
+    assert!(
+        count >= 3,
+        "the repeats aggregate into one Event's series: {expiring:#}"
+    );
+    assert!(
+        expiring["series"]["lastObservedTime"].as_str().unwrap()
+            > expiring["eventTime"].as_str().unwrap(),
+        "{expiring:#}"
+    );
+    // No key material in any Event.
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(!text.contains("BEGIN"), "{text}");
+    stack.assert_no_plaintext();
+
+    // The real kubectl lists them for the Kustomization, beside Flux's own.
+    let listed = stack.hub.api.kubectl(&[
+        "events",
+        "--for",
+        "kustomization/spoke0",
+        "-n",
+        "flux-system",
+    ]);
+    for reason in ["CredentialRotated", "CredentialExpiring"] {
+        assert!(listed.contains(reason), "{reason} in:\n{listed}");
+    }
+    assert!(
+        listed.contains(&format!("(x{count} over")),
+        "kubectl shows the series' count:\n{listed}"
+    );
+    // Not for another object.
+    let other = stack.hub.api.kubectl(&[
+        "events",
+        "--for",
+        "kustomization/flux-system",
+        "-n",
+        "flux-system",
+    ]);
+    assert!(!other.contains("Credential"), "{other}");
+}
+
+/// Issue 32: `alerts.flux` posts spokekeeper's Events to Flux's real
+/// notification-controller as the Flux controllers post theirs, so an existing Alert on a
+/// spoke's Kustomization forwards them through its Provider (type generic, to a lab
+/// receiver): after a rotation and after an expiry warning the receiver gets the
+/// controller's own POST naming spokekeeper's reason; an Alert on another Kustomization
+/// receives nothing.
+#[test]
+fn flux_alerts_forward_rotations_and_expiry_warnings_through_the_real_notification_controller() {
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let nc = support::realstack::notification::NotificationController::start(&stack.hub);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (spoke, other) = rt.block_on(async {
+        (
+            spokekeeper_lab::webhook::Receiver::start("/spoke0").await,
+            spokekeeper_lab::webhook::Receiver::start("/apps").await,
+        )
+    });
+    // Another Kustomization, deploying with no spoke's Secret.
+    stack.hub.api.apply(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: apps\n  \
+         namespace: flux-system\nspec:\n  interval: 10m\n  path: ./apps\n  prune: true\n  \
+         sourceRef:\n    kind: GitRepository\n    name: fleet\n",
+    );
+    for (name, url, kustomization) in [
+        ("spoke0", spoke.url(), "spoke0"),
+        ("apps", other.url(), "apps"),
+    ] {
+        stack.hub.api.apply(&format!(
+            "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Provider\nmetadata:\n  name: {name}\n  \
+             namespace: flux-system\nspec:\n  type: generic\n  address: {url}\n---\n\
+             apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Alert\nmetadata:\n  name: {name}\n  \
+             namespace: flux-system\nspec:\n  providerRef:\n    name: {name}\n  eventSeverity: info\n  \
+             eventSources:\n    - kind: Kustomization\n      name: {kustomization}\n"
+        ));
+    }
+    // Every certificate is inside warn_before: the first tick rotates and warns.
+    stack.configure(&format!(
+        "alerts:\n  warn_before: 36500d\n  flux:\n    address: {}\n",
+        nc.events_url
+    ));
+    let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
+    let reasons = |r: &spokekeeper_lab::webhook::Receiver| -> Vec<String> {
+        r.posts()
+            .iter()
+            .filter_map(|p| p.body["reason"].as_str().map(String::from))
+            .collect()
+    };
+    support::realstack::wait_until(
+        "notification-controller forwards the rotation and the expiry warning",
+        Duration::from_secs(120),
+        || {
+            let got = reasons(&spoke);
+            match ["CredentialRotated", "CredentialExpiring"]
+                .iter()
+                .all(|r| got.iter().any(|g| g == r))
+            {
+                true => Ok(()),
+                false => Err(format!(
+                    "received {got:?}\n--- spokekeeper:\n{}\n--- notification-controller:\n{}",
+                    daemon.log(),
+                    nc.tail(40)
+                )),
+            }
+        },
+    );
+    // More ticks: the repeats are not posted again, and nothing reaches the other Alert.
+    wait_ticks(&daemon, 4, Duration::from_secs(60));
+    let log = daemon.log();
+    drop(daemon);
+    assert!(!log.contains("event not recorded"), "{log}");
+    spoke.assert_clean();
+    other.assert_clean();
+    assert_eq!(other.requests(), 0, "{:?}", other.posts());
+    for p in spoke.posts() {
+        let e = &p.body;
+        assert_eq!(e["involvedObject"]["kind"], "Kustomization", "{e:#}");
+        assert_eq!(e["involvedObject"]["name"], "spoke0", "{e:#}");
+        assert_eq!(e["involvedObject"]["namespace"], "flux-system", "{e:#}");
+        assert_eq!(e["reportingController"], "spokekeeper", "{e:#}");
+        let severity = match e["reason"].as_str().unwrap() {
+            "CredentialRotated" => "info",
+            _ => "error",
+        };
+        assert_eq!(e["severity"], severity, "{e:#}");
+        assert!(
+            e["message"].as_str().unwrap().starts_with("spoke spoke0: "),
+            "{e:#}"
+        );
+    }
+    let got = reasons(&spoke);
+    let expiring = got.iter().filter(|r| *r == "CredentialExpiring").count();
+    // The client certificate's and the CA's: one each, however many ticks warned (the
+    // repeats are not posted; notification-controller would also drop them as
+    // duplicates within its --rate-limit-interval).
+    assert_eq!(expiring, 2, "{got:?}");
 }
 
 /// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:

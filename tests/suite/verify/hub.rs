@@ -21,9 +21,9 @@ use support::git::{clone, commit, git};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 
-struct HubLab {
-    fleet: Fleet,
-    hub: HubSim,
+pub(crate) struct HubLab {
+    pub(crate) fleet: Fleet,
+    pub(crate) hub: HubSim,
     /// The `hub:` section of the fleet's configuration.
     hub_yaml: String,
     // Last: the hub runs on it.
@@ -54,7 +54,7 @@ fn cert(dir: &str) -> String {
 
 /// `n` spokes; sealing.cert pinned in the fleet repo under keys/ (the old key); the
 /// hub's controller serves the same certificate; `hub_extra` goes under `hub:`.
-fn lab(n: usize, hub_extra: &str) -> HubLab {
+pub(crate) fn lab(n: usize, hub_extra: &str) -> HubLab {
     let fleet = Fleet::new(&vec![NodeOptions::default(); n]);
     std::fs::create_dir_all(fleet.clone.join("keys")).unwrap();
     std::fs::write(fleet.clone.join(PINNED), cert("key")).unwrap();
@@ -1898,4 +1898,77 @@ async fn a_synced_false_waits_for_the_controllers_retry() {
     let hub = &report["spokes"][0]["hub"];
     assert_eq!(hub["synced"]["ok"], true, "{hub}");
     assert_eq!(hub["consumers"][0]["ready"]["ok"], true, "{hub}");
+}
+
+/// The daemon's Events on the emulated hub: a rotation and an expiry warning on the
+/// spoke's Kustomization, the warning's repeats patched into one Event's series, an Event
+/// gone from the hub (its TTL) created again rather than lost, and every call within
+/// hub::ACCESS (create and patch on events.k8s.io Events).
+#[test]
+fn the_daemon_records_events_aggregates_repeats_and_recreates_an_expired_one() {
+    let l = lab(1, "");
+    l.builder()
+        .top("alerts:\n  warn_before: 36500d\n")
+        .write(&l.fleet.config)
+        .unwrap();
+    let daemon = support::daemon::Daemon::start(&l.fleet.config, &["--interval", "1s"]);
+    let ticks = |n: usize| {
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while daemon.log().matches("tick finished").count() < n {
+            assert!(std::time::Instant::now() < end, "{}", daemon.log());
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let client_warning = |events: &[Value]| -> Vec<Value> {
+        events
+            .iter()
+            .filter(|e| {
+                e["reason"] == "CredentialExpiring"
+                    && e["note"]
+                        .as_str()
+                        .is_some_and(|n| n.contains("client certificate"))
+            })
+            .cloned()
+            .collect()
+    };
+    ticks(3);
+    let events = l.hub.events();
+    let rotated: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["reason"] == "CredentialRotated")
+        .collect();
+    assert_eq!(rotated.len(), 1, "{events:#?}");
+    assert_eq!(rotated[0]["regarding"]["kind"], "Kustomization");
+    assert_eq!(rotated[0]["regarding"]["name"], "spoke0");
+    assert_eq!(rotated[0]["metadata"]["namespace"], "flux-system");
+    let warned = client_warning(&events);
+    assert_eq!(warned.len(), 1, "one Event, not one per tick: {events:#?}");
+    let first = warned[0]["metadata"]["name"].as_str().unwrap().to_string();
+    assert!(
+        warned[0]["series"]["count"].as_u64().unwrap_or(0) >= 2,
+        "{:#}",
+        warned[0]
+    );
+
+    // The API server deletes Events after --event-ttl: the next repeat starts anew.
+    l.hub.expire_events();
+    let seen = daemon.log().matches("tick finished").count();
+    ticks(seen + 2);
+    let log = daemon.log();
+    drop(daemon);
+    let warned = client_warning(&l.hub.events());
+    assert_eq!(warned.len(), 1, "{warned:#?}");
+    assert_ne!(warned[0]["metadata"]["name"], first.as_str(), "a new Event");
+    assert!(!log.contains("event not recorded"), "{log}");
+    let patches_gone = l
+        .hub
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PATCH" && r.path.contains(&format!("/events/{first}")))
+        .count();
+    assert!(
+        patches_gone >= 2,
+        "the series was patched, also after it was gone"
+    );
+    l.assert_within_access();
 }

@@ -1,4 +1,4 @@
 //! verify: the hub took it (the controller's certificate, Ready, Flux consumers), against
 //! the emulated hub.
 
-mod hub;
+pub(crate) mod hub;

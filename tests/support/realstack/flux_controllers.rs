@@ -223,7 +223,7 @@ impl FluxControllers {
 }
 
 /// The status code of GET `path` on 127.0.0.1:`port`.
-fn http_status(port: u16, path: &str) -> Result<u16, String> {
+pub(super) fn http_status(port: u16, path: &str) -> Result<u16, String> {
     let mut conn = TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     conn.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;

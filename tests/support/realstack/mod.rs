@@ -22,6 +22,7 @@ pub mod hub;
 pub mod kube;
 pub mod kubeadm;
 pub mod netns;
+pub mod notification;
 pub mod proc;
 pub mod real_flux;
 pub mod spoke;

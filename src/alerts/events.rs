@@ -1,0 +1,385 @@
+//! What a tick tells Flux users where they already look: each rotation, failure, hub
+//! verification failure, revocation and expiry warning as a Kubernetes Event on the
+//! spoke's Flux consumer (with `hub:`, `hub::events`) and as a Flux event to
+//! notification-controller (`alerts.flux`, `flux.rs`).
+//!
+//! [`noted`] is pure (a tick report and its findings in, what to record out); [`Events`]
+//! holds each sink's open series across ticks, so a repeat aggregates instead of
+//! recording again.
+
+use std::time::Duration;
+
+use time::OffsetDateTime;
+
+use super::flux::FluxSink;
+use super::notify::{NotifyError, NotifyOptions, SinkError};
+use super::{AlertName, Finding, Status, Subject};
+use crate::config::Config;
+use crate::hub::consumers::Listed;
+use crate::hub::events::{Occurrence, Reason, Recorder, regarding};
+use crate::hub::{Hub, HubError};
+use crate::rotate::{Outcome, TickReport};
+use crate::text::one_line;
+
+/// Bounds recording a tick's Events on the hub, connection and listing included.
+const HUB_BOUND: Duration = Duration::from_secs(30);
+
+/// One thing to record about a spoke, before knowing which objects it is about.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Noted {
+    pub spoke: String,
+    pub reason: Reason,
+    /// One line, spoke-supplied parts bounded (`text::one_line`); no secret material:
+    /// built from errors, fingerprints, names and dates only.
+    pub note: String,
+}
+
+/// What this tick and its findings record, per spoke in report order, then the expiry
+/// findings.
+pub(crate) fn noted(report: &TickReport, findings: &[Finding]) -> Vec<Noted> {
+    let mut out = Vec::new();
+    for s in &report.spokes {
+        let spoke = s.spoke.as_str();
+        let mut note = |reason, text: String| {
+            out.push(Noted {
+                spoke: spoke.to_string(),
+                reason,
+                note: one_line(&text, 900),
+            })
+        };
+        match &s.outcome {
+            Outcome::Rotated { commit } => {
+                let why = s.reason.as_ref().map_or_else(String::new, |r| {
+                    format!(" ({})", one_line(&r.to_string(), 300))
+                });
+                let short: String = commit.chars().take(12).collect();
+                note(
+                    Reason::CredentialRotated,
+                    format!(
+                        "spoke {spoke}: a validated credential was committed{why}, commit {short}"
+                    ),
+                );
+            }
+            Outcome::Failed(e) => note(
+                Reason::RotationFailed,
+                format!(
+                    "spoke {spoke}: rotation failed at {}: {}; the committed credential is untouched",
+                    e.stage(),
+                    one_line(&e.to_string(), 600)
+                ),
+            ),
+            _ => {}
+        }
+        if let Some(h) = &s.hub
+            && !h.ok()
+        {
+            note(
+                Reason::HubVerificationFailed,
+                format!(
+                    "spoke {spoke}: the hub is not using the pushed credential: {}",
+                    one_line(&h.summary(), 600)
+                ),
+            );
+        }
+        if !s.revoked.is_empty() {
+            let names: Vec<String> = s.revoked.iter().map(|b| one_line(b, 100)).collect();
+            note(
+                Reason::CredentialRevoked,
+                format!(
+                    "spoke {spoke}: superseded minted credentials revoked (ClusterRoleBindings deleted: {})",
+                    names.join(", ")
+                ),
+            );
+        }
+        if let Some(e) = &s.revoke_error {
+            note(
+                Reason::RevocationFailed,
+                format!(
+                    "spoke {spoke}: superseded minted credentials not revoked: {}",
+                    one_line(e, 600)
+                ),
+            );
+        }
+    }
+    out.extend(findings.iter().filter_map(expiry));
+    out
+}
+
+/// An expiry alert on the hub's credential (its client certificate or CA). The note
+/// names the date, not the days left, so that it repeats unchanged from tick to tick.
+fn expiry(f: &Finding) -> Option<Noted> {
+    let (Subject::Client | Subject::Ca, Some(na)) = (f.subject, f.not_after) else {
+        return None;
+    };
+    let reason = match f.alert? {
+        AlertName::CertificateExpiring => Reason::CredentialExpiring,
+        AlertName::CertificateExpired => Reason::CredentialExpired,
+        _ => return None,
+    };
+    let date = crate::rotate::state::rfc3339(na);
+    let what = match f
+        .credential
+        .as_ref()
+        .and_then(super::CredentialFacts::describe)
+    {
+        Some(minted) => format!("{} {minted}", f.subject.title()),
+        None => f.subject.title().to_string(),
+    };
+    let note = match f.status {
+        Status::Expired => format!("spoke {}: the {what} expired on {date}", f.spoke),
+        status => format!("spoke {}: the {what} expires on {date} ({status})", f.spoke),
+    };
+    Some(Noted {
+        spoke: f.spoke.clone(),
+        reason,
+        note: one_line(&note, 900),
+    })
+}
+
+/// Why an Event was not recorded or a Flux event not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum EventError {
+    #[error("hub Events: {0}")]
+    Hub(HubError),
+    #[error("hub Events: not recorded within {}s", HUB_BOUND.as_secs())]
+    HubTimeout,
+    #[error(transparent)]
+    Flux(#[from] SinkError),
+}
+
+/// The Event sinks and their open series: hold one across ticks.
+pub struct Events {
+    /// With `hub:`.
+    recorder: Option<Recorder>,
+    /// With `alerts.flux`.
+    flux: Option<FluxSink>,
+}
+
+impl Events {
+    /// `instance` is the reportingInstance (the pod's name); a series stays open for
+    /// `window` after its last occurrence (keep it above the tick period).
+    pub fn new(
+        config: &Config,
+        instance: &str,
+        window: Duration,
+        opts: NotifyOptions,
+    ) -> Result<Events, NotifyError> {
+        Ok(Events {
+            recorder: config.hub.as_ref().map(|_| Recorder::new(instance, window)),
+            flux: config
+                .alerts
+                .flux
+                .as_ref()
+                .map(|a| FluxSink::new(a, instance, window, opts))
+                .transpose()?,
+        })
+    }
+
+    /// Records what `report` and `findings` note. Bounded in time; never panics.
+    pub async fn record(
+        &mut self,
+        config: &Config,
+        report: &TickReport,
+        findings: &[Finding],
+        now: OffsetDateTime,
+    ) -> Vec<EventError> {
+        let noted = noted(report, findings);
+        if noted.is_empty() || (self.recorder.is_none() && self.flux.is_none()) {
+            return Vec::new();
+        }
+        let mut errors = Vec::new();
+        let hub = match (&config.hub, &self.recorder) {
+            (Some(cfg), Some(_)) => match Hub::connect_bounded(cfg).await {
+                Ok(h) => Some(h),
+                Err(e) => {
+                    errors.push(EventError::Hub(e));
+                    None
+                }
+            },
+            _ => None,
+        };
+        let listed = match &hub {
+            Some(h) => listed(h, config, report, &noted).await,
+            None => Listed::new(),
+        };
+        let occurrences = occurrences(config, report, &listed, noted);
+        if let (Some(hub), Some(recorder)) = (&hub, &mut self.recorder) {
+            let all = async {
+                let mut failed = Vec::new();
+                for (_, o) in &occurrences {
+                    if let Err(e) = recorder.record(hub, o, now).await {
+                        failed.push(EventError::Hub(e));
+                    }
+                }
+                failed
+            };
+            match tokio::time::timeout(HUB_BOUND, all).await {
+                Ok(failed) => errors.extend(failed),
+                Err(_) => errors.push(EventError::HubTimeout),
+            }
+        }
+        if let Some(flux) = &mut self.flux {
+            for (spoke, o) in &occurrences {
+                if let Err(e) = flux.send(o, spoke, now).await {
+                    errors.push(e.into());
+                    // The receiver is down: the others would wait as long.
+                    break;
+                }
+            }
+        }
+        errors
+    }
+}
+
+/// The consumers of the spokes whose objects this tick's verification did not list.
+async fn listed(hub: &Hub, config: &Config, report: &TickReport, noted: &[Noted]) -> Listed {
+    let unknown = config.spokes.iter().filter(|s| {
+        noted.iter().any(|n| n.spoke == s.name)
+            && !report.spokes.iter().any(|r| {
+                r.spoke == s.name && r.hub.as_ref().is_some_and(|h| !h.consumers.is_empty())
+            })
+    });
+    hub.list_consumers(unknown, HUB_BOUND / 3).await
+}
+
+/// Each noted thing once per object it is about, with its spoke.
+fn occurrences(
+    config: &Config,
+    report: &TickReport,
+    listed: &Listed,
+    noted: Vec<Noted>,
+) -> Vec<(String, Occurrence)> {
+    let mut out = Vec::new();
+    for n in noted {
+        let Some(spoke) = config.spokes.iter().find(|s| s.name == n.spoke) else {
+            continue;
+        };
+        let verified = report
+            .spokes
+            .iter()
+            .find(|r| r.spoke == n.spoke)
+            .and_then(|r| r.hub.as_ref());
+        for r in regarding(spoke, verified, listed) {
+            out.push((
+                n.spoke.clone(),
+                Occurrence {
+                    regarding: r,
+                    reason: n.reason,
+                    note: n.note.clone(),
+                },
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rotate::SpokeReport;
+
+    fn finding(spoke: &str, subject: Subject, status: Status, alert: AlertName) -> Finding {
+        Finding {
+            spoke: spoke.into(),
+            subject,
+            status,
+            not_after: Some(time::macros::datetime!(2027-01-01 00:00 UTC)),
+            days_left: Some(20),
+            detail: "expires in 20 days".into(),
+            alert: Some(alert),
+            credential: None,
+            summary: "spoke dev: the client certificate expires in 20 days".into(),
+            description: String::new(),
+        }
+    }
+
+    #[test]
+    fn rotations_failures_and_revocations_are_noted_and_healthy_spokes_are_not() {
+        let mut rotated = SpokeReport::new(
+            "dev",
+            Outcome::Rotated {
+                commit: "0123456789abcdef0123".into(),
+            },
+        );
+        rotated.revoked = vec!["spokekeeper-dev-g1".into()];
+        let mut revoke_failed = SpokeReport::new("prod", Outcome::Healthy);
+        revoke_failed.revoke_error = Some("forbidden:\nno delete".into());
+        let report = TickReport::of(vec![
+            rotated,
+            SpokeReport::new("quiet", Outcome::Healthy),
+            revoke_failed,
+        ]);
+        let n = noted(&report, &[]);
+        let reasons: Vec<(&str, Reason)> = n.iter().map(|n| (n.spoke.as_str(), n.reason)).collect();
+        assert_eq!(
+            reasons,
+            [
+                ("dev", Reason::CredentialRotated),
+                ("dev", Reason::CredentialRevoked),
+                ("prod", Reason::RevocationFailed),
+            ]
+        );
+        assert_eq!(
+            n[0].note,
+            "spoke dev: a validated credential was committed, commit 0123456789ab"
+        );
+        assert!(n[1].note.contains("spokekeeper-dev-g1"), "{}", n[1].note);
+        assert_eq!(
+            n[2].note,
+            "spoke prod: superseded minted credentials not revoked: forbidden: no delete"
+        );
+    }
+
+    #[test]
+    fn expiry_of_the_hubs_credential_is_noted_by_date_and_nothing_else_is() {
+        let findings = [
+            finding(
+                "dev",
+                Subject::Client,
+                Status::Warning,
+                AlertName::CertificateExpiring,
+            ),
+            finding(
+                "dev",
+                Subject::Ca,
+                Status::Expired,
+                AlertName::CertificateExpired,
+            ),
+            // Not the hub's credential: the spoke's serving certificate, the sealing one.
+            finding(
+                "dev",
+                Subject::Serving,
+                Status::Warning,
+                AlertName::CertificateExpiring,
+            ),
+            finding(
+                "dev",
+                Subject::Sealing,
+                Status::Critical,
+                AlertName::CertificateExpiring,
+            ),
+        ];
+        let n = noted(&TickReport::of(Vec::new()), &findings);
+        assert_eq!(
+            n,
+            [
+                Noted {
+                    spoke: "dev".into(),
+                    reason: Reason::CredentialExpiring,
+                    note: "spoke dev: the client certificate expires on 2027-01-01T00:00:00Z (warning)"
+                        .into()
+                },
+                Noted {
+                    spoke: "dev".into(),
+                    reason: Reason::CredentialExpired,
+                    note: "spoke dev: the cluster CA expired on 2027-01-01T00:00:00Z".into()
+                },
+            ]
+        );
+        // The next day's finding says one day less; the note is the same.
+        let mut later = findings[0].clone();
+        later.days_left = Some(19);
+        later.summary = "spoke dev: the client certificate expires in 19 days".into();
+        assert_eq!(noted(&TickReport::of(Vec::new()), &[later])[0], n[0]);
+    }
+}
