@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use time::OffsetDateTime;
 
-use super::observe::{self, Observation};
+use super::observe::{self, Probed};
 use super::progress::Step;
 use super::publish::{Direct, Publish};
 use super::reconcile::{Reconciled, Run, policy, reconcile};
@@ -63,7 +63,11 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
-    let mut results: Vec<(usize, Observation, Reconciled)> = {
+    // HEAD listed once: each spoke's committed file is read without a git process of its
+    // own (file by file, as before, should the listing fail).
+    let files = ctx.repo.snapshot().await.ok();
+    let files = files.as_ref();
+    let mut results: Vec<(usize, Probed, Reconciled)> = {
         let run = Run {
             ctx,
             opts,
@@ -80,10 +84,14 @@ async fn run<P: Publish>(
                     spoke: &spoke.name,
                     stage: "probe",
                 });
-                let seen = observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await;
+                let seen = match files {
+                    Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
+                    None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
+                };
                 let done = reconcile(run, spoke, &seen, &policy(run, spoke, &seen)).await;
                 opts.progress.emit(Step::Done { spoke: &spoke.name });
-                (i, seen, done)
+                // Kept until the tick ends for every spoke: only what is read later.
+                (i, seen.into_probed(), done)
             })
             .buffer_unordered(opts.concurrency.max(1))
             .collect()
