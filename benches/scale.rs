@@ -10,9 +10,11 @@
 //! - `spokekeeper run --interval 1s` over the first M spokes: VmRSS before the first tick,
 //!   VmHWM at the end of the first tick, VmRSS and VmHWM after T ticks.
 //!
-//! `cargo bench --bench scale`: N=10000, M=1000, T=100. `cargo test --bench scale`: a smoke
-//! round (N=3, M=3, T=2). SCALE_BENCH_N, SCALE_BENCH_DAEMON_N, SCALE_BENCH_TICKS override;
-//! SCALE_BENCH_CONCURRENCY=8,32 the `--concurrency` values of the healthy tick.
+//! `cargo bench --bench scale`: N=1000,2000,5000,10000,20000 (and the per-spoke slope),
+//! M=10000, T=100. `cargo test --bench scale`: a smoke round (N=3, M=3, T=2). SCALE_BENCH_N
+//! (a list), SCALE_BENCH_DAEMON_N, SCALE_BENCH_TICKS override;
+//! SCALE_BENCH_CONCURRENCY=8,32 the `--concurrency` values of the healthy tick;
+//! SCALE_BENCH_WRAP a profiler to run the healthy tick under (`heaptrack -o FILE`).
 
 #[path = "lab/measure.rs"]
 mod measure;
@@ -199,22 +201,63 @@ fn daemon(fleet: &Fleet, n: usize, ticks: usize) {
     println!("daemon VmRSS (MiB) {}", trend.join(", "));
 }
 
+/// Least-squares line through (x, y): (slope, intercept).
+fn fit(points: &[(f64, f64)]) -> (f64, f64) {
+    let n = points.len() as f64;
+    let (sx, sy) = points
+        .iter()
+        .fold((0.0, 0.0), |(a, b), (x, y)| (a + x, b + y));
+    let (mx, my) = (sx / n, sy / n);
+    let sxx: f64 = points.iter().map(|(x, _)| (x - mx) * (x - mx)).sum();
+    let sxy: f64 = points.iter().map(|(x, y)| (x - mx) * (y - my)).sum();
+    let slope = if sxx > 0.0 { sxy / sxx } else { 0.0 };
+    (slope, my - slope * mx)
+}
+
 fn main() {
     measure::reaper_if_asked();
     let full = std::env::args().any(|a| a == "--bench");
-    let n = env_usize("SCALE_BENCH_N", full, 10_000, 3);
-    let daemon_n = env_usize("SCALE_BENCH_DAEMON_N", full, 1000, 3);
+    let sizes: Vec<usize> = match std::env::var("SCALE_BENCH_N") {
+        Ok(v) => v
+            .split(',')
+            .map(|n| {
+                n.trim()
+                    .parse()
+                    .unwrap_or_else(|_| panic!("SCALE_BENCH_N={v}: not a list of numbers"))
+            })
+            .collect(),
+        Err(_) if full => vec![1000, 2000, 5000, 10_000, 20_000],
+        Err(_) => vec![3],
+    };
+    let daemon_n = env_usize("SCALE_BENCH_DAEMON_N", full, 10_000, 3);
     let ticks = env_usize("SCALE_BENCH_TICKS", full, 100, 2);
     let concurrency: Vec<usize> = std::env::var("SCALE_BENCH_CONCURRENCY")
         .unwrap_or_else(|_| "8".into())
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
-    // One listener per spoke in this process: raise the soft descriptor limit to the hard
-    // one (raising the hard one needs CAP_SYS_RESOURCE).
-    let limit = measure::raise_nofile();
+    let wanted = sizes.iter().copied().max().unwrap_or(0).max(daemon_n);
+    // One listener per spoke in this process: the descriptor limit is raised (where
+    // allowed), and a size it cannot hold is cut to what it can, and said.
+    let limit = measure::raise_nofile(wanted as u64 + 4096);
+    let room = limit
+        .1
+        .map_or(usize::MAX, |l| (l as usize).saturating_sub(1000));
+    let sizes: Vec<usize> = sizes
+        .into_iter()
+        .map(|n| {
+            if n > room {
+                println!(
+                    "N={n} needs more descriptors than the limit {:?}: cut to {room}",
+                    limit.1
+                );
+            }
+            n.min(room)
+        })
+        .collect();
+    let most = sizes.iter().copied().max().unwrap_or(0).max(daemon_n);
     println!(
-        "scale benchmark: {} cores, {} build of spokekeeper; RLIMIT_NOFILE soft limit raised from {:?} to the hard limit {:?}",
+        "scale benchmark: {} cores, {} build of spokekeeper; RLIMIT_NOFILE soft limit raised from {:?} to {:?}",
         std::thread::available_parallelism().map_or(1, |c| c.get()),
         if cfg!(debug_assertions) {
             "debug"
@@ -226,38 +269,74 @@ fn main() {
     );
 
     let setup = Instant::now();
-    let lab = ScaleLab::start(n.max(daemon_n));
-    let lab_s = setup.elapsed().as_secs_f64();
-    let fleet = Fleet::new(&lab.spokes[..n]);
+    let lab = ScaleLab::start(most);
     println!(
-        "N={n}: lab ({} spokes, one PKI each) in {lab_s:.1} s, fleet repo and config in {:.1} s; \
-         each API presents {} bytes of DER",
-        lab.spokes.len(),
-        setup.elapsed().as_secs_f64() - lab_s,
+        "lab ({most} spokes, one PKI each) in {:.1} s; each API presents {} bytes of DER",
+        setup.elapsed().as_secs_f64(),
         lab.spokes[0].chain_bytes
     );
-    for c in &concurrency {
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--config").arg(&fleet.config).args([
-            "rotate",
-            "--all",
-            "-o",
-            "json",
-            "--concurrency",
-            &c.to_string(),
-        ]);
-        let m = measure(cmd);
-        let counts = actions(&m);
-        assert_eq!(m.code, 0, "healthy tick exited {}: {}", m.code, m.stderr);
-        assert_eq!(counts.get("healthy"), Some(&n), "{counts:?}");
+    // For profiling: a command the tick runs under, e.g. `heaptrack -o /tmp/sk` (its
+    // figures then include the wrapper's cost).
+    let wrap: Vec<String> = std::env::var("SCALE_BENCH_WRAP")
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_owned)
+        .collect();
+    let mut rows = Vec::new();
+    for &n in &sizes {
+        let setup = Instant::now();
+        let fleet = Fleet::new(&lab.spokes[..n]);
+        eprintln!(
+            "N={n}: fleet repo and config in {:.1} s",
+            setup.elapsed().as_secs_f64()
+        );
+        for c in &concurrency {
+            let mut cmd = match wrap.split_first() {
+                Some((prog, args)) => {
+                    let mut cmd = Command::new(prog);
+                    cmd.args(args).arg(BIN);
+                    cmd
+                }
+                None => Command::new(BIN),
+            };
+            cmd.arg("--config").arg(&fleet.config).args([
+                "rotate",
+                "--all",
+                "-o",
+                "json",
+                "--concurrency",
+                &c.to_string(),
+            ]);
+            let m = measure(cmd);
+            let counts = actions(&m);
+            assert_eq!(m.code, 0, "healthy tick exited {}: {}", m.code, m.stderr);
+            assert_eq!(counts.get("healthy"), Some(&n), "{counts:?}");
+            println!(
+                "healthy tick, N={n}, --concurrency {c}: wall {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB",
+                m.wall.as_secs_f64(),
+                m.cpu.as_secs_f64(),
+                mib(m.peak_kib)
+            );
+            rows.push((n, *c, m));
+        }
+    }
+    if sizes.len() > 1 {
+        let c = concurrency[0];
+        let of = |f: &dyn Fn(&Measured) -> f64| -> Vec<(f64, f64)> {
+            rows.iter()
+                .filter(|(_, rc, _)| *rc == c)
+                .map(|(n, _, m)| (*n as f64, f(m)))
+                .collect()
+        };
+        let (wall, wall0) = fit(&of(&|m| m.wall.as_secs_f64() * 1000.0));
+        let (cpu, cpu0) = fit(&of(&|m| m.cpu.as_secs_f64() * 1000.0));
+        let (rss, rss0) = fit(&of(&|m| m.peak_kib as f64));
         println!(
-            "healthy tick, N={n}, --concurrency {c}: wall {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB",
-            m.wall.as_secs_f64(),
-            m.cpu.as_secs_f64(),
-            mib(m.peak_kib)
+            "healthy tick, --concurrency {c}, least squares over N: wall {wall:.3} ms/spoke + {wall0:.0} ms, \
+             CPU {cpu:.3} ms/spoke + {cpu0:.0} ms, peak RSS {rss:.2} KiB/spoke + {:.1} MiB",
+            rss0 / 1024.0
         );
     }
-    drop(fleet);
 
     let dfleet = Fleet::new(&lab.spokes[..daemon_n]);
     daemon(&dfleet, daemon_n, ticks);

@@ -17,8 +17,10 @@ use crate::config::RepoConfig;
 mod branch;
 mod plaintext;
 pub mod signing;
+mod snapshot;
 mod stage;
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
+pub use snapshot::Snapshot;
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
 pub(crate) const GIT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -538,43 +540,12 @@ impl Repo {
             .map(|a| a.to_string_lossy())
             .collect::<Vec<_>>()
             .join(" ");
-        let mut cmd = Command::new("git");
-        cmd.arg("-C")
-            .arg(&self.path)
-            .args(&args)
-            .env("GIT_TERMINAL_PROMPT", "0")
-            .env("GIT_LITERAL_PATHSPECS", "1")
-            .env("GIT_SSH_VARIANT", "ssh")
-            .env("LC_ALL", "C")
-            // refs/replace/* could make verify-commit and cat-file see another object
-            // than the id names.
-            .env("GIT_NO_REPLACE_OBJECTS", "1")
-            .envs(env.iter().copied())
-            .stdin(if input.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            // Its own process group: a cancelled tick ends git and what git started
-            // (ssh, remote helpers, pack-objects), so no push finishes afterwards.
-            .process_group(0)
-            .kill_on_drop(true);
-        // Batch mode: an ssh remote must never wait for a password or a host-key answer.
-        if std::env::var_os("GIT_SSH_COMMAND").is_none() {
-            cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
-        }
-        if let Some((name, email)) = &self.author {
-            for (k, v) in [
-                ("GIT_AUTHOR_NAME", name),
-                ("GIT_AUTHOR_EMAIL", email),
-                ("GIT_COMMITTER_NAME", name),
-                ("GIT_COMMITTER_EMAIL", email),
-            ] {
-                cmd.env(k, v);
-            }
-        }
+        let mut cmd = self.git_command(&args);
+        cmd.envs(env.iter().copied()).stdin(if input.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        });
         let mut child = cmd.spawn().map_err(RepoError::Spawn)?;
         let mut group = GroupGuard(child.id());
         if let (Some(bytes), Some(mut stdin)) = (input, child.stdin.take()) {
@@ -621,6 +592,42 @@ impl Repo {
 
     /// [`Repo::inside`], refusing a symbolic link on any component below the clone root:
     /// one committed in the fleet repo could point anywhere.
+    /// `git -C CLONE ARGS` with the environment every git run here gets (stdin: none).
+    fn git_command(&self, args: &[std::ffi::OsString]) -> Command {
+        let mut cmd = Command::new("git");
+        cmd.arg("-C")
+            .arg(&self.path)
+            .args(args)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_LITERAL_PATHSPECS", "1")
+            .env("GIT_SSH_VARIANT", "ssh")
+            .env("LC_ALL", "C")
+            // refs/replace/* could make verify-commit and cat-file see another object
+            // than the id names.
+            .env("GIT_NO_REPLACE_OBJECTS", "1")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            // Its own process group: a cancelled tick ends git and what git started
+            // (ssh, remote helpers, pack-objects), so no push finishes afterwards.
+            .process_group(0)
+            .kill_on_drop(true);
+        // Batch mode: an ssh remote must never wait for a password or a host-key answer.
+        if std::env::var_os("GIT_SSH_COMMAND").is_none() {
+            cmd.env("GIT_SSH_COMMAND", "ssh -o BatchMode=yes");
+        }
+        if let Some((name, email)) = &self.author {
+            for (k, v) in [
+                ("GIT_AUTHOR_NAME", name),
+                ("GIT_AUTHOR_EMAIL", email),
+                ("GIT_COMMITTER_NAME", name),
+                ("GIT_COMMITTER_EMAIL", email),
+            ] {
+                cmd.env(k, v);
+            }
+        }
+        cmd
+    }
+
     fn no_links(&self, rel: &Path) -> Result<PathBuf, RepoError> {
         let path = self.inside(rel)?;
         match crate::fsutil::symlink_in(&self.path, rel) {

@@ -26,19 +26,32 @@ pub fn children_cpu() -> Duration {
     Duration::from_millis((f[13] + f[14]) * 10)
 }
 
-/// Raises the soft descriptor limit to the hard one (raising the hard one needs
-/// CAP_SYS_RESOURCE); returns (soft before, hard), for the bench to say so.
-pub fn raise_nofile() -> (Option<u64>, Option<u64>) {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    rustix::process::setrlimit(
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: limit.maximum,
-            maximum: limit.maximum,
-        },
-    )
-    .expect("raise RLIMIT_NOFILE to its hard limit");
-    (limit.current, limit.maximum)
+/// Raises the descriptor limit: both limits to `want` when allowed (CAP_SYS_RESOURCE, e.g.
+/// root) and higher than the hard one, else the soft one to the hard one. Returns (soft
+/// before, soft now), for the bench to say so.
+pub fn raise_nofile(want: u64) -> (Option<u64>, Option<u64>) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let limit = getrlimit(Resource::Nofile);
+    let raised = limit.maximum.is_some_and(|hard| hard < want)
+        && setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: Some(want),
+                maximum: Some(want),
+            },
+        )
+        .is_ok();
+    if !raised {
+        setrlimit(
+            Resource::Nofile,
+            Rlimit {
+                current: limit.maximum,
+                maximum: limit.maximum,
+            },
+        )
+        .expect("raise RLIMIT_NOFILE to its hard limit");
+    }
+    (limit.current, getrlimit(Resource::Nofile).current)
 }
 
 /// One process run: wall, CPU of it and everything it waited for, its peak RSS.
@@ -56,8 +69,8 @@ pub struct Measured {
 const REAPER: &str = "SPOKEKEEPER_BENCH_REAPER";
 
 /// Runs `cmd` under this bench as a child subreaper (see [`reaper_main`]), so the CPU of
-/// everything it started lands in this process's cutime+cstime, including the ssh mux
-/// masters that `ssh -f` detaches from spokekeeper.
+/// everything it started lands in this process's cutime+cstime, including anything it
+/// detached (the ssh mux masters of earlier versions).
 pub fn measure(cmd: Command) -> Measured {
     let peak_file = tempfile::NamedTempFile::new().expect("peak file");
     let mut wrapped = Command::new(std::env::current_exe().expect("current exe"));
@@ -110,8 +123,8 @@ pub fn measure(cmd: Command) -> Measured {
 }
 
 /// The wrapper: runs its arguments as a command, sampling the command's VmHWM until it
-/// exits, then waits for every orphan reparented to it (a child subreaper), i.e. the
-/// daemonized ssh mux masters, which exit once spokekeeper closes its sessions.
+/// exits, then waits for every orphan reparented to it (a child subreaper): whatever the
+/// command detached (earlier versions' ssh mux masters).
 fn reaper_main(peak_file: &std::ffi::OsStr) -> ! {
     rustix::process::set_child_subreaper(Some(rustix::process::getpid())).expect("subreaper");
     let args: Vec<_> = std::env::args_os().skip(1).collect();

@@ -109,12 +109,20 @@ pub(crate) async fn run_tick(config: Config, opts: &Options) -> Result<TickRepor
     rotate::tick(&ctx, opts).await.map_err(RunTickError::Tick)
 }
 
+/// Pretty JSON and a newline, written as it is made: a report over many spokes is never
+/// held twice as text.
+fn out_json(report: &TickReport) {
+    use std::io::Write;
+    let mut stdout = std::io::BufWriter::new(std::io::stdout().lock());
+    let _ = serde_json::to_writer_pretty(&mut stdout, report)
+        .map_err(std::io::Error::from)
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+}
+
 pub(crate) fn print_report(report: &TickReport, format: Format) {
     match format {
-        Format::Json => out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(report).unwrap_or_default()
-        )),
+        Format::Json => out_json(report),
         Format::Yaml => out(&serde_saphyr::to_string(report).unwrap_or_default()),
         Format::Table => {
             out(&table(report));

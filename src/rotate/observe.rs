@@ -13,7 +13,7 @@ use super::TickReport;
 use super::decide::{Observed, expected_server};
 use super::state::{AnnotationError, Recorded};
 use crate::config::{Config, SpokeConfig};
-use crate::repo::{Repo, RepoError};
+use crate::repo::{Repo, RepoError, Snapshot};
 use crate::seal::{ManifestError, SealedSecret};
 use crate::spoke::{self, ProbeError, ProbeReport};
 
@@ -59,6 +59,15 @@ impl Committed {
     /// Reads what is committed at `spoke.output` in the clone.
     pub async fn read(spoke: &SpokeConfig, repo: &Repo) -> Committed {
         match repo.read(&spoke.output).await {
+            Ok(None) => Committed::Missing,
+            Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
+            Err(e) => Committed::Unreadable(Arc::new(e)),
+        }
+    }
+
+    /// [`Committed::read`] from a snapshot of the clone's HEAD.
+    pub async fn read_in(spoke: &SpokeConfig, files: &Snapshot<'_>) -> Committed {
+        match files.read(&spoke.output).await {
             Ok(None) => Committed::Missing,
             Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
             Err(e) => Committed::Unreadable(Arc::new(e)),
@@ -112,7 +121,24 @@ pub struct Observation {
     pub probe: Option<Result<ProbeReport, ProbeError>>,
 }
 
+/// What a tick keeps of an [`Observation`] once the spoke is decided: the probe, which
+/// the alerts reuse. Not the committed manifest (most of an observation's memory): it is
+/// read again after the tick, which may have replaced it.
+#[derive(Debug)]
+pub struct Probed {
+    pub spoke: String,
+    pub probe: Option<Result<ProbeReport, ProbeError>>,
+}
+
 impl Observation {
+    /// Drops all but what a tick keeps.
+    pub fn into_probed(self) -> Probed {
+        Probed {
+            spoke: self.spoke,
+            probe: self.probe,
+        }
+    }
+
     /// What [`super::decide::decide`] is given: the committed pair, or why it is unusable.
     pub fn observed(&self) -> Observed<'_> {
         Observed {
@@ -136,6 +162,27 @@ pub async fn spoke(
     known: Option<Result<ProbeReport, ProbeError>>,
 ) -> Observation {
     let committed = Committed::read(spoke, repo).await;
+    probed(spoke, committed, timeout, known).await
+}
+
+/// [`spoke`], reading what is committed from a snapshot of the clone's HEAD (many spokes:
+/// two git processes in all rather than two per spoke).
+pub async fn spoke_in(
+    spoke: &SpokeConfig,
+    files: &Snapshot<'_>,
+    timeout: Duration,
+    known: Option<Result<ProbeReport, ProbeError>>,
+) -> Observation {
+    let committed = Committed::read_in(spoke, files).await;
+    probed(spoke, committed, timeout, known).await
+}
+
+async fn probed(
+    spoke: &SpokeConfig,
+    committed: Committed,
+    timeout: Duration,
+    known: Option<Result<ProbeReport, ProbeError>>,
+) -> Observation {
     let probe = match (known, expected_server(spoke, committed.recorded())) {
         (Some(known), _) => Some(known),
         (None, Some(server)) => Some(spoke::probe(&server, timeout).await),
@@ -160,7 +207,11 @@ pub async fn fleet(
         .spokes
         .iter()
         .filter(|s| only.is_empty() || only.contains(&s.name));
-    in_order(spokes.map(|s| spoke(s, repo, timeout, None))).await
+    match repo.snapshot().await {
+        Ok(files) => in_order(spokes.map(|s| spoke_in(s, &files, timeout, None))).await,
+        // Read file by file: each spoke then says why it cannot be read.
+        Err(_) => in_order(spokes.map(|s| spoke(s, repo, timeout, None))).await,
+    }
 }
 
 /// After a tick: what is committed is read again (the tick may have committed) and the
@@ -172,19 +223,14 @@ pub async fn after_tick(
     tick: &TickReport,
     timeout: Duration,
 ) -> Vec<Observation> {
-    let probed = |name: &str| {
-        tick.seen
-            .iter()
-            .find(|o| o.spoke == name)
-            .and_then(|o| o.probe.clone())
-    };
-    in_order(
-        config
-            .spokes
-            .iter()
-            .map(|s| spoke(s, repo, timeout, probed(&s.name))),
-    )
-    .await
+    let by_name: std::collections::HashMap<&str, &Probed> =
+        tick.seen.iter().map(|p| (p.spoke.as_str(), p)).collect();
+    let probed = |name: &str| by_name.get(name).and_then(|p| p.probe.clone());
+    let spokes = config.spokes.iter();
+    match repo.snapshot().await {
+        Ok(files) => in_order(spokes.map(|s| spoke_in(s, &files, timeout, probed(&s.name)))).await,
+        Err(_) => in_order(spokes.map(|s| spoke(s, repo, timeout, probed(&s.name)))).await,
+    }
 }
 
 async fn in_order(

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use super::decide::Reason;
 use super::error::SpokeError;
 use super::error::Stage;
-use super::observe::Observation;
+use super::observe::Probed;
 use super::state::Recorded;
 use crate::fingerprint::{Ca, Fingerprint};
 use crate::repo::RepoError;
@@ -140,9 +140,9 @@ pub struct TickReport {
     /// The sealing key this tick sealed to (alerts grade it).
     #[serde(skip)]
     pub sealing_key: Option<SealingKey>,
-    /// Each spoke as the tick observed it, before acting (alerts reuse its probes).
+    /// Each spoke's probe as the tick took it, before acting (alerts reuse them).
     #[serde(skip)]
-    pub seen: Vec<Observation>,
+    pub seen: Vec<Probed>,
 }
 
 impl TickReport {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures::StreamExt;
 use time::OffsetDateTime;
 
-use super::observe::{self, Observation};
+use super::observe::{self, Probed};
 use super::progress::Step;
 use super::publish::{Direct, Publish};
 use super::reconcile::{Reconciled, Run, policy, reconcile};
@@ -64,6 +64,10 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
+    // HEAD listed once: each spoke's committed file is read without a git process of its
+    // own (file by file, as before, should the listing fail).
+    let files = ctx.repo.snapshot().await.ok();
+    let files = files.as_ref();
     let now = OffsetDateTime::now_utc();
     let mut worked: Vec<(usize, Worked)> = {
         let run = Run {
@@ -82,10 +86,14 @@ async fn run<P: Publish>(
                     spoke: &spoke.name,
                     stage: "probe",
                 });
-                let seen = observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await;
+                let seen = match files {
+                    Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
+                    None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
+                };
                 let done = reconcile(run, spoke, &seen, &policy(run, spoke, &seen)).await;
                 opts.progress.emit(Step::Done { spoke: &spoke.name });
-                (order, Worked::new(spoke, seen, done))
+                // Kept until the tick ends for every spoke: only what is read later.
+                (order, Worked::new(spoke, seen.into_probed(), done))
             })
             .buffer_unordered(opts.concurrency.max(1))
             .collect()
@@ -130,13 +138,13 @@ async fn run<P: Publish>(
 /// One spoke through the tick: what was observed, its report, and what it proposed.
 struct Worked<'a> {
     spoke: &'a SpokeConfig,
-    seen: Observation,
+    seen: Probed,
     report: SpokeReport,
     proposal: Option<Proposal>,
 }
 
 impl<'a> Worked<'a> {
-    fn new(spoke: &'a SpokeConfig, seen: Observation, done: Reconciled) -> Worked<'a> {
+    fn new(spoke: &'a SpokeConfig, seen: Probed, done: Reconciled) -> Worked<'a> {
         Worked {
             spoke,
             seen,

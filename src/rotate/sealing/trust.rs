@@ -128,8 +128,14 @@ pub(super) async fn check(
 /// none (unreadable, a link, unparsable, unannotated or malformed).
 async fn recorded(config: &Config, repo: &Repo) -> Committed {
     let mut out = Committed::default();
+    // HEAD listed once, not two git processes per spoke (file by file should that fail).
+    let files = repo.snapshot().await.ok();
     for s in &config.spokes {
-        let valid = match repo.read(&s.output).await {
+        let read = match &files {
+            Some(f) => f.read(&s.output).await,
+            None => repo.read(&s.output).await,
+        };
+        let valid = match read {
             Ok(None) => continue,
             Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|sealed| {
                 let v = sealed.annotations.get(SEALING_CERT_SHA256)?;

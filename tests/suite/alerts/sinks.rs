@@ -725,9 +725,8 @@ async fn after_a_tick_the_ticks_probe_is_reused() {
         address_in_sans: true,
     };
     let tick = rotate::TickReport {
-        seen: vec![rotate::Observation {
+        seen: vec![rotate::observe::Probed {
             spoke: "dev".into(),
-            committed: rotate::Committed::Missing,
             probe: Some(Ok(taken.clone())),
         }],
         ..rotate::TickReport::of(vec![rotate::SpokeReport::new(

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use spokekeeper::spoke::{
     ExtractError, MAX_KUBECONFIG_BYTES, NODE_RECIPE, Source, extract, read_over_ssh,
 };
-use support::procs::ssh_clients_for;
+use support::procs::{command_lines, descendants, ssh_clients_for};
 use support::{LAB_USER, Lab, Node, NodeOptions};
 
 async fn read(node: &Node, user: &str, path: &str) -> Result<Vec<u8>, ExtractError> {
@@ -300,6 +300,88 @@ async fn a_command_that_hangs_is_cut_off_and_its_session_ended() {
     let took = started.elapsed();
     assert!(matches!(err, ExtractError::CommandTimeout { .. }), "{err}");
     assert!(took < Duration::from_secs(8), "took {took:?}");
+    assert_no_ssh_left(node.address).await;
+}
+
+/// Our own child processes that are ssh clients for `address`, with their pids.
+fn our_ssh_children(address: IpAddr) -> Vec<i32> {
+    let ours = descendants(std::process::id() as i32);
+    let clients = ssh_clients_for(address);
+    command_lines()
+        .into_iter()
+        .filter(|(pid, args)| ours.contains(pid) && clients.contains(&args.join(" ")))
+        .map(|(pid, _)| pid)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_session_is_one_ssh_child_killed_and_reaped_when_the_caller_gives_up() {
+    let lab = Lab::new();
+    let node = lab.add_node(NodeOptions {
+        api: false,
+        ..NodeOptions::default()
+    });
+    node.set_authorized_key_options("root", r#"command="sleep 60",no-pty"#);
+    let address = node.address_string();
+    let settings = node.ssh_settings("root");
+    let path = node.kubeconfig_path_str().to_owned();
+    let reading =
+        tokio::spawn(async move { read_over_ssh(&address, &settings, &path).await.is_ok() });
+
+    // While the node's command runs: one ssh process, ours (no detached master).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let pid = loop {
+        let children = our_ssh_children(node.address);
+        if !children.is_empty() {
+            assert_eq!(children.len(), 1, "one ssh process per session");
+            assert_eq!(ssh_clients_for(node.address).len(), 1, "and no other");
+            break children[0];
+        }
+        assert!(Instant::now() < deadline, "no ssh child of ours appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+
+    // The caller drops the future: the process is killed and reaped (no zombie left).
+    reading.abort();
+    assert!(reading.await.unwrap_err().is_cancelled());
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        assert!(Instant::now() < deadline, "ssh {pid} not reaped");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_no_ssh_left(node.address).await;
+}
+
+#[tokio::test]
+async fn endless_output_is_refused_at_the_cap_without_waiting_for_the_node() {
+    let lab = Lab::new();
+    let node = lab.add_node(NodeOptions {
+        api: false,
+        ..NodeOptions::default()
+    });
+    // The node never stops writing; only the cap (not the command timeout) ends it.
+    node.set_authorized_key_options("root", r#"command="exec cat /dev/zero",no-pty"#);
+    let settings = spokekeeper::spoke::SshSettings {
+        command_timeout: Duration::from_secs(600),
+        ..node.ssh_settings("root")
+    };
+    let address = node.address_string();
+    let reading = read_over_ssh(&address, &settings, node.kubeconfig_path_str());
+    // A guard against hanging on the node, not a timing claim.
+    let err = tokio::time::timeout(Duration::from_secs(120), reading)
+        .await
+        .expect("not cut off at the cap")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ExtractError::TooLarge {
+                limit: MAX_KUBECONFIG_BYTES,
+                ..
+            }
+        ),
+        "{err}"
+    );
     assert_no_ssh_left(node.address).await;
 }
 

@@ -585,3 +585,66 @@ async fn a_cancelled_push_ends_everything_git_started() {
         "the remote helper (pid {pid}) outlived the cancelled push"
     );
 }
+
+/// What `read` answers, as text to compare: the bytes, "none", or the error's kind.
+fn answer(r: Result<Option<Vec<u8>>, RepoError>) -> String {
+    match r {
+        Ok(Some(b)) => format!("bytes {:?}", String::from_utf8_lossy(&b)),
+        Ok(None) => "none".into(),
+        Err(RepoError::Symlink(_)) => "symlink".into(),
+        Err(RepoError::Io { .. }) => "not a regular file".into(),
+        Err(e) => format!("other: {e}"),
+    }
+}
+
+#[tokio::test]
+async fn a_snapshot_reads_what_read_reads_as_head_held_it_when_listed() {
+    let (d, _remote, clones) = fleet(1);
+    let outside = d.path().join("outside.yaml");
+    std::fs::write(&outside, "outside\n").unwrap();
+    let clone = &clones[0];
+    for (rel, text) in [("fluxcd/a.yaml", "a\n"), ("fluxcd/b.yaml", "")] {
+        std::fs::create_dir_all(clone.join(rel).parent().unwrap()).unwrap();
+        std::fs::write(clone.join(rel), text).unwrap();
+    }
+    let repo = with_committed_links(clone, &[("fluxcd/link.yaml", &outside)]).await;
+    let files = repo.snapshot().await.unwrap();
+    let paths = [
+        "fluxcd/a.yaml",
+        "fluxcd/b.yaml",
+        "fluxcd/link.yaml",
+        "fluxcd",
+        "fluxcd/missing.yaml",
+        "missing/a.yaml",
+    ];
+    let mut seen = Vec::new();
+    for rel in paths {
+        let rel = Path::new(rel);
+        let direct = answer(repo.read(rel).await);
+        assert_eq!(answer(files.read(rel).await), direct, "{}", rel.display());
+        seen.push(direct);
+    }
+    assert_eq!(
+        seen,
+        [
+            "bytes \"a\\n\"",
+            "bytes \"\"",
+            "symlink",
+            "not a regular file",
+            "none",
+            "none"
+        ]
+    );
+
+    // A later commit is not in the snapshot: it holds HEAD as listed; a new one sees it.
+    let rel = Path::new("fluxcd/a.yaml");
+    repo.write_atomic(rel, b"a, again\n").unwrap();
+    repo.commit(rel, "a again")
+        .await
+        .unwrap()
+        .expect("a commit");
+    assert_eq!(answer(files.read(rel).await), "bytes \"a\\n\"");
+    let again = repo.snapshot().await.unwrap();
+    assert_eq!(answer(again.read(rel).await), answer(repo.read(rel).await));
+    assert_eq!(answer(again.read(rel).await), "bytes \"a, again\\n\"");
+}
