@@ -18,6 +18,7 @@ mod branch;
 mod plaintext;
 pub mod signing;
 mod stage;
+pub use branch::onboard::Beside;
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
@@ -86,6 +87,14 @@ pub enum RepoError {
         "refusing to commit {file}: the index also holds changes to {others}, which spokekeeper did not make; clear them (git -C CLONE reset); nothing was committed"
     )]
     OtherStaged { file: String, others: String },
+    #[error(
+        "refusing to commit {file} beside the credential: the target branch {why} since add read it; run add again"
+    )]
+    BesideMoved { file: String, why: &'static str },
+    #[error(
+        "refusing to commit the onboarding branch: {0}; a review branch may add new regular YAML files and list them in a kustomization.yaml, nothing else"
+    )]
+    NotOnboarding(String),
 }
 
 /// What `push` did.
