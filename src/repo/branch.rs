@@ -204,6 +204,35 @@ impl Repo {
         self.sign_commit(&tree, &base, &message).await
     }
 
+    /// The files besides `rel` that the onboarding commit `head` (trusted by the caller)
+    /// carries, as [`Repo::commit_onboarding`] takes them, so a new credential for a
+    /// spoke still waiting for review keeps them; empty for any other commit.
+    pub async fn onboarding_files(&self, head: &str, rel: &Path) -> Result<Vec<Beside>, RepoError> {
+        let Some(o) = Onboarding::parse(&self.commit_message(head).await?) else {
+            return Ok(Vec::new());
+        };
+        let parent = format!("{head}^");
+        let mut out = Vec::new();
+        let listed = o.lists.iter().map(|l| (l, true));
+        for (path, was) in o.adds.iter().map(|a| (a, false)).chain(listed) {
+            let path = Path::new(path);
+            if path == rel {
+                continue;
+            }
+            let bytes = self.show(head, path).await?.unwrap_or_default();
+            let was = match was {
+                true => self.show(&parent, path).await?,
+                false => None,
+            };
+            out.push(Beside {
+                rel: path.to_path_buf(),
+                bytes,
+                was,
+            });
+        }
+        Ok(out)
+    }
+
     /// The remote target branch's commit.
     async fn target_commit(&self) -> Result<String, RepoError> {
         let spec = format!("{}/{}^{{commit}}", self.remote, self.branch);

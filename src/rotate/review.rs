@@ -177,6 +177,8 @@ impl Review {
         let base = ctx.repo.target_branch().to_string();
         let mut pushed = None;
         let mut replaced = None;
+        // The pushed commit carries add's files (its message names them).
+        let mut carried = false;
         let head;
         if !dry_run && let Err(why) = gate.check() {
             if proposal.is_some() {
@@ -189,7 +191,10 @@ impl Review {
         }
         if let Some(p) = proposal {
             match push(ctx, spoke, &name, p, beside).await {
-                Ok(done) => (pushed, replaced, head) = (done.commit, done.replaced, done.head),
+                Ok(done) => {
+                    carried = done.onboarding;
+                    (pushed, replaced, head) = (done.commit, done.replaced, done.head)
+                }
                 Err(e) => {
                     report.outcome = Outcome::Failed(SpokeError::BranchPush {
                         branch: name.clone(),
@@ -253,7 +258,7 @@ impl Review {
         } else {
             // An onboarding commit's message gains the trailer naming every file.
             let message = match proposal {
-                Some(p) if beside.is_empty() => Some(p.message.clone()),
+                Some(p) if !carried => Some(p.message.clone()),
                 _ => ctx.repo.commit_message(&head).await.ok(),
             };
             let (title, body) = match message {
@@ -589,6 +594,8 @@ struct Pushed {
     head: String,
     /// For the pull request body: the head replaced because it was not trusted.
     replaced: Option<String>,
+    /// The pushed commit is an onboarding one (carrying add's files).
+    onboarding: bool,
 }
 
 /// Commits the proposal on the target branch's head and pushes it to the spoke's
@@ -604,9 +611,15 @@ async fn push(
 ) -> Result<Pushed, RepoError> {
     let head = ctx.repo.remote_branch_head(branch).await;
     let mut replaced = None;
+    let mut carried = Vec::new();
     if let Some(h) = &head
         && let BranchState::Open(proven) = ctx.repo.branch_state(branch, h, &spoke.output).await
     {
+        // A new credential for a spoke whose onboarding waits for review keeps the
+        // Flux objects `add` put beside it.
+        if proven.is_ok() && beside.is_empty() {
+            carried = ctx.repo.onboarding_files(h, &spoke.output).await?;
+        }
         match proven {
             Err(why) => {
                 tracing::warn!(spoke = %spoke.name, %branch, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
@@ -617,26 +630,50 @@ async fn push(
                     commit: None,
                     head: h.clone(),
                     replaced: None,
+                    onboarding: !carried.is_empty(),
                 });
             }
             Ok(()) => {}
         }
     }
     let bytes = p.manifest.as_bytes();
-    let sha = if beside.is_empty() {
+    let onboard = |files| async move {
         ctx.repo
-            .commit_on_target(&spoke.output, bytes, &p.message)
-            .await?
+            .commit_onboarding(&spoke.name, &spoke.output, bytes, files, &p.message)
+            .await
+    };
+    let mut onboarding = true;
+    let sha = if !beside.is_empty() {
+        onboard(beside).await?
     } else {
-        ctx.repo
-            .commit_onboarding(&spoke.name, &spoke.output, bytes, beside, &p.message)
-            .await?
+        let kept = match carried.is_empty() {
+            true => None,
+            false => match onboard(&carried).await {
+                Ok(sha) => Some(sha),
+                // The target branch moved under them: the credential goes alone.
+                Err(e @ RepoError::BesideMoved { .. }) => {
+                    tracing::warn!(spoke = %spoke.name, %branch, error = %e, "the onboarding files no longer fit the target branch; proposing the credential alone");
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        match kept {
+            Some(sha) => sha,
+            None => {
+                onboarding = false;
+                ctx.repo
+                    .commit_on_target(&spoke.output, bytes, &p.message)
+                    .await?
+            }
+        }
     };
     ctx.repo.push_branch(branch, &sha, head.as_deref()).await?;
     Ok(Pushed {
         head: sha.clone(),
         commit: Some(sha),
         replaced,
+        onboarding,
     })
 }
 

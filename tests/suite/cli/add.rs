@@ -346,11 +346,12 @@ const ONBOARDED: [&str; 4] = [
 
 /// Issue 32: `add` in review mode puts the credential and its Flux objects on one
 /// signed branch with one pull request whose body names every file, and main is not
-/// touched; the next tick finds the branch its own and pending, and after the merge the
-/// spoke is a normal one: healthy, nothing proposed.
+/// touched; the next tick finds the branch its own and pending, a new credential before
+/// the merge keeps the files, and after the merge the spoke is a normal one: healthy,
+/// nothing proposed.
 #[test]
 fn add_in_review_mode_opens_one_branch_and_one_pull_request_with_every_file() {
-    let (fleet, forge, key) = review_fleet();
+    let (mut fleet, forge, key) = review_fleet();
     let root = "resources:\n  - spoke0.yaml\n";
     push_to_remote(
         &fleet,
@@ -412,6 +413,34 @@ fn add_in_review_mode_opens_one_branch_and_one_pull_request_with_every_file() {
     assert!(!err.contains("not trusted"), "{err}");
     assert_eq!(git(&fleet.remote, &["rev-parse", branch]).trim(), head);
     assert_eq!(pulls_of(&forge, branch).len(), 1);
+
+    // The node rebuilt before the merge: the new credential keeps add's files on the
+    // branch, still trusted, still listed in the pull request.
+    fleet.nodes[1].rebuild();
+    let (code, report, err) = fleet.rotate_json(&["spoke1"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let head = git(&fleet.remote, &["rev-parse", branch])
+        .trim()
+        .to_string();
+    assert_eq!(report["spokes"][0]["commit"], head.as_str(), "{report}");
+    assert_eq!(files_of(&fleet, branch), ONBOARDED);
+    let (code, report, err) = fleet.rotate_json(&["spoke1"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(report["spokes"][0]["action"], "pending", "{report}");
+    assert_eq!(
+        report["spokes"][0]["commit"],
+        serde_json::Value::Null,
+        "{report}"
+    );
+    let pulls = pulls_of(&forge, branch);
+    assert_eq!(pulls.len(), 1);
+    for file in ONBOARDED {
+        assert!(
+            pulls[0].body.contains(&quoted(file)),
+            "{file} in {}",
+            pulls[0].body
+        );
+    }
 
     // Merged: the spoke is a normal one.
     let work = fleet.dir.path().join("merge");
