@@ -3,8 +3,10 @@
 //! again), prints the node recipe and the host-key step, then rotates it through the
 //! one-spoke rotate path, committing beside its credential, in the same commit, the Flux
 //! objects that deploy to it (layout.rs) and the root kustomization.yaml's listing of
-//! them: one commit, one push. spokekeeper.yaml is written only once that commit is
-//! made; a failure leaves it, the clone and the remote as they were.
+//! them: one commit, one push. In review mode that commit is an onboarding one on the
+//! spoke's branch, with one pull request (crate::repo::Repo::commit_onboarding).
+//! spokekeeper.yaml is written only once that commit is made (in review mode: pushed);
+//! a failure leaves it, the clone and the remote as they were.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
