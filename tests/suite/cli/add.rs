@@ -560,3 +560,33 @@ fn an_onboarding_branch_with_a_file_added_by_a_pusher_is_replaced() {
         );
     }
 }
+
+/// In review mode add may only add lines to the root's kustomization.yaml: one whose
+/// last line has no line break (the edit would change that line) is refused, naming the
+/// file and the fix, with nothing pushed and spokekeeper.yaml unchanged.
+#[test]
+fn add_in_review_mode_refuses_a_root_kustomization_it_could_not_only_append_to() {
+    let (fleet, forge, _) = review_fleet();
+    push_to_remote(
+        &fleet,
+        &[("fluxcd/kustomization.yaml", "resources:\n  - spoke0.yaml")],
+    );
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+    let (code, out, err) = add(&fleet, &[]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("fluxcd/kustomization.yaml: its last line has no line break")
+            && err.contains("end the file with one on main"),
+        "{err}"
+    );
+    let heads = git(
+        &fleet.remote,
+        &["for-each-ref", "--format=%(refname)", "refs/heads/"],
+    );
+    assert_eq!(heads.trim(), "refs/heads/main", "no branch pushed");
+    assert!(forge.pulls().is_empty());
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
+}
