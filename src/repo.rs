@@ -19,6 +19,7 @@ mod plaintext;
 pub mod signing;
 mod snapshot;
 mod stage;
+pub use branch::onboard::Beside;
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 pub use snapshot::Snapshot;
 
@@ -88,6 +89,14 @@ pub enum RepoError {
         "refusing to commit {file}: the index also holds changes to {others}, which spokekeeper did not make; clear them (git -C CLONE reset); nothing was committed"
     )]
     OtherStaged { file: String, others: String },
+    #[error(
+        "refusing to commit {file} beside the credential: the target branch {why} since add read it; run add again"
+    )]
+    BesideMoved { file: String, why: &'static str },
+    #[error(
+        "refusing to commit the onboarding branch: {0}; a review branch may add new regular YAML files and list them in a kustomization.yaml, nothing else"
+    )]
+    NotOnboarding(String),
 }
 
 /// What `push` did.

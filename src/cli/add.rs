@@ -3,8 +3,10 @@
 //! again), prints the node recipe and the host-key step, then rotates it through the
 //! one-spoke rotate path, committing beside its credential, in the same commit, the Flux
 //! objects that deploy to it (layout.rs) and the root kustomization.yaml's listing of
-//! them: one commit, one push. spokekeeper.yaml is written only once that commit is
-//! made; a failure leaves it, the clone and the remote as they were.
+//! them: one commit, one push. In review mode that commit is an onboarding one on the
+//! spoke's branch, with one pull request (crate::repo::Repo::commit_onboarding).
+//! spokekeeper.yaml is written only once that commit is made (in review mode: pushed);
+//! a failure leaves it, the clone and the remote as they were.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -73,12 +75,6 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         Ok(e) => e,
         Err(e) => return fail("add", Chain(&e)),
     };
-    if config.repo.mode == RepoMode::PullRequest {
-        return fail(
-            "add",
-            "repo.mode is pull-request: add commits the Flux objects beside the credential, which a review branch may not hold (it changes the spoke's file alone); add the spoke with repo.mode: direct, or add it to spokekeeper.yaml by hand and let the review branch carry its credential",
-        );
-    }
     let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name).cloned() else {
         return fail("add", "the spoke is not in the edited configuration");
     };
@@ -95,7 +91,9 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         Ok(r) => r,
         Err(e) => return fail("add", format!("cannot start the runtime: {e}")),
     };
-    let beside = match runtime.block_on(flux_files(&config, &spoke, args)) {
+    let review = config.repo.mode == RepoMode::PullRequest;
+    let branch = crate::rotate::review::branch_name(&spoke);
+    let (beside, pushed_before) = match runtime.block_on(flux_files(&config, &spoke, args)) {
         Ok(b) => b,
         Err(e) => return fail("add", &e),
     };
@@ -106,19 +104,28 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         beside: BTreeMap::from([(spoke.name.clone(), beside)]),
         ..Options::default()
     };
+    let repo_config = config.repo.clone();
     let report = match runtime.block_on(super::rotate::run_tick(config, &opts)) {
         Ok(r) => r,
         Err(e) => return fail("add", Chain(&e)),
     };
     super::rotate::print_report(&report, format);
-    let committed = report
-        .spokes
-        .iter()
-        .find(|s| s.spoke == spoke.name)
-        .and_then(|s| match &s.outcome {
-            Outcome::Rotated { commit } => Some(commit.clone()),
-            _ => None,
-        });
+    let committed = if review {
+        // Pushed this run, whether or not the forge then answered: the next tick opens
+        // the pull request of a pushed branch, once the spoke is in spokekeeper.yaml.
+        runtime
+            .block_on(pushed_to(&repo_config, &branch))
+            .filter(|now| Some(now) != pushed_before.as_ref())
+    } else {
+        report
+            .spokes
+            .iter()
+            .find(|s| s.spoke == spoke.name)
+            .and_then(|s| match &s.outcome {
+                Outcome::Rotated { commit } => Some(commit.clone()),
+                _ => None,
+            })
+    };
     let Some(commit) = committed else {
         return fail(
             "add",
@@ -139,13 +146,22 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
             ),
         );
     }
-    eprintln!(
-        "added {} to {}; committed its credential with {} in {}",
-        spoke.name,
-        config_path.display(),
-        files.join(", "),
-        commit.chars().take(12).collect::<String>()
-    );
+    let short = commit.chars().take(12).collect::<String>();
+    if review {
+        eprintln!(
+            "added {} to {}; pushed its credential with {} to branch {branch} at {short} for review: merging its pull request makes Flux deploy it",
+            spoke.name,
+            config_path.display(),
+            files.join(", "),
+        );
+    } else {
+        eprintln!(
+            "added {} to {}; committed its credential with {} in {short}",
+            spoke.name,
+            config_path.display(),
+            files.join(", "),
+        );
+    }
     if report.ok() && report.hub_ok() {
         ExitCode::SUCCESS
     } else {
@@ -208,15 +224,21 @@ fn node_steps(spoke: &SpokeConfig) -> String {
     )
 }
 
+/// The commit this clone last pushed to `branch` (review mode), if any.
+async fn pushed_to(config: &crate::config::RepoConfig, branch: &str) -> Option<String> {
+    Repo::open(config).await.ok()?.pushed(branch).await
+}
+
 /// What is committed beside the credential: the Kustomizations, an empty kustomization
 /// for each spoke directory that does not exist, and the root kustomization.yaml's
 /// listing (when the root has one). Read from the target branch as the remote has it
 /// now; the commit checks each file is still as read. Nothing that exists is overwritten.
+/// With them, the commit this clone last pushed to the spoke's review branch.
 async fn flux_files(
     config: &Config,
     spoke: &SpokeConfig,
     args: &AddArgs,
-) -> Result<Vec<Beside>, String> {
+) -> Result<(Vec<Beside>, Option<String>), String> {
     let repo = Repo::open(&config.repo)
         .await
         .map_err(|e| format!("repo.path: {e}"))?;
@@ -300,6 +322,14 @@ async fn flux_files(
         };
         let text = String::from_utf8(was.clone())
             .map_err(|_| format!("{}: not UTF-8 text", root_file.display()))?;
+        // A review branch may only add lines to it (docs/operations.md, onboarding).
+        if config.repo.mode == RepoMode::PullRequest && !text.is_empty() && !text.ends_with('\n') {
+            return Err(format!(
+                "{}: its last line has no line break, and in review mode add may only add lines to it; end the file with one on {} and run add again",
+                root_file.display(),
+                config.repo.branch
+            ));
+        }
         let entries = [slash_path(output), format!("{}.yaml", spoke.name)];
         let edited = layout::list_resources(&text, &entries)
             .map_err(|e| format!("{}: {e}", root_file.display()))?;
@@ -311,7 +341,10 @@ async fn flux_files(
             });
         }
     }
-    Ok(beside)
+    let pushed = repo
+        .pushed(&crate::rotate::review::branch_name(spoke))
+        .await;
+    Ok((beside, pushed))
 }
 
 /// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.

@@ -6,6 +6,10 @@ use std::path::Path;
 
 use super::{Repo, RepoError};
 
+pub(super) mod onboard;
+
+use onboard::{Beside, Onboarding};
+
 /// The prefix of every review branch: `spokekeeper/<spoke>`.
 pub const BRANCH_PREFIX: &str = "spokekeeper/";
 
@@ -48,6 +52,8 @@ pub enum Untrusted {
         "this clone has no record of spokekeeper pushing it (a new clone, or pushed by someone else)"
     )]
     NoRecord,
+    #[error("not an onboarding commit spokekeeper makes: {0}")]
+    Onboarding(String),
 }
 
 impl Repo {
@@ -151,17 +157,99 @@ impl Repo {
         bytes: &[u8],
         message: &str,
     ) -> Result<String, RepoError> {
-        let rel_s = rel.to_string_lossy().into_owned();
-        self.inside(rel)?;
-        let base = self
-            .git([
-                "rev-parse",
-                "--verify",
-                &format!("{}/{}^{{commit}}", self.remote, self.branch),
-            ])
+        let base = self.target_commit().await?;
+        let files = [(rel.to_string_lossy().into_owned(), bytes)];
+        let (tree, _) = self.tree_on(&base, &files).await?;
+        self.sign_commit(&tree, &base, message).await
+    }
+
+    /// `spokekeeper add` in review mode: one commit on top of the remote target branch
+    /// that adds the spoke `spoke`'s credential `rel` and `beside` it the files add
+    /// writes, each only if the target branch still holds what it was computed from.
+    /// Its trailer names each file; a commit [`Repo::provenance`] would not trust (any
+    /// change but new YAML files and lines added to a kustomization.yaml) is refused.
+    pub async fn commit_onboarding(
+        &self,
+        spoke: &str,
+        rel: &Path,
+        bytes: &[u8],
+        beside: &[Beside],
+        message: &str,
+    ) -> Result<String, RepoError> {
+        let base = self.target_commit().await?;
+        for b in beside {
+            let now = self.show(&base, &b.rel).await?;
+            if now != b.was {
+                let why = match (&now, &b.was) {
+                    (Some(_), None) => "holds it now",
+                    (None, Some(_)) => "no longer holds it",
+                    _ => "changed it",
+                };
+                let file = b.rel.display().to_string();
+                return Err(RepoError::BesideMoved { file, why });
+            }
+        }
+        let mut files = vec![(rel.to_string_lossy().into_owned(), bytes)];
+        for b in beside {
+            self.inside(&b.rel)?;
+            files.push((b.rel.to_string_lossy().into_owned(), b.bytes.as_slice()));
+        }
+        let (tree, raw) = self.tree_on(&base, &files).await?;
+        let onboarding = Onboarding::of_diff(spoke, &raw).map_err(RepoError::NotOnboarding)?;
+        onboard::check(&raw, &files[0].0, spoke, &onboarding).map_err(RepoError::NotOnboarding)?;
+        self.lines_added(&base, &tree, &onboarding.lists)
+            .await
+            .map_err(RepoError::NotOnboarding)?;
+        let message = format!("{}\n\n{}", message.trim_end(), onboarding.trailer());
+        self.sign_commit(&tree, &base, &message).await
+    }
+
+    /// The files besides `rel` that the onboarding commit `head` (trusted by the caller)
+    /// carries, as [`Repo::commit_onboarding`] takes them, so a new credential for a
+    /// spoke still waiting for review keeps them; empty for any other commit.
+    pub async fn onboarding_files(&self, head: &str, rel: &Path) -> Result<Vec<Beside>, RepoError> {
+        let Some(o) = Onboarding::parse(&self.commit_message(head).await?) else {
+            return Ok(Vec::new());
+        };
+        let parent = format!("{head}^");
+        let mut out = Vec::new();
+        let listed = o.lists.iter().map(|l| (l, true));
+        for (path, was) in o.adds.iter().map(|a| (a, false)).chain(listed) {
+            let path = Path::new(path);
+            if path == rel {
+                continue;
+            }
+            let bytes = self.show(head, path).await?.unwrap_or_default();
+            let was = match was {
+                true => self.show(&parent, path).await?,
+                false => None,
+            };
+            out.push(Beside {
+                rel: path.to_path_buf(),
+                bytes,
+                was,
+            });
+        }
+        Ok(out)
+    }
+
+    /// The remote target branch's commit.
+    async fn target_commit(&self) -> Result<String, RepoError> {
+        let spec = format!("{}/{}^{{commit}}", self.remote, self.branch);
+        Ok(self
+            .git(["rev-parse", "--verify", &spec])
             .await?
             .trim()
-            .to_string();
+            .to_string())
+    }
+
+    /// The tree of `base` with `files` written (as regular files, each checked for
+    /// plaintext and git attributes), and its `diff-tree --raw -z` from `base`.
+    async fn tree_on(
+        &self,
+        base: &str,
+        files: &[(String, &[u8])],
+    ) -> Result<(String, String), RepoError> {
         let index = tempfile::Builder::new()
             .prefix("spokekeeper-index")
             .tempfile_in(self.path.join(".git"))
@@ -169,28 +257,69 @@ impl Repo {
         let env = [("GIT_INDEX_FILE", index.path().as_os_str())];
         // git wants an index file it wrote itself, not an empty one.
         let _ = std::fs::remove_file(index.path());
-        self.git_with(["read-tree", &base], &env, None).await?;
-        self.stage(&rel_s, bytes, &env).await?;
+        self.git_with(["read-tree", base], &env, None).await?;
+        for (rel, bytes) in files {
+            self.inside(Path::new(rel))?;
+            self.stage(rel, bytes, &env).await?;
+        }
         let tree = self.git_with(["write-tree"], &env, None).await?;
-        let tree = tree.trim();
-        let changed = self
-            .git(["diff-tree", "-r", "--name-only", "-z", &base, tree])
+        let tree = tree.trim().to_string();
+        let raw = self
+            .git([
+                "diff-tree",
+                "-r",
+                "--no-renames",
+                "--raw",
+                "-z",
+                base,
+                &tree,
+            ])
             .await?;
-        let changed: Vec<(String, String)> = changed
+        let changed: Vec<(String, String)> = raw
             .split('\0')
-            .filter(|n| !n.is_empty())
+            .filter(|f| !f.is_empty() && !f.starts_with(':'))
             .map(|n| (n.to_string(), format!("{tree}:{n}")))
             .collect();
         self.check_blobs(&changed).await?;
-        // The attributes the target branch's tree (and the clone) applies to the file.
-        self.no_conversion(&rel_s, &env, true).await?;
-        // Signed by git itself (ssh-keygen -Y sign with repo.signing_key): a review
-        // branch is trusted only when its head verifies against that key.
+        // The attributes the target branch's tree (and the clone) applies to each file.
+        for (rel, _) in files {
+            self.no_conversion(rel, &env, true).await?;
+        }
+        Ok((tree, raw))
+    }
+
+    /// Signed by git itself (ssh-keygen -Y sign with repo.signing_key): a review branch
+    /// is trusted only when its head verifies against that key.
+    async fn sign_commit(
+        &self,
+        tree: &str,
+        base: &str,
+        message: &str,
+    ) -> Result<String, RepoError> {
         let signer = self.signer.as_ref().ok_or(RepoError::NoSigningKey)?;
         let mut args: Vec<String> = signer.sign_args().into();
-        args.extend(["commit-tree", "-S", tree, "-p", &base, "-m", message].map(String::from));
+        args.extend(["commit-tree", "-S", tree, "-p", base, "-m", message].map(String::from));
         let sha = self.git(args).await?;
         Ok(sha.trim().to_string())
+    }
+
+    /// Whether each of `paths` only gains lines from `from` to `to` (no line removed or
+    /// changed); else which does not.
+    async fn lines_added(&self, from: &str, to: &str, paths: &[String]) -> Result<(), String> {
+        for path in paths {
+            let stat = self
+                .git(["diff", "--numstat", "--no-renames", from, to, "--", path])
+                .await
+                .map_err(|e| format!("{path}: {e}"))?;
+            // `ADDED\tDELETED\tPATH`; binary files show `-`.
+            let deleted = stat.split('\t').nth(1).map(str::trim);
+            if deleted != Some("0") {
+                return Err(format!(
+                    "{path} loses or changes lines (only lines listing new files may be added)"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Whether `branch` at `head` is spokekeeper's own for `rel`: `head` verifies against
@@ -239,7 +368,22 @@ impl Repo {
             ])
             .await
             .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
-        only_writes(&raw, &rel.to_string_lossy())?;
+        let rel_s = rel.to_string_lossy();
+        let message = self
+            .commit_message(&full)
+            .await
+            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
+        match Onboarding::parse(&message) {
+            // `add` in review mode: new files beside the credential, as the trailer says.
+            Some(o) => {
+                let spoke = branch.strip_prefix(BRANCH_PREFIX).unwrap_or(branch);
+                onboard::check(&raw, &rel_s, spoke, &o).map_err(Untrusted::Onboarding)?;
+                self.lines_added(&parent, &full, &o.lists)
+                    .await
+                    .map_err(Untrusted::Onboarding)?;
+            }
+            None => only_writes(&raw, &rel_s)?,
+        }
         match self.pushed(branch).await {
             Some(recorded) if recorded == full => Ok(()),
             Some(recorded) => Err(Untrusted::NotPushed { recorded }),

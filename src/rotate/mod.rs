@@ -126,21 +126,12 @@ pub struct Options {
     /// Asked right before the push; always yes by default.
     pub gate: Gate,
     /// Files committed in the same commit as a spoke's credential, by spoke name
-    /// (`spokekeeper add`: the Flux objects that deploy with it). Direct mode only.
+    /// (`spokekeeper add`: the Flux objects that deploy with it). In review mode they go
+    /// on the spoke's branch with it ([`crate::repo::Repo::commit_onboarding`]).
     pub beside: std::collections::BTreeMap<String, Vec<Beside>>,
 }
 
-/// A file written and committed beside a spoke's credential, only if the target branch
-/// still holds what it was computed from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Beside {
-    /// Relative to the repo root.
-    pub rel: std::path::PathBuf,
-    pub bytes: Vec<u8>,
-    /// What the target branch must hold there now (None: nothing; then it is created,
-    /// never overwritten).
-    pub was: Option<Vec<u8>>,
-}
+pub use crate::repo::Beside;
 
 /// Whether this process may still act (with leader election: it holds the Lease with
 /// time left), asked right before a side effect: Err says why not.

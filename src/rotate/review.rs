@@ -17,8 +17,9 @@
 //!   `--force` always re-extracts.
 //! - **Provenance**: a branch counts only when it is provably spokekeeper's own
 //!   ([`crate::repo::Repo::provenance`]: its head is signed with `repo.signing_key`, one
-//!   commit on the target branch, changing the spoke's file alone, and exactly the commit
-//!   this clone last pushed there). Any other branch is treated as absent: the spoke is
+//!   commit on the target branch, changing the spoke's file alone (or, made by
+//!   `spokekeeper add`, adding it with the new files its trailer names), and exactly the
+//!   commit this clone last pushed there). Any other branch is treated as absent: the spoke is
 //!   re-extracted, the branch replaced with a lease on the head we saw, a warning logged,
 //!   and the pull request body names the replaced head. A pull request is pending only
 //!   while the forge shows that same head; its title and body are spokekeeper's.
@@ -41,7 +42,7 @@ use super::publish::{Finished, Landing, Publish};
 use super::report::RepoFailure;
 use super::sealing::CERT_BRANCH;
 use super::state::Recorded;
-use super::{Context, Gate, Options, Outcome, Proposal, SpokeReport};
+use super::{Context, Options, Outcome, Proposal, SpokeReport};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{self, Forge, PullRequest};
 use crate::repo::{BranchState, RepoError, Untrusted};
@@ -164,9 +165,10 @@ impl Review {
         spoke: &SpokeConfig,
         report: &mut SpokeReport,
         proposal: Option<&Proposal>,
-        dry_run: bool,
-        gate: &Gate,
+        opts: &Options,
     ) -> Option<String> {
+        let (dry_run, gate) = (opts.dry_run, &opts.gate);
+        let beside = opts.beside.get(&spoke.name).map_or(&[][..], Vec::as_slice);
         let pending = matches!(report.outcome, Outcome::Pending { .. });
         if proposal.is_none() && !pending {
             return None;
@@ -175,6 +177,8 @@ impl Review {
         let base = ctx.repo.target_branch().to_string();
         let mut pushed = None;
         let mut replaced = None;
+        // The pushed commit carries add's files (its message names them).
+        let mut carried = false;
         let head;
         if !dry_run && let Err(why) = gate.check() {
             if proposal.is_some() {
@@ -186,8 +190,11 @@ impl Review {
             return Some(why.to_string());
         }
         if let Some(p) = proposal {
-            match push(ctx, spoke, &name, p).await {
-                Ok(done) => (pushed, replaced, head) = (done.commit, done.replaced, done.head),
+            match push(ctx, spoke, &name, p, beside).await {
+                Ok(done) => {
+                    carried = done.onboarding;
+                    (pushed, replaced, head) = (done.commit, done.replaced, done.head)
+                }
                 Err(e) => {
                     report.outcome = Outcome::Failed(SpokeError::BranchPush {
                         branch: name.clone(),
@@ -249,9 +256,10 @@ impl Review {
                 .await
                 .map(|pr| pr.map(|pr| (pr, None)))
         } else {
+            // An onboarding commit's message gains the trailer naming every file.
             let message = match proposal {
-                Some(p) => Some(p.message.clone()),
-                None => ctx.repo.commit_message(&head).await.ok(),
+                Some(p) if !carried => Some(p.message.clone()),
+                _ => ctx.repo.commit_message(&head).await.ok(),
             };
             let (title, body) = match message {
                 Some(m) => describe(&m, report.reason.as_ref(), replaced.as_deref(), &head),
@@ -335,11 +343,7 @@ impl Publish for Review {
         proposal: Option<&Proposal>,
         opts: &Options,
     ) {
-        let gate = &opts.gate;
-        if let Some(why) = self
-            .settle(ctx, spoke, report, proposal, opts.dry_run, gate)
-            .await
-        {
+        if let Some(why) = self.settle(ctx, spoke, report, proposal, opts).await {
             self.refused = Some(why);
         }
     }
@@ -590,46 +594,86 @@ struct Pushed {
     head: String,
     /// For the pull request body: the head replaced because it was not trusted.
     replaced: Option<String>,
+    /// The pushed commit is an onboarding one (carrying add's files).
+    onboarding: bool,
 }
 
 /// Commits the proposal on the target branch's head and pushes it to the spoke's
 /// branch, replacing what is there only if it is still what we read. A branch that
-/// already carries the same content is kept only when it is provably ours.
+/// already carries the same content is kept only when it is provably ours. With
+/// `beside` (`spokekeeper add`) the commit is an onboarding one, carrying those files.
 async fn push(
     ctx: &Context,
     spoke: &SpokeConfig,
     branch: &str,
     p: &Proposal,
+    beside: &[super::Beside],
 ) -> Result<Pushed, RepoError> {
     let head = ctx.repo.remote_branch_head(branch).await;
     let mut replaced = None;
+    let mut carried = Vec::new();
     if let Some(h) = &head
         && let BranchState::Open(proven) = ctx.repo.branch_state(branch, h, &spoke.output).await
     {
+        // A new credential for a spoke whose onboarding waits for review keeps the
+        // Flux objects `add` put beside it.
+        if proven.is_ok() && beside.is_empty() {
+            carried = ctx.repo.onboarding_files(h, &spoke.output).await?;
+        }
         match proven {
             Err(why) => {
                 tracing::warn!(spoke = %spoke.name, %branch, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
                 replaced = Some(format!("replaced branch head {h}: {why}"));
             }
-            Ok(()) if same_content(ctx, spoke, h, p).await => {
+            Ok(()) if beside.is_empty() && same_content(ctx, spoke, h, p).await => {
                 return Ok(Pushed {
                     commit: None,
                     head: h.clone(),
                     replaced: None,
+                    onboarding: !carried.is_empty(),
                 });
             }
             Ok(()) => {}
         }
     }
-    let sha = ctx
-        .repo
-        .commit_on_target(&spoke.output, p.manifest.as_bytes(), &p.message)
-        .await?;
+    let bytes = p.manifest.as_bytes();
+    let onboard = |files| async move {
+        ctx.repo
+            .commit_onboarding(&spoke.name, &spoke.output, bytes, files, &p.message)
+            .await
+    };
+    let mut onboarding = true;
+    let sha = if !beside.is_empty() {
+        onboard(beside).await?
+    } else {
+        let kept = match carried.is_empty() {
+            true => None,
+            false => match onboard(&carried).await {
+                Ok(sha) => Some(sha),
+                // The target branch moved under them: the credential goes alone.
+                Err(e @ RepoError::BesideMoved { .. }) => {
+                    tracing::warn!(spoke = %spoke.name, %branch, error = %e, "the onboarding files no longer fit the target branch; proposing the credential alone");
+                    None
+                }
+                Err(e) => return Err(e),
+            },
+        };
+        match kept {
+            Some(sha) => sha,
+            None => {
+                onboarding = false;
+                ctx.repo
+                    .commit_on_target(&spoke.output, bytes, &p.message)
+                    .await?
+            }
+        }
+    };
     ctx.repo.push_branch(branch, &sha, head.as_deref()).await?;
     Ok(Pushed {
         head: sha.clone(),
         commit: Some(sha),
         replaced,
+        onboarding,
     })
 }
 

@@ -1661,3 +1661,201 @@ fn a_pull_request_showing_another_head_is_not_endorsed() {
         "{e}"
     );
 }
+
+/// `spokekeeper add` in review mode: the onboarding commit spokekeeper makes (the
+/// credential, new Flux objects, lines added to a kustomization.yaml) and pushes is
+/// trusted, and its trailer names every file. The same commit with an extra file, an
+/// existing file modified, an added file swapped for a symlink, replayed for another
+/// spoke, or with a commit appended, is not: each is signed with spokekeeper's own key,
+/// so the onboarding rule, not the signature, refuses it.
+#[tokio::test]
+async fn an_onboarding_commit_is_trusted_only_as_pushed_for_its_own_spoke() {
+    use spokekeeper::repo::{Beside, RepoError};
+    let (_dir, repo, clones, key) = lib_repo().await;
+    let root = "resources:\n  - flux-system\n";
+    push_theirs(
+        &clones[1],
+        &[("fluxcd/kustomization.yaml", root)],
+        None,
+        "refs/heads/main",
+    );
+    repo.sync().await.unwrap();
+    let rel = Path::new(DEV_FILE);
+    let listed = format!("{root}  - dev-kubeconfig-sealed.yaml\n  - dev.yaml\n");
+    let beside = vec![
+        Beside {
+            rel: "fluxcd/dev.yaml".into(),
+            bytes: b"kind: Kustomization\n".to_vec(),
+            was: None,
+        },
+        Beside {
+            rel: "spokes/dev/apps/kustomization.yaml".into(),
+            bytes: b"resources: []\n".to_vec(),
+            was: None,
+        },
+        Beside {
+            rel: "fluxcd/kustomization.yaml".into(),
+            bytes: listed.clone().into_bytes(),
+            was: Some(root.as_bytes().to_vec()),
+        },
+    ];
+    let onboard = |beside: Vec<Beside>| {
+        let repo = &repo;
+        async move {
+            repo.commit_onboarding("dev", rel, b"kind: SealedSecret\n", &beside, "dev: add")
+                .await
+        }
+    };
+    let ours = onboard(beside.clone()).await.unwrap();
+    repo.push_branch(DEV_BRANCH, &ours, None).await.unwrap();
+    assert_eq!(repo.provenance(DEV_BRANCH, &ours, rel).await, Ok(()));
+    let message = git(&clones[0], &["log", "-1", "--format=%B", &ours]);
+    assert!(
+        message.trim_end().ends_with(
+            "\n\nSpokekeeper-Onboards: dev\n\
+             Spokekeeper-Adds: fluxcd/dev-kubeconfig-sealed.yaml\n\
+             Spokekeeper-Adds: fluxcd/dev.yaml\n\
+             Spokekeeper-Adds: spokes/dev/apps/kustomization.yaml\n\
+             Spokekeeper-Lists: fluxcd/kustomization.yaml"
+        ),
+        "{message}"
+    );
+
+    // What spokekeeper itself refuses to commit: a file that moved since add read it,
+    // or a change that is not an addition.
+    let mut moved = beside.clone();
+    moved[2].was = Some(b"resources: []\n".to_vec());
+    assert!(matches!(
+        onboard(moved).await,
+        Err(RepoError::BesideMoved { .. })
+    ));
+    let mut readme = beside.clone();
+    readme.push(Beside {
+        rel: "README.md".into(),
+        bytes: b"changed\n".to_vec(),
+        was: Some(b"fleet\n".to_vec()),
+    });
+    let e = onboard(readme).await.unwrap_err();
+    assert!(
+        e.to_string()
+            .contains("README.md is changed, and only a kustomization.yaml may be"),
+        "{e}"
+    );
+    let mut unlisted = beside.clone();
+    unlisted[2].bytes = b"resources:\n  - dev.yaml\n".to_vec();
+    let e = onboard(unlisted).await.unwrap_err();
+    assert!(e.to_string().contains("loses or changes lines"), "{e}");
+
+    // A pusher's variants of the trusted commit, signed with spokekeeper's key.
+    let work = &clones[1];
+    git(work, &["fetch", "--quiet", "origin", DEV_BRANCH]);
+    let variant = |edit: &dyn Fn(&Path), amend: bool, to: &str| {
+        git(work, &["checkout", "--quiet", "--detach", &ours]);
+        edit(work);
+        git(work, &["add", "-A"]);
+        let k = format!("user.signingkey={}", key.display());
+        let mut args = vec![
+            "-c",
+            "user.name=m",
+            "-c",
+            "user.email=m@m",
+            "-c",
+            "gpg.format=ssh",
+        ];
+        args.extend(["-c", &k, "commit", "-S", "--quiet", "--allow-empty"]);
+        if amend {
+            // The same message, so the same trailer.
+            args.extend(["--amend", "--no-edit"]);
+        } else {
+            args.extend(["-m", "later"]);
+        }
+        git(work, &args);
+        let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+        let spec = format!("+{head}:refs/heads/{to}");
+        git(work, &["push", "--quiet", "origin", &spec]);
+        git(work, &["checkout", "--quiet", "main"]);
+        git(work, &["reset", "--quiet", "--hard", "origin/main"]);
+        assert!(verifies_with(work, &key, &head));
+        head
+    };
+    let judge = |head: String, branch: &'static str, rel: &'static str| {
+        let repo = &repo;
+        async move {
+            repo.fetch_review_branches().await.unwrap();
+            assert_eq!(repo.remote_branch_head(branch).await, Some(head.clone()));
+            repo.provenance(branch, &head, Path::new(rel)).await
+        }
+    };
+    let onboarding = |e: Result<(), Untrusted>, want: &str| match e {
+        Err(Untrusted::Onboarding(why)) => assert!(why.contains(want), "{why}"),
+        other => panic!("{other:?}, not {want}"),
+    };
+    let write = |rel: &'static str, text: &'static str| {
+        move |w: &Path| {
+            let f = w.join(rel);
+            std::fs::create_dir_all(f.parent().unwrap()).unwrap();
+            std::fs::write(f, text).unwrap();
+        }
+    };
+    let extra = variant(&write("fluxcd/extra.yaml", "kind: Job\n"), true, DEV_BRANCH);
+    onboarding(
+        judge(extra, DEV_BRANCH, DEV_FILE).await,
+        "also changes fluxcd/extra.yaml, which its trailer does not name",
+    );
+    let modified = variant(&write("README.md", "changed\n"), true, DEV_BRANCH);
+    onboarding(
+        judge(modified, DEV_BRANCH, DEV_FILE).await,
+        "also changes README.md",
+    );
+    let relisted = variant(
+        &write("fluxcd/kustomization.yaml", "resources:\n  - dev.yaml\n"),
+        true,
+        DEV_BRANCH,
+    );
+    onboarding(
+        judge(relisted, DEV_BRANCH, DEV_FILE).await,
+        "fluxcd/kustomization.yaml loses or changes lines",
+    );
+    let symlink = |w: &Path| {
+        let f = w.join("fluxcd/dev.yaml");
+        std::fs::remove_file(&f).unwrap();
+        std::os::unix::fs::symlink("../README.md", f).unwrap();
+    };
+    let linked = variant(&symlink, true, DEV_BRANCH);
+    onboarding(
+        judge(linked, DEV_BRANCH, DEV_FILE).await,
+        "fluxcd/dev.yaml is not added as a new regular file (mode 000000 -> 120000",
+    );
+    let appended = variant(
+        &write("fluxcd/later.yaml", "kind: Job\n"),
+        false,
+        DEV_BRANCH,
+    );
+    assert!(matches!(
+        judge(appended, DEV_BRANCH, DEV_FILE).await,
+        Err(Untrusted::OffTarget { .. })
+    ));
+    // The onboarding commit itself, pushed to another spoke's branch.
+    let spec = format!("+{ours}:refs/heads/spokekeeper/prod");
+    git(work, &["push", "--quiet", "origin", &spec]);
+    onboarding(
+        judge(
+            ours.clone(),
+            "spokekeeper/prod",
+            "fluxcd/prod-kubeconfig-sealed.yaml",
+        )
+        .await,
+        "it onboards \"dev\", not \"prod\"",
+    );
+    // Pushed back as it was, the original is still the one this clone recorded.
+    git(
+        work,
+        &[
+            "push",
+            "--quiet",
+            "origin",
+            &format!("+{ours}:refs/heads/{DEV_BRANCH}"),
+        ],
+    );
+    assert_eq!(judge(ours, DEV_BRANCH, DEV_FILE).await, Ok(()));
+}
