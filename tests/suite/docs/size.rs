@@ -20,7 +20,6 @@ const NOT_YET: &[&str] = &[
     "rotate/minted.rs",
     "rotate/review.rs",
     "repo/mod.rs",
-    "cli/status.rs",
 ];
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -104,7 +103,7 @@ fn functions(text: &str) -> Vec<(String, usize)> {
     for line in code.split_inclusive('\n') {
         let words: Vec<&str> = line.split_whitespace().collect();
         let at = words.iter().position(|w| *w == "fn");
-        let lead = at.map_or(false, |a| {
+        let lead = at.is_some_and(|a| {
             words[..a].iter().all(|w| {
                 matches!(
                     *w,
