@@ -140,90 +140,100 @@ impl Metrics {
             pending_review_age: Family::default(),
             registry: Registry::default(),
         };
-        registry.register(
+        m.register_credentials(&mut registry);
+        m.register_ticks_and_hub(&mut registry);
+        Metrics { registry, ..m }
+    }
+
+    /// The per-spoke credential series (registration order is exposition order).
+    fn register_credentials(&self, r: &mut Registry) {
+        r.register(
             "certificate_not_after_timestamp_seconds",
             "When a spoke credential's certificate expires (client: the committed client certificate, ca: the cluster CA, serving: what the API presents, sealing: what it is sealed to)",
-            m.cert_not_after.clone(),
+            self.cert_not_after.clone(),
         );
-        registry.register(
+        r.register(
             "credential_info",
             "1 per spoke: how its committed credential was made (mode extracted or minted; minted: the user and generation it was signed for)",
-            m.credential.clone(),
+            self.credential.clone(),
         );
-        registry.register(
+        r.register(
             "spoke_up",
             "1 when the spoke's API answered the last tick's probe, 0 when it did not",
-            m.spoke_up.clone(),
+            self.spoke_up.clone(),
         );
         // Counters get the _total suffix from the OpenMetrics encoder.
-        registry.register(
+        r.register(
             "rotations",
             "Credentials committed, by spoke and reason",
-            m.rotations.clone(),
+            self.rotations.clone(),
         );
-        registry.register(
+        r.register(
             "last_rotation_timestamp_seconds",
             "When the tick that committed the spoke's last credential finished, labelled with why it was rotated (one series per spoke)",
-            m.last_rotation.clone(),
+            self.last_rotation.clone(),
         );
-        registry.register(
+        r.register(
             "errors",
             "Failures, by spoke (empty: the whole fleet) and pipeline stage",
-            m.errors.clone(),
+            self.errors.clone(),
         );
-        registry.register(
+    }
+
+    /// The tick's, the sealing certificate's, the hub's and leadership's series.
+    fn register_ticks_and_hub(&self, r: &mut Registry) {
+        r.register(
             "tick_duration_seconds",
             "How long ticks took",
-            m.tick_duration.clone(),
+            self.tick_duration.clone(),
         );
-        registry.register(
+        r.register(
             "last_tick_timestamp_seconds",
             "When the last tick finished",
-            m.last_tick.clone(),
+            self.last_tick.clone(),
         );
-        registry.register(
+        r.register(
             "sealing_certificate_not_after_timestamp_seconds",
             "When the sealing certificate in use expires",
-            m.sealing_not_after.clone(),
+            self.sealing_not_after.clone(),
         );
-        registry.register(
+        r.register(
             "hub_reachable",
             "1 when the last tick fetched the sealing certificate from the hub, 0 when it sealed to the pinned copy (absent without hub:)",
-            m.hub_reachable.clone(),
+            self.hub_reachable.clone(),
         );
         // 1 until a tick says otherwise: not known yet is not an alert.
-        m.sealing_cert_trusted.set(1);
-        registry.register(
+        self.sealing_cert_trusted.set(1);
+        r.register(
             "sealing_cert_trusted",
             "0 when the last tick refused to seal to the sealing certificate because nothing outside the fleet repo confirms it (hub: or sealing.sha256), else 1",
-            m.sealing_cert_trusted.clone(),
+            self.sealing_cert_trusted.clone(),
         );
-        registry.register(
+        r.register(
             "hub_synced",
             "1 when the hub unsealed the spoke's last pushed credential (SealedSecret Synced), 0 when not within hub.verify_timeout",
-            m.hub_synced.clone(),
+            self.hub_synced.clone(),
         );
-        registry.register(
+        r.register(
             "hub_ready",
             "1 when every Kustomization and HelmRelease using the spoke's Secret was Ready after the last pushed credential (and it was unsealed), 0 when not",
-            m.hub_ready.clone(),
+            self.hub_ready.clone(),
         );
-        registry.register(
+        r.register(
             "pending_review",
             "1 when the spoke's fresh credential waits for review on its branch and pull request (repo.mode: pull-request), else 0",
-            m.pending_review.clone(),
+            self.pending_review.clone(),
         );
-        registry.register(
+        r.register(
             "pending_review_age_seconds",
             "How long the spoke's pull request has been open",
-            m.pending_review_age.clone(),
+            self.pending_review_age.clone(),
         );
-        registry.register(
+        r.register(
             "leader",
             "1 while this replica may tick (it holds the Lease, or runs without --leader-elect), else 0",
-            m.leader.clone(),
+            self.leader.clone(),
         );
-        Metrics { registry, ..m }
     }
 
     pub(crate) fn set_leader(&self, leading: bool) {

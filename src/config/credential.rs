@@ -148,35 +148,8 @@ pub(super) fn resolve(
             key,
         }
     };
-    let pick = |a: &Option<Span>, b: &Option<Span>| a.or(*b).map(|s| (s.0, a.is_some()));
     let mode = spoke.mode.or(global.mode).unwrap_or_default();
-    let (ttl, ttl_own) = pick(&spoke.ttl, &global.ttl).unwrap_or((DEFAULT_TTL, false));
-    if ttl < MIN_TTL {
-        return Err(refuse(
-            "ttl",
-            ttl_own,
-            format!(
-                "{} is shorter than 1h: a certificate that short would be renewed almost every tick (Kubernetes refuses under 10m); write e.g. 30d",
-                Span(ttl)
-            ),
-        ));
-    }
-    let (renew_before, rb_own) = match pick(&spoke.renew_before, &global.renew_before) {
-        Some(v) => v,
-        None => (ttl / 3, false),
-    };
-    if renew_before.is_zero() || renew_before >= ttl {
-        return Err(refuse(
-            "renew_before",
-            rb_own,
-            format!(
-                "{} must be longer than 0s and shorter than credential.ttl ({}): e.g. a third of it, {}",
-                Span(renew_before),
-                Span(ttl),
-                Span(Duration::from_secs(ttl.as_secs() / 3))
-            ),
-        ));
-    }
+    let (ttl, renew_before) = lifetimes(global, spoke, &refuse)?;
     let user_own = spoke.user.is_some();
     let user = spoke
         .user
@@ -229,6 +202,43 @@ pub(super) fn resolve(
         cluster_role,
         hub_id,
     })
+}
+
+/// credential.ttl and credential.renew_before, merged and checked.
+fn lifetimes(
+    global: &RawCredential,
+    spoke: &RawCredential,
+    refuse: &dyn Fn(&str, bool, String) -> Refused,
+) -> Result<(Duration, Duration), Refused> {
+    let pick = |a: &Option<Span>, b: &Option<Span>| a.or(*b).map(|s| (s.0, a.is_some()));
+    let (ttl, ttl_own) = pick(&spoke.ttl, &global.ttl).unwrap_or((DEFAULT_TTL, false));
+    if ttl < MIN_TTL {
+        return Err(refuse(
+            "ttl",
+            ttl_own,
+            format!(
+                "{} is shorter than 1h: a certificate that short would be renewed almost every tick (Kubernetes refuses under 10m); write e.g. 30d",
+                Span(ttl)
+            ),
+        ));
+    }
+    let (renew_before, rb_own) = match pick(&spoke.renew_before, &global.renew_before) {
+        Some(v) => v,
+        None => (ttl / 3, false),
+    };
+    if renew_before.is_zero() || renew_before >= ttl {
+        return Err(refuse(
+            "renew_before",
+            rb_own,
+            format!(
+                "{} must be longer than 0s and shorter than credential.ttl ({}): e.g. a third of it, {}",
+                Span(renew_before),
+                Span(ttl),
+                Span(Duration::from_secs(ttl.as_secs() / 3))
+            ),
+        ));
+    }
+    Ok((ttl, renew_before))
 }
 
 /// A credential.user or credential.cluster_role that cannot be used; the value is shown

@@ -96,7 +96,7 @@ impl Spoke {
     }
 
     /// `call`, where only success will do: 403 names what the credential lacks.
-    pub async fn expect(
+    pub async fn call_ok(
         &self,
         step: &'static str,
         (verb, resource): (&'static str, &'static str),
@@ -187,7 +187,7 @@ impl Spoke {
             .finish();
         let path = format!("{BINDINGS}?{query}");
         let list = self
-            .expect(
+            .call_ok(
                 "revoke",
                 ("list", "clusterrolebindings"),
                 "GET",
@@ -211,7 +211,7 @@ impl Spoke {
     ) -> Result<Option<(String, String, String)>, MintError> {
         let path = format!("{CLUSTER_ROLES}/{role}");
         let r = self
-            .expect("authorize", ("get", "clusterroles"), "GET", &path, None)
+            .call_ok("authorize", ("get", "clusterroles"), "GET", &path, None)
             .await?;
         let rules = r["rules"].as_array().cloned().unwrap_or_default();
         Ok(rules.iter().take(256).find_map(|rule| {
@@ -233,7 +233,7 @@ impl Spoke {
             "spec": {"resourceAttributes": {"verb": verb, "group": group, "resource": resource}},
         });
         let r = self
-            .expect(
+            .call_ok(
                 "authorize",
                 ("create", "selfsubjectaccessreviews"),
                 "POST",

@@ -205,7 +205,7 @@ async fn signed(
         },
     });
     let mut created = spoke
-        .expect(
+        .call_ok(
             "create CSR",
             ("create", "certificatesigningrequests"),
             "POST",
@@ -225,7 +225,7 @@ async fn signed(
     }));
     created["status"]["conditions"] = Value::Array(conditions);
     spoke
-        .expect(
+        .call_ok(
             "approve CSR",
             (
                 "update certificatesigningrequests/approval and approve on signers",
@@ -239,7 +239,7 @@ async fn signed(
     let deadline = tokio::time::Instant::now() + req.sign_timeout;
     loop {
         let csr = spoke
-            .expect(
+            .call_ok(
                 "wait for the certificate",
                 ("get", "certificatesigningrequests"),
                 "GET",
@@ -375,7 +375,7 @@ async fn ensure_binding(
         spoke.delete_binding(name).await?;
     }
     spoke
-        .expect(
+        .call_ok(
             "binding",
             (
                 "create clusterrolebindings (and bind the ClusterRole)",

@@ -135,7 +135,7 @@ pub enum ReviewError {
     )]
     NotEndorsed {
         url: String,
-        why: String,
+        why: Unendorsed,
         spoke: String,
     },
     #[error("cannot look up the pull request of {branch}: {error}")]
@@ -165,6 +165,23 @@ pub(crate) enum PinError {
     Review(#[from] ReviewError),
 }
 
+/// Why an open pull request is not provably the commit spokekeeper pushed.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum Unendorsed {
+    #[error("this clone has no record of spokekeeper pushing {branch}")]
+    NoRecord { branch: String },
+    #[error("the forge does not say which commit it shows")]
+    NoHead,
+    #[error("the forge shows head {shown}, spokekeeper last pushed {pushed}")]
+    OtherHead { shown: String, pushed: String },
+    #[error("its head {head}: {why}")]
+    Untrusted {
+        head: String,
+        // Boxed: large, and rare.
+        why: Box<crate::repo::Untrusted>,
+    },
+}
+
 /// Why the forge could not be used.
 #[derive(Clone, Debug, thiserror::Error)]
 pub enum ForgeFailure {
@@ -172,7 +189,7 @@ pub enum ForgeFailure {
     Forge(Arc<ForgeError>),
     /// The forge client could not be set up (e.g. no token).
     #[error("{0}")]
-    Setup(String),
+    Setup(Arc<ForgeError>),
     /// The gate refused: this process may no longer act.
     #[error("not sent: {0}")]
     NotSent(String),

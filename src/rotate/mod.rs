@@ -30,7 +30,7 @@ use time::OffsetDateTime;
 
 pub use decide::{Decision, Reason};
 pub use error::Stage;
-pub use error::{ForgeFailure, ReviewError, SpokeError};
+pub use error::{ForgeFailure, ReviewError, SpokeError, Unendorsed};
 pub use generation::GenerationError;
 pub use observe::{Committed, Observation};
 pub use progress::{Progress, Step};

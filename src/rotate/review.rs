@@ -36,7 +36,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::decide::{self, Decision, Observed, Policy, Reason};
-use super::error::{ForgeFailure, PinError, ReviewError, SpokeError};
+use super::error::{ForgeFailure, PinError, ReviewError, SpokeError, Unendorsed};
 use super::observe::Observation;
 use super::publish::{Finished, Landing, Publish};
 use super::report::RepoFailure;
@@ -44,7 +44,7 @@ use super::sealing::CERT_BRANCH;
 use super::state::Recorded;
 use super::{Context, Options, Outcome, Proposal, SpokeReport};
 use crate::config::{RepoMode, SpokeConfig};
-use crate::forge::{self, Forge, PullRequest};
+use crate::forge::{self, Forge, ForgeError, PullRequest};
 use crate::repo::{BranchState, RepoError, Untrusted};
 use crate::seal::SealedSecret;
 use crate::spoke::{ProbeError, ProbeReport};
@@ -52,7 +52,7 @@ use crate::text;
 
 /// Review mode for one tick: the forge client (or why there is none).
 pub struct Review {
-    forge: Result<Forge, String>,
+    forge: Result<Forge, Arc<ForgeError>>,
     /// Why the gate refused a side effect this tick (the rest waits for a tick that may).
     refused: Option<String>,
 }
@@ -83,7 +83,7 @@ impl Review {
             tracing::warn!(error = %e, "cannot fetch the review branches; using the last fetched");
         }
         Some(Review {
-            forge: Forge::new(cfg).map_err(|e| e.to_string()),
+            forge: Forge::new(cfg).map_err(Arc::new),
             refused: None,
         })
     }
@@ -471,7 +471,7 @@ pub(crate) async fn open_reviews(
         .repo
         .forge
         .as_ref()
-        .map(|f| Forge::new(f).map_err(|e| e.to_string()));
+        .map(|f| Forge::new(f).map_err(Arc::new));
     let Some(forge) = forge else {
         return super::TickReport::of(out);
     };
@@ -521,24 +521,28 @@ async fn endorsed(
     spoke: &SpokeConfig,
     branch: &str,
     open: &forge::Open,
-) -> Result<(), String> {
+) -> Result<(), Unendorsed> {
     let Some(recorded) = repo.pushed(branch).await else {
-        return Err(format!(
-            "this clone has no record of spokekeeper pushing {branch}"
-        ));
+        return Err(Unendorsed::NoRecord {
+            branch: branch.into(),
+        });
     };
     match open.head.as_deref() {
-        None => return Err("the forge does not say which commit it shows".into()),
+        None => return Err(Unendorsed::NoHead),
         Some(h) if h != recorded => {
-            return Err(format!(
-                "the forge shows head {h}, spokekeeper last pushed {recorded}"
-            ));
+            return Err(Unendorsed::OtherHead {
+                shown: h.into(),
+                pushed: recorded,
+            });
         }
         Some(_) => {}
     }
     repo.provenance(branch, &recorded, &spoke.output)
         .await
-        .map_err(|why| format!("its head {recorded}: {why}"))
+        .map_err(|why| Unendorsed::Untrusted {
+            head: recorded,
+            why: Box::new(why),
+        })
 }
 
 /// The error for a pull request whose head is not the commit spokekeeper verified.

@@ -166,6 +166,20 @@ async fn choose(
         }
         return (pinned, Some(report), Heard::Served);
     }
+    renew(ctx, pinned, key, pem.as_bytes(), dry_run, publish, report).await
+}
+
+/// The controller serves another certificate than the pinned one: pin it (direct mode)
+/// or propose it (review mode), and seal to it unless it cannot be pinned.
+async fn renew(
+    ctx: &Context,
+    pinned: SealingKey,
+    key: SealingKey,
+    pem: &[u8],
+    dry_run: bool,
+    publish: &impl Publish,
+    mut report: CertReport,
+) -> (SealingKey, Option<CertReport>, Heard) {
     let mut renewed = Renewed {
         old: pinned.fingerprint(),
         new: key.fingerprint(),
@@ -181,7 +195,7 @@ async fn choose(
             renewed.old,
             renewed.new
         );
-        match pin(ctx, pem.as_bytes(), &message, publish).await {
+        match pin(ctx, pem, &message, publish).await {
             Ok(commit) => renewed.commit = commit,
             // Review mode: the certificate's branch may be pushed already; seal to it.
             Err(e) if publish.landing() == Landing::AtMerge => {

@@ -37,20 +37,7 @@ pub(super) async fn check(
         Err(m) => m,
     };
     let path = &config.sealing_cert;
-    let (commit, changed_by) = match inside(path, repo.path()) {
-        None => (
-            None,
-            format!(
-                "{} is outside the fleet repo, so no commit changed it: see who wrote it",
-                path.display()
-            ),
-        ),
-        Some(rel) => match repo.last_commit(&rel).await {
-            Ok(Some(sha)) => (Some(sha.clone()), format!("last changed by commit {sha}")),
-            Ok(None) => (None, "not committed in the fleet repo".into()),
-            Err(e) => (None, format!("its last commit cannot be read: {e}")),
-        },
-    };
+    let (commit, changed_by) = changed_by(path, repo).await;
     let expected = mismatch.expected().to_vec();
     let listed = expected
         .iter()
@@ -121,6 +108,24 @@ pub(super) async fn check(
         commit,
         error,
     })
+}
+
+/// The commit that last changed sealing.cert, and the words for it.
+async fn changed_by(path: &std::path::Path, repo: &Repo) -> (Option<String>, String) {
+    match inside(path, repo.path()) {
+        None => (
+            None,
+            format!(
+                "{} is outside the fleet repo, so no commit changed it: see who wrote it",
+                path.display()
+            ),
+        ),
+        Some(rel) => match repo.last_commit(&rel).await {
+            Ok(Some(sha)) => (Some(sha.clone()), format!("last changed by commit {sha}")),
+            Ok(None) => (None, "not committed in the fleet repo".into()),
+            Err(e) => (None, format!("its last commit cannot be read: {e}")),
+        },
+    }
 }
 
 /// What every configured spoke's committed output records: valid sealing fingerprints

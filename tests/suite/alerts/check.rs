@@ -359,3 +359,57 @@ fn a_pushed_sealing_certificate_is_critical_until_sealing_sha256_lists_it() {
     assert_eq!(code, 0, "{report:#}");
     assert!(untrusted_findings(&report).is_empty(), "{report:#}");
 }
+
+fn status_json(fleet: &Fleet) -> (i32, Value) {
+    let (code, out, err) = fleet.run(&["status", "-o", "json"]);
+    let json = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (code, json)
+}
+
+#[test]
+fn status_calls_a_spoke_whose_client_certificate_is_expiring_not_fine() {
+    let fleet = fleet_with_client_days(&[5, 300]);
+    let (code, out, err) = fleet.run(&["rotate", "--all"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, status) = status_json(&fleet);
+    assert_eq!(
+        code, 1,
+        "a critical client certificate is not fine: {status:#}"
+    );
+    let expiring = &status["spokes"][0];
+    assert_eq!(expiring["ok"], false, "{status:#}");
+    let problems = expiring["problems"].as_array().unwrap();
+    assert_eq!(problems.len(), 1, "{status:#}");
+    let date = rfc3339(client_not_after(&fleet, 0));
+    assert_eq!(
+        problems[0],
+        format!("the client certificate expires in 4 days, on {date}")
+    );
+    assert_eq!(status["spokes"][1]["ok"], true, "{status:#}");
+    assert_eq!(status["spokes"][1]["problems"], serde_json::json!([]));
+}
+
+#[test]
+fn status_and_check_grade_every_spoke_alike() {
+    let fleet = fleet_with_client_days(&[5, 20, 300, 365]);
+    // spoke3 is left never rotated.
+    let (code, out, err) = fleet.run(&["rotate", "spoke0", "spoke1", "spoke2"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (_, check) = check_json(&fleet, &[]);
+    let (_, status) = status_json(&fleet);
+    let spokes = status["spokes"].as_array().unwrap();
+    assert_eq!(spokes.len(), 4);
+    for s in spokes {
+        // check's per-spoke findings, but the fleet's sealing certificate (status reads
+        // no sealing.cert).
+        let fine = check["findings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|f| f["spoke"] == s["spoke"] && f["cert"] != "sealing")
+            .all(|f| f["severity"] == "ok");
+        assert_eq!(s["ok"], fine, "{s:#}\n{check:#}");
+    }
+    let fine: Vec<&Value> = spokes.iter().map(|s| &s["ok"]).collect();
+    assert_eq!(fine, [false, false, true, false], "{status:#}");
+}

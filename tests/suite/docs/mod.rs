@@ -3,3 +3,4 @@
 mod doc_links;
 mod errors;
 mod layering;
+mod size;

@@ -7,23 +7,27 @@
 //! not the committed one, a consumer not ready or none at all, probe failed or CA
 //! changed), 2 the configuration, the repo or the hub API cannot be read.
 
+mod grade;
+mod print;
+
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use serde::Serialize;
+use time::OffsetDateTime;
 
-use super::{Format, out};
+use super::Format;
 use crate::alerts;
 use crate::config::{Config, SpokeConfig};
 use crate::fingerprint::{Ca, Fingerprint, Sealing};
 use crate::hub::consumers::{self, FoundBy, Listed};
 use crate::hub::{Condition, Hub, HubObject, Kind};
 use crate::repo::Repo;
-use crate::rotate::observe::{self, Committed as Held, Observation};
-use crate::rotate::state::rfc3339;
-use crate::spoke::CaCheck;
+use crate::rotate::observe;
 use crate::text::one_line;
+use grade::{graded, spoke_status};
+use print::print;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -158,6 +162,7 @@ async fn gather(config: &Config) -> Result<Report, crate::repo::RepoError> {
         Some(Ok(h)) => h.list_consumers(config.spokes.iter(), LIST_TIMEOUT).await,
         _ => Listed::new(),
     };
+    let now = OffsetDateTime::now_utc();
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
         // The committed ciphertext, to tell whether the hub's copy is this commit's.
@@ -183,7 +188,8 @@ async fn gather(config: &Config) -> Result<Report, crate::repo::RepoError> {
             }
             _ => (None, None),
         };
-        spokes.push(spoke_status(spoke, &obs, sealed, consumers));
+        let findings = graded(config, &obs, now);
+        spokes.push(spoke_status(spoke, &obs, &findings, sealed, consumers));
     }
     let hub_down = hub_state.as_ref().is_some_and(|h| !h.reachable);
     let exit_code = if hub_down {
@@ -284,205 +290,6 @@ fn seen(
     s
 }
 
-fn spoke_status(
-    spoke: &SpokeConfig,
-    obs: &Observation,
-    sealed: Option<Seen>,
-    consumers: Option<Consumers>,
-) -> SpokeStatus {
-    let mut problems = Vec::new();
-    let mut committed = Committed {
-        state: "committed",
-        rotated_at: None,
-        ca_sha256: None,
-        client_not_after: None,
-        sealing_sha256: None,
-        credential: None,
-        error: None,
-    };
-    let mut recorded = None;
-    match &obs.committed {
-        Held::Recorded(rec) => {
-            let r = &rec.recorded;
-            committed.rotated_at = Some(rfc3339(r.rotated_at));
-            committed.ca_sha256 = Some(r.ca_sha256);
-            committed.client_not_after = r.client_not_after.map(rfc3339);
-            committed.sealing_sha256 = Some(r.sealing_sha256);
-            committed.credential = Some(alerts::CredentialFacts::of(&r.credential));
-            recorded = Some(r);
-        }
-        Held::Missing => {
-            committed.state = "missing";
-            problems.push("nothing committed (run `spokekeeper rotate`)".into());
-        }
-        Held::Unreadable(_) | Held::Invalid(_) => {
-            let e = obs.committed.unreadable().unwrap_or_default();
-            committed.state = "unreadable";
-            committed.error = Some(e.clone());
-            problems.push(format!("committed SealedSecret unreadable: {e}"));
-        }
-    }
-    if let Some(s) = &sealed {
-        match (&s.error, s.exists, &s.condition) {
-            (Some(_), _, _) => {}
-            (None, false, _) => problems.push(format!(
-                "SealedSecret {}/{} is not on the hub",
-                s.namespace, s.name
-            )),
-            (None, true, c) => {
-                if s.matches_commit == Some(false) {
-                    problems.push(
-                        "the hub's SealedSecret is not the committed one (Flux has not applied it)"
-                            .into(),
-                    );
-                }
-                match c {
-                    Some(c) if c.status == "True" => {}
-                    Some(c) => problems.push(format!(
-                        "not synced: Synced {}{}",
-                        c.status,
-                        c.message
-                            .as_deref()
-                            .map(|m| format!(" ({m})"))
-                            .unwrap_or_default()
-                    )),
-                    None => problems.push("not synced: no Synced condition".into()),
-                }
-                if s.generation.is_some() && s.observed_generation < s.generation {
-                    problems.push("the controller has not processed the latest generation".into());
-                }
-            }
-        }
-    }
-    if let Some(cs) = &consumers {
-        consumer_problems(spoke, cs, &mut problems);
-    }
-    let probe = match &obs.probe {
-        None => Probe {
-            state: "not probed",
-            server: None,
-            detail: None,
-        },
-        Some(Err(e)) => {
-            problems.push(format!("API unreachable: {e}"));
-            Probe {
-                state: "unreachable",
-                server: None,
-                detail: Some(e.to_string()),
-            }
-        }
-        Some(Ok(p)) => match recorded.map(|r| r.check_ca(p)) {
-            Some(CaCheck::NotSignedByCa) => {
-                problems.push(
-                    "the API's certificate is not signed by the committed CA (rebuilt?)".into(),
-                );
-                Probe {
-                    state: "ca-changed",
-                    server: Some(p.server.clone()),
-                    detail: None,
-                }
-            }
-            Some(CaCheck::RootChanged) => {
-                problems.push(
-                    "the API's certificate chains to the committed CA only through a new root \
-                     (a CA rotation): the next rotation commits the new CA"
-                        .into(),
-                );
-                Probe {
-                    state: "ca-rotated",
-                    server: Some(p.server.clone()),
-                    detail: None,
-                }
-            }
-            _ => Probe {
-                state: "ok",
-                server: Some(p.server.clone()),
-                detail: Some(format!(
-                    "serving certificate valid until {}",
-                    rfc3339(p.not_after)
-                )),
-            },
-        },
-    };
-    SpokeStatus {
-        spoke: spoke.name.clone(),
-        ok: problems.is_empty(),
-        committed,
-        sealed_secret: sealed,
-        consumers,
-        probe,
-        problems,
-    }
-}
-
-/// A consumer not Ready or missing, or none at all: each a warning.
-fn consumer_problems(spoke: &SpokeConfig, cs: &Consumers, problems: &mut Vec<String>) {
-    if cs.error.is_some() {
-        return;
-    }
-    if cs.items.is_empty() {
-        problems.push(format!(
-            "nothing deploys with Secret {}/{}: no Kustomization or HelmRelease in {} has it in spec.kubeConfig.secretRef",
-            spoke.secret.namespace, spoke.secret.name, spoke.secret.namespace
-        ));
-    }
-    for c in &cs.items {
-        if let Some(why) = &c.wrong_key {
-            problems.push(why.clone());
-        }
-        let what = format!(
-            "{} {}/{}",
-            c.kind.map_or("", Kind::as_str),
-            c.namespace,
-            c.name
-        );
-        match (&c.error, c.exists, &c.condition) {
-            (Some(_), _, _) => {}
-            (None, false, _) => problems.push(match cs.found_by {
-                FoundBy::Configured => format!(
-                    "{what} is not on the hub (set spokes[{}].kustomization)",
-                    spoke.name
-                ),
-                FoundBy::Listed => format!("{what} is not on the hub any more"),
-            }),
-            (None, true, Some(c)) if c.status == "True" => {}
-            (None, true, c) => problems.push(format!(
-                "not ready: {what}: {}",
-                c.as_ref()
-                    .map(|c| format!(
-                        "Ready {}{}",
-                        c.status,
-                        c.message
-                            .as_deref()
-                            .map(|m| format!(" ({m})"))
-                            .unwrap_or_default()
-                    ))
-                    .unwrap_or_else(|| "no Ready condition".into())
-            )),
-        }
-    }
-}
-
-/// The READY column: every consumer's Ready, in one word.
-fn ready_column(cs: &Option<Consumers>) -> String {
-    let Some(cs) = cs else { return "-".into() };
-    if cs.error.is_some() || cs.items.iter().any(|c| c.error.is_some()) {
-        return "error".into();
-    }
-    if cs.items.is_empty() {
-        return "none".into();
-    }
-    if cs.items.iter().any(|c| !c.exists) {
-        return "missing".into();
-    }
-    cs.items
-        .iter()
-        .map(|c| c.condition.as_ref().map_or("-", |c| c.status.as_str()))
-        .find(|s| *s != "True")
-        .unwrap_or("True")
-        .to_string()
-}
-
 fn unable(format: Format, error: &str) -> ExitCode {
     let report = Report {
         exit_code: 2,
@@ -496,73 +303,4 @@ fn unable(format: Format, error: &str) -> ExitCode {
         print(&report, format);
     }
     ExitCode::from(2)
-}
-
-/// `extracted`, or `minted g4` (the user is in -o json; it is long).
-fn credential_column(c: Option<&alerts::CredentialFacts>) -> String {
-    match c {
-        None => String::new(),
-        Some(c) => match c.generation {
-            Some(g) => format!("{} g{g}", c.mode),
-            None => c.mode.to_string(),
-        },
-    }
-}
-
-fn print(report: &Report, format: Format) {
-    match format {
-        Format::Json => out(&format!(
-            "{}\n",
-            serde_json::to_string_pretty(report).unwrap_or_default()
-        )),
-        Format::Yaml => out(&serde_saphyr::to_string(report).unwrap_or_default()),
-        Format::Table => {
-            let cond = |s: &Option<Seen>| match s {
-                None => "-".to_string(),
-                Some(s) if s.error.is_some() => "error".into(),
-                Some(s) if !s.exists => "missing".into(),
-                Some(s) => s
-                    .condition
-                    .as_ref()
-                    .map_or("-".into(), |c| c.status.clone()),
-            };
-            let mut rows = vec![
-                [
-                    "SPOKE",
-                    "COMMITTED",
-                    "CREDENTIAL",
-                    "CA",
-                    "SYNCED",
-                    "READY",
-                    "PROBE",
-                ]
-                .map(String::from),
-            ];
-            for s in &report.spokes {
-                rows.push([
-                    s.spoke.clone(),
-                    s.committed
-                        .rotated_at
-                        .clone()
-                        .unwrap_or_else(|| s.committed.state.into()),
-                    credential_column(s.committed.credential.as_ref()),
-                    s.committed.ca_sha256.map(|f| f.short()).unwrap_or_default(),
-                    cond(&s.sealed_secret),
-                    ready_column(&s.consumers),
-                    s.probe.state.into(),
-                ]);
-            }
-            out(&super::table::render(&rows));
-            if let Some(h) = &report.hub
-                && let Some(e) = &h.error
-            {
-                eprintln!("hub: {e}");
-            }
-            for s in &report.spokes {
-                for p in &s.problems {
-                    eprintln!("{}: {p}", s.spoke);
-                }
-            }
-        }
-    }
 }
