@@ -51,14 +51,16 @@ fn documents(text: &str) -> Option<Vec<Value>> {
     if let Ok(v) = serde_json::from_str::<Value>(text) {
         return Some(vec![v]);
     }
-    serde_saphyr::from_multiple_with_options::<Value>(text, options()).ok()
+    let max = usize::try_from(super::MAX_CHECKED_BLOB).unwrap_or(usize::MAX);
+    serde_saphyr::from_multiple_with_options::<Value>(text, hostile_yaml(max)).ok()
 }
 
 /// Limits for a file of at most [`super::MAX_CHECKED_BLOB`]: what spokekeeper writes
 /// is shallow and has no anchors, so an alias bomb or deep nesting fails to parse (and
 /// is then judged as text).
-fn options() -> serde_saphyr::Options {
-    let max = usize::try_from(super::MAX_CHECKED_BLOB).unwrap_or(usize::MAX);
+/// Limits for reading YAML from the fleet repo (hostile input) of at most `max` bytes:
+/// what the plaintext guard and `check` parse with.
+pub(crate) fn hostile_yaml(max: usize) -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: Some(max),

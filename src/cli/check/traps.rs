@@ -153,33 +153,10 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
 
 /// Every document of a YAML file; none when it does not parse within the limits.
 fn documents(text: &str) -> Vec<Value> {
-    serde_saphyr::from_multiple_with_options::<Value>(text, options())
+    let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
+    serde_saphyr::from_multiple_with_options::<Value>(text, crate::repo::hostile_yaml(max))
         .map(|ds| ds.into_iter().filter(Value::is_object).collect())
         .unwrap_or_default()
-}
-
-fn options() -> serde_saphyr::Options {
-    let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_reader_input_bytes: Some(max),
-            max_depth: 64,
-            flow_nesting_limit: 64,
-            max_documents: 256,
-            max_aliases: 64,
-            max_anchors: 64,
-            max_nodes: 200_000,
-            max_events: 800_000,
-            max_total_scalar_bytes: 2 * max,
-            max_merge_keys: 0,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 1_000,
-            max_replay_stack_depth: 4,
-            max_alias_expansions_per_anchor: 8,
-        },
-        with_snippet: false,
-    }
 }
 
 fn is_kind(d: &Value, group: &str, kind: &str) -> bool {
