@@ -2,6 +2,7 @@
 //! just extracted and validated, mint the next generation; and revoking what a newer
 //! generation superseded. See docs/minted.md.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use super::decide::{self, MintedCheck, Reason};
@@ -11,7 +12,7 @@ use super::observe::{Committed, Invalid, InvalidKind};
 use super::publish::Landing;
 use super::refresh::Fresh;
 use super::state::AnnotationError;
-use super::state::RecordedCredential;
+use super::state::{Recorded, RecordedCredential};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
 use crate::secret::SecretBytes;
@@ -119,6 +120,14 @@ fn refused(spoke: &SpokeConfig, e: GenerationError) -> SpokeError {
     SpokeError::Generation(e)
 }
 
+/// Whose bindings: this hub's, for the spoke entry.
+fn scope(spoke: &SpokeConfig) -> mint::Scope<'_> {
+    mint::Scope {
+        hub: &spoke.credential.hub_id,
+        spoke: &spoke.name,
+    }
+}
+
 fn failed(e: MintError) -> SpokeError {
     SpokeError::Mint(e.into())
 }
@@ -134,106 +143,156 @@ pub(super) async fn step(
     revoked: &mut Vec<String>,
     how: &Mint,
 ) -> Result<Step, SpokeError> {
-    let (revoke_now, dry_run) = (how.revoke, how.dry_run);
-    let review = how.landing == Landing::AtMerge;
-    let limits = how;
     let previous = committed.recorded();
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
     let unknown = unknown_generation(spoke, committed);
-    let scope = mint::Scope {
-        hub: &spoke.credential.hub_id,
-        spoke: &spoke.name,
-    };
-    if let (Some(e), false) = (&unknown, revoke_now) {
+    let scope = scope(spoke);
+    if let (Some(e), false) = (&unknown, how.revoke) {
         return Err(refused(spoke, e.clone()));
     }
     // Generations deleted this tick: the next one is above them too.
     let mut gone: Vec<mint::Bound> = Vec::new();
-    if revoke_now {
-        // A malformed annotation does not stop a revocation, only the mint after it.
-        if !was_minted && unknown.is_none() {
-            return Err(SpokeError::NotMinted {
-                spoke: spoke.name.clone(),
-                had: had.mode,
-            });
+    if how.revoke {
+        let now = revoke_now(spoke, &admin, &had, unknown, reason, revoked, how);
+        match now.await? {
+            ControlFlow::Continue(deleted) => gone = deleted,
+            ControlFlow::Break(step) => return Ok(step),
         }
-        if dry_run {
-            return Ok(Step::WouldMint);
-        }
-        // Every binding on the spoke, not the one the fleet repo names: that annotation
-        // may have been wound back to a generation long gone.
-        gone = mint::revoke_all(&admin.yaml, &scope, had.user.as_deref(), limits.call)
-            .await
-            .map_err(failed)?;
-        // This hub's generations for the entry; an earlier version's binding adopted
-        // with them carries its own counter.
-        let found: Vec<u64> = gone
-            .iter()
-            .filter(|b| b.labels.hub.is_some())
-            .filter_map(|b| b.generation)
-            .collect();
-        if found != [had.generation] {
-            tracing::warn!(
-                spoke = %spoke.name,
-                recorded = had.generation,
-                found = ?found,
-                "the fleet repo's annotation {} disagrees with the bindings on the spoke: deleted every one",
-                super::state::CREDENTIAL_GENERATION
-            );
-        }
-        revoked.extend(gone.iter().map(|b| b.name.clone()));
-        *reason = Reason::Revoked {
-            generation: had.generation,
-            found,
-            users: gone
-                .iter()
-                .filter_map(|b| b.user.as_deref())
-                .map(|u| crate::text::one_line(&crate::certs::escape(u), 200))
-                .collect(),
-        };
-        if let Some(e) = unknown {
-            return Err(refused(spoke, e));
-        }
-    } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted)) {
-        let user = had.user.as_deref().unwrap_or_default();
-        let binding = mint::binding_name(&scope, had.generation);
-        let present = mint::binding_fits(
-            &admin.yaml,
-            &scope,
-            had.generation,
-            user,
-            &spoke.credential,
-            limits.call,
-        )
-        .await
-        .map_err(failed)?;
-        let kc = &admin.kubeconfig;
-        let seen = MintedCheck {
-            ca_sha256: kc.ca_certs()[0].fingerprint.as_kind(),
-            server: &kc.server_string(),
-            binding_present: present,
-            binding: &binding,
-        };
-        match decide::after_check(prev, &seen) {
-            None => return Ok(Step::Unchanged),
-            Some(r) => *reason = r,
-        }
+    } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted))
+        && let Some(step) = periodic_check(spoke, &admin, prev, &had, &scope, reason, how).await?
+    {
+        return Ok(step);
     }
-    if dry_run {
+    if how.dry_run {
         return Ok(Step::WouldMint);
     }
     // Review mode revokes nothing after its push (the hub takes the credential only when
     // the pull request is merged): the generations before the merged one go here.
-    if review && was_minted && had.generation > 1 {
-        match mint::revoke_older(&admin.yaml, &scope, had.generation, None, limits.call).await {
+    if how.landing == Landing::AtMerge && was_minted && had.generation > 1 {
+        let older = mint::revoke_older(&admin.yaml, &scope, had.generation, None, how.call);
+        match older.await {
             Ok(names) => revoked.extend(names),
             Err(e) => {
                 tracing::warn!(spoke = %spoke.name, error = %e, "cannot revoke older generations")
             }
         }
     }
-    let listed = mint::bound(&admin.yaml, &scope, limits.call)
+    let generation = next_generation(spoke, &admin, &had, &scope, &gone, how).await?;
+    if let Some(e) = &how.unsealable {
+        return Err(e.clone());
+    }
+    mint_next(spoke, admin, generation, how).await
+}
+
+/// `spokekeeper revoke`: delete every binding of the entry on the spoke, then go on to
+/// mint (Continue, with the bindings deleted) unless this is a dry run.
+async fn revoke_now(
+    spoke: &SpokeConfig,
+    admin: &Fresh,
+    had: &RecordedCredential,
+    unknown: Option<GenerationError>,
+    reason: &mut Reason,
+    revoked: &mut Vec<String>,
+    how: &Mint,
+) -> Result<ControlFlow<Step, Vec<mint::Bound>>, SpokeError> {
+    // A malformed annotation does not stop a revocation, only the mint after it.
+    if had.mode != CredentialMode::Minted && unknown.is_none() {
+        return Err(SpokeError::NotMinted {
+            spoke: spoke.name.clone(),
+            had: had.mode,
+        });
+    }
+    if how.dry_run {
+        return Ok(ControlFlow::Break(Step::WouldMint));
+    }
+    // Every binding on the spoke, not the one the fleet repo names: that annotation
+    // may have been wound back to a generation long gone.
+    let gone = mint::revoke_all(&admin.yaml, &scope(spoke), had.user.as_deref(), how.call)
+        .await
+        .map_err(failed)?;
+    // This hub's generations for the entry; an earlier version's binding adopted
+    // with them carries its own counter.
+    let found: Vec<u64> = gone
+        .iter()
+        .filter(|b| b.labels.hub.is_some())
+        .filter_map(|b| b.generation)
+        .collect();
+    if found != [had.generation] {
+        tracing::warn!(
+            spoke = %spoke.name,
+            recorded = had.generation,
+            found = ?found,
+            "the fleet repo's annotation {} disagrees with the bindings on the spoke: deleted every one",
+            super::state::CREDENTIAL_GENERATION
+        );
+    }
+    revoked.extend(gone.iter().map(|b| b.name.clone()));
+    *reason = Reason::Revoked {
+        generation: had.generation,
+        found,
+        users: gone
+            .iter()
+            .filter_map(|b| b.user.as_deref())
+            .map(|u| crate::text::one_line(&crate::certs::escape(u), 200))
+            .collect(),
+    };
+    if let Some(e) = unknown {
+        return Err(refused(spoke, e));
+    }
+    Ok(ControlFlow::Continue(gone))
+}
+
+/// A periodic tick of a committed minted credential: Unchanged while its binding still
+/// fits, else `reason` says why a new generation is minted.
+async fn periodic_check(
+    spoke: &SpokeConfig,
+    admin: &Fresh,
+    prev: &Recorded,
+    had: &RecordedCredential,
+    scope: &mint::Scope<'_>,
+    reason: &mut Reason,
+    how: &Mint,
+) -> Result<Option<Step>, SpokeError> {
+    let user = had.user.as_deref().unwrap_or_default();
+    let binding = mint::binding_name(scope, had.generation);
+    let present = mint::binding_fits(
+        &admin.yaml,
+        scope,
+        had.generation,
+        user,
+        &spoke.credential,
+        how.call,
+    )
+    .await
+    .map_err(failed)?;
+    let kc = &admin.kubeconfig;
+    let seen = MintedCheck {
+        ca_sha256: kc.ca_certs()[0].fingerprint.as_kind(),
+        server: &kc.server_string(),
+        binding_present: present,
+        binding: &binding,
+    };
+    match decide::after_check(prev, &seen) {
+        None => Ok(Some(Step::Unchanged)),
+        Some(r) => {
+            *reason = r;
+            Ok(None)
+        }
+    }
+}
+
+/// The generation to mint: above the recorded one, the bindings on the spoke and those
+/// deleted this tick (`gone`).
+async fn next_generation(
+    spoke: &SpokeConfig,
+    admin: &Fresh,
+    had: &RecordedCredential,
+    scope: &mint::Scope<'_>,
+    gone: &[mint::Bound],
+    how: &Mint,
+) -> Result<u64, SpokeError> {
+    let listed = mint::bound(&admin.yaml, scope, how.call)
         .await
         .map_err(failed)?;
     legacy_warnings(spoke, &listed.legacy, had.user.as_deref());
@@ -254,15 +313,22 @@ pub(super) async fn step(
             "the recorded generation is behind the spoke's bindings (was the fleet repo's annotation changed?): minting above both"
         );
     }
-    if let Some(e) = &how.unsealable {
-        return Err(e.clone());
-    }
+    Ok(generation)
+}
+
+/// Mint `generation` with the admin credential.
+async fn mint_next(
+    spoke: &SpokeConfig,
+    admin: Fresh,
+    generation: u64,
+    how: &Mint,
+) -> Result<Step, SpokeError> {
     let request = mint::Request {
         spoke: &spoke.name,
         policy: &spoke.credential,
         generation,
-        call_timeout: limits.call,
-        sign_timeout: limits.sign,
+        call_timeout: how.call,
+        sign_timeout: how.sign,
     };
     let minted = mint::mint(&admin.kubeconfig, &request)
         .await
