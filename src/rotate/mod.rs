@@ -68,7 +68,7 @@ pub struct DemoKey {
 
 /// What one tick needs: the configuration, the sealing key and the fleet repo. The hub
 /// client and the forge client are made from the configuration at the start of each tick
-/// (`tick.rs`, `review.rs`) rather than kept here: they read credentials (the hub's
+/// (`tick.rs`, `review/`) rather than kept here: they read credentials (the hub's
 /// kubeconfig, the forge token) that are rotated on disk, and a new tick must read them
 /// again.
 pub struct Context {

@@ -1,0 +1,153 @@
+//! Review mode as a way to publish (push to a branch, land at the merge).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::Review;
+use super::pr_text::{same_text, signed_line, unverified};
+use crate::config::SpokeConfig;
+use crate::repo::BranchState;
+use crate::rotate::decide::Policy;
+use crate::rotate::error::{ForgeFailure, PinError, ReviewError};
+use crate::rotate::observe::Observation;
+use crate::rotate::publish::{Finished, Landing, Publish};
+use crate::rotate::report::RepoFailure;
+use crate::rotate::sealing::CERT_BRANCH;
+use crate::rotate::{Context, Options, Proposal, SpokeReport};
+
+impl Publish for Review {
+    fn landing(&self) -> Landing {
+        Landing::AtMerge
+    }
+
+    async fn waiting(
+        &self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        seen: &Observation,
+        report: &mut SpokeReport,
+        policy: &Policy,
+    ) -> bool {
+        self.waiting_on_branch(ctx, spoke, seen, report, policy)
+            .await
+    }
+
+    async fn spoke(
+        &mut self,
+        ctx: &Context,
+        spoke: &SpokeConfig,
+        report: &mut SpokeReport,
+        proposal: Option<&Proposal>,
+        opts: &Options,
+    ) {
+        if let Some(why) = self.settle(ctx, spoke, report, proposal, opts).await {
+            self.refused = Some(why);
+        }
+    }
+
+    /// The target branch is never pushed to, so the renewed certificate goes on its own
+    /// branch and pull request, like a rotation. The clone's checkout is left as it is;
+    /// until the pull request is merged the pinned copy there stays the old one.
+    async fn certificate(
+        &self,
+        ctx: &Context,
+        rel: &Path,
+        pem: &[u8],
+        message: &str,
+    ) -> Result<Option<String>, PinError> {
+        let branch = |source| PinError::Branch {
+            branch: CERT_BRANCH,
+            error: source,
+        };
+        let kept = |error| ReviewError::Forge {
+            kept: format!("branch {CERT_BRANCH} pushed"),
+            error,
+        };
+        let repo = &ctx.repo;
+        let head = repo.remote_branch_head(CERT_BRANCH).await;
+        let waiting = match &head {
+            Some(h) => match repo.branch_state(CERT_BRANCH, h, rel).await {
+                BranchState::Merged => false,
+                BranchState::Open(proven) => match proven {
+                    // Only spokekeeper's own signed commit is left waiting; another is replaced.
+                    Ok(()) => repo.show(h, rel).await.ok().flatten().as_deref() == Some(pem),
+                    Err(why) => {
+                        tracing::warn!(branch = CERT_BRANCH, head = %h, reason = %why, "replacing a review branch spokekeeper cannot prove its own");
+                        false
+                    }
+                },
+            },
+            None => false,
+        };
+        let (pushed, trusted) = if let (true, Some(h)) = (waiting, &head) {
+            (None, h.clone())
+        } else {
+            let sha = repo
+                .commit_on_target(rel, pem, message)
+                .await
+                .map_err(branch)?;
+            repo.push_branch(CERT_BRANCH, &sha, head.as_deref())
+                .await
+                .map_err(branch)?;
+            (Some(sha.clone()), sha)
+        };
+        let forge = self
+            .forge
+            .as_ref()
+            .map_err(|e| kept(ForgeFailure::Setup(e.clone())))?;
+        let base = repo.target_branch();
+        let open = forge
+            .find_open(CERT_BRANCH, base)
+            .await
+            .map_err(|e| kept(ForgeFailure::Forge(Arc::new(e))))?;
+        let (title, body) = message.split_once("\n\n").unwrap_or((message, ""));
+        // The head line lets a reviewer compare with the commit the forge shows.
+        let body = format!("{body}\n\n{}", signed_line(&trusted));
+        let shown = match open {
+            // An open pull request (ours or adopted) always gets spokekeeper's text.
+            Some(o) if pushed.is_none() && same_text(&o, title, &body) => o,
+            open => {
+                let ask = crate::forge::Proposal {
+                    branch: CERT_BRANCH,
+                    base,
+                    title,
+                    body: &body,
+                };
+                let (pr, action) = forge
+                    .open_or_update(&ask, open)
+                    .await
+                    .map_err(|e| kept(ForgeFailure::Forge(Arc::new(e))))?;
+                tracing::info!(number = pr.pr.number, url = %pr.pr.url, ?action, "sealing certificate pull request");
+                pr
+            }
+        };
+        if shown.head.as_deref() != Some(trusted.as_str()) {
+            let why = unverified(&shown, &trusted, pushed.is_some());
+            return Err(ReviewError::Unverified(why).into());
+        }
+        Ok(pushed)
+    }
+
+    async fn finish(&mut self, ctx: &Context, _: &Options) -> Finished {
+        let mut out = Finished::default();
+        // Review mode never pushes the target branch; say so if the clone holds commits
+        // (left by an earlier direct-mode run) that only a push would publish.
+        match ctx.repo.unpushed().await {
+            Ok(0) | Err(_) => {}
+            Ok(n) => {
+                out.repo_error = Some(RepoFailure::Unpushed {
+                    commits: n,
+                    remote: ctx.config.repo.remote.clone(),
+                    branch: ctx.config.repo.branch.clone(),
+                    clone: ctx.config.repo.path.clone(),
+                })
+            }
+        }
+        // Reported as in direct mode: the branches and pull requests wait for a tick
+        // that may act.
+        if let Some(why) = &self.refused {
+            out.repo_error = Some(RepoFailure::NotPushed { why: why.clone() });
+        }
+        out
+    }
+}
