@@ -166,3 +166,108 @@ fn relative_output(config: &Config, spoke: &SpokeConfig, sops_config: &Path) -> 
         .to_string_lossy()
         .into_owned()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p";
+
+    fn b() -> String {
+        age::x25519::Identity::generate().to_public().to_string()
+    }
+
+    /// A configuration in `dir` whose fleet repo is `dir/fleet`, sealing spoke `dev`
+    /// with the `sealing` keys given.
+    fn config(dir: &Path, sealing: &str) -> Config {
+        std::fs::create_dir_all(dir.join("fleet")).unwrap();
+        let text = format!(
+            "repo: {{path: fleet}}\nsealing: {{cert: c.pem, format: sops, {sealing}}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n"
+        );
+        Config::parse(&text, "/etc/spokekeeper.yaml", dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn fp(r: &[&str]) -> String {
+        sops::recipients_fingerprint(r).to_string()
+    }
+
+    fn got(c: &Config) -> Result<Vec<String>, String> {
+        recipients(c, &c.spokes[0])
+            .map(|r| r.strings().map(str::to_string).collect())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_recipients_file_in_the_fleet_repo_is_used_only_when_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let b = b();
+        std::fs::create_dir_all(d.join("fleet")).unwrap();
+        std::fs::write(d.join("fleet/age.txt"), format!("# ops\n{b}\n\n")).unwrap();
+        std::fs::write(d.join("outside.txt"), format!("{A}\n")).unwrap();
+        // Outside the repo: trusted as the configuration is.
+        assert_eq!(
+            got(&config(d, "age_recipients: outside.txt")),
+            Ok(vec![A.into()])
+        );
+        // Inside, unpinned: refused, naming the file, the fingerprint and the fix.
+        let e = got(&config(d, "age_recipients: fleet/age.txt")).unwrap_err();
+        for needle in [
+            "fleet/age.txt",
+            "not trusted",
+            "in the fleet repo",
+            &format!("set sealing.age_sha256: {}", fp(&[&b])),
+        ] {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+        let pinned = format!("age_recipients: fleet/age.txt, age_sha256: {}", fp(&[&b]));
+        assert_eq!(got(&config(d, &pinned)), Ok(vec![b.clone()]));
+        // Pins restrict inline recipients too.
+        let other = format!("age_recipients: [{A}], age_sha256: {}", fp(&[&b]));
+        assert!(
+            got(&config(d, &other))
+                .unwrap_err()
+                .contains("allows others")
+        );
+        // A bad line is named.
+        std::fs::write(d.join("outside.txt"), format!("{A}\nage1nope\n")).unwrap();
+        let e = got(&config(d, "age_recipients: outside.txt")).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("age1nope"), "{e}");
+        let e = got(&config(d, "age_recipients: missing.txt")).unwrap_err();
+        assert!(
+            e.contains("cannot read") && e.contains("missing.txt"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_sops_yaml_rule_is_used_only_for_recipients_the_configuration_trusts() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let b = b();
+        std::fs::create_dir_all(d.join("fleet")).unwrap();
+        let rules = format!(
+            "creation_rules:\n  - path_regex: ^fluxcd/.*\\.yaml$\n    encrypted_regex: ^(data|stringData)$\n    age: {b}\n  - encrypted_regex: ^(data|stringData)$\n    age: {A}\n"
+        );
+        std::fs::write(d.join("fleet/.sops.yaml"), rules).unwrap();
+        let sops_config = "sops_config: fleet/.sops.yaml";
+        // The rule for fluxcd/dev-kubeconfig-sealed.yaml names b, which nothing trusts.
+        let e = got(&config(d, &format!("{sops_config}, age_recipients: [{A}]"))).unwrap_err();
+        for needle in [
+            ".sops.yaml for fluxcd/dev-kubeconfig-sealed.yaml",
+            "not trusted",
+            &format!("set sealing.age_sha256: {}", fp(&[&b])),
+        ] {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+        // The configured recipients, or pinned ones, are used.
+        let same = format!("{sops_config}, age_recipients: [{b}]");
+        assert_eq!(got(&config(d, &same)), Ok(vec![b.clone()]));
+        let pinned = format!("{sops_config}, age_sha256: {}", fp(&[&b]));
+        assert_eq!(got(&config(d, &pinned)), Ok(vec![b.clone()]));
+        // Another path takes the second rule.
+        let mut c = config(d, &format!("{sops_config}, age_recipients: [{A}]"));
+        c.spokes[0].output = "clusters/dev.yaml".into();
+        assert_eq!(got(&c), Ok(vec![A.into()]));
+    }
+}
