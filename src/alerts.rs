@@ -467,6 +467,12 @@ fn review(
 }
 
 /// A warning about the fleet repo's Flux objects for `spoke` (`check`'s layout traps).
+/// `check`: a sops spoke's age recipients cannot be read or are not trusted, so a tick
+/// would fail it at `seal`.
+pub(crate) fn sops_recipients(spoke: &str, detail: String) -> Finding {
+    plain(spoke, Subject::Sealing, Status::Critical, detail)
+}
+
 pub(crate) fn flux_layout(spoke: &str, detail: String) -> Finding {
     plain(spoke, Subject::Flux, Status::Warning, detail)
 }
