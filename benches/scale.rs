@@ -97,7 +97,13 @@ fn commit_state(config_path: &Path, clone: &Path) {
             .expect("set server");
         let yaml = kc.to_yaml();
         // Exactly what a rotation records and seals.
-        let recorded = refresh::record(spoke, &kc, kc.content_sha256(), &key, now);
+        let recorded = refresh::record(
+            spoke,
+            &kc,
+            kc.content_sha256(),
+            spokekeeper::rotate::state::SealedTo::Cert(key.fingerprint()),
+            now,
+        );
         let manifest = refresh::seal(spoke, &yaml, &key, &recorded).expect("seal");
         let path = clone.join(&spoke.output);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");

@@ -22,6 +22,8 @@ pub struct ConfigBuilder {
     /// More lines under `repo:`, as written.
     repo_lines: String,
     cert: PathBuf,
+    /// More lines under `sealing:`, as written.
+    sealing_lines: String,
     top: String,
     spokes: Vec<Spoke>,
 }
@@ -53,6 +55,7 @@ impl ConfigBuilder {
             repo: repo.as_ref().to_path_buf(),
             repo_lines: String::new(),
             cert: cert.as_ref().to_path_buf(),
+            sealing_lines: String::new(),
             top: String::new(),
             spokes: Vec::new(),
         }
@@ -67,6 +70,12 @@ impl ConfigBuilder {
     /// Seals to the certificate at `cert` instead.
     pub fn sealing_cert(mut self, cert: impl AsRef<Path>) -> ConfigBuilder {
         self.cert = cert.as_ref().to_path_buf();
+        self
+    }
+
+    /// Lines under `sealing:` as written, indented (`  format: sops\n`).
+    pub fn sealing(mut self, lines: &str) -> ConfigBuilder {
+        push_lines(&mut self.sealing_lines, lines);
         self
     }
 
@@ -89,11 +98,12 @@ impl ConfigBuilder {
 
     pub fn yaml(&self) -> String {
         let mut y = format!(
-            "repo:\n  path: {}\n  author: {}\n{}sealing:\n  cert: {}\n{}",
+            "repo:\n  path: {}\n  author: {}\n{}sealing:\n  cert: {}\n{}{}",
             quote(&self.repo.display().to_string()),
             quote(AUTHOR),
             self.repo_lines,
             quote(&self.cert.display().to_string()),
+            self.sealing_lines,
             self.top
         );
         if self.spokes.is_empty() {

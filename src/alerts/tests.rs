@@ -70,7 +70,7 @@ fn recorded(
         client_sha256: client.map(|_| Fingerprint::of(b"client")),
         client_not_after: client,
         content_sha256: Fingerprint::of(b"content"),
-        sealing_sha256: Fingerprint::of(b"sealing"),
+        sealed_to: crate::rotate::state::SealedTo::Cert(Fingerprint::of(b"sealing")),
         rotated_at: at(-DAY),
         credential: Default::default(),
     }
@@ -763,7 +763,7 @@ fn committed(r: Recorded) -> Committed {
         encrypted_data: Default::default(),
     };
     Committed::Recorded(Box::new(Record {
-        sealed,
+        sealed: crate::rotate::observe::Output::SealedSecret(sealed),
         recorded: r,
     }))
 }

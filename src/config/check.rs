@@ -147,7 +147,39 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
     for (i, s) in c.spokes.iter().enumerate() {
         spoke(i, s)?;
     }
+    sops(c)?;
     fleet(&c.spokes)
+}
+
+/// A spoke in sops format needs somewhere its recipients come from.
+fn sops(c: &Config) -> Result<(), Invalid> {
+    let s = &c.sops;
+    if s.age_recipients.is_some() || s.sops_config.is_some() {
+        return Ok(());
+    }
+    let Some((i, _)) = c
+        .spokes
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.format == super::SealingFormat::Sops)
+    else {
+        return Ok(());
+    };
+    let key = if c
+        .spokes
+        .iter()
+        .all(|s| s.format == super::SealingFormat::Sops)
+    {
+        "sealing.format".to_string()
+    } else {
+        format!("spokes[{i}].sealing.format")
+    };
+    Err(Invalid {
+        message: format!(
+            "{key} is sops, but no age recipient is configured: set sealing.age_recipients (age1... public keys, or a recipients file) or sealing.sops_config (the fleet repo's .sops.yaml)"
+        ),
+        key,
+    })
 }
 
 pub(super) fn repo(r: &RepoConfig) -> Result<(), Invalid> {

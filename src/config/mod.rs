@@ -7,7 +7,8 @@
 //!
 //! - `repo.rs`: `repo:` (direct or pull-request mode, `repo.forge`, `repo.signing_key`);
 //!   [`signing_key`] reads the key itself (at load, and for `repo::signing`);
-//! - `sealing.rs`: `sealing:` (the certificate and the fingerprints it is trusted by);
+//! - `sealing.rs`: `sealing:` (the format; the certificate and the fingerprints it is
+//!   trusted by; the age recipients and their pins);
 //! - `daemon.rs`: `schedule`, `metrics`, `renew_before`, `verify_every`;
 //! - `alerts.rs`: `alerts:`;
 //! - `hub.rs`: `hub:` (the hub's API and its Sealed Secrets controller);
@@ -58,6 +59,7 @@ pub use hub::{
     HubConfig,
 };
 pub use repo::{ForgeConfig, ForgeKind, RepoConfig, RepoMode, TokenSource};
+pub use sealing::{AgeRecipientsFrom, SealingFormat, SopsSettings};
 pub use spokes::{
     DEFAULT_KUSTOMIZATION_NAMESPACE, DEFAULT_SECRET_KEY, DEFAULT_SECRET_NAMESPACE,
     KustomizationRef, SecretRef, SourceKind, SpokeConfig,
@@ -104,6 +106,9 @@ pub struct Config {
     /// `sealing.sha256`: the sealing certificate fingerprints this host trusts, kept
     /// outside the fleet repo (empty: not set).
     pub sealing_sha256: Vec<Fingerprint<Sealing>>,
+    /// `sealing.age_recipients`, `sealing.age_sha256`, `sealing.sops_config`: for the
+    /// spokes whose format is sops.
+    pub sops: SopsSettings,
     pub schedule: String,
     pub(crate) metrics_listen: SocketAddr,
     pub renew_before: Duration,
@@ -157,7 +162,8 @@ impl Config {
             &l,
         )?;
         let alerts = alerts::load(raw.alerts, &l)?;
-        let spokes = spokes::load(raw.spokes, &raw.ssh, &raw.credential, &l)?;
+        let format = raw.sealing.format.unwrap_or_default();
+        let spokes = spokes::load(raw.spokes, &raw.ssh, &raw.credential, format, &l)?;
         let hub = raw.hub.map(|h| hub::load(h, &l)).transpose()?;
         let repo = repo::load(raw.repo, &l)?;
         let sealing = sealing::load(raw.sealing, &l)?;
@@ -167,6 +173,7 @@ impl Config {
             repo,
             sealing_cert: sealing.cert,
             sealing_sha256: sealing.sha256,
+            sops: sealing.sops,
             schedule: daemon.schedule,
             metrics_listen: daemon.metrics_listen,
             renew_before: daemon.renew_before,

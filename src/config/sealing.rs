@@ -1,6 +1,8 @@
-//! `sealing:`: the sealing certificate, and the fingerprints this host trusts it by.
+//! `sealing:`: the output format; for Sealed Secrets the certificate and the
+//! fingerprints this host trusts it by, for SOPS the age recipients and their pins.
 
 use std::path::PathBuf;
+use std::str::FromStr;
 
 use serde::Deserialize;
 
@@ -13,6 +15,14 @@ pub(super) struct RawSealing {
     cert: PathBuf,
     #[serde(default)]
     sha256: Option<OneOrMany>,
+    #[serde(default)]
+    pub(super) format: Option<SealingFormat>,
+    #[serde(default)]
+    age_recipients: Option<OneOrMany>,
+    #[serde(default)]
+    age_sha256: Option<OneOrMany>,
+    #[serde(default)]
+    sops_config: Option<PathBuf>,
 }
 
 /// `sealing.sha256`: one fingerprint, or a list (a planned key rollover).
@@ -23,29 +33,83 @@ enum OneOrMany {
     Many(Vec<String>),
 }
 
-/// `sealing:` as loaded (`Config::sealing_cert`, `Config::sealing_sha256`).
+impl OneOrMany {
+    fn into_vec(self) -> Vec<String> {
+        match self {
+            OneOrMany::One(v) => vec![v],
+            OneOrMany::Many(v) => v,
+        }
+    }
+}
+
+/// `sealing.format` (and `spokes[].sealing.format`): what a spoke's output is.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SealingFormat {
+    /// A SealedSecret for the hub's Sealed Secrets controller (the default).
+    #[default]
+    SealedSecrets,
+    /// A Secret encrypted with SOPS and age, for Flux's kustomize-controller to decrypt.
+    Sops,
+}
+
+impl SealingFormat {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SealingFormat::SealedSecrets => "sealed-secrets",
+            SealingFormat::Sops => "sops",
+        }
+    }
+}
+
+impl std::fmt::Display for SealingFormat {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// `sealing.age_recipients`: a list of `age1...` in the configuration, or the path of a
+/// recipients file (one a line, `#` comments), read at each tick.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AgeRecipientsFrom {
+    Inline(Vec<String>),
+    File(PathBuf),
+}
+
+/// What SOPS outputs are encrypted for (`Config::sops`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SopsSettings {
+    pub age_recipients: Option<AgeRecipientsFrom>,
+    /// `sealing.age_sha256`: the recipient sets this host trusts (empty: not set).
+    pub age_sha256: Vec<Fingerprint<fingerprint::AgeRecipients>>,
+    /// `sealing.sops_config`: the fleet repo's `.sops.yaml`, whose creation rules pick
+    /// the recipients for an output path.
+    pub sops_config: Option<PathBuf>,
+}
+
+/// `sealing:` as loaded (`Config::sealing_cert`, `Config::sealing_sha256`, `Config::sops`).
 pub(super) struct Sealing {
     pub cert: PathBuf,
     pub sha256: Vec<Fingerprint<fingerprint::Sealing>>,
+    pub sops: SopsSettings,
 }
 
-/// The certificate's path resolved; every fingerprint checked and lowercased.
+/// Upper-case hex is accepted here (an operator may paste it); stored values never are.
+fn pin<K: fingerprint::Kind>(v: &str) -> Option<Fingerprint<K>> {
+    let hex = v.strip_prefix("sha256:")?;
+    Fingerprint::parse(&format!("sha256:{}", hex.to_ascii_lowercase())).ok()
+}
+
+/// The certificate's path resolved; every fingerprint checked and lowercased; inline
+/// age recipients parsed.
 pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError> {
-    let sha256 = match raw.sha256 {
-        None => Vec::new(),
-        Some(OneOrMany::One(v)) => vec![v],
-        Some(OneOrMany::Many(v)) => v,
-    };
-    let sha256 = sha256
+    let sha256 = raw
+        .sha256
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default()
         .into_iter()
         .map(|v| {
-            // Upper-case hex is accepted here (an operator may paste it); stored values
-            // never are.
-            let lower = match v.strip_prefix("sha256:") {
-                Some(hex) => format!("sha256:{}", hex.to_ascii_lowercase()),
-                None => String::new(),
-            };
-            Fingerprint::parse(&lower).map_err(|_| {
+            pin(&v).ok_or_else(|| {
                 l.bad(
                     "sealing.sha256",
                     format!(
@@ -56,10 +120,67 @@ pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError>
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let age_sha256 = raw
+        .age_sha256
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            pin(&v).ok_or_else(|| {
+                l.bad(
+                    "sealing.age_sha256",
+                    format!(
+                        "sealing.age_sha256 {:?} is not a recipients fingerprint: write sha256: and 64 hex digits, as `spokekeeper check` prints it for the recipients (a list to allow several sets)",
+                        crate::text::one_line(&v, 80)
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let age_recipients = raw.age_recipients.map(|r| recipients(r, l)).transpose()?;
     Ok(Sealing {
         cert: l.resolve(&raw.cert),
         sha256,
+        sops: SopsSettings {
+            age_recipients,
+            age_sha256,
+            sops_config: raw.sops_config.map(|p| l.resolve(&p)),
+        },
     })
+}
+
+/// A list is inline recipients, each parsed now; one string is one recipient when it
+/// starts with `age1`, else a recipients file.
+fn recipients(raw: OneOrMany, l: &Loading) -> Result<AgeRecipientsFrom, ConfigError> {
+    let list = match raw {
+        OneOrMany::One(s) if !s.trim().starts_with("age1") => {
+            return Ok(AgeRecipientsFrom::File(
+                l.resolve(std::path::Path::new(s.trim())),
+            ));
+        }
+        OneOrMany::One(s) => vec![s],
+        OneOrMany::Many(v) => v,
+    };
+    if list.is_empty() {
+        return Err(l.bad(
+            "sealing.age_recipients",
+            "sealing.age_recipients is empty: list at least one age1... recipient (age-keygen -y KEYFILE prints it), or name a recipients file".into(),
+        ));
+    }
+    let mut out = Vec::with_capacity(list.len());
+    for (i, s) in list.iter().enumerate() {
+        let r = age::x25519::Recipient::from_str(s.trim()).map_err(|why| {
+            l.bad(
+                "sealing.age_recipients",
+                format!(
+                    "sealing.age_recipients[{i}] {:?} is not an age X25519 recipient ({why}): write the age1... public key that age-keygen -y KEYFILE prints",
+                    crate::text::one_line(s, 80)
+                ),
+            )
+        })?;
+        out.push(r.to_string());
+    }
+    Ok(AgeRecipientsFrom::Inline(out))
 }
 
 #[cfg(test)]
@@ -85,5 +206,92 @@ mod tests {
                 &["sealing.sha256", bad, "64 hex digits"],
             );
         }
+    }
+
+    const AGE: &str = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p";
+
+    #[test]
+    fn sealing_format_defaults_to_sealed_secrets_and_a_spoke_may_choose_sops() {
+        use super::{AgeRecipientsFrom, SealingFormat};
+        let c = parse(MIN).unwrap();
+        assert_eq!(c.spokes[0].format, SealingFormat::SealedSecrets);
+        assert_eq!(c.sops, Default::default());
+        let text = format!(
+            "repo: {{path: f}}\nsealing: {{cert: c.pem, age_recipients: [{AGE}]}}\nspokes:\n  - {{name: dev, address: 10.0.0.1, sealing: {{format: sops}}}}\n  - {{name: prod, address: 10.0.0.2}}\n"
+        );
+        let c = parse(&text).unwrap();
+        assert_eq!(c.spokes[0].format, SealingFormat::Sops);
+        assert_eq!(c.spokes[1].format, SealingFormat::SealedSecrets);
+        assert_eq!(
+            c.sops.age_recipients,
+            Some(AgeRecipientsFrom::Inline(vec![AGE.to_string()]))
+        );
+        let all = text.replace("cert: c.pem,", "cert: c.pem, format: sops,");
+        let all = all.replace(", sealing: {format: sops}", "");
+        assert!(
+            parse(&all)
+                .unwrap()
+                .spokes
+                .iter()
+                .all(|s| s.format == SealingFormat::Sops)
+        );
+        let file = MIN.replace(
+            "cert: c.pem}",
+            "cert: c.pem, format: sops, age_recipients: keys/age.txt, sops_config: f/.sops.yaml}",
+        );
+        let c = parse(&file).unwrap();
+        assert_eq!(
+            c.sops.age_recipients,
+            Some(AgeRecipientsFrom::File(
+                "/etc/spokekeeper/keys/age.txt".into()
+            ))
+        );
+        assert_eq!(
+            c.sops.sops_config.as_deref(),
+            Some(std::path::Path::new("/etc/spokekeeper/f/.sops.yaml"))
+        );
+    }
+
+    #[test]
+    fn sops_mistakes_name_the_field_the_line_and_the_fix() {
+        refused(
+            &MIN.replace("cert: c.pem}", "cert: c.pem, format: sops}"),
+            &["line 2", "sealing.format is sops", "sealing.age_recipients"],
+        );
+        refused(
+            &format!(
+                "{}  - {{name: prod, address: 10.0.0.2}}\n",
+                MIN.replace("10.0.0.1}", "10.0.0.1, sealing: {format: sops}}")
+            ),
+            &[
+                "line 4",
+                "spokes[0].sealing.format is sops",
+                "sealing.sops_config",
+            ],
+        );
+        refused(
+            &MIN.replace("cert: c.pem}", "cert: c.pem, format: sealed}"),
+            &["sealed"],
+        );
+        refused(
+            &MIN.replace(
+                "cert: c.pem}",
+                &format!("cert: c.pem, age_recipients: [{AGE}, age1nope]}}"),
+            ),
+            &[
+                "line 2",
+                "sealing.age_recipients[1]",
+                "age1nope",
+                "age-keygen -y",
+            ],
+        );
+        refused(
+            &MIN.replace("cert: c.pem}", "cert: c.pem, age_recipients: []}"),
+            &["sealing.age_recipients is empty"],
+        );
+        refused(
+            &MIN.replace("cert: c.pem}", "cert: c.pem, age_sha256: abc}"),
+            &["line 2", "sealing.age_sha256", "64 hex digits"],
+        );
     }
 }

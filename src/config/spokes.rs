@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::credential::{self, CredentialPolicy, RawCredential};
 use super::ssh::{self, SshOverrides, SshSettings};
-use super::{ConfigError, Distro, Loading, Scope, check, is_dns_subdomain};
+use super::{ConfigError, Distro, Loading, Scope, SealingFormat, check, is_dns_subdomain};
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -38,6 +38,15 @@ pub(super) struct RawSpoke {
     kustomization: Option<RawKustomizationRef>,
     #[serde(default)]
     credential: RawCredential,
+    #[serde(default)]
+    sealing: Option<RawSpokeSealing>,
+}
+
+/// `spokes[].sealing`: the spoke's own output format, over `sealing.format`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawSpokeSealing {
+    format: SealingFormat,
 }
 
 #[derive(Debug, Deserialize)]
@@ -105,6 +114,8 @@ pub struct SpokeConfig {
     pub kustomization: Option<KustomizationRef>,
     /// `credential:` merged over the global one.
     pub credential: CredentialPolicy,
+    /// `spokes[].sealing.format`, else `sealing.format`.
+    pub format: SealingFormat,
 }
 
 /// At least one spoke, each with its defaults filled in and the global `ssh:` and
@@ -114,6 +125,7 @@ pub(super) fn load(
     raw: Vec<RawSpoke>,
     ssh: &SshOverrides,
     credential: &RawCredential,
+    format: SealingFormat,
     l: &Loading,
 ) -> Result<Vec<SpokeConfig>, ConfigError> {
     if raw.is_empty() {
@@ -121,7 +133,7 @@ pub(super) fn load(
     }
     let mut spokes = Vec::with_capacity(raw.len());
     for (i, s) in raw.into_iter().enumerate() {
-        spokes.push(spoke(i, s, ssh, credential, l)?);
+        spokes.push(spoke(i, s, ssh, credential, format, l)?);
     }
     Ok(spokes)
 }
@@ -133,6 +145,7 @@ fn spoke(
     s: RawSpoke,
     global_ssh: &SshOverrides,
     global_credential: &RawCredential,
+    global_format: SealingFormat,
     l: &Loading,
 ) -> Result<SpokeConfig, ConfigError> {
     let at = format!("spokes[{i}]");
@@ -186,6 +199,7 @@ fn spoke(
         output,
         kustomization,
         credential,
+        format: s.sealing.map_or(global_format, |o| o.format),
     })
 }
 

@@ -6,10 +6,10 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
-use super::state::{Recorded, rfc3339};
+use super::output::Output;
+use super::state::{Recorded, SealedTo, rfc3339};
 use crate::config::{CredentialMode, SpokeConfig};
-use crate::fingerprint::{Ca, Fingerprint, Sealing};
-use crate::seal::SealedSecret;
+use crate::fingerprint::{AgeRecipients, Ca, Fingerprint, Sealing};
 use crate::spoke::{CaCheck, ProbeError, ProbeReport};
 
 /// Why a spoke is rotated. The first that applies names the commit.
@@ -35,6 +35,12 @@ pub enum Reason {
     SealingKeyChanged {
         old: Fingerprint<Sealing>,
         new: Fingerprint<Sealing>,
+    },
+    /// A sops output encrypted for another set of age recipients than the configured one
+    /// (`old`: the set its `sops.age[].recipient` entries name).
+    RecipientsChanged {
+        old: Fingerprint<AgeRecipients>,
+        new: Fingerprint<AgeRecipients>,
     },
     /// The configuration asks for something the commit does not have.
     ConfigChanged {
@@ -70,6 +76,7 @@ impl Reason {
             Reason::CaChanged { .. } => "ca-changed",
             Reason::ClientExpiring { .. } => "client-expiring",
             Reason::SealingKeyChanged { .. } => "sealing-key-changed",
+            Reason::RecipientsChanged { .. } => "recipients-changed",
             Reason::ConfigChanged { .. } => "config-changed",
             Reason::Forced => "forced",
             Reason::Periodic => "periodic",
@@ -91,6 +98,14 @@ impl fmt::Display for Reason {
             }
             Reason::SealingKeyChanged { old, new } => {
                 write!(f, "sealing key changed {} -> {}", old.short(), new.short())
+            }
+            Reason::RecipientsChanged { old, new } => {
+                write!(
+                    f,
+                    "age recipients changed {} -> {}",
+                    old.short(),
+                    new.short()
+                )
             }
             Reason::ConfigChanged { detail } => write!(f, "configuration changed ({detail})"),
             Reason::Forced => f.write_str("forced"),
@@ -164,7 +179,7 @@ pub fn after_extraction(
 /// What was observed for one spoke.
 pub struct Observed<'a> {
     /// The committed manifest and its recorded state, or why they could not be read.
-    pub committed: Option<Result<(&'a SealedSecret, &'a Recorded), &'a dyn std::error::Error>>,
+    pub committed: Option<Result<(&'a Output, &'a Recorded), &'a dyn std::error::Error>>,
     /// None when no probe was needed (nothing recorded to compare with).
     pub probe: Option<&'a Result<ProbeReport, ProbeError>>,
 }
@@ -172,7 +187,8 @@ pub struct Observed<'a> {
 pub struct Policy {
     pub now: OffsetDateTime,
     pub renew_before: Duration,
-    pub sealing_sha256: Fingerprint<Sealing>,
+    /// What this tick encrypts the spoke's output to.
+    pub sealed_to: SealedTo,
     pub force: bool,
     /// `verify_every` has elapsed since this spoke was last re-extracted.
     pub verify_due: bool,
@@ -237,11 +253,8 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
     {
         return Decision::Rotate(Reason::ClientExpiring { not_after });
     }
-    if recorded.sealing_sha256 != policy.sealing_sha256 {
-        return Decision::Rotate(Reason::SealingKeyChanged {
-            old: recorded.sealing_sha256,
-            new: policy.sealing_sha256,
-        });
+    if let Some(reason) = sealed_to_changed(sealed, recorded, policy.sealed_to) {
+        return Decision::Rotate(reason);
     }
     if let Some(detail) = config_drift(spoke, sealed, recorded) {
         return Decision::Rotate(Reason::ConfigChanged { detail });
@@ -288,20 +301,49 @@ pub(crate) fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option
 }
 
 /// A difference between the configuration and what was committed.
-fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded) -> Option<String> {
-    if sealed.name != spoke.secret.name || sealed.namespace != spoke.secret.namespace {
+/// The output's key against the one this tick seals to: a sealing certificate for a
+/// SealedSecret, the set its `sops.age[].recipient` entries name for a sops file. A
+/// change of format is a configuration change ([`config_drift`]).
+fn sealed_to_changed(output: &Output, recorded: &Recorded, want: SealedTo) -> Option<Reason> {
+    match (output, want) {
+        (Output::SealedSecret(_), SealedTo::Cert(new)) => match recorded.sealed_to {
+            SealedTo::Cert(old) if old == new => None,
+            SealedTo::Cert(old) => Some(Reason::SealingKeyChanged { old, new }),
+            SealedTo::Age(_) => Some(Reason::Unreadable {
+                detail: format!(
+                    "a SealedSecret without annotation {}",
+                    super::state::SEALING_CERT_SHA256
+                ),
+            }),
+        },
+        (Output::Sops(file), SealedTo::Age(new)) => {
+            let old = crate::seal::sops::recipients_fingerprint(&file.recipients);
+            (old != new).then_some(Reason::RecipientsChanged { old, new })
+        }
+        _ => None,
+    }
+}
+
+fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Option<String> {
+    if sealed.format() != spoke.format {
+        return Some(format!("format {} -> {}", sealed.format(), spoke.format));
+    }
+    if sealed.name() != spoke.secret.name || sealed.namespace() != spoke.secret.namespace {
         return Some(format!(
             "secret {}/{} -> {}/{}",
-            crate::certs::escape(&sealed.namespace),
-            crate::certs::escape(&sealed.name),
+            crate::certs::escape(sealed.namespace()),
+            crate::certs::escape(sealed.name()),
             spoke.secret.namespace,
             spoke.secret.name
         ));
     }
-    if sealed.scope() != spoke.scope {
+    // Sealed Secrets' scope; a sops Secret has none.
+    if let Output::SealedSecret(sealed) = sealed
+        && sealed.scope() != spoke.scope
+    {
         return Some(format!("scope {} -> {}", sealed.scope(), spoke.scope));
     }
-    if !sealed.encrypted_data.contains_key(&spoke.secret.key) || sealed.encrypted_data.len() != 1 {
+    if sealed.keys() != [spoke.secret.key.as_str()] {
         return Some(format!("key -> {}", spoke.secret.key));
     }
     let (had, want) = (&recorded.credential, &spoke.credential);
@@ -340,7 +382,8 @@ fn config_drift(spoke: &SpokeConfig, sealed: &SealedSecret, recorded: &Recorded)
 mod tests {
     use super::*;
     use crate::config::Config;
-    use crate::seal::Scope;
+    use crate::seal::sops::SopsSecret;
+    use crate::seal::{Scope, SealedSecret};
 
     fn spoke(extra: &str) -> SpokeConfig {
         let text = format!(
@@ -369,13 +412,13 @@ mod tests {
             client_sha256: Some(Fingerprint::from_digest([2; 32])),
             client_not_after: Some(now() + time::Duration::days(200)),
             content_sha256: Fingerprint::from_digest([3; 32]),
-            sealing_sha256: SEAL,
+            sealed_to: SealedTo::Cert(SEAL),
             rotated_at: now() - time::Duration::days(1),
             credential: Default::default(),
         }
     }
 
-    fn sealed(scope: Scope) -> SealedSecret {
+    fn sealed(scope: Scope) -> Output {
         let mut s = SealedSecret {
             name: "dev-kubeconfig".into(),
             namespace: "flux-system".into(),
@@ -385,20 +428,20 @@ mod tests {
             s.annotations.insert(a.into(), "true".into());
         }
         s.encrypted_data.insert("value".into(), "AgA".into());
-        s
+        Output::SealedSecret(s)
     }
 
     fn policy() -> Policy {
         Policy {
             now: now(),
             renew_before: Duration::from_secs(30 * 86_400),
-            sealing_sha256: SEAL,
+            sealed_to: SealedTo::Cert(SEAL),
             force: false,
             verify_due: false,
         }
     }
 
-    fn run(spoke: &SpokeConfig, s: &SealedSecret, r: &Recorded, p: &Policy) -> Decision {
+    fn run(spoke: &SpokeConfig, s: &Output, r: &Recorded, p: &Policy) -> Decision {
         decide(
             spoke,
             &Observed {
@@ -454,7 +497,7 @@ mod tests {
         token_only.client_not_after = None;
         assert_eq!(run(&sp, &s, &token_only, &policy()), Decision::Healthy);
         let other_key = Policy {
-            sealing_sha256: NEW_SEAL,
+            sealed_to: SealedTo::Cert(NEW_SEAL),
             ..policy()
         };
         assert!(matches!(
@@ -624,6 +667,113 @@ mod tests {
 
     const MINTED: &str = ", credential: {mode: minted, ttl: 30d, renew_before: 10d}";
 
+    const AGE_A: &str = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p";
+    const AGE_B: &str = "age1lggyhqrw2nlhcxprm67z43rta597azn8gknawjehu9d9dl0jq3yqqvfafg";
+    const SOPS: &str = ", sealing: {format: sops}";
+
+    /// A sops output for `recipients`, as the file's metadata names them.
+    fn sops_file(recipients: &[&str]) -> Output {
+        Output::Sops(SopsSecret {
+            name: "dev-kubeconfig".into(),
+            namespace: "flux-system".into(),
+            labels: Default::default(),
+            annotations: Default::default(),
+            keys: vec!["value".into()],
+            recipients: recipients.iter().map(|r| r.to_string()).collect(),
+        })
+    }
+
+    fn sops_policy(recipients: &[&str]) -> Policy {
+        Policy {
+            sealed_to: SealedTo::Age(crate::seal::sops::recipients_fingerprint(recipients)),
+            ..policy()
+        }
+    }
+
+    fn sops_spoke() -> SpokeConfig {
+        let text = format!(
+            "repo: {{path: f}}\nsealing: {{cert: c, age_recipients: [{AGE_A}]}}\nspokes:\n  - {{name: dev, address: 10.0.0.1{SOPS}}}\n"
+        );
+        Config::parse(&text, "t.yaml", std::path::Path::new("/"))
+            .unwrap()
+            .spokes
+            .remove(0)
+    }
+
+    #[test]
+    fn a_sops_file_for_other_recipients_is_re_encrypted() {
+        let sp = sops_spoke();
+        let mut r = recorded();
+        r.sealed_to = SealedTo::Age(crate::seal::sops::recipients_fingerprint([AGE_A]));
+        let file = sops_file(&[AGE_A]);
+        assert_eq!(
+            run(&sp, &file, &r, &sops_policy(&[AGE_A])),
+            Decision::Healthy
+        );
+        // The same set in another order, or repeated, is no change.
+        let both = sops_file(&[AGE_B, AGE_A, AGE_B]);
+        assert_eq!(
+            run(&sp, &both, &r, &sops_policy(&[AGE_A, AGE_B])),
+            Decision::Healthy
+        );
+        // The file's own recipients decide, whatever its annotation records.
+        assert_eq!(
+            run(&sp, &file, &r, &sops_policy(&[AGE_A, AGE_B])),
+            Decision::Rotate(Reason::RecipientsChanged {
+                old: crate::seal::sops::recipients_fingerprint([AGE_A]),
+                new: crate::seal::sops::recipients_fingerprint([AGE_A, AGE_B]),
+            })
+        );
+        let d = run(&sp, &sops_file(&[AGE_B]), &r, &sops_policy(&[AGE_A]));
+        let Decision::Rotate(reason) = d else {
+            panic!("{d:?}")
+        };
+        assert_eq!(reason.kind(), "recipients-changed");
+        assert!(
+            reason
+                .to_string()
+                .starts_with("age recipients changed sha256:"),
+            "{reason}"
+        );
+        // The client certificate still comes first.
+        r.client_not_after = Some(now() + time::Duration::days(2));
+        assert!(matches!(
+            run(&sp, &sops_file(&[AGE_B]), &r, &sops_policy(&[AGE_A])),
+            Decision::Rotate(Reason::ClientExpiring { .. })
+        ));
+    }
+
+    #[test]
+    fn switching_format_is_a_configuration_change() {
+        let mut r = recorded();
+        assert_eq!(
+            run(
+                &sops_spoke(),
+                &sealed(Scope::Strict),
+                &r,
+                &sops_policy(&[AGE_A])
+            ),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "format sealed-secrets -> sops".into()
+            })
+        );
+        r.sealed_to = SealedTo::Age(crate::seal::sops::recipients_fingerprint([AGE_A]));
+        assert_eq!(
+            run(&spoke(""), &sops_file(&[AGE_A]), &r, &policy()),
+            Decision::Rotate(Reason::ConfigChanged {
+                detail: "format sops -> sealed-secrets".into()
+            })
+        );
+        // A sops Secret has no Sealed Secrets scope to drift.
+        let scoped = format!("{SOPS}, scope: cluster-wide");
+        let mut sp = spoke(&scoped.replace(SOPS, ""));
+        sp.format = crate::config::SealingFormat::Sops;
+        assert_eq!(
+            run(&sp, &sops_file(&[AGE_A]), &r, &sops_policy(&[AGE_A])),
+            Decision::Healthy
+        );
+    }
+
     #[test]
     fn minted_renews_on_its_own_schedule() {
         let (sp, s) = (spoke(MINTED), sealed(Scope::Strict));
@@ -639,7 +789,7 @@ mod tests {
         // A sealing key change still rotates a minted credential.
         r.client_not_after = Some(now() + time::Duration::days(20));
         let other_key = Policy {
-            sealing_sha256: NEW_SEAL,
+            sealed_to: SealedTo::Cert(NEW_SEAL),
             ..policy()
         };
         assert!(matches!(

@@ -85,6 +85,15 @@ pub enum SpokeError {
     Untrusted(String),
     #[error("{0}")]
     Seal(Arc<ManifestError>),
+    /// A sops output could not be encrypted, or did not read back as encrypted.
+    #[error("{spoke}: {error}")]
+    Sops {
+        spoke: String,
+        error: Arc<crate::seal::sops::SopsError>,
+    },
+    /// The age recipients of a sops output could not be read, or are not trusted.
+    #[error("{0}")]
+    Recipients(Arc<super::recipients::RecipientsError>),
     /// What was sealed did not read back as ciphertext for the key.
     #[error("{spoke}: {error}")]
     ReadBack {
@@ -210,6 +219,7 @@ impl SpokeError {
             SpokeError::Untrusted(_) | SpokeError::Seal(_) | SpokeError::ReadBack { .. } => {
                 Stage::Seal
             }
+            SpokeError::Sops { .. } | SpokeError::Recipients(_) => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit
             }

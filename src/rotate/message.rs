@@ -1,7 +1,7 @@
 //! The commit message of a rotation: one line that says why, then the facts.
 
 use super::decide::Reason;
-use super::state::{Recorded, rfc3339};
+use super::state::{Recorded, SealedTo, rfc3339};
 use crate::config::SpokeConfig;
 use crate::spoke::{self};
 
@@ -61,10 +61,16 @@ pub(super) fn commit_message(
         one_line(&live.server, 200),
         one_line(&live.git_version, 64)
     ));
-    msg.push_str(&format!(
-        "sealed to: {} ({} {}/{})\n",
-        new.sealing_sha256, spoke.scope, spoke.secret.namespace, spoke.secret.name
-    ));
+    msg.push_str(&match new.sealed_to {
+        SealedTo::Cert(cert) => format!(
+            "sealed to: {cert} ({} {}/{})\n",
+            spoke.scope, spoke.secret.namespace, spoke.secret.name
+        ),
+        SealedTo::Age(age) => format!(
+            "encrypted with sops for age recipients {age} ({}/{})\n",
+            spoke.secret.namespace, spoke.secret.name
+        ),
+    });
     msg
 }
 
@@ -96,7 +102,7 @@ mod tests {
             client_sha256: None,
             client_not_after: None,
             content_sha256: crate::fingerprint::Fingerprint::from_digest([3; 32]),
-            sealing_sha256: crate::fingerprint::Fingerprint::from_digest([4; 32]),
+            sealed_to: SealedTo::Cert(crate::fingerprint::Fingerprint::from_digest([4; 32])),
             rotated_at: now,
             credential: Default::default(),
         };

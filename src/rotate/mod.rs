@@ -12,12 +12,15 @@ mod generation;
 mod message;
 mod minted;
 pub mod observe;
+mod output;
 pub(crate) mod progress;
 mod publish;
+mod recipients;
 mod reconcile;
 pub mod refresh;
 mod report;
 pub mod review;
+mod sealer;
 pub mod sealing;
 pub mod state;
 mod tick;
@@ -38,7 +41,7 @@ pub use report::{CredentialReport, Outcome, RepoFailure, RepoStage, SpokeReport,
 pub use tick::tick;
 
 use crate::config::Config;
-use crate::fingerprint::{Content, Fingerprint, Sealing};
+use crate::fingerprint::{Content, Fingerprint};
 use crate::repo::Repo;
 use crate::seal::SealingKey;
 
@@ -47,8 +50,8 @@ struct Proposal {
     manifest: String,
     message: String,
     content_sha256: Fingerprint<Content>,
-    /// The sealing certificate this tick sealed to.
-    sealing_sha256: Fingerprint<Sealing>,
+    /// What this tick encrypted it to.
+    sealed_to: state::SealedTo,
     /// Direct mode: what to revoke once the hub has this credential.
     revocation: Option<minted::Revocation>,
 }

@@ -11,10 +11,10 @@ use futures::StreamExt;
 
 use super::TickReport;
 use super::decide::{Observed, expected_server};
-use super::state::{AnnotationError, Recorded};
+pub use super::output::{InvalidKind, Output};
+use super::state::Recorded;
 use crate::config::{Config, SpokeConfig};
 use crate::repo::{Repo, RepoError, Snapshot};
-use crate::seal::{ManifestError, SealedSecret};
 use crate::spoke::{self, ProbeError, ProbeReport};
 
 /// Probes run at once outside a tick (a tick probes within its own bound).
@@ -35,7 +35,7 @@ pub enum Committed {
 /// A readable committed credential.
 #[derive(Debug)]
 pub struct Record {
-    pub sealed: SealedSecret,
+    pub sealed: Output,
     pub recorded: Recorded,
 }
 
@@ -45,14 +45,6 @@ pub struct Record {
 pub struct Invalid {
     pub path: PathBuf,
     pub kind: InvalidKind,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum InvalidKind {
-    #[error(transparent)]
-    Manifest(#[from] ManifestError),
-    #[error(transparent)]
-    Annotations(#[from] AnnotationError),
 }
 
 impl Committed {
@@ -81,11 +73,11 @@ impl Committed {
                 kind,
             })
         };
-        let sealed = match SealedSecret::parse(bytes) {
+        let sealed = match Output::parse(bytes) {
             Ok(s) => s,
-            Err(e) => return invalid(e.into()),
+            Err(e) => return invalid(e),
         };
-        match Recorded::from_annotations(&sealed.annotations) {
+        match Recorded::from_annotations(sealed.annotations()) {
             Ok(recorded) => Committed::Recorded(Box::new(Record { sealed, recorded })),
             Err(e) => invalid(e.into()),
         }

@@ -11,6 +11,7 @@ use super::progress::Step;
 use super::publish::{Landing, Publish};
 use super::refresh::Fresh;
 use super::report::{CredentialReport, Outcome, SpokeReport};
+use super::sealer::Sealer;
 use super::state::{Recorded, RecordedCredential};
 use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
@@ -46,8 +47,14 @@ impl Reconciled {
     }
 }
 
-/// What the rule table weighs a spoke's observation against this tick.
-pub(super) fn policy<P>(run: &Run<'_, P>, spoke: &SpokeConfig, seen: &Observation) -> Policy {
+/// What the rule table weighs a spoke's observation against this tick (`sealer`: what
+/// the spoke's output is encrypted to).
+pub(super) fn policy<P>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+    sealer: &Sealer<'_>,
+) -> Policy {
     let ctx = run.ctx;
     let recorded = seen.committed.recorded();
     let verify_due = {
@@ -60,16 +67,47 @@ pub(super) fn policy<P>(run: &Run<'_, P>, spoke: &SpokeConfig, seen: &Observatio
         since.is_none_or(|t| run.now - t >= ctx.config.verify_every)
     };
     // An untrusted key is no reason to rotate: against it, compare with what is recorded.
-    let sealing_sha256 = match (run.untrusted, recorded) {
-        (Some(_), Some(r)) => r.sealing_sha256,
-        _ => run.sealing.fingerprint(),
+    let sealed_to = match (sealer, run.untrusted, recorded) {
+        (Sealer::SealedSecrets(_), Some(_), Some(r)) => r.sealed_to,
+        _ => sealer.sealed_to(),
     };
     Policy {
         now: run.now,
         renew_before: ctx.config.renew_before,
-        sealing_sha256,
+        sealed_to,
         force: run.opts.force || run.opts.revoke,
         verify_due,
+    }
+}
+
+/// The spoke's sealer, then [`reconcile`]: age recipients that cannot be read or are
+/// not trusted fail the spoke at `seal` before anything else, every tick, so the
+/// problem is seen even while the committed credential needs nothing.
+pub(super) async fn spoke<P: Publish>(
+    run: &Run<'_, P>,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+) -> Reconciled {
+    match Sealer::for_spoke(&run.ctx.config, spoke, run.sealing) {
+        Ok(sealer) => {
+            let policy = policy(run, spoke, seen, &sealer);
+            reconcile(run, spoke, seen, &policy, &sealer).await
+        }
+        Err(e) => {
+            let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
+            note_recorded(&mut report, seen);
+            report.outcome = Outcome::Failed(SpokeError::Recipients(std::sync::Arc::new(e)));
+            Reconciled::done(report)
+        }
+    }
+}
+
+fn note_recorded(report: &mut SpokeReport, seen: &Observation) {
+    if let Some(r) = seen.committed.recorded() {
+        report.ca_sha256 = Some(r.ca_sha256);
+        report.ca_not_after = Some(r.ca_not_after);
+        report.client_not_after = r.client_not_after;
+        report.credential = Some(CredentialReport::of(r));
     }
 }
 
@@ -80,15 +118,11 @@ pub(super) async fn reconcile<P: Publish>(
     spoke: &SpokeConfig,
     seen: &Observation,
     policy: &Policy,
+    sealer: &Sealer<'_>,
 ) -> Reconciled {
     let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
-    if let Some(r) = seen.committed.recorded() {
-        report.ca_sha256 = Some(r.ca_sha256);
-        report.ca_not_after = Some(r.ca_not_after);
-        report.client_not_after = r.client_not_after;
-        report.credential = Some(CredentialReport::of(r));
-    }
-    match rotate(run, spoke, seen, policy, &mut report).await {
+    note_recorded(&mut report, seen);
+    match rotate(run, spoke, seen, policy, sealer, &mut report).await {
         Ok(proposal) => Reconciled {
             report,
             proposal: Some(proposal),
@@ -107,6 +141,7 @@ async fn rotate<P: Publish>(
     spoke: &SpokeConfig,
     seen: &Observation,
     policy: &Policy,
+    sealer: &Sealer<'_>,
     report: &mut SpokeReport,
 ) -> Result<Proposal, Outcome> {
     let mut reason = decided(spoke, seen, policy)?;
@@ -122,11 +157,13 @@ async fn rotate<P: Publish>(
     }
     let admin = extract(run, spoke).await?;
     let candidate = match spoke.credential.mode {
-        CredentialMode::Minted => minted(run, spoke, seen, admin, &mut reason, report).await?,
+        CredentialMode::Minted => {
+            minted(run, spoke, seen, admin, sealer, &mut reason, report).await?
+        }
         CredentialMode::Extracted => extracted(run, spoke, seen, admin)?,
     };
     impersonation(run, spoke, &candidate).await?;
-    let recorded = record(run, spoke, &candidate, report);
+    let recorded = record(run, spoke, &candidate, sealer, report);
     let previous = seen.committed.recorded();
     let reason = match decide::after_extraction(reason, previous, &recorded, spoke.credential.mode)
     {
@@ -138,13 +175,13 @@ async fn rotate<P: Publish>(
     report.ca_sha256 = Some(recorded.ca_sha256);
     report.ca_not_after = Some(recorded.ca_not_after);
     report.client_not_after = recorded.client_not_after;
-    let manifest = seal(run, spoke, &candidate, &recorded)?;
+    let manifest = seal(run, spoke, &candidate, sealer, &recorded)?;
     let fresh = &candidate.fresh;
     Ok(Proposal {
         manifest,
         message: commit_message(spoke, &reason, previous, &recorded, &fresh.live),
         content_sha256: recorded.content_sha256,
-        sealing_sha256: run.sealing.fingerprint(),
+        sealed_to: sealer.sealed_to(),
         revocation: candidate.revocation,
     })
 }
@@ -201,6 +238,7 @@ async fn minted<P: Publish>(
     spoke: &SpokeConfig,
     seen: &Observation,
     admin: Fresh,
+    sealer: &Sealer<'_>,
     reason: &mut Reason,
     report: &mut SpokeReport,
 ) -> Result<Candidate, Outcome> {
@@ -212,9 +250,9 @@ async fn minted<P: Publish>(
         dry_run: run.opts.dry_run,
         call: run.ctx.live_timeout,
         sign: run.ctx.sign_timeout,
-        unsealable: match run.untrusted {
-            Some(u) => Some(SpokeError::Untrusted(u.error.clone())),
-            None => refresh::can_seal(spoke, run.sealing).err(),
+        unsealable: match (sealer, run.untrusted) {
+            (Sealer::SealedSecrets(_), Some(u)) => Some(SpokeError::Untrusted(u.error.clone())),
+            _ => sealer.can_seal(spoke).err(),
         },
     };
     let step = minted::step(
@@ -318,6 +356,7 @@ fn record<P>(
     run: &Run<'_, P>,
     spoke: &SpokeConfig,
     c: &Candidate,
+    sealer: &Sealer<'_>,
     report: &mut SpokeReport,
 ) -> Recorded {
     let fresh = &c.fresh;
@@ -325,7 +364,7 @@ fn record<P>(
         spoke,
         &fresh.kubeconfig,
         fresh.content_sha256,
-        run.sealing,
+        sealer.sealed_to(),
         run.now,
     );
     recorded.credential = c.credential.clone();
@@ -340,18 +379,19 @@ fn record<P>(
     recorded
 }
 
-/// seal, unless the sealing key is untrusted or this is a dry run.
+/// seal, unless the sealing key is untrusted (Sealed Secrets) or this is a dry run.
 fn seal<P>(
     run: &Run<'_, P>,
     spoke: &SpokeConfig,
     c: &Candidate,
+    sealer: &Sealer<'_>,
     recorded: &Recorded,
 ) -> Result<String, Outcome> {
     stage(run, spoke, "seal");
-    if let Some(u) = run.untrusted {
+    if let (Sealer::SealedSecrets(_), Some(u)) = (sealer, run.untrusted) {
         return Err(SpokeError::Untrusted(u.error.clone()).into());
     }
-    let manifest = refresh::seal(spoke, &c.fresh.yaml, run.sealing, recorded)?;
+    let manifest = sealer.seal_recorded(spoke, &c.fresh.yaml, recorded, run.now)?;
     if run.opts.dry_run {
         return Err(Outcome::WouldRotate);
     }

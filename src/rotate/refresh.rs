@@ -6,7 +6,7 @@ use std::time::Duration;
 use time::OffsetDateTime;
 
 use super::error::SpokeError;
-use super::state::Recorded;
+use super::state::{Recorded, SealedTo};
 use crate::config::{SourceKind, SpokeConfig};
 use crate::fingerprint::{Content, Fingerprint};
 use crate::kubeconfig::{self, Sanitized};
@@ -98,7 +98,7 @@ pub fn record(
     spoke: &SpokeConfig,
     kc: &Sanitized,
     content_sha256: Fingerprint<Content>,
-    sealing: &SealingKey,
+    sealed_to: SealedTo,
     now: OffsetDateTime,
 ) -> Recorded {
     let ca = &kc.ca_certs()[0];
@@ -112,7 +112,7 @@ pub fn record(
         client_sha256: client.map(|c| c.fingerprint.as_kind()),
         client_not_after: client.map(|c| c.not_after),
         content_sha256,
-        sealing_sha256: sealing.fingerprint(),
+        sealed_to,
         rotated_at: now,
         credential: Default::default(),
     }
@@ -125,7 +125,7 @@ pub(crate) const WATCH_LABEL: (&str, &str) = ("reconcile.fluxcd.io/watch", "Enab
 
 /// The spoke's Secret holding `yaml`; its template carries [`WATCH_LABEL`], so the
 /// unsealed Secret does.
-fn secret(spoke: &SpokeConfig, yaml: &SecretBytes) -> SecretInput {
+pub(crate) fn secret(spoke: &SpokeConfig, yaml: &SecretBytes) -> SecretInput {
     let mut input = SecretInput {
         name: spoke.secret.name.clone(),
         namespace: spoke.secret.namespace.clone(),
@@ -202,7 +202,7 @@ mod tests {
             client_sha256: None,
             client_not_after: None,
             content_sha256: Fingerprint::parse(&"ab".repeat(32)).unwrap(),
-            sealing_sha256: key.fingerprint(),
+            sealed_to: SealedTo::Cert(key.fingerprint()),
             rotated_at: OffsetDateTime::UNIX_EPOCH,
             credential: Default::default(),
         };

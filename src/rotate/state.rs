@@ -11,7 +11,9 @@ use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::config::CredentialMode;
-use crate::fingerprint::{Ca, CaBundle, ClientCert, Content, Fingerprint, Kind, Sealing};
+use crate::fingerprint::{
+    AgeRecipients, Ca, CaBundle, ClientCert, Content, Fingerprint, Kind, Sealing,
+};
 use crate::spoke::{CaCheck, ProbeReport};
 
 pub const SPOKE: &str = "spokekeeper.io/spoke";
@@ -30,6 +32,9 @@ pub const CLIENT_CERT_SHA256: &str = "spokekeeper.io/client-cert-sha256";
 pub const CLIENT_CERT_NOT_AFTER: &str = "spokekeeper.io/client-cert-not-after";
 pub const CONTENT_SHA256: &str = "spokekeeper.io/content-sha256";
 pub const SEALING_CERT_SHA256: &str = "spokekeeper.io/sealing-cert-sha256";
+/// A sops output: the set of age recipients it was encrypted for (in place of
+/// `sealing-cert-sha256`).
+pub const AGE_RECIPIENTS_SHA256: &str = "spokekeeper.io/age-recipients-sha256";
 pub const ROTATED_AT: &str = "spokekeeper.io/rotated-at";
 /// `minted` when the credential was minted; absent: extracted (and earlier versions).
 pub(crate) const CREDENTIAL_MODE: &str = "spokekeeper.io/credential-mode";
@@ -67,9 +72,35 @@ pub struct Recorded {
     pub client_sha256: Option<Fingerprint<ClientCert>>,
     pub client_not_after: Option<OffsetDateTime>,
     pub content_sha256: Fingerprint<Content>,
-    pub sealing_sha256: Fingerprint<Sealing>,
+    pub sealed_to: SealedTo,
     pub rotated_at: OffsetDateTime,
     pub credential: RecordedCredential,
+}
+
+/// What a credential is encrypted to: a sealing certificate, or a set of age recipients.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SealedTo {
+    Cert(Fingerprint<Sealing>),
+    Age(Fingerprint<AgeRecipients>),
+}
+
+impl SealedTo {
+    /// The sealing certificate, for a SealedSecret.
+    pub fn cert(self) -> Option<Fingerprint<Sealing>> {
+        match self {
+            SealedTo::Cert(c) => Some(c),
+            SealedTo::Age(_) => None,
+        }
+    }
+}
+
+impl std::fmt::Display for SealedTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SealedTo::Cert(c) => write!(f, "sealing certificate {c}"),
+            SealedTo::Age(a) => write!(f, "age recipients {a}"),
+        }
+    }
 }
 
 /// How the committed credential was made.
@@ -162,7 +193,10 @@ impl Recorded {
                 .map(|v| date(CLIENT_CERT_NOT_AFTER, v))
                 .transpose()?,
             content_sha256: fingerprint(CONTENT_SHA256, get(CONTENT_SHA256)?)?,
-            sealing_sha256: fingerprint(SEALING_CERT_SHA256, get(SEALING_CERT_SHA256)?)?,
+            sealed_to: match (opt(SEALING_CERT_SHA256), opt(AGE_RECIPIENTS_SHA256)) {
+                (None, Some(v)) => SealedTo::Age(fingerprint(AGE_RECIPIENTS_SHA256, v)?),
+                _ => SealedTo::Cert(fingerprint(SEALING_CERT_SHA256, get(SEALING_CERT_SHA256)?)?),
+            },
             rotated_at: date(ROTATED_AT, get(ROTATED_AT)?)?,
             credential: credential(
                 opt(CREDENTIAL_MODE),
@@ -194,7 +228,10 @@ impl Recorded {
             put(CLIENT_CERT_NOT_AFTER, rfc3339(d));
         }
         put(CONTENT_SHA256, self.content_sha256.to_string());
-        put(SEALING_CERT_SHA256, self.sealing_sha256.to_string());
+        match self.sealed_to {
+            SealedTo::Cert(c) => put(SEALING_CERT_SHA256, c.to_string()),
+            SealedTo::Age(a) => put(AGE_RECIPIENTS_SHA256, a.to_string()),
+        }
         put(ROTATED_AT, rfc3339(self.rotated_at));
         let c = &self.credential;
         if c.mode == CredentialMode::Minted {
@@ -437,7 +474,7 @@ mod tests {
             client_sha256: Some(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
             client_not_after: Some(OffsetDateTime::from_unix_timestamp(1_900_000_000).unwrap()),
             content_sha256: Fingerprint::parse(HEX).unwrap(),
-            sealing_sha256: Fingerprint::parse(&format!("sha256:{HEX}")).unwrap(),
+            sealed_to: SealedTo::Cert(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
             rotated_at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap(),
             credential: RecordedCredential::default(),
         }

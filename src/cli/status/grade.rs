@@ -107,7 +107,7 @@ fn committed(obs: &Observation) -> Committed {
             committed.rotated_at = Some(rfc3339(r.rotated_at));
             committed.ca_sha256 = Some(r.ca_sha256);
             committed.client_not_after = r.client_not_after.map(rfc3339);
-            committed.sealing_sha256 = Some(r.sealing_sha256);
+            committed.sealing_sha256 = r.sealed_to.cert();
             committed.credential = Some(alerts::CredentialFacts::of(&r.credential));
         }
         Held::Missing => committed.state = "missing",

@@ -166,12 +166,10 @@ async fn gather(config: &Config) -> Result<Report, crate::repo::RepoError> {
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
         // The committed ciphertext, to tell whether the hub's copy is this commit's.
-        let committed_ct = obs.committed.record().and_then(|r| {
-            r.sealed
-                .encrypted_data
-                .get(&spoke.secret.key)
-                .map(String::as_str)
-        });
+        let committed_ct = obs
+            .committed
+            .record()
+            .and_then(|r| r.sealed.sealed_value(&spoke.secret.key));
         let (sealed, consumers) = match &hub {
             Some(Ok(h)) => {
                 let (s, c) = hub_view(h, spoke, committed_ct, &listed).await;

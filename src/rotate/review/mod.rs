@@ -48,7 +48,7 @@ use super::{Context, Outcome, SpokeReport};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{Forge, ForgeError, PullRequest};
 use crate::repo::{BranchState, Untrusted};
-use crate::seal::SealedSecret;
+use crate::rotate::observe::Output;
 use crate::spoke::{ProbeError, ProbeReport};
 
 pub(crate) use open::open_reviews;
@@ -71,7 +71,7 @@ pub struct Branch {
     /// repo.signing_key, on the target branch, and changes only the spoke's file).
     pub untrusted: Option<Untrusted>,
     /// The manifest it holds, when it holds a readable one.
-    pub recorded: Option<(SealedSecret, Recorded)>,
+    pub recorded: Option<(Output, Recorded)>,
 }
 
 pub(crate) fn branch_name(spoke: &SpokeConfig) -> String {
@@ -104,8 +104,8 @@ impl Review {
             BranchState::Open(proven) => proven.err(),
         };
         let recorded = match ctx.repo.show(&head, &spoke.output).await {
-            Ok(Some(bytes)) => SealedSecret::parse(&bytes).ok().and_then(|s| {
-                let r = Recorded::from_annotations(&s.annotations).ok()?;
+            Ok(Some(bytes)) => Output::parse(&bytes).ok().and_then(|s| {
+                let r = Recorded::from_annotations(s.annotations()).ok()?;
                 Some((s, r))
             }),
             _ => None,
@@ -183,7 +183,7 @@ pub(crate) fn branch_fixes(
     let policy = Policy {
         now: policy.now,
         renew_before: policy.renew_before,
-        sealing_sha256: policy.sealing_sha256,
+        sealed_to: policy.sealed_to,
         force: false,
         verify_due: false,
     };

@@ -2,9 +2,9 @@
 
 use crate::config::SpokeConfig;
 use crate::repo::{BranchState, RepoError};
+use crate::rotate::observe::Output;
 use crate::rotate::state::Recorded;
 use crate::rotate::{Context, Proposal};
-use crate::seal::SealedSecret;
 
 /// What [`push`] did.
 pub(super) struct Pushed {
@@ -103,10 +103,8 @@ async fn same_content(ctx: &Context, spoke: &SpokeConfig, head: &str, p: &Propos
     let Ok(Some(bytes)) = ctx.repo.show(head, &spoke.output).await else {
         return false;
     };
-    SealedSecret::parse(&bytes)
+    Output::parse(&bytes)
         .ok()
-        .and_then(|s| Recorded::from_annotations(&s.annotations).ok())
-        .is_some_and(|r| {
-            r.content_sha256 == p.content_sha256 && r.sealing_sha256 == p.sealing_sha256
-        })
+        .and_then(|s| Recorded::from_annotations(s.annotations()).ok())
+        .is_some_and(|r| r.content_sha256 == p.content_sha256 && r.sealed_to == p.sealed_to)
 }

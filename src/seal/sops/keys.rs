@@ -14,6 +14,21 @@ use super::error::SopsError;
 use crate::fingerprint::{self, Fingerprint};
 use crate::secret::SecretBytes;
 
+/// The fingerprint of a set of recipient strings ([`AgeRecipients::fingerprint`]), also
+/// for the strings a committed file names, which need not parse.
+pub fn recipients_fingerprint<S: AsRef<str>>(
+    given: impl IntoIterator<Item = S>,
+) -> Fingerprint<fingerprint::AgeRecipients> {
+    let set: std::collections::BTreeSet<String> =
+        given.into_iter().map(|s| s.as_ref().to_string()).collect();
+    let mut text = String::new();
+    for r in set {
+        text.push_str(&r);
+        text.push('\n');
+    }
+    Fingerprint::of(text.as_bytes())
+}
+
 /// One or more age X25519 recipients, in the order given.
 #[derive(Clone)]
 pub struct AgeRecipients(Vec<(String, x25519::Recipient)>);
@@ -63,13 +78,7 @@ impl AgeRecipients {
     /// What the recipients are pinned by: the same set in any order, or repeated, has
     /// the same fingerprint.
     pub fn fingerprint(&self) -> Fingerprint<fingerprint::AgeRecipients> {
-        let set: std::collections::BTreeSet<&str> = self.strings().collect();
-        let mut text = String::new();
-        for r in set {
-            text.push_str(r);
-            text.push('\n');
-        }
-        Fingerprint::of(text.as_bytes())
+        recipients_fingerprint(self.strings())
     }
 
     /// The recipients as `age1...` strings.

@@ -11,6 +11,7 @@
 
 mod error;
 mod keys;
+mod readable;
 mod rules;
 mod tree;
 mod value;
@@ -20,7 +21,8 @@ use time::OffsetDateTime;
 use zeroize::Zeroizing;
 
 pub use error::{SopsError, ValueFault};
-pub use keys::{AgeIdentities, AgeRecipients};
+pub use keys::{AgeIdentities, AgeRecipients, recipients_fingerprint};
+pub use readable::{SopsSecret, readable};
 pub use rules::recipients_for;
 
 use super::SecretInput;

@@ -13,8 +13,8 @@ use spokekeeper::alerts::{self, SealingCert};
 use spokekeeper::config::{Config, SpokeConfig};
 use spokekeeper::fingerprint::Fingerprint;
 use spokekeeper::rotate::decide::{self, Decision, Observed, Policy};
-use spokekeeper::rotate::observe::{Committed, Invalid, Observation, Record};
-use spokekeeper::rotate::state::{self, Recorded};
+use spokekeeper::rotate::observe::{Committed, Invalid, Observation, Output, Record};
+use spokekeeper::rotate::state::{self, Recorded, SealedTo};
 use spokekeeper::rotate::{Outcome, Reason, SpokeReport, TickReport};
 use spokekeeper::seal::SealedSecret;
 use spokekeeper_lab::{Pki, PkiOptions};
@@ -57,7 +57,7 @@ static GOOD: LazyLock<Recorded> = LazyLock::new(|| {
         client_sha256: Some(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
         client_not_after: Some(now() + time::Duration::days(200)),
         content_sha256: Fingerprint::parse(HEX).unwrap(),
-        sealing_sha256: Fingerprint::parse(&format!("sha256:{HEX}")).unwrap(),
+        sealed_to: SealedTo::Cert(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
         rotated_at: now() - time::Duration::days(1),
         credential: spokekeeper::rotate::state::RecordedCredential::default(),
     }
@@ -85,7 +85,7 @@ fn policy() -> Policy {
     Policy {
         now: now(),
         renew_before: Duration::from_secs(30 * 86_400),
-        sealing_sha256: GOOD.sealing_sha256,
+        sealed_to: GOOD.sealed_to,
         force: false,
         verify_due: false,
     }
@@ -94,7 +94,7 @@ fn policy() -> Policy {
 /// Through decide, the tick report's table and JSON, and check's grading.
 fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
     let read = Recorded::from_annotations(a);
-    let sealed = sealed();
+    let sealed = Output::SealedSecret(sealed());
     let committed = match &read {
         Ok(r) => Ok((&sealed, r)),
         Err(e) => Err(e as &dyn std::error::Error),

@@ -6,3 +6,4 @@ mod seal_vectors;
 mod sealing_trust;
 mod sops_cli;
 mod sops_real;
+mod sops_tick;

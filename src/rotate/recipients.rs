@@ -1,0 +1,273 @@
+//! The age recipients of a spoke's sops output: `.sops.yaml`'s creation rule for its
+//! path when `sealing.sops_config` is set, else `sealing.age_recipients`. Recipients read
+//! from the fleet repo (a recipients file in it, its `.sops.yaml`) are trusted only when
+//! `sealing.age_sha256` pins them or they are the configured ones, as a sealing
+//! certificate is: a push to the fleet repo must not redirect every credential to a key
+//! its author holds.
+
+use std::path::{Path, PathBuf};
+
+use crate::config::{AgeRecipientsFrom, Config, SpokeConfig};
+use crate::fingerprint::{self, Fingerprint};
+use crate::fsutil::inside;
+use crate::seal::sops::{self, AgeRecipients, SopsError};
+
+/// Why a sops spoke's recipients cannot be used this tick.
+#[derive(Debug, thiserror::Error)]
+pub enum RecipientsError {
+    #[error("cannot read {what} {}: {error} (fix the path in {config})", path.display())]
+    Read {
+        what: &'static str,
+        path: PathBuf,
+        config: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("{what} {}: {error}", path.display())]
+    Parse {
+        what: &'static str,
+        path: PathBuf,
+        error: SopsError,
+    },
+    #[error(
+        "the age recipients of {what} are {sha256}, not trusted: {why}. Nothing is encrypted for them: a write to the fleet repo must not redirect every spoke's credential to a key its author may hold. Fix: if the change is wanted, set sealing.age_sha256: {sha256} in {}; otherwise revert it",
+        config.display()
+    )]
+    Untrusted {
+        what: String,
+        sha256: Fingerprint<fingerprint::AgeRecipients>,
+        why: String,
+        config: PathBuf,
+    },
+}
+
+/// Where the configured recipients came from.
+enum Origin {
+    Config,
+    File { path: PathBuf, in_repo: bool },
+}
+
+/// The spoke's age recipients: `.sops.yaml`'s rule for its output when
+/// `sealing.sops_config` is set, else `sealing.age_recipients`; either trusted as the
+/// module says.
+pub(crate) fn recipients(
+    config: &Config,
+    spoke: &SpokeConfig,
+) -> Result<AgeRecipients, RecipientsError> {
+    let pins = &config.sops.age_sha256;
+    let pinned = |r: &AgeRecipients| pins.contains(&r.fingerprint());
+    let configured = configured(config)?;
+    if let Some((r, origin)) = &configured {
+        let in_repo = matches!(origin, Origin::File { in_repo: true, .. });
+        if (in_repo || !pins.is_empty()) && !pinned(r) {
+            let (what, why) = match origin {
+                Origin::Config => (
+                    "sealing.age_recipients".to_string(),
+                    format!(
+                        "sealing.age_sha256 in {} allows others",
+                        config.file.display()
+                    ),
+                ),
+                Origin::File { path, .. } if in_repo => (
+                    format!("the recipients file {}", path.display()),
+                    "it is in the fleet repo and sealing.age_sha256 does not pin it".into(),
+                ),
+                Origin::File { path, .. } => (
+                    format!("the recipients file {}", path.display()),
+                    format!(
+                        "sealing.age_sha256 in {} allows others",
+                        config.file.display()
+                    ),
+                ),
+            };
+            return Err(RecipientsError::Untrusted {
+                what,
+                sha256: r.fingerprint(),
+                why,
+                config: config.file.clone(),
+            });
+        }
+    }
+    let Some(path) = &config.sops.sops_config else {
+        // `spokekeeper check` (config/check.rs) refuses sops without either.
+        return configured
+            .map(|(r, _)| r)
+            .ok_or_else(|| RecipientsError::Parse {
+                what: "sealing.age_recipients",
+                path: config.file.clone(),
+                error: SopsError::NoRecipients,
+            });
+    };
+    let text = std::fs::read(path).map_err(|error| RecipientsError::Read {
+        what: "sealing.sops_config",
+        path: path.clone(),
+        config: config.file.clone(),
+        error,
+    })?;
+    let rel = relative_output(config, spoke, path);
+    let r = sops::recipients_for(&text, &rel).map_err(|error| RecipientsError::Parse {
+        what: "sealing.sops_config",
+        path: path.clone(),
+        error,
+    })?;
+    let same = configured
+        .as_ref()
+        .is_some_and(|(c, _)| c.fingerprint() == r.fingerprint());
+    if !(same || pinned(&r)) {
+        return Err(RecipientsError::Untrusted {
+            what: format!("the creation rule of {} for {rel}", path.display()),
+            sha256: r.fingerprint(),
+            why: "neither sealing.age_recipients nor sealing.age_sha256 names them".into(),
+            config: config.file.clone(),
+        });
+    }
+    Ok(r)
+}
+
+/// `sealing.age_recipients`, read and parsed.
+fn configured(config: &Config) -> Result<Option<(AgeRecipients, Origin)>, RecipientsError> {
+    let parse = |path: &Path, error| RecipientsError::Parse {
+        what: "sealing.age_recipients",
+        path: path.to_path_buf(),
+        error,
+    };
+    Ok(match &config.sops.age_recipients {
+        None => None,
+        Some(AgeRecipientsFrom::Inline(list)) => Some((
+            AgeRecipients::parse(list).map_err(|e| parse(&config.file, e))?,
+            Origin::Config,
+        )),
+        Some(AgeRecipientsFrom::File(path)) => {
+            let text = std::fs::read_to_string(path).map_err(|error| RecipientsError::Read {
+                what: "sealing.age_recipients file",
+                path: path.clone(),
+                config: config.file.clone(),
+                error,
+            })?;
+            let r = AgeRecipients::parse_file(&text).map_err(|e| parse(path, e))?;
+            let in_repo = inside(path, &config.repo.path).is_some();
+            Some((
+                r,
+                Origin::File {
+                    path: path.clone(),
+                    in_repo,
+                },
+            ))
+        }
+    })
+}
+
+/// The output's path as sops sees it: relative to the `.sops.yaml`'s directory.
+fn relative_output(config: &Config, spoke: &SpokeConfig, sops_config: &Path) -> String {
+    let output = config.repo.path.join(&spoke.output);
+    let dir = sops_config.parent().unwrap_or(Path::new(""));
+    output
+        .strip_prefix(dir)
+        .unwrap_or(&spoke.output)
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p";
+
+    fn b() -> String {
+        age::x25519::Identity::generate().to_public().to_string()
+    }
+
+    /// A configuration in `dir` whose fleet repo is `dir/fleet`, sealing spoke `dev`
+    /// with the `sealing` keys given.
+    fn config(dir: &Path, sealing: &str) -> Config {
+        std::fs::create_dir_all(dir.join("fleet")).unwrap();
+        let text = format!(
+            "repo: {{path: fleet}}\nsealing: {{cert: c.pem, format: sops, {sealing}}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n"
+        );
+        Config::parse(&text, "/etc/spokekeeper.yaml", dir).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn fp(r: &[&str]) -> String {
+        sops::recipients_fingerprint(r).to_string()
+    }
+
+    fn got(c: &Config) -> Result<Vec<String>, String> {
+        recipients(c, &c.spokes[0])
+            .map(|r| r.strings().map(str::to_string).collect())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn a_recipients_file_in_the_fleet_repo_is_used_only_when_pinned() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let b = b();
+        std::fs::create_dir_all(d.join("fleet")).unwrap();
+        std::fs::write(d.join("fleet/age.txt"), format!("# ops\n{b}\n\n")).unwrap();
+        std::fs::write(d.join("outside.txt"), format!("{A}\n")).unwrap();
+        // Outside the repo: trusted as the configuration is.
+        assert_eq!(
+            got(&config(d, "age_recipients: outside.txt")),
+            Ok(vec![A.into()])
+        );
+        // Inside, unpinned: refused, naming the file, the fingerprint and the fix.
+        let e = got(&config(d, "age_recipients: fleet/age.txt")).unwrap_err();
+        for needle in [
+            "fleet/age.txt",
+            "not trusted",
+            "in the fleet repo",
+            &format!("set sealing.age_sha256: {}", fp(&[&b])),
+        ] {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+        let pinned = format!("age_recipients: fleet/age.txt, age_sha256: {}", fp(&[&b]));
+        assert_eq!(got(&config(d, &pinned)), Ok(vec![b.clone()]));
+        // Pins restrict inline recipients too.
+        let other = format!("age_recipients: [{A}], age_sha256: {}", fp(&[&b]));
+        assert!(
+            got(&config(d, &other))
+                .unwrap_err()
+                .contains("allows others")
+        );
+        // A bad line is named.
+        std::fs::write(d.join("outside.txt"), format!("{A}\nage1nope\n")).unwrap();
+        let e = got(&config(d, "age_recipients: outside.txt")).unwrap_err();
+        assert!(e.contains("line 2") && e.contains("age1nope"), "{e}");
+        let e = got(&config(d, "age_recipients: missing.txt")).unwrap_err();
+        assert!(
+            e.contains("cannot read") && e.contains("missing.txt"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_sops_yaml_rule_is_used_only_for_recipients_the_configuration_trusts() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let b = b();
+        std::fs::create_dir_all(d.join("fleet")).unwrap();
+        let rules = format!(
+            "creation_rules:\n  - path_regex: ^fluxcd/.*\\.yaml$\n    encrypted_regex: ^(data|stringData)$\n    age: {b}\n  - encrypted_regex: ^(data|stringData)$\n    age: {A}\n"
+        );
+        std::fs::write(d.join("fleet/.sops.yaml"), rules).unwrap();
+        let sops_config = "sops_config: fleet/.sops.yaml";
+        // The rule for fluxcd/dev-kubeconfig-sealed.yaml names b, which nothing trusts.
+        let e = got(&config(d, &format!("{sops_config}, age_recipients: [{A}]"))).unwrap_err();
+        for needle in [
+            ".sops.yaml for fluxcd/dev-kubeconfig-sealed.yaml",
+            "not trusted",
+            &format!("set sealing.age_sha256: {}", fp(&[&b])),
+        ] {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+        // The configured recipients, or pinned ones, are used.
+        let same = format!("{sops_config}, age_recipients: [{b}]");
+        assert_eq!(got(&config(d, &same)), Ok(vec![b.clone()]));
+        let pinned = format!("{sops_config}, age_sha256: {}", fp(&[&b]));
+        assert_eq!(got(&config(d, &pinned)), Ok(vec![b.clone()]));
+        // Another path takes the second rule.
+        let mut c = config(d, &format!("{sops_config}, age_recipients: [{A}]"));
+        c.spokes[0].output = "clusters/dev.yaml".into();
+        assert_eq!(got(&c), Ok(vec![A.into()]));
+    }
+}

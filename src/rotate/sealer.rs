@@ -1,0 +1,103 @@
+//! What a spoke's output is encrypted to this tick (`sealing.format`, per spoke): the
+//! Sealed Secrets controller's certificate, or age recipients for sops
+//! ([`super::recipients`]).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use time::OffsetDateTime;
+
+use super::error::SpokeError;
+use super::recipients::{RecipientsError, recipients};
+use super::state::{Recorded, SealedTo};
+use crate::config::{Config, SealingFormat, SpokeConfig};
+use crate::seal::SealingKey;
+use crate::seal::sops::{self, AgeRecipients, SopsError};
+use crate::secret::SecretBytes;
+
+/// What one spoke's output is encrypted to.
+pub(crate) enum Sealer<'a> {
+    SealedSecrets(&'a SealingKey),
+    Sops(AgeRecipients),
+}
+
+impl<'a> Sealer<'a> {
+    /// The spoke's sealer: the tick's sealing key, or its age recipients (read now).
+    pub(crate) fn for_spoke(
+        config: &Config,
+        spoke: &SpokeConfig,
+        key: &'a SealingKey,
+    ) -> Result<Sealer<'a>, RecipientsError> {
+        Ok(match spoke.format {
+            SealingFormat::SealedSecrets => Sealer::SealedSecrets(key),
+            SealingFormat::Sops => Sealer::Sops(recipients(config, spoke)?),
+        })
+    }
+
+    pub(crate) fn sealed_to(&self) -> SealedTo {
+        match self {
+            Sealer::SealedSecrets(key) => SealedTo::Cert(key.fingerprint()),
+            Sealer::Sops(r) => SealedTo::Age(r.fingerprint()),
+        }
+    }
+
+    /// Whether [`Sealer::seal`] would refuse the spoke's Secret, tried with a
+    /// placeholder: a mint is made only when it can be sealed, since each leaves a
+    /// binding on the spoke.
+    pub(crate) fn can_seal(&self, spoke: &SpokeConfig) -> Result<(), SpokeError> {
+        let placeholder = SecretBytes::from(b"placeholder".to_vec());
+        match self {
+            Sealer::SealedSecrets(key) => super::refresh::can_seal(spoke, key),
+            Sealer::Sops(r) => seal_sops(
+                spoke,
+                r,
+                &placeholder,
+                &BTreeMap::new(),
+                OffsetDateTime::UNIX_EPOCH,
+            )
+            .map(drop),
+        }
+    }
+
+    /// The kubeconfig `yaml` encrypted into the spoke's output, with the recorded state
+    /// readable beside it.
+    pub(crate) fn seal_recorded(
+        &self,
+        spoke: &SpokeConfig,
+        yaml: &SecretBytes,
+        recorded: &Recorded,
+        now: OffsetDateTime,
+    ) -> Result<String, SpokeError> {
+        match self {
+            Sealer::SealedSecrets(key) => super::refresh::seal(spoke, yaml, key, recorded),
+            Sealer::Sops(r) => seal_sops(spoke, r, yaml, &recorded.to_annotations(), now),
+        }
+    }
+}
+
+/// A sops output: the Secret with `annotations` in its metadata, encrypted; what is
+/// written is read back and must be encrypted for these recipients, the last guard
+/// against a bug putting plaintext in the fleet repo.
+fn seal_sops(
+    spoke: &SpokeConfig,
+    recipients: &AgeRecipients,
+    yaml: &SecretBytes,
+    annotations: &BTreeMap<String, String>,
+    now: OffsetDateTime,
+) -> Result<String, SpokeError> {
+    let failed = |error: SopsError| SpokeError::Sops {
+        spoke: spoke.name.clone(),
+        error: Arc::new(error),
+    };
+    let mut secret = super::refresh::secret(spoke, yaml);
+    secret.annotations = annotations.clone();
+    let text = sops::encrypt_at(&secret, recipients, now).map_err(failed)?;
+    let back = sops::readable(text.as_bytes()).map_err(failed)?;
+    let want = recipients.fingerprint();
+    if sops::recipients_fingerprint(&back.recipients) != want || back.keys.len() != 1 {
+        return Err(failed(SopsError::NotEncrypted {
+            path: format!("data.{}", spoke.secret.key),
+        }));
+    }
+    Ok(text)
+}
