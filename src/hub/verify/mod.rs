@@ -5,6 +5,7 @@
 //! and alerted, and never undoes the commit (the credential was validated against the
 //! spoke before it).
 
+mod decrypted;
 mod ready;
 mod report;
 mod spoke;
@@ -23,7 +24,8 @@ use super::root;
 use super::{Hub, HubError, rfc3339_nano};
 use crate::config::{HubConfig, SpokeConfig};
 use crate::seal::SealedSecret;
-pub use report::{Check, ConsumerCheck, HubReport};
+pub use decrypted::verify_sops;
+pub use report::{Check, ConsumerCheck, Delivery, HubReport};
 pub use spoke::verify;
 
 /// How often the hub is polled while waiting.
@@ -50,10 +52,29 @@ pub enum Ask {
     Again,
 }
 
-/// A credential committed: its spoke, and the manifest committed.
+/// Which output a spoke's committed file is: what becomes its Secret on the hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// A SealedSecret the Sealed Secrets controller unseals.
+    SealedSecret,
+    /// A sops-encrypted Secret kustomize-controller decrypts.
+    Sops,
+}
+
+impl Output {
+    fn delivery(self, check: Check) -> Delivery {
+        match self {
+            Output::SealedSecret => Delivery::Synced(check),
+            Output::Sops => Delivery::Decrypted(check),
+        }
+    }
+}
+
+/// A credential committed: its spoke, the manifest committed, and which output it is.
 pub(crate) struct Committed<'a> {
     pub spoke: &'a SpokeConfig,
     pub manifest: &'a str,
+    pub output: Output,
 }
 
 /// Verifies every spoke in `committed`, concurrently; one report per entry, in its order.
@@ -92,13 +113,14 @@ pub(crate) async fn after_push(
     let timeout = cfg.verify_timeout.saturating_sub(started.elapsed());
     // Bounded: a renewal re-seals every spoke at once, and each polls the hub API.
     let checks: Vec<HubReport> = futures::stream::iter(committed.iter().map(|c| {
-        let (spoke, manifest) = (c.spoke, c.manifest);
+        let (spoke, manifest, output) = (c.spoke, c.manifest, c.output);
         let (listed, roots) = (&listed, &roots);
         async move {
             let hub = match hub {
                 Ok(h) => h,
                 Err(e) => {
-                    return HubReport::new(spoke, Check::failed("Error", format!("hub API: {e}")));
+                    let failed = Check::failed("Error", format!("hub API: {e}"));
+                    return HubReport::new(spoke, output.delivery(failed));
                 }
             };
             let ciphertext = SealedSecret::parse(manifest.as_bytes())
@@ -113,8 +135,13 @@ pub(crate) async fn after_push(
                     .collect()
             });
             let root = roots.get(&spoke.name);
-            let mut report = verify(hub, spoke, &ciphertext, consumers, root, timeout, ask).await;
-            if report.synced.ok && report.list_error.is_none() {
+            let mut report = match output {
+                Output::SealedSecret => {
+                    verify(hub, spoke, &ciphertext, consumers, root, timeout, ask).await
+                }
+                Output::Sops => verify_sops(hub, spoke, consumers, timeout, ask).await,
+            };
+            if report.delivery.check().ok && report.list_error.is_none() {
                 report
                     .consumers
                     .extend(wrong.into_iter().map(|(c, why)| ConsumerCheck {

@@ -55,11 +55,40 @@ pub struct ConsumerCheck {
     pub requested_at: Option<String>,
 }
 
+/// How the committed credential became the spoke's Secret on the hub, written in the
+/// report as `synced` or `decrypted`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Delivery {
+    /// A SealedSecret: its Synced condition, for the committed ciphertext.
+    #[serde(rename = "synced")]
+    Synced(Check),
+    /// A sops output: the Ready condition of the Kustomization that decrypts and applies
+    /// it, for this request (`DecryptionFailed` when kustomize-controller could not).
+    #[serde(rename = "decrypted")]
+    Decrypted(Check),
+}
+
+impl Delivery {
+    pub fn check(&self) -> &Check {
+        match self {
+            Delivery::Synced(c) | Delivery::Decrypted(c) => c,
+        }
+    }
+
+    /// The word the summary uses for it.
+    fn word(&self) -> &'static str {
+        match self {
+            Delivery::Synced(_) => "synced",
+            Delivery::Decrypted(_) => "decrypted",
+        }
+    }
+}
+
 /// The hub's view of one spoke after its credential was pushed.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct HubReport {
-    /// The SealedSecret's Synced condition, for the committed ciphertext.
-    pub synced: Check,
+    #[serde(flatten)]
+    pub delivery: Delivery,
     /// The spoke's Secret, NAMESPACE/NAME.
     pub secret: String,
     pub found_by: FoundBy,
@@ -73,9 +102,9 @@ pub struct HubReport {
 }
 
 impl HubReport {
-    pub(super) fn new(spoke: &SpokeConfig, synced: Check) -> HubReport {
+    pub(super) fn new(spoke: &SpokeConfig, delivery: Delivery) -> HubReport {
         HubReport {
-            synced,
+            delivery,
             secret: format!("{}/{}", spoke.secret.namespace, spoke.secret.name),
             found_by: consumers::found_by(spoke),
             list_error: None,
@@ -87,7 +116,9 @@ impl HubReport {
     /// Unsealed, and every consumer Ready. No consumer at all is ok: see
     /// [`HubReport::unused`].
     pub fn ok(&self) -> bool {
-        self.synced.ok && self.list_error.is_none() && self.consumers.iter().all(|c| c.ready.ok)
+        self.delivery.check().ok
+            && self.list_error.is_none()
+            && self.consumers.iter().all(|c| c.ready.ok)
     }
 
     /// Unsealed, but no Kustomization or HelmRelease uses the Secret. A warning, not a
@@ -99,16 +130,17 @@ impl HubReport {
 
     /// One line for tables and logs.
     pub fn summary(&self) -> String {
-        if !self.synced.ok {
-            return format!("not synced: {}", self.synced.message);
+        let done = self.delivery.word();
+        if !self.delivery.check().ok {
+            return format!("not {done}: {}", self.delivery.check().message);
         }
         if let Some(e) = &self.list_error {
-            return format!("synced, consumers not listed: {e}");
+            return format!("{done}, consumers not listed: {e}");
         }
         if self.consumers.is_empty() {
             let (ns, name) = self.secret.split_once('/').unwrap_or(("", &self.secret));
             return format!(
-                "synced, but nothing deploys with it: no Kustomization or HelmRelease in {ns} has spec.kubeConfig.secretRef.name {name}"
+                "{done}, but nothing deploys with it: no Kustomization or HelmRelease in {ns} has spec.kubeConfig.secretRef.name {name}"
             );
         }
         let (ready, not): (Vec<_>, Vec<_>) = self.consumers.iter().partition(|c| c.ready.ok);
@@ -127,10 +159,10 @@ impl HubReport {
             shown.join(", ")
         };
         match (not.is_empty(), ready.is_empty()) {
-            (true, _) => format!("synced, ready: {}", names(&ready, false)),
-            (false, true) => format!("synced, not ready: {}", names(&not, true)),
+            (true, _) => format!("{done}, ready: {}", names(&ready, false)),
+            (false, true) => format!("{done}, not ready: {}", names(&not, true)),
             (false, false) => format!(
-                "synced, not ready: {}; ready: {}",
+                "{done}, not ready: {}; ready: {}",
                 names(&not, true),
                 names(&ready, false)
             ),

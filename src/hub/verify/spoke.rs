@@ -9,7 +9,7 @@ use tokio::time::Instant;
 
 use super::ready::{Asked, not_served, retries_exceeded, reusable, wait_ready};
 use super::synced::wait_synced;
-use super::{Ask, Check, ConsumerCheck, HubReport};
+use super::{Ask, Check, ConsumerCheck, Delivery, HubReport};
 use crate::config::SpokeConfig;
 use crate::hub::root::Root;
 use crate::hub::{Consumer, Hub, HubError, Kind, rfc3339_nano};
@@ -36,8 +36,22 @@ pub async fn verify(
 ) -> HubReport {
     let deadline = Instant::now() + timeout;
     let synced = wait_synced(hub, spoke, ciphertext, root, deadline, timeout).await;
-    let mut report = HubReport::new(spoke, synced);
-    if !report.synced.ok {
+    let report = HubReport::new(spoke, Delivery::Synced(synced));
+    ask_consumers(hub, spoke, report, consumers, deadline, timeout, ask).await
+}
+
+/// Asks the consumers to reconcile and waits for each, once the Secret is the commit's
+/// (`report.delivery` ok); else returns `report` as it is.
+pub(super) async fn ask_consumers(
+    hub: &Hub,
+    spoke: &SpokeConfig,
+    mut report: HubReport,
+    consumers: Result<Vec<Consumer>, Arc<HubError>>,
+    deadline: Instant,
+    timeout: Duration,
+    ask: Ask,
+) -> HubReport {
+    if !report.delivery.check().ok {
         return report;
     }
     let consumers = match consumers {

@@ -1,3 +1,4 @@
+use super::decrypted::{decrypter, decryption};
 use super::ready::{ready, retries_exceeded, reusable};
 use super::spoke::elsewhere;
 use super::synced::synced;
@@ -110,12 +111,12 @@ fn consumers(n: usize, not_ready: &[usize]) -> Vec<ConsumerCheck> {
 
 fn report(consumers: Vec<ConsumerCheck>) -> HubReport {
     HubReport {
-        synced: Check {
+        delivery: Delivery::Synced(Check {
             ok: true,
             status: "True".into(),
             reason: None,
             message: "unsealed".into(),
-        },
+        }),
         secret: "flux-system/dev-kubeconfig".into(),
         found_by: FoundBy::Listed,
         list_error: None,
@@ -446,4 +447,88 @@ fn behind_with_synced_true_names_the_v0_24_2_quirk() {
         synced(&sealed("new", 3, 2, Some(bad)), "value", "new", None),
         Seen::Waiting(w) if !w.contains("v0.24.2")
     ));
+}
+
+/// What kustomize-controller v1.9.6 writes on a Kustomization whose sops file is
+/// encrypted to another age key (tests/suite/realstack/flux_sops.rs reads it from the
+/// real controller).
+fn undecrypted() -> HubObject {
+    let failed = cond(
+        "Ready",
+        "False",
+        "BuildFailed",
+        "decryption failed for 'Secret.v1.[noGrp]/spoke0-kubeconfig': failed to decrypt and format 'flux-system/spoke0-kubeconfig' Secret data: cannot get sops data key: Failed to get the data key required to decrypt the SOPS file. Group 0: FAILED age1f4p9mdp7h2049lmr8tgzstrtvve3c45g2gpdyyll6r76v2",
+    );
+    echoed(2, Some(1), failed)
+}
+
+#[test]
+fn a_sops_file_kustomize_controller_cannot_decrypt_is_reported_as_such() {
+    let Seen::Done(check) = ready(&undecrypted(), "now") else {
+        panic!("a False after the echo is final");
+    };
+    let check = decryption(check);
+    assert_eq!(check.status, "DecryptionFailed");
+    assert_eq!(check.reason.as_deref(), Some("BuildFailed"));
+    assert!(check.message.contains("spoke0-kubeconfig"), "{check:?}");
+    let mut r = report(Vec::new());
+    r.delivery = Delivery::Decrypted(check);
+    assert!(!r.ok());
+    assert!(
+        r.summary()
+            .starts_with("not decrypted: decryption failed for"),
+        "{}",
+        r.summary()
+    );
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["decrypted"]["status"], "DecryptionFailed", "{json}");
+    assert!(json.get("synced").is_none(), "{json}");
+    // Any other failure of the Kustomization keeps its own status.
+    let other = decryption(Check::failed("False", "kustomize build failed: x".into()));
+    assert_eq!(other.status, "False");
+}
+
+#[test]
+fn a_sealed_secret_report_keeps_its_synced_field() {
+    let r = report(consumers(1, &[]));
+    let json = serde_json::to_string(&r).unwrap();
+    assert!(
+        json.starts_with(
+            r#"{"synced":{"ok":true,"status":"True","reason":null,"message":"unsealed"},"secret":"#
+        ),
+        "{json}"
+    );
+    assert_eq!(r.summary(), "synced, ready: Kustomization flux-system/c0");
+    let mut d = r.clone();
+    d.delivery = Delivery::Decrypted(r.delivery.check().clone());
+    assert_eq!(
+        d.summary(),
+        "decrypted, ready: Kustomization flux-system/c0"
+    );
+}
+
+#[test]
+fn the_decrypter_is_the_sops_kustomization_whose_path_holds_the_file() {
+    let k = |name: &str| Consumer {
+        kind: Kind::Kustomization,
+        namespace: "flux-system".into(),
+        name: name.into(),
+    };
+    let listed = vec![
+        (k("root"), "./".to_string()),
+        (k("secrets"), "./clusters/hub/secrets".to_string()),
+        (k("apps"), "./apps".to_string()),
+    ];
+    let file = std::path::Path::new("clusters/hub/secrets/dev.yaml");
+    assert_eq!(decrypter(&listed, file), Some(k("secrets")));
+    let file = std::path::Path::new("clusters/other/dev.yaml");
+    assert_eq!(decrypter(&listed, file), Some(k("root")));
+    // A file no sops Kustomization's path holds has no decrypter.
+    assert_eq!(decrypter(&listed[1..], file), None);
+    // `.` and an absolute-looking path are the repo's root, as Flux reads them.
+    assert_eq!(decrypter(&[(k("dot"), ".".into())], file), Some(k("dot")));
+    assert_eq!(
+        decrypter(&[(k("abs"), "/clusters".into())], file),
+        Some(k("abs"))
+    );
 }
