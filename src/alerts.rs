@@ -649,6 +649,7 @@ fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
 /// is not using it. No consumer at all is a warning without an alert: nothing deploys
 /// with the Secret, so nothing is broken by it (hub::verify::HubReport::unused).
 fn hub(spoke: &str, h: &crate::hub::verify::HubReport) -> Finding {
+    use crate::hub::verify::Delivery;
     let detail = h.summary();
     if h.unused() {
         return plain(spoke, Subject::Hub, Status::Warning, detail);
@@ -656,7 +657,11 @@ fn hub(spoke: &str, h: &crate::hub::verify::HubReport) -> Finding {
     if h.ok() {
         return plain(spoke, Subject::Hub, Status::Ok, detail);
     }
-    let advice = if !h.synced.ok {
+    let advice = if let Delivery::Decrypted(c) = &h.delivery
+        && !c.ok
+    {
+        "Check the Kustomization that decrypts the file (`flux get kustomizations`, spec.decryption) and that its age key Secret holds the identity of one of sealing.age_recipients.".to_string()
+    } else if !h.delivery.check().ok {
         "Check the Sealed Secrets controller (`kubectl -n kube-system logs deploy/sealed-secrets-controller`) and the SealedSecret's status; if its key was replaced, spokekeeper re-seals once it serves the new certificate.".to_string()
     } else if h.list_error.is_some() {
         "Check that spokekeeper may list Kustomizations and HelmReleases in the Secret's namespace (the chart's Role), or set spokes[].kustomization.".to_string()
