@@ -6,6 +6,7 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair}
 use time::OffsetDateTime;
 
 use super::*;
+use crate::fingerprint::Fingerprint;
 use crate::rotate::observe::{Invalid, Record};
 use crate::rotate::state::{AnnotationError, Recorded};
 use crate::rotate::{Outcome, SpokeError, SpokeReport};

@@ -207,7 +207,7 @@ async fn verify_on_hub(
         .map(|(spoke, manifest)| Committed {
             spoke,
             manifest,
-            output: Output::SealedSecret,
+            output: output_of(spoke),
         })
         .collect();
     let again: Vec<Committed> = worked
@@ -217,7 +217,7 @@ async fn verify_on_hub(
         .map(|(spoke, manifest)| Committed {
             spoke,
             manifest,
-            output: Output::SealedSecret,
+            output: output_of(spoke),
         })
         .collect();
     let checks = verify::after_push(cfg, hub, &fresh, listed, Ask::Now).await;
@@ -278,3 +278,12 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
         // r.admin (the admin kubeconfig) is zeroized as it drops here.
     }
 }
+
+/// What the hub is given to take for a spoke: its sealing format decides.
+fn output_of(spoke: &SpokeConfig) -> Output {
+    match spoke.format {
+        crate::config::SealingFormat::SealedSecrets => Output::SealedSecret,
+        crate::config::SealingFormat::Sops => Output::Sops,
+    }
+}
+
