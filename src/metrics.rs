@@ -326,7 +326,7 @@ impl Metrics {
             };
             self.hub_synced
                 .get_or_create(&labels)
-                .set(i64::from(h.synced.ok));
+                .set(i64::from(h.delivery.check().ok));
             self.hub_ready.get_or_create(&labels).set(i64::from(h.ok()));
             if !h.ok() {
                 self.other_error(&s.spoke, OtherStage::Hub);
@@ -420,7 +420,7 @@ mod tests {
 
     #[test]
     fn hub_verification_becomes_series() {
-        use crate::hub::verify::{Check, ConsumerCheck, FoundBy, HubReport};
+        use crate::hub::verify::{Check, ConsumerCheck, Delivery, FoundBy, HubReport};
         use crate::hub::{Consumer, Kind};
         let check = |ok: bool, status: &str| Check {
             ok,
@@ -431,7 +431,7 @@ mod tests {
         let m = Metrics::new();
         let mut good = spoke("dev", Outcome::Rotated { commit: "a".into() }, None);
         good.hub = Some(HubReport {
-            synced: check(true, "True"),
+            delivery: Delivery::Synced(check(true, "True")),
             secret: "flux-system/dev-kubeconfig".into(),
             found_by: FoundBy::Listed,
             list_error: None,
@@ -448,7 +448,7 @@ mod tests {
         });
         let mut stuck = spoke("test", Outcome::Rotated { commit: "b".into() }, None);
         stuck.hub = Some(HubReport {
-            synced: check(false, "False"),
+            delivery: Delivery::Synced(check(false, "False")),
             secret: "flux-system/test-kubeconfig".into(),
             found_by: FoundBy::Listed,
             list_error: None,

@@ -6,6 +6,7 @@ use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair}
 use time::OffsetDateTime;
 
 use super::*;
+use crate::fingerprint::Fingerprint;
 use crate::rotate::observe::{Invalid, Record};
 use crate::rotate::state::{AnnotationError, Recorded};
 use crate::rotate::{Outcome, SpokeError, SpokeReport};
@@ -427,7 +428,7 @@ fn overall_ranks_critical_over_unknown_over_warning() {
 
 #[test]
 fn a_stuck_sealed_secret_raises_hub_not_ready() {
-    use crate::hub::verify::{Check, FoundBy, HubReport};
+    use crate::hub::verify::{Check, Delivery, FoundBy, HubReport};
     let issuer = ca();
     let obs = Observation {
         spoke: "dev".into(),
@@ -435,12 +436,12 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
         probe: Some(Ok(probe_by(&issuer, far()))),
     };
     let stuck = HubReport {
-        synced: Check {
+        delivery: Delivery::Synced(Check {
             ok: false,
             status: "False".into(),
             reason: Some("ErrUnsealFailed".into()),
             message: "no key could decrypt secret (value)".into(),
-        },
+        }),
         secret: "flux-system/dev-kubeconfig".into(),
         found_by: FoundBy::Listed,
         list_error: None,
@@ -486,6 +487,37 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
     assert_eq!(hub[0].severity(), Some("warning"));
 }
 
+#[test]
+fn a_sops_file_the_hub_cannot_decrypt_raises_hub_not_ready_naming_the_decryption() {
+    use crate::hub::verify::{Check, Delivery, FoundBy, HubReport};
+    let failed = HubReport {
+        delivery: Delivery::Decrypted(Check {
+            ok: false,
+            status: "DecryptionFailed".into(),
+            reason: Some("BuildFailed".into()),
+            message:
+                "decryption failed for 'Secret.v1.[noGrp]/dev-kubeconfig': cannot get sops data key"
+                    .into(),
+        }),
+        secret: "flux-system/dev-kubeconfig".into(),
+        found_by: FoundBy::Listed,
+        list_error: None,
+        consumers: Vec::new(),
+        requested_at: None,
+    };
+    let f = hub_finding(failed);
+    assert_eq!(f.alert, Some(AlertName::HubNotReady));
+    assert!(
+        f.detail.starts_with("not decrypted: decryption failed"),
+        "{f:?}"
+    );
+    assert!(f.description.contains("spec.decryption"), "{f:?}");
+    assert!(
+        !f.description.contains("Sealed Secrets controller"),
+        "{f:?}"
+    );
+}
+
 /// The hub finding of a tick where dev's credential was pushed and `hub` is what the
 /// hub made of it.
 fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
@@ -514,7 +546,7 @@ fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
 
 #[test]
 fn a_consumer_not_ready_is_named_and_no_consumer_only_warns() {
-    use crate::hub::verify::{Check, ConsumerCheck, FoundBy, HubReport};
+    use crate::hub::verify::{Check, ConsumerCheck, Delivery, FoundBy, HubReport};
     use crate::hub::{Consumer, Kind};
     let check = |ok: bool, message: &str| Check {
         ok,
@@ -532,7 +564,7 @@ fn a_consumer_not_ready_is_named_and_no_consumer_only_warns() {
         requested_at: None,
     };
     let report = |consumers| HubReport {
-        synced: check(true, "unsealed"),
+        delivery: Delivery::Synced(check(true, "unsealed")),
         secret: "flux-system/dev-kubeconfig".into(),
         found_by: FoundBy::Listed,
         list_error: None,

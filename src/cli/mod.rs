@@ -174,7 +174,7 @@ pub fn main() -> ExitCode {
         #[cfg(feature = "demo")]
         Command::Demo => match demo::run() {
             Ok(()) => ExitCode::SUCCESS,
-            Err(e) => fail("demo", &e),
+            Err(e) => fail("demo", Chain(&e)),
         },
         Command::Check(args) => check::run(&args, &cli.config, cli.output),
         Command::Run(args) => run::run(&args, &cli.config),

@@ -256,6 +256,16 @@ struct ItemSpec {
     kube_config: Option<KubeConfigRef>,
     #[serde(default, rename = "serviceAccountName")]
     service_account_name: Option<String>,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    decryption: Option<Decryption>,
+}
+
+#[derive(Deserialize)]
+struct Decryption {
+    #[serde(default)]
+    provider: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -334,6 +344,42 @@ impl Hub {
         found.sort();
         found.dedup();
         Ok(found)
+    }
+
+    /// The Kustomizations in `namespace` that decrypt with sops (spec.decryption.provider
+    /// `sops`), each with its spec.path.
+    pub(crate) async fn sops_kustomizations(
+        &self,
+        namespace: &str,
+    ) -> Result<Vec<(Consumer, String)>, HubError> {
+        let kind = Kind::Kustomization;
+        let mut found = Vec::new();
+        let mut next: Option<String> = None;
+        for _ in 0..MAX_PAGES {
+            let page = self.page(kind, namespace, next.as_deref()).await?;
+            for item in page.items {
+                let Some(spec) = item.spec else { continue };
+                let sops = spec.decryption.and_then(|d| d.provider).as_deref() == Some("sops");
+                if !sops || !crate::config::is_dns_subdomain(&item.metadata.name) {
+                    continue;
+                }
+                let consumer = Consumer {
+                    kind,
+                    namespace: item.metadata.namespace.unwrap_or_else(|| namespace.into()),
+                    name: item.metadata.name,
+                };
+                found.push((consumer, spec.path.unwrap_or_default()));
+            }
+            match page.metadata.next {
+                Some(c) if !c.is_empty() => next = Some(c),
+                _ => return Ok(found),
+            }
+        }
+        Err(HubError::TooMany {
+            plural: kind.resource().plural,
+            namespace: namespace.to_string(),
+            max: MAX_PAGES * PAGE as usize,
+        })
     }
 
     /// One list page, its body bounded in size and time.

@@ -102,24 +102,38 @@ pub(crate) async fn roots<'a>(
     }
     let mut found = BTreeMap::new();
     for (k, spokes) in of {
-        // Labels outlive their Kustomization (a renamed root): only one there is asked.
-        let source = match hub.consumer(&k).await {
-            Ok(Some(obj)) => obj.source.filter(|s| s.kind == "GitRepository"),
-            _ => continue,
+        let Some(root) = root_of(hub, k, at, deadline).await else {
+            continue;
         };
-        let mut root = Root {
-            kustomization: k,
-            source,
-            asked: None,
-        };
-        if let Some(at) = at {
-            ask(hub, &mut root, at, deadline).await;
-        }
         for s in spokes {
             found.insert(s, root.clone());
         }
     }
     found
+}
+
+/// `k` as a root, with its GitRepository; with `at`, both asked to reconcile as
+/// [`roots`] asks them. None when `k` is not on the hub.
+pub(crate) async fn root_of(
+    hub: &Hub,
+    k: Consumer,
+    at: Option<&str>,
+    deadline: Instant,
+) -> Option<Root> {
+    // Labels outlive their Kustomization (a renamed root): only one there is asked.
+    let source = match hub.consumer(&k).await {
+        Ok(Some(obj)) => obj.source.filter(|s| s.kind == "GitRepository"),
+        _ => return None,
+    };
+    let mut root = Root {
+        kustomization: k,
+        source,
+        asked: None,
+    };
+    if let Some(at) = at {
+        ask(hub, &mut root, at, deadline).await;
+    }
+    Some(root)
 }
 
 /// The GitRepository, waited for until it handled the request, then the root.

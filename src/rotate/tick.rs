@@ -15,7 +15,7 @@ use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, Proposal, review, sealing};
 use crate::config::SpokeConfig;
 use crate::hub::consumers::{self, Listed};
-use crate::hub::verify::{self, Ask, Committed, HubReport};
+use crate::hub::verify::{self, Ask, Committed, HubReport, Output};
 use crate::hub::{Hub, HubError};
 
 /// One tick over the selected spokes.
@@ -204,13 +204,21 @@ async fn verify_on_hub(
         .iter()
         .filter(|_| pushed)
         .filter_map(|w| w.committed().map(|manifest| (w.spoke, manifest)))
-        .map(|(spoke, manifest)| Committed { spoke, manifest })
+        .map(|(spoke, manifest)| Committed {
+            spoke,
+            manifest,
+            output: output_of(spoke),
+        })
         .collect();
     let again: Vec<Committed> = worked
         .iter()
         .zip(&again_manifests)
         .filter_map(|(w, text)| text.as_deref().map(|manifest| (w.spoke, manifest)))
-        .map(|(spoke, manifest)| Committed { spoke, manifest })
+        .map(|(spoke, manifest)| Committed {
+            spoke,
+            manifest,
+            output: output_of(spoke),
+        })
         .collect();
     let checks = verify::after_push(cfg, hub, &fresh, listed, Ask::Now).await;
     let brief = crate::config::HubConfig {
@@ -270,3 +278,12 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
         // r.admin (the admin kubeconfig) is zeroized as it drops here.
     }
 }
+
+/// What the hub is given to take for a spoke: its sealing format decides.
+fn output_of(spoke: &SpokeConfig) -> Output {
+    match spoke.format {
+        crate::config::SealingFormat::SealedSecrets => Output::SealedSecret,
+        crate::config::SealingFormat::Sops => Output::Sops,
+    }
+}
+

@@ -1,6 +1,6 @@
 //! Parts of a tick's report, for tests of what renders one (metrics, alerts).
 
-use spokekeeper::hub::verify::{Check, ConsumerCheck, FoundBy, HubReport};
+use spokekeeper::hub::verify::{Check, ConsumerCheck, Delivery, FoundBy, HubReport};
 use spokekeeper::hub::{Consumer, Kind};
 
 /// A condition as verification reads it: `True` when `ok`, else `False`.
@@ -17,7 +17,7 @@ pub fn check(ok: bool) -> Check {
 /// listing), with one consumer `kind` `flux-system/name`, ready or not.
 pub fn dev_hub_report(kind: Kind, name: &str, ready: bool) -> HubReport {
     HubReport {
-        synced: check(true),
+        delivery: Delivery::Synced(check(true)),
         secret: "flux-system/dev-kubeconfig".into(),
         found_by: FoundBy::Listed,
         list_error: None,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 /// Top-level modules of `src/`, from the top down. A module may import only modules in
 /// layers below its own. The reasons are in docs/ARCHITECTURE.md.
 const LAYERS: &[&[&str]] = &[
-    // Commands and their output; `cli/demo.rs` runs the demo (on the lab crate, lab/).
+    // Commands and their output; `cli/demo/` runs the demo (on the lab crate, lab/).
     &["cli"],
     // `spokekeeper run`: schedule, leader election, endpoints.
     &["daemon"],

@@ -234,3 +234,142 @@ fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deplo
         .collect();
     assert_eq!(managers, ["kustomize-controller"], "{app:#}");
 }
+
+/// spokekeeper's hub verification for a sops output, judged by the real
+/// kustomize-controller: a file encrypted to another age key than the hub's is reported
+/// as `DecryptionFailed` with what the controller wrote (Ready False, BuildFailed, its
+/// "decryption failed" message), and nothing further is asked; the file encrypted to the
+/// hub's key is `decrypted`, and the spoke's consumer Ready.
+#[test]
+fn hub_verification_reports_a_sops_file_the_real_controller_cannot_decrypt() {
+    use spokekeeper::hub::verify::{Ask, Delivery, verify_sops};
+    use spokekeeper::hub::{Consumer, Hub, Kind};
+    use std::time::Duration;
+
+    let _heavy = support::timing::heavy();
+    support::install_crypto_provider();
+    let stack = RealFlux::start(1, false, "");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let kubeconfig = stack
+        .hub
+        .secret_value("flux-system", "spoke0-kubeconfig", "value")
+        .expect("the unsealed kubeconfig");
+    let hub_key = age::x25519::Identity::generate();
+    let other_key = age::x25519::Identity::generate();
+    let encrypt_to = |key: &age::x25519::Identity| {
+        let recipients = AgeRecipients::parse(&[key.to_public().to_string()]).unwrap();
+        let input = SecretInput {
+            name: "spoke0-kubeconfig-sops".into(),
+            namespace: "flux-system".into(),
+            type_: Some("Opaque".into()),
+            data: BTreeMap::from([("value".into(), SecretBytes::from(kubeconfig.clone()))]),
+            ..SecretInput::default()
+        };
+        sops::encrypt(&input, &recipients).unwrap()
+    };
+    let identity = age::secrecy::ExposeSecret::expose_secret(&hub_key.to_string()).to_string();
+    stack
+        .hub
+        .api
+        .stdin_kubectl(
+            &[
+                "create",
+                "secret",
+                "generic",
+                "sops-age",
+                "-n",
+                "flux-system",
+                "--from-file=age.agekey=/dev/stdin",
+            ],
+            &format!("{identity}\n"),
+        )
+        .unwrap();
+
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    let config =
+        spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", stack.fleet.dir.path())
+            .unwrap();
+    let hub_cfg = config.hub.clone().unwrap();
+    let mut spoke = config.spokes[0].clone();
+    spoke.secret.name = "spoke0-kubeconfig-sops".into();
+    spoke.output = "sops/spoke0-kubeconfig.yaml".into();
+    let consumer = Consumer {
+        kind: Kind::Kustomization,
+        namespace: "flux-system".into(),
+        name: "spoke0-sops".into(),
+    };
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let verify = || {
+        rt.block_on(async {
+            let hub = Hub::connect(&hub_cfg).await.unwrap();
+            let consumers = Ok(vec![consumer.clone()]);
+            verify_sops(&hub, &spoke, consumers, Duration::from_secs(90), Ask::Now).await
+        })
+    };
+
+    // Encrypted to a key the hub does not hold.
+    push(
+        &stack,
+        "sops-work",
+        &[
+            ("sops/spoke0-kubeconfig.yaml", &encrypt_to(&other_key)),
+            ("apps/spoke0-sops/configmap.yaml", CONFIGMAP),
+            ("fluxcd/sops.yaml", KUSTOMIZATIONS),
+        ],
+        "sops: spoke0's kubeconfig for another age key",
+    );
+    stack.wait_for(
+        "kustomization",
+        "sops-secrets",
+        "applied by the root",
+        |_| true,
+    );
+    let refused = verify();
+    let Delivery::Decrypted(check) = &refused.delivery else {
+        panic!("{refused:?}");
+    };
+    assert_eq!(check.status, "DecryptionFailed", "{refused:?}");
+    assert_eq!(check.reason.as_deref(), Some("BuildFailed"), "{refused:?}");
+    assert!(
+        check.message.starts_with("decryption failed for '")
+            && check.message.contains("spoke0-kubeconfig-sops"),
+        "{refused:?}"
+    );
+    assert!(refused.consumers.is_empty(), "nothing asked: {refused:?}");
+    assert!(
+        refused.summary().starts_with("not decrypted: "),
+        "{}",
+        refused.summary()
+    );
+
+    // Encrypted to the hub's key: decrypted, and the spoke's consumer deploys with it.
+    push(
+        &stack,
+        "sops-work",
+        &[("sops/spoke0-kubeconfig.yaml", &encrypt_to(&hub_key))],
+        "sops: spoke0's kubeconfig for the hub's age key",
+    );
+    let taken = verify();
+    assert!(taken.ok(), "{taken:?}");
+    assert!(
+        matches!(&taken.delivery, Delivery::Decrypted(c) if c.ok),
+        "{taken:?}"
+    );
+    assert_eq!(taken.consumers.len(), 1, "{taken:?}");
+    assert!(
+        taken
+            .summary()
+            .starts_with("decrypted, ready: Kustomization flux-system/spoke0-sops"),
+        "{}",
+        taken.summary()
+    );
+    let on_hub = stack
+        .hub
+        .secret_value("flux-system", "spoke0-kubeconfig-sops", "value")
+        .expect("the decrypted Secret");
+    assert!(
+        on_hub == kubeconfig,
+        "the controller decrypted another value"
+    );
+}

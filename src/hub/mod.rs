@@ -4,7 +4,7 @@
 //!
 //! `cert.rs` fetches the controller's certificate and gives the sealing key a process
 //! starts with (choosing, trusting and pinning the tick's key is `rotate::sealing`'s job);
-//! `verify.rs` checks after a push that the hub unsealed the commit and Flux deployed it;
+//! `verify/` checks after a push that the hub unsealed the commit and Flux deployed it;
 //! `consumers.rs` finds the Flux objects that use a spoke's Secret; `root.rs` asks the
 //! Kustomization that applies its SealedSecret, and that one's source, to reconcile first;
 //! `events.rs` records Kubernetes Events about a spoke on its consumers; `error.rs` holds

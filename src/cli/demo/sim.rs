@@ -1,0 +1,121 @@
+//! The simulated k3s spokes: each its certificates, its k3s.yaml and its API server.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions, kubeconfig_yaml};
+
+use super::{DemoError, SPOKES, io, part};
+
+/// One simulated k3s node: its certificates, its k3s.yaml, its API server.
+pub(super) struct SimSpoke {
+    pub(super) name: &'static str,
+    dir: PathBuf,
+    pub(super) port: u16,
+    pub(super) pki: Pki,
+    api: Option<ApiServer>,
+}
+
+/// Starts every spoke of [`SPOKES`], saying where each serves.
+pub(super) fn start_all(
+    root: &Path,
+    rt: &tokio::runtime::Handle,
+) -> Result<Vec<SimSpoke>, DemoError> {
+    let mut spokes = Vec::new();
+    for name in SPOKES {
+        let s = SimSpoke::start(name, root, rt)?;
+        say!(
+            "   {name:<5} k3s API on https://127.0.0.1:{}  kubeconfig {}",
+            s.port,
+            s.k3s_yaml().display()
+        );
+        spokes.push(s);
+    }
+    Ok(spokes)
+}
+
+impl SimSpoke {
+    fn start(
+        name: &'static str,
+        root: &Path,
+        rt: &tokio::runtime::Handle,
+    ) -> Result<SimSpoke, DemoError> {
+        let dir = root.join("nodes").join(name);
+        std::fs::create_dir_all(&dir).map_err(io(dir.display()))?;
+        let mut spoke = SimSpoke {
+            name,
+            dir,
+            port: 0,
+            pki: new_pki(),
+            api: None,
+        };
+        spoke.serve(rt, 0)?;
+        spoke.write_k3s_yaml()?;
+        Ok(spoke)
+    }
+
+    fn serve(&mut self, rt: &tokio::runtime::Handle, port: u16) -> Result<(), DemoError> {
+        let identity = ApiIdentity::new(&self.pki, "v1.33.1+k3s1");
+        let addr = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), port);
+        let api = ApiServer::start(rt, addr, identity)
+            .map_err(io(format!("{}: API server", self.name)))?;
+        self.port = api.port;
+        self.api = Some(api);
+        Ok(())
+    }
+
+    /// What k3s writes: the server is https://127.0.0.1:PORT, root-only.
+    fn write_k3s_yaml(&self) -> Result<(), DemoError> {
+        let text = kubeconfig_yaml(
+            &format!("https://127.0.0.1:{}", self.port),
+            &self.pki.parts,
+            None,
+            "",
+        );
+        let path = self.k3s_yaml();
+        crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(io(path.display()))?;
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+            .map_err(io(path.display()))
+    }
+
+    pub(super) fn k3s_yaml(&self) -> PathBuf {
+        self.dir.join("k3s.yaml")
+    }
+
+    /// A reinstall: new CAs and certificates, a new k3s.yaml, the API back on its port.
+    pub(super) fn rebuild(&mut self, rt: &tokio::runtime::Handle) -> Result<(), DemoError> {
+        self.api = None;
+        self.pki = new_pki();
+        self.serve(rt, self.port)?;
+        self.write_k3s_yaml()
+    }
+}
+
+/// What the spoke answers a revoked credential that asks for namespaces: 403, as its
+/// user is no longer bound to any role.
+pub(super) async fn refused_now(
+    kubeconfig: &crate::secret::SecretBytes,
+) -> Result<String, DemoError> {
+    let (client, _) = crate::spoke::live::client(kubeconfig, Duration::from_secs(10))
+        .await
+        .map_err(part("a client for the revoked generation"))?;
+    let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);
+    match namespaces
+        .list(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Err(kube::Error::Api(s)) if s.code == 403 => Ok(format!("403 Forbidden ({})", s.message)),
+        Ok(_) => Err(DemoError::StillListed),
+        Err(e) => Err(DemoError::NotRefused(e)),
+    }
+}
+
+fn new_pki() -> Pki {
+    Pki::generate(&PkiOptions {
+        address: IpAddr::V4(Ipv4Addr::LOCALHOST),
+        address_in_sans: true,
+        client_cert_days: 365,
+    })
+}

@@ -1,0 +1,176 @@
+//! Steps 2 to 8: the ticks, the rebuild, the hub's view, the revocation and the log.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tokio::runtime::Runtime;
+
+use super::fleet::git;
+use super::hub::controller_keys;
+use super::sim::{SimSpoke, refused_now};
+use super::{DemoError, MINTED, REBUILT, part, step};
+use crate::cli::Format;
+use crate::cli::rotate::print_report;
+use crate::rotate::{self, Context, Options, TickReport};
+use crate::seal::SealedSecret;
+use crate::secret::SecretBytes;
+
+/// What the steps run against: the runtime, spokekeeper's context, the fleet repo's
+/// remote and the hub controller's key.
+pub(super) struct Tour<'a> {
+    pub(super) hub: &'a Runtime,
+    pub(super) ctx: &'a Context,
+    pub(super) remote: &'a Path,
+    pub(super) key_pem: &'a str,
+}
+
+impl Tour<'_> {
+    pub(super) fn run(
+        &self,
+        spokes: &mut [SimSpoke],
+        sim: &tokio::runtime::Handle,
+    ) -> Result<(), DemoError> {
+        step(
+            2,
+            "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed, then verified on the hub (SealedSecret Synced, a reconcile requested of every Kustomization and HelmRelease using it, each Ready)",
+        );
+        self.tick("first tick")?;
+        step(
+            3,
+            "second tick: nothing changed, so nothing is committed (and no extraction happens)",
+        );
+        let report = self.tick("second tick")?;
+        if report
+            .spokes
+            .iter()
+            .any(|s| s.outcome != rotate::Outcome::Healthy)
+        {
+            return Err(DemoError::NotHealthy);
+        }
+        self.rebuild(&mut spokes[REBUILT], sim)?;
+        step(
+            5,
+            "third tick: the probe sees the serving certificate no longer chains to the recorded CA",
+        );
+        self.tick("third tick")?;
+        step(
+            6,
+            "the hub's view: unseal the rebuilt spoke's new commit and prod's minted one with the controller's key, and call each spoke with it",
+        );
+        self.hubs_view(spokes[REBUILT].name)?;
+        let minted = spokes[MINTED].name;
+        let old_minted = self.hubs_view(minted)?;
+        self.revoke(minted, &old_minted)?;
+        step(
+            8,
+            "the fleet repo's log: one commit per rotation, each saying why",
+        );
+        crate::cli::out(&git(self.remote, &["log", "--format=%h %s", "main"])?);
+        Ok(())
+    }
+
+    /// A tick over every spoke, its report printed; a failure or a credential the hub
+    /// did not take stops the demo.
+    fn tick(&self, label: &str) -> Result<TickReport, DemoError> {
+        let all = Options {
+            concurrency: 8,
+            ..Options::default()
+        };
+        let report = self
+            .hub
+            .block_on(rotate::tick(self.ctx, &all))
+            .map_err(part(format!("{label}: the fleet repo")))?;
+        print_report(&report, Format::Table);
+        if !report.ok() {
+            return Err(DemoError::TickFailed {
+                label: label.to_string(),
+            });
+        }
+        if !report.hub_ok() {
+            return Err(DemoError::HubRefused {
+                label: label.to_string(),
+            });
+        }
+        Ok(report)
+    }
+
+    /// Step 4: a spoke reinstalled, its CA change printed.
+    fn rebuild(
+        &self,
+        rebuilt: &mut SimSpoke,
+        sim: &tokio::runtime::Handle,
+    ) -> Result<(), DemoError> {
+        step(
+            4,
+            &format!(
+                "rebuild `{}`: new CAs and certificates, its API restarted",
+                rebuilt.name
+            ),
+        );
+        let old_ca = crate::certs::fingerprint(&rebuilt.pki.server_ca_der);
+        rebuilt.rebuild(sim)?;
+        say!(
+            "   CA {} -> {}",
+            old_ca,
+            crate::certs::fingerprint(&rebuilt.pki.server_ca_der)
+        );
+        Ok(())
+    }
+
+    /// What the hub holds for `name`: the committed file unsealed with the controller's
+    /// key, proven live against the spoke.
+    fn hubs_view(&self, name: &str) -> Result<SecretBytes, DemoError> {
+        let file = format!("fluxcd/{name}-kubeconfig-sealed.yaml");
+        let committed = git(self.remote, &["show", &format!("main:{file}")])?;
+        let keys = controller_keys(self.key_pem)?;
+        let sealed = SealedSecret::parse(committed.as_bytes()).map_err(part(&file))?;
+        let mut secret = sealed.unseal(&keys).map_err(part(&file))?;
+        let kubeconfig = secret
+            .data
+            .remove("value")
+            .ok_or_else(|| DemoError::NoValue { file: file.clone() })?;
+        let live = self
+            .hub
+            .block_on(crate::spoke::check_live(
+                &kubeconfig,
+                Duration::from_secs(10),
+            ))
+            .map_err(part("the committed credential does not work"))?;
+        say!(
+            "   {file} unseals; it authenticates as {} (groups {}) against {} ({})",
+            live.username,
+            live.groups.join(","),
+            live.server,
+            live.git_version
+        );
+        Ok(kubeconfig)
+    }
+
+    /// Step 7: `spokekeeper revoke`, then the previous generation refused.
+    fn revoke(&self, minted: &str, old_minted: &SecretBytes) -> Result<(), DemoError> {
+        step(
+            7,
+            &format!(
+                "`spokekeeper revoke {minted}`: the minted generation's ClusterRoleBinding deleted, the next generation minted, validated, sealed, pushed and verified"
+            ),
+        );
+        let revoke = Options {
+            revoke: true,
+            only: vec![minted.to_string()],
+            ..Options::default()
+        };
+        let report = self
+            .hub
+            .block_on(rotate::tick(self.ctx, &revoke))
+            .map_err(part(format!("revoking {minted}: the fleet repo")))?;
+        print_report(&report, Format::Table);
+        if !report.ok() || !report.hub_ok() {
+            return Err(DemoError::RevokeFailed {
+                spoke: minted.to_string(),
+            });
+        }
+        let refused = self.hub.block_on(refused_now(old_minted))?;
+        say!("   the previous generation's credential, still valid as a certificate: {refused}");
+        Ok(())
+    }
+}
