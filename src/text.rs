@@ -44,10 +44,21 @@ pub(crate) struct BlockList {
     pub missing_eol: bool,
 }
 
+/// Why a `key:` cannot be appended to as text; each names its line and the fix.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum BlockListError {
+    #[error(
+        "line {line}: {key} is written on one line (flow style): write it as a block list (`{key}:` then `- ...` lines), or edit it by hand"
+    )]
+    Flow { line: usize, key: String },
+    #[error("line {line}: {key} has no `- ` item to follow: write the first one by hand")]
+    NoItem { line: usize, key: String },
+}
+
 /// The block list under the top-level `key:` in `text`. None: no such key. Err (with
 /// the line) when it is not a block list with at least one item: flow style
 /// (`key: [...]`) or empty.
-pub(crate) fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, String> {
+pub(crate) fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, BlockListError> {
     let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let is_key = |l: &str| {
@@ -61,10 +72,10 @@ pub(crate) fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, Str
     let flow = |l: &str| l.strip_prefix(key).is_some_and(|r| r.starts_with(':'));
     let Some(k) = lines.iter().position(|l| is_key(l)) else {
         return match lines.iter().position(|l| flow(l)) {
-            Some(k) => Err(format!(
-                "line {}: {key} is written on one line (flow style): write it as a block list (`{key}:` then `- ...` lines), or edit it by hand",
-                k + 1
-            )),
+            Some(k) => Err(BlockListError::Flow {
+                line: k + 1,
+                key: key.to_string(),
+            }),
             None => Ok(None),
         };
     };
@@ -88,10 +99,10 @@ pub(crate) fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, Str
         last = Some(i);
     }
     let (Some(last), Some((indent, gap))) = (last, item) else {
-        return Err(format!(
-            "line {}: {key} has no `- ` item to follow: write the first one by hand",
-            k + 1
-        ));
+        return Err(BlockListError::NoItem {
+            line: k + 1,
+            key: key.to_string(),
+        });
     };
     let at = lines[..=last].iter().map(|l| l.len()).sum();
     Ok(Some(BlockList {

@@ -5,6 +5,7 @@
 use std::path::Path;
 
 use super::{Config, ConfigError, Distro, check, lines::Lines};
+use crate::text::BlockListError;
 
 /// The spoke `add` writes: only what its flags say; everything else takes the defaults
 /// (and the global `ssh:` and `credential:`).
@@ -46,7 +47,7 @@ pub fn add_spoke(
             spoke.name, spoke.name
         )));
     }
-    let edited = append(text, spoke).map_err(err)?;
+    let edited = append(text, spoke).map_err(|e| err(e.to_string()))?;
     let after = Config::parse(&edited, file, base).map_err(|e| {
         err(format!(
             "the file with {} added does not load: {}",
@@ -56,10 +57,18 @@ pub fn add_spoke(
     Ok((edited, after))
 }
 
+/// Why a spoke cannot be appended to `spokes:` as text.
+#[derive(Debug, thiserror::Error)]
+enum AppendError {
+    #[error(transparent)]
+    List(#[from] BlockListError),
+    #[error("no top-level `spokes:` to add the spoke to")]
+    NoSpokes,
+}
+
 /// `text` with `spoke` after the last line of the `spokes:` list, in its indentation.
-fn append(text: &str, spoke: &NewSpoke) -> Result<String, String> {
-    let list = crate::text::block_list(text, "spokes")?
-        .ok_or_else(|| "no top-level `spokes:` to add the spoke to".to_string())?;
+fn append(text: &str, spoke: &NewSpoke) -> Result<String, AppendError> {
+    let list = crate::text::block_list(text, "spokes")?.ok_or(AppendError::NoSpokes)?;
     let eol = list.eol;
     let pad = " ".repeat(list.indent);
     let keys = " ".repeat(list.indent + 1 + list.gap);

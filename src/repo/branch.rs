@@ -8,7 +8,7 @@ use super::{Repo, RepoError};
 
 pub(super) mod onboard;
 
-use onboard::{Beside, Onboarding};
+use onboard::{Beside, Onboarding, OnboardingError};
 
 /// The prefix of every review branch: `spokekeeper/<spoke>`.
 pub const BRANCH_PREFIX: &str = "spokekeeper/";
@@ -53,7 +53,7 @@ pub enum Untrusted {
     )]
     NoRecord,
     #[error("not an onboarding commit spokekeeper makes: {0}")]
-    Onboarding(String),
+    Onboarding(OnboardingError),
 }
 
 impl Repo {
@@ -305,18 +305,24 @@ impl Repo {
 
     /// Whether each of `paths` only gains lines from `from` to `to` (no line removed or
     /// changed); else which does not.
-    async fn lines_added(&self, from: &str, to: &str, paths: &[String]) -> Result<(), String> {
+    async fn lines_added(
+        &self,
+        from: &str,
+        to: &str,
+        paths: &[String],
+    ) -> Result<(), OnboardingError> {
         for path in paths {
             let stat = self
                 .git(["diff", "--numstat", "--no-renames", from, to, "--", path])
                 .await
-                .map_err(|e| format!("{path}: {e}"))?;
+                .map_err(|e| OnboardingError::Diff {
+                    path: path.clone(),
+                    error: e.to_string(),
+                })?;
             // `ADDED\tDELETED\tPATH`; binary files show `-`.
             let deleted = stat.split('\t').nth(1).map(str::trim);
             if deleted != Some("0") {
-                return Err(format!(
-                    "{path} loses or changes lines (only lines listing new files may be added)"
-                ));
+                return Err(OnboardingError::LinesLost(path.clone()));
             }
         }
         Ok(())

@@ -16,7 +16,7 @@ mod plaintext;
 pub mod signing;
 mod snapshot;
 mod stage;
-pub use branch::onboard::Beside;
+pub use branch::onboard::{Beside, OnboardingError};
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 pub(crate) use plaintext::hostile_yaml;
 pub use snapshot::Snapshot;
@@ -94,7 +94,7 @@ pub enum RepoError {
     #[error(
         "refusing to commit the onboarding branch: {0}; a review branch may add new regular YAML files and list them in a kustomization.yaml, nothing else"
     )]
-    NotOnboarding(String),
+    NotOnboarding(OnboardingError),
 }
 
 /// What `push` did.

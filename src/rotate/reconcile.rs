@@ -19,10 +19,15 @@ use crate::hub::cert::Untrusted;
 use crate::seal::SealingKey;
 use crate::secret::SecretBytes;
 
-/// What a tick gives every spoke's reconcile.
-pub(super) struct Run<'a, P> {
-    pub ctx: &'a Context,
-    pub opts: &'a Options,
+/// The one context a spoke's reconcile takes: the tick as every spoke sees it. It borrows
+/// the process's [`Context`] and the caller's [`Options`], and adds what the tick settled
+/// before working on any spoke (docs/ARCHITECTURE.md says why these stay apart).
+pub(super) struct Tick<'a, P> {
+    /// Lives as long as the process: configuration, repo, timeouts, memories across ticks.
+    pub context: &'a Context,
+    /// What the caller asked of this tick.
+    pub options: &'a Options,
+    /// The tick's clock, one for every spoke.
     pub now: OffsetDateTime,
     /// The tick's sealing key; with `untrusted` set nothing may be sealed to it.
     pub sealing: &'a SealingKey,
@@ -50,32 +55,32 @@ impl Reconciled {
 /// What the rule table weighs a spoke's observation against this tick (`sealer`: what
 /// the spoke's output is encrypted to).
 pub(super) fn policy<P>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
     sealer: &Sealer<'_>,
 ) -> Policy {
-    let ctx = run.ctx;
+    let context = tick.context;
     let recorded = seen.committed.recorded();
     let verify_due = {
-        let last = ctx
+        let last = context
             .verified
             .lock()
             .map(|m| m.get(&spoke.name).copied())
             .unwrap_or(None);
         let since = last.or(recorded.map(|r| r.rotated_at));
-        since.is_none_or(|t| run.now - t >= ctx.config.verify_every)
+        since.is_none_or(|t| tick.now - t >= context.config.verify_every)
     };
     // An untrusted key is no reason to rotate: against it, compare with what is recorded.
-    let sealed_to = match (sealer, run.untrusted, recorded) {
+    let sealed_to = match (sealer, tick.untrusted, recorded) {
         (Sealer::SealedSecrets(_), Some(_), Some(r)) => r.sealed_to,
         _ => sealer.sealed_to(),
     };
     Policy {
-        now: run.now,
-        renew_before: ctx.config.renew_before,
+        now: tick.now,
+        renew_before: context.config.renew_before,
         sealed_to,
-        force: run.opts.force || run.opts.revoke,
+        force: tick.options.force || tick.options.revoke,
         verify_due,
     }
 }
@@ -84,14 +89,14 @@ pub(super) fn policy<P>(
 /// not trusted fail the spoke at `seal` before anything else, every tick, so the
 /// problem is seen even while the committed credential needs nothing.
 pub(super) async fn spoke<P: Publish>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
 ) -> Reconciled {
-    match Sealer::for_spoke(&run.ctx.config, spoke, run.sealing) {
+    match Sealer::for_spoke(&tick.context.config, spoke, tick.sealing) {
         Ok(sealer) => {
-            let policy = policy(run, spoke, seen, &sealer);
-            reconcile(run, spoke, seen, &policy, &sealer).await
+            let policy = policy(tick, spoke, seen, &sealer);
+            reconcile(tick, spoke, seen, &policy, &sealer).await
         }
         Err(e) => {
             let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
@@ -114,7 +119,7 @@ fn note_recorded(report: &mut SpokeReport, seen: &Observation) {
 /// decide -> (extract -> validate -> [mint] -> seal) for one spoke as observed. With an
 /// untrusted sealing key nothing is sealed: a rotation fails at `seal`.
 pub(super) async fn reconcile<P: Publish>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
     policy: &Policy,
@@ -122,7 +127,7 @@ pub(super) async fn reconcile<P: Publish>(
 ) -> Reconciled {
     let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
     note_recorded(&mut report, seen);
-    match rotate(run, spoke, seen, policy, sealer, &mut report).await {
+    match rotate(tick, spoke, seen, policy, sealer, &mut report).await {
         Ok(proposal) => Reconciled {
             report,
             proposal: Some(proposal),
@@ -135,9 +140,9 @@ pub(super) async fn reconcile<P: Publish>(
 }
 
 /// The pipeline. An `Err` is how the spoke's tick ends without a proposal: healthy,
-/// unchanged, pending review, a dry run, or failed at a stage.
+/// unchanged, pending review, a dry tick, or failed at a stage.
 async fn rotate<P: Publish>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
     policy: &Policy,
@@ -146,24 +151,24 @@ async fn rotate<P: Publish>(
 ) -> Result<Proposal, Outcome> {
     let mut reason = decided(spoke, seen, policy)?;
     report.reason = Some(reason.clone());
-    let opts = run.opts;
-    if !(opts.force || opts.revoke)
-        && run
+    let asked = tick.options;
+    if !(asked.force || asked.revoke)
+        && tick
             .publish
-            .waiting(run.ctx, spoke, seen, report, policy)
+            .waiting(tick.context, spoke, seen, report, policy)
             .await
     {
         return Err(report.outcome.clone());
     }
-    let admin = extract(run, spoke).await?;
+    let admin = extract(tick, spoke).await?;
     let candidate = match spoke.credential.mode {
         CredentialMode::Minted => {
-            minted(run, spoke, seen, admin, sealer, &mut reason, report).await?
+            minted(tick, spoke, seen, admin, sealer, &mut reason, report).await?
         }
-        CredentialMode::Extracted => extracted(run, spoke, seen, admin)?,
+        CredentialMode::Extracted => extracted(tick, spoke, seen, admin)?,
     };
-    impersonation(run, spoke, &candidate).await?;
-    let recorded = record(run, spoke, &candidate, sealer, report);
+    impersonation(tick, spoke, &candidate).await?;
+    let recorded = record(tick, spoke, &candidate, sealer, report);
     let previous = seen.committed.recorded();
     let reason = match decide::after_extraction(reason, previous, &recorded, spoke.credential.mode)
     {
@@ -175,7 +180,7 @@ async fn rotate<P: Publish>(
     report.ca_sha256 = Some(recorded.ca_sha256);
     report.ca_not_after = Some(recorded.ca_not_after);
     report.client_not_after = recorded.client_not_after;
-    let manifest = seal(run, spoke, &candidate, sealer, &recorded)?;
+    let manifest = seal(tick, spoke, &candidate, sealer, &recorded)?;
     let fresh = &candidate.fresh;
     Ok(Proposal {
         manifest,
@@ -192,8 +197,8 @@ impl From<SpokeError> for Outcome {
     }
 }
 
-fn stage<P>(run: &Run<'_, P>, spoke: &SpokeConfig, stage: &'static str) {
-    run.opts.progress.emit(Step::Stage {
+fn stage<P>(tick: &Tick<'_, P>, spoke: &SpokeConfig, stage: &'static str) {
+    tick.options.progress.emit(Step::Stage {
         spoke: &spoke.name,
         stage,
     });
@@ -212,11 +217,11 @@ fn decided(spoke: &SpokeConfig, seen: &Observation, policy: &Policy) -> Result<R
 }
 
 /// extract -> validate: the node's admin credential, proven against the live API.
-async fn extract<P>(run: &Run<'_, P>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
-    stage(run, spoke, "extract and validate");
-    let fresh = refresh::extract_and_validate(spoke, run.now, run.ctx.live_timeout).await?;
-    if let Ok(mut m) = run.ctx.verified.lock() {
-        m.insert(spoke.name.clone(), run.now);
+async fn extract<P>(tick: &Tick<'_, P>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
+    stage(tick, spoke, "extract and validate");
+    let fresh = refresh::extract_and_validate(spoke, tick.now, tick.context.live_timeout).await?;
+    if let Ok(mut m) = tick.context.verified.lock() {
+        m.insert(spoke.name.clone(), tick.now);
     }
     Ok(fresh)
 }
@@ -234,7 +239,7 @@ struct Candidate {
 
 /// [mint]: the hub's own credential, minted with the admin one just validated.
 async fn minted<P: Publish>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
     admin: Fresh,
@@ -242,15 +247,15 @@ async fn minted<P: Publish>(
     reason: &mut Reason,
     report: &mut SpokeReport,
 ) -> Result<Candidate, Outcome> {
-    stage(run, spoke, "mint");
-    let landing = run.publish.landing();
+    stage(tick, spoke, "mint");
+    let landing = tick.publish.landing();
     let how = minted::Mint {
-        revoke: run.opts.revoke,
+        revoke: tick.options.revoke,
         landing,
-        dry_run: run.opts.dry_run,
-        call: run.ctx.live_timeout,
-        sign: run.ctx.sign_timeout,
-        unsealable: match (sealer, run.untrusted) {
+        dry_run: tick.options.dry_run,
+        call: tick.context.live_timeout,
+        sign: tick.context.sign_timeout,
+        unsealable: match (sealer, tick.untrusted) {
             (Sealer::SealedSecrets(_), Some(u)) => Some(SpokeError::Untrusted(u.error.clone())),
             _ => sealer.can_seal(spoke).err(),
         },
@@ -294,12 +299,12 @@ async fn minted<P: Publish>(
 
 /// Extracted: the admin credential itself is what the hub gets.
 fn extracted<P: Publish>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     seen: &Observation,
     fresh: Fresh,
 ) -> Result<Candidate, SpokeError> {
-    if run.opts.revoke {
+    if tick.options.revoke {
         return Err(SpokeError::RevokeExtracted {
             spoke: spoke.name.clone(),
         });
@@ -310,8 +315,8 @@ fn extracted<P: Publish>(
         .map(|r| r.credential.clone())
         .unwrap_or_default();
     // Back from minted: every minted generation goes once the hub has this one.
-    let lands_at_push = run.publish.landing() == Landing::AtPush;
-    let revocation = (had.mode == CredentialMode::Minted && lands_at_push && !run.opts.dry_run)
+    let lands_at_push = tick.publish.landing() == Landing::AtPush;
+    let revocation = (had.mode == CredentialMode::Minted && lands_at_push && !tick.options.dry_run)
         .then(|| minted::Revocation {
             admin: fresh.yaml.clone(),
             below: had.next_generation(),
@@ -335,25 +340,25 @@ fn extracted<P: Publish>(
 /// validate, for Flux: the ServiceAccounts its consumers impersonate with the credential.
 /// A generation minted for nothing is withdrawn.
 async fn impersonation<P>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     c: &Candidate,
 ) -> Result<(), SpokeError> {
-    let hub = run.ctx.config.hub.as_ref();
+    let hub = tick.context.config.hub.as_ref();
     let default_sa = hub.and_then(|h| h.flux_default_service_account.as_deref());
-    let needed = crate::hub::consumers::impersonated(spoke, run.listed, default_sa);
-    let checked = refresh::may_impersonate(&c.fresh, &needed, run.ctx.live_timeout).await;
+    let needed = crate::hub::consumers::impersonated(spoke, tick.listed, default_sa);
+    let checked = refresh::may_impersonate(&c.fresh, &needed, tick.context.live_timeout).await;
     if checked.is_err()
         && let Some((admin, generation)) = &c.minted_now
     {
-        minted::withdraw(spoke, admin, *generation, run.ctx.live_timeout).await;
+        minted::withdraw(spoke, admin, *generation, tick.context.live_timeout).await;
     }
     checked
 }
 
 /// What the annotations will record, and the report's view of the new credential.
 fn record<P>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     c: &Candidate,
     sealer: &Sealer<'_>,
@@ -365,7 +370,7 @@ fn record<P>(
         &fresh.kubeconfig,
         fresh.content_sha256,
         sealer.sealed_to(),
-        run.now,
+        tick.now,
     );
     recorded.credential = c.credential.clone();
     report.user = Some(fresh.live.username.clone());
@@ -379,20 +384,20 @@ fn record<P>(
     recorded
 }
 
-/// seal, unless the sealing key is untrusted (Sealed Secrets) or this is a dry run.
+/// seal, unless the sealing key is untrusted (Sealed Secrets) or this is a dry tick.
 fn seal<P>(
-    run: &Run<'_, P>,
+    tick: &Tick<'_, P>,
     spoke: &SpokeConfig,
     c: &Candidate,
     sealer: &Sealer<'_>,
     recorded: &Recorded,
 ) -> Result<String, Outcome> {
-    stage(run, spoke, "seal");
-    if let (Sealer::SealedSecrets(_), Some(u)) = (sealer, run.untrusted) {
+    stage(tick, spoke, "seal");
+    if let (Sealer::SealedSecrets(_), Some(u)) = (sealer, tick.untrusted) {
         return Err(SpokeError::Untrusted(u.error.clone()).into());
     }
-    let manifest = sealer.seal_recorded(spoke, &c.fresh.yaml, recorded, run.now)?;
-    if run.opts.dry_run {
+    let manifest = sealer.seal_recorded(spoke, &c.fresh.yaml, recorded, tick.now)?;
+    if tick.options.dry_run {
         return Err(Outcome::WouldRotate);
     }
     Ok(manifest)

@@ -10,7 +10,7 @@ use time::OffsetDateTime;
 use super::observe::{self, Probed};
 use super::progress::Step;
 use super::publish::{Direct, Publish};
-use super::reconcile::{self, Reconciled, Run};
+use super::reconcile::{self, Reconciled, Tick};
 use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, Proposal, review, sealing};
 use crate::config::SpokeConfig;
@@ -70,16 +70,16 @@ async fn run<P: Publish>(
     let files = files.as_ref();
     let now = OffsetDateTime::now_utc();
     let mut worked: Vec<(usize, Worked)> = {
-        let run = Run {
-            ctx,
-            opts,
+        let tick = Tick {
+            context: ctx,
+            options: opts,
             now,
             sealing: &sealing,
             untrusted: cert.untrusted.as_ref(),
             publish: &publish,
             listed: &listed,
         };
-        let run = &run;
+        let tick = &tick;
         futures::stream::iter(spokes.iter().copied().enumerate())
             .map(|(order, spoke)| async move {
                 opts.progress.emit(Step::Stage {
@@ -90,7 +90,7 @@ async fn run<P: Publish>(
                     Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
                     None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
                 };
-                let done = reconcile::spoke(run, spoke, &seen).await;
+                let done = reconcile::spoke(tick, spoke, &seen).await;
                 opts.progress.emit(Step::Done { spoke: &spoke.name });
                 // Kept until the tick ends for every spoke: only what is read later.
                 (order, Worked::new(spoke, seen.into_probed(), done))

@@ -90,10 +90,23 @@ pub(super) fn slash_path(rel: &Path) -> String {
         .join("/")
 }
 
+/// Why the root kustomization.yaml cannot list the spoke's files.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ListError {
+    #[error(transparent)]
+    List(#[from] crate::text::BlockListError),
+    #[error("does not parse: {0}")]
+    Parse(String),
+    #[error("does not parse once edited: {0}")]
+    ParseEdited(String),
+    #[error("does not list {0} once edited")]
+    Missing(String),
+}
+
 /// `text` (a kustomization.yaml) with each of `entries` appended to its `resources:`
 /// when not listed yet, comments and layout kept; the result is parsed again and must
 /// list them all. None: nothing to add.
-pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, String> {
+pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, ListError> {
     #[derive(Deserialize)]
     struct Kustomization {
         #[serde(default)]
@@ -104,7 +117,7 @@ pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<St
             .map(|k| k.resources.unwrap_or_default())
             .map_err(|e| crate::text::one_line(&e.to_string(), 300))
     };
-    let listed = parse(text).map_err(|e| format!("does not parse: {e}"))?;
+    let listed = parse(text).map_err(ListError::Parse)?;
     let new: Vec<&String> = entries
         .iter()
         .filter(|e| !listed.iter().any(|l| same_entry(l, e)))
@@ -135,12 +148,12 @@ pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<St
             out
         }
     };
-    let after = parse(&edited).map_err(|e| format!("does not parse once edited: {e}"))?;
+    let after = parse(&edited).map_err(ListError::ParseEdited)?;
     if let Some(missing) = entries
         .iter()
         .find(|e| !after.iter().any(|l| same_entry(l, e)))
     {
-        return Err(format!("does not list {missing} once edited"));
+        return Err(ListError::Missing(missing.clone()));
     }
     Ok(Some(edited))
 }
@@ -220,7 +233,7 @@ mod tests {
             text.replace("sealed.yaml\n# end", "sealed.yaml\n  - edge-1.yaml\n# end")
         );
         // Already listed: nothing to do.
-        assert_eq!(list_resources(&out, &["edge-1.yaml".into()]), Ok(None));
+        assert_eq!(list_resources(&out, &["edge-1.yaml".into()]).unwrap(), None);
         // No resources yet: the key is added.
         let out = list_resources("kind: Kustomization", &["a.yaml".into()])
             .unwrap()
@@ -234,12 +247,15 @@ mod tests {
             "kind: Kustomization\nresources: [a.yaml]\n",
             &["b.yaml".into()],
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(
             e.starts_with("line 2: resources is written on one line"),
             "{e}"
         );
-        let e = list_resources("resources: {a: 1}\n", &["b.yaml".into()]).unwrap_err();
+        let e = list_resources("resources: {a: 1}\n", &["b.yaml".into()])
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("does not parse"), "{e}");
     }
 }

@@ -22,7 +22,7 @@ use crate::alerts;
 use crate::config::{Config, SpokeConfig};
 use crate::fingerprint::{Ca, Fingerprint, Sealing};
 use crate::hub::consumers::{self, FoundBy, Listed};
-use crate::hub::{Condition, Hub, HubObject, Kind};
+use crate::hub::{Condition, Hub, HubError, HubObject, Kind};
 use crate::repo::Repo;
 use crate::rotate::observe;
 use crate::text::one_line;
@@ -212,7 +212,7 @@ async fn hub_view(
     listed: &Listed,
 ) -> (Seen, Consumers) {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
-    let got = hub.sealed_secret(ns, name).await.map_err(|e| e.to_string());
+    let got = hub.sealed_secret(ns, name).await;
     let sealed = seen(ns, name, got, "Synced", |o| {
         committed.map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
     });
@@ -233,7 +233,7 @@ async fn hub_view(
                 let mut s = seen(
                     &c.namespace,
                     &c.name,
-                    hub.consumer(&c).await.map_err(|e| e.to_string()),
+                    hub.consumer(&c).await,
                     "Ready",
                     |_| None,
                 );
@@ -250,7 +250,7 @@ async fn hub_view(
 fn seen(
     namespace: &str,
     name: &str,
-    got: Result<Option<HubObject>, String>,
+    got: Result<Option<HubObject>, HubError>,
     condition: &str,
     matches: impl Fn(&HubObject) -> Option<bool>,
 ) -> Seen {
@@ -283,7 +283,7 @@ fn seen(
             s.last_handled_reconcile_at = o.last_handled_reconcile_at;
         }
         Ok(None) => {}
-        Err(e) => s.error = Some(one_line(&e, 300)),
+        Err(e) => s.error = Some(one_line(&e.to_string(), 300)),
     }
     s
 }

@@ -15,6 +15,45 @@ pub(crate) const ADDS: &str = "Spokekeeper-Adds: ";
 /// A kustomization.yaml the commit only adds lines to.
 pub(crate) const LISTS: &str = "Spokekeeper-Lists: ";
 
+/// Why a commit is not an onboarding one spokekeeper makes; each names the file.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum OnboardingError {
+    #[error("it onboards {onboards:?}, not {spoke:?}")]
+    OtherSpoke { onboards: String, spoke: String },
+    #[error("it does not add the spoke's credential {0}")]
+    NoCredential(String),
+    #[error("unreadable diff")]
+    UnreadableDiff,
+    #[error("{path} is not added as a new regular file (mode {old} -> {new}, status {status})")]
+    NotNewFile {
+        path: String,
+        old: String,
+        new: String,
+        status: String,
+    },
+    #[error("{0} is not a YAML file outside dot-directories")]
+    NotYaml(String),
+    #[error("{path} is not a regular file changed in place (mode {old} -> {new}, status {status})")]
+    NotInPlace {
+        path: String,
+        old: String,
+        new: String,
+        status: String,
+    },
+    #[error("{0} is changed, and only a kustomization.yaml may be")]
+    NotKustomization(String),
+    /// The path made one bounded line: it comes from the branch.
+    #[error("it also changes {0}, which its trailer does not name")]
+    Unnamed(String),
+    #[error("its trailer names {0}, which it does not change")]
+    Unchanged(String),
+    #[error("{0} loses or changes lines (only lines listing new files may be added)")]
+    LinesLost(String),
+    /// The diff could not be read: git's error, said.
+    #[error("{path}: {error}")]
+    Diff { path: String, error: String },
+}
+
 /// A file written and committed beside a spoke's credential, only if the target branch
 /// still holds what it was computed from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,7 +115,7 @@ impl Onboarding {
 
     /// What `git diff-tree -r --no-renames --raw -z` output says the commit carries, as
     /// a trailer for `spoke`: additions and modifications (checked by [`check`]).
-    pub(crate) fn of_diff(spoke: &str, raw: &str) -> Result<Onboarding, String> {
+    pub(crate) fn of_diff(spoke: &str, raw: &str) -> Result<Onboarding, OnboardingError> {
         let mut out = Onboarding {
             spoke: spoke.to_string(),
             ..Onboarding::default()
@@ -95,45 +134,54 @@ impl Onboarding {
 /// exactly what `o` names, for the spoke `spoke` whose credential is `rel`; else why not.
 /// The lines-only rule for a listed kustomization.yaml is checked by the caller (it
 /// needs the blobs).
-pub(crate) fn check(raw: &str, rel: &str, spoke: &str, o: &Onboarding) -> Result<(), String> {
+pub(crate) fn check(
+    raw: &str,
+    rel: &str,
+    spoke: &str,
+    o: &Onboarding,
+) -> Result<(), OnboardingError> {
     if o.spoke != spoke {
-        return Err(format!("it onboards {:?}, not {spoke:?}", o.spoke));
+        return Err(OnboardingError::OtherSpoke {
+            onboards: o.spoke.clone(),
+            spoke: spoke.to_string(),
+        });
     }
     if !o.adds.iter().any(|a| a == rel) {
-        return Err(format!("it does not add the spoke's credential {rel}"));
+        return Err(OnboardingError::NoCredential(rel.to_string()));
     }
     let mut seen = Vec::new();
     for (meta, path) in entries(raw)? {
         let (old, new, status) = match meta.as_slice() {
             [old, new, _, _, status] => (*old, *new, *status),
-            _ => return Err("unreadable diff".into()),
+            _ => return Err(OnboardingError::UnreadableDiff),
         };
         if o.adds.iter().any(|a| a == path) {
             if (old, new, status) != ("000000", "100644", "A") {
-                return Err(format!(
-                    "{path} is not added as a new regular file (mode {old} -> {new}, status {status})"
-                ));
+                return Err(OnboardingError::NotNewFile {
+                    path: path.to_string(),
+                    old: old.to_string(),
+                    new: new.to_string(),
+                    status: status.to_string(),
+                });
             }
             if !plain_yaml(path) {
-                return Err(format!("{path} is not a YAML file outside dot-directories"));
+                return Err(OnboardingError::NotYaml(path.to_string()));
             }
         } else if o.lists.iter().any(|l| l == path) {
             if (old, new, status) != ("100644", "100644", "M") {
-                return Err(format!(
-                    "{path} is not a regular file changed in place (mode {old} -> {new}, status {status})"
-                ));
+                return Err(OnboardingError::NotInPlace {
+                    path: path.to_string(),
+                    old: old.to_string(),
+                    new: new.to_string(),
+                    status: status.to_string(),
+                });
             }
             let name = Path::new(path).file_name().and_then(|n| n.to_str());
             if name != Some("kustomization.yaml") || !plain_yaml(path) {
-                return Err(format!(
-                    "{path} is changed, and only a kustomization.yaml may be"
-                ));
+                return Err(OnboardingError::NotKustomization(path.to_string()));
             }
         } else {
-            return Err(format!(
-                "it also changes {}, which its trailer does not name",
-                crate::text::one_line(path, 300)
-            ));
+            return Err(OnboardingError::Unnamed(crate::text::one_line(path, 300)));
         }
         seen.push(path);
     }
@@ -143,9 +191,7 @@ pub(crate) fn check(raw: &str, rel: &str, spoke: &str, o: &Onboarding) -> Result
         .chain(&o.lists)
         .find(|n| !seen.contains(&n.as_str()))
     {
-        return Err(format!(
-            "its trailer names {missing}, which it does not change"
-        ));
+        return Err(OnboardingError::Unchanged(missing.clone()));
     }
     Ok(())
 }
@@ -159,13 +205,13 @@ fn plain_yaml(path: &str) -> bool {
 }
 
 /// `(metadata fields, path)` of each `diff-tree --raw -z` entry.
-fn entries(raw: &str) -> Result<Vec<(Vec<&str>, &str)>, String> {
+fn entries(raw: &str) -> Result<Vec<(Vec<&str>, &str)>, OnboardingError> {
     let fields: Vec<&str> = raw.split('\0').filter(|f| !f.is_empty()).collect();
     fields
         .chunks(2)
         .map(|pair| match pair {
             [meta, path] => Ok((meta.trim_start_matches(':').split(' ').collect(), *path)),
-            _ => Err("unreadable diff".to_string()),
+            _ => Err(OnboardingError::UnreadableDiff),
         })
         .collect()
 }
@@ -221,10 +267,14 @@ mod tests {
     #[test]
     fn an_onboarding_for_another_spoke_is_not_this_ones() {
         let diff = raw(&[added(REL), added(OBJECTS), listed()]);
-        let e = check(&diff, "fluxcd/prod-kubeconfig-sealed.yaml", "prod", &dev()).unwrap_err();
+        let e = check(&diff, "fluxcd/prod-kubeconfig-sealed.yaml", "prod", &dev())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("onboards \"dev\", not \"prod\""), "{e}");
         let two = format!("x\n\n{ONBOARDS}dev\n{ONBOARDS}prod\n{ADDS}{REL}\n");
-        let e = check(&diff, REL, "dev", &Onboarding::parse(&two).unwrap()).unwrap_err();
+        let e = check(&diff, REL, "dev", &Onboarding::parse(&two).unwrap())
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("onboards \"\""), "{e}");
     }
 
@@ -236,7 +286,7 @@ mod tests {
             listed(),
             added("fluxcd/extra.yaml"),
         ]);
-        let e = check(&diff, REL, "dev", &dev()).unwrap_err();
+        let e = check(&diff, REL, "dev", &dev()).unwrap_err().to_string();
         assert!(e.contains("also changes fluxcd/extra.yaml"), "{e}");
     }
 
@@ -251,13 +301,13 @@ mod tests {
             ("100644", "120000", "T"),
         ] {
             let diff = raw(&[added(REL), (old, new, status, OBJECTS), listed()]);
-            let e = check(&diff, REL, "dev", &dev()).unwrap_err();
+            let e = check(&diff, REL, "dev", &dev()).unwrap_err().to_string();
             assert!(e.contains("is not added as a new regular file"), "{e}");
         }
         // A listed kustomization.yaml turned into a symlink or deleted is refused too.
         for (old, new, status) in [("100644", "120000", "T"), ("100644", "000000", "D")] {
             let diff = raw(&[added(REL), added(OBJECTS), (old, new, status, ROOT)]);
-            let e = check(&diff, REL, "dev", &dev()).unwrap_err();
+            let e = check(&diff, REL, "dev", &dev()).unwrap_err().to_string();
             assert!(e.contains("not a regular file changed in place"), "{e}");
         }
     }
@@ -271,7 +321,7 @@ mod tests {
             added(OBJECTS),
             ("100644", "100644", "M", "README.md"),
         ]);
-        let e = check(&diff, REL, "dev", &o).unwrap_err();
+        let e = check(&diff, REL, "dev", &o).unwrap_err().to_string();
         assert!(e.contains("only a kustomization.yaml may be"), "{e}");
         for path in [
             ".github/workflows/x.yaml",
@@ -281,7 +331,7 @@ mod tests {
             let mut o = dev();
             o.adds.push(path.into());
             let diff = raw(&[added(REL), added(OBJECTS), listed(), added(path)]);
-            let e = check(&diff, REL, "dev", &o).unwrap_err();
+            let e = check(&diff, REL, "dev", &o).unwrap_err().to_string();
             assert!(e.contains("not a YAML file outside dot-directories"), "{e}");
         }
     }
@@ -289,14 +339,16 @@ mod tests {
     #[test]
     fn a_named_file_the_commit_does_not_change_is_refused() {
         let diff = raw(&[added(REL), added(OBJECTS)]);
-        let e = check(&diff, REL, "dev", &dev()).unwrap_err();
+        let e = check(&diff, REL, "dev", &dev()).unwrap_err().to_string();
         assert!(
             e.contains("names fluxcd/kustomization.yaml, which it does not change"),
             "{e}"
         );
         let mut o = dev();
         o.adds.retain(|a| a != REL);
-        let e = check(&raw(&[added(OBJECTS), listed()]), REL, "dev", &o).unwrap_err();
+        let e = check(&raw(&[added(OBJECTS), listed()]), REL, "dev", &o)
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("does not add the spoke's credential"), "{e}");
     }
 }

@@ -173,3 +173,96 @@ fn the_check_sees_each_shape_of_both() {
         assert_eq!(violations(text), Vec::<String>::new(), "{text}");
     }
 }
+
+/// Files where a `Result<_, String>` is left while others reshape them; empty now.
+const STRING_ERRORS_LEFT: &[&str] = &[];
+
+/// The text before a file's unit tests (`#[cfg(test)] mod ...`).
+fn outside_tests(text: &str) -> &str {
+    let mut from = 0;
+    while let Some(at) = text[from..].find("#[cfg(test)]") {
+        let start = from + at;
+        let rest = text[start + "#[cfg(test)]".len()..].trim_start();
+        if rest.starts_with("mod ") || rest.starts_with("pub(crate) mod ") {
+            return &text[..start];
+        }
+        from = start + 1;
+    }
+    text
+}
+
+/// Each `Result<T, String>` in `text` (its error type, at the top level of its
+/// brackets, is `String`): the line it is on.
+fn string_errors(text: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let mut from = 0;
+    while let Some(at) = text[from..].find("Result<") {
+        let open = from + at + "Result".len();
+        // The type arguments at the top level of the brackets (a trailing comma adds none).
+        let (mut depth, mut start, mut args) = (0usize, open + 1, Vec::new());
+        for (i, c) in text[open..].char_indices() {
+            match c {
+                '<' | '(' | '[' => depth += 1,
+                '>' | ')' | ']' => {
+                    depth -= 1;
+                    if depth == 0 {
+                        args.push(text[start..open + i].trim());
+                        break;
+                    }
+                }
+                ',' if depth == 1 => {
+                    args.push(text[start..open + i].trim());
+                    start = open + i + 1;
+                }
+                _ => {}
+            }
+        }
+        args.retain(|a| !a.is_empty());
+        if args.len() == 2 && args[1] == "String" {
+            out.push(text[..open].lines().count());
+        }
+        from = open;
+    }
+    out
+}
+
+#[test]
+fn no_result_with_a_string_error_outside_tests() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut found = Vec::new();
+    for f in files {
+        let rel = f.strip_prefix(&src).unwrap().display().to_string();
+        if STRING_ERRORS_LEFT.contains(&rel.as_str()) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap();
+        for line in string_errors(outside_tests(&text)) {
+            found.push(format!(
+                "src/{rel}:{line}: a Result<_, String>: type its error"
+            ));
+        }
+    }
+    assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+#[test]
+fn the_string_error_check_sees_nested_and_split_signatures() {
+    let caught = [
+        "fn a() -> Result<String, String> {",
+        "fn b() -> Result<Option<Vec<(u8, u8)>>, String> {",
+        "fn c() -> Result<\n    BTreeMap<String, String>,\n    String,\n> {",
+    ];
+    for text in caught {
+        assert_eq!(string_errors(text).len(), 1, "not seen: {text}");
+    }
+    let fine = [
+        "fn d() -> Result<BTreeMap<String, String>, ManifestError> {",
+        "fn e() -> Result<String, io::Error> {",
+        "fn f() -> std::io::Result<String> {",
+    ];
+    for text in fine {
+        assert_eq!(string_errors(text), Vec::<usize>::new(), "{text}");
+    }
+}

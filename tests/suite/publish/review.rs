@@ -1787,7 +1787,7 @@ async fn an_onboarding_commit_is_trusted_only_as_pushed_for_its_own_spoke() {
         }
     };
     let onboarding = |e: Result<(), Untrusted>, want: &str| match e {
-        Err(Untrusted::Onboarding(why)) => assert!(why.contains(want), "{why}"),
+        Err(Untrusted::Onboarding(why)) => assert!(why.to_string().contains(want), "{why}"),
         other => panic!("{other:?}, not {want}"),
     };
     let write = |rel: &'static str, text: &'static str| {

@@ -15,11 +15,10 @@ use std::process::ExitCode;
 use super::{Chain, Format, fail, out};
 use crate::config::{Config, Distro, NewSpoke, RepoMode, SpokeConfig};
 use crate::repo::Repo;
-use crate::rotate::{Beside, Options, Outcome};
+use crate::rotate::{Options, Outcome};
 
+mod flux;
 mod layout;
-
-use layout::{EMPTY_KUSTOMIZATION, Layout, slash_path};
 
 /// The API server port of k3s, rke2 and kubeadm alike.
 const API_PORT: u16 = 6443;
@@ -53,30 +52,75 @@ pub struct AddArgs {
 }
 
 pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
-    let format = format.unwrap_or(Format::Table);
-    let text = match std::fs::read_to_string(config_path) {
-        Ok(t) => t,
-        Err(e) => {
-            return fail(
-                "add",
-                format!(
-                    "{}: cannot read it: {e} (pass --config FILE; `spokekeeper init` writes one)",
-                    config_path.display()
-                ),
-            );
-        }
-    };
-    let file = config_path.display().to_string();
-    let base = config_path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    let (edited, config) = match crate::config::add_spoke(&text, &file, &base, &new_spoke(args)) {
-        Ok(e) => e,
-        Err(e) => return fail("add", Chain(&e)),
-    };
+    match add(args, config_path, format.unwrap_or(Format::Table)) {
+        Ok(code) => code,
+        Err(e) => fail("add", Chain(&e)),
+    }
+}
+
+/// Why a spoke was not added; each says what to do.
+#[derive(Debug, thiserror::Error)]
+enum AddError {
+    #[error("{}: cannot read it: {error} (pass --config FILE; `spokekeeper init` writes one)", file.display())]
+    ReadConfig {
+        file: PathBuf,
+        error: std::io::Error,
+    },
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    #[error("the spoke is not in the edited configuration")]
+    NotInConfig,
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("repo.path: {0}")]
+    Repo(Box<crate::repo::RepoError>),
+    #[error("{0}")]
+    Lock(Box<crate::repo::RepoError>),
+    #[error("{}: {error}", rel.display())]
+    Read {
+        rel: PathBuf,
+        error: Box<crate::repo::RepoError>,
+    },
+    #[error("{flag} {}: give a directory inside the fleet repo, relative to its root (e.g. clusters/hub)", path.display())]
+    Outside { flag: &'static str, path: PathBuf },
+    #[error("--source {0:?} is not a Kubernetes object name (the GitRepository, e.g. flux-system)")]
+    Source(String),
+    #[error("{} exists in the fleet repo: add overwrites nothing; remove it, or pick another name", .0.display())]
+    Exists(PathBuf),
+    #[error("{} lists the root's resources, but the spoke's credential {} is outside {}: set spokes[].output under it, or pass --root", file.display(), output.display(), root.display())]
+    CredentialOutside {
+        file: PathBuf,
+        output: PathBuf,
+        root: PathBuf,
+    },
+    #[error("{}: not UTF-8 text", .0.display())]
+    NotText(PathBuf),
+    #[error("{}: its last line has no line break, and in review mode add may only add lines to it; end the file with one on {branch} and run add again", file.display())]
+    NoLineBreak { file: PathBuf, branch: String },
+    #[error("{}: {error}", file.display())]
+    Listing {
+        file: PathBuf,
+        error: layout::ListError,
+    },
+    #[error(transparent)]
+    Tick(Box<super::rotate::RunTickError>),
+    #[error("{spoke} was not added: nothing was committed and {} is unchanged; follow the steps above (the node recipe, the host key) and run add again", file.display())]
+    NotAdded { spoke: String, file: PathBuf },
+    #[error("{spoke} is committed ({commit}) but {} could not be written: {error}; add the spoke to it by hand", file.display())]
+    NotWritten {
+        spoke: String,
+        commit: String,
+        file: PathBuf,
+        error: std::io::Error,
+    },
+}
+
+/// Edits the configuration in memory, prints the node's steps, rotates the spoke with
+/// its Flux files beside it, and only then writes the configuration.
+fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, AddError> {
+    let (edited, config) = edit(args, config_path)?;
     let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name).cloned() else {
-        return fail("add", "the spoke is not in the edited configuration");
+        return Err(AddError::NotInConfig);
     };
     let steps = node_steps(&spoke);
     if format == Format::Table {
@@ -84,19 +128,13 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
     } else {
         eprint!("{steps}");
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(r) => r,
-        Err(e) => return fail("add", format!("cannot start the runtime: {e}")),
-    };
+        .map_err(AddError::Runtime)?;
     let review = config.repo.mode == RepoMode::PullRequest;
     let branch = crate::rotate::review::branch_name(&spoke);
-    let (beside, pushed_before) = match runtime.block_on(flux_files(&config, &spoke, args)) {
-        Ok(b) => b,
-        Err(e) => return fail("add", &e),
-    };
+    let (beside, pushed_before) = runtime.block_on(flux::flux_files(&config, &spoke, args))?;
     let files: Vec<String> = beside.iter().map(|b| b.rel.display().to_string()).collect();
     let opts = Options {
         only: vec![spoke.name.clone()],
@@ -105,10 +143,9 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
         ..Options::default()
     };
     let repo_config = config.repo.clone();
-    let report = match runtime.block_on(super::rotate::run_tick(config, &opts)) {
-        Ok(r) => r,
-        Err(e) => return fail("add", Chain(&e)),
-    };
+    let report = runtime
+        .block_on(super::rotate::run_tick(config, &opts))
+        .map_err(|e| AddError::Tick(Box::new(e)))?;
     super::rotate::print_report(&report, format);
     let committed = if review {
         // Pushed this run, whether or not the forge then answered: the next tick opens
@@ -117,35 +154,22 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
             .block_on(pushed_to(&repo_config, &branch))
             .filter(|now| Some(now) != pushed_before.as_ref())
     } else {
-        report
-            .spokes
-            .iter()
-            .find(|s| s.spoke == spoke.name)
-            .and_then(|s| match &s.outcome {
-                Outcome::Rotated { commit } => Some(commit.clone()),
-                _ => None,
-            })
+        rotated(&report, &spoke.name)
     };
     let Some(commit) = committed else {
-        return fail(
-            "add",
-            format!(
-                "{} was not added: nothing was committed and {} is unchanged; follow the steps above (the node recipe, the host key) and run add again",
-                spoke.name,
-                config_path.display()
-            ),
-        );
+        return Err(AddError::NotAdded {
+            spoke: spoke.name,
+            file: config_path.to_path_buf(),
+        });
     };
-    if let Err(e) = crate::fsutil::write_atomic(config_path, edited.as_bytes()) {
-        return fail(
-            "add",
-            format!(
-                "{} is committed ({commit}) but {} could not be written: {e}; add the spoke to it by hand",
-                spoke.name,
-                config_path.display()
-            ),
-        );
-    }
+    crate::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
+        AddError::NotWritten {
+            spoke: spoke.name.clone(),
+            commit: commit.clone(),
+            file: config_path.to_path_buf(),
+            error,
+        }
+    })?;
     let short = commit.chars().take(12).collect::<String>();
     if review {
         eprintln!(
@@ -162,11 +186,43 @@ pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) ->
             files.join(", "),
         );
     }
-    if report.ok() && report.hub_ok() {
+    Ok(if report.ok() && report.hub_ok() {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
-    }
+    })
+}
+
+/// spokekeeper.yaml as read, with the spoke appended (not written yet), and the
+/// configuration it loads as.
+fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError> {
+    let text = std::fs::read_to_string(config_path).map_err(|error| AddError::ReadConfig {
+        file: config_path.to_path_buf(),
+        error,
+    })?;
+    let file = config_path.display().to_string();
+    let base = config_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    Ok(crate::config::add_spoke(
+        &text,
+        &file,
+        &base,
+        &new_spoke(args),
+    )?)
+}
+
+/// The commit the tick made for `spoke` (direct mode), if it rotated it.
+fn rotated(report: &crate::rotate::TickReport, spoke: &str) -> Option<String> {
+    report
+        .spokes
+        .iter()
+        .find(|s| s.spoke == spoke)
+        .and_then(|s| match &s.outcome {
+            Outcome::Rotated { commit } => Some(commit.clone()),
+            _ => None,
+        })
 }
 
 /// The spoke as the flags give it.
@@ -229,128 +285,10 @@ async fn pushed_to(config: &crate::config::RepoConfig, branch: &str) -> Option<S
     Repo::open(config).await.ok()?.pushed(branch).await
 }
 
-/// What is committed beside the credential: the Kustomizations, an empty kustomization
-/// for each spoke directory that does not exist, and the root kustomization.yaml's
-/// listing (when the root has one). Read from the target branch as the remote has it
-/// now; the commit checks each file is still as read. Nothing that exists is overwritten.
-/// With them, the commit this clone last pushed to the spoke's review branch.
-async fn flux_files(
-    config: &Config,
-    spoke: &SpokeConfig,
-    args: &AddArgs,
-) -> Result<(Vec<Beside>, Option<String>), String> {
-    let repo = Repo::open(&config.repo)
-        .await
-        .map_err(|e| format!("repo.path: {e}"))?;
-    {
-        let _lock = repo.lock().map_err(|e| e.to_string())?;
-        repo.sync().await.map_err(|e| format!("repo.path: {e}"))?;
-    }
-    let layout = Layout {
-        root: match &args.root {
-            Some(r) => r.clone(),
-            None => spoke
-                .output
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default(),
-        },
-        dir: args
-            .dir
-            .clone()
-            .unwrap_or_else(|| Path::new("spokes").join(&spoke.name)),
-        source: args.source.clone(),
-    };
-    for (flag, p) in [("--root", &layout.root), ("--dir", &layout.dir)] {
-        let inside = p
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !inside {
-            return Err(format!(
-                "{flag} {}: give a directory inside the fleet repo, relative to its root (e.g. clusters/hub)",
-                p.display()
-            ));
-        }
-    }
-    if !crate::config::is_dns_subdomain(&args.source) {
-        return Err(format!(
-            "--source {:?} is not a Kubernetes object name (the GitRepository, e.g. flux-system)",
-            args.source
-        ));
-    }
-    let read = |rel: PathBuf| {
-        let repo = &repo;
-        async move {
-            repo.read(&rel)
-                .await
-                .map_err(|e| format!("{}: {e}", rel.display()))
-        }
-    };
-    let mut beside = Vec::new();
-    let objects = layout.objects_file(spoke);
-    for rel in [&spoke.output, &objects] {
-        if read(rel.clone()).await?.is_some() {
-            return Err(format!(
-                "{} exists in the fleet repo: add overwrites nothing; remove it, or pick another name",
-                rel.display()
-            ));
-        }
-    }
-    beside.push(Beside {
-        rel: objects.clone(),
-        bytes: layout.objects(spoke).into_bytes(),
-        was: None,
-    });
-    for dir in [layout.apps(), layout.helm_releases()] {
-        if !repo.path().join(&dir).exists() {
-            beside.push(Beside {
-                rel: dir.join("kustomization.yaml"),
-                bytes: EMPTY_KUSTOMIZATION.as_bytes().to_vec(),
-                was: None,
-            });
-        }
-    }
-    let root_file = layout.root.join("kustomization.yaml");
-    if let Some(was) = read(root_file.clone()).await? {
-        let Ok(output) = spoke.output.strip_prefix(&layout.root) else {
-            return Err(format!(
-                "{} lists the root's resources, but the spoke's credential {} is outside {}: set spokes[].output under it, or pass --root",
-                root_file.display(),
-                spoke.output.display(),
-                layout.root.display()
-            ));
-        };
-        let text = String::from_utf8(was.clone())
-            .map_err(|_| format!("{}: not UTF-8 text", root_file.display()))?;
-        // A review branch may only add lines to it (docs/operations.md, onboarding).
-        if config.repo.mode == RepoMode::PullRequest && !text.is_empty() && !text.ends_with('\n') {
-            return Err(format!(
-                "{}: its last line has no line break, and in review mode add may only add lines to it; end the file with one on {} and run add again",
-                root_file.display(),
-                config.repo.branch
-            ));
-        }
-        let entries = [slash_path(output), format!("{}.yaml", spoke.name)];
-        let edited = layout::list_resources(&text, &entries)
-            .map_err(|e| format!("{}: {e}", root_file.display()))?;
-        if let Some(edited) = edited {
-            beside.push(Beside {
-                rel: root_file,
-                bytes: edited.into_bytes(),
-                was: Some(was),
-            });
-        }
-    }
-    let pushed = repo
-        .pushed(&crate::rotate::review::branch_name(spoke))
-        .await;
-    Ok((beside, pushed))
-}
-
 /// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
 #[cfg(test)]
 pub(super) fn layout_for_tests(spoke: &SpokeConfig) -> String {
-    Layout {
+    layout::Layout {
         root: "clusters/hub".into(),
         dir: Path::new("spokes").join(&spoke.name),
         source: "flux-system".into(),
