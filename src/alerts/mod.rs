@@ -38,7 +38,7 @@ pub use alertmanager::PostableAlert;
 pub use events::{EventError, Events};
 pub use finding::{AlertName, CredentialFacts, Finding, Status, Subject};
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
-pub(crate) use rules::{flux_layout, untrusted_sealing};
+pub(crate) use rules::{flux_layout, sops_recipients, untrusted_sealing};
 pub use sealing::SealingCert;
 
 /// Where a certificate stands: expired once `now` is past notAfter (notAfter itself is

@@ -91,6 +91,12 @@ pub(super) fn review(
     Some(plain(spoke, Subject::Review, Status::Warning, detail))
 }
 
+/// `check`: a sops spoke's age recipients cannot be read or are not trusted, so a tick
+/// would fail it at `seal`.
+pub(crate) fn sops_recipients(spoke: &str, detail: String) -> Finding {
+    plain(spoke, Subject::Sealing, Status::Critical, detail)
+}
+
 /// A warning about the fleet repo's Flux objects for `spoke` (`check`'s layout traps).
 pub(crate) fn flux_layout(spoke: &str, detail: String) -> Finding {
     plain(spoke, Subject::Flux, Status::Warning, detail)

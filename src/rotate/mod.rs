@@ -25,6 +25,8 @@ pub mod sealing;
 pub mod state;
 mod tick;
 
+pub(crate) use recipients::recipients;
+
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;

@@ -18,11 +18,12 @@ impl Output {
     /// A file with a top-level `sops:` entry is a sops file; anything else must be a
     /// SealedSecret.
     pub fn parse(bytes: &[u8]) -> Result<Output, InvalidKind> {
-        match sops::readable(bytes) {
-            Ok(s) => Ok(Output::Sops(s)),
-            Err(sops::SopsError::NotSops) => Ok(Output::SealedSecret(SealedSecret::parse(bytes)?)),
-            Err(e) => Err(InvalidKind::Sops(e)),
+        if !sops::is_sops(bytes) {
+            return Ok(Output::SealedSecret(SealedSecret::parse(bytes)?));
         }
+        sops::readable(bytes)
+            .map(Output::Sops)
+            .map_err(InvalidKind::Sops)
     }
 
     pub fn format(&self) -> SealingFormat {
@@ -80,4 +81,69 @@ pub enum InvalidKind {
     Annotations(#[from] AnnotationError),
     #[error(transparent)]
     Sops(sops::SopsError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::seal::SecretInput;
+    use crate::seal::sops::AgeRecipients;
+    use crate::secret::SecretBytes;
+
+    const A: &str = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p";
+
+    fn sops_file() -> String {
+        let mut secret = SecretInput {
+            name: "dev-kubeconfig".into(),
+            namespace: "flux-system".into(),
+            ..Default::default()
+        };
+        secret
+            .annotations
+            .insert("spokekeeper.io/spoke".into(), "dev".into());
+        secret
+            .data
+            .insert("value".into(), SecretBytes::from(b"kubeconfig".to_vec()));
+        sops::encrypt(&secret, &AgeRecipients::parse(&[A]).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_sops_file_is_read_without_a_key_and_a_clear_value_in_it_is_refused() {
+        let text = sops_file();
+        let Ok(Output::Sops(s)) = Output::parse(text.as_bytes()) else {
+            panic!("{text}")
+        };
+        assert_eq!(
+            (s.name.as_str(), s.namespace.as_str()),
+            ("dev-kubeconfig", "flux-system")
+        );
+        assert_eq!(s.annotations["spokekeeper.io/spoke"], "dev");
+        assert_eq!(
+            (s.keys, s.recipients),
+            (vec!["value".to_string()], vec![A.to_string()])
+        );
+        // A value under data put back in the clear: refused, naming it.
+        let start = text.find("ENC[").unwrap();
+        let end = start + text[start..].find(']').unwrap() + 1;
+        let clear = format!("{}a2lsbA=={}", &text[..start], &text[end..]);
+        let e = Output::parse(clear.as_bytes()).unwrap_err().to_string();
+        assert!(e.contains("data.value is not encrypted"), "{e}");
+        // Not a Secret: refused by name.
+        let e = Output::parse(text.replace("kind: Secret", "kind: ConfigMap").as_bytes())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("kind"), "{e}");
+    }
+
+    #[test]
+    fn anything_without_sops_metadata_is_read_as_a_sealed_secret() {
+        assert!(matches!(
+            Output::parse(b"not: [yaml"),
+            Err(InvalidKind::Manifest(_))
+        ));
+        assert!(matches!(
+            Output::parse(b"apiVersion: v1\nkind: Secret\nmetadata: {name: x}\n"),
+            Err(InvalidKind::Manifest(_))
+        ));
+    }
 }

@@ -41,7 +41,7 @@ impl<'a> Sealer<'a> {
         }
     }
 
-    /// Whether [`Sealer::seal`] would refuse the spoke's Secret, tried with a
+    /// Whether [`Sealer::seal_recorded`] would refuse the spoke's Secret, tried with a
     /// placeholder: a mint is made only when it can be sealed, since each leaves a
     /// binding on the spoke.
     pub(crate) fn can_seal(&self, spoke: &SpokeConfig) -> Result<(), SpokeError> {
@@ -93,8 +93,13 @@ fn seal_sops(
     secret.annotations = annotations.clone();
     let text = sops::encrypt_at(&secret, recipients, now).map_err(failed)?;
     let back = sops::readable(text.as_bytes()).map_err(failed)?;
-    let want = recipients.fingerprint();
-    if sops::recipients_fingerprint(&back.recipients) != want || back.keys.len() != 1 {
+    if sops::recipients_fingerprint(&back.recipients) != recipients.fingerprint() {
+        return Err(failed(SopsError::Metadata {
+            field: "sops.age",
+            problem: "does not name exactly the configured recipients".into(),
+        }));
+    }
+    if back.keys != [spoke.secret.key.as_str()] {
         return Err(failed(SopsError::NotEncrypted {
             path: format!("data.{}", spoke.secret.key),
         }));

@@ -94,15 +94,6 @@ impl SealedTo {
     }
 }
 
-impl std::fmt::Display for SealedTo {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SealedTo::Cert(c) => write!(f, "sealing certificate {c}"),
-            SealedTo::Age(a) => write!(f, "age recipients {a}"),
-        }
-    }
-}
-
 /// How the committed credential was made.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RecordedCredential {
@@ -489,6 +480,26 @@ mod tests {
             },
             ..sample()
         }
+    }
+
+    #[test]
+    fn a_sops_output_records_its_recipients_in_place_of_a_sealing_certificate() {
+        let mut r = sample();
+        r.sealed_to = SealedTo::Age(Fingerprint::from_digest([9; 32]));
+        let a = r.to_annotations();
+        assert!(!a.contains_key(SEALING_CERT_SHA256), "{a:?}");
+        assert_eq!(
+            a[AGE_RECIPIENTS_SHA256],
+            Fingerprint::<AgeRecipients>::from_digest([9; 32]).to_string()
+        );
+        assert_eq!(Recorded::from_annotations(&a).unwrap(), r);
+        // Neither: the sealing certificate's annotation is the one named missing.
+        let mut none = a.clone();
+        none.remove(AGE_RECIPIENTS_SHA256);
+        assert_eq!(
+            Recorded::from_annotations(&none).unwrap_err().key(),
+            SEALING_CERT_SHA256
+        );
     }
 
     #[test]

@@ -286,4 +286,3 @@ fn output_of(spoke: &SpokeConfig) -> Output {
         crate::config::SealingFormat::Sops => Output::Sops,
     }
 }
-

@@ -104,6 +104,16 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         eprintln!("spokekeeper check: CRITICAL: {}", u.error);
         findings.push(alerts::untrusted_sealing(u));
     }
+    let sops = config.spokes.iter().filter(|s| {
+        s.format == crate::config::SealingFormat::Sops
+            && (args.spokes.is_empty() || args.spokes.contains(&s.name))
+    });
+    for s in sops {
+        if let Err(e) = crate::rotate::recipients(&config, s) {
+            eprintln!("spokekeeper check: CRITICAL: {}: {e}", s.name);
+            findings.push(alerts::sops_recipients(&s.name, e.to_string()));
+        }
+    }
     let layout = traps::traps(&traps::read_tree(&config.repo.path), &config.spokes);
     findings.extend(
         layout

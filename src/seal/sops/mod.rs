@@ -22,7 +22,7 @@ use zeroize::Zeroizing;
 
 pub use error::{SopsError, ValueFault};
 pub use keys::{AgeIdentities, AgeRecipients, recipients_fingerprint};
-pub use readable::{SopsSecret, readable};
+pub use readable::{SopsSecret, is_sops, readable};
 pub use rules::recipients_for;
 
 use super::SecretInput;

@@ -45,6 +45,11 @@ fn strings(
     }
 }
 
+/// Whether `text` is a sops file at all: a document with a top-level `sops` entry.
+pub fn is_sops(text: &[u8]) -> bool {
+    tree::parse(text).is_ok_and(|top| top.iter().any(|(k, _)| k == "sops"))
+}
+
 /// Reads a sops file holding a `v1` Secret. A value under `data` that is not
 /// encrypted is refused: such a file must not pass for spokekeeper's output.
 pub fn readable(text: &[u8]) -> Result<SopsSecret, SopsError> {

@@ -1859,3 +1859,53 @@ async fn an_onboarding_commit_is_trusted_only_as_pushed_for_its_own_spoke() {
     );
     assert_eq!(judge(ours, DEV_BRANCH, DEV_FILE).await, Ok(()));
 }
+
+/// Review mode with `sealing.format: sops`: the branch carries a sops Secret the real sops
+/// opens; the next tick leaves the pull request alone (the branch's file is read back as
+/// the same credential); once merged, the spoke is healthy.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sops_credential_is_proposed_for_review_and_healthy_once_merged() {
+    use crate::seal::sops_tick::{age_key, real_sops_decrypt};
+    let r = review(Kind::Github, 1, "");
+    let keys = tempfile::tempdir().unwrap();
+    let a = age_key(keys.path(), "a");
+    let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
+    let cert = yaml.lines().find(|l| l.starts_with("  cert: ")).unwrap();
+    let sops = format!(
+        "{cert}\n  format: sops\n  age_recipients: [{}]",
+        a.recipient
+    );
+    std::fs::write(&r.fleet.config, yaml.replacen(cert, &sops, 1)).unwrap();
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
+    let head = r.branch_head(0).expect("branch pushed");
+    let file = git(
+        &r.fleet.remote,
+        &[
+            "show",
+            "spokekeeper/spoke0:fluxcd/spoke0-kubeconfig-sealed.yaml",
+        ],
+    );
+    let secret = real_sops_decrypt(keys.path(), &a.file, &file).unwrap();
+    support::fleet::authenticates(&secret.data["value"]).await;
+    assert!(
+        r.forge.open_pulls()[0]
+            .body
+            .contains("encrypted with sops for age recipients sha256:"),
+        "{}",
+        r.forge.open_pulls()[0].body
+    );
+
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "pending", "{report}");
+    assert_eq!(spoke(&report, 0)["commit"], Value::Null, "{report}");
+    assert_eq!(r.branch_head(0).as_deref(), Some(head.as_str()));
+
+    r.merge(0);
+    let (code, report, err) = r.rotate();
+    assert_eq!(code, 0, "{report}\n{err}");
+    assert_eq!(spoke(&report, 0)["action"], "healthy", "{report}");
+    assert_eq!(r.forge.open_pulls().len(), 0);
+}

@@ -6,4 +6,4 @@ mod seal_vectors;
 mod sealing_trust;
 mod sops_cli;
 mod sops_real;
-mod sops_tick;
+pub(crate) mod sops_tick;

@@ -165,3 +165,80 @@ async fn a_minted_credential_is_committed_in_sops_format() {
     assert_eq!(code, 0, "{report:#}\n{err}");
     assert_eq!(action(&report, 0), "healthy", "{report:#}");
 }
+
+/// Someone with push access rewrites the pinned recipients file in the fleet repo: the
+/// next tick encrypts nothing for the new recipients (the spoke fails at `seal`, its
+/// committed credential untouched) and `check` is critical, naming the fix.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_recipients_file_changed_by_a_push_is_refused_until_pinned() {
+    let fleet = Fleet::new(&[NodeOptions::default()]);
+    let keys = tempfile::tempdir().unwrap();
+    let (a, b) = (age_key(keys.path(), "a"), age_key(keys.path(), "b"));
+    std::fs::create_dir_all(fleet.clone.join("keys")).unwrap();
+    std::fs::write(
+        fleet.clone.join("keys/age.txt"),
+        format!("# ops\n{}\n", a.recipient),
+    )
+    .unwrap();
+    git(&fleet.clone, &["add", "-A"]);
+    crate::support::git::commit(&fleet.clone, "keys: age recipients");
+    git(&fleet.clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    let pin_a = recipients_fingerprint([&a.recipient]).to_string();
+    let file = fleet.clone.join("keys/age.txt");
+    let sealing = |pin: &str| {
+        format!(
+            "  age_recipients: {}\n  age_sha256: {pin}\n",
+            file.display()
+        )
+    };
+    configure(&fleet, &sealing(&pin_a));
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(action(&report, 0), "rotated", "{report:#}");
+    let committed = fleet.remote_file(0);
+
+    let other = fleet.dir.path().join("attacker");
+    crate::support::git::clone(&fleet.remote, &other);
+    std::fs::write(other.join("keys/age.txt"), format!("{}\n", b.recipient)).unwrap();
+    git(&other, &["add", "-A"]);
+    crate::support::git::commit(&other, "keys: update the age recipients");
+    git(&other, &["push", "--quiet", "origin", "HEAD:main"]);
+    let head = git(&fleet.remote, &["rev-parse", "main"]);
+
+    let pin_b = recipients_fingerprint([&b.recipient]).to_string();
+    let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["stage"], "seal", "{spoke:#}");
+    let error = spoke["error"].as_str().unwrap();
+    for needle in [
+        "keys/age.txt",
+        "not trusted",
+        "in the fleet repo",
+        &format!("set sealing.age_sha256: {pin_b}"),
+    ] {
+        assert!(error.contains(needle), "{needle:?} in {error}");
+    }
+    assert_eq!(
+        git(&fleet.remote, &["rev-parse", "main"]),
+        head,
+        "nothing pushed"
+    );
+    assert_eq!(fleet.remote_file(0), committed);
+    let (code, out, err) = fleet.run(&["check"]);
+    assert_eq!(code, 2, "{out}\n{err}");
+    assert!(
+        err.contains(&format!("set sealing.age_sha256: {pin_b}")),
+        "{err}"
+    );
+
+    // Pinned by the operator: encrypted for b, which the real sops opens.
+    configure(&fleet, &sealing(&pin_b));
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(report["spokes"][0]["reason"]["kind"], "recipients-changed");
+    real_sops_decrypt(keys.path(), &b.file, &fleet.remote_file(0)).unwrap();
+    assert!(real_sops_decrypt(keys.path(), &a.file, &fleet.remote_file(0)).is_err());
+    let (code, out, err) = fleet.run(&["check"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+}
