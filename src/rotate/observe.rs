@@ -236,11 +236,24 @@ pub async fn after_tick(
 async fn in_order(
     each: impl Iterator<Item = impl Future<Output = Observation>>,
 ) -> Vec<Observation> {
-    let mut seen: Vec<(usize, Observation)> = futures::stream::iter(each.enumerate())
+    // Each in its slot of a vector sized once: no doubling, no sort buffer, and the
+    // result collected in place.
+    // (The futures are made as they run, not collected: each is kilobytes.)
+    let (low, high) = each.size_hint();
+    let mut slots: Vec<Option<Observation>> = std::iter::repeat_with(|| None)
+        .take(high.unwrap_or(low))
+        .collect();
+    futures::stream::iter(each.enumerate())
         .map(|(i, f)| async move { (i, f.await) })
         .buffer_unordered(CONCURRENCY)
-        .collect()
+        .for_each(|(i, o)| {
+            if slots.len() <= i {
+                slots.resize_with(i + 1, || None);
+            }
+            slots[i] = Some(o);
+            std::future::ready(())
+        })
         .await;
-    seen.sort_by_key(|(i, _)| *i);
-    seen.into_iter().map(|(_, o)| o).collect()
+    #[expect(clippy::filter_map_identity, reason = "in-place collection")]
+    slots.into_iter().filter_map(|o| o).collect()
 }
