@@ -216,7 +216,9 @@ pub async fn fleet(
 
 /// After a tick: what is committed is read again (the tick may have committed) and the
 /// tick's own probe of each spoke is reused, so a spoke is probed once per tick; a spoke
-/// the tick did not probe (it had nothing to probe with) is probed now.
+/// the tick did not probe (it had nothing to probe with) is probed now. For the alerts:
+/// each committed SealedSecret is kept without its ciphertext and raw annotations (most
+/// of its memory; the record parsed from them stays), so this is not for deciding.
 pub async fn after_tick(
     config: &Config,
     repo: &Repo,
@@ -228,9 +230,26 @@ pub async fn after_tick(
     let probed = |name: &str| by_name.get(name).and_then(|p| p.probe.clone());
     let spokes = config.spokes.iter();
     match repo.snapshot().await {
-        Ok(files) => in_order(spokes.map(|s| spoke_in(s, &files, timeout, probed(&s.name)))).await,
-        Err(_) => in_order(spokes.map(|s| spoke(s, repo, timeout, probed(&s.name)))).await,
+        Ok(files) => {
+            let each =
+                spokes.map(|s| async { lean(spoke_in(s, &files, timeout, probed(&s.name)).await) });
+            in_order(each).await
+        }
+        Err(_) => {
+            let each =
+                spokes.map(|s| async { lean(spoke(s, repo, timeout, probed(&s.name)).await) });
+            in_order(each).await
+        }
     }
+}
+
+/// Drops what the alerts do not read of a committed SealedSecret.
+pub(crate) fn lean(mut seen: Observation) -> Observation {
+    if let Committed::Recorded(r) = &mut seen.committed {
+        r.sealed.encrypted_data = Default::default();
+        r.sealed.annotations = Default::default();
+    }
+    seen
 }
 
 async fn in_order(
