@@ -26,6 +26,19 @@ pub fn children_cpu() -> Duration {
     Duration::from_millis((f[13] + f[14]) * 10)
 }
 
+/// CPU time of this process itself (utime + stime): in the scale bench, the lab's servers.
+#[allow(dead_code)] // not every bench that includes this file asks
+pub fn self_cpu() -> Duration {
+    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
+    let rest = stat.rsplit_once(')').expect("stat").1;
+    let f: Vec<u64> = rest
+        .split_whitespace()
+        .map(|w| w.parse().unwrap_or(0))
+        .collect();
+    // Fields 14 and 15 (utime, stime), counted from the state field (3).
+    Duration::from_millis((f[11] + f[12]) * 10)
+}
+
 /// Raises the descriptor limit: both limits to `want` when allowed (CAP_SYS_RESOURCE, e.g.
 /// root) and higher than the hard one, else the soft one to the hard one. Returns (soft
 /// before, soft now), for the bench to say so.

@@ -82,6 +82,16 @@ pub fn evaluate(
     tick: Option<&TickReport>,
 ) -> Vec<Finding> {
     let mut out = Vec::new();
+    // Each spoke's report by name: a look-up per spoke, not a scan of the list.
+    let reports: std::collections::HashMap<&str, &crate::rotate::SpokeReport> = tick
+        .map(|t| {
+            t.spokes
+                .iter()
+                .rev()
+                .map(|r| (r.spoke.as_str(), r))
+                .collect()
+        })
+        .unwrap_or_default();
     for seen in spokes {
         let first = out.len();
         let spoke = seen.spoke.as_str();
@@ -109,7 +119,7 @@ pub fn evaluate(
             Some(Err(e)) => out.push(unreachable(spoke, &e.to_string())),
             None => {}
         }
-        if let Some(report) = tick.and_then(|t| t.spokes.iter().find(|r| r.spoke == spoke)) {
+        if let Some(report) = reports.get(spoke).copied() {
             after_tick(cfg, spoke, report, first, &mut out);
         }
     }

@@ -799,3 +799,63 @@ fn committed(r: Recorded) -> Committed {
         recorded: r,
     }))
 }
+
+/// What the daemon grades after a tick: each spoke's committed SealedSecret without its
+/// ciphertext and raw annotations (`observe::lean`), each spoke's report found by name in
+/// a tick listing them in another order. The findings are the same, byte for byte, as
+/// from the whole observations.
+#[test]
+fn lean_observations_and_a_reordered_tick_grade_as_the_whole_ones() {
+    use crate::rotate::observe::lean;
+    let issuer = ca();
+    let names = ["a", "b", "c"];
+    let whole = || -> Vec<Observation> {
+        names
+            .iter()
+            .zip([far(), at(3 * DAY), at(-DAY)])
+            .map(|(name, client)| {
+                let mut committed = committed(recorded(issuer.der(), Some(client), far()));
+                if let Committed::Recorded(r) = &mut committed
+                    && let crate::rotate::observe::Output::SealedSecret(s) = &mut r.sealed
+                {
+                    s.encrypted_data
+                        .insert("value".into(), "AgB0c2lwaGVydGV4dA==".into());
+                }
+                Observation {
+                    spoke: (*name).into(),
+                    committed,
+                    probe: Some(Ok(probe_by(&issuer, far()))),
+                }
+            })
+            .collect()
+    };
+    let failed = SpokeReport::new(
+        "b",
+        Outcome::Failed(SpokeError::Extract(std::sync::Arc::new(
+            crate::spoke::ExtractError::Ssh {
+                target: "b".into(),
+                detail: "ssh: connection refused".into(),
+            },
+        ))),
+    );
+    let tick = TickReport::of(vec![
+        SpokeReport::new("c", Outcome::Healthy),
+        failed,
+        SpokeReport::new("a", Outcome::Healthy),
+    ]);
+    let full = evaluate(&cfg(), &whole(), &sealing(Some(far())), now(), Some(&tick));
+    let lean: Vec<Observation> = whole().into_iter().map(lean).collect();
+    let graded = evaluate(&cfg(), &lean, &sealing(Some(far())), now(), Some(&tick));
+    let json = |f: &[Finding]| serde_json::to_string(f).unwrap();
+    assert_eq!(json(&graded), json(&full));
+    // Each spoke's rotation finding is its own report's: b failed, a and c did not.
+    let rotation: Vec<(&str, Status)> = graded
+        .iter()
+        .filter(|f| f.subject == Subject::Rotation)
+        .map(|f| (f.spoke.as_str(), f.status))
+        .collect();
+    assert_eq!(rotation.len(), 3, "{rotation:?}");
+    for (spoke, status) in rotation {
+        assert_eq!(status == Status::Ok, spoke != "b", "{spoke}: {status:?}");
+    }
+}

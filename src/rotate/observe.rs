@@ -208,7 +208,9 @@ pub async fn fleet(
 
 /// After a tick: what is committed is read again (the tick may have committed) and the
 /// tick's own probe of each spoke is reused, so a spoke is probed once per tick; a spoke
-/// the tick did not probe (it had nothing to probe with) is probed now.
+/// the tick did not probe (it had nothing to probe with) is probed now. For the alerts:
+/// each committed SealedSecret is kept without its ciphertext and raw annotations (most
+/// of its memory; the record parsed from them stays), so this is not for deciding.
 pub async fn after_tick(
     config: &Config,
     repo: &Repo,
@@ -220,19 +222,55 @@ pub async fn after_tick(
     let probed = |name: &str| by_name.get(name).and_then(|p| p.probe.clone());
     let spokes = config.spokes.iter();
     match repo.snapshot().await {
-        Ok(files) => in_order(spokes.map(|s| spoke_in(s, &files, timeout, probed(&s.name)))).await,
-        Err(_) => in_order(spokes.map(|s| spoke(s, repo, timeout, probed(&s.name)))).await,
+        Ok(files) => {
+            let each =
+                spokes.map(|s| async { lean(spoke_in(s, &files, timeout, probed(&s.name)).await) });
+            in_order(each).await
+        }
+        Err(_) => {
+            let each =
+                spokes.map(|s| async { lean(spoke(s, repo, timeout, probed(&s.name)).await) });
+            in_order(each).await
+        }
     }
+}
+
+/// Drops what the alerts do not read of a committed output: its ciphertext and its raw
+/// annotations (what they say is in the record already).
+pub(crate) fn lean(mut seen: Observation) -> Observation {
+    if let Committed::Recorded(r) = &mut seen.committed {
+        match &mut r.sealed {
+            Output::SealedSecret(s) => {
+                s.encrypted_data = Default::default();
+                s.annotations = Default::default();
+            }
+            Output::Sops(s) => s.annotations = Default::default(),
+        }
+    }
+    seen
 }
 
 async fn in_order(
     each: impl Iterator<Item = impl Future<Output = Observation>>,
 ) -> Vec<Observation> {
-    let mut seen: Vec<(usize, Observation)> = futures::stream::iter(each.enumerate())
+    // Each in its slot of a vector sized once: no doubling, no sort buffer, and the
+    // result collected in place.
+    // (The futures are made as they run, not collected: each is kilobytes.)
+    let (low, high) = each.size_hint();
+    let mut slots: Vec<Option<Observation>> = std::iter::repeat_with(|| None)
+        .take(high.unwrap_or(low))
+        .collect();
+    futures::stream::iter(each.enumerate())
         .map(|(i, f)| async move { (i, f.await) })
         .buffer_unordered(CONCURRENCY)
-        .collect()
+        .for_each(|(i, o)| {
+            if slots.len() <= i {
+                slots.resize_with(i + 1, || None);
+            }
+            slots[i] = Some(o);
+            std::future::ready(())
+        })
         .await;
-    seen.sort_by_key(|(i, _)| *i);
-    seen.into_iter().map(|(_, o)| o).collect()
+    #[expect(clippy::filter_map_identity, reason = "in-place collection")]
+    slots.into_iter().filter_map(|o| o).collect()
 }

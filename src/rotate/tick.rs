@@ -64,44 +64,17 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
-    // HEAD listed once: each spoke's committed file is read without a git process of its
-    // own (file by file, as before, should the listing fail).
-    let files = ctx.repo.snapshot().await.ok();
-    let files = files.as_ref();
     let now = OffsetDateTime::now_utc();
-    let mut worked: Vec<(usize, Worked)> = {
-        let tick = Tick {
-            context: ctx,
-            options: opts,
-            now,
-            sealing: &sealing,
-            untrusted: cert.untrusted.as_ref(),
-            publish: &publish,
-            listed: &listed,
-        };
-        let tick = &tick;
-        futures::stream::iter(spokes.iter().copied().enumerate())
-            .map(|(order, spoke)| async move {
-                opts.progress.emit(Step::Stage {
-                    spoke: &spoke.name,
-                    stage: "probe",
-                });
-                let seen = match files {
-                    Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
-                    None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
-                };
-                let done = reconcile::spoke(tick, spoke, &seen).await;
-                opts.progress.emit(Step::Done { spoke: &spoke.name });
-                // Kept until the tick ends for every spoke: only what is read later.
-                (order, Worked::new(spoke, seen.into_probed(), done))
-            })
-            .buffer_unordered(opts.concurrency.max(1))
-            .collect()
-            .await
+    let tick = Tick {
+        context: ctx,
+        options: opts,
+        now,
+        sealing: &sealing,
+        untrusted: cert.untrusted.as_ref(),
+        publish: &publish,
+        listed: &listed,
     };
-    // Published in configuration order.
-    worked.sort_by_key(|(order, _)| *order);
-    let mut worked: Vec<Worked> = worked.into_iter().map(|(_, w)| w).collect();
+    let mut worked = work(&tick, &spokes).await;
 
     opts.progress.emit(Step::Fleet { stage: "commit" });
     for w in &mut worked {
@@ -109,7 +82,7 @@ async fn run<P: Publish>(
             warn_wrong_keys(w.spoke, &listed);
         }
         publish
-            .spoke(ctx, w.spoke, &mut w.report, w.proposal.as_ref(), opts)
+            .spoke(ctx, w.spoke, &mut w.report, w.proposal.as_deref(), opts)
             .await;
     }
     let published = publish.finish(ctx, opts).await;
@@ -124,7 +97,19 @@ async fn run<P: Publish>(
     if pushed {
         revoke_superseded(ctx, &mut worked).await;
     }
-    let (spokes, seen) = worked.into_iter().map(|w| (w.report, w.seen)).unzip();
+    // The probes out first, then the reports in place: unzip would copy every report
+    // into a second buffer while the first is still held.
+    let seen = worked
+        .iter_mut()
+        .map(|w| {
+            let none = Probed {
+                spoke: String::new(),
+                probe: None,
+            };
+            std::mem::replace(&mut w.seen, none)
+        })
+        .collect();
+    let spokes = worked.into_iter().map(|w| w.report).collect();
     TickReport {
         spokes,
         pushed,
@@ -135,12 +120,56 @@ async fn run<P: Publish>(
     }
 }
 
+/// Each spoke observed and reconciled, concurrently up to the bound; in configuration
+/// order.
+async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) -> Vec<Worked<'a>> {
+    let (ctx, opts) = (tick.context, tick.options);
+    // HEAD listed once: each spoke's committed file is read without a git process of its
+    // own (file by file, as before, should the listing fail).
+    let snapshot = ctx.repo.snapshot().await.ok();
+    let files = snapshot.as_ref();
+    // Each spoke's result lands in its slot: a vector sized once, not grown by doubling
+    // (at 10 000 spokes the old and new buffers together were the tick's peak).
+    let mut slots: Vec<Option<Worked>> =
+        std::iter::repeat_with(|| None).take(spokes.len()).collect();
+    futures::stream::iter(spokes.iter().copied().enumerate())
+        .map(|(order, spoke)| async move {
+            opts.progress.emit(Step::Stage {
+                spoke: &spoke.name,
+                stage: "probe",
+            });
+            let seen = match files {
+                Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
+                None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
+            };
+            let done = reconcile::spoke(tick, spoke, &seen).await;
+            opts.progress.emit(Step::Done { spoke: &spoke.name });
+            // Kept until the tick ends for every spoke: only what is read later.
+            (order, Worked::new(spoke, seen.into_probed(), done))
+        })
+        .buffer_unordered(opts.concurrency.max(1))
+        .for_each(|(order, w)| {
+            if let Some(slot) = slots.get_mut(order) {
+                *slot = Some(w);
+            }
+            std::future::ready(())
+        })
+        .await;
+    // The listing and the cat-file process are not needed past the probes.
+    drop(snapshot);
+    // filter_map collects in place (Option<Worked> is no larger than Worked); flatten
+    // would allocate a second buffer.
+    #[expect(clippy::filter_map_identity, reason = "in-place collection")]
+    slots.into_iter().filter_map(|w| w).collect()
+}
+
 /// One spoke through the tick: what was observed, its report, and what it proposed.
 struct Worked<'a> {
     spoke: &'a SpokeConfig,
     seen: Probed,
     report: SpokeReport,
-    proposal: Option<Proposal>,
+    /// Boxed: most spokes propose nothing, and every slot is as large as the largest.
+    proposal: Option<Box<Proposal>>,
 }
 
 impl<'a> Worked<'a> {
@@ -149,7 +178,7 @@ impl<'a> Worked<'a> {
             spoke,
             seen,
             report: done.report,
-            proposal: done.proposal,
+            proposal: done.proposal.map(Box::new),
         }
     }
 
