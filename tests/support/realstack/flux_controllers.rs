@@ -173,9 +173,15 @@ impl FluxControllers {
                 .kubectl(&["create", "token", name, "-n", NS, "--duration=24h"]);
             let kubeconfig = hub.token_kubeconfig(name, token.trim());
             let health = free_port(lo);
+            // Its own TMPDIR: kustomize-controller builds in a temporary directory, and one
+            // under the shared /tmp was seen gone mid-build under load (BuildFailed,
+            // "evalsymlink failure"); this one goes with the hub.
+            let tmp = hub.dir().join(format!("{name}-tmp"));
+            std::fs::create_dir_all(&tmp).expect("controller TMPDIR");
             let mut cmd = Command::new(bin(name));
             cmd.env_clear()
                 .env("KUBECONFIG", &kubeconfig)
+                .env("TMPDIR", &tmp)
                 .env("RUNTIME_NAMESPACE", NS)
                 .env("HOME", hub.dir())
                 .env("PATH", "/usr/bin:/bin")
