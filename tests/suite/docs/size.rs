@@ -188,3 +188,21 @@ fn the_check_measures_files_and_functions() {
     );
     assert!(too_big(&"let a = 1;\n".repeat(500)).is_empty());
 }
+
+/// The module-file convention of docs/ARCHITECTURE.md: a module with files of its own is
+/// `x/mod.rs`, never `x.rs` beside a directory `x/`.
+#[test]
+fn every_module_with_files_of_its_own_is_a_directory_with_mod_rs() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let paired: Vec<String> = files
+        .iter()
+        .filter(|f| f.with_extension("").is_dir())
+        .map(|f| f.strip_prefix(&src).unwrap().display().to_string())
+        .collect();
+    assert!(
+        paired.is_empty(),
+        "beside a directory of the same name (git mv x.rs x/mod.rs): {paired:?}"
+    );
+}
