@@ -49,6 +49,10 @@ pub enum SopsError {
     NoIdentityWorked { recipients: String },
     #[error("{path} is not a sops value: {fault}")]
     BadValue { path: String, fault: ValueFault },
+    #[error(
+        "{path} holds both a tab and a line break: the sops CLI writes such a readable value back as null when it decrypts to YAML (as kustomize-controller does), so it is refused; remove the tab or the line break"
+    )]
+    Unwritable { path: String },
     #[error("{path} is not encrypted: refused, it must never be written")]
     NotEncrypted { path: String },
     #[error("{path} did not authenticate: the value was altered or moved")]

@@ -101,6 +101,13 @@ pub fn encrypt(secret: &SecretInput, recipients: &AgeRecipients) -> Result<Strin
     encrypt_at(secret, recipients, OffsetDateTime::now_utc())
 }
 
+/// A readable string the sops CLI's YAML output does not carry: `"\t\n"` comes back as
+/// null from `sops -d` (v3.13.2, its YAML writer), so kustomize-controller would apply
+/// something else. Refused conservatively: any tab together with a line break.
+fn sops_yaml_loses(s: &str) -> bool {
+    s.contains('\t') && (s.contains('\n') || s.contains('\r'))
+}
+
 /// [`encrypt`] with `lastmodified` given.
 pub fn encrypt_at(
     secret: &SecretInput,
@@ -115,6 +122,11 @@ pub fn encrypt_at(
     let mut mac = Sha512::new();
     tree::walk(&mut top, &mut |leaf, path| {
         mac.update(leaf.mac_bytes().as_slice());
+        if !rule.encrypts(path) && leaf.as_str().is_some_and(sops_yaml_loses) {
+            return Err(SopsError::Unwritable {
+                path: path.join("."),
+            });
+        }
         if rule.encrypts(path) {
             let enc = value::encrypt(leaf, &key, &additional_data(path))?;
             *leaf = Node::Str(Zeroizing::new(enc));

@@ -178,3 +178,31 @@ fn the_recipient_fingerprint_is_of_the_set() {
         crate::fingerprint::Fingerprint::of(text.as_bytes())
     );
 }
+
+/// `"\t\n"` in a readable field comes back as null from the real `sops -d` (its YAML
+/// writer): refused, naming the field; a tab alone or a line break alone is written, and a
+/// tab with a line break in an encrypted value is fine (it is ciphertext in the file).
+#[test]
+fn a_readable_value_sops_would_write_back_as_null_is_refused() {
+    let (_, public) = identity();
+    let recipients = AgeRecipients::parse(&[public.as_str()]).unwrap();
+    for bad in ["\t\n", "x\t\ny", "\r\t"] {
+        let mut input = secret();
+        input.annotations.insert("a/b".into(), bad.into());
+        let err = encrypt(&input, &recipients).unwrap_err();
+        assert!(
+            matches!(&err, SopsError::Unwritable { path } if path == "metadata.annotations.a/b"),
+            "{bad:?}: {err}"
+        );
+    }
+    for fine in ["\t", "a\nb", " x "] {
+        let mut input = secret();
+        input.annotations.insert("a/b".into(), fine.into());
+        assert!(encrypt(&input, &recipients).is_ok(), "{fine:?}");
+    }
+    let mut input = secret();
+    input
+        .data
+        .insert("tabbed".into(), SecretBytes::from(b"\t\n".to_vec()));
+    assert!(encrypt(&input, &recipients).is_ok());
+}

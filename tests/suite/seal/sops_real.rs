@@ -278,6 +278,27 @@ async fn the_plaintext_guard_commits_sops_files_and_refuses_a_clear_value() {
     assert!(err.to_string().contains("not ENC[AES256_GCM"), "{err}");
 }
 
+/// The case the property test found: the real `sops -d` writes `"\t\n"` back as null
+/// when it writes YAML (JSON keeps it), so spokekeeper refuses to write it at all; the
+/// same value without the tab goes through the real sops unchanged.
+#[test]
+fn a_tab_with_a_line_break_sops_loses_is_refused_and_a_line_break_alone_is_not() {
+    let dir = tempfile::tempdir().unwrap();
+    let a = key(dir.path(), "a");
+    let recipients = AgeRecipients::parse(&[&a.recipient]).unwrap();
+    let mut input = secret(&[("value", b"v")]);
+    input.annotations = BTreeMap::from([("-/-".to_string(), "\t\n".to_string())]);
+    let err = sops::encrypt(&input, &recipients).unwrap_err();
+    assert!(matches!(err, SopsError::Unwritable { .. }), "{err}");
+    input.annotations = BTreeMap::from([("-/-".to_string(), "\n".to_string())]);
+    let out = sops::encrypt(&input, &recipients).unwrap();
+    std::fs::write(dir.path().join("p.yaml"), &out).unwrap();
+    same(
+        &input,
+        &real_decrypt(dir.path(), &a.file, "p.yaml").unwrap(),
+    );
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
@@ -296,7 +317,16 @@ proptest! {
         let a = key(dir.path(), "a");
         let mut input = secret(&[("value", b"v")]);
         input.annotations = annotations;
-        let out = sops::encrypt(&input, &AgeRecipients::parse(&[&a.recipient]).unwrap()).unwrap();
+        let written = sops::encrypt(&input, &AgeRecipients::parse(&[&a.recipient]).unwrap());
+        // What the real sops writes back as null is refused (a_readable_value_sops_would_
+        // write_back_as_null_is_refused); everything else must come back as written.
+        let loses = |v: &String| v.contains('\t') && (v.contains('\n') || v.contains('\r'));
+        if input.annotations.values().any(loses) {
+            let refused = matches!(written, Err(SopsError::Unwritable { .. }));
+            prop_assert!(refused);
+            return Ok(());
+        }
+        let out = written.unwrap();
         std::fs::write(dir.path().join("p.yaml"), &out).unwrap();
         let back = real_decrypt(dir.path(), &a.file, "p.yaml");
         prop_assert!(back.is_ok(), "{:?}\n{}", back.err(), out);
