@@ -13,14 +13,18 @@ pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
     line.split_whitespace().nth(1)?.parse().ok()
 }
 
-/// CPU time of every child this process has reaped (and theirs): cutime + cstime.
-pub fn children_cpu() -> Duration {
+/// The fields of /proc/self/stat after the command name, from the state field (3) on.
+fn self_stat() -> Vec<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
     let rest = stat.rsplit_once(')').expect("stat").1;
-    let f: Vec<u64> = rest
-        .split_whitespace()
+    rest.split_whitespace()
         .map(|w| w.parse().unwrap_or(0))
-        .collect();
+        .collect()
+}
+
+/// CPU time of every child this process has reaped (and theirs): cutime + cstime.
+pub fn children_cpu() -> Duration {
+    let f = self_stat();
     // Fields 16 and 17 (cutime, cstime), counted from the state field (3); in USER_HZ,
     // which the /proc ABI fixes at 100.
     Duration::from_millis((f[13] + f[14]) * 10)
@@ -29,12 +33,7 @@ pub fn children_cpu() -> Duration {
 /// CPU time of this process itself (utime + stime): in the scale bench, the lab's servers.
 #[allow(dead_code)] // not every bench that includes this file asks
 pub fn self_cpu() -> Duration {
-    let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
-    let rest = stat.rsplit_once(')').expect("stat").1;
-    let f: Vec<u64> = rest
-        .split_whitespace()
-        .map(|w| w.parse().unwrap_or(0))
-        .collect();
+    let f = self_stat();
     // Fields 14 and 15 (utime, stime), counted from the state field (3).
     Duration::from_millis((f[11] + f[12]) * 10)
 }

@@ -100,43 +100,43 @@ fn pin<K: fingerprint::Kind>(v: &str) -> Option<Fingerprint<K>> {
     Fingerprint::parse(&format!("sha256:{}", hex.to_ascii_lowercase())).ok()
 }
 
+/// Every pin of `field` checked and lowercased; `what` says what one must be, and how.
+fn pins<K: fingerprint::Kind>(
+    given: Option<OneOrMany>,
+    field: &'static str,
+    what: &str,
+    l: &Loading,
+) -> Result<Vec<Fingerprint<K>>, ConfigError> {
+    given
+        .map(OneOrMany::into_vec)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| {
+            pin(&v).ok_or_else(|| {
+                l.bad(
+                    field,
+                    format!("{field} {:?} is not {what}", crate::text::one_line(&v, 80)),
+                )
+            })
+        })
+        .collect()
+}
+
 /// The certificate's path resolved; every fingerprint checked and lowercased; inline
 /// age recipients parsed.
 pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError> {
-    let sha256 = raw
-        .sha256
-        .map(OneOrMany::into_vec)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| {
-            pin(&v).ok_or_else(|| {
-                l.bad(
-                    "sealing.sha256",
-                    format!(
-                        "sealing.sha256 {:?} is not a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)",
-                        crate::text::one_line(&v, 80)
-                    ),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let age_sha256 = raw
-        .age_sha256
-        .map(OneOrMany::into_vec)
-        .unwrap_or_default()
-        .into_iter()
-        .map(|v| {
-            pin(&v).ok_or_else(|| {
-                l.bad(
-                    "sealing.age_sha256",
-                    format!(
-                        "sealing.age_sha256 {:?} is not a recipients fingerprint: write sha256: and 64 hex digits, as `spokekeeper check` prints it for the recipients (a list to allow several sets)",
-                        crate::text::one_line(&v, 80)
-                    ),
-                )
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let sha256 = pins(
+        raw.sha256,
+        "sealing.sha256",
+        "a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)",
+        l,
+    )?;
+    let age_sha256 = pins(
+        raw.age_sha256,
+        "sealing.age_sha256",
+        "a recipients fingerprint: write sha256: and 64 hex digits, as `spokekeeper check` prints it for the recipients (a list to allow several sets)",
+        l,
+    )?;
     let age_recipients = raw.age_recipients.map(|r| recipients(r, l)).transpose()?;
     Ok(Sealing {
         cert: l.resolve(&raw.cert),

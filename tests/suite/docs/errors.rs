@@ -3,18 +3,9 @@
 //! message prints it, and `source()` returns nothing), never both, so one printer can walk
 //! the chain without printing a cause twice. Reads every `#[error(...)]` in `src/`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            rust_files(&path, out);
-        } else if path.extension().is_some_and(|e| e == "rs") {
-            out.push(path);
-        }
-    }
-}
+use super::size::{outside_tests, rust_files};
 
 /// The text from `open` (an opening bracket) to its matching close, brackets inside
 /// strings ignored.
@@ -176,20 +167,6 @@ fn the_check_sees_each_shape_of_both() {
 
 /// Files where a `Result<_, String>` is left while others reshape them; empty now.
 const STRING_ERRORS_LEFT: &[&str] = &[];
-
-/// The text before a file's unit tests (`#[cfg(test)] mod ...`).
-fn outside_tests(text: &str) -> &str {
-    let mut from = 0;
-    while let Some(at) = text[from..].find("#[cfg(test)]") {
-        let start = from + at;
-        let rest = text[start + "#[cfg(test)]".len()..].trim_start();
-        if rest.starts_with("mod ") || rest.starts_with("pub(crate) mod ") {
-            return &text[..start];
-        }
-        from = start + 1;
-    }
-    text
-}
 
 /// Each `Result<T, String>` in `text` (its error type, at the top level of its
 /// brackets, is `String`): the line it is on.

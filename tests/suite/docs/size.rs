@@ -15,7 +15,7 @@ const OTHERS: &[&str] = &[];
 /// Over a limit and not split yet (issue 29): each leaves when it is split.
 const NOT_YET: &[&str] = &[];
 
-fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
         if path.is_dir() {
@@ -26,8 +26,8 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The text before the file's unit tests.
-fn outside_tests(text: &str) -> &str {
+/// The text before the file's unit tests (`#[cfg(test)] mod ...`).
+pub(super) fn outside_tests(text: &str) -> &str {
     let mut from = 0;
     while let Some(at) = text[from..].find("#[cfg(test)]") {
         let start = from + at;
