@@ -57,12 +57,22 @@ pub fn bin(name: &str) -> PathBuf {
     path
 }
 
-/// A port nobody listens on at `addr` right now.
+/// A port nobody listens on at `addr` right now, and never handed out before in this
+/// process: the kernel may give a port just released to the next `bind(0)`, and two ports
+/// asked for one after the other (a controller's storage and metrics ports) then collided
+/// ("address already in use").
 pub fn free_port(addr: IpAddr) -> u16 {
-    TcpListener::bind((addr, 0))
-        .and_then(|l| l.local_addr())
-        .unwrap_or_else(|e| panic!("no free port on {addr}: {e}"))
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind((addr, 0))
+            .and_then(|l| l.local_addr())
+            .unwrap_or_else(|e| panic!("no free port on {addr}: {e}"))
+            .port();
+        if GIVEN.lock().unwrap_or_else(|e| e.into_inner()).insert(port) {
+            return port;
+        }
+    }
 }
 
 /// Polls `f` until it returns Some, or panics after `within` with `what` and the last error.
