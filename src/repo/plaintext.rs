@@ -1,8 +1,9 @@
 //! The plaintext guard's reading of one staged file: parsed as YAML (every document) or
 //! JSON, whatever the layout (quoted keys, flow style, compact JSON, `List` items), and
 //! refused when any object in it is a Secret with data (unless it is a sops file whose
-//! every value under data is `ENC[AES256_GCM,...]`) or a kubeconfig user with a key
-//! or token. Text that does not parse is refused when it mentions such things.
+//! every value under data is `ENC[AES256_GCM,...]`), an object of any kind with a sops
+//! block and a value under data or stringData that is not, or a kubeconfig user with a
+//! key or token. Text that does not parse is refused when it mentions such things.
 
 use serde_json::Value;
 
@@ -91,22 +92,20 @@ fn found_in(v: &Value) -> Option<&'static str> {
     match v {
         Value::Object(map) => {
             let kind = map.get("kind").and_then(Value::as_str).unwrap_or_default();
-            if kind.eq_ignore_ascii_case("Secret")
-                && ["data", "stringData"]
-                    .iter()
-                    .any(|k| map.get(*k).is_some_and(non_empty))
-            {
-                if !is_sops(map) {
-                    return Some("a plaintext Secret with data");
-                }
-                if !["data", "stringData"]
+            let has_data = ["data", "stringData"]
+                .iter()
+                .any(|k| map.get(*k).is_some_and(non_empty));
+            // A sops block says its data is encrypted, whatever the kind (or none): held
+            // to it, so a file passed off as sops with data in the clear is refused.
+            if is_sops(map)
+                && !["data", "stringData"]
                     .iter()
                     .all(|k| map.get(*k).is_none_or(sops_encrypted))
-                {
-                    return Some(
-                        "a sops file with a value under data that is not ENC[AES256_GCM,...]",
-                    );
-                }
+            {
+                return Some("a sops file with a value under data that is not ENC[AES256_GCM,...]");
+            }
+            if kind.eq_ignore_ascii_case("Secret") && has_data && !is_sops(map) {
+                return Some("a plaintext Secret with data");
             }
             if (kind.eq_ignore_ascii_case("Config") || map.contains_key("users"))
                 && kubeconfig_user_secret(map.get("users"))
@@ -330,6 +329,68 @@ mod tests {
         assert_eq!(secret(&fake), Some("a plaintext Secret with data"));
         let nested = sops_file(ENC).replace(&format!("value: {ENC}"), "value:\n        deep: aGk=");
         assert!(secret(&nested).is_some(), "{nested}");
+    }
+
+    /// A sops file that looks encrypted but leaves a value of data or stringData in the
+    /// clear, in every shape a file can do it, is refused; the whole file encrypted passes.
+    #[test]
+    fn a_sops_file_leaving_any_data_value_in_the_clear_is_refused() {
+        let refused = Some("a sops file with a value under data that is not ENC[AES256_GCM,...]");
+        let sops = format!(
+            "sops:\n    age:\n        - enc: x\n          recipient: age1x\n    mac: {ENC}\n    version: 3.13.2\n"
+        );
+        let with_sops = |head: &str, extra: &str| format!("{head}{sops}{extra}");
+        let shapes = [
+            // stringData in the clear beside encrypted data.
+            with_sops(
+                &format!(
+                    "apiVersion: v1\nkind: Secret\ndata:\n    value: {ENC}\nstringData:\n    kubeconfig: apiVersion v1\n"
+                ),
+                "",
+            ),
+            // unencrypted_suffix: sops leaves `value_unencrypted` as it is.
+            with_sops(
+                "apiVersion: v1\nkind: Secret\ndata:\n    value_unencrypted: c2VjcmV0\n",
+                "    unencrypted_suffix: _unencrypted\n",
+            ),
+            // An encrypted_regex that matches nothing: data written as it was.
+            with_sops(
+                "apiVersion: v1\nkind: Secret\ndata:\n    value: c2VjcmV0\n",
+                "    encrypted_regex: ^nothing$\n",
+            ),
+            // A plain value reached through an alias.
+            with_sops(
+                &format!(
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n    name: &p c2VjcmV0\ndata:\n    value: {ENC}\n    copy: *p\n"
+                ),
+                "",
+            ),
+            // The whole data mapping an alias of a plain one.
+            with_sops(
+                &format!(
+                    "apiVersion: v1\nkind: Secret\nmetadata:\n    labels: &d {{value: c2VjcmV0}}\ndata: *d\nstringData:\n    other: {ENC}\n"
+                ),
+                "",
+            ),
+            // A sops file that is not a Secret by its kind, or has none.
+            with_sops(
+                "apiVersion: v1\nkind: ConfigMap\ndata:\n    value: c2VjcmV0\n",
+                "",
+            ),
+            with_sops("data:\n    value: c2VjcmV0\n", ""),
+            // A number or a boolean is a plaintext value too.
+            with_sops("apiVersion: v1\nkind: Secret\ndata:\n    port: 6443\n", ""),
+        ];
+        for text in &shapes {
+            assert_eq!(secret(text), refused, "{text}");
+        }
+        let whole = with_sops(
+            &format!(
+                "apiVersion: v1\nkind: Secret\nmetadata:\n    name: dev\ndata:\n    value: {ENC}\nstringData:\n    other: {ENC}\n"
+            ),
+            "",
+        );
+        assert_eq!(secret(&whole), None, "{whole}");
     }
 
     #[test]
