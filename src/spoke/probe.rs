@@ -309,7 +309,12 @@ fn shared_config() -> Arc<ClientConfig> {
 
 fn client_config() -> ClientConfig {
     // The probe pins ring rather than relying on a process default being installed.
-    let provider = rustls::crypto::ring::default_provider();
+    let mut provider = rustls::crypto::ring::default_provider();
+    // AES-128-GCM first: the probe protects no secret, and the SHA-384 of the
+    // AES-256 suite was a measurable part of the handshake's CPU.
+    provider
+        .cipher_suites
+        .sort_by_key(|s| s.suite() != rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
     let mut config = ClientConfig::builder_with_provider(Arc::new(provider))
         .with_safe_default_protocol_versions()
         .expect("ring supports the default TLS versions")
@@ -375,6 +380,27 @@ impl ServerCertVerifier for AnyChain {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// AES-128-GCM is offered first, and every suite ring offers is still offered.
+    #[test]
+    fn the_probe_offers_aes_128_first_and_drops_no_suite() {
+        let offered: Vec<_> = client_config()
+            .crypto_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| s.suite())
+            .collect();
+        assert_eq!(offered[0], rustls::CipherSuite::TLS13_AES_128_GCM_SHA256);
+        let mut all: Vec<_> = rustls::crypto::ring::default_provider()
+            .cipher_suites
+            .iter()
+            .map(|s| s.suite())
+            .collect();
+        let mut sorted = offered.clone();
+        sorted.sort_by_key(|s| u16::from(*s));
+        all.sort_by_key(|s| u16::from(*s));
+        assert_eq!(sorted, all);
+    }
 
     #[test]
     fn san_coverage_distinguishes_ip_and_dns() {
