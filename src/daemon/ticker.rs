@@ -174,6 +174,7 @@ impl Ticker {
         let opts = rotate::Options {
             concurrency: self.opts.concurrency,
             gate: self.gate.clone(),
+            keep_probes: true,
             ..rotate::Options::default()
         };
         let started = Instant::now();

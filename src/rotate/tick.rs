@@ -99,16 +99,20 @@ async fn run<P: Publish>(
     }
     // The probes out first, then the reports in place: unzip would copy every report
     // into a second buffer while the first is still held.
-    let seen = worked
-        .iter_mut()
-        .map(|w| {
-            let none = Probed {
-                spoke: String::new(),
-                probe: None,
-            };
-            std::mem::replace(&mut w.seen, none)
-        })
-        .collect();
+    let seen = if !opts.keep_probes {
+        Vec::new()
+    } else {
+        worked
+            .iter_mut()
+            .map(|w| {
+                let none = Probed {
+                    spoke: String::new(),
+                    probe: None,
+                };
+                std::mem::replace(&mut w.seen, none)
+            })
+            .collect()
+    };
     let spokes = worked.into_iter().map(|w| w.report).collect();
     TickReport {
         spokes,
@@ -145,7 +149,15 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
             let done = reconcile::spoke(tick, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what is read later.
-            (order, Worked::new(spoke, seen.into_probed(), done))
+            let seen = if opts.keep_probes {
+                seen.into_probed()
+            } else {
+                Probed {
+                    spoke: String::new(),
+                    probe: None,
+                }
+            };
+            (order, Worked::new(spoke, seen, done))
         })
         .buffer_unordered(opts.concurrency.max(1))
         .for_each(|(order, w)| {
