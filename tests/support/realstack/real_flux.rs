@@ -138,16 +138,17 @@ impl RealFlux {
             .as_ref()
             .map(|r| format!("  format: sops\n  age_recipients: [{r}]\n"))
             .unwrap_or_default();
-        let hub_lines = format!(
-            "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{extra}",
-            hub.admin_kubeconfig().display()
-        );
-        let config = fleet
+        let mut text = fleet
             .builder()
             .sealing_cert(fleet.clone.join(PINNED))
             .sealing(&sealing)
-            .top(&hub_lines);
-        std::fs::write(&fleet.config, config.yaml()).unwrap();
+            .yaml();
+        // After the spokes, where the tests that edit spokes look for it.
+        text.push_str(&format!(
+            "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{extra}",
+            hub.admin_kubeconfig().display()
+        ));
+        std::fs::write(&fleet.config, text).unwrap();
 
         // The layout, pushed from the seed clone as a person would.
         let seed = fleet.dir.path().join("seed");
