@@ -430,7 +430,7 @@ mod tests {
         };
         let m = Metrics::new();
         let mut good = spoke("dev", Outcome::Rotated { commit: "a".into() }, None);
-        good.hub = Some(HubReport {
+        good.hub = Some(Box::new(HubReport {
             delivery: Delivery::Synced(check(true, "True")),
             secret: "flux-system/dev-kubeconfig".into(),
             found_by: FoundBy::Listed,
@@ -445,16 +445,16 @@ mod tests {
                 requested_at: None,
             }],
             requested_at: None,
-        });
+        }));
         let mut stuck = spoke("test", Outcome::Rotated { commit: "b".into() }, None);
-        stuck.hub = Some(HubReport {
+        stuck.hub = Some(Box::new(HubReport {
             delivery: Delivery::Synced(check(false, "False")),
             secret: "flux-system/test-kubeconfig".into(),
             found_by: FoundBy::Listed,
             list_error: None,
             consumers: Vec::new(),
             requested_at: None,
-        });
+        }));
         let report = TickReport {
             spokes: vec![good, stuck],
             pushed: true,

@@ -459,7 +459,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
             ca_not_after: None,
             client_not_after: None,
             user: None,
-            hub: Some(stuck),
+            hub: Some(Box::new(stuck)),
             credential: None,
             revoked: Vec::new(),
             revoke_error: None,
@@ -533,7 +533,7 @@ fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
             commit: "abc".into(),
         },
     );
-    report.hub = Some(hub);
+    report.hub = Some(Box::new(hub));
     let tick = TickReport::of(vec![report]);
     let findings = evaluate(&cfg(), &[obs], &sealing(Some(far())), now(), Some(&tick));
     let mut hub: Vec<Finding> = findings

@@ -99,20 +99,10 @@ async fn run<P: Publish>(
     }
     // The probes out first, then the reports in place: unzip would copy every report
     // into a second buffer while the first is still held.
-    let seen = if !opts.keep_probes {
-        Vec::new()
-    } else {
-        worked
-            .iter_mut()
-            .map(|w| {
-                let none = Probed {
-                    spoke: String::new(),
-                    probe: None,
-                };
-                std::mem::replace(&mut w.seen, none)
-            })
-            .collect()
-    };
+    let seen = worked
+        .iter_mut()
+        .filter_map(|w| w.seen.take().map(|p| *p))
+        .collect();
     let spokes = worked.into_iter().map(|w| w.report).collect();
     TickReport {
         spokes,
@@ -149,14 +139,7 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
             let done = reconcile::spoke(tick, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what is read later.
-            let seen = if opts.keep_probes {
-                seen.into_probed()
-            } else {
-                Probed {
-                    spoke: String::new(),
-                    probe: None,
-                }
-            };
+            let seen = opts.keep_probes.then(|| Box::new(seen.into_probed()));
             (order, Worked::new(spoke, seen, done))
         })
         .buffer_unordered(opts.concurrency.max(1))
@@ -178,14 +161,15 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
 /// One spoke through the tick: what was observed, its report, and what it proposed.
 struct Worked<'a> {
     spoke: &'a SpokeConfig,
-    seen: Probed,
+    /// With [`super::Options::keep_probes`] only; boxed, so that a slot holds a pointer.
+    seen: Option<Box<Probed>>,
     report: SpokeReport,
     /// Boxed: most spokes propose nothing, and every slot is as large as the largest.
     proposal: Option<Box<Proposal>>,
 }
 
 impl<'a> Worked<'a> {
-    fn new(spoke: &'a SpokeConfig, seen: Probed, done: Reconciled) -> Worked<'a> {
+    fn new(spoke: &'a SpokeConfig, seen: Option<Box<Probed>>, done: Reconciled) -> Worked<'a> {
         Worked {
             spoke,
             seen,
@@ -282,7 +266,7 @@ async fn verify_on_hub(
             };
         }
         if let Some(w) = worked.iter_mut().find(|w| w.spoke.name == name) {
-            w.report.hub = Some(check);
+            w.report.hub = Some(Box::new(check));
         }
     }
 }
