@@ -137,9 +137,10 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     tick_duration: Histogram,
     last_tick: Timestamp,
-    /// Both hidden while the fleet has no sealing certificate (every spoke is sops).
+    /// These three hidden while the fleet has no sealing certificate (every spoke is
+    /// sops): there is none to expire, fetch or trust.
     sealing_not_after: Shown<Timestamp>,
-    hub_reachable: Gauge,
+    hub_reachable: Shown<Gauge>,
     leader: Gauge,
     sealing_cert_trusted: Shown<Gauge>,
     hub_synced: Family<SpokeLabels, Gauge>,
@@ -169,7 +170,7 @@ impl Metrics {
             tick_duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
             last_tick: Timestamp::default(),
             sealing_not_after: Shown::default(),
-            hub_reachable: Gauge::default(),
+            hub_reachable: Shown::default(),
             leader: Gauge::default(),
             sealing_cert_trusted: Shown::default(),
             hub_synced: Family::default(),
@@ -353,7 +354,7 @@ impl Metrics {
         }
         if let Some(c) = &report.sealing {
             if let Some(reachable) = c.reachable {
-                self.hub_reachable.set(i64::from(reachable));
+                self.hub_reachable.metric.set(i64::from(reachable));
             }
             self.sealing_cert_trusted.metric.set(i64::from(c.trusted));
         }
@@ -426,6 +427,7 @@ impl Metrics {
             .metric
             .set(not_after.map_or(f64::NAN, offset_seconds));
         self.sealing_not_after.show(true);
+        self.hub_reachable.show(true);
         self.sealing_cert_trusted.show(true);
     }
 
@@ -436,6 +438,7 @@ impl Metrics {
             Some(key) => self.set_sealing_not_after(key.not_after()),
             None => {
                 self.sealing_not_after.show(false);
+                self.hub_reachable.show(false);
                 self.sealing_cert_trusted.show(false);
                 // As at start should a certificate come back: not known yet is no alert.
                 self.sealing_cert_trusted.metric.set(1);
@@ -597,6 +600,7 @@ mod tests {
     fn a_fleet_without_a_sealing_key_exports_no_sealing_series() {
         let sealing = [
             "spokekeeper_sealing_certificate_not_after_timestamp_seconds",
+            "spokekeeper_hub_reachable",
             "spokekeeper_sealing_cert_trusted",
         ];
         let m = Metrics::new();
@@ -615,6 +619,7 @@ mod tests {
         let text = m.encode().unwrap();
         for line in [
             "spokekeeper_sealing_certificate_not_after_timestamp_seconds 1924992000.0",
+            "spokekeeper_hub_reachable 0",
             "spokekeeper_sealing_cert_trusted 1",
         ] {
             assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");

@@ -86,7 +86,8 @@ async fn check_and_status_on_a_sops_only_fleet_grade_no_sealing_certificate() {
 }
 
 /// `spokekeeper run`: the first tick rotates with no certificate loaded; /metrics has no
-/// sealing series at all (not 0) and the log says nothing of a certificate.
+/// sealing series at all (not 0: the trust, the expiry, whether the hub gave one) and
+/// the log says nothing of a certificate.
 #[test]
 fn the_daemons_first_tick_on_a_sops_only_fleet_exports_no_sealing_series() {
     let fleet = Fleet::new(&[NodeOptions::default()]);
@@ -109,6 +110,7 @@ fn the_daemons_first_tick_on_a_sops_only_fleet_exports_no_sealing_series() {
     for absent in [
         "spokekeeper_sealing_cert_trusted",
         "spokekeeper_sealing_certificate_not_after_timestamp_seconds",
+        "spokekeeper_hub_reachable",
         "cert=\"sealing\"",
     ] {
         assert!(!m.contains(absent), "{absent} in {m}");
