@@ -46,7 +46,12 @@ async fn run<P: Publish>(
         Some(cfg) => Some(Hub::connect_bounded(cfg).await),
         None => None,
     };
-    let (sealing, cert) = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
+    // None: no sealing.cert (every spoke is sops), so no certificate to fetch or trust.
+    let sealed = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
+    let (sealing, cert) = match &sealed {
+        Some((key, cert)) => (Some(key), Some(cert)),
+        None => (None, None),
+    };
     let spokes: Vec<&SpokeConfig> = ctx
         .config
         .spokes
@@ -69,8 +74,8 @@ async fn run<P: Publish>(
         context: ctx,
         options: opts,
         now,
-        sealing: &sealing,
-        untrusted: cert.untrusted.as_ref(),
+        sealing,
+        untrusted: cert.and_then(|c| c.untrusted.as_ref()),
         publish: &publish,
         listed: &listed,
     };
@@ -108,8 +113,8 @@ async fn run<P: Publish>(
         spokes,
         pushed,
         repo_error,
-        sealing: Some(cert.clone()),
-        sealing_key: Some(sealing.clone()),
+        sealing: cert.cloned(),
+        sealing_key: sealing.cloned(),
         seen,
     }
 }
