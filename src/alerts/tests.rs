@@ -23,6 +23,11 @@ fn at(secs: i64) -> OffsetDateTime {
     now() + time::Duration::seconds(secs)
 }
 
+/// The findings for `seen` after `tick`, the sealing certificate far from expiry.
+fn with_tick(seen: &[Observation], tick: &TickReport) -> Vec<Finding> {
+    evaluate(&cfg(), seen, Some(&sealing(Some(far()))), now(), Some(tick))
+}
+
 fn cfg() -> AlertsConfig {
     AlertsConfig {
         warn_before: Duration::from_secs(30 * DAY as u64),
@@ -493,13 +498,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
         sealing_key: None,
         seen: Vec::new(),
     };
-    let findings = evaluate(
-        &cfg(),
-        &[obs],
-        Some(&sealing(Some(far()))),
-        now(),
-        Some(&tick),
-    );
+    let findings = with_tick(&[obs], &tick);
     let hub: Vec<_> = findings
         .iter()
         .filter(|f| f.subject == Subject::Hub)
@@ -564,13 +563,7 @@ fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
     );
     report.hub = Some(Box::new(hub));
     let tick = TickReport::of(vec![report]);
-    let findings = evaluate(
-        &cfg(),
-        &[obs],
-        Some(&sealing(Some(far()))),
-        now(),
-        Some(&tick),
-    );
+    let findings = with_tick(&[obs], &tick);
     let mut hub: Vec<Finding> = findings
         .into_iter()
         .filter(|f| f.subject == Subject::Hub)
@@ -747,7 +740,7 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
         untrusted: Some(untrusted),
         ..crate::hub::cert::CertReport::new(Fingerprint::from_digest([0xbb; 32]))
     });
-    let fs = evaluate(&cfg(), &[], Some(&sealing(Some(far()))), now(), Some(&tick));
+    let fs = with_tick(&[], &tick);
     let f: Vec<&Finding> = fs
         .iter()
         .filter(|f| f.alert == Some(AlertName::SealingCertUntrusted))
@@ -764,7 +757,7 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
         trusted: true,
         ..crate::hub::cert::CertReport::new(Fingerprint::from_digest([0xaa; 32]))
     });
-    let fs = evaluate(&cfg(), &[], Some(&sealing(Some(far()))), now(), Some(&tick));
+    let fs = with_tick(&[], &tick);
     assert!(
         fs.iter()
             .all(|f| f.alert != Some(AlertName::SealingCertUntrusted))
