@@ -24,12 +24,11 @@
 
 pub mod alerts;
 pub mod certs;
-pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod fingerprint;
 pub mod forge;
-pub(crate) mod fsutil;
+pub mod fsutil;
 pub mod hub;
 pub mod kubeconfig;
 pub mod metrics;

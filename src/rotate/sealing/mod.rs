@@ -75,7 +75,7 @@ pub(super) async fn for_tick(
 /// the hub (no network), as for a tick that cannot reach it: `sealing.sha256`, else with
 /// `hub:` the certificate it last served to this clone, else what the committed
 /// credentials record.
-pub(crate) async fn trusted_offline(
+pub async fn trusted_offline(
     config: &crate::config::Config,
     repo: &crate::repo::Repo,
     sha256: Fingerprint<Sealing>,
