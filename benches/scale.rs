@@ -14,7 +14,10 @@
 //! M=10000, T=100. `cargo test --bench scale`: a smoke round (N=3, M=3, T=2). SCALE_BENCH_N
 //! (a list), SCALE_BENCH_DAEMON_N, SCALE_BENCH_TICKS override;
 //! SCALE_BENCH_CONCURRENCY=8,32 the `--concurrency` values of the healthy tick;
-//! SCALE_BENCH_WRAP a profiler to run the healthy tick under (`heaptrack -o FILE`).
+//! SCALE_BENCH_WRAP a profiler to run the healthy tick under (`heaptrack -o FILE`);
+//! SCALE_BENCH_BASELINE another build of spokekeeper (e.g. the commit before a change)
+//! run on the same fleet right before each healthy tick, its figures and the ratios
+//! printed beside (side by side in one run: the load is the same for both).
 
 #[path = "lab/measure.rs"]
 mod measure;
@@ -288,6 +291,7 @@ fn main() {
         .split_whitespace()
         .map(str::to_owned)
         .collect();
+    let baseline = std::env::var("SCALE_BENCH_BASELINE").ok();
     let mut rows = Vec::new();
     for &n in &sizes {
         let setup = Instant::now();
@@ -297,28 +301,33 @@ fn main() {
             setup.elapsed().as_secs_f64()
         );
         for c in &concurrency {
-            let mut cmd = match wrap.split_first() {
-                Some((prog, args)) => {
-                    let mut cmd = Command::new(prog);
-                    cmd.args(args).arg(BIN);
-                    cmd
-                }
-                None => Command::new(BIN),
+            let tick = |bin: &str| {
+                let mut cmd = match wrap.split_first() {
+                    Some((prog, args)) => {
+                        let mut cmd = Command::new(prog);
+                        cmd.args(args).arg(bin);
+                        cmd
+                    }
+                    None => Command::new(bin),
+                };
+                cmd.arg("--config").arg(&fleet.config).args([
+                    "rotate",
+                    "--all",
+                    "-o",
+                    "json",
+                    "--concurrency",
+                    &c.to_string(),
+                ]);
+                let lab0 = measure::self_cpu();
+                let m = measure(cmd);
+                let lab_cpu = measure::self_cpu().saturating_sub(lab0);
+                let counts = actions(&m);
+                assert_eq!(m.code, 0, "healthy tick exited {}: {}", m.code, m.stderr);
+                assert_eq!(counts.get("healthy"), Some(&n), "{counts:?}");
+                (m, lab_cpu)
             };
-            cmd.arg("--config").arg(&fleet.config).args([
-                "rotate",
-                "--all",
-                "-o",
-                "json",
-                "--concurrency",
-                &c.to_string(),
-            ]);
-            let lab0 = measure::self_cpu();
-            let m = measure(cmd);
-            let lab_cpu = measure::self_cpu().saturating_sub(lab0);
-            let counts = actions(&m);
-            assert_eq!(m.code, 0, "healthy tick exited {}: {}", m.code, m.stderr);
-            assert_eq!(counts.get("healthy"), Some(&n), "{counts:?}");
+            let before = baseline.as_deref().map(tick);
+            let (m, lab_cpu) = tick(BIN);
             println!(
                 "healthy tick, N={n}, --concurrency {c}: wall {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB \
                  (the lab's servers, this process, meanwhile: CPU {:.2} s)",
@@ -327,6 +336,19 @@ fn main() {
                 mib(m.peak_kib),
                 lab_cpu.as_secs_f64()
             );
+            if let Some((b, b_lab)) = before {
+                println!(
+                    "  baseline just before: wall {:.2} s, CPU {:.2} s, peak RSS {:.1} MiB (lab CPU {:.2} s); \
+                     this build against it: wall {:.2}x, CPU {:.2}x, peak RSS {:.2}x",
+                    b.wall.as_secs_f64(),
+                    b.cpu.as_secs_f64(),
+                    mib(b.peak_kib),
+                    b_lab.as_secs_f64(),
+                    m.wall.as_secs_f64() / b.wall.as_secs_f64(),
+                    m.cpu.as_secs_f64() / b.cpu.as_secs_f64(),
+                    m.peak_kib as f64 / b.peak_kib as f64
+                );
+            }
             rows.push((n, *c, m));
         }
     }

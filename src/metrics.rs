@@ -6,11 +6,11 @@
 //! a rejected reload) carry `spoke=""`.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -24,6 +24,43 @@ use crate::rotate::{Outcome, Reason, TickReport};
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 type Timestamp = Gauge<f64, AtomicU64>;
+
+/// A metric that may be absent from the exposition, descriptor and all (the registry
+/// skips an empty metric): the sealing certificate's series when there is none.
+#[derive(Clone, Debug)]
+struct Shown<M> {
+    metric: M,
+    shown: Arc<AtomicBool>,
+}
+
+impl<M: Default> Default for Shown<M> {
+    fn default() -> Self {
+        Shown {
+            metric: M::default(),
+            shown: Arc::new(AtomicBool::new(true)),
+        }
+    }
+}
+
+impl<M> Shown<M> {
+    fn show(&self, shown: bool) {
+        self.shown.store(shown, Ordering::Relaxed);
+    }
+}
+
+impl<M: EncodeMetric> EncodeMetric for Shown<M> {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        self.metric.encode(encoder)
+    }
+
+    fn metric_type(&self) -> prometheus_client::metrics::MetricType {
+        self.metric.metric_type()
+    }
+
+    fn is_empty(&self) -> bool {
+        !self.shown.load(Ordering::Relaxed)
+    }
+}
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct CertLabels {
@@ -100,10 +137,12 @@ pub struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     tick_duration: Histogram,
     last_tick: Timestamp,
-    sealing_not_after: Timestamp,
-    hub_reachable: Gauge,
+    /// These three hidden while the fleet has no sealing certificate (every spoke is
+    /// sops): there is none to expire, fetch or trust.
+    sealing_not_after: Shown<Timestamp>,
+    hub_reachable: Shown<Gauge>,
     leader: Gauge,
-    sealing_cert_trusted: Gauge,
+    sealing_cert_trusted: Shown<Gauge>,
     hub_synced: Family<SpokeLabels, Gauge>,
     hub_ready: Family<SpokeLabels, Gauge>,
     pending_review: Family<SpokeLabels, Gauge>,
@@ -130,10 +169,10 @@ impl Metrics {
             // 0.25 s .. about 17 min.
             tick_duration: Histogram::new(exponential_buckets(0.25, 2.0, 13)),
             last_tick: Timestamp::default(),
-            sealing_not_after: Timestamp::default(),
-            hub_reachable: Gauge::default(),
+            sealing_not_after: Shown::default(),
+            hub_reachable: Shown::default(),
             leader: Gauge::default(),
-            sealing_cert_trusted: Gauge::default(),
+            sealing_cert_trusted: Shown::default(),
             hub_synced: Family::default(),
             hub_ready: Family::default(),
             pending_review: Family::default(),
@@ -203,7 +242,7 @@ impl Metrics {
             self.hub_reachable.clone(),
         );
         // 1 until a tick says otherwise: not known yet is not an alert.
-        self.sealing_cert_trusted.set(1);
+        self.sealing_cert_trusted.metric.set(1);
         r.register(
             "sealing_cert_trusted",
             "0 when the last tick refused to seal to the sealing certificate because nothing outside the fleet repo confirms it (hub: or sealing.sha256), else 1",
@@ -315,9 +354,9 @@ impl Metrics {
         }
         if let Some(c) = &report.sealing {
             if let Some(reachable) = c.reachable {
-                self.hub_reachable.set(i64::from(reachable));
+                self.hub_reachable.metric.set(i64::from(reachable));
             }
-            self.sealing_cert_trusted.set(i64::from(c.trusted));
+            self.sealing_cert_trusted.metric.set(i64::from(c.trusted));
         }
         for s in &report.spokes {
             let Some(h) = &s.hub else { continue };
@@ -382,9 +421,29 @@ impl Metrics {
             .set(offset_seconds(not_after));
     }
 
+    /// The sealing certificate in use expires at `not_after` (None: a bare public key).
     pub fn set_sealing_not_after(&self, not_after: Option<OffsetDateTime>) {
         self.sealing_not_after
+            .metric
             .set(not_after.map_or(f64::NAN, offset_seconds));
+        self.sealing_not_after.show(true);
+        self.hub_reachable.show(true);
+        self.sealing_cert_trusted.show(true);
+    }
+
+    /// The fleet's sealing key as loaded (None: no sealing.cert, every spoke is sops):
+    /// without one the sealing series are absent, not 0.
+    pub fn set_sealing_key(&self, key: Option<&crate::seal::SealingKey>) {
+        match key {
+            Some(key) => self.set_sealing_not_after(key.not_after()),
+            None => {
+                self.sealing_not_after.show(false);
+                self.hub_reachable.show(false);
+                self.sealing_cert_trusted.show(false);
+                // As at start should a certificate come back: not known yet is no alert.
+                self.sealing_cert_trusted.metric.set(1);
+            }
+        }
     }
 
     /// The OpenMetrics text exposition.
@@ -430,7 +489,7 @@ mod tests {
         };
         let m = Metrics::new();
         let mut good = spoke("dev", Outcome::Rotated { commit: "a".into() }, None);
-        good.hub = Some(HubReport {
+        good.hub = Some(Box::new(HubReport {
             delivery: Delivery::Synced(check(true, "True")),
             secret: "flux-system/dev-kubeconfig".into(),
             found_by: FoundBy::Listed,
@@ -445,16 +504,16 @@ mod tests {
                 requested_at: None,
             }],
             requested_at: None,
-        });
+        }));
         let mut stuck = spoke("test", Outcome::Rotated { commit: "b".into() }, None);
-        stuck.hub = Some(HubReport {
+        stuck.hub = Some(Box::new(HubReport {
             delivery: Delivery::Synced(check(false, "False")),
             secret: "flux-system/test-kubeconfig".into(),
             found_by: FoundBy::Listed,
             list_error: None,
             consumers: Vec::new(),
             requested_at: None,
-        });
+        }));
         let report = TickReport {
             spokes: vec![good, stuck],
             pushed: true,
@@ -532,6 +591,38 @@ mod tests {
                 )],
                 "the previous generation's series is gone"
             );
+        }
+    }
+
+    /// Without a sealing certificate (every spoke sops) the sealing series are absent,
+    /// descriptor and all; a certificate loaded again brings them back.
+    #[test]
+    fn a_fleet_without_a_sealing_key_exports_no_sealing_series() {
+        let sealing = [
+            "spokekeeper_sealing_certificate_not_after_timestamp_seconds",
+            "spokekeeper_hub_reachable",
+            "spokekeeper_sealing_cert_trusted",
+        ];
+        let m = Metrics::new();
+        m.set_sealing_key(None);
+        let report = TickReport::of(vec![spoke("dev", Outcome::Healthy, None)]);
+        m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
+        let text = m.encode().unwrap();
+        assert!(
+            text.contains("spokekeeper_spoke_up{spoke=\"dev\"} 1"),
+            "{text}"
+        );
+        for name in sealing {
+            assert!(!text.contains(name), "{name} in:\n{text}");
+        }
+        m.set_sealing_not_after(Some(time::macros::datetime!(2031-01-01 00:00:00 UTC)));
+        let text = m.encode().unwrap();
+        for line in [
+            "spokekeeper_sealing_certificate_not_after_timestamp_seconds 1924992000.0",
+            "spokekeeper_hub_reachable 0",
+            "spokekeeper_sealing_cert_trusted 1",
+        ] {
+            assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
         }
     }
 

@@ -258,7 +258,7 @@ fn occurrences(
             .spokes
             .iter()
             .find(|r| r.spoke == n.spoke)
-            .and_then(|r| r.hub.as_ref());
+            .and_then(|r| r.hub.as_deref());
         for r in regarding(spoke, verified, listed) {
             out.push((
                 n.spoke.clone(),

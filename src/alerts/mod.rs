@@ -10,8 +10,8 @@
 //! ```ignore
 //! let report = rotate::tick(&ctx, &opts).await?;
 //! let seen = rotate::observe::after_tick(&ctx.config, &ctx.repo, &report, probe_timeout).await;
-//! let sealing = alerts::SealingCert::from_key(&ctx.sealing, "sealing.cert");
-//! let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(&report));
+//! let sealing = ctx.sealing.as_ref().map(|k| alerts::SealingCert::from_key(k, "sealing.cert"));
+//! let findings = alerts::evaluate(&ctx.config.alerts, &seen, sealing.as_ref(), now, Some(&report));
 //! let failed_sinks = notifier.notify(&findings, now).await; // bounded, never fails the tick
 //! ```
 
@@ -72,12 +72,13 @@ pub fn overall(findings: &[Finding]) -> Status {
         .unwrap_or(Status::Ok)
 }
 
-/// Grades every spoke. Order: per spoke as observed, then client, CA, serving, sealing,
-/// API, rotation, state.
+/// Grades every spoke. Order: per spoke as observed, then client, CA, serving, sealing
+/// (None: the fleet has no sealing certificate, as when every spoke is sops), API,
+/// rotation, state.
 pub fn evaluate(
     cfg: &AlertsConfig,
     spokes: &[Observation],
-    sealing: &SealingCert,
+    sealing: Option<&SealingCert>,
     now: OffsetDateTime,
     tick: Option<&TickReport>,
 ) -> Vec<Finding> {
@@ -100,15 +101,17 @@ pub fn evaluate(
         if let Some(p) = probe {
             out.push(expiry(cfg, spoke, Subject::Serving, p.not_after, now));
         }
-        out.push(match sealing.not_after {
-            Some(na) => expiry(cfg, spoke, Subject::Sealing, na, now),
-            None => plain(
-                spoke,
-                Subject::Sealing,
-                Status::Ok,
-                format!("{} is a bare public key: no expiry date", sealing.source),
-            ),
-        });
+        if let Some(sealing) = sealing {
+            out.push(match sealing.not_after {
+                Some(na) => expiry(cfg, spoke, Subject::Sealing, na, now),
+                None => plain(
+                    spoke,
+                    Subject::Sealing,
+                    Status::Ok,
+                    format!("{} is a bare public key: no expiry date", sealing.source),
+                ),
+            });
+        }
         match &seen.probe {
             Some(Ok(p)) => out.push(plain(
                 spoke,

@@ -114,7 +114,7 @@ fn eval(s: Spoke) -> Vec<Finding> {
         committed: committed(recorded(issuer.der(), s.client, s.ca_not_after)),
         probe: Some(Ok(probe_by(&issuer, s.serving))),
     };
-    evaluate(&cfg(), &[seen], &sealing(s.sealing), now(), None)
+    evaluate(&cfg(), &[seen], Some(&sealing(s.sealing)), now(), None)
 }
 
 fn find(fs: &[Finding], subject: Subject) -> &Finding {
@@ -228,7 +228,7 @@ fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
         committed: committed(recorded(recorded_ca.der(), Some(far()), far())),
         probe: Some(Ok(probe_by(&other, far()))),
     };
-    let fs = evaluate(&cfg(), &[seen], &sealing(Some(far())), now(), None);
+    let fs = evaluate(&cfg(), &[seen], Some(&sealing(Some(far()))), now(), None);
     let f = find(&fs, Subject::Ca);
     assert_eq!(
         (f.status, f.alert),
@@ -242,6 +242,23 @@ fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
 }
 
 #[test]
+fn without_a_sealing_certificate_no_spoke_has_a_sealing_finding() {
+    let issuer = ca();
+    let seen = || Observation {
+        spoke: "dev".into(),
+        committed: committed(recorded(issuer.der(), Some(far()), far())),
+        probe: Some(Ok(probe_by(&issuer, far()))),
+    };
+    let fs = evaluate(&cfg(), &[seen()], None, now(), None);
+    assert!(fs.iter().all(|f| f.subject != Subject::Sealing), "{fs:?}");
+    assert_eq!(find(&fs, Subject::Client).status, Status::Ok);
+    assert_eq!(overall(&fs), Status::Ok);
+    // With one, each spoke has its finding.
+    let fs = evaluate(&cfg(), &[seen()], Some(&sealing(Some(far()))), now(), None);
+    assert_eq!(find(&fs, Subject::Sealing).status, Status::Ok);
+}
+
+#[test]
 fn an_unreachable_spoke_is_unknown_and_its_recorded_certs_still_graded() {
     let issuer = ca();
     let seen = Observation {
@@ -251,7 +268,7 @@ fn an_unreachable_spoke_is_unknown_and_its_recorded_certs_still_graded() {
             server: "127.0.0.9:6443".into(),
         })),
     };
-    let fs = evaluate(&cfg(), &[seen], &sealing(Some(far())), now(), None);
+    let fs = evaluate(&cfg(), &[seen], Some(&sealing(Some(far()))), now(), None);
     let api = find(&fs, Subject::Api);
     assert_eq!(
         (api.status, api.alert, api.severity()),
@@ -291,7 +308,7 @@ fn missing_or_unreadable_state_is_unknown_and_raises_no_alert() {
             probe: None,
         },
     ];
-    let fs = evaluate(&cfg(), &seen, &sealing(Some(far())), now(), None);
+    let fs = evaluate(&cfg(), &seen, Some(&sealing(Some(far()))), now(), None);
     for (spoke, needle) in [("new", "never rotated"), ("bad", "spokekeeper.io/server")] {
         let f = fs
             .iter()
@@ -357,7 +374,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
     let fs = evaluate(
         &cfg(),
         &[obs("dev"), obs("test")],
-        &sealing(Some(far())),
+        Some(&sealing(Some(far()))),
         now(),
         Some(&tick),
     );
@@ -384,7 +401,13 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         (Status::Ok, "healthy")
     );
     // Without a tick report there is nothing to say about rotation.
-    let fs = evaluate(&cfg(), &[obs("dev")], &sealing(Some(far())), now(), None);
+    let fs = evaluate(
+        &cfg(),
+        &[obs("dev")],
+        Some(&sealing(Some(far()))),
+        now(),
+        None,
+    );
     assert!(fs.iter().all(|f| f.subject != Subject::Rotation));
 }
 
@@ -459,7 +482,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
             ca_not_after: None,
             client_not_after: None,
             user: None,
-            hub: Some(stuck),
+            hub: Some(Box::new(stuck)),
             credential: None,
             revoked: Vec::new(),
             revoke_error: None,
@@ -470,7 +493,13 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
         sealing_key: None,
         seen: Vec::new(),
     };
-    let findings = evaluate(&cfg(), &[obs], &sealing(Some(far())), now(), Some(&tick));
+    let findings = evaluate(
+        &cfg(),
+        &[obs],
+        Some(&sealing(Some(far()))),
+        now(),
+        Some(&tick),
+    );
     let hub: Vec<_> = findings
         .iter()
         .filter(|f| f.subject == Subject::Hub)
@@ -533,9 +562,15 @@ fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
             commit: "abc".into(),
         },
     );
-    report.hub = Some(hub);
+    report.hub = Some(Box::new(hub));
     let tick = TickReport::of(vec![report]);
-    let findings = evaluate(&cfg(), &[obs], &sealing(Some(far())), now(), Some(&tick));
+    let findings = evaluate(
+        &cfg(),
+        &[obs],
+        Some(&sealing(Some(far()))),
+        now(),
+        Some(&tick),
+    );
     let mut hub: Vec<Finding> = findings
         .into_iter()
         .filter(|f| f.subject == Subject::Hub)
@@ -662,7 +697,7 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
         evaluate(
             &cfg(),
             std::slice::from_ref(obs),
-            &sealing(Some(far())),
+            Some(&sealing(Some(far()))),
             now(),
             Some(&tick(secs)),
         )
@@ -712,7 +747,7 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
         untrusted: Some(untrusted),
         ..crate::hub::cert::CertReport::new(Fingerprint::from_digest([0xbb; 32]))
     });
-    let fs = evaluate(&cfg(), &[], &sealing(Some(far())), now(), Some(&tick));
+    let fs = evaluate(&cfg(), &[], Some(&sealing(Some(far()))), now(), Some(&tick));
     let f: Vec<&Finding> = fs
         .iter()
         .filter(|f| f.alert == Some(AlertName::SealingCertUntrusted))
@@ -729,7 +764,7 @@ fn an_untrusted_sealing_certificate_is_one_critical_fleet_wide_alert() {
         trusted: true,
         ..crate::hub::cert::CertReport::new(Fingerprint::from_digest([0xaa; 32]))
     });
-    let fs = evaluate(&cfg(), &[], &sealing(Some(far())), now(), Some(&tick));
+    let fs = evaluate(&cfg(), &[], Some(&sealing(Some(far()))), now(), Some(&tick));
     assert!(
         fs.iter()
             .all(|f| f.alert != Some(AlertName::SealingCertUntrusted))
@@ -751,7 +786,7 @@ fn a_minted_certificate_is_named_by_user_and_generation_with_spokekeepers_own_ad
             committed: committed(r),
             probe: Some(Ok(probe_by(&issuer, far()))),
         };
-        evaluate(&cfg(), &[seen], &sealing(Some(far())), now(), None)
+        evaluate(&cfg(), &[seen], Some(&sealing(Some(far()))), now(), None)
     };
     let fs = grade(r.clone());
     let f = find(&fs, Subject::Client);
@@ -843,9 +878,21 @@ fn lean_observations_and_a_reordered_tick_grade_as_the_whole_ones() {
         failed,
         SpokeReport::new("a", Outcome::Healthy),
     ]);
-    let full = evaluate(&cfg(), &whole(), &sealing(Some(far())), now(), Some(&tick));
+    let full = evaluate(
+        &cfg(),
+        &whole(),
+        Some(&sealing(Some(far()))),
+        now(),
+        Some(&tick),
+    );
     let lean: Vec<Observation> = whole().into_iter().map(lean).collect();
-    let graded = evaluate(&cfg(), &lean, &sealing(Some(far())), now(), Some(&tick));
+    let graded = evaluate(
+        &cfg(),
+        &lean,
+        Some(&sealing(Some(far()))),
+        now(),
+        Some(&tick),
+    );
     let json = |f: &[Finding]| serde_json::to_string(f).unwrap();
     assert_eq!(json(&graded), json(&full));
     // Each spoke's rotation finding is its own report's: b failed, a and c did not.

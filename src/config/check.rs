@@ -148,7 +148,39 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
         spoke(i, s)?;
     }
     sops(c)?;
+    sealing_cert(c)?;
     fleet(&c.spokes)
+}
+
+/// `sealing.cert` may be left out only when no spoke seals with Sealed Secrets.
+fn sealing_cert(c: &Config) -> Result<(), Invalid> {
+    if c.sealing_cert.is_some() {
+        return Ok(());
+    }
+    let sealed: Vec<&str> = c
+        .spokes
+        .iter()
+        .filter(|s| s.format == super::SealingFormat::SealedSecrets)
+        .map(|s| s.name.as_str())
+        .collect();
+    if sealed.is_empty() {
+        return Ok(());
+    }
+    const SHOWN: usize = 5;
+    let mut names = sealed[..sealed.len().min(SHOWN)].join(", ");
+    if sealed.len() > SHOWN {
+        names.push_str(&format!(" and {} more", sealed.len() - SHOWN));
+    }
+    let (spokes, seal) = match sealed.len() {
+        1 => ("spoke", "seals"),
+        _ => ("spokes", "seal"),
+    };
+    Err(Invalid {
+        key: "sealing.cert".into(),
+        message: format!(
+            "sealing.cert is not set, but {spokes} {names} {seal} with Sealed Secrets (sealing.format: sealed-secrets, the default), which needs the controller's certificate: set sealing.cert (kubeseal --fetch-cert > keys/sealed-secrets.pem), or set sealing.format: sops for them"
+        ),
+    })
 }
 
 /// A spoke in sops format needs somewhere its recipients come from.

@@ -102,7 +102,9 @@ struct RawConfig {
 pub struct Config {
     pub file: PathBuf,
     pub repo: RepoConfig,
-    pub sealing_cert: PathBuf,
+    /// `sealing.cert`: the Sealed Secrets controller's certificate; None only when no
+    /// spoke seals with Sealed Secrets (every spoke's format is sops).
+    pub sealing_cert: Option<PathBuf>,
     /// `sealing.sha256`: the sealing certificate fingerprints this host trusts, kept
     /// outside the fleet repo (empty: not set).
     pub sealing_sha256: Vec<Fingerprint<Sealing>>,
@@ -269,7 +271,7 @@ mod tests {
         let c = Config::parse(&text, "spokekeeper.yaml", Path::new("/")).unwrap();
         assert_eq!(c.repo.path, Path::new("/srv/fleet clone"));
         assert_eq!(c.repo.author.as_deref(), Some(AUTHOR));
-        assert_eq!(c.sealing_cert, Path::new("/k/cert.pem"));
+        assert_eq!(c.sealing_cert.as_deref(), Some(Path::new("/k/cert.pem")));
         assert_eq!(c.renew_before, Duration::from_secs(2 * 86_400));
         let (a, b) = (&c.spokes[0], &c.spokes[1]);
         assert_eq!((a.name.as_str(), a.address.as_str()), ("1", "10.0.0.1"));
@@ -347,8 +349,8 @@ spokes:
             ("origin", "trunk", false)
         );
         assert_eq!(
-            c.sealing_cert,
-            Path::new("/etc/spokekeeper/keys/sealed-secrets-infra.pem")
+            c.sealing_cert.as_deref(),
+            Some(Path::new("/etc/spokekeeper/keys/sealed-secrets-infra.pem"))
         );
         assert_eq!(c.renew_before, Duration::from_secs(20 * 86_400));
         assert_eq!(c.verify_every, Duration::from_secs(12 * 3600));

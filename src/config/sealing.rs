@@ -12,7 +12,9 @@ use crate::fingerprint::{self, Fingerprint};
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSealing {
-    cert: PathBuf,
+    /// Needed only when a spoke seals with Sealed Secrets (`check::sealing_cert`).
+    #[serde(default)]
+    cert: Option<PathBuf>,
     #[serde(default)]
     sha256: Option<OneOrMany>,
     #[serde(default)]
@@ -89,7 +91,7 @@ pub struct SopsSettings {
 
 /// `sealing:` as loaded (`Config::sealing_cert`, `Config::sealing_sha256`, `Config::sops`).
 pub(super) struct Sealing {
-    pub cert: PathBuf,
+    pub cert: Option<PathBuf>,
     pub sha256: Vec<Fingerprint<fingerprint::Sealing>>,
     pub sops: SopsSettings,
 }
@@ -139,7 +141,7 @@ pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError>
     )?;
     let age_recipients = raw.age_recipients.map(|r| recipients(r, l)).transpose()?;
     Ok(Sealing {
-        cert: l.resolve(&raw.cert),
+        cert: raw.cert.map(|c| l.resolve(&c)),
         sha256,
         sops: SopsSettings {
             age_recipients,
@@ -186,6 +188,7 @@ fn recipients(raw: OneOrMany, l: &Loading) -> Result<AgeRecipientsFrom, ConfigEr
 #[cfg(test)]
 mod tests {
     use super::super::tests::{MIN, parse, refused};
+    use super::SealingFormat;
 
     #[test]
     fn sealing_sha256_takes_one_or_a_list_and_names_a_bad_one() {
@@ -212,7 +215,7 @@ mod tests {
 
     #[test]
     fn sealing_format_defaults_to_sealed_secrets_and_a_spoke_may_choose_sops() {
-        use super::{AgeRecipientsFrom, SealingFormat};
+        use super::AgeRecipientsFrom;
         let c = parse(MIN).unwrap();
         assert_eq!(c.spokes[0].format, SealingFormat::SealedSecrets);
         assert_eq!(c.sops, Default::default());
@@ -250,6 +253,50 @@ mod tests {
             c.sops.sops_config.as_deref(),
             Some(std::path::Path::new("/etc/spokekeeper/f/.sops.yaml"))
         );
+    }
+
+    #[test]
+    fn sealing_cert_may_be_left_out_when_every_spoke_is_sops() {
+        let global = format!(
+            "repo: {{path: f}}\nsealing: {{format: sops, age_recipients: [{AGE}]}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n"
+        );
+        assert_eq!(parse(&global).unwrap().sealing_cert, None);
+        let each = format!(
+            "repo: {{path: f}}\nsealing: {{age_recipients: [{AGE}]}}\nspokes:\n  - {{name: dev, address: 10.0.0.1, sealing: {{format: sops}}}}\n  - {{name: prod, address: 10.0.0.2, sealing: {{format: sops}}}}\n"
+        );
+        let c = parse(&each).unwrap();
+        assert_eq!(c.sealing_cert, None);
+        assert!(c.spokes.iter().all(|s| s.format == SealingFormat::Sops));
+        // Given anyway, it is kept.
+        let kept = global.replace("{format: sops,", "{cert: c.pem, format: sops,");
+        assert_eq!(
+            parse(&kept).unwrap().sealing_cert.as_deref(),
+            Some(std::path::Path::new("/etc/spokekeeper/c.pem"))
+        );
+    }
+
+    #[test]
+    fn a_missing_sealing_cert_names_the_line_the_spokes_that_need_it_and_the_fix() {
+        refused(
+            "repo: {path: f}\nsealing: {}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n",
+            &[
+                "line 2",
+                "sealing.cert is not set",
+                "spoke dev seals with Sealed Secrets",
+                "kubeseal --fetch-cert",
+                "sealing.format: sops",
+            ],
+        );
+        // One spoke overrides the fleet's sops back to sealed-secrets: it alone is named.
+        let mixed = format!(
+            "repo: {{path: f}}\nsealing:\n  format: sops\n  age_recipients: [{AGE}]\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n  - {{name: prod, address: 10.0.0.2, sealing: {{format: sealed-secrets}}}}\n  - {{name: edge, address: 10.0.0.3, sealing: {{format: sealed-secrets}}}}\n"
+        );
+        refused(
+            &mixed,
+            &["line 3", "spokes prod, edge seal with Sealed Secrets"],
+        );
+        let e = parse(&mixed).unwrap_err().to_string();
+        assert!(!e.contains("dev"), "{e}");
     }
 
     #[test]

@@ -102,7 +102,7 @@ async fn serve(opts: Options) -> Result<(), DaemonError> {
     }
     let metrics = Arc::new(Metrics::new());
     metrics.set_leader(opts.leader.is_none());
-    metrics.set_sealing_not_after(loaded.context.sealing.not_after());
+    metrics.set_sealing_key(loaded.context.sealing.as_ref());
     let health = Arc::new(Health::new(
         schedule.clone(),
         opts.jitter,

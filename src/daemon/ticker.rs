@@ -174,6 +174,7 @@ impl Ticker {
         let opts = rotate::Options {
             concurrency: self.opts.concurrency,
             gate: self.gate.clone(),
+            keep_probes: true,
             ..rotate::Options::default()
         };
         let started = Instant::now();
@@ -272,12 +273,22 @@ impl Ticker {
             rotate::observe::after_tick(&ctx.config, &ctx.repo, report, ctx.probe_timeout).await;
         // The key this tick sealed to: a renewal fetched from the hub replaces the one
         // loaded at start.
-        let sealing = alerts::SealingCert::from_key(
-            report.sealing_key.as_ref().unwrap_or(&ctx.sealing),
-            &ctx.config.sealing_cert.display().to_string(),
-        );
+        // None without sealing.cert (every spoke is sops): nothing to expire.
+        let sealing = match (&ctx.config.sealing_cert, &ctx.sealing) {
+            (Some(path), Some(start)) => Some(alerts::SealingCert::from_key(
+                report.sealing_key.as_ref().unwrap_or(start),
+                &path.display().to_string(),
+            )),
+            _ => None,
+        };
         let now = time::OffsetDateTime::now_utc();
-        let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(report));
+        let findings = alerts::evaluate(
+            &ctx.config.alerts,
+            &seen,
+            sealing.as_ref(),
+            now,
+            Some(report),
+        );
         if let Err(why) = self.gate.check() {
             // The new leader tells them; two replicas must not contradict each other.
             tracing::warn!(reason = %why, "not telling the alert sinks");
@@ -348,8 +359,7 @@ impl Ticker {
                         }
                     }
                 }
-                self.metrics
-                    .set_sealing_not_after(new.context.sealing.not_after());
+                self.metrics.set_sealing_key(new.context.sealing.as_ref());
                 self.health.config_loaded(new.schedule.clone(), path);
                 tracing::info!(
                     spokes = new.config().spokes.len(),

@@ -133,9 +133,11 @@ pub enum StartKeyError {
 /// The sealing key a process starts with: sealing.cert, or, when that file cannot be used
 /// (missing, a link, garbage, expired) and `hub:` is configured, the controller's
 /// certificate (the first tick pins it). Without `hub:` a bad sealing.cert is an error that
-/// names it.
-pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, StartKeyError> {
-    let path = &config.sealing_cert;
+/// names it. None when sealing.cert is not set (every spoke is sops): there is no key.
+pub async fn initial(config: &crate::config::Config) -> Result<Option<SealingKey>, StartKeyError> {
+    let Some(path) = &config.sealing_cert else {
+        return Ok(None);
+    };
     let now = OffsetDateTime::now_utc();
     let pinned = match crate::fsutil::read_under(path, &config.repo.path) {
         Ok(pem) => {
@@ -150,7 +152,7 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Start
         }),
     };
     let (pinned_error, cfg) = match (pinned, &config.hub) {
-        (Ok(key), _) => return Ok(key),
+        (Ok(key), _) => return Ok(Some(key)),
         (Err(e), None) => return Err(StartKeyError::Pinned(e)),
         (Err(e), Some(cfg)) => (e, cfg),
     };
@@ -183,5 +185,5 @@ pub async fn initial(config: &crate::config::Config) -> Result<SealingKey, Start
         }
     };
     tracing::warn!(sha256 = %key.fingerprint(), path = %path.display(), problem = %pinned_error, "sealing.cert cannot be used: starting with the controller's certificate; the tick pins it");
-    Ok(key)
+    Ok(Some(key))
 }

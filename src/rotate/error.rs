@@ -94,6 +94,12 @@ pub enum SpokeError {
     /// The age recipients of a sops output could not be read, or are not trusted.
     #[error("{0}")]
     Recipients(Arc<super::recipients::RecipientsError>),
+    /// A Sealed Secrets spoke in a tick that loaded no sealing certificate (the
+    /// configuration check refuses this; here should a context be made otherwise).
+    #[error(
+        "{spoke}: seals with Sealed Secrets, but no sealing certificate is loaded: set sealing.cert, or sealing.format: sops for it"
+    )]
+    NoSealingCert { spoke: String },
     /// What was sealed did not read back as ciphertext for the key.
     #[error("{spoke}: {error}")]
     ReadBack {
@@ -219,7 +225,9 @@ impl SpokeError {
             SpokeError::Untrusted(_) | SpokeError::Seal(_) | SpokeError::ReadBack { .. } => {
                 Stage::Seal
             }
-            SpokeError::Sops { .. } | SpokeError::Recipients(_) => Stage::Seal,
+            SpokeError::Sops { .. }
+            | SpokeError::Recipients(_)
+            | SpokeError::NoSealingCert { .. } => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit
             }

@@ -71,14 +71,14 @@ pub struct DemoKey {
     pub cert: std::path::PathBuf,
 }
 
-/// What one tick needs: the configuration, the sealing key and the fleet repo. The hub
-/// client and the forge client are made from the configuration at the start of each tick
-/// (`tick.rs`, `review/`) rather than kept here: they read credentials (the hub's
-/// kubeconfig, the forge token) that are rotated on disk, and a new tick must read them
-/// again.
+/// What one tick needs: the configuration, the sealing key (None: no sealing.cert, every
+/// spoke is sops) and the fleet repo. The hub client and the forge client are made from
+/// the configuration at the start of each tick (`tick.rs`, `review/`) rather than kept
+/// here: they read credentials (the hub's kubeconfig, the forge token) that are rotated
+/// on disk, and a new tick must read them again.
 pub struct Context {
     pub config: Config,
-    pub sealing: SealingKey,
+    pub sealing: Option<SealingKey>,
     pub repo: Repo,
     pub(crate) probe_timeout: Duration,
     pub(crate) live_timeout: Duration,
@@ -94,10 +94,16 @@ pub struct Context {
 impl Context {
     /// Refuses the demo sealing key: its private half is published in keys/demo/.
     /// `SealingKey::from_pem` refuses it already; this holds should a key be made otherwise.
-    pub fn new(config: Config, sealing: SealingKey, repo: Repo) -> Result<Context, DemoKey> {
-        if sealing.is_demo() {
+    /// `sealing`: a key, or None when sealing.cert is not set.
+    pub fn new(
+        config: Config,
+        sealing: impl Into<Option<SealingKey>>,
+        repo: Repo,
+    ) -> Result<Context, DemoKey> {
+        let sealing = sealing.into();
+        if sealing.as_ref().is_some_and(SealingKey::is_demo) {
             return Err(DemoKey {
-                cert: config.sealing_cert,
+                cert: config.sealing_cert.unwrap_or_default(),
             });
         }
         Ok(Context {
@@ -134,6 +140,10 @@ pub struct Options {
     /// (`spokekeeper add`: the Flux objects that deploy with it). In review mode they go
     /// on the spoke's branch with it ([`crate::repo::Repo::commit_onboarding`]).
     pub beside: std::collections::BTreeMap<String, Vec<Beside>>,
+    /// Keep each spoke's probe in [`TickReport::seen`] for the daemon's alerts; the
+    /// one-shot commands let each go once its spoke is done (most of a healthy tick's
+    /// memory at 10 000 spokes is the presented chains).
+    pub keep_probes: bool,
 }
 
 pub use crate::repo::Beside;

@@ -29,8 +29,9 @@ pub(super) struct Tick<'a, P> {
     pub options: &'a Options,
     /// The tick's clock, one for every spoke.
     pub now: OffsetDateTime,
-    /// The tick's sealing key; with `untrusted` set nothing may be sealed to it.
-    pub sealing: &'a SealingKey,
+    /// The tick's sealing key (None: no sealing.cert, every spoke is sops); with
+    /// `untrusted` set nothing may be sealed to it.
+    pub sealing: Option<&'a SealingKey>,
     pub untrusted: Option<&'a Untrusted>,
     pub publish: &'a P,
     /// The tick's listing of the hub's consumers (empty without a hub).
@@ -101,7 +102,7 @@ pub(super) async fn spoke<P: Publish>(
         Err(e) => {
             let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
             note_recorded(&mut report, seen);
-            report.outcome = Outcome::Failed(SpokeError::Recipients(std::sync::Arc::new(e)));
+            report.outcome = Outcome::Failed(e);
             Reconciled::done(report)
         }
     }

@@ -59,8 +59,9 @@ pub struct SpokeReport {
     /// Who the new credential authenticated as, when one was validated.
     pub user: Option<String>,
     /// After a push with `hub:` configured: whether the hub unsealed it and Flux is Ready.
+    /// (Boxed: most reports have none, and a tick holds one report a spoke.)
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub hub: Option<crate::hub::verify::HubReport>,
+    pub hub: Option<Box<crate::hub::verify::HubReport>>,
     /// The hub's credential for this spoke after this tick, when known.
     pub credential: Option<CredentialReport>,
     /// Minted: the ClusterRoleBindings deleted this tick (older generations, or the

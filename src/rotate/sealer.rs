@@ -22,15 +22,24 @@ pub(crate) enum Sealer<'a> {
 }
 
 impl<'a> Sealer<'a> {
-    /// The spoke's sealer: the tick's sealing key, or its age recipients (read now).
+    /// The spoke's sealer: the tick's sealing key (None: the fleet has no sealing.cert),
+    /// or its age recipients (read now).
     pub(crate) fn for_spoke(
         config: &Config,
         spoke: &SpokeConfig,
-        key: &'a SealingKey,
-    ) -> Result<Sealer<'a>, RecipientsError> {
-        Ok(match spoke.format {
-            SealingFormat::SealedSecrets => Sealer::SealedSecrets(key),
-            SealingFormat::Sops => Sealer::Sops(recipients(config, spoke)?),
+        key: Option<&'a SealingKey>,
+    ) -> Result<Sealer<'a>, SpokeError> {
+        Ok(match (spoke.format, key) {
+            (SealingFormat::SealedSecrets, Some(key)) => Sealer::SealedSecrets(key),
+            (SealingFormat::SealedSecrets, None) => {
+                return Err(SpokeError::NoSealingCert {
+                    spoke: spoke.name.clone(),
+                });
+            }
+            (SealingFormat::Sops, _) => Sealer::Sops(
+                recipients(config, spoke)
+                    .map_err(|e: RecipientsError| SpokeError::Recipients(Arc::new(e)))?,
+            ),
         })
     }
 
@@ -105,4 +114,30 @@ fn seal_sops(
         }));
     }
     Ok(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sealer;
+    use crate::config::Config;
+    use crate::rotate::{SpokeError, Stage};
+
+    /// Defence behind the configuration check: a Sealed Secrets spoke in a tick with no
+    /// sealing key fails at `seal`, naming the spoke and the fix; a sops spoke needs none.
+    #[test]
+    fn a_sealed_secrets_spoke_without_a_sealing_key_fails_at_seal() {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem, age_recipients: [age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p]}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n  - {name: prod, address: 10.0.0.2, sealing: {format: sops}}\n";
+        let config = Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/")).unwrap();
+        let e = match Sealer::for_spoke(&config, &config.spokes[0], None) {
+            Err(e) => e,
+            Ok(_) => panic!("sealed to no key"),
+        };
+        assert!(matches!(&e, SpokeError::NoSealingCert { spoke } if spoke == "dev"));
+        assert_eq!(e.stage(), Stage::Seal);
+        assert!(e.to_string().contains("set sealing.cert"), "{e}");
+        assert!(matches!(
+            Sealer::for_spoke(&config, &config.spokes[1], None),
+            Ok(Sealer::Sops(_))
+        ));
+    }
 }

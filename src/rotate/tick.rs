@@ -46,7 +46,12 @@ async fn run<P: Publish>(
         Some(cfg) => Some(Hub::connect_bounded(cfg).await),
         None => None,
     };
-    let (sealing, cert) = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
+    // None: no sealing.cert (every spoke is sops), so no certificate to fetch or trust.
+    let sealed = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
+    let (sealing, cert) = match &sealed {
+        Some((key, cert)) => (Some(key), Some(cert)),
+        None => (None, None),
+    };
     let spokes: Vec<&SpokeConfig> = ctx
         .config
         .spokes
@@ -69,8 +74,8 @@ async fn run<P: Publish>(
         context: ctx,
         options: opts,
         now,
-        sealing: &sealing,
-        untrusted: cert.untrusted.as_ref(),
+        sealing,
+        untrusted: cert.and_then(|c| c.untrusted.as_ref()),
         publish: &publish,
         listed: &listed,
     };
@@ -101,21 +106,15 @@ async fn run<P: Publish>(
     // into a second buffer while the first is still held.
     let seen = worked
         .iter_mut()
-        .map(|w| {
-            let none = Probed {
-                spoke: String::new(),
-                probe: None,
-            };
-            std::mem::replace(&mut w.seen, none)
-        })
+        .filter_map(|w| w.seen.take().map(|p| *p))
         .collect();
     let spokes = worked.into_iter().map(|w| w.report).collect();
     TickReport {
         spokes,
         pushed,
         repo_error,
-        sealing: Some(cert.clone()),
-        sealing_key: Some(sealing.clone()),
+        sealing: cert.cloned(),
+        sealing_key: sealing.cloned(),
         seen,
     }
 }
@@ -145,7 +144,8 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
             let done = reconcile::spoke(tick, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what is read later.
-            (order, Worked::new(spoke, seen.into_probed(), done))
+            let seen = opts.keep_probes.then(|| Box::new(seen.into_probed()));
+            (order, Worked::new(spoke, seen, done))
         })
         .buffer_unordered(opts.concurrency.max(1))
         .for_each(|(order, w)| {
@@ -166,14 +166,15 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
 /// One spoke through the tick: what was observed, its report, and what it proposed.
 struct Worked<'a> {
     spoke: &'a SpokeConfig,
-    seen: Probed,
+    /// With [`super::Options::keep_probes`] only; boxed, so that a slot holds a pointer.
+    seen: Option<Box<Probed>>,
     report: SpokeReport,
     /// Boxed: most spokes propose nothing, and every slot is as large as the largest.
     proposal: Option<Box<Proposal>>,
 }
 
 impl<'a> Worked<'a> {
-    fn new(spoke: &'a SpokeConfig, seen: Probed, done: Reconciled) -> Worked<'a> {
+    fn new(spoke: &'a SpokeConfig, seen: Option<Box<Probed>>, done: Reconciled) -> Worked<'a> {
         Worked {
             spoke,
             seen,
@@ -270,7 +271,7 @@ async fn verify_on_hub(
             };
         }
         if let Some(w) = worked.iter_mut().find(|w| w.spoke.name == name) {
-            w.report.hub = Some(check);
+            w.report.hub = Some(Box::new(check));
         }
     }
 }

@@ -1228,11 +1228,11 @@ fn served_metric_names() -> BTreeSet<String> {
     };
     // The pushed credential as the hub took it.
     let mut report = report;
-    report.spokes[0].hub = Some(support::reports::dev_hub_report(
+    report.spokes[0].hub = Some(Box::new(support::reports::dev_hub_report(
         spokekeeper::hub::Kind::Kustomization,
         "dev",
         true,
-    ));
+    )));
     let metrics = spokekeeper::metrics::Metrics::new();
     metrics.observe_tick(
         &report,

@@ -11,6 +11,7 @@ use std::net::{IpAddr, Ipv4Addr};
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use spokekeeper_lab::{Pki, PkiOptions, kubeconfig_yaml};
+use support::fleet::{Openers, sealed_keys};
 use support::git::{commit, fleet_remote, git};
 use support::leak::{Needles, key_needles, scalar_of_pem};
 
@@ -184,6 +185,64 @@ fn a_planted_key_is_found_in_a_committed_file_a_packed_object_and_a_tmpdir() {
     assert_eq!(needles.files_containing(dir.path(), &[]), vec![big]);
     let missed = std::panic::catch_unwind(|| needles.assert_nowhere(&[&tmp], &[]));
     assert!(missed.is_err(), "assert_nowhere let the planted key pass");
+}
+
+/// A sops Secret is opened for its key as a SealedSecret is: with the age identity the
+/// key of the kubeconfig it holds becomes a needle (a minted key exists nowhere else);
+/// without one, or with another fleet's, the check refuses to pass blind.
+#[test]
+fn a_key_committed_in_a_sops_secret_is_read_with_the_age_identity_and_never_skipped() {
+    use spokekeeper::seal::SecretInput;
+    use spokekeeper::seal::sops::{self, AgeIdentities, AgeRecipients};
+    use spokekeeper::secret::SecretBytes;
+
+    let dir = tempfile::tempdir().unwrap();
+    let (_remote, clones) = fleet_remote(dir.path(), 1);
+    let clone = &clones[0];
+    let identity = |id: &age::x25519::Identity| {
+        let text = age::secrecy::ExposeSecret::expose_secret(&id.to_string()).to_string();
+        AgeIdentities::parse(&SecretBytes::from(text)).unwrap()
+    };
+    let (ours, theirs) = (
+        age::x25519::Identity::generate(),
+        age::x25519::Identity::generate(),
+    );
+    let minted = pki();
+    let secret = format!(
+        "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke0-kubeconfig\n  namespace: flux-system\ndata:\n  value: {}\n",
+        STANDARD.encode(kubeconfig(&minted))
+    );
+    let recipients = AgeRecipients::parse(&[ours.to_public().to_string()]).unwrap();
+    let text = sops::encrypt(&SecretInput::parse(secret.as_bytes()).unwrap(), &recipients).unwrap();
+    std::fs::write(clone.join("spoke0.yaml"), &text).unwrap();
+    git(clone, &["add", "spoke0.yaml"]);
+    commit(clone, "spoke0: rotate kubeconfig");
+
+    let (recovery, ours, theirs) = (Vec::new(), identity(&ours), identity(&theirs));
+    let mut needles = Needles::new();
+    let opened = |age| Openers {
+        recovery: &recovery,
+        age,
+    };
+    assert_eq!(sealed_keys(&mut needles, clone, &opened(Some(&ours))), 1);
+    assert_eq!(needles.keys(), 1);
+    needles.assert_absent("the committed sops file", text.as_bytes());
+    let mut alone = Needles::new();
+    alone.add_key(&minted.parts.client_key_pem);
+    assert_eq!(
+        alone.len(),
+        needles.len(),
+        "the minted key's needles, all of them"
+    );
+
+    for age in [None, Some(&theirs)] {
+        let blind = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            sealed_keys(&mut Needles::new(), clone, &opened(age))
+        }));
+        let why = blind.expect_err("a sops Secret it cannot open was skipped");
+        let why = why.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(why.contains("its key cannot be looked for"), "{why}");
+    }
 }
 
 fn body_of(pem: &str) -> String {

@@ -19,7 +19,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use support::NodeOptions;
-use support::fleet::{Fleet, authenticates, sealed_keys, vectors_recovery_keys};
+use support::fleet::{Fleet, Openers, authenticates, sealed_keys, vectors_recovery_keys};
 use support::git::{clone, git};
 use support::leak::Needles;
 
@@ -314,7 +314,16 @@ async fn soak() {
     let admin_keys = needles.keys();
     let sealed: usize = [&fleet.remote, &fleet.clone, &racer]
         .iter()
-        .map(|repo| sealed_keys(&mut needles, repo, &recovery))
+        .map(|repo| {
+            sealed_keys(
+                &mut needles,
+                repo,
+                &Openers {
+                    recovery: &recovery,
+                    age: None,
+                },
+            )
+        })
         .sum();
     assert!(
         needles.keys() > admin_keys + spokes,
@@ -407,8 +416,12 @@ fn a_short_minted_run_at_debug_leaks_no_key_into_logs_repos_or_tmp() {
     assert!(debug_lines > 0, "the daemon did not log at debug:\n{log}");
 
     let recovery = vectors_recovery_keys();
-    let sealed = sealed_keys(&mut needles, &fleet.remote, &recovery)
-        + sealed_keys(&mut needles, &fleet.clone, &recovery);
+    let openers = Openers {
+        recovery: &recovery,
+        age: None,
+    };
+    let sealed = sealed_keys(&mut needles, &fleet.remote, &openers)
+        + sealed_keys(&mut needles, &fleet.clone, &openers);
     assert!(sealed >= 4, "{sealed} sealed kubeconfigs");
     // 4 admin keys (2 nodes, 2 installs each), generations 1 and 2 of each spoke.
     assert_eq!(needles.keys(), 4 + 4, "{log}");

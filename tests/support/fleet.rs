@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use spokekeeper::seal::sops::{self, AgeIdentities};
 use spokekeeper::seal::{RecoveryKey, SealedSecret};
 use spokekeeper::secret::SecretBytes;
 use spokekeeper_lab::config::{ConfigBuilder, Spoke, Ssh};
@@ -285,12 +286,21 @@ impl Fleet {
 
     /// The same, for a fleet that seals to a key of `recovery` (a real controller's).
     pub fn key_needles_unsealing(&self, recovery: &[RecoveryKey]) -> Needles {
+        self.key_needles_opening(&Openers {
+            recovery,
+            age: None,
+        })
+    }
+
+    /// The same, for a fleet whose committed credentials `openers` open: SealedSecrets
+    /// and sops Secrets.
+    pub fn key_needles_opening(&self, openers: &Openers) -> Needles {
         let mut needles = Needles::new();
         for n in &self.nodes {
             needles.add_key(&n.parts().client_key_pem);
         }
         for repo in [&self.remote, &self.clone] {
-            sealed_keys(&mut needles, repo, recovery);
+            sealed_keys(&mut needles, repo, openers);
         }
         needles
     }
@@ -323,25 +333,46 @@ pub fn vectors_recovery_keys() -> Vec<RecoveryKey> {
     .unwrap()
 }
 
+/// What opens the credentials committed to a fleet repo: the private halves of the
+/// sealing key (SealedSecrets) and the age identities (sops Secrets).
+pub struct Openers<'a> {
+    pub recovery: &'a [RecoveryKey],
+    pub age: Option<&'a AgeIdentities>,
+}
+
 /// Adds to `needles` the client key of every kubeconfig sealed in any object of `repo`
 /// (loose or packed, reachable or not: every generation committed, every commit that lost
-/// a push race), unsealed with `recovery`; returns how many sealed kubeconfigs it read.
-/// Panics on a SealedSecret that does not unseal, since its key could not be looked for.
-pub fn sealed_keys(needles: &mut Needles, repo: &Path, recovery: &[RecoveryKey]) -> usize {
+/// a push race), opened with `openers`: a SealedSecret unsealed, a sops Secret decrypted;
+/// returns how many sealed kubeconfigs it read. Panics on one it cannot open (a sops
+/// Secret and no age identity among them included), since its key could not be looked
+/// for. A sops file that is not a Secret is the plaintext guard's matter, not read here.
+pub fn sealed_keys(needles: &mut Needles, repo: &Path, openers: &Openers) -> usize {
     let mut read = 0;
     for (oid, kind, body) in all_objects(repo) {
-        if kind != "blob" || !body.windows(12).any(|w| w == b"SealedSecret") {
+        if kind != "blob" {
             continue;
         }
-        let Ok(sealed) = SealedSecret::parse(&body) else {
-            continue;
-        };
-        let secret = sealed.unseal(recovery).unwrap_or_else(|e| {
+        let cannot = |e: &dyn std::fmt::Display| -> ! {
             panic!(
                 "blob {oid} of {}: {e}: its key cannot be looked for",
                 repo.display()
             )
-        });
+        };
+        let secret = if body.windows(12).any(|w| w == b"SealedSecret") {
+            let Ok(sealed) = SealedSecret::parse(&body) else {
+                continue;
+            };
+            sealed
+                .unseal(openers.recovery)
+                .unwrap_or_else(|e| cannot(&e))
+        } else if sops::is_sops(&body) && sops::readable(&body).is_ok() {
+            let Some(ids) = openers.age else {
+                cannot(&"a sops Secret, and no age identity to decrypt it");
+            };
+            sops::decrypt(&body, ids).unwrap_or_else(|e| cannot(&e))
+        } else {
+            continue;
+        };
         for value in secret.data.values() {
             needles.add_kubeconfig(value.expose());
         }

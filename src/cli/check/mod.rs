@@ -69,7 +69,13 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         let msg = format!("no spoke named {unknown:?} in {}", config_path.display());
         return cannot_check(format, now, &msg);
     }
-    let sealing = match SealingCert::load(&config.sealing_cert, &config.repo.path, now) {
+    // None without sealing.cert (every spoke is sops): no certificate to grade.
+    let sealing = match config
+        .sealing_cert
+        .as_deref()
+        .map(|cert| SealingCert::load(cert, &config.repo.path, now))
+        .transpose()
+    {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e.to_string()),
     };
@@ -98,7 +104,13 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };
-    let mut findings = alerts::evaluate(&config.alerts, &seen, &sealing, now, reviews.as_ref());
+    let mut findings = alerts::evaluate(
+        &config.alerts,
+        &seen,
+        sealing.as_ref(),
+        now,
+        reviews.as_ref(),
+    );
     if let Some(u) = &untrusted {
         // The table's line is short; the whole story and the fix go to stderr.
         eprintln!("spokekeeper check: CRITICAL: {}", u.error);
@@ -139,11 +151,13 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
 /// rule (the hub is not asked). None when it is trusted, when it cannot be sealed to at
 /// all (expired, unreadable: graded or reported elsewhere), and with `hub:` when this
 /// clone has no record of what the hub served: only a tick that reaches the hub can tell.
+/// None without sealing.cert.
 async fn untrusted_sealing(config: &Config, repo: &Repo, now: OffsetDateTime) -> Option<Untrusted> {
-    let path = &config.sealing_cert;
+    let path = config.sealing_cert.as_deref()?;
     let pem = spokekeeper::fsutil::read_under(path, repo.path()).ok()?;
     let key = SealingKey::from_pem(&pem, &path.display().to_string(), now).ok()?;
-    match spokekeeper::rotate::sealing::trusted_offline(config, repo, key.fingerprint()).await {
+    match spokekeeper::rotate::sealing::trusted_offline(config, path, repo, key.fingerprint()).await
+    {
         Ok(_) => None,
         Err(u) if u.anchor == "last-served" && u.expected.is_empty() => None,
         Err(u) => Some(u),

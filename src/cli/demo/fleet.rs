@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use tokio::runtime::Runtime;
 
 use super::sim::SimSpoke;
-use super::{DemoError, MINTED, io, part};
+use super::{DemoError, MINTED, SOPS, io, output, part};
 use spokekeeper::config::Config;
 use spokekeeper::repo::Repo;
 use spokekeeper::rotate::Context;
@@ -94,11 +94,18 @@ impl Repos {
     }
 }
 
-/// spokekeeper.yaml for the simulated fleet: the clone, the sealing certificate, each
-/// spoke read with the `local` source (prod minted), and the hub.
-fn config_yaml(repos: &Repos, cert: &Path, spokes: &[SimSpoke], hub_kubeconfig: &Path) -> String {
+/// spokekeeper.yaml for the simulated fleet: the clone, the sealing certificate and the
+/// age recipient, each spoke read with the `local` source (prod minted, dev in sops
+/// format), and the hub.
+fn config_yaml(
+    repos: &Repos,
+    cert: &Path,
+    recipient: &str,
+    spokes: &[SimSpoke],
+    hub_kubeconfig: &Path,
+) -> String {
     let mut yaml = format!(
-        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\nspokes:\n",
+        "repo:\n  path: {}\n  author: \"spokekeeper <spokekeeper@example.org>\"\nsealing:\n  cert: {}\n  age_recipients: [{recipient}]\nspokes:\n",
         repos.clone.display(),
         cert.display()
     );
@@ -111,6 +118,12 @@ fn config_yaml(repos: &Repos, cert: &Path, spokes: &[SimSpoke], hub_kubeconfig: 
         if i == MINTED {
             yaml.push_str("    credential: {mode: minted}\n");
         }
+        if i == SOPS {
+            yaml.push_str(&format!(
+                "    sealing: {{format: sops}}\n    output: {}\n",
+                output(i, s.name)
+            ));
+        }
     }
     yaml.push_str(&format!(
         "hub:\n  kubeconfig: {}\n  verify_timeout: 20s\n",
@@ -119,13 +132,14 @@ fn config_yaml(repos: &Repos, cert: &Path, spokes: &[SimSpoke], hub_kubeconfig: 
     yaml
 }
 
-/// Writes the sealing certificate and spokekeeper.yaml, and loads them as spokekeeper
-/// does: the context every tick of the demo runs in.
+/// Writes the sealing certificate and spokekeeper.yaml (with the age `recipient`), and
+/// loads them as spokekeeper does: the context every tick of the demo runs in.
 pub(super) fn context(
     repos: &Repos,
     spokes: &[SimSpoke],
     hub_kubeconfig: &Path,
     cert_pem: &str,
+    recipient: &str,
     hub: &Runtime,
 ) -> Result<Context, DemoError> {
     let cert = repos.root.join("sealed-secrets-demo.pem");
@@ -133,7 +147,7 @@ pub(super) fn context(
     let config_path = repos.root.join("spokekeeper.yaml");
     std::fs::write(
         &config_path,
-        config_yaml(repos, &cert, spokes, hub_kubeconfig),
+        config_yaml(repos, &cert, recipient, spokes, hub_kubeconfig),
     )
     .map_err(io(config_path.display()))?;
     let config = Config::load(&config_path).map_err(part("the demo's spokekeeper.yaml"))?;

@@ -1,15 +1,18 @@
 //! The simulated hub: the Sealed Secrets controller holding a key made for this run, and
-//! Flux applying what the fleet repo's main holds.
+//! Flux applying what the fleet repo's main holds, its kustomize-controller decrypting
+//! sops files with an age identity made for this run.
 
 use std::path::Path;
 
 use spokekeeper_lab::SealingPair;
-use spokekeeper_lab::hub::{HubSim, Kind, Source};
+use spokekeeper_lab::hub::{HubSim, Kind, SopsKey, Source};
 
 use super::fleet::git;
 use super::sim::SimSpoke;
-use super::{DemoError, io, part};
+use super::{DemoError, SOPS_DIR, io, output, part};
+use spokekeeper::seal::sops::{self, AgeIdentities};
 use spokekeeper::seal::{RecoveryKey, SealedSecret};
+use spokekeeper::secret::SecretBytes;
 
 /// The controller's private keys, as the hub's operator would load them.
 pub(super) fn controller_keys(key_pem: &str) -> Result<Vec<RecoveryKey>, DemoError> {
@@ -17,10 +20,19 @@ pub(super) fn controller_keys(key_pem: &str) -> Result<Vec<RecoveryKey>, DemoErr
         .map_err(part("the demo controller's key"))
 }
 
-/// Starts the hub, each spoke's Secret consumed by a Kustomization and a HelmRelease.
+/// The age identity in the hub's `sops-age` Secret, as kustomize-controller decrypts
+/// with it: spokekeeper's sops decryption, the plaintext dropped at once.
+pub(super) fn age_identities(key: &age::x25519::Identity) -> Result<AgeIdentities, DemoError> {
+    let text = age::secrecy::ExposeSecret::expose_secret(&key.to_string()).to_string();
+    AgeIdentities::parse(&SecretBytes::from(text)).map_err(part("the demo's age identity"))
+}
+
+/// Starts the hub, each spoke's Secret consumed by a Kustomization and a HelmRelease;
+/// the sops files under SOPS_DIR decrypted with `age_key`.
 pub(super) fn start(
     rt: &tokio::runtime::Handle,
     pair: &SealingPair,
+    age_key: &age::x25519::Identity,
     remote: &Path,
     spokes: &[SimSpoke],
 ) -> Result<HubSim, DemoError> {
@@ -40,13 +52,26 @@ pub(super) fn start(
         source,
     )
     .map_err(io("the simulated hub"))?;
-    for s in spokes {
+    let identities = age_identities(age_key)?;
+    let decrypt: SopsKey = std::sync::Arc::new(move |file: &[u8]| {
+        sops::decrypt(file, &identities)
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    hub.add_sops_kustomization(
+        "flux-system",
+        "sops-secrets",
+        &format!("./{SOPS_DIR}"),
+        "sops-age",
+        decrypt,
+    );
+    for (i, s) in spokes.iter().enumerate() {
         hub.add_spoke(spokekeeper_lab::hub::SimSpoke {
             secret_namespace: "flux-system".into(),
             secret_name: format!("{}-kubeconfig", s.name),
             kustomization_namespace: "flux-system".into(),
             kustomization_name: s.name.into(),
-            file: format!("fluxcd/{}-kubeconfig-sealed.yaml", s.name),
+            file: output(i, s.name),
         });
         // A second consumer of the same Secret: apps deployed with Helm.
         hub.add_consumer(

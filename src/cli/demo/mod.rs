@@ -9,7 +9,9 @@
 //! revoked (its previous generation refused at once), and the fleet repo's log.
 //! A simulated hub (the lab's `hub`: the controller holding a key made for this run, and Flux) serves
 //! the sealing certificate and shows each pushed credential Synced, and Ready in each
-//! Kustomization and HelmRelease that uses it.
+//! Kustomization and HelmRelease that uses it. `dev`'s output is sops (`sealing.format:
+//! sops`), encrypted for an age identity made for this run: the hub's kustomize-controller
+//! decrypts it with that identity (spokekeeper's sops decryption, in memory only).
 //!
 //! The steps: `fleet` (the git remote, the clone, spokekeeper.yaml), `sim` (the spokes),
 //! `hub` (the simulated hub), `tour` (steps 2 to 8).
@@ -33,6 +35,18 @@ const SPOKES: [&str; 3] = ["dev", "test", "prod"];
 const REBUILT: usize = 1;
 /// The spoke whose credential is minted (credential.mode: minted), the rest extracted.
 const MINTED: usize = 2;
+/// The spoke whose output is sops for the demo's age recipient, the rest SealedSecrets.
+const SOPS: usize = 0;
+/// Where kustomize-controller decrypts sops files from (its Kustomization's spec.path).
+const SOPS_DIR: &str = "fluxcd/sops";
+
+/// Spoke `i`'s committed file in the fleet repo.
+fn output(i: usize, name: &str) -> String {
+    match i {
+        SOPS => format!("{SOPS_DIR}/{name}-kubeconfig.yaml"),
+        _ => format!("fluxcd/{name}-kubeconfig-sealed.yaml"),
+    }
+}
 
 /// What failed in the demo: each names the part, and wraps or says its cause.
 #[derive(Debug, thiserror::Error)]
@@ -116,14 +130,17 @@ pub(super) fn run() -> Result<(), DemoError> {
     );
     step(
         1,
-        "the fleet: a git remote, three k3s spokes with real TLS API servers (prod's hub credential is minted: a short-lived certificate for its own revocable user, not the node's admin)",
+        "the fleet: a git remote, three k3s spokes with real TLS API servers (prod's hub credential is minted: a short-lived certificate for its own revocable user, not the node's admin; dev's output is sops, not a SealedSecret)",
     );
     let repos = fleet::Repos::create(root_path)?;
     let mut spokes = sim::start_all(root_path, sim.handle())?;
     // The hub: the Sealed Secrets controller (holding a key made for this run) and Flux,
     // applying what the fleet repo's main holds.
     let pair = SealingPair::generate().map_err(DemoError::Pair)?;
-    let hub_api = hub::start(sim.handle(), &pair, &repos.remote, &spokes)?;
+    // kustomize-controller's age identity, for dev's sops output: in memory only.
+    let age_key = age::x25519::Identity::generate();
+    let recipient = age_key.to_public().to_string();
+    let hub_api = hub::start(sim.handle(), &pair, &age_key, &repos.remote, &spokes)?;
     let hub_kubeconfig = root_path.join("hub.kubeconfig");
     std::fs::write(&hub_kubeconfig, hub_api.kubeconfig_yaml())
         .map_err(io(hub_kubeconfig.display()))?;
@@ -131,12 +148,23 @@ pub(super) fn run() -> Result<(), DemoError> {
         "   hub   API on http://{}: the Sealed Secrets controller (a key made for this run) and Flux",
         hub_api.addr
     );
-    let ctx = fleet::context(&repos, &spokes, &hub_kubeconfig, &pair.cert_pem, &hub)?;
+    say!(
+        "          and kustomize-controller, decrypting {SOPS_DIR}/ with an age identity made for this run (recipient {recipient})"
+    );
+    let ctx = fleet::context(
+        &repos,
+        &spokes,
+        &hub_kubeconfig,
+        &pair.cert_pem,
+        &recipient,
+        &hub,
+    )?;
     let tour = tour::Tour {
         hub: &hub,
         ctx: &ctx,
         remote: &repos.remote,
         key_pem: &pair.key_pem,
+        age_key: &age_key,
     };
     tour.run(&mut spokes, sim.handle())?;
     say!(

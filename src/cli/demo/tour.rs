@@ -6,22 +6,24 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 
 use super::fleet::git;
-use super::hub::controller_keys;
+use super::hub::{age_identities, controller_keys};
 use super::sim::{SimSpoke, refused_now};
-use super::{DemoError, MINTED, REBUILT, part, step};
+use super::{DemoError, MINTED, REBUILT, SOPS, output, part, step};
 use crate::cli::Format;
 use crate::cli::rotate::print_report;
 use spokekeeper::rotate::{self, Context, Options, TickReport};
 use spokekeeper::seal::SealedSecret;
+use spokekeeper::seal::sops;
 use spokekeeper::secret::SecretBytes;
 
 /// What the steps run against: the runtime, spokekeeper's context, the fleet repo's
-/// remote and the hub controller's key.
+/// remote, the hub controller's key and kustomize-controller's age identity.
 pub(super) struct Tour<'a> {
     pub(super) hub: &'a Runtime,
     pub(super) ctx: &'a Context,
     pub(super) remote: &'a Path,
     pub(super) key_pem: &'a str,
+    pub(super) age_key: &'a age::x25519::Identity,
 }
 
 impl Tour<'_> {
@@ -32,9 +34,10 @@ impl Tour<'_> {
     ) -> Result<(), DemoError> {
         step(
             2,
-            "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed, then verified on the hub (SealedSecret Synced, a reconcile requested of every Kustomization and HelmRelease using it, each Ready)",
+            "first tick: every spoke's kubeconfig extracted, validated live, sealed, committed, pushed, then verified on the hub (SealedSecret Synced, or dev's sops file decrypted by its Kustomization, a reconcile requested of every Kustomization and HelmRelease using it, each Ready)",
         );
         self.tick("first tick")?;
+        self.sops_file(spokes[SOPS].name)?;
         step(
             3,
             "second tick: nothing changed, so nothing is committed (and no extraction happens)",
@@ -92,6 +95,27 @@ impl Tour<'_> {
             });
         }
         Ok(report)
+    }
+
+    /// The sops spoke's committed file: a Secret whose values are ENC[...] for the demo's
+    /// age recipient, spokekeeper's annotations readable; it decrypts with the hub's
+    /// identity (the plaintext dropped at once).
+    fn sops_file(&self, name: &str) -> Result<(), DemoError> {
+        let file = output(SOPS, name);
+        let committed = git(self.remote, &["show", &format!("main:{file}")])?;
+        let meta = sops::metadata(committed.as_bytes()).map_err(part(&file))?;
+        let identities = age_identities(self.age_key)?;
+        sops::decrypt(committed.as_bytes(), &identities)
+            .map(drop)
+            .map_err(part(&file))?;
+        say!(
+            "   {name} is sops: {file} is a Secret encrypted for age recipient {} (the hub's identity decrypts it), its annotations readable:",
+            meta.recipients.join(", ")
+        );
+        for line in excerpt(&committed) {
+            say!("   | {line}");
+        }
+        Ok(())
     }
 
     /// Step 4: a spoke reinstalled, its CA change printed.
@@ -173,4 +197,30 @@ impl Tour<'_> {
         say!("   the previous generation's credential, still valid as a certificate: {refused}");
         Ok(())
     }
+}
+
+/// A sops file's lines for the eye: each wrapped data key (an armored age file) folded
+/// to one line, long lines cut.
+fn excerpt(text: &str) -> Vec<String> {
+    const WIDTH: usize = 100;
+    let mut out = Vec::new();
+    let mut armored = false;
+    for line in text.lines() {
+        if armored {
+            armored = !line.contains("-----END AGE ENCRYPTED FILE-----");
+            continue;
+        }
+        if let Some(key) = line.strip_suffix("enc: |") {
+            armored = true;
+            out.push(format!(
+                "{key}enc: (the data key: an armored age file for the recipient below)"
+            ));
+            continue;
+        }
+        match line.char_indices().nth(WIDTH) {
+            Some((at, _)) => out.push(format!("{}...", &line[..at])),
+            None => out.push(line.to_string()),
+        }
+    }
+    out
 }

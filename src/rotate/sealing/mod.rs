@@ -1,6 +1,7 @@
 //! The sealing certificate for a tick: fetched from the controller when the hub is
 //! configured (hub::cert), else (or when the hub cannot be reached) the pinned copy in
-//! sealing.cert; then whether it is trusted (trust.rs).
+//! sealing.cert; then whether it is trusted (trust.rs). None when sealing.cert is not set
+//! (every spoke is sops): nothing is fetched, pinned or trusted.
 //!
 //! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
 //! the fleet repo) before any spoke is committed, and every spoke is then re-sealed to it
@@ -9,6 +10,8 @@
 
 mod served;
 mod trust;
+
+use std::path::Path;
 
 use time::OffsetDateTime;
 
@@ -27,14 +30,18 @@ use crate::seal::trust::Controller;
 pub(crate) const CERT_BRANCH: &str = "spokekeeper/sealing.cert";
 
 /// The key for this tick, what happened on the hub, and whether the key is trusted:
-/// when `report.untrusted` is set, nothing may be sealed to it.
+/// when `report.untrusted` is set, nothing may be sealed to it. None without
+/// sealing.cert (or a key loaded at start).
 pub(super) async fn for_tick(
     ctx: &Context,
     hub: Option<&Result<Hub, HubError>>,
     dry_run: bool,
     publish: &impl Publish,
-) -> (SealingKey, CertReport) {
-    let (key, report, heard) = choose(ctx, hub, dry_run, publish).await;
+) -> Option<(SealingKey, CertReport)> {
+    let (Some(cert), Some(start)) = (&ctx.config.sealing_cert, &ctx.sealing) else {
+        return None;
+    };
+    let (key, report, heard) = choose(ctx, cert, start, hub, dry_run, publish).await;
     let mut report = report.unwrap_or_else(|| CertReport::new(key.fingerprint()));
     if ctx.config.hub.is_none() && ctx.config.sealing_sha256.is_empty() {
         tracing::warn!(
@@ -56,7 +63,7 @@ pub(super) async fn for_tick(
         Heard::Silent => Controller::Silent,
         Heard::Other(fp) => Controller::Contradicts(*fp),
     };
-    match trust::check(&ctx.config, &ctx.repo, key.fingerprint(), hub).await {
+    match trust::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), hub).await {
         Ok(how) => {
             report.trusted = true;
             report.trust = how.to_string();
@@ -68,19 +75,20 @@ pub(super) async fn for_tick(
             report.untrusted = Some(u);
         }
     }
-    (key, report)
+    Some((key, report))
 }
 
-/// `spokekeeper check`: the tick's trust rule for the certificate `sha256` without asking
-/// the hub (no network), as for a tick that cannot reach it: `sealing.sha256`, else with
-/// `hub:` the certificate it last served to this clone, else what the committed
-/// credentials record.
+/// `spokekeeper check`: the tick's trust rule for the certificate `sha256` (read from
+/// `cert`, sealing.cert) without asking the hub (no network), as for a tick that cannot
+/// reach it: `sealing.sha256`, else with `hub:` the certificate it last served to this
+/// clone, else what the committed credentials record.
 pub async fn trusted_offline(
     config: &crate::config::Config,
+    cert: &Path,
     repo: &crate::repo::Repo,
     sha256: Fingerprint<Sealing>,
 ) -> Result<&'static str, Untrusted> {
-    trust::check(config, repo, sha256, Controller::Silent).await
+    trust::check(config, cert, repo, sha256, Controller::Silent).await
 }
 
 /// What the hub's controller served this tick, compared with the key chosen.
@@ -94,16 +102,18 @@ enum Heard {
     Other(Fingerprint<Sealing>),
 }
 
-/// The key for this tick, the hub's part of the report (None: no hub), and what the
-/// hub's controller served.
+/// The key for this tick (`cert`: sealing.cert; `start`: the key loaded at start), the
+/// hub's part of the report (None: no hub), and what the hub's controller served.
 async fn choose(
     ctx: &Context,
+    cert: &Path,
+    start: &SealingKey,
     hub: Option<&Result<Hub, HubError>>,
     dry_run: bool,
     publish: &impl Publish,
 ) -> (SealingKey, Option<CertReport>, Heard) {
     let now = OffsetDateTime::now_utc();
-    let (pinned, on_disk) = pinned(ctx, now);
+    let (pinned, on_disk) = pinned(ctx, cert, start, now);
     let (Some(cfg), Some(hub)) = (&ctx.config.hub, hub) else {
         return (pinned, None, Heard::Silent);
     };
@@ -159,27 +169,46 @@ async fn choose(
                 key.fingerprint().short(),
                 key.fingerprint()
             );
-            if let Err(e) = pin(ctx, pem.as_bytes(), &message, publish).await {
+            if let Err(e) = pin(ctx, cert, pem.as_bytes(), &message, publish).await {
                 tracing::error!(error = %e, "cannot pin the controller's certificate");
                 report.error = Some(format!("cannot pin the certificate: {e}"));
             }
         }
         return (pinned, Some(report), Heard::Served);
     }
-    renew(ctx, pinned, key, pem.as_bytes(), dry_run, publish, report).await
+    let renewal = Renewal {
+        cert,
+        pinned,
+        key,
+        pem: pem.as_bytes(),
+    };
+    renew(ctx, renewal, dry_run, publish, report).await
+}
+
+/// The controller's certificate `key` (as served, `pem`) in place of the `pinned` one
+/// in `cert`.
+struct Renewal<'a> {
+    cert: &'a Path,
+    pinned: SealingKey,
+    key: SealingKey,
+    pem: &'a [u8],
 }
 
 /// The controller serves another certificate than the pinned one: pin it (direct mode)
 /// or propose it (review mode), and seal to it unless it cannot be pinned.
 async fn renew(
     ctx: &Context,
-    pinned: SealingKey,
-    key: SealingKey,
-    pem: &[u8],
+    renewal: Renewal<'_>,
     dry_run: bool,
     publish: &impl Publish,
     mut report: CertReport,
 ) -> (SealingKey, Option<CertReport>, Heard) {
+    let Renewal {
+        cert,
+        pinned,
+        key,
+        pem,
+    } = renewal;
     let mut renewed = Renewed {
         old: pinned.fingerprint(),
         new: key.fingerprint(),
@@ -195,7 +224,7 @@ async fn renew(
             renewed.old,
             renewed.new
         );
-        match pin(ctx, pem, &message, publish).await {
+        match pin(ctx, cert, pem, &message, publish).await {
             Ok(commit) => renewed.commit = commit,
             // Review mode: the certificate's branch may be pushed already; seal to it.
             Err(e) if publish.landing() == Landing::AtMerge => {
@@ -221,10 +250,14 @@ async fn renew(
     (key, Some(report), Heard::Served)
 }
 
-/// sealing.cert as it is now on disk, and true; the key loaded at start and false when it
-/// cannot be used.
-fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
-    let path = &ctx.config.sealing_cert;
+/// sealing.cert (`path`) as it is now on disk, and true; the key loaded at start and
+/// false when it cannot be used.
+fn pinned(
+    ctx: &Context,
+    path: &Path,
+    start: &SealingKey,
+    now: OffsetDateTime,
+) -> (SealingKey, bool) {
     crate::fsutil::read_under(path, ctx.repo.path())
         .map_err(|e| e.to_string())
         .and_then(|pem| {
@@ -235,7 +268,7 @@ fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
             if path.exists() || path.is_symlink() {
                 tracing::warn!(error = %e, "sealing.cert cannot be used: using the copy loaded at start");
             }
-            (ctx.sealing.clone(), false)
+            (start.clone(), false)
         })
 }
 
@@ -243,14 +276,14 @@ fn pinned(ctx: &Context, now: OffsetDateTime) -> (SealingKey, bool) {
 /// credential (committed, or proposed for review).
 async fn pin(
     ctx: &Context,
+    path: &Path,
     pem: &[u8],
     message: &str,
     publish: &impl Publish,
 ) -> Result<Option<String>, PinError> {
-    let path = &ctx.config.sealing_cert;
     let Some(rel) = inside(path, ctx.repo.path()) else {
         crate::fsutil::write_atomic(path, pem).map_err(|source| PinError::Write {
-            path: path.clone(),
+            path: path.to_path_buf(),
             error: source,
         })?;
         return Ok(None);

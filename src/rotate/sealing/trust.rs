@@ -12,10 +12,12 @@ use crate::rotate::state::{self, SEALING_CERT_SHA256};
 use crate::seal::SealedSecret;
 use crate::seal::trust::{Committed, Controller, Fallback, Mismatch, confirm};
 
-/// Whether the certificate `sha256` may be sealed to in the clone `repo`; `hub`: what the
-/// hub's controller served (`Silent` when it was not asked, as in `spokekeeper check`).
+/// Whether the certificate `sha256` (read from `path`, sealing.cert) may be sealed to in
+/// the clone `repo`; `hub`: what the hub's controller served (`Silent` when it was not
+/// asked, as in `spokekeeper check`).
 pub(super) async fn check(
     config: &Config,
+    path: &std::path::Path,
     repo: &Repo,
     sha256: Fingerprint<Sealing>,
     hub: Controller,
@@ -36,7 +38,6 @@ pub(super) async fn check(
         Ok(anchor) => return Ok(anchor.describe()),
         Err(m) => m,
     };
-    let path = &config.sealing_cert;
     let (commit, changed_by) = changed_by(path, repo).await;
     let expected = mismatch.expected().to_vec();
     let listed = expected

@@ -182,11 +182,11 @@ fn every_family() -> String {
         ca_not_after: Some(at),
         ..SpokeReport::new("dev", Outcome::Rotated { commit: "a".into() })
     };
-    dev.hub = Some(support::reports::dev_hub_report(
+    dev.hub = Some(Box::new(support::reports::dev_hub_report(
         spokekeeper::hub::Kind::HelmRelease,
         "apps",
         false,
-    ));
+    )));
     let failed = Outcome::Failed(spokekeeper::rotate::SpokeError::Unreachable(
         spokekeeper::spoke::ProbeError::Refused {
             server: "https://10.0.0.2:6443".into(),

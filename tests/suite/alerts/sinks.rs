@@ -114,9 +114,18 @@ async fn tick_with_and_notify(
 ) -> Vec<Finding> {
     let report = rotate::tick(ctx, opts).await.unwrap();
     let seen = rotate::observe::fleet(&ctx.config, &ctx.repo, &[], Duration::from_secs(5)).await;
-    let sealing = SealingCert::from_key(&ctx.sealing, "cert.pem");
+    let sealing = ctx
+        .sealing
+        .as_ref()
+        .map(|k| SealingCert::from_key(k, "cert.pem"));
     let now = OffsetDateTime::now_utc();
-    let findings = alerts::evaluate(&ctx.config.alerts, &seen, &sealing, now, Some(&report));
+    let findings = alerts::evaluate(
+        &ctx.config.alerts,
+        &seen,
+        sealing.as_ref(),
+        now,
+        Some(&report),
+    );
     let errors = notifier.notify(&findings, now).await;
     assert!(errors.is_empty(), "{errors:?}");
     findings

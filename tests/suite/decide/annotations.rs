@@ -157,7 +157,7 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
         source: "c".into(),
         not_after: None,
     };
-    let findings = alerts::evaluate(&cfg, &[seen], &sealing, now(), None);
+    let findings = alerts::evaluate(&cfg, &[seen], Some(&sealing), now(), None);
     assert!(!findings.is_empty());
     serde_json::to_string(&findings).unwrap();
     decision

@@ -218,3 +218,48 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
         "{body}"
     );
 }
+
+/// The daemon's tick keeps each spoke's probe (`keep_probes`) and `after_tick` reuses it
+/// for the alerts rather than probing again: with the API stopped after the tick, the
+/// observation still holds the tick's probe. A one-shot tick keeps none (most of a
+/// 10 000-spoke tick's memory), so the same call probes again and finds the API down.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_daemons_tick_keeps_each_probe_for_the_alerts_and_a_one_shot_tick_none() {
+    use spokekeeper::config::Config;
+    use spokekeeper::repo::Repo;
+    use spokekeeper::rotate::{self, Context, Options, observe};
+    use std::time::Duration;
+
+    support::install_crypto_provider();
+    let mut fleet = Fleet::new(&[NodeOptions::default()]);
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let config = Config::load(&fleet.config).unwrap();
+    let cert = support::fleet::vectors().join("key/cert.pem");
+    let now = time::OffsetDateTime::now_utc();
+    let sealing =
+        spokekeeper::seal::SealingKey::from_pem(&std::fs::read(&cert).unwrap(), "cert.pem", now)
+            .unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let daemon = Options {
+        keep_probes: true,
+        ..Options::default()
+    };
+    let kept = rotate::tick(&ctx, &daemon).await.unwrap();
+    let one_shot = rotate::tick(&ctx, &Options::default()).await.unwrap();
+    assert_eq!(kept.seen.len(), 1);
+    assert!(one_shot.seen.is_empty());
+
+    fleet.nodes[0].stop_api();
+    let limit = Duration::from_secs(2);
+    let reused = observe::after_tick(&ctx.config, &ctx.repo, &kept, limit).await;
+    let probe = reused[0].probe.as_ref().expect("a probe");
+    assert!(probe.is_ok(), "the tick's own probe: {probe:?}");
+    let again = observe::after_tick(&ctx.config, &ctx.repo, &one_shot, limit).await;
+    let probe = again[0].probe.as_ref().expect("a probe");
+    assert!(
+        probe.as_ref().is_err_and(|e| e.is_unreachable()),
+        "probed again: {probe:?}"
+    );
+}

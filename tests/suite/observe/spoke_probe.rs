@@ -154,3 +154,96 @@ async fn a_port_that_is_not_tls_is_named_as_such() {
     assert!(matches!(err, ProbeError::NotTls { .. }), "{err}");
     assert!(!err.is_unreachable());
 }
+
+/// Serves TLS `version` on 127.0.0.1 with whichever certificate `current` holds at each
+/// handshake, and rustls's default server session cache (TLS 1.2 session IDs) and
+/// tickets (TLS 1.3): resumption is on offer.
+fn swapping_server(
+    current: std::sync::Arc<std::sync::Mutex<std::sync::Arc<rustls::sign::CertifiedKey>>>,
+    version: &'static rustls::SupportedProtocolVersion,
+) -> (String, tokio::task::JoinHandle<()>) {
+    #[derive(Debug)]
+    struct Current(std::sync::Arc<std::sync::Mutex<std::sync::Arc<rustls::sign::CertifiedKey>>>);
+    impl rustls::server::ResolvesServerCert for Current {
+        fn resolve(
+            &self,
+            _: rustls::server::ClientHello<'_>,
+        ) -> Option<std::sync::Arc<rustls::sign::CertifiedKey>> {
+            Some(self.0.lock().unwrap().clone())
+        }
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[version])
+        .unwrap()
+        .with_no_client_auth()
+        .with_cert_resolver(std::sync::Arc::new(Current(current)));
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let url = format!("https://{}", listener.local_addr().unwrap());
+    let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+    let serve = tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                if let Ok(mut tls) = acceptor.accept(tcp).await {
+                    // Read to the client's close: the session tickets go out meanwhile.
+                    let mut sink = Vec::new();
+                    let _ = tokio::io::AsyncReadExt::read_to_end(&mut tls, &mut sink).await;
+                }
+            });
+        }
+    });
+    (url, serve)
+}
+
+/// A serving certificate renewed in place (k3s's listener swaps it without a restart) is
+/// the one the next probe reports, probe after probe, over TLS 1.2 (a server behind an
+/// older proxy) and 1.3: each is a full handshake, never a resumed session, which would
+/// report the certificate of the session it resumes.
+#[tokio::test]
+async fn a_serving_certificate_renewed_in_place_is_seen_by_the_next_probe() {
+    for version in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        renewed_in_place(version).await;
+    }
+}
+
+async fn renewed_in_place(version: &'static rustls::SupportedProtocolVersion) {
+    use std::sync::{Arc, Mutex};
+    let certified = |pki: &spokekeeper_lab::Pki| {
+        let key = rustls::crypto::ring::sign::any_supported_type(&pki.serving_key()).unwrap();
+        Arc::new(rustls::sign::CertifiedKey::new(
+            pki.serving_chain.clone(),
+            key,
+        ))
+    };
+    let options = spokekeeper_lab::PkiOptions {
+        address: "127.0.0.1".parse().unwrap(),
+        address_in_sans: true,
+        client_cert_days: 365,
+    };
+    let (before, after) = (
+        spokekeeper_lab::Pki::generate(&options),
+        spokekeeper_lab::Pki::generate(&options),
+    );
+    let sha256 = |pki: &spokekeeper_lab::Pki| {
+        spokekeeper::certs::fingerprint(&pki.serving_chain[0]).to_string()
+    };
+    let current = Arc::new(Mutex::new(certified(&before)));
+    let (url, serve) = swapping_server(current.clone(), version);
+    for _ in 0..3 {
+        let seen = probe(&url, LIMIT).await.unwrap();
+        assert_eq!(seen.serving_sha256.to_string(), sha256(&before));
+    }
+    *current.lock().unwrap() = certified(&after);
+    for round in 0..3 {
+        let seen = probe(&url, LIMIT).await.unwrap();
+        assert_eq!(
+            seen.serving_sha256.to_string(),
+            sha256(&after),
+            "{version:?}: probe {round} after the renewal reported the old certificate"
+        );
+    }
+    serve.abort();
+}

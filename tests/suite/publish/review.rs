@@ -1908,4 +1908,10 @@ async fn a_sops_credential_is_proposed_for_review_and_healthy_once_merged() {
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(spoke(&report, 0)["action"], "healthy", "{report}");
     assert_eq!(r.forge.open_pulls().len(), 0);
+    let (recovery, ids) = (support::fleet::vectors_recovery_keys(), a.identities());
+    r.fleet
+        .assert_no_plaintext_of(&r.fleet.key_needles_opening(&support::fleet::Openers {
+            recovery: &recovery,
+            age: Some(&ids),
+        }));
 }

@@ -12,9 +12,10 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::git::git;
+use support::leak::Needles;
 use support::realstack::flux_controllers::{self as flux, request_reconcile};
 use support::realstack::hub::RealHub;
-use support::realstack::real_flux::{RealFlux, WAIT};
+use support::realstack::real_flux::{Format, RealFlux, WAIT};
 use support::realstack::wait_until;
 
 /// Scenario 1 of issue 27: the first rotation. The root Kustomization applies the
@@ -40,14 +41,20 @@ fn the_real_controllers_deploy_with_the_first_rotation() {
     stack.assert_deployed(0);
 }
 
-/// Spoke 0 rebuilt (new CAs, empty storage) after a first rotation in `extra`'s mode: the
-/// real controllers report the x509 failure when asked, then one tick brings the
-/// ConfigMap and the release back, each consumer Ready=True having handled spokekeeper's
-/// request at its current generation. Returns the stack and the tick's report.
-fn rebuild_and_tick(extra: &str, signers: bool) -> (RealFlux, Value) {
-    let mut stack = RealFlux::start(1, signers, extra);
+/// Spoke 0 of `stack` rebuilt (new CAs, empty storage) after a first rotation: the real
+/// controllers report the x509 failure when asked, then one tick brings the ConfigMap
+/// and the release back, each consumer Ready=True having handled spokekeeper's request at
+/// its current generation, the delivery (unsealed or decrypted) ok in both reports.
+/// Returns the stack and the tick's report.
+fn rebuild_and_tick(mut stack: RealFlux) -> (RealFlux, Value) {
+    let delivery = stack.delivery();
+    let delivered = |report: &Value| {
+        let hub = &report["spokes"][0]["hub"];
+        assert_eq!(hub[delivery]["ok"], true, "{report:#}");
+    };
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
+    delivered(&report);
     let first = stack.assert_consumers_ready(&report, 0);
     stack.assert_deployed(0);
 
@@ -67,6 +74,7 @@ fn rebuild_and_tick(extra: &str, signers: bool) -> (RealFlux, Value) {
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}");
     assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
+    delivered(&report);
     let after = stack.assert_consumers_ready(&report, 0);
     assert_ne!(after, first);
     stack.assert_deployed(0);
@@ -78,8 +86,100 @@ fn rebuild_and_tick(extra: &str, signers: bool) -> (RealFlux, Value) {
 #[test]
 fn a_rebuilt_spoke_is_back_on_the_real_controllers_after_one_tick() {
     let _heavy = support::timing::heavy();
-    let (_stack, report) = rebuild_and_tick("", false);
+    let (_stack, report) = rebuild_and_tick(RealFlux::start(1, false, ""));
     assert_eq!(report["spokes"][0]["user"], "system:admin", "{report:#}");
+}
+
+/// Issue 33: scenario 2 of issue 27 with the fleet in sops format. The root
+/// Kustomization decrypts each committed Secret with the hub's age key (spokekeeper's
+/// report says `decrypted`, no SealedSecret anywhere), and a rebuilt spoke is served
+/// again after one tick. What is committed is a sops Secret for the hub's recipient, its
+/// values `ENC[...]`; the kubeconfig's client key is in no file, object or output of the
+/// fleet's.
+#[test]
+fn a_rebuilt_sops_spoke_is_back_on_the_real_controllers_after_one_tick() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_format(1, false, "", Format::Sops);
+    let (stack, report) = rebuild_and_tick(stack);
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["user"], "system:admin", "{spoke:#}");
+    assert!(spoke["hub"]["synced"].is_null(), "{spoke:#}");
+
+    // On the hub: the Secret kustomize-controller applied from the decrypted file.
+    let secret = stack
+        .hub
+        .api
+        .get_json(&["secret", "spoke0-kubeconfig", "-n", flux::NS]);
+    let labels = &secret["metadata"]["labels"];
+    let applier = &labels["kustomize.toolkit.fluxcd.io/name"];
+    assert_eq!(applier, "flux-system", "{labels:#}");
+    let sealed =
+        stack
+            .hub
+            .api
+            .try_kubectl(&["get", "sealedsecret", "spoke0-kubeconfig", "-n", flux::NS]);
+    assert!(sealed.is_err(), "{sealed:?}");
+    let kubeconfig = stack
+        .hub
+        .secret_value(flux::NS, "spoke0-kubeconfig", "value")
+        .expect("the decrypted kubeconfig");
+
+    // In the fleet repo: a sops Secret for the hub's recipient alone.
+    let text = stack.fleet.remote_file(0);
+    let file: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(file["kind"], "Secret", "{text}");
+    let data = file["data"].as_object().unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(data.keys().collect::<Vec<_>>(), ["value"], "{text}");
+    assert!(
+        data["value"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("ENC[AES256_GCM,data:")),
+        "{text}"
+    );
+    let age = &file["sops"]["age"];
+    assert_eq!(age.as_array().map(Vec::len), Some(1), "{text}");
+    assert_eq!(
+        age[0]["recipient"].as_str(),
+        stack.age_recipient.as_deref(),
+        "{text}"
+    );
+    let mut needles = Needles::new();
+    assert_eq!(needles.add_kubeconfig(&kubeconfig), 1);
+    needles.add_key(&stack.fleet.nodes[0].parts().client_key_pem);
+    stack.fleet.assert_no_plaintext_of(&needles);
+}
+
+/// Issue 33, a fleet in both formats: sops by default, spoke 1 keeping a SealedSecret
+/// (`spokes[].sealing.format`). One tick delivers both through the real controllers
+/// from the same root Kustomization: spoke 0's report says `decrypted`, spoke 1's
+/// `synced`, each spoke's consumers Ready and its ConfigMap and release deployed.
+#[test]
+fn one_tick_delivers_a_sops_spoke_and_a_sealed_one_on_the_real_controllers() {
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_format(2, false, "", Format::Sops);
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    let mixed = text.replacen(
+        "  - name: spoke1\n",
+        "  - name: spoke1\n    sealing: {format: sealed-secrets}\n",
+        1,
+    );
+    assert_ne!(mixed, text);
+    std::fs::write(&stack.fleet.config, mixed).unwrap();
+
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    for (i, delivery, other, kind) in [
+        (0, "decrypted", "synced", "Secret"),
+        (1, "synced", "decrypted", "SealedSecret"),
+    ] {
+        let hub = &report["spokes"][i]["hub"];
+        assert_eq!(hub[delivery]["ok"], true, "spoke{i}: {report:#}");
+        assert!(hub[other].is_null(), "spoke{i}: {report:#}");
+        stack.assert_consumers_ready(&report, i);
+        stack.assert_deployed(i);
+        let file = stack.fleet.remote_file(i);
+        assert!(file.contains(&format!("\nkind: {kind}\n")), "{file}");
+    }
 }
 
 /// Scenario 2 of issue 27, minted mode: the rebuilt spoke gets generation 2 on its new
@@ -89,10 +189,11 @@ fn a_rebuilt_spoke_is_back_on_the_real_controllers_after_one_tick() {
 #[test]
 fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
     let _heavy = support::timing::heavy();
-    let (stack, report) = rebuild_and_tick(
-        "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n",
+    let (stack, report) = rebuild_and_tick(RealFlux::start(
+        1,
         true,
-    );
+        "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n",
+    ));
     let spoke = &report["spokes"][0];
     assert!(
         spoke["user"]

@@ -14,7 +14,8 @@ use spokekeeper::seal::sops::{self, AgeRecipients};
 use spokekeeper::secret::SecretBytes;
 use support::git::{clone, commit, git};
 
-use support::realstack::real_flux::RealFlux;
+use support::realstack::flux_controllers as flux;
+use support::realstack::real_flux::{AGE_SECRET, RealFlux};
 
 /// The hub's side, as Flux's guide sets it up: the Secret holding the age identity, the
 /// Kustomization that decrypts `./sops` onto the hub, and one that deploys
@@ -115,23 +116,7 @@ fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deplo
         ..SecretInput::default()
     };
     let encrypted = sops::encrypt(&input, &recipients).unwrap();
-    let identity = age::secrecy::ExposeSecret::expose_secret(&hub_key.to_string()).to_string();
-    stack
-        .hub
-        .api
-        .stdin_kubectl(
-            &[
-                "create",
-                "secret",
-                "generic",
-                "sops-age",
-                "-n",
-                "flux-system",
-                "--from-file=age.agekey=/dev/stdin",
-            ],
-            &format!("{identity}\n"),
-        )
-        .unwrap();
+    flux::age_secret(&stack.hub, AGE_SECRET, &hub_key);
 
     // A flipped byte in the encrypted value: AES-GCM refuses it, nothing reaches the hub.
     let at = encrypted.find("    value: ENC[AES256_GCM,data:").unwrap() + 31;
@@ -268,23 +253,7 @@ fn hub_verification_reports_a_sops_file_the_real_controller_cannot_decrypt() {
         };
         sops::encrypt(&input, &recipients).unwrap()
     };
-    let identity = age::secrecy::ExposeSecret::expose_secret(&hub_key.to_string()).to_string();
-    stack
-        .hub
-        .api
-        .stdin_kubectl(
-            &[
-                "create",
-                "secret",
-                "generic",
-                "sops-age",
-                "-n",
-                "flux-system",
-                "--from-file=age.agekey=/dev/stdin",
-            ],
-            &format!("{identity}\n"),
-        )
-        .unwrap();
+    flux::age_secret(&stack.hub, AGE_SECRET, &hub_key);
 
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
     let config =

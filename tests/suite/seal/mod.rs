@@ -5,5 +5,6 @@ mod seal_cli;
 mod seal_vectors;
 mod sealing_trust;
 mod sops_cli;
+mod sops_only;
 mod sops_real;
 pub(crate) mod sops_tick;

@@ -7,9 +7,10 @@ use std::path::Path;
 use std::process::Command;
 
 use spokekeeper::seal::SecretInput;
-use spokekeeper::seal::sops::recipients_fingerprint;
+use spokekeeper::seal::sops::{AgeIdentities, recipients_fingerprint};
+use spokekeeper::secret::SecretBytes;
 
-use crate::support::fleet::{Fleet, action, authenticates};
+use crate::support::fleet::{Fleet, Openers, action, authenticates, vectors_recovery_keys};
 use crate::support::git::git;
 use crate::support::{NodeOptions, realstack};
 
@@ -17,6 +18,13 @@ use crate::support::{NodeOptions, realstack};
 pub(crate) struct AgeKey {
     pub file: std::path::PathBuf,
     pub recipient: String,
+}
+
+impl AgeKey {
+    /// The identity, as the leak checks open a sops Secret with it.
+    pub(crate) fn identities(&self) -> AgeIdentities {
+        AgeIdentities::parse(&SecretBytes::from(std::fs::read(&self.file).unwrap())).unwrap()
+    }
 }
 
 pub(crate) fn age_key(dir: &Path, name: &str) -> AgeKey {
@@ -144,6 +152,11 @@ async fn a_tick_in_sops_format_commits_a_secret_the_real_sops_opens() {
         let opened = real_sops_decrypt(keys.path(), &key.file, &text).unwrap();
         assert_eq!(opened.data["value"].expose(), kc.expose());
     }
+    let (recovery, ids) = (vectors_recovery_keys(), a.identities());
+    fleet.assert_no_plaintext_of(&fleet.key_needles_opening(&Openers {
+        recovery: &recovery,
+        age: Some(&ids),
+    }));
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -164,6 +177,14 @@ async fn a_minted_credential_is_committed_in_sops_format() {
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");
     assert_eq!(action(&report, 0), "healthy", "{report:#}");
+    // The minted key exists only inside the sops file: the leak checks read it there.
+    let (recovery, ids) = (vectors_recovery_keys(), a.identities());
+    let needles = fleet.key_needles_opening(&Openers {
+        recovery: &recovery,
+        age: Some(&ids),
+    });
+    assert_eq!(needles.keys(), 2, "the node's admin key and the minted key");
+    fleet.assert_no_plaintext_of(&needles);
 }
 
 /// Someone with push access rewrites the pinned recipients file in the fleet repo: the

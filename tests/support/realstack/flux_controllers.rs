@@ -356,8 +356,14 @@ pub fn write_layout(dir: &Path, spokes: usize, interval: &str) {
 
 /// The bootstrap objects: the GitRepository `fleet` at `url` (branch main), fetched every
 /// `source`, and the root Kustomization `flux-system` that applies `./fluxcd` to the hub
-/// every `root`.
-pub fn bootstrap(hub: &RealHub, url: &str, source: &str, root: &str) {
+/// every `root`, decrypting sops files with the age key in the Secret `decryption` when
+/// given (as Flux's SOPS guide patches `flux-system`).
+pub fn bootstrap(hub: &RealHub, url: &str, source: &str, root: &str, decryption: Option<&str>) {
+    let decryption = decryption
+        .map(|name| {
+            format!("  decryption:\n    provider: sops\n    secretRef:\n      name: {name}\n")
+        })
+        .unwrap_or_default();
     hub.api.apply(&format!(
         "apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  \
          name: fleet\n  namespace: {NS}\nspec:\n  interval: {source}\n  timeout: 20s\n  \
@@ -365,6 +371,26 @@ pub fn bootstrap(hub: &RealHub, url: &str, source: &str, root: &str) {
          apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  \
          name: flux-system\n  namespace: {NS}\nspec:\n  interval: {root}\n  \
          retryInterval: {root}\n  path: ./fluxcd\n  prune: true\n  timeout: 30s\n  \
-         sourceRef:\n    kind: GitRepository\n    name: fleet\n"
+         sourceRef:\n    kind: GitRepository\n    name: fleet\n{decryption}"
     ));
+}
+
+/// The hub's age key as Flux's SOPS guide stores it: the Secret `name` in flux-system
+/// with the identity under `age.agekey`, passed to kubectl on stdin (never a file).
+pub fn age_secret(hub: &RealHub, name: &str, identity: &age::x25519::Identity) {
+    let key = age::secrecy::ExposeSecret::expose_secret(&identity.to_string()).to_string();
+    hub.api
+        .stdin_kubectl(
+            &[
+                "create",
+                "secret",
+                "generic",
+                name,
+                "-n",
+                NS,
+                "--from-file=age.agekey=/dev/stdin",
+            ],
+            &format!("{key}\n"),
+        )
+        .expect("the age key Secret");
 }

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::NodeOptions;
-use crate::support::fleet::{Fleet, vectors};
+use crate::support::fleet::Fleet;
 use crate::support::git::{commit, git};
 
 use super::controller_manager::ControllerManager;
@@ -21,6 +21,8 @@ use super::spoke::real_api;
 use super::wait_until;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
+/// The Secret holding the hub's age key, as Flux's SOPS guide names it.
+pub const AGE_SECRET: &str = "sops-age";
 pub const WAIT: Duration = Duration::from_secs(120);
 
 /// How often the layout's objects reconcile on their own.
@@ -51,6 +53,16 @@ impl Intervals {
     };
 }
 
+/// What the fleet commits for the hub.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// A SealedSecret per spoke, unsealed by the real Sealed Secrets controller.
+    SealedSecrets,
+    /// `sealing.format: sops` for the hub's age key (made for the run, in memory), which
+    /// the root Kustomization decrypts (`spec.decryption`, the key in [`AGE_SECRET`]).
+    Sops,
+}
+
 /// A real hub with Flux's controllers, real spokes, and the fleet repo in Flux's layout.
 pub struct RealFlux {
     // Drop order: the controllers, the git server, the spokes, then the hub.
@@ -60,6 +72,8 @@ pub struct RealFlux {
     pub spoke_apis: Vec<KubeApi>,
     pub fleet: Fleet,
     pub hub: RealHub,
+    /// With [`Format::Sops`], the hub's age recipient the fleet encrypts to.
+    pub age_recipient: Option<String>,
 }
 
 impl RealFlux {
@@ -75,12 +89,28 @@ impl RealFlux {
         RealFlux::start_layout(n, signers, extra, Intervals::TESTS, edit)
     }
 
+    /// [`RealFlux::start`], the fleet writing `format`.
+    pub fn start_format(n: usize, signers: bool, extra: &str, format: Format) -> RealFlux {
+        RealFlux::launch(n, signers, extra, Intervals::TESTS, format, |_| {})
+    }
+
     /// [`RealFlux::start_with`], the layout reconciling every `intervals`.
     pub fn start_layout(
         n: usize,
         signers: bool,
         extra: &str,
         intervals: Intervals,
+        edit: impl FnOnce(&Path),
+    ) -> RealFlux {
+        RealFlux::launch(n, signers, extra, intervals, Format::SealedSecrets, edit)
+    }
+
+    fn launch(
+        n: usize,
+        signers: bool,
+        extra: &str,
+        intervals: Intervals,
+        format: Format,
         edit: impl FnOnce(&Path),
     ) -> RealFlux {
         let hub = RealHub::start(&HubOptions::default());
@@ -102,12 +132,18 @@ impl RealFlux {
                 signers.then(|| ControllerManager::start(api, node.pki(), hub.dir()))
             })
             .collect();
-        let mut text = std::fs::read_to_string(&fleet.config).unwrap();
-        let vectors = vectors().join("key/cert.pem");
-        text = text.replace(
-            vectors.to_str().unwrap(),
-            fleet.clone.join(PINNED).to_str().unwrap(),
-        );
+        let age = (format == Format::Sops).then(age::x25519::Identity::generate);
+        let age_recipient = age.as_ref().map(|a| a.to_public().to_string());
+        let sealing = age_recipient
+            .as_ref()
+            .map(|r| format!("  format: sops\n  age_recipients: [{r}]\n"))
+            .unwrap_or_default();
+        let mut text = fleet
+            .builder()
+            .sealing_cert(fleet.clone.join(PINNED))
+            .sealing(&sealing)
+            .yaml();
+        // After the spokes, where the tests that edit spokes look for it.
         text.push_str(&format!(
             "hub:\n  kubeconfig: {}\n  verify_timeout: 90s\n{extra}",
             hub.admin_kubeconfig().display()
@@ -124,11 +160,15 @@ impl RealFlux {
 
         let git_http = GitHttp::serve(fleet.dir.path());
         let controllers = FluxControllers::start(&hub, &FluxOptions::default());
+        if let Some(identity) = &age {
+            flux::age_secret(&hub, AGE_SECRET, identity);
+        }
         flux::bootstrap(
             &hub,
             &git_http.url("fleet.git"),
             intervals.source,
             intervals.root,
+            age.is_some().then_some(AGE_SECRET),
         );
         let stack = RealFlux {
             controllers,
@@ -137,10 +177,20 @@ impl RealFlux {
             spoke_apis,
             fleet,
             hub,
+            age_recipient,
         };
         stack.wait_ready("gitrepository", "fleet", None);
         stack.wait_ready("kustomization", "flux-system", None);
         stack
+    }
+
+    /// What a spoke's hub report calls the delivery of its Secret: `synced` (a
+    /// SealedSecret unsealed) or `decrypted` (a sops file applied).
+    pub fn delivery(&self) -> &'static str {
+        match self.age_recipient {
+            Some(_) => "decrypted",
+            None => "synced",
+        }
     }
 
     /// Waits until `kind` `name` is Ready=True, having handled `requested` if given.

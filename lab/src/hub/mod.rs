@@ -13,7 +13,11 @@
 //!   (helm.toolkit.fluxcd.io/v2): a new reconcile.fluxcd.io/requestedAt goes through Ready
 //!   Unknown/Progressing to Ready True or False, and status.lastHandledReconcileAt echoes
 //!   it; LIST both per namespace (no label selector needed), ordered by name, paged with
-//!   `limit` and `continue` as the API server does.
+//!   `limit` and `continue` as the API server does;
+//! - a Kustomization that decrypts with sops ([`HubSim::add_sops_kustomization`]): when
+//!   it reconciles, kustomize-controller decrypts each sops Secret under its spec.path
+//!   with its age identity (a [`SopsKey`], injected) and writes Ready False
+//!   `BuildFailed` "decryption failed for ..." on one it cannot decrypt.
 //!
 //! Errors are metav1 Status objects. Plain HTTP on loopback, no authentication. Every
 //! request is recorded, so tests can hold the client to its RBAC contract.
@@ -34,6 +38,10 @@ use tokio::net::TcpListener;
 use tokio::runtime::Handle;
 use tokio::sync::oneshot;
 use tokio::task::JoinSet;
+
+mod sops;
+
+pub use sops::SopsKey;
 
 /// Flux's annotation asking a Kustomization or HelmRelease to reconcile now (spokekeeper's
 /// `hub::REQUESTED_AT`; a test there holds the two equal).
@@ -197,6 +205,8 @@ struct FluxObject {
     flux: Option<Flux>,
     /// A HelmRelease that used up its retries (see [`HubSim::exhaust_retries`]).
     stalled: bool,
+    /// A Kustomization's sops decryption key (see [`HubSim::add_sops_kustomization`]).
+    sops: Option<SopsKey>,
 }
 
 type ConsumerKey = (Kind, String, String);
@@ -350,8 +360,31 @@ impl HubSim {
                 pending: None,
                 flux: None,
                 stalled: false,
+                sops: None,
             },
         );
+    }
+
+    /// A Kustomization (Ready, as after an earlier deploy) that applies `path` of the
+    /// fleet repo to the hub, decrypting with sops (`spec.decryption: {provider: sops,
+    /// secretRef: {name: secret}}`): `key` is the age identity that Secret holds.
+    pub fn add_sops_kustomization(
+        &self,
+        namespace: &str,
+        name: &str,
+        path: &str,
+        secret: &str,
+        key: SopsKey,
+    ) {
+        self.add_consumer(Kind::Kustomization, namespace, name, None);
+        let mut st = self.lock();
+        let key_of = (Kind::Kustomization, namespace.to_string(), name.to_string());
+        if let Some(o) = st.consumers.get_mut(&key_of) {
+            o.obj["spec"]["path"] = json!(path);
+            o.obj["spec"]["decryption"] =
+                json!({"provider": "sops", "secretRef": {"name": secret}});
+            o.sops = Some(key);
+        }
     }
 
     /// Deletes a GitRepository (the consumers' default source is flux-system/flux-system).
@@ -1146,6 +1179,11 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
     st.revision += 1;
     let revision = st.revision.to_string();
     let hub_flux = st.flux.clone();
+    // Decrypting is part of the build: only a reconcile that finishes now does it.
+    let undecrypted = match st.consumers.get(key) {
+        Some(k) if k.pending.as_ref().is_some_and(|(_, reads)| *reads > 0) => sops::failure(st, k),
+        _ => None,
+    };
     let k = st.consumers.get_mut(key).expect("checked");
     let flux = k.flux.clone().unwrap_or(hub_flux);
     let Some((at, reads)) = k.pending.clone() else {
@@ -1180,7 +1218,11 @@ fn reconcile(st: &mut State, key: &ConsumerKey) {
         return;
     }
     let status = &mut k.obj["status"];
-    if reads == 0 || flux == Flux::Stalled {
+    if let Some(failed) = undecrypted.filter(|_| flux != Flux::Stalled) {
+        status["conditions"] = json!([condition("Ready", "False", "BuildFailed", &failed)]);
+        status["lastHandledReconcileAt"] = json!(at);
+        k.pending = None;
+    } else if reads == 0 || flux == Flux::Stalled {
         status["conditions"] = json!([
             condition(
                 "Reconciling",
