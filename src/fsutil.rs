@@ -9,7 +9,7 @@ pub(crate) const TEMP_PREFIX: &str = ".spokekeeper-";
 
 /// Writes `bytes` to a temporary file beside `path`, fsyncs it, renames it over `path`
 /// and fsyncs the directory. Readers see the old file or the new one, never a mix.
-pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d,
         _ => Path::new("."),
@@ -78,7 +78,7 @@ pub(crate) fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
 /// any component below `root` with a [`SymlinkError`]. Both are resolved physically
 /// first, so neither a `root` named through a link or `..` nor a `path` written with
 /// `..` or through a link outside the clone slips past as text that does not match.
-pub(crate) fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
+pub fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
     let root = match root.canonicalize() {
         Ok(r) => r,
         // No clone there: nothing can lie under it.

@@ -1,9 +1,14 @@
 //! spokekeeper keeps a GitOps hub's kubeconfigs for its spoke clusters valid.
 //!
+//! This is the library; the `spokekeeper` binary (src/main.rs, its commands and their
+//! output in src/cli/) is built over it. The library's public surface is what the binary,
+//! the integration tests, the benchmarks and the fuzz targets use; the rest is
+//! `pub(crate)` (docs/ARCHITECTURE.md, "Visibility").
+//!
 //! The pipeline, per spoke: observe -> decide -> extract -> validate -> [mint] -> seal ->
 //! publish -> verify. Modules, from the top down (docs/ARCHITECTURE.md;
 //! tests/suite/docs/layering.rs fails when an import points up):
-//! - [`cli`]: commands and their output (thin; calls the rest), and the demo;
+//! - `cli`, in the binary: commands and their output (thin; calls the rest), and the demo;
 //! - [`daemon`]: `spokekeeper run`: schedule, signals, Lease leader election, endpoints;
 //! - [`metrics`], [`alerts`]: render a tick's report;
 //! - [`rotate`]: the tick: each spoke through observe to seal (`rotate::reconcile`), the
@@ -24,12 +29,11 @@
 
 pub mod alerts;
 pub mod certs;
-pub mod cli;
 pub mod config;
 pub mod daemon;
 pub mod fingerprint;
 pub mod forge;
-pub(crate) mod fsutil;
+pub mod fsutil;
 pub mod hub;
 pub mod kubeconfig;
 pub mod metrics;

@@ -1,8 +1,10 @@
 use std::process::ExitCode;
 
+mod cli;
+
 fn main() -> ExitCode {
     // One process-wide TLS provider: kube, reqwest and the probe all use rustls, and two
     // installed providers make rustls panic at the first handshake.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    spokekeeper::cli::main()
+    cli::main()
 }

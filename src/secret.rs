@@ -28,7 +28,7 @@ impl SecretBytes {
 
     /// Appends without reallocating; returns false (and appends nothing) when the
     /// bytes do not fit in the reserved capacity.
-    pub(crate) fn try_extend(&mut self, bytes: &[u8]) -> bool {
+    pub fn try_extend(&mut self, bytes: &[u8]) -> bool {
         if self.0.capacity() - self.0.len() < bytes.len() {
             return false;
         }

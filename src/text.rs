@@ -5,7 +5,7 @@
 /// `s` as one line of at most `max` characters: newlines, tabs and other control
 /// characters become spaces (runs collapse to one), invisible format characters (bidi
 /// overrides, zero-width) are dropped, and a longer value is cut at `max` chars with `…`.
-pub(crate) fn one_line(s: &str, max: usize) -> String {
+pub fn one_line(s: &str, max: usize) -> String {
     let mut out = String::new();
     let mut space = false;
     for c in s.chars() {
@@ -33,7 +33,7 @@ pub(crate) fn one_line(s: &str, max: usize) -> String {
 /// Where a top-level YAML block list `key:` ends, to append items to it as text so every
 /// other line (comments, layout) stays as written. The caller parses the result again.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) struct BlockList {
+pub struct BlockList {
     /// Byte offset where new items go: after the list's last line (and its line break).
     pub at: usize,
     /// The column of the items' `-`, and the spaces between `-` and the item.
@@ -46,7 +46,7 @@ pub(crate) struct BlockList {
 
 /// Why a `key:` cannot be appended to as text; each names its line and the fix.
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub(crate) enum BlockListError {
+pub enum BlockListError {
     #[error(
         "line {line}: {key} is written on one line (flow style): write it as a block list (`{key}:` then `- ...` lines), or edit it by hand"
     )]
@@ -58,7 +58,7 @@ pub(crate) enum BlockListError {
 /// The block list under the top-level `key:` in `text`. None: no such key. Err (with
 /// the line) when it is not a block list with at least one item: flow style
 /// (`key: [...]`) or empty.
-pub(crate) fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, BlockListError> {
+pub fn block_list(text: &str, key: &str) -> Result<Option<BlockList>, BlockListError> {
     let eol = if text.contains("\r\n") { "\r\n" } else { "\n" };
     let lines: Vec<&str> = text.split_inclusive('\n').collect();
     let is_key = |l: &str| {

@@ -31,7 +31,7 @@ impl Status {
     }
 
     /// Nagios convention: 0 ok, 1 warning, 2 critical, 3 unknown.
-    pub(crate) fn exit_code(self) -> u8 {
+    pub fn exit_code(self) -> u8 {
         match self {
             Status::Ok => 0,
             Status::Warning => 1,

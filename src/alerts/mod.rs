@@ -38,7 +38,7 @@ pub use alertmanager::PostableAlert;
 pub use events::{EventError, Events};
 pub use finding::{AlertName, CredentialFacts, Finding, Status, Subject};
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
-pub(crate) use rules::{flux_layout, sops_recipients, untrusted_sealing};
+pub use rules::{flux_layout, sops_recipients, untrusted_sealing};
 pub use sealing::SealingCert;
 
 /// Where a certificate stands: expired once `now` is past notAfter (notAfter itself is
@@ -58,7 +58,7 @@ pub(crate) fn grade(not_after: OffsetDateTime, now: OffsetDateTime, cfg: &Alerts
 }
 
 /// The worst status, as `check` ranks them (critical over unknown over warning).
-pub(crate) fn overall(findings: &[Finding]) -> Status {
+pub fn overall(findings: &[Finding]) -> Status {
     let rank = |s: Status| match s {
         Status::Ok => 0,
         Status::Warning => 1,

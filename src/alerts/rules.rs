@@ -13,7 +13,7 @@ use crate::rotate::state::rfc3339;
 
 /// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`); also
 /// what `spokekeeper check` reports.
-pub(crate) fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
+pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
     let expected: Vec<String> = u.expected.iter().map(|e| e.short()).collect();
     let full: Vec<String> = u.expected.iter().map(ToString::to_string).collect();
     let commit = u
@@ -93,12 +93,12 @@ pub(super) fn review(
 
 /// `check`: a sops spoke's age recipients cannot be read or are not trusted, so a tick
 /// would fail it at `seal`.
-pub(crate) fn sops_recipients(spoke: &str, detail: String) -> Finding {
+pub fn sops_recipients(spoke: &str, detail: String) -> Finding {
     plain(spoke, Subject::Sealing, Status::Critical, detail)
 }
 
 /// A warning about the fleet repo's Flux objects for `spoke` (`check`'s layout traps).
-pub(crate) fn flux_layout(spoke: &str, detail: String) -> Finding {
+pub fn flux_layout(spoke: &str, detail: String) -> Finding {
     plain(spoke, Subject::Flux, Status::Warning, detail)
 }
 

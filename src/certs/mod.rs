@@ -11,7 +11,8 @@ use x509_parser::prelude::{FromDer, GeneralName, X509Certificate, X509Error};
 use crate::fingerprint::{Cert, Fingerprint};
 
 mod key;
-pub(crate) mod pem;
+/// PEM blocks and base64, decoded into zeroized buffers.
+pub mod pem;
 
 pub use key::{KeyKind, PrivateKey};
 pub use pem::Base64Error;
@@ -289,7 +290,7 @@ fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
 
 /// Escapes control characters (terminal escapes, newlines) and caps the length, for
 /// strings taken from hostile input that end up on a terminal or in a log.
-pub(crate) fn escape(s: &str) -> String {
+pub fn escape(s: &str) -> String {
     const MAX: usize = 256;
     let mut out = String::with_capacity(s.len().min(MAX));
     for (i, c) in s.chars().enumerate() {

@@ -12,13 +12,13 @@ use super::CertError;
 use crate::secret::SecretBytes;
 
 /// One `-----BEGIN LABEL-----` ... `-----END LABEL-----` block, decoded.
-pub(crate) struct Block {
+pub struct Block {
     pub label: String,
     pub der: SecretBytes,
 }
 
 /// True when the data looks like PEM (has a BEGIN line), as opposed to base64 or DER.
-pub(crate) fn looks_like_pem(data: &[u8]) -> bool {
+pub fn looks_like_pem(data: &[u8]) -> bool {
     data.windows(11).any(|w| w == b"-----BEGIN ")
 }
 
@@ -26,7 +26,7 @@ pub(crate) fn looks_like_pem(data: &[u8]) -> bool {
 pub(crate) const MAX_BLOCKS: usize = 256;
 
 /// Every block in `input`, in order. Text outside blocks is ignored, as OpenSSL and Go do.
-pub(crate) fn blocks(input: &[u8]) -> Result<Vec<Block>, CertError> {
+pub fn blocks(input: &[u8]) -> Result<Vec<Block>, CertError> {
     let mut out = Vec::new();
     // (label, offset where the body starts)
     let mut open: Option<(String, usize)> = None;

@@ -4,7 +4,7 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::fail;
-use crate::spoke::NODE_RECIPE;
+use spokekeeper::spoke::NODE_RECIPE;
 
 /// A starting configuration: every key of the contract, with its default or an example.
 pub(crate) const TEMPLATE: &str = r#"# spokekeeper.yaml: keeps the hub's kubeconfigs for its spokes valid.
@@ -76,7 +76,7 @@ pub(super) fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
             config_path.display()
         );
     } else {
-        if let Err(e) = crate::fsutil::write_atomic(config_path, TEMPLATE.as_bytes()) {
+        if let Err(e) = spokekeeper::fsutil::write_atomic(config_path, TEMPLATE.as_bytes()) {
             return fail(
                 "init",
                 format!("cannot write {}: {e}", config_path.display()),
@@ -94,7 +94,7 @@ pub(super) fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::Config;
+    use spokekeeper::config::Config;
 
     #[test]
     fn template_is_a_valid_configuration() {
@@ -104,7 +104,7 @@ mod tests {
         assert!(c.spokes[0].ssh.sudo);
         assert_eq!(
             c.spokes[0].credential.mode,
-            crate::config::CredentialMode::Minted
+            spokekeeper::config::CredentialMode::Minted
         );
     }
 

@@ -14,9 +14,9 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use super::Format;
-use crate::certs::{self, CertInfo, Validity, pem};
-use crate::kubeconfig::{self, KubeconfigError, MAX_BYTES};
-use crate::secret::SecretBytes;
+use spokekeeper::certs::{self, CertInfo, Validity, pem};
+use spokekeeper::kubeconfig::{self, KubeconfigError, MAX_BYTES};
+use spokekeeper::secret::SecretBytes;
 
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
@@ -115,7 +115,7 @@ struct Report {
 #[derive(Serialize)]
 struct CertRow {
     role: String,
-    fingerprint: crate::fingerprint::Fingerprint<crate::fingerprint::Cert>,
+    fingerprint: spokekeeper::fingerprint::Fingerprint<spokekeeper::fingerprint::Cert>,
     subject: String,
     issuer: String,
     serial: String,

@@ -25,6 +25,8 @@ mod run;
 mod seal;
 mod status;
 mod table;
+#[cfg(test)]
+mod tests;
 
 /// `--version`: the package version, the git commit it was built from and the build date.
 pub(crate) const VERSION: &str = concat!(
@@ -35,9 +37,6 @@ pub(crate) const VERSION: &str = concat!(
     env!("SPOKEKEEPER_BUILD_DATE"),
     ")"
 );
-
-/// `rotate`'s table of a tick report, as printed.
-pub use rotate::table as rotate_table;
 
 /// Output format. Commands that print for people default to a table.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -5,7 +5,7 @@
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 
-use crate::rotate::{Progress, Step};
+use spokekeeper::rotate::{Progress, Step};
 
 #[derive(Default)]
 struct Line {

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use super::rotate::{print_report, run_tick};
 use super::{Chain, Format, fail};
-use crate::config::{Config, CredentialMode};
-use crate::rotate::{Options, Outcome, Reason, TickReport};
+use spokekeeper::config::{Config, CredentialMode};
+use spokekeeper::rotate::{Options, Outcome, Reason, TickReport};
 
 #[derive(Debug, clap::Args)]
 pub struct RevokeArgs {
@@ -70,7 +70,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
 }
 
 /// What was done, and the command that shows the revoked user is refused.
-fn summary(report: &TickReport, policy: &crate::config::CredentialPolicy) -> String {
+fn summary(report: &TickReport, policy: &spokekeeper::config::CredentialPolicy) -> String {
     let mut text = String::new();
     for s in &report.spokes {
         let Some(Reason::Revoked {

@@ -5,9 +5,9 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use super::{Chain, Format, fail, out};
-use crate::config::Config;
-use crate::repo::{Repo, RepoError};
-use crate::rotate::{self, Context, Options, Outcome, TickReport};
+use spokekeeper::config::Config;
+use spokekeeper::repo::{Repo, RepoError};
+use spokekeeper::rotate::{self, Context, Options, Outcome, TickReport};
 
 #[derive(Debug, clap::Args)]
 pub struct RotateArgs {
@@ -92,19 +92,19 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RunTickError {
     #[error(transparent)]
-    Sealing(#[from] crate::hub::cert::StartKeyError),
+    Sealing(#[from] spokekeeper::hub::cert::StartKeyError),
     #[error("repo.path: {0}")]
     Repo(RepoError),
     /// The tick's context refused the configuration (its message names the setting).
     #[error(transparent)]
-    Context(crate::rotate::DemoKey),
+    Context(spokekeeper::rotate::DemoKey),
     #[error(transparent)]
     Tick(RepoError),
 }
 
 /// Loads the sealing key, opens the repo and runs one tick.
 pub(crate) async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, RunTickError> {
-    let sealing = crate::hub::cert::initial(&config).await?;
+    let sealing = spokekeeper::hub::cert::initial(&config).await?;
     let repo = Repo::open(&config.repo).await.map_err(RunTickError::Repo)?;
     let ctx = Context::new(config, sealing, repo).map_err(RunTickError::Context)?;
     rotate::tick(&ctx, opts).await.map_err(RunTickError::Tick)
@@ -209,8 +209,8 @@ pub fn table(report: &TickReport) -> String {
                 ..
             } => {
                 let what = match change {
-                    Some(crate::forge::Action::Opened) => "pending (opened)",
-                    Some(crate::forge::Action::Updated) => "pending (updated)",
+                    Some(spokekeeper::forge::Action::Opened) => "pending (opened)",
+                    Some(spokekeeper::forge::Action::Updated) => "pending (updated)",
                     None => "pending",
                 };
                 let at = commit

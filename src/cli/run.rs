@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use super::{Chain, fail};
-use crate::config::Span;
-use crate::daemon::{self, LeaderElection, lease};
+use spokekeeper::config::Span;
+use spokekeeper::daemon::{self, LeaderElection, lease};
 
 #[derive(Debug, clap::Args)]
 pub struct RunArgs {

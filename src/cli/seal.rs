@@ -8,15 +8,15 @@ use base64::Engine;
 use time::OffsetDateTime;
 
 use super::{Chain, Format, fail};
-use crate::fingerprint::{AgeRecipients as AgeRecipientsKind, Fingerprint, Sealing};
-use crate::seal::crypto::SealError;
-use crate::seal::manifest::MAX_MANIFEST_BYTES;
-use crate::seal::sops::{self, AgeIdentities, AgeRecipients, SopsError};
-use crate::seal::{
+use spokekeeper::fingerprint::{AgeRecipients as AgeRecipientsKind, Fingerprint, Sealing};
+use spokekeeper::seal::crypto::SealError;
+use spokekeeper::seal::manifest::MAX_MANIFEST_BYTES;
+use spokekeeper::seal::sops::{self, AgeIdentities, AgeRecipients, SopsError};
+use spokekeeper::seal::{
     KeyError, ManifestError, RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput,
     hybrid_encrypt,
 };
-use crate::secret::SecretBytes;
+use spokekeeper::secret::SecretBytes;
 
 /// What stops `seal` or `unseal`: each names the flag or file at fault; never a value.
 #[derive(Debug, thiserror::Error)]
@@ -32,7 +32,7 @@ pub(crate) enum SealCliError {
     Key(#[from] KeyError),
     /// A `--sha256` that is no fingerprint (the rule's message names the flag).
     #[error(transparent)]
-    Fingerprint(crate::rotate::state::AnnotationError),
+    Fingerprint(spokekeeper::rotate::state::AnnotationError),
     #[error(
         "--cert {} is {actual}, but --sha256 allows only {}: nothing sealed. It may have been replaced; fetch it from the controller (kubeseal --fetch-cert) and compare",
         cert.display(),
@@ -326,7 +326,7 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
     let allowed = args
         .age_sha256
         .iter()
-        .map(|fp| crate::rotate::state::fingerprint("--age-sha256", fp))
+        .map(|fp| spokekeeper::rotate::state::fingerprint("--age-sha256", fp))
         .collect::<Result<Vec<Fingerprint<AgeRecipientsKind>>, _>>()
         .map_err(SealCliError::Fingerprint)?;
     let actual = recipients.fingerprint();
@@ -363,7 +363,7 @@ fn check_fingerprint(
 ) -> Result<(), SealCliError> {
     let allowed = allowed
         .iter()
-        .map(|fp| crate::rotate::state::fingerprint("--sha256", fp))
+        .map(|fp| spokekeeper::rotate::state::fingerprint("--sha256", fp))
         .collect::<Result<Vec<Fingerprint<Sealing>>, _>>()
         .map_err(SealCliError::Fingerprint)?;
     if allowed.is_empty() || allowed.contains(&key.fingerprint()) {
@@ -404,7 +404,7 @@ fn merge_into(
     } else {
         sealed.to_yaml()
     };
-    crate::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| SealCliError::Write {
+    spokekeeper::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| SealCliError::Write {
         what: shown,
         error: source,
     })

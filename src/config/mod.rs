@@ -230,7 +230,8 @@ impl Loading<'_> {
     }
 }
 
-pub(crate) fn is_dns_subdomain(s: &str) -> bool {
+/// Whether `s` is a valid Kubernetes object name (an RFC 1123 DNS subdomain).
+pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 

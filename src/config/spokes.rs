@@ -99,7 +99,8 @@ pub struct KustomizationRef {
 pub struct SpokeConfig {
     pub name: String,
     pub address: String,
-    pub(crate) distro: Distro,
+    /// The Kubernetes distribution, which says where its kubeconfig lives.
+    pub distro: Distro,
     pub source: SourceKind,
     pub kubeconfig_path: String,
     /// None: https://ADDRESS:PORT-from-the-extracted-kubeconfig.

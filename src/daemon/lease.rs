@@ -384,7 +384,7 @@ pub(crate) async fn elect_reporting(
 
 /// POD_NAME, else the host name with a random suffix (as client-go does), so two
 /// replicas on one host never share an identity.
-pub(crate) fn default_identity() -> Result<String, IdentityError> {
+pub fn default_identity() -> Result<String, IdentityError> {
     if let Ok(name) = std::env::var("POD_NAME")
         && !name.trim().is_empty()
     {
@@ -395,7 +395,7 @@ pub(crate) fn default_identity() -> Result<String, IdentityError> {
 
 /// No identity for leader election: says to set POD_NAME.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum IdentityError {
+pub enum IdentityError {
     #[error("no identity for leader election: set POD_NAME (the downward API's metadata.name)")]
     NoHostName,
     #[error(
@@ -409,7 +409,7 @@ pub(crate) enum IdentityError {
 #[error(
     "no namespace for the lease: pass --lease-namespace or set POD_NAMESPACE ({NAMESPACE_FILE} is not there: not running in a pod)"
 )]
-pub(crate) struct NoNamespace;
+pub struct NoNamespace;
 
 fn host_identity() -> Result<String, IdentityError> {
     let uname = rustix::system::uname();
@@ -424,7 +424,7 @@ fn host_identity() -> Result<String, IdentityError> {
 }
 
 /// The in-cluster namespace (POD_NAMESPACE is read by the command line).
-pub(crate) fn default_namespace() -> Result<String, NoNamespace> {
+pub fn default_namespace() -> Result<String, NoNamespace> {
     match std::fs::read_to_string(NAMESPACE_FILE) {
         Ok(ns) if !ns.trim().is_empty() => Ok(ns.trim().to_string()),
         _ => Err(NoNamespace),

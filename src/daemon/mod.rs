@@ -46,9 +46,9 @@ pub struct Options {
     /// Overrides metrics.listen.
     pub listen: Option<SocketAddr>,
     /// Each tick starts up to this much after its slot, at random.
-    pub(crate) jitter: Duration,
+    pub jitter: Duration,
     /// Tick at once at start (with leader election: on becoming the leader).
-    pub(crate) tick_now: bool,
+    pub tick_now: bool,
     /// Testing: tick every `interval` instead of on the configured schedule.
     pub interval: Option<Duration>,
     pub concurrency: usize,

@@ -285,7 +285,7 @@ impl Hub {
     /// The consumers of the Secrets of `spokes` without `spokes[].kustomization`, listed
     /// once per namespace (a renewal verifies every spoke, often in one namespace), all
     /// within `bound`.
-    pub(crate) async fn list_consumers<'a>(
+    pub async fn list_consumers<'a>(
         &self,
         spokes: impl Iterator<Item = &'a SpokeConfig>,
         bound: Duration,

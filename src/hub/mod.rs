@@ -474,8 +474,9 @@ pub struct Condition {
     pub reason: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// When the condition last changed status (RFC 3339), as the controller wrote it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) last_transition_time: Option<String>,
+    pub last_transition_time: Option<String>,
 }
 
 /// What spokekeeper reads of a SealedSecret, Kustomization or HelmRelease on the hub.
@@ -551,7 +552,8 @@ impl HubObject {
         }
     }
 
-    pub(crate) fn condition(&self, type_: &str) -> Option<&Condition> {
+    /// The status condition of this type, when the object reports one.
+    pub fn condition(&self, type_: &str) -> Option<&Condition> {
         self.conditions.iter().find(|c| c.type_ == type_)
     }
 

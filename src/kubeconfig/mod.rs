@@ -24,7 +24,7 @@ use raw::RawConfig;
 pub(crate) use server::{parse_server, server_string, with_host};
 
 /// Inputs larger than this are refused before parsing; real kubeconfigs are a few KiB.
-pub(crate) const MAX_BYTES: usize = 1024 * 1024;
+pub const MAX_BYTES: usize = 1024 * 1024;
 
 /// Why a kubeconfig was refused. Each names the field (`users[default].user.exec`) and
 /// the fix, and never contains key material or tokens.

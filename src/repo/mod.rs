@@ -18,7 +18,7 @@ mod snapshot;
 mod stage;
 pub use branch::onboard::{Beside, OnboardingError};
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
-pub(crate) use plaintext::hostile_yaml;
+pub use plaintext::hostile_yaml;
 pub use snapshot::Snapshot;
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.

@@ -61,7 +61,7 @@ fn documents(text: &str) -> Option<Vec<Value>> {
 /// is then judged as text).
 /// Limits for reading YAML from the fleet repo (hostile input) of at most `max` bytes:
 /// what the plaintext guard and `check` parse with.
-pub(crate) fn hostile_yaml(max: usize) -> serde_saphyr::Options {
+pub fn hostile_yaml(max: usize) -> serde_saphyr::Options {
     serde_saphyr::options! {
         budget: serde_saphyr::budget! {
             max_reader_input_bytes: Some(max),

@@ -25,7 +25,7 @@ pub mod sealing;
 pub mod state;
 mod tick;
 
-pub(crate) use recipients::recipients;
+pub use recipients::recipients;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -49,10 +49,7 @@ enum Origin {
 /// The spoke's age recipients: `.sops.yaml`'s rule for its output when
 /// `sealing.sops_config` is set, else `sealing.age_recipients`; either trusted as the
 /// module says.
-pub(crate) fn recipients(
-    config: &Config,
-    spoke: &SpokeConfig,
-) -> Result<AgeRecipients, RecipientsError> {
+pub fn recipients(config: &Config, spoke: &SpokeConfig) -> Result<AgeRecipients, RecipientsError> {
     let pins = &config.sops.age_sha256;
     let pinned = |r: &AgeRecipients| pins.contains(&r.fingerprint());
     let configured = configured(config)?;

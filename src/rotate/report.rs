@@ -168,7 +168,7 @@ impl TickReport {
 
     /// Every credential pushed this tick was unsealed on the hub and each of its consumers
     /// is Ready (trivially true without `hub:`).
-    pub(crate) fn hub_ok(&self) -> bool {
+    pub fn hub_ok(&self) -> bool {
         self.spokes
             .iter()
             .all(|s| s.hub.as_ref().is_none_or(|h| h.ok()))

@@ -287,10 +287,7 @@ fn malformed(key: &'static str, want: &'static str, v: &str) -> AnnotationError 
 
 /// A fingerprint read back from outside (annotations, local state, flags), or an error
 /// that names `key` and shows the value escaped.
-pub(crate) fn fingerprint<K: Kind>(
-    key: &'static str,
-    v: &str,
-) -> Result<Fingerprint<K>, AnnotationError> {
+pub fn fingerprint<K: Kind>(key: &'static str, v: &str) -> Result<Fingerprint<K>, AnnotationError> {
     Fingerprint::parse(v).map_err(|e| malformed(key, e.want, v))
 }
 

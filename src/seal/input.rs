@@ -76,7 +76,7 @@ impl SecretInput {
     }
 
     /// Fills name and namespace from flags; a flag that contradicts the input is an error.
-    pub(crate) fn apply_flags(
+    pub fn apply_flags(
         &mut self,
         name: Option<&str>,
         namespace: Option<&str>,
@@ -100,7 +100,7 @@ impl SecretInput {
     }
 
     /// The scope this Secret asks for in its own annotations (kubeseal honours them).
-    pub(crate) fn annotated_scope(&self) -> Scope {
+    pub fn annotated_scope(&self) -> Scope {
         Scope::from_annotations(|k| self.annotations.get(k).map(String::as_str))
     }
 }

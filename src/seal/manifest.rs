@@ -93,7 +93,7 @@ impl SealedSecret {
 
     /// Seals `input`'s values into this SealedSecret (adding or replacing keys), with this
     /// SealedSecret's own name, namespace and scope: kubeseal's `--merge-into`.
-    pub(crate) fn add_values(
+    pub fn add_values(
         &mut self,
         input: &SecretInput,
         key: &SealingKey,

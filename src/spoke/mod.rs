@@ -50,7 +50,7 @@ spokekeeper ALL=(root) NOPASSWD: /usr/bin/cat /etc/rancher/k3s/k3s.yaml
 "#;
 
 /// `host:port`, with brackets around IPv6 literals, for messages.
-pub(crate) fn host_port(host: &str, port: u16) -> String {
+pub fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
     } else {

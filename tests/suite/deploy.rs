@@ -20,7 +20,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use spokekeeper::cli::{Cli, Command as Sub};
 use spokekeeper::config::Config;
 use support::helm::{CHART, helm_command, root, run_helm};
 
@@ -757,10 +756,11 @@ fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
     );
     let args = main_container_args(d);
     assert!(!args.iter().any(|a| a == "--leader-elect"), "{args:?}");
-    match parse_cli(&args).command {
-        Sub::Run(run) => assert!(!run.leader_elect),
-        other => panic!("the container runs {other:?}"),
-    }
+    assert_eq!(
+        args, CHART_ARGS_SINGLE,
+        "the binary's unit tests parse these"
+    );
+    assert_eq!(subcommand(&args), "run");
 }
 
 /// The chart's NetworkPolicy, if it renders one.
@@ -935,11 +935,38 @@ fn main_container_args(d: &Deployment) -> Vec<String> {
     c.args.clone().unwrap()
 }
 
-/// The real command-line parser of the binary.
-fn parse_cli(args: &[String]) -> Cli {
-    use clap::Parser;
-    Cli::try_parse_from(std::iter::once("spokekeeper".to_string()).chain(args.iter().cloned()))
-        .unwrap_or_else(|e| panic!("spokekeeper does not accept {args:?}: {e}"))
+/// What the chart's container runs, with and without leader election: the binary's unit
+/// tests (src/cli/tests.rs) parse these same arguments into what they mean.
+const CHART_ARGS_LEADER: [&str; 6] = [
+    "--config",
+    "/etc/spokekeeper/spokekeeper.yaml",
+    "run",
+    "--leader-elect",
+    "--lease-name",
+    "spokekeeper",
+];
+const CHART_ARGS_SINGLE: [&str; 3] = ["--config", "/etc/spokekeeper/spokekeeper.yaml", "run"];
+
+/// The subcommand the built binary runs for `args`: its own parser reads them all (an
+/// unknown flag or a bad value fails) and `--help`, last, names the command instead of
+/// running it.
+fn subcommand(args: &[String]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+        .args(args)
+        .arg("--help")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "spokekeeper does not accept {args:?}: {}{stdout}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let usage = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("Usage: spokekeeper "))
+        .unwrap_or_else(|| panic!("no usage line for {args:?}: {stdout}"));
+    usage.split_whitespace().next().unwrap_or("").to_string()
 }
 
 #[test]
@@ -1036,15 +1063,11 @@ fn chart_pod_is_locked_down_and_wired_to_its_files() {
 
     // The container runs `spokekeeper run` with leader election, on the config the chart writes.
     let args = main_container_args(d);
-    let cli = parse_cli(&args);
-    assert_eq!(cli.config, Path::new("/etc/spokekeeper/spokekeeper.yaml"));
-    match cli.command {
-        Sub::Run(run) => {
-            assert!(run.leader_elect);
-            assert_eq!(run.lease_name, "spokekeeper");
-        }
-        other => panic!("the container runs {other:?}"),
-    }
+    assert_eq!(
+        args, CHART_ARGS_LEADER,
+        "the binary's unit tests parse these"
+    );
+    assert_eq!(subcommand(&args), "run");
     let main = pod
         .containers
         .iter()
@@ -1566,14 +1589,17 @@ fn unit(name: &str) -> BTreeMap<String, BTreeMap<String, Vec<String>>> {
     ini(&std::fs::read_to_string(&path).unwrap(), name)
 }
 
-fn exec_start(u: &BTreeMap<String, BTreeMap<String, Vec<String>>>) -> Cli {
+/// A unit's ExecStart= after the binary: the arguments and the subcommand they run (the
+/// binary's unit tests parse the same lines into what they mean).
+fn exec_start(u: &BTreeMap<String, BTreeMap<String, Vec<String>>>) -> (Vec<String>, String) {
     let lines = &u["Service"]["ExecStart"];
     assert_eq!(lines.len(), 1);
     let words: Vec<String> = lines[0].split_whitespace().map(String::from).collect();
     assert_eq!(words[0], "/usr/local/bin/spokekeeper");
-    let cli = parse_cli(&words[1..]);
-    assert_eq!(cli.config, Path::new("/etc/spokekeeper/spokekeeper.yaml"));
-    cli
+    let args = words[1..].to_vec();
+    assert_eq!(args[..2], ["--config", "/etc/spokekeeper/spokekeeper.yaml"]);
+    let sub = subcommand(&args);
+    (args, sub)
 }
 
 /// systemd's own check of the units (no running systemd needed), with the binary path
@@ -1626,7 +1652,7 @@ fn systemd_units_verify_and_run_the_daemon_and_a_timed_rotation() {
         daemon.keys().map(String::as_str).collect::<Vec<_>>(),
         ["Install", "Service", "Unit"]
     );
-    assert!(matches!(exec_start(&daemon).command, Sub::Run(_)));
+    assert_eq!(exec_start(&daemon).1, "run");
     let svc = &daemon["Service"];
     assert_eq!(svc["User"], ["spokekeeper"]);
     assert_eq!(
@@ -1640,10 +1666,13 @@ fn systemd_units_verify_and_run_the_daemon_and_a_timed_rotation() {
 
     let oneshot = unit("spokekeeper-rotate.service");
     assert_eq!(oneshot["Service"]["Type"], ["oneshot"]);
-    match exec_start(&oneshot).command {
-        Sub::Rotate(r) => assert!(r.all && !r.force && !r.dry_run && r.spokes.is_empty()),
-        other => panic!("the oneshot runs {other:?}"),
-    }
+    let (args, sub) = exec_start(&oneshot);
+    assert_eq!(sub, "rotate");
+    assert_eq!(
+        args[2..],
+        ["rotate", "--all"],
+        "every spoke, not forced, not a dry run"
+    );
     assert!(
         !oneshot.contains_key("Install"),
         "started by the timer only"
@@ -1772,7 +1801,7 @@ fn dockerfile_text_has_build_stages_and_a_non_root_runtime_with_ssh_and_git() {
         entry.last().map(String::as_str),
         Some("/usr/local/bin/spokekeeper")
     );
-    assert!(matches!(parse_cli(&json("CMD")).command, Sub::Run(_)));
+    assert_eq!(subcommand(&json("CMD")), "run");
 }
 
 #[test]

@@ -26,6 +26,7 @@ pub mod daemon;
 pub mod fleet;
 pub mod git;
 pub mod helm;
+pub mod hub_key;
 pub mod leak;
 pub mod lease;
 pub mod logs;

@@ -6,9 +6,9 @@ use std::path::Path;
 
 use super::layout::{self, EMPTY_KUSTOMIZATION, Layout, slash_path};
 use super::{AddArgs, AddError};
-use crate::config::{Config, RepoMode, SpokeConfig};
-use crate::repo::Repo;
-use crate::rotate::Beside;
+use spokekeeper::config::{Config, RepoMode, SpokeConfig};
+use spokekeeper::repo::Repo;
+use spokekeeper::rotate::Beside;
 
 /// The files, read from the target branch as the remote has it now; the commit checks
 /// each file is still as read. Nothing that exists is overwritten. With them, the
@@ -31,7 +31,7 @@ pub(super) async fn flux_files(
         beside.push(listing);
     }
     let pushed = repo
-        .pushed(&crate::rotate::review::branch_name(spoke))
+        .pushed(&spokekeeper::rotate::review::branch_name(spoke))
         .await;
     Ok((beside, pushed))
 }
@@ -64,7 +64,7 @@ fn layout_of(spoke: &SpokeConfig, args: &AddArgs) -> Result<Layout, AddError> {
             });
         }
     }
-    if !crate::config::is_dns_subdomain(&args.source) {
+    if !spokekeeper::config::is_dns_subdomain(&args.source) {
         return Err(AddError::Source(args.source.clone()));
     }
     Ok(layout)

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::SpokeConfig;
+use spokekeeper::config::SpokeConfig;
 
 /// Where the new spoke's Flux objects go and what they deploy from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -94,7 +94,7 @@ pub(super) fn slash_path(rel: &Path) -> String {
 #[derive(Debug, thiserror::Error)]
 pub(super) enum ListError {
     #[error(transparent)]
-    List(#[from] crate::text::BlockListError),
+    List(#[from] spokekeeper::text::BlockListError),
     #[error("does not parse: {0}")]
     Parse(String),
     #[error("does not parse once edited: {0}")]
@@ -115,7 +115,7 @@ pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<St
     let parse = |t: &str| {
         serde_saphyr::from_str::<Kustomization>(t)
             .map(|k| k.resources.unwrap_or_default())
-            .map_err(|e| crate::text::one_line(&e.to_string(), 300))
+            .map_err(|e| spokekeeper::text::one_line(&e.to_string(), 300))
     };
     let listed = parse(text).map_err(ListError::Parse)?;
     let new: Vec<&String> = entries
@@ -125,7 +125,7 @@ pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<St
     if new.is_empty() {
         return Ok(None);
     }
-    let edited = match crate::text::block_list(text, "resources")? {
+    let edited = match spokekeeper::text::block_list(text, "resources")? {
         Some(list) => {
             let pad = " ".repeat(list.indent);
             let gap = " ".repeat(list.gap);
@@ -169,7 +169,7 @@ mod tests {
 
     fn spoke() -> SpokeConfig {
         let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge-1, address: 10.0.0.1}\n";
-        crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+        spokekeeper::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
             .remove(0)

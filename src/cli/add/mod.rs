@@ -4,7 +4,7 @@
 //! one-spoke rotate path, committing beside its credential, in the same commit, the Flux
 //! objects that deploy to it (layout.rs) and the root kustomization.yaml's listing of
 //! them: one commit, one push. In review mode that commit is an onboarding one on the
-//! spoke's branch, with one pull request (crate::repo::Repo::commit_onboarding).
+//! spoke's branch, with one pull request (spokekeeper::repo::Repo::commit_onboarding).
 //! spokekeeper.yaml is written only once that commit is made (in review mode: pushed);
 //! a failure leaves it, the clone and the remote as they were.
 
@@ -13,9 +13,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{Chain, Format, fail, out};
-use crate::config::{Config, Distro, NewSpoke, RepoMode, SpokeConfig};
-use crate::repo::Repo;
-use crate::rotate::{Options, Outcome};
+use spokekeeper::config::{Config, Distro, NewSpoke, RepoMode, SpokeConfig};
+use spokekeeper::repo::Repo;
+use spokekeeper::rotate::{Options, Outcome};
 
 mod flux;
 mod layout;
@@ -67,19 +67,19 @@ enum AddError {
         error: std::io::Error,
     },
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
+    Config(#[from] spokekeeper::config::ConfigError),
     #[error("the spoke is not in the edited configuration")]
     NotInConfig,
     #[error("cannot start the runtime: {0}")]
     Runtime(std::io::Error),
     #[error("repo.path: {0}")]
-    Repo(Box<crate::repo::RepoError>),
+    Repo(Box<spokekeeper::repo::RepoError>),
     #[error("{0}")]
-    Lock(Box<crate::repo::RepoError>),
+    Lock(Box<spokekeeper::repo::RepoError>),
     #[error("{}: {error}", rel.display())]
     Read {
         rel: PathBuf,
-        error: Box<crate::repo::RepoError>,
+        error: Box<spokekeeper::repo::RepoError>,
     },
     #[error("{flag} {}: give a directory inside the fleet repo, relative to its root (e.g. clusters/hub)", path.display())]
     Outside { flag: &'static str, path: PathBuf },
@@ -133,7 +133,7 @@ fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, A
         .build()
         .map_err(AddError::Runtime)?;
     let review = config.repo.mode == RepoMode::PullRequest;
-    let branch = crate::rotate::review::branch_name(&spoke);
+    let branch = spokekeeper::rotate::review::branch_name(&spoke);
     let (beside, pushed_before) = runtime.block_on(flux::flux_files(&config, &spoke, args))?;
     let files: Vec<String> = beside.iter().map(|b| b.rel.display().to_string()).collect();
     let opts = Options {
@@ -162,7 +162,7 @@ fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, A
             file: config_path.to_path_buf(),
         });
     };
-    crate::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
+    spokekeeper::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
         AddError::NotWritten {
             spoke: spoke.name.clone(),
             commit: commit.clone(),
@@ -205,7 +205,7 @@ fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    Ok(crate::config::add_spoke(
+    Ok(spokekeeper::config::add_spoke(
         &text,
         &file,
         &base,
@@ -214,7 +214,7 @@ fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError
 }
 
 /// The commit the tick made for `spoke` (direct mode), if it rotated it.
-fn rotated(report: &crate::rotate::TickReport, spoke: &str) -> Option<String> {
+fn rotated(report: &spokekeeper::rotate::TickReport, spoke: &str) -> Option<String> {
     report
         .spokes
         .iter()
@@ -237,7 +237,7 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
             ssh.clone(),
             Some(format!(
                 "https://{}",
-                crate::spoke::host_port(&args.address, API_PORT)
+                spokekeeper::spoke::host_port(&args.address, API_PORT)
             )),
         ),
         None => (args.address.clone(), None),
@@ -255,7 +255,7 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
 /// known_hosts, so the key is compared with the node's own before it is trusted.
 fn node_steps(spoke: &SpokeConfig) -> String {
     // Steps 1 to 3, for this spoke's kubeconfig; the host-key step follows, for its node.
-    let recipe = crate::spoke::NODE_RECIPE;
+    let recipe = spokekeeper::spoke::NODE_RECIPE;
     let recipe = recipe[..recipe.find("# 4. On the hub").unwrap_or(recipe.len())].replace(
         Distro::K3s.kubeconfig_path(),
         spoke.kubeconfig_path.as_str(),
@@ -281,7 +281,7 @@ fn node_steps(spoke: &SpokeConfig) -> String {
 }
 
 /// The commit this clone last pushed to `branch` (review mode), if any.
-async fn pushed_to(config: &crate::config::RepoConfig, branch: &str) -> Option<String> {
+async fn pushed_to(config: &spokekeeper::config::RepoConfig, branch: &str) -> Option<String> {
     Repo::open(config).await.ok()?.pushed(branch).await
 }
 
@@ -327,7 +327,7 @@ mod tests {
 
     #[test]
     fn the_template_gains_the_spoke_and_the_steps_name_its_node() {
-        let (text, config) = crate::config::add_spoke(
+        let (text, config) = spokekeeper::config::add_spoke(
             super::super::init::TEMPLATE,
             "spokekeeper.yaml",
             Path::new("/etc/spokekeeper"),

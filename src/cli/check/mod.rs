@@ -20,13 +20,13 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::Format;
-use crate::alerts::{self, Finding, SealingCert, Status};
-use crate::config::{Config, RepoMode, Span};
-use crate::hub::cert::Untrusted;
-use crate::repo::Repo;
-use crate::rotate::state::rfc3339;
-use crate::rotate::{observe, review};
-use crate::seal::SealingKey;
+use spokekeeper::alerts::{self, Finding, SealingCert, Status};
+use spokekeeper::config::{Config, RepoMode, Span};
+use spokekeeper::hub::cert::Untrusted;
+use spokekeeper::repo::Repo;
+use spokekeeper::rotate::state::rfc3339;
+use spokekeeper::rotate::{observe, review};
+use spokekeeper::seal::SealingKey;
 
 mod traps;
 
@@ -117,11 +117,11 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         findings.push(alerts::untrusted_sealing(u));
     }
     let sops = config.spokes.iter().filter(|s| {
-        s.format == crate::config::SealingFormat::Sops
+        s.format == spokekeeper::config::SealingFormat::Sops
             && (args.spokes.is_empty() || args.spokes.contains(&s.name))
     });
     for s in sops {
-        if let Err(e) = crate::rotate::recipients(&config, s) {
+        if let Err(e) = spokekeeper::rotate::recipients(&config, s) {
             eprintln!("spokekeeper check: CRITICAL: {}: {e}", s.name);
             findings.push(alerts::sops_recipients(&s.name, e.to_string()));
         }
@@ -154,9 +154,10 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
 /// None without sealing.cert.
 async fn untrusted_sealing(config: &Config, repo: &Repo, now: OffsetDateTime) -> Option<Untrusted> {
     let path = config.sealing_cert.as_deref()?;
-    let pem = crate::fsutil::read_under(path, repo.path()).ok()?;
+    let pem = spokekeeper::fsutil::read_under(path, repo.path()).ok()?;
     let key = SealingKey::from_pem(&pem, &path.display().to_string(), now).ok()?;
-    match crate::rotate::sealing::trusted_offline(config, path, repo, key.fingerprint()).await {
+    match spokekeeper::rotate::sealing::trusted_offline(config, path, repo, key.fingerprint()).await
+    {
         Ok(_) => None,
         Err(u) if u.anchor == "last-served" && u.expected.is_empty() => None,
         Err(u) => Some(u),

@@ -16,7 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use crate::config::SpokeConfig;
+use spokekeeper::config::SpokeConfig;
 
 /// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
 const MAX_FILES: usize = 5_000;
@@ -154,7 +154,7 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
 /// Every document of a YAML file; none when it does not parse within the limits.
 fn documents(text: &str) -> Vec<Value> {
     let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
-    serde_saphyr::from_multiple_with_options::<Value>(text, crate::repo::hostile_yaml(max))
+    serde_saphyr::from_multiple_with_options::<Value>(text, spokekeeper::repo::hostile_yaml(max))
         .map(|ds| ds.into_iter().filter(Value::is_object).collect())
         .unwrap_or_default()
 }
@@ -174,7 +174,7 @@ fn is_helm_release(d: &Value) -> bool {
 fn object_name(d: &Value, default_ns: &str) -> String {
     let ns = d["metadata"]["namespace"].as_str().unwrap_or(default_ns);
     let name = d["metadata"]["name"].as_str().unwrap_or("?");
-    crate::text::one_line(&format!("{ns}/{name}"), 120)
+    spokekeeper::text::one_line(&format!("{ns}/{name}"), 120)
 }
 
 fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
@@ -192,11 +192,11 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
     });
     Some(Kustomization {
         file: file.to_string(),
-        namespace: crate::text::one_line(
+        namespace: spokekeeper::text::one_line(
             d["metadata"]["namespace"].as_str().unwrap_or("flux-system"),
             63,
         ),
-        name: crate::text::one_line(d["metadata"]["name"].as_str().unwrap_or("?"), 63),
+        name: spokekeeper::text::one_line(d["metadata"]["name"].as_str().unwrap_or("?"), 63),
         path: normalize("", spec["path"].as_str().unwrap_or("")),
         secret: spec["kubeConfig"]["secretRef"]["name"]
             .as_str()
@@ -310,7 +310,7 @@ mod tests {
 
     fn spokes() -> Vec<SpokeConfig> {
         let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge, address: 10.0.0.1}\n  - {name: dev, address: 10.0.0.2}\n";
-        crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+        spokekeeper::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
     }

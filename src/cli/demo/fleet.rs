@@ -9,10 +9,10 @@ use tokio::runtime::Runtime;
 
 use super::sim::SimSpoke;
 use super::{DemoError, MINTED, SOPS, io, output, part};
-use crate::config::Config;
-use crate::repo::Repo;
-use crate::rotate::Context;
-use crate::seal::SealingKey;
+use spokekeeper::config::Config;
+use spokekeeper::repo::Repo;
+use spokekeeper::rotate::Context;
+use spokekeeper::seal::SealingKey;
 
 /// The fleet repo's bare remote, the clone spokekeeper works in, and their root.
 pub(super) struct Repos {

@@ -75,7 +75,7 @@ impl SimSpoke {
             "",
         );
         let path = self.k3s_yaml();
-        crate::fsutil::write_atomic(&path, text.as_bytes()).map_err(io(path.display()))?;
+        spokekeeper::fsutil::write_atomic(&path, text.as_bytes()).map_err(io(path.display()))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(io(path.display()))
     }
@@ -96,9 +96,9 @@ impl SimSpoke {
 /// What the spoke answers a revoked credential that asks for namespaces: 403, as its
 /// user is no longer bound to any role.
 pub(super) async fn refused_now(
-    kubeconfig: &crate::secret::SecretBytes,
+    kubeconfig: &spokekeeper::secret::SecretBytes,
 ) -> Result<String, DemoError> {
-    let (client, _) = crate::spoke::live::client(kubeconfig, Duration::from_secs(10))
+    let (client, _) = spokekeeper::spoke::live::client(kubeconfig, Duration::from_secs(10))
         .await
         .map_err(part("a client for the revoked generation"))?;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> = kube::Api::all(client);

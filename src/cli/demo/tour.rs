@@ -11,10 +11,10 @@ use super::sim::{SimSpoke, refused_now};
 use super::{DemoError, MINTED, REBUILT, SOPS, output, part, step};
 use crate::cli::Format;
 use crate::cli::rotate::print_report;
-use crate::rotate::{self, Context, Options, TickReport};
-use crate::seal::SealedSecret;
-use crate::seal::sops;
-use crate::secret::SecretBytes;
+use spokekeeper::rotate::{self, Context, Options, TickReport};
+use spokekeeper::seal::SealedSecret;
+use spokekeeper::seal::sops;
+use spokekeeper::secret::SecretBytes;
 
 /// What the steps run against: the runtime, spokekeeper's context, the fleet repo's
 /// remote, the hub controller's key and kustomize-controller's age identity.
@@ -131,12 +131,12 @@ impl Tour<'_> {
                 rebuilt.name
             ),
         );
-        let old_ca = crate::certs::fingerprint(&rebuilt.pki.server_ca_der);
+        let old_ca = spokekeeper::certs::fingerprint(&rebuilt.pki.server_ca_der);
         rebuilt.rebuild(sim)?;
         say!(
             "   CA {} -> {}",
             old_ca,
-            crate::certs::fingerprint(&rebuilt.pki.server_ca_der)
+            spokekeeper::certs::fingerprint(&rebuilt.pki.server_ca_der)
         );
         Ok(())
     }
@@ -155,7 +155,7 @@ impl Tour<'_> {
             .ok_or_else(|| DemoError::NoValue { file: file.clone() })?;
         let live = self
             .hub
-            .block_on(crate::spoke::check_live(
+            .block_on(spokekeeper::spoke::check_live(
                 &kubeconfig,
                 Duration::from_secs(10),
             ))

@@ -4,13 +4,13 @@
 use time::OffsetDateTime;
 
 use super::{Committed, Consumers, Probe, Seen, SpokeStatus};
-use crate::alerts::{self, Subject};
-use crate::config::{Config, SpokeConfig};
-use crate::hub::Kind;
-use crate::hub::consumers::FoundBy;
-use crate::rotate::observe::{Committed as Held, Observation};
-use crate::rotate::state::rfc3339;
-use crate::spoke::CaCheck;
+use spokekeeper::alerts::{self, Subject};
+use spokekeeper::config::{Config, SpokeConfig};
+use spokekeeper::hub::Kind;
+use spokekeeper::hub::consumers::FoundBy;
+use spokekeeper::rotate::observe::{Committed as Held, Observation};
+use spokekeeper::rotate::state::rfc3339;
+use spokekeeper::spoke::CaCheck;
 
 pub(super) fn spoke_status(
     spoke: &SpokeConfig,

@@ -18,16 +18,16 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::Format;
-use crate::alerts;
-use crate::config::{Config, SpokeConfig};
-use crate::fingerprint::{Ca, Fingerprint, Sealing};
-use crate::hub::consumers::{self, FoundBy, Listed};
-use crate::hub::{Condition, Hub, HubError, HubObject, Kind};
-use crate::repo::Repo;
-use crate::rotate::observe;
-use crate::text::one_line;
 use grade::{graded, spoke_status};
 use print::print;
+use spokekeeper::alerts;
+use spokekeeper::config::{Config, SpokeConfig};
+use spokekeeper::fingerprint::{Ca, Fingerprint, Sealing};
+use spokekeeper::hub::consumers::{self, FoundBy, Listed};
+use spokekeeper::hub::{Condition, Hub, HubError, HubObject, Kind};
+use spokekeeper::repo::Repo;
+use spokekeeper::rotate::observe;
+use spokekeeper::text::one_line;
 
 #[derive(Debug, Serialize)]
 struct Report {
@@ -147,7 +147,7 @@ pub(super) fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
 }
 
 /// Fails only when the fleet repo cannot be opened; whatever else fails is reported.
-async fn gather(config: &Config) -> Result<Report, crate::repo::RepoError> {
+async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError> {
     let repo = Repo::open(&config.repo).await?;
     let seen = observe::fleet(config, &repo, &[], PROBE_TIMEOUT).await;
     let hub = match &config.hub {

@@ -1,8 +1,8 @@
 //! The report as JSON, YAML or a table.
 
 use super::{Consumers, Report, Seen};
-use crate::alerts;
 use crate::cli::{Format, out};
+use spokekeeper::alerts;
 
 /// The READY column: every consumer's Ready, in one word.
 fn ready_column(cs: &Option<Consumers>) -> String {

@@ -51,8 +51,8 @@ use crate::repo::{BranchState, Untrusted};
 use crate::rotate::observe::Output;
 use crate::spoke::{ProbeError, ProbeReport};
 
-pub(crate) use open::open_reviews;
-pub(crate) use pr_text::human;
+pub use open::open_reviews;
+pub use pr_text::human;
 // For message.rs's tests, which check a commit message makes a good pull request.
 #[cfg(test)]
 pub(crate) use pr_text::describe;
@@ -74,7 +74,8 @@ pub struct Branch {
     pub recorded: Option<(Output, Recorded)>,
 }
 
-pub(crate) fn branch_name(spoke: &SpokeConfig) -> String {
+/// The branch a spoke's pull request is pushed to.
+pub fn branch_name(spoke: &SpokeConfig) -> String {
     format!("{}{}", crate::repo::BRANCH_PREFIX, spoke.name)
 }
 

@@ -16,7 +16,7 @@ use crate::rotate::{Outcome, SpokeReport};
 /// and that commit passes [`crate::repo::Repo::provenance`]; any other is reported as an
 /// unverified pull request (failed at `review`), never as a validated fix. Reads the
 /// forge and the clone; fetches nothing.
-pub(crate) async fn open_reviews(
+pub async fn open_reviews(
     config: &crate::config::Config,
     repo: &crate::repo::Repo,
     spokes: &[String],

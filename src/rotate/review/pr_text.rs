@@ -73,7 +73,7 @@ pub(crate) fn signed_line(head: &str) -> String {
 }
 
 /// An age for people: `45s`, `12m`, `3h 27m`, `2d 4h`.
-pub(crate) fn human(secs: u64) -> String {
+pub fn human(secs: u64) -> String {
     let (d, h, m) = (secs / 86_400, secs / 3600 % 24, secs / 60 % 60);
     match (d, h, m) {
         (0, 0, 0) => format!("{secs}s"),

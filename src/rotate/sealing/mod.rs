@@ -82,7 +82,7 @@ pub(super) async fn for_tick(
 /// `cert`, sealing.cert) without asking the hub (no network), as for a tick that cannot
 /// reach it: `sealing.sha256`, else with `hub:` the certificate it last served to this
 /// clone, else what the committed credentials record.
-pub(crate) async fn trusted_offline(
+pub async fn trusted_offline(
     config: &crate::config::Config,
     cert: &Path,
     repo: &crate::repo::Repo,

@@ -7,9 +7,7 @@ use crate::support;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use clap::CommandFactory;
 use serde_json::Value;
-use spokekeeper::cli::Cli;
 use support::NodeOptions;
 use support::fleet::{Fleet, vectors};
 
@@ -30,11 +28,20 @@ fn stdout(out: &Output) -> String {
     String::from_utf8(out.stdout.clone()).unwrap()
 }
 
+/// The commands `spokekeeper --help` lists (clap's own `help` left out).
 fn subcommands() -> Vec<String> {
-    Cli::command()
-        .get_subcommands()
-        .map(|c| c.get_name().to_string())
-        .collect()
+    let help = stdout(&spokekeeper(&["--help"]));
+    let names: Vec<String> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(String::from)
+        .collect();
+    assert!(names.contains(&"rotate".to_string()), "{help}");
+    names
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {

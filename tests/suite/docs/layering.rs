@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 /// Top-level modules of `src/`, from the top down. A module may import only modules in
 /// layers below its own. The reasons are in docs/ARCHITECTURE.md.
 const LAYERS: &[&[&str]] = &[
-    // Commands and their output; `cli/demo/` runs the demo (on the lab crate, lab/).
+    // The binary's module (src/main.rs declares it): commands and their output, over the
+    // library it imports as `spokekeeper::`; `cli/demo/` runs the demo (the lab crate, lab/).
     &["cli"],
     // `spokekeeper run`: schedule, leader election, endpoints.
     &["daemon"],

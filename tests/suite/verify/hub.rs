@@ -18,6 +18,7 @@ use spokekeeper_lab::hub::{Controller, Flux, HubSim, Kind, SimSpoke, rbac_attrib
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
 use support::git::{clone, commit, git};
+use support::hub_key::HubKey;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 
@@ -45,6 +46,11 @@ fn key(dir: &str) -> RecoveryKey {
     )
     .unwrap()
     .remove(0)
+}
+
+/// The controller's key as the simulated hub holds it.
+fn hub_key(dir: &str) -> HubKey {
+    HubKey(key(dir))
 }
 
 fn cert(dir: &str) -> String {
@@ -83,7 +89,7 @@ pub(crate) fn lab(n: usize, hub_extra: &str) -> HubLab {
         "kube-system",
         "sealed-secrets-controller",
         &cert("key"),
-        vec![key("key")],
+        vec![hub_key("key")],
         source,
     )
     .unwrap();
@@ -355,7 +361,7 @@ async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before: Vec<String> = (0..2).map(|i| l.fleet.remote_file(i)).collect();
     // The controller renews its key; it keeps the old one to decrypt older secrets.
-    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     let renewed = &report["sealing"]["renewed"];
@@ -417,7 +423,7 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
     let l = lab(1, "  verify_timeout: 5s\n");
     // The controller lost its key (reinstalled without the backup): it serves the old
     // certificate's copy from the cache, but cannot decrypt.
-    l.hub.set_keys(vec![key("other-key")]);
+    l.hub.set_keys(vec![hub_key("other-key")]);
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 1, "{report}\n{err}");
     assert_eq!(action(&report, 0), "rotated", "{report}");
@@ -444,7 +450,7 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
     );
 
     // A controller that never gets to it: timed out, bounded by verify_timeout.
-    l.hub.set_keys(vec![key("key")]);
+    l.hub.set_keys(vec![hub_key("key")]);
     l.hub.set_controller(Controller::Stalled);
     let started = std::time::Instant::now();
     let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
@@ -821,7 +827,7 @@ async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
 
     // The controller really has that key: it serves it, and every spoke is re-sealed.
     l.hub.set_controller(Controller::Up);
-    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(report["sealing"]["trusted"], true, "{report}");
@@ -839,7 +845,7 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     let demo =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt"))
             .unwrap();
-    l.hub.renew_key(&demo, key("other-key"));
+    l.hub.renew_key(&demo, hub_key("other-key"));
     // The pinned copy, which the hub served last, is still trusted.
     let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -861,7 +867,7 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     );
     l.hub.renew_key(
         "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
-        key("other-key"),
+        hub_key("other-key"),
     );
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -879,7 +885,7 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
 #[test]
 fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
     let l = lab(1, "  verify_timeout: 3s\n");
-    l.hub.set_keys(vec![key("other-key")]);
+    l.hub.set_keys(vec![hub_key("other-key")]);
     let daemon = support::daemon::Daemon::start(&l.fleet.config, &[]);
     let text = daemon.wait_for("tick finished", std::time::Duration::from_secs(60));
     assert!(text.contains("SpokekeeperHubNotReady"), "{text}");
@@ -920,7 +926,7 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
         .write(&l.fleet.config)
         .unwrap();
 
-    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(
@@ -1044,7 +1050,7 @@ async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
     let l = lab(1, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before = l.fleet.remote_file(0);
-    l.hub.renew_key(&cert("other-key"), key("other-key"));
+    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
     let hook = l.fleet.clone.join(".git/hooks/pre-commit");
     std::fs::write(&hook, "#!/bin/sh\necho 'refused by policy' >&2\nexit 1\n").unwrap();
     std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -12,8 +12,8 @@ use std::time::Duration;
 use spokekeeper::config::Config;
 use spokekeeper::hub::verify::{Ask, Delivery, HubReport, verify_sops};
 use spokekeeper::hub::{Consumer, Hub, Kind};
+use spokekeeper::seal::SecretInput;
 use spokekeeper::seal::sops::{self, AgeIdentities, AgeRecipients};
-use spokekeeper::seal::{RecoveryKey, SecretInput};
 use spokekeeper::secret::SecretBytes;
 use spokekeeper_lab::hub::{HubSim, SimSpoke, SopsKey};
 
@@ -57,7 +57,7 @@ fn start() -> SopsHub {
         "kube-system",
         "sealed-secrets-controller",
         spokekeeper_lab::DEMO_CERT_PEM,
-        Vec::<RecoveryKey>::new(),
+        Vec::<support::hub_key::HubKey>::new(),
         Arc::new(move |file: &str| read.lock().unwrap().get(file).cloned()),
     )
     .unwrap();
