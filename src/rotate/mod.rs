@@ -2,7 +2,8 @@
 //! (a commit and one push per tick, or a review branch) and verify on the hub.
 //!
 //! Spokes run concurrently up to a bound and one spoke's failure never blocks another;
-//! commits are made one at a time, in configuration order, under the repo lock. A
+//! commits are made one at a time, in configuration order, under the repo lock, each as
+//! soon as its spoke and every spoke before it are through. A
 //! credential is committed only after it worked against the live API, so a working
 //! committed credential is never replaced by one that was not validated.
 

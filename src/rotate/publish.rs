@@ -5,6 +5,7 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::decide::Policy;
 use super::error::{PinError, SpokeError};
@@ -41,9 +42,10 @@ pub(super) trait Publish {
     ) -> bool;
 
     /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
-    /// review) published; the report's outcome says how it went.
+    /// review) published; the report's outcome says how it went. Called one spoke at a
+    /// time, in configuration order, while later spokes are still being reconciled.
     async fn spoke(
-        &mut self,
+        &self,
         ctx: &Context,
         spoke: &SpokeConfig,
         report: &mut SpokeReport,
@@ -76,7 +78,7 @@ pub(super) struct Finished {
 /// Direct mode: commits on the target branch, one push per tick.
 #[derive(Default)]
 pub(super) struct Direct {
-    committed: usize,
+    committed: AtomicUsize,
 }
 
 impl Publish for Direct {
@@ -96,7 +98,7 @@ impl Publish for Direct {
     }
 
     async fn spoke(
-        &mut self,
+        &self,
         ctx: &Context,
         spoke: &SpokeConfig,
         report: &mut SpokeReport,
@@ -107,7 +109,7 @@ impl Publish for Direct {
         let beside = opts.beside.get(&spoke.name).map(Vec::as_slice);
         report.outcome = match commit(ctx, spoke, p, beside.unwrap_or_default()).await {
             Ok(sha) => {
-                self.committed += 1;
+                self.committed.fetch_add(1, Ordering::Relaxed);
                 Outcome::Rotated { commit: sha }
             }
             Err(e) => Outcome::Failed(e),
@@ -147,7 +149,8 @@ impl Publish for Direct {
         match ctx.repo.push().await {
             Ok(Pushed::Done { rebases }) => {
                 out.pushed = true;
-                tracing::info!(committed = self.committed, rebases, "pushed");
+                let committed = self.committed.load(Ordering::Relaxed);
+                tracing::info!(committed, rebases, "pushed");
             }
             Ok(Pushed::Nothing) => {}
             Err(e) => out.repo_error = Some(RepoFailure::Push(Arc::new(e))),

@@ -1,6 +1,7 @@
-//! One tick: each spoke observed and reconciled, concurrently up to a bound; then what
-//! is ready is published one at a time in configuration order under the repo lock
-//! (publish.rs: direct commits and one push, or review branches), and verified on the hub.
+//! One tick: each spoke observed and reconciled, concurrently up to a bound; what is
+//! ready published one at a time in configuration order under the repo lock, while later
+//! spokes are still worked on (publish.rs: direct commits and one push, or review
+//! branches); then the push, and the hub's verification.
 
 use std::time::Duration;
 
@@ -80,16 +81,6 @@ async fn run<P: Publish>(
         listed: &listed,
     };
     let mut worked = work(&tick, &spokes).await;
-
-    opts.progress.emit(Step::Fleet { stage: "commit" });
-    for w in &mut worked {
-        if w.proposal.is_some() {
-            warn_wrong_keys(w.spoke, &listed);
-        }
-        publish
-            .spoke(ctx, w.spoke, &mut w.report, w.proposal.as_deref(), opts)
-            .await;
-    }
     let published = publish.finish(ctx, opts).await;
     let pushed = published.pushed;
     let repo_error = published.repo_error.or(sync_error);
@@ -119,19 +110,18 @@ async fn run<P: Publish>(
     }
 }
 
-/// Each spoke observed and reconciled, concurrently up to the bound; in configuration
-/// order.
+/// Each spoke observed and reconciled, concurrently up to the bound, and published in
+/// configuration order as soon as it and every spoke before it are done: the commits run
+/// while later spokes are still being extracted, not after the last one.
 async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) -> Vec<Worked<'a>> {
     let (ctx, opts) = (tick.context, tick.options);
     // HEAD listed once: each spoke's committed file is read without a git process of its
-    // own (file by file, as before, should the listing fail).
+    // own (file by file, as before, should the listing fail). It names blobs by id, so
+    // this tick's own commits do not change what a later spoke reads.
     let snapshot = ctx.repo.snapshot().await.ok();
     let files = snapshot.as_ref();
-    // Each spoke's result lands in its slot: a vector sized once, not grown by doubling
-    // (at 10 000 spokes the old and new buffers together were the tick's peak).
-    let mut slots: Vec<Option<Worked>> =
-        std::iter::repeat_with(|| None).take(spokes.len()).collect();
-    futures::stream::iter(spokes.iter().copied().enumerate())
+    let (done, mut arrived) = futures::channel::mpsc::unbounded();
+    let reconciled = futures::stream::iter(spokes.iter().copied().enumerate())
         .map(|(order, spoke)| async move {
             opts.progress.emit(Step::Stage {
                 spoke: &spoke.name,
@@ -141,26 +131,57 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
                 Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
                 None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
             };
-            let done = reconcile::spoke(tick, spoke, &seen).await;
+            let result = reconcile::spoke(tick, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what is read later.
             let seen = opts.keep_probes.then(|| Box::new(seen.into_probed()));
-            (order, Worked::new(spoke, seen, done))
+            (order, Worked::new(spoke, seen, result))
         })
         .buffer_unordered(opts.concurrency.max(1))
-        .for_each(|(order, w)| {
+        // The sender is the closure's: it drops with this future once the last spoke is
+        // in, which ends the publishing loop. The receiver lives until both are done.
+        .for_each(move |arrival| {
+            let _ = done.unbounded_send(arrival);
+            std::future::ready(())
+        });
+    // Each spoke's result lands in its slot: a vector sized once, not grown by doubling
+    // (at 10 000 spokes the old and new buffers together were the tick's peak).
+    let mut slots: Vec<Option<Worked>> =
+        std::iter::repeat_with(|| None).take(spokes.len()).collect();
+    let published = async {
+        let mut next = 0;
+        while let Some((order, w)) = arrived.next().await {
             if let Some(slot) = slots.get_mut(order) {
                 *slot = Some(w);
             }
-            std::future::ready(())
-        })
-        .await;
+            while let Some(Some(w)) = slots.get_mut(next) {
+                publish_one(tick, w).await;
+                next += 1;
+            }
+        }
+    };
+    futures::join!(reconciled, published);
     // The listing and the cat-file process are not needed past the probes.
     drop(snapshot);
     // filter_map collects in place (Option<Worked> is no larger than Worked); flatten
     // would allocate a second buffer.
     #[expect(clippy::filter_map_identity, reason = "in-place collection")]
     slots.into_iter().filter_map(|w| w).collect()
+}
+
+/// One spoke's proposal (or, in review mode, its waiting fix) published.
+async fn publish_one<P: Publish>(tick: &Tick<'_, P>, w: &mut Worked<'_>) {
+    if w.proposal.is_some() {
+        tick.options.progress.emit(Step::Stage {
+            spoke: &w.spoke.name,
+            stage: "commit",
+        });
+        warn_wrong_keys(w.spoke, tick.listed);
+    }
+    let proposal = w.proposal.as_deref();
+    tick.publish
+        .spoke(tick.context, w.spoke, &mut w.report, proposal, tick.options)
+        .await;
 }
 
 /// One spoke through the tick: what was observed, its report, and what it proposed.

@@ -749,3 +749,106 @@ async fn a_certificate_from_another_ca_is_refused_before_it_is_bound() {
     );
     assert!(objects.csr_names().is_empty(), "{:?}", objects.csr_names());
 }
+
+/// A tick commits each spoke once it and every spoke before it are through, while later
+/// spokes are still being extracted, and only in configuration order. All three nodes
+/// rebuilt, spoke1's sshd stopped (its connects hang): spoke0's commit is in the clone
+/// while spoke1 still waits, spoke2's is not although spoke2 is done; once spoke1's sshd
+/// answers, the push holds spoke0, spoke1, spoke2 in that order.
+#[tokio::test(flavor = "multi_thread")]
+async fn each_commit_is_made_in_configuration_order_while_later_spokes_are_extracted() {
+    use spokekeeper::config::Config;
+    use spokekeeper::repo::Repo;
+    use spokekeeper::rotate::{self, Context, Options, Progress, Step};
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant};
+
+    support::install_crypto_provider();
+    let mut fleet = Fleet::new(&vec![NodeOptions::default(); 3]);
+    // A connect that outlasts the test: spoke1 waits until its sshd is resumed.
+    let spokes = fleet.nodes.iter().enumerate();
+    spokekeeper_lab::config::ConfigBuilder::new(&fleet.clone, vectors().join("key/cert.pem"))
+        .spokes(spokes.map(|(i, n)| n.spoke(&format!("spoke{i}"), "600s")))
+        .write(&fleet.config)
+        .unwrap();
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let base = git(&fleet.clone, &["rev-parse", "HEAD"]).trim().to_string();
+    for node in &mut fleet.nodes {
+        node.rebuild();
+    }
+    fleet.nodes[1].sigstop();
+
+    let config = Config::load(&fleet.config).unwrap();
+    let cert = vectors().join("key/cert.pem");
+    let now = time::OffsetDateTime::now_utc();
+    let sealing =
+        spokekeeper::seal::SealingKey::from_pem(&std::fs::read(&cert).unwrap(), "cert.pem", now)
+            .unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    let ctx = Context::new(config, sealing, repo).unwrap();
+    let done: Arc<Mutex<Vec<String>>> = Arc::default();
+    let heard = done.clone();
+    let options = Options {
+        concurrency: 3,
+        progress: Progress::new(move |step| {
+            if let Step::Done { spoke } = step {
+                heard.lock().unwrap().push(spoke.to_string());
+            }
+        }),
+        ..Options::default()
+    };
+    let subjects = |range: &str| -> Vec<String> {
+        let log = git(&fleet.clone, &["log", "--reverse", "--format=%s", range]);
+        log.lines().map(str::to_string).collect()
+    };
+    let range = format!("{base}..HEAD");
+    let watch = async {
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            let committed = subjects(&range);
+            let finished = done.lock().unwrap().clone();
+            if !committed.is_empty() && finished.contains(&"spoke2".to_string()) {
+                fleet.nodes[1].sigcont();
+                return (committed, finished);
+            }
+            if Instant::now() > deadline {
+                fleet.nodes[1].sigcont();
+                return (committed, finished);
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    };
+    let (report, (committed, finished)) = tokio::join!(rotate::tick(&ctx, &options), watch);
+    let report = report.unwrap();
+
+    assert!(
+        !finished.contains(&"spoke1".to_string()),
+        "spoke1 was held until the others were seen: {finished:?}"
+    );
+    assert_eq!(
+        committed.len(),
+        1,
+        "only spoke0 while spoke1 waits: {committed:?}"
+    );
+    assert!(
+        committed[0].starts_with("spoke0: rotate kubeconfig: "),
+        "{committed:?}"
+    );
+    for (i, spoke) in report.spokes.iter().enumerate() {
+        assert!(
+            matches!(spoke.outcome, rotate::Outcome::Rotated { .. }),
+            "spoke{i}: {:?}",
+            spoke.outcome
+        );
+    }
+    assert!(report.pushed);
+    let pushed: Vec<String> = git(
+        &fleet.remote,
+        &["log", "--reverse", "--format=%s", &format!("{base}..main")],
+    )
+    .lines()
+    .map(|s| s.split(':').next().unwrap_or_default().to_string())
+    .collect();
+    assert_eq!(pushed, ["spoke0", "spoke1", "spoke2"]);
+}

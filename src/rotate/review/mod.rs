@@ -61,7 +61,7 @@ pub(crate) use pr_text::describe;
 pub struct Review {
     forge: Result<Forge, Arc<ForgeError>>,
     /// Why the gate refused a side effect this tick (the rest waits for a tick that may).
-    refused: Option<String>,
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 /// The unmerged review branch of a spoke.
@@ -92,7 +92,7 @@ impl Review {
         }
         Some(Review {
             forge: Forge::new(cfg).map_err(Arc::new),
-            refused: None,
+            refused: std::sync::Mutex::new(None),
         })
     }
 

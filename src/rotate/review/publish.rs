@@ -33,15 +33,17 @@ impl Publish for Review {
     }
 
     async fn spoke(
-        &mut self,
+        &self,
         ctx: &Context,
         spoke: &SpokeConfig,
         report: &mut SpokeReport,
         proposal: Option<&Proposal>,
         opts: &Options,
     ) {
-        if let Some(why) = self.settle(ctx, spoke, report, proposal, opts).await {
-            self.refused = Some(why);
+        if let Some(why) = self.settle(ctx, spoke, report, proposal, opts).await
+            && let Ok(mut refused) = self.refused.lock()
+        {
+            *refused = Some(why);
         }
     }
 
@@ -145,8 +147,8 @@ impl Publish for Review {
         }
         // Reported as in direct mode: the branches and pull requests wait for a tick
         // that may act.
-        if let Some(why) = &self.refused {
-            out.repo_error = Some(RepoFailure::NotPushed { why: why.clone() });
+        if let Some(why) = self.refused.lock().ok().and_then(|r| r.clone()) {
+            out.repo_error = Some(RepoFailure::NotPushed { why });
         }
         out
     }
