@@ -346,8 +346,14 @@ impl Repo {
     /// (first: the worse finding) and any conversion git would apply to the file.
     async fn stage_checked(&self, rel_s: &str, bytes: &[u8]) -> Result<(), RepoError> {
         self.stage(rel_s, bytes, &[]).await?;
-        self.check_blobs(&[(rel_s.to_string(), format!(":0:{rel_s}"))])
-            .await?;
+        // The staged blob is `bytes` (stage compared them): judged as they are, not read
+        // back through two more git processes.
+        if let Some(what) = plaintext::refused_to_stage(rel_s, bytes) {
+            return Err(RepoError::Plaintext {
+                file: rel_s.into(),
+                what,
+            });
+        }
         self.no_conversion(rel_s, &[], false).await
     }
 
@@ -485,12 +491,7 @@ impl Repo {
             if kind != "blob" {
                 continue;
             }
-            let what = if body.contains(&0) {
-                Some("binary content, which cannot be checked for plaintext")
-            } else {
-                plaintext::plaintext_in(&String::from_utf8_lossy(body))
-            };
-            if let Some(what) = what {
+            if let Some(what) = plaintext::refused_in(body) {
                 return Err(RepoError::Plaintext {
                     file: file.clone(),
                     what,

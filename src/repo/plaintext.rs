@@ -26,6 +26,28 @@ const SUSPECT: [&str; 6] = [
     "data:",
 ];
 
+/// What the guard refuses in the content of one blob: binary content (it cannot be
+/// checked), or plaintext key material. None: it may be committed.
+pub(crate) fn refused_in(body: &[u8]) -> Option<&'static str> {
+    match body.contains(&0) {
+        true => Some("binary content, which cannot be checked for plaintext"),
+        false => plaintext_in(&String::from_utf8_lossy(body)),
+    }
+}
+
+/// The same for bytes about to be staged at `file`, which the guard would otherwise
+/// read back from the index: a name it could not have read, and a size over
+/// [`super::MAX_CHECKED_BLOB`], are refused as they would have been there.
+pub(crate) fn refused_to_stage(file: &str, body: &[u8]) -> Option<&'static str> {
+    if file.contains(['\n', '\r']) {
+        return Some("a line break in the file name, which cannot be checked");
+    }
+    if u64::try_from(body.len()).map_or(true, |n| n > super::MAX_CHECKED_BLOB) {
+        return Some("a file too large to check for plaintext");
+    }
+    refused_in(body)
+}
+
 /// What in `text` would be plaintext key material, or None.
 pub(crate) fn plaintext_in(text: &str) -> Option<&'static str> {
     // A PEM private key is refused in any file, parsed or not.
@@ -203,6 +225,40 @@ mod tests {
 
     fn secret(text: &str) -> Option<&'static str> {
         plaintext_in(text)
+    }
+
+    #[test]
+    fn bytes_about_to_be_staged_are_refused_as_the_index_read_refuses_them() {
+        let sealed = b"apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nspec:\n  encryptedData:\n    value: AgB=\n";
+        assert_eq!(refused_to_stage("f.yaml", sealed), None);
+        let leak = b"apiVersion: v1\nkind: Secret\ndata:\n  value: aGk=\n";
+        assert_eq!(refused_to_stage("f.yaml", leak), refused_in(leak));
+        assert!(refused_in(leak).is_some());
+        let binary = b"kind: SealedSecret\0";
+        assert!(
+            refused_to_stage("f.yaml", binary)
+                .unwrap()
+                .starts_with("binary")
+        );
+        assert!(
+            refused_to_stage("f\nyaml", sealed)
+                .unwrap()
+                .contains("line break")
+        );
+        assert!(
+            refused_to_stage("f\ryaml", sealed)
+                .unwrap()
+                .contains("line break")
+        );
+        let max = usize::try_from(super::super::MAX_CHECKED_BLOB).unwrap();
+        let mut big = vec![b'#'; max];
+        assert_eq!(refused_to_stage("f.yaml", &big), None, "at the limit");
+        big.push(b'#');
+        assert!(
+            refused_to_stage("f.yaml", &big)
+                .unwrap()
+                .contains("too large")
+        );
     }
 
     #[test]
