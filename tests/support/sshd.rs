@@ -102,17 +102,40 @@ impl Sshd {
 
 impl Drop for Sshd {
     fn drop(&mut self) {
+        use super::procs::{alive, descendants};
         let pid = self.pid();
-        // Freeze the listener so it forks nothing new while its children are collected.
+        // Freeze the listener, then every process below it until no new one appears: a
+        // stopped process forks nothing (a connection's child may be forking its
+        // privilege-separated one right now).
         let _ = kill_process(pid, Signal::STOP);
-        for child in super::procs::descendants(pid.as_raw_nonzero().get()) {
-            if let Some(child) = Pid::from_raw(child) {
-                let _ = kill_process(child, Signal::KILL);
+        let mut stopped: Vec<i32> = Vec::new();
+        loop {
+            let found: Vec<i32> = descendants(pid.as_raw_nonzero().get())
+                .into_iter()
+                .filter(|p| alive(*p) && !stopped.contains(p))
+                .collect();
+            if found.is_empty() {
+                break;
             }
+            for p in found {
+                if let Some(child) = Pid::from_raw(p) {
+                    let _ = kill_process(child, Signal::STOP);
+                }
+                stopped.push(p);
+            }
+        }
+        for child in stopped.iter().filter_map(|p| Pid::from_raw(*p)) {
+            let _ = kill_process(child, Signal::KILL);
         }
         let _ = kill_process(pid, Signal::KILL);
         let _ = kill_process(pid, Signal::CONT);
         let _ = self.child.wait();
+        // A SIGKILL takes effect when the kernel next runs the process, which on a loaded
+        // machine is not at once: the node is stopped when they are gone.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while stopped.iter().any(|p| alive(*p)) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
 
