@@ -757,9 +757,7 @@ async fn a_certificate_from_another_ca_is_refused_before_it_is_bound() {
 /// answers, the push holds spoke0, spoke1, spoke2 in that order.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_commit_is_made_in_configuration_order_while_later_spokes_are_extracted() {
-    use spokekeeper::config::Config;
-    use spokekeeper::repo::Repo;
-    use spokekeeper::rotate::{self, Context, Options, Progress, Step};
+    use spokekeeper::rotate::{self, Options, Progress, Step};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
@@ -779,14 +777,7 @@ async fn each_commit_is_made_in_configuration_order_while_later_spokes_are_extra
     }
     fleet.nodes[1].sigstop();
 
-    let config = Config::load(&fleet.config).unwrap();
-    let cert = vectors().join("key/cert.pem");
-    let now = time::OffsetDateTime::now_utc();
-    let sealing =
-        spokekeeper::seal::SealingKey::from_pem(&std::fs::read(&cert).unwrap(), "cert.pem", now)
-            .unwrap();
-    let repo = Repo::open(&config.repo).await.unwrap();
-    let ctx = Context::new(config, sealing, repo).unwrap();
+    let ctx = fleet.context().await;
     let done: Arc<Mutex<Vec<String>>> = Arc::default();
     let heard = done.clone();
     let options = Options {

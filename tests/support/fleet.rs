@@ -239,6 +239,17 @@ impl Fleet {
         (code, json, err)
     }
 
+    /// A library tick's context over the fleet's spokekeeper.yaml as it is now, sealing
+    /// to the vectors' certificate, for tests that drive `rotate::tick` themselves.
+    pub async fn context(&self) -> spokekeeper::rotate::Context {
+        let config = spokekeeper::config::Config::load(&self.config).unwrap();
+        let cert = std::fs::read(vectors().join("key/cert.pem")).unwrap();
+        let now = time::OffsetDateTime::now_utc();
+        let sealing = spokekeeper::seal::SealingKey::from_pem(&cert, "cert.pem", now).unwrap();
+        let repo = spokekeeper::repo::Repo::open(&config.repo).await.unwrap();
+        spokekeeper::rotate::Context::new(config, sealing, repo).unwrap()
+    }
+
     pub fn remote_log(&self) -> Vec<String> {
         git(&self.remote, &["log", "--format=%s", "main"])
             .lines()

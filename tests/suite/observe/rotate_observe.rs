@@ -225,23 +225,14 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
 /// 10 000-spoke tick's memory), so the same call probes again and finds the API down.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemons_tick_keeps_each_probe_for_the_alerts_and_a_one_shot_tick_none() {
-    use spokekeeper::config::Config;
-    use spokekeeper::repo::Repo;
-    use spokekeeper::rotate::{self, Context, Options, observe};
+    use spokekeeper::rotate::{self, Options, observe};
     use std::time::Duration;
 
     support::install_crypto_provider();
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");
-    let config = Config::load(&fleet.config).unwrap();
-    let cert = support::fleet::vectors().join("key/cert.pem");
-    let now = time::OffsetDateTime::now_utc();
-    let sealing =
-        spokekeeper::seal::SealingKey::from_pem(&std::fs::read(&cert).unwrap(), "cert.pem", now)
-            .unwrap();
-    let repo = Repo::open(&config.repo).await.unwrap();
-    let ctx = Context::new(config, sealing, repo).unwrap();
+    let ctx = fleet.context().await;
     let daemon = Options {
         keep_probes: true,
         ..Options::default()
