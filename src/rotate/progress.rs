@@ -9,11 +9,12 @@ use std::sync::Arc;
 pub enum Step<'a> {
     /// The tick works on `total` spokes.
     Start { total: usize },
-    /// `spoke` entered `stage` (probe, extract and validate, seal).
+    /// `spoke` entered `stage` (probe, extract and validate, seal; commit, once it and
+    /// every spoke before it are done).
     Stage { spoke: &'a str, stage: &'static str },
-    /// `spoke` is through its own stages.
+    /// `spoke` is through its own stages up to its commit.
     Done { spoke: &'a str },
-    /// The whole fleet's step after the spokes (commit, push, hub).
+    /// The whole fleet's step after the spokes (push, hub).
     Fleet { stage: &'static str },
 }
 
