@@ -231,7 +231,9 @@ fn rotate_shows_progress_on_a_terminal_and_nothing_extra_elsewhere() {
         "[0/2] starting",
         "spoke0: extract and validate",
         "spoke1: seal",
-        "[2/2] fleet: commit",
+        "spoke0: commit",
+        // spoke1 commits only once it and spoke0 are through.
+        "[2/2] spoke1: commit",
         "[2/2] fleet: push",
     ] {
         assert!(shown.contains(step), "{step:?} not in {shown:?}");
