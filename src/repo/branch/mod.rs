@@ -61,6 +61,13 @@ impl Repo {
         &self.branch
     }
 
+    /// Every file that differs between two trees (or commits), as `git diff-tree --raw
+    /// -z` lists it: recursive, renames as a deletion and an addition.
+    async fn raw_diff(&self, from: &str, to: &str) -> Result<String, RepoError> {
+        let args = ["diff-tree", "-r", "--no-renames", "--raw", "-z", from, to];
+        self.git(args).await
+    }
+
     /// Fetches every review branch into `refs/remotes/<remote>/spokekeeper/*`, dropping
     /// the tracking refs of branches deleted on the remote (merged and cleaned up).
     pub async fn fetch_review_branches(&self) -> Result<(), RepoError> {
@@ -264,17 +271,7 @@ impl Repo {
         }
         let tree = self.git_with(["write-tree"], &env, None).await?;
         let tree = tree.trim().to_string();
-        let raw = self
-            .git([
-                "diff-tree",
-                "-r",
-                "--no-renames",
-                "--raw",
-                "-z",
-                base,
-                &tree,
-            ])
-            .await?;
+        let raw = self.raw_diff(base, &tree).await?;
         let changed: Vec<(String, String)> = raw
             .split('\0')
             .filter(|f| !f.is_empty() && !f.starts_with(':'))
@@ -363,15 +360,7 @@ impl Repo {
             return Err(Untrusted::OffTarget { parent, upstream });
         }
         let raw = self
-            .git([
-                "diff-tree",
-                "-r",
-                "--no-renames",
-                "--raw",
-                "-z",
-                &parent,
-                head,
-            ])
+            .raw_diff(&parent, head)
             .await
             .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
         let rel_s = rel.to_string_lossy();
