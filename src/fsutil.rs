@@ -364,7 +364,10 @@ mod tests {
                 "{e}"
             );
         }
-        assert_eq!(read_under(&root.join("real/full"), &root).unwrap().len(), max);
+        assert_eq!(
+            read_under(&root.join("real/full"), &root).unwrap().len(),
+            max
+        );
     }
 
     #[cfg(unix)]

@@ -856,11 +856,19 @@ mod tests {
             ),
             (
                 spoke("output: \":!fluxcd/dev.yaml\""),
-                &["line 7: spokes[0].output", "pathspec magic", "write a relative path"],
+                &[
+                    "line 7: spokes[0].output",
+                    "pathspec magic",
+                    "write a relative path",
+                ],
             ),
             (
                 spoke("output: :(top)fluxcd/dev.yaml"),
-                &["line 7: spokes[0].output", "pathspec magic", "write a relative path"],
+                &[
+                    "line 7: spokes[0].output",
+                    "pathspec magic",
+                    "write a relative path",
+                ],
             ),
             (
                 spoke("output: fluxcd/./dev.yaml"),

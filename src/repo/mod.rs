@@ -254,7 +254,9 @@ impl Repo {
             // A blob of any size costs a pusher little (git compresses it): not read over
             // the cap every file read from the clone has.
             ["100644" | "100755", "blob", _, size]
-                if size.parse::<u64>().is_ok_and(|n| n > crate::fsutil::MAX_FILE_BYTES) =>
+                if size
+                    .parse::<u64>()
+                    .is_ok_and(|n| n > crate::fsutil::MAX_FILE_BYTES) =>
             {
                 Err(self.io(
                     &path,

@@ -134,14 +134,13 @@ fn configured(config: &Config) -> Result<Option<(AgeRecipients, Origin)>, Recipi
             Origin::Config,
         )),
         Some(AgeRecipientsFrom::File(path)) => {
-            let bytes = read_under(path, &config.repo.path).map_err(|error| {
-                RecipientsError::Read {
+            let bytes =
+                read_under(path, &config.repo.path).map_err(|error| RecipientsError::Read {
                     what: "sealing.age_recipients file",
                     path: path.clone(),
                     config: config.file.clone(),
                     error,
-                }
-            })?;
+                })?;
             // Not UTF-8: the bad line is named by its replacement character.
             let text = String::from_utf8_lossy(&bytes);
             let r = AgeRecipients::parse_file(&text).map_err(|e| parse(path, e))?;
@@ -277,12 +276,21 @@ mod tests {
         let id = age::x25519::Identity::generate();
         let line = age::secrecy::ExposeSecret::expose_secret(&id.to_string()).to_string();
         let file = d.join("token");
-        std::fs::write(&file, format!("ghp_0123456789abcdefghijklmnopqrstuvwxyz\n{line}\n")).unwrap();
+        std::fs::write(
+            &file,
+            format!("ghp_0123456789abcdefghijklmnopqrstuvwxyz\n{line}\n"),
+        )
+        .unwrap();
         (file, line)
     }
 
     fn assert_no_secret(e: &str, identity: &str) {
-        for part in ["ghp_0123", "456789abcdef", "AGE-SECRET-KEY", &identity[16..40]] {
+        for part in [
+            "ghp_0123",
+            "456789abcdef",
+            "AGE-SECRET-KEY",
+            &identity[16..40],
+        ] {
             assert!(!e.contains(part), "{part:?} in {e}");
         }
     }
@@ -305,11 +313,23 @@ mod tests {
         std::os::unix::fs::symlink(d, d.join("fleet/up")).unwrap();
         let pin = format!("age_sha256: {}", fp(&[A]));
         for (sealing, named) in [
-            ("age_recipients: fleet/keys/age.txt".to_string(), "keys/age.txt"),
-            ("age_recipients: fleet/keys/zero.txt".to_string(), "keys/zero.txt"),
+            (
+                "age_recipients: fleet/keys/age.txt".to_string(),
+                "keys/age.txt",
+            ),
+            (
+                "age_recipients: fleet/keys/zero.txt".to_string(),
+                "keys/zero.txt",
+            ),
             ("age_recipients: fleet/up/token".to_string(), "fleet/up"),
-            (format!("sops_config: fleet/.sops.yaml, {pin}"), ".sops.yaml"),
-            (format!("sops_config: fleet/zero.sops.yaml, {pin}"), "zero.sops.yaml"),
+            (
+                format!("sops_config: fleet/.sops.yaml, {pin}"),
+                ".sops.yaml",
+            ),
+            (
+                format!("sops_config: fleet/zero.sops.yaml, {pin}"),
+                "zero.sops.yaml",
+            ),
         ] {
             let e = got(&config(d, &sealing)).unwrap_err();
             assert!(
@@ -328,7 +348,10 @@ mod tests {
         // Outside the clone, the operator's path: read, and the bad line named by number.
         let (secret, identity) = secret_file(d);
         let e = got(&config(d, &format!("age_recipients: {}", secret.display()))).unwrap_err();
-        assert!(e.contains("line 1") && e.contains("not an age X25519 recipient"), "{e}");
+        assert!(
+            e.contains("line 1") && e.contains("not an age X25519 recipient"),
+            "{e}"
+        );
         assert_no_secret(&e, &identity);
         std::fs::write(&secret, format!("{A}\n{identity}\n")).unwrap();
         let e = got(&config(d, &format!("age_recipients: {}", secret.display()))).unwrap_err();
@@ -337,11 +360,20 @@ mod tests {
         // A .sops.yaml whose rule names a secret as a recipient.
         std::fs::write(
             d.join("fleet/.sops.yaml"),
-            format!("creation_rules:\n  - encrypted_regex: ^(data|stringData)$\n    age: {identity}\n"),
+            format!(
+                "creation_rules:\n  - encrypted_regex: ^(data|stringData)$\n    age: {identity}\n"
+            ),
         )
         .unwrap();
-        let e = got(&config(d, &format!("sops_config: fleet/.sops.yaml, age_sha256: {}", fp(&[A])))).unwrap_err();
-        assert!(e.contains("#1") && e.contains("not an age X25519 recipient"), "{e}");
+        let e = got(&config(
+            d,
+            &format!("sops_config: fleet/.sops.yaml, age_sha256: {}", fp(&[A])),
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("#1") && e.contains("not an age X25519 recipient"),
+            "{e}"
+        );
         assert_no_secret(&e, &identity);
     }
 
@@ -350,7 +382,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let d = dir.path();
         std::fs::create_dir_all(d.join("fleet")).unwrap();
-        let big = format!("# {}\n{A}\n", "x".repeat(usize::try_from(crate::fsutil::MAX_FILE_BYTES).unwrap()));
+        let big = format!(
+            "# {}\n{A}\n",
+            "x".repeat(usize::try_from(crate::fsutil::MAX_FILE_BYTES).unwrap())
+        );
         std::fs::write(d.join("fleet/age.txt"), &big).unwrap();
         std::fs::write(d.join("big.txt"), &big).unwrap();
         let pin = format!("age_sha256: {}", fp(&[A]));
@@ -359,7 +394,10 @@ mod tests {
             "age_recipients: big.txt".to_string(),
         ] {
             let e = got(&config(d, &sealing)).unwrap_err();
-            assert!(e.contains("age.txt is larger than") || e.contains("big.txt is larger than"), "{e}");
+            assert!(
+                e.contains("age.txt is larger than") || e.contains("big.txt is larger than"),
+                "{e}"
+            );
         }
         let e = got(&config(d, "age_recipients: /dev/zero")).unwrap_err();
         assert!(e.contains("/dev/zero is not a regular file"), "{e}");

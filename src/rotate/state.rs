@@ -666,7 +666,10 @@ mod tests {
     fn malformed_values_are_measured_not_quoted() {
         let token = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
         for (key, value) in [
-            (SEALING_CERT_SHA256, format!("sha256:\n{}", "é".repeat(10_000))),
+            (
+                SEALING_CERT_SHA256,
+                format!("sha256:\n{}", "é".repeat(10_000)),
+            ),
             (SERVER, format!("https://{token}.example.org\n")),
             (ROTATED_AT, format!("AGE-SECRET-KEY-1{}", "Q".repeat(58))),
         ] {

@@ -456,9 +456,10 @@ mod tests {
             format!("kind: {token}\napiVersion: {token}\n"),
             format!("kind: Secret\napiVersion: v1\n---\nkind: {token}\n"),
         ] {
-            let e = SealedSecret::parse(text.as_bytes()).unwrap_err().to_string();
+            let e = SealedSecret::parse(text.as_bytes())
+                .unwrap_err()
+                .to_string();
             assert!(!e.contains("ghp_0123"), "{text}: {e}");
         }
     }
 }
-

@@ -1052,7 +1052,10 @@ fn chart_pod_is_locked_down_and_wired_to_its_files() {
             .map(|q| q.0.clone())
     };
     assert_eq!(limit(&objects).as_deref(), Some("1Gi"));
-    let raised = read_all(&render_with("fleet:\n  diskLimit: 8Gi\n"), "chart (diskLimit)");
+    let raised = read_all(
+        &render_with("fleet:\n  diskLimit: 8Gi\n"),
+        "chart (diskLimit)",
+    );
     assert_eq!(limit(&raised).as_deref(), Some("8Gi"));
     for (name, keys) in [
         ("ssh", ["id_ed25519", "known_hosts"]),

@@ -426,7 +426,8 @@ fn check_peak_kib(config: &std::path::Path) -> u64 {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{err}"));
+    let report: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{err}"));
     assert!(report["findings"].is_array(), "{report}");
     err.lines()
         .find_map(|l| l.strip_prefix("maxrss="))
@@ -448,18 +449,20 @@ fn check_holds_one_fleet_repo_files_tree_at_a_time() {
         .write(&config)
         .unwrap();
     let floor = check_peak_kib(&config);
-    let items = |item: &str| format!("items: [{}]\n", vec![item; 90_000].join(","));
+    fn items(item: &str) -> String {
+        format!("items: [{}]\n", vec![item; 90_000].join(","))
+    }
     // One blob at 24 paths (the push costs 180 KB), then 24 different files.
-    let shapes: [(&str, Box<dyn Fn(usize) -> String>); 2] = [
-        ("same", Box::new(|_| items("a"))),
-        ("distinct", Box::new(|i| items(&format!("b{i}")))),
-    ];
-    for (shape, text) in shapes {
+    for shape in ["same", "distinct"] {
         let _ = std::fs::remove_dir_all(clone.join("apps"));
         for i in 0..24 {
             let file = clone.join(format!("apps/{shape}/f{i:02}.yaml"));
             std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-            std::fs::write(&file, text(i)).unwrap();
+            let item = match shape {
+                "same" => "a".to_string(),
+                _ => format!("b{i}"),
+            };
+            std::fs::write(&file, items(&item)).unwrap();
         }
         git(&clone, &["add", "-A"]);
         commit(&clone, shape);

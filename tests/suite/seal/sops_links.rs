@@ -101,7 +101,7 @@ async fn run_daemon(l: &HubLab, sealing: &str) -> Sinks {
     let log = daemon.log();
     drop(daemon);
     let (_, out, err) = l.fleet.run(&["check"]);
-    let bodies = |r: &Receiver| r.posts().into_iter().map(|p| p.body).collect();
+    let bodies = |r: &Receiver| -> Vec<Value> { r.posts().into_iter().map(|p| p.body).collect() };
     Sinks {
         log,
         webhook: bodies(&hook),
