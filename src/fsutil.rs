@@ -60,17 +60,55 @@ pub(crate) fn symlink_in(root: &Path, rel: &Path) -> std::io::Result<Option<Path
     Ok(None)
 }
 
-/// Reads `path`, refusing (ELOOP) when its last component is a symbolic link.
-pub(crate) fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
+/// The most spokekeeper reads of one file: the fleet repo holds YAML of a few KiB per
+/// file, and a pushed file of any size (or a link to `/dev/zero`) must not exhaust memory.
+pub const MAX_FILE_BYTES: u64 = 4 << 20;
+
+/// A file over [`MAX_FILE_BYTES`], or one that is not a regular file (a device, a FIFO):
+/// either could be read without end.
+#[derive(Debug, thiserror::Error)]
+pub enum UnboundedError {
+    #[error(
+        "{} is larger than {MAX_FILE_BYTES} bytes, the most spokekeeper reads of one file: replace it with the small text file it should be",
+        path.display()
+    )]
+    TooLarge { path: PathBuf },
+    #[error(
+        "{} is not a regular file (a device, FIFO or socket): spokekeeper reads only regular files; replace it with one",
+        path.display()
+    )]
+    NotRegular { path: PathBuf },
+}
+
+/// Reads at most [`MAX_FILE_BYTES`] of the regular file `path`; with `nofollow`,
+/// refusing (ELOOP) when its last component is a symbolic link.
+fn read_capped(path: &Path, nofollow: bool) -> std::io::Result<Vec<u8>> {
     let mut open = std::fs::OpenOptions::new();
     open.read(true);
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        open.custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        // Non-blocking: opening a FIFO must not wait for a writer.
+        let mut flags = rustix::fs::OFlags::NONBLOCK;
+        if nofollow {
+            flags |= rustix::fs::OFlags::NOFOLLOW;
+        }
+        open.custom_flags(flags.bits() as i32);
+    }
+    let file = open.open(path)?;
+    let unbounded = |e: UnboundedError| Err(std::io::Error::other(e));
+    if !file.metadata()?.is_file() {
+        return unbounded(UnboundedError::NotRegular {
+            path: path.to_path_buf(),
+        });
     }
     let mut bytes = Vec::new();
-    open.open(path)?.read_to_end(&mut bytes)?;
+    file.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE_BYTES {
+        return unbounded(UnboundedError::TooLarge {
+            path: path.to_path_buf(),
+        });
+    }
     Ok(bytes)
 }
 
@@ -78,18 +116,21 @@ pub(crate) fn read_nofollow(path: &Path) -> std::io::Result<Vec<u8>> {
 /// any component below `root` with a [`SymlinkError`]. Both are resolved physically
 /// first, so neither a `root` named through a link or `..` nor a `path` written with
 /// `..` or through a link outside the clone slips past as text that does not match.
+/// Inside or out, at most [`MAX_FILE_BYTES`] of a regular file are read
+/// ([`UnboundedError`]). This is the only way spokekeeper reads a file in the clone
+/// (tests/suite/docs/clone_reads.rs holds it so).
 pub fn read_under(path: &Path, root: &Path) -> std::io::Result<Vec<u8>> {
     let root = match root.canonicalize() {
         Ok(r) => r,
         // No clone there: nothing can lie under it.
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return std::fs::read(path),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return read_capped(path, false),
         Err(e) => return Err(e),
     };
     match resolve(path, &root)? {
         Resolved::Link(link) => Err(std::io::Error::other(SymlinkError { path: link })),
-        Resolved::Real(real) if real.starts_with(&root) => read_nofollow(&real),
+        Resolved::Real(real) if real.starts_with(&root) => read_capped(&real, true),
         // Outside the clone, links are the operator's business.
-        Resolved::Real(_) => std::fs::read(path),
+        Resolved::Real(_) => read_capped(path, false),
     }
 }
 
@@ -206,7 +247,7 @@ mod tests {
             );
         }
         assert!(
-            read_nofollow(&root.join("file-link")).is_err(),
+            read_capped(&root.join("file-link"), true).is_err(),
             "O_NOFOLLOW"
         );
         // Outside the root, links are the operator's business.
@@ -298,5 +339,53 @@ mod tests {
         std::os::unix::fs::symlink(&b, &a).unwrap();
         std::os::unix::fs::symlink(&a, &b).unwrap();
         assert!(read_under(&a, &root).is_err());
+    }
+
+    /// The inner error of a refused read, as text.
+    #[cfg(unix)]
+    fn why(path: &Path, root: &Path) -> String {
+        let e = read_under(path, root).unwrap_err();
+        e.get_ref().map(|e| e.to_string()).unwrap_or_default()
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_file_over_the_cap_is_refused_inside_and_outside_the_clone() {
+        let (dir, root) = clone_with_links();
+        let max = usize::try_from(MAX_FILE_BYTES).unwrap();
+        std::fs::write(root.join("real/big"), vec![b'a'; max + 1]).unwrap();
+        std::fs::write(root.join("real/full"), vec![b'a'; max]).unwrap();
+        let outside = dir.path().join("outside/big");
+        std::fs::write(&outside, vec![b'a'; max + 1]).unwrap();
+        for path in [root.join("real/big"), outside] {
+            let e = why(&path, &root);
+            assert!(
+                e.contains(&path.display().to_string()) && e.contains("larger than"),
+                "{e}"
+            );
+        }
+        assert_eq!(
+            read_under(&root.join("real/full"), &root).unwrap().len(),
+            max
+        );
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_device_or_fifo_is_refused_not_read_without_end() {
+        let (dir, root) = clone_with_links();
+        // An operator's path outside the clone that names /dev/zero, through a link too.
+        let zero = dir.path().join("zero");
+        std::os::unix::fs::symlink("/dev/zero", &zero).unwrap();
+        for path in [Path::new("/dev/zero"), zero.as_path()] {
+            assert!(why(path, &root).contains("not a regular file"), "{path:?}");
+        }
+        // Inside the clone a link to it is refused as a link.
+        std::os::unix::fs::symlink("/dev/zero", root.join("zero")).unwrap();
+        assert!(why(&root.join("zero"), &root).contains("symbolic link"));
+        // A FIFO with no writer: refused at once, not waited on.
+        let fifo = root.join("real/fifo");
+        rustix::fs::mkfifoat(rustix::fs::CWD, &fifo, rustix::fs::Mode::RWXU).unwrap();
+        assert!(why(&fifo, &root).contains("not a regular file"));
     }
 }

@@ -174,6 +174,32 @@ fn invisible(c: char) -> bool {
         | '\u{E0020}'..='\u{E007F}')
 }
 
+/// A parser's error message with whatever it quotes (`"..."`, `` `...` ``) cut to `…`:
+/// serde's messages quote the value or key that did not fit (`invalid type: string
+/// "ghp_..."`, `` unknown field `...` ``), and fleet-repo text may be a secret's line.
+/// What is left (the kind of fault, the line and column) still says where to look.
+pub(crate) fn unquoted(message: &str) -> String {
+    let mut out = String::with_capacity(message.len());
+    let mut chars = message.chars();
+    while let Some(c) = chars.next() {
+        out.push(c);
+        if c != '"' && c != '`' {
+            continue;
+        }
+        let mut escaped = false;
+        for inner in chars.by_ref() {
+            match inner {
+                '\\' if c == '"' && !escaped => escaped = true,
+                _ if inner == c && !escaped => break,
+                _ => escaped = false,
+            }
+        }
+        out.push('…');
+        out.push(c);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -278,5 +304,20 @@ mod tests {
     #[test]
     fn mentions_are_neutralised() {
         assert_eq!(markdown("cc @admins"), "cc @&#8203;admins");
+    }
+
+    #[test]
+    fn unquoted_cuts_what_a_parser_quotes() {
+        assert_eq!(
+            unquoted(r#"invalid type: string "ghp_a\"b", expected struct X at line 1 column 1"#),
+            r#"invalid type: string "…", expected struct X at line 1 column 1"#
+        );
+        assert_eq!(
+            unquoted("unknown field `AGE-SECRET-KEY-1X`, expected `spec` at line 3"),
+            "unknown field `…`, expected `…` at line 3"
+        );
+        // An unclosed quote cuts to the end.
+        assert_eq!(unquoted("at line 2: \"ghp_abc"), "at line 2: \"…\"");
+        assert_eq!(unquoted("no quotes, line 4"), "no quotes, line 4");
     }
 }

@@ -116,6 +116,11 @@ pub(crate) enum BadValue {
     OutputInGit(PathBuf),
     #[error("{:?} contains a control character: {OUTPUT_FIX}", .0.display())]
     OutputControl(PathBuf),
+    #[error(
+        "{:?} is not written as git names it ({plain:?}): git lists and compares paths in that form, so a `//`, `/./` or trailing `/` would not match it. Fix: write {plain:?}",
+        given.display()
+    )]
+    OutputNotPlain { given: PathBuf, plain: String },
 }
 
 const HOST_FIX: &str =
@@ -521,6 +526,17 @@ pub(super) fn output(p: &Path) -> Reason {
     if p.to_string_lossy().chars().any(char::is_control) {
         return Err(BadValue::OutputControl(p.to_path_buf()));
     }
+    let plain = p
+        .components()
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/");
+    if p.to_str() != Some(plain.as_str()) {
+        return Err(BadValue::OutputNotPlain {
+            given: p.to_path_buf(),
+            plain,
+        });
+    }
     Ok(())
 }
 
@@ -707,6 +723,12 @@ mod tests {
             "a\nb.yaml",
             ":!a.yaml",
             ":(glob)*",
+            ":/",
+            ":",
+            ":(top)fluxcd/dev.yaml",
+            "fluxcd//dev.yaml",
+            "fluxcd/./dev.yaml",
+            "fluxcd/dev.yaml/",
         ] {
             assert!(output(Path::new(bad)).is_err(), "{bad}");
         }
@@ -831,6 +853,30 @@ mod tests {
             (
                 spoke("output: ../x.yaml"),
                 &["spokes[0].output", "inside the repo"],
+            ),
+            (
+                spoke("output: \":!fluxcd/dev.yaml\""),
+                &[
+                    "line 7: spokes[0].output",
+                    "pathspec magic",
+                    "write a relative path",
+                ],
+            ),
+            (
+                spoke("output: :(top)fluxcd/dev.yaml"),
+                &[
+                    "line 7: spokes[0].output",
+                    "pathspec magic",
+                    "write a relative path",
+                ],
+            ),
+            (
+                spoke("output: fluxcd/./dev.yaml"),
+                &["line 7: spokes[0].output", "Fix: write \"fluxcd/dev.yaml\""],
+            ),
+            (
+                spoke("output: fluxcd//dev.yaml/"),
+                &["line 7: spokes[0].output", "Fix: write \"fluxcd/dev.yaml\""],
             ),
             (
                 format!("{BASE}ssh: {{user: \"a b\"}}\n"),

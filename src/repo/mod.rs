@@ -245,13 +245,27 @@ impl Repo {
         let path = self.no_links(rel)?;
         let rel_s = rel.to_string_lossy().into_owned();
         let entry = self
-            .git(["ls-tree", "-z", "--full-tree", "HEAD", "--", &rel_s])
+            .git(["ls-tree", "-z", "-l", "--full-tree", "HEAD", "--", &rel_s])
             .await?;
         let Some((meta, _)) = entry.split_once('\t') else {
             return Ok(None);
         };
-        match meta.split(' ').collect::<Vec<_>>().as_slice() {
-            ["100644" | "100755", "blob", id] => self
+        match meta.split_whitespace().collect::<Vec<_>>().as_slice() {
+            // A blob of any size costs a pusher little (git compresses it): not read over
+            // the cap every file read from the clone has.
+            ["100644" | "100755", "blob", _, size]
+                if size
+                    .parse::<u64>()
+                    .is_ok_and(|n| n > crate::fsutil::MAX_FILE_BYTES) =>
+            {
+                Err(self.io(
+                    &path,
+                    std::io::Error::other(crate::fsutil::UnboundedError::TooLarge {
+                        path: path.clone(),
+                    }),
+                ))
+            }
+            ["100644" | "100755", "blob", id, _] => self
                 .git_raw(["cat-file", "blob", id], &[], None)
                 .await
                 .map(Some),
@@ -300,7 +314,7 @@ impl Repo {
         };
         for (rel, rel_s) in rels.iter().zip(&names) {
             let read = self.no_links(rel).and_then(|path| {
-                crate::fsutil::read_nofollow(&path).map_err(|e| self.io(&path, e))
+                crate::fsutil::read_under(&path, &self.path).map_err(|e| self.io(&path, e))
             });
             let bytes = match read {
                 Ok(b) => b,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::{AgeRecipientsFrom, Config, SpokeConfig};
 use crate::fingerprint::{self, Fingerprint};
-use crate::fsutil::inside;
+use crate::fsutil::{inside, read_under};
 use crate::seal::sops::{self, AgeRecipients, SopsError};
 
 /// Why a sops spoke's recipients cannot be used this tick.
@@ -94,7 +94,7 @@ pub fn recipients(config: &Config, spoke: &SpokeConfig) -> Result<AgeRecipients,
                 error: SopsError::NoRecipients,
             });
     };
-    let text = std::fs::read(path).map_err(|error| RecipientsError::Read {
+    let text = read_under(path, &config.repo.path).map_err(|error| RecipientsError::Read {
         what: "sealing.sops_config",
         path: path.clone(),
         config: config.file.clone(),
@@ -134,12 +134,15 @@ fn configured(config: &Config) -> Result<Option<(AgeRecipients, Origin)>, Recipi
             Origin::Config,
         )),
         Some(AgeRecipientsFrom::File(path)) => {
-            let text = std::fs::read_to_string(path).map_err(|error| RecipientsError::Read {
-                what: "sealing.age_recipients file",
-                path: path.clone(),
-                config: config.file.clone(),
-                error,
-            })?;
+            let bytes =
+                read_under(path, &config.repo.path).map_err(|error| RecipientsError::Read {
+                    what: "sealing.age_recipients file",
+                    path: path.clone(),
+                    config: config.file.clone(),
+                    error,
+                })?;
+            // Not UTF-8: the bad line is named by its replacement character.
+            let text = String::from_utf8_lossy(&bytes);
             let r = AgeRecipients::parse_file(&text).map_err(|e| parse(path, e))?;
             let in_repo = inside(path, &config.repo.path).is_some();
             Some((
@@ -229,7 +232,7 @@ mod tests {
         // A bad line is named.
         std::fs::write(d.join("outside.txt"), format!("{A}\nage1nope\n")).unwrap();
         let e = got(&config(d, "age_recipients: outside.txt")).unwrap_err();
-        assert!(e.contains("line 2") && e.contains("age1nope"), "{e}");
+        assert!(e.contains("line 2") && !e.contains("age1nope"), "{e}");
         let e = got(&config(d, "age_recipients: missing.txt")).unwrap_err();
         assert!(
             e.contains("cannot read") && e.contains("missing.txt"),
@@ -266,5 +269,137 @@ mod tests {
         let mut c = config(d, &format!("{sops_config}, age_recipients: [{A}]"));
         c.spokes[0].output = "clusters/dev.yaml".into();
         assert_eq!(got(&c), Ok(vec![A.into()]));
+    }
+
+    /// A file holding a forge token and an age identity, as a pushed link may name.
+    fn secret_file(d: &Path) -> (PathBuf, String) {
+        let id = age::x25519::Identity::generate();
+        let line = age::secrecy::ExposeSecret::expose_secret(&id.to_string()).to_string();
+        let file = d.join("token");
+        std::fs::write(
+            &file,
+            format!("ghp_0123456789abcdefghijklmnopqrstuvwxyz\n{line}\n"),
+        )
+        .unwrap();
+        (file, line)
+    }
+
+    fn assert_no_secret(e: &str, identity: &str) {
+        for part in [
+            "ghp_0123",
+            "456789abcdef",
+            "AGE-SECRET-KEY",
+            &identity[16..40],
+        ] {
+            assert!(!e.contains(part), "{part:?} in {e}");
+        }
+    }
+
+    #[test]
+    fn a_pushed_link_at_either_sops_input_is_refused_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        let (secret, identity) = secret_file(d);
+        std::fs::create_dir_all(d.join("fleet/keys")).unwrap();
+        for (at, target) in [
+            ("fleet/keys/age.txt", secret.as_path()),
+            ("fleet/keys/zero.txt", Path::new("/dev/zero")),
+            ("fleet/.sops.yaml", secret.as_path()),
+            ("fleet/zero.sops.yaml", Path::new("/dev/zero")),
+        ] {
+            std::os::unix::fs::symlink(target, d.join(at)).unwrap();
+        }
+        // A linked directory on the way is refused the same.
+        std::os::unix::fs::symlink(d, d.join("fleet/up")).unwrap();
+        let pin = format!("age_sha256: {}", fp(&[A]));
+        for (sealing, named) in [
+            (
+                "age_recipients: fleet/keys/age.txt".to_string(),
+                "keys/age.txt",
+            ),
+            (
+                "age_recipients: fleet/keys/zero.txt".to_string(),
+                "keys/zero.txt",
+            ),
+            ("age_recipients: fleet/up/token".to_string(), "fleet/up"),
+            (
+                format!("sops_config: fleet/.sops.yaml, {pin}"),
+                ".sops.yaml",
+            ),
+            (
+                format!("sops_config: fleet/zero.sops.yaml, {pin}"),
+                "zero.sops.yaml",
+            ),
+        ] {
+            let e = got(&config(d, &sealing)).unwrap_err();
+            assert!(
+                e.contains(&format!("{named} is a symbolic link"))
+                    && e.contains("replace it with a regular file"),
+                "{sealing}: {e}"
+            );
+            assert_no_secret(&e, &identity);
+        }
+    }
+
+    #[test]
+    fn a_recipients_file_that_is_a_secret_is_not_quoted() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        // Outside the clone, the operator's path: read, and the bad line named by number.
+        let (secret, identity) = secret_file(d);
+        let e = got(&config(d, &format!("age_recipients: {}", secret.display()))).unwrap_err();
+        assert!(
+            e.contains("line 1") && e.contains("not an age X25519 recipient"),
+            "{e}"
+        );
+        assert_no_secret(&e, &identity);
+        std::fs::write(&secret, format!("{A}\n{identity}\n")).unwrap();
+        let e = got(&config(d, &format!("age_recipients: {}", secret.display()))).unwrap_err();
+        assert!(e.contains("line 2"), "{e}");
+        assert_no_secret(&e, &identity);
+        // A .sops.yaml whose rule names a secret as a recipient.
+        std::fs::write(
+            d.join("fleet/.sops.yaml"),
+            format!(
+                "creation_rules:\n  - encrypted_regex: ^(data|stringData)$\n    age: {identity}\n"
+            ),
+        )
+        .unwrap();
+        let e = got(&config(
+            d,
+            &format!("sops_config: fleet/.sops.yaml, age_sha256: {}", fp(&[A])),
+        ))
+        .unwrap_err();
+        assert!(
+            e.contains("#1") && e.contains("not an age X25519 recipient"),
+            "{e}"
+        );
+        assert_no_secret(&e, &identity);
+    }
+
+    #[test]
+    fn an_oversized_or_device_input_is_refused_not_read_without_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path();
+        std::fs::create_dir_all(d.join("fleet")).unwrap();
+        let big = format!(
+            "# {}\n{A}\n",
+            "x".repeat(usize::try_from(crate::fsutil::MAX_FILE_BYTES).unwrap())
+        );
+        std::fs::write(d.join("fleet/age.txt"), &big).unwrap();
+        std::fs::write(d.join("big.txt"), &big).unwrap();
+        let pin = format!("age_sha256: {}", fp(&[A]));
+        for sealing in [
+            format!("age_recipients: fleet/age.txt, {pin}"),
+            "age_recipients: big.txt".to_string(),
+        ] {
+            let e = got(&config(d, &sealing)).unwrap_err();
+            assert!(
+                e.contains("age.txt is larger than") || e.contains("big.txt is larger than"),
+                "{e}"
+            );
+        }
+        let e = got(&config(d, "age_recipients: /dev/zero")).unwrap_err();
+        assert!(e.contains("/dev/zero is not a regular file"), "{e}");
     }
 }

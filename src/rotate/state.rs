@@ -113,7 +113,7 @@ impl RecordedCredential {
 }
 
 /// A recorded annotation that is missing or malformed. Read back from the fleet repo it
-/// is untrusted input: the value shown is escaped and shortened.
+/// is untrusted input: the value is not shown, only its length.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum AnnotationError {
     #[error("annotation {key} is missing")]
@@ -265,16 +265,10 @@ pub(crate) fn bundle_fingerprint(cas: &[Vec<u8>]) -> Fingerprint<CaBundle> {
     Fingerprint::of(&cas.concat())
 }
 
-/// The value for an error message: escaped, then cut to 48 characters.
+/// The value for an error message: its length only. It is fleet-repo text that did not
+/// parse, and what a parse error shows reaches logs, alerts and hub Events.
 fn shown(v: &str) -> String {
-    const MAX: usize = 48;
-    let head: String = v.chars().take(MAX).collect();
-    let escaped = crate::certs::escape(&head);
-    let mut s: String = escaped.chars().take(MAX).collect();
-    if s.len() < escaped.len() || head.len() < v.len() {
-        s.push('…');
-    }
-    format!("\"{s}\" ({} bytes)", v.len())
+    format!("{} bytes", v.len())
 }
 
 fn malformed(key: &'static str, want: &'static str, v: &str) -> AnnotationError {
@@ -286,7 +280,7 @@ fn malformed(key: &'static str, want: &'static str, v: &str) -> AnnotationError 
 }
 
 /// A fingerprint read back from outside (annotations, local state, flags), or an error
-/// that names `key` and shows the value escaped.
+/// that names `key` and the value's length.
 pub fn fingerprint<K: Kind>(key: &'static str, v: &str) -> Result<Fingerprint<K>, AnnotationError> {
     Fingerprint::parse(v).map_err(|e| malformed(key, e.want, v))
 }
@@ -669,16 +663,24 @@ mod tests {
     }
 
     #[test]
-    fn shown_values_are_escaped_and_short() {
-        let e = error_with(
-            SEALING_CERT_SHA256,
-            &format!("sha256:\n{}", "é".repeat(10_000)),
-        );
-        let text = e.to_string();
-        assert!(text.contains("\\n"), "{text}");
-        assert!(!text.contains('\n'), "{text}");
-        assert!(text.len() < 300, "{text}");
-        assert!(text.contains("(20008 bytes)"), "{text}");
+    fn malformed_values_are_measured_not_quoted() {
+        let token = "ghp_0123456789abcdefghijklmnopqrstuvwxyzAB";
+        for (key, value) in [
+            (
+                SEALING_CERT_SHA256,
+                format!("sha256:\n{}", "é".repeat(10_000)),
+            ),
+            (SERVER, format!("https://{token}.example.org\n")),
+            (ROTATED_AT, format!("AGE-SECRET-KEY-1{}", "Q".repeat(58))),
+        ] {
+            let text = error_with(key, &value).to_string();
+            assert!(!text.contains('\n'), "{text}");
+            assert!(text.len() < 200, "{text}");
+            assert!(text.contains(&format!("{} bytes", value.len())), "{text}");
+            for secret in [token, "AGE-SECRET-KEY", "éé"] {
+                assert!(!text.contains(secret), "{secret} in {text}");
+            }
+        }
     }
 
     /// A probe report whose serving certificate is issued by `issuer`.

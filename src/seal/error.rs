@@ -81,3 +81,21 @@ fn format_unseal_failures(failures: &[(String, UnsealError)]) -> String {
     s.pop();
     s
 }
+
+/// A `kind` or `apiVersion` read from input, for an error: itself when it has the shape of
+/// one (`ConfigMap`, `bitnami.com/v1alpha1`), else its length only, as the input may be a
+/// secret's line (a token, an age identity) rather than a manifest.
+pub(crate) fn shown_kind(v: &str) -> String {
+    let kind = v.len() <= 63
+        && v.starts_with(|c: char| c.is_ascii_uppercase())
+        && v.chars().all(|c| c.is_ascii_alphanumeric());
+    let api_version = v.len() <= 100
+        && !v.is_empty()
+        && v.chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || ".-/".contains(c));
+    if kind || api_version {
+        v.to_string()
+    } else {
+        format!("{} bytes that are no kind", v.len())
+    }
+}

@@ -5,8 +5,8 @@
 //! typed errors quote the offending value (`invalid type: integer `12345678``), and that
 //! value may be the secret. Strings are zeroized on drop; numbers keep only their kind.
 //! `data` is base64-decoded straight into [`SecretBytes`], and a decoding error never
-//! names the offending character. [`parse_doc`] (size limit, YAML or JSON, no snippets)
-//! also reads the SealedSecret in `manifest.rs`.
+//! names the offending character. [`parse_doc`] (size limit, YAML or JSON, no snippets,
+//! nothing the parser quotes) also reads the SealedSecret in `manifest.rs`.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -45,7 +45,7 @@ impl SecretInput {
         if raw.kind != "Secret" {
             return Err(ManifestError::WrongKind {
                 expected: "Secret",
-                found: raw.kind,
+                found: super::error::shown_kind(&raw.kind),
                 hint: "pipe a Secret, e.g. kubectl create secret generic NAME --from-file=... --dry-run=client -o yaml",
             });
         }
@@ -114,7 +114,7 @@ pub(super) fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T,
     let text =
         std::str::from_utf8(bytes).map_err(|e| ManifestError::Syntax(format!("not UTF-8: {e}")))?;
     if text.trim_start().starts_with('{') {
-        serde_json::from_str(text).map_err(|e| ManifestError::Syntax(e.to_string()))
+        serde_json::from_str(text).map_err(|e| syntax(&e))
     } else {
         // No snippet: the lines around a syntax error may hold a Secret's values.
         let mut options = serde_saphyr::Options::default();
@@ -123,9 +123,14 @@ pub(super) fn parse_doc<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T,
         options.non_finite_float_policy = serde_saphyr::NonFiniteFloatPolicy::PassThrough;
         // YAML 1.2 booleans only: `namespace: y` or a value `on` stays a string.
         options.strict_booleans = true;
-        serde_saphyr::from_str_with_options(text, options)
-            .map_err(|e| ManifestError::Syntax(e.to_string()))
+        serde_saphyr::from_str_with_options(text, options).map_err(|e| syntax(&e))
     }
+}
+
+/// The parser's error without what it quotes: the input may be a committed file's text
+/// or a secret's ([`crate::text::unquoted`]).
+fn syntax(e: &dyn std::fmt::Display) -> ManifestError {
+    ManifestError::Syntax(crate::text::unquoted(&e.to_string()))
 }
 
 /// One node of the input. Only what the Secret's fields need is kept.

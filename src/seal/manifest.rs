@@ -202,7 +202,11 @@ impl SealedSecret {
         if raw.kind != KIND || raw.api_version != API_VERSION {
             return Err(ManifestError::WrongKind {
                 expected: "SealedSecret (bitnami.com/v1alpha1)",
-                found: format!("{} ({})", raw.kind, raw.api_version),
+                found: format!(
+                    "{} ({})",
+                    super::error::shown_kind(&raw.kind),
+                    super::error::shown_kind(&raw.api_version)
+                ),
                 hint: "pass a SealedSecret manifest, as kubeseal or spokekeeper seal writes it",
             });
         }
@@ -439,5 +443,23 @@ mod tests {
         assert!(check_names("n", "a.b", Scope::Strict).is_err());
         assert!(check_data_key("tls.crt").is_ok());
         assert!(check_data_key("a/b").is_err());
+    }
+
+    #[test]
+    fn a_committed_file_that_does_not_parse_is_not_quoted() {
+        let token = "ghp_0123456789abcdefghijklmnopqrstuvwxyz";
+        for text in [
+            token.to_string(),
+            format!("{{\"kind\": \"{token}\"}}"),
+            format!("kind: SealedSecret\n{token}: 1\nspec: {token}\n"),
+            format!("[\"{token}\"]"),
+            format!("kind: {token}\napiVersion: {token}\n"),
+            format!("kind: Secret\napiVersion: v1\n---\nkind: {token}\n"),
+        ] {
+            let e = SealedSecret::parse(text.as_bytes())
+                .unwrap_err()
+                .to_string();
+            assert!(!e.contains("ghp_0123"), "{text}: {e}");
+        }
     }
 }

@@ -1042,6 +1042,21 @@ fn chart_pod_is_locked_down_and_wired_to_its_files() {
         .map(|v| (v.name.as_str(), v))
         .collect();
     assert!(volumes["state"].empty_dir.is_some() && volumes["tmp"].empty_dir.is_some());
+    // A push cannot fill the node's disk: the clone's volume is bounded.
+    let limit = |objects: &[Object]| {
+        let pod = pod_spec(objects);
+        let state = pod.volumes.iter().flatten().find(|v| v.name == "state");
+        state
+            .and_then(|v| v.empty_dir.as_ref())
+            .and_then(|e| e.size_limit.as_ref())
+            .map(|q| q.0.clone())
+    };
+    assert_eq!(limit(&objects).as_deref(), Some("1Gi"));
+    let raised = read_all(
+        &render_with("fleet:\n  diskLimit: 8Gi\n"),
+        "chart (diskLimit)",
+    );
+    assert_eq!(limit(&raised).as_deref(), Some("8Gi"));
     for (name, keys) in [
         ("ssh", ["id_ed25519", "known_hosts"]),
         ("git", ["identity", "known_hosts"]),

@@ -126,7 +126,15 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             findings.push(alerts::sops_recipients(&s.name, e.to_string()));
         }
     }
-    let layout = traps::traps(&traps::read_tree(&config.repo.path), &config.spokes);
+    let tree = traps::read_tree(&config.repo.path);
+    if tree.unread > 0 {
+        eprintln!(
+            "spokekeeper check: WARNING: {} YAML files of the fleet repo were not checked for HelmRelease traps: check reads at most {} MiB of it in all; remove what Flux does not need",
+            tree.unread,
+            traps::MAX_TOTAL_BYTES >> 20
+        );
+    }
+    let layout = traps::traps(&tree, &config.spokes);
     findings.extend(
         layout
             .into_iter()

@@ -21,6 +21,9 @@ use spokekeeper::config::SpokeConfig;
 /// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
 const MAX_FILES: usize = 5_000;
 const MAX_FILE_BYTES: u64 = 1 << 20;
+/// Bytes read in all: however many files a push adds (one blob at many paths costs the
+/// pusher nothing), `check` reads this much and parses one file at a time.
+pub(super) const MAX_TOTAL_BYTES: u64 = 32 << 20;
 const MAX_DEPTH: usize = 16;
 const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
@@ -31,34 +34,108 @@ pub(super) struct Trap {
     pub detail: String,
 }
 
-/// The YAML files of the clone at `root`, by path relative to it (`/`-separated):
-/// regular files only (no symbolic link is followed), `.git` skipped, bounded.
-pub(super) fn read_tree(root: &Path) -> BTreeMap<String, String> {
-    let mut files = BTreeMap::new();
+/// The clone's YAML files as the traps need them, by path relative to it (`/`-separated).
+#[derive(Default)]
+pub(super) struct Tree {
+    files: BTreeMap<String, Summary>,
+    /// Files left unread: [`MAX_TOTAL_BYTES`] were read before them.
+    pub unread: usize,
+}
+
+/// What the traps need of one file; its text and parsed documents are dropped once this
+/// is taken, so one file's tree is held at a time.
+struct Summary {
+    kustomizations: Vec<Kustomization>,
+    releases: Vec<Release>,
+    /// The first document's `resources` (a kustomization.yaml's).
+    resources: Vec<String>,
+}
+
+/// A HelmRelease found in the repo.
+struct Release {
+    namespace: Option<String>,
+    name: String,
+    has_kubeconfig: bool,
+}
+
+/// The YAML files of the clone at `root`: regular files only (read through
+/// [`spokekeeper::fsutil::read_under`], no symbolic link followed), `.git` skipped,
+/// bounded in number, size and total bytes, in name order.
+pub(super) fn read_tree(root: &Path) -> Tree {
+    read_tree_within(root, MAX_TOTAL_BYTES)
+}
+
+/// [`read_tree`] reading at most `budget` bytes in all.
+fn read_tree_within(root: &Path, mut budget: u64) -> Tree {
+    let mut tree = Tree::default();
     let mut dirs = vec![(PathBuf::new(), 0usize)];
     while let Some((rel, depth)) = dirs.pop() {
         let Ok(entries) = std::fs::read_dir(root.join(&rel)) else {
             continue;
         };
-        for e in entries.flatten() {
+        let mut entries: Vec<_> = entries.flatten().collect();
+        entries.sort_by_key(|e| e.file_name());
+        let mut subdirs = Vec::new();
+        for e in entries {
             let name = e.file_name().to_string_lossy().into_owned();
             let Ok(meta) = e.path().symlink_metadata() else {
                 continue;
             };
             let child = rel.join(&name);
             if meta.is_dir() && name != ".git" && depth < MAX_DEPTH {
-                dirs.push((child, depth + 1));
-            } else if meta.is_file()
+                subdirs.push((child, depth + 1));
+                continue;
+            }
+            if !(meta.is_file()
                 && meta.len() <= MAX_FILE_BYTES
                 && is_yaml(&name)
-                && files.len() < MAX_FILES
-                && let Ok(text) = std::fs::read_to_string(e.path())
+                && tree.files.len() < MAX_FILES)
             {
-                files.insert(slash(&child), text);
+                continue;
+            }
+            if meta.len() > budget {
+                tree.unread += 1;
+                continue;
+            }
+            let Ok(bytes) = spokekeeper::fsutil::read_under(&e.path(), root) else {
+                continue;
+            };
+            budget = budget.saturating_sub(bytes.len() as u64);
+            if let Ok(text) = std::str::from_utf8(&bytes) {
+                let file = slash(&child);
+                let summary = summarize(&file, text);
+                tree.files.insert(file, summary);
             }
         }
+        // Popped from the end: the first in name order is walked next.
+        dirs.extend(subdirs.into_iter().rev());
     }
-    files
+    tree
+}
+
+/// The file's Kustomizations, HelmReleases and `resources`.
+fn summarize(file: &str, text: &str) -> Summary {
+    let docs = documents(text);
+    Summary {
+        kustomizations: docs.iter().filter_map(|d| kustomization(file, d)).collect(),
+        releases: docs
+            .iter()
+            .filter(|d| is_helm_release(d))
+            .map(|d| Release {
+                namespace: d["metadata"]["namespace"].as_str().map(str::to_string),
+                name: d["metadata"]["name"].as_str().unwrap_or("?").to_string(),
+                has_kubeconfig: d.pointer("/spec/kubeConfig").is_some_and(|v| !v.is_null()),
+            })
+            .collect(),
+        resources: docs
+            .first()
+            .and_then(|d| d["resources"].as_array())
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .map(str::to_string)
+            .collect(),
+    }
 }
 
 fn is_yaml(name: &str) -> bool {
@@ -85,31 +162,25 @@ struct Kustomization {
     patches_helm_kubeconfig: bool,
 }
 
-/// The traps in `files` (see the module docs) for `spokes`, each once, in file order.
-pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) -> Vec<Trap> {
-    let docs: BTreeMap<&str, Vec<Value>> = files
-        .iter()
-        .map(|(f, t)| (f.as_str(), documents(t)))
-        .collect();
-    let kustomizations: Vec<Kustomization> = docs
-        .iter()
-        .flat_map(|(f, ds)| ds.iter().filter_map(|d| kustomization(f, d)))
-        .collect();
+/// The traps in `tree` (see the module docs) for `spokes`, each once, in file order.
+pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
+    let files = &tree.files;
     let mut out: Vec<Trap> = Vec::new();
     let mut push = |t: Trap| {
         if !out.contains(&t) {
             out.push(t);
         }
     };
-    for k in &kustomizations {
+    let mut walks = Walks::default();
+    for k in files.values().flat_map(|s| &s.kustomizations) {
         let Some(path) = &k.path else { continue };
-        let applied = applied(files, path);
+        let applied = walks.applied(files, path);
         let releases = applied.iter().flat_map(|f| {
-            docs.get(f.as_str())
+            files
+                .get(f.as_str())
                 .into_iter()
-                .flatten()
-                .filter(|d| is_helm_release(d))
-                .map(move |d| (f, d))
+                .flat_map(|s| &s.releases)
+                .map(move |r| (f, r))
         });
         let target = k.secret.as_ref().and_then(|secret| {
             spokes
@@ -117,7 +188,7 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
                 .find(|s| &s.secret.name == secret && s.secret.namespace == k.namespace)
         });
         for (file, release) in releases {
-            let hr = object_name(release, &k.namespace);
+            let hr = release_name(release, &k.namespace);
             if let Some(spoke) = target {
                 push(Trap {
                     spoke: spoke.name.clone(),
@@ -128,12 +199,7 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
                 });
                 continue;
             }
-            if k.secret.is_some()
-                || k.patches_helm_kubeconfig
-                || release
-                    .pointer("/spec/kubeConfig")
-                    .is_some_and(|v| !v.is_null())
-            {
+            if k.secret.is_some() || k.patches_helm_kubeconfig || release.has_kubeconfig {
                 continue;
             }
             let Some(spoke) = spokes.iter().find(|s| file.split('/').any(|c| c == s.name)) else {
@@ -170,11 +236,10 @@ fn is_helm_release(d: &Value) -> bool {
     is_kind(d, "helm.toolkit.fluxcd.io", "HelmRelease")
 }
 
-/// `NAMESPACE/NAME` of a document, one bounded line (repo text).
-fn object_name(d: &Value, default_ns: &str) -> String {
-    let ns = d["metadata"]["namespace"].as_str().unwrap_or(default_ns);
-    let name = d["metadata"]["name"].as_str().unwrap_or("?");
-    spokekeeper::text::one_line(&format!("{ns}/{name}"), 120)
+/// `NAMESPACE/NAME` of a release, one bounded line (repo text).
+fn release_name(r: &Release, default_ns: &str) -> String {
+    let ns = r.namespace.as_deref().unwrap_or(default_ns);
+    spokekeeper::text::one_line(&format!("{ns}/{}", r.name), 120)
 }
 
 fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
@@ -228,16 +293,26 @@ fn normalize(dir: &str, rel: &str) -> Option<String> {
     Some(parts.join("/"))
 }
 
-/// The files a Kustomization with spec.path `dir` applies.
-fn applied(files: &BTreeMap<String, String>, dir: &str) -> BTreeSet<String> {
-    let mut out = BTreeSet::new();
-    let mut seen = BTreeSet::new();
-    walk(files, dir, &mut out, &mut seen);
-    out
+/// The files each spec.path applies, walked once however many Kustomizations name it
+/// (a push can add thousands naming one path).
+#[derive(Default)]
+struct Walks {
+    done: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Walks {
+    /// The files a Kustomization with spec.path `dir` applies.
+    fn applied(&mut self, files: &BTreeMap<String, Summary>, dir: &str) -> &BTreeSet<String> {
+        self.done.entry(dir.to_string()).or_insert_with(|| {
+            let mut out = BTreeSet::new();
+            walk(files, dir, &mut out, &mut BTreeSet::new());
+            out
+        })
+    }
 }
 
 fn walk(
-    files: &BTreeMap<String, String>,
+    files: &BTreeMap<String, Summary>,
     dir: &str,
     out: &mut BTreeSet<String>,
     seen: &mut BTreeSet<String>,
@@ -253,11 +328,7 @@ fn walk(
         }
     };
     if let Some(k) = KUSTOMIZATION_FILES.iter().find_map(|n| files.get(&join(n))) {
-        let resources = documents(k)
-            .first()
-            .and_then(|d| d["resources"].as_array().cloned())
-            .unwrap_or_default();
-        for r in resources.iter().filter_map(Value::as_str) {
+        for r in &k.resources {
             let Some(target) = normalize(dir, r) else {
                 continue;
             };
@@ -315,11 +386,14 @@ mod tests {
             .spokes
     }
 
-    fn tree(files: &[(&str, &str)]) -> BTreeMap<String, String> {
-        files
-            .iter()
-            .map(|(f, t)| (f.to_string(), t.to_string()))
-            .collect()
+    fn tree(files: &[(&str, &str)]) -> Tree {
+        Tree {
+            files: files
+                .iter()
+                .map(|(f, t)| (f.to_string(), summarize(f, t)))
+                .collect(),
+            unread: 0,
+        }
     }
 
     fn kustomization(name: &str, path: &str, tail: &str) -> String {
@@ -483,7 +557,65 @@ mod tests {
         std::fs::write(root.join("README.md"), "x").unwrap();
         std::os::unix::fs::symlink("/etc", root.join("spokes/link")).unwrap();
         std::os::unix::fs::symlink(root.join("spokes/edge/web.yaml"), root.join("l.yaml")).unwrap();
-        let files: Vec<String> = read_tree(root).into_keys().collect();
+        let files: Vec<String> = read_tree(root).files.into_keys().collect();
         assert_eq!(files, ["spokes/edge/web.yaml"]);
+    }
+
+    #[test]
+    fn the_tree_is_read_within_a_total_byte_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        // One release under many paths (git stores the blob once: the push is small).
+        std::fs::create_dir_all(root.join("spokes/edge")).unwrap();
+        for i in 0..40 {
+            std::fs::write(root.join(format!("spokes/edge/r{i:02}.yaml")), HR).unwrap();
+        }
+        let k = kustomization("edge-charts", "./spokes/edge", "");
+        std::fs::write(root.join("a.yaml"), &k).unwrap();
+        let budget = (k.len() + 10 * HR.len()) as u64;
+        let tree = read_tree_within(root, budget);
+        assert_eq!((tree.files.len(), tree.unread), (11, 30));
+        // In name order: what was read first is what is checked.
+        let read: Vec<&String> = tree.files.keys().collect();
+        assert_eq!(read[0], "a.yaml");
+        assert_eq!(read[10], "spokes/edge/r09.yaml");
+        let found = traps(&tree, &spokes());
+        assert_eq!(found.len(), 10, "one trap a file read: {found:?}");
+        // A file bigger than what is left is not read; a smaller one after it still is.
+        std::fs::write(root.join("b.yaml"), CM.repeat(100)).unwrap();
+        let tree = read_tree_within(root, (k.len() + HR.len()) as u64);
+        assert!(!tree.files.contains_key("b.yaml"));
+        assert_eq!(
+            tree.files.len(),
+            2,
+            "{:?}",
+            tree.files.keys().collect::<Vec<_>>()
+        );
+        assert_eq!(tree.unread, 40);
+    }
+
+    #[test]
+    fn a_path_many_kustomizations_name_is_walked_once() {
+        let mut files = vec![("spokes/edge/web.yaml".to_string(), HR.to_string())];
+        for i in 0..50 {
+            let path = ["./spokes/edge", "spokes/edge", "spokes/./edge/"][i % 3];
+            files.push((
+                format!("clusters/k{i:02}.yaml"),
+                kustomization(&format!("k{i}"), path, ""),
+            ));
+        }
+        let refs: Vec<(&str, &str)> = files
+            .iter()
+            .map(|(f, t)| (f.as_str(), t.as_str()))
+            .collect();
+        let t = tree(&refs);
+        let mut walks = Walks::default();
+        for k in t.files.values().flat_map(|s| &s.kustomizations) {
+            let applied = walks.applied(&t.files, k.path.as_deref().unwrap());
+            assert!(applied.contains("spokes/edge/web.yaml"));
+        }
+        assert_eq!(walks.done.len(), 1);
+        // Each Kustomization's trap is still found.
+        assert_eq!(traps(&t, &spokes()).len(), 50);
     }
 }

@@ -36,7 +36,7 @@ pub(super) fn path(clone: &Path) -> PathBuf {
 /// shows it escaped.
 pub(super) fn last(clone: &Path) -> Result<Option<Fingerprint<Sealing>>, ServedError> {
     let path = path(clone);
-    let bytes = match crate::fsutil::read_nofollow(&path) {
+    let bytes = match crate::fsutil::read_under(&path, clone) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(source) => {

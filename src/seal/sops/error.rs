@@ -10,12 +10,9 @@ pub enum SopsError {
     #[error("no age recipient given: set sealing.age_recipients (age1...) or pass --age")]
     NoRecipients,
     /// `at`: the recipient's place in a list (`#2`) or its line in a file (`line 2`).
-    #[error("age recipient {at} ({given:?}) is not an age X25519 recipient (age1...): {reason}")]
-    BadRecipient {
-        at: String,
-        given: String,
-        reason: &'static str,
-    },
+    /// What is there is not quoted: the file may be a link to a secret's one line.
+    #[error("age recipient {at} is not an age X25519 recipient (age1...): {reason}")]
+    BadRecipient { at: String, reason: &'static str },
     #[error("age key file line {line} is not an age identity (AGE-SECRET-KEY-1...): {reason}")]
     BadIdentity { line: usize, reason: &'static str },
     #[error("the age key file holds no identity (AGE-SECRET-KEY-1... lines)")]

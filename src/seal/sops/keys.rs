@@ -44,7 +44,6 @@ impl AgeRecipients {
             let s = s.as_ref().trim();
             let r = x25519::Recipient::from_str(s).map_err(|reason| SopsError::BadRecipient {
                 at: format!("#{}", index + 1),
-                given: s.chars().take(80).collect(),
                 reason,
             })?;
             out.push((r.to_string(), r));
@@ -64,7 +63,6 @@ impl AgeRecipients {
             let r =
                 x25519::Recipient::from_str(line).map_err(|reason| SopsError::BadRecipient {
                     at: format!("line {}", n + 1),
-                    given: line.chars().take(80).collect(),
                     reason,
                 })?;
             out.push((r.to_string(), r));

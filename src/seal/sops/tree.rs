@@ -80,7 +80,12 @@ pub(super) fn python_bool(b: bool) -> &'static str {
 /// One YAML or JSON document whose top is a map, at most [`MAX_MANIFEST_BYTES`]. Errors
 /// carry no snippet of the input: the lines around a syntax error may hold values.
 pub(super) fn parse(bytes: &[u8]) -> Result<Vec<(String, Node)>, SopsError> {
-    let syntax = |e: String| SopsError::Manifest(crate::seal::ManifestError::Syntax(e));
+    // What the parser quotes is cut: the input may be a secret's line.
+    let syntax = |e: String| {
+        SopsError::Manifest(crate::seal::ManifestError::Syntax(crate::text::unquoted(
+            &e,
+        )))
+    };
     if bytes.len() > MAX_MANIFEST_BYTES {
         return Err(crate::seal::ManifestError::TooLarge(bytes.len()).into());
     }
@@ -275,7 +280,8 @@ impl<'de> Visitor<'de> for NodeVisitor {
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value::<Node>()?;
             if entries.iter().any(|(k, _)| *k == key) {
-                return Err(serde::de::Error::custom(format!("duplicate key {key:?}")));
+                // Not named: the text may be anything a link points at.
+                return Err(serde::de::Error::custom("a key appears twice"));
             }
             entries.push((key, value));
         }

@@ -413,3 +413,64 @@ fn status_and_check_grade_every_spoke_alike() {
     let fine: Vec<&Value> = spokes.iter().map(|s| &s["ok"]).collect();
     assert_eq!(fine, [false, false, true, false], "{status:#}");
 }
+
+/// Peak RSS of `spokekeeper check` (KiB, GNU time's %M) over `config`.
+fn check_peak_kib(config: &std::path::Path) -> u64 {
+    let out = std::process::Command::new("/usr/bin/time")
+        .args(["-f", "maxrss=%M"])
+        .arg(env!("CARGO_BIN_EXE_spokekeeper"))
+        .arg("--config")
+        .arg(config)
+        .args(["-o", "json", "check", "--probe-timeout", "1s"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report: Value =
+        serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{err}"));
+    assert!(report["findings"].is_array(), "{report}");
+    err.lines()
+        .find_map(|l| l.strip_prefix("maxrss="))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no maxrss in {err}"))
+}
+
+/// A push of many YAML files whose parsed trees are large (a flow list of 90 000 items
+/// is about 180 KB of text and 6 MiB parsed): `check` holds one file's tree at a time,
+/// so its peak stays near its floor however many files there are. Before, every file's
+/// tree was held at once (24 of them: over 140 MiB).
+#[test]
+fn check_holds_one_fleet_repo_files_tree_at_a_time() {
+    let dir = support::scratch_dir();
+    let clone = seeded_clone(dir.path());
+    let config = dir.path().join("spokekeeper.yaml");
+    support::fleet::config(&clone, &[])
+        .spokes(support::fleet::unreachable_spokes(dir.path(), 1, "127.254"))
+        .write(&config)
+        .unwrap();
+    let floor = check_peak_kib(&config);
+    fn items(item: &str) -> String {
+        format!("items: [{}]\n", vec![item; 90_000].join(","))
+    }
+    // One blob at 24 paths (the push costs 180 KB), then 24 different files.
+    for shape in ["same", "distinct"] {
+        let _ = std::fs::remove_dir_all(clone.join("apps"));
+        for i in 0..24 {
+            let file = clone.join(format!("apps/{shape}/f{i:02}.yaml"));
+            std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+            let item = match shape {
+                "same" => "a".to_string(),
+                _ => format!("b{i}"),
+            };
+            std::fs::write(&file, items(&item)).unwrap();
+        }
+        git(&clone, &["add", "-A"]);
+        commit(&clone, shape);
+        let peak = check_peak_kib(&config);
+        println!("check: {floor} KiB with no YAML, {peak} KiB with 24 {shape} files");
+        assert!(
+            peak < floor + 48 * 1024,
+            "{shape}: peak {peak} KiB, {floor} KiB without the files"
+        );
+    }
+}

@@ -441,6 +441,34 @@ async fn a_committed_symlink_at_the_output_is_neither_read_nor_written_through()
     );
 }
 
+/// A committed output over `fsutil::MAX_FILE_BYTES` (a few KiB pushed: git compresses
+/// it) is refused by the size the tree records, never read into memory; at the cap it is.
+#[tokio::test]
+async fn a_committed_blob_over_the_cap_is_refused_by_its_size() {
+    let (_d, _remote, clones) = fleet(1);
+    let clone = &clones[0];
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    let max = usize::try_from(spokekeeper::fsutil::MAX_FILE_BYTES).unwrap();
+    let push = |len: usize| {
+        std::fs::create_dir_all(clone.join("fluxcd")).unwrap();
+        std::fs::write(clone.join(rel), vec![b'a'; len]).unwrap();
+        git(clone, &["add", "-A"]);
+        commit(clone, "a large output");
+        git(clone, &["push", "--quiet", "origin", "HEAD:main"]);
+    };
+    push(max + 1);
+    let repo = open(clone).await;
+    repo.sync().await.unwrap();
+    let e = repo.read(rel).await.unwrap_err().to_string();
+    assert!(
+        e.contains("dev-kubeconfig-sealed.yaml is larger than"),
+        "{e}"
+    );
+    push(max);
+    repo.sync().await.unwrap();
+    assert_eq!(repo.read(rel).await.unwrap().map(|b| b.len()), Some(max));
+}
+
 #[tokio::test]
 async fn a_committed_symlinked_directory_is_neither_read_nor_written_through() {
     let (d, _remote, clones) = fleet(1);

@@ -5,6 +5,7 @@ mod seal_cli;
 mod seal_vectors;
 mod sealing_trust;
 mod sops_cli;
+mod sops_links;
 mod sops_only;
 mod sops_real;
 pub(crate) mod sops_tick;

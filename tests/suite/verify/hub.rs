@@ -117,7 +117,7 @@ pub(crate) fn lab(n: usize, hub_extra: &str) -> HubLab {
 
 impl HubLab {
     /// The fleet's configuration: the pinned certificate, and the hub.
-    fn builder(&self) -> ConfigBuilder {
+    pub(crate) fn builder(&self) -> ConfigBuilder {
         self.fleet
             .builder()
             .sealing_cert(self.fleet.clone.join(PINNED))
