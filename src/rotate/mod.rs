@@ -90,6 +90,9 @@ pub struct Context {
     /// Spokes whose pushed credential the hub had not taken at the last look: looked at
     /// again every tick until it has, so their hub gauges and alerts clear.
     hub_unverified: Mutex<std::collections::BTreeSet<String>>,
+    /// Roots a spoke presents outside its recorded bundle that an extraction found the
+    /// node's kubeconfig does not hold: not extracted for again (decide.rs's rule).
+    roots_seen: Mutex<HashMap<String, reconcile::SeenRoots>>,
 }
 
 impl Context {
@@ -116,6 +119,7 @@ impl Context {
             sign_timeout: Duration::from_secs(30),
             verified: Mutex::new(HashMap::new()),
             hub_unverified: Mutex::new(Default::default()),
+            roots_seen: Mutex::new(HashMap::new()),
         })
     }
 }
