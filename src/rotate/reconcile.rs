@@ -137,7 +137,11 @@ pub(super) async fn spoke<P: Publish>(
     spoke: &SpokeConfig,
     seen: &Observation,
 ) -> Reconciled {
-    match Sealer::for_spoke(&tick.context.config, spoke, tick.sealing) {
+    let config = &tick.context.config;
+    let committed = seen.committed.record().map(|r| &r.sealed);
+    let sealer = Sealer::for_spoke(config, spoke, tick.sealing)
+        .and_then(|s| s.keeping_order(config, spoke, committed));
+    match sealer {
         Ok(sealer) => {
             let policy = policy(tick, spoke, seen, &sealer);
             reconcile(tick, spoke, seen, &policy, &sealer).await

@@ -6,5 +6,6 @@ mod seal_vectors;
 mod sealing_trust;
 mod sops_cli;
 mod sops_only;
+mod sops_pins;
 mod sops_real;
 pub(crate) mod sops_tick;
