@@ -5,7 +5,6 @@
 
 use x509_parser::prelude::{FromDer, X509Certificate};
 
-use super::probe::CaCheck;
 use crate::certs;
 use crate::fingerprint::{Ca, Fingerprint};
 
@@ -15,6 +14,22 @@ pub const MAX_CHAIN_CERTS: usize = 16;
 
 /// The most bytes of DER a presented chain may hold in all.
 pub const MAX_CHAIN_BYTES: usize = 64 * 1024;
+
+/// Whether the serving certificate chains (by signature) to a given CA.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CaCheck {
+    /// Signed by the CA, directly or through certificates the server presented.
+    Verified,
+    /// Not signed by that CA: the spoke was rebuilt, or this is another cluster.
+    NotSignedByCa,
+    /// Signed by a recorded CA, while the server also presents a root the recorded
+    /// bundle does not hold: a CA rotation whose new root the old one cross-signed (k3s's
+    /// rotate-default-ca-certs.sh), or a root the server appends. Committed once the
+    /// node's kubeconfig holds it (rotate/decide.rs).
+    RootChanged,
+    /// The CA given does not parse as an X.509 certificate.
+    UnusableCa,
+}
 
 /// A chain held against a CA bundle.
 #[derive(Clone, Debug, PartialEq, Eq)]

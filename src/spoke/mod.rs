@@ -16,11 +16,11 @@ mod read;
 mod ssh;
 
 pub use crate::config::{Distro, SshSettings};
-pub use chain::Judged;
+pub use chain::{CaCheck, Judged};
 pub use error::ExtractError;
 pub use extract::{Source, extract, read_local, read_over_ssh};
 pub use live::{LiveError, LiveReport, check_live, may_impersonate};
-pub use probe::{CaCheck, ProbeError, ProbeReport, probe};
+pub use probe::{ProbeError, ProbeReport, probe};
 
 /// Largest kubeconfig accepted from a spoke. Bigger is an error, never a truncation.
 pub const MAX_KUBECONFIG_BYTES: usize = 1 << 20;

@@ -18,6 +18,7 @@ use tokio_rustls::TlsConnector;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use super::chain::CaCheck;
 use super::host_port;
 use crate::fingerprint::{Fingerprint, Serving};
 
@@ -39,21 +40,6 @@ pub struct ProbeReport {
     pub address_in_sans: bool,
 }
 
-/// Whether the serving certificate chains (by signature) to a given CA.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CaCheck {
-    /// Signed by the CA, directly or through certificates the server presented.
-    Verified,
-    /// Not signed by that CA: the spoke was rebuilt, or this is another cluster.
-    NotSignedByCa,
-    /// Signed by a recorded CA only through a root the server presents and the
-    /// kubeconfig does not hold, cross-signed by the old one: a CA rotation (k3s's
-    /// rotate-default-ca-certs.sh). The committed kubeconfig works until the old root is
-    /// dropped; the new one must be committed before that.
-    RootChanged,
-    /// The CA given does not parse as an X.509 certificate.
-    UnusableCa,
-}
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ProbeError {
