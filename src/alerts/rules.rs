@@ -255,20 +255,15 @@ pub(super) fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Find
     match &report.outcome {
         Outcome::Failed(error) => {
             let stage = error.stage();
-            Finding {
-                spoke: spoke.into(),
-                subject: Subject::Rotation,
-                status: Status::Warning,
-                not_after: None,
-                days_left: None,
-                credential: None,
-                alert: Some(AlertName::RotationFailing),
-                summary: format!("spoke {spoke}: rotation failed at {stage}"),
-                description: format!(
+            rotation_warning(
+                spoke,
+                AlertName::RotationFailing,
+                format!("spoke {spoke}: rotation failed at {stage}"),
+                format!(
                     "The last tick for spoke {spoke} failed at {stage}: {error}. The committed kubeconfig is untouched; `spokekeeper rotate {spoke}` shows the same check."
                 ),
-                detail: format!("failed at {stage}: {error}"),
-            }
+                format!("failed at {stage}: {error}"),
+            )
         }
         other => {
             let what = serde_json::to_value(other)
@@ -290,6 +285,33 @@ fn recipients_changed(
     new: &Fingerprint<AgeRecipients>,
 ) -> Finding {
     let short: String = commit.chars().take(12).collect();
+    rotation_warning(
+        spoke,
+        AlertName::RecipientsChanged,
+        format!(
+            "spoke {spoke}: the credential was encrypted for other age recipients ({} -> {})",
+            old.short(),
+            new.short()
+        ),
+        format!(
+            "Commit {short} encrypted the credential of spoke {spoke} for the age recipients {new}; it was encrypted for {old}. The recipients come from the fleet repo (sealing.sops_config or a recipients file in it), pinned by sealing.age_sha256: check that the change was wanted, since whoever holds an identity of {new} can read the credential; if not, revert it and rotate the spoke's credential."
+        ),
+        format!(
+            "re-encrypted for age recipients {} (was {}), commit {short}",
+            new.short(),
+            old.short()
+        ),
+    )
+}
+
+/// A warning about the tick's outcome for `spoke`, raising `alert`.
+fn rotation_warning(
+    spoke: &str,
+    alert: AlertName,
+    summary: String,
+    description: String,
+    detail: String,
+) -> Finding {
     Finding {
         spoke: spoke.into(),
         subject: Subject::Rotation,
@@ -297,20 +319,10 @@ fn recipients_changed(
         not_after: None,
         days_left: None,
         credential: None,
-        alert: Some(AlertName::RecipientsChanged),
-        summary: format!(
-            "spoke {spoke}: the credential was encrypted for other age recipients ({} -> {})",
-            old.short(),
-            new.short()
-        ),
-        description: format!(
-            "Commit {short} encrypted the credential of spoke {spoke} for the age recipients {new}; it was encrypted for {old}. The recipients come from the fleet repo (sealing.sops_config or a recipients file in it), pinned by sealing.age_sha256: check that the change was wanted, since whoever holds an identity of {new} can read the credential; if not, revert it and rotate the spoke's credential."
-        ),
-        detail: format!(
-            "re-encrypted for age recipients {} (was {}), commit {short}",
-            new.short(),
-            old.short()
-        ),
+        alert: Some(alert),
+        summary,
+        description,
+        detail,
     }
 }
 

@@ -344,28 +344,40 @@ mod tests {
     /// Pins are ordered: an output moves to a set listed before its own, or stays,
     /// never to one listed after it; a set no pin names is not judged here (the trust
     /// rule above refuses it).
+    /// A configuration with `recipients` inline and the pins `[prod, staging]`.
+    fn two_pins(dir: &Path, recipients: &str, prod: &str, staging: &str) -> Config {
+        let pins = format!("[{}, {}]", fp(&[prod]), fp(&[staging]));
+        config(
+            dir,
+            &format!("age_recipients: [{recipients}], age_sha256: {pins}"),
+        )
+    }
+
+    fn says(e: &str, needles: &[&str]) {
+        for needle in needles {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+    }
+
     #[test]
     fn an_output_never_moves_to_a_set_listed_after_its_own() {
         let dir = tempfile::tempdir().unwrap();
         let (prod, staging) = (b(), b());
-        let pins = format!(
-            "age_recipients: [{prod}], age_sha256: [{}, {}]",
-            fp(&[&prod]),
-            fp(&[&staging])
-        );
-        let c = config(dir.path(), &pins);
+        let c = two_pins(dir.path(), &prod, &prod, &staging);
         let f = |r: &str| sops::recipients_fingerprint([r]);
         let e = never_older(&c, &c.spokes[0], f(&prod), f(&staging))
             .unwrap_err()
             .to_string();
-        for needle in [
-            "spoke dev's output is encrypted for",
-            "listed after it in sealing.age_sha256",
-            &format!("list {} before {}", fp(&[&staging]), fp(&[&prod])),
-            "/etc/spokekeeper.yaml",
-        ] {
-            assert!(e.contains(needle), "{needle:?} in {e}");
-        }
+        let fix = format!("list {} before {}", fp(&[&staging]), fp(&[&prod]));
+        says(
+            &e,
+            &[
+                "spoke dev's output is encrypted for",
+                "listed after it in sealing.age_sha256",
+                &fix,
+                "/etc/spokekeeper.yaml",
+            ],
+        );
         assert!(never_older(&c, &c.spokes[0], f(&staging), f(&prod)).is_ok());
         assert!(never_older(&c, &c.spokes[0], f(&prod), f(&prod)).is_ok());
         assert!(never_older(&c, &c.spokes[0], f(A), f(&staging)).is_ok());
@@ -383,20 +395,14 @@ mod tests {
     fn a_spoke_with_its_own_pins_is_bound_to_them() {
         let dir = tempfile::tempdir().unwrap();
         let (prod, staging) = (b(), b());
-        let both = format!(
-            "age_recipients: [{staging}], age_sha256: [{}, {}]",
-            fp(&[&prod]),
-            fp(&[&staging])
-        );
-        let mut c = config(dir.path(), &both);
+        let mut c = two_pins(dir.path(), &staging, &prod, &staging);
         c.spokes[0].age_sha256 = vec![sops::recipients_fingerprint([&prod])];
         let e = got(&c).unwrap_err();
-        for needle in [
-            "not among spokes[].sealing.age_sha256 of spoke dev",
-            &format!("add {}", fp(&[&staging])),
-        ] {
-            assert!(e.contains(needle), "{needle:?} in {e}");
-        }
+        let fix = format!("add {}", fp(&[&staging]));
+        says(
+            &e,
+            &["not among spokes[].sealing.age_sha256 of spoke dev", &fix],
+        );
         let only_own = format!("age_recipients: [{prod}]");
         let mut c = config(dir.path(), &only_own);
         c.spokes[0].age_sha256 = vec![sops::recipients_fingerprint([&prod])];

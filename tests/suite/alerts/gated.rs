@@ -7,11 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use spokekeeper::alerts::{AlertName, Events, Finding, Notifier, NotifyOptions, Status, Subject};
+use spokekeeper::alerts::{Events, Notifier, NotifyOptions};
 use spokekeeper::config::Config;
 use spokekeeper::rotate::{Gate, Outcome, SpokeReport, TickReport};
 use spokekeeper_lab::webhook::{Mode, Receiver};
 use time::OffsetDateTime;
+
+use super::sinks::critical;
 
 const AM_PATH: &str = "/api/v2/alerts";
 const HOOK_PATH: &str = "/hook";
@@ -53,22 +55,7 @@ async fn sinks() -> Sinks {
     }
 }
 
-fn critical(spoke: &str) -> Finding {
-    Finding {
-        spoke: spoke.into(),
-        subject: Subject::Client,
-        status: Status::Critical,
-        not_after: Some(OffsetDateTime::now_utc() + time::Duration::days(3)),
-        days_left: Some(3),
-        detail: "expires in 3 days".into(),
-        credential: None,
-        alert: Some(AlertName::CertificateExpiring),
-        summary: format!("spoke {spoke}: client certificate expires in 3 days"),
-        description: "d".into(),
-    }
-}
-
-/// Both spokes rotated: one notification each for Flux.
+/// Both spokes rotated: a notification each for Flux.
 fn rotated() -> TickReport {
     let commit = || Outcome::Rotated {
         commit: "0123456789abcdef0123".into(),
@@ -107,7 +94,8 @@ async fn an_open_gate_tells_every_sink() {
     tell(&s, &Gate::default()).await;
     assert_eq!(s.am.posts().len(), 1);
     assert_eq!(s.hook.posts().len(), 1);
-    assert_eq!(s.flux.posts().len(), 2, "one per rotated spoke");
+    // One per rotated spoke, one for dev's critical finding.
+    assert_eq!(s.flux.posts().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread")]
