@@ -54,7 +54,7 @@ async fn a_root_outside_the_bundle_settles(extra: &str) {
         assert_eq!(code, 0, "{report:#}\n{err}");
         assert_eq!(action(&report, 0), "unchanged", "{report:#}");
     }
-    assert_eq!(fleet.remote_log().len(), 1, "the first commit only");
+    assert_eq!(fleet.remote_log().len(), 2, "the seed and the first commit only");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -88,6 +88,6 @@ async fn a_root_the_kubeconfig_then_trusts_is_committed_once() {
         }
         let (_, report, _) = fleet.rotate_json(&["--all"]);
         assert_eq!(action(&report, 0), "healthy", "{report:#}");
-        assert_eq!(fleet.remote_log().len(), 2);
+        assert_eq!(fleet.remote_log().len(), 3, "the seed and two commits");
     }
 }
