@@ -54,7 +54,11 @@ async fn a_root_outside_the_bundle_settles(extra: &str) {
         assert_eq!(code, 0, "{report:#}\n{err}");
         assert_eq!(action(&report, 0), "unchanged", "{report:#}");
     }
-    assert_eq!(fleet.remote_log().len(), 2, "the seed and the first commit only");
+    assert_eq!(
+        fleet.remote_log().len(),
+        2,
+        "the seed and the first commit only"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
