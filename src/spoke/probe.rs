@@ -40,7 +40,6 @@ pub struct ProbeReport {
     pub address_in_sans: bool,
 }
 
-
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 pub enum ProbeError {
     #[error("invalid API server URL {url:?}: {reason}")]
