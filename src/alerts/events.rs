@@ -18,7 +18,7 @@ use crate::config::Config;
 use crate::hub::consumers::Listed;
 use crate::hub::events::{Occurrence, Reason, Recorder, regarding};
 use crate::hub::{Hub, HubError};
-use crate::rotate::{Outcome, TickReport};
+use crate::rotate::{Gate, Outcome, TickReport};
 use crate::text::one_line;
 
 /// Bounds recording a tick's Events on the hub, connection and listing included.
@@ -175,16 +175,20 @@ impl Events {
         })
     }
 
-    /// Records what `report` and `findings` note. Bounded in time; never panics.
+    /// Records what `report` and `findings` note, each Event and notification only if
+    /// `gate` is open right before it (a replica that lost the lease records nothing
+    /// more). Bounded in time; never panics.
     pub async fn record(
         &mut self,
         config: &Config,
         report: &TickReport,
         findings: &[Finding],
         now: OffsetDateTime,
+        gate: &Gate,
     ) -> Vec<EventError> {
         let noted = noted(report, findings);
-        if noted.is_empty() || (self.recorder.is_none() && self.flux.is_none()) {
+        let none = self.recorder.is_none() && self.flux.is_none();
+        if noted.is_empty() || none || gate.check().is_err() {
             return Vec::new();
         }
         let mut errors = Vec::new();
@@ -207,6 +211,9 @@ impl Events {
             let all = async {
                 let mut failed = Vec::new();
                 for (_, o) in &occurrences {
+                    if gate.check().is_err() {
+                        break;
+                    }
                     if let Err(e) = recorder.record(hub, o, now).await {
                         failed.push(EventError::Hub(e));
                     }
@@ -220,6 +227,9 @@ impl Events {
         }
         if let Some(flux) = &mut self.flux {
             for (spoke, o) in &occurrences {
+                if gate.check().is_err() {
+                    break;
+                }
                 if let Err(e) = flux.send(o, spoke, now).await {
                     errors.push(e.into());
                     // The receiver is down: the others would wait as long.

@@ -131,6 +131,8 @@ pub enum AlertName {
     ReviewPending,
     #[serde(rename = "SpokekeeperSealingCertUntrusted")]
     SealingCertUntrusted,
+    #[serde(rename = "SpokekeeperRecipientsChanged")]
+    RecipientsChanged,
 }
 
 impl AlertName {
@@ -144,6 +146,7 @@ impl AlertName {
             AlertName::HubNotReady => "SpokekeeperHubNotReady",
             AlertName::ReviewPending => "SpokekeeperReviewPending",
             AlertName::SealingCertUntrusted => "SpokekeeperSealingCertUntrusted",
+            AlertName::RecipientsChanged => "SpokekeeperRecipientsChanged",
         }
     }
 }

@@ -159,7 +159,7 @@ fn committed(
             };
             name_credential(&mut client, CredentialFacts::of(&r.credential));
             out.push(client);
-            match probe.map(|p| r.check_ca(p)) {
+            match probe.and(seen.ca.as_ref()).map(|j| j.check) {
                 Some(CaCheck::NotSignedByCa) => out.push(ca_mismatch(spoke, &r.ca_sha256)),
                 Some(CaCheck::UnusableCa) => out.push(plain(
                     spoke,

@@ -12,6 +12,7 @@ use super::alertmanager::AlertmanagerState;
 use super::webhook::{Change, Payload, WebhookState};
 use super::{Finding, Status};
 use crate::config::AlertsConfig;
+use crate::rotate::Gate;
 
 #[derive(Clone, Debug)]
 pub struct NotifyOptions {
@@ -119,11 +120,24 @@ impl Notifier {
     /// Logs what changed, sends to Alertmanager and the webhook (concurrently), and
     /// returns the sinks that failed. Bounded in time; never panics.
     pub async fn notify(&mut self, findings: &[Finding], now: OffsetDateTime) -> Vec<SinkError> {
+        self.notify_while(findings, now, &Gate::default()).await
+    }
+
+    /// [`Notifier::notify`], each sink told only if `gate` is open right before it (a
+    /// replica that lost the lease tells nothing more); a sink not told is told at the
+    /// next evaluation, as one that failed.
+    pub async fn notify_while(
+        &mut self,
+        findings: &[Finding],
+        now: OffsetDateTime,
+        gate: &Gate,
+    ) -> Vec<SinkError> {
         self.log_changes(findings);
         let batch = self.am.batch(findings, now, self.opts.evaluation_period);
         let changes = self.hook.changes(findings);
         let am = async {
             match &self.alertmanager {
+                Some(_) if gate.check().is_err() => Some(Err(None)),
                 Some(url) if !batch.alerts.is_empty() => Some(
                     post(
                         &self.client,
@@ -132,20 +146,23 @@ impl Notifier {
                         url,
                         &batch.alerts,
                     )
-                    .await,
+                    .await
+                    .map_err(Some),
                 ),
                 _ => None,
             }
         };
         let hook = async {
             match &self.webhook {
+                Some(_) if gate.check().is_err() => Some(Err(None)),
                 Some(url) if !changes.is_empty() => {
                     let body = Payload {
                         source: "spokekeeper",
                         at: now,
                         changes: &changes,
                     };
-                    Some(post(&self.client, &self.opts, Sink::Webhook, url, &body).await)
+                    let sent = post(&self.client, &self.opts, Sink::Webhook, url, &body).await;
+                    Some(sent.map_err(Some))
                 }
                 _ => None,
             }
@@ -158,7 +175,7 @@ impl Notifier {
             self.hook.remember(findings);
         }
         for result in [am, hook].into_iter().flatten() {
-            if let Err(e) = result {
+            if let Err(Some(e)) = result {
                 tracing::warn!(sink = %e.sink, error = %e, "alert sink failed");
                 errors.push(e);
             }

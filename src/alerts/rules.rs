@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 
 use super::{AlertName, CredentialFacts, Finding, Status, Subject, grade, span};
 use crate::config::AlertsConfig;
-use crate::fingerprint::{Ca, Fingerprint};
+use crate::fingerprint::{AgeRecipients, Ca, Fingerprint};
 use crate::rotate::state::rfc3339;
 
 /// The fleet repo's sealing certificate is not confirmed (fleet-wide: `spoke=""`); also
@@ -246,24 +246,24 @@ pub(super) fn unreachable(spoke: &str, error: &str) -> Finding {
 }
 
 pub(super) fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Finding {
-    use crate::rotate::Outcome;
+    use crate::rotate::{Outcome, Reason};
+    if let (Outcome::Rotated { commit }, Some(Reason::RecipientsChanged { old, new })) =
+        (&report.outcome, &report.reason)
+    {
+        return recipients_changed(spoke, commit, old, new);
+    }
     match &report.outcome {
         Outcome::Failed(error) => {
             let stage = error.stage();
-            Finding {
-                spoke: spoke.into(),
-                subject: Subject::Rotation,
-                status: Status::Warning,
-                not_after: None,
-                days_left: None,
-                credential: None,
-                alert: Some(AlertName::RotationFailing),
-                summary: format!("spoke {spoke}: rotation failed at {stage}"),
-                description: format!(
+            rotation_warning(
+                spoke,
+                AlertName::RotationFailing,
+                format!("spoke {spoke}: rotation failed at {stage}"),
+                format!(
                     "The last tick for spoke {spoke} failed at {stage}: {error}. The committed kubeconfig is untouched; `spokekeeper rotate {spoke}` shows the same check."
                 ),
-                detail: format!("failed at {stage}: {error}"),
-            }
+                format!("failed at {stage}: {error}"),
+            )
         }
         other => {
             let what = serde_json::to_value(other)
@@ -272,6 +272,57 @@ pub(super) fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Find
                 .unwrap_or_default();
             plain(spoke, Subject::Rotation, Status::Ok, what)
         }
+    }
+}
+
+/// A commit that encrypted the spoke's credential for other age recipients: every one
+/// is told, since the recipients come from the fleet repo (its `.sops.yaml` or
+/// recipients file) and whoever holds one of the new identities reads the credential.
+fn recipients_changed(
+    spoke: &str,
+    commit: &str,
+    old: &Fingerprint<AgeRecipients>,
+    new: &Fingerprint<AgeRecipients>,
+) -> Finding {
+    let short: String = commit.chars().take(12).collect();
+    rotation_warning(
+        spoke,
+        AlertName::RecipientsChanged,
+        format!(
+            "spoke {spoke}: the credential was encrypted for other age recipients ({} -> {})",
+            old.short(),
+            new.short()
+        ),
+        format!(
+            "Commit {short} encrypted the credential of spoke {spoke} for the age recipients {new}; it was encrypted for {old}. The recipients come from the fleet repo (sealing.sops_config or a recipients file in it), pinned by sealing.age_sha256: check that the change was wanted, since whoever holds an identity of {new} can read the credential; if not, revert it and rotate the spoke's credential."
+        ),
+        format!(
+            "re-encrypted for age recipients {} (was {}), commit {short}",
+            new.short(),
+            old.short()
+        ),
+    )
+}
+
+/// A warning about the tick's outcome for `spoke`, raising `alert`.
+fn rotation_warning(
+    spoke: &str,
+    alert: AlertName,
+    summary: String,
+    description: String,
+    detail: String,
+) -> Finding {
+    Finding {
+        spoke: spoke.into(),
+        subject: Subject::Rotation,
+        status: Status::Warning,
+        not_after: None,
+        days_left: None,
+        credential: None,
+        alert: Some(alert),
+        summary,
+        description,
+        detail,
     }
 }
 

@@ -114,11 +114,11 @@ impl Default for Spoke {
 
 fn eval(s: Spoke) -> Vec<Finding> {
     let issuer = ca();
-    let seen = Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(issuer.der(), s.client, s.ca_not_after)),
-        probe: Some(Ok(probe_by(&issuer, s.serving))),
-    };
+    let seen = Observation::new(
+        "dev".into(),
+        committed(recorded(issuer.der(), s.client, s.ca_not_after)),
+        Some(Ok(probe_by(&issuer, s.serving))),
+    );
     evaluate(&cfg(), &[seen], Some(&sealing(s.sealing)), now(), None)
 }
 
@@ -228,11 +228,11 @@ fn days_left_round_down_and_descriptions_carry_the_exact_date() {
 fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
     let recorded_ca = ca();
     let other = ca();
-    let seen = Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(recorded_ca.der(), Some(far()), far())),
-        probe: Some(Ok(probe_by(&other, far()))),
-    };
+    let seen = Observation::new(
+        "dev".into(),
+        committed(recorded(recorded_ca.der(), Some(far()), far())),
+        Some(Ok(probe_by(&other, far()))),
+    );
     let fs = evaluate(&cfg(), &[seen], Some(&sealing(Some(far()))), now(), None);
     let f = find(&fs, Subject::Ca);
     assert_eq!(
@@ -249,10 +249,12 @@ fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
 #[test]
 fn without_a_sealing_certificate_no_spoke_has_a_sealing_finding() {
     let issuer = ca();
-    let seen = || Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(issuer.der(), Some(far()), far())),
-        probe: Some(Ok(probe_by(&issuer, far()))),
+    let seen = || {
+        Observation::new(
+            "dev".into(),
+            committed(recorded(issuer.der(), Some(far()), far())),
+            Some(Ok(probe_by(&issuer, far()))),
+        )
     };
     let fs = evaluate(&cfg(), &[seen()], None, now(), None);
     assert!(fs.iter().all(|f| f.subject != Subject::Sealing), "{fs:?}");
@@ -266,13 +268,13 @@ fn without_a_sealing_certificate_no_spoke_has_a_sealing_finding() {
 #[test]
 fn an_unreachable_spoke_is_unknown_and_its_recorded_certs_still_graded() {
     let issuer = ca();
-    let seen = Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(issuer.der(), Some(at(3 * DAY)), far())),
-        probe: Some(Err(ProbeError::Refused {
+    let seen = Observation::new(
+        "dev".into(),
+        committed(recorded(issuer.der(), Some(at(3 * DAY)), far())),
+        Some(Err(ProbeError::Refused {
             server: "127.0.0.9:6443".into(),
         })),
-    };
+    );
     let fs = evaluate(&cfg(), &[seen], Some(&sealing(Some(far()))), now(), None);
     let api = find(&fs, Subject::Api);
     assert_eq!(
@@ -296,22 +298,18 @@ fn an_unreachable_spoke_is_unknown_and_its_recorded_certs_still_graded() {
 #[test]
 fn missing_or_unreadable_state_is_unknown_and_raises_no_alert() {
     let seen = [
-        Observation {
-            spoke: "new".into(),
-            committed: Committed::Missing,
-            probe: None,
-        },
-        Observation {
-            spoke: "bad".into(),
-            committed: Committed::Invalid(Invalid {
+        Observation::new("new".into(), Committed::Missing, None),
+        Observation::new(
+            "bad".into(),
+            Committed::Invalid(Invalid {
                 path: "clusters/bad.yaml".into(),
                 kind: AnnotationError::Missing {
                     key: "spokekeeper.io/server",
                 }
                 .into(),
             }),
-            probe: None,
-        },
+            None,
+        ),
     ];
     let fs = evaluate(&cfg(), &seen, Some(&sealing(Some(far()))), now(), None);
     for (spoke, needle) in [("new", "never rotated"), ("bad", "spokekeeper.io/server")] {
@@ -351,10 +349,12 @@ fn token_credentials_and_bare_sealing_keys_have_no_date_and_are_ok() {
 #[test]
 fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
     let issuer = ca();
-    let obs = |name: &str| Observation {
-        spoke: name.into(),
-        committed: committed(recorded(issuer.der(), Some(far()), far())),
-        probe: Some(Ok(probe_by(&issuer, far()))),
+    let obs = |name: &str| {
+        Observation::new(
+            name.into(),
+            committed(recorded(issuer.der(), Some(far()), far())),
+            Some(Ok(probe_by(&issuer, far()))),
+        )
     };
     let report = SpokeReport::new;
     let tick = TickReport {
@@ -458,11 +458,11 @@ fn overall_ranks_critical_over_unknown_over_warning() {
 fn a_stuck_sealed_secret_raises_hub_not_ready() {
     use crate::hub::verify::{Check, Delivery, FoundBy, HubReport};
     let issuer = ca();
-    let obs = Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(issuer.der(), Some(far()), far())),
-        probe: Some(Ok(probe_by(&issuer, far()))),
-    };
+    let obs = Observation::new(
+        "dev".into(),
+        committed(recorded(issuer.der(), Some(far()), far())),
+        Some(Ok(probe_by(&issuer, far()))),
+    );
     let stuck = HubReport {
         delivery: Delivery::Synced(Check {
             ok: false,
@@ -550,11 +550,11 @@ fn a_sops_file_the_hub_cannot_decrypt_raises_hub_not_ready_naming_the_decryption
 /// hub made of it.
 fn hub_finding(hub: crate::hub::verify::HubReport) -> Finding {
     let issuer = ca();
-    let obs = Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(issuer.der(), Some(far()), far())),
-        probe: Some(Ok(probe_by(&issuer, far()))),
-    };
+    let obs = Observation::new(
+        "dev".into(),
+        committed(recorded(issuer.der(), Some(far()), far())),
+        Some(Ok(probe_by(&issuer, far()))),
+    );
     let mut report = SpokeReport::new(
         "dev",
         Outcome::Rotated {
@@ -646,16 +646,12 @@ fn a_consumer_not_ready_is_named_and_no_consumer_only_warns() {
 #[test]
 fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() {
     let issuer = ca();
-    let healthy = Observation {
-        spoke: "dev".into(),
-        committed: committed(recorded(issuer.der(), Some(far()), far())),
-        probe: Some(Ok(probe_by(&issuer, far()))),
-    };
-    let never = Observation {
-        spoke: "dev".into(),
-        committed: Committed::Missing,
-        probe: None,
-    };
+    let healthy = Observation::new(
+        "dev".into(),
+        committed(recorded(issuer.der(), Some(far()), far())),
+        Some(Ok(probe_by(&issuer, far()))),
+    );
+    let never = Observation::new("dev".into(), Committed::Missing, None);
     let tick = |secs: u64| TickReport {
         spokes: vec![SpokeReport {
             spoke: "dev".into(),
@@ -774,11 +770,11 @@ fn a_minted_certificate_is_named_by_user_and_generation_with_spokekeepers_own_ad
         generation: 4,
     };
     let grade = |r: Recorded| {
-        let seen = Observation {
-            spoke: "dev".into(),
-            committed: committed(r),
-            probe: Some(Ok(probe_by(&issuer, far()))),
-        };
+        let seen = Observation::new(
+            "dev".into(),
+            committed(r),
+            Some(Ok(probe_by(&issuer, far()))),
+        );
         evaluate(&cfg(), &[seen], Some(&sealing(Some(far()))), now(), None)
     };
     let fs = grade(r.clone());
@@ -849,11 +845,11 @@ fn lean_observations_and_a_reordered_tick_grade_as_the_whole_ones() {
                     s.encrypted_data
                         .insert("value".into(), "AgB0c2lwaGVydGV4dA==".into());
                 }
-                Observation {
-                    spoke: (*name).into(),
+                Observation::new(
+                    (*name).into(),
                     committed,
-                    probe: Some(Ok(probe_by(&issuer, far()))),
-                }
+                    Some(Ok(probe_by(&issuer, far()))),
+                )
             })
             .collect()
     };

@@ -17,6 +17,10 @@ pub mod pem;
 pub use key::{KeyKind, PrivateKey};
 pub use pem::Base64Error;
 
+/// Most CAs a kubeconfig's bundle, and so a recorded one, may hold (a CA rotation has
+/// two to four): each is judged against every chain a spoke presents.
+pub const MAX_CA_BUNDLE: usize = 16;
+
 /// Why a certificate, a key or their relation was refused. Never carries key bytes.
 #[derive(Debug, thiserror::Error)]
 pub enum CertError {
@@ -233,6 +237,14 @@ pub fn to_pem(ders: &[Vec<u8>]) -> String {
 pub fn verify_signed_by(cert_der: &[u8], issuer_der: &[u8]) -> Result<(), CertError> {
     let cert = parse_exact(cert_der, 0)?;
     let issuer = parse_exact(issuer_der, 1)?;
+    verify_parsed(&cert, &issuer)
+}
+
+/// [`verify_signed_by`] of certificates parsed already (a chain judged once per probe).
+pub fn verify_parsed(
+    cert: &X509Certificate<'_>,
+    issuer: &X509Certificate<'_>,
+) -> Result<(), CertError> {
     let subject = escape(&cert.subject().to_string());
     let algorithm = &cert.signature_algorithm.algorithm;
     if *algorithm == x509_parser::oid_registry::OID_PKCS1_SHA1WITHRSA

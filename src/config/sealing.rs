@@ -30,7 +30,7 @@ pub(super) struct RawSealing {
 /// `sealing.sha256`: one fingerprint, or a list (a planned key rollover).
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
-enum OneOrMany {
+pub(super) enum OneOrMany {
     One(String),
     Many(Vec<String>),
 }
@@ -82,7 +82,8 @@ pub enum AgeRecipientsFrom {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SopsSettings {
     pub age_recipients: Option<AgeRecipientsFrom>,
-    /// `sealing.age_sha256`: the recipient sets this host trusts (empty: not set).
+    /// `sealing.age_sha256`: the recipient sets this host trusts, in order: an output
+    /// never moves to a set listed after the one it is encrypted for (empty: not set).
     pub age_sha256: Vec<Fingerprint<fingerprint::AgeRecipients>>,
     /// `sealing.sops_config`: the fleet repo's `.sops.yaml`, whose creation rules pick
     /// the recipients for an output path.
@@ -103,9 +104,9 @@ fn pin<K: fingerprint::Kind>(v: &str) -> Option<Fingerprint<K>> {
 }
 
 /// Every pin of `field` checked and lowercased; `what` says what one must be, and how.
-fn pins<K: fingerprint::Kind>(
+pub(super) fn pins<K: fingerprint::Kind>(
     given: Option<OneOrMany>,
-    field: &'static str,
+    field: &str,
     what: &str,
     l: &Loading,
 ) -> Result<Vec<Fingerprint<K>>, ConfigError> {
@@ -133,12 +134,7 @@ pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError>
         "a certificate fingerprint: write sha256: and 64 hex digits, as `spokekeeper inspect CERT` prints it (a list for a key rollover)",
         l,
     )?;
-    let age_sha256 = pins(
-        raw.age_sha256,
-        "sealing.age_sha256",
-        "a recipients fingerprint: write sha256: and 64 hex digits, as `spokekeeper check` prints it for the recipients (a list to allow several sets)",
-        l,
-    )?;
+    let age_sha256 = age_pins(raw.age_sha256, "sealing.age_sha256", l)?;
     let age_recipients = raw.age_recipients.map(|r| recipients(r, l)).transpose()?;
     Ok(Sealing {
         cert: raw.cert.map(|c| l.resolve(&c)),
@@ -149,6 +145,21 @@ pub(super) fn load(raw: RawSealing, l: &Loading) -> Result<Sealing, ConfigError>
             sops_config: raw.sops_config.map(|p| l.resolve(&p)),
         },
     })
+}
+
+/// `sealing.age_sha256` or `spokes[].sealing.age_sha256` (`field`): recipient set pins,
+/// in order (an output never moves to a set listed after the one it is encrypted for).
+pub(super) fn age_pins(
+    given: Option<OneOrMany>,
+    field: &str,
+    l: &Loading,
+) -> Result<Vec<Fingerprint<fingerprint::AgeRecipients>>, ConfigError> {
+    pins(
+        given,
+        field,
+        "a recipients fingerprint: write sha256: and 64 hex digits, as `spokekeeper check` prints it for the recipients (a list to allow several sets, the preferred first)",
+        l,
+    )
 }
 
 /// A list is inline recipients, each parsed now; one string is one recipient when it
@@ -339,6 +350,30 @@ mod tests {
         refused(
             &MIN.replace("cert: c.pem}", "cert: c.pem, age_sha256: abc}"),
             &["line 2", "sealing.age_sha256", "64 hex digits"],
+        );
+    }
+
+    /// `spokes[].sealing.age_sha256`: the spoke's own pins, in order, beside a format
+    /// inherited from `sealing.format`; a malformed one is named with its spoke.
+    #[test]
+    fn a_spoke_has_its_own_age_pins() {
+        let (a, b) = ("sha256:".to_string() + &"a".repeat(64), "b".repeat(64));
+        let text = format!(
+            "repo: {{path: f}}\nsealing: {{format: sops, age_recipients: [{AGE}]}}\nspokes:\n  - {{name: dev, address: 10.0.0.1, sealing: {{age_sha256: [{a}, 'sha256:{}']}}}}\n  - {{name: prod, address: 10.0.0.2}}\n",
+            b.to_ascii_uppercase()
+        );
+        let c = parse(&text).unwrap();
+        let pins: Vec<String> = c.spokes[0]
+            .age_sha256
+            .iter()
+            .map(|p| p.to_string())
+            .collect();
+        assert_eq!(pins, [a, format!("sha256:{b}")]);
+        assert_eq!(c.spokes[0].format, SealingFormat::Sops);
+        assert!(c.spokes[1].age_sha256.is_empty());
+        refused(
+            &text.replace("[sha256:", "[sha256:zz"),
+            &["line 4", "spokes[0].sealing.age_sha256", "64 hex digits"],
         );
     }
 }

@@ -6,8 +6,10 @@ use std::path::PathBuf;
 use serde::Deserialize;
 
 use super::credential::{self, CredentialPolicy, RawCredential};
+use super::sealing::{OneOrMany, age_pins};
 use super::ssh::{self, SshOverrides, SshSettings};
 use super::{ConfigError, Distro, Loading, Scope, SealingFormat, check, is_dns_subdomain};
+use crate::fingerprint::{AgeRecipients, Fingerprint};
 
 pub const DEFAULT_SECRET_NAMESPACE: &str = "flux-system";
 pub const DEFAULT_SECRET_KEY: &str = "value";
@@ -42,11 +44,15 @@ pub(super) struct RawSpoke {
     sealing: Option<RawSpokeSealing>,
 }
 
-/// `spokes[].sealing`: the spoke's own output format, over `sealing.format`.
+/// `spokes[].sealing`: the spoke's own output format, over `sealing.format`, and the
+/// recipient sets its sops output may be encrypted for.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSpokeSealing {
-    format: SealingFormat,
+    #[serde(default)]
+    format: Option<SealingFormat>,
+    #[serde(default)]
+    age_sha256: Option<OneOrMany>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -117,6 +123,9 @@ pub struct SpokeConfig {
     pub credential: CredentialPolicy,
     /// `spokes[].sealing.format`, else `sealing.format`.
     pub format: SealingFormat,
+    /// `spokes[].sealing.age_sha256`: the only recipient sets this spoke's sops output
+    /// may be encrypted for, in order (empty: `sealing.age_sha256` binds it).
+    pub age_sha256: Vec<Fingerprint<AgeRecipients>>,
 }
 
 /// At least one spoke, each with its defaults filled in and the global `ssh:` and
@@ -187,6 +196,11 @@ fn spoke(
         .transpose()?;
     let credential = credential::resolve(global_credential, &s.credential, &at, &s.name)
         .map_err(|r| l.bad(&r.key, r.message))?;
+    let sealing = s.sealing.unwrap_or(RawSpokeSealing {
+        format: None,
+        age_sha256: None,
+    });
+    let age_sha256 = age_pins(sealing.age_sha256, &format!("{at}.sealing.age_sha256"), l)?;
     Ok(SpokeConfig {
         name: s.name,
         address: s.address,
@@ -200,7 +214,8 @@ fn spoke(
         output,
         kustomization,
         credential,
-        format: s.sealing.map_or(global_format, |o| o.format),
+        format: sealing.format.unwrap_or(global_format),
+        age_sha256,
     })
 }
 

@@ -280,6 +280,14 @@ pub(crate) fn may_act(lead_until: Option<Instant>, now: Instant) -> Result<(), A
     }
 }
 
+/// How long a replica leading until `lead_until` may still start side effects at `now`
+/// (its tenure less [`ACT_MARGIN`]), or why it may not.
+pub(crate) fn act_window(lead_until: Option<Instant>, now: Instant) -> Result<Duration, ActError> {
+    may_act(lead_until, now)?;
+    let left = lead_until.map_or(Duration::ZERO, |t| t.saturating_duration_since(now));
+    Ok(left.saturating_sub(ACT_MARGIN))
+}
+
 /// Runs the election for as long as it is polled, publishing on `leader` whether we
 /// lead right now. Drop it (abort its task) to stop, then [`LeaseLock::release`].
 pub async fn elect(lock: Arc<LeaseLock>, timing: Timing, leader: watch::Sender<bool>) {
@@ -498,6 +506,16 @@ mod tests {
         assert!(may_act(Some(now), now + Duration::from_secs(1)).is_err());
         let e = may_act(None, now).unwrap_err().to_string();
         assert!(e.contains("no longer holds the lease"), "{e}");
+    }
+
+    /// What a leader may still start is bounded by its tenure less the margin.
+    #[test]
+    fn the_act_window_is_the_tenure_less_the_margin() {
+        let now = Instant::now();
+        let left = act_window(Some(now + Duration::from_secs(8)), now).unwrap();
+        assert_eq!(left, Duration::from_secs(8) - ACT_MARGIN);
+        assert!(act_window(Some(now + Duration::from_millis(1500)), now).is_err());
+        assert!(act_window(None, now).is_err());
     }
 
     #[test]

@@ -207,10 +207,10 @@ impl Leadership {
         tracing::info!(lease = %format!("{}/{}", le.namespace, le.name), identity = %le.identity, "leader election: waiting for the lease");
         let tenure = Arc::new(std::sync::Mutex::new(None));
         let until = tenure.clone();
-        let gate = crate::rotate::Gate::new(move || {
+        let gate = crate::rotate::Gate::with_tenure(move || {
             // A poisoned record of the tenure says nothing: not held.
             let lead_until = until.lock().map_err(|_| lease::ActError::NotHeld)?;
-            lease::may_act(*lead_until, tokio::time::Instant::now())
+            lease::act_window(*lead_until, tokio::time::Instant::now()).map(Some)
         });
         let on_round = move |round: lease::Round| {
             health.election_round(round.answered, SystemTime::now());

@@ -289,22 +289,29 @@ impl Ticker {
             now,
             Some(report),
         );
-        if let Err(why) = self.gate.check() {
-            // The new leader tells them; two replicas must not contradict each other.
-            tracing::warn!(reason = %why, "not telling the alert sinks");
-            return findings;
-        }
-        for e in self.notifier.notify(&findings, now).await {
-            tracing::warn!(error = %e, "alert sink failed");
-            self.metrics.other_error("", OtherStage::Alert);
-        }
-        let events = self
-            .events
-            .record(&ctx.config, report, &findings, now)
-            .await;
-        for e in events {
-            tracing::warn!(error = %e, "event not recorded");
-            self.metrics.other_error("", OtherStage::Alert);
+        // The new leader tells them; two replicas must not contradict each other. The
+        // gate is asked before each sink, and the sends end with the tenure.
+        let gate = self.gate.clone();
+        let told = gate.bound(async {
+            gate.check()?;
+            let failed = self.notifier.notify_while(&findings, now, &gate).await;
+            let events = self
+                .events
+                .record(&ctx.config, report, &findings, now, &gate);
+            Ok::<_, rotate::Closed>((failed, events.await))
+        });
+        match told.await.and_then(|r| r) {
+            Ok((failed, events)) => {
+                for e in failed {
+                    tracing::warn!(error = %e, "alert sink failed");
+                    self.metrics.other_error("", OtherStage::Alert);
+                }
+                for e in events {
+                    tracing::warn!(error = %e, "event not recorded");
+                    self.metrics.other_error("", OtherStage::Alert);
+                }
+            }
+            Err(why) => tracing::warn!(reason = %why, "not telling the alert sinks"),
         }
         findings
     }

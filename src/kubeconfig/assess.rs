@@ -302,6 +302,11 @@ fn assess_cluster(cluster: &Named<RawCluster>, a: &mut Assessment) {
             fix: "spokekeeper pins the spoke's own CA; use the kubeconfig the distribution wrote, which embeds it",
         }),
         Some(data) => match certificates(data.as_bytes()) {
+            Ok(ca) if ca.len() > certs::MAX_CA_BUNDLE => a.problems.push(KubeconfigError::Invalid {
+                field: field("certificate-authority-data"),
+                reason: format!("{} certificates, over the {} a CA bundle may hold", ca.len(), certs::MAX_CA_BUNDLE),
+                fix: "keep the CAs that sign the API server's certificate (the distribution's kubeconfig has one to four)",
+            }),
             Ok(ca) => a.ca = ca,
             Err(source) => a.problems.push(KubeconfigError::Certificate { field: field("certificate-authority-data"), error: source }),
         },

@@ -10,7 +10,7 @@ use super::output::Output;
 use super::state::{Recorded, SealedTo, rfc3339};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::fingerprint::{AgeRecipients, Ca, Fingerprint, Sealing};
-use crate::spoke::{CaCheck, ProbeError, ProbeReport};
+use crate::spoke::{CaCheck, Judged, ProbeError, ProbeReport};
 
 /// Why a spoke is rotated. The first that applies names the commit.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -24,6 +24,12 @@ pub enum Reason {
     },
     /// The serving certificate no longer verifies against the recorded CA: rebuilt.
     CaChanged {
+        old: Fingerprint<Ca>,
+    },
+    /// The serving chain reaches the recorded CA but presents a root the recorded bundle
+    /// does not hold (a CA rotation, or a root appended by the server): re-extracted, and
+    /// committed (as `ca-changed`) only when the node's bundle changed.
+    RootChanged {
         old: Fingerprint<Ca>,
     },
     /// The recorded client certificate expires within `renew_before`.
@@ -74,6 +80,7 @@ impl Reason {
             Reason::Initial => "initial",
             Reason::Unreadable { .. } => "unreadable",
             Reason::CaChanged { .. } => "ca-changed",
+            Reason::RootChanged { .. } => "root-changed",
             Reason::ClientExpiring { .. } => "client-expiring",
             Reason::SealingKeyChanged { .. } => "sealing-key-changed",
             Reason::RecipientsChanged { .. } => "recipients-changed",
@@ -93,6 +100,9 @@ impl fmt::Display for Reason {
             Reason::Initial => f.write_str("initial credential"),
             Reason::Unreadable { detail } => write!(f, "committed manifest unreadable ({detail})"),
             Reason::CaChanged { old } => write!(f, "CA changed {}", old.short()),
+            Reason::RootChanged { old } => {
+                write!(f, "a root outside the CA bundle {} is served", old.short())
+            }
             Reason::ClientExpiring { not_after } => {
                 write!(f, "client certificate expiring on {}", rfc3339(*not_after))
             }
@@ -148,10 +158,14 @@ pub enum Extracted {
     Unchanged,
     /// The client certificate is expiring and the node still serves the same one.
     NotRenewed,
+    /// The server presents a root the recorded bundle lacks, and the node's kubeconfig
+    /// still holds the recorded bundle: nothing to commit (the root is then seen).
+    RootUnheld,
 }
 
 /// The rules after extraction (extracted mode compares with what is committed; a
-/// periodic check that found anything new commits it as a content change).
+/// periodic check that found anything new commits it as a content change; a root
+/// outside the bundle is committed only with a new bundle, so it settles).
 pub fn after_extraction(
     reason: Reason,
     previous: Option<&Recorded>,
@@ -159,19 +173,22 @@ pub fn after_extraction(
     mode: CredentialMode,
 ) -> Extracted {
     let compared = previous.filter(|_| mode == CredentialMode::Extracted);
+    let same_bundle = previous.is_some_and(|p| p.ca_bundle == fresh.ca_bundle);
     match (&reason, compared) {
         (Reason::Periodic, Some(prev)) if prev.content_sha256 == fresh.content_sha256 => {
             return Extracted::Unchanged;
         }
         (Reason::ClientExpiring { .. }, Some(prev))
-            if prev.client_sha256 == fresh.client_sha256 =>
+            if prev.client_sha256 == fresh.client_sha256 && same_bundle =>
         {
             return Extracted::NotRenewed;
         }
+        (Reason::RootChanged { .. }, _) if same_bundle => return Extracted::RootUnheld,
         _ => {}
     }
     match (reason, previous) {
         (Reason::Periodic, Some(_)) => Extracted::Commit(Reason::ContentChanged),
+        (Reason::RootChanged { old }, _) => Extracted::Commit(Reason::CaChanged { old }),
         (reason, _) => Extracted::Commit(reason),
     }
 }
@@ -182,6 +199,8 @@ pub struct Observed<'a> {
     pub committed: Option<Result<(&'a Output, &'a Recorded), &'a dyn std::error::Error>>,
     /// None when no probe was needed (nothing recorded to compare with).
     pub probe: Option<&'a Result<ProbeReport, ProbeError>>,
+    /// The probed chain judged against the recorded CA bundle.
+    pub ca: Option<&'a Judged>,
 }
 
 pub struct Policy {
@@ -192,6 +211,9 @@ pub struct Policy {
     pub force: bool,
     /// `verify_every` has elapsed since this spoke was last re-extracted.
     pub verify_due: bool,
+    /// Every root the chain presents outside the recorded bundle was seen before, with
+    /// this bundle, and the node's kubeconfig did not hold it: no reason to extract.
+    pub roots_seen: bool,
 }
 
 /// The server a spoke's kubeconfig should carry, as the configuration implies it:
@@ -226,22 +248,21 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
         }
         Some(Ok(pair)) => *pair,
     };
-    match seen.probe {
-        Some(Ok(report)) => match recorded.check_ca(report) {
-            CaCheck::Verified => {}
-            CaCheck::NotSignedByCa | CaCheck::RootChanged => {
-                return Decision::Rotate(Reason::CaChanged {
-                    old: recorded.ca_sha256,
-                });
-            }
-            CaCheck::UnusableCa => {
-                return Decision::Rotate(Reason::Unreadable {
-                    detail: format!("annotation {} does not parse", super::state::CA_DATA),
-                });
-            }
-        },
-        Some(Err(e)) => return Decision::Unreachable(e.clone()),
-        None => {}
+    let mut root_changed = false;
+    match (seen.probe, seen.ca.map(|j| j.check)) {
+        (Some(Err(e)), _) => return Decision::Unreachable(e.clone()),
+        (_, Some(CaCheck::NotSignedByCa)) => {
+            return Decision::Rotate(Reason::CaChanged {
+                old: recorded.ca_sha256,
+            });
+        }
+        (_, Some(CaCheck::UnusableCa)) => {
+            return Decision::Rotate(Reason::Unreadable {
+                detail: format!("annotation {} does not parse", super::state::CA_DATA),
+            });
+        }
+        (_, Some(CaCheck::RootChanged)) => root_changed = !policy.roots_seen,
+        _ => {}
     }
     // A minted certificate renews on its own schedule (credential.renew_before).
     let renew_before = match recorded.credential.mode {
@@ -262,6 +283,12 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
     if policy.force {
         return Decision::Rotate(Reason::Forced);
     }
+    // After the rules above: any of them re-extracts, and commits the node's bundle.
+    if root_changed {
+        return Decision::Rotate(Reason::RootChanged {
+            old: recorded.ca_sha256,
+        });
+    }
     if policy.verify_due {
         return Decision::Rotate(Reason::Periodic);
     }
@@ -270,8 +297,10 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
 
 /// What a periodic check of a minted spoke found with the admin credential it extracted.
 pub(crate) struct MintedCheck<'a> {
-    /// The admin kubeconfig's first CA and server (the minted one carries the same).
+    /// The admin kubeconfig's first CA, its whole bundle and server (the minted one
+    /// carries the same).
     pub ca_sha256: Fingerprint<Ca>,
+    pub ca_bundle: &'a [Vec<u8>],
     pub server: &'a str,
     /// Whether the committed generation's ClusterRoleBinding exists and binds the
     /// committed user to the configured cluster role.
@@ -289,7 +318,7 @@ pub(crate) fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option
             binding: seen.binding.to_string(),
         });
     }
-    if seen.ca_sha256 != recorded.ca_sha256 {
+    if seen.ca_sha256 != recorded.ca_sha256 || seen.ca_bundle != recorded.ca_bundle {
         return Some(Reason::CaChanged {
             old: recorded.ca_sha256,
         });
@@ -438,6 +467,7 @@ mod tests {
             sealed_to: SealedTo::Cert(SEAL),
             force: false,
             verify_due: false,
+            roots_seen: false,
         }
     }
 
@@ -447,6 +477,7 @@ mod tests {
             &Observed {
                 committed: Some(Ok((s, r))),
                 probe: None,
+                ca: None,
             },
             p,
         )
@@ -460,7 +491,8 @@ mod tests {
                 &sp,
                 &Observed {
                     committed: None,
-                    probe: None
+                    probe: None,
+                    ca: None,
                 },
                 &policy()
             ),
@@ -471,6 +503,7 @@ mod tests {
             &Observed {
                 committed: Some(Err(&std::fmt::Error)),
                 probe: None,
+                ca: None,
             },
             &policy(),
         );
@@ -842,6 +875,7 @@ mod tests {
         let r = minted(3);
         let fits = MintedCheck {
             ca_sha256: r.ca_sha256,
+            ca_bundle: &r.ca_bundle,
             server: &r.server,
             binding_present: true,
             binding: "spokekeeper.hub.dev.g3",
@@ -879,6 +913,133 @@ mod tests {
                 }
             ),
             Some(Reason::ContentChanged)
+        );
+        // The node's bundle gained a CA (a rotation under the same first CA): minted again.
+        let grown = [b"first".to_vec(), b"new root".to_vec()];
+        assert_eq!(
+            after_check(
+                &r,
+                &MintedCheck {
+                    ca_bundle: &grown,
+                    ..fits
+                }
+            ),
+            Some(Reason::CaChanged { old: r.ca_sha256 })
+        );
+    }
+
+    fn probe_report() -> Result<ProbeReport, ProbeError> {
+        Ok(ProbeReport {
+            server: "10.0.0.1:6443".into(),
+            host: "10.0.0.1".into(),
+            chain: vec![],
+            serving_sha256: Fingerprint::from_digest([6; 32]),
+            not_before: now(),
+            not_after: now() + time::Duration::days(300),
+            dns_names: vec![],
+            ip_addresses: vec![],
+            address_in_sans: true,
+        })
+    }
+
+    fn judged(check: CaCheck) -> Judged {
+        let roots_outside = match check {
+            CaCheck::RootChanged => vec![Fingerprint::from_digest([7; 32])],
+            _ => vec![],
+        };
+        Judged {
+            check,
+            roots_outside,
+        }
+    }
+
+    /// A root outside the recorded bundle re-extracts once; once seen (an extraction
+    /// found the node's bundle unchanged) it is no reason, and any other rule outranks it.
+    #[test]
+    fn a_root_outside_the_bundle_is_a_reason_until_seen() {
+        let (sp, s, r) = (spoke(""), sealed(Scope::Strict), recorded());
+        let probe = probe_report();
+        let at = |check: CaCheck, r: &Recorded, p: &Policy| {
+            let ca = judged(check);
+            let seen = Observed {
+                committed: Some(Ok((&s, r))),
+                probe: Some(&probe),
+                ca: Some(&ca),
+            };
+            decide(&sp, &seen, p)
+        };
+        let root = Decision::Rotate(Reason::RootChanged { old: r.ca_sha256 });
+        assert_eq!(at(CaCheck::RootChanged, &r, &policy()), root);
+        assert_eq!(at(CaCheck::Verified, &r, &policy()), Decision::Healthy);
+        let settled = Policy {
+            roots_seen: true,
+            ..policy()
+        };
+        assert_eq!(at(CaCheck::RootChanged, &r, &settled), Decision::Healthy);
+        let due = Policy {
+            verify_due: true,
+            ..settled
+        };
+        assert_eq!(
+            at(CaCheck::RootChanged, &r, &due),
+            Decision::Rotate(Reason::Periodic)
+        );
+        // Outranks a periodic check; is outranked by an expiring client certificate.
+        let unseen_due = Policy {
+            verify_due: true,
+            ..policy()
+        };
+        assert_eq!(at(CaCheck::RootChanged, &r, &unseen_due), root);
+        let mut expiring = recorded();
+        expiring.client_not_after = Some(now() + time::Duration::days(2));
+        assert!(matches!(
+            at(CaCheck::RootChanged, &expiring, &policy()),
+            Decision::Rotate(Reason::ClientExpiring { .. })
+        ));
+        // A chain not signed by the recorded CA is a changed CA, seen roots or not.
+        assert_eq!(
+            at(CaCheck::NotSignedByCa, &r, &settled),
+            Decision::Rotate(Reason::CaChanged { old: r.ca_sha256 })
+        );
+        assert_eq!(
+            Reason::RootChanged { old: r.ca_sha256 }.kind(),
+            "root-changed"
+        );
+    }
+
+    /// After extracting for a root outside the bundle: the node's bundle unchanged is
+    /// nothing to commit, in either mode; a new bundle is committed as a changed CA.
+    #[test]
+    fn a_root_outside_the_bundle_commits_only_a_new_bundle() {
+        let old = Fingerprint::from_digest([1; 32]);
+        let mut prev = recorded();
+        prev.ca_bundle = vec![b"old".to_vec()];
+        let mut rotated = recorded();
+        rotated.ca_bundle = vec![b"old".to_vec(), b"new root".to_vec()];
+        rotated.content_sha256 = Fingerprint::from_digest([8; 32]);
+        for mode in [CredentialMode::Extracted, CredentialMode::Minted] {
+            let reason = Reason::RootChanged { old };
+            assert_eq!(
+                after_extraction(reason.clone(), Some(&prev), &prev, mode),
+                Extracted::RootUnheld
+            );
+            assert_eq!(
+                after_extraction(reason, Some(&prev), &rotated, mode),
+                Extracted::Commit(Reason::CaChanged { old })
+            );
+        }
+        // An expiring client certificate the node did not renew, but a new bundle: committed.
+        let mut same_client = rotated.clone();
+        same_client.client_sha256 = prev.client_sha256;
+        let expiring = Reason::ClientExpiring { not_after: now() };
+        assert_eq!(
+            after_extraction(
+                expiring.clone(),
+                Some(&prev),
+                &same_client,
+                CredentialMode::Extracted
+            ),
+            Extracted::Commit(expiring)
         );
     }
 

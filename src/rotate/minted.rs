@@ -159,7 +159,8 @@ pub(super) async fn step(
             ControlFlow::Continue(deleted) => gone = deleted,
             ControlFlow::Break(step) => return Ok(step),
         }
-    } else if let (Reason::Periodic, Some(prev)) = (&*reason, previous.filter(|_| was_minted))
+    } else if let (Reason::Periodic | Reason::RootChanged { .. }, Some(prev)) =
+        (&*reason, previous.filter(|_| was_minted))
         && let Some(step) = periodic_check(spoke, &admin, prev, &had, &scope, reason, how).await?
     {
         return Ok(step);
@@ -243,8 +244,9 @@ async fn revoke_now(
     Ok(ControlFlow::Continue(gone))
 }
 
-/// A periodic tick of a committed minted credential: Unchanged while its binding still
-/// fits, else `reason` says why a new generation is minted.
+/// A periodic tick of a committed minted credential, or one whose server presents a root
+/// outside the recorded bundle: Unchanged while its binding still fits and the node's
+/// bundle is the recorded one, else `reason` says why a new generation is minted.
 async fn periodic_check(
     spoke: &SpokeConfig,
     admin: &Fresh,
@@ -267,8 +269,10 @@ async fn periodic_check(
     .await
     .map_err(failed)?;
     let kc = &admin.kubeconfig;
+    let bundle: Vec<Vec<u8>> = kc.ca_certs().iter().map(|c| c.der.clone()).collect();
     let seen = MintedCheck {
         ca_sha256: kc.ca_certs()[0].fingerprint.as_kind(),
+        ca_bundle: &bundle,
         server: &kc.server_string(),
         binding_present: present,
         binding: &binding,

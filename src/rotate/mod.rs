@@ -90,6 +90,9 @@ pub struct Context {
     /// Spokes whose pushed credential the hub had not taken at the last look: looked at
     /// again every tick until it has, so their hub gauges and alerts clear.
     hub_unverified: Mutex<std::collections::BTreeSet<String>>,
+    /// Roots a spoke presents outside its recorded bundle that an extraction found the
+    /// node's kubeconfig does not hold: not extracted for again (decide.rs's rule).
+    roots_seen: Mutex<HashMap<String, reconcile::SeenRoots>>,
 }
 
 impl Context {
@@ -116,6 +119,7 @@ impl Context {
             sign_timeout: Duration::from_secs(30),
             verified: Mutex::new(HashMap::new()),
             hub_unverified: Mutex::new(Default::default()),
+            roots_seen: Mutex::new(HashMap::new()),
         })
     }
 }
@@ -152,7 +156,10 @@ pub use crate::repo::Beside;
 /// Whether this process may still act (with leader election: it holds the Lease with
 /// time left), asked right before a side effect: Err says why not.
 #[derive(Clone, Default)]
-pub struct Gate(Option<std::sync::Arc<dyn Fn() -> Result<(), Closed> + Send + Sync>>);
+pub struct Gate(Option<std::sync::Arc<GateFn>>);
+
+/// Ok with how long side effects may still be started (None: no limit), or why not.
+type GateFn = dyn Fn() -> Result<Option<std::time::Duration>, Closed> + Send + Sync;
 
 /// Why the [`Gate`] refused a side effect.
 #[derive(Clone, Debug, thiserror::Error)]
@@ -164,13 +171,47 @@ impl Gate {
     where
         E: std::error::Error + Send + Sync + 'static,
     {
+        Gate::with_tenure(move || check().map(|()| None))
+    }
+
+    /// A gate that also says how long it stays open (a leader's remaining tenure), so a
+    /// caller can bound what it starts by it.
+    pub fn with_tenure<E>(
+        check: impl Fn() -> Result<Option<std::time::Duration>, E> + Send + Sync + 'static,
+    ) -> Gate
+    where
+        E: std::error::Error + Send + Sync + 'static,
+    {
         Gate(Some(std::sync::Arc::new(move || {
             check().map_err(|e| Closed(std::sync::Arc::new(e)))
         })))
     }
 
     pub fn check(&self) -> Result<(), Closed> {
-        self.0.as_ref().map_or(Ok(()), |check| check())
+        self.left().map(|_| ())
+    }
+
+    /// Ok with how long the gate stays open (None: no limit).
+    pub fn left(&self) -> Result<Option<std::time::Duration>, Closed> {
+        self.0.as_ref().map_or(Ok(None), |check| check())
+    }
+
+    /// Runs `work` while the gate stays open: when the time it said it stays open has
+    /// passed it is asked again (a leader renews), and `work` is dropped, unfinished, once
+    /// it is closed.
+    pub async fn bound<T>(&self, work: impl Future<Output = T>) -> Result<T, Closed> {
+        let mut work = std::pin::pin!(work);
+        loop {
+            let Some(left) = self.left()? else {
+                return Ok(work.await);
+            };
+            // Asked again no sooner than this: a gate about to close is not spun on.
+            let next = left.max(std::time::Duration::from_millis(20));
+            tokio::select! {
+                done = &mut work => return Ok(done),
+                () = tokio::time::sleep(next) => {}
+            }
+        }
     }
 }
 

@@ -15,7 +15,7 @@ pub use super::output::{InvalidKind, Output};
 use super::state::Recorded;
 use crate::config::{Config, SpokeConfig};
 use crate::repo::{Repo, RepoError, Snapshot};
-use crate::spoke::{self, ProbeError, ProbeReport};
+use crate::spoke::{self, Judged, ProbeError, ProbeReport};
 
 /// Probes run at once outside a tick (a tick probes within its own bound).
 const CONCURRENCY: usize = 8;
@@ -111,6 +111,8 @@ pub struct Observation {
     pub committed: Committed,
     /// None when there was no server to probe (nothing recorded and no `api_server`).
     pub probe: Option<Result<ProbeReport, ProbeError>>,
+    /// The probed chain judged against the recorded CA bundle, once (None without both).
+    pub ca: Option<Judged>,
 }
 
 /// What a tick keeps of an [`Observation`] once the spoke is decided: the probe, which
@@ -123,6 +125,25 @@ pub struct Probed {
 }
 
 impl Observation {
+    /// An observation, its chain judged here (one spoke, outside a tick: a tick judges
+    /// off the async workers).
+    pub fn new(
+        spoke: String,
+        committed: Committed,
+        probe: Option<Result<ProbeReport, ProbeError>>,
+    ) -> Observation {
+        let ca = match (&probe, committed.recorded()) {
+            (Some(Ok(p)), Some(r)) => Some(r.judge(p)),
+            _ => None,
+        };
+        Observation {
+            spoke,
+            committed,
+            probe,
+            ca,
+        }
+    }
+
     /// Drops all but what a tick keeps.
     pub fn into_probed(self) -> Probed {
         Probed {
@@ -140,6 +161,7 @@ impl Observation {
                 Committed::Recorded(r) => Some(Ok((&r.sealed, &r.recorded))),
             },
             probe: self.probe.as_ref(),
+            ca: self.ca.as_ref(),
         }
     }
 }
@@ -180,11 +202,26 @@ async fn probed(
         (None, Some(server)) => Some(spoke::probe(&server, timeout).await),
         (None, None) => None,
     };
+    let ca = match (&probe, committed.recorded()) {
+        (Some(Ok(report)), Some(recorded)) => judged(report, recorded).await,
+        _ => None,
+    };
     Observation {
         spoke: spoke.name.clone(),
         committed,
         probe,
+        ca,
     }
+}
+
+/// The chain judged off the async workers: signature checks are CPU work, and a tick's
+/// spokes share the task that awaits them (a hostile spoke's chain must not stall the
+/// others' deadlines).
+pub(crate) async fn judged(report: &ProbeReport, recorded: &Recorded) -> Option<Judged> {
+    let (chain, bundle) = (report.chain.clone(), recorded.ca_bundle.clone());
+    tokio::task::spawn_blocking(move || spoke::chain::judge(&chain, &bundle))
+        .await
+        .ok()
 }
 
 /// Every spoke of the configuration (`only`: those named; empty: all), in configuration

@@ -38,6 +38,36 @@ pub enum RecipientsError {
         why: String,
         config: PathBuf,
     },
+    #[error(
+        "the age recipients {sha256} for spoke {spoke} are not among spokes[].sealing.age_sha256 of spoke {spoke}. Nothing is encrypted for them: the spoke's credential goes only to the sets pinned for it. Fix: if the change is wanted, add {sha256} to that list in {}; otherwise revert the change to the fleet repo's recipients",
+        config.display()
+    )]
+    Unbound {
+        spoke: String,
+        sha256: Fingerprint<fingerprint::AgeRecipients>,
+        config: PathBuf,
+    },
+    #[error(
+        "spoke {spoke}'s output is encrypted for {old}, and the fleet repo now names {new}, listed after it in {list}: an output never moves to a set listed later (a retired or less trusted one), so nothing is encrypted for {new}. Fix: if the move is wanted, list {new} before {old} in {list} in {}; otherwise revert the change to the fleet repo's recipients",
+        config.display(),
+        list = pins_key(*.own)
+    )]
+    Older {
+        spoke: String,
+        old: Fingerprint<fingerprint::AgeRecipients>,
+        new: Fingerprint<fingerprint::AgeRecipients>,
+        /// The spoke's own pins ordered it (else the fleet's).
+        own: bool,
+        config: PathBuf,
+    },
+}
+
+fn pins_key(own: bool) -> &'static str {
+    if own {
+        "spokes[].sealing.age_sha256"
+    } else {
+        "sealing.age_sha256"
+    }
 }
 
 /// Where the configured recipients came from.
@@ -48,10 +78,25 @@ enum Origin {
 
 /// The spoke's age recipients: `.sops.yaml`'s rule for its output when
 /// `sealing.sops_config` is set, else `sealing.age_recipients`; either trusted as the
-/// module says.
+/// module says, and one of `spokes[].sealing.age_sha256` when the spoke has its own.
 pub fn recipients(config: &Config, spoke: &SpokeConfig) -> Result<AgeRecipients, RecipientsError> {
+    let r = trusted(config, spoke)?;
+    if !spoke.age_sha256.is_empty() && !spoke.age_sha256.contains(&r.fingerprint()) {
+        return Err(RecipientsError::Unbound {
+            spoke: spoke.name.clone(),
+            sha256: r.fingerprint(),
+            config: config.file.clone(),
+        });
+    }
+    Ok(r)
+}
+
+/// The recipients, trusted by the fleet's pins or the spoke's own.
+fn trusted(config: &Config, spoke: &SpokeConfig) -> Result<AgeRecipients, RecipientsError> {
     let pins = &config.sops.age_sha256;
-    let pinned = |r: &AgeRecipients| pins.contains(&r.fingerprint());
+    let pinned = |r: &AgeRecipients| {
+        pins.contains(&r.fingerprint()) || spoke.age_sha256.contains(&r.fingerprint())
+    };
     let configured = configured(config)?;
     if let Some((r, origin)) = &configured {
         let in_repo = matches!(origin, Origin::File { in_repo: true, .. });
@@ -118,6 +163,34 @@ pub fn recipients(config: &Config, spoke: &SpokeConfig) -> Result<AgeRecipients,
         });
     }
     Ok(r)
+}
+
+/// Ok unless the spoke's output, encrypted for `old`, would move to `new`, listed after
+/// it in the spoke's pins (`spokes[].sealing.age_sha256`, else `sealing.age_sha256`):
+/// during a rollover (`[new, old]`) or with sets per path (`[prod, staging]`) a write to
+/// the fleet repo must not move an output back to the retired set or down to another's.
+pub(crate) fn never_older(
+    config: &Config,
+    spoke: &SpokeConfig,
+    old: Fingerprint<fingerprint::AgeRecipients>,
+    new: Fingerprint<fingerprint::AgeRecipients>,
+) -> Result<(), RecipientsError> {
+    let own = !spoke.age_sha256.is_empty();
+    let pins = match own {
+        true => &spoke.age_sha256,
+        false => &config.sops.age_sha256,
+    };
+    let at = |f| pins.iter().position(|p| *p == f);
+    match (at(old), at(new)) {
+        (Some(was), Some(now)) if now > was => Err(RecipientsError::Older {
+            spoke: spoke.name.clone(),
+            old,
+            new,
+            own,
+            config: config.file.clone(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 /// `sealing.age_recipients`, read and parsed.
@@ -269,6 +342,74 @@ mod tests {
         let mut c = config(d, &format!("{sops_config}, age_recipients: [{A}]"));
         c.spokes[0].output = "clusters/dev.yaml".into();
         assert_eq!(got(&c), Ok(vec![A.into()]));
+    }
+
+    /// Pins are ordered: an output moves to a set listed before its own, or stays,
+    /// never to one listed after it; a set no pin names is not judged here (the trust
+    /// rule above refuses it).
+    /// A configuration with `recipients` inline and the pins `[prod, staging]`.
+    fn two_pins(dir: &Path, recipients: &str, prod: &str, staging: &str) -> Config {
+        let pins = format!("[{}, {}]", fp(&[prod]), fp(&[staging]));
+        config(
+            dir,
+            &format!("age_recipients: [{recipients}], age_sha256: {pins}"),
+        )
+    }
+
+    fn says(e: &str, needles: &[&str]) {
+        for needle in needles {
+            assert!(e.contains(needle), "{needle:?} in {e}");
+        }
+    }
+
+    #[test]
+    fn an_output_never_moves_to_a_set_listed_after_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prod, staging) = (b(), b());
+        let c = two_pins(dir.path(), &prod, &prod, &staging);
+        let f = |r: &str| sops::recipients_fingerprint([r]);
+        let e = never_older(&c, &c.spokes[0], f(&prod), f(&staging))
+            .unwrap_err()
+            .to_string();
+        let fix = format!("list {} before {}", fp(&[&staging]), fp(&[&prod]));
+        says(
+            &e,
+            &[
+                "spoke dev's output is encrypted for",
+                "listed after it in sealing.age_sha256",
+                &fix,
+                "/etc/spokekeeper.yaml",
+            ],
+        );
+        assert!(never_older(&c, &c.spokes[0], f(&staging), f(&prod)).is_ok());
+        assert!(never_older(&c, &c.spokes[0], f(&prod), f(&prod)).is_ok());
+        assert!(never_older(&c, &c.spokes[0], f(A), f(&staging)).is_ok());
+        // A spoke's own list orders it instead of the fleet's.
+        let mut own = c.clone();
+        own.spokes[0].age_sha256 = vec![f(&staging), f(&prod)];
+        assert!(never_older(&own, &own.spokes[0], f(&prod), f(&staging)).is_ok());
+        let e = never_older(&own, &own.spokes[0], f(&staging), f(&prod)).unwrap_err();
+        assert!(e.to_string().contains("spokes[].sealing.age_sha256"), "{e}");
+    }
+
+    /// A spoke with its own pins is encrypted for those sets alone, even for a set the
+    /// fleet's pins trust; its own pins trust a set the fleet's do not name.
+    #[test]
+    fn a_spoke_with_its_own_pins_is_bound_to_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (prod, staging) = (b(), b());
+        let mut c = two_pins(dir.path(), &staging, &prod, &staging);
+        c.spokes[0].age_sha256 = vec![sops::recipients_fingerprint([&prod])];
+        let e = got(&c).unwrap_err();
+        let fix = format!("add {}", fp(&[&staging]));
+        says(
+            &e,
+            &["not among spokes[].sealing.age_sha256 of spoke dev", &fix],
+        );
+        let only_own = format!("age_recipients: [{prod}]");
+        let mut c = config(dir.path(), &only_own);
+        c.spokes[0].age_sha256 = vec![sops::recipients_fingerprint([&prod])];
+        assert_eq!(got(&c), Ok(vec![prod.clone()]));
     }
 
     /// A file holding a forge token and an age identity, as a pushed link may name.

@@ -12,9 +12,10 @@ use super::publish::{Landing, Publish};
 use super::refresh::Fresh;
 use super::report::{CredentialReport, Outcome, SpokeReport};
 use super::sealer::Sealer;
-use super::state::{Recorded, RecordedCredential};
+use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
 use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
+use crate::fingerprint::{Ca, CaBundle, Fingerprint};
 use crate::hub::cert::Untrusted;
 use crate::seal::SealingKey;
 use crate::secret::SecretBytes;
@@ -83,6 +84,48 @@ pub(super) fn policy<P>(
         sealed_to,
         force: tick.options.force || tick.options.revoke,
         verify_due,
+        roots_seen: roots_seen(context, spoke, seen),
+    }
+}
+
+/// Roots presented outside a recorded bundle, found absent from the node's kubeconfig by
+/// an extraction, and the bundle they were judged against.
+#[derive(Debug)]
+pub(super) struct SeenRoots {
+    bundle: Fingerprint<CaBundle>,
+    roots: Vec<Fingerprint<Ca>>,
+}
+
+/// Whether every root the spoke presents outside its recorded bundle was seen already.
+fn roots_seen(context: &Context, spoke: &SpokeConfig, seen: &Observation) -> bool {
+    let (Some(recorded), Some(judged)) = (seen.committed.recorded(), &seen.ca) else {
+        return false;
+    };
+    let bundle = bundle_fingerprint(&recorded.ca_bundle);
+    let Ok(memory) = context.roots_seen.lock() else {
+        return false;
+    };
+    memory.get(&spoke.name).is_some_and(|s| {
+        s.bundle == bundle && judged.roots_outside.iter().all(|r| s.roots.contains(r))
+    })
+}
+
+/// After an extraction found the node's bundle unchanged for a root-changed spoke.
+fn remember_roots(context: &Context, spoke: &SpokeConfig, seen: &Observation) {
+    let (Some(recorded), Some(judged)) = (seen.committed.recorded(), &seen.ca) else {
+        return;
+    };
+    tracing::warn!(
+        spoke = %spoke.name,
+        roots = ?judged.roots_outside.iter().map(|r| r.short()).collect::<Vec<_>>(),
+        "the API server presents a root its kubeconfig does not hold; nothing to commit (check the server's --tls-cert-file)"
+    );
+    if let Ok(mut memory) = context.roots_seen.lock() {
+        let seen = SeenRoots {
+            bundle: bundle_fingerprint(&recorded.ca_bundle),
+            roots: judged.roots_outside.clone(),
+        };
+        memory.insert(spoke.name.clone(), seen);
     }
 }
 
@@ -94,7 +137,11 @@ pub(super) async fn spoke<P: Publish>(
     spoke: &SpokeConfig,
     seen: &Observation,
 ) -> Reconciled {
-    match Sealer::for_spoke(&tick.context.config, spoke, tick.sealing) {
+    let config = &tick.context.config;
+    let committed = seen.committed.record().map(|r| &r.sealed);
+    let sealer = Sealer::for_spoke(config, spoke, tick.sealing)
+        .and_then(|s| s.keeping_order(config, spoke, committed));
+    match sealer {
         Ok(sealer) => {
             let policy = policy(tick, spoke, seen, &sealer);
             reconcile(tick, spoke, seen, &policy, &sealer).await
@@ -134,6 +181,9 @@ pub(super) async fn reconcile<P: Publish>(
             proposal: Some(proposal),
         },
         Err(end) => {
+            if let (Outcome::Unchanged, Some(Reason::RootChanged { .. })) = (&end, &report.reason) {
+                remember_roots(tick.context, spoke, seen);
+            }
             report.outcome = end;
             Reconciled::done(report)
         }
@@ -174,7 +224,7 @@ async fn rotate<P: Publish>(
     let reason = match decide::after_extraction(reason, previous, &recorded, spoke.credential.mode)
     {
         Extracted::Commit(reason) => reason,
-        Extracted::Unchanged => return Err(Outcome::Unchanged),
+        Extracted::Unchanged | Extracted::RootUnheld => return Err(Outcome::Unchanged),
         Extracted::NotRenewed => return Err(Outcome::NotRenewed),
     };
     report.reason = Some(reason.clone());

@@ -8,7 +8,8 @@ use std::sync::Arc;
 use time::OffsetDateTime;
 
 use super::error::SpokeError;
-use super::recipients::{RecipientsError, recipients};
+use super::output::Output;
+use super::recipients::{RecipientsError, never_older, recipients};
 use super::state::{Recorded, SealedTo};
 use crate::config::{Config, SealingFormat, SpokeConfig};
 use crate::seal::SealingKey;
@@ -41,6 +42,22 @@ impl<'a> Sealer<'a> {
                     .map_err(|e: RecipientsError| SpokeError::Recipients(Arc::new(e)))?,
             ),
         })
+    }
+
+    /// Refuses to move the spoke's committed sops output to a set listed after the one it
+    /// is encrypted for ([`never_older`]).
+    pub(crate) fn keeping_order(
+        self,
+        config: &Config,
+        spoke: &SpokeConfig,
+        committed: Option<&Output>,
+    ) -> Result<Sealer<'a>, SpokeError> {
+        if let (Sealer::Sops(r), Some(Output::Sops(file))) = (&self, committed) {
+            let old = sops::recipients_fingerprint(&file.recipients);
+            never_older(config, spoke, old, r.fingerprint())
+                .map_err(|e| SpokeError::Recipients(Arc::new(e)))?;
+        }
+        Ok(self)
     }
 
     pub(crate) fn sealed_to(&self) -> SealedTo {

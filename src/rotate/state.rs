@@ -52,8 +52,6 @@ const MAX_USER: usize = 200;
 /// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
 /// an object's annotations at 256 KiB.
 const MAX_CA_DATA: usize = 256 * 1024;
-/// Most CAs accepted in a recorded bundle (a CA rotation has two).
-const MAX_CAS: usize = 16;
 const MAX_SERVER: usize = 2048;
 const MAX_DATE: usize = 64;
 
@@ -239,24 +237,14 @@ impl Recorded {
 
     /// Whether the probed serving chain is signed by any recorded CA: during a CA
     /// rotation the kubeconfig trusts the old and the new one, and either may serve.
-    /// A chain that reaches a recorded CA only through a new root the server presents
-    /// (cross-signed by the old) is a rotated CA, not the recorded one.
+    /// A chain that reaches a recorded CA while presenting a root the bundle does not
+    /// hold is [`CaCheck::RootChanged`] (`spoke::chain` judges it).
+    pub fn judge(&self, probe: &ProbeReport) -> crate::spoke::Judged {
+        crate::spoke::chain::judge(&probe.chain, &self.ca_bundle)
+    }
+
     pub fn check_ca(&self, probe: &ProbeReport) -> CaCheck {
-        let mut result = CaCheck::UnusableCa;
-        for ca in &self.ca_bundle {
-            match probe.check_ca(ca) {
-                CaCheck::Verified | CaCheck::RootChanged => {
-                    return if probe.presents_root_outside(&self.ca_bundle) {
-                        CaCheck::RootChanged
-                    } else {
-                        CaCheck::Verified
-                    };
-                }
-                CaCheck::NotSignedByCa => result = CaCheck::NotSignedByCa,
-                CaCheck::UnusableCa => {}
-            }
-        }
-        result
+        self.judge(probe).check
     }
 }
 
@@ -406,7 +394,7 @@ fn ca_data(v: &str, bundle: bool) -> Result<Vec<Vec<u8>>, AnnotationError> {
     } else {
         vec![v]
     };
-    if parts.len() > MAX_CAS {
+    if parts.len() > crate::certs::MAX_CA_BUNDLE {
         return Err(malformed(CA_DATA, want, v));
     }
     parts
@@ -755,7 +743,8 @@ mod tests {
         let mut r = sample();
         r.ca_bundle = vec![old.der().to_vec()];
         // Signature by signature the chain does reach the recorded CA.
-        assert_eq!(probe.check_ca(old.der()), CaCheck::Verified);
+        let old_only = crate::spoke::chain::judge(&probe.chain, &[old.der().to_vec()]);
+        assert_eq!(old_only.roots_outside, [Fingerprint::of(root.der())]);
         assert_eq!(r.check_ca(&probe), CaCheck::RootChanged);
         // Committed after the rotation: the new bundle holds every root presented.
         r.ca_bundle = bundle.to_vec();

@@ -7,6 +7,7 @@
 //! Everything read from a spoke is hostile input: sizes are capped, every step is bounded
 //! by a timeout, errors say what failed and what to do, and never carry secret bytes.
 
+pub mod chain;
 mod error;
 pub mod extract;
 pub mod live;
@@ -15,10 +16,11 @@ mod read;
 mod ssh;
 
 pub use crate::config::{Distro, SshSettings};
+pub use chain::{CaCheck, Judged};
 pub use error::ExtractError;
 pub use extract::{Source, extract, read_local, read_over_ssh};
 pub use live::{LiveError, LiveReport, check_live, may_impersonate};
-pub use probe::{CaCheck, ProbeError, ProbeReport, probe};
+pub use probe::{ProbeError, ProbeReport, probe};
 
 /// Largest kubeconfig accepted from a spoke. Bigger is an error, never a truncation.
 pub const MAX_KUBECONFIG_BYTES: usize = 1 << 20;

@@ -18,8 +18,8 @@ use tokio_rustls::TlsConnector;
 use x509_parser::extensions::GeneralName;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use super::chain::CaCheck;
 use super::host_port;
-use crate::certs;
 use crate::fingerprint::{Fingerprint, Serving};
 
 /// What the spoke API presented.
@@ -38,22 +38,6 @@ pub struct ProbeReport {
     pub ip_addresses: Vec<IpAddr>,
     /// The host is covered by the SANs: an IP SAN for an IP, a DNS SAN for a name.
     pub address_in_sans: bool,
-}
-
-/// Whether the serving certificate chains (by signature) to a given CA.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CaCheck {
-    /// Signed by the CA, directly or through certificates the server presented.
-    Verified,
-    /// Not signed by that CA: the spoke was rebuilt, or this is another cluster.
-    NotSignedByCa,
-    /// Signed by a recorded CA only through a root the server presents and the
-    /// kubeconfig does not hold, cross-signed by the old one: a CA rotation (k3s's
-    /// rotate-default-ca-certs.sh). The committed kubeconfig works until the old root is
-    /// dropped; the new one must be committed before that.
-    RootChanged,
-    /// The CA given does not parse as an X.509 certificate.
-    UnusableCa,
 }
 
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
@@ -81,6 +65,18 @@ pub enum ProbeError {
     NoCertificate { server: String },
     #[error("{server} presented a serving certificate that does not parse as X.509")]
     BadCertificate { server: String },
+    #[error(
+        "{server} presented a chain of {certs} certificates ({bytes} bytes), over the {} certificates or {} bytes \
+         spokekeeper judges: the server should present its certificate and intermediates only \
+         (check its --tls-cert-file); nothing is decided for this spoke until it does",
+        super::chain::MAX_CHAIN_CERTS,
+        super::chain::MAX_CHAIN_BYTES
+    )]
+    ChainTooLong {
+        server: String,
+        certs: usize,
+        bytes: usize,
+    },
 }
 
 impl ProbeError {
@@ -94,39 +90,14 @@ impl ProbeError {
 }
 
 impl ProbeReport {
-    /// Checks the presented serving certificate against `ca_der` by signature only:
-    /// a change detector, not a trust decision (validity and usage are not checked).
+    /// Whether the serving certificate is signed by `ca_der`, directly or through
+    /// presented certificates: by signature only, a change detector, not a trust
+    /// decision (roots presented beside it are [`super::chain::judge`]'s to weigh).
     pub fn check_ca(&self, ca_der: &[u8]) -> CaCheck {
-        if X509Certificate::from_der(ca_der).is_err() {
-            return CaCheck::UnusableCa;
+        match super::chain::judge(&self.chain, &[ca_der.to_vec()]).check {
+            CaCheck::RootChanged => CaCheck::Verified,
+            other => other,
         }
-        let mut used = vec![false; self.chain.len()];
-        let mut current = 0;
-        for _ in 0..self.chain.len() {
-            if certs::verify_signed_by(&self.chain[current], ca_der).is_ok() {
-                return CaCheck::Verified;
-            }
-            // Climb through a presented intermediate that signed the current certificate.
-            let next = (1..self.chain.len()).find(|&i| {
-                !used[i] && certs::verify_signed_by(&self.chain[current], &self.chain[i]).is_ok()
-            });
-            match next {
-                Some(i) => {
-                    used[i] = true;
-                    current = i;
-                }
-                None => break,
-            }
-        }
-        CaCheck::NotSignedByCa
-    }
-
-    /// Whether the server presents a self-signed certificate that `known` (the
-    /// recorded CA bundle, DER) does not hold: a root other than the recorded ones.
-    pub fn presents_root_outside(&self, known: &[Vec<u8>]) -> bool {
-        self.chain
-            .iter()
-            .any(|c| !known.contains(c) && certs::verify_signed_by(c, c).is_ok())
     }
 }
 
@@ -183,6 +154,13 @@ fn report(server: String, host: String, chain: Vec<Vec<u8>>) -> Result<ProbeRepo
     let Some(leaf_der) = chain.first() else {
         return Err(ProbeError::NoCertificate { server });
     };
+    if let Some((certs, bytes)) = super::chain::over_caps(&chain) {
+        return Err(ProbeError::ChainTooLong {
+            server,
+            certs,
+            bytes,
+        });
+    }
     let Ok((_, leaf)) = X509Certificate::from_der(leaf_der) else {
         return Err(ProbeError::BadCertificate { server });
     };
@@ -400,6 +378,37 @@ mod tests {
         sorted.sort_by_key(|s| u16::from(*s));
         all.sort_by_key(|s| u16::from(*s));
         assert_eq!(sorted, all);
+    }
+
+    /// A chain over the caps is refused before anything in it is parsed, naming the
+    /// server and both sizes; one at the caps is reported.
+    #[test]
+    fn a_chain_over_the_caps_is_refused_not_judged() {
+        use super::super::chain::{MAX_CHAIN_BYTES, MAX_CHAIN_CERTS};
+        let mut p = rcgen::CertificateParams::new(vec!["spoke".into()]).unwrap();
+        p.distinguished_name
+            .push(rcgen::DnType::CommonName, "kube-apiserver");
+        let key = rcgen::KeyPair::generate().unwrap();
+        let leaf = p.self_signed(&key).unwrap().der().to_vec();
+        let at_cap = vec![leaf.clone(); MAX_CHAIN_CERTS];
+        let ok = report("s:6443".into(), "s".into(), at_cap).unwrap();
+        assert_eq!(ok.chain.len(), MAX_CHAIN_CERTS);
+        let long = vec![leaf.clone(); MAX_CHAIN_CERTS + 134];
+        let e = report("s:6443".into(), "s".into(), long).unwrap_err();
+        let text = e.to_string();
+        assert!(
+            text.contains("s:6443 presented a chain of 150 certificates"),
+            "{text}"
+        );
+        assert!(text.contains("--tls-cert-file"), "{text}");
+        assert!(!e.is_unreachable());
+        // Few certificates but too many bytes: a padded one.
+        let padded = vec![leaf, vec![0u8; MAX_CHAIN_BYTES]];
+        let e = report("s:6443".into(), "s".into(), padded).unwrap_err();
+        assert!(
+            matches!(e, ProbeError::ChainTooLong { certs: 2, .. }),
+            "{e}"
+        );
     }
 
     #[test]

@@ -385,6 +385,24 @@ impl Node {
         }
     }
 
+    /// The API (restarted, if it was running) presents `extra` (DER) after its
+    /// certificate and CA, as a server whose --tls-cert-file carries more does (or a
+    /// hostile one); the node's kubeconfig is unchanged.
+    pub fn serve_also(&mut self, extra: &[Vec<u8>]) {
+        let extra = extra.iter().map(|d| d.clone().into());
+        self.pki.serving_chain.extend(extra);
+        if self.api.take().is_some() {
+            self.start_api();
+        }
+    }
+
+    /// The node's kubeconfig trusts `ca` (DER) too, after its CA.
+    pub fn trust_also(&mut self, ca: &[u8]) {
+        let pem = spokekeeper_lab::pki::pem("CERTIFICATE", ca);
+        self.pki.parts.ca_pem.push_str(&pem);
+        self.write_kubeconfig();
+    }
+
     /// The node renews its client certificate (same CA, same key), as k3s does on restart.
     pub fn renew_client_cert(&mut self, days: i64) {
         self.pki.renew_client(days);

@@ -32,8 +32,8 @@ pub(super) fn spoke_status(
     // Not an alert (the old root still trusts the server), but not fine either.
     if ca_check(obs) == Some(CaCheck::RootChanged) {
         problems.push(
-            "the API's certificate chains to the committed CA only through a new root \
-             (a CA rotation): the next rotation commits the new CA"
+            "the API presents a root the committed CA bundle lacks (a CA rotation, or \
+             a root the server appends): committed once the node's kubeconfig holds it"
                 .into(),
         );
     }
@@ -148,8 +148,8 @@ fn sealed_problems(s: &Seen, problems: &mut Vec<String>) {
 
 /// How the probed serving certificate relates to the committed CA.
 fn ca_check(obs: &Observation) -> Option<CaCheck> {
-    match (&obs.probe, obs.committed.recorded()) {
-        (Some(Ok(p)), Some(r)) => Some(r.check_ca(p)),
+    match &obs.probe {
+        Some(Ok(_)) => obs.ca.as_ref().map(|j| j.check),
         _ => None,
     }
 }
@@ -167,7 +167,7 @@ fn probe(obs: &Observation) -> Probe {
             server: None,
             detail: Some(e.to_string()),
         },
-        Some(Ok(p)) => match recorded.map(|r| r.check_ca(p)) {
+        Some(Ok(p)) => match recorded.and(obs.ca.as_ref()).map(|j| j.check) {
             Some(CaCheck::NotSignedByCa) => Probe {
                 state: "ca-changed",
                 server: Some(p.server.clone()),

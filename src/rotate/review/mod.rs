@@ -49,7 +49,7 @@ use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{Forge, ForgeError, PullRequest};
 use crate::repo::{BranchState, Untrusted};
 use crate::rotate::observe::Output;
-use crate::spoke::{ProbeError, ProbeReport};
+use crate::spoke::{Judged, ProbeError, ProbeReport};
 
 pub use open::open_reviews;
 pub use pr_text::human;
@@ -150,7 +150,11 @@ impl Review {
                 own.as_ref()
             }
         };
-        if !branch_fixes(spoke, &branch, probe, policy) {
+        let ca = match (probe, &branch.recorded) {
+            (Some(Ok(p)), Some((_, r))) => super::observe::judged(p, r).await,
+            _ => None,
+        };
+        if !branch_fixes(spoke, &branch, probe, ca.as_ref(), policy) {
             return false;
         }
         report.outcome = Outcome::Pending {
@@ -165,10 +169,12 @@ impl Review {
 }
 
 /// Whether the branch's manifest would be healthy: the fix is waiting for review.
+/// `ca`: the probed chain judged against the branch's bundle.
 pub(crate) fn branch_fixes(
     spoke: &SpokeConfig,
     branch: &Branch,
     probe: Option<&Result<ProbeReport, ProbeError>>,
+    ca: Option<&Judged>,
     policy: &Policy,
 ) -> bool {
     if branch.untrusted.is_some() {
@@ -180,6 +186,7 @@ pub(crate) fn branch_fixes(
     let seen = Observed {
         committed: Some(Ok((sealed, recorded))),
         probe,
+        ca,
     };
     let policy = Policy {
         now: policy.now,
@@ -187,6 +194,7 @@ pub(crate) fn branch_fixes(
         sealed_to: policy.sealed_to,
         force: false,
         verify_due: false,
+        roots_seen: false,
     };
     decide::decide(spoke, &seen, &policy) == Decision::Healthy
 }

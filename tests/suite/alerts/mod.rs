@@ -3,5 +3,6 @@
 
 mod check;
 mod dashboard;
+mod gated;
 mod observability;
 mod sinks;

@@ -416,7 +416,7 @@ async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_chan
 
 // ---- failing sinks ----------------------------------------------------------------------
 
-fn critical(spoke: &str) -> Finding {
+pub(super) fn critical(spoke: &str) -> Finding {
     Finding {
         spoke: spoke.into(),
         subject: Subject::Client,

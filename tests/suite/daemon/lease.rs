@@ -892,3 +892,69 @@ fn a_leader_that_cannot_renew_stops_telling_alert_sinks_before_its_deadline() {
         p.log()
     );
 }
+
+/// A daemon with a webhook that hangs (each of its three tries waits out the 5 s
+/// timeout) and Flux's receiver after it: the first tick's alerts take about 17 s, and
+/// Flux hears of the failed spoke at their end. `partition`: the leader is cut off the
+/// API while the webhook hangs. Returns the Flux POSTs' arrival times, when the
+/// partition began, and the daemon's log.
+fn flux_told_after_a_hung_webhook(
+    partition: bool,
+) -> (
+    Vec<time::OffsetDateTime>,
+    Option<time::OffsetDateTime>,
+    String,
+) {
+    use spokekeeper_lab::webhook::{Mode, Receiver};
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let emu = Emulator::new();
+    let dir = tempfile::tempdir().unwrap();
+    let config = fleet(dir.path(), &["a"]).remove(0);
+    let hook = rt.block_on(Receiver::start("/hook"));
+    hook.set(Mode::Hang);
+    let flux = rt.block_on(Receiver::start("/"));
+    let yaml = fs::read_to_string(&config).unwrap();
+    let alerts = format!(
+        "alerts:\n  webhook: {}\n  flux:\n    address: {}\n",
+        hook.url(),
+        flux.url()
+    );
+    fs::write(&config, format!("{yaml}{alerts}")).unwrap();
+    let ep = emu.endpoint();
+    let p = Proc::start("a", &config, &emu.kubeconfig(&ep));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while hook.requests() == 0 {
+        assert!(Instant::now() < deadline, "{}", p.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let cut = partition.then(|| {
+        ep.partitioned.store(true, Ordering::SeqCst);
+        time::OffsetDateTime::now_utc()
+    });
+    // Past the webhook's three tries and the Flux notification after them.
+    std::thread::sleep(Duration::from_secs(22));
+    let at = flux.posts().iter().map(|p| p.at).collect();
+    (at, cut, p.log())
+}
+
+/// Issue 39, defect 6: a leader that loses the lease while its alert sinks are being
+/// told sends nothing after: the sends end with its tenure, and the gate asked before
+/// the Flux notification is closed. Without the cut, Flux is told when the webhook's
+/// tries end.
+#[test]
+fn a_leader_losing_the_lease_mid_alert_sends_nothing_after() {
+    let (told, _, log) = flux_told_after_a_hung_webhook(false);
+    assert!(
+        !told.is_empty(),
+        "the leader tells Flux after the webhook:\n{log}"
+    );
+    let (told, cut, log) = flux_told_after_a_hung_webhook(true);
+    let cut = cut.unwrap();
+    let late: Vec<_> = told.iter().filter(|t| **t >= cut).collect();
+    assert!(
+        late.is_empty(),
+        "Flux told after the lease was lost: {late:?}\n{log}"
+    );
+    assert!(log.contains("not telling the alert sinks"), "{log}");
+    assert!(log.contains("stepping down"), "{log}");
+}

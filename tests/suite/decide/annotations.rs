@@ -88,6 +88,7 @@ fn policy() -> Policy {
         sealed_to: GOOD.sealed_to,
         force: false,
         verify_due: false,
+        roots_seen: false,
     }
 }
 
@@ -105,6 +106,7 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
         &Observed {
             committed: Some(committed),
             probe: None,
+            ca: None,
         },
         &policy(),
     );
@@ -132,9 +134,9 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
     let json: serde_json::Value = serde_json::from_str(&serde_json::to_string(&tick).unwrap())
         .expect("the JSON report parses");
     assert_eq!(json["spokes"][0]["spoke"], "dev");
-    let seen = Observation {
-        spoke: "dev".into(),
-        committed: match read {
+    let seen = Observation::new(
+        "dev".into(),
+        match read {
             Ok(recorded) => Committed::Recorded(Box::new(Record {
                 sealed: sealed.clone(),
                 recorded,
@@ -144,8 +146,8 @@ fn observe_decide_report(a: &BTreeMap<String, String>, raw: &str) -> Decision {
                 kind: e.into(),
             }),
         },
-        probe: None,
-    };
+        None,
+    );
     let cfg = Config::parse(
         "repo: {path: f}\nsealing: {cert: c}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n",
         "t.yaml",

@@ -7,5 +7,6 @@ mod sealing_trust;
 mod sops_cli;
 mod sops_links;
 mod sops_only;
+mod sops_pins;
 mod sops_real;
 pub(crate) mod sops_tick;

@@ -406,6 +406,30 @@ fn invalid_base64_is_refused_by_field_without_echoing_data() {
     );
 }
 
+/// A CA bundle over 16 certificates is refused by field (each CA is judged against every
+/// chain the spoke presents); 16 are taken.
+#[test]
+fn a_ca_bundle_over_sixteen_certificates_is_refused_by_field() {
+    let f = fixture(Shape::K3s);
+    let ca_b64 = b64(&f.ca.pem);
+    let bundle = |n: usize| f.yaml.replace(&ca_b64, &b64(&f.ca.pem.repeat(n)));
+    let e = assert_refused_naming(
+        &bundle(17),
+        "clusters[default].cluster.certificate-authority-data",
+    );
+    assert!(
+        e.to_string().contains("17 certificates, over the 16"),
+        "{e}"
+    );
+    assert_eq!(
+        sanitized(&bundle(16), "dev")
+            .ca_pem()
+            .matches("BEGIN")
+            .count(),
+        16
+    );
+}
+
 #[test]
 fn key_of_another_certificate_is_refused() {
     let f = fixture(Shape::K3s);
