@@ -91,17 +91,24 @@ impl Repo {
     }
 
     /// `rel` as committed in `commit`, or None when it is not there.
-    pub(crate) async fn show(
-        &self,
-        commit: &str,
-        rel: &Path,
-    ) -> Result<Option<Vec<u8>>, RepoError> {
+    pub async fn show(&self, commit: &str, rel: &Path) -> Result<Option<Vec<u8>>, RepoError> {
         self.inside(rel)?;
         let spec = format!("{commit}:{}", rel.to_string_lossy());
-        match self.git(["cat-file", "-e", &spec]).await {
-            Ok(_) => {}
+        let size = match self.git(["cat-file", "-s", &spec]).await {
+            Ok(size) => size,
             Err(RepoError::Git { .. }) => return Ok(None),
             Err(e) => return Err(e),
+        };
+        // A pushed branch's blob costs its pusher little (git compresses it): not read
+        // over the cap every file read from the clone has, as `Repo::read` does.
+        if size
+            .trim()
+            .parse::<u64>()
+            .is_ok_and(|n| n > crate::fsutil::MAX_FILE_BYTES)
+        {
+            let path = self.path.join(rel);
+            let too_large = crate::fsutil::UnboundedError::TooLarge { path: path.clone() };
+            return Err(self.io(&path, std::io::Error::other(too_large)));
         }
         self.git(["cat-file", "blob", &spec])
             .await

@@ -469,6 +469,44 @@ async fn a_committed_blob_over_the_cap_is_refused_by_its_size() {
     assert_eq!(repo.read(rel).await.unwrap().map(|b| b.len()), Some(max));
 }
 
+/// A review branch's or an older commit's blob over the cap is refused by its size by
+/// `Repo::show` too (it reads what a pusher to a `spokekeeper/*` branch committed); at
+/// the cap it is read, and a path the commit lacks is None.
+#[tokio::test]
+async fn a_blob_shown_from_a_branch_over_the_cap_is_refused_by_its_size() {
+    let (_d, _remote, clones) = fleet(1);
+    let clone = &clones[0];
+    let rel = Path::new("fluxcd/dev-kubeconfig-sealed.yaml");
+    let max = usize::try_from(spokekeeper::fsutil::MAX_FILE_BYTES).unwrap();
+    let push = |len: usize, branch: &str| {
+        std::fs::create_dir_all(clone.join("fluxcd")).unwrap();
+        std::fs::write(clone.join(rel), vec![b'a'; len]).unwrap();
+        git(clone, &["add", "-A"]);
+        commit(clone, "a large output");
+        git(
+            clone,
+            &["push", "--quiet", "origin", &format!("HEAD:{branch}")],
+        );
+        git(clone, &["rev-parse", "HEAD"]).trim().to_string()
+    };
+    let over = push(max + 1, "spokekeeper/dev");
+    let at = push(max, "spokekeeper/prod");
+    let repo = open(clone).await;
+    let e = repo.show(&over, rel).await.unwrap_err().to_string();
+    assert!(
+        e.contains("dev-kubeconfig-sealed.yaml is larger than"),
+        "{e}"
+    );
+    assert_eq!(
+        repo.show(&at, rel).await.unwrap().map(|b| b.len()),
+        Some(max)
+    );
+    assert_eq!(
+        repo.show(&at, Path::new("fluxcd/none.yaml")).await.unwrap(),
+        None
+    );
+}
+
 #[tokio::test]
 async fn a_committed_symlinked_directory_is_neither_read_nor_written_through() {
     let (d, _remote, clones) = fleet(1);
