@@ -214,7 +214,7 @@ impl GitWrapper {
         let dir = tempfile::tempdir().unwrap();
         let calls = dir.path().join("calls");
         let script = format!(
-            "#!/bin/sh\nprintf '%s\\n' \"$3\" >> '{calls}'\nif [ \"$3\" = fast-import ]; then\n{on_fast_import}\nfi\nexec '{git}' \"$@\"\n",
+            "#!/bin/sh\nprintf '%s\\n' \"$3\" >> '{calls}'\nif [ \"$3\" = fast-import ]; then\n:\n{on_fast_import}\nfi\nexec '{git}' \"$@\"\n",
             calls = calls.display(),
             git = real_git().display(),
         );
