@@ -18,6 +18,9 @@
 //! `cargo bench --bench fleet` runs N = 10, 100, 1000; `cargo test` runs a smoke round.
 //! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes,
 //! FLEET_BENCH_CONCURRENCY=8,32 the `--concurrency` values tried for each tick.
+//! FLEET_BENCH_BASELINE another build of spokekeeper (e.g. the commit before a change),
+//! run on the same rebuilt fleet right before each `--concurrency 8` rebuilt tick, its
+//! row and its ratio to (b) printed beside (side by side: the load is the same for both).
 
 #[path = "lab/measure.rs"]
 mod measure;
@@ -82,7 +85,11 @@ impl Fleet {
     }
 
     fn rotate(&self, extra: &[&str]) -> Measured {
-        let mut cmd = Command::new(BIN);
+        self.rotate_with(BIN, extra)
+    }
+
+    fn rotate_with(&self, bin: &str, extra: &[&str]) -> Measured {
+        let mut cmd = Command::new(bin);
         cmd.arg("--config")
             .arg(&self.config)
             .args(["rotate", "--all", "-o", "json"])
@@ -291,6 +298,7 @@ fn main() {
     );
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
+    let baseline_bin = std::env::var("FLEET_BENCH_BASELINE").ok();
 
     for &n in &ssh_sizes {
         let setup = Instant::now();
@@ -321,7 +329,11 @@ fn main() {
         });
 
         let mut rebuilt_wall = Duration::MAX;
+        let mut baseline_wall = None;
         for &c in &concurrency {
+            if let (8, Some(bin)) = (c, &baseline_bin) {
+                baseline_wall = Some(rebuilt_by(&mut fleet, bin, n, &mut rows));
+            }
             for node in &mut fleet.nodes {
                 node.rebuild();
             }
@@ -362,7 +374,7 @@ fn main() {
             });
             manual.push(m.wall);
         }
-        ratios.push((n, rebuilt_wall, manual[0], manual[1]));
+        ratios.push((n, rebuilt_wall, manual[0], manual[1], baseline_wall));
     }
 
     for &n in &tls_sizes {
@@ -413,7 +425,17 @@ fn main() {
     let m = handshakes(&node, Some("curve25519-sha256"), rounds, 8);
     let rate = (8 * rounds) as f64 / m.wall.as_secs_f64();
     println!("ssh sessions, curve25519-sha256, 8 at once: {rate:.1} sessions/s");
-    for (n, ours, seq, par) in &ratios {
+    for (n, ours, seq, par, before) in &ratios {
+        if let Some(before) = before {
+            println!(
+                "N={n}, all rebuilt, c=8: baseline build {:.2}s, ratio to (b) {:.2}; this build {:.2}s, ratio to (b) {:.2}; this / baseline {:.2}",
+                before.as_secs_f64(),
+                before.as_secs_f64() / par.as_secs_f64(),
+                ours.as_secs_f64(),
+                ours.as_secs_f64() / par.as_secs_f64(),
+                ours.as_secs_f64() / before.as_secs_f64(),
+            );
+        }
         let floor = *n as f64 / rate;
         println!(
             "N={n}, all rebuilt: spokekeeper {:.2}s (validates each against the live API); \
@@ -427,6 +449,29 @@ fn main() {
             ours.as_secs_f64() / floor
         );
     }
+}
+
+/// Every node rebuilt, then one `--concurrency 8` tick by `bin` (FLEET_BENCH_BASELINE):
+/// its row, and its wall.
+fn rebuilt_by(fleet: &mut Fleet, bin: &str, n: usize, rows: &mut Vec<Row>) -> Duration {
+    for node in &mut fleet.nodes {
+        node.rebuild();
+    }
+    let logins = ssh_logins(&fleet.nodes);
+    let commits = fleet.commits();
+    let m = fleet.rotate_with(bin, &["--concurrency", "8"]);
+    assert_eq!(m.code, 0, "baseline rebuilt tick: {}", m.stderr);
+    assert_eq!(actions(&m).get("rotated"), Some(&n));
+    rows.push(Row {
+        what: "all rebuilt, c=8, baseline".into(),
+        n,
+        wall: m.wall,
+        cpu: m.cpu,
+        peak_kib: Some(m.peak_kib),
+        ssh: Some(ssh_logins(&fleet.nodes) - logins),
+        commits: Some(fleet.commits() - commits),
+    });
+    m.wall
 }
 
 fn print(rows: &[Row]) {

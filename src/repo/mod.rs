@@ -2,8 +2,9 @@
 //! credential helpers and commit signing. No shell, no prompts, every call timed out.
 //!
 //! One clone is owned by spokekeeper. A tick: [`Repo::lock`], [`Repo::sync`] (fetch and
-//! rebase, keeping local commits not yet pushed), [`Repo::write_atomic`] +
-//! [`Repo::commit`] per rotated spoke, one [`Repo::push`].
+//! rebase, keeping local commits not yet pushed), [`Repo::write_atomic`] per rotated
+//! spoke and its commit in one [`Commits`] stream (one git process for the tick's
+//! commits), one [`Repo::push`].
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -16,10 +17,12 @@ mod plaintext;
 pub mod signing;
 mod snapshot;
 mod stage;
+mod stream;
 pub use branch::onboard::{Beside, OnboardingError};
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
 pub use plaintext::hostile_yaml;
 pub use snapshot::Snapshot;
+pub use stream::Commits;
 
 /// A git call that takes longer than this is killed: a hung remote must not hang a tick.
 pub(crate) const GIT_TIMEOUT: Duration = Duration::from_secs(120);
@@ -84,13 +87,13 @@ pub enum RepoError {
     )]
     Altered { file: String },
     #[error(
-        "refusing to commit {file}: the index also holds changes to {others}, which spokekeeper did not make; clear them (git -C CLONE reset); nothing was committed"
-    )]
-    OtherStaged { file: String, others: String },
-    #[error(
         "refusing to commit {file} beside the credential: the target branch {why} since add read it; run add again"
     )]
     BesideMoved { file: String, why: &'static str },
+    #[error(
+        "nothing was committed: HEAD in the clone is detached at {head}, not on a branch; switch to the target branch (git -C CLONE switch BRANCH)"
+    )]
+    Detached { head: String },
     #[error(
         "refusing to commit the onboarding branch: {0}; a review branch may add new regular YAML files and list them in a kustomization.yaml, nothing else"
     )]
@@ -298,77 +301,17 @@ impl Repo {
 
     /// [`Repo::commit`] for several files in one commit (`spokekeeper add`: a credential
     /// and the Flux objects that deploy with it): each is checked as `commit` checks one.
+    /// A stream of its own ([`Repo::commits`] for many commits in one git process).
     pub async fn commit_all(
         &self,
         rels: &[&Path],
         message: &str,
     ) -> Result<Option<String>, RepoError> {
-        let names: Vec<String> = rels
-            .iter()
-            .map(|r| r.to_string_lossy().into_owned())
-            .collect();
-        let unstage = || async {
-            for rel_s in &names {
-                let _ = self.git(["reset", "--quiet", "--", rel_s]).await;
-            }
-        };
-        for (rel, rel_s) in rels.iter().zip(&names) {
-            let read = self.no_links(rel).and_then(|path| {
-                crate::fsutil::read_under(&path, &self.path).map_err(|e| self.io(&path, e))
-            });
-            let bytes = match read {
-                Ok(b) => b,
-                Err(e) => {
-                    unstage().await;
-                    return Err(e);
-                }
-            };
-            if let Err(e) = self.stage_checked(rel_s, &bytes).await {
-                unstage().await;
-                for rel_s in &names {
-                    let _ = self.git(["checkout", "--quiet", "--", rel_s]).await;
-                }
-                return Err(e);
-            }
-        }
-        // Names and blobs, not `git diff` text: attributes (-diff, binary, textconv) and
-        // diff drivers change what a diff shows, never what a blob holds.
-        let staged = self.git(["diff", "--cached", "--name-only", "-z"]).await?;
-        if staged.is_empty() {
-            return Ok(None);
-        }
-        // No pathspec: `git commit -- path` would stage the working tree again, through
-        // the filters just avoided. So the index must hold these changes and no other.
-        let others: Vec<&str> = staged
-            .split('\0')
-            .filter(|n| !n.is_empty() && !names.iter().any(|r| r == n))
-            .collect();
-        if !others.is_empty() {
-            unstage().await;
-            return Err(RepoError::OtherStaged {
-                file: names.join(", "),
-                others: crate::text::one_line(&others.join(", "), 300),
-            });
-        }
-        self.git(["commit", "--quiet", "-m", message]).await?;
-        Ok(Some(
-            self.git(["rev-parse", "HEAD"]).await?.trim().to_string(),
-        ))
-    }
-
-    /// Stages `bytes` at `rel` in the clone's index as written, then refuses plaintext
-    /// (first: the worse finding) and any conversion git would apply to the file.
-    async fn stage_checked(&self, rel_s: &str, bytes: &[u8]) -> Result<(), RepoError> {
-        self.stage(rel_s, bytes, &[]).await?;
-        // The staged blob is `bytes` (stage compared them): judged as they are, not read
-        // back through two more git processes.
-        if let Some(what) = plaintext::refused_to_stage(rel_s, bytes) {
-            return Err(RepoError::Plaintext {
-                file: rel_s.into(),
-                what,
-            });
-        }
-        self.no_conversion(rel_s, &[], false).await
+        let mut commits = self.commits(rels).await?;
+        let made = commits.commit(self, rels, message).await;
+        let ended = commits.finish(self).await;
+        let made = made?;
+        ended.map(|()| made)
     }
 
     /// Puts `rel` back as HEAD has it (removed when HEAD has none): a change that could

@@ -35,10 +35,10 @@ pub(crate) fn refused_in(body: &[u8]) -> Option<&'static str> {
     }
 }
 
-/// The same for bytes about to be staged at `file`, which the guard would otherwise
-/// read back from the index: a name it could not have read, and a size over
+/// The same for bytes about to be committed at `file` (into the stream, or staged),
+/// which the guard would otherwise read back from git: a name it could not have read, and a size over
 /// [`super::MAX_CHECKED_BLOB`], are refused as they would have been there.
-pub(crate) fn refused_to_stage(file: &str, body: &[u8]) -> Option<&'static str> {
+pub(crate) fn refused_to_commit(file: &str, body: &[u8]) -> Option<&'static str> {
     if file.contains(['\n', '\r']) {
         return Some("a line break in the file name, which cannot be checked");
     }
@@ -228,34 +228,34 @@ mod tests {
     }
 
     #[test]
-    fn bytes_about_to_be_staged_are_refused_as_the_index_read_refuses_them() {
+    fn bytes_about_to_be_committed_are_refused_as_the_index_read_refuses_them() {
         let sealed = b"apiVersion: bitnami.com/v1alpha1\nkind: SealedSecret\nspec:\n  encryptedData:\n    value: AgB=\n";
-        assert_eq!(refused_to_stage("f.yaml", sealed), None);
+        assert_eq!(refused_to_commit("f.yaml", sealed), None);
         let leak = b"apiVersion: v1\nkind: Secret\ndata:\n  value: aGk=\n";
-        assert_eq!(refused_to_stage("f.yaml", leak), refused_in(leak));
+        assert_eq!(refused_to_commit("f.yaml", leak), refused_in(leak));
         assert!(refused_in(leak).is_some());
         let binary = b"kind: SealedSecret\0";
         assert!(
-            refused_to_stage("f.yaml", binary)
+            refused_to_commit("f.yaml", binary)
                 .unwrap()
                 .starts_with("binary")
         );
         assert!(
-            refused_to_stage("f\nyaml", sealed)
+            refused_to_commit("f\nyaml", sealed)
                 .unwrap()
                 .contains("line break")
         );
         assert!(
-            refused_to_stage("f\ryaml", sealed)
+            refused_to_commit("f\ryaml", sealed)
                 .unwrap()
                 .contains("line break")
         );
         let max = usize::try_from(super::super::MAX_CHECKED_BLOB).unwrap();
         let mut big = vec![b'#'; max];
-        assert_eq!(refused_to_stage("f.yaml", &big), None, "at the limit");
+        assert_eq!(refused_to_commit("f.yaml", &big), None, "at the limit");
         big.push(b'#');
         assert!(
-            refused_to_stage("f.yaml", &big)
+            refused_to_commit("f.yaml", &big)
                 .unwrap()
                 .contains("too large")
         );

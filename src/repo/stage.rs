@@ -50,22 +50,41 @@ impl Repo {
         env: &[(&str, &OsStr)],
         cached: bool,
     ) -> Result<(), RepoError> {
-        let mut args = vec!["check-attr", "-a", "-z"];
+        let found = self.attributes_of(&[rel], env, cached).await?;
+        let endings = self.line_endings().await?;
+        refuse_conversion(rel, &found, endings.as_ref())
+    }
+
+    /// The attributes that apply to each of `rels` (one `git check-attr` for all):
+    /// path -> `(attribute, state)`, only paths with some.
+    pub(super) async fn attributes_of(
+        &self,
+        rels: &[&str],
+        env: &[(&str, &OsStr)],
+        cached: bool,
+    ) -> Result<Attributes, RepoError> {
+        let mut args = vec!["check-attr", "-a", "-z", "--stdin"];
         if cached {
             args.push("--cached");
         }
-        args.extend(["--", rel]);
-        let out = self.git_with(args, env, None).await?;
-        let found = attributes(&out);
-        if !found.is_empty() {
-            let shown: Vec<String> = found.iter().map(|(a, v)| shown(a, v)).collect();
-            let unset: Vec<String> = found.iter().map(|(a, _)| format!("!{a}")).collect();
-            return Err(RepoError::Attributes {
-                file: rel.into(),
-                found: crate::text::one_line(&shown.join(" "), 300),
-                unset: crate::text::one_line(&unset.join(" "), 300),
-            });
+        let mut input = Vec::new();
+        for rel in rels {
+            input.extend_from_slice(rel.as_bytes());
+            input.push(0);
         }
+        let out = self.git_with(args, env, Some(&input)).await?;
+        let mut found = Attributes::new();
+        for (path, attr, state) in attributes(&out) {
+            found
+                .entry(path.to_owned())
+                .or_default()
+                .push((attr.to_owned(), state.to_owned()));
+        }
+        Ok(found)
+    }
+
+    /// The clone's setting that rewrites line endings on checkout, if any: `(key=value, key)`.
+    pub(super) async fn line_endings(&self) -> Result<Option<(String, String)>, RepoError> {
         let config = match self
             .git(["config", "-z", "--get-regexp", r"^core\.(autocrlf|eol)$"])
             .await
@@ -78,24 +97,49 @@ impl Repo {
         for entry in config.split('\0').filter(|e| !e.is_empty()) {
             let (key, value) = entry.split_once('\n').unwrap_or((entry, "true"));
             if converts(key, value) {
-                return Err(RepoError::LineEndings {
-                    file: rel.into(),
-                    setting: crate::text::one_line(&format!("{key}={value}"), 100),
-                    key: key.into(),
-                });
+                return Ok(Some((format!("{key}={value}"), key.into())));
             }
         }
-        Ok(())
+        Ok(None)
     }
 }
 
-/// `(attribute, state)` pairs from `git check-attr -a -z` (`path NUL attr NUL state NUL`).
-fn attributes(out: &str) -> Vec<(&str, &str)> {
+/// Attributes found per path (see [`Repo::attributes_of`]).
+pub(super) type Attributes = std::collections::HashMap<String, Vec<(String, String)>>;
+
+/// The refusal for `rel` when attributes apply to it (in `found`) or the clone converts
+/// line endings (`endings`, from [`Repo::line_endings`]).
+pub(super) fn refuse_conversion(
+    rel: &str,
+    found: &Attributes,
+    endings: Option<&(String, String)>,
+) -> Result<(), RepoError> {
+    if let Some(found) = found.get(rel).filter(|f| !f.is_empty()) {
+        let shown: Vec<String> = found.iter().map(|(a, v)| shown(a, v)).collect();
+        let unset: Vec<String> = found.iter().map(|(a, _)| format!("!{a}")).collect();
+        return Err(RepoError::Attributes {
+            file: rel.into(),
+            found: crate::text::one_line(&shown.join(" "), 300),
+            unset: crate::text::one_line(&unset.join(" "), 300),
+        });
+    }
+    if let Some((setting, key)) = endings {
+        return Err(RepoError::LineEndings {
+            file: rel.into(),
+            setting: crate::text::one_line(setting, 100),
+            key: key.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// `(path, attribute, state)` from `git check-attr -a -z` (`path NUL attr NUL state NUL`).
+fn attributes(out: &str) -> Vec<(&str, &str, &str)> {
     let fields: Vec<&str> = out.split('\0').collect();
     fields
         .chunks_exact(3)
-        .map(|f| (f[1], f[2]))
-        .filter(|(_, state)| *state != "unspecified")
+        .map(|f| (f[0], f[1], f[2]))
+        .filter(|(_, _, state)| *state != "unspecified")
         .collect()
 }
 
@@ -129,9 +173,13 @@ mod tests {
         let found = attributes(out);
         assert_eq!(
             found,
-            [("binary", "set"), ("diff", "unset"), ("eol", "crlf")]
+            [
+                ("f.yaml", "binary", "set"),
+                ("f.yaml", "diff", "unset"),
+                ("f.yaml", "eol", "crlf")
+            ]
         );
-        let shown: Vec<String> = found.iter().map(|(a, v)| shown(a, v)).collect();
+        let shown: Vec<String> = found.iter().map(|(_, a, v)| shown(a, v)).collect();
         assert_eq!(shown, ["binary", "-diff", "eol=crlf"]);
         assert!(attributes("").is_empty());
     }

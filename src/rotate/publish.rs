@@ -13,7 +13,7 @@ use super::observe::Observation;
 use super::report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
-use crate::repo::Pushed;
+use crate::repo::{Commits, Pushed, RepoError};
 
 /// When a published change can reach the hub, which decides when superseded minted
 /// generations may be revoked.
@@ -73,12 +73,79 @@ pub(super) struct Finished {
     /// The target branch was pushed this tick.
     pub pushed: bool,
     pub repo_error: Option<RepoFailure>,
+    /// Spokes reported rotated whose commits were lost when the stream broke, and why.
+    pub lost: Option<(Vec<String>, Arc<RepoError>)>,
 }
 
 /// Direct mode: commits on the target branch, one push per tick.
 #[derive(Default)]
 pub(super) struct Direct {
     committed: AtomicUsize,
+    /// The tick's commits through one git process, opened at the first.
+    stream: tokio::sync::Mutex<Stream>,
+}
+
+#[derive(Default)]
+struct Stream {
+    open: Option<Commits>,
+    /// The spokes committed in the open stream.
+    spokes: Vec<String>,
+    lost: Vec<String>,
+    error: Option<Arc<RepoError>>,
+}
+
+impl Direct {
+    /// Commits `rels` in the tick's stream (for `spoke`, when one): the paths the tick
+    /// may commit are checked for attributes once, when the stream opens.
+    async fn commit(
+        &self,
+        ctx: &Context,
+        rels: &[&Path],
+        message: &str,
+        spoke: Option<&str>,
+    ) -> Result<Option<String>, RepoError> {
+        let mut stream = self.stream.lock().await;
+        let commits = match &mut stream.open {
+            Some(c) => c,
+            open @ None => {
+                let mut expected: Vec<&Path> = ctx
+                    .config
+                    .spokes
+                    .iter()
+                    .map(|s| s.output.as_path())
+                    .collect();
+                expected.extend_from_slice(rels);
+                open.insert(ctx.repo.commits(&expected).await?)
+            }
+        };
+        let made = commits.commit(&ctx.repo, rels, message).await;
+        if commits.broken() {
+            stream.end(ctx).await;
+        } else if let (Ok(Some(_)), Some(name)) = (&made, spoke) {
+            stream.spokes.push(name.to_string());
+        }
+        made
+    }
+
+    /// Ends the open stream: the branch and the index take its commits, or, when it
+    /// broke, its spokes are lost.
+    async fn settle(&self, ctx: &Context) {
+        self.stream.lock().await.end(ctx).await;
+    }
+}
+
+impl Stream {
+    async fn end(&mut self, ctx: &Context) {
+        let spokes = std::mem::take(&mut self.spokes);
+        let Some(commits) = self.open.take() else {
+            return;
+        };
+        if let Err(e) = commits.finish(&ctx.repo).await {
+            tracing::warn!(error = %e, lost = spokes.len(), "the commits stream broke; its commits were not made");
+            self.lost.extend(spokes);
+            self.error = Some(Arc::new(e));
+        }
+    }
 }
 
 impl Publish for Direct {
@@ -107,7 +174,7 @@ impl Publish for Direct {
     ) {
         let Some(p) = proposal else { return };
         let beside = opts.beside.get(&spoke.name).map(Vec::as_slice);
-        report.outcome = match commit(ctx, spoke, p, beside.unwrap_or_default()).await {
+        report.outcome = match commit(self, ctx, spoke, p, beside.unwrap_or_default()).await {
             Ok(sha) => {
                 self.committed.fetch_add(1, Ordering::Relaxed);
                 Outcome::Rotated { commit: sha }
@@ -124,7 +191,7 @@ impl Publish for Direct {
         message: &str,
     ) -> Result<Option<String>, PinError> {
         ctx.repo.write_atomic(rel, pem)?;
-        let committed = ctx.repo.commit(rel, message).await;
+        let committed = self.commit(ctx, &[rel], message, None).await;
         if committed.is_err() {
             ctx.repo.discard(rel).await;
         }
@@ -132,7 +199,15 @@ impl Publish for Direct {
     }
 
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished {
-        let mut out = Finished::default();
+        self.settle(ctx).await;
+        let stream = self.stream.get_mut();
+        let mut out = Finished {
+            lost: stream
+                .error
+                .take()
+                .map(|e| (std::mem::take(&mut stream.lost), e)),
+            ..Finished::default()
+        };
         if opts.dry_run || !ctx.config.repo.push {
             return out;
         }
@@ -163,12 +238,17 @@ impl Publish for Direct {
 /// A beside file the target branch no longer holds as expected stops the commit; on any
 /// failure the clone is put back as HEAD has it.
 async fn commit(
+    direct: &Direct,
     ctx: &Context,
     spoke: &SpokeConfig,
     p: &Proposal,
     beside: &[Beside],
 ) -> Result<String, SpokeError> {
     let failed = |e| SpokeError::Commit(Arc::new(e));
+    if !beside.is_empty() {
+        // HEAD is read below: the stream's commits first.
+        direct.settle(ctx).await;
+    }
     for b in beside {
         let now = ctx.repo.read(&b.rel).await.map_err(failed)?;
         if now != b.was {
@@ -192,7 +272,10 @@ async fn commit(
         for b in beside {
             ctx.repo.write_atomic(&b.rel, &b.bytes).map_err(failed)?;
         }
-        match ctx.repo.commit_all(&rels, &p.message).await {
+        match direct
+            .commit(ctx, &rels, &p.message, Some(&spoke.name))
+            .await
+        {
             Ok(Some(sha)) => Ok(sha),
             Ok(None) => Err(SpokeError::Unchanged),
             Err(e) => Err(failed(e)),

@@ -82,6 +82,11 @@ async fn run<P: Publish>(
     };
     let mut worked = work(&tick, &spokes).await;
     let published = publish.finish(ctx, opts).await;
+    if let Some((spokes, why)) = &published.lost {
+        for w in worked.iter_mut().filter(|w| spokes.contains(&w.spoke.name)) {
+            w.report.outcome = Outcome::Failed(super::error::SpokeError::Commit(why.clone()));
+        }
+    }
     let pushed = published.pushed;
     let repo_error = published.repo_error.or(sync_error);
     if let (Some(cfg), Some(hub)) = (&ctx.config.hub, &hub)

@@ -14,7 +14,9 @@
 //! | remote unreachable | `remote_unreachable` |
 //! | disk full while writing | `disk_full_while_writing` (tmpfs), `killed_mid_write_by_the_file_size_limit` (RLIMIT_FSIZE) |
 //! | SIGKILL between commit and push | `sigkill_between_commit_and_push` |
-//! | SIGKILL between write and commit | `sigkill_between_write_and_commit` |
+//! | SIGKILL between two commits of the tick's stream | `sigkill_between_two_commits_of_the_stream` |
+//! | SIGKILL mid-commit in the stream | `sigkill_mid_commit_in_the_stream` |
+//! | git's stream cut mid-commit | `the_stream_cut_mid_commit_fails_its_spokes_and_puts_the_clone_back` |
 //! | two `rotate` runs at once | `two_runs_at_once_never_interleave` |
 //! | committed manifest corrupted by hand | `committed_manifest_corrupted_by_hand` |
 //! | sealing certificate replaced (and confirmed) / expired | `sealing_certificate_replaced_and_confirmed_reseals_every_spoke`, `sealing_certificate_expired_is_refused_and_nothing_changes` |
@@ -28,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
-use support::git::{clone, git};
+use support::git::{GitWrapper, clone, git};
 use support::procs::pids_mentioning;
 
 fn set_config(fleet: &Fleet, from: &str, to: &str) {
@@ -61,16 +63,13 @@ fn script(path: &Path, body: &str) {
 }
 
 /// A hook that fires once: SIGKILLs the spokekeeper process it runs under (found by
-/// walking up the parents), and with `and_git` the git that ran the hook too.
-fn kill_hook(path: &Path, and_git: bool) {
-    let git = if and_git { "kill -9 $PPID\n" } else { "" };
+/// walking up the parents).
+fn kill_hook(path: &Path) {
     script(
         path,
-        &format!(
-            "rm -f \"$0\"\np=$PPID\nwhile [ \"$p\" -gt 1 ]; do\n  \
-             if [ \"$(cat /proc/$p/comm)\" = spokekeeper ]; then kill -9 \"$p\"; {git}exit 1; fi\n  \
-             p=$(cut -d' ' -f4 /proc/$p/stat)\ndone\necho 'no spokekeeper above this hook' >&2\nexit 1\n"
-        ),
+        "rm -f \"$0\"\np=$PPID\nwhile [ \"$p\" -gt 1 ]; do\n  \
+         if [ \"$(cat /proc/$p/comm)\" = spokekeeper ]; then kill -9 \"$p\"; exit 1; fi\n  \
+         p=$(cut -d' ' -f4 /proc/$p/stat)\ndone\necho 'no spokekeeper above this hook' >&2\nexit 1\n",
     );
 }
 
@@ -566,7 +565,7 @@ async fn sigkill_between_commit_and_push() {
     let committed: Vec<String> = (0..2).map(|i| fleet.remote_file(i)).collect();
     let pushed_before = fleet.remote_log().len();
     let hook = fleet.clone.join(".git/hooks/pre-push");
-    kill_hook(&hook, false);
+    kill_hook(&hook);
     let (code, out, err) = fleet.rotate(&["--all", "--force"]);
     assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
     assert!(!hook.exists(), "the hook fired");
@@ -587,45 +586,113 @@ async fn sigkill_between_commit_and_push() {
     assert_clean_clone(&fleet.clone);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn sigkill_between_write_and_commit() {
+/// A `git` whose `fast-import` reads its stream through a filter (awk reading line by
+/// line: `-W interactive`): at the `nth` line starting with `line`, `then` runs (awk),
+/// before the line goes on.
+fn stream_cut(line: &str, nth: usize, then: &str) -> GitWrapper {
+    GitWrapper::new(&format!(
+        "sk=$PPID\nawk -W interactive -v sk=\"$sk\" -v at='{line}' -v n={nth} 'index($0, at) == 1 && ++seen == n {{ {then} }} {{ print; fflush() }}' | '{git}' \"$@\"\nexit $?",
+        git = support::git::real_git().display(),
+    ))
+}
+
+/// SIGKILL of spokekeeper: `system(\"kill -9 \" sk)` in the filter. Cut of the stream
+/// (git reads its end, spokekeeper lives): `exit 1`.
+const KILL: &str = "system(\"kill -9 \" sk)";
+const CUT: &str = "exit 1";
+
+/// Both spokes rebuilt, so the tick commits spoke0 and then spoke1 in one stream; the
+/// stream is cut by `wrapper`. Returns the fleet and the credentials committed before.
+async fn cut_mid_stream(wrapper: &GitWrapper) -> (Fleet, Vec<String>, (i32, String, String)) {
     let mut fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed: Vec<String> = (0..2).map(|i| fleet.remote_file(i)).collect();
-    fleet.nodes[0].rebuild();
-    // spokekeeper and the git commit it runs die together, mid-commit.
-    let hook = fleet.clone.join(".git/hooks/pre-commit");
-    kill_hook(&hook, true);
-    let (code, out, err) = fleet.rotate(&["--all"]);
-    assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
-    assert!(!hook.exists(), "the hook fired");
-    // Staged as written (update-index), so `git commit` holds no index lock while its
-    // hooks run: the change is left staged, not committed (a stale lock is
-    // tests/suite/publish/repo.rs's case).
-    let staged = git(&fleet.clone, &["diff", "--cached", "--name-only"]);
+    for node in &mut fleet.nodes {
+        node.rebuild();
+    }
+    fleet.path = Some(wrapper.path());
+    let before = git(&fleet.clone, &["rev-parse", "HEAD"]);
+    let ran = fleet.rotate(&["-o", "json", "--all"]);
+    fleet.path = None;
     assert_eq!(
-        staged.trim(),
-        "fluxcd/spoke0-kubeconfig-sealed.yaml",
-        "died between staging and committing"
+        git(&fleet.clone, &["rev-parse", "HEAD"]),
+        before,
+        "no commit of the stream moved the branch: {ran:?}"
     );
-    assert_eq!(
-        fleet.remote_file(0),
-        committed[0],
-        "the committed credential is intact"
-    );
-    intact(&fleet, 1, &committed[1]).await;
+    assert_eq!(unpushed(&fleet), 0);
+    for (i, c) in committed.iter().enumerate() {
+        // The rebuilt nodes no longer accept it: intact is all it can be.
+        assert_eq!(
+            &fleet.remote_file(i),
+            c,
+            "the committed credential is intact"
+        );
+    }
+    assert!(!fleet.clone.join(".git/index.lock").exists());
+    assert!(!fleet.clone.join(".git/refs/heads/main.lock").exists());
     fleet.assert_no_plaintext();
+    (fleet, committed, ran)
+}
+
+/// The run after the cut rotates both spokes and leaves the clone clean.
+async fn recovers(fleet: &Fleet) {
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
-    assert_eq!(
-        report["spokes"][0]["reason"]["kind"], "ca-changed",
-        "{report}"
-    );
-    assert_eq!(action(&report, 0), "rotated");
-    assert_eq!(action(&report, 1), "healthy");
-    authenticates(&fleet.unsealed(0)).await;
-    intact(&fleet, 1, &committed[1]).await;
+    for i in 0..2 {
+        assert_eq!(
+            report["spokes"][i]["reason"]["kind"], "ca-changed",
+            "{report}"
+        );
+        assert_eq!(action(&report, i), "rotated");
+        authenticates(&fleet.unsealed(i)).await;
+    }
+    assert_eq!(report["pushed"], true);
     assert_clean_clone(&fleet.clone);
+    git(&fleet.clone, &["fsck", "--no-dangling", "--no-progress"]);
+}
+
+/// spokekeeper dies between the stream's two commits (spoke0's made and its id read,
+/// spoke1's not begun): git reads the stream's end without `done` and moves nothing.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_between_two_commits_of_the_stream() {
+    let wrapper = stream_cut("get-mark :1", 1, KILL);
+    let (fleet, _, (code, out, err)) = cut_mid_stream(&wrapper).await;
+    assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
+    let modified = git(
+        &fleet.clone,
+        &["status", "--porcelain", "--untracked-files=no"],
+    );
+    assert!(
+        modified.contains("spoke0-kubeconfig-sealed.yaml"),
+        "spoke0's file written, not committed: {modified}"
+    );
+    recovers(&fleet).await;
+}
+
+/// spokekeeper dies inside the stream's second commit.
+#[tokio::test(flavor = "multi_thread")]
+async fn sigkill_mid_commit_in_the_stream() {
+    let wrapper = stream_cut("commit refs/heads/", 2, KILL);
+    let (fleet, _, (code, out, err)) = cut_mid_stream(&wrapper).await;
+    assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
+    recovers(&fleet).await;
+}
+
+/// git's stream ends inside the second commit while spokekeeper lives: both spokes fail
+/// at commit (spoke0's commit is lost with the stream), the working tree is put back,
+/// and the next run rotates both.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_stream_cut_mid_commit_fails_its_spokes_and_puts_the_clone_back() {
+    let wrapper = stream_cut("commit refs/heads/", 2, CUT);
+    let (fleet, _, (code, out, err)) = cut_mid_stream(&wrapper).await;
+    assert_eq!(code, 1, "{out}\n{err}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    for i in 0..2 {
+        assert_eq!(report["spokes"][i]["stage"], "commit", "{report}");
+        assert!(error(&report, i).contains("fast-import"), "{report}");
+    }
+    assert_clean_clone(&fleet.clone);
+    recovers(&fleet).await;
 }
 
 /// A child process killed and reaped when dropped (also when the test panics).
@@ -641,19 +708,17 @@ impl Drop for Running {
 #[tokio::test(flavor = "multi_thread")]
 async fn two_runs_at_once_never_interleave() {
     let fleet = Fleet::new(&[NodeOptions::default()]);
-    // The first run stops inside its commit until the test lets it go on.
+    // The first run stops as its commits begin until the test lets it go on.
     let inside = fleet.dir.path().join("inside");
     let go_on = fleet.dir.path().join("go-on");
-    script(
-        &fleet.clone.join(".git/hooks/pre-commit"),
-        &format!(
-            "touch {i}\nn=0\nwhile [ ! -e {g} ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done\nrm -f \"$0\"\n",
-            i = inside.display(),
-            g = go_on.display()
-        ),
-    );
+    let wrapper = GitWrapper::new(&format!(
+        "touch {i}\nn=0\nwhile [ ! -e {g} ] && [ $n -lt 600 ]; do sleep 0.1; n=$((n+1)); done",
+        i = inside.display(),
+        g = go_on.display()
+    ));
     let mut first = Running(
         Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+            .env("PATH", wrapper.path())
             .arg("--config")
             .arg(&fleet.config)
             .args(["rotate", "--all"])

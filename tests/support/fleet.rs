@@ -78,6 +78,8 @@ pub struct Fleet {
     extra: String,
     /// Everything those commands printed: (args, stdout, stderr).
     outputs: Mutex<Vec<(String, String, String)>>,
+    /// PATH for the commands, when set (a git wrapper: [`super::git::GitWrapper`]).
+    pub path: Option<std::ffi::OsString>,
     // Last: the lab's runtime outlives the nodes.
     _lab: Lab,
 }
@@ -162,18 +164,25 @@ pub fn config_yaml(clone: &Path, nodes: &[Node], extra: &str) -> String {
 
 /// Runs the binary with `--config config` and `args`: (exit code, stdout, stderr).
 pub fn spokekeeper(config: &Path, args: &[&str]) -> (i32, String, String) {
-    spokekeeper_in(config, args, &std::env::temp_dir())
+    spokekeeper_in(config, args, &std::env::temp_dir(), None)
 }
 
-/// Same, with TMPDIR `tmp`.
-fn spokekeeper_in(config: &Path, args: &[&str], tmp: &Path) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
-        .arg("--config")
+/// Same, with TMPDIR `tmp` and, when given, PATH `path`.
+fn spokekeeper_in(
+    config: &Path,
+    args: &[&str],
+    tmp: &Path,
+    path: Option<&std::ffi::OsStr>,
+) -> (i32, String, String) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spokekeeper"));
+    cmd.arg("--config")
         .arg(config)
         .args(args)
-        .env("TMPDIR", tmp)
-        .output()
-        .unwrap();
+        .env("TMPDIR", tmp);
+    if let Some(path) = path {
+        cmd.env("PATH", path);
+    }
+    let out = cmd.output().unwrap();
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -211,13 +220,14 @@ impl Fleet {
             tmp,
             extra: extra.into(),
             outputs: Mutex::new(Vec::new()),
+            path: None,
             _lab: lab,
         }
     }
 
     /// Any command: (exit code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
-        let (code, out, err) = spokekeeper_in(&self.config, args, &self.tmp);
+        let (code, out, err) = spokekeeper_in(&self.config, args, &self.tmp, self.path.as_deref());
         self.outputs
             .lock()
             .unwrap()

@@ -200,3 +200,53 @@ pub fn verifies_with(dir: &Path, key: &Path, commit: &str) -> bool {
         .status
         .success()
 }
+
+/// A `git` first on PATH that logs each call's subcommand (`git -C DIR SUB ...`) and runs
+/// the real git; `on_fast_import` is shell run before a `fast-import` goes on (it may
+/// `exec` git itself, e.g. behind a filter of its stream).
+pub struct GitWrapper {
+    dir: tempfile::TempDir,
+}
+
+impl GitWrapper {
+    pub fn new(on_fast_import: &str) -> GitWrapper {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let calls = dir.path().join("calls");
+        let script = format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$3\" >> '{calls}'\nif [ \"$3\" = fast-import ]; then\n:\n{on_fast_import}\nfi\nexec '{git}' \"$@\"\n",
+            calls = calls.display(),
+            git = real_git().display(),
+        );
+        let path = dir.path().join("git");
+        std::fs::write(&path, script).unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        GitWrapper { dir }
+    }
+
+    /// PATH with the wrapper first.
+    pub fn path(&self) -> std::ffi::OsString {
+        let mut path = self.dir.path().as_os_str().to_owned();
+        path.push(":");
+        path.push(std::env::var_os("PATH").unwrap_or_default());
+        path
+    }
+
+    /// The subcommands run so far, in order; the log starts again.
+    pub fn take_calls(&self) -> Vec<String> {
+        let calls = self.dir.path().join("calls");
+        let text = std::fs::read_to_string(&calls).unwrap_or_default();
+        let _ = std::fs::remove_file(&calls);
+        text.lines().map(String::from).collect()
+    }
+}
+
+/// The git PATH finds now (a wrapper's own git).
+pub fn real_git() -> PathBuf {
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|d| d.join("git"))
+        .find(|p| p.is_file())
+        .expect("git on PATH")
+}

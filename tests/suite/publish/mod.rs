@@ -4,3 +4,5 @@
 mod attributes;
 mod repo;
 mod review;
+mod stream;
+mod tick_git;

@@ -1040,20 +1040,18 @@ async fn first_start_without_a_pinned_certificate_or_a_hub_says_what_to_do() {
     assert_eq!(l.fleet.remote_log().len(), 2, "nothing committed");
 }
 
-/// A renewal that cannot be pinned (here a commit hook refuses it) changes nothing: the
+/// A renewal that cannot be pinned (here git attributes on it refuse it) changes nothing: the
 /// hub has just contradicted the pinned copy, so this tick seals to nothing (not even with
 /// sealing.sha256 listing the pinned copy) and says why; once the repo takes it, the
 /// renewal goes through.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
-    use std::os::unix::fs::PermissionsExt;
     let l = lab(1, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before = l.fleet.remote_file(0);
     l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
-    let hook = l.fleet.clone.join(".git/hooks/pre-commit");
-    std::fs::write(&hook, "#!/bin/sh\necho 'refused by policy' >&2\nexit 1\n").unwrap();
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let policy = l.fleet.clone.join(".git/info/attributes");
+    std::fs::write(&policy, format!("/{PINNED} refused-by-policy\n")).unwrap();
 
     let pinned = l.sealed(0).annotations["spokekeeper.io/sealing-cert-sha256"].clone();
     let text = std::fs::read_to_string(&l.fleet.config).unwrap();
@@ -1066,7 +1064,7 @@ async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
     assert_eq!(code, 1, "{report}\n{err}");
     let e = report["sealing"]["error"].as_str().unwrap();
     assert!(
-        e.contains("cannot be pinned") && e.contains("refused by policy"),
+        e.contains("cannot be pinned") && e.contains("refused-by-policy"),
         "{e}"
     );
     assert_eq!(report["sealing"]["renewed"], Value::Null, "{report}");
@@ -1080,7 +1078,7 @@ async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
         "the clone's pinned copy is put back"
     );
 
-    std::fs::remove_file(&hook).unwrap();
+    std::fs::remove_file(&policy).unwrap();
     std::fs::write(&l.fleet.config, &text).unwrap();
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
