@@ -82,6 +82,30 @@ pub(super) fn load(raw: Option<RawAlerts>, l: &Loading) -> Result<AlertsConfig, 
     Ok(alerts)
 }
 
+/// `alerts.flux` posts about a spoke's Flux objects, which only `hub:` (listing the
+/// Secret's consumers) or `spokes[].kustomization` can name: a spoke with neither would
+/// have nothing an Alert can select.
+pub(super) fn flux_objects(c: &super::Config) -> Result<(), super::check::Invalid> {
+    if c.alerts.flux.is_none() || c.hub.is_some() {
+        return Ok(());
+    }
+    let Some((i, s)) = c
+        .spokes
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.kustomization.is_none())
+    else {
+        return Ok(());
+    };
+    Err(super::check::Invalid {
+        key: "alerts.flux".into(),
+        message: format!(
+            "alerts.flux is set, but spoke {} (spokes[{i}]) names no Flux object for its notifications, and without hub: its consumers cannot be listed: set spokes[{i}].kustomization to the Kustomization your Alert selects, or add hub:",
+            s.name
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::tests::{MIN, parse, refused};
@@ -97,13 +121,26 @@ mod tests {
             &["url"],
         );
         let c = parse(&format!(
-            "{MIN}alerts: {{flux: {{address: 'http://notification-controller.flux-system.svc.cluster.local./'}}}}\n"
+            "{MIN}alerts: {{flux: {{address: 'http://notification-controller.flux-system.svc.cluster.local./'}}}}\nhub: {{}}\n"
         ))
         .unwrap();
         assert_eq!(
             c.alerts.flux.unwrap().as_str(),
             "http://notification-controller.flux-system.svc.cluster.local./"
         );
+    }
+
+    #[test]
+    fn flux_alerts_need_a_flux_object_for_every_spoke() {
+        let flux = "alerts: {flux: {address: 'http://nc/'}}\n";
+        refused(
+            &format!("{MIN}{flux}"),
+            &["line 5: alerts.flux", "spokes[0].kustomization", "add hub:"],
+        );
+        let named = MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {}}");
+        assert!(parse(&format!("{named}{flux}")).is_ok());
+        let hub = format!("{MIN}{flux}hub: {{}}\n");
+        assert!(parse(&hub).is_ok(), "the hub lists the consumers");
     }
 
     #[test]

@@ -149,6 +149,7 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
     }
     sops(c)?;
     sealing_cert(c)?;
+    super::alerts::flux_objects(c)?;
     fleet(&c.spokes)
 }
 
