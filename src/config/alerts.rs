@@ -82,30 +82,6 @@ pub(super) fn load(raw: Option<RawAlerts>, l: &Loading) -> Result<AlertsConfig, 
     Ok(alerts)
 }
 
-/// `alerts.flux` posts about a spoke's Flux objects, which only `hub:` (listing the
-/// Secret's consumers) or `spokes[].kustomization` can name: a spoke with neither would
-/// have nothing an Alert can select.
-pub(super) fn flux_objects(c: &super::Config) -> Result<(), super::check::Invalid> {
-    if c.alerts.flux.is_none() || c.hub.is_some() {
-        return Ok(());
-    }
-    let Some((i, s)) = c
-        .spokes
-        .iter()
-        .enumerate()
-        .find(|(_, s)| s.kustomization.is_none())
-    else {
-        return Ok(());
-    };
-    Err(super::check::Invalid {
-        key: "alerts.flux".into(),
-        message: format!(
-            "alerts.flux is set, but spoke {} (spokes[{i}]) names no Flux object for its notifications, and without hub: its consumers cannot be listed: set spokes[{i}].kustomization to the Kustomization your Alert selects, or add hub:",
-            s.name
-        ),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::tests::{MIN, parse, refused};
