@@ -786,6 +786,21 @@ fn network_policy(objects: &[Object]) -> Option<&NetworkPolicy> {
     network_policy_in(objects, RELEASE_NS)
 }
 
+/// The labels of the Deployment's pod template.
+fn template_labels(objects: &[Object]) -> BTreeMap<String, String> {
+    deployment(objects)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap()
+}
+
 /// Whether `selector` (matchLabels only, as the chart writes it) selects `labels`.
 fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> bool {
     assert!(
@@ -834,17 +849,7 @@ fn chart_network_policy_admits_only_the_scrape_to_the_metrics_port_and_values_wi
     let objects = read_all(&render(&[]), "chart (defaults)");
     let np = network_policy(&objects).expect("the chart renders a NetworkPolicy by default");
     let spec = np.spec.as_ref().unwrap();
-    let template_labels = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .unwrap()
-        .labels
-        .clone()
-        .unwrap();
+    let template_labels = template_labels(&objects);
     assert!(
         spec.pod_selector
             .as_ref()
@@ -976,17 +981,7 @@ fn chart_admits_its_pods_to_notification_controllers_event_port_when_asked() {
         RELEASE_NS.to_string(),
     )]);
     assert_eq!(ns.match_labels.as_ref(), Some(&release));
-    let template_labels = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .unwrap()
-        .labels
-        .clone()
-        .unwrap();
+    let template_labels = template_labels(&objects);
     let pods = from[0].pod_selector.as_ref().unwrap();
     assert!(
         selects(pods, &template_labels),

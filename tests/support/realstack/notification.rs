@@ -125,7 +125,7 @@ impl NotificationController {
 
     /// POSTs `event` to the event endpoint, as a Flux controller does: the answer's status.
     pub fn post(&self, event: &serde_json::Value) -> Result<u16, String> {
-        use std::io::{Read, Write};
+        use std::io::Write;
         let body = event.to_string();
         let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.events_port))
             .map_err(|e| e.to_string())?;
@@ -138,12 +138,7 @@ impl NotificationController {
             body.len()
         )
         .map_err(|e| e.to_string())?;
-        let mut text = String::new();
-        let _ = conn.read_to_string(&mut text);
-        text.split_whitespace()
-            .nth(1)
-            .and_then(|s| s.parse().ok())
-            .ok_or_else(|| format!("no status line: {text:?}"))
+        super::flux_controllers::status_of(&mut conn)
     }
 
     /// The last lines of its log, for failure messages.
