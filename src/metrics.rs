@@ -125,6 +125,10 @@ impl OtherStage {
     }
 }
 
+/// `spokekeeper_last_rotation_timestamp_seconds`' reason for a rotation known only from
+/// the committed annotations.
+pub const RECORDED: &str = "recorded";
+
 pub struct Metrics {
     registry: Registry,
     cert_not_after: Family<CertLabels, Timestamp>,
@@ -132,8 +136,9 @@ pub struct Metrics {
     spoke_up: Family<SpokeLabels, Gauge>,
     rotations: Family<RotationLabels, Counter>,
     last_rotation: Family<RotationLabels, Timestamp>,
-    /// Each spoke's reason in `last_rotation`, so a new reason replaces its series.
-    last_reason: Mutex<HashMap<String, &'static str>>,
+    /// Each spoke's reason and time in `last_rotation`, so a new reason replaces its
+    /// series and a recorded time never replaces a later one.
+    last_reason: Mutex<HashMap<String, (&'static str, f64)>>,
     errors: Family<ErrorLabels, Counter>,
     tick_duration: Histogram,
     last_tick: Timestamp,
@@ -275,8 +280,26 @@ impl Metrics {
         );
     }
 
+    /// A replica that stops leading stops exporting what its last tick saw of each spoke:
+    /// it goes stale while the leader's moves on, and a dashboard's min over replicas
+    /// would show the stale one.
     pub(crate) fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+        if leading {
+            return;
+        }
+        self.cert_not_after.clear();
+        self.credential.clear();
+        self.spoke_up.clear();
+        self.pending_review.clear();
+        self.pending_review_age.clear();
+        self.hub_synced.clear();
+        self.hub_ready.clear();
+        self.last_rotation.clear();
+        self.last_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// Records a finished tick.
@@ -346,10 +369,13 @@ impl Metrics {
                             reason,
                         })
                         .inc();
-                    self.last_rotated(&s.spoke, reason, finished);
+                    self.last_rotated(&s.spoke, reason, unix_seconds(finished));
                 }
                 Outcome::Failed(e) => self.error(&s.spoke, e.metric_label()),
                 _ => {}
+            }
+            if let Some(at) = s.rotated_at {
+                self.recorded_rotation(&s.spoke, at);
             }
         }
         if let Some(c) = &report.sealing {
@@ -376,10 +402,26 @@ impl Metrics {
         }
     }
 
+    /// The committed `rotated-at` of a spoke (at start, after a takeover, or committed by
+    /// another process), as reason `recorded` (the annotations do not say why), unless a
+    /// later rotation is exported.
+    pub fn recorded_rotation(&self, spoke: &str, at: OffsetDateTime) {
+        let at = offset_seconds(at);
+        let later = self
+            .last_reason
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(spoke)
+            .is_none_or(|(_, exported)| *exported < at);
+        if later {
+            self.last_rotated(spoke, RECORDED, at);
+        }
+    }
+
     /// The spoke's last rotation, replacing the series of its previous reason.
-    fn last_rotated(&self, spoke: &str, reason: &'static str, at: SystemTime) {
+    fn last_rotated(&self, spoke: &str, reason: &'static str, at: f64) {
         let mut last = self.last_reason.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(before) = last.insert(spoke.to_string(), reason)
+        if let Some((before, _)) = last.insert(spoke.to_string(), (reason, at))
             && before != reason
         {
             self.last_rotation.remove(&RotationLabels {
@@ -392,7 +434,7 @@ impl Metrics {
                 spoke: spoke.to_string(),
                 reason,
             })
-            .set(unix_seconds(at));
+            .set(at);
     }
 
     /// Counts one failure at `stage` (`spoke` empty: not about one spoke).
@@ -475,6 +517,85 @@ mod tests {
             client_not_after: Some(time::macros::datetime!(2030-01-02 03:04:05 UTC)),
             ..SpokeReport::new(name, outcome)
         }
+    }
+
+    #[test]
+    fn the_last_rotation_is_the_committed_one_until_this_process_rotates() {
+        let m = Metrics::new();
+        let committed = time::macros::datetime!(2026-12-01 08:00 UTC);
+        let mut healthy = spoke("dev", Outcome::Healthy, None);
+        healthy.rotated_at = Some(committed);
+        let tick = |s: &SpokeReport, at: SystemTime| {
+            m.observe_tick(&TickReport::of(vec![s.clone()]), Duration::from_secs(1), at);
+            m.encode().unwrap()
+        };
+        let recorded = format!(
+            "spokekeeper_last_rotation_timestamp_seconds{{spoke=\"dev\",reason=\"recorded\"}} {}.0",
+            committed.unix_timestamp()
+        );
+        let text = tick(&healthy, SystemTime::now());
+        assert!(text.lines().any(|l| l == recorded), "{text}");
+        // Rotated here: its reason and time replace the recorded one, and the next tick's
+        // annotation (a moment older than the tick's end) does not come back.
+        let end = UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+        let mut rotated = spoke(
+            "dev",
+            Outcome::Rotated { commit: "a".into() },
+            Some(Reason::Initial),
+        );
+        rotated.rotated_at = Some(committed);
+        tick(&rotated, end);
+        healthy.rotated_at =
+            Some(time::macros::datetime!(2027-01-15 08:00 UTC) - time::Duration::seconds(2));
+        let text = tick(&healthy, end);
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("spokekeeper_last_rotation_timestamp_seconds{"))
+            .collect();
+        assert_eq!(
+            series,
+            [
+                "spokekeeper_last_rotation_timestamp_seconds{spoke=\"dev\",reason=\"initial\"} 1800000000.0"
+            ]
+        );
+        // Another process committed later: that one is shown.
+        healthy.rotated_at = Some(time::macros::datetime!(2027-02-01 00:00 UTC));
+        let text = tick(&healthy, end);
+        assert!(
+            text.contains("{spoke=\"dev\",reason=\"recorded\"} 1801440000.0"),
+            "{text}"
+        );
+        assert!(!text.contains("reason=\"initial\"} 1800000000"), "{text}");
+    }
+
+    #[test]
+    fn a_replica_that_stops_leading_stops_exporting_its_spokes() {
+        let m = Metrics::new();
+        let mut dev = spoke("dev", Outcome::Healthy, None);
+        dev.rotated_at = Some(time::macros::datetime!(2026-12-01 08:00 UTC));
+        m.set_leader(true);
+        m.observe_tick(
+            &TickReport::of(vec![dev]),
+            Duration::from_secs(1),
+            SystemTime::now(),
+        );
+        let spoke_series = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| !l.starts_with('#') && l.contains("spoke=\"dev\""))
+                .map(String::from)
+                .collect()
+        };
+        let before = spoke_series(&m.encode().unwrap());
+        for family in ["certificate_not_after", "spoke_up", "last_rotation"] {
+            assert!(
+                before.iter().any(|l| l.contains(family)),
+                "{family}: {before:#?}"
+            );
+        }
+        m.set_leader(false);
+        let text = m.encode().unwrap();
+        assert_eq!(spoke_series(&text), Vec::<String>::new(), "{text}");
+        assert!(text.contains("spokekeeper_leader 0"), "{text}");
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! holds each sink's open series across ticks, so a repeat aggregates instead of
 //! recording again.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use time::OffsetDateTime;
@@ -16,7 +17,7 @@ use super::notify::{NotifyError, NotifyOptions, SinkError};
 use super::{AlertName, Finding, Status, Subject};
 use crate::config::Config;
 use crate::hub::consumers::Listed;
-use crate::hub::events::{Occurrence, Reason, Recorder, regarding};
+use crate::hub::events::{Occurrence, Reason, Recorder, Regarding, regarding};
 use crate::hub::{Hub, HubError};
 use crate::rotate::{Gate, Outcome, TickReport};
 use crate::text::one_line;
@@ -145,6 +146,12 @@ pub enum EventError {
     HubTimeout,
     #[error(transparent)]
     Flux(#[from] SinkError),
+    /// No Alert could select anything else: a Flux event about the credential's own
+    /// object would reach nobody.
+    #[error(
+        "alerts.flux: spoke {spoke}: {reason} not sent: no Flux object of the spoke is known (its consumers could not be listed on the hub); set spokes[].kustomization to the Kustomization your Alert selects"
+    )]
+    NoFluxObject { spoke: String, reason: Reason },
 }
 
 /// The Event sinks and their open series: hold one across ticks.
@@ -153,6 +160,9 @@ pub struct Events {
     recorder: Option<Recorder>,
     /// With `alerts.flux`.
     flux: Option<FluxSink>,
+    /// Each spoke's Flux consumers as last found: a tick that cannot list them (the hub
+    /// check failed) still regards them.
+    known: HashMap<String, Vec<Regarding>>,
 }
 
 impl Events {
@@ -172,6 +182,7 @@ impl Events {
                 .as_ref()
                 .map(|a| FluxSink::new(a, instance, window, opts))
                 .transpose()?,
+            known: HashMap::new(),
         })
     }
 
@@ -206,15 +217,15 @@ impl Events {
             Some(h) => listed(h, config, report, &noted).await,
             None => Listed::new(),
         };
-        let occurrences = occurrences(config, report, &listed, noted);
+        let targeted = targeted(config, report, &listed, &mut self.known, noted);
         if let (Some(hub), Some(recorder)) = (&hub, &mut self.recorder) {
             let all = async {
                 let mut failed = Vec::new();
-                for (_, o) in &occurrences {
+                for o in targeted.iter().flat_map(Targeted::on_hub) {
                     if gate.check().is_err() {
                         break;
                     }
-                    if let Err(e) = recorder.record(hub, o, now).await {
+                    if let Err(e) = recorder.record(hub, &o, now).await {
                         failed.push(EventError::Hub(e));
                     }
                 }
@@ -226,19 +237,42 @@ impl Events {
             }
         }
         if let Some(flux) = &mut self.flux {
-            for (spoke, o) in &occurrences {
-                if gate.check().is_err() {
-                    break;
-                }
-                if let Err(e) = flux.send(o, spoke, now).await {
-                    errors.push(e.into());
-                    // The receiver is down: the others would wait as long.
-                    break;
-                }
-            }
+            errors.extend(send_flux(flux, &targeted, gate, now).await);
         }
         errors
     }
+}
+
+/// Posts each noted thing about each of its spoke's Flux objects; one without any is an
+/// error, not a notification about an object no Alert can select.
+async fn send_flux(
+    flux: &mut FluxSink,
+    targeted: &[Targeted],
+    gate: &Gate,
+    now: OffsetDateTime,
+) -> Vec<EventError> {
+    let mut errors = Vec::new();
+    for t in targeted {
+        if t.consumers.is_empty() {
+            errors.push(EventError::NoFluxObject {
+                spoke: t.noted.spoke.clone(),
+                reason: t.noted.reason,
+            });
+            continue;
+        }
+        for o in t.occurrences(&t.consumers) {
+            // A replica that lost the lease mid-send tells nothing more.
+            if gate.check().is_err() {
+                return errors;
+            }
+            if let Err(e) = flux.send(&o, &t.noted.spoke, now).await {
+                errors.push(e.into());
+                // The receiver is down: the others would wait as long.
+                return errors;
+            }
+        }
+    }
+    errors
 }
 
 /// The consumers of the spokes whose objects this tick's verification did not list.
@@ -252,13 +286,47 @@ async fn listed(hub: &Hub, config: &Config, report: &TickReport, noted: &[Noted]
     hub.list_consumers(unknown, HUB_BOUND / 3).await
 }
 
-/// Each noted thing once per object it is about, with its spoke.
-fn occurrences(
+/// One noted thing and the objects it is about.
+#[derive(Debug)]
+struct Targeted {
+    noted: Noted,
+    /// The spoke's Flux consumers (this tick's, else the last known); may be none.
+    consumers: Vec<Regarding>,
+    /// The committed credential's object on the hub.
+    credential: Regarding,
+}
+
+impl Targeted {
+    fn occurrences(&self, about: &[Regarding]) -> Vec<Occurrence> {
+        about
+            .iter()
+            .map(|r| Occurrence {
+                regarding: r.clone(),
+                reason: self.noted.reason,
+                note: self.noted.note.clone(),
+            })
+            .collect()
+    }
+
+    /// The hub's Events: on the consumers, else on the credential's object (`kubectl
+    /// events` lists Events on any object).
+    fn on_hub(&self) -> Vec<Occurrence> {
+        match self.consumers.is_empty() {
+            true => self.occurrences(std::slice::from_ref(&self.credential)),
+            false => self.occurrences(&self.consumers),
+        }
+    }
+}
+
+/// Each noted thing with the objects it is about; `known` keeps each spoke's consumers
+/// for the ticks that cannot find them.
+fn targeted(
     config: &Config,
     report: &TickReport,
     listed: &Listed,
+    known: &mut HashMap<String, Vec<Regarding>>,
     noted: Vec<Noted>,
-) -> Vec<(String, Occurrence)> {
+) -> Vec<Targeted> {
     let mut out = Vec::new();
     for n in noted {
         let Some(spoke) = config.spokes.iter().find(|s| s.name == n.spoke) else {
@@ -269,16 +337,19 @@ fn occurrences(
             .iter()
             .find(|r| r.spoke == n.spoke)
             .and_then(|r| r.hub.as_deref());
-        for r in regarding(spoke, verified, listed) {
-            out.push((
-                n.spoke.clone(),
-                Occurrence {
-                    regarding: r,
-                    reason: n.reason,
-                    note: n.note.clone(),
-                },
-            ));
-        }
+        let found = regarding(spoke, verified, listed);
+        let consumers = match found.is_empty() {
+            true => known.get(&n.spoke).cloned().unwrap_or_default(),
+            false => {
+                known.insert(n.spoke.clone(), found.clone());
+                found
+            }
+        };
+        out.push(Targeted {
+            noted: n,
+            consumers,
+            credential: Regarding::credential(spoke),
+        });
     }
     out
 }
@@ -301,6 +372,174 @@ mod tests {
             summary: "spoke dev: the client certificate expires in 20 days".into(),
             description: String::new(),
         }
+    }
+
+    const AGE: &str = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p";
+
+    /// `dev` seals with Sealed Secrets, `ops` with sops; `spoke` is added to dev's entry.
+    fn config(spoke: &str) -> Config {
+        let text = format!(
+            "repo: {{path: f}}\nsealing: {{cert: c.pem, age_recipients: [{AGE}]}}\nspokes:\n  \
+             - {{name: dev, address: 10.0.0.1{spoke}}}\n  \
+             - {{name: ops, address: 10.0.0.2, sealing: {{format: sops}}}}\nhub: {{}}\n"
+        );
+        Config::parse(&text, "/etc/spokekeeper.yaml", std::path::Path::new("/etc")).unwrap()
+    }
+
+    fn failed(spokes: &[&str]) -> Vec<Noted> {
+        spokes
+            .iter()
+            .map(|s| Noted {
+                spoke: s.to_string(),
+                reason: Reason::RotationFailed,
+                note: format!("spoke {s}: rotation failed"),
+            })
+            .collect()
+    }
+
+    /// The hub answered the listing of flux-system with `consumers` (Kustomizations on
+    /// `NAME-kubeconfig`), or with an error.
+    fn listing(consumers: Option<&[&str]>) -> Listed {
+        use crate::hub::consumers::{Consumer, Kind, Listing};
+        let answer = match consumers {
+            Some(names) => Ok(names
+                .iter()
+                .map(|n| Listing {
+                    secret: format!("{n}-kubeconfig"),
+                    consumer: Consumer {
+                        kind: Kind::Kustomization,
+                        namespace: "flux-system".into(),
+                        name: format!("{n}-apps"),
+                    },
+                    key: String::new(),
+                    service_account: String::new(),
+                })
+                .collect()),
+            None => Err(std::sync::Arc::new(HubError::NotListed {
+                namespace: "flux-system".into(),
+            })),
+        };
+        Listed::from([("flux-system".to_string(), answer)])
+    }
+
+    fn kinds(about: &[Regarding]) -> Vec<String> {
+        about.iter().map(|r| format!("{r}")).collect()
+    }
+
+    /// What the hub's Events of `t` are about.
+    fn on_hub(t: &Targeted) -> Vec<String> {
+        t.on_hub()
+            .iter()
+            .map(|o| format!("{}", o.regarding))
+            .collect()
+    }
+
+    #[test]
+    fn unlisted_consumers_are_the_last_ones_found_and_never_the_credentials_object() {
+        let c = config("");
+        let report = TickReport::of(Vec::new());
+        let mut known = HashMap::new();
+        // Nothing known yet, and the hub does not answer: no Flux object.
+        let t = targeted(
+            &c,
+            &report,
+            &listing(None),
+            &mut known,
+            failed(&["dev", "ops"]),
+        );
+        assert!(t.iter().all(|t| t.consumers.is_empty()), "{t:?}");
+        // The hub's Events stand on the credential as the hub holds it: no SealedSecret
+        // for a sops spoke.
+        assert_eq!(on_hub(&t[0]), ["SealedSecret flux-system/dev-kubeconfig"]);
+        assert_eq!(on_hub(&t[1]), ["Secret flux-system/ops-kubeconfig"]);
+        assert_eq!(t[1].credential.api_version, "v1");
+        // Listed once: remembered for the ticks whose listing fails.
+        let t = targeted(
+            &c,
+            &report,
+            &listing(Some(&["dev"])),
+            &mut known,
+            failed(&["dev"]),
+        );
+        assert_eq!(
+            kinds(&t[0].consumers),
+            ["Kustomization flux-system/dev-apps"]
+        );
+        let t = targeted(
+            &c,
+            &report,
+            &listing(None),
+            &mut known,
+            failed(&["dev", "ops"]),
+        );
+        assert_eq!(
+            kinds(&t[0].consumers),
+            ["Kustomization flux-system/dev-apps"]
+        );
+        assert_eq!(on_hub(&t[0]), ["Kustomization flux-system/dev-apps"]);
+        assert!(t[1].consumers.is_empty(), "ops was never found");
+    }
+
+    #[test]
+    fn a_configured_kustomization_is_regarded_whatever_the_hub_answers() {
+        let c = config(", kustomization: {name: dev-infra}");
+        let mut known = HashMap::new();
+        for answer in [None, Some(&["dev"][..])] {
+            let t = targeted(
+                &c,
+                &TickReport::of(Vec::new()),
+                &listing(answer),
+                &mut known,
+                failed(&["dev"]),
+            );
+            assert_eq!(
+                kinds(&t[0].consumers),
+                ["Kustomization flux-system/dev-infra"]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flux_event_with_no_flux_object_is_an_error_naming_the_fix_and_is_not_posted() {
+        use spokekeeper_lab::webhook::Receiver;
+        let r = Receiver::start("/").await;
+        let url = url::Url::parse(&r.url()).unwrap();
+        let mut flux =
+            FluxSink::new(&url, "pod-0", Duration::ZERO, NotifyOptions::default()).unwrap();
+        let c = config("");
+        let mut known = HashMap::new();
+        let report = TickReport::of(Vec::new());
+        let t = targeted(&c, &report, &listing(None), &mut known, failed(&["dev"]));
+        let now = time::macros::datetime!(2026-12-04 08:00 UTC);
+        let errors = send_flux(&mut flux, &t, &Gate::default(), now).await;
+        let text: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        assert_eq!(text.len(), 1, "{text:?}");
+        for needle in ["spoke dev", "RotationFailed", "spokes[].kustomization"] {
+            assert!(text[0].contains(needle), "{needle} in {}", text[0]);
+        }
+        assert_eq!(
+            r.requests(),
+            0,
+            "nothing about a SealedSecret: {:?}",
+            r.posts()
+        );
+        let t = targeted(
+            &c,
+            &report,
+            &listing(Some(&["dev"])),
+            &mut known,
+            failed(&["dev"]),
+        );
+        assert!(
+            send_flux(&mut flux, &t, &Gate::default(), now)
+                .await
+                .is_empty()
+        );
+        let posts = r.posts();
+        assert_eq!(posts.len(), 1);
+        assert_eq!(posts[0].body["involvedObject"]["kind"], "Kustomization");
+        assert_eq!(posts[0].body["involvedObject"]["name"], "dev-apps");
+        r.assert_clean();
     }
 
     #[test]

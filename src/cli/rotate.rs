@@ -102,12 +102,39 @@ pub(crate) enum RunTickError {
     Tick(RepoError),
 }
 
-/// Loads the sealing key, opens the repo and runs one tick.
+/// Loads the sealing key, opens the repo and runs one tick, then records its Events as
+/// the daemon does (unless a dry run), so the hub shows every rotation whoever ran it.
 pub(crate) async fn run_tick(config: Config, opts: &Options) -> Result<TickReport, RunTickError> {
     let sealing = spokekeeper::hub::cert::initial(&config).await?;
     let repo = Repo::open(&config.repo).await.map_err(RunTickError::Repo)?;
     let ctx = Context::new(config, sealing, repo).map_err(RunTickError::Context)?;
-    rotate::tick(&ctx, opts).await.map_err(RunTickError::Tick)
+    let report = rotate::tick(&ctx, opts).await.map_err(RunTickError::Tick)?;
+    if !opts.dry_run {
+        record_events(&ctx.config, &report).await;
+    }
+    Ok(report)
+}
+
+/// A one-shot run's Events: each is a new one (no series outlives the run); expiry
+/// warnings are the daemon's. What is not recorded is said on stderr, the exit code kept.
+async fn record_events(config: &Config, report: &TickReport) {
+    use spokekeeper::alerts::{Events, NotifyOptions};
+    let instance =
+        spokekeeper::daemon::lease::default_identity().unwrap_or_else(|_| "spokekeeper".into());
+    let window = spokekeeper::hub::events::CLIENT_GO_WINDOW;
+    let mut events = match Events::new(config, &instance, window, NotifyOptions::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("events not recorded: {}", Chain(&e));
+            return;
+        }
+    };
+    let now = time::OffsetDateTime::now_utc();
+    // A one-shot run holds no Lease: its gate is always open.
+    let open = spokekeeper::rotate::Gate::default();
+    for e in events.record(config, report, &[], now, &open).await {
+        eprintln!("event not recorded: {}", Chain(&e));
+    }
 }
 
 /// Pretty JSON and a newline, written as it is made: a report over many spokes is never

@@ -97,13 +97,26 @@ mod tests {
             &["url"],
         );
         let c = parse(&format!(
-            "{MIN}alerts: {{flux: {{address: 'http://notification-controller.flux-system.svc.cluster.local./'}}}}\n"
+            "{MIN}alerts: {{flux: {{address: 'http://notification-controller.flux-system.svc.cluster.local./'}}}}\nhub: {{}}\n"
         ))
         .unwrap();
         assert_eq!(
             c.alerts.flux.unwrap().as_str(),
             "http://notification-controller.flux-system.svc.cluster.local./"
         );
+    }
+
+    #[test]
+    fn flux_alerts_need_a_flux_object_for_every_spoke() {
+        let flux = "alerts: {flux: {address: 'http://nc/'}}\n";
+        refused(
+            &format!("{MIN}{flux}"),
+            &["line 5: alerts.flux", "spokes[0].kustomization", "add hub:"],
+        );
+        let named = MIN.replace("10.0.0.1}", "10.0.0.1, kustomization: {}}");
+        assert!(parse(&format!("{named}{flux}")).is_ok());
+        let hub = format!("{MIN}{flux}hub: {{}}\n");
+        assert!(parse(&hub).is_ok(), "the hub lists the consumers");
     }
 
     #[test]

@@ -154,7 +154,32 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
     }
     sops(c)?;
     sealing_cert(c)?;
+    flux_objects(c)?;
     fleet(&c.spokes)
+}
+
+/// `alerts.flux` posts about a spoke's Flux objects, which only `hub:` (listing the
+/// Secret's consumers) or `spokes[].kustomization` can name: a spoke with neither would
+/// have nothing an Alert can select.
+fn flux_objects(c: &Config) -> Result<(), Invalid> {
+    if c.alerts.flux.is_none() || c.hub.is_some() {
+        return Ok(());
+    }
+    let Some((i, s)) = c
+        .spokes
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.kustomization.is_none())
+    else {
+        return Ok(());
+    };
+    Err(Invalid {
+        key: "alerts.flux".into(),
+        message: format!(
+            "alerts.flux is set, but spoke {} (spokes[{i}]) names no Flux object for its notifications, and without hub: its consumers cannot be listed: set spokes[{i}].kustomization to the Kustomization your Alert selects, or add hub:",
+            s.name
+        ),
+    })
 }
 
 /// `sealing.cert` may be left out only when no spoke seals with Sealed Secrets.

@@ -103,6 +103,14 @@ async fn serve(opts: Options) -> Result<(), DaemonError> {
     let metrics = Arc::new(Metrics::new());
     metrics.set_leader(opts.leader.is_none());
     metrics.set_sealing_key(loaded.context.sealing.as_ref());
+    if opts.leader.is_none() {
+        let committed = &loaded.context;
+        for (spoke, at) in
+            crate::rotate::observe::rotated_at(&committed.config, &committed.repo).await
+        {
+            metrics.recorded_rotation(&spoke, at);
+        }
+    }
     let health = Arc::new(Health::new(
         schedule.clone(),
         opts.jitter,

@@ -18,7 +18,7 @@ use time::OffsetDateTime;
 use super::consumers::{self, Consumer, Listed};
 use super::verify::HubReport;
 use super::{Hub, HubError};
-use crate::config::SpokeConfig;
+use crate::config::{SealingFormat, SpokeConfig};
 
 /// `reportingController` of every Event and Flux notification.
 pub const CONTROLLER: &str = "spokekeeper";
@@ -133,10 +133,18 @@ impl Regarding {
         }
     }
 
-    pub fn sealed_secret(spoke: &SpokeConfig) -> Regarding {
+    /// The committed credential as the hub holds it: the SealedSecret, or in sops
+    /// format the Secret kustomize-controller decrypts (there is no SealedSecret).
+    pub fn credential(spoke: &SpokeConfig) -> Regarding {
+        let (api_version, kind) = match spoke.format {
+            SealingFormat::SealedSecrets => {
+                (super::sealed_secret_resource().api_version, "SealedSecret")
+            }
+            SealingFormat::Sops => ("v1".to_string(), "Secret"),
+        };
         Regarding {
-            api_version: super::sealed_secret_resource().api_version,
-            kind: "SealedSecret".into(),
+            api_version,
+            kind: kind.into(),
             namespace: spoke.secret.namespace.clone(),
             name: spoke.secret.name.clone(),
         }
@@ -156,9 +164,9 @@ impl fmt::Display for Regarding {
     }
 }
 
-/// What a spoke's Events are about: its Flux consumers (from this tick's verification,
-/// else `listed`, else `spokes[].kustomization`), the SealedSecret when there are none or
-/// they are not known.
+/// The Flux objects a spoke's Events are about: its consumers from this tick's
+/// verification, else `spokes[].kustomization`, else `listed`; none when they are not
+/// known (the caller decides what stands in).
 pub fn regarding(
     spoke: &SpokeConfig,
     verified: Option<&HubReport>,
@@ -178,9 +186,6 @@ pub fn regarding(
     out.sort();
     out.dedup();
     out.truncate(MAX_REGARDING);
-    if out.is_empty() {
-        out.push(Regarding::sealed_secret(spoke));
-    }
     out
 }
 

@@ -224,6 +224,22 @@ pub(crate) async fn judged(report: &ProbeReport, recorded: &Recorded) -> Option<
         .ok()
 }
 
+/// When each spoke's committed credential was rotated, by its annotations (no probe):
+/// what a starting daemon exports before its first tick. A clone that cannot be read
+/// gives none.
+pub async fn rotated_at(config: &Config, repo: &Repo) -> Vec<(String, time::OffsetDateTime)> {
+    let Ok(files) = repo.snapshot().await else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for s in &config.spokes {
+        if let Some(r) = Committed::read_in(s, &files).await.recorded() {
+            out.push((s.name.clone(), r.rotated_at));
+        }
+    }
+    out
+}
+
 /// Every spoke of the configuration (`only`: those named; empty: all), in configuration
 /// order, probed concurrently.
 pub async fn fleet(

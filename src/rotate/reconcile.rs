@@ -160,6 +160,7 @@ fn note_recorded(report: &mut SpokeReport, seen: &Observation) {
         report.ca_sha256 = Some(r.ca_sha256);
         report.ca_not_after = Some(r.ca_not_after);
         report.client_not_after = r.client_not_after;
+        report.rotated_at = Some(r.rotated_at);
         report.credential = Some(CredentialReport::of(r));
     }
 }

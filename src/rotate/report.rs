@@ -56,6 +56,10 @@ pub struct SpokeReport {
     pub ca_not_after: Option<OffsetDateTime>,
     #[serde(with = "time::serde::rfc3339::option")]
     pub client_not_after: Option<OffsetDateTime>,
+    /// The committed credential's `rotated-at` as the tick found it (for the
+    /// last-rotation gauge after a restart).
+    #[serde(skip)]
+    pub rotated_at: Option<OffsetDateTime>,
     /// Who the new credential authenticated as, when one was validated.
     pub user: Option<String>,
     /// After a push with `hub:` configured: whether the hub unsealed it and Flux is Ready.
@@ -114,6 +118,7 @@ impl SpokeReport {
             ca_sha256: None,
             ca_not_after: None,
             client_not_after: None,
+            rotated_at: None,
             user: None,
             hub: None,
             credential: None,

@@ -763,17 +763,42 @@ fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
     assert_eq!(subcommand(&args), "run");
 }
 
-/// The chart's NetworkPolicy, if it renders one.
-fn network_policy(objects: &[Object]) -> Option<&NetworkPolicy> {
+/// The chart's NetworkPolicy in `namespace`, if it renders one.
+fn network_policy_in<'a>(objects: &'a [Object], namespace: &str) -> Option<&'a NetworkPolicy> {
     let found: Vec<&NetworkPolicy> = objects
         .iter()
         .filter_map(|o| match o {
-            Object::NetworkPolicy(n) => Some(n),
+            Object::NetworkPolicy(n) if n.metadata.namespace.as_deref() == Some(namespace) => {
+                Some(n)
+            }
             _ => None,
         })
         .collect();
-    assert!(found.len() <= 1, "more than one NetworkPolicy");
+    assert!(
+        found.len() <= 1,
+        "more than one NetworkPolicy in {namespace}"
+    );
     found.first().copied()
+}
+
+/// The chart's NetworkPolicy for its own pod, if it renders one.
+fn network_policy(objects: &[Object]) -> Option<&NetworkPolicy> {
+    network_policy_in(objects, RELEASE_NS)
+}
+
+/// The labels of the Deployment's pod template.
+fn template_labels(objects: &[Object]) -> BTreeMap<String, String> {
+    deployment(objects)
+        .spec
+        .as_ref()
+        .unwrap()
+        .template
+        .metadata
+        .as_ref()
+        .unwrap()
+        .labels
+        .clone()
+        .unwrap()
 }
 
 /// Whether `selector` (matchLabels only, as the chart writes it) selects `labels`.
@@ -824,17 +849,7 @@ fn chart_network_policy_admits_only_the_scrape_to_the_metrics_port_and_values_wi
     let objects = read_all(&render(&[]), "chart (defaults)");
     let np = network_policy(&objects).expect("the chart renders a NetworkPolicy by default");
     let spec = np.spec.as_ref().unwrap();
-    let template_labels = deployment(&objects)
-        .spec
-        .as_ref()
-        .unwrap()
-        .template
-        .metadata
-        .as_ref()
-        .unwrap()
-        .labels
-        .clone()
-        .unwrap();
+    let template_labels = template_labels(&objects);
     assert!(
         spec.pod_selector
             .as_ref()
@@ -919,6 +934,73 @@ fn chart_network_policy_admits_only_the_scrape_to_the_metrics_port_and_values_wi
         "chart (no network policy)",
     );
     assert!(network_policy(&objects).is_none());
+}
+
+/// Issue 40 (8): Flux's allow-egress policy admits only flux-system's pods to
+/// notification-controller; asked to, the chart installs beside it the one ingress rule
+/// spokekeeper's events need: its own pods, from the release's namespace, to port 9090 of
+/// notification-controller's pods. Off by default.
+#[test]
+fn chart_admits_its_pods_to_notification_controllers_event_port_when_asked() {
+    let objects = read_all(&render(&[]), "chart (defaults)");
+    assert!(
+        network_policy_in(&objects, "flux-system").is_none(),
+        "off by default"
+    );
+    let objects = read_all(
+        &render_with("fluxNotificationPolicy: {enabled: true}\n"),
+        "chart (notification policy)",
+    );
+    assert!(
+        network_policy(&objects).is_some(),
+        "the pod's own policy stays"
+    );
+    let np = network_policy_in(&objects, "flux-system").expect("a policy in flux-system");
+    let spec = np.spec.clone().unwrap();
+    let notification = BTreeMap::from([("app".to_string(), "notification-controller".to_string())]);
+    assert!(
+        spec.pod_selector
+            .as_ref()
+            .is_some_and(|s| selects(s, &notification)),
+        "{:?}",
+        spec.pod_selector
+    );
+    assert_eq!(
+        spec.policy_types.as_deref(),
+        Some(&["Ingress".to_string()][..])
+    );
+    assert!(spec.egress.is_none());
+    let ingress = spec.ingress.unwrap();
+    assert_eq!(ingress.len(), 1, "{ingress:?}");
+    assert_eq!(ingress[0].ports.as_deref(), Some(&[tcp_port(9090)][..]));
+    let from = ingress[0].from.clone().unwrap();
+    assert_eq!(from.len(), 1, "{from:?}");
+    let ns = from[0].namespace_selector.as_ref().unwrap();
+    let release = BTreeMap::from([(
+        "kubernetes.io/metadata.name".to_string(),
+        RELEASE_NS.to_string(),
+    )]);
+    assert_eq!(ns.match_labels.as_ref(), Some(&release));
+    let template_labels = template_labels(&objects);
+    let pods = from[0].pod_selector.as_ref().unwrap();
+    assert!(
+        selects(pods, &template_labels),
+        "{pods:?} selects {template_labels:?}"
+    );
+    // Another Flux namespace and controller labels.
+    let objects = read_all(
+        &render_with(
+            "fluxNotificationPolicy:\n  enabled: true\n  namespace: flux\n  \
+             podSelector: {matchLabels: {app: null, app.kubernetes.io/component: notification-controller}}\n",
+        ),
+        "chart (notification policy elsewhere)",
+    );
+    let np = network_policy_in(&objects, "flux").expect("a policy in flux");
+    let selector = np.spec.as_ref().unwrap().pod_selector.clone().unwrap();
+    assert_eq!(
+        serde_json::to_value(selector).unwrap(),
+        serde_json::json!({"matchLabels": {"app.kubernetes.io/component": "notification-controller"}})
+    );
 }
 
 fn main_container_args(d: &Deployment) -> Vec<String> {

@@ -807,30 +807,14 @@ fn flux_alerts_forward_rotations_and_expiry_warnings_through_the_real_notificati
          namespace: flux-system\nspec:\n  interval: 10m\n  path: ./apps\n  prune: true\n  \
          sourceRef:\n    kind: GitRepository\n    name: fleet\n",
     );
-    for (name, url, kustomization) in [
-        ("spoke0", spoke.url(), "spoke0"),
-        ("apps", other.url(), "apps"),
-    ] {
-        stack.hub.api.apply(&format!(
-            "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Provider\nmetadata:\n  name: {name}\n  \
-             namespace: flux-system\nspec:\n  type: generic\n  address: {url}\n---\n\
-             apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Alert\nmetadata:\n  name: {name}\n  \
-             namespace: flux-system\nspec:\n  providerRef:\n    name: {name}\n  eventSeverity: info\n  \
-             eventSources:\n    - kind: Kustomization\n      name: {kustomization}\n"
-        ));
-    }
+    flux_alert(&stack, "spoke0", &spoke.url(), "spoke0", "");
+    flux_alert(&stack, "apps", &other.url(), "apps", "");
     // Every certificate is inside warn_before: the first tick rotates and warns.
     stack.configure(&format!(
         "alerts:\n  warn_before: 36500d\n  flux:\n    address: {}\n",
         nc.events_url
     ));
     let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
-    let reasons = |r: &spokekeeper_lab::webhook::Receiver| -> Vec<String> {
-        r.posts()
-            .iter()
-            .filter_map(|p| p.body["reason"].as_str().map(String::from))
-            .collect()
-    };
     support::realstack::wait_until(
         "notification-controller forwards the rotation and the expiry warning",
         Duration::from_secs(120),
@@ -879,6 +863,221 @@ fn flux_alerts_forward_rotations_and_expiry_warnings_through_the_real_notificati
     // repeats are not posted; notification-controller would also drop them as
     // duplicates within its --rate-limit-interval).
     assert_eq!(expiring, 2, "{got:?}");
+}
+
+/// A generic Provider posting to `url` and an Alert on the Kustomization `kustomization`,
+/// both named `name`; `spec` is added to the Alert's spec.
+fn flux_alert(stack: &Stack, name: &str, url: &str, kustomization: &str, spec: &str) {
+    stack.hub.api.apply(&format!(
+        "apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Provider\nmetadata:\n  name: {name}\n  \
+         namespace: flux-system\nspec:\n  type: generic\n  address: {url}\n---\n\
+         apiVersion: notification.toolkit.fluxcd.io/v1beta3\nkind: Alert\nmetadata:\n  name: {name}\n  \
+         namespace: flux-system\nspec:\n  providerRef:\n    name: {name}\n  eventSeverity: info\n  \
+         eventSources:\n    - kind: Kustomization\n      name: {kustomization}\n{spec}"
+    ));
+}
+
+/// The reasons of what `r` received from notification-controller, in order.
+fn reasons(r: &spokekeeper_lab::webhook::Receiver) -> Vec<String> {
+    r.posts()
+        .iter()
+        .filter_map(|p| p.body["reason"].as_str().map(String::from))
+        .collect()
+}
+
+/// Waits until `r` received an event of `reason`.
+fn received(
+    r: &spokekeeper_lab::webhook::Receiver,
+    reason: &str,
+    daemon: &support::daemon::Daemon,
+) {
+    support::realstack::wait_until(
+        &format!("notification-controller forwards {reason}"),
+        Duration::from_secs(120),
+        || match reasons(r).iter().any(|g| g == reason) {
+            true => Ok(()),
+            false => Err(format!(
+                "received {:?}\n--- spokekeeper:\n{}",
+                reasons(r),
+                daemon.log()
+            )),
+        },
+    );
+}
+
+/// Issue 40 (6): a rotation failure in a tick whose listing of the Secret's consumers the
+/// hub refuses is about the spoke's Kustomization found before (not its SealedSecret, which
+/// no Alert can select), so the real notification-controller forwards it through the
+/// Alert on that Kustomization.
+#[test]
+fn a_failure_the_hub_cannot_list_consumers_for_reaches_the_alert_on_the_spokes_kustomization() {
+    let _heavy = support::timing::heavy();
+    let mut stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let nc = support::realstack::notification::NotificationController::start(&stack.hub);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let spoke = rt.block_on(spokekeeper_lab::webhook::Receiver::start("/spoke0"));
+    flux_alert(&stack, "spoke0", &spoke.url(), "spoke0", "");
+    // spokekeeper's own ServiceAccount: all rights first, then none on Flux's objects.
+    let api = &stack.hub.api;
+    api.kubectl(&[
+        "create",
+        "serviceaccount",
+        "spokekeeper",
+        "-n",
+        "flux-system",
+    ]);
+    let sa = "--serviceaccount=flux-system:spokekeeper";
+    api.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "spokekeeper-all",
+        "--clusterrole=cluster-admin",
+        sa,
+    ]);
+    let token = stack.hub.token("flux-system", "spokekeeper");
+    let kubeconfig = stack.hub.token_kubeconfig("spokekeeper", &token);
+    stack.hub.use_kubeconfig(&stack.fleet.config, &kubeconfig);
+    stack.configure(&format!(
+        "alerts:\n  flux:\n    address: {}\n",
+        nc.events_url
+    ));
+    let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
+    received(&spoke, "CredentialRotated", &daemon);
+    api.apply(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: no-flux\nrules:\n\
+         - apiGroups: ['', events.k8s.io, bitnami.com]\n  resources: ['*']\n  verbs: ['*']\n",
+    );
+    api.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "spokekeeper-no-flux",
+        "--clusterrole=no-flux",
+        sa,
+    ]);
+    api.kubectl(&["delete", "clusterrolebinding", "spokekeeper-all"]);
+    support::realstack::wait_until(
+        "Flux's objects are refused",
+        Duration::from_secs(30),
+        || {
+            // `auth can-i` answers "no" with exit status 1.
+            let can = api.try_kubectl(&[
+                "auth",
+                "can-i",
+                "list",
+                "kustomizations.kustomize.toolkit.fluxcd.io",
+                "-n",
+                "flux-system",
+                "--as=system:serviceaccount:flux-system:spokekeeper",
+            ]);
+            match can {
+                Err(no) if no.contains(": no") => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    );
+    // The spoke is gone: the next tick's rotation fails, and the hub lists nothing.
+    stack.fleet.nodes[0].stop_api();
+    stack.fleet.nodes[0].stop_sshd();
+    received(&spoke, "RotationFailed", &daemon);
+    drop(daemon);
+    spoke.assert_clean();
+    for p in spoke.posts() {
+        let e = &p.body;
+        assert_eq!(e["involvedObject"]["kind"], "Kustomization", "{e:#}");
+        assert_eq!(e["involvedObject"]["name"], "spoke0", "{e:#}");
+    }
+}
+
+/// Issue 40 (7, 9): the `inclusionList` and `exclusionList` docs/alerts.md shows, on the
+/// real notification-controller (which matches them against the message, not the
+/// reason): the first passes spokekeeper's notifications and not Flux's own event about
+/// the same Kustomization, the second the reverse; an Alert with neither forwards both.
+#[test]
+fn the_docs_inclusion_and_exclusion_lists_split_spokekeepers_notifications_from_fluxs() {
+    let docs = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/alerts.md"),
+    )
+    .unwrap();
+    let shown = |list: &str| -> String {
+        let prefix = format!("{list}: ");
+        docs.lines()
+            .find_map(|l| {
+                l.trim()
+                    .trim_start_matches("# ")
+                    .strip_prefix(prefix.as_str())
+            })
+            .map(|v| v.split("    #").next().unwrap().trim().to_string())
+            .unwrap_or_else(|| panic!("docs/alerts.md shows no {list}"))
+    };
+    let _heavy = support::timing::heavy();
+    let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
+    let nc = support::realstack::notification::NotificationController::start(&stack.hub);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (included, excluded, all) = rt.block_on(async {
+        (
+            spokekeeper_lab::webhook::Receiver::start("/included").await,
+            spokekeeper_lab::webhook::Receiver::start("/excluded").await,
+            spokekeeper_lab::webhook::Receiver::start("/all").await,
+        )
+    });
+    for (name, r, list) in [
+        ("included", &included, "inclusionList"),
+        ("excluded", &excluded, "exclusionList"),
+    ] {
+        let spec = format!("  {list}: {}\n", shown(list));
+        flux_alert(&stack, name, &r.url(), "spoke0", &spec);
+    }
+    flux_alert(&stack, "all", &all.url(), "spoke0", "");
+    stack.configure(&format!(
+        "alerts:\n  flux:\n    address: {}\n",
+        nc.events_url
+    ));
+    let daemon = support::daemon::Daemon::start(&stack.fleet.config, &["--interval", "2s"]);
+    received(&included, "CredentialRotated", &daemon);
+    // Flux's own event about the Kustomization, as kustomize-controller posts it.
+    let own = serde_json::json!({
+        "involvedObject": {
+            "apiVersion": "kustomize.toolkit.fluxcd.io/v1",
+            "kind": "Kustomization",
+            "namespace": "flux-system",
+            "name": "spoke0"
+        },
+        "severity": "info",
+        "timestamp": spokekeeper::rotate::state::rfc3339(time::OffsetDateTime::now_utc()),
+        "message": "Reconciliation finished in 412ms, next run in 10m0s",
+        "reason": "ReconciliationSucceeded",
+        "reportingController": "kustomize-controller"
+    });
+    let status = nc.post(&own);
+    assert!(
+        matches!(status, Ok(200..=299)),
+        "{status:?}\n{}",
+        nc.tail(30)
+    );
+    received(&all, "ReconciliationSucceeded", &daemon);
+    received(&excluded, "ReconciliationSucceeded", &daemon);
+    received(&all, "CredentialRotated", &daemon);
+    wait_ticks(&daemon, 3, Duration::from_secs(60));
+    drop(daemon);
+    for r in [&included, &excluded, &all] {
+        r.assert_clean();
+    }
+    let flux_own =
+        |p: &spokekeeper_lab::webhook::Post| p.body["reason"] == "ReconciliationSucceeded";
+    assert!(
+        included.posts().iter().all(|p| !flux_own(p)),
+        "{:?}",
+        reasons(&included)
+    );
+    for p in included.posts() {
+        let message = p.body["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("spoke spoke0: "), "{:#}", p.body);
+    }
+    assert!(
+        excluded.posts().iter().all(flux_own),
+        "{:?}",
+        reasons(&excluded)
+    );
 }
 
 /// Scenario 6: two `spokekeeper run --leader-elect` replicas against the real hub:

@@ -334,3 +334,70 @@ proptest! {
         same(&input, &sops::decrypt(out.as_bytes(), &a.identities).unwrap());
     }
 }
+
+/// Issue 40 (13): the real sops on spokekeeper's output. `sops updatekeys` refuses it
+/// without a `.sops.yaml`; with the rule docs/sealing.md shows it adds a recipient, whose
+/// identity then opens the file in sops and in spokekeeper alike; `sops edit` changes a
+/// value, the annotations stay readable and spokekeeper decrypts the edit.
+#[test]
+fn sops_edit_and_updatekeys_with_the_documented_rule_work_on_spokekeepers_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (key(dir.path(), "a"), key(dir.path(), "b"));
+    let input = secret(&[("value", KUBECONFIG)]);
+    let out = sops::encrypt(&input, &AgeRecipients::parse(&[&a.recipient]).unwrap()).unwrap();
+    std::fs::create_dir(dir.path().join("fluxcd")).unwrap();
+    let file = "fluxcd/spoke-a-kubeconfig-sealed.yaml";
+    std::fs::write(dir.path().join(file), &out).unwrap();
+    let updatekeys = || realstack::run(sops(dir.path(), &a.file).args(["updatekeys", "-y", file]));
+    let err = updatekeys().unwrap_err();
+    assert!(err.to_lowercase().contains("config"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join(file)).unwrap(),
+        out,
+        "unchanged"
+    );
+
+    let docs =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/sealing.md"))
+            .unwrap();
+    let start = docs
+        .find("creation_rules:\n  - path_regex: fluxcd/")
+        .expect("the docs' rule");
+    let rule = &docs[start..start + docs[start..].find("```").unwrap()];
+    let rule = rule.replace(
+        "age1hub...,age1recovery...",
+        &format!("{},{}", a.recipient, b.recipient),
+    );
+    std::fs::write(dir.path().join(".sops.yaml"), rule).unwrap();
+    updatekeys().unwrap();
+    let updated = std::fs::read(dir.path().join(file)).unwrap();
+    let meta = sops::metadata(&updated).unwrap();
+    assert_eq!(meta.recipients, [a.recipient.clone(), b.recipient.clone()]);
+    same(&input, &real_decrypt(dir.path(), &b.file, file).unwrap());
+    same(&input, &sops::decrypt(&updated, &b.identities).unwrap());
+
+    // sops edit, with an editor that replaces the value (base64 "edited").
+    let editor = dir.path().join("editor");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nsed -i 's/^\\( *value: \\).*/\\1ZWRpdGVk/' \"$1\"\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    realstack::run(
+        sops(dir.path(), &b.file)
+            .env("EDITOR", &editor)
+            .args(["edit", file]),
+    )
+    .unwrap();
+    let edited = std::fs::read(dir.path().join(file)).unwrap();
+    let text = String::from_utf8_lossy(&edited);
+    assert!(
+        text.contains("spokekeeper.io/ca-sha256: sha256:0123456789abcdef"),
+        "{text}"
+    );
+    assert!(!text.contains("ZWRpdGVk"), "the edit is encrypted: {text}");
+    let back = sops::decrypt(&edited, &a.identities).unwrap();
+    assert_eq!(back.data["value"].expose(), b"edited");
+    assert_eq!(back.annotations, input.annotations);
+}

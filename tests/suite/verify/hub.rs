@@ -1976,3 +1976,58 @@ fn the_daemon_records_events_aggregates_repeats_and_recreates_an_expired_one() {
     );
     l.assert_within_access();
 }
+
+/// Issue 40 (11): the one-shot `rotate` and `revoke` record their Events on the hub as the
+/// daemon does: the rotation, the revocation and its new generation, and a failure, each
+/// on the spoke's Kustomization; a dry run records none.
+#[test]
+fn one_shot_rotate_and_revoke_record_their_events_on_the_kustomization() {
+    let mut l = lab(1, "");
+    l.builder()
+        .top("credential:\n  mode: minted\n")
+        .write(&l.fleet.config)
+        .unwrap();
+    let recorded = |l: &HubLab| -> Vec<String> {
+        let mut events: Vec<Value> = l.hub.events();
+        events.sort_by_key(|e| e["eventTime"].as_str().map(String::from));
+        events
+            .iter()
+            .map(|e| {
+                format!(
+                    "{} {}/{}",
+                    e["reason"].as_str().unwrap_or_default(),
+                    e["regarding"]["kind"].as_str().unwrap_or_default(),
+                    e["regarding"]["name"].as_str().unwrap_or_default()
+                )
+            })
+            .collect()
+    };
+    let (code, report, err) = l.fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(recorded(&l), ["CredentialRotated Kustomization/spoke0"]);
+    let (code, out, err) = l.fleet.run(&["revoke", "spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let mut after_revoke = recorded(&l);
+    after_revoke.sort();
+    assert_eq!(
+        after_revoke,
+        [
+            "CredentialRevoked Kustomization/spoke0",
+            "CredentialRotated Kustomization/spoke0",
+            "CredentialRotated Kustomization/spoke0",
+        ]
+    );
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force", "--dry-run"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(l.hub.events().len(), 3, "a dry run records nothing");
+    l.fleet.nodes[0].stop_api();
+    l.fleet.nodes[0].stop_sshd();
+    let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    assert_eq!(
+        recorded(&l).last().map(String::as_str),
+        Some("RotationFailed Kustomization/spoke0")
+    );
+    assert!(!err.contains("not recorded"), "{err}");
+    l.assert_within_access();
+}

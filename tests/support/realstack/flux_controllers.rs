@@ -238,6 +238,11 @@ pub(super) fn http_status(port: u16, path: &str) -> Result<u16, String> {
         "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| e.to_string())?;
+    status_of(&mut conn)
+}
+
+/// The status code of the HTTP answer `conn` reads to its end.
+pub(super) fn status_of(conn: &mut TcpStream) -> Result<u16, String> {
     let mut text = String::new();
     let _ = conn.read_to_string(&mut text);
     text.split_whitespace()

@@ -59,6 +59,7 @@ pub struct NotificationController {
     proc: Proc,
     /// The event endpoint, `http://127.0.0.1:PORT/`.
     pub events_url: String,
+    events_port: u16,
 }
 
 impl NotificationController {
@@ -118,7 +119,26 @@ impl NotificationController {
         NotificationController {
             proc,
             events_url: format!("http://127.0.0.1:{events}/"),
+            events_port: events,
         }
+    }
+
+    /// POSTs `event` to the event endpoint, as a Flux controller does: the answer's status.
+    pub fn post(&self, event: &serde_json::Value) -> Result<u16, String> {
+        use std::io::Write;
+        let body = event.to_string();
+        let mut conn = std::net::TcpStream::connect(("127.0.0.1", self.events_port))
+            .map_err(|e| e.to_string())?;
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+            .map_err(|e| e.to_string())?;
+        write!(
+            conn,
+            "POST / HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .map_err(|e| e.to_string())?;
+        super::flux_controllers::status_of(&mut conn)
     }
 
     /// The last lines of its log, for failure messages.
