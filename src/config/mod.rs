@@ -235,7 +235,8 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// Whether `s` is a valid namespace name (an RFC 1123 DNS label).
+pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::layout::{self, EMPTY_KUSTOMIZATION, Layout, slash_path};
+use super::layout::{self, EMPTY_KUSTOMIZATION, Layout, Source, slash_path};
 use super::{AddArgs, AddError};
 use spokekeeper::config::{Config, RepoMode, SpokeConfig};
 use spokekeeper::repo::Repo;
@@ -51,7 +51,8 @@ fn layout_of(spoke: &SpokeConfig, args: &AddArgs) -> Result<Layout, AddError> {
             .dir
             .clone()
             .unwrap_or_else(|| Path::new("spokes").join(&spoke.name)),
-        source: args.source.clone(),
+        source: Source::parse(&args.source).ok_or_else(|| AddError::Source(args.source.clone()))?,
+        spoke_account: args.service_account.clone(),
     };
     for (flag, p) in [("--root", &layout.root), ("--dir", &layout.dir)] {
         let inside = p
@@ -63,9 +64,6 @@ fn layout_of(spoke: &SpokeConfig, args: &AddArgs) -> Result<Layout, AddError> {
                 path: p.clone(),
             });
         }
-    }
-    if !spokekeeper::config::is_dns_subdomain(&args.source) {
-        return Err(AddError::Source(args.source.clone()));
     }
     Ok(layout)
 }
