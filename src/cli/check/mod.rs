@@ -10,7 +10,8 @@
 //! never hidden, and a warning never hides a spoke that could not be checked.
 //!
 //! The clone's Flux objects are read too: a HelmRelease that would land on the hub, or
-//! on a spoke where no helm-controller runs, is a warning (`traps.rs`).
+//! on a spoke where no helm-controller runs, is a warning (`traps.rs`), and so is what
+//! the hub applies for a spoke unconfined or under another spoke's name (`confine.rs`).
 
 use std::io::Write;
 use std::path::Path;
@@ -28,6 +29,7 @@ use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{observe, review};
 use spokekeeper::seal::SealingKey;
 
+mod confine;
 mod traps;
 
 #[derive(Debug, clap::Args)]

@@ -20,7 +20,7 @@ use spokekeeper::config::SpokeConfig;
 
 /// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
 const MAX_FILES: usize = 5_000;
-const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(super) const MAX_FILE_BYTES: u64 = 1 << 20;
 const MAX_DEPTH: usize = 16;
 const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
@@ -73,16 +73,20 @@ fn slash(p: &Path) -> String {
 }
 
 /// A Flux Kustomization found in the repo.
-struct Kustomization {
-    file: String,
-    namespace: String,
-    name: String,
+pub(super) struct Kustomization {
+    pub file: String,
+    pub namespace: String,
+    pub name: String,
     /// spec.path, normalized ("" is the repo root); None when it leaves the repo.
-    path: Option<String>,
+    pub path: Option<String>,
     /// spec.kubeConfig.secretRef.name.
-    secret: Option<String>,
+    pub secret: Option<String>,
     /// Whether a patch targeting HelmReleases sets spec.kubeConfig.
-    patches_helm_kubeconfig: bool,
+    pub patches_helm_kubeconfig: bool,
+    /// The patches targeting HelmReleases that set spec.kubeConfig, as written.
+    pub helm_patches: Vec<String>,
+    pub service_account: Option<String>,
+    pub target_namespace: Option<String>,
 }
 
 /// The traps in `files` (see the module docs) for `spokes`, each once, in file order.
@@ -101,6 +105,9 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
             out.push(t);
         }
     };
+    for t in super::confine::traps(files, &docs, &kustomizations, spokes) {
+        push(t);
+    }
     for k in &kustomizations {
         let Some(path) = &k.path else { continue };
         let applied = applied(files, path);
@@ -152,26 +159,26 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
 }
 
 /// Every document of a YAML file; none when it does not parse within the limits.
-fn documents(text: &str) -> Vec<Value> {
+pub(super) fn documents(text: &str) -> Vec<Value> {
     let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
     serde_saphyr::from_multiple_with_options::<Value>(text, spokekeeper::repo::hostile_yaml(max))
         .map(|ds| ds.into_iter().filter(Value::is_object).collect())
         .unwrap_or_default()
 }
 
-fn is_kind(d: &Value, group: &str, kind: &str) -> bool {
+pub(super) fn is_kind(d: &Value, group: &str, kind: &str) -> bool {
     d["kind"].as_str() == Some(kind)
         && d["apiVersion"]
             .as_str()
             .is_some_and(|v| v.starts_with(&format!("{group}/")))
 }
 
-fn is_helm_release(d: &Value) -> bool {
+pub(super) fn is_helm_release(d: &Value) -> bool {
     is_kind(d, "helm.toolkit.fluxcd.io", "HelmRelease")
 }
 
 /// `NAMESPACE/NAME` of a document, one bounded line (repo text).
-fn object_name(d: &Value, default_ns: &str) -> String {
+pub(super) fn object_name(d: &Value, default_ns: &str) -> String {
     let ns = d["metadata"]["namespace"].as_str().unwrap_or(default_ns);
     let name = d["metadata"]["name"].as_str().unwrap_or("?");
     spokekeeper::text::one_line(&format!("{ns}/{name}"), 120)
@@ -182,15 +189,21 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         return None;
     }
     let spec = &d["spec"];
-    let patches_helm_kubeconfig = spec["patches"].as_array().is_some_and(|ps| {
-        ps.iter().any(|p| {
-            p["target"]["kind"].as_str() == Some("HelmRelease")
-                && p["patch"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("kubeConfig"))
-        })
-    });
+    let helm_patches: Vec<String> = spec["patches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["target"]["kind"].as_str() == Some("HelmRelease"))
+        .filter_map(|p| p["patch"].as_str())
+        .filter(|t| t.contains("kubeConfig"))
+        .map(str::to_string)
+        .collect();
+    let name_of = |v: &Value| v.as_str().map(|s| spokekeeper::text::one_line(s, 63));
     Some(Kustomization {
+        patches_helm_kubeconfig: !helm_patches.is_empty(),
+        helm_patches,
+        service_account: name_of(&spec["serviceAccountName"]),
+        target_namespace: name_of(&spec["targetNamespace"]),
         file: file.to_string(),
         namespace: spokekeeper::text::one_line(
             d["metadata"]["namespace"].as_str().unwrap_or("flux-system"),
@@ -201,7 +214,6 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         secret: spec["kubeConfig"]["secretRef"]["name"]
             .as_str()
             .map(str::to_string),
-        patches_helm_kubeconfig,
     })
 }
 
@@ -229,7 +241,7 @@ fn normalize(dir: &str, rel: &str) -> Option<String> {
 }
 
 /// The files a Kustomization with spec.path `dir` applies.
-fn applied(files: &BTreeMap<String, String>, dir: &str) -> BTreeSet<String> {
+pub(super) fn applied(files: &BTreeMap<String, String>, dir: &str) -> BTreeSet<String> {
     let mut out = BTreeSet::new();
     let mut seen = BTreeSet::new();
     walk(files, dir, &mut out, &mut seen);
@@ -329,8 +341,8 @@ mod tests {
     }
 
     const TO_EDGE: &str = "  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig\n";
-    const HR: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\n  namespace: flux-system\nspec:\n  chart: {spec: {chart: web}}\n";
-    const HR_TO_EDGE: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\nspec:\n  kubeConfig: {secretRef: {name: edge-kubeconfig}}\n";
+    const HR: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\n  namespace: flux-system\nspec:\n  chart: {spec: {chart: web}}\n  targetNamespace: web\n  storageNamespace: web\n";
+    const HR_TO_EDGE: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\nspec:\n  kubeConfig: {secretRef: {name: edge-kubeconfig}}\n  targetNamespace: web\n  storageNamespace: web\n";
     const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n";
 
     fn details(files: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -385,16 +397,17 @@ mod tests {
             ]),
             []
         );
-        let s = &spokes()[0];
-        let layout = super::super::super::add::layout_for_tests(s);
-        assert_eq!(
-            details(&[
-                ("clusters/hub/edge.yaml", &layout),
-                ("spokes/edge/helmreleases/web.yaml", HR),
-                ("spokes/edge/apps/cm.yaml", CM),
-            ]),
-            []
-        );
+        // add's layout puts each spoke in its own namespace.
+        let mut own = spokes();
+        own[0].secret.namespace = "edge".into();
+        own[1].secret.namespace = "dev".into();
+        let layout = super::super::super::add::layout_for_tests(&own[0]);
+        let files = tree(&[
+            ("clusters/hub/edge.yaml", &layout),
+            ("spokes/edge/helmreleases/web.yaml", HR),
+            ("spokes/edge/apps/cm.yaml", CM),
+        ]);
+        assert_eq!(traps(&files, &own), []);
         // Not under a spoke's path: a hub release, none of check's business.
         assert_eq!(
             details(&[
