@@ -32,13 +32,10 @@ struct Applied<'a> {
     file: String,
 }
 
-/// The traps above, for `spokes`, in Kustomization order; collisions last.
-pub(super) fn traps(
-    files: &BTreeMap<String, String>,
-    docs: &BTreeMap<&str, Vec<Value>>,
-    kustomizations: &[Kustomization],
-    spokes: &[SpokeConfig],
-) -> Vec<Trap> {
+/// The traps above in `files` (see traps::read_tree), for `spokes`, in Kustomization
+/// order; collisions last.
+pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) -> Vec<Trap> {
+    let (docs, kustomizations) = traps::parsed(files);
     let mut out = Vec::new();
     let mut owners: BTreeMap<String, Vec<Applied<'_>>> = BTreeMap::new();
     for k in kustomizations.iter().filter(|k| k.secret.is_none()) {
@@ -223,7 +220,7 @@ mod tests {
             .iter()
             .map(|(f, t)| (f.to_string(), t.to_string()))
             .collect();
-        traps::traps(&tree, spokes)
+        super::super::layout_traps(&tree, spokes)
             .into_iter()
             .map(|t| (t.spoke, t.detail))
             .collect()

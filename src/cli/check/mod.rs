@@ -128,7 +128,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             findings.push(alerts::sops_recipients(&s.name, e.to_string()));
         }
     }
-    let layout = traps::traps(&traps::read_tree(&config.repo.path), &config.spokes);
+    let layout = layout_traps(&traps::read_tree(&config.repo.path), &config.spokes);
     findings.extend(
         layout
             .into_iter()
@@ -147,6 +147,17 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
     };
     print(format, &report, &table(&report, seen.len()));
     ExitCode::from(status.exit_code())
+}
+
+/// The Flux layout's traps in the clone's `files`: what the hub applies for a spoke
+/// (confine.rs), then where HelmReleases land (traps.rs).
+fn layout_traps(
+    files: &std::collections::BTreeMap<String, String>,
+    spokes: &[spokekeeper::config::SpokeConfig],
+) -> Vec<traps::Trap> {
+    let mut out = confine::traps(files, spokes);
+    out.extend(traps::traps(files, spokes));
+    out
 }
 
 /// Whether a tick would refuse to seal to sealing.cert, judged offline by the daemon's

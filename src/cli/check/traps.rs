@@ -91,23 +91,13 @@ pub(super) struct Kustomization {
 
 /// The traps in `files` (see the module docs) for `spokes`, each once, in file order.
 pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) -> Vec<Trap> {
-    let docs: BTreeMap<&str, Vec<Value>> = files
-        .iter()
-        .map(|(f, t)| (f.as_str(), documents(t)))
-        .collect();
-    let kustomizations: Vec<Kustomization> = docs
-        .iter()
-        .flat_map(|(f, ds)| ds.iter().filter_map(|d| kustomization(f, d)))
-        .collect();
+    let (docs, kustomizations) = parsed(files);
     let mut out: Vec<Trap> = Vec::new();
     let mut push = |t: Trap| {
         if !out.contains(&t) {
             out.push(t);
         }
     };
-    for t in super::confine::traps(files, &docs, &kustomizations, spokes) {
-        push(t);
-    }
     for k in &kustomizations {
         let Some(path) = &k.path else { continue };
         let applied = applied(files, path);
@@ -156,6 +146,21 @@ pub(super) fn traps(files: &BTreeMap<String, String>, spokes: &[SpokeConfig]) ->
         }
     }
     out
+}
+
+/// Each file's documents, and the Flux Kustomizations among them.
+pub(super) fn parsed(
+    files: &BTreeMap<String, String>,
+) -> (BTreeMap<&str, Vec<Value>>, Vec<Kustomization>) {
+    let docs: BTreeMap<&str, Vec<Value>> = files
+        .iter()
+        .map(|(f, t)| (f.as_str(), documents(t)))
+        .collect();
+    let kustomizations = docs
+        .iter()
+        .flat_map(|(f, ds)| ds.iter().filter_map(|d| kustomization(f, d)))
+        .collect();
+    (docs, kustomizations)
 }
 
 /// Every document of a YAML file; none when it does not parse within the limits.

@@ -133,8 +133,8 @@ fn add_commits_the_credential_with_its_flux_objects_in_one_commit_and_one_push()
             && objects.contains("path: /spec/kubeConfig\n"),
         "{objects}"
     );
-    // The unsealed credential reaches node 1.
-    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed(1).expose()).unwrap();
+    // The unsealed credential reaches node 1, sealed for spoke 1's own namespace.
+    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed_in(1, "spoke1").expose()).unwrap();
     let kc = spokekeeper::kubeconfig::sanitize(&kc, "spoke1").unwrap();
     assert_eq!(kc.server().host_str(), Some(n1.address_string().as_str()));
 
@@ -472,7 +472,7 @@ fn add_in_review_mode_opens_one_branch_and_one_pull_request_with_every_file() {
     assert_eq!(fleet.remote_log(), merged);
     assert_eq!(git(&fleet.remote, &["rev-parse", branch]).trim(), head);
     assert!(pulls_of(&forge, branch).is_empty());
-    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed(1).expose()).unwrap();
+    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed_in(1, "spoke1").expose()).unwrap();
     assert!(spokekeeper::kubeconfig::sanitize(&kc, "spoke1").is_ok());
     fleet.assert_no_plaintext();
 }
