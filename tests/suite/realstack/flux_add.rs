@@ -241,13 +241,7 @@ fn after_add_the_real_controllers_deploy_to_the_new_spoke_and_the_traps_land_whe
         "fluxcd/kustomization.yaml",
         &format!("{root}  - spoke1-traps.yaml\n"),
     );
-    git(&seed, &["add", "-A"]);
-    commit(&seed, "spoke1: two HelmReleases, laid out by hand");
-    git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
-    git(
-        &stack.fleet.clone,
-        &["pull", "--quiet", "--ff-only", "origin", "main"],
-    );
+    push(&stack, &seed, "spoke1: two HelmReleases, laid out by hand");
 
     // check names both, for spoke 1.
     let (code, out, err) = stack.fleet.run(&["check", "spoke1", "-o", "json"]);
