@@ -45,7 +45,8 @@ pub struct AddArgs {
     #[arg(long)]
     pub kubeconfig_path: Option<String>,
     /// The root Kustomization's directory in the fleet repo (its spec.path), where the
-    /// spoke's Kustomizations go [default: the directory of the spoke's sealed credential].
+    /// spoke's Kustomizations go [default: with hub:, the path of the Kustomization that
+    /// applies the configured spokes' credentials there; else the credential's directory].
     #[arg(long)]
     pub root: Option<PathBuf>,
     /// The spoke's manifests directory in the fleet repo [default: spokes/NAME].
@@ -116,6 +117,10 @@ enum AddError {
         output: PathBuf,
         root: PathBuf,
     },
+    #[error(
+        "{kustomization} applies the spokes' credentials on the hub, but its spec.path {path:?} leaves the fleet repo: pass --root"
+    )]
+    HubRoot { kustomization: String, path: String },
     #[error("{}: not UTF-8 text", .0.display())]
     NotText(PathBuf),
     #[error("{}: its last line has no line break, and in review mode add may only add lines to it; end the file with one on {branch} and run add again", file.display())]

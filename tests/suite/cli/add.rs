@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use spokekeeper_lab::hub::SimSpoke;
 use support::NodeOptions;
 use support::fleet::{Fleet, config};
 use support::git::{commit, git};
@@ -20,17 +21,21 @@ fn fleet() -> Fleet {
 
 /// spokekeeper.yaml: spoke0, and global `ssh:` settings for node 1 with `known_hosts`.
 fn reach_node1(fleet: &Fleet, known_hosts: &std::path::Path) {
+    config(&fleet.clone, &fleet.nodes[..1])
+        .top(&ssh_to_node1(fleet, known_hosts))
+        .write(&fleet.config)
+        .unwrap();
+}
+
+/// Global `ssh:` settings that reach node 1.
+fn ssh_to_node1(fleet: &Fleet, known_hosts: &std::path::Path) -> String {
     let n1 = &fleet.nodes[1];
-    let top = format!(
+    format!(
         "ssh:\n  port: {}\n  identity: \"{}\"\n  known_hosts: \"{}\"\n  connect_timeout: 5s\n",
         n1.ssh_port,
         n1.identity_path.display(),
         known_hosts.display()
-    );
-    config(&fleet.clone, &fleet.nodes[..1])
-        .top(&top)
-        .write(&fleet.config)
-        .unwrap();
+    )
 }
 
 fn add(fleet: &Fleet, extra: &[&str]) -> (i32, String, String) {
@@ -588,5 +593,65 @@ fn add_in_review_mode_refuses_a_root_kustomization_it_could_not_only_append_to()
     assert_eq!(
         std::fs::read_to_string(&fleet.config).unwrap(),
         config_before
+    );
+}
+
+/// With `hub:`, ROOT is the path of the Kustomization whose labels the configured spokes'
+/// SealedSecrets carry on the hub (here `./`, whose kustomization.yaml lists fluxcd/'s
+/// files), not the credential's directory: a path leaving the repo is refused, naming
+/// the Kustomization, and then the spoke's files are listed there.
+#[test]
+fn with_a_hub_add_finds_the_root_kustomization_through_its_labels() {
+    let l = crate::verify::hub::lab(2, "  verify_timeout: 20s\n");
+    let known_hosts = l.fleet.nodes[1].known_hosts_path.clone();
+    l.builder_of(1)
+        .top(&ssh_to_node1(&l.fleet, &known_hosts))
+        .write(&l.fleet.config)
+        .unwrap();
+    // spoke1's own namespace, where add puts its Secret and Kustomizations.
+    l.hub.add_spoke(SimSpoke {
+        secret_namespace: "spoke1".into(),
+        secret_name: "spoke1-kubeconfig".into(),
+        kustomization_namespace: "spoke1".into(),
+        kustomization_name: "spoke1".into(),
+        file: "fluxcd/spoke1-kubeconfig-sealed.yaml".into(),
+    });
+    l.hub.add_root_at("../../etc");
+    let (code, report, err) = l.fleet.rotate_json(&["spoke0"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let root = "resources:\n  - fluxcd/spoke0-kubeconfig-sealed.yaml\n";
+    push_to_remote(&l.fleet, &[("kustomization.yaml", root)]);
+    let before = l.fleet.remote_log();
+
+    let (code, _, err) = add(&l.fleet, &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("Kustomization flux-system/infra applies the spokes' credentials on the hub, but its spec.path \"../../etc\" leaves the fleet repo: pass --root"),
+        "{err}"
+    );
+    assert_eq!(l.fleet.remote_log(), before);
+
+    l.hub.add_root_at("./");
+    // Exit 1 whatever ROOT: the lab serves no GitRepository in spoke1's namespace, so
+    // the hub check after the push fails. The commit is what is judged here.
+    let (_, _, err) = add(&l.fleet, &[]);
+    assert!(
+        err.contains("ROOT is ./, the path of Kustomization flux-system/infra"),
+        "{err}"
+    );
+    assert_eq!(
+        files_of(&l.fleet, "main"),
+        [
+            "fluxcd/spoke1-kubeconfig-sealed.yaml",
+            "kustomization.yaml",
+            "spoke1.yaml",
+            "spokes/spoke1/apps/kustomization.yaml",
+            "spokes/spoke1/helmreleases/kustomization.yaml",
+        ]
+    );
+    let listed = git(&l.fleet.remote, &["show", "main:kustomization.yaml"]);
+    assert_eq!(
+        listed,
+        format!("{root}  - fluxcd/spoke1-kubeconfig-sealed.yaml\n  - spoke1.yaml\n")
     );
 }
