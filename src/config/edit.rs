@@ -84,12 +84,28 @@ enum AppendError {
 fn append(text: &str, spoke: &NewSpoke) -> Result<String, AppendError> {
     let list = crate::text::block_list(text, "spokes")?.ok_or(AppendError::NoSpokes)?;
     let eol = list.eol;
-    let pad = " ".repeat(list.indent);
-    let keys = " ".repeat(list.indent + 1 + list.gap);
+    let entry = entry_in(spoke, list.indent, list.gap, eol);
+    let gap = if list.missing_eol { eol } else { "" };
+    Ok(format!(
+        "{}{gap}{entry}{}",
+        &text[..list.at],
+        &text[list.at..]
+    ))
+}
+
+/// The `spokes:` list item `add` appends for `spoke`, at column 0: what the Helm
+/// chart's `config.spokes` takes as it is, for a configuration add cannot write.
+pub fn spoke_entry(spoke: &NewSpoke) -> String {
+    entry_in(spoke, 0, 1, "\n")
+}
+
+/// The list item: `-` at column `indent`, its keys `gap` spaces after it.
+fn entry_in(spoke: &NewSpoke, indent: usize, gap: usize, eol: &str) -> String {
+    let pad = " ".repeat(indent);
+    let keys = " ".repeat(indent + 1 + gap);
     let mut entry = format!(
-        "{}{pad}-{}name: {}{eol}{keys}address: {}{eol}{keys}distro: {}{eol}",
-        if list.missing_eol { eol } else { "" },
-        " ".repeat(list.gap),
+        "{pad}-{}name: {}{eol}{keys}address: {}{eol}{keys}distro: {}{eol}",
+        " ".repeat(gap),
         spoke.name,
         quoted(&spoke.address),
         spoke.distro.name()
@@ -106,7 +122,7 @@ fn append(text: &str, spoke: &NewSpoke) -> Result<String, AppendError> {
         "{keys}secret: {{namespace: {}}}{eol}",
         quoted(&spoke.namespace)
     ));
-    Ok(format!("{}{entry}{}", &text[..list.at], &text[list.at..]))
+    entry
 }
 
 /// A YAML double-quoted scalar (JSON's string syntax is YAML's): nothing in the value
@@ -232,5 +248,23 @@ mod tests {
         s.kubeconfig_path = Some("relative.yaml".into());
         let e = add(text, &s).unwrap_err().to_string();
         assert!(e.contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn the_entry_for_a_read_only_file_is_the_one_add_appends() {
+        let mut s = spoke("edge-1");
+        s.api_server = Some("https://lb.example.org:6443".into());
+        let entry = spoke_entry(&s);
+        assert_eq!(
+            entry,
+            "- name: edge-1\n  address: \"192.168.1.30\"\n  distro: rke2\n  api_server: \"https://lb.example.org:6443\"\n  secret: {namespace: \"edge-1\"}\n"
+        );
+        // Indented under `spokes:` (as the chart's values nest it), it loads as add's.
+        let text =
+            "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: a}\n";
+        let nested: String = entry.lines().map(|l| format!("  {l}\n")).collect();
+        let by_hand = Config::parse(&format!("{text}{nested}"), "f", Path::new("/")).unwrap();
+        let (_, added) = add(text, &s).unwrap();
+        assert_eq!(by_hand.spokes, added.spokes);
     }
 }

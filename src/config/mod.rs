@@ -53,7 +53,7 @@ pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
 #[cfg(test)]
 use daemon::DEFAULT_METRICS_LISTEN;
-pub use edit::{NewSpoke, add_spoke};
+pub use edit::{NewSpoke, add_spoke, spoke_entry};
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
     HubConfig,

@@ -6,7 +6,8 @@
 //! them: one commit, one push. In review mode that commit is an onboarding one on the
 //! spoke's branch, with one pull request (spokekeeper::repo::Repo::commit_onboarding).
 //! spokekeeper.yaml is written only once that commit is made (in review mode: pushed);
-//! a failure leaves it, the clone and the remote as they were.
+//! a failure leaves it, the clone and the remote as they were. A spokekeeper.yaml add
+//! cannot write (the chart's) must hold the spoke first (readonly.rs).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,7 @@ use spokekeeper::rotate::{Options, Outcome};
 
 mod flux;
 mod layout;
+mod readonly;
 
 /// Namespaces a spoke's Flux objects may not share: flux-system holds Flux's own
 /// Secrets (the fleet repo's deploy key among them), which a HelmRelease there could
@@ -134,6 +136,8 @@ enum AddError {
     Tick(Box<super::rotate::RunTickError>),
     #[error("{spoke} was not added: nothing was committed and {} is unchanged; follow the steps above (the node recipe, the host key) and run add again", file.display())]
     NotAdded { spoke: String, file: PathBuf },
+    #[error("{spoke} was not added: {} cannot be written (the Helm chart mounts it from a ConfigMap) and does not configure it; nothing was committed: add the entry printed above to the chart's config.spokes, roll it out and run add again", file.display())]
+    ReadOnly { spoke: String, file: PathBuf },
     #[error("{spoke} is committed ({commit}) but {} could not be written: {error}; add the spoke to it by hand", file.display())]
     NotWritten {
         spoke: String,
@@ -146,7 +150,12 @@ enum AddError {
 /// Edits the configuration in memory, prints the node's steps, rotates the spoke with
 /// its Flux files beside it, and only then writes the configuration.
 fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, AddError> {
-    let (edited, config) = edit(args, config_path)?;
+    let (edited, config) = if readonly::writable(config_path) {
+        let (text, config) = edit(args, config_path)?;
+        (Some(text), config)
+    } else {
+        (None, readonly::configured(args, config_path)?)
+    };
     let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name).cloned() else {
         return Err(AddError::NotInConfig);
     };
@@ -190,27 +199,33 @@ fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, A
             file: config_path.to_path_buf(),
         });
     };
-    spokekeeper::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
-        AddError::NotWritten {
-            spoke: spoke.name.clone(),
-            commit: commit.clone(),
-            file: config_path.to_path_buf(),
-            error,
+    let added = match edited {
+        Some(edited) => {
+            spokekeeper::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
+                AddError::NotWritten {
+                    spoke: spoke.name.clone(),
+                    commit: commit.clone(),
+                    file: config_path.to_path_buf(),
+                    error,
+                }
+            })?;
+            format!("added {} to {}", spoke.name, config_path.display())
         }
-    })?;
+        None => format!(
+            "onboarded {} as {} has it",
+            spoke.name,
+            config_path.display()
+        ),
+    };
     let short = commit.chars().take(12).collect::<String>();
     if review {
         eprintln!(
-            "added {} to {}; pushed its credential with {} to branch {branch} at {short} for review: merging its pull request makes Flux deploy it",
-            spoke.name,
-            config_path.display(),
+            "{added}; pushed its credential with {} to branch {branch} at {short} for review: merging its pull request makes Flux deploy it",
             files.join(", "),
         );
     } else {
         eprintln!(
-            "added {} to {}; committed its credential with {} in {short}",
-            spoke.name,
-            config_path.display(),
+            "{added}; committed its credential with {} in {short}",
             files.join(", "),
         );
     }
@@ -230,6 +245,16 @@ fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError
     })?;
     let file = config_path.display().to_string();
     let spoke = new_spoke(args);
+    checked(args, &spoke.namespace)?;
+    let base = config_path
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default();
+    Ok(spokekeeper::config::add_spoke(&text, &file, &base, &spoke)?)
+}
+
+/// The flags add checks itself, with the spoke's hub namespace.
+fn checked(args: &AddArgs, namespace: &str) -> Result<(), AddError> {
     if let Some(sa) = args
         .service_account
         .as_ref()
@@ -237,16 +262,10 @@ fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError
     {
         return Err(AddError::Account(sa.clone()));
     }
-    if RESERVED_NAMESPACES.contains(&spoke.namespace.as_str())
-        || spoke.namespace.starts_with("kube-")
-    {
-        return Err(AddError::Namespace(spoke.namespace));
+    if RESERVED_NAMESPACES.contains(&namespace) || namespace.starts_with("kube-") {
+        return Err(AddError::Namespace(namespace.to_string()));
     }
-    let base = config_path
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default();
-    Ok(spokekeeper::config::add_spoke(&text, &file, &base, &spoke)?)
+    Ok(())
 }
 
 /// The commit the tick made for `spoke` (direct mode), if it rotated it.

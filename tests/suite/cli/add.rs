@@ -655,3 +655,49 @@ fn with_a_hub_add_finds_the_root_kustomization_through_its_labels() {
         format!("{root}  - fluxcd/spoke1-kubeconfig-sealed.yaml\n  - spoke1.yaml\n")
     );
 }
+
+/// A spokekeeper.yaml add cannot write (the chart's ConfigMap; here its mode): add prints
+/// the exact entry for config.spokes and commits nothing; once the file holds that entry,
+/// add onboards the spoke as configured and leaves the file alone.
+#[test]
+fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_it_has_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = fleet();
+    let read_only = |text: &str| {
+        let _ = std::fs::set_permissions(&fleet.config, std::fs::Permissions::from_mode(0o644));
+        std::fs::write(&fleet.config, text).unwrap();
+        std::fs::set_permissions(&fleet.config, std::fs::Permissions::from_mode(0o444)).unwrap();
+    };
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+    read_only(&config_before);
+    let before = fleet.remote_log();
+
+    let (code, _, err) = add(&fleet, &[]);
+    assert_ne!(code, 0);
+    let address = fleet.nodes[1].address_string();
+    let entry = format!(
+        "- name: spoke1\n  address: \"{address}\"\n  distro: k3s\n  kubeconfig_path: \"{}\"\n  secret: {{namespace: \"spoke1\"}}\n",
+        fleet.nodes[1].kubeconfig_path_str()
+    );
+    assert!(err.contains(&format!("cannot be written: add this entry to the Helm chart's config.spokes (or to the file's spokes:), roll it out, and run add again:\n\n{entry}\n")), "{err}");
+    assert!(
+        err.contains("spoke1 was not added") && err.contains("nothing was committed"),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log(), before);
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
+
+    // The entry rolled out (nested under spokes:, as the chart renders its values).
+    let nested: String = entry.lines().map(|l| format!("  {l}\n")).collect();
+    let rolled_out = format!("{config_before}{nested}");
+    read_only(&rolled_out);
+    let (code, out, err) = add(&fleet, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("onboarded spoke1 as"), "{err}");
+    assert_eq!(fleet.remote_log().len(), before.len() + 1);
+    assert!(files_of(&fleet, "main").contains(&"fluxcd/spoke1.yaml".to_string()));
+    assert_eq!(std::fs::read_to_string(&fleet.config).unwrap(), rolled_out);
+}
