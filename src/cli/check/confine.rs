@@ -101,7 +101,7 @@ fn patched_for<'a>(k: &Kustomization, spokes: &'a [SpokeConfig]) -> Option<&'a S
 }
 
 /// The Secret a patch's spec.kubeConfig names: a JSON 6902 `add` or a strategic merge.
-fn patched_secret(patch: &str) -> Option<String> {
+pub(super) fn patched_secret(patch: &str) -> Option<String> {
     let max = usize::try_from(super::traps::MAX_FILE_BYTES).unwrap_or(usize::MAX);
     let v: Value =
         serde_saphyr::from_str_with_options(patch, spokekeeper::repo::hostile_yaml(max)).ok()?;

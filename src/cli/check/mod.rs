@@ -11,7 +11,8 @@
 //!
 //! The clone's Flux objects are read too: a HelmRelease that would land on the hub, or
 //! on a spoke where no helm-controller runs, is a warning (`traps.rs`), and so is what
-//! the hub applies for a spoke unconfined or under another spoke's name (`confine.rs`).
+//! the hub applies for a spoke unconfined or under another spoke's name (`confine.rs`),
+//! and a spoke onboarded with its credential alone, which nothing deploys to (`onboard.rs`).
 
 use std::io::Write;
 use std::path::Path;
@@ -30,6 +31,7 @@ use spokekeeper::rotate::{observe, review};
 use spokekeeper::seal::SealingKey;
 
 mod confine;
+mod onboard;
 mod traps;
 
 #[derive(Debug, clap::Args)]
@@ -150,13 +152,15 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
 }
 
 /// The Flux layout's traps in the clone's `files`: what the hub applies for a spoke
-/// (confine.rs), then where HelmReleases land (traps.rs).
+/// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to
+/// (onboard.rs).
 fn layout_traps(
     files: &std::collections::BTreeMap<String, String>,
     spokes: &[spokekeeper::config::SpokeConfig],
 ) -> Vec<traps::Trap> {
     let mut out = confine::traps(files, spokes);
     out.extend(traps::traps(files, spokes));
+    out.extend(onboard::traps(files, spokes));
     out
 }
 

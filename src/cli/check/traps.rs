@@ -65,7 +65,7 @@ fn is_yaml(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml") || name == "Kustomization"
 }
 
-fn slash(p: &Path) -> String {
+pub(super) fn slash(p: &Path) -> String {
     p.components()
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
