@@ -201,12 +201,13 @@ fn collisions(owners: &BTreeMap<String, Vec<Applied<'_>>>) -> Vec<Trap> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::path::Path;
 
     use super::*;
 
-    fn spokes(extra: &str) -> Vec<SpokeConfig> {
+    /// Spokes edge and dev, each in its own namespace, then `extra` lines.
+    pub(in super::super) fn spokes(extra: &str) -> Vec<SpokeConfig> {
         let text = format!(
             "repo: {{path: f}}\nsealing: {{cert: c.pem}}\nspokes:\n  - {{name: edge, address: 10.0.0.1, secret: {{namespace: edge}}}}\n  - {{name: dev, address: 10.0.0.2, secret: {{namespace: dev}}}}\n{extra}"
         );
@@ -215,7 +216,11 @@ mod tests {
             .spokes
     }
 
-    fn details(files: &[(&str, &str)], spokes: &[SpokeConfig]) -> Vec<(String, String)> {
+    /// check's layout traps in `files`, as (spoke, detail).
+    pub(in super::super) fn details(
+        files: &[(&str, &str)],
+        spokes: &[SpokeConfig],
+    ) -> Vec<(String, String)> {
         let tree = files
             .iter()
             .map(|(f, t)| (f.to_string(), t.to_string()))

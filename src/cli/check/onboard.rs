@@ -62,31 +62,16 @@ fn read(s: &SpokeConfig, docs: &BTreeMap<&str, Vec<Value>>, ks: &[Kustomization]
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
+    use super::super::confine::tests::{details, spokes};
 
-    use super::*;
-
-    fn spokes() -> Vec<SpokeConfig> {
-        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge, address: 10.0.0.1, secret: {namespace: edge}}\n  - {name: dev, address: 10.0.0.2, secret: {namespace: dev}}\n";
-        spokekeeper::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
-            .unwrap()
-            .spokes
-    }
-
+    /// Every layout trap check finds in `files` (none but this module's here).
     fn found(files: &[(&str, &str)]) -> Vec<(String, String)> {
-        let tree = files
-            .iter()
-            .map(|(f, t)| (f.to_string(), t.to_string()))
-            .collect();
-        traps(&tree, &spokes())
-            .into_iter()
-            .map(|t| (t.spoke, t.detail))
-            .collect()
+        details(files, &spokes(""))
     }
 
     #[test]
     fn a_spoke_whose_committed_secret_no_flux_object_reads_is_named_with_the_fix() {
-        let spokes = spokes();
+        let spokes = spokes("");
         let edge = super::super::super::add::layout_for_tests(&spokes[0]);
         let sealed = "kind: SealedSecret\n";
         let mut files = vec![
