@@ -701,3 +701,31 @@ fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_
     assert!(files_of(&fleet, "main").contains(&"fluxcd/spoke1.yaml".to_string()));
     assert_eq!(std::fs::read_to_string(&fleet.config).unwrap(), rolled_out);
 }
+
+/// spoke0 rotated into the fleet repo with its credential alone, spoke1 added with its Flux
+/// objects: `check` names spoke0, and only spoke0, as onboarded with the credential alone.
+#[test]
+fn check_names_a_spoke_onboarded_with_its_credential_alone() {
+    let fleet = fleet();
+    let (code, out, err) = fleet.rotate(&["spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, out, err) = add(&fleet, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (_, out, err) = fleet.run(&["check", "-o", "json"]);
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let flux: Vec<(&str, &str)> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["cert"] == "flux")
+        .map(|f| (f["spoke"].as_str().unwrap(), f["detail"].as_str().unwrap()))
+        .collect();
+    assert_eq!(flux.len(), 1, "{report:#}");
+    assert_eq!(flux[0].0, "spoke0");
+    assert!(
+        flux[0].1.starts_with("onboarded with its credential alone: fluxcd/spoke0-kubeconfig-sealed.yaml is committed, but no Flux object in the fleet repo reads Secret flux-system/spoke0-kubeconfig"),
+        "{}",
+        flux[0].1
+    );
+}
