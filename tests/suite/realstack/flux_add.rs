@@ -100,8 +100,9 @@ fn forget(stack: &RealFlux, i: usize) {
     std::fs::write(&stack.fleet.config, text).unwrap();
 }
 
-/// `add spoke{i}` for node `i`, reading the GitRepository `source`; must succeed.
-fn add(stack: &RealFlux, i: usize, source: &str) {
+/// `add spoke{i}` for node `i`, reading the GitRepository `source`; must succeed. Its
+/// stderr.
+fn add(stack: &RealFlux, i: usize, source: &str) -> String {
     let n = &stack.fleet.nodes[i];
     let address = n.address_string();
     let name = format!("spoke{i}");
@@ -118,6 +119,7 @@ fn add(stack: &RealFlux, i: usize, source: &str) {
         source,
     ]);
     assert_eq!(code, 0, "{out}\n{err}\n{}", stack.controllers.tail(30));
+    err
 }
 
 /// Pushes the seed's work tree as it is, and brings the fleet's clone up to it.
@@ -164,6 +166,11 @@ fn after_add_the_real_controllers_deploy_to_the_new_spoke_and_the_traps_land_whe
         "fleet",
     ]);
     assert_eq!(code, 0, "{out}\n{err}\n{}", stack.controllers.tail(30));
+    // No spoke's SealedSecret is on the hub yet: ROOT is the credential's directory.
+    assert!(
+        err.contains("no Kustomization on the hub applies a configured spoke's credential: ROOT is the credential's directory ./fluxcd"),
+        "{err}"
+    );
     let listed = git(
         &stack.fleet.remote,
         &["show", "main:fluxcd/kustomization.yaml"],
@@ -364,7 +371,12 @@ fn two_added_spokes_keep_same_named_releases_apart_and_one_spokes_directory_reac
     forget(&stack, 1);
     add(&stack, 1, "fleet");
     forget(&stack, 0);
-    add(&stack, 0, "flux-system/fleet");
+    let err = add(&stack, 0, "flux-system/fleet");
+    // ROOT from the labels the real kustomize-controller put on spoke 1's SealedSecret.
+    assert!(
+        err.contains("ROOT is ./fluxcd, the path of Kustomization flux-system/"),
+        "{err}"
+    );
     for i in 0..2 {
         let ns = format!("spoke{i}");
         stack.wait_ready_in(&ns, "kustomization", &ns);
