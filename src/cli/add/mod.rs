@@ -138,6 +138,12 @@ enum AddError {
     NotAdded { spoke: String, file: PathBuf },
     #[error("{spoke} was not added: {} cannot be written (the Helm chart mounts it from a ConfigMap) and does not configure it; nothing was committed: add the entry printed above to the chart's config.spokes, roll it out and run add again", file.display())]
     ReadOnly { spoke: String, file: PathBuf },
+    #[error("--namespace {given:?} is not the spoke's secret.namespace {configured:?} in {}, which add cannot write: drop the flag, or change the entry there", file.display())]
+    OtherNamespace {
+        given: String,
+        configured: String,
+        file: PathBuf,
+    },
     #[error("{spoke} is committed ({commit}) but {} could not be written: {error}; add the spoke to it by hand", file.display())]
     NotWritten {
         spoke: String,

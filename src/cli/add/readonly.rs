@@ -19,7 +19,15 @@ pub(super) fn writable(path: &Path) -> bool {
 pub(super) fn configured(args: &AddArgs, config_path: &Path) -> Result<Config, AddError> {
     let config = Config::load(config_path)?;
     if let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name) {
-        super::checked(args, &spoke.secret.namespace)?;
+        let configured = &spoke.secret.namespace;
+        if let Some(given) = args.namespace.as_ref().filter(|n| *n != configured) {
+            return Err(AddError::OtherNamespace {
+                given: given.clone(),
+                configured: configured.clone(),
+                file: config_path.to_path_buf(),
+            });
+        }
+        super::checked(args, configured)?;
         return Ok(config);
     }
     // The flags checked as for a writable file, against the file as it is.

@@ -694,6 +694,14 @@ fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_
     let nested: String = entry.lines().map(|l| format!("  {l}\n")).collect();
     let rolled_out = format!("{config_before}{nested}");
     read_only(&rolled_out);
+    // The configuration decides: a flag saying otherwise is refused before any rotation.
+    let (code, _, err) = add(&fleet, &["--namespace", "elsewhere"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--namespace \"elsewhere\" is not the spoke's secret.namespace \"spoke1\""),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log(), before);
     let (code, out, err) = add(&fleet, &[]);
     assert_eq!(code, 0, "{out}\n{err}");
     assert!(err.contains("onboarded spoke1 as"), "{err}");
