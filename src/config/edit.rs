@@ -17,12 +17,15 @@ pub struct NewSpoke {
     pub distro: Distro,
     pub kubeconfig_path: Option<String>,
     pub api_server: Option<String>,
+    /// The hub namespace of its Secret and Flux objects (`secret.namespace`): one that
+    /// holds no other spoke's Secret.
+    pub namespace: String,
 }
 
 /// `text` (the file `file`, relative paths against `base`) with `spoke` appended to its
 /// `spokes:` list, and the configuration it loads as. Refuses a name already taken
-/// (naming that spoke's line), a `spokes:` it cannot append to as text, and anything
-/// the parser refuses in the result.
+/// (naming that spoke's line), a namespace holding another spoke's Secret, a `spokes:`
+/// it cannot append to as text, and anything the parser refuses in the result.
 pub fn add_spoke(
     text: &str,
     file: &str,
@@ -45,6 +48,17 @@ pub fn add_spoke(
         return Err(err(format!(
             "{at}a spoke named {:?} is already configured (spokes[{i}]): pick another name, or rotate it with `spokekeeper rotate {}`",
             spoke.name, spoke.name
+        )));
+    }
+    if let Some((i, other)) = before
+        .spokes
+        .iter()
+        .enumerate()
+        .find(|(_, s)| s.secret.namespace == spoke.namespace)
+    {
+        return Err(err(format!(
+            "namespace {:?} holds spokes[{i}]'s Secret ({}): each spoke added gets a hub namespace of its own, so that its Flux objects can read no other spoke's credential; pick another (add's --namespace)",
+            spoke.namespace, other.name
         )));
     }
     let edited = append(text, spoke).map_err(|e| err(e.to_string()))?;
@@ -70,12 +84,28 @@ enum AppendError {
 fn append(text: &str, spoke: &NewSpoke) -> Result<String, AppendError> {
     let list = crate::text::block_list(text, "spokes")?.ok_or(AppendError::NoSpokes)?;
     let eol = list.eol;
-    let pad = " ".repeat(list.indent);
-    let keys = " ".repeat(list.indent + 1 + list.gap);
+    let entry = entry_in(spoke, list.indent, list.gap, eol);
+    let gap = if list.missing_eol { eol } else { "" };
+    Ok(format!(
+        "{}{gap}{entry}{}",
+        &text[..list.at],
+        &text[list.at..]
+    ))
+}
+
+/// The `spokes:` list item `add` appends for `spoke`, at column 0: what the Helm
+/// chart's `config.spokes` takes as it is, for a configuration add cannot write.
+pub fn spoke_entry(spoke: &NewSpoke) -> String {
+    entry_in(spoke, 0, 1, "\n")
+}
+
+/// The list item: `-` at column `indent`, its keys `gap` spaces after it.
+fn entry_in(spoke: &NewSpoke, indent: usize, gap: usize, eol: &str) -> String {
+    let pad = " ".repeat(indent);
+    let keys = " ".repeat(indent + 1 + gap);
     let mut entry = format!(
-        "{}{pad}-{}name: {}{eol}{keys}address: {}{eol}{keys}distro: {}{eol}",
-        if list.missing_eol { eol } else { "" },
-        " ".repeat(list.gap),
+        "{pad}-{}name: {}{eol}{keys}address: {}{eol}{keys}distro: {}{eol}",
+        " ".repeat(gap),
         spoke.name,
         quoted(&spoke.address),
         spoke.distro.name()
@@ -88,7 +118,11 @@ fn append(text: &str, spoke: &NewSpoke) -> Result<String, AppendError> {
             entry.push_str(&format!("{keys}{k}: {}{eol}", quoted(v)));
         }
     }
-    Ok(format!("{}{entry}{}", &text[..list.at], &text[list.at..]))
+    entry.push_str(&format!(
+        "{keys}secret: {{namespace: {}}}{eol}",
+        quoted(&spoke.namespace)
+    ));
+    entry
 }
 
 /// A YAML double-quoted scalar (JSON's string syntax is YAML's): nothing in the value
@@ -108,6 +142,7 @@ mod tests {
             distro: Distro::Rke2,
             kubeconfig_path: None,
             api_server: None,
+            namespace: name.into(),
         }
     }
 
@@ -124,10 +159,11 @@ mod tests {
         assert_eq!(
             text,
             format!(
-                "{COMMENTED}  - name: edge-1\n    address: \"192.168.1.30\"\n    distro: rke2\n"
+                "{COMMENTED}  - name: edge-1\n    address: \"192.168.1.30\"\n    distro: rke2\n    secret: {{namespace: \"edge-1\"}}\n"
             )
         );
         let edge = &config.spokes[1];
+        assert_eq!(edge.secret.namespace, "edge-1");
         assert_eq!(edge.name, "edge-1");
         assert_eq!(edge.kubeconfig_path, "/etc/rancher/rke2/rke2.yaml");
         assert_eq!(edge.ssh.user, "spokekeeper", "the global ssh: applies");
@@ -143,7 +179,7 @@ mod tests {
         let (out, config) = add(text, &s).unwrap();
         assert_eq!(
             out,
-            "repo: {path: f}\r\nsealing: {cert: c.pem}\r\nspokes:\r\n- name: dev   # first\r\n  address: 10.0.0.1\r\n- name: test\r\n  address: \"fd00::1\"\r\n  distro: rke2\r\n  kubeconfig_path: \"/opt/k3s.yaml\"\r\n  api_server: \"https://lb.example.org:6443\"\r\n\r\n# the hub\r\nhub:\r\n  verify_timeout: 1m\r\n"
+            "repo: {path: f}\r\nsealing: {cert: c.pem}\r\nspokes:\r\n- name: dev   # first\r\n  address: 10.0.0.1\r\n- name: test\r\n  address: \"fd00::1\"\r\n  distro: rke2\r\n  kubeconfig_path: \"/opt/k3s.yaml\"\r\n  api_server: \"https://lb.example.org:6443\"\r\n  secret: {namespace: \"test\"}\r\n\r\n# the hub\r\nhub:\r\n  verify_timeout: 1m\r\n"
         );
         assert_eq!(config.spokes[1].address, "fd00::1");
         assert!(config.hub.is_some());
@@ -164,6 +200,26 @@ mod tests {
             e.starts_with("spokekeeper.yaml: line 6: a spoke named \"edge-1\" is already configured (spokes[1])"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_namespace_holding_another_spokes_secret_is_refused() {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: a}\n  - {name: lab, address: b, secret: {namespace: lab}}\n";
+        for (ns, held_by) in [
+            ("flux-system", "spokes[0]'s Secret (dev)"),
+            ("lab", "spokes[1]'s Secret (lab)"),
+        ] {
+            let mut s = spoke("edge");
+            s.namespace = ns.into();
+            let e = add(text, &s).unwrap_err().to_string();
+            assert!(
+                e.contains(&format!("namespace {ns:?} holds {held_by}"))
+                    && e.contains("--namespace"),
+                "{e}"
+            );
+        }
+        let (_, config) = add(text, &spoke("edge")).unwrap();
+        assert_eq!(config.spokes[2].secret.namespace, "edge");
     }
 
     #[test]
@@ -192,5 +248,23 @@ mod tests {
         s.kubeconfig_path = Some("relative.yaml".into());
         let e = add(text, &s).unwrap_err().to_string();
         assert!(e.contains("absolute"), "{e}");
+    }
+
+    #[test]
+    fn the_entry_for_a_read_only_file_is_the_one_add_appends() {
+        let mut s = spoke("edge-1");
+        s.api_server = Some("https://lb.example.org:6443".into());
+        let entry = spoke_entry(&s);
+        assert_eq!(
+            entry,
+            "- name: edge-1\n  address: \"192.168.1.30\"\n  distro: rke2\n  api_server: \"https://lb.example.org:6443\"\n  secret: {namespace: \"edge-1\"}\n"
+        );
+        // Indented under `spokes:` (as the chart's values nest it), it loads as add's.
+        let text =
+            "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: a}\n";
+        let nested: String = entry.lines().map(|l| format!("  {l}\n")).collect();
+        let by_hand = Config::parse(&format!("{text}{nested}"), "f", Path::new("/")).unwrap();
+        let (_, added) = add(text, &s).unwrap();
+        assert_eq!(by_hand.spokes, added.spokes);
     }
 }

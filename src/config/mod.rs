@@ -53,7 +53,7 @@ pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
 #[cfg(test)]
 use daemon::DEFAULT_METRICS_LISTEN;
-pub use edit::{NewSpoke, add_spoke};
+pub use edit::{NewSpoke, add_spoke, spoke_entry};
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
     HubConfig,
@@ -235,7 +235,8 @@ pub fn is_dns_subdomain(s: &str) -> bool {
     !s.is_empty() && s.len() <= 253 && s.split('.').all(is_dns_label)
 }
 
-fn is_dns_label(s: &str) -> bool {
+/// Whether `s` is a valid namespace name (an RFC 1123 DNS label).
+pub fn is_dns_label(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 63
         && s.bytes()

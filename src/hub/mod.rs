@@ -500,6 +500,9 @@ pub struct HubObject {
     /// `kustomize.toolkit.fluxcd.io/{namespace,name}` labels it writes.
     #[serde(skip)]
     pub(crate) applied_by: Option<Consumer>,
+    /// Kustomization: spec.path, as written (hub text, unchecked).
+    #[serde(skip)]
+    pub(crate) path: Option<String>,
 }
 
 impl HubObject {
@@ -549,6 +552,7 @@ impl HubObject {
             suspended: v["spec"]["suspend"] == true,
             source: source::SourceRef::of(v, v["metadata"]["namespace"].as_str().unwrap_or("")),
             applied_by: None,
+            path: v["spec"]["path"].as_str().map(str::to_string),
         }
     }
 

@@ -112,6 +112,28 @@ pub(crate) async fn roots<'a>(
     found
 }
 
+/// The Kustomization that applies the first of `spokes`' SealedSecrets found on the hub
+/// (by its labels), and its spec.path as written: where `spokekeeper add` lays a new
+/// spoke's files. None when the hub shows none (not applied yet, sops Secrets, no answer).
+pub async fn applying<'a>(
+    hub: &Hub,
+    spokes: impl Iterator<Item = &'a SpokeConfig>,
+) -> Option<(Consumer, String)> {
+    for s in spokes {
+        let (ns, name) = (&s.secret.namespace, &s.secret.name);
+        let Ok(Some(obj)) = hub.sealed_secret(ns, name).await else {
+            continue;
+        };
+        let Some(k) = obj.applied_by else { continue };
+        if let Ok(Some(root)) = hub.consumer(&k).await
+            && let Some(path) = root.path
+        {
+            return Some((k, path));
+        }
+    }
+    None
+}
+
 /// `k` as a root, with its GitRepository; with `at`, both asked to reconcile as
 /// [`roots`] asks them. None when `k` is not on the hub.
 pub(crate) async fn root_of(

@@ -284,9 +284,14 @@ impl Fleet {
 
     /// The kubeconfig the hub would get from spoke i's committed SealedSecret.
     pub fn unsealed(&self, i: usize) -> SecretBytes {
+        self.unsealed_in(i, "flux-system")
+    }
+
+    /// [`Fleet::unsealed`], the Secret in `namespace`.
+    pub fn unsealed_in(&self, i: usize, namespace: &str) -> SecretBytes {
         let keys = vectors_recovery_keys();
         let sealed = SealedSecret::parse(self.remote_file(i).as_bytes()).unwrap();
-        assert_eq!(sealed.namespace, "flux-system");
+        assert_eq!(sealed.namespace, namespace);
         assert_eq!(sealed.name, format!("spoke{i}-kubeconfig"));
         let mut secret = sealed.unseal(&keys).unwrap();
         secret.data.remove("value").expect("key value")

@@ -409,13 +409,18 @@ impl HubSim {
     /// (their `kustomize.toolkit.fluxcd.io/*` labels name it) from the GitRepository
     /// `flux-system/flux-system`, to the hub itself.
     pub fn add_root(&self) {
+        self.add_root_at("./fluxcd");
+    }
+
+    /// [`HubSim::add_root`] with this spec.path.
+    pub fn add_root_at(&self, path: &str) {
         self.add_consumer(Kind::Kustomization, ROOT.0, ROOT.1, None);
         if let Some(o) = self.lock().consumers.get_mut(&(
             Kind::Kustomization,
             ROOT.0.to_string(),
             ROOT.1.to_string(),
         )) {
-            o.obj["spec"]["path"] = json!("./fluxcd");
+            o.obj["spec"]["path"] = json!(path);
         }
     }
 

@@ -2,11 +2,12 @@
 //! kustomization for each spoke directory that does not exist, and the root
 //! kustomization.yaml's listing (when the root has one).
 
-use std::path::Path;
+use std::path::{Component, Path, PathBuf};
 
-use super::layout::{self, EMPTY_KUSTOMIZATION, Layout, slash_path};
+use super::layout::{self, EMPTY_KUSTOMIZATION, Layout, Source, slash_path};
 use super::{AddArgs, AddError};
 use spokekeeper::config::{Config, RepoMode, SpokeConfig};
+use spokekeeper::hub::{Hub, root};
 use spokekeeper::repo::Repo;
 use spokekeeper::rotate::Beside;
 
@@ -25,7 +26,11 @@ pub(super) async fn flux_files(
         let _lock = repo.lock().map_err(|e| AddError::Lock(Box::new(e)))?;
         repo.sync().await.map_err(|e| AddError::Repo(Box::new(e)))?;
     }
-    let layout = layout_of(spoke, args)?;
+    let root = match &args.root {
+        Some(r) => r.clone(),
+        None => root_dir(config, spoke).await?,
+    };
+    let layout = layout_of(spoke, args, root)?;
     let mut beside = new_files(&repo, &layout, spoke).await?;
     if let Some(listing) = root_listing(&repo, &layout, config, spoke).await? {
         beside.push(listing);
@@ -36,36 +41,77 @@ pub(super) async fn flux_files(
     Ok((beside, pushed))
 }
 
-/// Where the files go, from the flags: each a directory inside the fleet repo.
-fn layout_of(spoke: &SpokeConfig, args: &AddArgs) -> Result<Layout, AddError> {
+/// How long add waits for the hub to name the root.
+const HUB_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// ROOT without --root: with `hub:`, the directory of the Kustomization that applies the
+/// configured spokes' credentials (kustomize-controller's labels on them name it), as
+/// the hub verification finds it; else, or when the hub shows none, the credential's.
+async fn root_dir(config: &Config, spoke: &SpokeConfig) -> Result<PathBuf, AddError> {
+    let credential_dir = || spoke.output.parent().map(Path::to_path_buf);
+    let Some(hub_config) = &config.hub else {
+        return Ok(credential_dir().unwrap_or_default());
+    };
+    let others = config.spokes.iter().filter(|s| s.name != spoke.name);
+    let found = tokio::time::timeout(HUB_WAIT, async {
+        let hub = Hub::connect(hub_config).await.ok()?;
+        root::applying(&hub, others).await
+    })
+    .await
+    .ok()
+    .flatten();
+    let Some((kustomization, path)) = found else {
+        let dir = credential_dir().unwrap_or_default();
+        eprintln!(
+            "no Kustomization on the hub applies a configured spoke's credential: ROOT is the credential's directory ./{} (pass --root to name the root Kustomization's path)",
+            slash_path(&dir)
+        );
+        return Ok(dir);
+    };
+    let dir = in_repo(&path).ok_or_else(|| AddError::HubRoot {
+        kustomization: kustomization.to_string(),
+        path: spokekeeper::text::one_line(&path, 200),
+    })?;
+    eprintln!(
+        "ROOT is ./{}, the path of {kustomization}, which applies the configured spokes' credentials on the hub (--root overrides)",
+        slash_path(&dir)
+    );
+    Ok(dir)
+}
+
+/// A Kustomization's spec.path as a directory relative to the repo root ("./" is ""),
+/// None when it climbs out.
+fn in_repo(path: &str) -> Option<PathBuf> {
+    let mut dir = PathBuf::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::Normal(n) => dir.push(n),
+            Component::CurDir | Component::RootDir => {}
+            _ => return None,
+        }
+    }
+    Some(dir)
+}
+
+/// Where the files go, from the flags and ROOT: each a directory inside the fleet repo.
+fn layout_of(spoke: &SpokeConfig, args: &AddArgs, root: PathBuf) -> Result<Layout, AddError> {
     let layout = Layout {
-        root: match &args.root {
-            Some(r) => r.clone(),
-            None => spoke
-                .output
-                .parent()
-                .map(Path::to_path_buf)
-                .unwrap_or_default(),
-        },
+        root,
         dir: args
             .dir
             .clone()
             .unwrap_or_else(|| Path::new("spokes").join(&spoke.name)),
-        source: args.source.clone(),
+        source: Source::parse(&args.source).ok_or_else(|| AddError::Source(args.source.clone()))?,
+        spoke_account: args.service_account.clone(),
     };
     for (flag, p) in [("--root", &layout.root), ("--dir", &layout.dir)] {
-        let inside = p
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
+        let inside = p.components().all(|c| matches!(c, Component::Normal(_)));
         if !inside {
             return Err(AddError::Outside {
                 flag,
                 path: p.clone(),
             });
         }
-    }
-    if !spokekeeper::config::is_dns_subdomain(&args.source) {
-        return Err(AddError::Source(args.source.clone()));
     }
     Ok(layout)
 }
@@ -146,4 +192,21 @@ async fn root_listing(
         bytes: edited.into_bytes(),
         was: Some(was),
     }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_root_path_from_the_hub_is_a_directory_inside_the_repo_or_refused() {
+        assert_eq!(in_repo("./fluxcd"), Some(PathBuf::from("fluxcd")));
+        assert_eq!(in_repo("./"), Some(PathBuf::new()));
+        assert_eq!(
+            in_repo("/clusters/hub/"),
+            Some(PathBuf::from("clusters/hub"))
+        );
+        assert_eq!(in_repo("../etc"), None);
+        assert_eq!(in_repo("clusters/../../etc"), None);
+    }
 }

@@ -18,11 +18,46 @@ pub(super) struct Layout {
     /// the hub with spec.kubeConfig patched in.
     pub dir: PathBuf,
     /// The GitRepository both Kustomizations read.
-    pub source: String,
+    pub source: Source,
+    /// The ServiceAccount Flux impersonates on the spoke (`--service-account`), in the
+    /// spoke's hub namespace's name there.
+    pub spoke_account: Option<String>,
 }
 
+/// A GitRepository: `--source [NAMESPACE/]NAME`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Source {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl Source {
+    /// `[NAMESPACE/]NAME`, the namespace flux-system unless given; None when either part
+    /// is not a Kubernetes name.
+    pub(super) fn parse(text: &str) -> Option<Source> {
+        let (namespace, name) = text.split_once('/').unwrap_or(("flux-system", text));
+        let ok = spokekeeper::config::is_dns_subdomain(name)
+            && spokekeeper::config::is_dns_label(namespace);
+        ok.then(|| Source {
+            namespace: namespace.into(),
+            name: name.into(),
+        })
+    }
+}
+
+/// What the hub-side Kustomization may apply in the spoke's namespace, as its
+/// ServiceAccount's Role grants it: (API group, resources).
+pub(super) const HUB_KINDS: [(&str, &str); 3] = [
+    ("helm.toolkit.fluxcd.io", "helmreleases"),
+    (
+        "source.toolkit.fluxcd.io",
+        "helmrepositories, ocirepositories",
+    ),
+    ("\"\"", "configmaps"),
+];
+
 impl Layout {
-    /// `ROOT/NAME.yaml`: both Kustomizations.
+    /// `ROOT/NAME.yaml`: the spoke's namespace, account and Kustomizations.
     pub(super) fn objects_file(&self, spoke: &SpokeConfig) -> PathBuf {
         self.root.join(format!("{}.yaml", spoke.name))
     }
@@ -35,44 +70,100 @@ impl Layout {
         self.dir.join("helmreleases")
     }
 
-    /// The name of the hub-side Kustomization that applies the spoke's HelmReleases.
+    /// The name of the hub-side Kustomization that applies the spoke's HelmReleases,
+    /// and of the ServiceAccount it applies them as.
     pub(super) fn helm_kustomization(spoke: &SpokeConfig) -> String {
         format!("{}-helmreleases", spoke.name)
     }
 
-    /// The two Kustomizations, in the Secret's namespace (Flux reads a kubeConfig Secret
-    /// from the consumer's own namespace): one applies `apps/` on the spoke with its
-    /// kubeconfig; the other applies `helmreleases/` on the hub, where helm-controller
-    /// runs, with `spec.kubeConfig` patched into every HelmRelease so that each release
-    /// is installed on the spoke, and the HelmReleases moved into that namespace.
+    /// Everything in the spoke's own hub namespace (the Secret's: Flux reads a
+    /// kubeConfig Secret from the consumer's namespace), as Flux's hub-and-spoke example
+    /// lays a spoke out: the Namespace; a Kustomization that applies `apps/` on the spoke
+    /// with its kubeconfig; and one that applies `helmreleases/` on the hub, where
+    /// helm-controller runs, as a ServiceAccount that may write only [`HUB_KINDS`] in that
+    /// namespace, every object moved into it and every HelmRelease given spec.kubeConfig,
+    /// so that each release is installed on the spoke and no name meets another spoke's.
     pub(super) fn objects(&self, spoke: &SpokeConfig) -> String {
         let (name, ns) = (&spoke.name, &spoke.secret.namespace);
-        let (secret, key) = (&spoke.secret.name, &spoke.secret.key);
-        let source = &self.source;
-        let apps = slash_path(&self.apps());
-        let helm = slash_path(&self.helm_releases());
         let helm_name = Self::helm_kustomization(spoke);
         format!(
-            "# Written by `spokekeeper add {name}`: what Flux deploys to spoke {name}.\n\
-             # Plain manifests in {apps} are applied on the spoke, with its kubeconfig.\n\
+            "# Written by `spokekeeper add {name}`: what Flux deploys to spoke {name}, from its\n\
+             # own hub namespace {ns}, which holds its Secret and no other spoke's.\n\
+             apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n\
+             ---\n{}---\n{}",
+            self.account(ns, &helm_name),
+            self.kustomizations(spoke, &helm_name),
+        )
+    }
+
+    /// The ServiceAccount the hub-side Kustomization applies as, its Role and binding.
+    fn account(&self, ns: &str, sa: &str) -> String {
+        let rules: String = HUB_KINDS
+            .iter()
+            .map(|(group, resources)| {
+                format!(
+                    "  - apiGroups: [{group}]\n    resources: [{resources}]\n    \
+                     verbs: [get, list, watch, create, update, patch, delete]\n"
+                )
+            })
+            .collect();
+        format!(
+            "# The account the HelmReleases are applied as: it may write only these kinds,\n\
+             # and only in {ns} (no Secret, no RBAC, no Kustomization, nothing cluster-wide).\n\
+             apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {sa}\n  namespace: {ns}\n\
+             ---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: {sa}\n  namespace: {ns}\n\
+             rules:\n{rules}\
+             ---\n\
+             apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {sa}\n  namespace: {ns}\n\
+             roleRef:\n  apiGroup: rbac.authorization.k8s.io\n  kind: Role\n  name: {sa}\n\
+             subjects:\n  - kind: ServiceAccount\n    name: {sa}\n    namespace: {ns}\n"
+        )
+    }
+
+    /// The spoke's two Kustomizations.
+    fn kustomizations(&self, spoke: &SpokeConfig, helm_name: &str) -> String {
+        let (name, ns) = (&spoke.name, &spoke.secret.namespace);
+        let (secret, key) = (&spoke.secret.name, &spoke.secret.key);
+        let source = format!(
+            "  sourceRef:\n    kind: GitRepository\n    name: {}\n    namespace: {}\n",
+            self.source.name, self.source.namespace
+        );
+        let apps = slash_path(&self.apps());
+        let helm = slash_path(&self.helm_releases());
+        let (on_spoke, impersonate) = match &self.spoke_account {
+            Some(sa) => (
+                format!("  serviceAccountName: {sa}\n"),
+                format!(
+                    "        - op: add\n          path: /spec/serviceAccountName\n          value: {sa}\n"
+                ),
+            ),
+            None => (String::new(), String::new()),
+        };
+        format!(
+            "# Plain manifests in {apps} are applied on the spoke, with its kubeconfig.\n\
              apiVersion: kustomize.toolkit.fluxcd.io/v1\n\
              kind: Kustomization\n\
              metadata:\n  name: {name}\n  namespace: {ns}\n\
              spec:\n  interval: 10m\n  retryInterval: 1m\n  timeout: 5m\n  path: ./{apps}\n  prune: true\n\
-             \x20 sourceRef:\n    kind: GitRepository\n    name: {source}\n\
+             {source}{on_spoke}\
              \x20 kubeConfig:\n    secretRef:\n      name: {secret}\n      key: {key}\n\
              ---\n\
-             # HelmReleases in {helm} are applied on the hub, where helm-controller runs;\n\
-             # each gets spec.kubeConfig, so its release is installed on the spoke.\n\
+             # HelmReleases in {helm} are applied on the hub, where helm-controller runs, as\n\
+             # {helm_name}; each gets spec.kubeConfig, so its release is installed on the\n\
+             # spoke. Give each spec.targetNamespace and spec.storageNamespace: without them\n\
+             # it installs into, and stores in, namespace {ns} on the spoke.\n\
              apiVersion: kustomize.toolkit.fluxcd.io/v1\n\
              kind: Kustomization\n\
              metadata:\n  name: {helm_name}\n  namespace: {ns}\n\
              spec:\n  interval: 10m\n  retryInterval: 1m\n  timeout: 5m\n  path: ./{helm}\n  prune: true\n\
+             \x20 serviceAccountName: {helm_name}\n\
              \x20 targetNamespace: {ns}\n\
-             \x20 sourceRef:\n    kind: GitRepository\n    name: {source}\n\
+             {source}\
              \x20 patches:\n    - target:\n        kind: HelmRelease\n      patch: |\n\
              \x20       - op: add\n          path: /spec/kubeConfig\n          value:\n\
-             \x20           secretRef:\n              name: {secret}\n              key: {key}\n"
+             \x20           secretRef:\n              name: {secret}\n              key: {key}\n\
+             {impersonate}"
         )
     }
 }
@@ -168,11 +259,17 @@ mod tests {
     use super::*;
 
     fn spoke() -> SpokeConfig {
-        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge-1, address: 10.0.0.1}\n";
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge-1, address: 10.0.0.1, secret: {namespace: edge-1}}\n";
         spokekeeper::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
             .remove(0)
+    }
+
+    fn documents(text: &str) -> Vec<serde_json::Value> {
+        text.split("\n---\n")
+            .map(|d| serde_saphyr::from_str(d).unwrap())
+            .collect()
     }
 
     #[test]
@@ -180,7 +277,8 @@ mod tests {
         let layout = Layout {
             root: "clusters/hub".into(),
             dir: "spokes/edge-1".into(),
-            source: "flux-system".into(),
+            source: Source::parse("fleet").unwrap(),
+            spoke_account: None,
         };
         let s = spoke();
         assert_eq!(
@@ -188,26 +286,31 @@ mod tests {
             Path::new("clusters/hub/edge-1.yaml")
         );
         let text = layout.objects(&s);
-        let docs: Vec<serde_json::Value> = text
-            .split("\n---\n")
-            .map(|d| serde_saphyr::from_str(d).unwrap())
-            .collect();
-        let [apps, helm] = docs.as_slice() else {
+        let docs = documents(&text);
+        let [namespace, _, _, _, apps, helm] = docs.as_slice() else {
             panic!("{text}")
         };
+        assert_eq!(namespace["kind"], "Namespace");
+        assert_eq!(namespace["metadata"]["name"], "edge-1");
         assert_eq!(apps["metadata"]["name"], "edge-1");
+        assert_eq!(apps["metadata"]["namespace"], "edge-1");
         assert_eq!(apps["spec"]["path"], "./spokes/edge-1/apps");
         assert_eq!(
             apps["spec"]["kubeConfig"]["secretRef"],
             serde_json::json!({"name": "edge-1-kubeconfig", "key": "value"})
         );
-        assert_eq!(apps["spec"]["sourceRef"]["name"], "flux-system");
+        // The source lives in flux-system, not in the spoke's namespace.
+        let source = serde_json::json!({"kind": "GitRepository", "name": "fleet", "namespace": "flux-system"});
+        assert_eq!(apps["spec"]["sourceRef"], source);
+        assert_eq!(helm["spec"]["sourceRef"], source);
         assert_eq!(helm["metadata"]["name"], "edge-1-helmreleases");
+        assert_eq!(helm["metadata"]["namespace"], "edge-1");
         assert!(
             helm["spec"].get("kubeConfig").is_none(),
             "applied on the hub"
         );
-        assert_eq!(helm["spec"]["targetNamespace"], "flux-system");
+        assert_eq!(helm["spec"]["targetNamespace"], "edge-1");
+        assert_eq!(helm["spec"]["serviceAccountName"], "edge-1-helmreleases");
         let patch = &helm["spec"]["patches"][0];
         assert_eq!(patch["target"], serde_json::json!({"kind": "HelmRelease"}));
         let ops: serde_json::Value =
@@ -217,6 +320,74 @@ mod tests {
             serde_json::json!([{"op": "add", "path": "/spec/kubeConfig",
                 "value": {"secretRef": {"name": "edge-1-kubeconfig", "key": "value"}}}])
         );
+    }
+
+    #[test]
+    fn the_hub_side_account_may_write_only_helm_objects_in_the_spokes_namespace() {
+        let layout = Layout {
+            root: "fluxcd".into(),
+            dir: "spokes/edge-1".into(),
+            source: Source::parse("flux-system/flux-system").unwrap(),
+            spoke_account: None,
+        };
+        let docs = documents(&layout.objects(&spoke()));
+        let [_, account, role, binding, _, _] = docs.as_slice() else {
+            panic!("{docs:?}")
+        };
+        for d in [account, role, binding] {
+            assert_eq!(d["metadata"]["namespace"], "edge-1", "{d}");
+            assert_eq!(d["metadata"]["name"], "edge-1-helmreleases", "{d}");
+        }
+        assert_eq!(
+            (&account["kind"], &role["kind"]),
+            (&"ServiceAccount".into(), &"Role".into())
+        );
+        let granted: Vec<(String, String)> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                let group = r["apiGroups"][0].as_str().unwrap().to_string();
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(move |res| (group.clone(), res.as_str().unwrap().to_string()))
+            })
+            .collect();
+        assert_eq!(
+            granted,
+            [
+                ("helm.toolkit.fluxcd.io", "helmreleases"),
+                ("source.toolkit.fluxcd.io", "helmrepositories"),
+                ("source.toolkit.fluxcd.io", "ocirepositories"),
+                ("", "configmaps"),
+            ]
+            .map(|(g, r)| (g.to_string(), r.to_string()))
+        );
+        assert_eq!(binding["kind"], "RoleBinding");
+        assert_eq!(binding["roleRef"]["kind"], "Role");
+        assert_eq!(
+            binding["subjects"],
+            serde_json::json!([{"kind": "ServiceAccount", "name": "edge-1-helmreleases", "namespace": "edge-1"}])
+        );
+    }
+
+    #[test]
+    fn a_source_is_namespace_slash_name_or_a_name_in_flux_system() {
+        let s = Source::parse("tenants/fleet.git").unwrap();
+        assert_eq!(
+            (s.namespace.as_str(), s.name.as_str()),
+            ("tenants", "fleet.git")
+        );
+        let s = Source::parse("flux-system").unwrap();
+        assert_eq!(
+            (s.namespace.as_str(), s.name.as_str()),
+            ("flux-system", "flux-system")
+        );
+        for bad in ["", "a/", "/a", "a.b/c", "A", "a/b/c"] {
+            assert_eq!(Source::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! them: one commit, one push. In review mode that commit is an onboarding one on the
 //! spoke's branch, with one pull request (spokekeeper::repo::Repo::commit_onboarding).
 //! spokekeeper.yaml is written only once that commit is made (in review mode: pushed);
-//! a failure leaves it, the clone and the remote as they were.
+//! a failure leaves it, the clone and the remote as they were. A spokekeeper.yaml add
+//! cannot write (the chart's) must hold the spoke first (readonly.rs).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +20,12 @@ use spokekeeper::rotate::{Options, Outcome};
 
 mod flux;
 mod layout;
+mod readonly;
+
+/// Namespaces a spoke's Flux objects may not share: flux-system holds Flux's own
+/// Secrets (the fleet repo's deploy key among them), which a HelmRelease there could
+/// read through valuesFrom; kube-* and default are Kubernetes'.
+const RESERVED_NAMESPACES: [&str; 2] = ["flux-system", "default"];
 
 /// The API server port of k3s, rke2 and kubeadm alike.
 const API_PORT: u16 = 6443;
@@ -40,15 +47,26 @@ pub struct AddArgs {
     #[arg(long)]
     pub kubeconfig_path: Option<String>,
     /// The root Kustomization's directory in the fleet repo (its spec.path), where the
-    /// spoke's Kustomizations go [default: the directory of the spoke's sealed credential].
+    /// spoke's Kustomizations go [default: with hub:, the path of the Kustomization that
+    /// applies the configured spokes' credentials there; else the credential's directory].
     #[arg(long)]
     pub root: Option<PathBuf>,
     /// The spoke's manifests directory in the fleet repo [default: spokes/NAME].
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// The GitRepository the spoke's Kustomizations read (flux bootstrap names it flux-system).
+    /// The GitRepository the spoke's Kustomizations read, as [NAMESPACE/]NAME (flux
+    /// bootstrap's is flux-system/flux-system; NAMESPACE defaults to flux-system).
     #[arg(long, default_value = "flux-system")]
     pub source: String,
+    /// The spoke's own hub namespace: its Secret, its Kustomizations and its HelmReleases,
+    /// and no other spoke's [default: NAME].
+    #[arg(long)]
+    pub namespace: Option<String>,
+    /// The ServiceAccount Flux's controllers act as on the spoke (serviceAccountName, in
+    /// the namespace of that name there): needed when they run with
+    /// --default-service-account (Flux's multi-tenancy lockdown); the steps create it.
+    #[arg(long)]
+    pub service_account: Option<String>,
 }
 
 pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
@@ -83,8 +101,16 @@ enum AddError {
     },
     #[error("{flag} {}: give a directory inside the fleet repo, relative to its root (e.g. clusters/hub)", path.display())]
     Outside { flag: &'static str, path: PathBuf },
-    #[error("--source {0:?} is not a Kubernetes object name (the GitRepository, e.g. flux-system)")]
+    #[error(
+        "--source {0:?} is not [NAMESPACE/]NAME of a GitRepository (e.g. flux-system/flux-system)"
+    )]
     Source(String),
+    #[error("--service-account {0:?} is not a Kubernetes object name (e.g. flux-applier)")]
+    Account(String),
+    #[error(
+        "--namespace {0:?} is not the spoke's own: Flux and Kubernetes keep their own objects there (pick e.g. the spoke's name)"
+    )]
+    Namespace(String),
     #[error("{} exists in the fleet repo: add overwrites nothing; remove it, or pick another name", .0.display())]
     Exists(PathBuf),
     #[error("{} lists the root's resources, but the spoke's credential {} is outside {}: set spokes[].output under it, or pass --root", file.display(), output.display(), root.display())]
@@ -93,6 +119,10 @@ enum AddError {
         output: PathBuf,
         root: PathBuf,
     },
+    #[error(
+        "{kustomization} applies the spokes' credentials on the hub, but its spec.path {path:?} leaves the fleet repo: pass --root"
+    )]
+    HubRoot { kustomization: String, path: String },
     #[error("{}: not UTF-8 text", .0.display())]
     NotText(PathBuf),
     #[error("{}: its last line has no line break, and in review mode add may only add lines to it; end the file with one on {branch} and run add again", file.display())]
@@ -106,6 +136,14 @@ enum AddError {
     Tick(Box<super::rotate::RunTickError>),
     #[error("{spoke} was not added: nothing was committed and {} is unchanged; follow the steps above (the node recipe, the host key) and run add again", file.display())]
     NotAdded { spoke: String, file: PathBuf },
+    #[error("{spoke} was not added: {} cannot be written (the Helm chart mounts it from a ConfigMap) and does not configure it; nothing was committed: add the entry printed above to the chart's config.spokes, roll it out and run add again", file.display())]
+    ReadOnly { spoke: String, file: PathBuf },
+    #[error("--namespace {given:?} is not the spoke's secret.namespace {configured:?} in {}, which add cannot write: drop the flag, or change the entry there", file.display())]
+    OtherNamespace {
+        given: String,
+        configured: String,
+        file: PathBuf,
+    },
     #[error("{spoke} is committed ({commit}) but {} could not be written: {error}; add the spoke to it by hand", file.display())]
     NotWritten {
         spoke: String,
@@ -118,11 +156,16 @@ enum AddError {
 /// Edits the configuration in memory, prints the node's steps, rotates the spoke with
 /// its Flux files beside it, and only then writes the configuration.
 fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, AddError> {
-    let (edited, config) = edit(args, config_path)?;
+    let (edited, config) = if readonly::writable(config_path) {
+        let (text, config) = edit(args, config_path)?;
+        (Some(text), config)
+    } else {
+        (None, readonly::configured(args, config_path)?)
+    };
     let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name).cloned() else {
         return Err(AddError::NotInConfig);
     };
-    let steps = node_steps(&spoke);
+    let steps = node_steps(&spoke, args.service_account.as_deref());
     if format == Format::Table {
         out(&steps);
     } else {
@@ -162,27 +205,33 @@ fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, A
             file: config_path.to_path_buf(),
         });
     };
-    spokekeeper::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
-        AddError::NotWritten {
-            spoke: spoke.name.clone(),
-            commit: commit.clone(),
-            file: config_path.to_path_buf(),
-            error,
+    let added = match edited {
+        Some(edited) => {
+            spokekeeper::fsutil::write_atomic(config_path, edited.as_bytes()).map_err(|error| {
+                AddError::NotWritten {
+                    spoke: spoke.name.clone(),
+                    commit: commit.clone(),
+                    file: config_path.to_path_buf(),
+                    error,
+                }
+            })?;
+            format!("added {} to {}", spoke.name, config_path.display())
         }
-    })?;
+        None => format!(
+            "onboarded {} as {} has it",
+            spoke.name,
+            config_path.display()
+        ),
+    };
     let short = commit.chars().take(12).collect::<String>();
     if review {
         eprintln!(
-            "added {} to {}; pushed its credential with {} to branch {branch} at {short} for review: merging its pull request makes Flux deploy it",
-            spoke.name,
-            config_path.display(),
+            "{added}; pushed its credential with {} to branch {branch} at {short} for review: merging its pull request makes Flux deploy it",
             files.join(", "),
         );
     } else {
         eprintln!(
-            "added {} to {}; committed its credential with {} in {short}",
-            spoke.name,
-            config_path.display(),
+            "{added}; committed its credential with {} in {short}",
             files.join(", "),
         );
     }
@@ -201,16 +250,28 @@ fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError
         error,
     })?;
     let file = config_path.display().to_string();
+    let spoke = new_spoke(args);
+    checked(args, &spoke.namespace)?;
     let base = config_path
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    Ok(spokekeeper::config::add_spoke(
-        &text,
-        &file,
-        &base,
-        &new_spoke(args),
-    )?)
+    Ok(spokekeeper::config::add_spoke(&text, &file, &base, &spoke)?)
+}
+
+/// The flags add checks itself, with the spoke's hub namespace.
+fn checked(args: &AddArgs, namespace: &str) -> Result<(), AddError> {
+    if let Some(sa) = args
+        .service_account
+        .as_ref()
+        .filter(|sa| !spokekeeper::config::is_dns_subdomain(sa))
+    {
+        return Err(AddError::Account(sa.clone()));
+    }
+    if RESERVED_NAMESPACES.contains(&namespace) || namespace.starts_with("kube-") {
+        return Err(AddError::Namespace(namespace.to_string()));
+    }
+    Ok(())
 }
 
 /// The commit the tick made for `spoke` (direct mode), if it rotated it.
@@ -248,12 +309,14 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
         distro,
         kubeconfig_path: args.kubeconfig_path.clone(),
         api_server,
+        namespace: args.namespace.clone().unwrap_or_else(|| args.name.clone()),
     }
 }
 
 /// The node recipe for this spoke's kubeconfig path, then the host-key step: strict
-/// known_hosts, so the key is compared with the node's own before it is trusted.
-fn node_steps(spoke: &SpokeConfig) -> String {
+/// known_hosts, so the key is compared with the node's own before it is trusted. Then the
+/// account Flux acts as on the spoke: created when `account` is given, else a warning.
+fn node_steps(spoke: &SpokeConfig, account: Option<&str>) -> String {
     // Steps 1 to 3, for this spoke's kubeconfig; the host-key step follows, for its node.
     let recipe = spokekeeper::spoke::NODE_RECIPE;
     let recipe = recipe[..recipe.find("# 4. On the hub").unwrap_or(recipe.len())].replace(
@@ -262,6 +325,22 @@ fn node_steps(spoke: &SpokeConfig) -> String {
     );
     let ssh = &spoke.ssh;
     let key = format!("{}.hostkey", spoke.name);
+    let ns = &spoke.secret.namespace;
+    let lockdown = match account {
+        Some(sa) => format!(
+            "# 5. On the spoke, as its admin: the account Flux acts as there (serviceAccountName\n\
+             #    {sa}, in namespace {ns}); narrow its role to what the spoke's manifests need.\n\
+             kubectl create namespace {ns}\n\
+             kubectl -n {ns} create serviceaccount {sa}\n\
+             kubectl create clusterrolebinding {ns}-{sa} --clusterrole=cluster-admin --serviceaccount={ns}:{sa}\n\n"
+        ),
+        None => format!(
+            "# Flux's controllers on the hub run with --default-service-account (the multi-tenancy\n\
+             # lockdown)? Then they act on spoke {} as that account in namespace {ns}, which the\n\
+             # spoke lacks: pass --service-account NAME, and add prints the step creating it.\n\n",
+            spoke.name
+        ),
+    };
     format!(
         "# spoke {name}: on the node {address} ({distro}, kubeconfig {path})\n{recipe}\
          # 4. On the hub: the node's host key. ssh.known_hosts is strict (an unknown key is\n\
@@ -269,7 +348,7 @@ fn node_steps(spoke: &SpokeConfig) -> String {
          #    the node's own, and only then add it. spokekeeper connects as {user} (ssh.user).\n\
          ssh-keyscan -p {port} -t ed25519 {address} > {key}\n\
          ssh-keygen -lf {key}    # must equal, on the node: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub\n\
-         cat {key} >> {known_hosts} && rm {key}\n\n",
+         cat {key} >> {known_hosts} && rm {key}\n\n{lockdown}",
         name = spoke.name,
         address = spoke.address,
         distro = spoke.distro.name(),
@@ -291,7 +370,8 @@ pub(super) fn layout_for_tests(spoke: &SpokeConfig) -> String {
     layout::Layout {
         root: "clusters/hub".into(),
         dir: Path::new("spokes").join(&spoke.name),
-        source: "flux-system".into(),
+        source: layout::Source::parse("flux-system").expect("a name"),
+        spoke_account: None,
     }
     .objects(spoke)
 }
@@ -335,7 +415,7 @@ mod tests {
         )
         .unwrap();
         assert!(text.starts_with(super::super::init::TEMPLATE), "{text}");
-        let steps = node_steps(&config.spokes[1]);
+        let steps = node_steps(&config.spokes[1], None);
         for want in [
             "NOPASSWD: /usr/bin/cat /etc/rancher/rke2/rke2.yaml",
             "ssh-keyscan -p 22 -t ed25519 10.0.0.9 > edge-1.hostkey",
@@ -346,5 +426,75 @@ mod tests {
         assert!(!steps.contains("k3s.yaml"), "{steps}");
         // The recipe's own host-key line appends unchecked: only the checked step is shown.
         assert_eq!(steps.matches("ssh-keyscan").count(), 1, "{steps}");
+        // No account given: the lockdown is warned about, and nothing is created.
+        assert!(steps.contains("pass --service-account NAME"), "{steps}");
+        assert!(!steps.contains("kubectl"), "{steps}");
+    }
+
+    #[test]
+    fn a_service_account_is_created_on_the_spoke_and_written_where_flux_reads_it() {
+        let a = args(&["--distro", "k3s", "--service-account", "flux-applier"]);
+        let (_, config) = spokekeeper::config::add_spoke(
+            super::super::init::TEMPLATE,
+            "spokekeeper.yaml",
+            Path::new("/etc/spokekeeper"),
+            &new_spoke(&a),
+        )
+        .unwrap();
+        let spoke = &config.spokes[1];
+        assert_eq!(spoke.secret.namespace, "edge-1");
+        let steps = node_steps(spoke, a.service_account.as_deref());
+        for want in [
+            "kubectl create namespace edge-1\n",
+            "kubectl -n edge-1 create serviceaccount flux-applier\n",
+            "--serviceaccount=edge-1:flux-applier\n",
+        ] {
+            assert!(steps.contains(want), "{want:?} in {steps}");
+        }
+        assert!(!steps.contains("pass --service-account"), "{steps}");
+        let layout = layout::Layout {
+            root: "fluxcd".into(),
+            dir: "spokes/edge-1".into(),
+            source: layout::Source::parse("flux-system").unwrap(),
+            spoke_account: a.service_account.clone(),
+        };
+        let text = layout.objects(spoke);
+        let docs: Vec<serde_json::Value> = text
+            .split("\n---\n")
+            .map(|d| serde_saphyr::from_str(d).unwrap())
+            .collect();
+        let (apps, helm) = (&docs[4], &docs[5]);
+        assert_eq!(apps["spec"]["serviceAccountName"], "flux-applier");
+        // The hub-side Kustomization keeps its own, hub-side account.
+        assert_eq!(helm["spec"]["serviceAccountName"], "edge-1-helmreleases");
+        let ops: serde_json::Value =
+            serde_saphyr::from_str(helm["spec"]["patches"][0]["patch"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            ops[1],
+            serde_json::json!({"op": "add", "path": "/spec/serviceAccountName", "value": "flux-applier"})
+        );
+        let e = add_error(&["--distro", "k3s", "--service-account", "Bad_Name"]);
+        assert!(e.starts_with("--service-account \"Bad_Name\""), "{e}");
+    }
+
+    /// The error `edit` gives for these flags, on the template.
+    fn add_error(extra: &[&str]) -> String {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("spokekeeper.yaml");
+        std::fs::write(&file, super::super::init::TEMPLATE).unwrap();
+        edit(&args(extra), &file).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn a_namespace_flux_or_kubernetes_keeps_its_own_objects_in_is_refused() {
+        for ns in ["flux-system", "default", "kube-system", "kube-public"] {
+            let e = add_error(&["--distro", "k3s", "--namespace", ns]);
+            assert!(
+                e.starts_with(&format!("--namespace {ns:?} is not the spoke's own")),
+                "{e}"
+            );
+        }
+        let e = add_error(&["--distro", "k3s", "--namespace", "Edge"]);
+        assert!(e.contains("spokes[1].secret.namespace"), "{e}");
     }
 }

@@ -10,7 +10,9 @@
 //! never hidden, and a warning never hides a spoke that could not be checked.
 //!
 //! The clone's Flux objects are read too: a HelmRelease that would land on the hub, or
-//! on a spoke where no helm-controller runs, is a warning (`traps.rs`).
+//! on a spoke where no helm-controller runs, is a warning (`traps.rs`), and so is what
+//! the hub applies for a spoke unconfined or under another spoke's name (`confine.rs`),
+//! and a spoke onboarded with its credential alone, which nothing deploys to (`onboard.rs`).
 
 use std::io::Write;
 use std::path::Path;
@@ -28,6 +30,8 @@ use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{observe, review};
 use spokekeeper::seal::SealingKey;
 
+mod confine;
+mod onboard;
 mod traps;
 
 #[derive(Debug, clap::Args)]
@@ -134,7 +138,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             traps::MAX_TOTAL_BYTES >> 20
         );
     }
-    let layout = traps::traps(&tree, &config.spokes);
+    let layout = layout_traps(&tree, &config.spokes);
     findings.extend(
         layout
             .into_iter()
@@ -153,6 +157,19 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
     };
     print(format, &report, &table(&report, seen.len()));
     ExitCode::from(status.exit_code())
+}
+
+/// The Flux layout's traps in the clone's `files`: what the hub applies for a spoke
+/// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to
+/// (onboard.rs).
+fn layout_traps(
+    tree: &traps::Tree,
+    spokes: &[spokekeeper::config::SpokeConfig],
+) -> Vec<traps::Trap> {
+    let mut out = confine::traps(tree, spokes);
+    out.extend(traps::traps(tree, spokes));
+    out.extend(onboard::traps(tree, spokes));
+    out
 }
 
 /// Whether a tick would refuse to seal to sealing.cert, judged offline by the daemon's

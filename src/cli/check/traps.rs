@@ -20,7 +20,7 @@ use spokekeeper::config::SpokeConfig;
 
 /// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
 const MAX_FILES: usize = 5_000;
-const MAX_FILE_BYTES: u64 = 1 << 20;
+pub(super) const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Bytes read in all: however many files a push adds (one blob at many paths costs the
 /// pusher nothing), `check` reads this much and parses one file at a time.
 pub(super) const MAX_TOTAL_BYTES: u64 = 32 << 20;
@@ -37,16 +37,18 @@ pub(super) struct Trap {
 /// The clone's YAML files as the traps need them, by path relative to it (`/`-separated).
 #[derive(Default)]
 pub(super) struct Tree {
-    files: BTreeMap<String, Summary>,
+    pub(super) files: BTreeMap<String, Summary>,
     /// Files left unread: [`MAX_TOTAL_BYTES`] were read before them.
     pub unread: usize,
 }
 
 /// What the traps need of one file; its text and parsed documents are dropped once this
 /// is taken, so one file's tree is held at a time.
-struct Summary {
-    kustomizations: Vec<Kustomization>,
+pub(super) struct Summary {
+    pub kustomizations: Vec<Kustomization>,
     releases: Vec<Release>,
+    /// Each document as the layout checks read it ([`skeleton`]).
+    pub objects: Vec<Value>,
     /// The first document's `resources` (a kustomization.yaml's).
     resources: Vec<String>,
 }
@@ -118,6 +120,7 @@ fn summarize(file: &str, text: &str) -> Summary {
     let docs = documents(text);
     Summary {
         kustomizations: docs.iter().filter_map(|d| kustomization(file, d)).collect(),
+        objects: docs.iter().map(skeleton).collect(),
         releases: docs
             .iter()
             .filter(|d| is_helm_release(d))
@@ -138,11 +141,36 @@ fn summarize(file: &str, text: &str) -> Summary {
     }
 }
 
+/// What the layout checks read of a document: its kind and names, and a Flux object's
+/// spec without inline values (a pushed document of any size is kept this small).
+fn skeleton(d: &Value) -> Value {
+    let flux = is_helm_release(d) || is_kind(d, "kustomize.toolkit.fluxcd.io", "Kustomization");
+    let mut out = serde_json::Map::new();
+    for key in ["apiVersion", "kind"] {
+        if let Some(v) = d.get(key) {
+            out.insert(key.into(), v.clone());
+        }
+    }
+    let mut metadata = serde_json::Map::new();
+    for key in ["name", "namespace"] {
+        if let Some(v) = d["metadata"].get(key) {
+            metadata.insert(key.into(), v.clone());
+        }
+    }
+    out.insert("metadata".into(), Value::Object(metadata));
+    if let (true, Some(Value::Object(spec))) = (flux, d.get("spec")) {
+        let mut spec = spec.clone();
+        spec.remove("values");
+        out.insert("spec".into(), Value::Object(spec));
+    }
+    Value::Object(out)
+}
+
 fn is_yaml(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml") || name == "Kustomization"
 }
 
-fn slash(p: &Path) -> String {
+pub(super) fn slash(p: &Path) -> String {
     p.components()
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
@@ -150,16 +178,20 @@ fn slash(p: &Path) -> String {
 }
 
 /// A Flux Kustomization found in the repo.
-struct Kustomization {
-    file: String,
-    namespace: String,
-    name: String,
+pub(super) struct Kustomization {
+    pub file: String,
+    pub namespace: String,
+    pub name: String,
     /// spec.path, normalized ("" is the repo root); None when it leaves the repo.
-    path: Option<String>,
+    pub path: Option<String>,
     /// spec.kubeConfig.secretRef.name.
-    secret: Option<String>,
+    pub secret: Option<String>,
     /// Whether a patch targeting HelmReleases sets spec.kubeConfig.
-    patches_helm_kubeconfig: bool,
+    pub patches_helm_kubeconfig: bool,
+    /// The patches targeting HelmReleases that set spec.kubeConfig, as written.
+    pub helm_patches: Vec<String>,
+    pub service_account: Option<String>,
+    pub target_namespace: Option<String>,
 }
 
 /// The traps in `tree` (see the module docs) for `spokes`, each once, in file order.
@@ -218,21 +250,21 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
 }
 
 /// Every document of a YAML file; none when it does not parse within the limits.
-fn documents(text: &str) -> Vec<Value> {
+pub(super) fn documents(text: &str) -> Vec<Value> {
     let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
     serde_saphyr::from_multiple_with_options::<Value>(text, spokekeeper::repo::hostile_yaml(max))
         .map(|ds| ds.into_iter().filter(Value::is_object).collect())
         .unwrap_or_default()
 }
 
-fn is_kind(d: &Value, group: &str, kind: &str) -> bool {
+pub(super) fn is_kind(d: &Value, group: &str, kind: &str) -> bool {
     d["kind"].as_str() == Some(kind)
         && d["apiVersion"]
             .as_str()
             .is_some_and(|v| v.starts_with(&format!("{group}/")))
 }
 
-fn is_helm_release(d: &Value) -> bool {
+pub(super) fn is_helm_release(d: &Value) -> bool {
     is_kind(d, "helm.toolkit.fluxcd.io", "HelmRelease")
 }
 
@@ -247,15 +279,21 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         return None;
     }
     let spec = &d["spec"];
-    let patches_helm_kubeconfig = spec["patches"].as_array().is_some_and(|ps| {
-        ps.iter().any(|p| {
-            p["target"]["kind"].as_str() == Some("HelmRelease")
-                && p["patch"]
-                    .as_str()
-                    .is_some_and(|t| t.contains("kubeConfig"))
-        })
-    });
+    let helm_patches: Vec<String> = spec["patches"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["target"]["kind"].as_str() == Some("HelmRelease"))
+        .filter_map(|p| p["patch"].as_str())
+        .filter(|t| t.contains("kubeConfig"))
+        .map(str::to_string)
+        .collect();
+    let name_of = |v: &Value| v.as_str().map(|s| spokekeeper::text::one_line(s, 63));
     Some(Kustomization {
+        patches_helm_kubeconfig: !helm_patches.is_empty(),
+        helm_patches,
+        service_account: name_of(&spec["serviceAccountName"]),
+        target_namespace: name_of(&spec["targetNamespace"]),
         file: file.to_string(),
         namespace: spokekeeper::text::one_line(
             d["metadata"]["namespace"].as_str().unwrap_or("flux-system"),
@@ -266,7 +304,6 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         secret: spec["kubeConfig"]["secretRef"]["name"]
             .as_str()
             .map(str::to_string),
-        patches_helm_kubeconfig,
     })
 }
 
@@ -296,13 +333,17 @@ fn normalize(dir: &str, rel: &str) -> Option<String> {
 /// The files each spec.path applies, walked once however many Kustomizations name it
 /// (a push can add thousands naming one path).
 #[derive(Default)]
-struct Walks {
+pub(super) struct Walks {
     done: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Walks {
     /// The files a Kustomization with spec.path `dir` applies.
-    fn applied(&mut self, files: &BTreeMap<String, Summary>, dir: &str) -> &BTreeSet<String> {
+    pub(super) fn applied(
+        &mut self,
+        files: &BTreeMap<String, Summary>,
+        dir: &str,
+    ) -> &BTreeSet<String> {
         self.done.entry(dir.to_string()).or_insert_with(|| {
             let mut out = BTreeSet::new();
             walk(files, dir, &mut out, &mut BTreeSet::new());
@@ -376,7 +417,7 @@ fn walk(
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn spokes() -> Vec<SpokeConfig> {
@@ -386,7 +427,7 @@ mod tests {
             .spokes
     }
 
-    fn tree(files: &[(&str, &str)]) -> Tree {
+    pub(in super::super) fn tree(files: &[(&str, &str)]) -> Tree {
         Tree {
             files: files
                 .iter()
@@ -403,8 +444,8 @@ mod tests {
     }
 
     const TO_EDGE: &str = "  kubeConfig:\n    secretRef:\n      name: edge-kubeconfig\n";
-    const HR: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\n  namespace: flux-system\nspec:\n  chart: {spec: {chart: web}}\n";
-    const HR_TO_EDGE: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\nspec:\n  kubeConfig: {secretRef: {name: edge-kubeconfig}}\n";
+    const HR: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\n  namespace: flux-system\nspec:\n  chart: {spec: {chart: web}}\n  targetNamespace: web\n  storageNamespace: web\n";
+    const HR_TO_EDGE: &str = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  name: web\nspec:\n  kubeConfig: {secretRef: {name: edge-kubeconfig}}\n  targetNamespace: web\n  storageNamespace: web\n";
     const CM: &str = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: app\n";
 
     fn details(files: &[(&str, &str)]) -> Vec<(String, String)> {
@@ -459,16 +500,17 @@ mod tests {
             ]),
             []
         );
-        let s = &spokes()[0];
-        let layout = super::super::super::add::layout_for_tests(s);
-        assert_eq!(
-            details(&[
-                ("clusters/hub/edge.yaml", &layout),
-                ("spokes/edge/helmreleases/web.yaml", HR),
-                ("spokes/edge/apps/cm.yaml", CM),
-            ]),
-            []
-        );
+        // add's layout puts each spoke in its own namespace.
+        let mut own = spokes();
+        own[0].secret.namespace = "edge".into();
+        own[1].secret.namespace = "dev".into();
+        let layout = super::super::super::add::layout_for_tests(&own[0]);
+        let files = tree(&[
+            ("clusters/hub/edge.yaml", &layout),
+            ("spokes/edge/helmreleases/web.yaml", HR),
+            ("spokes/edge/apps/cm.yaml", CM),
+        ]);
+        assert_eq!(traps(&files, &own), []);
         // Not under a spoke's path: a hub release, none of check's business.
         assert_eq!(
             details(&[

@@ -5,6 +5,7 @@
 
 use crate::support;
 
+use spokekeeper_lab::hub::SimSpoke;
 use support::NodeOptions;
 use support::fleet::{Fleet, config};
 use support::git::{commit, git};
@@ -20,17 +21,21 @@ fn fleet() -> Fleet {
 
 /// spokekeeper.yaml: spoke0, and global `ssh:` settings for node 1 with `known_hosts`.
 fn reach_node1(fleet: &Fleet, known_hosts: &std::path::Path) {
+    config(&fleet.clone, &fleet.nodes[..1])
+        .top(&ssh_to_node1(fleet, known_hosts))
+        .write(&fleet.config)
+        .unwrap();
+}
+
+/// Global `ssh:` settings that reach node 1.
+fn ssh_to_node1(fleet: &Fleet, known_hosts: &std::path::Path) -> String {
     let n1 = &fleet.nodes[1];
-    let top = format!(
+    format!(
         "ssh:\n  port: {}\n  identity: \"{}\"\n  known_hosts: \"{}\"\n  connect_timeout: 5s\n",
         n1.ssh_port,
         n1.identity_path.display(),
         known_hosts.display()
-    );
-    config(&fleet.clone, &fleet.nodes[..1])
-        .top(&top)
-        .write(&fleet.config)
-        .unwrap();
+    )
 }
 
 fn add(fleet: &Fleet, extra: &[&str]) -> (i32, String, String) {
@@ -133,8 +138,8 @@ fn add_commits_the_credential_with_its_flux_objects_in_one_commit_and_one_push()
             && objects.contains("path: /spec/kubeConfig\n"),
         "{objects}"
     );
-    // The unsealed credential reaches node 1.
-    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed(1).expose()).unwrap();
+    // The unsealed credential reaches node 1, sealed for spoke 1's own namespace.
+    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed_in(1, "spoke1").expose()).unwrap();
     let kc = spokekeeper::kubeconfig::sanitize(&kc, "spoke1").unwrap();
     assert_eq!(kc.server().host_str(), Some(n1.address_string().as_str()));
 
@@ -472,7 +477,7 @@ fn add_in_review_mode_opens_one_branch_and_one_pull_request_with_every_file() {
     assert_eq!(fleet.remote_log(), merged);
     assert_eq!(git(&fleet.remote, &["rev-parse", branch]).trim(), head);
     assert!(pulls_of(&forge, branch).is_empty());
-    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed(1).expose()).unwrap();
+    let kc = spokekeeper::kubeconfig::parse(fleet.unsealed_in(1, "spoke1").expose()).unwrap();
     assert!(spokekeeper::kubeconfig::sanitize(&kc, "spoke1").is_ok());
     fleet.assert_no_plaintext();
 }
@@ -588,5 +593,147 @@ fn add_in_review_mode_refuses_a_root_kustomization_it_could_not_only_append_to()
     assert_eq!(
         std::fs::read_to_string(&fleet.config).unwrap(),
         config_before
+    );
+}
+
+/// With `hub:`, ROOT is the path of the Kustomization whose labels the configured spokes'
+/// SealedSecrets carry on the hub (here `./`, whose kustomization.yaml lists fluxcd/'s
+/// files), not the credential's directory: a path leaving the repo is refused, naming
+/// the Kustomization, and then the spoke's files are listed there.
+#[test]
+fn with_a_hub_add_finds_the_root_kustomization_through_its_labels() {
+    let l = crate::verify::hub::lab(2, "  verify_timeout: 20s\n");
+    let known_hosts = l.fleet.nodes[1].known_hosts_path.clone();
+    l.builder_of(1)
+        .top(&ssh_to_node1(&l.fleet, &known_hosts))
+        .write(&l.fleet.config)
+        .unwrap();
+    // spoke1's own namespace, where add puts its Secret and Kustomizations.
+    l.hub.add_spoke(SimSpoke {
+        secret_namespace: "spoke1".into(),
+        secret_name: "spoke1-kubeconfig".into(),
+        kustomization_namespace: "spoke1".into(),
+        kustomization_name: "spoke1".into(),
+        file: "fluxcd/spoke1-kubeconfig-sealed.yaml".into(),
+    });
+    l.hub.add_root_at("../../etc");
+    let (code, report, err) = l.fleet.rotate_json(&["spoke0"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let root = "resources:\n  - fluxcd/spoke0-kubeconfig-sealed.yaml\n";
+    push_to_remote(&l.fleet, &[("kustomization.yaml", root)]);
+    let before = l.fleet.remote_log();
+
+    let (code, _, err) = add(&l.fleet, &[]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("Kustomization flux-system/infra applies the spokes' credentials on the hub, but its spec.path \"../../etc\" leaves the fleet repo: pass --root"),
+        "{err}"
+    );
+    assert_eq!(l.fleet.remote_log(), before);
+
+    l.hub.add_root_at("./");
+    // Exit 1 whatever ROOT: the lab serves no GitRepository in spoke1's namespace, so
+    // the hub check after the push fails. The commit is what is judged here.
+    let (_, _, err) = add(&l.fleet, &[]);
+    assert!(
+        err.contains("ROOT is ./, the path of Kustomization flux-system/infra"),
+        "{err}"
+    );
+    assert_eq!(
+        files_of(&l.fleet, "main"),
+        [
+            "fluxcd/spoke1-kubeconfig-sealed.yaml",
+            "kustomization.yaml",
+            "spoke1.yaml",
+            "spokes/spoke1/apps/kustomization.yaml",
+            "spokes/spoke1/helmreleases/kustomization.yaml",
+        ]
+    );
+    let listed = git(&l.fleet.remote, &["show", "main:kustomization.yaml"]);
+    assert_eq!(
+        listed,
+        format!("{root}  - fluxcd/spoke1-kubeconfig-sealed.yaml\n  - spoke1.yaml\n")
+    );
+}
+
+/// A spokekeeper.yaml add cannot write (the chart's ConfigMap; here its mode): add prints
+/// the exact entry for config.spokes and commits nothing; once the file holds that entry,
+/// add onboards the spoke as configured and leaves the file alone.
+#[test]
+fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_it_has_it() {
+    use std::os::unix::fs::PermissionsExt;
+    let fleet = fleet();
+    let read_only = |text: &str| {
+        let _ = std::fs::set_permissions(&fleet.config, std::fs::Permissions::from_mode(0o644));
+        std::fs::write(&fleet.config, text).unwrap();
+        std::fs::set_permissions(&fleet.config, std::fs::Permissions::from_mode(0o444)).unwrap();
+    };
+    let config_before = std::fs::read_to_string(&fleet.config).unwrap();
+    read_only(&config_before);
+    let before = fleet.remote_log();
+
+    let (code, _, err) = add(&fleet, &[]);
+    assert_ne!(code, 0);
+    let address = fleet.nodes[1].address_string();
+    let entry = format!(
+        "- name: spoke1\n  address: \"{address}\"\n  distro: k3s\n  kubeconfig_path: \"{}\"\n  secret: {{namespace: \"spoke1\"}}\n",
+        fleet.nodes[1].kubeconfig_path_str()
+    );
+    assert!(err.contains(&format!("cannot be written: add this entry to the Helm chart's config.spokes (or to the file's spokes:), roll it out, and run add again:\n\n{entry}\n")), "{err}");
+    assert!(
+        err.contains("spoke1 was not added") && err.contains("nothing was committed"),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log(), before);
+    assert_eq!(
+        std::fs::read_to_string(&fleet.config).unwrap(),
+        config_before
+    );
+
+    // The entry rolled out (nested under spokes:, as the chart renders its values).
+    let nested: String = entry.lines().map(|l| format!("  {l}\n")).collect();
+    let rolled_out = format!("{config_before}{nested}");
+    read_only(&rolled_out);
+    // The configuration decides: a flag saying otherwise is refused before any rotation.
+    let (code, _, err) = add(&fleet, &["--namespace", "elsewhere"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("--namespace \"elsewhere\" is not the spoke's secret.namespace \"spoke1\""),
+        "{err}"
+    );
+    assert_eq!(fleet.remote_log(), before);
+    let (code, out, err) = add(&fleet, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("onboarded spoke1 as"), "{err}");
+    assert_eq!(fleet.remote_log().len(), before.len() + 1);
+    assert!(files_of(&fleet, "main").contains(&"fluxcd/spoke1.yaml".to_string()));
+    assert_eq!(std::fs::read_to_string(&fleet.config).unwrap(), rolled_out);
+}
+
+/// spoke0 rotated into the fleet repo with its credential alone, spoke1 added with its Flux
+/// objects: `check` names spoke0, and only spoke0, as onboarded with the credential alone.
+#[test]
+fn check_names_a_spoke_onboarded_with_its_credential_alone() {
+    let fleet = fleet();
+    let (code, out, err) = fleet.rotate(&["spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (code, out, err) = add(&fleet, &[]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (_, out, err) = fleet.run(&["check", "-o", "json"]);
+    let report: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let flux: Vec<(&str, &str)> = report["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["cert"] == "flux")
+        .map(|f| (f["spoke"].as_str().unwrap(), f["detail"].as_str().unwrap()))
+        .collect();
+    assert_eq!(flux.len(), 1, "{report:#}");
+    assert_eq!(flux[0].0, "spoke0");
+    assert!(
+        flux[0].1.starts_with("onboarded with its credential alone: fluxcd/spoke0-kubeconfig-sealed.yaml is committed, but no Flux object in the fleet repo reads Secret flux-system/spoke0-kubeconfig"),
+        "{}",
+        flux[0].1
     );
 }

@@ -118,8 +118,13 @@ pub(crate) fn lab(n: usize, hub_extra: &str) -> HubLab {
 impl HubLab {
     /// The fleet's configuration: the pinned certificate, and the hub.
     pub(crate) fn builder(&self) -> ConfigBuilder {
-        self.fleet
-            .builder()
+        self.builder_of(self.fleet.nodes.len())
+    }
+
+    /// [`HubLab::builder`] with only the first `n` nodes' spokes (a lab's fleet has no
+    /// extra lines of its own).
+    pub(crate) fn builder_of(&self, n: usize) -> ConfigBuilder {
+        support::fleet::config(&self.fleet.clone, &self.fleet.nodes[..n])
             .sealing_cert(self.fleet.clone.join(PINNED))
             .top(&self.hub_yaml)
     }

@@ -260,9 +260,14 @@ pub fn ready(hub: &RealHub, kind: &str, name: &str) -> Option<Ready> {
 /// The condition `type_` of `kind` `name` in flux-system, with the object's generation,
 /// observedGeneration and lastHandledReconcileAt, as [`ready`] gives Ready.
 pub fn condition(hub: &RealHub, kind: &str, name: &str, type_: &str) -> Option<Ready> {
+    condition_in(hub, NS, kind, name, type_)
+}
+
+/// [`condition`] of `kind` `name` in namespace `ns`.
+pub fn condition_in(hub: &RealHub, ns: &str, kind: &str, name: &str, type_: &str) -> Option<Ready> {
     let out = hub
         .api
-        .try_kubectl(&["get", kind, name, "-n", NS, "-o", "json"])
+        .try_kubectl(&["get", kind, name, "-n", ns, "-o", "json"])
         .ok()?;
     let v: Value = serde_json::from_str(&out).ok()?;
     let c = v["status"]["conditions"]

@@ -207,12 +207,31 @@ impl RealFlux {
         what: &str,
         ok: impl Fn(&Ready) -> bool,
     ) -> Ready {
-        wait_until(&format!("{kind} {name}: {what}"), WAIT, || {
-            match ready(&self.hub, kind, name) {
+        self.wait_for_in(flux::NS, kind, name, what, ok)
+    }
+
+    /// [`RealFlux::wait_for`] of `kind` `name` in namespace `ns`.
+    pub fn wait_for_in(
+        &self,
+        ns: &str,
+        kind: &str,
+        name: &str,
+        what: &str,
+        ok: impl Fn(&Ready) -> bool,
+    ) -> Ready {
+        wait_until(
+            &format!("{kind} {ns}/{name}: {what}"),
+            WAIT,
+            || match flux::condition_in(&self.hub, ns, kind, name, "Ready") {
                 Some(r) if ok(&r) => Ok(r),
                 other => Err(format!("{other:?}\n{}", self.controllers.tail(15))),
-            }
-        })
+            },
+        )
+    }
+
+    /// Waits until `kind` `name` in namespace `ns` is Ready=True.
+    pub fn wait_ready_in(&self, ns: &str, kind: &str, name: &str) -> Ready {
+        self.wait_for_in(ns, kind, name, "Ready=True", |r| r.status == "True")
     }
 
     pub fn rotate_json(&self) -> (i32, Value, String) {
