@@ -162,15 +162,12 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
 /// Secret's consumers) or `spokes[].kustomization` can name: a spoke with neither would
 /// have nothing an Alert can select.
 fn flux_objects(c: &Config) -> Result<(), Invalid> {
-    if c.alerts.flux.is_none() || c.hub.is_some() {
-        return Ok(());
-    }
-    let Some((i, s)) = c
+    let unnamed = c
         .spokes
         .iter()
         .enumerate()
-        .find(|(_, s)| s.kustomization.is_none())
-    else {
+        .find(|(_, s)| s.kustomization.is_none());
+    let Some((i, s)) = unnamed.filter(|_| c.alerts.flux.is_some() && c.hub.is_none()) else {
         return Ok(());
     };
     Err(Invalid {

@@ -32,7 +32,14 @@ pub(super) fn outside_tests(text: &str) -> &str {
     while let Some(at) = text[from..].find("#[cfg(test)]") {
         let start = from + at;
         let rest = text[start + "#[cfg(test)]".len()..].trim_start();
-        if rest.starts_with("mod ") || rest.starts_with("pub(crate) mod ") {
+        let mod_after = |vis: &str| {
+            rest.strip_prefix(vis)
+                .is_some_and(|r| r.starts_with("mod "))
+        };
+        if ["", "pub(crate) ", "pub(super) "]
+            .into_iter()
+            .any(mod_after)
+        {
             return &text[..start];
         }
         from = start + 1;
