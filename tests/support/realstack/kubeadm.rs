@@ -426,20 +426,27 @@ fn kubeadm(root: &Path, args: &[&str]) -> String {
     text
 }
 
-/// The command of the static pod manifest `name` (kube-apiserver.yaml without .yaml):
-/// the binary and its arguments, node paths mapped into `root` and the etcd flags to
-/// `etcd_url`.
-pub fn manifest_command(root: &Path, name: &str, etcd_url: &str) -> (String, Vec<String>) {
+/// The static pod manifest `name` (kube-apiserver.yaml without .yaml): its text, and the
+/// pod it holds.
+pub fn manifest(root: &Path, name: &str) -> (String, Value) {
     let path = root
         .join(MANIFESTS.trim_start_matches('/'))
         .join(format!("{name}.yaml"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("kubeadm's manifest {}: {e}", path.display()));
-    let pod: Value = serde_saphyr::from_str(&text)
+    let pod = serde_saphyr::from_str(&text)
         .unwrap_or_else(|e| panic!("kubeadm's manifest {}: {e}", path.display()));
+    (text, pod)
+}
+
+/// The command of the static pod manifest `name` (kube-apiserver.yaml without .yaml):
+/// the binary and its arguments, node paths mapped into `root` and the etcd flags to
+/// `etcd_url`.
+pub fn manifest_command(root: &Path, name: &str, etcd_url: &str) -> (String, Vec<String>) {
+    let (text, pod) = manifest(root, name);
     let command: Vec<String> = pod["spec"]["containers"][0]["command"]
         .as_array()
-        .unwrap_or_else(|| panic!("no command in {}: {text}", path.display()))
+        .unwrap_or_else(|| panic!("no command in {name}.yaml: {text}"))
         .iter()
         .map(|a| a.as_str().expect("a string argument").to_string())
         .collect();

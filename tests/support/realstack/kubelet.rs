@@ -14,10 +14,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{bin, run, wait_until};
+use super::{bin, kubeadm, run, wait_until};
 
 pub const KUBELET_CONF: &str = "/etc/kubernetes/kubelet.conf";
-const MANIFESTS: &str = "/etc/kubernetes/manifests";
 const MIRROR: &str = "kubernetes.io/config.mirror";
 
 /// Registers `node` and mirrors the static pods `pods` (manifest names without .yaml),
@@ -64,13 +63,7 @@ pub fn register(root: &Path, scratch: &Path, node: &str, pods: &[&str]) {
 
 /// The mirror pod of the static pod manifest `name`, on `node` (whose uid is `uid`).
 fn mirror_pod(root: &Path, name: &str, node: &str, uid: &str) -> Value {
-    let path = root
-        .join(MANIFESTS.trim_start_matches('/'))
-        .join(format!("{name}.yaml"));
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("kubeadm's manifest {}: {e}", path.display()));
-    let mut pod: Value = serde_saphyr::from_str(&text)
-        .unwrap_or_else(|e| panic!("kubeadm's manifest {}: {e}", path.display()));
+    let (text, mut pod) = kubeadm::manifest(root, name);
     let hash: String = Sha256::digest(text.as_bytes())[..16]
         .iter()
         .map(|b| format!("{b:02x}"))
@@ -82,7 +75,7 @@ fn mirror_pod(root: &Path, name: &str, node: &str, uid: &str) -> Value {
     }
     let annotations = meta["annotations"]
         .as_object_mut()
-        .unwrap_or_else(|| panic!("annotations not a map in {}: {text}", path.display()));
+        .unwrap_or_else(|| panic!("annotations not a map in {name}.yaml: {text}"));
     for (key, value) in [
         ("kubernetes.io/config.hash", hash.as_str()),
         (MIRROR, hash.as_str()),
