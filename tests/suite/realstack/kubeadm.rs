@@ -178,6 +178,20 @@ fn names(der: &[u8]) -> (String, Vec<String>, i64) {
     (cn, orgs, cert.validity().not_after.timestamp())
 }
 
+/// notAfter less notBefore of a certificate, in seconds.
+fn lifetime(der: &[u8]) -> i64 {
+    let (_, cert) = X509Certificate::from_der(der).expect("a certificate");
+    cert.validity().not_after.timestamp() - cert.validity().not_before.timestamp()
+}
+
+/// What kubeadm's renewal signs for `validity` seconds: notBefore is backdated five
+/// minutes, notAfter is the renewal's time plus the validity.
+fn renewed_lifetime(validity: i64) -> i64 {
+    validity + 300
+}
+
+const YEAR: i64 = 365 * 86_400;
+
 /// Whether `der` is signed by the CA certificate in `ca_pem`.
 fn signed_by(der: &[u8], ca_pem: &str) -> bool {
     let ca_der = pem_der(ca_pem.as_bytes());
@@ -200,8 +214,10 @@ fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
 /// Extracted mode on a kubeadm control plane: spokekeeper commits admin.conf as kubeadm
 /// wrote it (kubernetes-admin in kubeadm:cluster-admins, not system:masters) and reads
 /// nothing else; a certificate near its end is reported until `kubeadm certs renew
-/// admin.conf`, then rotated as client-expiring (same CA); `kubeadm reset` and a new init
-/// (new CA) is rotated as ca-changed. super-admin.conf is read only when configured.
+/// admin.conf`, then rotated as client-expiring (same CA): renewed at the five days the
+/// cluster stores it is committed and still reported, renewed for a year once the stored
+/// validity is a year it settles; `kubeadm reset` and a new init (new CA) is rotated as
+/// ca-changed. super-admin.conf is read only when configured.
 #[test]
 fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     let _heavy = support::timing::heavy();
@@ -242,8 +258,36 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
     assert_eq!(stack.fleet.remote_log().len(), commits);
 
-    // kubeadm renews it: the same CA, a new certificate for a year.
+    // kubeadm renews it for the validity the cluster stores, the install's five days: a
+    // new certificate, still within renew_before, committed once and then reported.
+    let stored = stack.spoke.stored_cluster_configuration();
+    assert!(
+        stored.contains("certificateValidityPeriod: 120h0m0s\n"),
+        "{stored}"
+    );
     let ca_before = stack.spoke.read(CA_CRT);
+    let out = stack.spoke.renew_admin_conf();
+    assert!(out.contains("renewed"), "{out}");
+    let short = client_cert_der(&stack.spoke.read(ADMIN_CONF));
+    assert_eq!(lifetime(&short), renewed_lifetime(120 * 3600));
+    assert!(signed_by(&short, &ca_before));
+    let (report, err) = stack.rotate_json(&["--all"]);
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
+    assert_eq!(spoke["reason"]["kind"], "client-expiring", "{spoke:#}");
+    let committed = std::fs::read_to_string(stack.committed_kubeconfig("short.yaml")).unwrap();
+    assert_eq!(client_cert_der(&committed), short);
+    let (report, _) = stack.rotate_json(&["--all"]);
+    assert_eq!(report["spokes"][0]["action"], "not-renewed", "{report:#}");
+
+    // The operator stores a year (kubeadm's default) and renews: the same CA, a new
+    // certificate for a year.
+    stack.spoke.store_certificate_validity(None);
+    let stored = stack.spoke.stored_cluster_configuration();
+    assert!(
+        stored.contains("certificateValidityPeriod: 8760h0m0s\n"),
+        "{stored}"
+    );
     let out = stack.spoke.renew_admin_conf();
     assert!(out.contains("renewed"), "{out}");
     assert_eq!(stack.spoke.read(CA_CRT), ca_before);
@@ -255,6 +299,7 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
         renewed_not_after > now() + 300 * 86_400,
         "{renewed_not_after}"
     );
+    assert_eq!(lifetime(&client_cert_der(&renewed)), renewed_lifetime(YEAR));
     assert!(signed_by(&client_cert_der(&renewed), &ca_before));
     let (report, err) = stack.rotate_json(&["--all"]);
     let spoke = &report["spokes"][0];
@@ -390,6 +435,8 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
     // kubeadm renews admin.conf; renew_before (3590s of 1h) is reached 10s after the
     // mint: generation 2, minted with the renewed admin.conf; generation 1 revoked.
     stack.spoke.renew_admin_conf();
+    let admin = client_cert_der(&stack.spoke.read(ADMIN_CONF));
+    assert_eq!(lifetime(&admin), renewed_lifetime(YEAR));
     std::thread::sleep(Duration::from_secs(11));
     let (report, err) = stack.rotate_json(&["--all"]);
     let spoke = &report["spokes"][0];

@@ -5,15 +5,19 @@
 //! it writes exactly where it writes on a real node: `init phase certs all` the PKI under
 //! /etc/kubernetes/pki, `init phase kubeconfig all` admin.conf and super-admin.conf (and
 //! the components' kubeconfigs), `init phase control-plane apiserver` and
-//! `controller-manager` the static pod manifests under /etc/kubernetes/manifests, and
-//! `init phase upload-config kubeadm` (kubeadm's own client) creates the ClusterRoleBinding
-//! `kubeadm:cluster-admins` with super-admin.conf, as `kubeadm init` does since v1.29.
-//! `kubeadm certs renew admin.conf` and `kubeadm reset` run there as well.
+//! `controller-manager` the static pod manifests under /etc/kubernetes/manifests,
+//! `kubelet-start` the kubelet's configuration under /var/lib/kubelet, `init phase
+//! upload-config all` (kubeadm's own client) the kubeadm-config and kubelet-config
+//! ConfigMaps and the ClusterRoleBinding `kubeadm:cluster-admins`, with super-admin.conf,
+//! as `kubeadm init` does since v1.29, and `mark-control-plane` labels the node.
+//! `kubeadm certs renew admin.conf` (no `--config`: it reads the cluster's configuration,
+//! certificateValidityPeriod included) and `kubeadm reset` run there as well.
 //!
-//! Standing in for the kubelet, the lab starts kube-apiserver and kube-controller-manager
-//! with the commands those manifests hold: paths under /etc/kubernetes mapped into the
-//! node's root, the etcd flags mapped to the lab's etcd (plain HTTP on loopback, so its
-//! TLS flags go), nothing else changed.
+//! Standing in for the kubelet, the lab registers the node and mirrors the static pods
+//! (kubelet.rs), and starts kube-apiserver and kube-controller-manager with the commands
+//! those manifests hold: paths under /etc/kubernetes mapped into the node's root, the etcd
+//! flags mapped to the lab's etcd (plain HTTP on loopback, so its TLS flags go), nothing
+//! else changed.
 //!
 //! kubeadm refuses a loopback advertise address (it takes one as "find a global address on
 //! lo"), so the API server's address is the host end of a lab network namespace, which is
@@ -40,6 +44,7 @@ use crate::support::Node;
 
 use super::controller_manager::probe_csr;
 use super::kube::{Etcd, KubeApi, START};
+use super::kubelet;
 use super::netns::Netns;
 use super::proc::Proc;
 use super::{bin, run, wait_until};
@@ -51,7 +56,14 @@ pub const ADMIN_CONF: &str = "/etc/kubernetes/admin.conf";
 pub const SUPER_ADMIN_CONF: &str = "/etc/kubernetes/super-admin.conf";
 pub const CA_CRT: &str = "/etc/kubernetes/pki/ca.crt";
 const CONFIG: &str = "/etc/kubeadm/kubeadm.yaml";
-const RENEW_CONFIG: &str = "/etc/kubeadm/renew.yaml";
+const RESET_CONFIG: &str = "/etc/kubeadm/reset.yaml";
+/// `kubeadm reset --force`, its API calls' timeout shortened: reset, reading the cluster's
+/// configuration, looks for the etcd pods' endpoints to remove the node's etcd member
+/// until that timeout (a minute by default), and the lab's etcd has no pod.
+const RESET_YAML: &str = "apiVersion: kubeadm.k8s.io/v1beta4\nkind: ResetConfiguration\n\
+                          force: true\ntimeouts:\n  kubernetesAPICall: 10s\n";
+/// The node's name (its kubelet.conf's user is system:node:NODE_NAME).
+const NODE_NAME: &str = "lab-kubeadm-node";
 const MANIFESTS: &str = "/etc/kubernetes/manifests";
 /// The manifest flags for kubeadm's local etcd's TLS, which the lab's etcd does not use.
 const ETCD_TLS_FLAGS: [&str; 3] = ["--etcd-cafile", "--etcd-certfile", "--etcd-keyfile"];
@@ -97,7 +109,7 @@ impl KubeadmSpoke {
         let generation = 0;
         install(&root, addr, opts, generation, etcd);
         let api = start_api(&root, &node.dir, addr, etcd, generation);
-        upload_config(&root, &api, true);
+        after_start(&root, &api, true);
         let controller_manager = start_controller_manager(&root, &api, etcd);
         KubeadmSpoke {
             controller_manager: Some(controller_manager),
@@ -137,23 +149,56 @@ impl KubeadmSpoke {
         kubeadm(&self.root, args)
     }
 
-    /// `kubeadm certs renew admin.conf`: a new client certificate from the same CA, with
-    /// kubeadm's default validity (a year) whatever the install asked.
+    /// `kubeadm certs renew admin.conf`, as an operator runs it (no `--config`): a new
+    /// client certificate from the same CA, valid for the certificateValidityPeriod
+    /// kubeadm reads from the cluster's kubeadm-config ConfigMap. Panics when kubeadm
+    /// could not read the cluster's configuration (it would renew for its default year).
     pub fn renew_admin_conf(&self) -> String {
-        let opts = KubeadmOptions {
-            certificate_validity: None,
-            ..self.opts.clone()
-        };
-        let config = config_yaml(self.address(), &opts, self.generation, &self.etcd_url);
-        write_node_file(&self.root, RENEW_CONFIG, &config);
-        self.kubeadm(&["certs", "renew", "admin.conf", "--config", RENEW_CONFIG])
+        let out = self.kubeadm(&["certs", "renew", "admin.conf"]);
+        assert!(
+            out.contains("Reading configuration from the \"kubeadm-config\" ConfigMap")
+                && !out.contains("Falling back to default configuration"),
+            "kubeadm certs renew did not read the cluster's configuration: {out}"
+        );
+        out
+    }
+
+    /// The operator changes the validity the cluster stores (None: kubeadm's default,
+    /// a year) the way kubeadm's renew message says: the node's kubeadm.yaml edited and
+    /// `kubeadm init phase upload-config kubeadm --config` run again.
+    pub fn store_certificate_validity(&mut self, validity: Option<&str>) {
+        self.opts.certificate_validity = validity.map(str::to_string);
+        let config = config_yaml(self.address(), &self.opts, self.generation, &self.etcd_url);
+        write_node_file(&self.root, CONFIG, &config);
+        self.kubeadm(&[
+            "init",
+            "phase",
+            "upload-config",
+            "kubeadm",
+            "--config",
+            CONFIG,
+        ]);
+    }
+
+    /// The ClusterConfiguration the cluster stores (kubeadm-config's ClusterConfiguration).
+    pub fn stored_cluster_configuration(&self) -> String {
+        self.api.kubectl(&[
+            "get",
+            "configmap",
+            "-n",
+            "kube-system",
+            "kubeadm-config",
+            "-o",
+            "jsonpath={.data.ClusterConfiguration}",
+        ])
     }
 
     /// A rebuild: `kubeadm reset --force`, the lab stops the control plane's processes (the
     /// containers reset removes), and the phases of a new `kubeadm init` over fresh
     /// storage: new CAs, new admin.conf and super-admin.conf.
     pub fn reset_and_init(&mut self, etcd: &Etcd) {
-        self.kubeadm(&["reset", "--force"]);
+        write_node_file(&self.root, RESET_CONFIG, RESET_YAML);
+        self.kubeadm(&["reset", "--config", RESET_CONFIG]);
         for file in [ADMIN_CONF, SUPER_ADMIN_CONF, CA_CRT] {
             assert!(
                 !self.node_path(file).exists(),
@@ -180,7 +225,7 @@ impl KubeadmSpoke {
             self.generation,
         );
         // Over kept storage the binding is there: admin.conf needs no super-admin.conf.
-        upload_config(&self.root, &self.api, !self.opts.external_etcd);
+        after_start(&self.root, &self.api, !self.opts.external_etcd);
         self.controller_manager = Some(start_controller_manager(&self.root, &self.api, etcd));
     }
 
@@ -199,6 +244,7 @@ impl KubeadmSpoke {
 fn make_root(root: &Path) {
     std::fs::create_dir_all(root.join("etc/kubernetes")).expect("node root");
     std::fs::create_dir_all(root.join("usr/bin")).expect("node root /usr");
+    std::fs::create_dir_all(root.join("proc")).expect("node root /proc");
     std::fs::write(root.join("usr/bin/kubeadm"), b"").expect("kubeadm mount point");
     for dir in ["bin", "lib", "lib64", "sbin"] {
         let link = root.join(dir);
@@ -232,10 +278,28 @@ fn record_ssh(node: &Node, root: &Path) {
     node.set_authorized_key_options("root", &format!("command=\"{}\"", script.display()));
 }
 
-/// `kubeadm init phase upload-config kubeadm`: kubeadm's client for it first tries
-/// admin.conf, is refused (its group is bound to nothing yet), and creates the
-/// ClusterRoleBinding `kubeadm:cluster-admins` with super-admin.conf (`by_super_admin`;
-/// false: the binding is already there, and admin.conf may).
+/// What follows the API server's start in `kubeadm init`: the kubelet registers the node
+/// and mirrors the static pods (the lab in its stead, see kubelet.rs), then
+/// `upload-config` and `mark-control-plane`.
+fn after_start(root: &Path, api: &KubeApi, by_super_admin: bool) {
+    kubelet::register(
+        root,
+        &api.dir,
+        NODE_NAME,
+        &["kube-apiserver", "kube-controller-manager"],
+    );
+    upload_config(root, api, by_super_admin);
+    kubeadm(
+        root,
+        &["init", "phase", "mark-control-plane", "--config", CONFIG],
+    );
+}
+
+/// `kubeadm init phase upload-config all`: the ClusterConfiguration (kubeadm-config) and
+/// the kubelet's (kubelet-config). kubeadm's client for it first tries admin.conf, is
+/// refused (its group is bound to nothing yet), and creates the ClusterRoleBinding
+/// `kubeadm:cluster-admins` with super-admin.conf (`by_super_admin`; false: the binding is
+/// already there, and admin.conf may).
 fn upload_config(root: &Path, api: &KubeApi, by_super_admin: bool) {
     let out = kubeadm(
         root,
@@ -243,7 +307,7 @@ fn upload_config(root: &Path, api: &KubeApi, by_super_admin: bool) {
             "init",
             "phase",
             "upload-config",
-            "kubeadm",
+            "all",
             "--config",
             CONFIG,
             "--v=1",
@@ -293,7 +357,7 @@ fn config_yaml(addr: IpAddr, opts: &KubeadmOptions, generation: u32, etcd_url: &
         "apiVersion: kubeadm.k8s.io/v1beta4\n\
          kind: InitConfiguration\n\
          localAPIEndpoint:\n  advertiseAddress: {addr}\n  bindPort: {API_PORT}\n\
-         nodeRegistration:\n  name: lab-kubeadm-node\n  \
+         nodeRegistration:\n  name: {NODE_NAME}\n  \
          criSocket: unix:///var/run/containerd/containerd.sock\n\
          ---\n\
          apiVersion: kubeadm.k8s.io/v1beta4\n\
@@ -325,6 +389,7 @@ fn install(root: &Path, addr: IpAddr, opts: &KubeadmOptions, generation: u32, et
         &["kubeconfig", "all"],
         &["control-plane", "apiserver"],
         &["control-plane", "controller-manager"],
+        &["kubelet-start"],
     ] {
         let mut args = vec!["init", "phase"];
         args.extend_from_slice(phase);
@@ -333,14 +398,15 @@ fn install(root: &Path, addr: IpAddr, opts: &KubeadmOptions, generation: u32, et
     }
 }
 
-/// kubeadm in a private mount namespace (its binary mounted into the node's root),
-/// chrooted into `root`.
+/// kubeadm in a private mount namespace (its binary mounted into the node's root, and a
+/// /proc: reset reads /proc/mounts for what to unmount under /var/lib/kubelet), chrooted
+/// into `root`.
 fn kubeadm(root: &Path, args: &[&str]) -> String {
     let mut cmd = Command::new("unshare");
     cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
         .arg(
-            "mount --bind \"$1\" \"$2/usr/bin/kubeadm\" && root=\"$2\" && shift 2 \
-             && exec chroot \"$root\" /usr/bin/kubeadm \"$@\"",
+            "mount --bind \"$1\" \"$2/usr/bin/kubeadm\" && mount -t proc proc \"$2/proc\" \
+             && root=\"$2\" && shift 2 && exec chroot \"$root\" /usr/bin/kubeadm \"$@\"",
         )
         .arg("sh")
         .arg(bin("kubeadm"))
@@ -360,20 +426,27 @@ fn kubeadm(root: &Path, args: &[&str]) -> String {
     text
 }
 
-/// The command of the static pod manifest `name` (kube-apiserver.yaml without .yaml):
-/// the binary and its arguments, node paths mapped into `root` and the etcd flags to
-/// `etcd_url`.
-pub fn manifest_command(root: &Path, name: &str, etcd_url: &str) -> (String, Vec<String>) {
+/// The static pod manifest `name` (kube-apiserver.yaml without .yaml): its text, and the
+/// pod it holds.
+pub fn manifest(root: &Path, name: &str) -> (String, Value) {
     let path = root
         .join(MANIFESTS.trim_start_matches('/'))
         .join(format!("{name}.yaml"));
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("kubeadm's manifest {}: {e}", path.display()));
-    let pod: Value = serde_saphyr::from_str(&text)
+    let pod = serde_saphyr::from_str(&text)
         .unwrap_or_else(|e| panic!("kubeadm's manifest {}: {e}", path.display()));
+    (text, pod)
+}
+
+/// The command of the static pod manifest `name` (kube-apiserver.yaml without .yaml):
+/// the binary and its arguments, node paths mapped into `root` and the etcd flags to
+/// `etcd_url`.
+pub fn manifest_command(root: &Path, name: &str, etcd_url: &str) -> (String, Vec<String>) {
+    let (text, pod) = manifest(root, name);
     let command: Vec<String> = pod["spec"]["containers"][0]["command"]
         .as_array()
-        .unwrap_or_else(|| panic!("no command in {}: {text}", path.display()))
+        .unwrap_or_else(|| panic!("no command in {name}.yaml: {text}"))
         .iter()
         .map(|a| a.as_str().expect("a string argument").to_string())
         .collect();

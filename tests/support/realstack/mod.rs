@@ -21,6 +21,7 @@ pub mod git_http;
 pub mod hub;
 pub mod kube;
 pub mod kubeadm;
+pub mod kubelet;
 pub mod netns;
 pub mod notification;
 pub mod proc;
