@@ -41,7 +41,7 @@ async fn sinks() -> Sinks {
         Receiver::start(FLUX_PATH).await,
     );
     let text = format!(
-        "repo: {{path: f}}\nsealing: {{cert: c}}\nspokes:\n  - {{name: dev, address: 10.0.0.1}}\n  - {{name: prod, address: 10.0.0.2}}\nalerts: {{alertmanager: '{}', webhook: '{}', flux: {{address: '{}'}}}}\n",
+        "repo: {{path: f}}\nsealing: {{cert: c}}\nspokes:\n  - {{name: dev, address: 10.0.0.1, kustomization: {{}}}}\n  - {{name: prod, address: 10.0.0.2, kustomization: {{}}}}\nalerts: {{alertmanager: '{}', webhook: '{}', flux: {{address: '{}'}}}}\n",
         am.base,
         hook.url(),
         flux.url()
