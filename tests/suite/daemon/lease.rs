@@ -913,7 +913,11 @@ fn flux_told_after_a_hung_webhook(
     let hook = rt.block_on(Receiver::start("/hook"));
     hook.set(Mode::Hang);
     let flux = rt.block_on(Receiver::start("/"));
-    let yaml = fs::read_to_string(&config).unwrap();
+    // alerts.flux without hub: needs each spoke's Kustomization named.
+    let yaml = fs::read_to_string(&config).unwrap().replace(
+        "  - name: unreachable\n",
+        "  - name: unreachable\n    kustomization: {name: unreachable}\n",
+    );
     let alerts = format!(
         "alerts:\n  webhook: {}\n  flux:\n    address: {}\n",
         hook.url(),
