@@ -218,6 +218,14 @@ impl Ticker {
             None => {
                 task.abort();
                 let _ = task.await;
+                let outputs: Vec<&std::path::Path> = ctx
+                    .config
+                    .spokes
+                    .iter()
+                    .map(|s| s.output.as_path())
+                    .collect();
+                let discarded = ctx.repo.discard_uncommitted(&outputs);
+                let _ = tokio::time::timeout(Duration::from_secs(5), discarded).await;
                 tracing::warn!(
                     took_ms = took.as_millis() as u64,
                     "tick cancelled: nothing it had not committed was kept"

@@ -330,6 +330,23 @@ impl Repo {
         }
     }
 
+    /// Puts each of `rels` that differs from HEAD back as HEAD has it: a tick's commits
+    /// reach the branch only when its stream ends, so a cancelled tick leaves the outputs
+    /// it wrote behind. Nothing else in the clone is touched.
+    pub async fn discard_uncommitted(&self, rels: &[&Path]) {
+        let Ok(status) = self
+            .git(["status", "--porcelain", "-z", "--untracked-files=all"])
+            .await
+        else {
+            return;
+        };
+        for changed in status.split('\0').filter_map(|e| e.get(3..)) {
+            if let Some(rel) = rels.iter().find(|r| r.to_string_lossy() == changed) {
+                self.discard(rel).await;
+            }
+        }
+    }
+
     /// Pushes local commits; when the remote moved, fetches, rebases and tries again.
     pub async fn push(&self) -> Result<Pushed, RepoError> {
         let upstream = self.upstream();
