@@ -149,7 +149,7 @@ fn sops_flags_are_refused_where_they_do_not_apply() {
                 "--age".into(),
                 "age1notakey".into(),
             ],
-            "age recipient #1 (\"age1notakey\") is not an age X25519 recipient",
+            "--age: age recipient #1 is not an age X25519 recipient",
         ),
         (
             vec![
