@@ -218,14 +218,7 @@ impl Ticker {
             None => {
                 task.abort();
                 let _ = task.await;
-                let outputs: Vec<&std::path::Path> = ctx
-                    .config
-                    .spokes
-                    .iter()
-                    .map(|s| s.output.as_path())
-                    .collect();
-                let discarded = ctx.repo.discard_uncommitted(&outputs);
-                let _ = tokio::time::timeout(Duration::from_secs(5), discarded).await;
+                discard_uncommitted(&ctx).await;
                 tracing::warn!(
                     took_ms = took.as_millis() as u64,
                     "tick cancelled: nothing it had not committed was kept"
@@ -446,4 +439,17 @@ fn log_report(report: &TickReport, took: Duration) {
 
 fn rfc3339(t: SystemTime) -> String {
     crate::rotate::state::rfc3339(time::OffsetDateTime::from(t))
+}
+
+/// A cancelled tick's outputs, written but not committed (its commits reach the branch
+/// only when the stream ends), put back as HEAD has them, within 5 s.
+async fn discard_uncommitted(ctx: &rotate::Context) {
+    let outputs: Vec<&std::path::Path> = ctx
+        .config
+        .spokes
+        .iter()
+        .map(|s| s.output.as_path())
+        .collect();
+    let discarded = ctx.repo.discard_uncommitted(&outputs);
+    let _ = tokio::time::timeout(Duration::from_secs(5), discarded).await;
 }
