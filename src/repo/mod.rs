@@ -28,6 +28,7 @@ pub use stream::Commits;
 pub(crate) const GIT_TIMEOUT: Duration = Duration::from_secs(120);
 /// Push attempts when the remote moved under us (non-fast-forward).
 pub(crate) const PUSH_ATTEMPTS: usize = 4;
+const LOCK_GRACE: std::time::Duration = std::time::Duration::from_millis(500);
 const LOCK_FILE: &str = "spokekeeper.lock";
 /// The largest staged file the plaintext guard reads; a larger one is refused unread
 /// (a sealed kubeconfig is a few KiB).
@@ -165,12 +166,21 @@ impl Repo {
             .write(true)
             .open(&path)
             .map_err(|e| self.io(&path, e))?;
-        match file.try_lock() {
-            Ok(()) => Ok(RepoLock { _file: file }),
-            Err(std::fs::TryLockError::WouldBlock) => {
-                Err(RepoError::Locked(path.display().to_string()))
+        // A child that another thread is forking holds a copy of the descriptor until
+        // its exec closes it, so a lock just dropped can read as held for a moment:
+        // only a holder that stays past a short grace is another run.
+        let grace = std::time::Instant::now() + LOCK_GRACE;
+        loop {
+            match file.try_lock() {
+                Ok(()) => return Ok(RepoLock { _file: file }),
+                Err(std::fs::TryLockError::WouldBlock) if std::time::Instant::now() < grace => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(RepoError::Locked(path.display().to_string()));
+                }
+                Err(std::fs::TryLockError::Error(e)) => return Err(self.io(&path, e)),
             }
-            Err(std::fs::TryLockError::Error(e)) => Err(self.io(&path, e)),
         }
     }
 

@@ -135,6 +135,35 @@ async fn lock_is_exclusive_and_released_on_drop() {
     repo.lock().unwrap();
 }
 
+/// A child forked by another thread holds a copy of the lock's descriptor until its
+/// exec closes it; a lock just dropped must still be taken again by the same run.
+#[tokio::test]
+async fn a_dropped_lock_is_taken_again_while_other_threads_spawn_children() {
+    let (_d, _remote, clones) = fleet(1);
+    let repo = open(&clones[0]).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let spawner = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut spawned = 0u32;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = std::process::Command::new("true").status();
+                spawned += 1;
+            }
+            spawned
+        })
+    };
+    for round in 0..300 {
+        let held = repo.lock().unwrap_or_else(|e| panic!("round {round}: {e}"));
+        drop(held);
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        spawner.join().unwrap() > 0,
+        "children were spawned meanwhile"
+    );
+}
+
 #[tokio::test]
 async fn sync_discards_crash_leftovers_and_keeps_unpushed_commits() {
     let (_d, remote, clones) = fleet(2);
