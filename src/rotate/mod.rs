@@ -16,17 +16,13 @@ pub mod observe;
 mod output;
 pub(crate) mod progress;
 mod publish;
-mod recipients;
 mod reconcile;
 pub mod refresh;
 mod report;
 pub mod review;
-mod sealer;
 pub mod sealing;
 pub mod state;
 mod tick;
-
-pub use recipients::recipients;
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -11,13 +11,12 @@ use super::progress::Step;
 use super::publish::{Landing, Publish};
 use super::refresh::Fresh;
 use super::report::{CredentialReport, Outcome, SpokeReport};
-use super::sealer::Sealer;
 use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
 use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::fingerprint::{Ca, CaBundle, Fingerprint};
 use crate::hub::cert::Untrusted;
-use crate::seal::SealingKey;
+use crate::seal::{Sealer, SealingKey};
 use crate::secret::SecretBytes;
 
 /// The one context a spoke's reconcile takes: the tick as every spoke sees it. It borrows
@@ -138,9 +137,11 @@ pub(super) async fn spoke<P: Publish>(
     seen: &Observation,
 ) -> Reconciled {
     let config = &tick.context.config;
-    let committed = seen.committed.record().map(|r| &r.sealed);
-    let sealer = Sealer::for_spoke(config, spoke, tick.sealing)
-        .and_then(|s| s.keeping_order(config, spoke, committed));
+    let committed = match seen.committed.record().map(|r| &r.sealed) {
+        Some(super::output::Output::Sops(file)) => Some(file.recipients.as_slice()),
+        _ => None,
+    };
+    let sealer = Sealer::for_spoke(config, spoke, tick.sealing, committed);
     match sealer {
         Ok(sealer) => {
             let policy = policy(tick, spoke, seen, &sealer);
@@ -149,7 +150,7 @@ pub(super) async fn spoke<P: Publish>(
         Err(e) => {
             let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
             note_recorded(&mut report, seen);
-            report.outcome = Outcome::Failed(e);
+            report.outcome = Outcome::Failed(e.into());
             Reconciled::done(report)
         }
     }
@@ -309,7 +310,7 @@ async fn minted<P: Publish>(
         sign: tick.context.sign_timeout,
         unsealable: match (sealer, tick.untrusted) {
             (Sealer::SealedSecrets(_), Some(u)) => Some(SpokeError::Untrusted(u.error.clone())),
-            _ => sealer.can_seal(spoke).err(),
+            _ => sealer.can_seal(spoke).err().map(SpokeError::from),
         },
     };
     let step = minted::step(
@@ -448,7 +449,10 @@ fn seal<P>(
     if let (Sealer::SealedSecrets(_), Some(u)) = (sealer, tick.untrusted) {
         return Err(SpokeError::Untrusted(u.error.clone()).into());
     }
-    let manifest = sealer.seal_recorded(spoke, &c.fresh.yaml, recorded, tick.now)?;
+    let annotations = recorded.to_annotations();
+    let manifest = sealer
+        .seal(spoke, &c.fresh.yaml, &annotations, tick.now)
+        .map_err(SpokeError::from)?;
     if tick.options.dry_run {
         return Err(Outcome::WouldRotate);
     }

@@ -125,7 +125,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             && (args.spokes.is_empty() || args.spokes.contains(&s.name))
     });
     for s in sops {
-        if let Err(e) = spokekeeper::rotate::recipients(&config, s) {
+        if let Err(e) = spokekeeper::seal::recipients(&config, s) {
             eprintln!("spokekeeper check: CRITICAL: {}: {e}", s.name);
             findings.push(alerts::sops_recipients(&s.name, e.to_string()));
         }
