@@ -20,7 +20,7 @@ mod reconcile;
 pub mod refresh;
 mod report;
 pub mod review;
-pub mod sealing;
+pub mod sealing_key;
 pub mod state;
 mod tick;
 

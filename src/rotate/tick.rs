@@ -13,7 +13,7 @@ use super::progress::Step;
 use super::publish::{Direct, Publish};
 use super::reconcile::{self, Reconciled, Tick};
 use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
-use super::{Context, Options, Proposal, review, sealing};
+use super::{Context, Options, Proposal, review, sealing_key};
 use crate::config::SpokeConfig;
 use crate::hub::consumers::{self, Listed};
 use crate::hub::verify::{self, Ask, Committed, HubReport, Output};
@@ -48,7 +48,7 @@ async fn run<P: Publish>(
         None => None,
     };
     // None: no sealing.cert (every spoke is sops), so no certificate to fetch or trust.
-    let sealed = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
+    let sealed = sealing_key::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
     let (sealing, cert) = match &sealed {
         Some((key, cert)) => (Some(key), Some(cert)),
         None => (None, None),

@@ -17,7 +17,6 @@ mod output;
 pub mod recipients;
 mod sealer;
 pub mod sops;
-pub mod trust;
 mod yaml;
 
 pub use crate::config::Scope;

@@ -1,6 +1,6 @@
 //! The sealing certificate for a tick: fetched from the controller when the hub is
 //! configured (hub::cert), else (or when the hub cannot be reached) the pinned copy in
-//! sealing.cert; then whether it is trusted (trust.rs). None when sealing.cert is not set
+//! sealing.cert; then whether it is trusted (anchors.rs). None when sealing.cert is not set
 //! (every spoke is sops): nothing is fetched, pinned or trusted.
 //!
 //! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
@@ -8,6 +8,7 @@
 //! because its recorded sealing-cert-sha256 differs. In review mode it is proposed on
 //! its own branch and pull request instead.
 
+mod anchors;
 mod served;
 mod trust;
 
@@ -23,7 +24,7 @@ use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
 use crate::hub::{Hub, HubError};
 use crate::seal::SealingKey;
-use crate::seal::trust::Controller;
+use trust::Controller;
 
 /// Review mode's branch for a renewed certificate. Spoke names are DNS labels, so no
 /// spoke's branch can be this one.
@@ -63,7 +64,7 @@ pub(super) async fn for_tick(
         Heard::Silent => Controller::Silent,
         Heard::Other(fp) => Controller::Contradicts(*fp),
     };
-    match trust::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), hub).await {
+    match anchors::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), hub).await {
         Ok(how) => {
             report.trusted = true;
             report.trust = how.to_string();
@@ -88,7 +89,7 @@ pub async fn trusted_offline(
     repo: &crate::repo::Repo,
     sha256: Fingerprint<Sealing>,
 ) -> Result<&'static str, Untrusted> {
-    trust::check(config, cert, repo, sha256, Controller::Silent).await
+    anchors::check(config, cert, repo, sha256, Controller::Silent).await
 }
 
 /// What the hub's controller served this tick, compared with the key chosen.
