@@ -17,25 +17,6 @@ use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
 use crate::secret::SecretBytes;
 
-/// Bindings to delete once the hub has the new credential: this hub's for the spoke
-/// entry, of generations below `below`, and an earlier version's unscoped binding of
-/// `legacy_user` (the user recorded before), with the admin credential kept in memory
-/// until then.
-pub(crate) struct Revocation {
-    pub admin: SecretBytes,
-    pub below: u64,
-    pub legacy_user: Option<String>,
-    /// Whose bindings: `credential.hub_id` and the spoke entry's name.
-    pub hub: String,
-    pub spoke: String,
-}
-
-impl std::fmt::Debug for Revocation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Revocation(below {})", self.below)
-    }
-}
-
 pub(super) enum Step {
     /// A periodic check found the committed minted credential still fits.
     Unchanged,
@@ -120,14 +101,6 @@ fn refused(spoke: &SpokeConfig, e: GenerationError) -> SpokeError {
     SpokeError::Generation(e)
 }
 
-/// Whose bindings: this hub's, for the spoke entry.
-fn scope(spoke: &SpokeConfig) -> mint::Scope<'_> {
-    mint::Scope {
-        hub: &spoke.credential.hub_id,
-        spoke: &spoke.name,
-    }
-}
-
 fn failed(e: MintError) -> SpokeError {
     SpokeError::Mint(e.into())
 }
@@ -147,7 +120,7 @@ pub(super) async fn step(
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
     let unknown = unknown_generation(spoke, committed);
-    let scope = scope(spoke);
+    let scope = mint::Scope::of(spoke);
     if let (Some(e), false) = (&unknown, how.revoke) {
         return Err(refused(spoke, e.clone()));
     }
@@ -209,9 +182,14 @@ async fn revoke_now(
     }
     // Every binding on the spoke, not the one the fleet repo names: that annotation
     // may have been wound back to a generation long gone.
-    let gone = mint::revoke_all(&admin.yaml, &scope(spoke), had.user.as_deref(), how.call)
-        .await
-        .map_err(failed)?;
+    let gone = mint::revoke_all(
+        &admin.yaml,
+        &mint::Scope::of(spoke),
+        had.user.as_deref(),
+        how.call,
+    )
+    .await
+    .map_err(failed)?;
     // This hub's generations for the entry; an earlier version's binding adopted
     // with them carries its own counter.
     let found: Vec<u64> = gone
@@ -355,27 +333,4 @@ async fn mint_next(
         admin: admin.yaml,
         shortened,
     })
-}
-
-/// A generation just minted that will not be committed (a later check refused it): its
-/// binding is deleted now, so the refusal leaves nothing granted on the spoke.
-pub(super) async fn withdraw(
-    spoke: &SpokeConfig,
-    admin: &SecretBytes,
-    generation: u64,
-    limit: Duration,
-) {
-    let scope = mint::Scope {
-        hub: &spoke.credential.hub_id,
-        spoke: &spoke.name,
-    };
-    match mint::withdraw(admin, &scope, generation, limit).await {
-        Ok(_) => {}
-        Err(e) => tracing::warn!(
-            spoke = %spoke.name,
-            generation,
-            error = %e,
-            "cannot delete the binding of a generation that was minted but not committed"
-        ),
-    }
 }

@@ -52,7 +52,7 @@ struct Proposal {
     /// What this tick encrypted it to.
     sealed_to: state::SealedTo,
     /// Direct mode: what to revoke once the hub has this credential.
-    revocation: Option<minted::Revocation>,
+    revocation: Option<crate::mint::Revocation>,
 }
 
 /// sealing.cert is the published demo key: refused everywhere (the demo makes a key of

@@ -284,7 +284,7 @@ struct Candidate {
     fresh: Fresh,
     credential: RecordedCredential,
     /// Direct mode: what to revoke once the hub has it.
-    revocation: Option<minted::Revocation>,
+    revocation: Option<crate::mint::Revocation>,
     /// Minted this tick: the admin credential and the generation, until it is committed.
     minted_now: Option<(SecretBytes, u64)>,
     shortened: Option<crate::mint::Shortfall>,
@@ -334,7 +334,7 @@ async fn minted<P: Publish>(
         minted::Step::WouldMint => return Err(Outcome::WouldRotate),
     };
     let had = seen.committed.recorded().map(|r| &r.credential);
-    let revocation = (landing == Landing::AtPush).then(|| minted::Revocation {
+    let revocation = (landing == Landing::AtPush).then(|| crate::mint::Revocation {
         admin: admin.clone(),
         below: credential.generation,
         legacy_user: had.and_then(|h| h.user.clone()),
@@ -370,7 +370,7 @@ fn extracted<P: Publish>(
     // Back from minted: every minted generation goes once the hub has this one.
     let lands_at_push = tick.publish.landing() == Landing::AtPush;
     let revocation = (had.mode == CredentialMode::Minted && lands_at_push && !tick.options.dry_run)
-        .then(|| minted::Revocation {
+        .then(|| crate::mint::Revocation {
             admin: fresh.yaml.clone(),
             below: had.next_generation(),
             legacy_user: had.user.clone(),
@@ -404,7 +404,7 @@ async fn impersonation<P>(
     if checked.is_err()
         && let Some((admin, generation)) = &c.minted_now
     {
-        minted::withdraw(spoke, admin, *generation, tick.context.live_timeout).await;
+        crate::mint::withdraw(spoke, admin, *generation, tick.context.live_timeout).await;
     }
     checked
 }

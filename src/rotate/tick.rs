@@ -319,19 +319,13 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
         if ctx.config.hub.is_some() && !verified {
             continue;
         }
-        let scope = crate::mint::Scope {
-            hub: &r.hub,
-            spoke: &r.spoke,
-        };
-        let legacy = r.legacy_user.as_deref();
-        match crate::mint::revoke_older(&r.admin, &scope, r.below, legacy, ctx.live_timeout).await {
+        match r.revoke(ctx.live_timeout).await {
             Ok(names) => report.revoked.extend(names),
             Err(e) => {
                 tracing::warn!(spoke = %report.spoke, error = %e, "cannot revoke superseded generations");
                 report.revoke_error = Some(e.to_string());
             }
         }
-        // r.admin (the admin kubeconfig) is zeroized as it drops here.
     }
 }
 
