@@ -18,6 +18,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
+pub(crate) use api::shown;
 pub use api::{Answer, Bound, Scope, Spoke};
 pub(crate) use bindings::{Revocation, binding_fits, bound, revoke_all, revoke_older, withdraw};
 pub use csr::{MintKey, csr_name, request};
@@ -29,7 +30,7 @@ use crate::config::CredentialPolicy;
 use crate::kubeconfig::Sanitized;
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport};
-use api::{CSRS, MANAGED_BY, SIGNER, shown};
+use api::{CSRS, MANAGED_BY, SIGNER};
 use bindings::ensure_binding;
 use lifetime::Lifetime;
 

@@ -82,7 +82,6 @@ pub(super) fn unknown_generation(
 /// recorded user is this entry's and goes with its next revocation; any other is named
 /// with the command that deletes it (spokekeeper cannot tell whose it is).
 fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option<&str>) {
-    let shown = |s: &str| crate::text::one_line(&crate::certs::escape(s), 200);
     for b in legacy {
         if recorded.is_some() && b.user.as_deref() == recorded {
             continue;
@@ -90,8 +89,8 @@ fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option
         tracing::warn!(
             spoke = %spoke.name,
             "ClusterRoleBinding {name} was made by an earlier spokekeeper (no spokekeeper.io/hub label) and binds {user}, not this spoke entry's recorded user: once no spoke entry of any spokekeeper records that user (annotation spokekeeper.io/credential-user), delete it: kubectl delete clusterrolebinding {name}",
-            name = shown(&b.name),
-            user = b.user.as_deref().map_or("no single user".to_string(), shown),
+            name = mint::shown(&b.name),
+            user = b.user.as_deref().map_or("no single user".to_string(), mint::shown),
         );
     }
 }
@@ -213,7 +212,7 @@ async fn revoke_now(
         users: gone
             .iter()
             .filter_map(|b| b.user.as_deref())
-            .map(|u| crate::text::one_line(&crate::certs::escape(u), 200))
+            .map(mint::shown)
             .collect(),
     };
     if let Some(e) = unknown {

@@ -52,19 +52,14 @@ pub(super) async fn for_tick(
         );
     }
     let listed = &ctx.config.sealing_sha256;
-    if heard == Heard::Served && !listed.is_empty() && !listed.contains(&key.fingerprint()) {
+    if heard == Controller::Served && !listed.is_empty() && !listed.contains(&key.fingerprint()) {
         tracing::warn!(
             "the hub's controller serves {} but sealing.sha256 in {} does not list it: add it, or ticks while the hub is unreachable seal nothing",
             key.fingerprint(),
             ctx.config.file.display()
         );
     }
-    let hub = match &heard {
-        Heard::Served => Controller::Served,
-        Heard::Silent => Controller::Silent,
-        Heard::Other(fp) => Controller::Contradicts(*fp),
-    };
-    match anchors::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), hub).await {
+    match anchors::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), heard).await {
         Ok(how) => {
             report.trusted = true;
             report.trust = how.to_string();
@@ -92,17 +87,6 @@ pub async fn trusted_offline(
     anchors::check(config, cert, repo, sha256, Controller::Silent).await
 }
 
-/// What the hub's controller served this tick, compared with the key chosen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Heard {
-    /// That very key.
-    Served,
-    /// Nothing usable (no hub, unreachable, refused).
-    Silent,
-    /// Another valid certificate, with this fingerprint.
-    Other(Fingerprint<Sealing>),
-}
-
 /// The key for this tick (`cert`: sealing.cert; `start`: the key loaded at start), the
 /// hub's part of the report (None: no hub), and what the hub's controller served.
 async fn choose(
@@ -112,11 +96,11 @@ async fn choose(
     hub: Option<&Result<Hub, HubError>>,
     dry_run: bool,
     publish: &impl Publish,
-) -> (SealingKey, Option<CertReport>, Heard) {
+) -> (SealingKey, Option<CertReport>, Controller) {
     let now = OffsetDateTime::now_utc();
     let (pinned, on_disk) = pinned(ctx, cert, start, now);
     let (Some(cfg), Some(hub)) = (&ctx.config.hub, hub) else {
-        return (pinned, None, Heard::Silent);
+        return (pinned, None, Controller::Silent);
     };
     let mut report = CertReport {
         reachable: Some(false),
@@ -140,7 +124,7 @@ async fn choose(
             report.error = Some(format!(
                 "hub unreachable, using the pinned sealing.cert: {e}"
             ));
-            return (pinned, Some(report), Heard::Silent);
+            return (pinned, Some(report), Controller::Silent);
         }
     };
     report.reachable = Some(true);
@@ -155,7 +139,7 @@ async fn choose(
             let e = format!("refused: {e}");
             tracing::error!(error = %e, "the hub's sealing certificate is not usable: using the pinned copy");
             report.error = Some(e);
-            return (pinned, Some(report), Heard::Silent);
+            return (pinned, Some(report), Controller::Silent);
         }
     };
     // What a tick that cannot reach the hub may trust (hub/served.rs).
@@ -175,7 +159,7 @@ async fn choose(
                 report.error = Some(format!("cannot pin the certificate: {e}"));
             }
         }
-        return (pinned, Some(report), Heard::Served);
+        return (pinned, Some(report), Controller::Served);
     }
     let renewal = Renewal {
         cert,
@@ -203,7 +187,7 @@ async fn renew(
     dry_run: bool,
     publish: &impl Publish,
     mut report: CertReport,
-) -> (SealingKey, Option<CertReport>, Heard) {
+) -> (SealingKey, Option<CertReport>, Controller) {
     let Renewal {
         cert,
         pinned,
@@ -243,12 +227,12 @@ async fn renew(
                     renewed.new.short()
                 ));
                 // The hub has just contradicted the pinned copy: not trusted this tick.
-                return (pinned, Some(report), Heard::Other(renewed.new));
+                return (pinned, Some(report), Controller::Contradicts(renewed.new));
             }
         }
     }
     report.renewed = Some(renewed);
-    (key, Some(report), Heard::Served)
+    (key, Some(report), Controller::Served)
 }
 
 /// sealing.cert (`path`) as it is now on disk, and true; the key loaded at start and
