@@ -67,31 +67,6 @@ pub(super) async fn ensure_binding(
     Ok(())
 }
 
-/// Deletes this hub's bindings for this spoke entry of generations before `current`,
-/// and an earlier version's unscoped binding of `legacy_user` (the user recorded before
-/// this mint): the older credentials stop working. Returns the names deleted.
-pub(crate) async fn revoke_older(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    current: u64,
-    legacy_user: Option<&str>,
-    limit: Duration,
-) -> Result<Vec<String>, MintError> {
-    let spoke = Spoke::admin(admin, limit).await?;
-    let mut deleted = Vec::new();
-    for b in spoke.list_bindings(scope).await? {
-        if b.generation.is_some_and(|g| g < current) && spoke.delete_binding(&b.name).await? {
-            deleted.push(b.name);
-        }
-    }
-    for b in adopted(spoke.list_legacy().await?, legacy_user) {
-        if spoke.delete_binding(&b.name).await? {
-            deleted.push(b.name);
-        }
-    }
-    Ok(deleted)
-}
-
 /// Bindings to delete once the hub has the new credential: this hub's for the spoke
 /// entry, of generations below `below`, and an earlier version's unscoped binding of
 /// `legacy_user` (the user recorded before), with the admin credential kept in memory
@@ -120,7 +95,8 @@ impl Revocation {
             spoke: &self.spoke,
         };
         let legacy = self.legacy_user.as_deref();
-        revoke_older(&self.admin, &scope, self.below, legacy, limit).await
+        let deleted = revoke(&self.admin, &scope, Some(self.below), legacy, limit).await?;
+        Ok(deleted.into_iter().map(|b| b.name).collect())
     }
 }
 
@@ -178,20 +154,26 @@ fn adopted(legacy: Vec<Bound>, user: Option<&str>) -> impl Iterator<Item = Bound
         .filter(move |b| user.is_some() && b.user.as_deref() == user)
 }
 
-/// Deletes now (`spokekeeper revoke`) every binding of this hub's for this spoke entry,
-/// not only the one the fleet repo names (which may have been changed), and an earlier
-/// version's unscoped binding of `recorded_user`. Returns those deleted.
-pub(crate) async fn revoke_all(
+/// Deletes this hub's bindings for this spoke entry of generations below `below` (all
+/// of them with None: `spokekeeper revoke`, not only the one the fleet repo names, which
+/// may have been changed), and an earlier version's unscoped binding of `legacy_user`
+/// (the user recorded before): those credentials stop working. Returns those deleted.
+pub(crate) async fn revoke(
     admin: &SecretBytes,
     scope: &Scope<'_>,
-    recorded_user: Option<&str>,
+    below: Option<u64>,
+    legacy_user: Option<&str>,
     limit: Duration,
 ) -> Result<Vec<Bound>, MintError> {
     let spoke = Spoke::admin(admin, limit).await?;
-    let mut deleted = Vec::new();
     let legacy = spoke.list_legacy().await?;
-    let ours = spoke.list_bindings(scope).await?;
-    for b in ours.into_iter().chain(adopted(legacy, recorded_user)) {
+    let ours = spoke
+        .list_bindings(scope)
+        .await?
+        .into_iter()
+        .filter(|b| below.is_none_or(|below| b.generation.is_some_and(|g| g < below)));
+    let mut deleted = Vec::new();
+    for b in ours.chain(adopted(legacy, legacy_user)) {
         if spoke.delete_binding(&b.name).await? {
             deleted.push(b);
         }

@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 
 pub(crate) use api::shown;
 pub use api::{Answer, Bound, Scope, Spoke};
-pub(crate) use bindings::{Revocation, binding_fits, bound, revoke_all, revoke_older, withdraw};
+pub(crate) use bindings::{Revocation, binding_fits, bound, revoke, withdraw};
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
 pub use lifetime::{Limit, Shortfall};

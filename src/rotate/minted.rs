@@ -143,9 +143,9 @@ pub(super) async fn step(
     // Review mode revokes nothing after its push (the hub takes the credential only when
     // the pull request is merged): the generations before the merged one go here.
     if how.landing == Landing::AtMerge && was_minted && had.generation > 1 {
-        let older = mint::revoke_older(&admin.yaml, &scope, had.generation, None, how.call);
+        let older = mint::revoke(&admin.yaml, &scope, Some(had.generation), None, how.call);
         match older.await {
-            Ok(names) => revoked.extend(names),
+            Ok(gone) => revoked.extend(gone.into_iter().map(|b| b.name)),
             Err(e) => {
                 tracing::warn!(spoke = %spoke.name, error = %e, "cannot revoke older generations")
             }
@@ -181,9 +181,10 @@ async fn revoke_now(
     }
     // Every binding on the spoke, not the one the fleet repo names: that annotation
     // may have been wound back to a generation long gone.
-    let gone = mint::revoke_all(
+    let gone = mint::revoke(
         &admin.yaml,
         &mint::Scope::of(spoke),
+        None,
         had.user.as_deref(),
         how.call,
     )
