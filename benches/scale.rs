@@ -3,7 +3,7 @@
 //! The lab (benches/lab/scale.rs) serves every spoke's API from one thread of this
 //! process. The committed state is written directly, no rotating tick first: per spoke a
 //! SealedSecret sealed and annotated by the rotation's own `refresh::record` and
-//! `refresh::seal`, all in one commit, pushed.
+//! `Sealer::seal`, all in one commit, pushed.
 //!
 //! - `spokekeeper rotate --all -o json`: wall, CPU (it and what it ran), peak RSS (VmHWM
 //!   sampled every 2 ms); every spoke must be healthy.
@@ -107,7 +107,9 @@ fn commit_state(config_path: &Path, clone: &Path) {
             spokekeeper::rotate::state::SealedTo::Cert(key.fingerprint()),
             now,
         );
-        let manifest = refresh::seal(spoke, &yaml, &key, &recorded).expect("seal");
+        let manifest = spokekeeper::seal::Sealer::SealedSecrets(&key)
+            .seal(spoke, &yaml, &recorded.to_annotations(), now)
+            .expect("seal");
         let path = clone.join(&spoke.output);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
         std::fs::write(&path, manifest).expect("write manifest");

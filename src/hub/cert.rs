@@ -1,6 +1,6 @@
 //! The controller's sealing certificate as the hub serves it: fetched (bounded in time),
 //! the key a process starts with, and the report types a tick fills in. Choosing the
-//! tick's key, trusting it and pinning a renewal are the tick's job (rotate/sealing).
+//! tick's key, trusting it and pinning a renewal are the tick's job (rotate/sealing_key).
 
 use std::path::PathBuf;
 
@@ -12,7 +12,7 @@ use crate::fingerprint::{Fingerprint, Sealing};
 use crate::seal::{KeyError, SealingKey};
 
 /// The sealing certificate of a tick: what the hub gave (with `hub:`) and whether it is
-/// trusted (see [`crate::seal::trust`]).
+/// trusted (see `rotate::sealing_key`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CertReport {
     /// With `hub:`: whether the controller's certificate could be fetched (absent without).

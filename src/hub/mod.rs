@@ -3,7 +3,7 @@
 //! Flux Kustomizations and HelmReleases that deploy to the spokes with them.
 //!
 //! `cert.rs` fetches the controller's certificate and gives the sealing key a process
-//! starts with (choosing, trusting and pinning the tick's key is `rotate::sealing`'s job);
+//! starts with (choosing, trusting and pinning the tick's key is `rotate::sealing_key`'s job);
 //! `verify/` checks after a push that the hub unsealed the commit and Flux deployed it;
 //! `consumers.rs` finds the Flux objects that use a spoke's Secret; `root.rs` asks the
 //! Kustomization that applies its SealedSecret, and that one's source, to reconcile first;

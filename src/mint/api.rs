@@ -47,6 +47,14 @@ impl Spoke {
         })
     }
 
+    /// [`Spoke::connect`] with the admin credential.
+    pub(crate) async fn admin(
+        admin: &crate::secret::SecretBytes,
+        limit: Duration,
+    ) -> Result<Spoke, MintError> {
+        Spoke::connect(admin, limit).await.map_err(MintError::Admin)
+    }
+
     /// One request within the limit; an API status is an answer, anything else an error.
     pub async fn call(
         &self,
@@ -265,6 +273,16 @@ pub struct Scope<'a> {
     pub spoke: &'a str,
 }
 
+impl<'a> Scope<'a> {
+    /// This hub's, for the spoke entry.
+    pub fn of(spoke: &'a crate::config::SpokeConfig) -> Scope<'a> {
+        Scope {
+            hub: &spoke.credential.hub_id,
+            spoke: &spoke.name,
+        }
+    }
+}
+
 /// The labels that say whose a binding is, as read (absent or not text: None).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct Labels {
@@ -307,6 +325,6 @@ impl Bound {
 }
 
 /// Text from the spoke, for messages: one escaped line, at most 200 characters.
-pub(super) fn shown(s: &str) -> String {
+pub(crate) fn shown(s: &str) -> String {
     crate::text::one_line(&crate::certs::escape(s), 200)
 }

@@ -5,6 +5,7 @@
 //! memory and is never sealed, committed or logged.
 
 mod api;
+mod bindings;
 mod csr;
 mod error;
 mod issuer;
@@ -17,7 +18,9 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
+pub(crate) use api::shown;
 pub use api::{Answer, Bound, Scope, Spoke};
+pub(crate) use bindings::{Revocation, binding_fits, bound, revoke, withdraw};
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
 pub use lifetime::{Limit, Shortfall};
@@ -27,7 +30,8 @@ use crate::config::CredentialPolicy;
 use crate::kubeconfig::Sanitized;
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport};
-use api::{BINDINGS, CSRS, GENERATION, HUB, MANAGED_BY, SIGNER, SPOKE, shown};
+use api::{CSRS, MANAGED_BY, SIGNER};
+use bindings::ensure_binding;
 use lifetime::Lifetime;
 
 /// The group no minted credential may be in: it bypasses RBAC.
@@ -102,9 +106,7 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
         hub: &req.policy.hub_id,
         spoke: req.spoke,
     };
-    let spoke = Spoke::connect(&admin.to_yaml(), req.call_timeout)
-        .await
-        .map_err(MintError::Admin)?;
+    let spoke = Spoke::admin(&admin.to_yaml(), req.call_timeout).await?;
     let key = MintKey::generate()?;
     let pem = request(&key, &user)?;
     let name = csr_name(req.spoke, req.generation)?;
@@ -332,63 +334,6 @@ async fn delete_csr(spoke: &Spoke, name: &str) -> Result<(), MintError> {
     }
 }
 
-/// The binding `name` from `user` to the cluster role; an earlier one of ours that binds
-/// something else is replaced, anyone else's is left alone.
-async fn ensure_binding(
-    spoke: &Spoke,
-    scope: &Scope<'_>,
-    name: &str,
-    user: &str,
-    policy: &CredentialPolicy,
-    generation: u64,
-) -> Result<(), MintError> {
-    let want = json!({
-        "apiVersion": "rbac.authorization.k8s.io/v1",
-        "kind": "ClusterRoleBinding",
-        "metadata": {
-            "name": name,
-            "labels": {
-                MANAGED_BY: "spokekeeper",
-                GENERATION: generation.to_string(),
-                HUB: scope.hub,
-                SPOKE: scope.spoke,
-            },
-        },
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": policy.cluster_role},
-        "subjects": [{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}],
-    });
-    if let Some(have) = spoke.get_binding(name).await? {
-        if fits(&have, user, &policy.cluster_role) {
-            return Ok(());
-        }
-        if !scoped(&have, scope) {
-            return Err(MintError::BindingConflict {
-                name: name.to_string(),
-                why: format!(
-                    "binds {} to ClusterRole {}",
-                    shown(&have["subjects"].to_string()),
-                    shown(have["roleRef"]["name"].as_str().unwrap_or("?"))
-                ),
-            });
-        }
-        // roleRef cannot change in place.
-        spoke.delete_binding(name).await?;
-    }
-    spoke
-        .call_ok(
-            "binding",
-            (
-                "create clusterrolebindings (and bind the ClusterRole)",
-                "clusterrolebindings",
-            ),
-            "POST",
-            BINDINGS,
-            Some(&want),
-        )
-        .await?;
-    Ok(())
-}
-
 /// A SelfSubjectReview is allowed to anyone: the binding is proven by an access review,
 /// asked again briefly while the API server's RBAC cache catches up.
 async fn authorized(
@@ -425,137 +370,6 @@ async fn authorized(
         }
         tokio::time::sleep(POLL).await;
     }
-}
-
-/// Deletes this hub's bindings for this spoke entry of generations before `current`,
-/// and an earlier version's unscoped binding of `legacy_user` (the user recorded before
-/// this mint): the older credentials stop working. Returns the names deleted.
-pub(crate) async fn revoke_older(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    current: u64,
-    legacy_user: Option<&str>,
-    limit: Duration,
-) -> Result<Vec<String>, MintError> {
-    let spoke = Spoke::connect(admin, limit)
-        .await
-        .map_err(MintError::Admin)?;
-    let mut deleted = Vec::new();
-    for b in spoke.list_bindings(scope).await? {
-        if b.generation.is_some_and(|g| g < current) && spoke.delete_binding(&b.name).await? {
-            deleted.push(b.name);
-        }
-    }
-    for b in adopted(spoke.list_legacy().await?, legacy_user) {
-        if spoke.delete_binding(&b.name).await? {
-            deleted.push(b.name);
-        }
-    }
-    Ok(deleted)
-}
-
-/// Deletes the binding of `generation` alone (this hub's, this spoke entry's): a
-/// generation minted and then refused before it was committed leaves nothing granted.
-/// False: it was gone.
-pub(crate) async fn withdraw(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    generation: u64,
-    limit: Duration,
-) -> Result<bool, MintError> {
-    let spoke = Spoke::connect(admin, limit)
-        .await
-        .map_err(MintError::Admin)?;
-    spoke.delete_binding(&binding_name(scope, generation)).await
-}
-
-/// The bindings on the spoke a mint looks at.
-#[derive(Debug, Default)]
-pub(crate) struct Bindings {
-    /// This hub's for this spoke entry: the next generation is above all of them as well
-    /// as above the recorded one (the recorded counter comes from the fleet repo, and one
-    /// wound back there must not reuse a generation).
-    pub ours: Vec<Bound>,
-    /// An earlier version's, not scoped to a hub or spoke.
-    pub legacy: Vec<Bound>,
-}
-
-pub(crate) async fn bound(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    limit: Duration,
-) -> Result<Bindings, MintError> {
-    let spoke = Spoke::connect(admin, limit)
-        .await
-        .map_err(MintError::Admin)?;
-    Ok(Bindings {
-        ours: spoke.list_bindings(scope).await?,
-        legacy: spoke.list_legacy().await?,
-    })
-}
-
-/// The unscoped bindings an earlier version made for `user` (the spoke's recorded user):
-/// since users are not shared, a binding of exactly that user is this spoke entry's.
-fn adopted(legacy: Vec<Bound>, user: Option<&str>) -> impl Iterator<Item = Bound> {
-    legacy
-        .into_iter()
-        .filter(move |b| user.is_some() && b.user.as_deref() == user)
-}
-
-/// Deletes now (`spokekeeper revoke`) every binding of this hub's for this spoke entry,
-/// not only the one the fleet repo names (which may have been changed), and an earlier
-/// version's unscoped binding of `recorded_user`. Returns those deleted.
-pub async fn revoke_all(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    recorded_user: Option<&str>,
-    limit: Duration,
-) -> Result<Vec<Bound>, MintError> {
-    let spoke = Spoke::connect(admin, limit)
-        .await
-        .map_err(MintError::Admin)?;
-    let mut deleted = Vec::new();
-    let legacy = spoke.list_legacy().await?;
-    let ours = spoke.list_bindings(scope).await?;
-    for b in ours.into_iter().chain(adopted(legacy, recorded_user)) {
-        if spoke.delete_binding(&b.name).await? {
-            deleted.push(b);
-        }
-    }
-    Ok(deleted)
-}
-
-/// Whether this hub's binding of `generation` for this spoke entry exists and binds
-/// `user` to the configured cluster role (a renewal is due when it does not).
-pub(crate) async fn binding_fits(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    generation: u64,
-    user: &str,
-    policy: &CredentialPolicy,
-    limit: Duration,
-) -> Result<bool, MintError> {
-    let spoke = Spoke::connect(admin, limit)
-        .await
-        .map_err(MintError::Admin)?;
-    Ok(spoke
-        .get_binding(&binding_name(scope, generation))
-        .await?
-        .is_some_and(|b| scoped(&b, scope) && fits(&b, user, &policy.cluster_role)))
-}
-
-/// Labelled as this hub's binding for this spoke entry.
-fn scoped(binding: &Value, scope: &Scope<'_>) -> bool {
-    let labels = &binding["metadata"]["labels"];
-    labels[MANAGED_BY] == "spokekeeper" && labels[HUB] == scope.hub && labels[SPOKE] == scope.spoke
-}
-
-/// A binding of exactly `user` to the ClusterRole `role`.
-fn fits(binding: &Value, user: &str, role: &str) -> bool {
-    binding["roleRef"]
-        == json!({"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role})
-        && binding["subjects"]
-            == json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": user}])
 }
 
 #[cfg(test)]
@@ -612,63 +426,6 @@ mod tests {
             assert!(policy.is_minted_user("edge", 1, u), "{u}");
             assert!(u.len() <= 64, "{u}");
         }
-    }
-
-    #[test]
-    fn only_an_earlier_versions_binding_of_exactly_the_recorded_user_is_adopted() {
-        let legacy = |name: &str, user: Option<&str>| Bound {
-            name: name.into(),
-            generation: Some(1),
-            user: user.map(str::to_string),
-            labels: api::Labels::default(),
-        };
-        let all = vec![
-            legacy("spokekeeper-hub-g1", Some("spokekeeper:hub:1")),
-            legacy("spokekeeper-hub-g11", Some("spokekeeper:hub:11")),
-            legacy("spokekeeper-hub-g2", None),
-        ];
-        let names = |user| {
-            adopted(all.clone(), user)
-                .map(|b| b.name)
-                .collect::<Vec<_>>()
-        };
-        assert_eq!(names(Some("spokekeeper:hub:1")), ["spokekeeper-hub-g1"]);
-        assert!(names(None).is_empty());
-        assert!(names(Some("spokekeeper:hub")).is_empty());
-    }
-
-    #[test]
-    fn a_binding_is_ours_only_with_our_hub_and_spoke_labels() {
-        let scope = Scope {
-            hub: "hub",
-            spoke: "edge",
-        };
-        let b = |hub: &str, spoke: &str| json!({"metadata": {"labels": {MANAGED_BY: "spokekeeper", HUB: hub, SPOKE: spoke}}});
-        assert!(scoped(&b("hub", "edge"), &scope));
-        assert!(!scoped(&b("other", "edge"), &scope));
-        assert!(!scoped(&b("hub", "edge2"), &scope));
-        assert!(!scoped(
-            &json!({"metadata": {"labels": {MANAGED_BY: "spokekeeper"}}}),
-            &scope
-        ));
-    }
-
-    #[test]
-    fn a_binding_fits_only_with_that_user_alone_and_that_role() {
-        let b = |role: &str, subjects: Value| {
-            json!({"roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
-                   "subjects": subjects})
-        };
-        let user =
-            |n: &str| json!({"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": n});
-        assert!(fits(&b("edit", json!([user("u")])), "u", "edit"));
-        assert!(!fits(&b("cluster-admin", json!([user("u")])), "u", "edit"));
-        assert!(!fits(&b("edit", json!([user("v")])), "u", "edit"));
-        assert!(!fits(
-            &b("edit", json!([user("u"), user("v")])),
-            "u",
-            "edit"
-        ));
     }
 
     #[test]

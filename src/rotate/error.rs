@@ -12,7 +12,7 @@ use crate::forge::ForgeError;
 use crate::kubeconfig::KubeconfigError;
 use crate::mint::MintError;
 use crate::repo::RepoError;
-use crate::seal::ManifestError;
+use crate::seal::SealingError;
 use crate::spoke::{ExtractError, LiveError, ProbeError};
 
 /// Where a spoke's pipeline stopped.
@@ -83,29 +83,9 @@ pub enum SpokeError {
     /// The tick's sealing certificate is not trusted: nothing is sealed to it.
     #[error("{0}")]
     Untrusted(String),
+    /// The spoke's output cannot be sealed (its sealer, or the sealing itself).
     #[error("{0}")]
-    Seal(Arc<ManifestError>),
-    /// A sops output could not be encrypted, or did not read back as encrypted.
-    #[error("{spoke}: {error}")]
-    Sops {
-        spoke: String,
-        error: Arc<crate::seal::sops::SopsError>,
-    },
-    /// The age recipients of a sops output could not be read, or are not trusted.
-    #[error("{0}")]
-    Recipients(Arc<super::recipients::RecipientsError>),
-    /// A Sealed Secrets spoke in a tick that loaded no sealing certificate (the
-    /// configuration check refuses this; here should a context be made otherwise).
-    #[error(
-        "{spoke}: seals with Sealed Secrets, but no sealing certificate is loaded: set sealing.cert, or sealing.format: sops for it"
-    )]
-    NoSealingCert { spoke: String },
-    /// What was sealed did not read back as ciphertext for the key.
-    #[error("{spoke}: {error}")]
-    ReadBack {
-        spoke: String,
-        error: Arc<ManifestError>,
-    },
+    Seal(Arc<SealingError>),
     #[error("{0}")]
     Commit(Arc<RepoError>),
     #[error("nothing changed in the file (unexpected: sealing is randomized)")]
@@ -222,12 +202,7 @@ impl SpokeError {
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
             SpokeError::NotMinted { .. } | SpokeError::Generation(_) => Stage::Mint,
-            SpokeError::Untrusted(_) | SpokeError::Seal(_) | SpokeError::ReadBack { .. } => {
-                Stage::Seal
-            }
-            SpokeError::Sops { .. }
-            | SpokeError::Recipients(_)
-            | SpokeError::NoSealingCert { .. } => Stage::Seal,
+            SpokeError::Untrusted(_) | SpokeError::Seal(_) => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit
             }
@@ -239,6 +214,12 @@ impl SpokeError {
     /// The `stage` label of `spokekeeper_errors_total`: from a fixed set.
     pub(crate) fn metric_label(&self) -> &'static str {
         self.stage().metric_label()
+    }
+}
+
+impl From<SealingError> for SpokeError {
+    fn from(e: SealingError) -> SpokeError {
+        SpokeError::Seal(Arc::new(e))
     }
 }
 
@@ -280,5 +261,19 @@ mod tests {
         let unchanged = SpokeError::Unchanged;
         assert_eq!(unchanged.stage(), Stage::Commit);
         assert_ne!(unchanged, e);
+    }
+
+    /// Whatever stops a spoke's sealing fails it at `seal`, saying the sealer's message.
+    #[test]
+    fn a_sealing_error_fails_at_seal_with_its_message() {
+        let e = SpokeError::from(SealingError::NoSealingCert {
+            spoke: "dev".into(),
+        });
+        assert_eq!(e.stage(), Stage::Seal);
+        assert!(
+            e.to_string()
+                .starts_with("dev: seals with Sealed Secrets, but no sealing certificate"),
+            "{e}"
+        );
     }
 }

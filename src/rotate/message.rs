@@ -35,10 +35,7 @@ pub(super) fn commit_message(
             one_line(user, 200),
             new.credential.generation,
             crate::mint::binding_name(
-                &crate::mint::Scope {
-                    hub: &spoke.credential.hub_id,
-                    spoke: &spoke.name
-                },
+                &crate::mint::Scope::of(spoke),
                 new.credential.generation
             )
         ));

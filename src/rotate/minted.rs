@@ -17,25 +17,6 @@ use crate::config::{CredentialMode, SpokeConfig};
 use crate::mint::{self, MintError};
 use crate::secret::SecretBytes;
 
-/// Bindings to delete once the hub has the new credential: this hub's for the spoke
-/// entry, of generations below `below`, and an earlier version's unscoped binding of
-/// `legacy_user` (the user recorded before), with the admin credential kept in memory
-/// until then.
-pub(crate) struct Revocation {
-    pub admin: SecretBytes,
-    pub below: u64,
-    pub legacy_user: Option<String>,
-    /// Whose bindings: `credential.hub_id` and the spoke entry's name.
-    pub hub: String,
-    pub spoke: String,
-}
-
-impl std::fmt::Debug for Revocation {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Revocation(below {})", self.below)
-    }
-}
-
 pub(super) enum Step {
     /// A periodic check found the committed minted credential still fits.
     Unchanged,
@@ -101,7 +82,6 @@ pub(super) fn unknown_generation(
 /// recorded user is this entry's and goes with its next revocation; any other is named
 /// with the command that deletes it (spokekeeper cannot tell whose it is).
 fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option<&str>) {
-    let shown = |s: &str| crate::text::one_line(&crate::certs::escape(s), 200);
     for b in legacy {
         if recorded.is_some() && b.user.as_deref() == recorded {
             continue;
@@ -109,8 +89,8 @@ fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option
         tracing::warn!(
             spoke = %spoke.name,
             "ClusterRoleBinding {name} was made by an earlier spokekeeper (no spokekeeper.io/hub label) and binds {user}, not this spoke entry's recorded user: once no spoke entry of any spokekeeper records that user (annotation spokekeeper.io/credential-user), delete it: kubectl delete clusterrolebinding {name}",
-            name = shown(&b.name),
-            user = b.user.as_deref().map_or("no single user".to_string(), shown),
+            name = mint::shown(&b.name),
+            user = b.user.as_deref().map_or("no single user".to_string(), mint::shown),
         );
     }
 }
@@ -118,14 +98,6 @@ fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option
 fn refused(spoke: &SpokeConfig, e: GenerationError) -> SpokeError {
     tracing::warn!(spoke = %spoke.name, error = %e, "refusing to mint");
     SpokeError::Generation(e)
-}
-
-/// Whose bindings: this hub's, for the spoke entry.
-fn scope(spoke: &SpokeConfig) -> mint::Scope<'_> {
-    mint::Scope {
-        hub: &spoke.credential.hub_id,
-        spoke: &spoke.name,
-    }
 }
 
 fn failed(e: MintError) -> SpokeError {
@@ -147,7 +119,7 @@ pub(super) async fn step(
     let had = previous.map(|r| r.credential.clone()).unwrap_or_default();
     let was_minted = had.mode == CredentialMode::Minted;
     let unknown = unknown_generation(spoke, committed);
-    let scope = scope(spoke);
+    let scope = mint::Scope::of(spoke);
     if let (Some(e), false) = (&unknown, how.revoke) {
         return Err(refused(spoke, e.clone()));
     }
@@ -171,9 +143,9 @@ pub(super) async fn step(
     // Review mode revokes nothing after its push (the hub takes the credential only when
     // the pull request is merged): the generations before the merged one go here.
     if how.landing == Landing::AtMerge && was_minted && had.generation > 1 {
-        let older = mint::revoke_older(&admin.yaml, &scope, had.generation, None, how.call);
+        let older = mint::revoke(&admin.yaml, &scope, Some(had.generation), None, how.call);
         match older.await {
-            Ok(names) => revoked.extend(names),
+            Ok(gone) => revoked.extend(gone.into_iter().map(|b| b.name)),
             Err(e) => {
                 tracing::warn!(spoke = %spoke.name, error = %e, "cannot revoke older generations")
             }
@@ -209,9 +181,15 @@ async fn revoke_now(
     }
     // Every binding on the spoke, not the one the fleet repo names: that annotation
     // may have been wound back to a generation long gone.
-    let gone = mint::revoke_all(&admin.yaml, &scope(spoke), had.user.as_deref(), how.call)
-        .await
-        .map_err(failed)?;
+    let gone = mint::revoke(
+        &admin.yaml,
+        &mint::Scope::of(spoke),
+        None,
+        had.user.as_deref(),
+        how.call,
+    )
+    .await
+    .map_err(failed)?;
     // This hub's generations for the entry; an earlier version's binding adopted
     // with them carries its own counter.
     let found: Vec<u64> = gone
@@ -235,7 +213,7 @@ async fn revoke_now(
         users: gone
             .iter()
             .filter_map(|b| b.user.as_deref())
-            .map(|u| crate::text::one_line(&crate::certs::escape(u), 200))
+            .map(mint::shown)
             .collect(),
     };
     if let Some(e) = unknown {
@@ -355,27 +333,4 @@ async fn mint_next(
         admin: admin.yaml,
         shortened,
     })
-}
-
-/// A generation just minted that will not be committed (a later check refused it): its
-/// binding is deleted now, so the refusal leaves nothing granted on the spoke.
-pub(super) async fn withdraw(
-    spoke: &SpokeConfig,
-    admin: &SecretBytes,
-    generation: u64,
-    limit: Duration,
-) {
-    let scope = mint::Scope {
-        hub: &spoke.credential.hub_id,
-        spoke: &spoke.name,
-    };
-    match mint::withdraw(admin, &scope, generation, limit).await {
-        Ok(_) => {}
-        Err(e) => tracing::warn!(
-            spoke = %spoke.name,
-            generation,
-            error = %e,
-            "cannot delete the binding of a generation that was minted but not committed"
-        ),
-    }
 }

@@ -16,17 +16,13 @@ pub mod observe;
 mod output;
 pub(crate) mod progress;
 mod publish;
-mod recipients;
 mod reconcile;
 pub mod refresh;
 mod report;
 pub mod review;
-mod sealer;
-pub mod sealing;
+pub mod sealing_key;
 pub mod state;
 mod tick;
-
-pub use recipients::recipients;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -56,7 +52,7 @@ struct Proposal {
     /// What this tick encrypted it to.
     sealed_to: state::SealedTo,
     /// Direct mode: what to revoke once the hub has this credential.
-    revocation: Option<minted::Revocation>,
+    revocation: Option<crate::mint::Revocation>,
 }
 
 /// sealing.cert is the published demo key: refused everywhere (the demo makes a key of

@@ -11,13 +11,12 @@ use super::progress::Step;
 use super::publish::{Landing, Publish};
 use super::refresh::Fresh;
 use super::report::{CredentialReport, Outcome, SpokeReport};
-use super::sealer::Sealer;
 use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
 use super::{Context, Options, Proposal, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::fingerprint::{Ca, CaBundle, Fingerprint};
 use crate::hub::cert::Untrusted;
-use crate::seal::SealingKey;
+use crate::seal::{Sealer, SealingKey};
 use crate::secret::SecretBytes;
 
 /// The one context a spoke's reconcile takes: the tick as every spoke sees it. It borrows
@@ -138,9 +137,11 @@ pub(super) async fn spoke<P: Publish>(
     seen: &Observation,
 ) -> Reconciled {
     let config = &tick.context.config;
-    let committed = seen.committed.record().map(|r| &r.sealed);
-    let sealer = Sealer::for_spoke(config, spoke, tick.sealing)
-        .and_then(|s| s.keeping_order(config, spoke, committed));
+    let committed = match seen.committed.record().map(|r| &r.sealed) {
+        Some(super::output::Output::Sops(file)) => Some(file.recipients.as_slice()),
+        _ => None,
+    };
+    let sealer = Sealer::for_spoke(config, spoke, tick.sealing, committed);
     match sealer {
         Ok(sealer) => {
             let policy = policy(tick, spoke, seen, &sealer);
@@ -149,7 +150,7 @@ pub(super) async fn spoke<P: Publish>(
         Err(e) => {
             let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
             note_recorded(&mut report, seen);
-            report.outcome = Outcome::Failed(e);
+            report.outcome = Outcome::Failed(e.into());
             Reconciled::done(report)
         }
     }
@@ -283,7 +284,7 @@ struct Candidate {
     fresh: Fresh,
     credential: RecordedCredential,
     /// Direct mode: what to revoke once the hub has it.
-    revocation: Option<minted::Revocation>,
+    revocation: Option<crate::mint::Revocation>,
     /// Minted this tick: the admin credential and the generation, until it is committed.
     minted_now: Option<(SecretBytes, u64)>,
     shortened: Option<crate::mint::Shortfall>,
@@ -309,7 +310,7 @@ async fn minted<P: Publish>(
         sign: tick.context.sign_timeout,
         unsealable: match (sealer, tick.untrusted) {
             (Sealer::SealedSecrets(_), Some(u)) => Some(SpokeError::Untrusted(u.error.clone())),
-            _ => sealer.can_seal(spoke).err(),
+            _ => sealer.can_seal(spoke).err().map(SpokeError::from),
         },
     };
     let step = minted::step(
@@ -333,7 +334,7 @@ async fn minted<P: Publish>(
         minted::Step::WouldMint => return Err(Outcome::WouldRotate),
     };
     let had = seen.committed.recorded().map(|r| &r.credential);
-    let revocation = (landing == Landing::AtPush).then(|| minted::Revocation {
+    let revocation = (landing == Landing::AtPush).then(|| crate::mint::Revocation {
         admin: admin.clone(),
         below: credential.generation,
         legacy_user: had.and_then(|h| h.user.clone()),
@@ -369,7 +370,7 @@ fn extracted<P: Publish>(
     // Back from minted: every minted generation goes once the hub has this one.
     let lands_at_push = tick.publish.landing() == Landing::AtPush;
     let revocation = (had.mode == CredentialMode::Minted && lands_at_push && !tick.options.dry_run)
-        .then(|| minted::Revocation {
+        .then(|| crate::mint::Revocation {
             admin: fresh.yaml.clone(),
             below: had.next_generation(),
             legacy_user: had.user.clone(),
@@ -403,7 +404,7 @@ async fn impersonation<P>(
     if checked.is_err()
         && let Some((admin, generation)) = &c.minted_now
     {
-        minted::withdraw(spoke, admin, *generation, tick.context.live_timeout).await;
+        crate::mint::withdraw(spoke, admin, *generation, tick.context.live_timeout).await;
     }
     checked
 }
@@ -448,7 +449,10 @@ fn seal<P>(
     if let (Sealer::SealedSecrets(_), Some(u)) = (sealer, tick.untrusted) {
         return Err(SpokeError::Untrusted(u.error.clone()).into());
     }
-    let manifest = sealer.seal_recorded(spoke, &c.fresh.yaml, recorded, tick.now)?;
+    let annotations = recorded.to_annotations();
+    let manifest = sealer
+        .seal(spoke, &c.fresh.yaml, &annotations, tick.now)
+        .map_err(SpokeError::from)?;
     if tick.options.dry_run {
         return Err(Outcome::WouldRotate);
     }

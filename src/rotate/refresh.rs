@@ -1,5 +1,5 @@
-//! extract -> validate -> seal: a fresh credential from the node, proven against the
-//! live API before anything is written.
+//! extract -> validate: a fresh credential from the node, proven against the live API
+//! before anything is written.
 
 use std::time::Duration;
 
@@ -10,7 +10,6 @@ use super::state::{Recorded, SealedTo};
 use crate::config::{SourceKind, SpokeConfig};
 use crate::fingerprint::{Content, Fingerprint};
 use crate::kubeconfig::{self, Sanitized};
-use crate::seal::{SealedSecret, SealingKey, SecretInput};
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport, Source};
 
@@ -115,125 +114,5 @@ pub fn record(
         sealed_to,
         rotated_at: now,
         credential: Default::default(),
-    }
-}
-
-/// The label Flux's kustomize-controller (v1.7+) and helm-controller watch a Secret for:
-/// with it, a change of the kubeconfig Secret that `spec.kubeConfig.secretRef` names
-/// reconciles its consumers at once (`--watch-configs-label-selector`'s default).
-pub(crate) const WATCH_LABEL: (&str, &str) = ("reconcile.fluxcd.io/watch", "Enabled");
-
-/// The spoke's Secret holding `yaml`; its template carries [`WATCH_LABEL`], so the
-/// unsealed Secret does.
-pub(crate) fn secret(spoke: &SpokeConfig, yaml: &SecretBytes) -> SecretInput {
-    let mut input = SecretInput {
-        name: spoke.secret.name.clone(),
-        namespace: spoke.secret.namespace.clone(),
-        type_: Some("Opaque".into()),
-        labels: [(WATCH_LABEL.0.to_string(), WATCH_LABEL.1.to_string())].into(),
-        ..Default::default()
-    };
-    input.data.insert(spoke.secret.key.clone(), yaml.clone());
-    input
-}
-
-/// Whether [`seal`] would refuse the spoke's Secret for `sealing` (its names, scope or the
-/// key), tried with a placeholder: a mint is made only when it can be sealed, since each
-/// leaves a binding on the spoke.
-pub(crate) fn can_seal(spoke: &SpokeConfig, sealing: &SealingKey) -> Result<(), SpokeError> {
-    let placeholder = SecretBytes::from(b"placeholder".to_vec());
-    let sealed = SealedSecret::seal(&secret(spoke, &placeholder), sealing, spoke.scope)
-        .map_err(|e| SpokeError::Seal(e.into()))?;
-    SealedSecret::parse(sealed.to_yaml().as_bytes())
-        .and_then(|back| back.check_sealed(sealing))
-        .map_err(|e| SpokeError::ReadBack {
-            spoke: spoke.name.clone(),
-            error: e.into(),
-        })
-}
-
-/// Seals the kubeconfig `yaml` into the spoke's SealedSecret, with the recorded state.
-pub fn seal(
-    spoke: &SpokeConfig,
-    yaml: &SecretBytes,
-    sealing: &SealingKey,
-    recorded: &Recorded,
-) -> Result<String, SpokeError> {
-    let mut sealed = SealedSecret::seal(&secret(spoke, yaml), sealing, spoke.scope)
-        .map_err(|e| SpokeError::Seal(e.into()))?;
-    sealed.annotations.extend(recorded.to_annotations());
-    let manifest = sealed.to_yaml();
-    // What is written is read back and must be ciphertext for this key: the last guard
-    // against a bug putting anything else in the fleet repo (direct and review mode).
-    SealedSecret::parse(manifest.as_bytes())
-        .and_then(|back| back.check_sealed(sealing))
-        .map_err(|e| SpokeError::ReadBack {
-            spoke: spoke.name.clone(),
-            error: e.into(),
-        })?;
-    Ok(manifest)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::seal::RecoveryKey;
-
-    fn vectors() -> std::path::PathBuf {
-        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets/key")
-    }
-
-    #[test]
-    fn the_sealed_kubeconfig_carries_fluxs_watch_label_on_its_secret_only() {
-        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
-        let cfg =
-            crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
-                .unwrap_or_else(|e| panic!("{e}"));
-        let spoke = &cfg.spokes[0];
-        let pem = std::fs::read(vectors().join("cert.pem")).unwrap();
-        let key = SealingKey::from_pem(&pem, "cert.pem", OffsetDateTime::UNIX_EPOCH).unwrap();
-        let ca = super::super::state::test_ca("dev");
-        let recorded = Recorded {
-            spoke: "dev".into(),
-            server: "https://10.0.0.1:6443".into(),
-            ca_sha256: Fingerprint::of(&ca),
-            ca_bundle: vec![ca],
-            ca_not_after: OffsetDateTime::UNIX_EPOCH,
-            client_sha256: None,
-            client_not_after: None,
-            content_sha256: Fingerprint::parse(&"ab".repeat(32)).unwrap(),
-            sealed_to: SealedTo::Cert(key.fingerprint()),
-            rotated_at: OffsetDateTime::UNIX_EPOCH,
-            credential: Default::default(),
-        };
-        let yaml = SecretBytes::new(b"apiVersion: v1\nkind: Config\n".to_vec());
-        let manifest = seal(spoke, &yaml, &key, &recorded).unwrap();
-        let sealed = SealedSecret::parse(manifest.as_bytes()).unwrap();
-        assert_eq!(
-            sealed
-                .template
-                .labels
-                .get("reconcile.fluxcd.io/watch")
-                .map(String::as_str),
-            Some("Enabled"),
-            "{manifest}"
-        );
-        // On the Secret the controller writes, not on the SealedSecret itself.
-        assert!(sealed.labels.is_empty(), "{manifest}");
-        assert!(
-            !sealed
-                .template
-                .annotations
-                .contains_key("reconcile.fluxcd.io/watch")
-        );
-        // What the controller unseals is a Secret with that label and the kubeconfig.
-        let tls = std::fs::read(vectors().join("tls.key")).unwrap();
-        let keys = RecoveryKey::load_all(&tls, "key").unwrap();
-        let secret = sealed.unseal(&keys).unwrap();
-        assert_eq!(
-            secret.labels,
-            [(WATCH_LABEL.0.to_string(), WATCH_LABEL.1.to_string())].into()
-        );
-        assert_eq!(secret.data[&spoke.secret.key].expose(), yaml.expose());
     }
 }

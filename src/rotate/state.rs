@@ -11,9 +11,7 @@ use time::format_description::well_known::Rfc3339;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::config::CredentialMode;
-use crate::fingerprint::{
-    AgeRecipients, Ca, CaBundle, ClientCert, Content, Fingerprint, Kind, Sealing,
-};
+use crate::fingerprint::{Ca, CaBundle, ClientCert, Content, Fingerprint, Kind};
 use crate::spoke::{CaCheck, ProbeReport};
 
 pub const SPOKE: &str = "spokekeeper.io/spoke";
@@ -75,22 +73,7 @@ pub struct Recorded {
     pub credential: RecordedCredential,
 }
 
-/// What a credential is encrypted to: a sealing certificate, or a set of age recipients.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SealedTo {
-    Cert(Fingerprint<Sealing>),
-    Age(Fingerprint<AgeRecipients>),
-}
-
-impl SealedTo {
-    /// The sealing certificate, for a SealedSecret.
-    pub fn cert(self) -> Option<Fingerprint<Sealing>> {
-        match self {
-            SealedTo::Cert(c) => Some(c),
-            SealedTo::Age(_) => None,
-        }
-    }
-}
+pub use crate::seal::SealedTo;
 
 /// How the committed credential was made.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -469,7 +452,7 @@ mod tests {
         assert!(!a.contains_key(SEALING_CERT_SHA256), "{a:?}");
         assert_eq!(
             a[AGE_RECIPIENTS_SHA256],
-            Fingerprint::<AgeRecipients>::from_digest([9; 32]).to_string()
+            Fingerprint::<crate::fingerprint::AgeRecipients>::from_digest([9; 32]).to_string()
         );
         assert_eq!(Recorded::from_annotations(&a).unwrap(), r);
         // Neither: the sealing certificate's annotation is the one named missing.

@@ -13,7 +13,7 @@ use super::progress::Step;
 use super::publish::{Direct, Publish};
 use super::reconcile::{self, Reconciled, Tick};
 use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
-use super::{Context, Options, Proposal, review, sealing};
+use super::{Context, Options, Proposal, review, sealing_key};
 use crate::config::SpokeConfig;
 use crate::hub::consumers::{self, Listed};
 use crate::hub::verify::{self, Ask, Committed, HubReport, Output};
@@ -48,7 +48,7 @@ async fn run<P: Publish>(
         None => None,
     };
     // None: no sealing.cert (every spoke is sops), so no certificate to fetch or trust.
-    let sealed = sealing::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
+    let sealed = sealing_key::for_tick(ctx, hub.as_ref(), opts.dry_run, &publish).await;
     let (sealing, cert) = match &sealed {
         Some((key, cert)) => (Some(key), Some(cert)),
         None => (None, None),
@@ -319,19 +319,13 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
         if ctx.config.hub.is_some() && !verified {
             continue;
         }
-        let scope = crate::mint::Scope {
-            hub: &r.hub,
-            spoke: &r.spoke,
-        };
-        let legacy = r.legacy_user.as_deref();
-        match crate::mint::revoke_older(&r.admin, &scope, r.below, legacy, ctx.live_timeout).await {
+        match r.revoke(ctx.live_timeout).await {
             Ok(names) => report.revoked.extend(names),
             Err(e) => {
                 tracing::warn!(spoke = %report.spoke, error = %e, "cannot revoke superseded generations");
                 report.revoke_error = Some(e.to_string());
             }
         }
-        // r.admin (the admin kubeconfig) is zeroized as it drops here.
     }
 }
 

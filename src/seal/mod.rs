@@ -14,14 +14,17 @@ pub mod key;
 pub mod manifest;
 mod oaep;
 mod output;
+pub mod recipients;
+mod sealer;
 pub mod sops;
-pub mod trust;
 mod yaml;
 
 pub use crate::config::Scope;
 pub use crypto::{hybrid_decrypt, hybrid_encrypt};
 pub use key::{KeyError, RecoveryKey, SealingKey};
 pub use manifest::{ManifestError, SealedSecret, SecretInput};
+pub use recipients::{RecipientsError, recipients};
+pub use sealer::{SealedTo, Sealer, SealingError, WATCH_LABEL, secret};
 
 pub(crate) const API_VERSION: &str = "bitnami.com/v1alpha1";
 pub(crate) const KIND: &str = "SealedSecret";

@@ -125,7 +125,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             && (args.spokes.is_empty() || args.spokes.contains(&s.name))
     });
     for s in sops {
-        if let Err(e) = spokekeeper::rotate::recipients(&config, s) {
+        if let Err(e) = spokekeeper::seal::recipients(&config, s) {
             eprintln!("spokekeeper check: CRITICAL: {}: {e}", s.name);
             findings.push(alerts::sops_recipients(&s.name, e.to_string()));
         }
@@ -181,7 +181,8 @@ async fn untrusted_sealing(config: &Config, repo: &Repo, now: OffsetDateTime) ->
     let path = config.sealing_cert.as_deref()?;
     let pem = spokekeeper::fsutil::read_under(path, repo.path()).ok()?;
     let key = SealingKey::from_pem(&pem, &path.display().to_string(), now).ok()?;
-    match spokekeeper::rotate::sealing::trusted_offline(config, path, repo, key.fingerprint()).await
+    match spokekeeper::rotate::sealing_key::trusted_offline(config, path, repo, key.fingerprint())
+        .await
     {
         Ok(_) => None,
         Err(u) if u.anchor == "last-served" && u.expected.is_empty() => None,

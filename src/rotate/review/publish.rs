@@ -12,7 +12,7 @@ use crate::rotate::error::{ForgeFailure, PinError, ReviewError};
 use crate::rotate::observe::Observation;
 use crate::rotate::publish::{Finished, Landing, Publish};
 use crate::rotate::report::RepoFailure;
-use crate::rotate::sealing::CERT_BRANCH;
+use crate::rotate::sealing_key::CERT_BRANCH;
 use crate::rotate::{Context, Options, Proposal, SpokeReport};
 
 impl Publish for Review {

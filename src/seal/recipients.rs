@@ -7,10 +7,10 @@
 
 use std::path::{Path, PathBuf};
 
+use super::sops::{self, AgeRecipients, SopsError};
 use crate::config::{AgeRecipientsFrom, Config, SpokeConfig};
 use crate::fingerprint::{self, Fingerprint};
 use crate::fsutil::{inside, read_under};
-use crate::seal::sops::{self, AgeRecipients, SopsError};
 
 /// Why a sops spoke's recipients cannot be used this tick.
 #[derive(Debug, thiserror::Error)]
@@ -169,7 +169,7 @@ fn trusted(config: &Config, spoke: &SpokeConfig) -> Result<AgeRecipients, Recipi
 /// it in the spoke's pins (`spokes[].sealing.age_sha256`, else `sealing.age_sha256`):
 /// during a rollover (`[new, old]`) or with sets per path (`[prod, staging]`) a write to
 /// the fleet repo must not move an output back to the retired set or down to another's.
-pub(crate) fn never_older(
+pub fn never_older(
     config: &Config,
     spoke: &SpokeConfig,
     old: Fingerprint<fingerprint::AgeRecipients>,

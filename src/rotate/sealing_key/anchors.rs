@@ -1,8 +1,9 @@
-//! Applies [`crate::seal::trust`] to a tick: gathers the fallback (what the hub last served
+//! Applies [`super::trust`] to a tick: gathers the fallback (what the hub last served
 //! to this clone with `hub:`, else what the committed credentials record) and, when the
 //! certificate is not trusted, the commit that changed it and the message every refused
 //! spoke carries.
 
+use super::trust::{Committed, Controller, Fallback, Mismatch, confirm};
 use crate::config::Config;
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
@@ -10,7 +11,6 @@ use crate::hub::cert::Untrusted;
 use crate::repo::Repo;
 use crate::rotate::state::{self, SEALING_CERT_SHA256};
 use crate::seal::SealedSecret;
-use crate::seal::trust::{Committed, Controller, Fallback, Mismatch, confirm};
 
 /// Whether the certificate `sha256` (read from `path`, sealing.cert) may be sealed to in
 /// the clone `repo`; `hub`: what the hub's controller served (`Silent` when it was not

@@ -48,7 +48,7 @@ impl Anchor {
 
 /// What the hub's controller said this tick.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Controller {
+pub(crate) enum Controller {
     /// It served this very certificate.
     Served,
     /// No `hub:`, unreachable, or what it served was refused (broken, demo key).
@@ -68,7 +68,7 @@ pub(crate) enum Fallback<'a> {
 
 /// What the spokes' committed outputs say about the sealing certificate.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// The valid sealing fingerprints recorded.
     pub recorded: BTreeSet<Fingerprint<Sealing>>,
     /// Spokes whose output exists but records no valid fingerprint (unreadable,

@@ -1,6 +1,6 @@
 //! The certificate the hub's controller last served to this clone, kept in
 //! `.git/spokekeeper/hub-sealing-sha256`: never pushed, so out of fleet pushers' reach. A
-//! tick that cannot reach the hub trusts only that one (see [`crate::seal::trust`]).
+//! tick that cannot reach the hub trusts only that one (see [`super::trust`]).
 
 use std::path::{Path, PathBuf};
 

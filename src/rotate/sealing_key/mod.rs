@@ -1,6 +1,6 @@
 //! The sealing certificate for a tick: fetched from the controller when the hub is
 //! configured (hub::cert), else (or when the hub cannot be reached) the pinned copy in
-//! sealing.cert; then whether it is trusted (trust.rs). None when sealing.cert is not set
+//! sealing.cert; then whether it is trusted (anchors.rs). None when sealing.cert is not set
 //! (every spoke is sops): nothing is fetched, pinned or trusted.
 //!
 //! A renewed certificate is pinned (written atomically, committed when sealing.cert is in
@@ -8,6 +8,7 @@
 //! because its recorded sealing-cert-sha256 differs. In review mode it is proposed on
 //! its own branch and pull request instead.
 
+mod anchors;
 mod served;
 mod trust;
 
@@ -23,7 +24,7 @@ use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};
 use crate::hub::{Hub, HubError};
 use crate::seal::SealingKey;
-use crate::seal::trust::Controller;
+use trust::Controller;
 
 /// Review mode's branch for a renewed certificate. Spoke names are DNS labels, so no
 /// spoke's branch can be this one.
@@ -51,19 +52,14 @@ pub(super) async fn for_tick(
         );
     }
     let listed = &ctx.config.sealing_sha256;
-    if heard == Heard::Served && !listed.is_empty() && !listed.contains(&key.fingerprint()) {
+    if heard == Controller::Served && !listed.is_empty() && !listed.contains(&key.fingerprint()) {
         tracing::warn!(
             "the hub's controller serves {} but sealing.sha256 in {} does not list it: add it, or ticks while the hub is unreachable seal nothing",
             key.fingerprint(),
             ctx.config.file.display()
         );
     }
-    let hub = match &heard {
-        Heard::Served => Controller::Served,
-        Heard::Silent => Controller::Silent,
-        Heard::Other(fp) => Controller::Contradicts(*fp),
-    };
-    match trust::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), hub).await {
+    match anchors::check(&ctx.config, cert, &ctx.repo, key.fingerprint(), heard).await {
         Ok(how) => {
             report.trusted = true;
             report.trust = how.to_string();
@@ -88,18 +84,7 @@ pub async fn trusted_offline(
     repo: &crate::repo::Repo,
     sha256: Fingerprint<Sealing>,
 ) -> Result<&'static str, Untrusted> {
-    trust::check(config, cert, repo, sha256, Controller::Silent).await
-}
-
-/// What the hub's controller served this tick, compared with the key chosen.
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Heard {
-    /// That very key.
-    Served,
-    /// Nothing usable (no hub, unreachable, refused).
-    Silent,
-    /// Another valid certificate, with this fingerprint.
-    Other(Fingerprint<Sealing>),
+    anchors::check(config, cert, repo, sha256, Controller::Silent).await
 }
 
 /// The key for this tick (`cert`: sealing.cert; `start`: the key loaded at start), the
@@ -111,11 +96,11 @@ async fn choose(
     hub: Option<&Result<Hub, HubError>>,
     dry_run: bool,
     publish: &impl Publish,
-) -> (SealingKey, Option<CertReport>, Heard) {
+) -> (SealingKey, Option<CertReport>, Controller) {
     let now = OffsetDateTime::now_utc();
     let (pinned, on_disk) = pinned(ctx, cert, start, now);
     let (Some(cfg), Some(hub)) = (&ctx.config.hub, hub) else {
-        return (pinned, None, Heard::Silent);
+        return (pinned, None, Controller::Silent);
     };
     let mut report = CertReport {
         reachable: Some(false),
@@ -139,7 +124,7 @@ async fn choose(
             report.error = Some(format!(
                 "hub unreachable, using the pinned sealing.cert: {e}"
             ));
-            return (pinned, Some(report), Heard::Silent);
+            return (pinned, Some(report), Controller::Silent);
         }
     };
     report.reachable = Some(true);
@@ -154,7 +139,7 @@ async fn choose(
             let e = format!("refused: {e}");
             tracing::error!(error = %e, "the hub's sealing certificate is not usable: using the pinned copy");
             report.error = Some(e);
-            return (pinned, Some(report), Heard::Silent);
+            return (pinned, Some(report), Controller::Silent);
         }
     };
     // What a tick that cannot reach the hub may trust (hub/served.rs).
@@ -174,7 +159,7 @@ async fn choose(
                 report.error = Some(format!("cannot pin the certificate: {e}"));
             }
         }
-        return (pinned, Some(report), Heard::Served);
+        return (pinned, Some(report), Controller::Served);
     }
     let renewal = Renewal {
         cert,
@@ -202,7 +187,7 @@ async fn renew(
     dry_run: bool,
     publish: &impl Publish,
     mut report: CertReport,
-) -> (SealingKey, Option<CertReport>, Heard) {
+) -> (SealingKey, Option<CertReport>, Controller) {
     let Renewal {
         cert,
         pinned,
@@ -242,12 +227,12 @@ async fn renew(
                     renewed.new.short()
                 ));
                 // The hub has just contradicted the pinned copy: not trusted this tick.
-                return (pinned, Some(report), Heard::Other(renewed.new));
+                return (pinned, Some(report), Controller::Contradicts(renewed.new));
             }
         }
     }
     report.renewed = Some(renewed);
-    (key, Some(report), Heard::Served)
+    (key, Some(report), Controller::Served)
 }
 
 /// sealing.cert (`path`) as it is now on disk, and true; the key loaded at start and
