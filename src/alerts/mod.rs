@@ -21,7 +21,7 @@ mod finding;
 mod flux;
 mod notify;
 mod rules;
-mod sealing;
+mod sealing_cert;
 mod webhook;
 
 use std::time::Duration;
@@ -39,7 +39,7 @@ pub use events::{EventError, Events};
 pub use finding::{AlertName, CredentialFacts, Finding, Status, Subject};
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
 pub use rules::{flux_layout, sops_recipients, untrusted_sealing};
-pub use sealing::SealingCert;
+pub use sealing_cert::SealingCert;
 
 /// Where a certificate stands: expired once `now` is past notAfter (notAfter itself is
 /// still valid, RFC 5280), critical when less than `critical_before` is left, warning
