@@ -142,7 +142,8 @@ pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         return Err(yaml_reason("the input is empty"));
     }
     let raw: RawConfig =
-        serde_saphyr::from_slice_with_options(bytes, parse_options()).map_err(yaml_error)?;
+        serde_saphyr::from_slice_with_options(bytes, crate::text::hostile_yaml(MAX_BYTES))
+            .map_err(yaml_error)?;
     if let Some(v) = raw.api_version.as_deref().filter(|v| *v != "v1") {
         return Err(not_a_kubeconfig("apiVersion", v, "v1"));
     }
@@ -150,32 +151,6 @@ pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         return Err(not_a_kubeconfig("kind", k, "Config"));
     }
     Ok(Kubeconfig { raw })
-}
-
-fn parse_options() -> serde_saphyr::Options {
-    // A kubeconfig is shallow and never needs anchors: limits far below the defaults.
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_reader_input_bytes: Some(MAX_BYTES),
-            max_depth: 24,
-            flow_nesting_limit: 24,
-            max_documents: 1,
-            max_aliases: 32,
-            max_anchors: 32,
-            max_nodes: 50_000,
-            max_events: 200_000,
-            max_total_scalar_bytes: 2 * MAX_BYTES,
-            max_merge_keys: 0,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 1_000,
-            max_replay_stack_depth: 4,
-            max_alias_expansions_per_anchor: 8,
-        },
-        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
-        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
-        with_snippet: false,
-    }
 }
 
 fn yaml_reason(reason: &str) -> KubeconfigError {

@@ -113,7 +113,7 @@ fn patched_for<'a>(k: &Kustomization, spokes: &'a [SpokeConfig]) -> Option<&'a S
 pub(super) fn patched_secret(patch: &str) -> Option<String> {
     let max = usize::try_from(super::traps::MAX_FILE_BYTES).unwrap_or(usize::MAX);
     let v: Value =
-        serde_saphyr::from_str_with_options(patch, spokekeeper::repo::hostile_yaml(max)).ok()?;
+        serde_saphyr::from_str_with_options(patch, spokekeeper::text::hostile_yaml(max)).ok()?;
     let name = match &v {
         Value::Array(ops) => ops
             .iter()

@@ -252,7 +252,7 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
 /// Every document of a YAML file; none when it does not parse within the limits.
 pub(super) fn documents(text: &str) -> Vec<Value> {
     let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
-    serde_saphyr::from_multiple_with_options::<Value>(text, spokekeeper::repo::hostile_yaml(max))
+    serde_saphyr::from_multiple_with_options::<Value>(text, spokekeeper::text::hostile_yaml(max))
         .map(|ds| ds.into_iter().filter(Value::is_object).collect())
         .unwrap_or_default()
 }
