@@ -78,19 +78,11 @@ impl Scope {
             Scope::ClusterWide => Vec::new(),
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Strict => "strict",
-            Scope::NamespaceWide => "namespace-wide",
-            Scope::ClusterWide => "cluster-wide",
-        }
-    }
 }
 
 impl fmt::Display for Scope {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
+        write_name(self, f)
     }
 }
 
@@ -98,14 +90,7 @@ impl FromStr for Scope {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Scope::Strict),
-            "namespace-wide" => Ok(Scope::NamespaceWide),
-            "cluster-wide" => Ok(Scope::ClusterWide),
-            other => Err(format!(
-                "unknown scope {other:?}: use strict, namespace-wide or cluster-wide"
-            )),
-        }
+        one_of("scope", s)
     }
 }
 
@@ -118,7 +103,8 @@ impl<'de> Deserialize<'de> for Scope {
 }
 
 /// Which Kubernetes distribution a node runs: sets where its admin kubeconfig lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Its names (`k3s`, `rke2`, `kubeadm`) are clap's, for `--distro` and `distro:` alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Distro {
     K3s,
     Rke2,
@@ -134,19 +120,11 @@ impl Distro {
             Distro::Kubeadm => "/etc/kubernetes/admin.conf",
         }
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Distro::K3s => "k3s",
-            Distro::Rke2 => "rke2",
-            Distro::Kubeadm => "kubeadm",
-        }
-    }
 }
 
 impl fmt::Display for Distro {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
+        write_name(self, f)
     }
 }
 
@@ -154,15 +132,27 @@ impl FromStr for Distro {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "k3s" => Ok(Distro::K3s),
-            "rke2" => Ok(Distro::Rke2),
-            "kubeadm" => Ok(Distro::Kubeadm),
-            other => Err(format!(
-                "unknown distro {other:?}: use k3s, rke2 or kubeadm"
-            )),
-        }
+        one_of("distro", s)
     }
+}
+
+/// A value's name as clap spells it, on the command line and in spokekeeper.yaml.
+fn write_name<T: clap::ValueEnum>(v: &T, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+    f.write_str(v.to_possible_value().ok_or(fmt::Error)?.get_name())
+}
+
+/// `s` as one of `T`'s names, or an error naming `what`, `s` and the names accepted.
+fn one_of<T: clap::ValueEnum>(what: &str, s: &str) -> Result<T, String> {
+    T::from_str(s, false).map_err(|_| {
+        let names: Vec<String> = T::value_variants()
+            .iter()
+            .filter_map(|v| Some(v.to_possible_value()?.get_name().to_string()))
+            .collect();
+        let (last, rest) = names
+            .split_last()
+            .map_or(("", &[][..]), |(l, r)| (l.as_str(), r));
+        format!("unknown {what} {s:?}: use {} or {last}", rest.join(", "))
+    })
 }
 
 impl<'de> Deserialize<'de> for Distro {
@@ -199,7 +189,7 @@ mod tests {
     #[test]
     fn scope_names_round_trip() {
         for s in [Scope::Strict, Scope::NamespaceWide, Scope::ClusterWide] {
-            assert_eq!(s.as_str().parse::<Scope>().unwrap(), s);
+            assert_eq!(s.to_string().parse::<Scope>().unwrap(), s);
         }
         assert!("global".parse::<Scope>().unwrap_err().contains("strict"));
     }
@@ -207,7 +197,7 @@ mod tests {
     #[test]
     fn distro_paths_and_names_round_trip() {
         for d in [Distro::K3s, Distro::Rke2, Distro::Kubeadm] {
-            assert_eq!(d.name().parse::<Distro>().unwrap(), d);
+            assert_eq!(d.to_string().parse::<Distro>().unwrap(), d);
             assert!(d.kubeconfig_path().starts_with("/etc/"));
         }
         assert_eq!(Distro::K3s.kubeconfig_path(), "/etc/rancher/k3s/k3s.yaml");

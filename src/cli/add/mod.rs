@@ -38,8 +38,8 @@ pub struct AddArgs {
     #[arg(long)]
     pub address: String,
     /// The spoke's distribution: sets the kubeconfig path read on the node.
-    #[arg(long, value_parser = ["k3s", "rke2", "kubeadm"])]
-    pub distro: String,
+    #[arg(long, value_enum)]
+    pub distro: Distro,
     /// Reach the node over SSH here instead of --address (the kubeconfig then points at https://ADDRESS:6443).
     #[arg(long)]
     pub ssh_host: Option<String>,
@@ -288,11 +288,6 @@ fn rotated(report: &spokekeeper::rotate::TickReport, spoke: &str) -> Option<Stri
 
 /// The spoke as the flags give it.
 fn new_spoke(args: &AddArgs) -> NewSpoke {
-    let distro = match args.distro.as_str() {
-        "rke2" => Distro::Rke2,
-        "kubeadm" => Distro::Kubeadm,
-        _ => Distro::K3s,
-    };
     let (address, api_server) = match &args.ssh_host {
         Some(ssh) => (
             ssh.clone(),
@@ -306,7 +301,7 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
     NewSpoke {
         name: args.name.clone(),
         address,
-        distro,
+        distro: args.distro,
         kubeconfig_path: args.kubeconfig_path.clone(),
         api_server,
         namespace: args.namespace.clone().unwrap_or_else(|| args.name.clone()),
@@ -351,7 +346,7 @@ fn node_steps(spoke: &SpokeConfig, account: Option<&str>) -> String {
          cat {key} >> {known_hosts} && rm {key}\n\n{lockdown}",
         name = spoke.name,
         address = spoke.address,
-        distro = spoke.distro.name(),
+        distro = spoke.distro,
         path = spoke.kubeconfig_path,
         port = ssh.port,
         user = ssh.user,
