@@ -280,7 +280,11 @@ fn certificates_report(input: String, bytes: &[u8], now: OffsetDateTime) -> Repo
 }
 
 fn table(r: &Report) -> String {
-    let mut out = format!("{}: {}\n", r.kind, certs::escape(&r.input));
+    let mut out = format!(
+        "{}: {}\n",
+        r.kind,
+        spokekeeper::text::one_line(&r.input, 256)
+    );
     for (label, value) in [
         ("context", &r.context),
         ("server", &r.server),

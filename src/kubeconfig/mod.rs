@@ -166,7 +166,7 @@ fn not_a_kubeconfig(field: &str, found: &str, want: &'static str) -> KubeconfigE
         field: field.into(),
         reason: format!(
             "is \"{}\", not \"{want}\": this is not a kubeconfig",
-            certs::escape(found)
+            crate::text::one_line(found, 256)
         ),
         fix: "pass the kubeconfig file itself (k3s.yaml, rke2.yaml, admin.conf)",
     }
@@ -213,7 +213,7 @@ fn redact_quoted(msg: &str) -> String {
             out.push(c);
         }
     }
-    certs::escape(&out)
+    crate::text::one_line(&out, 256)
 }
 
 /// What a certificate is for, in a kubeconfig.
@@ -277,7 +277,10 @@ pub fn sanitize(kc: &Kubeconfig, spoke_name: &str) -> Result<Sanitized, Kubeconf
     if !server::is_dns_name(spoke_name) || spoke_name.bytes().any(|b| b.is_ascii_uppercase()) {
         return Err(KubeconfigError::Invalid {
             field: "spoke name".into(),
-            reason: format!("\"{}\" is not a DNS-1123 name", certs::escape(spoke_name)),
+            reason: format!(
+                "\"{}\" is not a DNS-1123 name",
+                crate::text::one_line(spoke_name, 256)
+            ),
             fix: "name spokes with lowercase letters, digits, '-' and '.'",
         });
     }
@@ -355,8 +358,12 @@ impl Sanitized {
             reason,
             fix: "give the spoke's address as an IP address or a DNS name, and a port from 1 to 65535",
         };
-        let mut url = server::with_host(&self.server, host)
-            .map_err(|r| invalid(format!("new host \"{}\" {r}", certs::escape(host))))?;
+        let mut url = server::with_host(&self.server, host).map_err(|r| {
+            invalid(format!(
+                "new host \"{}\" {r}",
+                crate::text::one_line(host, 256)
+            ))
+        })?;
         if let Some(port) = port {
             if port == 0 {
                 return Err(invalid("port 0 is not a port".into()));
@@ -384,7 +391,7 @@ impl Sanitized {
         self.server =
             server::parse_server(url.as_str()).map_err(|reason| KubeconfigError::Invalid {
                 field: "api_server".into(),
-                reason: format!("\"{}\" {reason}", certs::escape(url.as_str())),
+                reason: format!("\"{}\" {reason}", crate::text::one_line(url.as_str(), 256)),
                 fix: "give an https:// URL with a host and no credentials, query or fragment",
             })?;
         Ok(())

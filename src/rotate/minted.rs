@@ -101,7 +101,7 @@ pub(super) fn unknown_generation(
 /// recorded user is this entry's and goes with its next revocation; any other is named
 /// with the command that deletes it (spokekeeper cannot tell whose it is).
 fn legacy_warnings(spoke: &SpokeConfig, legacy: &[mint::Bound], recorded: Option<&str>) {
-    let shown = |s: &str| crate::text::one_line(&crate::certs::escape(s), 200);
+    let shown = |s: &str| crate::text::one_line(s, 200);
     for b in legacy {
         if recorded.is_some() && b.user.as_deref() == recorded {
             continue;
@@ -235,7 +235,7 @@ async fn revoke_now(
         users: gone
             .iter()
             .filter_map(|b| b.user.as_deref())
-            .map(|u| crate::text::one_line(&crate::certs::escape(u), 200))
+            .map(|u| crate::text::one_line(u, 200))
             .collect(),
     };
     if let Some(e) = unknown {
