@@ -90,7 +90,7 @@ impl FromStr for Scope {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        one_of("scope", s)
+        <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| unknown::<Self>("scope", s))
     }
 }
 
@@ -132,7 +132,7 @@ impl FromStr for Distro {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        one_of("distro", s)
+        <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| unknown::<Self>("distro", s))
     }
 }
 
@@ -141,18 +141,16 @@ fn write_name<T: clap::ValueEnum>(v: &T, f: &mut fmt::Formatter<'_>) -> fmt::Res
     f.write_str(v.to_possible_value().ok_or(fmt::Error)?.get_name())
 }
 
-/// `s` as one of `T`'s names, or an error naming `what`, `s` and the names accepted.
-fn one_of<T: clap::ValueEnum>(what: &str, s: &str) -> Result<T, String> {
-    T::from_str(s, false).map_err(|_| {
-        let names: Vec<String> = T::value_variants()
-            .iter()
-            .filter_map(|v| Some(v.to_possible_value()?.get_name().to_string()))
-            .collect();
-        let (last, rest) = names
-            .split_last()
-            .map_or(("", &[][..]), |(l, r)| (l.as_str(), r));
-        format!("unknown {what} {s:?}: use {} or {last}", rest.join(", "))
-    })
+/// `s` is not one of `T`'s names: the error names `what`, `s` and the names accepted.
+fn unknown<T: clap::ValueEnum>(what: &str, s: &str) -> String {
+    let names: Vec<String> = T::value_variants()
+        .iter()
+        .filter_map(|v| Some(v.to_possible_value()?.get_name().to_string()))
+        .collect();
+    let (last, rest) = names
+        .split_last()
+        .map_or(("", &[][..]), |(l, r)| (l.as_str(), r));
+    format!("unknown {what} {s:?}: use {} or {last}", rest.join(", "))
 }
 
 impl<'de> Deserialize<'de> for Distro {
