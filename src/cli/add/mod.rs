@@ -19,7 +19,6 @@ use spokekeeper::repo::Repo;
 use spokekeeper::rotate::{Options, Outcome};
 
 mod flux;
-mod layout;
 mod readonly;
 
 /// Namespaces a spoke's Flux objects may not share: flux-system holds Flux's own
@@ -130,7 +129,7 @@ enum AddError {
     #[error("{}: {error}", file.display())]
     Listing {
         file: PathBuf,
-        error: layout::ListError,
+        error: spokekeeper::flux::layout::ListError,
     },
     #[error(transparent)]
     Tick(Box<super::rotate::RunTickError>),
@@ -359,18 +358,6 @@ async fn pushed_to(config: &spokekeeper::config::RepoConfig, branch: &str) -> Op
     Repo::open(config).await.ok()?.pushed(branch).await
 }
 
-/// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
-#[cfg(test)]
-pub(super) fn layout_for_tests(spoke: &SpokeConfig) -> String {
-    layout::Layout {
-        root: "clusters/hub".into(),
-        dir: Path::new("spokes").join(&spoke.name),
-        source: layout::Source::parse("flux-system").expect("a name"),
-        spoke_account: None,
-    }
-    .objects(spoke)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -447,10 +434,10 @@ mod tests {
             assert!(steps.contains(want), "{want:?} in {steps}");
         }
         assert!(!steps.contains("pass --service-account"), "{steps}");
-        let layout = layout::Layout {
+        let layout = spokekeeper::flux::layout::Layout {
             root: "fluxcd".into(),
             dir: "spokes/edge-1".into(),
-            source: layout::Source::parse("flux-system").unwrap(),
+            source: spokekeeper::flux::layout::Source::parse("flux-system").unwrap(),
             spoke_account: a.service_account.clone(),
         };
         let text = layout.objects(spoke);
