@@ -80,28 +80,6 @@ impl Scope {
     }
 }
 
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_name(self, f)
-    }
-}
-
-impl FromStr for Scope {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| unknown::<Self>("scope", s))
-    }
-}
-
-impl<'de> Deserialize<'de> for Scope {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
-}
-
 /// Which Kubernetes distribution a node runs: sets where its admin kubeconfig lives.
 /// Its names (`k3s`, `rke2`, `kubeadm`) are clap's, for `--distro` and `distro:` alike.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
@@ -122,24 +100,37 @@ impl Distro {
     }
 }
 
-impl fmt::Display for Distro {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write_name(self, f)
-    }
+/// Display, FromStr and Deserialize by clap's names (`ValueEnum`), for a value spelled
+/// alike on the command line and in spokekeeper.yaml; `$what` names it in errors.
+macro_rules! named_by_clap {
+    ($t:ty, $what:literal) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let value = clap::ValueEnum::to_possible_value(self).ok_or(fmt::Error)?;
+                f.write_str(value.get_name())
+            }
+        }
+
+        impl FromStr for $t {
+            type Err = String;
+
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| unknown::<Self>($what, s))
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?
+                    .parse()
+                    .map_err(serde::de::Error::custom)
+            }
+        }
+    };
 }
 
-impl FromStr for Distro {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| unknown::<Self>("distro", s))
-    }
-}
-
-/// A value's name as clap spells it, on the command line and in spokekeeper.yaml.
-fn write_name<T: clap::ValueEnum>(v: &T, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-    f.write_str(v.to_possible_value().ok_or(fmt::Error)?.get_name())
-}
+named_by_clap!(Scope, "scope");
+named_by_clap!(Distro, "distro");
 
 /// `s` is not one of `T`'s names: the error names `what`, `s` and the names accepted.
 fn unknown<T: clap::ValueEnum>(what: &str, s: &str) -> String {
@@ -151,14 +142,6 @@ fn unknown<T: clap::ValueEnum>(what: &str, s: &str) -> String {
         .split_last()
         .map_or(("", &[][..]), |(l, r)| (l.as_str(), r));
     format!("unknown {what} {s:?}: use {} or {last}", rest.join(", "))
-}
-
-impl<'de> Deserialize<'de> for Distro {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
 }
 
 #[cfg(test)]
