@@ -467,4 +467,21 @@ mod tests {
             .to_string();
         assert!(e.starts_with("does not parse"), "{e}");
     }
+
+    #[test]
+    fn a_kustomization_is_read_within_the_hostile_yaml_limits() {
+        // As check reads it: an alias bomb and a merge key are refused, not expanded.
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let p = i - 1;
+            let refs = vec![format!("*a{p}"); 9].join(", ");
+            bomb.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        bomb.push_str("resources:\n- a.yaml\n");
+        let merge = "base: &b {x: 1}\nother:\n  <<: *b\nresources:\n- a.yaml\n";
+        for text in [bomb.as_str(), merge] {
+            let e = list_resources(text, &["b.yaml".into()]).unwrap_err();
+            assert!(matches!(e, ListError::Parse(_)), "{e}");
+        }
+    }
 }
