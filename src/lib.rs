@@ -32,6 +32,7 @@ pub mod certs;
 pub mod config;
 pub mod daemon;
 pub mod fingerprint;
+pub mod flux;
 pub mod forge;
 pub mod fsutil;
 pub mod hub;

@@ -30,6 +30,36 @@ pub fn one_line(s: &str, max: usize) -> String {
     out
 }
 
+/// serde-saphyr's limits for YAML from a spoke, the fleet repo or a forge (hostile
+/// input) of at most `max` bytes: what spokekeeper reads is shallow and has no anchors,
+/// so an alias bomb or deep nesting fails to parse; no snippet (the lines around an
+/// error may hold a secret).
+pub fn hostile_yaml(max: usize) -> serde_saphyr::Options {
+    serde_saphyr::options! {
+        budget: serde_saphyr::budget! {
+            max_reader_input_bytes: Some(max),
+            max_depth: 64,
+            flow_nesting_limit: 64,
+            max_documents: 256,
+            max_aliases: 64,
+            max_anchors: 64,
+            max_nodes: 200_000,
+            max_events: 800_000,
+            max_total_scalar_bytes: 2 * max,
+            max_merge_keys: 0,
+        },
+        alias_limits: serde_saphyr::alias_limits! {
+            max_total_replayed_events: 1_000,
+            max_replay_stack_depth: 4,
+            max_alias_expansions_per_anchor: 8,
+        },
+        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
+        // Which of two `kind:` keys counts differs between parsers: not parsed.
+        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
+        with_snippet: false,
+    }
+}
+
 /// Where a top-level YAML block list `key:` ends, to append items to it as text so every
 /// other line (comments, layout) stays as written. The caller parses the result again.
 #[derive(Debug, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! What a tick tells Flux users where they already look: each rotation, failure, hub
 //! verification failure, revocation and expiry warning as a Kubernetes Event on the
-//! spoke's Flux consumer (with `hub:`, `hub::events`) and as a Flux event to
+//! spoke's Flux consumer (with `hub:`, `hub::recorder`) and as a Flux event to
 //! notification-controller (`alerts.flux`, `flux.rs`).
 //!
 //! [`noted`] is pure (a tick report and its findings in, what to record out); [`Events`]
@@ -17,7 +17,7 @@ use super::notify::{NotifyError, NotifyOptions, SinkError};
 use super::{AlertName, Finding, Status, Subject};
 use crate::config::Config;
 use crate::hub::consumers::Listed;
-use crate::hub::events::{Occurrence, Reason, Recorder, Regarding, regarding};
+use crate::hub::recorder::{Occurrence, Reason, Recorder, Regarding, regarding};
 use crate::hub::{Hub, HubError};
 use crate::rotate::{Gate, Outcome, TickReport};
 use crate::text::one_line;

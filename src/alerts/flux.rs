@@ -14,7 +14,7 @@ use serde::Serialize;
 use time::OffsetDateTime;
 
 use super::notify::{NotifyError, NotifyOptions, Sink, SinkError, client, post};
-use crate::hub::events::{CONTROLLER, EventType, Occurrence, Regarding, Seen, Series};
+use crate::hub::recorder::{CONTROLLER, EventType, Occurrence, Regarding, Seen, Series};
 
 /// fluxcd/pkg/apis/event/v1beta1.Event.
 #[derive(Debug, Serialize)]
@@ -111,7 +111,7 @@ impl FluxSink {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hub::events::Reason;
+    use crate::hub::recorder::Reason;
 
     #[test]
     fn the_payload_is_fluxs_event() {

@@ -1,7 +1,8 @@
 //! X.509: fingerprints, validity, chain and key checks.
 //!
 //! Certificates come from kubeconfigs read off possibly compromised nodes, so every
-//! string taken from one (subject, issuer, SANs) is escaped before anyone prints it.
+//! string taken from one (subject, issuer, SANs) is made one bounded line
+//! (`text::one_line`) before anyone prints it.
 
 use std::net::IpAddr;
 
@@ -55,7 +56,8 @@ impl From<Base64Error> for CertError {
     }
 }
 
-/// What spokekeeper records and shows about one certificate. Strings are escaped.
+/// What spokekeeper records and shows about one certificate. Strings are one bounded
+/// line (`text::one_line`).
 #[derive(Clone, PartialEq, Eq)]
 pub struct CertInfo {
     pub der: Vec<u8>,
@@ -110,7 +112,7 @@ impl CertInfo {
         if let Some(san) = cert.subject_alternative_name().map_err(parse_err)? {
             for name in &san.value.general_names {
                 match name {
-                    GeneralName::DNSName(dns) => dns_names.push(escape(dns)),
+                    GeneralName::DNSName(dns) => dns_names.push(crate::text::one_line(dns, 256)),
                     GeneralName::IPAddress(bytes) => {
                         if let Some(ip) = ip_from_bytes(bytes) {
                             ip_addresses.push(ip);
@@ -123,8 +125,8 @@ impl CertInfo {
         Ok(Self {
             der: der.to_vec(),
             fingerprint: fingerprint(der),
-            subject: escape(&cert.subject().to_string()),
-            issuer: escape(&cert.issuer().to_string()),
+            subject: crate::text::one_line(&cert.subject().to_string(), 256),
+            issuer: crate::text::one_line(&cert.issuer().to_string(), 256),
             serial: cert.raw_serial_as_string(),
             not_before: cert.validity().not_before.to_datetime(),
             not_after: cert.validity().not_after.to_datetime(),
@@ -245,7 +247,7 @@ pub fn verify_parsed(
     cert: &X509Certificate<'_>,
     issuer: &X509Certificate<'_>,
 ) -> Result<(), CertError> {
-    let subject = escape(&cert.subject().to_string());
+    let subject = crate::text::one_line(&cert.subject().to_string(), 256);
     let algorithm = &cert.signature_algorithm.algorithm;
     if *algorithm == x509_parser::oid_registry::OID_PKCS1_SHA1WITHRSA
         || *algorithm == x509_parser::oid_registry::OID_SHA1_WITH_RSA
@@ -257,7 +259,7 @@ pub fn verify_parsed(
             X509Error::SignatureUnsupportedAlgorithm => CertError::UnsupportedSignature { subject },
             _ => CertError::BadSignature {
                 subject,
-                issuer: escape(&issuer.subject().to_string()),
+                issuer: crate::text::one_line(&issuer.subject().to_string(), 256),
             },
         })
 }
@@ -300,36 +302,9 @@ fn ip_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
     }
 }
 
-/// Escapes control characters (terminal escapes, newlines) and caps the length, for
-/// strings taken from hostile input that end up on a terminal or in a log.
-pub fn escape(s: &str) -> String {
-    const MAX: usize = 256;
-    let mut out = String::with_capacity(s.len().min(MAX));
-    for (i, c) in s.chars().enumerate() {
-        if i == MAX {
-            out.push('…');
-            break;
-        }
-        if c.is_control()
-            || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
-        {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escape_neutralizes_terminal_control() {
-        assert_eq!(escape("CN=a\u{1b}[31mb\nc"), "CN=a\\u{1b}[31mb\\nc");
-        assert_eq!(escape(&"x".repeat(300)).chars().count(), 257);
-    }
 
     #[test]
     fn days_round_down() {

@@ -92,7 +92,7 @@ fn read_capped(path: Option<&Path>) -> io::Result<(SecretBytes, usize)> {
     Ok((SecretBytes::new(buf), size))
 }
 
-#[derive(Serialize)]
+#[derive(Default, Serialize)]
 struct Report {
     input: String,
     kind: &'static str,
@@ -164,14 +164,8 @@ fn kubeconfig_report(input: String, bytes: &[u8], size: usize, now: OffsetDateTi
     let mut report = Report {
         input,
         kind: "kubeconfig",
-        context: None,
-        server: None,
-        tls_server_name: None,
-        credentials: None,
-        certificates: Vec::new(),
-        skipped_blocks: Vec::new(),
-        problems: Vec::new(),
         refused: true,
+        ..Report::default()
     };
     let parsed = if size > MAX_BYTES {
         Err(KubeconfigError::TooLarge {
@@ -215,14 +209,7 @@ fn certificates_report(input: String, bytes: &[u8], now: OffsetDateTime) -> Repo
     let mut report = Report {
         input,
         kind: "certificate file",
-        context: None,
-        server: None,
-        tls_server_name: None,
-        credentials: None,
-        certificates: Vec::new(),
-        skipped_blocks: Vec::new(),
-        problems: Vec::new(),
-        refused: false,
+        ..Report::default()
     };
     let blocks = match pem::blocks(bytes) {
         Ok(blocks) => blocks,
@@ -280,7 +267,11 @@ fn certificates_report(input: String, bytes: &[u8], now: OffsetDateTime) -> Repo
 }
 
 fn table(r: &Report) -> String {
-    let mut out = format!("{}: {}\n", r.kind, certs::escape(&r.input));
+    let mut out = format!(
+        "{}: {}\n",
+        r.kind,
+        spokekeeper::text::one_line(&r.input, 256)
+    );
     for (label, value) in [
         ("context", &r.context),
         ("server", &r.server),

@@ -121,7 +121,7 @@ async fn record_events(config: &Config, report: &TickReport) {
     use spokekeeper::alerts::{Events, NotifyOptions};
     let instance =
         spokekeeper::daemon::lease::default_identity().unwrap_or_else(|_| "spokekeeper".into());
-    let window = spokekeeper::hub::events::CLIENT_GO_WINDOW;
+    let window = spokekeeper::hub::recorder::CLIENT_GO_WINDOW;
     let mut events = match Events::new(config, &instance, window, NotifyOptions::default()) {
         Ok(e) => e,
         Err(e) => {

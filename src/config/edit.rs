@@ -108,7 +108,7 @@ fn entry_in(spoke: &NewSpoke, indent: usize, gap: usize, eol: &str) -> String {
         " ".repeat(gap),
         spoke.name,
         quoted(&spoke.address),
-        spoke.distro.name()
+        spoke.distro
     );
     for (k, v) in [
         ("kubeconfig_path", &spoke.kubeconfig_path),

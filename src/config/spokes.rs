@@ -269,7 +269,7 @@ mod tests {
         );
         refused(
             &MIN.replace("10.0.0.1", "10.0.0.1, distro: talos"),
-            &["talos"],
+            &["distro", "talos", "k3s, rke2 or kubeadm"],
         );
         refused(
             &MIN.replace("10.0.0.1", "10.0.0.1, scope: global"),

@@ -78,47 +78,11 @@ impl Scope {
             Scope::ClusterWide => Vec::new(),
         }
     }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Strict => "strict",
-            Scope::NamespaceWide => "namespace-wide",
-            Scope::ClusterWide => "cluster-wide",
-        }
-    }
-}
-
-impl fmt::Display for Scope {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for Scope {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "strict" => Ok(Scope::Strict),
-            "namespace-wide" => Ok(Scope::NamespaceWide),
-            "cluster-wide" => Ok(Scope::ClusterWide),
-            other => Err(format!(
-                "unknown scope {other:?}: use strict, namespace-wide or cluster-wide"
-            )),
-        }
-    }
-}
-
-impl<'de> Deserialize<'de> for Scope {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
 }
 
 /// Which Kubernetes distribution a node runs: sets where its admin kubeconfig lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+/// Its names (`k3s`, `rke2`, `kubeadm`) are clap's, for `--distro` and `distro:` alike.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, clap::ValueEnum)]
 pub enum Distro {
     K3s,
     Rke2,
@@ -134,43 +98,50 @@ impl Distro {
             Distro::Kubeadm => "/etc/kubernetes/admin.conf",
         }
     }
+}
 
-    pub fn name(self) -> &'static str {
-        match self {
-            Distro::K3s => "k3s",
-            Distro::Rke2 => "rke2",
-            Distro::Kubeadm => "kubeadm",
+/// Display, FromStr and Deserialize by clap's names (`ValueEnum`), for a value spelled
+/// alike on the command line and in spokekeeper.yaml; `$what` names it in errors.
+macro_rules! named_by_clap {
+    ($t:ty, $what:literal) => {
+        impl fmt::Display for $t {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                let value = clap::ValueEnum::to_possible_value(self).ok_or(fmt::Error)?;
+                f.write_str(value.get_name())
+            }
         }
-    }
-}
 
-impl fmt::Display for Distro {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
+        impl FromStr for $t {
+            type Err = String;
 
-impl FromStr for Distro {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "k3s" => Ok(Distro::K3s),
-            "rke2" => Ok(Distro::Rke2),
-            "kubeadm" => Ok(Distro::Kubeadm),
-            other => Err(format!(
-                "unknown distro {other:?}: use k3s, rke2 or kubeadm"
-            )),
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                <Self as clap::ValueEnum>::from_str(s, false).map_err(|_| unknown::<Self>($what, s))
+            }
         }
-    }
+
+        impl<'de> Deserialize<'de> for $t {
+            fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                String::deserialize(d)?
+                    .parse()
+                    .map_err(serde::de::Error::custom)
+            }
+        }
+    };
 }
 
-impl<'de> Deserialize<'de> for Distro {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        String::deserialize(d)?
-            .parse()
-            .map_err(serde::de::Error::custom)
-    }
+named_by_clap!(Scope, "scope");
+named_by_clap!(Distro, "distro");
+
+/// `s` is not one of `T`'s names: the error names `what`, `s` and the names accepted.
+fn unknown<T: clap::ValueEnum>(what: &str, s: &str) -> String {
+    let names: Vec<String> = T::value_variants()
+        .iter()
+        .filter_map(|v| Some(v.to_possible_value()?.get_name().to_string()))
+        .collect();
+    let (last, rest) = names
+        .split_last()
+        .map_or(("", &[][..]), |(l, r)| (l.as_str(), r));
+    format!("unknown {what} {s:?}: use {} or {last}", rest.join(", "))
 }
 
 #[cfg(test)]
@@ -199,7 +170,7 @@ mod tests {
     #[test]
     fn scope_names_round_trip() {
         for s in [Scope::Strict, Scope::NamespaceWide, Scope::ClusterWide] {
-            assert_eq!(s.as_str().parse::<Scope>().unwrap(), s);
+            assert_eq!(s.to_string().parse::<Scope>().unwrap(), s);
         }
         assert!("global".parse::<Scope>().unwrap_err().contains("strict"));
     }
@@ -207,7 +178,7 @@ mod tests {
     #[test]
     fn distro_paths_and_names_round_trip() {
         for d in [Distro::K3s, Distro::Rke2, Distro::Kubeadm] {
-            assert_eq!(d.name().parse::<Distro>().unwrap(), d);
+            assert_eq!(d.to_string().parse::<Distro>().unwrap(), d);
             assert!(d.kubeconfig_path().starts_with("/etc/"));
         }
         assert_eq!(Distro::K3s.kubeconfig_path(), "/etc/rancher/k3s/k3s.yaml");

@@ -7,7 +7,7 @@
 //! `verify/` checks after a push that the hub unsealed the commit and Flux deployed it;
 //! `consumers.rs` finds the Flux objects that use a spoke's Secret; `root.rs` asks the
 //! Kustomization that applies its SealedSecret, and that one's source, to reconcile first;
-//! `events.rs` records Kubernetes Events about a spoke on its consumers; `error.rs` holds
+//! `recorder.rs` records Kubernetes Events about a spoke on its consumers; `error.rs` holds
 //! [`HubError`].
 //!
 //! Optional (`hub:` in the configuration). Every call here is listed in [`ACCESS`], which
@@ -17,7 +17,7 @@
 pub mod cert;
 pub mod consumers;
 mod error;
-pub mod events;
+pub mod recorder;
 pub mod root;
 pub mod source;
 pub mod verify;
@@ -104,7 +104,7 @@ pub const ACCESS: &[Access] = &[
         resource: "externalartifacts",
         verbs: &["get"],
     },
-    // Events about a spoke, in its consumers' namespace (hub::events): create, and patch
+    // Events about a spoke, in its consumers' namespace (hub::recorder): create, and patch
     // a repeat's series. events.k8s.io only: nothing writes core/v1 events.
     Access {
         group: "events.k8s.io",

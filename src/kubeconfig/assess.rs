@@ -88,7 +88,7 @@ pub(crate) fn forbidden(raw: &RawConfig) -> Vec<KubeconfigError> {
 
 /// Names from the input, made safe to print and short enough for a field path.
 fn esc(name: &str) -> String {
-    let mut s = certs::escape(name);
+    let mut s = crate::text::one_line(name, 256);
     if s.chars().count() > 64 {
         s = s.chars().take(63).chain(['…']).collect();
     }
@@ -275,7 +275,7 @@ fn assess_cluster(cluster: &Named<RawCluster>, a: &mut Assessment) {
             fix: "the kubeconfig must name its API server (https://HOST:6443)",
         }),
         Some(s) => {
-            a.server_raw = Some(certs::escape(s));
+            a.server_raw = Some(crate::text::one_line(s, 256));
             match server::parse_server(s) {
                 Ok(url) => a.server = Some(url),
                 Err(reason) => a.problems.push(KubeconfigError::Invalid {
@@ -432,7 +432,7 @@ fn certificates(data: &[u8]) -> Result<Vec<CertInfo>, CertError> {
 
 /// A tls-server-name that is no server name; shown escaped.
 #[derive(Debug, thiserror::Error)]
-#[error("\"{}\" is neither a DNS name nor an IP address", certs::escape(.name))]
+#[error("\"{}\" is neither a DNS name nor an IP address", crate::text::one_line(.name, 256))]
 pub(crate) struct TlsNameError {
     name: String,
 }

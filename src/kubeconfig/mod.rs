@@ -142,7 +142,8 @@ pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         return Err(yaml_reason("the input is empty"));
     }
     let raw: RawConfig =
-        serde_saphyr::from_slice_with_options(bytes, parse_options()).map_err(yaml_error)?;
+        serde_saphyr::from_slice_with_options(bytes, crate::text::hostile_yaml(MAX_BYTES))
+            .map_err(yaml_error)?;
     if let Some(v) = raw.api_version.as_deref().filter(|v| *v != "v1") {
         return Err(not_a_kubeconfig("apiVersion", v, "v1"));
     }
@@ -150,32 +151,6 @@ pub fn parse(bytes: &[u8]) -> Result<Kubeconfig, KubeconfigError> {
         return Err(not_a_kubeconfig("kind", k, "Config"));
     }
     Ok(Kubeconfig { raw })
-}
-
-fn parse_options() -> serde_saphyr::Options {
-    // A kubeconfig is shallow and never needs anchors: limits far below the defaults.
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_reader_input_bytes: Some(MAX_BYTES),
-            max_depth: 24,
-            flow_nesting_limit: 24,
-            max_documents: 1,
-            max_aliases: 32,
-            max_anchors: 32,
-            max_nodes: 50_000,
-            max_events: 200_000,
-            max_total_scalar_bytes: 2 * MAX_BYTES,
-            max_merge_keys: 0,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 1_000,
-            max_replay_stack_depth: 4,
-            max_alias_expansions_per_anchor: 8,
-        },
-        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
-        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
-        with_snippet: false,
-    }
 }
 
 fn yaml_reason(reason: &str) -> KubeconfigError {
@@ -191,7 +166,7 @@ fn not_a_kubeconfig(field: &str, found: &str, want: &'static str) -> KubeconfigE
         field: field.into(),
         reason: format!(
             "is \"{}\", not \"{want}\": this is not a kubeconfig",
-            certs::escape(found)
+            crate::text::one_line(found, 256)
         ),
         fix: "pass the kubeconfig file itself (k3s.yaml, rke2.yaml, admin.conf)",
     }
@@ -238,7 +213,7 @@ fn redact_quoted(msg: &str) -> String {
             out.push(c);
         }
     }
-    certs::escape(&out)
+    crate::text::one_line(&out, 256)
 }
 
 /// What a certificate is for, in a kubeconfig.
@@ -302,7 +277,10 @@ pub fn sanitize(kc: &Kubeconfig, spoke_name: &str) -> Result<Sanitized, Kubeconf
     if !server::is_dns_name(spoke_name) || spoke_name.bytes().any(|b| b.is_ascii_uppercase()) {
         return Err(KubeconfigError::Invalid {
             field: "spoke name".into(),
-            reason: format!("\"{}\" is not a DNS-1123 name", certs::escape(spoke_name)),
+            reason: format!(
+                "\"{}\" is not a DNS-1123 name",
+                crate::text::one_line(spoke_name, 256)
+            ),
             fix: "name spokes with lowercase letters, digits, '-' and '.'",
         });
     }
@@ -380,8 +358,12 @@ impl Sanitized {
             reason,
             fix: "give the spoke's address as an IP address or a DNS name, and a port from 1 to 65535",
         };
-        let mut url = server::with_host(&self.server, host)
-            .map_err(|r| invalid(format!("new host \"{}\" {r}", certs::escape(host))))?;
+        let mut url = server::with_host(&self.server, host).map_err(|r| {
+            invalid(format!(
+                "new host \"{}\" {r}",
+                crate::text::one_line(host, 256)
+            ))
+        })?;
         if let Some(port) = port {
             if port == 0 {
                 return Err(invalid("port 0 is not a port".into()));
@@ -409,7 +391,7 @@ impl Sanitized {
         self.server =
             server::parse_server(url.as_str()).map_err(|reason| KubeconfigError::Invalid {
                 field: "api_server".into(),
-                reason: format!("\"{}\" {reason}", certs::escape(url.as_str())),
+                reason: format!("\"{}\" {reason}", crate::text::one_line(url.as_str(), 256)),
                 fix: "give an https:// URL with a host and no credentials, query or fragment",
             })?;
         Ok(())

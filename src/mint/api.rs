@@ -326,5 +326,5 @@ impl Bound {
 
 /// Text from the spoke, for messages: one escaped line, at most 200 characters.
 pub(crate) fn shown(s: &str) -> String {
-    crate::text::one_line(&crate::certs::escape(s), 200)
+    crate::text::one_line(s, 200)
 }

@@ -387,7 +387,7 @@ mod tests {
         let e = refused(&csr("Denied", "True"), "c", "u").expect("denied");
         let text = e.to_string();
         assert!(
-            text.contains("CSR c is Denied (PolicyDenied\\nforged: by kyverno)"),
+            text.contains("CSR c is Denied (PolicyDenied forged: by kyverno)"),
             "{text}"
         );
         assert!(!text.contains('\n'));

@@ -20,7 +20,6 @@ mod stage;
 mod stream;
 pub use branch::onboard::{Beside, OnboardingError};
 pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
-pub use plaintext::hostile_yaml;
 pub use snapshot::Snapshot;
 pub use stream::Commits;
 

@@ -75,38 +75,7 @@ fn documents(text: &str) -> Option<Vec<Value>> {
         return Some(vec![v]);
     }
     let max = usize::try_from(super::MAX_CHECKED_BLOB).unwrap_or(usize::MAX);
-    serde_saphyr::from_multiple_with_options::<Value>(text, hostile_yaml(max)).ok()
-}
-
-/// Limits for a file of at most [`super::MAX_CHECKED_BLOB`]: what spokekeeper writes
-/// is shallow and has no anchors, so an alias bomb or deep nesting fails to parse (and
-/// is then judged as text).
-/// Limits for reading YAML from the fleet repo (hostile input) of at most `max` bytes:
-/// what the plaintext guard and `check` parse with.
-pub fn hostile_yaml(max: usize) -> serde_saphyr::Options {
-    serde_saphyr::options! {
-        budget: serde_saphyr::budget! {
-            max_reader_input_bytes: Some(max),
-            max_depth: 64,
-            flow_nesting_limit: 64,
-            max_documents: 256,
-            max_aliases: 64,
-            max_anchors: 64,
-            max_nodes: 200_000,
-            max_events: 800_000,
-            max_total_scalar_bytes: 2 * max,
-            max_merge_keys: 0,
-        },
-        alias_limits: serde_saphyr::alias_limits! {
-            max_total_replayed_events: 1_000,
-            max_replay_stack_depth: 4,
-            max_alias_expansions_per_anchor: 8,
-        },
-        merge_keys: serde_saphyr::options::MergeKeyPolicy::Error,
-        // Which of two `kind:` keys counts differs between parsers: not parsed.
-        duplicate_keys: serde_saphyr::options::DuplicateKeyPolicy::Error,
-        with_snippet: false,
-    }
+    serde_saphyr::from_multiple_with_options::<Value>(text, crate::text::hostile_yaml(max)).ok()
 }
 
 /// The first plaintext found in `v` or anything nested in it.

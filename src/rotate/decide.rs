@@ -360,8 +360,8 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     if sealed.name() != spoke.secret.name || sealed.namespace() != spoke.secret.namespace {
         return Some(format!(
             "secret {}/{} -> {}/{}",
-            crate::certs::escape(sealed.namespace()),
-            crate::certs::escape(sealed.name()),
+            crate::text::one_line(sealed.namespace(), 256),
+            crate::text::one_line(sealed.name(), 256),
             spoke.secret.namespace,
             spoke.secret.name
         ));
@@ -387,7 +387,7 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     {
         return Some(format!(
             "credential.user {} -> {}",
-            crate::certs::escape(had.user.as_deref().unwrap_or("")),
+            crate::text::one_line(had.user.as_deref().unwrap_or(""), 256),
             want.user
         ));
     }

@@ -12,7 +12,6 @@ use kube::{Client, Config};
 use tokio::time::{Instant, timeout_at};
 
 use super::sanitize_remote_text;
-use crate::certs;
 use crate::kubeconfig;
 use crate::secret::SecretBytes;
 
@@ -113,8 +112,8 @@ pub async fn check_live(
             secs,
         })??;
     Ok(LiveReport {
-        git_version: certs::escape(&version.git_version),
-        platform: certs::escape(&version.platform),
+        git_version: crate::text::one_line(&version.git_version, 256),
+        platform: crate::text::one_line(&version.platform, 256),
         username: who.username,
         uid: who.uid,
         groups: who.groups,
@@ -255,7 +254,7 @@ fn names_anonymous(status: &kube::core::Status) -> bool {
 /// escaped and shortened.
 fn self_review(server: &str, review: &serde_json::Value) -> Result<Who, LiveError> {
     let user = &review["status"]["userInfo"];
-    let text = |v: &serde_json::Value| v.as_str().map(certs::escape);
+    let text = |v: &serde_json::Value| v.as_str().map(|s| crate::text::one_line(s, 256));
     let username = text(&user["username"]).unwrap_or_default();
     if username == ANONYMOUS {
         return Err(LiveError::Anonymous {
@@ -534,7 +533,7 @@ users:
         let odd = review(serde_json::json!({"username": "admin\nforged: line",
             "groups": ["a".repeat(1000)]}));
         let who = self_review("https://s", &odd).unwrap();
-        assert_eq!(who.username, "admin\\nforged: line");
+        assert_eq!(who.username, "admin forged: line");
         assert!(who.groups[0].chars().count() <= 257);
     }
 

@@ -433,7 +433,7 @@ fn consumer_grants(ns: &str) -> Vec<Grant> {
     .collect()
 }
 
-/// Recording Events about the spokes whose objects are in `ns` (hub::events): create,
+/// Recording Events about the spokes whose objects are in `ns` (hub::recorder): create,
 /// and patch a repeat's series; names are generated, so not limited by name.
 fn event_grants(ns: &str) -> Vec<Grant> {
     ["create", "patch"]

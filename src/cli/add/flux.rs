@@ -4,9 +4,9 @@
 
 use std::path::{Component, Path, PathBuf};
 
-use super::layout::{self, EMPTY_KUSTOMIZATION, Layout, Source, slash_path};
 use super::{AddArgs, AddError};
 use spokekeeper::config::{Config, RepoMode, SpokeConfig};
+use spokekeeper::flux::layout::{self, EMPTY_KUSTOMIZATION, Layout, Source, in_repo, slash_path};
 use spokekeeper::hub::{Hub, root};
 use spokekeeper::repo::Repo;
 use spokekeeper::rotate::Beside;
@@ -77,20 +77,6 @@ async fn root_dir(config: &Config, spoke: &SpokeConfig) -> Result<PathBuf, AddEr
         slash_path(&dir)
     );
     Ok(dir)
-}
-
-/// A Kustomization's spec.path as a directory relative to the repo root ("./" is ""),
-/// None when it climbs out.
-fn in_repo(path: &str) -> Option<PathBuf> {
-    let mut dir = PathBuf::new();
-    for c in Path::new(path).components() {
-        match c {
-            Component::Normal(n) => dir.push(n),
-            Component::CurDir | Component::RootDir => {}
-            _ => return None,
-        }
-    }
-    Some(dir)
 }
 
 /// Where the files go, from the flags and ROOT: each a directory inside the fleet repo.
@@ -192,21 +178,4 @@ async fn root_listing(
         bytes: edited.into_bytes(),
         was: Some(was),
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_root_path_from_the_hub_is_a_directory_inside_the_repo_or_refused() {
-        assert_eq!(in_repo("./fluxcd"), Some(PathBuf::from("fluxcd")));
-        assert_eq!(in_repo("./"), Some(PathBuf::new()));
-        assert_eq!(
-            in_repo("/clusters/hub/"),
-            Some(PathBuf::from("clusters/hub"))
-        );
-        assert_eq!(in_repo("../etc"), None);
-        assert_eq!(in_repo("clusters/../../etc"), None);
-    }
 }

@@ -19,7 +19,6 @@ use spokekeeper::repo::Repo;
 use spokekeeper::rotate::{Options, Outcome};
 
 mod flux;
-mod layout;
 mod readonly;
 
 /// Namespaces a spoke's Flux objects may not share: flux-system holds Flux's own
@@ -38,8 +37,8 @@ pub struct AddArgs {
     #[arg(long)]
     pub address: String,
     /// The spoke's distribution: sets the kubeconfig path read on the node.
-    #[arg(long, value_parser = ["k3s", "rke2", "kubeadm"])]
-    pub distro: String,
+    #[arg(long, value_enum)]
+    pub distro: Distro,
     /// Reach the node over SSH here instead of --address (the kubeconfig then points at https://ADDRESS:6443).
     #[arg(long)]
     pub ssh_host: Option<String>,
@@ -130,7 +129,7 @@ enum AddError {
     #[error("{}: {error}", file.display())]
     Listing {
         file: PathBuf,
-        error: layout::ListError,
+        error: spokekeeper::flux::layout::ListError,
     },
     #[error(transparent)]
     Tick(Box<super::rotate::RunTickError>),
@@ -288,11 +287,6 @@ fn rotated(report: &spokekeeper::rotate::TickReport, spoke: &str) -> Option<Stri
 
 /// The spoke as the flags give it.
 fn new_spoke(args: &AddArgs) -> NewSpoke {
-    let distro = match args.distro.as_str() {
-        "rke2" => Distro::Rke2,
-        "kubeadm" => Distro::Kubeadm,
-        _ => Distro::K3s,
-    };
     let (address, api_server) = match &args.ssh_host {
         Some(ssh) => (
             ssh.clone(),
@@ -306,7 +300,7 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
     NewSpoke {
         name: args.name.clone(),
         address,
-        distro,
+        distro: args.distro,
         kubeconfig_path: args.kubeconfig_path.clone(),
         api_server,
         namespace: args.namespace.clone().unwrap_or_else(|| args.name.clone()),
@@ -351,7 +345,7 @@ fn node_steps(spoke: &SpokeConfig, account: Option<&str>) -> String {
          cat {key} >> {known_hosts} && rm {key}\n\n{lockdown}",
         name = spoke.name,
         address = spoke.address,
-        distro = spoke.distro.name(),
+        distro = spoke.distro,
         path = spoke.kubeconfig_path,
         port = ssh.port,
         user = ssh.user,
@@ -362,18 +356,6 @@ fn node_steps(spoke: &SpokeConfig, account: Option<&str>) -> String {
 /// The commit this clone last pushed to `branch` (review mode), if any.
 async fn pushed_to(config: &spokekeeper::config::RepoConfig, branch: &str) -> Option<String> {
     Repo::open(config).await.ok()?.pushed(branch).await
-}
-
-/// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
-#[cfg(test)]
-pub(super) fn layout_for_tests(spoke: &SpokeConfig) -> String {
-    layout::Layout {
-        root: "clusters/hub".into(),
-        dir: Path::new("spokes").join(&spoke.name),
-        source: layout::Source::parse("flux-system").expect("a name"),
-        spoke_account: None,
-    }
-    .objects(spoke)
 }
 
 #[cfg(test)]
@@ -452,10 +434,10 @@ mod tests {
             assert!(steps.contains(want), "{want:?} in {steps}");
         }
         assert!(!steps.contains("pass --service-account"), "{steps}");
-        let layout = layout::Layout {
+        let layout = spokekeeper::flux::layout::Layout {
             root: "fluxcd".into(),
             dir: "spokes/edge-1".into(),
-            source: layout::Source::parse("flux-system").unwrap(),
+            source: spokekeeper::flux::layout::Source::parse("flux-system").unwrap(),
             spoke_account: a.service_account.clone(),
         };
         let text = layout.objects(spoke);

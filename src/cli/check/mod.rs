@@ -24,15 +24,12 @@ use time::OffsetDateTime;
 use super::Format;
 use spokekeeper::alerts::{self, Finding, SealingCert, Status};
 use spokekeeper::config::{Config, RepoMode, Span};
+use spokekeeper::flux;
 use spokekeeper::hub::cert::Untrusted;
 use spokekeeper::repo::Repo;
 use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{observe, review};
 use spokekeeper::seal::SealingKey;
-
-mod confine;
-mod onboard;
-mod traps;
 
 #[derive(Debug, clap::Args)]
 pub struct CheckArgs {
@@ -130,15 +127,15 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             findings.push(alerts::sops_recipients(&s.name, e.to_string()));
         }
     }
-    let tree = traps::read_tree(&config.repo.path);
+    let tree = flux::read_tree(&config.repo.path);
     if tree.unread > 0 {
         eprintln!(
             "spokekeeper check: WARNING: {} YAML files of the fleet repo were not checked for HelmRelease traps: check reads at most {} MiB of it in all; remove what Flux does not need",
             tree.unread,
-            traps::MAX_TOTAL_BYTES >> 20
+            flux::MAX_TOTAL_BYTES >> 20
         );
     }
-    let layout = layout_traps(&tree, &config.spokes);
+    let layout = flux::layout_traps(&tree, &config.spokes);
     findings.extend(
         layout
             .into_iter()
@@ -157,19 +154,6 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
     };
     print(format, &report, &table(&report, seen.len()));
     ExitCode::from(status.exit_code())
-}
-
-/// The Flux layout's traps in the clone's `files`: what the hub applies for a spoke
-/// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to
-/// (onboard.rs).
-fn layout_traps(
-    tree: &traps::Tree,
-    spokes: &[spokekeeper::config::SpokeConfig],
-) -> Vec<traps::Trap> {
-    let mut out = confine::traps(tree, spokes);
-    out.extend(traps::traps(tree, spokes));
-    out.extend(onboard::traps(tree, spokes));
-    out
 }
 
 /// Whether a tick would refuse to seal to sealing.cert, judged offline by the daemon's

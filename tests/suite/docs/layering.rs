@@ -20,8 +20,8 @@ const LAYERS: &[&[&str]] = &[
     &["rotate"],
     // What a tick talks to besides the spokes: the hub's API, forges, the spokes' CSR API.
     &["hub", "forge", "mint"],
-    // Reaching a spoke; Sealed Secrets; the fleet repo.
-    &["spoke", "seal", "repo"],
+    // Reaching a spoke; Sealed Secrets; the fleet repo; its Flux layout.
+    &["spoke", "seal", "repo", "flux"],
     &["kubeconfig"],
     &["certs"],
     // spokekeeper.yaml: every layer reads it.

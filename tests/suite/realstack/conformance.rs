@@ -522,9 +522,9 @@ async fn hub_transcript(
         ));
     }
 
-    // Events (hub::events): the first occurrence created, a repeat patched into its
+    // Events (hub::recorder): the first occurrence created, a repeat patched into its
     // series, a patch of an Event that is gone answered 404 (then created anew).
-    use spokekeeper::hub::events::{Occurrence, Reason, Recorder, Regarding, Seen};
+    use spokekeeper::hub::recorder::{Occurrence, Reason, Recorder, Regarding, Seen};
     let mut recorder = Recorder::new("conform-0", Duration::from_secs(600));
     let o = Occurrence {
         regarding: Regarding::consumer(&k),

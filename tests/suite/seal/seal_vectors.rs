@@ -283,7 +283,7 @@ fn seal_command_output_unseals_with_the_vector_key() {
             String::from_utf8_lossy(&out.stderr)
         );
         let sealed = SealedSecret::parse(&out.stdout).unwrap();
-        assert_eq!(sealed.scope().as_str(), scope);
+        assert_eq!(sealed.scope().to_string(), scope);
         assert_eq!(unsealed_map(&sealed, &key).unwrap(), expected_plaintext());
     }
 }

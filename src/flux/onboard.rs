@@ -1,4 +1,4 @@
-//! `check`'s word on a spoke onboarded with its credential alone: its sealed credential
+//! A spoke onboarded with its credential alone: its sealed credential
 //! is in the clone, but no Flux object there reads its Secret (a Kustomization or
 //! HelmRelease with spec.kubeConfig naming it, or a HelmRelease patch adding it), so
 //! nothing deploys to the spoke. `rotate`, or a chart entry rolled out before `add`
@@ -10,8 +10,9 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::confine::patched_secret;
-use super::traps::{self, Summary, Trap, Tree, slash};
-use spokekeeper::config::SpokeConfig;
+use super::slash_path;
+use super::traps::{self, Summary, Trap, Tree};
+use crate::config::SpokeConfig;
 
 /// One trap per spoke of `spokes` whose credential is in `files` (see traps::read_tree)
 /// and whose Secret nothing there reads, when something there reads another's.
@@ -24,14 +25,14 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     }
     unread
         .into_iter()
-        .filter(|s| files.contains_key(&slash(&s.output)))
+        .filter(|s| files.contains_key(&slash_path(&s.output)))
         .map(|s| {
             let (ns, name) = (&s.secret.namespace, &s.secret.name);
             Trap {
                 spoke: s.name.clone(),
                 detail: format!(
                     "onboarded with its credential alone: {} is committed, but no Flux object in the fleet repo reads Secret {ns}/{name} (spec.kubeConfig.secretRef), so nothing deploys to {}; commit its Kustomizations beside it as `spokekeeper add` lays them out (docs/operations.md, \"Adding a spoke\")",
-                    slash(&s.output),
+                    slash_path(&s.output),
                     s.name
                 ),
             }
@@ -73,7 +74,7 @@ mod tests {
     #[test]
     fn a_spoke_whose_committed_secret_no_flux_object_reads_is_named_with_the_fix() {
         let spokes = spokes("");
-        let edge = super::super::super::add::layout_for_tests(&spokes[0]);
+        let edge = super::super::layout::for_tests(&spokes[0]);
         let sealed = "kind: SealedSecret\n";
         let mut files = vec![
             ("fluxcd/edge.yaml", edge.as_str()),

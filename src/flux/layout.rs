@@ -3,15 +3,15 @@
 //! (a DNS label) and the configuration's Secret, so nothing here comes from the repo but
 //! the root kustomization.yaml, which is edited as text and parsed again.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
-use spokekeeper::config::SpokeConfig;
+use crate::config::SpokeConfig;
 
 /// Where the new spoke's Flux objects go and what they deploy from.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Layout {
+pub struct Layout {
     /// The root Kustomization's directory (its spec.path), relative to the repo root.
     pub root: PathBuf,
     /// The spoke's own directory: `apps/` is applied on the spoke, `helmreleases/` on
@@ -26,7 +26,7 @@ pub(super) struct Layout {
 
 /// A GitRepository: `--source [NAMESPACE/]NAME`.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Source {
+pub struct Source {
     pub namespace: String,
     pub name: String,
 }
@@ -34,10 +34,9 @@ pub(super) struct Source {
 impl Source {
     /// `[NAMESPACE/]NAME`, the namespace flux-system unless given; None when either part
     /// is not a Kubernetes name.
-    pub(super) fn parse(text: &str) -> Option<Source> {
+    pub fn parse(text: &str) -> Option<Source> {
         let (namespace, name) = text.split_once('/').unwrap_or(("flux-system", text));
-        let ok = spokekeeper::config::is_dns_subdomain(name)
-            && spokekeeper::config::is_dns_label(namespace);
+        let ok = crate::config::is_dns_subdomain(name) && crate::config::is_dns_label(namespace);
         ok.then(|| Source {
             namespace: namespace.into(),
             name: name.into(),
@@ -47,7 +46,7 @@ impl Source {
 
 /// What the hub-side Kustomization may apply in the spoke's namespace, as its
 /// ServiceAccount's Role grants it: (API group, resources).
-pub(super) const HUB_KINDS: [(&str, &str); 3] = [
+pub const HUB_KINDS: [(&str, &str); 3] = [
     ("helm.toolkit.fluxcd.io", "helmreleases"),
     (
         "source.toolkit.fluxcd.io",
@@ -58,21 +57,21 @@ pub(super) const HUB_KINDS: [(&str, &str); 3] = [
 
 impl Layout {
     /// `ROOT/NAME.yaml`: the spoke's namespace, account and Kustomizations.
-    pub(super) fn objects_file(&self, spoke: &SpokeConfig) -> PathBuf {
+    pub fn objects_file(&self, spoke: &SpokeConfig) -> PathBuf {
         self.root.join(format!("{}.yaml", spoke.name))
     }
 
-    pub(super) fn apps(&self) -> PathBuf {
+    pub fn apps(&self) -> PathBuf {
         self.dir.join("apps")
     }
 
-    pub(super) fn helm_releases(&self) -> PathBuf {
+    pub fn helm_releases(&self) -> PathBuf {
         self.dir.join("helmreleases")
     }
 
     /// The name of the hub-side Kustomization that applies the spoke's HelmReleases,
     /// and of the ServiceAccount it applies them as.
-    pub(super) fn helm_kustomization(spoke: &SpokeConfig) -> String {
+    pub fn helm_kustomization(spoke: &SpokeConfig) -> String {
         format!("{}-helmreleases", spoke.name)
     }
 
@@ -83,7 +82,7 @@ impl Layout {
     /// helm-controller runs, as a ServiceAccount that may write only [`HUB_KINDS`] in that
     /// namespace, every object moved into it and every HelmRelease given spec.kubeConfig,
     /// so that each release is installed on the spoke and no name meets another spoke's.
-    pub(super) fn objects(&self, spoke: &SpokeConfig) -> String {
+    pub fn objects(&self, spoke: &SpokeConfig) -> String {
         let (name, ns) = (&spoke.name, &spoke.secret.namespace);
         let helm_name = Self::helm_kustomization(spoke);
         format!(
@@ -170,22 +169,36 @@ impl Layout {
 
 /// An empty kustomization for a spoke directory that does not exist yet, so that its
 /// Kustomization is Ready (a missing path fails it) until manifests are added.
-pub(super) const EMPTY_KUSTOMIZATION: &str = "# Add this spoke's manifests here and list them below.\n\
+pub const EMPTY_KUSTOMIZATION: &str = "# Add this spoke's manifests here and list them below.\n\
 apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n";
 
 /// `rel` with `/` separators, as Flux and kustomize write paths.
-pub(super) fn slash_path(rel: &Path) -> String {
+pub fn slash_path(rel: &Path) -> String {
     rel.components()
         .map(|c| c.as_os_str().to_string_lossy())
         .collect::<Vec<_>>()
         .join("/")
 }
 
+/// A Kustomization's spec.path as a directory relative to the repo root ("./" is ""),
+/// None when it climbs out.
+pub fn in_repo(path: &str) -> Option<PathBuf> {
+    let mut dir = PathBuf::new();
+    for c in Path::new(path).components() {
+        match c {
+            Component::Normal(n) => dir.push(n),
+            Component::CurDir | Component::RootDir => {}
+            _ => return None,
+        }
+    }
+    Some(dir)
+}
+
 /// Why the root kustomization.yaml cannot list the spoke's files.
 #[derive(Debug, thiserror::Error)]
-pub(super) enum ListError {
+pub enum ListError {
     #[error(transparent)]
-    List(#[from] spokekeeper::text::BlockListError),
+    List(#[from] crate::text::BlockListError),
     #[error("does not parse: {0}")]
     Parse(String),
     #[error("does not parse once edited: {0}")]
@@ -197,16 +210,17 @@ pub(super) enum ListError {
 /// `text` (a kustomization.yaml) with each of `entries` appended to its `resources:`
 /// when not listed yet, comments and layout kept; the result is parsed again and must
 /// list them all. None: nothing to add.
-pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, ListError> {
+pub fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, ListError> {
     #[derive(Deserialize)]
     struct Kustomization {
         #[serde(default)]
         resources: Option<Vec<String>>,
     }
     let parse = |t: &str| {
-        serde_saphyr::from_str::<Kustomization>(t)
+        let max = usize::try_from(crate::fsutil::MAX_FILE_BYTES).unwrap_or(usize::MAX);
+        serde_saphyr::from_str_with_options::<Kustomization>(t, crate::text::hostile_yaml(max))
             .map(|k| k.resources.unwrap_or_default())
-            .map_err(|e| spokekeeper::text::one_line(&e.to_string(), 300))
+            .map_err(|e| crate::text::one_line(&e.to_string(), 300))
     };
     let listed = parse(text).map_err(ListError::Parse)?;
     let new: Vec<&String> = entries
@@ -216,7 +230,7 @@ pub(super) fn list_resources(text: &str, entries: &[String]) -> Result<Option<St
     if new.is_empty() {
         return Ok(None);
     }
-    let edited = match spokekeeper::text::block_list(text, "resources")? {
+    let edited = match crate::text::block_list(text, "resources")? {
         Some(list) => {
             let pad = " ".repeat(list.indent);
             let gap = " ".repeat(list.gap);
@@ -254,13 +268,37 @@ fn same_entry(listed: &str, entry: &str) -> bool {
     listed.trim_start_matches("./").trim_end_matches('/') == entry.trim_start_matches("./")
 }
 
+/// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
+#[cfg(test)]
+pub(crate) fn for_tests(spoke: &SpokeConfig) -> String {
+    Layout {
+        root: "clusters/hub".into(),
+        dir: Path::new("spokes").join(&spoke.name),
+        source: Source::parse("flux-system").expect("a name"),
+        spoke_account: None,
+    }
+    .objects(spoke)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_root_path_from_the_hub_is_a_directory_inside_the_repo_or_refused() {
+        assert_eq!(in_repo("./fluxcd"), Some(PathBuf::from("fluxcd")));
+        assert_eq!(in_repo("./"), Some(PathBuf::new()));
+        assert_eq!(
+            in_repo("/clusters/hub/"),
+            Some(PathBuf::from("clusters/hub"))
+        );
+        assert_eq!(in_repo("../etc"), None);
+        assert_eq!(in_repo("clusters/../../etc"), None);
+    }
+
     fn spoke() -> SpokeConfig {
         let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge-1, address: 10.0.0.1, secret: {namespace: edge-1}}\n";
-        spokekeeper::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+        crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
             .remove(0)
@@ -428,5 +466,22 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.starts_with("does not parse"), "{e}");
+    }
+
+    #[test]
+    fn a_kustomization_is_read_within_the_hostile_yaml_limits() {
+        // As check reads it: an alias bomb and a merge key are refused, not expanded.
+        let mut bomb = String::from("a0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let p = i - 1;
+            let refs = vec![format!("*a{p}"); 9].join(", ");
+            bomb.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        bomb.push_str("resources:\n- a.yaml\n");
+        let merge = "base: &b {x: 1}\nother:\n  <<: *b\nresources:\n- a.yaml\n";
+        for text in [bomb.as_str(), merge] {
+            let e = list_resources(text, &["b.yaml".into()]).unwrap_err();
+            assert!(matches!(e, ListError::Parse(_)), "{e}");
+        }
     }
 }

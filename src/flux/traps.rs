@@ -1,4 +1,4 @@
-//! `check`'s HelmRelease traps, read from the fleet repo clone (hostile input, bounded):
+//! The HelmRelease traps, read from the fleet repo clone (hostile input, bounded):
 //!
 //! - a HelmRelease applied by a Kustomization whose `spec.kubeConfig` targets a spoke is
 //!   applied on the spoke, where no helm-controller runs: it is never installed;
@@ -16,27 +16,27 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
-use spokekeeper::config::SpokeConfig;
+use crate::config::SpokeConfig;
 
 /// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
 const MAX_FILES: usize = 5_000;
 pub(super) const MAX_FILE_BYTES: u64 = 1 << 20;
 /// Bytes read in all: however many files a push adds (one blob at many paths costs the
 /// pusher nothing), `check` reads this much and parses one file at a time.
-pub(super) const MAX_TOTAL_BYTES: u64 = 32 << 20;
+pub const MAX_TOTAL_BYTES: u64 = 32 << 20;
 const MAX_DEPTH: usize = 16;
 const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
 /// One trap: the spoke it concerns and what to do, as one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct Trap {
+pub struct Trap {
     pub spoke: String,
     pub detail: String,
 }
 
 /// The clone's YAML files as the traps need them, by path relative to it (`/`-separated).
 #[derive(Default)]
-pub(super) struct Tree {
+pub struct Tree {
     pub(super) files: BTreeMap<String, Summary>,
     /// Files left unread: [`MAX_TOTAL_BYTES`] were read before them.
     pub unread: usize,
@@ -61,9 +61,9 @@ struct Release {
 }
 
 /// The YAML files of the clone at `root`: regular files only (read through
-/// [`spokekeeper::fsutil::read_under`], no symbolic link followed), `.git` skipped,
+/// [`crate::fsutil::read_under`], no symbolic link followed), `.git` skipped,
 /// bounded in number, size and total bytes, in name order.
-pub(super) fn read_tree(root: &Path) -> Tree {
+pub fn read_tree(root: &Path) -> Tree {
     read_tree_within(root, MAX_TOTAL_BYTES)
 }
 
@@ -99,12 +99,12 @@ fn read_tree_within(root: &Path, mut budget: u64) -> Tree {
                 tree.unread += 1;
                 continue;
             }
-            let Ok(bytes) = spokekeeper::fsutil::read_under(&e.path(), root) else {
+            let Ok(bytes) = crate::fsutil::read_under(&e.path(), root) else {
                 continue;
             };
             budget = budget.saturating_sub(bytes.len() as u64);
             if let Ok(text) = std::str::from_utf8(&bytes) {
-                let file = slash(&child);
+                let file = super::slash_path(&child);
                 let summary = summarize(&file, text);
                 tree.files.insert(file, summary);
             }
@@ -168,13 +168,6 @@ fn skeleton(d: &Value) -> Value {
 
 fn is_yaml(name: &str) -> bool {
     name.ends_with(".yaml") || name.ends_with(".yml") || name == "Kustomization"
-}
-
-pub(super) fn slash(p: &Path) -> String {
-    p.components()
-        .map(|c| c.as_os_str().to_string_lossy())
-        .collect::<Vec<_>>()
-        .join("/")
 }
 
 /// A Flux Kustomization found in the repo.
@@ -252,7 +245,7 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
 /// Every document of a YAML file; none when it does not parse within the limits.
 pub(super) fn documents(text: &str) -> Vec<Value> {
     let max = usize::try_from(MAX_FILE_BYTES).unwrap_or(usize::MAX);
-    serde_saphyr::from_multiple_with_options::<Value>(text, spokekeeper::repo::hostile_yaml(max))
+    serde_saphyr::from_multiple_with_options::<Value>(text, crate::text::hostile_yaml(max))
         .map(|ds| ds.into_iter().filter(Value::is_object).collect())
         .unwrap_or_default()
 }
@@ -271,7 +264,7 @@ pub(super) fn is_helm_release(d: &Value) -> bool {
 /// `NAMESPACE/NAME` of a release, one bounded line (repo text).
 fn release_name(r: &Release, default_ns: &str) -> String {
     let ns = r.namespace.as_deref().unwrap_or(default_ns);
-    spokekeeper::text::one_line(&format!("{ns}/{}", r.name), 120)
+    crate::text::one_line(&format!("{ns}/{}", r.name), 120)
 }
 
 fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
@@ -288,18 +281,18 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         .filter(|t| t.contains("kubeConfig"))
         .map(str::to_string)
         .collect();
-    let name_of = |v: &Value| v.as_str().map(|s| spokekeeper::text::one_line(s, 63));
+    let name_of = |v: &Value| v.as_str().map(|s| crate::text::one_line(s, 63));
     Some(Kustomization {
         patches_helm_kubeconfig: !helm_patches.is_empty(),
         helm_patches,
         service_account: name_of(&spec["serviceAccountName"]),
         target_namespace: name_of(&spec["targetNamespace"]),
         file: file.to_string(),
-        namespace: spokekeeper::text::one_line(
+        namespace: crate::text::one_line(
             d["metadata"]["namespace"].as_str().unwrap_or("flux-system"),
             63,
         ),
-        name: spokekeeper::text::one_line(d["metadata"]["name"].as_str().unwrap_or("?"), 63),
+        name: crate::text::one_line(d["metadata"]["name"].as_str().unwrap_or("?"), 63),
         path: normalize("", spec["path"].as_str().unwrap_or("")),
         secret: spec["kubeConfig"]["secretRef"]["name"]
             .as_str()
@@ -422,7 +415,7 @@ pub(super) mod tests {
 
     fn spokes() -> Vec<SpokeConfig> {
         let text = "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: edge, address: 10.0.0.1}\n  - {name: dev, address: 10.0.0.2}\n";
-        spokekeeper::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+        crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
     }
@@ -504,7 +497,7 @@ pub(super) mod tests {
         let mut own = spokes();
         own[0].secret.namespace = "edge".into();
         own[1].secret.namespace = "dev".into();
-        let layout = super::super::super::add::layout_for_tests(&own[0]);
+        let layout = super::super::layout::for_tests(&own[0]);
         let files = tree(&[
             ("clusters/hub/edge.yaml", &layout),
             ("spokes/edge/helmreleases/web.yaml", HR),

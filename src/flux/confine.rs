@@ -1,4 +1,4 @@
-//! `check`'s traps in what the hub applies for a spoke (the layout `spokekeeper add`
+//! The traps in what the hub applies for a spoke (the layout `spokekeeper add`
 //! writes avoids each):
 //!
 //! - a Kustomization that applies a spoke's HelmReleases on the hub (no spec.kubeConfig,
@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::traps::{self, Kustomization, Trap, Tree, Walks};
-use spokekeeper::config::SpokeConfig;
+use crate::config::SpokeConfig;
 
 /// What a spoke's hub-side directory holds: its releases, their chart sources and values.
 const BELONGS: [&str; 4] = [
@@ -63,9 +63,9 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
                 let Some(spoke) = patched.or_else(|| released_to(d, ns, spokes)) else {
                     continue;
                 };
-                let kind = spokekeeper::text::one_line(d["kind"].as_str().unwrap_or("?"), 63);
+                let kind = crate::text::one_line(d["kind"].as_str().unwrap_or("?"), 63);
                 let name = d["metadata"]["name"].as_str().unwrap_or("?");
-                let object = spokekeeper::text::one_line(&format!("{kind} {ns}/{name}"), 160);
+                let object = crate::text::one_line(&format!("{kind} {ns}/{name}"), 160);
                 if patched.is_some() && !BELONGS.contains(&kind.as_str()) {
                     out.push(Trap {
                         spoke: spoke.name.clone(),
@@ -113,7 +113,7 @@ fn patched_for<'a>(k: &Kustomization, spokes: &'a [SpokeConfig]) -> Option<&'a S
 pub(super) fn patched_secret(patch: &str) -> Option<String> {
     let max = usize::try_from(super::traps::MAX_FILE_BYTES).unwrap_or(usize::MAX);
     let v: Value =
-        serde_saphyr::from_str_with_options(patch, spokekeeper::repo::hostile_yaml(max)).ok()?;
+        serde_saphyr::from_str_with_options(patch, crate::text::hostile_yaml(max)).ok()?;
     let name = match &v {
         Value::Array(ops) => ops
             .iter()
@@ -220,7 +220,7 @@ pub(super) mod tests {
         let text = format!(
             "repo: {{path: f}}\nsealing: {{cert: c.pem}}\nspokes:\n  - {{name: edge, address: 10.0.0.1, secret: {{namespace: edge}}}}\n  - {{name: dev, address: 10.0.0.2, secret: {{namespace: dev}}}}\n{extra}"
         );
-        spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", Path::new("/x"))
+        crate::config::Config::parse(&text, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
     }
@@ -266,8 +266,8 @@ pub(super) mod tests {
     #[test]
     fn adds_layout_has_no_trap_and_each_spokes_same_named_release_is_its_own() {
         let s = spokes("");
-        let edge = super::super::super::add::layout_for_tests(&s[0]);
-        let dev = super::super::super::add::layout_for_tests(&s[1]);
+        let edge = super::super::layout::for_tests(&s[0]);
+        let dev = super::super::layout::for_tests(&s[1]);
         let found = details(
             &[
                 ("clusters/hub/edge.yaml", &edge),

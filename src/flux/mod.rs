@@ -1,0 +1,23 @@
+//! The Flux fleet layout, judged and written: the traps of a per-spoke layout in the
+//! fleet repo clone (hostile input, read within a byte budget), and the objects and
+//! listing `spokekeeper add` writes for a new spoke. No I/O but reading the clone's
+//! tree; `check` prints what this finds, the daemon can grade it alike.
+
+mod confine;
+pub mod layout;
+mod onboard;
+mod traps;
+
+use crate::config::SpokeConfig;
+pub use layout::slash_path;
+pub use traps::{MAX_TOTAL_BYTES, Trap, Tree, read_tree};
+
+/// The layout's traps in the clone's `tree`: what the hub applies for a spoke
+/// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to
+/// (onboard.rs).
+pub fn layout_traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
+    let mut out = confine::traps(tree, spokes);
+    out.extend(traps::traps(tree, spokes));
+    out.extend(onboard::traps(tree, spokes));
+    out
+}
