@@ -145,10 +145,6 @@ pub struct Options {
     /// (`spokekeeper add`: the Flux objects that deploy with it). In review mode they go
     /// on the spoke's branch with it ([`crate::repo::Repo::commit_onboarding`]).
     pub beside: std::collections::BTreeMap<String, Vec<Beside>>,
-    /// Keep each spoke's probe in [`TickReport::seen`] for the daemon's alerts; the
-    /// one-shot commands let each go once its spoke is done (most of a healthy tick's
-    /// memory at 10 000 spokes is the presented chains).
-    pub keep_probes: bool,
 }
 
 pub use crate::repo::Beside;

@@ -8,7 +8,7 @@ use time::OffsetDateTime;
 use super::decide::Reason;
 use super::error::SpokeError;
 use super::error::Stage;
-use super::observe::Probed;
+use super::observe::Observation;
 use super::state::Recorded;
 use crate::fingerprint::{Ca, Fingerprint};
 use crate::repo::RepoError;
@@ -146,9 +146,10 @@ pub struct TickReport {
     /// The sealing key this tick sealed to (alerts grade it).
     #[serde(skip)]
     pub sealing_key: Option<SealingKey>,
-    /// Each spoke's probe as the tick took it, before acting (alerts reuse them).
+    /// Each spoke as the tick observed it, with what its commit left (the alerts grade
+    /// them), without ciphertext.
     #[serde(skip)]
-    pub seen: Vec<Probed>,
+    pub observed: Vec<Observation>,
 }
 
 impl TickReport {
@@ -160,7 +161,7 @@ impl TickReport {
             repo_error: None,
             sealing: None,
             sealing_key: None,
-            seen: Vec::new(),
+            observed: Vec::new(),
         }
     }
 

@@ -219,13 +219,14 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
     );
 }
 
-/// The daemon's tick keeps each spoke's probe (`keep_probes`) and `after_tick` reuses it
-/// for the alerts rather than probing again: with the API stopped after the tick, the
-/// observation still holds the tick's probe. A one-shot tick keeps none (most of a
-/// 10 000-spoke tick's memory), so the same call probes again and finds the API down.
+/// The daemon grades what its tick observed: the tick's report holds each spoke's
+/// observation, its probe the tick's own (with the API stopped after the tick, it still
+/// holds it); a spoke the tick rotated is held as its commit left it (what the clone
+/// reads now), judged against the tick's probe.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_daemons_tick_keeps_each_probe_for_the_alerts_and_a_one_shot_tick_none() {
-    use spokekeeper::rotate::{self, Options, observe};
+async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
+    use spokekeeper::rotate::{self, Options, Outcome, observe};
+    use spokekeeper::spoke::CaCheck;
     use std::time::Duration;
 
     support::install_crypto_provider();
@@ -233,24 +234,31 @@ async fn the_daemons_tick_keeps_each_probe_for_the_alerts_and_a_one_shot_tick_no
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");
     let ctx = fleet.context().await;
-    let daemon = Options {
-        keep_probes: true,
+    let limit = Duration::from_secs(5);
+    let before = observe::fleet(&ctx.config, &ctx.repo, &[], limit)
+        .await
+        .unwrap();
+    let force = Options {
+        force: true,
         ..Options::default()
     };
-    let kept = rotate::tick(&ctx, &daemon).await.unwrap();
-    let one_shot = rotate::tick(&ctx, &Options::default()).await.unwrap();
-    assert_eq!(kept.seen.len(), 1);
-    assert!(one_shot.seen.is_empty());
-
-    fleet.nodes[0].stop_api();
-    let limit = Duration::from_secs(2);
-    let reused = observe::after_tick(&ctx.config, &ctx.repo, &kept, limit).await;
-    let probe = reused[0].probe.as_ref().expect("a probe");
-    assert!(probe.is_ok(), "the tick's own probe: {probe:?}");
-    let again = observe::after_tick(&ctx.config, &ctx.repo, &one_shot, limit).await;
-    let probe = again[0].probe.as_ref().expect("a probe");
+    let rotated = rotate::tick(&ctx, &force).await.unwrap();
     assert!(
-        probe.as_ref().is_err_and(|e| e.is_unreachable()),
-        "probed again: {probe:?}"
+        matches!(rotated.spokes[0].outcome, Outcome::Rotated { .. }),
+        "{:?}",
+        rotated.spokes[0]
     );
+    let after = observe::fleet(&ctx.config, &ctx.repo, &[], limit)
+        .await
+        .unwrap();
+    let held = &rotated.observed[0];
+    let now_committed = after[0].committed.recorded().expect("committed");
+    assert_ne!(before[0].committed.recorded(), Some(now_committed));
+    assert_eq!(held.committed.recorded(), Some(now_committed));
+    assert_eq!(held.ca.as_ref().map(|j| j.check), Some(CaCheck::Verified));
+
+    let healthy = rotate::tick(&ctx, &Options::default()).await.unwrap();
+    fleet.nodes[0].stop_api();
+    let probe = healthy.observed[0].probe.as_ref().expect("a probe");
+    assert!(probe.is_ok(), "the tick's own probe: {probe:?}");
 }
