@@ -4,18 +4,18 @@
 use time::OffsetDateTime;
 
 use super::decide::{Decision, Extracted, Policy, Reason};
+use super::direct::{Landing, Publish};
 use super::error::SpokeError;
 use super::message::commit_message;
 use super::observe::{Committed, Observation};
 use super::progress::Step;
-use super::publish::{Landing, Publish};
 use super::refresh::Fresh;
-use super::report::{CredentialReport, Outcome, SpokeReport};
 use super::sealer::Sealer;
 use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
-use super::{Context, Options, Proposal, decide, minted, refresh};
+use super::tick_report::{CredentialReport, Outcome, SpokeReport};
+use super::{Context, Options, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
-use crate::fingerprint::{Ca, CaBundle, Fingerprint};
+use crate::fingerprint::{Ca, CaBundle, Content, Fingerprint};
 use crate::hub::cert::Untrusted;
 use crate::seal::SealingKey;
 use crate::secret::SecretBytes;
@@ -37,6 +37,17 @@ pub(super) struct Tick<'a, P> {
     pub publish: &'a P,
     /// The tick's listing of the hub's consumers (empty without a hub).
     pub listed: &'a crate::hub::consumers::Listed,
+}
+
+/// A credential ready to commit.
+pub(super) struct Proposal {
+    pub manifest: String,
+    pub message: String,
+    pub content_sha256: Fingerprint<Content>,
+    /// What this tick encrypted it to.
+    pub sealed_to: super::state::SealedTo,
+    /// Direct mode: what to revoke once the hub has this credential.
+    pub revocation: Option<minted::Revocation>,
 }
 
 /// One spoke's result: its report, and what to publish when a credential is ready.

@@ -1,6 +1,6 @@
 //! One tick: each spoke observed and reconciled, concurrently up to a bound; what is
 //! ready published one at a time in configuration order under the repo lock, while later
-//! spokes are still worked on (publish.rs: direct commits and one push, or review
+//! spokes are still worked on (direct.rs: direct commits and one push, or review
 //! branches); then the push, and the hub's verification.
 
 use std::time::Duration;
@@ -8,11 +8,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use time::OffsetDateTime;
 
+use super::direct::{Direct, Publish};
 use super::observe::{self, Observation};
 use super::progress::Step;
-use super::publish::{Direct, Publish};
 use super::reconcile::{self, Reconciled, Tick};
-use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
+use super::tick_report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, Proposal, review, sealing};
 use crate::config::SpokeConfig;
 use crate::hub::consumers::{self, Listed};

@@ -8,11 +8,11 @@ use super::pr_text::{same_text, signed_line, unverified};
 use crate::config::SpokeConfig;
 use crate::repo::BranchState;
 use crate::rotate::decide::Policy;
+use crate::rotate::direct::{Finished, Landing, Publish};
 use crate::rotate::error::{ForgeFailure, PinError, ReviewError};
 use crate::rotate::observe::Observation;
-use crate::rotate::publish::{Finished, Landing, Publish};
-use crate::rotate::report::RepoFailure;
 use crate::rotate::sealing::CERT_BRANCH;
+use crate::rotate::tick_report::RepoFailure;
 use crate::rotate::{Context, Options, Proposal, SpokeReport};
 
 impl Publish for Review {

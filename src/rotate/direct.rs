@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use super::decide::Policy;
 use super::error::{PinError, SpokeError};
 use super::observe::Observation;
-use super::report::{Outcome, RepoFailure, SpokeReport};
+use super::tick_report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::{Commits, Pushed, RepoError};
