@@ -1,6 +1,6 @@
 //! What a tick runs with: the process's [`Context`] (configuration, sealing key, fleet
-//! repo, memories across ticks), the caller's [`Options`], and the [`Gate`] asked before
-//! each side effect.
+//! repo, memories across ticks), the caller's [`Options`], the [`Gate`] asked before
+//! each side effect, and each spoke's record ([`Spoke`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -8,8 +8,12 @@ use std::time::Duration;
 
 use time::OffsetDateTime;
 
+use super::decide::Policy;
+use super::observe::Observation;
 use super::progress;
-use crate::config::Config;
+use super::sealer::Sealer;
+use crate::config::{Config, SpokeConfig};
+use crate::fingerprint::{Ca, CaBundle, Fingerprint};
 use crate::repo::{Beside, Repo};
 use crate::seal::SealingKey;
 
@@ -46,7 +50,7 @@ pub struct Context {
     pub(super) hub_unverified: Mutex<std::collections::BTreeSet<String>>,
     /// Roots a spoke presents outside its recorded bundle that an extraction found the
     /// node's kubeconfig does not hold: not extracted for again (decide.rs's rule).
-    pub(super) roots_seen: Mutex<HashMap<String, super::reconcile::SeenRoots>>,
+    pub(super) roots_seen: Mutex<HashMap<String, SeenRoots>>,
 }
 
 impl Context {
@@ -171,4 +175,21 @@ impl std::fmt::Debug for Gate {
             "Gate(open)"
         })
     }
+}
+
+/// One spoke as its tick holds it, built once and read by every stage: its
+/// configuration, what was observed, the policy it is weighed by, and its sealer.
+pub(super) struct Spoke<'a> {
+    pub config: &'a SpokeConfig,
+    pub seen: &'a Observation,
+    pub policy: Policy,
+    pub sealer: Sealer<'a>,
+}
+
+/// Roots presented outside a recorded bundle, found absent from the node's kubeconfig by
+/// an extraction, and the bundle they were judged against.
+#[derive(Debug)]
+pub(super) struct SeenRoots {
+    pub bundle: Fingerprint<CaBundle>,
+    pub roots: Vec<Fingerprint<Ca>>,
 }
