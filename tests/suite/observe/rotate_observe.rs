@@ -262,3 +262,59 @@ async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
     let probe = healthy.observed[0].probe.as_ref().expect("a probe");
     assert!(probe.is_ok(), "the tick's own probe: {probe:?}");
 }
+
+/// A clone whose HEAD cannot be listed (its root tree is gone) is a repo error, for a
+/// tick and for `observe::fleet` (check, status) alike: not a fallback that reads each
+/// spoke's file on its own.
+#[tokio::test]
+async fn a_head_that_cannot_be_listed_is_a_repo_error() {
+    use spokekeeper::config::Config;
+    use spokekeeper::repo::Repo;
+    use spokekeeper::rotate::{self, Context, Options, observe};
+    use spokekeeper_lab::config::{ConfigBuilder, Spoke};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let clone = support::git::fleet_remote(dir.path(), 1).1.remove(0);
+    let text = ConfigBuilder::new(&clone, "c.pem")
+        .spokes([Spoke::new("dev", "127.0.0.1").api_server("https://127.0.0.1:1")])
+        .yaml();
+    let config = Config::parse(&text, "t.yaml", dir.path()).unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    // A commit of its own, so that its root tree is a loose object (a clone's are packed).
+    std::fs::write(clone.join("other.yaml"), "a: 1\n").unwrap();
+    git(&clone, &["add", "other.yaml"]);
+    git(
+        &clone,
+        &[
+            "-c",
+            "user.name=p",
+            "-c",
+            "user.email=p@p",
+            "commit",
+            "-qm",
+            "o",
+        ],
+    );
+    let tree = git(&clone, &["rev-parse", "HEAD^{tree}"]);
+    let tree = tree.trim();
+    let objects = clone.join(".git/objects").join(&tree[..2]);
+    std::fs::remove_file(objects.join(&tree[2..])).unwrap();
+
+    let limit = Duration::from_secs(1);
+    let listed = observe::fleet(&config, &repo, &[], limit).await;
+    assert!(listed.is_err(), "{listed:?}");
+    let ctx = Context::new(config, None, repo).unwrap();
+    let dry = Options {
+        dry_run: true,
+        ..Options::default()
+    };
+    let ticked = rotate::tick(&ctx, &dry).await;
+    assert!(
+        ticked
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("ls-tree")),
+        "{:?}",
+        ticked.map(|r| r.spokes)
+    );
+}
