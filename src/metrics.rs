@@ -645,7 +645,7 @@ mod tests {
                 ..crate::hub::cert::CertReport::new(crate::fingerprint::Fingerprint::of(b"cert"))
             }),
             sealing_key: None,
-            seen: Vec::new(),
+            observed: Vec::new(),
         };
         m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
         let text = m.encode().unwrap();
@@ -790,7 +790,7 @@ mod tests {
                 ..crate::hub::cert::CertReport::new(crate::fingerprint::Fingerprint::of(b"cert"))
             }),
             sealing_key: None,
-            seen: Vec::new(),
+            observed: Vec::new(),
         };
         m.observe_tick(
             &report,

@@ -9,9 +9,8 @@
 //!
 //! ```ignore
 //! let report = rotate::tick(&ctx, &opts).await?;
-//! let seen = rotate::observe::after_tick(&ctx.config, &ctx.repo, &report, probe_timeout).await;
 //! let sealing = ctx.sealing.as_ref().map(|k| alerts::SealingCert::from_key(k, "sealing.cert"));
-//! let findings = alerts::evaluate(&ctx.config.alerts, &seen, sealing.as_ref(), now, Some(&report));
+//! let findings = alerts::evaluate(&ctx.config.alerts, &report.observed, sealing.as_ref(), now, Some(&report));
 //! let failed_sinks = notifier.notify(&findings, now).await; // bounded, never fails the tick
 //! ```
 

@@ -374,7 +374,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         repo_error: None,
         sealing: None,
         sealing_key: None,
-        seen: Vec::new(),
+        observed: Vec::new(),
     };
     let fs = evaluate(
         &cfg(),
@@ -497,7 +497,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
         repo_error: None,
         sealing: None,
         sealing_key: None,
-        seen: Vec::new(),
+        observed: Vec::new(),
     };
     let findings = with_tick(&[obs], &tick);
     let hub: Vec<_> = findings
@@ -682,7 +682,7 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
         repo_error: None,
         sealing: None,
         sealing_key: None,
-        seen: Vec::new(),
+        observed: Vec::new(),
     };
     let review = |obs: &Observation, secs| {
         evaluate(
@@ -827,12 +827,11 @@ fn committed(r: Recorded) -> Committed {
 }
 
 /// What the daemon grades after a tick: each spoke's committed SealedSecret without its
-/// ciphertext and raw annotations (`observe::lean`), each spoke's report found by name in
-/// a tick listing them in another order. The findings are the same, byte for byte, as
-/// from the whole observations.
+/// ciphertext and raw annotations (as the tick keeps it), each spoke's report found by
+/// name in a tick listing them in another order. The findings are the same, byte for
+/// byte, as from the whole observations.
 #[test]
-fn lean_observations_and_a_reordered_tick_grade_as_the_whole_ones() {
-    use crate::rotate::observe::lean;
+fn observations_without_ciphertext_and_a_reordered_tick_grade_as_the_whole_ones() {
     let issuer = ca();
     let names = ["a", "b", "c"];
     let whole = || -> Vec<Observation> {
@@ -876,7 +875,10 @@ fn lean_observations_and_a_reordered_tick_grade_as_the_whole_ones() {
         now(),
         Some(&tick),
     );
-    let lean: Vec<Observation> = whole().into_iter().map(lean).collect();
+    let lean: Vec<Observation> = whole()
+        .into_iter()
+        .map(Observation::without_ciphertext)
+        .collect();
     let graded = evaluate(
         &cfg(),
         &lean,

@@ -70,7 +70,6 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
         progress: shown.as_ref().map(|(p, _)| p.clone()).unwrap_or_default(),
         gate: Default::default(),
         beside: Default::default(),
-        keep_probes: false,
     };
     let result = runtime.block_on(run_tick(config, &opts));
     if let Some((_, line)) = &shown {

@@ -174,7 +174,6 @@ impl Ticker {
         let opts = rotate::Options {
             concurrency: self.opts.concurrency,
             gate: self.gate.clone(),
-            keep_probes: true,
             ..rotate::Options::default()
         };
         let started = Instant::now();
@@ -270,8 +269,6 @@ impl Ticker {
     /// Grades every spoke's certificates and tells the sinks. A failing sink is logged,
     /// never fails the tick.
     async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) -> Vec<alerts::Finding> {
-        let seen =
-            rotate::observe::after_tick(&ctx.config, &ctx.repo, report, ctx.probe_timeout).await;
         // The key this tick sealed to: a renewal fetched from the hub replaces the one
         // loaded at start.
         // None without sealing.cert (every spoke is sops): nothing to expire.
@@ -285,7 +282,7 @@ impl Ticker {
         let now = time::OffsetDateTime::now_utc();
         let findings = alerts::evaluate(
             &ctx.config.alerts,
-            &seen,
+            &report.observed,
             sealing.as_ref(),
             now,
             Some(report),

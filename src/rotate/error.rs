@@ -32,6 +32,35 @@ pub enum Stage {
     Review,
 }
 
+impl Stage {
+    pub const ALL: [Stage; 9] = [
+        Stage::Observe,
+        Stage::Probe,
+        Stage::Extract,
+        Stage::Validate,
+        Stage::Mint,
+        Stage::Seal,
+        Stage::Commit,
+        Stage::Push,
+        Stage::Review,
+    ];
+
+    /// The `stage` label of `spokekeeper_errors_total` (the JSON name, as a constant).
+    pub(crate) fn metric_label(self) -> &'static str {
+        match self {
+            Stage::Observe => "observe",
+            Stage::Probe => "probe",
+            Stage::Extract => "extract",
+            Stage::Validate => "validate",
+            Stage::Mint => "mint",
+            Stage::Seal => "seal",
+            Stage::Commit => "commit",
+            Stage::Push => "push",
+            Stage::Review => "review",
+        }
+    }
+}
+
 impl std::fmt::Display for Stage {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.metric_label())

@@ -6,10 +6,10 @@ use std::ops::ControlFlow;
 use std::time::Duration;
 
 use super::decide::{self, MintedCheck, Reason};
+use super::direct::Landing;
 use super::error::SpokeError;
 use super::generation::{self, Bound, GenerationError};
 use super::observe::{Committed, Invalid, InvalidKind};
-use super::publish::Landing;
 use super::refresh::Fresh;
 use super::state::AnnotationError;
 use super::state::{Recorded, RecordedCredential};

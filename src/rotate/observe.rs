@@ -9,7 +9,6 @@ use std::time::Duration;
 
 use futures::StreamExt;
 
-use super::TickReport;
 use super::decide::{Observed, expected_server};
 pub use super::output::{InvalidKind, Output};
 use super::state::Recorded;
@@ -48,17 +47,8 @@ pub struct Invalid {
 }
 
 impl Committed {
-    /// Reads what is committed at `spoke.output` in the clone.
-    pub async fn read(spoke: &SpokeConfig, repo: &Repo) -> Committed {
-        match repo.read(&spoke.output).await {
-            Ok(None) => Committed::Missing,
-            Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
-            Err(e) => Committed::Unreadable(Arc::new(e)),
-        }
-    }
-
-    /// [`Committed::read`] from a snapshot of the clone's HEAD.
-    pub async fn read_in(spoke: &SpokeConfig, files: &Snapshot<'_>) -> Committed {
+    /// Reads what is committed at `spoke.output` in a snapshot of the clone's HEAD.
+    pub async fn read(spoke: &SpokeConfig, files: &Snapshot<'_>) -> Committed {
         match files.read(&spoke.output).await {
             Ok(None) => Committed::Missing,
             Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
@@ -115,15 +105,6 @@ pub struct Observation {
     pub ca: Option<Judged>,
 }
 
-/// What a tick keeps of an [`Observation`] once the spoke is decided: the probe, which
-/// the alerts reuse. Not the committed manifest (most of an observation's memory): it is
-/// read again after the tick, which may have replaced it.
-#[derive(Debug)]
-pub struct Probed {
-    pub spoke: String,
-    pub probe: Option<Result<ProbeReport, ProbeError>>,
-}
-
 impl Observation {
     /// An observation, its chain judged here (one spoke, outside a tick: a tick judges
     /// off the async workers).
@@ -144,12 +125,40 @@ impl Observation {
         }
     }
 
-    /// Drops all but what a tick keeps.
-    pub fn into_probed(self) -> Probed {
-        Probed {
-            spoke: self.spoke,
-            probe: self.probe,
+    /// [`judged`], kept.
+    async fn judge(&mut self) {
+        self.ca = match (&self.probe, self.committed.recorded()) {
+            (Some(Ok(report)), Some(recorded)) => judged(report, recorded).await,
+            _ => None,
+        };
+    }
+
+    /// What a tick keeps for the alerts once the spoke is decided: the committed output
+    /// without its ciphertext and raw annotations (most of its memory; what they say is
+    /// in the record already).
+    pub(crate) fn without_ciphertext(mut self) -> Observation {
+        self.trim();
+        self
+    }
+
+    fn trim(&mut self) {
+        if let Committed::Recorded(r) = &mut self.committed {
+            match &mut r.sealed {
+                Output::SealedSecret(s) => {
+                    s.encrypted_data = Default::default();
+                    s.annotations = Default::default();
+                }
+                Output::Sops(s) => s.annotations = Default::default(),
+            }
         }
+    }
+
+    /// What the tick's commit of `manifest` left committed, the tick's probe judged
+    /// against it (kept as [`Observation::without_ciphertext`] keeps it).
+    pub(super) async fn committed_now(&mut self, spoke: &SpokeConfig, manifest: &str) {
+        self.committed = Committed::parse(&spoke.output, manifest.as_bytes());
+        self.judge().await;
+        self.trim();
     }
 
     /// What [`super::decide::decide`] is given: the committed pair, or why it is unusable.
@@ -166,52 +175,23 @@ impl Observation {
     }
 }
 
-/// Reads what is committed for `spoke` and probes where the configuration says the spoke
-/// is now (not where it was recorded), bounded by `timeout`. `known` is a probe already
-/// taken, reused rather than probing twice.
-pub async fn spoke(
-    spoke: &SpokeConfig,
-    repo: &Repo,
-    timeout: Duration,
-    known: Option<Result<ProbeReport, ProbeError>>,
-) -> Observation {
-    let committed = Committed::read(spoke, repo).await;
-    probed(spoke, committed, timeout, known).await
-}
-
-/// [`spoke`], reading what is committed from a snapshot of the clone's HEAD (many spokes:
-/// two git processes in all rather than two per spoke).
-pub async fn spoke_in(
-    spoke: &SpokeConfig,
-    files: &Snapshot<'_>,
-    timeout: Duration,
-    known: Option<Result<ProbeReport, ProbeError>>,
-) -> Observation {
-    let committed = Committed::read_in(spoke, files).await;
-    probed(spoke, committed, timeout, known).await
-}
-
-async fn probed(
-    spoke: &SpokeConfig,
-    committed: Committed,
-    timeout: Duration,
-    known: Option<Result<ProbeReport, ProbeError>>,
-) -> Observation {
-    let probe = match (known, expected_server(spoke, committed.recorded())) {
-        (Some(known), _) => Some(known),
-        (None, Some(server)) => Some(spoke::probe(&server, timeout).await),
-        (None, None) => None,
+/// Reads what is committed for `spoke` from a snapshot of the clone's HEAD (many spokes:
+/// two git processes in all rather than two per spoke) and probes where the configuration
+/// says the spoke is now (not where it was recorded), bounded by `timeout`.
+pub async fn spoke(spoke: &SpokeConfig, files: &Snapshot<'_>, timeout: Duration) -> Observation {
+    let committed = Committed::read(spoke, files).await;
+    let probe = match expected_server(spoke, committed.recorded()) {
+        Some(server) => Some(spoke::probe(&server, timeout).await),
+        None => None,
     };
-    let ca = match (&probe, committed.recorded()) {
-        (Some(Ok(report)), Some(recorded)) => judged(report, recorded).await,
-        _ => None,
-    };
-    Observation {
+    let mut seen = Observation {
         spoke: spoke.name.clone(),
         committed,
         probe,
-        ca,
-    }
+        ca: None,
+    };
+    seen.judge().await;
+    seen
 }
 
 /// The chain judged off the async workers: signature checks are CPU work, and a tick's
@@ -233,7 +213,7 @@ pub async fn rotated_at(config: &Config, repo: &Repo) -> Vec<(String, time::Offs
     };
     let mut out = Vec::new();
     for s in &config.spokes {
-        if let Some(r) = Committed::read_in(s, &files).await.recorded() {
+        if let Some(r) = Committed::read(s, &files).await.recorded() {
             out.push((s.name.clone(), r.rotated_at));
         }
     }
@@ -241,66 +221,19 @@ pub async fn rotated_at(config: &Config, repo: &Repo) -> Vec<(String, time::Offs
 }
 
 /// Every spoke of the configuration (`only`: those named; empty: all), in configuration
-/// order, probed concurrently.
+/// order, probed concurrently. A clone whose HEAD cannot be listed is an error.
 pub async fn fleet(
     config: &Config,
     repo: &Repo,
     only: &[String],
     timeout: Duration,
-) -> Vec<Observation> {
+) -> Result<Vec<Observation>, RepoError> {
+    let files = repo.snapshot().await?;
     let spokes = config
         .spokes
         .iter()
         .filter(|s| only.is_empty() || only.contains(&s.name));
-    match repo.snapshot().await {
-        Ok(files) => in_order(spokes.map(|s| spoke_in(s, &files, timeout, None))).await,
-        // Read file by file: each spoke then says why it cannot be read.
-        Err(_) => in_order(spokes.map(|s| spoke(s, repo, timeout, None))).await,
-    }
-}
-
-/// After a tick: what is committed is read again (the tick may have committed) and the
-/// tick's own probe of each spoke is reused, so a spoke is probed once per tick; a spoke
-/// the tick did not probe (it had nothing to probe with) is probed now. For the alerts:
-/// each committed SealedSecret is kept without its ciphertext and raw annotations (most
-/// of its memory; the record parsed from them stays), so this is not for deciding.
-pub async fn after_tick(
-    config: &Config,
-    repo: &Repo,
-    tick: &TickReport,
-    timeout: Duration,
-) -> Vec<Observation> {
-    let by_name: std::collections::HashMap<&str, &Probed> =
-        tick.seen.iter().map(|p| (p.spoke.as_str(), p)).collect();
-    let probed = |name: &str| by_name.get(name).and_then(|p| p.probe.clone());
-    let spokes = config.spokes.iter();
-    match repo.snapshot().await {
-        Ok(files) => {
-            let each =
-                spokes.map(|s| async { lean(spoke_in(s, &files, timeout, probed(&s.name)).await) });
-            in_order(each).await
-        }
-        Err(_) => {
-            let each =
-                spokes.map(|s| async { lean(spoke(s, repo, timeout, probed(&s.name)).await) });
-            in_order(each).await
-        }
-    }
-}
-
-/// Drops what the alerts do not read of a committed output: its ciphertext and its raw
-/// annotations (what they say is in the record already).
-pub(crate) fn lean(mut seen: Observation) -> Observation {
-    if let Committed::Recorded(r) = &mut seen.committed {
-        match &mut r.sealed {
-            Output::SealedSecret(s) => {
-                s.encrypted_data = Default::default();
-                s.annotations = Default::default();
-            }
-            Output::Sops(s) => s.annotations = Default::default(),
-        }
-    }
-    seen
+    Ok(in_order(spokes.map(|s| spoke(s, &files, timeout))).await)
 }
 
 async fn in_order(

@@ -1,20 +1,23 @@
 //! One spoke: from its observation, decide -> (extract -> validate -> [mint] -> seal),
 //! ending in a report and, when a credential is ready, a proposal to publish.
 
+use std::ops::ControlFlow;
+
 use time::OffsetDateTime;
 
+use super::context::{SeenRoots, Spoke};
 use super::decide::{Decision, Extracted, Policy, Reason};
+use super::direct::{Landing, Publish};
 use super::error::SpokeError;
 use super::message::commit_message;
 use super::observe::{Committed, Observation};
 use super::progress::Step;
-use super::publish::{Landing, Publish};
 use super::refresh::Fresh;
-use super::report::{CredentialReport, Outcome, SpokeReport};
 use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
-use super::{Context, Options, Proposal, decide, minted, refresh};
+use super::tick_report::{CredentialReport, Outcome, SpokeReport};
+use super::{Context, Options, decide, minted, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
-use crate::fingerprint::{Ca, CaBundle, Fingerprint};
+use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::cert::Untrusted;
 use crate::seal::{Sealer, SealingKey};
 use crate::secret::SecretBytes;
@@ -38,20 +41,63 @@ pub(super) struct Tick<'a, P> {
     pub listed: &'a crate::hub::consumers::Listed,
 }
 
+/// A credential ready to commit.
+pub(super) struct Proposal {
+    pub manifest: String,
+    pub message: String,
+    pub content_sha256: Fingerprint<Content>,
+    /// What this tick encrypted it to.
+    pub sealed_to: super::state::SealedTo,
+    /// Direct mode: what to revoke once the hub has this credential.
+    pub revocation: Option<crate::mint::Revocation>,
+}
+
 /// One spoke's result: its report, and what to publish when a credential is ready.
 pub(super) struct Reconciled {
     pub report: SpokeReport,
     pub(crate) proposal: Option<Proposal>,
 }
 
-impl Reconciled {
-    fn done(report: SpokeReport) -> Reconciled {
-        Reconciled {
-            report,
-            proposal: None,
+/// How far a spoke got: what its report says beside the outcome.
+#[derive(Default)]
+struct Reached {
+    reason: Option<Reason>,
+    /// Minted: the bindings deleted this tick.
+    revoked: Vec<String>,
+    /// The new credential once validated: who it authenticated as, and what it is.
+    validated: Option<(String, CredentialReport)>,
+    /// What the annotations will record, once it is to be committed.
+    committing: Option<Recorded>,
+}
+
+impl Reached {
+    /// The spoke's report, built once from its outcome: what is recorded (or about to
+    /// be) and how far it got.
+    fn report(self, seen: &Observation, outcome: Outcome) -> SpokeReport {
+        let mut report = SpokeReport::new(&seen.spoke, outcome);
+        let old = seen.committed.recorded();
+        if let Some(r) = old {
+            report.rotated_at = Some(r.rotated_at);
+            report.credential = Some(CredentialReport::of(r));
         }
+        if let Some(r) = self.committing.as_ref().or(old) {
+            report.ca_sha256 = Some(r.ca_sha256);
+            report.ca_not_after = Some(r.ca_not_after);
+            report.client_not_after = r.client_not_after;
+        }
+        if let Some((user, credential)) = self.validated {
+            report.user = Some(user);
+            report.credential = Some(credential);
+        }
+        report.reason = self.reason;
+        report.revoked = self.revoked;
+        report
     }
 }
+
+/// A stage's value, or the spoke's tick ending there with nothing failed (healthy,
+/// unchanged, not renewed, pending review, a dry tick); `Err` is a failure.
+type Next<T> = Result<ControlFlow<Outcome, T>, SpokeError>;
 
 /// What the rule table weighs a spoke's observation against this tick (`sealer`: what
 /// the spoke's output is encrypted to).
@@ -85,14 +131,6 @@ pub(super) fn policy<P>(
         verify_due,
         roots_seen: roots_seen(context, spoke, seen),
     }
-}
-
-/// Roots presented outside a recorded bundle, found absent from the node's kubeconfig by
-/// an extraction, and the bundle they were judged against.
-#[derive(Debug)]
-pub(super) struct SeenRoots {
-    bundle: Fingerprint<CaBundle>,
-    roots: Vec<Fingerprint<Ca>>,
 }
 
 /// Whether every root the spoke presents outside its recorded bundle was seen already.
@@ -133,121 +171,106 @@ fn remember_roots(context: &Context, spoke: &SpokeConfig, seen: &Observation) {
 /// problem is seen even while the committed credential needs nothing.
 pub(super) async fn spoke<P: Publish>(
     tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
+    config: &SpokeConfig,
     seen: &Observation,
 ) -> Reconciled {
-    let config = &tick.context.config;
+    let all = &tick.context.config;
     let committed = match seen.committed.record().map(|r| &r.sealed) {
         Some(super::output::Output::Sops(file)) => Some(file.recipients.as_slice()),
         _ => None,
     };
-    let sealer = Sealer::for_spoke(config, spoke, tick.sealing, committed);
+    let sealer = Sealer::for_spoke(all, config, tick.sealing, committed);
     match sealer {
         Ok(sealer) => {
-            let policy = policy(tick, spoke, seen, &sealer);
-            reconcile(tick, spoke, seen, &policy, &sealer).await
+            let policy = policy(tick, config, seen, &sealer);
+            let spoke = Spoke {
+                config,
+                seen,
+                policy,
+                sealer,
+            };
+            reconcile(tick, &spoke).await
         }
-        Err(e) => {
-            let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
-            note_recorded(&mut report, seen);
-            report.outcome = Outcome::Failed(e.into());
-            Reconciled::done(report)
-        }
-    }
-}
-
-fn note_recorded(report: &mut SpokeReport, seen: &Observation) {
-    if let Some(r) = seen.committed.recorded() {
-        report.ca_sha256 = Some(r.ca_sha256);
-        report.ca_not_after = Some(r.ca_not_after);
-        report.client_not_after = r.client_not_after;
-        report.rotated_at = Some(r.rotated_at);
-        report.credential = Some(CredentialReport::of(r));
+        Err(e) => Reconciled {
+            report: Reached::default().report(seen, Outcome::Failed(e.into())),
+            proposal: None,
+        },
     }
 }
 
 /// decide -> (extract -> validate -> [mint] -> seal) for one spoke as observed. With an
 /// untrusted sealing key nothing is sealed: a rotation fails at `seal`.
-pub(super) async fn reconcile<P: Publish>(
-    tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
-    seen: &Observation,
-    policy: &Policy,
-    sealer: &Sealer<'_>,
-) -> Reconciled {
-    let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
-    note_recorded(&mut report, seen);
-    match rotate(tick, spoke, seen, policy, sealer, &mut report).await {
-        Ok(proposal) => Reconciled {
-            report,
-            proposal: Some(proposal),
-        },
-        Err(end) => {
-            if let (Outcome::Unchanged, Some(Reason::RootChanged { .. })) = (&end, &report.reason) {
-                remember_roots(tick.context, spoke, seen);
-            }
-            report.outcome = end;
-            Reconciled::done(report)
-        }
+pub(super) async fn reconcile<P: Publish>(tick: &Tick<'_, P>, s: &Spoke<'_>) -> Reconciled {
+    let mut reached = Reached::default();
+    let (outcome, proposal) = match rotate(tick, s, &mut reached).await {
+        Ok(ControlFlow::Continue(p)) => (Outcome::Healthy, Some(p)),
+        Ok(ControlFlow::Break(end)) => (end, None),
+        Err(e) => (Outcome::Failed(e), None),
+    };
+    if let (Outcome::Unchanged, Some(Reason::RootChanged { .. })) = (&outcome, &reached.reason) {
+        remember_roots(tick.context, s.config, s.seen);
+    }
+    Reconciled {
+        report: reached.report(s.seen, outcome),
+        proposal,
     }
 }
 
-/// The pipeline. An `Err` is how the spoke's tick ends without a proposal: healthy,
-/// unchanged, pending review, a dry tick, or failed at a stage.
+/// The pipeline, each stage returning its value; `reached` is what the report says of
+/// how far it got.
 async fn rotate<P: Publish>(
     tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
-    seen: &Observation,
-    policy: &Policy,
-    sealer: &Sealer<'_>,
-    report: &mut SpokeReport,
-) -> Result<Proposal, Outcome> {
-    let mut reason = decided(spoke, seen, policy)?;
-    report.reason = Some(reason.clone());
+    s: &Spoke<'_>,
+    reached: &mut Reached,
+) -> Next<Proposal> {
+    let Some(reason) = decided(s)? else {
+        return Ok(ControlFlow::Break(Outcome::Healthy));
+    };
+    reached.reason = Some(reason.clone());
     let asked = tick.options;
     if !(asked.force || asked.revoke)
-        && tick
-            .publish
-            .waiting(tick.context, spoke, seen, report, policy)
-            .await
+        && let Some(pending) = tick.publish.waiting(tick.context, s).await
     {
-        return Err(report.outcome.clone());
+        return Ok(ControlFlow::Break(pending));
     }
-    let admin = extract(tick, spoke).await?;
-    let candidate = match spoke.credential.mode {
+    let admin = extract(tick, s.config).await?;
+    let (reason, candidate) = match s.config.credential.mode {
         CredentialMode::Minted => {
-            minted(tick, spoke, seen, admin, sealer, &mut reason, report).await?
+            let (reason, revoked, step) = minted(tick, s, admin, reason).await;
+            reached.reason = Some(reason.clone());
+            reached.revoked = revoked;
+            match step? {
+                ControlFlow::Continue(c) => (reason, c),
+                ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
+            }
         }
-        CredentialMode::Extracted => extracted(tick, spoke, seen, admin)?,
+        CredentialMode::Extracted => (reason, extracted(tick, s, admin)?),
     };
-    impersonation(tick, spoke, &candidate).await?;
-    let recorded = record(tick, spoke, &candidate, sealer, report);
-    let previous = seen.committed.recorded();
-    let reason = match decide::after_extraction(reason, previous, &recorded, spoke.credential.mode)
-    {
+    impersonation(tick, s.config, &candidate).await?;
+    let recorded = record(tick, s, &candidate);
+    reached.validated = Some(validated(&candidate, &recorded));
+    let previous = s.seen.committed.recorded();
+    let mode = s.config.credential.mode;
+    let reason = match decide::after_extraction(reason, previous, &recorded, mode) {
         Extracted::Commit(reason) => reason,
-        Extracted::Unchanged | Extracted::RootUnheld => return Err(Outcome::Unchanged),
-        Extracted::NotRenewed => return Err(Outcome::NotRenewed),
+        Extracted::Unchanged | Extracted::RootUnheld => {
+            return Ok(ControlFlow::Break(Outcome::Unchanged));
+        }
+        Extracted::NotRenewed => return Ok(ControlFlow::Break(Outcome::NotRenewed)),
     };
-    report.reason = Some(reason.clone());
-    report.ca_sha256 = Some(recorded.ca_sha256);
-    report.ca_not_after = Some(recorded.ca_not_after);
-    report.client_not_after = recorded.client_not_after;
-    let manifest = seal(tick, spoke, &candidate, sealer, &recorded)?;
-    let fresh = &candidate.fresh;
-    Ok(Proposal {
+    reached.reason = Some(reason.clone());
+    let recorded = reached.committing.insert(recorded);
+    let Some(manifest) = seal(tick, s, &candidate, recorded)? else {
+        return Ok(ControlFlow::Break(Outcome::WouldRotate));
+    };
+    let live = &candidate.fresh.live;
+    Ok(ControlFlow::Continue(Proposal {
         manifest,
-        message: commit_message(spoke, &reason, previous, &recorded, &fresh.live),
+        message: commit_message(s.config, &reason, previous, recorded, live),
         content_sha256: recorded.content_sha256,
-        sealed_to: sealer.sealed_to(),
+        sealed_to: s.sealer.sealed_to(),
         revocation: candidate.revocation,
-    })
-}
-
-impl From<SpokeError> for Outcome {
-    fn from(e: SpokeError) -> Outcome {
-        Outcome::Failed(e)
-    }
+    }))
 }
 
 fn stage<P>(tick: &Tick<'_, P>, spoke: &SpokeConfig, stage: &'static str) {
@@ -257,15 +280,15 @@ fn stage<P>(tick: &Tick<'_, P>, spoke: &SpokeConfig, stage: &'static str) {
     });
 }
 
-/// decide: what is committed and the probe, weighed by the rule table.
-fn decided(spoke: &SpokeConfig, seen: &Observation, policy: &Policy) -> Result<Reason, Outcome> {
-    if let Committed::Unreadable(e) = &seen.committed {
-        return Err(SpokeError::Read(e.clone()).into());
+/// decide: what is committed and the probe, weighed by the rule table (None: healthy).
+fn decided(s: &Spoke<'_>) -> Result<Option<Reason>, SpokeError> {
+    if let Committed::Unreadable(e) = &s.seen.committed {
+        return Err(SpokeError::Read(e.clone()));
     }
-    match decide::decide(spoke, &seen.observed(), policy) {
-        Decision::Healthy => Err(Outcome::Healthy),
-        Decision::Unreachable(e) => Err(SpokeError::Unreachable(e).into()),
-        Decision::Rotate(reason) => Ok(reason),
+    match decide::decide(s.config, &s.seen.observed(), &s.policy) {
+        Decision::Healthy => Ok(None),
+        Decision::Unreachable(e) => Err(SpokeError::Unreachable(e)),
+        Decision::Rotate(reason) => Ok(Some(reason)),
     }
 }
 
@@ -290,17 +313,15 @@ struct Candidate {
     shortened: Option<crate::mint::Shortfall>,
 }
 
-/// [mint]: the hub's own credential, minted with the admin one just validated.
+/// [mint]: the hub's own credential, minted with the admin one just validated. Returns
+/// the reason as the step left it and the bindings it deleted, whatever the step's end.
 async fn minted<P: Publish>(
     tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
-    seen: &Observation,
+    s: &Spoke<'_>,
     admin: Fresh,
-    sealer: &Sealer<'_>,
-    reason: &mut Reason,
-    report: &mut SpokeReport,
-) -> Result<Candidate, Outcome> {
-    stage(tick, spoke, "mint");
+    mut reason: Reason,
+) -> (Reason, Vec<String>, Next<Candidate>) {
+    stage(tick, s.config, "mint");
     let landing = tick.publish.landing();
     let how = minted::Mint {
         revoke: tick.options.revoke,
@@ -308,61 +329,57 @@ async fn minted<P: Publish>(
         dry_run: tick.options.dry_run,
         call: tick.context.live_timeout,
         sign: tick.context.sign_timeout,
-        unsealable: match (sealer, tick.untrusted) {
+        unsealable: match (&s.sealer, tick.untrusted) {
             (Sealer::SealedSecrets(_), Some(u)) => Some(SpokeError::Untrusted(u.error.clone())),
-            _ => sealer.can_seal(spoke).err().map(SpokeError::from),
+            _ => s.sealer.can_seal(s.config).err().map(SpokeError::from),
         },
     };
-    let step = minted::step(
-        spoke,
-        admin,
-        &seen.committed,
-        reason,
-        &mut report.revoked,
-        &how,
-    )
-    .await;
-    report.reason = Some(reason.clone());
-    let (fresh, credential, admin, shortened) = match step? {
+    let mut revoked = Vec::new();
+    let committed = &s.seen.committed;
+    let step = minted::step(s.config, admin, committed, &mut reason, &mut revoked, &how).await;
+    let next = step.map(|step| match step {
         minted::Step::Minted {
             fresh,
             credential,
             admin,
             shortened,
-        } => (fresh, credential, admin, shortened),
-        minted::Step::Unchanged => return Err(Outcome::Unchanged),
-        minted::Step::WouldMint => return Err(Outcome::WouldRotate),
-    };
-    let had = seen.committed.recorded().map(|r| &r.credential);
-    let revocation = (landing == Landing::AtPush).then(|| crate::mint::Revocation {
-        admin: admin.clone(),
-        below: credential.generation,
-        legacy_user: had.and_then(|h| h.user.clone()),
-        hub: spoke.credential.hub_id.clone(),
-        spoke: spoke.name.clone(),
+        } => {
+            let had = committed.recorded().map(|r| &r.credential);
+            let revocation = (landing == Landing::AtPush).then(|| crate::mint::Revocation {
+                admin: admin.clone(),
+                below: credential.generation,
+                legacy_user: had.and_then(|h| h.user.clone()),
+                hub: s.config.credential.hub_id.clone(),
+                spoke: s.config.name.clone(),
+            });
+            ControlFlow::Continue(Candidate {
+                fresh: *fresh,
+                minted_now: Some((admin, credential.generation)),
+                credential,
+                revocation,
+                shortened,
+            })
+        }
+        minted::Step::Unchanged => ControlFlow::Break(Outcome::Unchanged),
+        minted::Step::WouldMint => ControlFlow::Break(Outcome::WouldRotate),
     });
-    Ok(Candidate {
-        fresh: *fresh,
-        minted_now: Some((admin, credential.generation)),
-        credential,
-        revocation,
-        shortened,
-    })
+    (reason, revoked, next)
 }
 
 /// Extracted: the admin credential itself is what the hub gets.
 fn extracted<P: Publish>(
     tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
-    seen: &Observation,
+    s: &Spoke<'_>,
     fresh: Fresh,
 ) -> Result<Candidate, SpokeError> {
+    let spoke = s.config;
     if tick.options.revoke {
         return Err(SpokeError::RevokeExtracted {
             spoke: spoke.name.clone(),
         });
     }
-    let had = seen
+    let had = s
+        .seen
         .committed
         .recorded()
         .map(|r| r.credential.clone())
@@ -409,52 +426,48 @@ async fn impersonation<P>(
     checked
 }
 
-/// What the annotations will record, and the report's view of the new credential.
-fn record<P>(
-    tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
-    c: &Candidate,
-    sealer: &Sealer<'_>,
-    report: &mut SpokeReport,
-) -> Recorded {
+/// What the annotations will record.
+fn record<P>(tick: &Tick<'_, P>, s: &Spoke<'_>, c: &Candidate) -> Recorded {
     let fresh = &c.fresh;
+    let sealed_to = s.sealer.sealed_to();
     let mut recorded = refresh::record(
-        spoke,
+        s.config,
         &fresh.kubeconfig,
         fresh.content_sha256,
-        sealer.sealed_to(),
+        sealed_to,
         tick.now,
     );
     recorded.credential = c.credential.clone();
-    report.user = Some(fresh.live.username.clone());
-    let mut credential = CredentialReport::of(&recorded);
-    if c.credential.mode == CredentialMode::Extracted {
-        // Extracted: who it authenticated as.
-        credential.user = Some(fresh.live.username.clone());
-    }
-    credential.shortened = c.shortened.map(|s| s.to_string());
-    report.credential = Some(credential);
     recorded
 }
 
-/// seal, unless the sealing key is untrusted (Sealed Secrets) or this is a dry tick.
+/// The report's view of the new credential: who it authenticated as, and what it is.
+fn validated(c: &Candidate, recorded: &Recorded) -> (String, CredentialReport) {
+    let user = c.fresh.live.username.clone();
+    let mut credential = CredentialReport::of(recorded);
+    if c.credential.mode == CredentialMode::Extracted {
+        // Extracted: who it authenticated as.
+        credential.user = Some(user.clone());
+    }
+    credential.shortened = c.shortened.map(|s| s.to_string());
+    (user, credential)
+}
+
+/// seal, unless the sealing key is untrusted (Sealed Secrets); None on a dry tick.
 fn seal<P>(
     tick: &Tick<'_, P>,
-    spoke: &SpokeConfig,
+    s: &Spoke<'_>,
     c: &Candidate,
-    sealer: &Sealer<'_>,
     recorded: &Recorded,
-) -> Result<String, Outcome> {
-    stage(tick, spoke, "seal");
-    if let (Sealer::SealedSecrets(_), Some(u)) = (sealer, tick.untrusted) {
-        return Err(SpokeError::Untrusted(u.error.clone()).into());
+) -> Result<Option<String>, SpokeError> {
+    stage(tick, s.config, "seal");
+    if let (Sealer::SealedSecrets(_), Some(u)) = (&s.sealer, tick.untrusted) {
+        return Err(SpokeError::Untrusted(u.error.clone()));
     }
     let annotations = recorded.to_annotations();
-    let manifest = sealer
-        .seal(spoke, &c.fresh.yaml, &annotations, tick.now)
+    let manifest = s
+        .sealer
+        .seal(s.config, &c.fresh.yaml, &annotations, tick.now)
         .map_err(SpokeError::from)?;
-    if tick.options.dry_run {
-        return Err(Outcome::WouldRotate);
-    }
-    Ok(manifest)
+    Ok((!tick.options.dry_run).then_some(manifest))
 }

@@ -1,6 +1,6 @@
 //! One tick: each spoke observed and reconciled, concurrently up to a bound; what is
 //! ready published one at a time in configuration order under the repo lock, while later
-//! spokes are still worked on (publish.rs: direct commits and one push, or review
+//! spokes are still worked on (direct.rs: direct commits and one push, or review
 //! branches); then the push, and the hub's verification.
 
 use std::time::Duration;
@@ -8,16 +8,17 @@ use std::time::Duration;
 use futures::StreamExt;
 use time::OffsetDateTime;
 
-use super::observe::{self, Probed};
+use super::direct::{Direct, Publish};
+use super::observe::{self, Observation};
 use super::progress::Step;
-use super::publish::{Direct, Publish};
 use super::reconcile::{self, Reconciled, Tick};
-use super::report::{Outcome, RepoFailure, SpokeReport, TickReport};
+use super::tick_report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, Proposal, review, sealing_key};
 use crate::config::SpokeConfig;
 use crate::hub::consumers::{self, Listed};
 use crate::hub::verify::{self, Ask, Committed, HubReport, Output};
 use crate::hub::{Hub, HubError};
+use crate::repo::{RepoError, Snapshot};
 
 /// One tick over the selected spokes.
 pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::repo::RepoError> {
@@ -30,10 +31,10 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
         sync_error = Some(RepoFailure::Sync(std::sync::Arc::new(e)));
     }
     // Review branches first: a renewed sealing certificate may be proposed on one.
-    Ok(match review::Review::start(ctx).await {
+    match review::Review::start(ctx).await {
         Some(review) => run(ctx, opts, review, sync_error).await,
         None => run(ctx, opts, Direct::default(), sync_error).await,
-    })
+    }
 }
 
 async fn run<P: Publish>(
@@ -41,7 +42,11 @@ async fn run<P: Publish>(
     opts: &Options,
     mut publish: P,
     sync_error: Option<RepoFailure>,
-) -> TickReport {
+) -> Result<TickReport, RepoError> {
+    // HEAD listed once: each spoke's committed file is read without a git process of its
+    // own. It names blobs by id, so this tick's own commits do not change what a later
+    // spoke reads.
+    let files = ctx.repo.snapshot().await?;
     // One hub client for the tick: the certificate's fetch and the verification share it.
     let hub = match &ctx.config.hub {
         Some(cfg) => Some(Hub::connect_bounded(cfg).await),
@@ -80,11 +85,17 @@ async fn run<P: Publish>(
         publish: &publish,
         listed: &listed,
     };
-    let mut worked = work(&tick, &spokes).await;
+    let mut worked = work(&tick, &spokes, files).await;
     let published = publish.finish(ctx, opts).await;
     if let Some((spokes, why)) = &published.lost {
         for w in worked.iter_mut().filter(|w| spokes.contains(&w.spoke.name)) {
             w.report.outcome = Outcome::Failed(super::error::SpokeError::Commit(why.clone()));
+        }
+    }
+    // What the alerts grade: what each spoke's commit left, not a second look at the clone.
+    for w in &mut worked {
+        if let Some(manifest) = committed(&w.report, &w.proposal) {
+            w.seen.committed_now(w.spoke, manifest).await;
         }
     }
     let pushed = published.pushed;
@@ -98,33 +109,36 @@ async fn run<P: Publish>(
     if pushed {
         revoke_superseded(ctx, &mut worked).await;
     }
-    // The probes out first, then the reports in place: unzip would copy every report
+    // The reports in place, the observations beside: unzip would copy every report
     // into a second buffer while the first is still held.
-    let seen = worked
-        .iter_mut()
-        .filter_map(|w| w.seen.take().map(|p| *p))
+    let mut observed = Vec::with_capacity(worked.len());
+    let spokes = worked
+        .into_iter()
+        .map(|w| {
+            observed.push(*w.seen);
+            w.report
+        })
         .collect();
-    let spokes = worked.into_iter().map(|w| w.report).collect();
-    TickReport {
+    Ok(TickReport {
         spokes,
         pushed,
         repo_error,
         sealing: cert.cloned(),
         sealing_key: sealing.cloned(),
-        seen,
-    }
+        observed,
+    })
 }
 
 /// Each spoke observed and reconciled, concurrently up to the bound, and published in
 /// configuration order as soon as it and every spoke before it are done: the commits run
 /// while later spokes are still being extracted, not after the last one.
-async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) -> Vec<Worked<'a>> {
+async fn work<'a, P: Publish>(
+    tick: &Tick<'_, P>,
+    spokes: &[&'a SpokeConfig],
+    files: Snapshot<'_>,
+) -> Vec<Worked<'a>> {
     let (ctx, opts) = (tick.context, tick.options);
-    // HEAD listed once: each spoke's committed file is read without a git process of its
-    // own (file by file, as before, should the listing fail). It names blobs by id, so
-    // this tick's own commits do not change what a later spoke reads.
-    let snapshot = ctx.repo.snapshot().await.ok();
-    let files = snapshot.as_ref();
+    let snapshot = &files;
     let (done, mut arrived) = futures::channel::mpsc::unbounded();
     let reconciled = futures::stream::iter(spokes.iter().copied().enumerate())
         .map(|(order, spoke)| async move {
@@ -132,15 +146,11 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
                 spoke: &spoke.name,
                 stage: "probe",
             });
-            let seen = match files {
-                Some(f) => observe::spoke_in(spoke, f, ctx.probe_timeout, None).await,
-                None => observe::spoke(spoke, &ctx.repo, ctx.probe_timeout, None).await,
-            };
+            let seen = observe::spoke(spoke, snapshot, ctx.probe_timeout).await;
             let result = reconcile::spoke(tick, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
-            // Kept until the tick ends for every spoke: only what is read later.
-            let seen = opts.keep_probes.then(|| Box::new(seen.into_probed()));
-            (order, Worked::new(spoke, seen, result))
+            // Kept until the tick ends for every spoke: only what the alerts read.
+            (order, Worked::new(spoke, seen.without_ciphertext(), result))
         })
         .buffer_unordered(opts.concurrency.max(1))
         // The sender is the closure's: it drops with this future once the last spoke is
@@ -167,7 +177,7 @@ async fn work<'a, P: Publish>(tick: &Tick<'_, P>, spokes: &[&'a SpokeConfig]) ->
     };
     futures::join!(reconciled, published);
     // The listing and the cat-file process are not needed past the probes.
-    drop(snapshot);
+    drop(files);
     // filter_map collects in place (Option<Worked> is no larger than Worked); flatten
     // would allocate a second buffer.
     #[expect(clippy::filter_map_identity, reason = "in-place collection")]
@@ -192,18 +202,18 @@ async fn publish_one<P: Publish>(tick: &Tick<'_, P>, w: &mut Worked<'_>) {
 /// One spoke through the tick: what was observed, its report, and what it proposed.
 struct Worked<'a> {
     spoke: &'a SpokeConfig,
-    /// With [`super::Options::keep_probes`] only; boxed, so that a slot holds a pointer.
-    seen: Option<Box<Probed>>,
+    /// What the alerts grade (boxed, so that a slot holds a pointer).
+    seen: Box<Observation>,
     report: SpokeReport,
     /// Boxed: most spokes propose nothing, and every slot is as large as the largest.
     proposal: Option<Box<Proposal>>,
 }
 
 impl<'a> Worked<'a> {
-    fn new(spoke: &'a SpokeConfig, seen: Option<Box<Probed>>, done: Reconciled) -> Worked<'a> {
+    fn new(spoke: &'a SpokeConfig, seen: Observation, done: Reconciled) -> Worked<'a> {
         Worked {
             spoke,
-            seen,
+            seen: Box::new(seen),
             report: done.report,
             proposal: done.proposal.map(Box::new),
         }
@@ -211,10 +221,14 @@ impl<'a> Worked<'a> {
 
     /// The manifest this tick committed, once published.
     fn committed(&self) -> Option<&str> {
-        match (&self.report.outcome, &self.proposal) {
-            (Outcome::Rotated { .. }, Some(p)) => Some(&p.manifest),
-            _ => None,
-        }
+        committed(&self.report, &self.proposal)
+    }
+}
+
+fn committed<'p>(report: &SpokeReport, proposal: &'p Option<Box<Proposal>>) -> Option<&'p str> {
+    match (&report.outcome, proposal) {
+        (Outcome::Rotated { .. }, Some(p)) => Some(&p.manifest),
+        _ => None,
     }
 }
 

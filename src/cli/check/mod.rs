@@ -91,7 +91,9 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         let repo = Repo::open(&config.repo)
             .await
             .map_err(|e| format!("repo.path: {e}"))?;
-        let seen = observe::fleet(&config, &repo, &args.spokes, args.probe_timeout.0).await;
+        let seen = observe::fleet(&config, &repo, &args.spokes, args.probe_timeout.0)
+            .await
+            .map_err(|e| format!("repo.path: {e}"))?;
         let untrusted = untrusted_sealing(&config, &repo, now).await;
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();

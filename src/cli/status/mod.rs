@@ -149,7 +149,7 @@ pub(super) fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
 /// Fails only when the fleet repo cannot be opened; whatever else fails is reported.
 async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError> {
     let repo = Repo::open(&config.repo).await?;
-    let seen = observe::fleet(config, &repo, &[], PROBE_TIMEOUT).await;
+    let seen = observe::fleet(config, &repo, &[], PROBE_TIMEOUT).await?;
     let hub = match &config.hub {
         Some(cfg) => Some(Hub::connect(cfg).await),
         None => None,

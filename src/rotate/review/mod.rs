@@ -40,9 +40,9 @@ use time::OffsetDateTime;
 
 use std::sync::Arc;
 
+use super::context::Spoke;
 use super::decide::{self, Decision, Observed, Policy};
 use super::error::{ForgeFailure, ReviewError, SpokeError};
-use super::observe::Observation;
 use super::state::Recorded;
 use super::{Context, Outcome, SpokeReport};
 use crate::config::{RepoMode, SpokeConfig};
@@ -118,22 +118,14 @@ impl Review {
         })
     }
 
-    /// Whether the spoke's fix already waits on its branch (then the report says
-    /// pending). Probes the spoke when the target branch gave nothing to probe with.
-    async fn waiting_on_branch(
-        &self,
-        ctx: &Context,
-        spoke: &SpokeConfig,
-        seen: &Observation,
-        report: &mut SpokeReport,
-        policy: &Policy,
-    ) -> bool {
-        let Some(branch) = self.branch(ctx, spoke).await else {
-            return false;
-        };
+    /// The pending outcome when the spoke's fix already waits on its branch. Probes the
+    /// spoke when the target branch gave nothing to probe with.
+    async fn waiting_on_branch(&self, ctx: &Context, s: &Spoke<'_>) -> Option<Outcome> {
+        let (spoke, seen) = (s.config, s.seen);
+        let branch = self.branch(ctx, spoke).await?;
         if let Some(why) = &branch.untrusted {
             tracing::warn!(spoke = %spoke.name, branch = %branch_name(spoke), head = %branch.head, reason = %why, "review branch not trusted: re-extracting; the branch will be replaced");
-            return false;
+            return None;
         }
         // The target branch gave nothing to probe with: the branch's record may.
         let own;
@@ -154,17 +146,13 @@ impl Review {
             (Some(Ok(p)), Some((_, r))) => super::observe::judged(p, r).await,
             _ => None,
         };
-        if !branch_fixes(spoke, &branch, probe, ca.as_ref(), policy) {
-            return false;
-        }
-        report.outcome = Outcome::Pending {
+        branch_fixes(spoke, &branch, probe, ca.as_ref(), &s.policy).then(|| Outcome::Pending {
             branch: branch_name(spoke),
             commit: None,
             pull_request: None,
             change: None,
             pending_seconds: None,
-        };
-        true
+        })
     }
 }
 

@@ -7,12 +7,12 @@ use super::Review;
 use super::pr_text::{same_text, signed_line, unverified};
 use crate::config::SpokeConfig;
 use crate::repo::BranchState;
-use crate::rotate::decide::Policy;
+use crate::rotate::Outcome;
+use crate::rotate::context::Spoke;
+use crate::rotate::direct::{Finished, Landing, Publish};
 use crate::rotate::error::{ForgeFailure, PinError, ReviewError};
-use crate::rotate::observe::Observation;
-use crate::rotate::publish::{Finished, Landing, Publish};
-use crate::rotate::report::RepoFailure;
 use crate::rotate::sealing_key::CERT_BRANCH;
+use crate::rotate::tick_report::RepoFailure;
 use crate::rotate::{Context, Options, Proposal, SpokeReport};
 
 impl Publish for Review {
@@ -20,16 +20,8 @@ impl Publish for Review {
         Landing::AtMerge
     }
 
-    async fn waiting(
-        &self,
-        ctx: &Context,
-        spoke: &SpokeConfig,
-        seen: &Observation,
-        report: &mut SpokeReport,
-        policy: &Policy,
-    ) -> bool {
-        self.waiting_on_branch(ctx, spoke, seen, report, policy)
-            .await
+    async fn waiting(&self, ctx: &Context, spoke: &Spoke<'_>) -> Option<Outcome> {
+        self.waiting_on_branch(ctx, spoke).await
     }
 
     async fn spoke(

@@ -17,8 +17,8 @@ use std::path::Path;
 use time::OffsetDateTime;
 
 use super::Context;
+use super::direct::{Landing, Publish};
 use super::error::PinError;
-use super::publish::{Landing, Publish};
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
 use crate::hub::cert::{CertReport, Renewed, Untrusted, fetch};

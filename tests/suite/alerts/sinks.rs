@@ -22,7 +22,6 @@ use spokekeeper::repo::Repo;
 use spokekeeper::rotate::state::rfc3339;
 use spokekeeper::rotate::{self, Context, Options};
 use spokekeeper::seal::SealingKey;
-use spokekeeper_lab::config::{ConfigBuilder, Spoke};
 use spokekeeper_lab::webhook::{Mode, Post, Receiver};
 use support::fleet::{config_yaml, spokekeeper as run_binary, vectors};
 use support::git::fleet_remote;
@@ -113,7 +112,9 @@ async fn tick_with_and_notify(
     opts: &Options,
 ) -> Vec<Finding> {
     let report = rotate::tick(ctx, opts).await.unwrap();
-    let seen = rotate::observe::fleet(&ctx.config, &ctx.repo, &[], Duration::from_secs(5)).await;
+    let seen = rotate::observe::fleet(&ctx.config, &ctx.repo, &[], Duration::from_secs(5))
+        .await
+        .unwrap();
     let sealing = ctx
         .sealing
         .as_ref()
@@ -705,56 +706,4 @@ async fn the_daemon_sends_alerts_after_each_tick() {
     let n = notification(&recorder, 0, "SpokekeeperCertificateExpiring", "firing");
     assert_eq!(notified(&n), [pair("spoke0", "firing")]);
     assert_eq!(hook.posts().len(), 1, "the webhook hears the change once");
-}
-
-/// After a tick, alerts reuse the tick's probe instead of probing each spoke again.
-#[tokio::test]
-async fn after_a_tick_the_ticks_probe_is_reused() {
-    let dir = tempfile::tempdir().unwrap();
-    let clone = fleet_remote(dir.path(), 1).1.remove(0);
-    // Nothing listens on port 1: a fresh probe would be refused.
-    let text = ConfigBuilder::new(&clone, "c.pem")
-        .spokes(
-            ["dev", "other"]
-                .map(|name| Spoke::new(name, "127.0.0.1").api_server("https://127.0.0.1:1")),
-        )
-        .yaml();
-    let config = Config::parse(&text, "t.yaml", dir.path()).unwrap();
-    let repo = Repo::open(&config.repo).await.unwrap();
-    let now = OffsetDateTime::now_utc();
-    let taken = spokekeeper::spoke::ProbeReport {
-        server: "127.0.0.1:1".into(),
-        host: "127.0.0.1".into(),
-        chain: vec![],
-        serving_sha256: spokekeeper::fingerprint::Fingerprint::of(b"serving"),
-        not_before: now,
-        not_after: now + time::Duration::days(90),
-        dns_names: vec![],
-        ip_addresses: vec![],
-        address_in_sans: true,
-    };
-    let tick = rotate::TickReport {
-        seen: vec![rotate::observe::Probed {
-            spoke: "dev".into(),
-            probe: Some(Ok(taken.clone())),
-        }],
-        ..rotate::TickReport::of(vec![rotate::SpokeReport::new(
-            "dev",
-            rotate::Outcome::Healthy,
-        )])
-    };
-    let seen = rotate::observe::after_tick(&config, &repo, &tick, Duration::from_secs(2)).await;
-    let dev = seen[0]
-        .probe
-        .as_ref()
-        .unwrap()
-        .as_ref()
-        .expect("the tick's probe");
-    assert_eq!(dev.not_after, taken.not_after);
-    // A spoke the tick did not probe is probed now.
-    let other = seen[1].probe.as_ref().unwrap();
-    assert!(
-        other.as_ref().is_err_and(|e| e.is_unreachable()),
-        "{other:?}"
-    );
 }

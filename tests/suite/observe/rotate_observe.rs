@@ -219,13 +219,14 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
     );
 }
 
-/// The daemon's tick keeps each spoke's probe (`keep_probes`) and `after_tick` reuses it
-/// for the alerts rather than probing again: with the API stopped after the tick, the
-/// observation still holds the tick's probe. A one-shot tick keeps none (most of a
-/// 10 000-spoke tick's memory), so the same call probes again and finds the API down.
+/// The daemon grades what its tick observed: the tick's report holds each spoke's
+/// observation, its probe the tick's own (with the API stopped after the tick, it still
+/// holds it); a spoke the tick rotated is held as its commit left it (what the clone
+/// reads now), judged against the tick's probe.
 #[tokio::test(flavor = "multi_thread")]
-async fn the_daemons_tick_keeps_each_probe_for_the_alerts_and_a_one_shot_tick_none() {
-    use spokekeeper::rotate::{self, Options, observe};
+async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
+    use spokekeeper::rotate::{self, Options, Outcome, observe};
+    use spokekeeper::spoke::CaCheck;
     use std::time::Duration;
 
     support::install_crypto_provider();
@@ -233,24 +234,87 @@ async fn the_daemons_tick_keeps_each_probe_for_the_alerts_and_a_one_shot_tick_no
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");
     let ctx = fleet.context().await;
-    let daemon = Options {
-        keep_probes: true,
+    let limit = Duration::from_secs(5);
+    let before = observe::fleet(&ctx.config, &ctx.repo, &[], limit)
+        .await
+        .unwrap();
+    let force = Options {
+        force: true,
         ..Options::default()
     };
-    let kept = rotate::tick(&ctx, &daemon).await.unwrap();
-    let one_shot = rotate::tick(&ctx, &Options::default()).await.unwrap();
-    assert_eq!(kept.seen.len(), 1);
-    assert!(one_shot.seen.is_empty());
-
-    fleet.nodes[0].stop_api();
-    let limit = Duration::from_secs(2);
-    let reused = observe::after_tick(&ctx.config, &ctx.repo, &kept, limit).await;
-    let probe = reused[0].probe.as_ref().expect("a probe");
-    assert!(probe.is_ok(), "the tick's own probe: {probe:?}");
-    let again = observe::after_tick(&ctx.config, &ctx.repo, &one_shot, limit).await;
-    let probe = again[0].probe.as_ref().expect("a probe");
+    let rotated = rotate::tick(&ctx, &force).await.unwrap();
     assert!(
-        probe.as_ref().is_err_and(|e| e.is_unreachable()),
-        "probed again: {probe:?}"
+        matches!(rotated.spokes[0].outcome, Outcome::Rotated { .. }),
+        "{:?}",
+        rotated.spokes[0]
+    );
+    let after = observe::fleet(&ctx.config, &ctx.repo, &[], limit)
+        .await
+        .unwrap();
+    let held = &rotated.observed[0];
+    let now_committed = after[0].committed.recorded().expect("committed");
+    assert_ne!(before[0].committed.recorded(), Some(now_committed));
+    assert_eq!(held.committed.recorded(), Some(now_committed));
+    assert_eq!(held.ca.as_ref().map(|j| j.check), Some(CaCheck::Verified));
+
+    let healthy = rotate::tick(&ctx, &Options::default()).await.unwrap();
+    fleet.nodes[0].stop_api();
+    let probe = healthy.observed[0].probe.as_ref().expect("a probe");
+    assert!(probe.is_ok(), "the tick's own probe: {probe:?}");
+}
+
+/// A clone whose HEAD cannot be listed (its root tree is gone) is a repo error, for a
+/// tick and for `observe::fleet` (check, status) alike: not a fallback that reads each
+/// spoke's file on its own.
+#[tokio::test]
+async fn a_head_that_cannot_be_listed_is_a_repo_error() {
+    use spokekeeper::config::Config;
+    use spokekeeper::repo::Repo;
+    use spokekeeper::rotate::{self, Context, Options, observe};
+    use spokekeeper_lab::config::{ConfigBuilder, Spoke};
+    use std::time::Duration;
+
+    let dir = tempfile::tempdir().unwrap();
+    let clone = support::git::fleet_remote(dir.path(), 1).1.remove(0);
+    let text = ConfigBuilder::new(&clone, "c.pem")
+        .spokes([Spoke::new("dev", "127.0.0.1").api_server("https://127.0.0.1:1")])
+        .yaml();
+    let config = Config::parse(&text, "t.yaml", dir.path()).unwrap();
+    let repo = Repo::open(&config.repo).await.unwrap();
+    // A commit of its own, so that its root tree is a loose object (a clone's are packed).
+    std::fs::write(clone.join("other.yaml"), "a: 1\n").unwrap();
+    git(&clone, &["add", "other.yaml"]);
+    git(
+        &clone,
+        &[
+            "-c",
+            "user.name=p",
+            "-c",
+            "user.email=p@p",
+            "commit",
+            "-qm",
+            "o",
+        ],
+    );
+    let tree = git(&clone, &["rev-parse", "HEAD^{tree}"]);
+    let tree = tree.trim();
+    let objects = clone.join(".git/objects").join(&tree[..2]);
+    std::fs::remove_file(objects.join(&tree[2..])).unwrap();
+
+    let limit = Duration::from_secs(1);
+    let listed = observe::fleet(&config, &repo, &[], limit).await;
+    assert!(listed.is_err(), "{listed:?}");
+    let ctx = Context::new(config, None, repo).unwrap();
+    let dry = Options {
+        dry_run: true,
+        ..Options::default()
+    };
+    let ticked = rotate::tick(&ctx, &dry).await;
+    assert!(
+        ticked
+            .as_ref()
+            .is_err_and(|e| e.to_string().contains("ls-tree")),
+        "{:?}",
+        ticked.map(|r| r.spokes)
     );
 }

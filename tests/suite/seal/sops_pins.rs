@@ -159,14 +159,18 @@ async fn recipients_alerts(
     ctx: &spokekeeper::rotate::Context,
     report: &spokekeeper::rotate::TickReport,
 ) -> Vec<spokekeeper::alerts::Finding> {
-    use spokekeeper::{alerts, rotate};
-    let limit = std::time::Duration::from_secs(5);
-    let seen = rotate::observe::after_tick(&ctx.config, &ctx.repo, report, limit).await;
+    use spokekeeper::alerts;
     let now = time::OffsetDateTime::now_utc();
-    alerts::evaluate(&ctx.config.alerts, &seen, None, now, Some(report))
-        .into_iter()
-        .filter(|f| f.alert == Some(alerts::AlertName::RecipientsChanged))
-        .collect()
+    alerts::evaluate(
+        &ctx.config.alerts,
+        &report.observed,
+        None,
+        now,
+        Some(report),
+    )
+    .into_iter()
+    .filter(|f| f.alert == Some(alerts::AlertName::RecipientsChanged))
+    .collect()
 }
 
 /// A move the pins allow (staging up to prod, listed first) is committed, and the tick

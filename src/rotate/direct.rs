@@ -7,10 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::decide::Policy;
+use super::context::Spoke;
 use super::error::{PinError, SpokeError};
-use super::observe::Observation;
-use super::report::{Outcome, RepoFailure, SpokeReport};
+use super::tick_report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::{Commits, Pushed, RepoError};
@@ -30,16 +29,9 @@ pub(super) trait Publish {
     /// When what is published can reach the hub.
     fn landing(&self) -> Landing;
 
-    /// Whether the spoke's fix already waits for review, so nothing is extracted (then
-    /// the report says pending).
-    async fn waiting(
-        &self,
-        ctx: &Context,
-        spoke: &SpokeConfig,
-        seen: &Observation,
-        report: &mut SpokeReport,
-        policy: &Policy,
-    ) -> bool;
+    /// The pending outcome when the spoke's fix already waits for review, so nothing is
+    /// extracted.
+    async fn waiting(&self, ctx: &Context, spoke: &Spoke<'_>) -> Option<Outcome>;
 
     /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
     /// review) published; the report's outcome says how it went. Called one spoke at a
@@ -153,15 +145,8 @@ impl Publish for Direct {
         Landing::AtPush
     }
 
-    async fn waiting(
-        &self,
-        _: &Context,
-        _: &SpokeConfig,
-        _: &Observation,
-        _: &mut SpokeReport,
-        _: &Policy,
-    ) -> bool {
-        false
+    async fn waiting(&self, _: &Context, _: &Spoke<'_>) -> Option<Outcome> {
+        None
     }
 
     async fn spoke(

@@ -7,8 +7,7 @@ use time::OffsetDateTime;
 
 use super::decide::Reason;
 use super::error::SpokeError;
-use super::error::Stage;
-use super::observe::Probed;
+use super::observe::Observation;
 use super::state::Recorded;
 use crate::fingerprint::{Ca, Fingerprint};
 use crate::repo::RepoError;
@@ -146,9 +145,10 @@ pub struct TickReport {
     /// The sealing key this tick sealed to (alerts grade it).
     #[serde(skip)]
     pub sealing_key: Option<SealingKey>,
-    /// Each spoke's probe as the tick took it, before acting (alerts reuse them).
+    /// Each spoke as the tick observed it, with what its commit left (the alerts grade
+    /// them), without ciphertext.
     #[serde(skip)]
-    pub seen: Vec<Probed>,
+    pub observed: Vec<Observation>,
 }
 
 impl TickReport {
@@ -160,7 +160,7 @@ impl TickReport {
             repo_error: None,
             sealing: None,
             sealing_key: None,
-            seen: Vec::new(),
+            observed: Vec::new(),
         }
     }
 
@@ -268,35 +268,6 @@ impl std::error::Error for RepoFailure {
 impl serde::Serialize for RepoFailure {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         s.collect_str(self)
-    }
-}
-
-impl Stage {
-    pub const ALL: [Stage; 9] = [
-        Stage::Observe,
-        Stage::Probe,
-        Stage::Extract,
-        Stage::Validate,
-        Stage::Mint,
-        Stage::Seal,
-        Stage::Commit,
-        Stage::Push,
-        Stage::Review,
-    ];
-
-    /// The `stage` label of `spokekeeper_errors_total` (the JSON name, as a constant).
-    pub(crate) fn metric_label(self) -> &'static str {
-        match self {
-            Stage::Observe => "observe",
-            Stage::Probe => "probe",
-            Stage::Extract => "extract",
-            Stage::Validate => "validate",
-            Stage::Mint => "mint",
-            Stage::Seal => "seal",
-            Stage::Commit => "commit",
-            Stage::Push => "push",
-            Stage::Review => "review",
-        }
     }
 }
 
