@@ -139,28 +139,33 @@ async fn lock_is_exclusive_and_released_on_drop() {
 /// exec closes it; a lock just dropped must still be taken again by the same run.
 #[tokio::test]
 async fn a_dropped_lock_is_taken_again_while_other_threads_spawn_children() {
+    use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
     let (_d, _remote, clones) = fleet(1);
     let repo = open(&clones[0]).await;
-    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let spawned = std::sync::Arc::new(AtomicU32::new(0));
     let spawner = {
-        let stop = stop.clone();
+        let (stop, spawned) = (stop.clone(), spawned.clone());
         std::thread::spawn(move || {
-            let mut spawned = 0u32;
-            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            while !stop.load(Ordering::Relaxed) {
                 let _ = std::process::Command::new("true").status();
-                spawned += 1;
+                spawned.fetch_add(1, Ordering::Relaxed);
             }
-            spawned
         })
     };
-    for round in 0..300 {
+    // Lock and drop for as long as it takes the other thread to spawn 100 children, so
+    // the two overlap however loaded the machine is.
+    let mut round = 0u64;
+    while spawned.load(Ordering::Relaxed) < 100 {
         let held = repo.lock().unwrap_or_else(|e| panic!("round {round}: {e}"));
         drop(held);
+        round += 1;
     }
-    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    spawner.join().unwrap();
     assert!(
-        spawner.join().unwrap() > 0,
-        "children were spawned meanwhile"
+        round > 0,
+        "the lock was taken and dropped while children were spawned"
     );
 }
 
