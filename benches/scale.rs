@@ -21,9 +21,8 @@
 
 #[path = "lab/measure.rs"]
 mod measure;
-#[path = "../tests/support/mod.rs"]
-mod support;
 use measure::{Measured, measure, status_kib};
+use spokekeeper_test_support as support;
 
 #[path = "lab/scale.rs"]
 mod scale_lab;

@@ -21,7 +21,8 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use spokekeeper::config::Config;
-use support::helm::{CHART, helm_command, root, run_helm};
+use support::helm::{CHART, helm_command, run_helm};
+use support::repo_root as root;
 
 const RELEASE_NS: &str = "spokekeeper";
 
@@ -726,7 +727,7 @@ fn chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
     let shipped: Value =
         serde_json::from_str(cm["data"]["spokekeeper.json"].as_str().unwrap()).unwrap();
     let file = std::fs::read_to_string(
-        support::helm::root().join("deploy/helm/spokekeeper/dashboards/spokekeeper.json"),
+        support::repo_root().join("deploy/helm/spokekeeper/dashboards/spokekeeper.json"),
     )
     .unwrap();
     assert_eq!(shipped, serde_json::from_str::<Value>(&file).unwrap());

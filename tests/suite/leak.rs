@@ -1,4 +1,4 @@
-//! The plaintext-key check itself (tests/support/leak.rs): its needles identify one key,
+//! The plaintext-key check itself (tests/support/src/leak.rs): its needles identify one key,
 //! find it in every encoding spokekeeper writes a key in (each built here with openssl
 //! and the base64 crate, not with leak.rs), and it finds a planted key where the
 //! end-to-end tests and the soak look.

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::daemon::Daemon;
-use support::helm::root;
 use support::peers::{self, Peer};
+use support::repo_root as root;
 
 const DASHBOARD: &str = "deploy/helm/spokekeeper/dashboards/spokekeeper.json";
 

@@ -13,8 +13,9 @@ use serde_json::Value;
 use support::NodeOptions;
 use support::daemon::Daemon;
 use support::fleet::Fleet;
-use support::helm::{CHART, root, run_helm};
+use support::helm::{CHART, run_helm};
 use support::peers::{self, Peer, run_promtool};
+use support::repo_root as root;
 
 const RULES_TEST: &str = "deploy/prometheus/spokekeeper-rules.test.yaml";
 

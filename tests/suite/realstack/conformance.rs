@@ -1,5 +1,5 @@
 //! The emulators stay honest: each sends the same requests to an emulator and to the real
-//! component (tests/support/realstack) and compares the status codes and the fields
+//! component (tests/support/src/realstack) and compares the status codes and the fields
 //! spokekeeper reads. The real component is right; a difference is a fix to the emulator.
 //!
 //! - the mock spoke API (`spokekeeper_lab::ApiServer`) against a real kube-apiserver with
@@ -1550,7 +1550,7 @@ fn a_denied_approval_reads_the_same_from_the_mock_and_a_real_spoke() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The played Flux (tests/support/realstack/flux.rs, LabFlux) against Flux's real
+// The played Flux (tests/support/src/realstack/flux.rs, LabFlux) against Flux's real
 // controllers: the Ready it writes in each situation, and the fields spokekeeper reads.
 
 /// What spokekeeper reads of one consumer after a run: Ready's status and reason, whether

@@ -1,6 +1,6 @@
 //! spokekeeper against spokes laid out as k3s and RKE2 write them (issue 30): the real
 //! kube-apiserver and kube-controller-manager started with the files and flags k3s and
-//! RKE2 use (tests/support/realstack/distro.rs, docs/distributions.md), behind the lab's
+//! RKE2 use (tests/support/src/realstack/distro.rs, docs/distributions.md), behind the lab's
 //! real sshd, against the real hub. Per distribution and credential mode: the first
 //! rotation, a renewal (an expiring client certificate, same CA) and a reinstall; and
 //! k3s's own CA rotation (rotate-default-ca-certs.sh, then `certificate rotate-ca`).

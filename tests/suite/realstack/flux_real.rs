@@ -1,5 +1,5 @@
-//! spokekeeper against Flux's real controllers (tests/support/realstack/flux_controllers,
-//! put together with a real hub and real spokes by tests/support/realstack/real_flux):
+//! spokekeeper against Flux's real controllers (tests/support/src/realstack/flux_controllers,
+//! put together with a real hub and real spokes by tests/support/src/realstack/real_flux):
 //! source-controller fetches the fleet repo over HTTP, kustomize-controller applies its
 //! `fluxcd/` to the real hub and the spokes' ConfigMaps to the real spokes, helm-controller
 //! installs the fleet repo's chart on them, the real Sealed Secrets controller unseals.

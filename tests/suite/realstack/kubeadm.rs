@@ -1,4 +1,4 @@
-//! spokekeeper against a spoke made by the real kubeadm (tests/support/realstack/kubeadm.rs):
+//! spokekeeper against a spoke made by the real kubeadm (tests/support/src/realstack/kubeadm.rs):
 //! its admin.conf (user kubernetes-admin in the group kubeadm:cluster-admins, bound by
 //! the ClusterRoleBinding kubeadm creates with super-admin.conf) read over the node's real
 //! sshd at /etc/kubernetes/admin.conf (`distro: kubeadm`), the real hub, the real Sealed

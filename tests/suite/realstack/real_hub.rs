@@ -1,6 +1,6 @@
 //! spokekeeper against the real hub: the real kube-apiserver (RBAC), the real Sealed
 //! Secrets controller behind the real service proxy, kubeseal, the Flux CRDs and Flux's
-//! own kubeconfig loading (tests/support/realstack). Each test starts its own hub.
+//! own kubeconfig loading (tests/support/src/realstack). Each test starts its own hub.
 
 use crate::support;
 

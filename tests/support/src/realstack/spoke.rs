@@ -9,7 +9,7 @@
 
 use std::path::Path;
 
-use crate::support::{Lab, Node, NodeOptions};
+use crate::{Lab, Node, NodeOptions};
 
 use super::controller_manager::ControllerManager;
 use super::kube::{Etcd, KubeApi};

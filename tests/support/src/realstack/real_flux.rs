@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::NodeOptions;
-use crate::support::fleet::Fleet;
-use crate::support::git::{commit, git};
+use crate::NodeOptions;
+use crate::fleet::Fleet;
+use crate::git::{commit, git};
 
 use super::controller_manager::ControllerManager;
 use super::flux_controllers::{self as flux, FluxControllers, FluxOptions, Ready, ready};

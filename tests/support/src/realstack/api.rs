@@ -18,7 +18,7 @@ pub struct ApiOnly {
 
 impl ApiOnly {
     pub fn start() -> ApiOnly {
-        let dir = crate::support::scratch_dir();
+        let dir = crate::scratch_dir();
         let host = IpAddr::V4(Ipv4Addr::LOCALHOST);
         let (pki, etcd, api) = control_plane(dir.path(), host);
         ApiOnly {

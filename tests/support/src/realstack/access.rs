@@ -9,7 +9,7 @@ use spokekeeper_lab::pki::kubeconfig_yaml;
 use super::kube::{KubeApi, START};
 use super::spoke::RealSpoke;
 use super::wait_until;
-use crate::support::Node;
+use crate::Node;
 
 /// The right a limited admin credential lacks.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -141,8 +141,7 @@ mod free {
     pub fn deny_csr_approvals(api: &KubeApi) {
         api.apply(DENY_POLICY);
         let name = "lab-deny-probe";
-        let probe =
-            crate::support::realstack::controller_manager::probe_csr(name, "lab:deny-probe");
+        let probe = crate::realstack::controller_manager::probe_csr(name, "lab:deny-probe");
         // A policy takes effect once the API server's informers have it: until then an
         // approval is an approval, so each try is a fresh CSR.
         wait_until(

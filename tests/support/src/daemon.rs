@@ -18,7 +18,7 @@ pub struct Daemon {
 /// `spokekeeper --config CONFIG ARGS...` with `envs` added and logging at info without
 /// colour; its stderr is captured line by line.
 pub fn spawn(config: &Path, args: &[&str], envs: &[(&str, &OsStr)]) -> (Child, Lines) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_spokekeeper"))
+    let mut child = Command::new(crate::bin())
         .arg("--config")
         .arg(config)
         .args(args)

@@ -6,14 +6,9 @@ use std::process::Command;
 
 pub const CHART: &str = "deploy/helm/spokekeeper";
 
-/// The crate's root: the chart and the rest of deploy/ are read from there.
-pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
 fn helm() -> PathBuf {
     let path = std::env::var_os("SPOKEKEEPER_TEST_HELM")
-        .map_or_else(|| root().join(".tools/bin/helm"), PathBuf::from);
+        .map_or_else(|| crate::repo_root().join(".tools/bin/helm"), PathBuf::from);
     assert!(
         path.exists(),
         "a real helm is needed at {}: run scripts/test (it calls scripts/install-helm)",
@@ -29,7 +24,7 @@ pub fn helm_command(args: &[&str]) -> Command {
     let homes = std::env::temp_dir().join("spokekeeper-helm");
     command
         .args(args)
-        .current_dir(root())
+        .current_dir(crate::repo_root())
         .env("HELM_CACHE_HOME", homes.join("cache"))
         .env("HELM_CONFIG_HOME", homes.join("config"))
         .env("HELM_DATA_HOME", homes.join("data"));

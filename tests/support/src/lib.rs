@@ -19,7 +19,6 @@
 //! The k3s.yaml says `server: https://127.0.0.1:<api_port>` like a real k3s file (k3s
 //! writes 127.0.0.1; spokekeeper rewrites the host). Nothing listens there: the API is on
 //! the node's address. [`Node::hub_kubeconfig`] is the same file with the host rewritten.
-#![allow(dead_code)]
 
 mod addr;
 pub mod daemon;
@@ -191,7 +190,7 @@ pub struct Node {
     sshd: Option<Sshd>,
     sudoers: Option<PathBuf>,
     lease: AddressLease,
-    tmp: tempfile::TempDir,
+    _tmp: tempfile::TempDir,
     rt: Arc<LabRuntime>,
 }
 
@@ -229,7 +228,7 @@ impl Node {
             sshd: None,
             sudoers: None,
             lease,
-            tmp,
+            _tmp: tmp,
             rt,
         };
         let api = node.start_api_on(node.opts.api_port);
@@ -542,6 +541,25 @@ impl Drop for Node {
             let _ = fs::remove_file(path);
         }
     }
+}
+
+/// The repository's root: the chart, keys/, docs/, the test vectors and .tools/ are read
+/// from there.
+pub fn repo_root() -> PathBuf {
+    let crate_dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    crate_dir
+        .ancestors()
+        .nth(2)
+        .expect("tests/support sits two levels down")
+        .into()
+}
+
+/// The spokekeeper binary cargo built for the running test or benchmark (cargo sets
+/// CARGO_BIN_EXE_spokekeeper when it runs one).
+pub fn bin() -> PathBuf {
+    std::env::var_os("CARGO_BIN_EXE_spokekeeper")
+        .map(PathBuf::from)
+        .expect("CARGO_BIN_EXE_spokekeeper is unset: run this through cargo test or cargo bench")
 }
 
 /// Peak resident memory of this process (VmHWM), in KiB.

@@ -40,7 +40,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::support::Node;
+use crate::Node;
 
 use super::controller_manager::probe_csr;
 use super::kube::{Etcd, KubeApi, START};

@@ -32,7 +32,7 @@ impl Netns {
         fs::create_dir_all(DIR).expect("create the lab's netns directory");
         for slot in 0..SLOTS {
             let path = Path::new(DIR).join(slot.to_string());
-            let Some(file) = crate::support::addr::try_lease(&path) else {
+            let Some(file) = crate::addr::try_lease(&path) else {
                 continue;
             };
             let ns = Netns {

@@ -10,18 +10,16 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 static GATE: RwLock<()> = RwLock::new(());
 
-/// Held by a test, across its awaits too: each test has its own runtime, and the lock is
-/// taken once, before the first await, so no task of the runtime can wait on it.
-pub struct Heavy(RwLockReadGuard<'static, ()>);
-pub struct Exclusive(RwLockWriteGuard<'static, ()>);
+// Each guard is held by a test, across its awaits too: each test has its own runtime, and
+// the lock is taken once, before the first await, so no task of the runtime can wait on it.
 
 /// Held by a test that runs real Kubernetes components, for its whole length.
-pub fn heavy() -> Heavy {
+pub fn heavy() -> RwLockReadGuard<'static, ()> {
     // A test that panicked while holding it poisoned nothing this lock protects.
-    Heavy(GATE.read().unwrap_or_else(|e| e.into_inner()))
+    GATE.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Held by a test whose assertions bound wall-clock time closely.
-pub fn exclusive() -> Exclusive {
-    Exclusive(GATE.write().unwrap_or_else(|e| e.into_inner()))
+pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
+    GATE.write().unwrap_or_else(|e| e.into_inner())
 }

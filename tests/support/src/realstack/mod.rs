@@ -29,7 +29,7 @@ pub mod real_flux;
 pub mod spoke;
 
 use std::net::{IpAddr, TcpListener};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 pub fn tools() -> PathBuf {
     let dir = std::env::var_os("SPOKEKEEPER_REALSTACK")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".tools/realstack"));
+        .unwrap_or_else(|| crate::repo_root().join(".tools/realstack"));
     assert!(
         dir.join("stamp").is_file(),
         "the real-stack components are not built in {}: run scripts/build-realstack \

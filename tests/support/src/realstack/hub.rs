@@ -53,7 +53,7 @@ pub struct RealHub {
 
 impl RealHub {
     pub fn start(opts: &HubOptions) -> RealHub {
-        let dir = crate::support::scratch_dir();
+        let dir = crate::scratch_dir();
         let netns = Netns::create();
         let host = IpAddr::V4(netns.host);
         let (pki, etcd, api) = control_plane(dir.path(), host);
@@ -135,7 +135,7 @@ impl RealHub {
             args.push(v.clone());
         }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
-        let rendered = crate::support::helm::run_helm(&refs);
+        let rendered = crate::helm::run_helm(&refs);
         let mut deployment = None;
         for doc in rendered.split("\n---") {
             let value: Value = match serde_saphyr::from_str(doc) {

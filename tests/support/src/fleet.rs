@@ -15,14 +15,14 @@ use super::leak::Needles;
 use super::{Lab, Node, NodeOptions};
 
 pub fn vectors() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vectors/sealed-secrets")
+    crate::repo_root().join("tests/vectors/sealed-secrets")
 }
 
 /// The published demo key (keys/demo/) wrapped three other ways, written into `dir` with
 /// the openssl CLI: (a certificate re-issued for the same key, the bare SPKI public key,
 /// the PKCS#1 RSA public key).
 pub fn demo_key_wrappings(dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
-    let key = Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.key");
+    let key = crate::repo_root().join("keys/demo/tls.key");
     let key = key.to_str().expect("utf-8 path");
     let (reissued, spki, pkcs1) = (
         dir.join("demo-reissued.pem"),
@@ -174,7 +174,7 @@ fn spokekeeper_in(
     tmp: &Path,
     path: Option<&std::ffi::OsStr>,
 ) -> (i32, String, String) {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_spokekeeper"));
+    let mut cmd = Command::new(crate::bin());
     cmd.arg("--config")
         .arg(config)
         .args(args)

@@ -43,7 +43,7 @@ use super::bin;
 use super::controller_manager::{ControllerManager, SignerFiles};
 use super::kube::{Etcd, KubeApi};
 use super::proc::Proc;
-use crate::support::Node;
+use crate::Node;
 
 /// The port a k3s or RKE2 kubeconfig names.
 pub const KUBECONFIG_PORT: u16 = 6443;
