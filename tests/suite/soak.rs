@@ -91,9 +91,7 @@ impl Daemon {
     }
 
     fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        support::status_kib(self.child.id(), "VmRSS:")
     }
 
     fn wait_ticks(&self, more: usize, timeout: Duration) -> bool {

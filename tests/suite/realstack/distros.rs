@@ -8,7 +8,7 @@
 use crate::support;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -18,7 +18,7 @@ use support::fleet::Fleet;
 use support::realstack::distro::{Distro, DistroOptions, DistroSpoke, KUBECONFIG_PORT};
 use support::realstack::flux::LabFlux;
 use support::realstack::hub::{HubOptions, RealHub};
-use support::realstack::run;
+use support::realstack::list_namespaces;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 const MINTED: &str = "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n";
@@ -129,15 +129,6 @@ impl Stack {
             .unwrap_or_else(|e| panic!("Flux's code calls the spoke: {e}"));
         who["username"].as_str().unwrap().to_string()
     }
-}
-
-/// `kubectl get namespaces` with `kubeconfig`: Ok, or kubectl's error.
-fn list_namespaces(kubeconfig: &Path) -> Result<String, String> {
-    run(
-        std::process::Command::new(support::realstack::bin("kubectl"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]),
-    )
 }
 
 fn kind(spoke: &Value) -> &str {

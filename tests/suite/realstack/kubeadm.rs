@@ -18,7 +18,7 @@ use support::realstack::hub::{HubOptions, RealHub};
 use support::realstack::kubeadm::{
     ADMIN_CONF, CA_CRT, KubeadmOptions, KubeadmSpoke, SUPER_ADMIN_CONF,
 };
-use support::realstack::{bin, run, wait_until};
+use support::realstack::{list_namespaces, wait_until};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
@@ -202,13 +202,6 @@ fn signed_by(der: &[u8], ca_pem: &str) -> bool {
 
 fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
-}
-
-/// `kubectl get namespaces` with `kubeconfig`: Ok, or the error text.
-fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
-    run(std::process::Command::new(bin("kubectl"))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]))
 }
 
 /// Extracted mode on a kubeadm control plane: spokekeeper commits admin.conf as kubeadm

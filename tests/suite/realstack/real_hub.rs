@@ -17,8 +17,8 @@ use support::realstack::controller_manager::ControllerManager;
 use support::realstack::flux::LabFlux;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
 use support::realstack::kube::KubeApi;
-use support::realstack::run;
 use support::realstack::spoke::real_api;
+use support::realstack::{list_namespaces, run};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
@@ -1481,15 +1481,6 @@ fn a_controller_that_writes_no_status_is_named_as_such() {
 /// How many ticks a daemon's log says it started.
 fn ticks(lines: &support::logs::Lines) -> usize {
     support::logs::count(lines, "tick started")
-}
-
-/// `kubectl get namespaces` on spoke i's API with `kubeconfig`: Ok, or the error text.
-fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
-    run(
-        std::process::Command::new(support::realstack::bin("kubectl"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]),
-    )
 }
 
 /// The ClusterRoleBindings spokekeeper made on a spoke.

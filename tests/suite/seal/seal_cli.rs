@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use assert_cmd::Command;
+use super::bin;
 use proptest::prelude::*;
 use rsa::pkcs8::EncodePrivateKey;
 use spokekeeper::seal::{RecoveryKey, Scope, SealedSecret, SealingKey, SecretInput};
@@ -21,10 +21,6 @@ fn key() -> Vec<RecoveryKey> {
         "tls.key",
     )
     .unwrap()
-}
-
-fn bin() -> Command {
-    Command::cargo_bin("spokekeeper").unwrap()
 }
 
 /// Runs `seal` with `stdin` and returns (exit code, stdout, stderr).
@@ -452,17 +448,6 @@ fn round_trip_edge_sizes_in_every_scope() {
     }
 }
 
-fn python() -> String {
-    std::env::var("SPOKEKEEPER_TEST_PYTHON").unwrap_or_else(|_| {
-        let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/python");
-        assert!(
-            venv.exists(),
-            "kubesealpy is needed: run scripts/test, which creates .venv"
-        );
-        venv.display().to_string()
-    })
-}
-
 /// An independent implementation (kubesealpy, checked against upstream) unseals what
 /// `spokekeeper seal` writes, and we unseal what it seals.
 #[test]
@@ -500,7 +485,7 @@ print(s.to_yaml())
             assert_eq!(code, 0, "{stderr}");
             let path = dir.path().join(format!("ours-{scope}.{format}"));
             std::fs::write(&path, stdout).unwrap();
-            let out = std::process::Command::new(python())
+            let out = std::process::Command::new(crate::support::requires::PYTHON_BIN.path())
                 .args(["-c", UNSEAL])
                 .arg(vectors().join("key/tls.key"))
                 .arg(&path)
@@ -514,7 +499,7 @@ print(s.to_yaml())
             let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
             assert_eq!(got["value"], hex.as_str(), "{scope}/{format}");
         }
-        let out = std::process::Command::new(python())
+        let out = std::process::Command::new(crate::support::requires::PYTHON_BIN.path())
             .args(["-c", SEAL])
             .arg(cert())
             .arg(scope)

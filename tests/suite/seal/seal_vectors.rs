@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::bin;
 use assert_cmd::Command;
 use base64::Engine;
 use spokekeeper::seal::{
@@ -204,10 +205,6 @@ fn our_manifests_have_kubeseals_structure() {
             );
         }
     }
-}
-
-fn bin() -> Command {
-    Command::cargo_bin("spokekeeper").unwrap()
 }
 
 #[test]

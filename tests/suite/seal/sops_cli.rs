@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::bin;
 use assert_cmd::Command;
 use spokekeeper::seal::SecretInput;
 
@@ -18,10 +19,6 @@ fn key(dir: &Path, name: &str) -> (std::path::PathBuf, String) {
     let file = dir.join(format!("{name}.agekey"));
     std::fs::write(&file, format!("# {name}\n{secret}\n")).unwrap();
     (file, id.to_public().to_string())
-}
-
-fn bin() -> Command {
-    Command::cargo_bin("spokekeeper").unwrap()
 }
 
 fn run(cmd: &mut Command) -> (i32, String, String) {

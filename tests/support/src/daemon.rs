@@ -36,14 +36,8 @@ pub fn spawn(config: &Path, args: &[&str], envs: &[(&str, &OsStr)]) -> (Child, L
 
 /// VmRSS and VmHWM (the peak) of process `pid`, in KiB.
 pub fn rss_kib(pid: u32) -> (u64, u64) {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    let field = |name: &str| -> u64 {
-        status
-            .lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
+    let field = |name: &str| {
+        crate::status_kib(pid, name).unwrap_or_else(|| panic!("no {name} in /proc/{pid}/status"))
     };
     (field("VmRSS:"), field("VmHWM:"))
 }

@@ -1,26 +1,14 @@
 //! A real helm (scripts/install-helm) on the chart in deploy/helm, with no user or
 //! repository state from the machine.
 
-use std::path::PathBuf;
 use std::process::Command;
 
 pub const CHART: &str = "deploy/helm/spokekeeper";
 
-fn helm() -> PathBuf {
-    let path = std::env::var_os("SPOKEKEEPER_TEST_HELM")
-        .map_or_else(|| crate::repo_root().join(".tools/bin/helm"), PathBuf::from);
-    assert!(
-        path.exists(),
-        "a real helm is needed at {}: run scripts/test (it calls scripts/install-helm)",
-        path.display()
-    );
-    path
-}
-
 /// `helm ARGS` in the crate root, its cache, config and data homes under the temp dir:
 /// only the chart on disk counts.
 pub fn helm_command(args: &[&str]) -> Command {
-    let mut command = Command::new(helm());
+    let mut command = Command::new(crate::requires::HELM_BIN.path());
     let homes = std::env::temp_dir().join("spokekeeper-helm");
     command
         .args(args)

@@ -31,6 +31,7 @@ pub mod lease;
 pub mod logs;
 pub mod peers;
 pub mod realstack;
+pub mod requires;
 mod sshd;
 pub mod trust;
 
@@ -564,16 +565,17 @@ pub fn bin() -> PathBuf {
 
 /// Peak resident memory of this process (VmHWM), in KiB.
 pub fn peak_rss_kib() -> Option<u64> {
-    proc_status_kib("VmHWM:")
+    status_kib(std::process::id(), "VmHWM:")
 }
 
 /// Current resident memory of this process (VmRSS), in KiB.
 pub fn rss_kib() -> Option<u64> {
-    proc_status_kib("VmRSS:")
+    status_kib(std::process::id(), "VmRSS:")
 }
 
-fn proc_status_kib(field: &str) -> Option<u64> {
-    let status = fs::read_to_string("/proc/self/status").ok()?;
+/// A KiB field of /proc/PID/status (`VmRSS:`, `VmHWM:`, ...), if the process is there.
+pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let line = status.lines().find(|l| l.starts_with(field))?;
     line.split_whitespace().nth(1)?.parse().ok()
 }

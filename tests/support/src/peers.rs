@@ -3,39 +3,22 @@
 //! Each server runs on 127.0.0.1 with a port the OS picks (read back from its
 //! "Listening on" log line), its own temporary config and storage, and Alertmanager's
 //! cluster listener off; it is killed when dropped. A missing binary fails the test with
-//! the fix (scripts/test installs the packages), it is never skipped. Services the Debian
+//! the fix (scripts/test installs the packages); only `--quick` skips a test that
+//! declares it (`requires!`). Services the Debian
 //! packages may have started are neither used nor touched.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use super::logs::{Lines, capture_stderr};
-
-/// A binary from a Debian package: `$ENV` when set, else the package's path.
-pub fn tool(env: &str, default: &str, package: &str) -> PathBuf {
-    let path = std::env::var_os(env).map_or_else(|| PathBuf::from(default), PathBuf::from);
-    assert!(
-        path.exists(),
-        "{} is needed (Debian package {package}): run scripts/test, which installs it, or set {env}",
-        path.display()
-    );
-    path
-}
-
-pub fn promtool() -> PathBuf {
-    tool(
-        "SPOKEKEEPER_TEST_PROMTOOL",
-        "/usr/bin/promtool",
-        "prometheus",
-    )
-}
+use super::requires::{ALERTMANAGER_BIN, PROMETHEUS_BIN, PROMTOOL_BIN};
 
 /// Runs promtool with `args` in `dir`, `stdin` piped in.
 pub fn run_promtool(dir: &Path, args: &[&str], stdin: &[u8]) -> Output {
-    let mut child = Command::new(promtool())
+    let mut child = Command::new(PROMTOOL_BIN.path())
         .args(args)
         .current_dir(dir)
         .stdin(Stdio::piped())
@@ -167,11 +150,7 @@ pub fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
 
 /// `prometheus-alertmanager` with `config` (YAML), its own storage, no cluster.
 pub fn alertmanager(config: &str) -> Peer {
-    let bin = tool(
-        "SPOKEKEEPER_TEST_ALERTMANAGER",
-        "/usr/bin/prometheus-alertmanager",
-        "prometheus-alertmanager",
-    );
+    let bin = ALERTMANAGER_BIN.path();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("alertmanager.yml");
     std::fs::write(&file, config).unwrap();
@@ -191,11 +170,7 @@ pub fn alertmanager(config: &str) -> Peer {
 
 /// `prometheus` with `config` (YAML) and `files` (name, text) beside it, its own TSDB.
 pub fn prometheus(config: &str, files: &[(&str, &str)]) -> Peer {
-    let bin = tool(
-        "SPOKEKEEPER_TEST_PROMETHEUS",
-        "/usr/bin/prometheus",
-        "prometheus",
-    );
+    let bin = PROMETHEUS_BIN.path();
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("prometheus.yml");
     std::fs::write(&file, config).unwrap();

@@ -2,7 +2,7 @@
 
 use std::fs::{self, File};
 use std::io::Read;
-use std::net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -31,7 +31,7 @@ impl Sshd {
             let port = if requested != 0 {
                 requested
             } else {
-                free_port(addr)
+                crate::realstack::free_port(addr.into())
             };
             let config = dir.join("sshd_config");
             fs::write(&config, sshd_config(dir, addr, port)).expect("write sshd_config");
@@ -137,14 +137,6 @@ impl Drop for Sshd {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
-}
-
-fn free_port(addr: Ipv4Addr) -> u16 {
-    // The address is leased to this node, so nobody else binds it between here and sshd.
-    TcpListener::bind((addr, 0))
-        .and_then(|l| l.local_addr())
-        .expect("bind a free port")
-        .port()
 }
 
 fn sshd_config(dir: &Path, addr: Ipv4Addr, port: u16) -> String {

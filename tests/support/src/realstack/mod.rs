@@ -35,16 +35,7 @@ use std::time::{Duration, Instant};
 
 /// Where `scripts/build-realstack` put the components.
 pub fn tools() -> PathBuf {
-    let dir = std::env::var_os("SPOKEKEEPER_REALSTACK")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| crate::repo_root().join(".tools/realstack"));
-    assert!(
-        dir.join("stamp").is_file(),
-        "the real-stack components are not built in {}: run scripts/build-realstack \
-         (scripts/test does)",
-        dir.display()
-    );
-    dir
+    crate::requires::REAL_STACK_DIR.path()
 }
 
 /// A component binary, e.g. `kube-apiserver`.
@@ -88,6 +79,13 @@ pub fn wait_until<T>(what: &str, within: Duration, mut f: impl FnMut() -> Result
             Err(_) => std::thread::sleep(Duration::from_millis(200)),
         }
     }
+}
+
+/// `kubectl get namespaces` with `kubeconfig`: Ok, or kubectl's error.
+pub fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
+    run(Command::new(bin("kubectl"))
+        .arg(format!("--kubeconfig={}", kubeconfig.display()))
+        .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]))
 }
 
 /// Runs a command to completion: Ok(stdout) or Err(stderr and status).
