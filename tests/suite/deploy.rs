@@ -491,12 +491,14 @@ fn assert_bindings(objects: &[Object], sa: &str) {
 
 #[test]
 fn chart_lints_strictly() {
+    crate::support::requires!(HELM);
     let out = run_helm(&["lint", "--strict", CHART]);
     assert!(out.contains("0 chart(s) failed"), "{out}");
 }
 
 #[test]
 fn chart_renders_only_strictly_typed_objects_with_defaults() {
+    crate::support::requires!(HELM);
     let objects = read_all(&render(&[]), "chart (defaults)");
     let mut kinds: Vec<&str> = objects
         .iter()
@@ -539,6 +541,7 @@ fn chart_renders_only_strictly_typed_objects_with_defaults() {
 
 #[test]
 fn chart_rbac_grants_exactly_what_the_code_calls() {
+    crate::support::requires!(HELM);
     let objects = read_all(&render(&[]), "chart (defaults)");
     let g = grants(&objects);
     let expected: BTreeSet<Grant> = [
@@ -600,6 +603,7 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
 
 #[test]
 fn chart_rbac_follows_the_spokes_namespaces_and_names() {
+    crate::support::requires!(HELM);
     let objects = read_all(
         &render_with(
             r#"
@@ -708,6 +712,7 @@ config:
 /// its queries against a real scrape).
 #[test]
 fn chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
+    crate::support::requires!(HELM);
     let labelled = |docs: &[Value]| -> Vec<Value> {
         docs.iter()
             .filter(|d| d["metadata"]["labels"]["grafana_dashboard"].is_string())
@@ -738,6 +743,7 @@ fn chart_ships_the_grafana_dashboard_for_the_sidecar_when_asked() {
 
 #[test]
 fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
+    crate::support::requires!(HELM);
     let objects = read_all(
         &render_with("hub: {enabled: false}\nleaderElection: {enabled: false}\n"),
         "chart (no hub, no lease)",
@@ -847,6 +853,7 @@ fn peer_value(p: &NetworkPolicyPeer) -> Value {
 
 #[test]
 fn chart_network_policy_admits_only_the_scrape_to_the_metrics_port_and_values_widen_it() {
+    crate::support::requires!(HELM);
     let objects = read_all(&render(&[]), "chart (defaults)");
     let np = network_policy(&objects).expect("the chart renders a NetworkPolicy by default");
     let spec = np.spec.as_ref().unwrap();
@@ -943,6 +950,7 @@ fn chart_network_policy_admits_only_the_scrape_to_the_metrics_port_and_values_wi
 /// notification-controller's pods. Off by default.
 #[test]
 fn chart_admits_its_pods_to_notification_controllers_event_port_when_asked() {
+    crate::support::requires!(HELM);
     let objects = read_all(&render(&[]), "chart (defaults)");
     assert!(
         network_policy_in(&objects, "flux-system").is_none(),
@@ -1054,6 +1062,7 @@ fn subcommand(args: &[String]) -> String {
 
 #[test]
 fn chart_pod_is_locked_down_and_wired_to_its_files() {
+    crate::support::requires!(HELM);
     let objects = read_all(&render(&[]), "chart (defaults)");
     let d = deployment(&objects);
     let spec = d.spec.as_ref().unwrap();
@@ -1241,6 +1250,7 @@ fn chart_pod_is_locked_down_and_wired_to_its_files() {
 
 #[test]
 fn chart_config_is_accepted_by_spokekeeper() {
+    crate::support::requires!(HELM);
     let objects = read_all(&render(&[]), "chart (defaults)");
     let text = config_text(&objects);
     let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
@@ -1254,6 +1264,7 @@ fn chart_config_is_accepted_by_spokekeeper() {
 /// configured as kubeseal asks for it (`http:NAME:`), not refused as a missing value.
 #[test]
 fn chart_accepts_the_controllers_unnamed_port() {
+    crate::support::requires!(HELM);
     let objects = read_all(
         &render_with("hub:\n  controller: {port: \"\"}\n"),
         "chart (unnamed controller port)",
@@ -1366,6 +1377,7 @@ fn served_metric_names() -> BTreeSet<String> {
 
 #[test]
 fn prometheus_rules_use_served_metrics_and_grade_like_the_daemon() {
+    crate::support::requires!(HELM);
     let served = served_metric_names();
     for m in [
         "spokekeeper_spoke_up",
@@ -1472,6 +1484,7 @@ fn plain_yaml_files() -> Vec<PathBuf> {
 
 #[test]
 fn flux_example_is_strictly_typed_and_installs_the_chart() {
+    crate::support::requires!(HELM);
     let files = plain_yaml_files();
     assert!(files.len() >= 5, "{files:?}");
     let mut objects = Vec::new();
@@ -1565,6 +1578,7 @@ fn flux_example_is_strictly_typed_and_installs_the_chart() {
 /// through `valuesFrom`, and the Kustomization applies a repository other than the fleet's.
 #[test]
 fn flux_example_takes_the_trust_anchors_from_outside_the_fleet_repo() {
+    crate::support::requires!(HELM);
     let mut objects = Vec::new();
     for f in plain_yaml_files() {
         let text = std::fs::read_to_string(&f).unwrap();
@@ -1740,6 +1754,7 @@ fn systemd_analyze_verify(names: &[&str]) {
 
 #[test]
 fn systemd_units_verify_and_run_the_daemon_and_a_timed_rotation() {
+    crate::support::requires!(SYSTEMD_ANALYZE);
     systemd_analyze_verify(&[
         "spokekeeper.service",
         "spokekeeper-rotate.service",
@@ -1904,6 +1919,7 @@ fn dockerfile_text_has_build_stages_and_a_non_root_runtime_with_ssh_and_git() {
 
 #[test]
 fn chart_mounts_the_forge_token_for_review_mode() {
+    crate::support::requires!(HELM);
     let values = "forgeTokenSecret: fleet-forge\nsigningKeySecret: fleet-signing\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: gitlab\n      url: https://gitlab.example.org\n      repository: infra/fleet\n      token_env: LEFT_OVER\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
     let objects = read_all(&render_with(values), "chart (review mode)");
     let text = config_text(&objects);
@@ -1962,6 +1978,7 @@ fn chart_mounts_the_forge_token_for_review_mode() {
 /// render: spokekeeper would refuse the config at start anyway.
 #[test]
 fn chart_refuses_review_mode_without_a_signing_key() {
+    crate::support::requires!(HELM);
     let values = "forgeTokenSecret: fleet-forge\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: github\n      url: https://api.github.com\n      repository: org/fleet\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");

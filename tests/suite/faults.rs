@@ -96,6 +96,7 @@ fn assert_clean_clone(clone: &Path) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kubeconfig_truncated_mid_file() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -123,6 +124,7 @@ async fn kubeconfig_truncated_mid_file() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn api_answers_401_to_a_foreign_client_certificate() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     // spoke0's node serves a kubeconfig whose client certificate belongs to spoke1's cluster.
     let mut parts = fleet.nodes[0].parts().clone();
@@ -150,6 +152,7 @@ async fn api_answers_401_to_a_foreign_client_certificate() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn committed_manifest_corrupted_by_hand() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     // Someone edits the file on the remote and breaks it.
@@ -195,6 +198,7 @@ async fn committed_manifest_corrupted_by_hand() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sealing_certificate_replaced_and_confirmed_reseals_every_spoke() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let old = vectors().join("key/cert.pem");
@@ -235,6 +239,7 @@ async fn sealing_certificate_replaced_and_confirmed_reseals_every_spoke() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sealing_certificate_expired_is_refused_and_nothing_changes() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -267,6 +272,7 @@ async fn sealing_certificate_expired_is_refused_and_nothing_changes() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn spoke_unreachable() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -310,6 +316,7 @@ async fn spoke_unreachable() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sshd_hangs_mid_transfer() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     set_config(
         &fleet,
@@ -375,6 +382,7 @@ async fn sshd_hangs_mid_transfer() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn api_down() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -410,6 +418,7 @@ async fn api_down() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn wrong_host_key() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -437,6 +446,7 @@ async fn wrong_host_key() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn push_rejected() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -460,6 +470,7 @@ async fn push_rejected() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn remote_unreachable() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -510,6 +521,7 @@ impl Drop for Tmpfs {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn disk_full_while_writing() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);
@@ -560,6 +572,7 @@ async fn disk_full_while_writing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_between_commit_and_push() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed: Vec<String> = (0..2).map(|i| fleet.remote_file(i)).collect();
@@ -655,6 +668,7 @@ async fn recovers(fleet: &Fleet) {
 /// spoke1's not begun): git reads the stream's end without `done` and moves nothing.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_between_two_commits_of_the_stream() {
+    crate::support::requires!(ROOT);
     let wrapper = stream_cut("get-mark :1", 1, KILL);
     let (fleet, _, (code, out, err)) = cut_mid_stream(&wrapper).await;
     assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
@@ -672,6 +686,7 @@ async fn sigkill_between_two_commits_of_the_stream() {
 /// spokekeeper dies inside the stream's second commit.
 #[tokio::test(flavor = "multi_thread")]
 async fn sigkill_mid_commit_in_the_stream() {
+    crate::support::requires!(ROOT);
     let wrapper = stream_cut("commit refs/heads/", 2, KILL);
     let (fleet, _, (code, out, err)) = cut_mid_stream(&wrapper).await;
     assert_eq!(code, -1, "killed by SIGKILL: {out}\n{err}");
@@ -683,6 +698,7 @@ async fn sigkill_mid_commit_in_the_stream() {
 /// and the next run rotates both.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_stream_cut_mid_commit_fails_its_spokes_and_puts_the_clone_back() {
+    crate::support::requires!(ROOT);
     let wrapper = stream_cut("commit refs/heads/", 2, CUT);
     let (fleet, _, (code, out, err)) = cut_mid_stream(&wrapper).await;
     assert_eq!(code, 1, "{out}\n{err}");
@@ -707,6 +723,7 @@ impl Drop for Running {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_runs_at_once_never_interleave() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     // The first run stops as its commits begin until the test lets it go on.
     let inside = fleet.dir.path().join("inside");
@@ -755,6 +772,7 @@ async fn two_runs_at_once_never_interleave() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn killed_mid_write_by_the_file_size_limit() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed = fleet.remote_file(0);

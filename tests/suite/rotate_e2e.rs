@@ -11,6 +11,7 @@ use support::{Hostile, NodeOptions};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn first_run_seals_every_spoke_second_commits_nothing_rebuild_commits_one() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[
         NodeOptions::default(),
         NodeOptions::default(),
@@ -99,6 +100,7 @@ async fn first_run_seals_every_spoke_second_commits_nothing_rebuild_commits_one(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_spoke_is_refused_and_others_are_not_affected() {
+    crate::support::requires!(ROOT);
     let hostile = NodeOptions {
         hostile: Some(Hostile::ExecPlugin),
         ..NodeOptions::default()
@@ -130,6 +132,7 @@ async fn hostile_spoke_is_refused_and_others_are_not_affected() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn outages_leave_the_committed_credential_and_the_next_run_recovers() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let committed: Vec<String> = (0..2).map(|i| fleet.remote_file(i)).collect();
@@ -212,6 +215,7 @@ async fn outages_leave_the_committed_credential_and_the_next_run_recovers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rejected_push_is_reported_and_retried_next_run() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     // The remote refuses one push (a hook, as a protected branch would).
     let hook = fleet.remote.join("hooks/pre-receive");
@@ -241,6 +245,7 @@ async fn rejected_push_is_reported_and_retried_next_run() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn dry_run_changes_nothing_and_force_rotates() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let (code, report, err) = fleet.rotate_json(&["--all", "--dry-run"]);
     assert_eq!(code, 0, "{err}");
@@ -263,6 +268,7 @@ async fn dry_run_changes_nothing_and_force_rotates() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn expiring_client_certificate_is_reported_until_the_node_renews_it() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions {
         client_cert_days: 5,
         ..NodeOptions::default()
@@ -300,6 +306,7 @@ async fn expiring_client_certificate_is_reported_until_the_node_renews_it() {
 
 #[test]
 fn the_demo_sealing_key_is_refused_outside_the_demo() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let demo = Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt");
     let text = std::fs::read_to_string(&fleet.config).unwrap();
@@ -322,6 +329,7 @@ fn the_demo_sealing_key_is_refused_outside_the_demo() {
 /// bare PUBLIC KEY, as a PKCS#1 RSA PUBLIC KEY and in another self-signed certificate.
 #[test]
 fn the_demo_key_in_any_wrapping_is_refused_outside_the_demo() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let (rewrapped, spki, pkcs1) = support::fleet::demo_key_wrappings(fleet.dir.path());
     let text = std::fs::read_to_string(&fleet.config).unwrap();
@@ -341,6 +349,7 @@ fn the_demo_key_in_any_wrapping_is_refused_outside_the_demo() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_concurrent_commit_on_the_remote_is_rebased_over() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     // Someone else pushes to the fleet repo right as spokekeeper pushes: a pre-push hook
     // in spokekeeper's clone lands a commit on the remote first (once).
@@ -377,6 +386,7 @@ async fn a_concurrent_commit_on_the_remote_is_rebased_over() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn periodic_check_catches_what_a_probe_cannot_see() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     let mut config = std::fs::read_to_string(&fleet.config).unwrap();
     config.push_str("verify_every: 1s\n");
@@ -407,6 +417,7 @@ async fn periodic_check_catches_what_a_probe_cannot_see() {
 /// pushed, and the next allowed tick pushes it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
+    crate::support::requires!(ROOT);
     use spokekeeper::rotate::{self, Context, Gate, Options, RepoStage};
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let config = spokekeeper::config::Config::load(&fleet.config).unwrap();
@@ -454,6 +465,7 @@ async fn a_refused_gate_keeps_the_commit_local_until_a_tick_may_push() {
 /// commits the next generation.
 #[tokio::test(flavor = "multi_thread")]
 async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(
         &[NodeOptions::default(), NodeOptions::default()],
         "credential:\n  mode: minted\n",
@@ -556,6 +568,7 @@ async fn minted_generations_are_revoked_after_the_push_and_a_denial_fails_safe()
 /// bind a user again whose revoked certificate may still be valid.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_generation_wound_back_in_the_fleet_repo_never_binds_an_older_user_again() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     for expected in [1, 2] {
         let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
@@ -624,6 +637,7 @@ fn push_generation(fleet: &Fleet, value: &str) {
 /// requested or bound (the counter used to saturate and bind one user on every mint).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_generation_at_the_maximum_refuses_to_mint_and_binds_nothing() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");
@@ -652,6 +666,7 @@ async fn a_generation_at_the_maximum_refuses_to_mint_and_binds_nothing() {
 /// the annotation named, "already gone", and leave the live one working).
 #[tokio::test(flavor = "multi_thread")]
 async fn revoke_deletes_the_live_binding_a_lowered_annotation_no_longer_names() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     for _ in 0..3 {
         let (code, report, err) = fleet.rotate_json(&["--all", "--force"]);
@@ -683,6 +698,7 @@ async fn revoke_deletes_the_live_binding_a_lowered_annotation_no_longer_names() 
 /// no CSR, instead of minting, committing and pushing a generation every tick.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_24h_signer_under_the_default_renew_before_mints_nothing_each_tick() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     let objects = fleet.nodes[0].api_objects();
     objects.lock().unwrap().sign_at_most(24 * 3600);
@@ -718,6 +734,7 @@ async fn a_24h_signer_under_the_default_renew_before_mints_nothing_each_tick() {
 /// naming both issuers; nothing is committed, bound or left behind.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_certificate_from_another_ca_is_refused_before_it_is_bound() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     let elsewhere = spokekeeper_lab::Pki::generate(&spokekeeper_lab::PkiOptions {
         address: "127.0.0.1".parse().unwrap(),
@@ -758,6 +775,7 @@ async fn a_certificate_from_another_ca_is_refused_before_it_is_bound() {
 /// answers, the push holds spoke0, spoke1, spoke2 in that order.
 #[tokio::test(flavor = "multi_thread")]
 async fn each_commit_is_made_in_configuration_order_while_later_spokes_are_extracted() {
+    crate::support::requires!(ROOT);
     use spokekeeper::rotate::{self, Options, Progress, Step};
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};

@@ -388,6 +388,7 @@ async fn soak() {
 /// is looked for in the daemon's log, the repos' objects, the clone and the TMPDIRs.
 #[test]
 fn a_short_minted_run_at_debug_leaks_no_key_into_logs_repos_or_tmp() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::with(&[NodeOptions::default(), NodeOptions::default()], MINTED);
     let mut needles = Needles::new();
     for node in &fleet.nodes {

@@ -70,6 +70,7 @@ fn alert_names(rules_json: &str) -> BTreeSet<String> {
 
 #[test]
 fn promtool_accepts_the_charts_rules_and_their_unit_tests_pass() {
+    crate::support::requires!(HELM, PROMTOOL);
     let dir = rules_dir();
     let check = run_promtool(
         dir.path(),
@@ -257,6 +258,7 @@ fn lint(exposition: &str) {
 
 #[test]
 fn a_real_scrape_passes_promtool_check_metrics_and_is_what_the_rule_tests_feed() {
+    crate::support::requires!(ROOT, PROMTOOL);
     let (_fleet, daemon) = ticked_daemon();
     let http = daemon.metrics();
     let scrape = body(&http);
@@ -305,6 +307,7 @@ fn eventually<T>(what: &str, peer: &Peer, mut f: impl FnMut() -> Option<T>) -> T
 
 #[test]
 fn prometheus_scrapes_the_daemon_and_the_rules_fit_what_it_scraped() {
+    crate::support::requires!(ROOT, PROMETHEUS);
     let (_fleet, daemon) = ticked_daemon();
     let rules = rendered_rules();
     // The labels the chart's ServiceMonitor gives the scrape: job is the Service's name.

@@ -206,6 +206,7 @@ fn pair(spoke: &str, status: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn alerts_fire_and_resolve_in_alertmanager_and_the_webhook_hears_only_changes() {
+    crate::support::requires!(ROOT, ALERTMANAGER);
     support::install_crypto_provider();
     let recorder = Receiver::start(RECORDER_PATH).await;
     let am = real_alertmanager(&recorder);
@@ -655,6 +656,7 @@ async fn the_log_hears_changes_once_at_a_matching_level() {
 /// Alertmanager, again at every evaluation.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_daemon_sends_alerts_after_each_tick() {
+    crate::support::requires!(ROOT, ALERTMANAGER);
     let recorder = Receiver::start(RECORDER_PATH).await;
     let am = real_alertmanager(&recorder);
     let hook = Receiver::start(HOOK_PATH).await;

@@ -83,6 +83,7 @@ fn files_of(fleet: &Fleet, rev: &str) -> Vec<String> {
 
 #[test]
 fn add_commits_the_credential_with_its_flux_objects_in_one_commit_and_one_push() {
+    crate::support::requires!(ROOT);
     let fleet = fleet();
     let root = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n# spokes\nresources:\n  - spoke0.yaml\n";
     push_to_remote(
@@ -162,6 +163,7 @@ fn add_commits_the_credential_with_its_flux_objects_in_one_commit_and_one_push()
 
 #[test]
 fn add_overwrites_nothing_and_a_failure_leaves_the_configuration_as_it_was() {
+    crate::support::requires!(ROOT);
     let fleet = fleet();
     push_to_remote(&fleet, &[("fluxcd/spoke1.yaml", "# someone else's\n")]);
     let before = fleet.remote_log();
@@ -198,6 +200,7 @@ fn add_overwrites_nothing_and_a_failure_leaves_the_configuration_as_it_was() {
 /// and fails at extract; the key is not learned, nothing is committed or configured.
 #[test]
 fn add_trusts_no_host_key_on_first_use() {
+    crate::support::requires!(ROOT);
     let fleet = fleet();
     let known_hosts = fleet.dir.path().join("empty_known_hosts");
     std::fs::write(&known_hosts, "").unwrap();
@@ -230,6 +233,7 @@ fn add_trusts_no_host_key_on_first_use() {
 /// credential in one commit.
 #[tokio::test(flavor = "multi_thread")]
 async fn files_beside_a_credential_commit_only_as_add_read_them() {
+    crate::support::requires!(ROOT);
     use spokekeeper::rotate::{self, Beside, Context, Options, Outcome};
     let fleet = Fleet::new(&[NodeOptions::default()]);
     push_to_remote(&fleet, &[("fluxcd/kustomization.yaml", "resources: []\n")]);
@@ -356,6 +360,7 @@ const ONBOARDED: [&str; 4] = [
 /// nothing proposed.
 #[test]
 fn add_in_review_mode_opens_one_branch_and_one_pull_request_with_every_file() {
+    crate::support::requires!(ROOT);
     let (mut fleet, forge, key) = review_fleet();
     let root = "resources:\n  - spoke0.yaml\n";
     push_to_remote(
@@ -488,6 +493,7 @@ fn add_in_review_mode_opens_one_branch_and_one_pull_request_with_every_file() {
 /// names the replaced head.
 #[test]
 fn an_onboarding_branch_with_a_file_added_by_a_pusher_is_replaced() {
+    crate::support::requires!(ROOT);
     let (fleet, forge, key) = review_fleet();
     let (code, out, err) = add(&fleet, &[]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -571,6 +577,7 @@ fn an_onboarding_branch_with_a_file_added_by_a_pusher_is_replaced() {
 /// file and the fix, with nothing pushed and spokekeeper.yaml unchanged.
 #[test]
 fn add_in_review_mode_refuses_a_root_kustomization_it_could_not_only_append_to() {
+    crate::support::requires!(ROOT);
     let (fleet, forge, _) = review_fleet();
     push_to_remote(
         &fleet,
@@ -602,6 +609,7 @@ fn add_in_review_mode_refuses_a_root_kustomization_it_could_not_only_append_to()
 /// the Kustomization, and then the spoke's files are listed there.
 #[test]
 fn with_a_hub_add_finds_the_root_kustomization_through_its_labels() {
+    crate::support::requires!(ROOT);
     let l = crate::verify::hub::lab(2, "  verify_timeout: 20s\n");
     let known_hosts = l.fleet.nodes[1].known_hosts_path.clone();
     l.builder_of(1)
@@ -661,6 +669,7 @@ fn with_a_hub_add_finds_the_root_kustomization_through_its_labels() {
 /// add onboards the spoke as configured and leaves the file alone.
 #[test]
 fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_it_has_it() {
+    crate::support::requires!(ROOT);
     use std::os::unix::fs::PermissionsExt;
     let fleet = fleet();
     let read_only = |text: &str| {
@@ -714,6 +723,7 @@ fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_
 /// objects: `check` names spoke0, and only spoke0, as onboarded with the credential alone.
 #[test]
 fn check_names_a_spoke_onboarded_with_its_credential_alone() {
+    crate::support::requires!(ROOT);
     let fleet = fleet();
     let (code, out, err) = fleet.rotate(&["spoke0"]);
     assert_eq!(code, 0, "{out}\n{err}");

@@ -308,6 +308,7 @@ const FIVE_S: Duration = Duration::from_secs(5);
 
 #[test]
 fn ticks_on_the_interval_and_the_endpoints_follow_the_committed_state() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     let mut d = Daemon::start(&fleet.config, &["--interval", "1s"]);
     // Before the first tick: alive and (within its grace) ready.
@@ -442,6 +443,7 @@ fn ticks_on_the_interval_and_the_endpoints_follow_the_committed_state() {
 
 #[test]
 fn sigterm_during_a_tick_lets_it_finish_and_leaves_the_repo_clean() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[
         NodeOptions::default(),
         NodeOptions::default(),
@@ -470,6 +472,7 @@ fn sigterm_during_a_tick_lets_it_finish_and_leaves_the_repo_clean() {
 
 #[test]
 fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     // spoke1's sshd accepts connections and never answers; its connect timeout is 60s.
@@ -512,6 +515,7 @@ fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
 
 #[test]
 fn a_tick_longer_than_the_interval_delays_the_next_and_says_so() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let mut yaml = fleet.yaml(&[0], &[]);
@@ -543,6 +547,7 @@ fn a_tick_longer_than_the_interval_delays_the_next_and_says_so() {
 
 #[test]
 fn sighup_keeps_the_running_config_when_the_new_one_is_broken_and_takes_a_valid_one() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     fleet.write_config(&[0], "");
     let mut d = Daemon::start(&fleet.config, &["--interval", "1s"]);
@@ -616,6 +621,7 @@ fn sighup_keeps_the_running_config_when_the_new_one_is_broken_and_takes_a_valid_
 
 #[test]
 fn a_failing_tick_is_counted_the_daemon_keeps_going_and_readiness_follows() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     // Another run holds the repo lock: every tick fails as a whole.
     let lock = fs::OpenOptions::new()
@@ -743,6 +749,7 @@ fn memory_with_100_spokes_idle_and_during_a_tick() {
 
 #[test]
 fn a_second_signal_cancels_the_running_tick_at_once() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let fleet = Fleet::new(&[NodeOptions::default()]);
     fs::write(&fleet.config, fleet.yaml(&[0], &[0])).unwrap();

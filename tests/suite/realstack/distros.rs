@@ -296,26 +296,31 @@ fn client_chain(kubeconfig: &str) -> Vec<Vec<u8>> {
 
 #[test]
 fn k3s_extracted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     extracted_lifecycle(Distro::K3s);
 }
 
 #[test]
 fn rke2_extracted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     extracted_lifecycle(Distro::Rke2);
 }
 
 #[test]
 fn k3s_minted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     minted_lifecycle(Distro::K3s);
 }
 
 #[test]
 fn rke2_minted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     minted_lifecycle(Distro::Rke2);
 }
 
 #[test]
 fn k3s_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
+    crate::support::requires!(ROOT, REAL_STACK);
     ca_rotation(Distro::K3s);
 }
 
@@ -323,6 +328,7 @@ fn k3s_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
 /// `rke2 certificate rotate-ca`.
 #[test]
 fn rke2_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
+    crate::support::requires!(ROOT, REAL_STACK);
     ca_rotation(Distro::Rke2);
 }
 
@@ -333,6 +339,7 @@ fn rke2_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
 /// kubeconfig over SSH from that path, as root and as the node user with sudo.
 #[test]
 fn k3s_and_rke2_files_and_ports_are_as_they_write_them() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let dir = tempfile::tempdir().unwrap();
     let etcd = support::realstack::kube::Etcd::start(dir.path());

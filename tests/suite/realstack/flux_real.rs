@@ -24,6 +24,7 @@ use support::realstack::wait_until;
 /// chart's release there; spokekeeper's report says each consumer Ready, as the hub does.
 #[test]
 fn the_real_controllers_deploy_with_the_first_rotation() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start(1, false, "");
     // Before: the consumers cannot reach the spoke (no Secret yet).
@@ -85,6 +86,7 @@ fn rebuild_and_tick(mut stack: RealFlux) -> (RealFlux, Value) {
 /// controllers after one tick.
 #[test]
 fn a_rebuilt_spoke_is_back_on_the_real_controllers_after_one_tick() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let (_stack, report) = rebuild_and_tick(RealFlux::start(1, false, ""));
     assert_eq!(report["spokes"][0]["user"], "system:admin", "{report:#}");
@@ -98,6 +100,7 @@ fn a_rebuilt_spoke_is_back_on_the_real_controllers_after_one_tick() {
 /// fleet's.
 #[test]
 fn a_rebuilt_sops_spoke_is_back_on_the_real_controllers_after_one_tick() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_format(1, false, "", Format::Sops);
     let (stack, report) = rebuild_and_tick(stack);
@@ -155,6 +158,7 @@ fn a_rebuilt_sops_spoke_is_back_on_the_real_controllers_after_one_tick() {
 /// `synced`, each spoke's consumers Ready and its ConfigMap and release deployed.
 #[test]
 fn one_tick_delivers_a_sops_spoke_and_a_sealed_one_on_the_real_controllers() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_format(2, false, "", Format::Sops);
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
@@ -188,6 +192,7 @@ fn one_tick_delivers_a_sops_spoke_and_a_sealed_one_on_the_real_controllers() {
 /// controllers reported Ready with it.
 #[test]
 fn a_rebuilt_minted_spoke_is_back_on_the_real_controllers_after_one_tick() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let (stack, report) = rebuild_and_tick(RealFlux::start(
         1,
@@ -249,6 +254,7 @@ fn consumers_from_apps(dir: &Path) {
 /// after a first fetch fails nothing: Flux keeps using the last artifact.)
 #[test]
 fn a_broken_source_is_named_as_the_cause_on_the_real_controllers() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(1, false, "", consumers_from_apps);
     stack.hub.api.apply(&format!(
@@ -338,6 +344,7 @@ fn deployer_role(ready: bool) -> String {
 /// `reconcile.fluxcd.io/resetAt` and it is Ready=True again, the release deployed.
 #[test]
 fn a_stalled_helm_release_is_reset_by_the_next_tick_on_the_real_controllers() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(
         1,
@@ -449,6 +456,7 @@ fn hub_identity_without_kustomization_patch(hub: &RealHub) -> std::path::PathBuf
 /// puts the ConfigMap back on the rebuilt spoke without handling any request.
 #[test]
 fn the_watch_label_reconciles_a_kustomization_whose_request_is_refused() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = RealFlux::start_with(1, false, "", consumers_from_apps);
     let seed = stack.fleet.dir.path().join("seed");
@@ -568,6 +576,7 @@ fn deployer_role_impersonating(impersonate: bool) -> String {
 /// and the refused generation's binding is gone from the spoke.
 #[test]
 fn a_minted_credential_that_may_not_impersonate_is_refused_at_validate_on_the_real_controllers() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(1, true, MINTED_DEPLOYER, kustomization_as_deployer);
     stack.spoke_apis[0].apply(&deployer_role_impersonating(false));
@@ -628,6 +637,7 @@ fn a_minted_credential_that_may_not_impersonate_is_refused_at_validate_on_the_re
 /// with the committed credential, applies the ConfigMap: every consumer Ready.
 #[test]
 fn a_minted_credential_that_may_impersonate_deploys_on_the_real_controllers() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(1, true, MINTED_DEPLOYER, kustomization_as_deployer);
     stack.spoke_apis[0].apply(&deployer_role_impersonating(true));
@@ -703,6 +713,7 @@ fn kustomization(name: &str, path: &str, spoke: bool, extra: &str) -> String {
 /// through to the controller's own retry, Ready True.
 #[test]
 fn flux_ready_semantics_on_the_real_controllers() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(1, false, "", semantics_paths);
     let api = &stack.hub.api;

@@ -88,6 +88,7 @@ fn push(stack: &RealFlux, name: &str, files: &[(&str, &str)], message: &str) {
 
 #[test]
 fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deploys_through_it() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start(1, false, "");
     let (code, report, err) = stack.rotate_json();
@@ -227,6 +228,7 @@ fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deplo
 /// hub's key is `decrypted`, and the spoke's consumer Ready.
 #[test]
 fn hub_verification_reports_a_sops_file_the_real_controller_cannot_decrypt() {
+    crate::support::requires!(ROOT, REAL_STACK);
     use spokekeeper::hub::verify::{Ask, Delivery, verify_sops};
     use spokekeeper::hub::{Consumer, Hub, Kind};
     use std::time::Duration;

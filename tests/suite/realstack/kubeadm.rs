@@ -213,6 +213,7 @@ fn now() -> i64 {
 /// ca-changed. super-admin.conf is read only when configured.
 #[test]
 fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     // Five days: within renew_before (30d), as a year-old admin.conf would be.
     let mut stack = Stack::start(&KubeadmOptions {
@@ -391,6 +392,7 @@ fn minted_user(v: &Value, generation: u32) -> bool {
 /// read.
 #[test]
 fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&KubeadmOptions::default());
     stack.configure("credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n");
@@ -482,6 +484,7 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
 /// generation 1's binding is deleted.
 #[test]
 fn a_kubeadm_reinstall_over_kept_etcd_revokes_the_old_generation() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&KubeadmOptions {
         external_etcd: true,

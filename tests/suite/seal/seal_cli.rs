@@ -452,6 +452,7 @@ fn round_trip_edge_sizes_in_every_scope() {
 /// `spokekeeper seal` writes, and we unseal what it seals.
 #[test]
 fn kubesealpy_interoperates_both_ways() {
+    crate::support::requires!(PYTHON);
     const UNSEAL: &str = r#"
 import sys, json, base64
 from kubesealpy.unsealer import Unsealer

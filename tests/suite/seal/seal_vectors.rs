@@ -290,6 +290,7 @@ fn seal_command_output_unseals_with_the_vector_key() {
 /// src/seal/oaep.rs are upstream's.
 #[test]
 fn upstream_kubeseal_recovery_unseals_our_output() {
+    crate::support::requires!(REAL_STACK);
     let kubeseal = crate::support::realstack::bin("kubeseal");
     for scope in ["strict", "namespace-wide", "cluster-wide"] {
         let sealed = bin()

@@ -32,6 +32,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 
 #[test]
 fn seal_format_sops_is_read_by_real_sops_and_unseal_reads_real_sops() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a_key, a) = key(dir.path(), "a");
     let (b_key, b) = key(dir.path(), "b");
@@ -193,6 +194,7 @@ fn sops_flags_are_refused_where_they_do_not_apply() {
 /// recipients, and the real sops decrypts spokekeeper's.
 #[test]
 fn seal_honours_the_sops_yaml_creation_rule_for_the_path_as_sops_does() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a_key, a) = key(dir.path(), "a");
     let (b_key, b) = key(dir.path(), "b");

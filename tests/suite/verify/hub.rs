@@ -167,6 +167,7 @@ fn requests_to(hub: &HubSim, method: &str, suffix: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cert_fetched_and_a_push_verified_until_ready() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 30s\n");
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -307,6 +308,7 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
 /// carries what the SealedSecret's template says.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_unsealed_secret_is_labelled_for_fluxs_config_watch() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 30s\n");
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -332,6 +334,7 @@ async fn the_unsealed_secret_is_labelled_for_fluxs_config_watch() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn status_without_a_hub_reports_the_commit_and_the_probe() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let (code, out, err) = fleet.run(&["status", "-o", "json"]);
     assert_eq!(code, 1, "nothing committed yet is a warning: {out}\n{err}");
@@ -362,6 +365,7 @@ async fn status_without_a_hub_reports_the_commit_and_the_probe() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 30s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before: Vec<String> = (0..2).map(|i| l.fleet.remote_file(i)).collect();
@@ -425,6 +429,7 @@ async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 5s\n");
     // The controller lost its key (reinstalled without the backup): it serves the old
     // certificate's copy from the cache, but cannot decrypt.
@@ -478,6 +483,7 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
 /// reported with the sealing certificate, and named when a SealedSecret gets no status.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_controller_version_comes_from_its_service_label() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 3s\n");
     l.hub.set_version_label("0.24.2");
     l.hub.set_controller(Controller::Stalled);
@@ -526,6 +532,7 @@ async fn the_controller_version_comes_from_its_service_label() {
 /// the plain request.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 20s\n");
     l.hub.add_consumer(
         Kind::HelmRelease,
@@ -583,6 +590,7 @@ async fn a_helm_release_stalled_after_its_retries_is_reset_and_comes_back() {
 /// the root only once source-controller handled its source's request.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_fleet_source_then_the_root_then_the_consumers_are_asked_in_turn() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 20s\n");
     l.hub.add_root();
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -630,6 +638,7 @@ async fn the_fleet_source_then_the_root_then_the_consumers_are_asked_in_turn() {
 /// GitRepository and source-controller's message at once, not a timeout.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fleet_source_failing_after_a_good_fetch_is_named_not_a_timeout() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 20s\n");
     l.hub.add_root();
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -664,6 +673,7 @@ async fn a_fleet_source_failing_after_a_good_fetch_is_named_not_a_timeout() {
 /// Flux says of it at once, not a timeout after waiting for Flux's retries.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failing_source_is_named_as_the_cause_not_a_timeout() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 60s\n");
     // spoke0's source is missing; spoke1's fails to clone.
     l.hub.remove_git_repository("flux-system", "flux-system");
@@ -720,6 +730,7 @@ async fn a_failing_source_is_named_as_the_cause_not_a_timeout() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kustomization_not_ready_is_reported() {
+    crate::support::requires!(ROOT);
     // A configured port: the Service is read for its version label only.
     let l = lab(1, "  verify_timeout: 10s\n  controller: {port: http}\n");
     l.hub.set_flux(Flux::Failing(
@@ -746,6 +757,7 @@ async fn kustomization_not_ready_is_reported() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn hub_unreachable_seals_to_the_pinned_copy_and_still_rotates() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 2s\n");
     // A first tick with the hub up records what it serves (.git/spokekeeper/).
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -800,6 +812,7 @@ async fn hub_unreachable_seals_to_the_pinned_copy_and_still_rotates() {
 /// outside the repo confirms it); once the controller serves it, every spoke is re-sealed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 10s\n");
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -845,6 +858,7 @@ async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let demo =
@@ -889,6 +903,7 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
 /// `spokekeeper run` with a hub: the tick's hub results reach /metrics and the alert log.
 #[test]
 fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 3s\n");
     l.hub.set_keys(vec![hub_key("other-key")]);
     let daemon = support::daemon::Daemon::start(&l.fleet.config, &[]);
@@ -918,6 +933,7 @@ fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
 /// own branch and pull request, and every spoke's re-sealed credential on its own.
 #[tokio::test(flavor = "multi_thread")]
 async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
+    crate::support::requires!(ROOT);
     use spokekeeper_lab::forge::{ForgeSim, Kind, TOKEN};
     let l = lab(2, "  verify_timeout: 5s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0, "seeded directly");
@@ -996,6 +1012,7 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
 /// spoke sealed to it, and the certificate pinned in the fleet repo by the same tick.
 #[tokio::test(flavor = "multi_thread")]
 async fn first_start_without_a_pinned_certificate_fetches_and_pins_it() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 10s\n");
     git(&l.fleet.clone, &["rm", "--quiet", PINNED]);
     commit(&l.fleet.clone, "nothing pinned yet");
@@ -1031,6 +1048,7 @@ async fn first_start_without_a_pinned_certificate_fetches_and_pins_it() {
 /// Nothing pinned and no hub answering: a clear error naming sealing.cert and the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn first_start_without_a_pinned_certificate_or_a_hub_says_what_to_do() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "");
     std::fs::remove_file(l.fleet.clone.join(PINNED)).unwrap();
     l.hub.set_controller(Controller::Down);
@@ -1051,6 +1069,7 @@ async fn first_start_without_a_pinned_certificate_or_a_hub_says_what_to_do() {
 /// renewal goes through.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before = l.fleet.remote_file(0);
@@ -1112,6 +1131,7 @@ fn set_sealing_sha256(l: &HubLab, fp: &str) {
 /// sealing.sha256.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fresh_clone_with_the_hub_unreachable_seals_nothing_and_says_to_set_sealing_sha256() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     l.hub.set_controller(Controller::Down);
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -1145,6 +1165,7 @@ async fn a_fresh_clone_with_the_hub_unreachable_seals_nothing_and_says_to_set_se
 /// next tick a fresh install: while the hub is unreachable, only what it served last counts.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_a_hub_deleting_every_output_does_not_reach_first_use() {
+    crate::support::requires!(ROOT);
     let l = lab(2, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let old = l.sealed(0).annotations["spokekeeper.io/sealing-cert-sha256"].clone();
@@ -1172,6 +1193,7 @@ async fn with_a_hub_deleting_every_output_does_not_reach_first_use() {
 /// reachable hub: it starts from the controller's certificate and the tick pins it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_broken_pinned_certificate_is_replaced_by_the_controllers() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     std::fs::write(l.fleet.clone.join(PINNED), "garbage\n").unwrap();
     git(&l.fleet.clone, &["add", "-u"]);
@@ -1199,6 +1221,7 @@ async fn a_broken_pinned_certificate_is_replaced_by_the_controllers() {
 /// taken: once Flux recovers, the gauges (and so the alerts) clear without a new rotation.
 #[test]
 fn the_daemon_clears_hub_gauges_once_the_hub_takes_the_credential() {
+    crate::support::requires!(ROOT);
     use std::time::{Duration, Instant};
     let l = lab(1, "  verify_timeout: 3s\n");
     l.hub
@@ -1256,6 +1279,7 @@ fn lists(hub: &HubSim) -> Vec<spokekeeper_lab::hub::Seen> {
 /// alone, and 150 more HelmReleases make the list come in two pages.
 #[tokio::test(flavor = "multi_thread")]
 async fn every_consumer_of_the_secret_is_reconciled_and_each_reported() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 20s\n");
     let secret = Some("spoke0-kubeconfig");
     l.hub
@@ -1404,6 +1428,7 @@ async fn every_consumer_of_the_secret_is_reconciled_and_each_reported() {
 /// consumers of the Secret are left alone.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_configured_kustomization_is_the_only_one_verified() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     let text = std::fs::read_to_string(&l.fleet.config).unwrap();
     std::fs::write(
@@ -1453,6 +1478,7 @@ async fn a_configured_kustomization_is_the_only_one_verified() {
 /// HelmRelease consumers; the Kustomizations are verified as usual.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hub_without_helm_releases_verifies_its_kustomizations() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     l.hub.remove_kind(Kind::HelmRelease);
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -1473,6 +1499,7 @@ async fn a_hub_without_helm_releases_verifies_its_kustomizations() {
 /// committed and unsealed, and `rotate` succeeds.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_secret_without_consumers_is_a_warning() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     l.hub
         .remove_consumer(Kind::Kustomization, "flux-system", "spoke0");
@@ -1515,6 +1542,7 @@ async fn a_secret_without_consumers_is_a_warning() {
 /// key unset reads `value`, the key written here, and is verified as usual.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_consumer_reading_another_key_is_named_before_the_push() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 20s\n");
     let secret = Some("spoke0-kubeconfig");
     l.hub
@@ -1591,6 +1619,7 @@ async fn a_consumer_reading_another_key_is_named_before_the_push() {
 /// and the missing verb, and nothing is committed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_credential_that_may_not_impersonate_a_consumers_service_account_is_refused() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n");
     let secret = Some("spoke0-kubeconfig");
     l.hub
@@ -1633,6 +1662,7 @@ async fn a_credential_that_may_not_impersonate_a_consumers_service_account_is_re
 /// what Flux impersonates for a consumer without spec.serviceAccountName: checked the same.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_flux_default_service_account_is_checked_for_consumers_without_one() {
+    crate::support::requires!(ROOT);
     let l = lab(
         1,
         "  verify_timeout: 10s\n  flux_default_service_account: flux-deployer\n",
@@ -1660,6 +1690,7 @@ async fn the_flux_default_service_account_is_checked_for_consumers_without_one()
 /// 1000 objects of a kind, fails the verification plainly and nothing is requested.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_list_too_large_to_read_fails_verification_plainly() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 20s\n");
     l.hub
         .add_consumer(Kind::HelmRelease, "flux-system", "big", None);
@@ -1705,6 +1736,7 @@ async fn a_list_too_large_to_read_fails_verification_plainly() {
 /// chart's default `http` is a 503 whose error names hub.controller.port and the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 10s\n  controller: {port: \"\"}\n");
     l.hub.set_port_name("");
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -1756,6 +1788,7 @@ async fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
 /// at the push (and its echo) instead of setting a new one that restarts the wait.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recheck_waits_for_the_pending_request() {
+    crate::support::requires!(ROOT);
     use spokekeeper::hub::Hub;
     use spokekeeper::hub::verify::{Ask, verify};
     use std::time::Duration;
@@ -1810,6 +1843,7 @@ async fn a_recheck_waits_for_the_pending_request() {
 /// one, not told to set spokes[].kustomization.
 #[tokio::test(flavor = "multi_thread")]
 async fn where_flux_looks_is_checked_and_said() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 5s\n");
     let text = std::fs::read_to_string(&l.fleet.config).unwrap();
     let configure = |k: &str| {
@@ -1852,6 +1886,7 @@ async fn where_flux_looks_is_checked_and_said() {
 /// still ends Ready.
 #[tokio::test(flavor = "multi_thread")]
 async fn verification_honours_retry_after() {
+    crate::support::requires!(ROOT);
     use std::time::Duration;
     let l = lab(1, "  verify_timeout: 30s\n");
     let gaps_after_429 = |part: &str| {
@@ -1900,6 +1935,7 @@ async fn verification_honours_retry_after() {
 /// the result only once the retry had its chance.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_synced_false_waits_for_the_controllers_retry() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 30s\n");
     l.hub.fail_next_unseal();
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
@@ -1915,6 +1951,7 @@ async fn a_synced_false_waits_for_the_controllers_retry() {
 /// hub::ACCESS (create and patch on events.k8s.io Events).
 #[test]
 fn the_daemon_records_events_aggregates_repeats_and_recreates_an_expired_one() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "");
     l.builder()
         .top("alerts:\n  warn_before: 36500d\n")
@@ -1987,6 +2024,7 @@ fn the_daemon_records_events_aggregates_repeats_and_recreates_an_expired_one() {
 /// on the spoke's Kustomization; a dry run records none.
 #[test]
 fn one_shot_rotate_and_revoke_record_their_events_on_the_kustomization() {
+    crate::support::requires!(ROOT);
     let mut l = lab(1, "");
     l.builder()
         .top("credential:\n  mode: minted\n")

@@ -4,8 +4,10 @@
 //! is skipped and why, and returns; anywhere else it fails there, naming the need and the
 //! fix. The fixtures find their tools through the same [`Tool`]s.
 
+use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
+use std::sync::Mutex;
 
 /// A program or directory a test runs: `$env` when set, else `default` (relative: under
 /// the repository root); `marker`, when given, must be inside it.
@@ -143,14 +145,28 @@ pub fn skip(needs: &[Need]) -> bool {
     assert!(quick, "this test needs {why}");
     let thread = std::thread::current();
     let test = thread.name().unwrap_or("a test");
-    // Straight to the terminal: libtest keeps what a passing test print!s to itself.
-    let _ = writeln!(std::io::stderr(), "skipped {test}: it needs {why}");
+    // Once a test: a property test asks for each case.
+    static SAID: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+    if SAID
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(test.to_string())
+    {
+        // Straight to the terminal: libtest keeps what a passing test print!s to itself.
+        let _ = writeln!(std::io::stderr(), "skipped {test}: it needs {why}");
+    }
     true
 }
 
-/// `requires!(ROOT, REAL_STACK, ...)` at the top of a test: see the module.
+/// `requires!(ROOT, REAL_STACK, ...)` at the top of a test, `requires!(proptest: ...)` in
+/// a property's body (it returns `Ok(())`): see the module.
 #[macro_export]
 macro_rules! requires {
+    (proptest: $($need:ident),+ $(,)?) => {
+        if $crate::requires::skip(&[$($crate::requires::$need),+]) {
+            return Ok(());
+        }
+    };
     ($($need:ident),+ $(,)?) => {
         if $crate::requires::skip(&[$($crate::requires::$need),+]) {
             return;
