@@ -54,7 +54,6 @@ const NOT_YET: &[&str] = &[
     "tests/suite/seal/seal_cli.rs",
     "tests/suite/soak.rs",
     "tests/suite/validate/kubeconfig.rs",
-    "tests/suite/verify/hub.rs",
 ];
 
 pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
