@@ -39,7 +39,6 @@ const NOT_YET: &[&str] = &[
     "tests/suite/cli/add.rs",
     "tests/suite/daemon/lease.rs",
     "tests/suite/daemon/run.rs",
-    "tests/suite/deploy.rs",
     "tests/suite/faults.rs",
     "tests/suite/leak.rs",
     "tests/suite/publish/repo.rs",
