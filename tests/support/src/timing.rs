@@ -10,16 +10,26 @@ use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 static GATE: RwLock<()> = RwLock::new(());
 
-// Each guard is held by a test, across its awaits too: each test has its own runtime, and
-// the lock is taken once, before the first await, so no task of the runtime can wait on it.
+/// Held by a test, across its awaits too: each test has its own runtime, and the lock is
+/// taken once, before the first await, so no task of the runtime can wait on it.
+pub struct Heavy {
+    _gate: RwLockReadGuard<'static, ()>,
+}
+pub struct Exclusive {
+    _gate: RwLockWriteGuard<'static, ()>,
+}
 
 /// Held by a test that runs real Kubernetes components, for its whole length.
-pub fn heavy() -> RwLockReadGuard<'static, ()> {
+pub fn heavy() -> Heavy {
     // A test that panicked while holding it poisoned nothing this lock protects.
-    GATE.read().unwrap_or_else(|e| e.into_inner())
+    Heavy {
+        _gate: GATE.read().unwrap_or_else(|e| e.into_inner()),
+    }
 }
 
 /// Held by a test whose assertions bound wall-clock time closely.
-pub fn exclusive() -> RwLockWriteGuard<'static, ()> {
-    GATE.write().unwrap_or_else(|e| e.into_inner())
+pub fn exclusive() -> Exclusive {
+    Exclusive {
+        _gate: GATE.write().unwrap_or_else(|e| e.into_inner()),
+    }
 }
