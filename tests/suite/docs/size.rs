@@ -37,9 +37,6 @@ const NOT_YET: &[&str] = &[
     "src/spoke/live.rs",
     "tests/suite/alerts/sinks.rs",
     "tests/suite/cli/add.rs",
-    "tests/suite/daemon/lease.rs",
-    "tests/suite/daemon/run.rs",
-    "tests/suite/faults.rs",
     "tests/suite/leak.rs",
     "tests/suite/publish/repo.rs",
     "tests/suite/publish/review.rs",
@@ -49,10 +46,7 @@ const NOT_YET: &[&str] = &[
     "tests/suite/realstack/flux_sops.rs",
     "tests/suite/realstack/kubeadm.rs",
     "tests/suite/realstack/real_hub.rs",
-    "tests/suite/rotate_e2e.rs",
-    "tests/suite/seal/seal_cli.rs",
     "tests/suite/soak.rs",
-    "tests/suite/validate/kubeconfig.rs",
 ];
 
 pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -349,43 +349,7 @@ fn ticks_on_the_interval_and_the_endpoints_follow_the_committed_state() {
     );
     let m = m.body;
     for i in 0..2 {
-        let committed = fleet.committed(i);
-        let not_after =
-            rfc3339_seconds(&committed.annotations["spokekeeper.io/client-cert-not-after"]);
-        assert_eq!(
-            sample(
-                &m,
-                &format!(
-                    "spokekeeper_certificate_not_after_timestamp_seconds{{spoke=\"spoke{i}\",cert=\"client\"}}"
-                )
-            ),
-            Some(not_after),
-            "{m}"
-        );
-        let series = |cert: &str| {
-            sample(
-                &m,
-                &format!(
-                    "spokekeeper_certificate_not_after_timestamp_seconds{{spoke=\"spoke{i}\",cert=\"{cert}\"}}"
-                ),
-            )
-        };
-        let ca = rfc3339_seconds(&committed.annotations["spokekeeper.io/ca-not-after"]);
-        assert_eq!(series("ca"), Some(ca), "{m}");
-        assert!(series("serving").is_some_and(|t| t > unix_now()), "{m}");
-        assert!(series("sealing").is_some_and(|t| t > unix_now()), "{m}");
-        assert_eq!(
-            sample(&m, &format!("spokekeeper_spoke_up{{spoke=\"spoke{i}\"}}")),
-            Some(1.0)
-        );
-        assert_eq!(
-            sample(
-                &m,
-                &format!("spokekeeper_rotations_total{{spoke=\"spoke{i}\",reason=\"initial\"}}")
-            ),
-            Some(1.0),
-            "one rotation, then healthy ticks: {m}"
-        );
+        assert_spoke_series(&fleet, &m, i);
     }
     assert!(!m.contains("spokekeeper_errors_total{"), "no errors: {m}");
     let sealing = SealingKey::from_pem(
@@ -441,227 +405,45 @@ fn ticks_on_the_interval_and_the_endpoints_follow_the_committed_state() {
     assert_eq!(fleet.unpushed(), 0);
 }
 
-#[test]
-fn sigterm_during_a_tick_lets_it_finish_and_leaves_the_repo_clean() {
-    crate::support::requires!(ROOT);
-    let fleet = Fleet::new(&[
-        NodeOptions::default(),
-        NodeOptions::default(),
-        NodeOptions::default(),
-    ]);
-    let mut d = Daemon::start(&fleet.config, &["--now", "--interval", "1h"]);
-    assert!(d.wait_for("tick started", 1, FIVE_S), "{}", d.log());
-    let sent = Instant::now();
-    d.signal(Signal::TERM);
-    let status = d
-        .wait_exit(Duration::from_secs(10))
-        .expect("exits within 10s");
-    assert!(sent.elapsed() < Duration::from_secs(10));
-    let log = d.log();
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(log.contains("letting the running tick finish"), "{log}");
-    assert!(log.contains("tick finished"), "{log}");
+/// Spoke `i`'s series after its first rotation: the committed certificates' expiry, up,
+/// one initial rotation.
+fn assert_spoke_series(fleet: &Fleet, m: &str, i: usize) {
+    let committed = fleet.committed(i);
+    let not_after = rfc3339_seconds(&committed.annotations["spokekeeper.io/client-cert-not-after"]);
     assert_eq!(
-        fleet.remote_log().len(),
-        4,
-        "all three committed and pushed"
+        sample(
+            m,
+            &format!(
+                "spokekeeper_certificate_not_after_timestamp_seconds{{spoke=\"spoke{i}\",cert=\"client\"}}"
+            )
+        ),
+        Some(not_after),
+        "{m}"
     );
-    fleet.assert_clean();
-    assert_eq!(fleet.unpushed(), 0);
-}
-
-#[test]
-fn sigterm_with_a_wedged_spoke_cancels_the_tick_and_exits_within_10s() {
-    crate::support::requires!(ROOT);
-    let _quiet = support::timing::exclusive();
-    let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
-    // spoke1's sshd accepts connections and never answers; its connect timeout is 60s.
-    fs::write(&fleet.config, fleet.yaml(&[0, 1], &[1])).unwrap();
-    fleet.nodes[1].sigstop();
-    let mut d = Daemon::start(&fleet.config, &["--now", "--interval", "1h"]);
-    assert!(d.wait_for("tick started", 1, FIVE_S), "{}", d.log());
-    std::thread::sleep(Duration::from_secs(1));
-    let node1 = fleet.nodes[1].address;
-    assert!(
-        !ssh_clients_for(node1).is_empty(),
-        "an ssh to the wedged node is waiting"
-    );
-    let sent = Instant::now();
-    d.signal(Signal::TERM);
-    let status = d
-        .wait_exit(Duration::from_secs(10))
-        .expect("exits within 10s");
-    let took = sent.elapsed();
-    let leftovers = ssh_clients_for(node1);
-    assert!(leftovers.is_empty(), "ssh left running: {leftovers:?}");
-    fleet.nodes[1].sigcont();
-    let log = d.log();
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(took < Duration::from_secs(10), "{took:?}");
-    assert!(
-        took >= Duration::from_secs(6),
-        "the tick had its grace first: {took:?}"
-    );
-    assert!(log.contains("did not finish in time"), "{log}");
-    assert!(log.contains("tick cancelled"), "{log}");
-    assert!(!log.contains("tick finished"), "{log}");
+    let series = |cert: &str| {
+        sample(
+            m,
+            &format!(
+                "spokekeeper_certificate_not_after_timestamp_seconds{{spoke=\"spoke{i}\",cert=\"{cert}\"}}"
+            ),
+        )
+    };
+    let ca = rfc3339_seconds(&committed.annotations["spokekeeper.io/ca-not-after"]);
+    assert_eq!(series("ca"), Some(ca), "{m}");
+    assert!(series("serving").is_some_and(|t| t > unix_now()), "{m}");
+    assert!(series("sealing").is_some_and(|t| t > unix_now()), "{m}");
     assert_eq!(
-        fleet.remote_log().len(),
-        1,
-        "commits come after every spoke is done"
+        sample(m, &format!("spokekeeper_spoke_up{{spoke=\"spoke{i}\"}}")),
+        Some(1.0)
     );
-    fleet.assert_clean();
-}
-
-#[test]
-fn a_tick_longer_than_the_interval_delays_the_next_and_says_so() {
-    crate::support::requires!(ROOT);
-    let _quiet = support::timing::exclusive();
-    let fleet = Fleet::new(&[NodeOptions::default()]);
-    let mut yaml = fleet.yaml(&[0], &[]);
-    yaml = yaml.replace("connect_timeout: 5s", "connect_timeout: 3s");
-    fs::write(&fleet.config, yaml).unwrap();
-    fleet.nodes[0].sigstop();
-    let d = Daemon::start(&fleet.config, &["--now", "--interval", "1s"]);
-    assert!(
-        d.wait_for("tick finished", 2, Duration::from_secs(20)),
-        "{}",
-        d.log()
-    );
-    fleet.nodes[0].sigcont();
-    let log = d.log();
-    assert!(
-        log.contains("the tick ran past the next scheduled time"),
-        "{log}"
-    );
-    assert_ticks_never_overlap(&d);
-    let finished = d.times("tick finished");
-    let started = d.times("tick started");
-    assert!(started[0] + Duration::from_secs(2) < finished[0], "{log}");
-    // Late, not skipped: the next tick starts as soon as the long one ends.
-    assert!(
-        started[1] - finished[0] < Duration::from_millis(500),
-        "{log}"
-    );
-}
-
-#[test]
-fn sighup_keeps_the_running_config_when_the_new_one_is_broken_and_takes_a_valid_one() {
-    crate::support::requires!(ROOT);
-    let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
-    fleet.write_config(&[0], "");
-    let mut d = Daemon::start(&fleet.config, &["--interval", "1s"]);
-    assert!(
-        d.wait_for("tick finished", 1, Duration::from_secs(20)),
-        "{}",
-        d.log()
-    );
-    assert_eq!(fleet.remote_log().len(), 2);
-
-    // A typo on the last line: refused, named, and the daemon keeps ticking on the old one.
-    fleet.write_config(&[0, 1], "verify_evry: 12h\n");
-    let lines = fs::read_to_string(&fleet.config).unwrap().lines().count();
-    d.signal(Signal::HUP);
-    assert!(
-        d.wait_for("configuration not reloaded", 1, FIVE_S),
-        "{}",
-        d.log()
-    );
-    let log = d.log();
-    let line = log
-        .lines()
-        .find(|l| l.contains("configuration not reloaded"))
-        .unwrap();
-    assert!(
-        line.contains(fleet.config.to_str().unwrap()),
-        "names the file: {line}"
-    );
-    assert!(
-        line.contains("verify_evry") && line.contains(&format!("line {lines}")),
-        "names the key and line {lines}: {line}"
-    );
-    let seen = d.count("tick finished");
-    assert!(d.wait_for("tick finished", seen + 2, Duration::from_secs(10)));
-    assert!(d.alive());
-    assert_eq!(fleet.remote_log().len(), 2, "spoke1 is not configured yet");
-    let m = d.metrics();
     assert_eq!(
-        sample(&m, "spokekeeper_errors_total{spoke=\"\",stage=\"reload\"}"),
+        sample(
+            m,
+            &format!("spokekeeper_rotations_total{{spoke=\"spoke{i}\",reason=\"initial\"}}")
+        ),
         Some(1.0),
-        "{m}"
+        "one rotation, then healthy ticks: {m}"
     );
-    assert!(!m.contains("spoke=\"spoke1\""), "{m}");
-
-    // Fixed: picked up, and spoke1 is rotated by the next tick.
-    fleet.write_config(&[0, 1], "verify_every: 12h\n");
-    d.signal(Signal::HUP);
-    assert!(
-        d.wait_for("configuration reloaded", 1, FIVE_S),
-        "{}",
-        d.log()
-    );
-    let seen = d.count("tick finished");
-    assert!(d.wait_for("tick finished", seen + 2, Duration::from_secs(20)));
-    let log = fleet.remote_log();
-    assert_eq!(log.len(), 3, "{log:?}");
-    assert!(
-        log[0].starts_with("spoke1: rotate kubeconfig: initial"),
-        "{log:?}"
-    );
-    let m = d.metrics();
-    assert_eq!(
-        sample(&m, "spokekeeper_spoke_up{spoke=\"spoke1\"}"),
-        Some(1.0),
-        "{m}"
-    );
-    d.signal(Signal::TERM);
-    assert!(d.wait_exit(Duration::from_secs(10)).unwrap().success());
-    fleet.assert_clean();
-}
-
-#[test]
-fn a_failing_tick_is_counted_the_daemon_keeps_going_and_readiness_follows() {
-    crate::support::requires!(ROOT);
-    let fleet = Fleet::new(&[NodeOptions::default()]);
-    // Another run holds the repo lock: every tick fails as a whole.
-    let lock = fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(fleet.clone.join(".git/spokekeeper.lock"))
-        .unwrap();
-    lock.try_lock().unwrap();
-    let mut d = Daemon::start(&fleet.config, &["--interval", "1s"]);
-    assert!(
-        d.wait_for("tick failed", 3, Duration::from_secs(10)),
-        "{}",
-        d.log()
-    );
-    assert!(d.alive());
-    assert!(
-        d.log().contains("another spokekeeper run holds"),
-        "{}",
-        d.log()
-    );
-    let m = d.metrics();
-    assert!(
-        sample(&m, "spokekeeper_errors_total{spoke=\"\",stage=\"tick\"}").is_some_and(|v| v >= 3.0),
-        "{m}"
-    );
-    // No tick finished for more than two periods: not ready.
-    let r = d.get("/readyz");
-    assert_eq!(r.status, 503, "{}", r.body);
-    assert!(r.body.contains("not ready"), "{}", r.body);
-
-    drop(lock);
-    assert!(
-        d.wait_for("tick finished", 1, Duration::from_secs(10)),
-        "{}",
-        d.log()
-    );
-    let r = d.get("/readyz");
-    assert_eq!(r.status, 200, "{}", r.body);
-    assert_eq!(fleet.remote_log().len(), 2);
 }
 
 #[test]
@@ -747,28 +529,6 @@ fn memory_with_100_spokes_idle_and_during_a_tick() {
     assert!(peak < 128 * 1024, "peak RSS {peak} KiB");
 }
 
-#[test]
-fn a_second_signal_cancels_the_running_tick_at_once() {
-    crate::support::requires!(ROOT);
-    let _quiet = support::timing::exclusive();
-    let fleet = Fleet::new(&[NodeOptions::default()]);
-    fs::write(&fleet.config, fleet.yaml(&[0], &[0])).unwrap();
-    fleet.nodes[0].sigstop();
-    let mut d = Daemon::start(&fleet.config, &["--now", "--interval", "1h"]);
-    assert!(d.wait_for("tick started", 1, FIVE_S), "{}", d.log());
-    d.signal(Signal::TERM);
-    assert!(d.wait_for("letting the running tick finish", 1, FIVE_S));
-    std::thread::sleep(Duration::from_millis(500));
-    assert!(d.alive(), "still in its grace");
-    let sent = Instant::now();
-    d.signal(Signal::INT);
-    let status = d.wait_exit(Duration::from_secs(5)).expect("exits");
-    let took = sent.elapsed();
-    fleet.nodes[0].sigcont();
-    let log = d.log();
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(took < Duration::from_secs(3), "{took:?}");
-    assert!(log.contains("SIGINT while stopping: cancelling"), "{log}");
-    assert!(log.contains("tick cancelled"), "{log}");
-    fleet.assert_clean();
-}
+mod signals;
+
+mod ticks;

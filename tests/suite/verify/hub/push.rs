@@ -60,7 +60,7 @@ async fn cert_fetched_and_a_push_verified_until_ready() {
 /// Spoke `i` of a rotation's report: rotated, its SealedSecret synced and its Kustomization
 /// ready after the reconcile request `flux reconcile` sends, holding what was committed.
 async fn assert_rotated_synced_and_ready(l: &HubLab, report: &Value, i: usize) {
-    assert_eq!(action(&report, i), "rotated");
+    assert_eq!(action(report, i), "rotated");
     let hub = &report["spokes"][i]["hub"];
     assert_eq!(hub["synced"]["ok"], true, "{hub}");
     assert_eq!(hub["synced"]["status"], "True");
