@@ -6,7 +6,7 @@
 //! and writes `status.lastHandledReconcileAt`, `observedGeneration` and the Ready
 //! condition, which the real API server validates against the real CRD schema.
 //!
-//! The controllers themselves do not run here (tests/suite/realstack/flux_real.rs runs
+//! The controllers themselves do not run here (tests/suite/realstack/flux_real/ runs
 //! them); what spokekeeper reads from them is exactly those status fields. As the
 //! controllers do, a suspended object echoes the request and keeps its status. Every
 //! shape it writes is held to the real controllers' in the same situation by

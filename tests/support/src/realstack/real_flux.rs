@@ -1,6 +1,6 @@
 //! A real hub with Flux's real controllers (`flux_controllers`), real spokes, and the
 //! fleet repo in Flux's layout served over HTTP (`git_http`): what the real-Flux tests
-//! (tests/suite/realstack/flux_real.rs) and the recovery benchmark (benches/recovery.rs)
+//! (tests/suite/realstack/flux_real/) and the recovery benchmark (benches/recovery.rs)
 //! start. Nothing here writes a status: every Ready is the controllers' own.
 
 use std::path::Path;
