@@ -311,7 +311,14 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     let (report, _) = stack.rotate_json(&["--all"]);
     assert_eq!(report["spokes"][0]["action"], "healthy", "{report:#}");
 
-    // kubeadm reset and a new init: new CAs; the committed credential is refused.
+    reset_and_init_is_rotated_as_ca_changed(&mut stack, &ca_before, &first_ca);
+
+    super_admin_conf_is_read_when_configured(&stack);
+}
+
+/// kubeadm reset and a new init: new CAs; the committed credential is refused, and the
+/// next tick rotates it as ca-changed.
+fn reset_and_init_is_rotated_as_ca_changed(stack: &mut Stack, ca_before: &str, first_ca: &Value) {
     stack.spoke.reset_and_init(&stack.hub.etcd);
     assert_ne!(stack.spoke.read(CA_CRT), ca_before);
     let stale = stack
@@ -322,12 +329,14 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
     assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
-    assert_ne!(spoke["ca_sha256"], first_ca, "{spoke:#}");
+    assert_ne!(&spoke["ca_sha256"], first_ca, "{spoke:#}");
     let who = stack.flux_whoami();
     assert_eq!(who["username"], "kubernetes-admin", "{who}");
     stack.assert_read_admin_conf_only();
+}
 
-    // Configured to, spokekeeper reads super-admin.conf, and the node sees it.
+/// Configured to, spokekeeper reads super-admin.conf, and the node sees it.
+fn super_admin_conf_is_read_when_configured(stack: &Stack) {
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
     std::fs::write(
         &stack.fleet.config,
