@@ -33,7 +33,6 @@ const NOT_YET: &[&str] = &[
     "tests/suite/publish/review.rs",
     "tests/suite/realstack/conformance.rs",
     "tests/suite/realstack/flux_add.rs",
-    "tests/suite/realstack/flux_sops.rs",
     "tests/suite/realstack/real_hub.rs",
     "tests/suite/soak.rs",
 ];
