@@ -24,9 +24,8 @@
 
 #[path = "lab/measure.rs"]
 mod measure;
-#[path = "../tests/support/mod.rs"]
-mod support;
 use measure::{Measured, measure};
+use spokekeeper_test_support as support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

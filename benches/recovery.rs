@@ -1,5 +1,5 @@
 //! Time to recovery of a rebuilt spoke on the real stack (issue 27): a real hub with Flux's
-//! real source-, kustomize- and helm-controller (tests/support/realstack/real_flux.rs),
+//! real source-, kustomize- and helm-controller (tests/support/src/realstack/real_flux.rs),
 //! one real spoke, the fleet repo in Flux's layout with Flux's usual intervals
 //! (GitRepository 1m, the root Kustomization and the spoke's Kustomization and HelmRelease
 //! 10m). Side by side in one run, on the same stack:
@@ -18,8 +18,7 @@
 //! `cargo bench --bench recovery` (as root, SPOKEKEEPER_REALSTACK set); skipped with a
 //! reason under `cargo test` (minutes of both cores) or without the real stack.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use spokekeeper_test_support as support;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

@@ -21,9 +21,9 @@
 
 #[path = "lab/measure.rs"]
 mod measure;
-#[path = "../tests/support/mod.rs"]
-mod support;
-use measure::{Measured, measure, status_kib};
+use measure::{Measured, measure};
+use spokekeeper_test_support as support;
+use support::status_kib;
 
 #[path = "lab/scale.rs"]
 mod scale_lab;

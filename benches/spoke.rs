@@ -8,8 +8,7 @@
 //! own API servers (same process) and allocator pages kept from earlier phases, not the
 //! ssh client processes.
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use spokekeeper_test_support as support;
 
 use std::future::Future;
 use std::time::{Duration, Instant};

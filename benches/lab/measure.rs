@@ -6,13 +6,6 @@ use std::io::Read;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// A `/proc/PID/status` field in KiB (`VmHWM:`, `VmRSS:`).
-pub fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let line = status.lines().find(|l| l.starts_with(field))?;
-    line.split_whitespace().nth(1)?.parse().ok()
-}
-
 /// The fields of /proc/self/stat after the command name, from the state field (3) on.
 fn self_stat() -> Vec<u64> {
     let stat = std::fs::read_to_string("/proc/self/stat").expect("/proc/self/stat");
@@ -148,7 +141,7 @@ fn reaper_main(peak_file: &std::ffi::OsStr) -> ! {
     let pid = child.id();
     let mut peak = 0;
     let status = loop {
-        if let Some(kib) = status_kib(pid, "VmHWM:") {
+        if let Some(kib) = spokekeeper_test_support::status_kib(pid, "VmHWM:") {
             peak = peak.max(kib);
         }
         if let Some(status) = child.try_wait().expect("wait") {

@@ -1,4 +1,4 @@
-//! The binary's own parser on what the deployments run (tests/suite/deploy.rs renders and
+//! The binary's own parser on what the deployments run (tests/suite/deploy/ renders and
 //! checks the files themselves), and `rotate`'s table on hostile values (the tick report
 //! of tests/suite/decide/annotations.rs).
 
@@ -69,7 +69,7 @@ fn the_images_cmd_runs_the_daemon() {
     }
 }
 
-/// What the Helm chart's container runs: tests/suite/deploy.rs asserts that the chart
+/// What the Helm chart's container runs: tests/suite/deploy/ asserts that the chart
 /// renders exactly these arguments (`CHART_ARGS_LEADER`, `CHART_ARGS_SINGLE` there).
 #[test]
 fn the_charts_arguments_run_the_daemon_with_and_without_leader_election() {

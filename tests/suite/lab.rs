@@ -15,6 +15,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 #[test]
 fn nodes_are_isolated_and_everything_stops_on_drop() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let nodes = lab.add_nodes(3, &NodeOptions::default());
     let mut addresses: Vec<_> = nodes.iter().map(|n| n.address).collect();
@@ -62,6 +63,7 @@ fn nodes_are_isolated_and_everything_stops_on_drop() {
 
 #[test]
 fn a_panicking_test_still_stops_its_node() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let (tx, rx) = std::sync::mpsc::channel();
     let result = std::thread::spawn(move || {
@@ -78,6 +80,7 @@ fn a_panicking_test_still_stops_its_node() {
 
 #[test]
 fn kubeconfig_is_k3s_shaped() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         sshd: false,
@@ -186,6 +189,7 @@ fn identity_of(node: &support::Node) -> (Vec<CertificateDer<'static>>, PrivateKe
 
 #[tokio::test]
 async fn api_answers_like_kube_apiserver() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         sshd: false,
@@ -252,6 +256,7 @@ async fn api_answers_like_kube_apiserver() {
 
 #[test]
 fn visudo_guards_the_sudoers_drop_in() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(NodeOptions {
         api: false,
@@ -265,6 +270,7 @@ fn visudo_guards_the_sudoers_drop_in() {
 
 #[tokio::test]
 async fn the_emulated_apis_bindings_survive_a_restart_not_a_rebuild() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(NodeOptions {
         sshd: false,

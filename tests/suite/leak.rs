@@ -1,4 +1,4 @@
-//! The plaintext-key check itself (tests/support/leak.rs): its needles identify one key,
+//! The plaintext-key check itself (tests/support/src/leak.rs): its needles identify one key,
 //! find it in every encoding spokekeeper writes a key in (each built here with openssl
 //! and the base64 crate, not with leak.rs), and it finds a planted key where the
 //! end-to-end tests and the soak look.
@@ -344,76 +344,81 @@ fn encodings(pem: &str) -> Vec<(String, Vec<u8>)> {
             format!("{der:?}").as_bytes(),
         );
         for j in 0..3 {
-            // j bytes before the DER or the PEM move it across the base64 groups.
-            let shifted = [&b"ab"[..j], der.as_slice()].concat();
-            add(
-                format!("{form} DER after {j} bytes, base64 wrapped at 64"),
-                &openssl(&["base64"], &shifted),
-            );
-            add(
-                format!("{form} DER after {j} bytes, base64 on one line"),
-                &openssl(&["base64", "-A"], &shifted),
-            );
-            add(
-                format!("{form} DER after {j} bytes, base64 wrapped at 76"),
-                STANDARD
-                    .encode(&shifted)
-                    .as_bytes()
-                    .chunks(76)
-                    .collect::<Vec<_>>()
-                    .join(&b'\n')
-                    .as_slice(),
-            );
-            let key_text = [&b"\n\n"[..j], key_pem.as_slice()].concat();
-            let kc = kubeconfig_holding("hub", &key_text);
-            add(
-                format!("{form} PEM after {j} bytes in client-key-data"),
-                kc.as_bytes(),
-            );
-            // `base64 kubeconfig` without -w0: wrapped at 76, here in a YAML block. A
-            // comment of 0 to 54 bytes moves the key along a whole line of it.
-            for pad in (0..57).step_by(3) {
-                let kc = format!("# {}\n{kc}", "x".repeat(pad));
-                let wrapped: String = STANDARD
-                    .encode(&kc)
-                    .as_bytes()
-                    .chunks(76)
-                    .map(|l| format!("    {}\n", std::str::from_utf8(l).unwrap()))
-                    .collect();
-                add(
-                    format!(
-                        "{form} PEM after {j} bytes, {pad} bytes later, in data.value wrapped at 76"
-                    ),
-                    format!("data:\n  value: |\n{wrapped}").as_bytes(),
-                );
-            }
-            for u in 0..3 {
-                // The user's name moves client-key-data across the outer groups.
-                let kc = kubeconfig_holding(&"spokekeeper:hub:1"[..15 + u], &key_text);
-                let secret = format!(
-                    "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke0-kubeconfig\n  \
-                     namespace: flux-system\ndata:\n  value: {}\n",
-                    STANDARD.encode(&kc)
-                );
-                add(
-                    format!(
-                        "{form} PEM after {j} bytes, user name of {} bytes, in a Secret's data.value",
-                        15 + u
-                    ),
-                    secret.as_bytes(),
-                );
-                let json = serde_json::json!({"data": {"value": STANDARD.encode(&kc)}});
-                add(
-                    format!(
-                        "{form} PEM after {j} bytes, user name of {} bytes, in a JSON Secret's data.value",
-                        15 + u
-                    ),
-                    json.to_string().as_bytes(),
-                );
-            }
+            shifted(form, key_pem, der, j, &mut add);
         }
     }
     out
+}
+
+/// The forms of `form`'s key after `j` bytes of something else, which move it across
+/// base64's groups: base64 of the DER, client-key-data, a Secret's data.value (wrapped, and
+/// with the user's name moving it along).
+fn shifted(form: &str, key_pem: &[u8], der: &[u8], j: usize, add: &mut impl FnMut(String, &[u8])) {
+    // j bytes before the DER or the PEM move it across the base64 groups.
+    let shifted = [&b"ab"[..j], der].concat();
+    add(
+        format!("{form} DER after {j} bytes, base64 wrapped at 64"),
+        &openssl(&["base64"], &shifted),
+    );
+    add(
+        format!("{form} DER after {j} bytes, base64 on one line"),
+        &openssl(&["base64", "-A"], &shifted),
+    );
+    add(
+        format!("{form} DER after {j} bytes, base64 wrapped at 76"),
+        STANDARD
+            .encode(&shifted)
+            .as_bytes()
+            .chunks(76)
+            .collect::<Vec<_>>()
+            .join(&b'\n')
+            .as_slice(),
+    );
+    let key_text = [&b"\n\n"[..j], key_pem].concat();
+    let kc = kubeconfig_holding("hub", &key_text);
+    add(
+        format!("{form} PEM after {j} bytes in client-key-data"),
+        kc.as_bytes(),
+    );
+    // `base64 kubeconfig` without -w0: wrapped at 76, here in a YAML block. A
+    // comment of 0 to 54 bytes moves the key along a whole line of it.
+    for pad in (0..57).step_by(3) {
+        let kc = format!("# {}\n{kc}", "x".repeat(pad));
+        let wrapped: String = STANDARD
+            .encode(&kc)
+            .as_bytes()
+            .chunks(76)
+            .map(|l| format!("    {}\n", std::str::from_utf8(l).unwrap()))
+            .collect();
+        add(
+            format!("{form} PEM after {j} bytes, {pad} bytes later, in data.value wrapped at 76"),
+            format!("data:\n  value: |\n{wrapped}").as_bytes(),
+        );
+    }
+    for u in 0..3 {
+        // The user's name moves client-key-data across the outer groups.
+        let kc = kubeconfig_holding(&"spokekeeper:hub:1"[..15 + u], &key_text);
+        let secret = format!(
+            "apiVersion: v1\nkind: Secret\nmetadata:\n  name: spoke0-kubeconfig\n  \
+             namespace: flux-system\ndata:\n  value: {}\n",
+            STANDARD.encode(&kc)
+        );
+        add(
+            format!(
+                "{form} PEM after {j} bytes, user name of {} bytes, in a Secret's data.value",
+                15 + u
+            ),
+            secret.as_bytes(),
+        );
+        let json = serde_json::json!({"data": {"value": STANDARD.encode(&kc)}});
+        add(
+            format!(
+                "{form} PEM after {j} bytes, user name of {} bytes, in a JSON Secret's data.value",
+                15 + u
+            ),
+            json.to_string().as_bytes(),
+        );
+    }
 }
 
 /// Asserts each encoding of `pems[i]` is found and named as key `i` by `needles`.

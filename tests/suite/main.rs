@@ -5,8 +5,7 @@
 
 #[path = "../kc_fixtures/mod.rs"]
 mod kc_fixtures;
-#[path = "../support/mod.rs"]
-mod support;
+use spokekeeper_test_support as support;
 
 // The pipeline, in its order (kept apart so that rustfmt leaves the order alone).
 mod observe;

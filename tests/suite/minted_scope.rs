@@ -78,6 +78,7 @@ fn push_edit(fleet: &Fleet, tag: &str, edit: impl Fn(&str) -> Option<String>) {
 /// leaves the other's credential working (they used to delete each other's).
 #[tokio::test(flavor = "multi_thread")]
 async fn two_entries_on_one_spoke_mint_renew_and_revoke_without_touching_each_other() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "");
     two_entries(&fleet, "credential:\n  mode: minted\n");
     let (code, report, err) = fleet.rotate_json(&["--all"]);
@@ -134,6 +135,7 @@ async fn two_entries_on_one_spoke_mint_renew_and_revoke_without_touching_each_ot
 /// an entry of the same name for one cluster: neither renews nor revokes the other's.
 #[tokio::test(flavor = "multi_thread")]
 async fn two_hubs_on_one_spoke_mint_renew_and_revoke_without_touching_each_other() {
+    crate::support::requires!(ROOT);
     let east = Fleet::with(
         &[NodeOptions::default()],
         "credential:\n  mode: minted\n  hub_id: east\n",
@@ -188,6 +190,7 @@ async fn two_hubs_on_one_spoke_mint_renew_and_revoke_without_touching_each_other
 /// `spokekeeper:hub:1` again.
 #[tokio::test(flavor = "multi_thread")]
 async fn removed_annotations_after_a_revoke_never_bind_an_earlier_user_again() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     let mut users = Vec::new();
     let mut old = Vec::new();
@@ -238,6 +241,7 @@ async fn authenticates_as(kc: &SecretBytes) -> String {
 /// deletes it (it may be another entry's or another deployment's).
 #[tokio::test(flavor = "multi_thread")]
 async fn an_earlier_versions_bindings_are_adopted_by_their_recorded_user_or_named() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");

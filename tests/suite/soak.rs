@@ -91,9 +91,7 @@ impl Daemon {
     }
 
     fn rss_kib(&self) -> Option<u64> {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).ok()?;
-        let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
-        line.split_whitespace().nth(1)?.parse().ok()
+        support::status_kib(self.child.id(), "VmRSS:")
     }
 
     fn wait_ticks(&self, more: usize, timeout: Duration) -> bool {
@@ -390,6 +388,7 @@ async fn soak() {
 /// is looked for in the daemon's log, the repos' objects, the clone and the TMPDIRs.
 #[test]
 fn a_short_minted_run_at_debug_leaks_no_key_into_logs_repos_or_tmp() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::with(&[NodeOptions::default(), NodeOptions::default()], MINTED);
     let mut needles = Needles::new();
     for node in &fleet.nodes {

@@ -66,6 +66,7 @@ fn has_finding(report: &Value, spoke: &str, cert: &str) -> bool {
 
 #[test]
 fn client_certs_expiring_in_5_20_and_300_days_grade_critical_warning_ok() {
+    crate::support::requires!(ROOT);
     let mut fleet = fleet_with_client_days(&[5, 20, 300, 365]);
     // spoke3 is left never rotated.
     let (code, out, err) = fleet.run(&["rotate", "spoke0", "spoke1", "spoke2"]);
@@ -296,6 +297,7 @@ fn untrusted_findings(report: &Value) -> Vec<&Value> {
 /// certificate the committed credentials record is critical until sealing.sha256 lists it.
 #[test]
 fn a_pushed_sealing_certificate_is_critical_until_sealing_sha256_lists_it() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let real = std::fs::read_to_string(vectors().join("key/cert.pem")).unwrap();
     let other = std::fs::read_to_string(vectors().join("other-key/tls.crt")).unwrap();
@@ -368,6 +370,7 @@ fn status_json(fleet: &Fleet) -> (i32, Value) {
 
 #[test]
 fn status_calls_a_spoke_whose_client_certificate_is_expiring_not_fine() {
+    crate::support::requires!(ROOT);
     let fleet = fleet_with_client_days(&[5, 300]);
     let (code, out, err) = fleet.run(&["rotate", "--all"]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -391,6 +394,7 @@ fn status_calls_a_spoke_whose_client_certificate_is_expiring_not_fine() {
 
 #[test]
 fn status_and_check_grade_every_spoke_alike() {
+    crate::support::requires!(ROOT);
     let fleet = fleet_with_client_days(&[5, 20, 300, 365]);
     // spoke3 is left never rotated.
     let (code, out, err) = fleet.run(&["rotate", "spoke0", "spoke1", "spoke2"]);
@@ -441,6 +445,7 @@ fn check_peak_kib(config: &std::path::Path) -> u64 {
 /// tree was held at once (24 of them: over 140 MiB).
 #[test]
 fn check_holds_one_fleet_repo_files_tree_at_a_time() {
+    crate::support::requires!(GNU_TIME);
     let dir = support::scratch_dir();
     let clone = seeded_clone(dir.path());
     let config = dir.path().join("spokekeeper.yaml");

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use support::daemon::Daemon;
-use support::helm::root;
 use support::peers::{self, Peer};
+use support::repo_root as root;
 
 const DASHBOARD: &str = "deploy/helm/spokekeeper/dashboards/spokekeeper.json";
 
@@ -109,6 +109,7 @@ fn scraping(addr: std::net::SocketAddr) -> Peer {
 
 #[test]
 fn every_dashboard_query_returns_series_from_a_real_scrape_and_an_unexported_metric_fails() {
+    crate::support::requires!(ROOT, PROMETHEUS);
     let mut lab = crate::verify::hub::lab(2, "");
     lab.fleet.nodes[1].stop_api();
     let daemon = Daemon::start(&lab.fleet.config, &["--interval", "1h"]);
@@ -190,6 +191,7 @@ fn panel_at(
 /// the last tick" counts from that tick, not from the restarted daemon's 0.
 #[test]
 fn the_dashboard_shows_a_first_failure_and_after_a_restart_the_last_rotation_and_tick_p90() {
+    crate::support::requires!(ROOT, PROMETHEUS);
     let mut lab = crate::verify::hub::lab(2, "");
     lab.fleet.nodes[1].stop_api();
     // Scraped from its start, as in a cluster (its first tick 10 s later): the tick's

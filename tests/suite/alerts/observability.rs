@@ -13,8 +13,9 @@ use serde_json::Value;
 use support::NodeOptions;
 use support::daemon::Daemon;
 use support::fleet::Fleet;
-use support::helm::{CHART, root, run_helm};
+use support::helm::{CHART, run_helm};
 use support::peers::{self, Peer, run_promtool};
+use support::repo_root as root;
 
 const RULES_TEST: &str = "deploy/prometheus/spokekeeper-rules.test.yaml";
 
@@ -69,6 +70,7 @@ fn alert_names(rules_json: &str) -> BTreeSet<String> {
 
 #[test]
 fn promtool_accepts_the_charts_rules_and_their_unit_tests_pass() {
+    crate::support::requires!(HELM, PROMTOOL);
     let dir = rules_dir();
     let check = run_promtool(
         dir.path(),
@@ -256,6 +258,7 @@ fn lint(exposition: &str) {
 
 #[test]
 fn a_real_scrape_passes_promtool_check_metrics_and_is_what_the_rule_tests_feed() {
+    crate::support::requires!(ROOT, PROMTOOL);
     let (_fleet, daemon) = ticked_daemon();
     let http = daemon.metrics();
     let scrape = body(&http);
@@ -304,6 +307,7 @@ fn eventually<T>(what: &str, peer: &Peer, mut f: impl FnMut() -> Option<T>) -> T
 
 #[test]
 fn prometheus_scrapes_the_daemon_and_the_rules_fit_what_it_scraped() {
+    crate::support::requires!(ROOT, PROMETHEUS);
     let (_fleet, daemon) = ticked_daemon();
     let rules = rendered_rules();
     // The labels the chart's ServiceMonitor gives the scrape: job is the Service's name.

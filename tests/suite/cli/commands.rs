@@ -217,6 +217,7 @@ fn unseal_prints_json_when_asked() {
 
 #[test]
 fn rotate_shows_progress_on_a_terminal_and_nothing_extra_elsewhere() {
+    crate::support::requires!(ROOT, SCRIPT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     support::trust::confirm_sealing_cert(&fleet.config);
     // Not a terminal: the table on stdout, nothing on stderr.

@@ -9,16 +9,18 @@ fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// README.md, SECURITY.md and every docs/*.md.
+/// README.md, SECURITY.md and every docs/*.md and docs/history/*.md.
 fn pages() -> Vec<PathBuf> {
     let mut pages = vec![root().join("README.md"), root().join("SECURITY.md")];
-    let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join("docs"))
-        .expect("read docs/")
-        .map(|e| e.expect("docs/ entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "md"))
-        .collect();
-    docs.sort();
-    pages.extend(docs);
+    for dir in ["docs", "docs/history"] {
+        let mut docs: Vec<PathBuf> = std::fs::read_dir(root().join(dir))
+            .unwrap_or_else(|e| panic!("read {dir}/: {e}"))
+            .map(|e| e.expect("docs/ entry").path())
+            .filter(|p| p.extension().is_some_and(|x| x == "md"))
+            .collect();
+        docs.sort();
+        pages.extend(docs);
+    }
     pages
 }
 

@@ -1,19 +1,41 @@
-//! The size limits of docs/ARCHITECTURE.md, kept true: no file in `src/` has over 500 lines
-//! of code and no function outside tests is over 100 lines. Lines of code are the lines
-//! before a file's `#[cfg(test)] mod`, neither blank nor comments; a function's length is
-//! its lines of code from `fn` to its closing brace.
+//! The size limits of docs/ARCHITECTURE.md, kept true: no Rust file in `src/`, `lab/` or
+//! `tests/` has over 500 lines of code and no function there is over 100 lines, unit tests,
+//! `tests.rs` files and test functions included. Lines of code are the lines neither blank
+//! nor comments; a function's length is its lines of code from `fn` to its closing brace.
 
 use std::path::{Path, PathBuf};
 
 const MAX_FILE_CODE: usize = 500;
 const MAX_FN_LINES: usize = 100;
 
+/// The folders measured, from the repository root.
+const MEASURED: &[&str] = &["src", "lab", "tests"];
+
 /// Over a limit in files others are reshaping today; the lead empties this list when
 /// they land.
-const OTHERS: &[&str] = &[];
+const OTHERS: &[&str] = &[
+    "src/alerts/tests.rs",
+    "src/mint/mod.rs",
+    "src/rotate/decide.rs",
+    "src/rotate/state.rs",
+];
 
-/// Over a limit and not split yet (issue 29): each leaves when it is split.
-const NOT_YET: &[&str] = &[];
+/// Over a limit and not split yet: each leaves when it is split.
+const NOT_YET: &[&str] = &[
+    "lab/src/api.rs",
+    "lab/src/forge.rs",
+    "lab/src/hub/mod.rs",
+    "lab/src/lease.rs",
+    "lab/src/objects.rs",
+    "src/alerts/events.rs",
+    "src/config/check.rs",
+    "src/metrics.rs",
+    "tests/suite/publish/review.rs",
+    "tests/suite/realstack/conformance.rs",
+    "tests/suite/realstack/flux_add.rs",
+    "tests/suite/realstack/real_hub.rs",
+    "tests/suite/soak.rs",
+];
 
 pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -48,8 +70,7 @@ pub(super) fn outside_tests(text: &str) -> &str {
 }
 
 fn lines_of_code(text: &str) -> usize {
-    outside_tests(text)
-        .lines()
+    text.lines()
         .map(str::trim)
         .filter(|l| !l.is_empty() && !l.starts_with("//"))
         .count()
@@ -96,8 +117,7 @@ fn close_of(text: &str, open: usize) -> usize {
 }
 
 /// Each function with a body: (its name, its length in lines).
-fn functions(text: &str) -> Vec<(String, usize)> {
-    let code = outside_tests(text);
+fn functions(code: &str) -> Vec<(String, usize)> {
     let mut out = Vec::new();
     let mut offset = 0;
     for line in code.split_inclusive('\n') {
@@ -153,26 +173,42 @@ fn too_big(text: &str) -> Vec<String> {
 }
 
 #[test]
-fn no_file_or_function_in_src_is_over_its_limit() {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+fn no_file_or_function_is_over_its_limit() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
-    rust_files(&src, &mut files);
+    for dir in MEASURED {
+        rust_files(&root.join(dir), &mut files);
+    }
     let mut found = Vec::new();
     for f in files {
         let name = f
-            .strip_prefix(&src)
+            .strip_prefix(root)
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        let allowed = OTHERS.contains(&name.as_str()) || NOT_YET.contains(&name.as_str());
-        if allowed || name.ends_with("tests.rs") {
+        if OTHERS.contains(&name.as_str()) || NOT_YET.contains(&name.as_str()) {
             continue;
         }
         for v in too_big(&std::fs::read_to_string(&f).unwrap()) {
-            found.push(format!("src/{name}: {v}; split it by concern"));
+            found.push(format!("{name}: {v}; split it by concern"));
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
+}
+
+/// Each listed file is still over a limit: a split one leaves the list.
+#[test]
+fn every_listed_file_is_still_over() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let split: Vec<&&str> = OTHERS
+        .iter()
+        .chain(NOT_YET)
+        .filter(|name| too_big(&std::fs::read_to_string(root.join(name)).unwrap()).is_empty())
+        .collect();
+    assert!(
+        split.is_empty(),
+        "within the limits now, take them off the list: {split:?}"
+    );
 }
 
 #[test]
@@ -181,14 +217,16 @@ fn the_check_measures_files_and_functions() {
     let long = format!("pub(crate) async fn long(a: u8) -> u8 {{\n{body}}}\n");
     assert_eq!(functions(&long), vec![("long".to_string(), 104)]);
     assert_eq!(too_big(&long).len(), 1);
+    let in_tests = format!("#[cfg(test)]\nmod tests {{\n{long}}}\n");
+    assert_eq!(functions(&in_tests), vec![("long".to_string(), 104)]);
     let short = "fn short() {\n\n    // why\n    1\n}\nfn decl();\n";
     assert_eq!(functions(short), vec![("short".to_string(), 3)]);
     let file = format!(
         "{}#[cfg(test)]\nmod tests {{\n{}}}\n",
-        "let a = 1;\n\n// c\n".repeat(501),
-        "x\n".repeat(900)
+        "let a = 1;\n\n// c\n".repeat(200),
+        "x\n".repeat(298)
     );
-    assert_eq!(lines_of_code(&file), 501);
+    assert_eq!(lines_of_code(&file), 501, "unit tests count");
     assert_eq!(
         too_big(&file),
         vec!["501 lines of code (at most 500)".to_string()]

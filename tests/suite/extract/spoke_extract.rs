@@ -36,6 +36,7 @@ async fn assert_no_ssh_left(address: IpAddr) {
 
 #[tokio::test]
 async fn root_reads_the_kubeconfig_byte_for_byte() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -61,6 +62,7 @@ async fn root_reads_the_kubeconfig_byte_for_byte() {
 
 #[tokio::test]
 async fn an_unprivileged_user_reads_it_with_sudo_only() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -96,6 +98,7 @@ async fn an_unprivileged_user_reads_it_with_sudo_only() {
 
 #[tokio::test]
 async fn the_node_recipe_works_as_written() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(NodeOptions {
         api: false,
@@ -135,6 +138,7 @@ async fn the_node_recipe_works_as_written() {
 
 #[tokio::test]
 async fn unknown_host_keys_are_refused_and_nothing_is_learned() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -195,6 +199,7 @@ async fn unknown_host_keys_are_refused_and_nothing_is_learned() {
 
 #[tokio::test]
 async fn a_changed_host_key_is_refused_with_the_new_fingerprint() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(NodeOptions {
         api: false,
@@ -246,6 +251,7 @@ async fn a_changed_host_key_is_refused_with_the_new_fingerprint() {
 
 #[tokio::test]
 async fn a_node_that_accepts_tcp_but_never_answers_times_out() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
@@ -278,6 +284,7 @@ async fn a_node_that_accepts_tcp_but_never_answers_times_out() {
 
 #[tokio::test]
 async fn a_command_that_hangs_is_cut_off_and_its_session_ended() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
@@ -316,6 +323,7 @@ fn our_ssh_children(address: IpAddr) -> Vec<i32> {
 
 #[tokio::test]
 async fn a_session_is_one_ssh_child_killed_and_reaped_when_the_caller_gives_up() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -354,6 +362,7 @@ async fn a_session_is_one_ssh_child_killed_and_reaped_when_the_caller_gives_up()
 
 #[tokio::test]
 async fn endless_output_is_refused_at_the_cap_without_waiting_for_the_node() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -387,6 +396,7 @@ async fn endless_output_is_refused_at_the_cap_without_waiting_for_the_node() {
 
 #[tokio::test]
 async fn the_size_cap_refuses_one_byte_more_and_accepts_exactly_the_cap() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -416,6 +426,7 @@ async fn the_size_cap_refuses_one_byte_more_and_accepts_exactly_the_cap() {
 
 #[tokio::test]
 async fn paths_reach_the_node_literally() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,
@@ -433,6 +444,7 @@ async fn paths_reach_the_node_literally() {
 
 #[tokio::test]
 async fn wrong_key_and_stopped_sshd_are_told_apart() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(NodeOptions {
         api: false,
@@ -478,6 +490,7 @@ async fn wrong_key_and_stopped_sshd_are_told_apart() {
 
 #[tokio::test]
 async fn errors_never_carry_kubeconfig_bytes() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: false,

@@ -26,6 +26,7 @@ fn padding(n: usize) -> Vec<Vec<u8>> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_padded_chain_is_refused_while_the_other_spokes_rotate() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&vec![NodeOptions::default(); 3]);
     let (code, report, err) = fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report:#}\n{err}");

@@ -63,6 +63,7 @@ async fn a_root_outside_the_bundle_settles(extra: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_extracted_spoke_serving_a_root_its_kubeconfig_lacks_settles() {
+    crate::support::requires!(ROOT);
     a_root_outside_the_bundle_settles("").await;
 }
 
@@ -70,6 +71,7 @@ async fn an_extracted_spoke_serving_a_root_its_kubeconfig_lacks_settles() {
 /// the recorded one): no new generation, no binding made.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_minted_spoke_serving_a_root_its_kubeconfig_lacks_settles() {
+    crate::support::requires!(ROOT);
     a_root_outside_the_bundle_settles(MINTED).await;
 }
 
@@ -77,6 +79,7 @@ async fn a_minted_spoke_serving_a_root_its_kubeconfig_lacks_settles() {
 /// the next run commits the new bundle as a changed CA, and then the spoke is healthy.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_root_the_kubeconfig_then_trusts_is_committed_once() {
+    crate::support::requires!(ROOT);
     for extra in ["", MINTED] {
         let root = throwaway_root();
         let mut fleet = committed_then_serving(extra, &root);

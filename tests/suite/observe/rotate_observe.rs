@@ -97,6 +97,7 @@ async fn rotates_keeping_the_api_server(fleet: &Fleet, url: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_non_ascii_sealing_fingerprint_rotates_the_spoke_instead_of_panicking() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     // With the certificate anchored outside the repo, a damaged record of it is only a
     // reason to rotate (without an anchor the record is what trust rests on).
@@ -124,6 +125,7 @@ async fn a_non_ascii_sealing_fingerprint_rotates_the_spoke_instead_of_panicking(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_re_addressed_spoke_is_probed_at_its_new_address_and_rotated() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let node = &fleet.nodes[0];
@@ -153,6 +155,7 @@ async fn a_re_addressed_spoke_is_probed_at_its_new_address_and_rotated() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_server_on_port_443_keeps_its_port() {
+    crate::support::requires!(ROOT);
     // A load balancer on 443 in front of the node, whose k3s.yaml says 6443.
     let fleet = Fleet::new(&[NodeOptions {
         api_port: 443,
@@ -169,6 +172,7 @@ async fn an_api_server_on_port_443_keeps_its_port() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_api_server_behind_a_path_prefix_keeps_its_path() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions {
         api_prefix: "/k8s/spoke".into(),
         ..NodeOptions::default()
@@ -181,6 +185,7 @@ async fn an_api_server_behind_a_path_prefix_keeps_its_path() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_ca_bundle_is_recorded_whole_and_either_ca_is_healthy() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&[NodeOptions::default()]);
     // Mid CA rotation: the kubeconfig trusts [old, new], the API serves from the new.
     fleet.nodes[0].rotate_server_ca(true);
@@ -206,6 +211,7 @@ async fn a_ca_bundle_is_recorded_whole_and_either_ca_is_healthy() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions {
         git_version: "v1.26.15+k3s1".into(),
         ..NodeOptions::default()
@@ -225,6 +231,7 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
 /// reads now), judged against the tick's probe.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
+    crate::support::requires!(ROOT);
     use spokekeeper::rotate::{self, Options, Outcome, observe};
     use spokekeeper::spoke::CaCheck;
     use std::time::Duration;

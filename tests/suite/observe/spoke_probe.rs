@@ -20,6 +20,7 @@ fn api_only() -> NodeOptions {
 
 #[tokio::test]
 async fn a_healthy_spoke_verifies_against_its_ca() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(api_only());
     let report = probe(&node.api_url, LIMIT).await.unwrap();
@@ -60,6 +61,7 @@ async fn a_healthy_spoke_verifies_against_its_ca() {
 
 #[tokio::test]
 async fn a_rebuilt_spoke_shows_up_as_a_ca_change() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(api_only());
     let recorded_ca = node.server_ca_der();
@@ -79,6 +81,7 @@ async fn a_rebuilt_spoke_shows_up_as_a_ca_change() {
 
 #[tokio::test]
 async fn an_address_missing_from_the_sans_is_reported() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         address_in_sans: false,
@@ -98,6 +101,7 @@ async fn an_address_missing_from_the_sans_is_reported() {
 
 #[tokio::test]
 async fn an_api_that_is_down_is_unreachable_not_a_ca_change() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(api_only());
     node.stop_api();
@@ -144,6 +148,7 @@ async fn a_silent_server_times_out_within_the_limit() {
 
 #[tokio::test]
 async fn a_port_that_is_not_tls_is_named_as_such() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         api: true,

@@ -321,21 +321,25 @@ async fn open_update_merge(kind: Kind) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn github_opens_updates_and_merges() {
+    crate::support::requires!(ROOT);
     open_update_merge(Kind::Github).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitlab_opens_updates_and_merges() {
+    crate::support::requires!(ROOT);
     open_update_merge(Kind::Gitlab).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn gitea_opens_updates_and_merges() {
+    crate::support::requires!(ROOT);
     open_update_merge(Kind::Gitea).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn two_spokes_give_two_pull_requests_with_labels_and_reviewers() {
+    crate::support::requires!(ROOT);
     for kind in KINDS {
         let reviewer = if kind == Kind::Gitlab {
             "\"42\""
@@ -419,6 +423,7 @@ async fn two_spokes_give_two_pull_requests_with_labels_and_reviewers() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_bad_token_keeps_the_branch_and_the_next_tick_opens_the_pull_request() {
+    crate::support::requires!(ROOT);
     for kind in KINDS {
         let r = review(kind, 1, "");
         std::fs::write(&r.token_file, "wrong-token\n").unwrap();
@@ -454,6 +459,7 @@ async fn a_bad_token_keeps_the_branch_and_the_next_tick_opens_the_pull_request()
 
 #[tokio::test(flavor = "multi_thread")]
 async fn forbidden_wrong_repository_and_missing_token_are_reported() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     r.forge.fault(
         Method::POST,
@@ -522,6 +528,7 @@ async fn forbidden_wrong_repository_and_missing_token_are_reported() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pull_request_that_already_exists_is_updated_not_duplicated() {
+    crate::support::requires!(ROOT);
     for kind in KINDS {
         let r = review(kind, 1, "");
         // Another client opened it 5 hours ago; the list call misses it (a race).
@@ -553,6 +560,7 @@ async fn a_pull_request_that_already_exists_is_updated_not_duplicated() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn rate_limits_are_waited_out_when_short_and_reported_when_long() {
+    crate::support::requires!(ROOT);
     // GitHub: 403 with x-ratelimit-remaining 0 until x-ratelimit-reset.
     let r = review(Kind::Github, 1, "");
     let reset = time::OffsetDateTime::now_utc().unix_timestamp() + 1;
@@ -608,6 +616,7 @@ async fn rate_limits_are_waited_out_when_short_and_reported_when_long() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_forge_times_out_and_the_branch_stays() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let r = review(Kind::Gitea, 1, "");
     r.forge
@@ -626,6 +635,7 @@ async fn a_hung_forge_times_out_and_the_branch_stays() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn check_and_the_table_show_pending_reviews_and_their_age() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let (code, out, err) = r.fleet.rotate(&["--all"]);
     assert_eq!(code, 0, "{out}\n{err}");
@@ -662,6 +672,7 @@ async fn check_and_the_table_show_pending_reviews_and_their_age() {
 
 #[test]
 fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after() {
+    crate::support::requires!(ROOT);
     // Nothing usable on the target branch (never merged), the fix open for 5 hours.
     let r = review(Kind::Gitlab, 1, "");
     let (code, report, err) = r.rotate();
@@ -700,6 +711,7 @@ fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after(
 /// are "unverified", never a validated fix.
 #[test]
 fn check_calls_a_pull_request_it_did_not_push_unverified() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     std::fs::write(
@@ -746,6 +758,7 @@ fn check_calls_a_pull_request_it_did_not_push_unverified() {
 
 #[test]
 fn a_dry_run_pushes_nothing_and_opens_nothing() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Gitea, 1, "");
     let (code, report, err) = r.fleet.rotate_json(&["--all", "--dry-run"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -775,6 +788,7 @@ fn a_dry_run_pushes_nothing_and_opens_nothing() {
 /// `spokekeeper run` in review mode: /metrics carries the pending review and its age.
 #[test]
 fn the_daemon_exports_pending_reviews() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let (code, _, _) = r.rotate();
     assert_eq!(code, 0);
@@ -801,6 +815,7 @@ fn the_daemon_exports_pending_reviews() {
 /// merged (main holds its file), so a periodic re-check proposes nothing again.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_squash_merged_branch_is_not_proposed_again() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     std::fs::write(
@@ -830,6 +845,7 @@ async fn a_squash_merged_branch_is_not_proposed_again() {
 /// wherever it points.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_redirecting_forge_is_refused_and_the_token_stays_home() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Gitlab, 1, "");
     r.forge.fault(
         Method::GET,
@@ -859,6 +875,7 @@ async fn a_redirecting_forge_is_refused_and_the_token_stays_home() {
 /// never pushes the target branch, and says what to do.
 #[tokio::test(flavor = "multi_thread")]
 async fn review_mode_never_pushes_commits_left_in_the_clone() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let main_before = git(&r.fleet.remote, &["rev-parse", "main"]);
     std::fs::write(r.fleet.clone.join("NOTES.md"), "left behind\n").unwrap();
@@ -892,6 +909,7 @@ async fn review_mode_never_pushes_commits_left_in_the_clone() {
 /// still hears nothing; a tick that may act opens the pull request.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
+    crate::support::requires!(ROOT);
     use spokekeeper::rotate::{self, Context, Gate, Options, Outcome, RepoStage, Stage};
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
@@ -985,6 +1003,7 @@ async fn a_refused_gate_pushes_no_branch_and_sends_nothing_to_the_forge() {
 /// the pull request is reported open (not failed, and not opened again next tick).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_reviewer_request_still_reports_the_open_pull_request() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "    reviewers: [alice]\n");
     r.forge.fault(
         Method::POST,
@@ -1008,6 +1027,7 @@ async fn a_failed_reviewer_request_still_reports_the_open_pull_request() {
 /// fail at once (their branches pushed) and the next tick retries.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_forge_costs_one_timeout_per_tick_not_one_per_spoke() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let r = review(Kind::Github, 3, "");
     r.forge
@@ -1060,6 +1080,7 @@ fn copied_with_other_ciphertext(r: &Review, spoke: usize) -> (String, String) {
 /// repo.signing_key; the pull request body and the log say which head was replaced.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_branch_spokekeeper_did_not_sign_is_replaced_not_endorsed() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
@@ -1110,6 +1131,7 @@ async fn a_branch_spokekeeper_did_not_sign_is_replaced_not_endorsed() {
 /// the real key that also changes another file) is not spoke1's fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_signed_commit_for_another_spoke_or_with_extra_files_is_not_trusted() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Gitea, 2, "");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
@@ -1295,6 +1317,7 @@ async fn provenance_needs_our_signature_a_parent_on_target_and_only_our_file() {
 /// key, its line and the fix; so is a key with a passphrase.
 #[test]
 fn review_mode_without_a_usable_signing_key_is_refused() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let yaml = std::fs::read_to_string(&r.fleet.config).unwrap();
     let line = format!("  signing_key: {}\n", r.signing_key.display());
@@ -1531,6 +1554,7 @@ async fn merged_by_content_needs_spokekeepers_own_commit() {
 /// last (an older rotation of the same spoke, pushed back) is replaced, not endorsed.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_replayed_signed_commit_is_replaced_not_endorsed() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
@@ -1563,6 +1587,7 @@ async fn a_replayed_signed_commit_is_replaced_not_endorsed() {
 /// it finds: it replaces each once, says why, and trusts its own from then on.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_clone_without_a_record_replaces_the_branch_once() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Gitea, 1, "");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
@@ -1609,6 +1634,7 @@ async fn a_clone_without_a_record_replaces_the_branch_once() {
 /// body, naming the verified head.
 #[test]
 fn an_adopted_pull_request_gets_spokekeepers_title_and_body() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Github, 1, "");
     std::fs::write(&r.token_file, "wrong-token\n").unwrap();
     let (code, report, _) = r.rotate();
@@ -1646,6 +1672,7 @@ fn an_adopted_pull_request_gets_spokekeepers_title_and_body() {
 /// and verified is not reported as pending.
 #[test]
 fn a_pull_request_showing_another_head_is_not_endorsed() {
+    crate::support::requires!(ROOT);
     let r = review(Kind::Gitlab, 1, "");
     let (code, report, err) = r.rotate();
     assert_eq!(code, 0, "{report}\n{err}");
@@ -1865,6 +1892,7 @@ async fn an_onboarding_commit_is_trusted_only_as_pushed_for_its_own_spoke() {
 /// the same credential); once merged, the spoke is healthy.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sops_credential_is_proposed_for_review_and_healthy_once_merged() {
+    crate::support::requires!(ROOT);
     use crate::seal::sops_tick::{age_key, real_sops_decrypt};
     let r = review(Kind::Github, 1, "");
     let keys = tempfile::tempdir().unwrap();

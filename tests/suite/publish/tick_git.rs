@@ -25,6 +25,7 @@ fn count(calls: &[String], sub: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn one_git_process_makes_every_commit_of_a_tick() {
+    crate::support::requires!(ROOT);
     let mut fleet = Fleet::new(&vec![NodeOptions::default(); 3]);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let pushed_before = fleet.remote_log().len();

@@ -1,5 +1,5 @@
 //! The emulators stay honest: each sends the same requests to an emulator and to the real
-//! component (tests/support/realstack) and compares the status codes and the fields
+//! component (tests/support/src/realstack) and compares the status codes and the fields
 //! spokekeeper reads. The real component is right; a difference is a fix to the emulator.
 //!
 //! - the mock spoke API (`spokekeeper_lab::ApiServer`) against a real kube-apiserver with
@@ -262,6 +262,7 @@ async fn live(kubeconfig: String) -> Value {
 
 #[test]
 fn the_mock_spoke_api_answers_as_a_real_spoke() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
@@ -591,6 +592,7 @@ fn access_rules() -> Value {
 
 #[test]
 fn the_simulated_hub_answers_as_the_real_hub() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let real = RealHub::start(&HubOptions::default());
@@ -922,6 +924,7 @@ async fn lease_transcript(client: &kube::Client) -> Vec<(String, Value)> {
 
 #[test]
 fn the_lease_emulator_answers_as_a_real_api_server() {
+    crate::support::requires!(REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let dir = support::scratch_dir();
@@ -1337,6 +1340,7 @@ async fn client_from_yaml_async(yaml: &str) -> kube::Client {
 
 #[test]
 fn the_mock_mints_as_a_real_spoke_and_its_controller_manager() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
@@ -1460,6 +1464,7 @@ async fn unsigned_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
 
 #[test]
 fn without_a_signer_neither_the_mock_nor_a_real_spoke_signs() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
@@ -1517,6 +1522,7 @@ async fn denied_transcript(admin: &kube::Client) -> Vec<(String, Value)> {
 
 #[test]
 fn a_denied_approval_reads_the_same_from_the_mock_and_a_real_spoke() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let lab = Lab::new();
@@ -1550,7 +1556,7 @@ fn a_denied_approval_reads_the_same_from_the_mock_and_a_real_spoke() {
 }
 
 // ---------------------------------------------------------------------------------------
-// The played Flux (tests/support/realstack/flux.rs, LabFlux) against Flux's real
+// The played Flux (tests/support/src/realstack/flux.rs, LabFlux) against Flux's real
 // controllers: the Ready it writes in each situation, and the fields spokekeeper reads.
 
 /// What spokekeeper reads of one consumer after a run: Ready's status and reason, whether
@@ -1597,6 +1603,7 @@ fn played_shape(plural: &str, ok: bool, observed_before: bool) -> Value {
 /// timestamps are not compared.
 #[test]
 fn the_played_flux_writes_what_the_real_controllers_write() {
+    crate::support::requires!(ROOT, REAL_STACK);
     use support::realstack::flux_controllers::{NS, request_reconcile};
     use support::realstack::real_flux::RealFlux;
 

@@ -1,6 +1,6 @@
 //! spokekeeper against spokes laid out as k3s and RKE2 write them (issue 30): the real
 //! kube-apiserver and kube-controller-manager started with the files and flags k3s and
-//! RKE2 use (tests/support/realstack/distro.rs, docs/distributions.md), behind the lab's
+//! RKE2 use (tests/support/src/realstack/distro.rs, docs/distributions.md), behind the lab's
 //! real sshd, against the real hub. Per distribution and credential mode: the first
 //! rotation, a renewal (an expiring client certificate, same CA) and a reinstall; and
 //! k3s's own CA rotation (rotate-default-ca-certs.sh, then `certificate rotate-ca`).
@@ -8,7 +8,7 @@
 use crate::support;
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -18,7 +18,7 @@ use support::fleet::Fleet;
 use support::realstack::distro::{Distro, DistroOptions, DistroSpoke, KUBECONFIG_PORT};
 use support::realstack::flux::LabFlux;
 use support::realstack::hub::{HubOptions, RealHub};
-use support::realstack::run;
+use support::realstack::list_namespaces;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 const MINTED: &str = "credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n";
@@ -129,15 +129,6 @@ impl Stack {
             .unwrap_or_else(|e| panic!("Flux's code calls the spoke: {e}"));
         who["username"].as_str().unwrap().to_string()
     }
-}
-
-/// `kubectl get namespaces` with `kubeconfig`: Ok, or kubectl's error.
-fn list_namespaces(kubeconfig: &Path) -> Result<String, String> {
-    run(
-        std::process::Command::new(support::realstack::bin("kubectl"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]),
-    )
 }
 
 fn kind(spoke: &Value) -> &str {
@@ -305,26 +296,31 @@ fn client_chain(kubeconfig: &str) -> Vec<Vec<u8>> {
 
 #[test]
 fn k3s_extracted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     extracted_lifecycle(Distro::K3s);
 }
 
 #[test]
 fn rke2_extracted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     extracted_lifecycle(Distro::Rke2);
 }
 
 #[test]
 fn k3s_minted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     minted_lifecycle(Distro::K3s);
 }
 
 #[test]
 fn rke2_minted_rotates_renews_and_survives_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     minted_lifecycle(Distro::Rke2);
 }
 
 #[test]
 fn k3s_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
+    crate::support::requires!(ROOT, REAL_STACK);
     ca_rotation(Distro::K3s);
 }
 
@@ -332,6 +328,7 @@ fn k3s_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
 /// `rke2 certificate rotate-ca`.
 #[test]
 fn rke2_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
+    crate::support::requires!(ROOT, REAL_STACK);
     ca_rotation(Distro::Rke2);
 }
 
@@ -342,6 +339,7 @@ fn rke2_ca_rotation_keeps_the_old_generation_until_the_new_ca_is_minted_on() {
 /// kubeconfig over SSH from that path, as root and as the node user with sudo.
 #[test]
 fn k3s_and_rke2_files_and_ports_are_as_they_write_them() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let dir = tempfile::tempdir().unwrap();
     let etcd = support::realstack::kube::Etcd::start(dir.path());

@@ -148,6 +148,7 @@ fn has_release(api: &support::realstack::kube::KubeApi, name: &str) -> bool {
 
 #[test]
 fn after_add_the_real_controllers_deploy_to_the_new_spoke_and_the_traps_land_where_check_says() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(2, false, "", spoke1_to_add);
     forget_spoke1(&stack);
@@ -364,6 +365,7 @@ const ESCAPE: &str = "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomiz
 
 #[test]
 fn two_added_spokes_keep_same_named_releases_apart_and_one_spokes_directory_reaches_nothing_else() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_with(2, false, "", both_to_add);
     // Spoke 1 by a bare name (its GitRepository in flux-system), spoke 0 by

@@ -88,6 +88,7 @@ fn push(stack: &RealFlux, name: &str, files: &[(&str, &str)], message: &str) {
 
 #[test]
 fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deploys_through_it() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start(1, false, "");
     let (code, report, err) = stack.rotate_json();
@@ -102,54 +103,10 @@ fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deplo
     // Encrypted for the hub's age key and an operator's, as spokekeeper writes sops.
     let hub_key = age::x25519::Identity::generate();
     let operator = age::x25519::Identity::generate();
-    let recipients = AgeRecipients::parse(&[
-        hub_key.to_public().to_string(),
-        operator.to_public().to_string(),
-    ])
-    .unwrap();
-    let input = SecretInput {
-        name: "spoke0-kubeconfig-sops".into(),
-        namespace: "flux-system".into(),
-        type_: Some("Opaque".into()),
-        annotations: BTreeMap::from([("spokekeeper.io/spoke".into(), "spoke0".into())]),
-        data: BTreeMap::from([("value".into(), SecretBytes::from(kubeconfig.clone()))]),
-        ..SecretInput::default()
-    };
-    let encrypted = sops::encrypt(&input, &recipients).unwrap();
+    let encrypted = sops_kubeconfig(&kubeconfig, &[&hub_key, &operator]);
     flux::age_secret(&stack.hub, AGE_SECRET, &hub_key);
 
-    // A flipped byte in the encrypted value: AES-GCM refuses it, nothing reaches the hub.
-    let at = encrypted.find("    value: ENC[AES256_GCM,data:").unwrap() + 31;
-    let mut flipped = encrypted.clone().into_bytes();
-    flipped[at] = if flipped[at] == b'A' { b'B' } else { b'A' };
-    let flipped = String::from_utf8(flipped).unwrap();
-    push(
-        &stack,
-        "sops-work",
-        &[
-            ("sops/spoke0-kubeconfig.yaml", &flipped),
-            ("apps/spoke0-sops/configmap.yaml", CONFIGMAP),
-            ("fluxcd/sops.yaml", KUSTOMIZATIONS),
-        ],
-        "sops: spoke0's kubeconfig for the hub's age key (a value altered)",
-    );
-    let refused = stack.wait_for(
-        "kustomization",
-        "sops-secrets",
-        "the decryption failure",
-        |r| r.status == "False" && r.message.contains("failed to decrypt"),
-    );
-    assert!(
-        refused.message.contains("spoke0-kubeconfig-sops"),
-        "{refused:?}"
-    );
-    let absent = |stack: &RealFlux| {
-        stack
-            .hub
-            .secret_value("flux-system", "spoke0-kubeconfig-sops", "value")
-            .is_none()
-    };
-    assert!(absent(&stack), "nothing decrypted from an altered value");
+    a_flipped_byte_is_refused(&stack, &encrypted);
 
     // A readable field changed after encryption: kustomize-controller does not check the
     // sops MAC (its checkSopsMac is off, as Flux documents), so it applies it. sops -d
@@ -227,6 +184,7 @@ fn the_real_kustomize_controller_decrypts_spokekeepers_sops_kubeconfig_and_deplo
 /// hub's key is `decrypted`, and the spoke's consumer Ready.
 #[test]
 fn hub_verification_reports_a_sops_file_the_real_controller_cannot_decrypt() {
+    crate::support::requires!(ROOT, REAL_STACK);
     use spokekeeper::hub::verify::{Ask, Delivery, verify_sops};
     use spokekeeper::hub::{Consumer, Hub, Kind};
     use std::time::Duration;
@@ -242,27 +200,10 @@ fn hub_verification_reports_a_sops_file_the_real_controller_cannot_decrypt() {
         .expect("the unsealed kubeconfig");
     let hub_key = age::x25519::Identity::generate();
     let other_key = age::x25519::Identity::generate();
-    let encrypt_to = |key: &age::x25519::Identity| {
-        let recipients = AgeRecipients::parse(&[key.to_public().to_string()]).unwrap();
-        let input = SecretInput {
-            name: "spoke0-kubeconfig-sops".into(),
-            namespace: "flux-system".into(),
-            type_: Some("Opaque".into()),
-            data: BTreeMap::from([("value".into(), SecretBytes::from(kubeconfig.clone()))]),
-            ..SecretInput::default()
-        };
-        sops::encrypt(&input, &recipients).unwrap()
-    };
+    let encrypt_to = |key: &age::x25519::Identity| sops_kubeconfig(&kubeconfig, &[key]);
     flux::age_secret(&stack.hub, AGE_SECRET, &hub_key);
 
-    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
-    let config =
-        spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", stack.fleet.dir.path())
-            .unwrap();
-    let hub_cfg = config.hub.clone().unwrap();
-    let mut spoke = config.spokes[0].clone();
-    spoke.secret.name = "spoke0-kubeconfig-sops".into();
-    spoke.output = "sops/spoke0-kubeconfig.yaml".into();
+    let (hub_cfg, spoke) = sops_spoke(&stack);
     let consumer = Consumer {
         kind: Kind::Kustomization,
         namespace: "flux-system".into(),
@@ -341,4 +282,76 @@ fn hub_verification_reports_a_sops_file_the_real_controller_cannot_decrypt() {
         on_hub == kubeconfig,
         "the controller decrypted another value"
     );
+}
+
+/// spoke0's kubeconfig as spokekeeper writes it in sops format, for `recipients`.
+fn sops_kubeconfig(kubeconfig: &[u8], recipients: &[&age::x25519::Identity]) -> String {
+    let recipients = AgeRecipients::parse(
+        &recipients
+            .iter()
+            .map(|r| r.to_public().to_string())
+            .collect::<Vec<_>>(),
+    )
+    .unwrap();
+    let input = SecretInput {
+        name: "spoke0-kubeconfig-sops".into(),
+        namespace: "flux-system".into(),
+        type_: Some("Opaque".into()),
+        annotations: BTreeMap::from([("spokekeeper.io/spoke".into(), "spoke0".into())]),
+        data: BTreeMap::from([("value".into(), SecretBytes::from(kubeconfig.to_vec()))]),
+        ..SecretInput::default()
+    };
+    sops::encrypt(&input, &recipients).unwrap()
+}
+
+/// The stack's hub configuration, and spoke0's entry with its sops Secret and output.
+fn sops_spoke(
+    stack: &RealFlux,
+) -> (
+    spokekeeper::config::HubConfig,
+    spokekeeper::config::SpokeConfig,
+) {
+    let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    let config =
+        spokekeeper::config::Config::parse(&text, "spokekeeper.yaml", stack.fleet.dir.path())
+            .unwrap();
+    let mut spoke = config.spokes[0].clone();
+    spoke.secret.name = "spoke0-kubeconfig-sops".into();
+    spoke.output = "sops/spoke0-kubeconfig.yaml".into();
+    (config.hub.unwrap(), spoke)
+}
+
+/// A flipped byte in the encrypted value: AES-GCM refuses it, nothing reaches the hub.
+fn a_flipped_byte_is_refused(stack: &RealFlux, encrypted: &str) {
+    let at = encrypted.find("    value: ENC[AES256_GCM,data:").unwrap() + 31;
+    let mut flipped = encrypted.to_string().into_bytes();
+    flipped[at] = if flipped[at] == b'A' { b'B' } else { b'A' };
+    let flipped = String::from_utf8(flipped).unwrap();
+    push(
+        stack,
+        "sops-work",
+        &[
+            ("sops/spoke0-kubeconfig.yaml", &flipped),
+            ("apps/spoke0-sops/configmap.yaml", CONFIGMAP),
+            ("fluxcd/sops.yaml", KUSTOMIZATIONS),
+        ],
+        "sops: spoke0's kubeconfig for the hub's age key (a value altered)",
+    );
+    let refused = stack.wait_for(
+        "kustomization",
+        "sops-secrets",
+        "the decryption failure",
+        |r| r.status == "False" && r.message.contains("failed to decrypt"),
+    );
+    assert!(
+        refused.message.contains("spoke0-kubeconfig-sops"),
+        "{refused:?}"
+    );
+    let absent = |stack: &RealFlux| {
+        stack
+            .hub
+            .secret_value("flux-system", "spoke0-kubeconfig-sops", "value")
+            .is_none()
+    };
+    assert!(absent(stack), "nothing decrypted from an altered value");
 }

@@ -1,4 +1,4 @@
-//! spokekeeper against a spoke made by the real kubeadm (tests/support/realstack/kubeadm.rs):
+//! spokekeeper against a spoke made by the real kubeadm (tests/support/src/realstack/kubeadm.rs):
 //! its admin.conf (user kubernetes-admin in the group kubeadm:cluster-admins, bound by
 //! the ClusterRoleBinding kubeadm creates with super-admin.conf) read over the node's real
 //! sshd at /etc/kubernetes/admin.conf (`distro: kubeadm`), the real hub, the real Sealed
@@ -18,7 +18,7 @@ use support::realstack::hub::{HubOptions, RealHub};
 use support::realstack::kubeadm::{
     ADMIN_CONF, CA_CRT, KubeadmOptions, KubeadmSpoke, SUPER_ADMIN_CONF,
 };
-use support::realstack::{bin, run, wait_until};
+use support::realstack::{list_namespaces, wait_until};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
@@ -204,13 +204,6 @@ fn now() -> i64 {
     time::OffsetDateTime::now_utc().unix_timestamp()
 }
 
-/// `kubectl get namespaces` with `kubeconfig`: Ok, or the error text.
-fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
-    run(std::process::Command::new(bin("kubectl"))
-        .arg(format!("--kubeconfig={}", kubeconfig.display()))
-        .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]))
-}
-
 /// Extracted mode on a kubeadm control plane: spokekeeper commits admin.conf as kubeadm
 /// wrote it (kubernetes-admin in kubeadm:cluster-admins, not system:masters) and reads
 /// nothing else; a certificate near its end is reported until `kubeadm certs renew
@@ -220,6 +213,7 @@ fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
 /// ca-changed. super-admin.conf is read only when configured.
 #[test]
 fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     // Five days: within renew_before (30d), as a year-old admin.conf would be.
     let mut stack = Stack::start(&KubeadmOptions {
@@ -317,7 +311,14 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     let (report, _) = stack.rotate_json(&["--all"]);
     assert_eq!(report["spokes"][0]["action"], "healthy", "{report:#}");
 
-    // kubeadm reset and a new init: new CAs; the committed credential is refused.
+    reset_and_init_is_rotated_as_ca_changed(&mut stack, &ca_before, &first_ca);
+
+    super_admin_conf_is_read_when_configured(&stack);
+}
+
+/// kubeadm reset and a new init: new CAs; the committed credential is refused, and the
+/// next tick rotates it as ca-changed.
+fn reset_and_init_is_rotated_as_ca_changed(stack: &mut Stack, ca_before: &str, first_ca: &Value) {
     stack.spoke.reset_and_init(&stack.hub.etcd);
     assert_ne!(stack.spoke.read(CA_CRT), ca_before);
     let stale = stack
@@ -328,12 +329,14 @@ fn kubeadm_admin_conf_is_extracted_renewed_and_rebuilt() {
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
     assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
-    assert_ne!(spoke["ca_sha256"], first_ca, "{spoke:#}");
+    assert_ne!(&spoke["ca_sha256"], first_ca, "{spoke:#}");
     let who = stack.flux_whoami();
     assert_eq!(who["username"], "kubernetes-admin", "{who}");
     stack.assert_read_admin_conf_only();
+}
 
-    // Configured to, spokekeeper reads super-admin.conf, and the node sees it.
+/// Configured to, spokekeeper reads super-admin.conf, and the node sees it.
+fn super_admin_conf_is_read_when_configured(stack: &Stack) {
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
     std::fs::write(
         &stack.fleet.config,
@@ -398,6 +401,7 @@ fn minted_user(v: &Value, generation: u32) -> bool {
 /// read.
 #[test]
 fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&KubeadmOptions::default());
     stack.configure("credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n");
@@ -489,6 +493,7 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
 /// generation 1's binding is deleted.
 #[test]
 fn a_kubeadm_reinstall_over_kept_etcd_revokes_the_old_generation() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&KubeadmOptions {
         external_etcd: true,

@@ -1,4 +1,4 @@
-//! Against the real components (tests/support/realstack): spokekeeper against a real hub,
+//! Against the real components (tests/support/src/realstack): spokekeeper against a real hub,
 //! and each emulator held to its real counterpart.
 
 mod conformance;

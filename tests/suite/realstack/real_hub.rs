@@ -1,6 +1,6 @@
 //! spokekeeper against the real hub: the real kube-apiserver (RBAC), the real Sealed
 //! Secrets controller behind the real service proxy, kubeseal, the Flux CRDs and Flux's
-//! own kubeconfig loading (tests/support/realstack). Each test starts its own hub.
+//! own kubeconfig loading (tests/support/src/realstack). Each test starts its own hub.
 
 use crate::support;
 
@@ -17,8 +17,8 @@ use support::realstack::controller_manager::ControllerManager;
 use support::realstack::flux::LabFlux;
 use support::realstack::hub::{CONTROLLER, CONTROLLER_NS, HubOptions, RealHub};
 use support::realstack::kube::KubeApi;
-use support::realstack::run;
 use support::realstack::spoke::real_api;
+use support::realstack::{list_namespaces, run};
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 const SCOPES: [&str; 3] = ["strict", "namespace-wide", "cluster-wide"];
@@ -271,6 +271,7 @@ fn kubeseal_fetch_cert(hub: &RealHub) -> String {
 /// one `kubeseal --fetch-cert` gets, byte for byte.
 #[test]
 fn the_sealing_certificate_is_what_kubeseal_fetches() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     support::install_crypto_provider();
     let hub = RealHub::start(&HubOptions::default());
@@ -300,6 +301,7 @@ fn the_sealing_certificate_is_what_kubeseal_fetches() {
 /// verification reads the real Synced condition.
 #[test]
 fn the_real_controller_unseals_rotations_in_every_scope() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
@@ -341,6 +343,7 @@ fn the_real_controller_unseals_rotations_in_every_scope() {
 /// spoke with it; the Kustomizations report Ready after spokekeeper's reconcile request.
 #[test]
 fn fluxs_code_deploys_with_every_unsealed_secret() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
@@ -367,6 +370,7 @@ fn fluxs_code_deploys_with_every_unsealed_secret() {
 /// Secret kubeseal and `spokekeeper seal` write the same manifest but for the ciphertext.
 #[test]
 fn kubeseal_opens_every_commit_and_seals_the_same_manifest() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES, &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
@@ -449,6 +453,7 @@ fn mask_ciphertext(manifest: &str) -> String {
 /// the controller unseals the new commits.
 #[test]
 fn a_controller_key_renewal_reseals_every_spoke() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..2], &HubOptions::default(), "");
     let (code, report, err) = stack.rotate_json();
@@ -512,6 +517,7 @@ fn a_controller_key_renewal_reseals_every_spoke() {
 /// spokekeeper with a token of the chart's ServiceAccount, under the chart's RBAC only.
 #[test]
 fn the_charts_rbac_is_enough_and_nothing_more() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let ns = "spokekeeper";
@@ -704,6 +710,7 @@ fn wait_ticks(daemon: &support::daemon::Daemon, n: usize, within: Duration) {
 /// whose series counts the ticks (client-go's aggregation), not one Event per tick.
 #[test]
 fn events_on_the_real_hub_are_listed_for_the_kustomization_and_aggregate() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     // Every certificate is inside warn_before: each tick warns again.
@@ -791,6 +798,7 @@ fn events_on_the_real_hub_are_listed_for_the_kustomization_and_aggregate() {
 /// receives nothing.
 #[test]
 fn flux_alerts_forward_rotations_and_expiry_warnings_through_the_real_notification_controller() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let nc = support::realstack::notification::NotificationController::start(&stack.hub);
@@ -911,6 +919,7 @@ fn received(
 /// Alert on that Kustomization.
 #[test]
 fn a_failure_the_hub_cannot_list_consumers_for_reaches_the_alert_on_the_spokes_kustomization() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let nc = support::realstack::notification::NotificationController::start(&stack.hub);
@@ -994,6 +1003,7 @@ fn a_failure_the_hub_cannot_list_consumers_for_reaches_the_alert_on_the_spokes_k
 /// the same Kustomization, the second the reverse; an Alert with neither forwards both.
 #[test]
 fn the_docs_inclusion_and_exclusion_lists_split_spokekeepers_notifications_from_fluxs() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let docs = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/alerts.md"),
     )
@@ -1085,6 +1095,7 @@ fn the_docs_inclusion_and_exclusion_lists_split_spokekeepers_notifications_from_
 /// period; the Lease is a standard one.
 #[test]
 fn leader_election_on_a_real_lease() {
+    crate::support::requires!(ROOT, REAL_STACK);
     // Its takeover is bounded by the lease duration: no other real stack starts beside it.
     let _alone = support::timing::exclusive();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
@@ -1155,6 +1166,7 @@ fn leader_election_on_a_real_lease() {
 /// another Secret and one in another namespace are not.
 #[test]
 fn every_consumer_on_the_real_crds_is_verified() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     let hr = |name: &str, ns: &str, secret: &str| {
@@ -1220,6 +1232,7 @@ fn every_consumer_on_the_real_crds_is_verified() {
 /// the real controller unseals it and Flux's code deploys with it.
 #[test]
 fn real_spokes_are_validated_and_a_rebuilt_one_is_rotated() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::with_real_spokes(2);
     for node in &stack.fleet.nodes {
@@ -1281,6 +1294,7 @@ fn libfaketime() -> PathBuf {
 /// tick at once.
 #[test]
 fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
+    crate::support::requires!(REAL_STACK);
     // Its takeover is bounded by the lease duration: no other real stack starts beside it.
     let _alone = support::timing::exclusive();
     let hub = support::realstack::api::ApiOnly::start();
@@ -1418,6 +1432,7 @@ fn skewed_daemons_on_a_real_lease_never_tick_at_once() {
 /// reaches it with `port: ""`, and with the chart's `http` it says what to set.
 #[test]
 fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let opts = HubOptions {
         unnamed_port: true,
@@ -1451,6 +1466,7 @@ fn an_unnamed_controller_port_is_reached_as_kubeseal_asks() {
 /// instead of a bare timeout.
 #[test]
 fn a_controller_that_writes_no_status_is_named_as_such() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::start(&SCOPES[..1], &HubOptions::default(), "");
     stack.hub.start_controller_with(&["--update-status=false"]);
@@ -1483,15 +1499,6 @@ fn ticks(lines: &support::logs::Lines) -> usize {
     support::logs::count(lines, "tick started")
 }
 
-/// `kubectl get namespaces` on spoke i's API with `kubeconfig`: Ok, or the error text.
-fn list_namespaces(kubeconfig: &std::path::Path) -> Result<String, String> {
-    run(
-        std::process::Command::new(support::realstack::bin("kubectl"))
-            .arg(format!("--kubeconfig={}", kubeconfig.display()))
-            .args(["get", "namespaces", "-o", "name", "--request-timeout=10s"]),
-    )
-}
-
 /// The ClusterRoleBindings spokekeeper made on a spoke.
 fn our_bindings(api: &KubeApi) -> Vec<String> {
     let list = api.get_json(&[
@@ -1519,6 +1526,7 @@ fn our_bindings(api: &KubeApi) -> Vec<String> {
 /// committed.
 #[test]
 fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = Stack::with_signing_spokes(&[true]);
     stack.configure("credential:\n  mode: minted\n  ttl: 1h\n  renew_before: 3590s\n");
@@ -1701,6 +1709,7 @@ fn minted_credentials_renew_revoke_and_survive_a_rebuild() {
 /// `revoke spoke1` leaves spoke0's alone.
 #[test]
 fn two_entries_on_one_real_spoke_keep_their_own_bindings() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::with_signing_spokes(&[true]);
     let mut text = std::fs::read_to_string(&stack.fleet.config).unwrap();
@@ -1777,6 +1786,7 @@ fn push_generation(stack: &Stack, i: usize, value: &str) {
 /// mint after it fails (approvals denied).
 #[test]
 fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_binding() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::with_signing_spokes(&[true]);
     stack.configure("credential:\n  mode: minted\n  ttl: 1h\n");
@@ -1874,6 +1884,7 @@ fn a_frozen_or_lowered_generation_annotation_neither_rebinds_nor_hides_the_live_
 /// that may not approve.
 #[test]
 fn minting_failures_leave_the_committed_credential_untouched() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::with_signing_spokes(&[false, true, true, true]);
     let (code, report, err) = stack.rotate_json();
@@ -1956,6 +1967,7 @@ fn minting_failures_leave_the_committed_credential_untouched() {
 /// committed, bound or left behind: no mint loop.
 #[test]
 fn a_signer_shorter_than_renew_before_fails_at_mint_instead_of_looping() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let stack = Stack::with_limited_signer("24h");
     stack.configure("credential:\n  mode: minted\n  ttl: 30d\n  renew_before: 12h\n");

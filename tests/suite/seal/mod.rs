@@ -10,3 +10,8 @@ mod sops_only;
 mod sops_pins;
 mod sops_real;
 pub(crate) mod sops_tick;
+
+/// `spokekeeper` as assert_cmd runs it (stdin given, output read whole).
+fn bin() -> assert_cmd::Command {
+    assert_cmd::Command::new(crate::support::bin())
+}

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use super::bin;
 use assert_cmd::Command;
 use base64::Engine;
 use spokekeeper::seal::{
@@ -206,10 +207,6 @@ fn our_manifests_have_kubeseals_structure() {
     }
 }
 
-fn bin() -> Command {
-    Command::cargo_bin("spokekeeper").unwrap()
-}
-
 #[test]
 fn unseal_command_follows_outcomes() {
     let key = vectors().join("key/tls.key");
@@ -293,6 +290,7 @@ fn seal_command_output_unseals_with_the_vector_key() {
 /// src/seal/oaep.rs are upstream's.
 #[test]
 fn upstream_kubeseal_recovery_unseals_our_output() {
+    crate::support::requires!(REAL_STACK);
     let kubeseal = crate::support::realstack::bin("kubeseal");
     for scope in ["strict", "namespace-wide", "cluster-wide"] {
         let sealed = bin()

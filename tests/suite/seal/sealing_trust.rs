@@ -91,6 +91,7 @@ fn assert_untrusted(report: &Value, new: &str, old: &str, commit: &str) {
 
 #[test]
 fn a_pushed_sealing_certificate_is_not_sealed_to_until_sealing_sha256_confirms_it() {
+    crate::support::requires!(ROOT);
     let mut fleet = fleet(2, None);
     let (old, new) = (fingerprint(&real_cert()), fingerprint(&attacker_cert()));
     // A fresh install without anchors works as before: first use.
@@ -160,6 +161,7 @@ fn a_pushed_sealing_certificate_is_not_sealed_to_until_sealing_sha256_confirms_i
 
 #[test]
 fn sealing_sha256_that_does_not_match_refuses_even_a_fresh_install() {
+    crate::support::requires!(ROOT);
     let other = format!("sha256:{}", "ab".repeat(32));
     let fleet = fleet(1, Some(&other));
     let head = remote_head(&fleet);
@@ -192,6 +194,7 @@ fn sealing_sha256_that_does_not_match_refuses_even_a_fresh_install() {
 /// commit, and /metrics says spokekeeper_sealing_cert_trusted 0.
 #[test]
 fn the_daemon_alerts_on_an_untrusted_sealing_certificate() {
+    crate::support::requires!(ROOT);
     let fleet = fleet(1, None);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let attack = push_attacker_cert(&fleet);
@@ -223,6 +226,7 @@ fn the_daemon_alerts_on_an_untrusted_sealing_certificate() {
 /// certificate is not sealed to, and the annotation's text never reaches the error raw.
 #[test]
 fn corrupted_or_unannotated_outputs_do_not_reach_first_use() {
+    crate::support::requires!(ROOT);
     let fleet = fleet(2, None);
     assert_eq!(fleet.rotate(&["--all"]).0, 0);
     let attack = push_attacker_cert(&fleet);
@@ -301,6 +305,7 @@ fn minted_fleet_then_attacked() -> (Fleet, String) {
 /// mints: no CSR and no new ClusterRoleBinding pile up on the spoke, one per tick.
 #[test]
 fn minted_ticks_against_an_untrusted_sealing_certificate_bind_nothing_new() {
+    crate::support::requires!(ROOT);
     let (fleet, file) = minted_fleet_then_attacked();
     let objects = fleet.nodes[0].api_objects();
     for _ in 0..3 {
@@ -319,6 +324,7 @@ fn minted_ticks_against_an_untrusted_sealing_certificate_bind_nothing_new() {
 /// leaked credential is refused) but mints no replacement it could not seal.
 #[test]
 fn revoke_against_an_untrusted_sealing_certificate_deletes_and_binds_nothing() {
+    crate::support::requires!(ROOT);
     let (fleet, file) = minted_fleet_then_attacked();
     let (code, out, err) = fleet.run(&["revoke", "spoke0"]);
     assert_ne!(code, 0, "{out}\n{err}");

@@ -4,6 +4,7 @@
 
 use std::path::Path;
 
+use super::bin;
 use assert_cmd::Command;
 use spokekeeper::seal::SecretInput;
 
@@ -20,10 +21,6 @@ fn key(dir: &Path, name: &str) -> (std::path::PathBuf, String) {
     (file, id.to_public().to_string())
 }
 
-fn bin() -> Command {
-    Command::cargo_bin("spokekeeper").unwrap()
-}
-
 fn run(cmd: &mut Command) -> (i32, String, String) {
     let out = cmd.output().unwrap();
     (
@@ -35,6 +32,7 @@ fn run(cmd: &mut Command) -> (i32, String, String) {
 
 #[test]
 fn seal_format_sops_is_read_by_real_sops_and_unseal_reads_real_sops() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a_key, a) = key(dir.path(), "a");
     let (b_key, b) = key(dir.path(), "b");
@@ -196,6 +194,7 @@ fn sops_flags_are_refused_where_they_do_not_apply() {
 /// recipients, and the real sops decrypts spokekeeper's.
 #[test]
 fn seal_honours_the_sops_yaml_creation_rule_for_the_path_as_sops_does() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a_key, a) = key(dir.path(), "a");
     let (b_key, b) = key(dir.path(), "b");

@@ -165,6 +165,7 @@ fn assert_named_not_leaked(sinks: &Sinks, secrets: &[&str], named: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recipients_file_pushed_as_a_link_to_a_secret_leaks_it_to_no_sink() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "");
     let (file, identity) = secrets(l.fleet.dir.path());
     push_link(&l, "keys/age.txt", &file);
@@ -180,6 +181,7 @@ async fn a_recipients_file_pushed_as_a_link_to_a_secret_leaks_it_to_no_sink() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sops_yaml_pushed_as_a_link_to_dev_zero_is_not_read_without_bound() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "");
     push_link(&l, ".sops.yaml", Path::new("/dev/zero"));
     let recipient = age::x25519::Identity::generate().to_public().to_string();
@@ -193,6 +195,7 @@ async fn a_sops_yaml_pushed_as_a_link_to_dev_zero_is_not_read_without_bound() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sops_yaml_pushed_as_a_link_to_a_secret_leaks_it_to_no_sink() {
+    crate::support::requires!(ROOT);
     let l = lab(1, "");
     let (file, identity) = secrets(l.fleet.dir.path());
     push_link(&l, ".sops.yaml", &file);

@@ -30,6 +30,7 @@ fn sops_only(fleet: &Fleet, key: &AgeKey) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sops_only_fleet_without_sealing_cert_rotates_and_is_healthy_next_tick() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     let keys = tempfile::tempdir().unwrap();
     let a = age_key(keys.path(), "a");
@@ -57,6 +58,7 @@ async fn a_sops_only_fleet_without_sealing_cert_rotates_and_is_healthy_next_tick
 
 #[tokio::test(flavor = "multi_thread")]
 async fn check_and_status_on_a_sops_only_fleet_grade_no_sealing_certificate() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let keys = tempfile::tempdir().unwrap();
     sops_only(&fleet, &age_key(keys.path(), "a"));
@@ -90,6 +92,7 @@ async fn check_and_status_on_a_sops_only_fleet_grade_no_sealing_certificate() {
 /// the log says nothing of a certificate.
 #[test]
 fn the_daemons_first_tick_on_a_sops_only_fleet_exports_no_sealing_series() {
+    crate::support::requires!(ROOT);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let keys = tempfile::tempdir().unwrap();
     let a = age_key(keys.path(), "a");

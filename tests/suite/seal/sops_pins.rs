@@ -116,6 +116,7 @@ fn committed_for(fleet: &Fleet, key: &AgeKey) -> bool {
 /// first allows it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_push_does_not_move_an_output_to_a_set_listed_after_its_own() {
+    crate::support::requires!(ROOT);
     let s = setup(|s| &s.prod, |s| vec![&s.prod, &s.staging]);
     let committed = s.fleet.remote_file(0);
     push_rule(&s.fleet, &s.staging, false);
@@ -138,6 +139,7 @@ async fn a_push_does_not_move_an_output_to_a_set_listed_after_its_own() {
 /// another set.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_spoke_bound_to_its_own_sets_is_encrypted_for_no_other() {
+    crate::support::requires!(ROOT);
     let s = setup(|s| &s.prod, |s| vec![&s.prod, &s.staging]);
     configure(&s.fleet, &[&s.prod, &s.staging], &[&s.prod]);
     push_rule(&s.fleet, &s.staging, true);
@@ -177,6 +179,7 @@ async fn recipients_alerts(
 /// raises SpokekeeperRecipientsChanged naming both sets; the next tick does not.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recipients_changed_commit_raises_an_alert() {
+    crate::support::requires!(ROOT);
     use spokekeeper::rotate::{Options, tick};
     support::install_crypto_provider();
     let s = setup(|s| &s.staging, |s| vec![&s.prod, &s.staging]);

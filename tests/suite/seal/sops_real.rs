@@ -93,6 +93,7 @@ const KUBECONFIG: &[u8] =
 
 #[test]
 fn real_sops_decrypts_spokekeeper_output_for_each_recipient() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (key(dir.path(), "a"), key(dir.path(), "b"));
     let input = secret(&[("value", KUBECONFIG), ("empty", b"")]);
@@ -113,6 +114,7 @@ fn real_sops_decrypts_spokekeeper_output_for_each_recipient() {
 
 #[test]
 fn real_sops_with_a_sops_yaml_and_spokekeeper_agree_both_ways() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (key(dir.path(), "a"), key(dir.path(), "b"));
     std::fs::create_dir(dir.path().join("clusters")).unwrap();
@@ -154,6 +156,7 @@ fn real_sops_with_a_sops_yaml_and_spokekeeper_agree_both_ways() {
 
 #[test]
 fn spokekeeper_decrypts_what_real_sops_encrypts_by_default_rules() {
+    crate::support::requires!(REAL_STACK);
     // No rule: sops encrypts every value but those under keys ending in _unencrypted.
     let dir = tempfile::tempdir().unwrap();
     let a = key(dir.path(), "a");
@@ -171,6 +174,7 @@ fn spokekeeper_decrypts_what_real_sops_encrypts_by_default_rules() {
 
 #[test]
 fn a_tampered_value_or_mac_is_refused_by_both() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let a = key(dir.path(), "a");
     let input = secret(&[("value", KUBECONFIG)]);
@@ -226,6 +230,7 @@ proptest! {
     fn real_sops_round_trips_any_data(
         data in prop::collection::btree_map("[a-zA-Z0-9._-]{1,20}", prop::collection::vec(any::<u8>(), 0..200), 1..5),
     ) {
+        crate::support::requires!(proptest: REAL_STACK);
         let dir = tempfile::tempdir().unwrap();
         let a = key(dir.path(), "a");
         let pairs: Vec<(&str, &[u8])> = data.iter().map(|(k, v)| (k.as_str(), v.as_slice())).collect();
@@ -241,6 +246,7 @@ proptest! {
 /// alike, and refuses one whose value under data was put back in the clear.
 #[tokio::test]
 async fn the_plaintext_guard_commits_sops_files_and_refuses_a_clear_value() {
+    crate::support::requires!(REAL_STACK);
     use spokekeeper::repo::{Repo, RepoError};
     let dir = tempfile::tempdir().unwrap();
     let (_remote, clones) = crate::support::git::fleet_remote(dir.path(), 1);
@@ -283,6 +289,7 @@ async fn the_plaintext_guard_commits_sops_files_and_refuses_a_clear_value() {
 /// same value without the tab goes through the real sops unchanged.
 #[test]
 fn a_tab_with_a_line_break_sops_loses_is_refused_and_a_line_break_alone_is_not() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let a = key(dir.path(), "a");
     let recipients = AgeRecipients::parse(&[&a.recipient]).unwrap();
@@ -313,6 +320,7 @@ proptest! {
             1..4,
         ),
     ) {
+        crate::support::requires!(proptest: REAL_STACK);
         let dir = tempfile::tempdir().unwrap();
         let a = key(dir.path(), "a");
         let mut input = secret(&[("value", b"v")]);
@@ -341,6 +349,7 @@ proptest! {
 /// value, the annotations stay readable and spokekeeper decrypts the edit.
 #[test]
 fn sops_edit_and_updatekeys_with_the_documented_rule_work_on_spokekeepers_output() {
+    crate::support::requires!(REAL_STACK);
     let dir = tempfile::tempdir().unwrap();
     let (a, b) = (key(dir.path(), "a"), key(dir.path(), "b"));
     let input = secret(&[("value", KUBECONFIG)]);

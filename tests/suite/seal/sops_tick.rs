@@ -69,6 +69,7 @@ fn configure(fleet: &Fleet, sealing: &str) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_tick_in_sops_format_commits_a_secret_the_real_sops_opens() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let fleet = Fleet::new(&[NodeOptions::default(), NodeOptions::default()]);
     let keys = tempfile::tempdir().unwrap();
     let (a, b) = (age_key(keys.path(), "a"), age_key(keys.path(), "b"));
@@ -161,6 +162,7 @@ async fn a_tick_in_sops_format_commits_a_secret_the_real_sops_opens() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_minted_credential_is_committed_in_sops_format() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let fleet = Fleet::with(&[NodeOptions::default()], "credential:\n  mode: minted\n");
     let keys = tempfile::tempdir().unwrap();
     let a = age_key(keys.path(), "a");
@@ -192,6 +194,7 @@ async fn a_minted_credential_is_committed_in_sops_format() {
 /// committed credential untouched) and `check` is critical, naming the fix.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_recipients_file_changed_by_a_push_is_refused_until_pinned() {
+    crate::support::requires!(ROOT, REAL_STACK);
     let fleet = Fleet::new(&[NodeOptions::default()]);
     let keys = tempfile::tempdir().unwrap();
     let (a, b) = (age_key(keys.path(), "a"), age_key(keys.path(), "b"));

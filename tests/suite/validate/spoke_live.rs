@@ -48,6 +48,7 @@ async fn check_with_a_foreign_certificate(lab: &Lab, node: &Node) -> LiveError {
 
 #[tokio::test]
 async fn a_good_kubeconfig_authenticates_and_names_its_user() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         git_version: "v1.32.5+k3s1".into(),
@@ -63,6 +64,7 @@ async fn a_good_kubeconfig_authenticates_and_names_its_user() {
 
 #[tokio::test]
 async fn the_kubeconfig_extracted_over_ssh_works_once_pointed_at_the_node() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions::default());
     let report = check_live(&extracted_for_the_hub(&node).await, LIMIT)
@@ -73,6 +75,7 @@ async fn the_kubeconfig_extracted_over_ssh_works_once_pointed_at_the_node() {
 
 #[tokio::test]
 async fn an_old_ca_fails_as_unknown_authority() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(api_only());
     let stale = node.hub_kubeconfig();
@@ -90,6 +93,7 @@ async fn an_old_ca_fails_as_unknown_authority() {
 
 #[tokio::test]
 async fn an_expired_client_certificate_is_unauthorized() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         client_cert_days: -1,
@@ -103,6 +107,7 @@ async fn an_expired_client_certificate_is_unauthorized() {
 
 #[tokio::test]
 async fn a_client_certificate_from_another_cluster_is_unauthorized() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(api_only());
     let err = check_with_a_foreign_certificate(&lab, &node).await;
@@ -111,6 +116,7 @@ async fn a_client_certificate_from_another_cluster_is_unauthorized() {
 
 #[tokio::test]
 async fn a_server_certificate_without_the_address_fails_tls() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(NodeOptions {
         address_in_sans: false,
@@ -126,6 +132,7 @@ async fn a_server_certificate_without_the_address_fails_tls() {
 
 #[tokio::test]
 async fn an_api_that_is_down_is_unreachable() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let mut node = lab.add_node(api_only());
     node.stop_api();
@@ -136,6 +143,7 @@ async fn an_api_that_is_down_is_unreachable() {
 
 #[tokio::test]
 async fn a_silent_server_is_cut_off_by_the_timeout() {
+    crate::support::requires!(ROOT);
     let _quiet = support::timing::exclusive();
     let lab = Lab::new();
     let node = lab.add_node(api_only());
@@ -166,6 +174,7 @@ async fn a_silent_server_is_cut_off_by_the_timeout() {
 
 #[tokio::test]
 async fn hostile_kubeconfigs_from_a_node_are_refused_before_use() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     for hostile in [
         Hostile::ExecPlugin,
@@ -203,12 +212,14 @@ async fn live_report_of(git_version: &str) -> LiveReport {
 
 #[tokio::test]
 async fn a_1_28_spoke_answers_the_v1_self_subject_review() {
+    crate::support::requires!(ROOT);
     let report = live_report_of("v1.28.15+k3s1").await;
     assert_eq!(report.username, "system:admin");
 }
 
 #[tokio::test]
 async fn a_1_27_spoke_answers_the_v1beta1_self_subject_review() {
+    crate::support::requires!(ROOT);
     let report = live_report_of("v1.27.16+k3s1").await;
     assert_eq!(report.username, "system:admin");
     assert_eq!(report.groups, ["system:masters", "system:authenticated"]);
@@ -216,6 +227,7 @@ async fn a_1_27_spoke_answers_the_v1beta1_self_subject_review() {
 
 #[tokio::test]
 async fn a_1_26_spoke_is_validated_by_an_access_review_with_the_user_unknown() {
+    crate::support::requires!(ROOT);
     let report = live_report_of("v1.26.15+k3s1").await;
     assert_eq!(report.username, "(unknown: pre-1.27 API)");
     assert!(report.groups.is_empty());
@@ -223,6 +235,7 @@ async fn a_1_26_spoke_is_validated_by_an_access_review_with_the_user_unknown() {
 
 #[tokio::test]
 async fn a_credential_taken_as_anonymous_fails_on_every_version() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     for version in ["v1.26.15+k3s1", "v1.27.16+k3s1", "v1.33.1+k3s1"] {
         // Anonymous auth on (kube-apiserver's default): a foreign client certificate is
@@ -244,6 +257,7 @@ async fn a_credential_taken_as_anonymous_fails_on_every_version() {
 
 #[tokio::test]
 async fn a_1_26_spoke_without_anonymous_auth_refuses_a_foreign_certificate() {
+    crate::support::requires!(ROOT);
     let lab = Lab::new();
     let node = lab.add_node(playing("v1.26.15+k3s1"));
     let err = check_with_a_foreign_certificate(&lab, &node).await;

@@ -1,0 +1,289 @@
+//! The chart's RBAC: exactly what the code calls, per spoke namespace and name, nothing without a hub or a Lease.
+
+use super::*;
+
+/// Listing the Flux consumers of the Secrets in `ns`, and requesting their reconcile: not
+/// limited by name (the names are what the listing finds).
+fn consumer_grants(ns: &str) -> Vec<Grant> {
+    [
+        ("kustomize.toolkit.fluxcd.io", "kustomizations"),
+        ("helm.toolkit.fluxcd.io", "helmreleases"),
+    ]
+    .into_iter()
+    .flat_map(|(group, resource)| {
+        ["list", "get", "patch"]
+            .into_iter()
+            .map(move |verb| grant(ns, group, resource, verb, &[]))
+    })
+    .chain(
+        [
+            "gitrepositories",
+            "ocirepositories",
+            "buckets",
+            "helmcharts",
+            "externalartifacts",
+        ]
+        .into_iter()
+        .map(|resource| grant(ns, "source.toolkit.fluxcd.io", resource, "get", &[])),
+    )
+    .chain([grant(
+        ns,
+        "source.toolkit.fluxcd.io",
+        "gitrepositories",
+        "patch",
+        &[],
+    )])
+    .collect()
+}
+
+/// Recording Events about the spokes whose objects are in `ns` (hub::recorder): create,
+/// and patch a repeat's series; names are generated, so not limited by name.
+fn event_grants(ns: &str) -> Vec<Grant> {
+    ["create", "patch"]
+        .into_iter()
+        .map(|verb| grant(ns, "events.k8s.io", "events", verb, &[]))
+        .collect()
+}
+
+/// What the code calls on the hub API, and nothing more: the hub client and the Lease
+/// lock export their calls, and the suite's verify::hub and daemon::lease check every
+/// request the emulated API server saw against these same lists.
+fn access() -> BTreeSet<(String, String, String)> {
+    spokekeeper::hub::ACCESS
+        .iter()
+        .chain(spokekeeper::daemon::lease::ACCESS)
+        .flat_map(|a| {
+            a.verbs
+                .iter()
+                .map(move |v| (a.group.to_string(), a.resource.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// Every Role is bound to the chart's ServiceAccount only, by a RoleBinding in its own
+/// namespace; nothing is cluster-wide.
+fn assert_bindings(objects: &[Object], sa: &str) {
+    let roles: BTreeSet<(String, String)> = objects
+        .iter()
+        .filter_map(|o| match o {
+            Object::Role(r) => Some((
+                r.metadata.namespace.clone().unwrap(),
+                r.metadata.name.clone().unwrap(),
+            )),
+            _ => None,
+        })
+        .collect();
+    let mut bound = BTreeSet::new();
+    for o in objects {
+        let Object::RoleBinding(b) = o else { continue };
+        let ns = b.metadata.namespace.clone().unwrap();
+        assert_eq!(
+            b.role_ref.kind, "Role",
+            "bindings refer to namespaced Roles only"
+        );
+        let subjects = b.subjects.as_ref().unwrap();
+        assert_eq!(subjects.len(), 1);
+        assert_eq!(subjects[0].kind, "ServiceAccount");
+        assert_eq!(subjects[0].name, sa);
+        assert_eq!(subjects[0].namespace.as_deref(), Some(RELEASE_NS));
+        bound.insert((ns, b.role_ref.name.clone()));
+    }
+    assert_eq!(bound, roles, "each Role has exactly its RoleBinding");
+}
+
+#[test]
+fn chart_rbac_grants_exactly_what_the_code_calls() {
+    crate::support::requires!(HELM);
+    let objects = read_all(&render(&[]), "chart (defaults)");
+    let g = grants(&objects);
+    let expected: BTreeSet<Grant> = [
+        grant(RELEASE_NS, "coordination.k8s.io", "leases", "create", &[]),
+        grant(
+            RELEASE_NS,
+            "coordination.k8s.io",
+            "leases",
+            "get",
+            &["spokekeeper"],
+        ),
+        grant(
+            RELEASE_NS,
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            &["spokekeeper"],
+        ),
+        grant(
+            "kube-system",
+            "",
+            "services",
+            "get",
+            &["sealed-secrets-controller"],
+        ),
+        grant(
+            "kube-system",
+            "",
+            "services/proxy",
+            "get",
+            &["http:sealed-secrets-controller:http"],
+        ),
+        grant(
+            "flux-system",
+            "bitnami.com",
+            "sealedsecrets",
+            "get",
+            &["dev-kubeconfig"],
+        ),
+    ]
+    .into_iter()
+    .chain(consumer_grants("flux-system"))
+    .chain(event_grants("flux-system"))
+    .collect();
+    assert_eq!(g, expected);
+    let used: BTreeSet<(String, String, String)> = g
+        .into_iter()
+        .map(|(_, group, res, verb, _)| (group, res, verb))
+        .collect();
+    // The chart always writes hub.controller.port; the Service is still read, by name,
+    // for the controller's version label.
+    let calls = access();
+    assert_eq!(
+        used, calls,
+        "the chart grants what the code calls, no more, no less"
+    );
+    assert_bindings(&objects, "sk-spokekeeper");
+}
+
+#[test]
+fn chart_rbac_follows_the_spokes_namespaces_and_names() {
+    crate::support::requires!(HELM);
+    let objects = read_all(
+        &render_with(
+            r#"
+hub:
+  controller: {namespace: sealed-secrets, name: sealer, port: web}
+leaderElection: {leaseName: keeper}
+config:
+  spokes:
+    - {name: dev, address: 10.0.0.1}
+    - {name: edge, address: 10.0.0.2, secret: {name: edge-kc, namespace: edge-secrets}}
+    - name: lab
+      address: 10.0.0.3
+      kustomization: {name: lab-apps, namespace: lab-flux}
+    - {name: solo, address: 10.0.0.4, secret: {namespace: solo-secrets}, kustomization: {}}
+"#,
+        ),
+        "chart (four spokes)",
+    );
+    let g = grants(&objects);
+    let expected: BTreeSet<Grant> = [
+        grant(RELEASE_NS, "coordination.k8s.io", "leases", "create", &[]),
+        grant(
+            RELEASE_NS,
+            "coordination.k8s.io",
+            "leases",
+            "get",
+            &["keeper"],
+        ),
+        grant(
+            RELEASE_NS,
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            &["keeper"],
+        ),
+        grant("sealed-secrets", "", "services", "get", &["sealer"]),
+        grant(
+            "sealed-secrets",
+            "",
+            "services/proxy",
+            "get",
+            &["http:sealer:web"],
+        ),
+        grant(
+            "flux-system",
+            "bitnami.com",
+            "sealedsecrets",
+            "get",
+            &["dev-kubeconfig", "lab-kubeconfig"],
+        ),
+        grant(
+            "edge-secrets",
+            "bitnami.com",
+            "sealedsecrets",
+            "get",
+            &["edge-kc"],
+        ),
+        // solo's `kustomization: {}` is the override with its defaults (solo in
+        // flux-system, covered there): nothing is listed in its Secret's namespace.
+        grant(
+            "solo-secrets",
+            "bitnami.com",
+            "sealedsecrets",
+            "get",
+            &["solo-kubeconfig"],
+        ),
+        grant(
+            "lab-flux",
+            "kustomize.toolkit.fluxcd.io",
+            "kustomizations",
+            "get",
+            &["lab-apps"],
+        ),
+        grant(
+            "lab-flux",
+            "kustomize.toolkit.fluxcd.io",
+            "kustomizations",
+            "patch",
+            &["lab-apps"],
+        ),
+    ]
+    .into_iter()
+    // dev and edge: every consumer of their Secret, in the Secret's namespace; lab (and
+    // solo): the configured Kustomization alone, by name.
+    .chain(consumer_grants("flux-system"))
+    .chain(consumer_grants("edge-secrets"))
+    // Events where each spoke's objects are: its consumers' namespace, its configured
+    // Kustomization's, and its SealedSecret's when nothing deploys with it.
+    .chain(
+        ["flux-system", "edge-secrets", "solo-secrets", "lab-flux"]
+            .into_iter()
+            .flat_map(event_grants),
+    )
+    .collect();
+    assert_eq!(g, expected);
+    assert_bindings(&objects, "sk-spokekeeper");
+    let config: Value = serde_saphyr::from_str(config_text(&objects)).unwrap();
+    assert_eq!(
+        config["hub"]["controller"],
+        serde_json::json!({"namespace": "sealed-secrets", "name": "sealer", "port": "web"})
+    );
+}
+
+#[test]
+fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
+    crate::support::requires!(HELM);
+    let objects = read_all(
+        &render_with("hub: {enabled: false}\nleaderElection: {enabled: false}\n"),
+        "chart (no hub, no lease)",
+    );
+    assert!(grants(&objects).is_empty());
+    assert!(
+        !objects
+            .iter()
+            .any(|o| matches!(o, Object::Role(_) | Object::RoleBinding(_)))
+    );
+    let d = deployment(&objects);
+    let spec = d.spec.as_ref().unwrap();
+    assert_eq!(spec.replicas, Some(1));
+    assert_eq!(
+        spec.strategy.as_ref().unwrap().type_.as_deref(),
+        Some("Recreate")
+    );
+    let args = main_container_args(d);
+    assert!(!args.iter().any(|a| a == "--leader-elect"), "{args:?}");
+    assert_eq!(
+        args, CHART_ARGS_SINGLE,
+        "the binary's unit tests parse these"
+    );
+    assert_eq!(subcommand(&args), "run");
+}
