@@ -204,6 +204,30 @@ fn invisible(c: char) -> bool {
         | '\u{E0020}'..='\u{E007F}')
 }
 
+/// A YAML parse error of fleet-repo text, said without that text: the kind of fault
+/// (what precedes the message's first `:`, its quotes cut) and where. serde-saphyr names
+/// a duplicate key or an unexpected value after a colon, and that may be a secret's line.
+pub(crate) fn yaml_fault(e: &serde_saphyr::Error) -> String {
+    let at = e.location().filter(|l| l.line() > 0);
+    let mut msg = e.to_string();
+    if let Some(l) = at {
+        for suffix in [
+            format!(" at line {}, column {}", l.line(), l.column()),
+            format!(" at line {}", l.line()),
+        ] {
+            if let Some(cut) = msg.strip_suffix(&suffix) {
+                msg = cut.to_owned();
+                break;
+            }
+        }
+    }
+    let kind = unquoted(msg.split(':').next().unwrap_or_default().trim());
+    match at {
+        Some(l) => format!("{kind} at line {}, column {}", l.line(), l.column()),
+        None => kind,
+    }
+}
+
 /// A parser's error message with whatever it quotes (`"..."`, `` `...` ``) cut to `…`:
 /// serde's messages quote the value or key that did not fit (`invalid type: string
 /// "ghp_..."`, `` unknown field `...` ``), and fleet-repo text may be a secret's line.

@@ -220,7 +220,7 @@ pub fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, 
         let max = usize::try_from(crate::fsutil::MAX_FILE_BYTES).unwrap_or(usize::MAX);
         serde_saphyr::from_str_with_options::<Kustomization>(t, crate::text::hostile_yaml(max))
             .map(|k| k.resources.unwrap_or_default())
-            .map_err(|e| crate::text::one_line(&e.to_string(), 300))
+            .map_err(|e| crate::text::one_line(&crate::text::yaml_fault(&e), 300))
     };
     let listed = parse(text).map_err(ListError::Parse)?;
     let new: Vec<&String> = entries
@@ -482,6 +482,25 @@ mod tests {
         for text in [bomb.as_str(), merge] {
             let e = list_resources(text, &["b.yaml".into()]).unwrap_err();
             assert!(matches!(e, ListError::Parse(_)), "{e}");
+        }
+    }
+
+    #[test]
+    fn a_kustomization_that_does_not_parse_is_not_quoted_in_the_error() {
+        // Issue 39's rule: fleet-repo text may be a secret's line (a pushed link or a
+        // pasted token); the error says where, never what.
+        let token = "ghp_0123456789abcdefghijABCDEFGHIJ0123";
+        for text in [
+            format!("resources: \"{token}\"\n"),
+            format!("resources:\n- a.yaml\n{token}: [\n"),
+            format!("resources:\n  {token}: x\n"),
+            format!("{token}: 1\n{token}: 2\nresources: []\n"),
+            format!("resources:\n- [{token}]\n"),
+            format!("resources:\n- *{token}\n"),
+        ] {
+            let e = list_resources(&text, &["b.yaml".into()]).unwrap_err();
+            assert!(matches!(e, ListError::Parse(_)), "{e}");
+            assert!(!e.to_string().contains("ghp_"), "quoted: {e}");
         }
     }
 }
