@@ -454,6 +454,7 @@ fn overall_ranks_critical_over_unknown_over_warning() {
     );
 }
 
+/// What is committed when `r` is recorded (alerts read only the annotations).
 fn committed(r: Recorded) -> Committed {
     let sealed = SealedSecret {
         name: "kubeconfig".into(),
