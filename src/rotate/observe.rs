@@ -134,8 +134,9 @@ impl Observation {
     }
 
     /// What a tick keeps for the alerts once the spoke is decided: the committed output
-    /// without its ciphertext and raw annotations (most of its memory; what they say is
-    /// in the record already).
+    /// without its ciphertext and raw annotations, and neither the presented chain nor
+    /// the recorded bundle's DER (most of its memory; what they say is in the record and
+    /// in `ca`, the one judged against the other, already).
     pub(crate) fn without_ciphertext(mut self) -> Observation {
         self.trim();
         self
@@ -150,6 +151,10 @@ impl Observation {
                 }
                 Output::Sops(s) => s.annotations = Default::default(),
             }
+            r.recorded.ca_bundle = Vec::new();
+        }
+        if let Some(Ok(probe)) = &mut self.probe {
+            probe.chain = Vec::new();
         }
     }
 

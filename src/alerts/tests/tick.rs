@@ -357,7 +357,8 @@ fn a_minted_certificate_is_named_by_user_and_generation_with_spokekeepers_own_ad
 }
 
 /// What the daemon grades after a tick: each spoke's committed SealedSecret without its
-/// ciphertext and raw annotations (as the tick keeps it), each spoke's report found by
+/// ciphertext and raw annotations, the probe without the presented chain and the record
+/// without the bundle's DER (as the tick keeps it), each spoke's report found by
 /// name in a tick listing them in another order. The findings are the same, byte for
 /// byte, as from the whole observations.
 #[test]
