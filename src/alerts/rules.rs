@@ -20,13 +20,12 @@ pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
         .commit
         .as_deref()
         .map_or_else(String::new, |c| format!(", changed by commit {c}"));
+    let detail = format!(
+        "not trusted: {} (expected {}{commit})",
+        u.sha256.short(),
+        expected.join(", ")
+    );
     Finding {
-        spoke: String::new(),
-        subject: Subject::Sealing,
-        status: Status::Critical,
-        not_after: None,
-        days_left: None,
-        credential: None,
         alert: Some(AlertName::SealingCertUntrusted),
         summary: format!(
             "the sealing certificate {} is not trusted (expected {}{commit}): nothing is sealed to it",
@@ -34,11 +33,7 @@ pub fn untrusted_sealing(u: &crate::hub::cert::Untrusted) -> Finding {
             full.join(", ")
         ),
         description: u.error.clone(),
-        detail: format!(
-            "not trusted: {} (expected {}{commit})",
-            u.sha256.short(),
-            expected.join(", ")
-        ),
+        ..plain("", Subject::Sealing, Status::Critical, detail)
     }
 }
 
@@ -73,19 +68,13 @@ pub(super) fn review(
     let detail = format!("waiting for review for {waited}: {at}");
     if broken && age > cfg.pending_review_after {
         return Some(Finding {
-            spoke: spoke.into(),
-            subject: Subject::Review,
-            status: Status::Critical,
-            not_after: None,
-            days_left: None,
-            credential: None,
             alert: Some(AlertName::ReviewPending),
             summary: format!("spoke {spoke}: the fix for a broken hub credential waits for review"),
             description: format!(
                 "The hub's credential for spoke {spoke} no longer works and its validated replacement has waited for review for {waited} (more than alerts.pending_review_after, {}): review and merge {at}.",
                 span(cfg.pending_review_after)
             ),
-            detail,
+            ..plain(spoke, Subject::Review, Status::Critical, detail)
         });
     }
     Some(plain(spoke, Subject::Review, Status::Warning, detail))
@@ -147,12 +136,8 @@ pub(super) fn expiry(
     };
     let title = subject.title();
     Finding {
-        spoke: spoke.into(),
-        subject,
-        status,
         not_after: Some(not_after),
         days_left: Some(days),
-        credential: None,
         alert: match status {
             Status::Warning | Status::Critical => Some(AlertName::CertificateExpiring),
             Status::Expired => Some(AlertName::CertificateExpired),
@@ -165,7 +150,7 @@ pub(super) fn expiry(
             span(cfg.critical_before),
             advice(subject, spoke)
         ),
-        detail,
+        ..plain(spoke, subject, status, detail)
     }
 }
 
@@ -213,35 +198,23 @@ pub(super) fn ca_mismatch(spoke: &str, recorded: &Fingerprint<Ca>) -> Finding {
         recorded.short()
     );
     Finding {
-        spoke: spoke.into(),
-        subject: Subject::Ca,
-        status: Status::Critical,
-        not_after: None,
-        days_left: None,
-        credential: None,
         alert: Some(AlertName::CaMismatch),
         summary: format!("spoke {spoke}: its CA changed; the hub's kubeconfig no longer trusts it"),
         description: format!(
             "Spoke {spoke}'s API server presents a serving certificate that is not signed by the CA recorded for the hub's kubeconfig ({recorded}): Flux cannot reach the spoke (x509: certificate signed by unknown authority). Run `spokekeeper rotate {spoke}` to commit a fresh kubeconfig."
         ),
-        detail,
+        ..plain(spoke, Subject::Ca, Status::Critical, detail)
     }
 }
 
 pub(super) fn unreachable(spoke: &str, error: &str) -> Finding {
     Finding {
-        spoke: spoke.into(),
-        subject: Subject::Api,
-        status: Status::Unknown,
-        not_after: None,
-        days_left: None,
-        credential: None,
         alert: Some(AlertName::SpokeUnreachable),
         summary: format!("spoke {spoke}: the API server cannot be probed"),
         description: format!(
             "spokekeeper could not probe spoke {spoke}'s API server: {error}. The committed kubeconfig is left as it is; check the API server and the network from the hub."
         ),
-        detail: error.into(),
+        ..plain(spoke, Subject::Api, Status::Unknown, error.into())
     }
 }
 
@@ -313,16 +286,10 @@ fn rotation_warning(
     detail: String,
 ) -> Finding {
     Finding {
-        spoke: spoke.into(),
-        subject: Subject::Rotation,
-        status: Status::Warning,
-        not_after: None,
-        days_left: None,
-        credential: None,
         alert: Some(alert),
         summary,
         description,
-        detail,
+        ..plain(spoke, Subject::Rotation, Status::Warning, detail)
     }
 }
 
@@ -361,17 +328,11 @@ pub(super) fn hub(spoke: &str, h: &crate::hub::verify::HubReport) -> Finding {
         )
     };
     Finding {
-        spoke: spoke.into(),
-        subject: Subject::Hub,
-        status: Status::Warning,
-        not_after: None,
-        days_left: None,
-        credential: None,
         alert: Some(AlertName::HubNotReady),
         summary: format!("spoke {spoke}: the hub is not using the pushed kubeconfig: {detail}"),
         description: format!(
             "spokekeeper pushed a validated kubeconfig for spoke {spoke}, but on the hub it is {detail}. The commit is kept. {advice}"
         ),
-        detail,
+        ..plain(spoke, Subject::Hub, Status::Warning, detail)
     }
 }

@@ -40,10 +40,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
         );
     }
     let policy = spoke.credential.clone();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return fail("revoke", format!("cannot start the runtime: {e}")),
     };

@@ -52,10 +52,7 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
             format!("no spoke named {unknown:?} in {}", config_path.display()),
         );
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return fail("rotate", format!("cannot start the runtime: {e}")),
     };

@@ -70,10 +70,7 @@ pub(super) fn run(args: &RunArgs, config_path: &Path) -> ExitCode {
         concurrency: args.concurrency.max(1),
         leader,
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return fail("run", format!("cannot start the runtime: {e}")),
     };

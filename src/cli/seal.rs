@@ -89,10 +89,22 @@ pub(crate) enum SealCliError {
 
 fn input(input: impl Into<String>) -> impl FnOnce(ManifestError) -> SealCliError {
     let input = input.into();
-    move |source| SealCliError::Input {
-        input,
-        error: source,
-    }
+    move |error| SealCliError::Input { input, error }
+}
+
+fn reading(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SealCliError {
+    let what = what.into();
+    move |error| SealCliError::Read { what, error }
+}
+
+fn writing(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> SealCliError {
+    let what = what.into();
+    move |error| SealCliError::Write { what, error }
+}
+
+fn sops_at(what: impl Into<String>) -> impl FnOnce(SopsError) -> SealCliError {
+    let what = what.into();
+    move |error| SealCliError::Sops { what, error }
 }
 
 /// What `seal` writes: a SealedSecret (kubeseal's) or a sops-encrypted Secret (age).
@@ -187,23 +199,19 @@ fn try_seal(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError>
         format: "sealed-secrets",
         fix: "add --format sops",
     };
-    if !args.age.is_empty() {
-        return Err(not_for("--age"));
-    }
-    if args.age_file.is_some() {
-        return Err(not_for("--age-file"));
-    }
-    if args.sops_config.is_some() {
-        return Err(not_for("--sops-config"));
-    }
-    if !args.age_sha256.is_empty() {
-        return Err(not_for("--age-sha256"));
+    for (flag, given) in [
+        ("--age", !args.age.is_empty()),
+        ("--age-file", args.age_file.is_some()),
+        ("--sops-config", args.sops_config.is_some()),
+        ("--age-sha256", !args.age_sha256.is_empty()),
+    ] {
+        if given {
+            return Err(not_for(flag));
+        }
     }
     let cert_path = args.cert.as_ref().ok_or(SealCliError::NoCert)?;
-    let cert = std::fs::read(cert_path).map_err(|source| SealCliError::Read {
-        what: format!("--cert {}", cert_path.display()),
-        error: source,
-    })?;
+    let cert =
+        std::fs::read(cert_path).map_err(reading(format!("--cert {}", cert_path.display())))?;
     let key = SealingKey::from_pem(
         &cert,
         &cert_path.display().to_string(),
@@ -238,11 +246,7 @@ fn seal_with(
         return write_stdout(b64.as_bytes());
     }
 
-    let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
-    secret
-        .apply_flags(args.name.as_deref(), args.namespace.as_deref())
-        .map_err(self::input("stdin"))?;
-
+    let secret = stdin_secret(&input, args)?;
     if let Some(path) = &args.merge_into {
         return merge_into(path, &secret, key, args.scope);
     }
@@ -254,6 +258,15 @@ fn seal_with(
         Format::Table => return Err(SealCliError::TableFormat),
     };
     write_stdout(text.as_bytes())
+}
+
+/// The Secret read from stdin, with --name and --namespace applied.
+fn stdin_secret(input: &SecretBytes, args: &SealArgs) -> Result<SecretInput, SealCliError> {
+    let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
+    secret
+        .apply_flags(args.name.as_deref(), args.namespace.as_deref())
+        .map_err(self::input("stdin"))?;
+    Ok(secret)
 }
 
 /// `--format sops`: the Secret on stdin encrypted for the age recipients, as sops YAML.
@@ -296,32 +309,17 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
     let mut given = args.age.clone();
     if let Some(path) = &args.age_file {
         let what = format!("--age-file {}", path.display());
-        let text = std::fs::read_to_string(path).map_err(|source| SealCliError::Read {
-            what: what.clone(),
-            error: source,
-        })?;
-        let file = AgeRecipients::parse_file(&text).map_err(|source| SealCliError::Sops {
-            what,
-            error: source,
-        })?;
+        let text = std::fs::read_to_string(path).map_err(reading(&what))?;
+        let file = AgeRecipients::parse_file(&text).map_err(sops_at(what))?;
         given.extend(file.strings().map(str::to_string));
     }
     let recipients = match (&args.sops_config, &args.path) {
         (Some(config), Some(path)) => {
             let what = format!("--sops-config {}", config.display());
-            let text = std::fs::read(config).map_err(|source| SealCliError::Read {
-                what: what.clone(),
-                error: source,
-            })?;
-            sops::recipients_for(&text, path).map_err(|source| SealCliError::Sops {
-                what,
-                error: source,
-            })?
+            let text = std::fs::read(config).map_err(reading(&what))?;
+            sops::recipients_for(&text, path).map_err(sops_at(what))?
         }
-        _ => AgeRecipients::parse(&given).map_err(|source| SealCliError::Sops {
-            what: "--age".into(),
-            error: source,
-        })?,
+        _ => AgeRecipients::parse(&given).map_err(sops_at("--age"))?,
     };
     let allowed = args
         .age_sha256
@@ -337,15 +335,8 @@ fn seal_sops(args: &SealArgs, format: Option<Format>) -> Result<(), SealCliError
             allowed,
         });
     }
-    let input = read_limited(None)?;
-    let mut secret = SecretInput::parse(input.expose()).map_err(self::input("stdin"))?;
-    secret
-        .apply_flags(args.name.as_deref(), args.namespace.as_deref())
-        .map_err(self::input("stdin"))?;
-    let text = sops::encrypt(&secret, &recipients).map_err(|source| SealCliError::Sops {
-        what: "stdin".into(),
-        error: source,
-    })?;
+    let secret = stdin_secret(&read_limited(None)?, args)?;
+    let text = sops::encrypt(&secret, &recipients).map_err(sops_at("stdin"))?;
     write_stdout(text.as_bytes())?;
     // Always said, so whoever encrypts can pin the set with --age-sha256.
     eprintln!(
@@ -385,10 +376,7 @@ fn merge_into(
     scope: Option<Scope>,
 ) -> Result<(), SealCliError> {
     let shown = path.display().to_string();
-    let existing = std::fs::read(path).map_err(|source| SealCliError::Read {
-        what: format!("--merge-into {shown}"),
-        error: source,
-    })?;
+    let existing = std::fs::read(path).map_err(reading(format!("--merge-into {shown}")))?;
     let mut sealed = SealedSecret::parse(&existing).map_err(input(shown.as_str()))?;
     if let Some(given) = scope.filter(|s| *s != sealed.scope()) {
         return Err(SealCliError::ScopeConflict {
@@ -404,10 +392,7 @@ fn merge_into(
     } else {
         sealed.to_yaml()
     };
-    spokekeeper::fsutil::write_atomic(path, text.as_bytes()).map_err(|source| SealCliError::Write {
-        what: shown,
-        error: source,
-    })
+    spokekeeper::fsutil::write_atomic(path, text.as_bytes()).map_err(writing(shown))
 }
 
 pub(super) fn unseal(args: &UnsealArgs, format: Option<Format>) -> ExitCode {
@@ -427,21 +412,16 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
     }
     let mut keys = Vec::new();
     for path in &args.recovery_key {
-        let bytes =
-            SecretBytes::from(std::fs::read(path).map_err(|source| SealCliError::Read {
-                what: format!("--recovery-key {}", path.display()),
-                error: source,
-            })?);
+        let bytes = SecretBytes::from(
+            std::fs::read(path).map_err(reading(format!("--recovery-key {}", path.display())))?,
+        );
         keys.extend(RecoveryKey::load_all(
             bytes.expose(),
             &path.display().to_string(),
         )?);
     }
     let input = read_limited(args.file.as_deref())?;
-    let shown = args
-        .file
-        .as_deref()
-        .map_or("stdin".into(), |p| p.display().to_string());
+    let shown = shown_file(args);
     let sealed = SealedSecret::parse(input.expose()).map_err(self::input(shown.as_str()))?;
     if !sealed.template.data.is_empty() {
         eprintln!(
@@ -456,28 +436,22 @@ fn try_unseal(args: &UnsealArgs, format: Option<Format>) -> Result<(), SealCliEr
     write_stdout(text.expose())
 }
 
+/// The file `unseal` reads, for messages: its path or `stdin`.
+fn shown_file(args: &UnsealArgs) -> String {
+    args.file
+        .as_deref()
+        .map_or("stdin".into(), |p| p.display().to_string())
+}
+
 /// `unseal --age-key`: a sops file decrypted, every value and the MAC checked.
 fn unseal_sops(args: &UnsealArgs, key: &Path, format: Format) -> Result<(), SealCliError> {
     let what = format!("--age-key {}", key.display());
-    let bytes = SecretBytes::from(std::fs::read(key).map_err(|source| SealCliError::Read {
-        what: what.clone(),
-        error: source,
-    })?);
-    let identities = AgeIdentities::parse(&bytes).map_err(|source| SealCliError::Sops {
-        what,
-        error: source,
-    })?;
+    let bytes = SecretBytes::from(std::fs::read(key).map_err(reading(&what))?);
+    let identities = AgeIdentities::parse(&bytes).map_err(sops_at(what))?;
     drop(bytes);
     let input = read_limited(args.file.as_deref())?;
-    let shown = args
-        .file
-        .as_deref()
-        .map_or("stdin".into(), |p| p.display().to_string());
-    let secret =
-        sops::decrypt(input.expose(), &identities).map_err(|source| SealCliError::Sops {
-            what: shown,
-            error: source,
-        })?;
+    let shown = shown_file(args);
+    let secret = sops::decrypt(input.expose(), &identities).map_err(sops_at(shown))?;
     let text = match format {
         Format::Json => secret.to_json(),
         _ => secret.to_yaml(),
@@ -490,10 +464,7 @@ fn unseal_sops(args: &UnsealArgs, key: &Path, format: Format) -> Result<(), Seal
 fn read_limited(path: Option<&Path>) -> Result<SecretBytes, SealCliError> {
     let (mut reader, shown): (Box<dyn Read>, String) = match path.filter(|p| p.as_os_str() != "-") {
         Some(p) => (
-            Box::new(std::fs::File::open(p).map_err(|source| SealCliError::Read {
-                what: p.display().to_string(),
-                error: source,
-            })?),
+            Box::new(std::fs::File::open(p).map_err(reading(p.display().to_string()))?),
             p.display().to_string(),
         ),
         None => (Box::new(std::io::stdin()), "stdin".into()),
@@ -501,12 +472,7 @@ fn read_limited(path: Option<&Path>) -> Result<SecretBytes, SealCliError> {
     let mut buf = SecretBytes::with_capacity(MAX_MANIFEST_BYTES);
     let mut chunk = zeroize::Zeroizing::new([0u8; 16 * 1024]);
     loop {
-        let n = reader
-            .read(chunk.as_mut())
-            .map_err(|source| SealCliError::Read {
-                what: shown.clone(),
-                error: source,
-            })?;
+        let n = reader.read(chunk.as_mut()).map_err(reading(&shown))?;
         if n == 0 {
             return Ok(buf);
         }
@@ -520,8 +486,5 @@ fn write_stdout(bytes: &[u8]) -> Result<(), SealCliError> {
     let mut out = std::io::stdout().lock();
     out.write_all(bytes)
         .and_then(|_| out.flush())
-        .map_err(|source| SealCliError::Write {
-            what: "stdout".into(),
-            error: source,
-        })
+        .map_err(writing("stdout"))
 }

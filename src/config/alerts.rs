@@ -9,17 +9,11 @@ use super::{ConfigError, Loading, Span};
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawAlerts {
-    #[serde(default)]
     warn_before: Option<Span>,
-    #[serde(default)]
     critical_before: Option<Span>,
-    #[serde(default)]
     alertmanager: Option<String>,
-    #[serde(default)]
     webhook: Option<String>,
-    #[serde(default)]
     pending_review_after: Option<Span>,
-    #[serde(default)]
     flux: Option<RawFlux>,
 }
 

@@ -53,18 +53,12 @@ pub(crate) const MIN_TTL: Duration = Duration::from_secs(3600);
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct RawCredential {
-    #[serde(default)]
     pub mode: Option<CredentialMode>,
-    #[serde(default)]
     pub ttl: Option<Span>,
-    #[serde(default)]
     pub renew_before: Option<Span>,
-    #[serde(default)]
     pub user: Option<String>,
-    #[serde(default)]
     pub(crate) cluster_role: Option<String>,
     /// Global only: names this spokekeeper deployment on the spokes it mints on.
-    #[serde(default)]
     pub(crate) hub_id: Option<String>,
 }
 

@@ -15,22 +15,16 @@ pub const DEFAULT_VERIFY_TIMEOUT: Duration = Duration::from_secs(120);
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawHub {
-    #[serde(default)]
     kubeconfig: Option<PathBuf>,
-    #[serde(default)]
     controller: Option<RawController>,
-    #[serde(default)]
     verify_timeout: Option<Span>,
-    #[serde(default)]
     flux_default_service_account: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawController {
-    #[serde(default)]
     namespace: Option<String>,
-    #[serde(default)]
     name: Option<String>,
     #[serde(default, deserialize_with = "service_port")]
     port: Option<String>,

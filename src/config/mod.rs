@@ -51,8 +51,6 @@ mod types;
 
 pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
-#[cfg(test)]
-use daemon::DEFAULT_METRICS_LISTEN;
 pub use edit::{NewSpoke, add_spoke, spoke_entry};
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
@@ -79,19 +77,13 @@ pub struct ConfigError {
 struct RawConfig {
     repo: repo::RawRepo,
     sealing: sealing::RawSealing,
-    #[serde(default)]
     schedule: Option<String>,
-    #[serde(default)]
     metrics: Option<daemon::RawMetrics>,
-    #[serde(default)]
     renew_before: Option<Span>,
-    #[serde(default)]
     verify_every: Option<Span>,
-    #[serde(default)]
     alerts: Option<alerts::RawAlerts>,
     #[serde(default)]
     ssh: SshOverrides,
-    #[serde(default)]
     hub: Option<hub::RawHub>,
     #[serde(default)]
     credential: credential::RawCredential,
@@ -247,6 +239,7 @@ pub fn is_dns_label(s: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use super::daemon::DEFAULT_METRICS_LISTEN;
     use super::*;
 
     /// The lab's ConfigBuilder, which the tests and benchmarks write their configurations

@@ -13,19 +13,12 @@ use super::{ConfigError, Loading, Span, signing_key};
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRepo {
     path: PathBuf,
-    #[serde(default)]
     remote: Option<String>,
-    #[serde(default)]
     branch: Option<String>,
-    #[serde(default)]
     author: Option<String>,
-    #[serde(default)]
     push: Option<bool>,
-    #[serde(default)]
     mode: Option<RepoMode>,
-    #[serde(default)]
     forge: Option<RawForge>,
-    #[serde(default)]
     signing_key: Option<PathBuf>,
 }
 
@@ -35,20 +28,15 @@ struct RawForge {
     kind: ForgeKind,
     url: String,
     repository: String,
-    #[serde(default)]
     token_file: Option<PathBuf>,
-    #[serde(default)]
     token_env: Option<String>,
     /// Present only to be refused with the fix: a token never lives in the config.
-    #[serde(default)]
     token: Option<serde::de::IgnoredAny>,
     #[serde(default)]
     labels: Vec<String>,
     #[serde(default)]
     reviewers: Vec<String>,
-    #[serde(default)]
     timeout: Option<Span>,
-    #[serde(default)]
     rate_limit_wait: Option<Span>,
 }
 

@@ -13,17 +13,11 @@ use crate::fingerprint::{self, Fingerprint};
 #[serde(deny_unknown_fields)]
 pub(super) struct RawSealing {
     /// Needed only when a spoke seals with Sealed Secrets (`check::sealing_cert`).
-    #[serde(default)]
     cert: Option<PathBuf>,
-    #[serde(default)]
     sha256: Option<OneOrMany>,
-    #[serde(default)]
     pub(super) format: Option<SealingFormat>,
-    #[serde(default)]
     age_recipients: Option<OneOrMany>,
-    #[serde(default)]
     age_sha256: Option<OneOrMany>,
-    #[serde(default)]
     sops_config: Option<PathBuf>,
 }
 

@@ -97,23 +97,22 @@ pub fn public_key(path: &Path) -> Result<String, SigningKeyError> {
     }
 }
 
-/// A fresh ed25519 key at `dir/name` (and its `.pub`), for tests.
 #[cfg(test)]
-pub(crate) fn keygen(dir: &Path, name: &str, passphrase: &str) -> std::path::PathBuf {
-    let path = dir.join(name);
-    let ok = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-C", "t", "-N", passphrase, "-f"])
-        .arg(&path)
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok);
-    path
-}
-
-#[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// A fresh ed25519 key at `dir/name` (and its `.pub`), for tests.
+    pub(crate) fn keygen(dir: &Path, name: &str, passphrase: &str) -> std::path::PathBuf {
+        let path = dir.join(name);
+        let ok = Command::new("ssh-keygen")
+            .args(["-q", "-t", "ed25519", "-C", "t", "-N", passphrase, "-f"])
+            .arg(&path)
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok);
+        path
+    }
 
     #[test]
     fn a_key_without_passphrase_gives_its_public_half() {

@@ -20,58 +20,42 @@ pub const DEFAULT_KUSTOMIZATION_NAMESPACE: &str = "flux-system";
 pub(super) struct RawSpoke {
     name: String,
     address: String,
-    #[serde(default)]
     distro: Option<Distro>,
-    #[serde(default)]
     source: Option<SourceKind>,
-    #[serde(default)]
     kubeconfig_path: Option<String>,
-    #[serde(default)]
     api_server: Option<String>,
     #[serde(default)]
     ssh: SshOverrides,
-    #[serde(default)]
     secret: Option<RawSecretRef>,
-    #[serde(default)]
     scope: Option<Scope>,
-    #[serde(default)]
     output: Option<PathBuf>,
-    #[serde(default)]
     kustomization: Option<RawKustomizationRef>,
     #[serde(default)]
     credential: RawCredential,
-    #[serde(default)]
     sealing: Option<RawSpokeSealing>,
 }
 
 /// `spokes[].sealing`: the spoke's own output format, over `sealing.format`, and the
 /// recipient sets its sops output may be encrypted for.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSpokeSealing {
-    #[serde(default)]
     format: Option<SealingFormat>,
-    #[serde(default)]
     age_sha256: Option<OneOrMany>,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawSecretRef {
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     namespace: Option<String>,
-    #[serde(default)]
     key: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct RawKustomizationRef {
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     namespace: Option<String>,
 }
 
@@ -173,11 +157,7 @@ fn spoke(
         .kubeconfig_path
         .unwrap_or_else(|| distro.kubeconfig_path().into());
     let ssh = ssh::settings(global_ssh, &s.ssh, l);
-    let secret = s.secret.unwrap_or(RawSecretRef {
-        name: None,
-        namespace: None,
-        key: None,
-    });
+    let secret = s.secret.unwrap_or_default();
     let secret = SecretRef {
         name: secret
             .name
@@ -196,10 +176,7 @@ fn spoke(
         .transpose()?;
     let credential = credential::resolve(global_credential, &s.credential, &at, &s.name)
         .map_err(|r| l.bad(&r.key, r.message))?;
-    let sealing = s.sealing.unwrap_or(RawSpokeSealing {
-        format: None,
-        age_sha256: None,
-    });
+    let sealing = s.sealing.unwrap_or_default();
     let age_sha256 = age_pins(sealing.age_sha256, &format!("{at}.sealing.age_sha256"), l)?;
     Ok(SpokeConfig {
         name: s.name,

@@ -13,19 +13,13 @@ use super::{Loading, Span};
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SshOverrides {
-    #[serde(default)]
     pub user: Option<String>,
     #[serde(default, deserialize_with = "ssh_port")]
     pub port: Option<u16>,
-    #[serde(default)]
     pub identity: Option<PathBuf>,
-    #[serde(default)]
     pub known_hosts: Option<PathBuf>,
-    #[serde(default)]
     pub sudo: Option<bool>,
-    #[serde(default)]
     pub connect_timeout: Option<Span>,
-    #[serde(default)]
     pub command_timeout: Option<Span>,
 }
 

@@ -129,12 +129,7 @@ impl LeaseLock {
     /// One round: create the Lease, renew it, or take it over once it expired.
     pub async fn try_acquire_or_renew(&self) -> Result<Observed, LeaseError> {
         let now = SystemTime::now();
-        let current = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(|e| self.err("read", e))?;
-        let Some(current) = current else {
+        let Some(current) = self.read().await? else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
@@ -182,29 +177,19 @@ impl LeaseLock {
         }
         spec.renew_time = Some(micro(now));
         spec.lease_duration_seconds = Some(self.duration_secs());
-        match self
-            .api
-            .replace(&self.name, &PostParams::default(), &next)
-            .await
-        {
-            Ok(written) => {
+        match self.replace(&next, "update").await? {
+            Some(written) => {
                 self.observe(&written.spec.unwrap_or_default());
                 Ok(Observed::Leader)
             }
-            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(Observed::Lost),
-            Err(e) => Err(self.err("update", e)),
+            None => Ok(Observed::Lost),
         }
     }
 
     /// Gives the lease up when we hold it, so a standby need not wait for it to expire.
     /// Ok(true) when it was released.
     pub async fn release(&self) -> Result<bool, LeaseError> {
-        let Some(mut lease) = self
-            .api
-            .get_opt(&self.name)
-            .await
-            .map_err(|e| self.err("read", e))?
-        else {
+        let Some(mut lease) = self.read().await? else {
             return Ok(false);
         };
         let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
@@ -214,14 +199,27 @@ impl LeaseLock {
         spec.holder_identity = None;
         spec.renew_time = Some(micro(SystemTime::now()));
         spec.lease_duration_seconds = Some(1);
+        Ok(self.replace(&lease, "release").await?.is_some())
+    }
+
+    async fn read(&self) -> Result<Option<Lease>, LeaseError> {
+        self.api
+            .get_opt(&self.name)
+            .await
+            .map_err(|e| self.err("read", e))
+    }
+
+    /// Writes `lease` guarded by its resourceVersion; None when another writer came first
+    /// (409 Conflict).
+    async fn replace(&self, lease: &Lease, op: &'static str) -> Result<Option<Lease>, LeaseError> {
         match self
             .api
-            .replace(&self.name, &PostParams::default(), &lease)
+            .replace(&self.name, &PostParams::default(), lease)
             .await
         {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(false),
-            Err(e) => Err(self.err("release", e)),
+            Ok(written) => Ok(Some(written)),
+            Err(kube::Error::Api(s)) if s.is_conflict() => Ok(None),
+            Err(e) => Err(self.err(op, e)),
         }
     }
 

@@ -266,8 +266,8 @@ pub(super) mod tests {
     #[test]
     fn adds_layout_has_no_trap_and_each_spokes_same_named_release_is_its_own() {
         let s = spokes("");
-        let edge = super::super::layout::for_tests(&s[0]);
-        let dev = super::super::layout::for_tests(&s[1]);
+        let edge = super::super::layout::tests::for_tests(&s[0]);
+        let dev = super::super::layout::tests::for_tests(&s[1]);
         let found = details(
             &[
                 ("clusters/hub/edge.yaml", &edge),

@@ -213,7 +213,6 @@ pub enum ListError {
 pub fn list_resources(text: &str, entries: &[String]) -> Result<Option<String>, ListError> {
     #[derive(Deserialize)]
     struct Kustomization {
-        #[serde(default)]
         resources: Option<Vec<String>>,
     }
     let parse = |t: &str| {
@@ -268,21 +267,20 @@ fn same_entry(listed: &str, entry: &str) -> bool {
     listed.trim_start_matches("./").trim_end_matches('/') == entry.trim_start_matches("./")
 }
 
-/// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
 #[cfg(test)]
-pub(crate) fn for_tests(spoke: &SpokeConfig) -> String {
-    Layout {
-        root: "clusters/hub".into(),
-        dir: Path::new("spokes").join(&spoke.name),
-        source: Source::parse("flux-system").expect("a name"),
-        spoke_account: None,
-    }
-    .objects(spoke)
-}
-
-#[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// The Kustomizations add writes for `spoke` with the default layout under clusters/hub.
+    pub(crate) fn for_tests(spoke: &SpokeConfig) -> String {
+        Layout {
+            root: "clusters/hub".into(),
+            dir: Path::new("spokes").join(&spoke.name),
+            source: Source::parse("flux-system").expect("a name"),
+            spoke_account: None,
+        }
+        .objects(spoke)
+    }
 
     #[test]
     fn a_root_path_from_the_hub_is_a_directory_inside_the_repo_or_refused() {

@@ -74,7 +74,7 @@ mod tests {
     #[test]
     fn a_spoke_whose_committed_secret_no_flux_object_reads_is_named_with_the_fix() {
         let spokes = spokes("");
-        let edge = super::super::layout::for_tests(&spokes[0]);
+        let edge = super::super::layout::tests::for_tests(&spokes[0]);
         let sealed = "kind: SealedSecret\n";
         let mut files = vec![
             ("fluxcd/edge.yaml", edge.as_str()),

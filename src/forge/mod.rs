@@ -8,9 +8,7 @@
 //! The token is read from a file or the environment when the client is built, kept in a
 //! secrecy wrapper, and cut out of any error text.
 
-mod gitea;
-mod github;
-mod gitlab;
+mod pulls;
 
 use std::time::Duration;
 
@@ -112,6 +110,7 @@ pub enum ForgeError {
 /// A forge client for one tick.
 pub(crate) struct Forge {
     kind: ForgeKind,
+    dialect: &'static pulls::Dialect,
     /// The API root: GitHub as configured, GitLab .../api/v4, Gitea .../api/v1.
     api: String,
     repository: String,
@@ -149,13 +148,12 @@ impl Forge {
     pub(crate) fn new(cfg: &ForgeConfig) -> Result<Forge, ForgeError> {
         let (timeout, max_wait) = (cfg.timeout, cfg.rate_limit_wait);
         let (token, token_source) = read_token(&cfg.token)?;
-        let base = cfg.url.as_str().trim_end_matches('/').to_string();
-        let api = match cfg.kind {
-            ForgeKind::Github => base,
-            ForgeKind::Gitlab if base.ends_with("/api/v4") => base,
-            ForgeKind::Gitlab => format!("{base}/api/v4"),
-            ForgeKind::Gitea if base.ends_with("/api/v1") => base,
-            ForgeKind::Gitea => format!("{base}/api/v1"),
+        let dialect = pulls::dialect(cfg.kind);
+        let base = cfg.url.as_str().trim_end_matches('/');
+        let api = if base.ends_with(dialect.api_root) {
+            base.to_string()
+        } else {
+            format!("{base}{}", dialect.api_root)
         };
         // reqwest has no crypto provider of its own: it takes the process default.
         let _ = rustls::crypto::ring::default_provider().install_default();
@@ -170,6 +168,7 @@ impl Forge {
             .map_err(|e| ForgeError::Token(format!("cannot build the HTTP client: {e}")))?;
         Ok(Forge {
             kind: cfg.kind,
+            dialect,
             api,
             repository: cfg.repository.clone(),
             token,
@@ -183,27 +182,6 @@ impl Forge {
         })
     }
 
-    fn name(&self) -> &'static str {
-        match self.kind {
-            ForgeKind::Github => "GitHub",
-            ForgeKind::Gitlab => "GitLab",
-            ForgeKind::Gitea => "Gitea",
-        }
-    }
-
-    /// The open pull request from `branch` into `base`, if any.
-    pub(crate) async fn find_open(
-        &self,
-        branch: &str,
-        base: &str,
-    ) -> Result<Option<Open>, ForgeError> {
-        match self.kind {
-            ForgeKind::Github => github::find_open(self, branch, base).await,
-            ForgeKind::Gitlab => gitlab::find_open(self, branch, base).await,
-            ForgeKind::Gitea => gitea::find_open(self, branch, base).await,
-        }
-    }
-
     /// Updates `open` (the branch's open pull request from [`Forge::find_open`]), or
     /// opens one (with labels and reviewers).
     pub(crate) async fn open_or_update(
@@ -214,12 +192,7 @@ impl Forge {
         if let Some(open) = open {
             return Ok((self.update(&open.pr, p).await?, Action::Updated));
         }
-        let created = match self.kind {
-            ForgeKind::Github => github::create(self, p).await?,
-            ForgeKind::Gitlab => gitlab::create(self, p).await?,
-            ForgeKind::Gitea => gitea::create(self, p).await?,
-        };
-        match created {
+        match self.create(p).await? {
             Some(pr) => Ok((pr, Action::Opened)),
             // Opened by someone else between our look-up and our create.
             None => match self.find_open(p.branch, p.base).await? {
@@ -229,14 +202,6 @@ impl Forge {
                     "the forge says one already exists but lists none open".into(),
                 )),
             },
-        }
-    }
-
-    async fn update(&self, pr: &PullRequest, p: &Proposal<'_>) -> Result<Open, ForgeError> {
-        match self.kind {
-            ForgeKind::Github => github::update(self, pr, p).await,
-            ForgeKind::Gitlab => gitlab::update(self, pr, p).await,
-            ForgeKind::Gitea => gitea::update(self, pr, p).await,
         }
     }
 
@@ -322,7 +287,7 @@ impl Forge {
             if let Some(retry) = self.rate_limited(status, &headers, &body) {
                 if !waited && retry <= self.max_wait {
                     tracing::info!(
-                        forge = self.name(),
+                        forge = self.dialect.name,
                         wait_s = retry.as_secs(),
                         "rate limited; waiting"
                     );
@@ -331,7 +296,7 @@ impl Forge {
                     continue;
                 }
                 return Err(ForgeError::RateLimited {
-                    kind: self.name(),
+                    kind: self.dialect.name,
                     what: what.into(),
                     retry,
                     max: self.max_wait,
@@ -341,18 +306,18 @@ impl Forge {
             return match status.as_u16() {
                 200..=299 | 409 | 422 => Ok(answer),
                 401 => Err(ForgeError::Unauthorized {
-                    kind: self.name(),
+                    kind: self.dialect.name,
                     what: what.into(),
                     source_: self.token_source.clone(),
                     detail: self.detail(&answer.body, &text),
                 }),
                 403 => Err(ForgeError::Forbidden {
-                    kind: self.name(),
+                    kind: self.dialect.name,
                     what: what.into(),
                     detail: self.detail(&answer.body, &text),
                 }),
                 404 => Err(ForgeError::NotFound {
-                    kind: self.name(),
+                    kind: self.dialect.name,
                     what: what.into(),
                     repository: self.repository.clone(),
                     detail: self.detail(&answer.body, &text),
@@ -398,7 +363,7 @@ impl Forge {
     fn transport(&self, what: &str, e: reqwest::Error) -> ForgeError {
         if e.is_timeout() {
             ForgeError::Timeout {
-                kind: self.name(),
+                kind: self.dialect.name,
                 what: what.into(),
                 secs: self.timeout.as_secs().max(1),
             }
@@ -409,7 +374,7 @@ impl Forge {
 
     fn other(&self, what: &str, detail: String) -> ForgeError {
         ForgeError::Other {
-            kind: self.name(),
+            kind: self.dialect.name,
             what: what.into(),
             detail,
         }
@@ -445,17 +410,6 @@ impl Forge {
     fn already_exists(&self, a: &Answer) -> bool {
         let text = a.body.to_string().to_ascii_lowercase();
         matches!(a.status.as_u16(), 409 | 422) && text.contains("already exist")
-    }
-
-    /// GitHub and Gitea share this endpoint: POST {repo}/pulls/{n}/requested_reviewers.
-    async fn request_reviewers(&self, repo: &str, number: u64) {
-        if self.reviewers.is_empty() {
-            return;
-        }
-        let url = format!("{repo}/pulls/{number}/requested_reviewers");
-        let body = serde_json::json!({"reviewers": self.reviewers});
-        self.extra(Method::POST, &url, &body, "requesting reviewers", number)
-            .await;
     }
 
     /// A call after the pull request exists (labels, reviewers): a failure is logged, not
@@ -520,9 +474,9 @@ fn read_token(src: &TokenSource) -> Result<(SecretString, String), ForgeError> {
     Ok((SecretString::from(token.to_string()), name))
 }
 
-/// A pull request from a JSON object, its fields named by the forge's [`Keys`]: the
+/// A pull request from a JSON object, its fields named by the forge's [`pulls::Dialect`]: the
 /// number (or iid), the URL, created_at, the head commit, the title and the body.
-fn pull_request(v: &Value, keys: &Keys) -> Option<Open> {
+fn pull_request(v: &Value, keys: &pulls::Dialect) -> Option<Open> {
     let created = v.get("created_at")?.as_str()?;
     let text = |k: &str| {
         v.get(k)
@@ -547,14 +501,6 @@ fn pull_request(v: &Value, keys: &Keys) -> Option<Open> {
         title: text("title"),
         body: text(keys.body),
     })
-}
-
-/// Where each forge puts a pull request's fields.
-struct Keys {
-    number: &'static str,
-    url: &'static str,
-    head: &'static str,
-    body: &'static str,
 }
 
 /// Percent-encodes one path segment (GitLab's group%2Fproject, branch names in queries).

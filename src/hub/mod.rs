@@ -46,71 +46,51 @@ pub struct Access {
     pub verbs: &'static [&'static str],
 }
 
-/// Everything this module calls on the hub.
+const fn rule(
+    group: &'static str,
+    resource: &'static str,
+    verbs: &'static [&'static str],
+) -> Access {
+    Access {
+        group,
+        resource,
+        verbs,
+    }
+}
+
+/// Everything this module calls on the hub: group, resource, verbs.
 pub const ACCESS: &[Access] = &[
     // The controller's Service: its port name and its app.kubernetes.io/version label.
-    Access {
-        group: "",
-        resource: "services",
-        verbs: &["get"],
-    },
+    rule("", "services", &["get"]),
     // GET .../services/http:<name>:<port>/proxy/v1/cert.pem, as kubeseal --fetch-cert.
-    Access {
-        group: "",
-        resource: "services/proxy",
-        verbs: &["get"],
-    },
-    Access {
-        group: "bitnami.com",
-        resource: "sealedsecrets",
-        verbs: &["get"],
-    },
+    rule("", "services/proxy", &["get"]),
+    rule("bitnami.com", "sealedsecrets", &["get"]),
     // list: the consumers of a spoke's Secret, in its namespace; patch: the
     // reconcile.fluxcd.io/requestedAt annotation (what `flux reconcile` sets).
-    Access {
-        group: "kustomize.toolkit.fluxcd.io",
-        resource: "kustomizations",
-        verbs: &["list", "get", "patch"],
-    },
-    Access {
-        group: "helm.toolkit.fluxcd.io",
-        resource: "helmreleases",
-        verbs: &["list", "get", "patch"],
-    },
+    rule(
+        "kustomize.toolkit.fluxcd.io",
+        "kustomizations",
+        &["list", "get", "patch"],
+    ),
+    rule(
+        "helm.toolkit.fluxcd.io",
+        "helmreleases",
+        &["list", "get", "patch"],
+    ),
     // A consumer's source, read when Flux says it failed (hub::source::KINDS); patch: the
     // requestedAt of the GitRepository the root Kustomization applies from (hub::root).
-    Access {
-        group: "source.toolkit.fluxcd.io",
-        resource: "gitrepositories",
-        verbs: &["get", "patch"],
-    },
-    Access {
-        group: "source.toolkit.fluxcd.io",
-        resource: "ocirepositories",
-        verbs: &["get"],
-    },
-    Access {
-        group: "source.toolkit.fluxcd.io",
-        resource: "buckets",
-        verbs: &["get"],
-    },
-    Access {
-        group: "source.toolkit.fluxcd.io",
-        resource: "helmcharts",
-        verbs: &["get"],
-    },
-    Access {
-        group: "source.toolkit.fluxcd.io",
-        resource: "externalartifacts",
-        verbs: &["get"],
-    },
+    rule(
+        "source.toolkit.fluxcd.io",
+        "gitrepositories",
+        &["get", "patch"],
+    ),
+    rule("source.toolkit.fluxcd.io", "ocirepositories", &["get"]),
+    rule("source.toolkit.fluxcd.io", "buckets", &["get"]),
+    rule("source.toolkit.fluxcd.io", "helmcharts", &["get"]),
+    rule("source.toolkit.fluxcd.io", "externalartifacts", &["get"]),
     // Events about a spoke, in its consumers' namespace (hub::recorder): create, and patch
     // a repeat's series. events.k8s.io only: nothing writes core/v1 events.
-    Access {
-        group: "events.k8s.io",
-        resource: "events",
-        verbs: &["create", "patch"],
-    },
+    rule("events.k8s.io", "events", &["create", "patch"]),
 ];
 
 /// The annotation `flux reconcile` sets to ask for a reconciliation now.
@@ -209,27 +189,23 @@ impl Hub {
     /// `kubeseal --fetch-cert` gets it.
     pub async fn fetch_cert(&self) -> Result<String, HubError> {
         let c = &self.controller;
+        let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
+        let svc = svc.get(&c.name).await;
+        // With a configured port the Service is read only for its version label: a
+        // refusal (a Role without `get` on it) or any error leaves the version unknown.
+        let version = svc.as_ref().ok().and_then(version_label);
+        if (svc.is_ok() || c.port.is_some())
+            && let Ok(mut v) = self.controller_version.lock()
+        {
+            v.clone_from(&version);
+        }
         let port = match &c.port {
-            Some(p) => {
-                // Only for its version label: the port is known, so a refusal (a Role
-                // without `get` on the Service) or any error leaves the version unknown.
-                let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
-                let version = svc.get(&c.name).await.ok().and_then(|s| version_label(&s));
-                if let Ok(mut v) = self.controller_version.lock() {
-                    v.clone_from(&version);
-                }
-                p.clone()
-            }
+            Some(p) => p.clone(),
             None => {
-                let svc: Api<Service> = Api::namespaced(self.client.clone(), &c.namespace);
-                let svc = svc.get(&c.name).await.map_err(|source| HubError::Service {
+                let svc = svc.map_err(|source| HubError::Service {
                     controller: self.controller(),
                     error: source,
                 })?;
-                let version = version_label(&svc);
-                if let Ok(mut v) = self.controller_version.lock() {
-                    v.clone_from(&version);
-                }
                 first_port(&svc).ok_or_else(|| HubError::NoPorts {
                     controller: self.controller(),
                 })?
@@ -287,10 +263,7 @@ impl Hub {
         let req = hyper::http::Request::get(&path)
             .header("Accept", "application/json")
             .body(Vec::new())?;
-        let (status, body) = self.call(req).await.map_err(|source| HubError::Call {
-            what: what.clone(),
-            error: source,
-        })?;
+        let (status, body) = self.call(req, &what).await?;
         if status == hyper::http::StatusCode::NOT_FOUND {
             return Ok(None);
         }
@@ -362,10 +335,7 @@ impl Hub {
                 .header("Content-Type", "application/merge-patch+json")
                 .header("Accept", "application/json")
                 .body(patch.to_string().into_bytes())?;
-            let (status, body) = self.call(req).await.map_err(|source| HubError::Call {
-                what: what.clone(),
-                error: source,
-            })?;
+            let (status, body) = self.call(req, &what).await?;
             if status.is_success() {
                 return Ok(());
             }
@@ -405,7 +375,8 @@ impl Hub {
     async fn call(
         &self,
         req: hyper::http::Request<Vec<u8>>,
-    ) -> Result<(hyper::http::StatusCode, hyper::body::Bytes), CallError> {
+        what: &str,
+    ) -> Result<(hyper::http::StatusCode, hyper::body::Bytes), HubError> {
         let read = async {
             let resp = self.client.send(req.map(kube::client::Body::from)).await?;
             let status = resp.status();
@@ -431,9 +402,13 @@ impl Hub {
         };
         tokio::time::timeout(CALL_TIMEOUT, read)
             .await
-            .map_err(|_| CallError::NoAnswer {
+            .unwrap_or(Err(CallError::NoAnswer {
                 secs: CALL_TIMEOUT.as_secs(),
-            })?
+            }))
+            .map_err(|source| HubError::Call {
+                what: what.into(),
+                error: source,
+            })
     }
 }
 

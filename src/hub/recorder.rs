@@ -425,10 +425,7 @@ impl Hub {
             .header("Content-Type", "application/json")
             .header("Accept", "application/json")
             .body(body)?;
-        let (status, answer) = self.call(req).await.map_err(|source| HubError::Call {
-            what: what.clone(),
-            error: source,
-        })?;
+        let (status, answer) = self.call(req, &what).await?;
         if status.is_success() {
             return Ok(());
         }
@@ -453,10 +450,7 @@ impl Hub {
             .header("Content-Type", "application/merge-patch+json")
             .header("Accept", "application/json")
             .body(patch.to_string().into_bytes())?;
-        let (status, answer) = self.call(req).await.map_err(|source| HubError::Call {
-            what: what.clone(),
-            error: source,
-        })?;
+        let (status, answer) = self.call(req, &what).await?;
         if status == hyper::http::StatusCode::NOT_FOUND {
             return Ok(false);
         }

@@ -126,7 +126,7 @@ fn allowed_signers(public: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::signing_key::keygen;
+    use crate::config::signing_key::tests::keygen;
     use std::process::Command;
 
     /// `git commit-tree -S` of the empty tree in a fresh repository in `dir`, signed

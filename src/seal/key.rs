@@ -87,23 +87,15 @@ impl SealingKey {
             source_name: source_name.into(),
         })?;
         let der = block.der.expose();
+        let bad = |e: &dyn fmt::Display| bad_public(source_name, e);
         match block.label.as_str() {
             "CERTIFICATE" => Self::from_cert_der(der, source_name, now),
             "PUBLIC KEY" => {
-                let public = rsa::PublicKey::from_public_key_der(der).map_err(|e| {
-                    KeyError::BadPublicKey {
-                        source_name: source_name.into(),
-                        reason: e.to_string(),
-                    }
-                })?;
+                let public = rsa::PublicKey::from_public_key_der(der).map_err(|e| bad(&e))?;
                 Self::checked(public, Fingerprint::of(der), None, source_name)
             }
             "RSA PUBLIC KEY" => {
-                let public =
-                    rsa::PublicKey::from_pkcs1_der(der).map_err(|e| KeyError::BadPublicKey {
-                        source_name: source_name.into(),
-                        reason: e.to_string(),
-                    })?;
+                let public = rsa::PublicKey::from_pkcs1_der(der).map_err(|e| bad(&e))?;
                 Self::checked(public, Fingerprint::of(der), None, source_name)
             }
             label if label.contains("PRIVATE KEY") => Err(KeyError::PrivateKeyGiven {
@@ -138,11 +130,8 @@ impl SealingKey {
                 not_after,
             });
         }
-        let public =
-            rsa::PublicKey::from_public_key_der(spki.raw).map_err(|e| KeyError::BadPublicKey {
-                source_name: source_name.into(),
-                reason: e.to_string(),
-            })?;
+        let public = rsa::PublicKey::from_public_key_der(spki.raw)
+            .map_err(|e| bad_public(source_name, &e))?;
         Self::checked(public, Fingerprint::of(der), Some(not_after), source_name)
     }
 
@@ -187,6 +176,13 @@ impl SealingKey {
     /// public: nothing real may be sealed to it. [`SealingKey::from_pem`] already refuses it.
     pub fn is_demo(&self) -> bool {
         is_demo_modulus(&self.public)
+    }
+}
+
+fn bad_public(source_name: &str, e: &dyn fmt::Display) -> KeyError {
+    KeyError::BadPublicKey {
+        source_name: source_name.into(),
+        reason: e.to_string(),
     }
 }
 

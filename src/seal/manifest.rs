@@ -26,13 +26,9 @@ pub use super::input::SecretInput;
 
 #[derive(Default, Deserialize)]
 struct RawMeta {
-    #[serde(default)]
     name: Option<String>,
-    #[serde(default)]
     namespace: Option<String>,
-    #[serde(default)]
     labels: Option<BTreeMap<String, String>>,
-    #[serde(default)]
     annotations: Option<BTreeMap<String, String>>,
 }
 
@@ -184,7 +180,6 @@ impl SealedSecret {
         struct RawSpec {
             #[serde(default)]
             template: RawTemplate,
-            #[serde(default)]
             encrypted_data: Option<BTreeMap<String, String>>,
         }
         #[derive(Default, Deserialize)]
@@ -193,9 +188,7 @@ impl SealedSecret {
             metadata: RawMeta,
             #[serde(default, rename = "type")]
             type_: Option<String>,
-            #[serde(default)]
             immutable: Option<bool>,
-            #[serde(default)]
             data: Option<BTreeMap<String, Option<String>>>,
         }
         let raw: Raw = parse_doc(bytes)?;

@@ -170,10 +170,7 @@ fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, A
     } else {
         eprint!("{steps}");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(AddError::Runtime)?;
+    let runtime = tokio::runtime::Runtime::new().map_err(AddError::Runtime)?;
     let review = config.repo.mode == RepoMode::PullRequest;
     let branch = spokekeeper::rotate::review::branch_name(&spoke);
     let (beside, pushed_before) = runtime.block_on(flux::flux_files(&config, &spoke, args))?;

@@ -80,10 +80,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e.to_string()),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return cannot_check(format, now, &format!("cannot start the runtime: {e}")),
     };

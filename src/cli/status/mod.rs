@@ -131,10 +131,7 @@ pub(super) fn run(config_path: &Path, format: Option<Format>) -> ExitCode {
         Ok(c) => c,
         Err(e) => return unable(format, &e.to_string()),
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match tokio::runtime::Runtime::new() {
         Ok(r) => r,
         Err(e) => return unable(format, &format!("cannot start the runtime: {e}")),
     };

@@ -84,7 +84,7 @@ fn a_helm_release_without_kubeconfig_under_a_spokes_path_lands_on_the_hub() {
     let mut own = spokes();
     own[0].secret.namespace = "edge".into();
     own[1].secret.namespace = "dev".into();
-    let layout = super::super::layout::for_tests(&own[0]);
+    let layout = super::super::layout::tests::for_tests(&own[0]);
     let files = tree(&[
         ("clusters/hub/edge.yaml", &layout),
         ("spokes/edge/helmreleases/web.yaml", HR),

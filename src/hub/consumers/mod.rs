@@ -239,14 +239,12 @@ struct PageMeta {
 #[derive(Deserialize)]
 struct Item {
     metadata: ItemMeta,
-    #[serde(default)]
     spec: Option<ItemSpec>,
 }
 
 #[derive(Deserialize)]
 struct ItemMeta {
     name: String,
-    #[serde(default)]
     namespace: Option<String>,
 }
 
@@ -256,15 +254,12 @@ struct ItemSpec {
     kube_config: Option<KubeConfigRef>,
     #[serde(default, rename = "serviceAccountName")]
     service_account_name: Option<String>,
-    #[serde(default)]
     path: Option<String>,
-    #[serde(default)]
     decryption: Option<Decryption>,
 }
 
 #[derive(Deserialize)]
 struct Decryption {
-    #[serde(default)]
     provider: Option<String>,
 }
 
@@ -277,7 +272,6 @@ struct KubeConfigRef {
 #[derive(Deserialize)]
 struct SecretRef {
     name: String,
-    #[serde(default)]
     key: Option<String>,
 }
 
