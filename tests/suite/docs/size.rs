@@ -25,7 +25,6 @@ const NOT_YET: &[&str] = &[
     "src/config/check.rs",
     "src/metrics/tests.rs",
     "tests/suite/realstack/flux_add.rs",
-    "tests/suite/realstack/real_hub.rs",
     "tests/suite/soak.rs",
 ];
 
