@@ -24,7 +24,6 @@ const NOT_YET: &[&str] = &[
     "lab/src/objects.rs",
     "src/config/check.rs",
     "src/metrics/tests.rs",
-    "tests/suite/realstack/flux_add.rs",
     "tests/suite/soak.rs",
 ];
 
