@@ -24,7 +24,6 @@ const NOT_YET: &[&str] = &[
     "lab/src/objects.rs",
     "src/config/check.rs",
     "src/metrics/tests.rs",
-    "tests/suite/soak.rs",
 ];
 
 pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
