@@ -165,7 +165,7 @@ fn hub_sim_as_real(real: &RealHub, rt: &tokio::runtime::Runtime) -> HubSim {
         (SimKind::Kustomization, "conform-c"),
         (SimKind::HelmRelease, "conform-app"),
     ] {
-        copy_to_real(&real, &sim, kind, name);
+        copy_to_real(real, &sim, kind, name);
     }
     wait_until(
         "the real controller unseals",
@@ -198,8 +198,7 @@ fn production_kubeconfig(real: &RealHub) -> std::path::PathBuf {
             .to_string(),
         );
     }
-    let token_kubeconfig = real.token_kubeconfig("conform", &real.token(FLUX_NS, "conform"));
-    token_kubeconfig
+    real.token_kubeconfig("conform", &real.token(FLUX_NS, "conform"))
 }
 
 /// Outside hub::ACCESS the real authorizer answers 403. The simulated hub does no
@@ -210,7 +209,7 @@ fn outside_access_is_refused_or_never_asked(
     sim: &HubSim,
 ) {
     let a = rt.block_on(call(
-        &real_client,
+        real_client,
         "GET",
         &format!("/api/v1/namespaces/{FLUX_NS}/secrets"),
         "application/json",

@@ -181,7 +181,7 @@ fn push_the_traps(stack: &RealFlux) {
         "fluxcd/kustomization.yaml",
         &format!("{root}  - spoke1-traps.yaml\n"),
     );
-    push(&stack, &seed, "spoke1: two HelmReleases, laid out by hand");
+    push(stack, &seed, "spoke1: two HelmReleases, laid out by hand");
 }
 
 /// check names both, for spoke 1.

@@ -76,10 +76,10 @@ fn two_added_spokes_keep_same_named_releases_apart_and_one_spokes_directory_reac
 /// Spoke 1 by a bare name (its GitRepository in flux-system), spoke 0 by
 /// NAMESPACE/NAME: each in its own hub namespace, which is not the source's.
 fn both_added_each_in_its_own_namespace(stack: &RealFlux) {
-    forget(&stack, 1);
-    add(&stack, 1, "fleet");
-    forget(&stack, 0);
-    let err = add(&stack, 0, "flux-system/fleet");
+    forget(stack, 1);
+    add(stack, 1, "fleet");
+    forget(stack, 0);
+    let err = add(stack, 0, "flux-system/fleet");
     // ROOT from the labels the real kustomize-controller put on spoke 1's SealedSecret.
     assert!(
         err.contains("ROOT is ./fluxcd, the path of Kustomization flux-system/"),
@@ -120,7 +120,7 @@ fn spoke1s_writer_reaches_neither_spoke0_nor_the_hub(stack: &RealFlux, seed: &Pa
         "spokes/spoke1/stolen/configmap.yaml",
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: stolen\n  namespace: default\n",
     );
-    push(&stack, seed, "spoke1: reach spoke0 and the hub");
+    push(stack, seed, "spoke1: reach spoke0 and the hub");
     let refused = stack.wait_for_in(
         "spoke1",
         "kustomization",
@@ -203,7 +203,7 @@ fn a_leak_and_a_bare_release_go_nowhere_else(stack: &RealFlux, seed: &Path) {
         ),
     );
     push(
-        &stack,
+        stack,
         seed,
         "spoke1: render spoke0's Secret; spoke0: a release placed nowhere",
     );
@@ -243,7 +243,7 @@ fn removing_spoke1s_releases_uninstalls_only_its_own(stack: &RealFlux, seed: &Pa
         "spokes/spoke1/helmreleases/kustomization.yaml",
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n",
     );
-    push(&stack, seed, "spoke1: no releases");
+    push(stack, seed, "spoke1: no releases");
     support::realstack::wait_until("spoke 1's release uninstalled", WAIT, || match has_release(
         &stack.spoke_apis[1],
         "spoke-config",

@@ -164,6 +164,5 @@ fn chart_kubeconfig(stack: &Stack) -> PathBuf {
         },
     );
     let token = stack.hub.token(ns, &sa);
-    let kubeconfig = stack.hub.token_kubeconfig("spokekeeper", &token);
-    kubeconfig
+    stack.hub.token_kubeconfig("spokekeeper", &token)
 }
