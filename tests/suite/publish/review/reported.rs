@@ -5,9 +5,23 @@ use crate::support;
 
 use std::time::Duration;
 
-use super::{review, review_failure, spoke};
+use super::{Review, review, review_failure, spoke};
 use serde_json::Value;
 use spokekeeper_lab::forge::{Kind, TOKEN};
+
+/// `check -o json`'s finding about the pending review; `check` exits `code`.
+fn review_finding(r: &Review, code: i32) -> Value {
+    let (got, out, err) = r.fleet.run(&["check", "-o", "json"]);
+    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    assert_eq!(got, code, "{json}");
+    json["findings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["cert"] == "review")
+        .unwrap_or_else(|| panic!("{json}"))
+        .clone()
+}
 
 #[tokio::test(flavor = "multi_thread")]
 async fn check_and_the_table_show_pending_reviews_and_their_age() {
@@ -29,15 +43,7 @@ async fn check_and_the_table_show_pending_reviews_and_their_age() {
     let (code, report, err) = r.fleet.rotate_json(&["--all", "--force"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(spoke(&report, 0)["change"], "opened", "{report}");
-    let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
-    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-    assert_eq!(code, 1, "{json}");
-    let review = json["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["cert"] == "review")
-        .unwrap_or_else(|| panic!("{json}"));
+    let review = review_finding(&r, 1);
     assert_eq!(review["severity"], "warning");
     assert_eq!(review["alertname"], Value::Null);
     assert!(
@@ -61,15 +67,7 @@ fn check_alerts_when_a_broken_credential_waits_longer_than_pending_review_after(
     .unwrap();
     r.forge.backdate(1, Duration::from_secs(5 * 3600));
     let before = r.forge.seen().len();
-    let (code, out, err) = r.fleet.run(&["check", "-o", "json"]);
-    let json: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-    assert_eq!(code, 2, "{json}");
-    let review = json["findings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|f| f["cert"] == "review")
-        .unwrap_or_else(|| panic!("{json}"));
+    let review = review_finding(&r, 2);
     assert_eq!(review["severity"], "critical");
     assert_eq!(review["alertname"], "SpokekeeperReviewPending");
     assert!(

@@ -86,17 +86,7 @@ fn the_first_mint_is_bound_and_works(stack: &Stack) -> PathBuf {
     );
     assert_ready(spoke, &["Kustomization/flux-system/spoke0"]);
     stack.wait_unsealed(0, Duration::from_secs(60));
-    let who = stack
-        .hub
-        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
-        .unwrap();
-    assert!(
-        who["username"]
-            .as_str()
-            .unwrap()
-            .starts_with("spokekeeper:hub:spoke0:1:"),
-        "{who}"
-    );
+    let who = flux_calls_spoke0_as(stack, 1);
     assert!(!who.to_string().contains("system:masters"), "{who}");
     let unsealed = String::from_utf8(stack.recovery_unsealed(0)).unwrap();
     let admin = String::from_utf8(stack.fleet.nodes[0].kubeconfig_bytes()).unwrap();
@@ -142,17 +132,7 @@ fn renewal_revokes_the_generation_before(stack: &Stack, gen1: &Path) {
         refused.contains("Forbidden") || refused.contains("forbidden"),
         "{refused}"
     );
-    let who = stack
-        .hub
-        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
-        .unwrap();
-    assert!(
-        who["username"]
-            .as_str()
-            .unwrap()
-            .starts_with("spokekeeper:hub:spoke0:2:"),
-        "{who}"
-    );
+    flux_calls_spoke0_as(stack, 2);
     assert_eq!(
         our_bindings(&stack.spoke_apis[0]),
         ["spokekeeper.hub.spoke0.g2"]
@@ -198,17 +178,7 @@ fn a_reinstall_is_minted_on_the_new_cluster(stack: &mut Stack) {
     assert_eq!(spoke["reason"]["kind"], "ca-changed", "{spoke:#}");
     assert_eq!(spoke["credential"]["generation"], 4, "{spoke:#}");
     stack.wait_unsealed(0, Duration::from_secs(60));
-    let who = stack
-        .hub
-        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
-        .unwrap();
-    assert!(
-        who["username"]
-            .as_str()
-            .unwrap()
-            .starts_with("spokekeeper:hub:spoke0:4:"),
-        "{who}"
-    );
+    flux_calls_spoke0_as(stack, 4);
     assert_eq!(
         our_bindings(&stack.spoke_apis[0]),
         ["spokekeeper.hub.spoke0.g4"]
@@ -241,6 +211,21 @@ fn a_binding_deleted_by_hand_is_minted_again(stack: &Stack) {
 /// scoped label selectors, each entry gets its own binding, renewing spoke0 revokes only
 /// spoke0's older generation (spoke1's credential keeps working on the real spoke), and
 /// `revoke spoke1` leaves spoke0's alone.
+/// What Flux calls spoke 0 as, with the committed credential: generation `generation`'s
+/// minted user.
+fn flux_calls_spoke0_as(stack: &Stack, generation: u32) -> serde_json::Value {
+    let who = stack
+        .hub
+        .flux_calls_spoke("flux-system", "spoke0-kubeconfig")
+        .unwrap();
+    let user = format!("spokekeeper:hub:spoke0:{generation}:");
+    assert!(
+        who["username"].as_str().unwrap().starts_with(&user),
+        "{who}"
+    );
+    who
+}
+
 #[test]
 fn two_entries_on_one_real_spoke_keep_their_own_bindings() {
     crate::support::requires!(ROOT, REAL_STACK);
