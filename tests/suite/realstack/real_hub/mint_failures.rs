@@ -4,7 +4,7 @@
 use crate::support;
 
 use super::Stack;
-use super::minted::our_bindings;
+use crate::realstack::our_bindings;
 use support::realstack::access::Lacking;
 use support::realstack::{access, list_namespaces};
 

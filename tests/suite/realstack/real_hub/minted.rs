@@ -7,25 +7,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::{Stack, assert_ready};
-use support::realstack::kube::KubeApi;
+use crate::realstack::our_bindings;
 use support::realstack::{access, list_namespaces};
-
-/// The ClusterRoleBindings spokekeeper made on a spoke.
-pub(super) fn our_bindings(api: &KubeApi) -> Vec<String> {
-    let list = api.get_json(&[
-        "clusterrolebindings",
-        "-l",
-        "app.kubernetes.io/managed-by=spokekeeper",
-    ]);
-    let mut names: Vec<String> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["metadata"]["name"].as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    names
-}
 
 /// Minted end to end on a real spoke with its real signer: the hub's real controller
 /// unseals the minted kubeconfig and Flux's code authenticates as the minted user (not
