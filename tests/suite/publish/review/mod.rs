@@ -225,6 +225,25 @@ fn push_theirs(work: &Path, files: &[(&str, &str)], sign: Option<&Path>, to: &st
         std::fs::write(&file, text).unwrap();
         git(work, &["add", path]);
     }
+    commit_as_someone(work, sign, &["-m", "x"]);
+    let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
+    git(
+        work,
+        &[
+            "push",
+            "--quiet",
+            "--force",
+            "origin",
+            &format!("{head}:{to}"),
+        ],
+    );
+    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
+    head
+}
+
+/// Commits what is staged in `work` as someone else ("m"), signed with `sign` when given;
+/// `tail` ends the `git commit` arguments.
+fn commit_as_someone(work: &Path, sign: Option<&Path>, tail: &[&str]) {
     let k = sign.map(|k| format!("user.signingkey={}", k.display()));
     let mut args = vec![
         "-c",
@@ -239,19 +258,7 @@ fn push_theirs(work: &Path, files: &[(&str, &str)], sign: Option<&Path>, to: &st
     } else {
         args.push("commit");
     }
-    args.extend(["--quiet", "--allow-empty", "-m", "x"]);
+    args.extend(["--quiet", "--allow-empty"]);
+    args.extend(tail);
     git(work, &args);
-    let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
-    git(
-        work,
-        &[
-            "push",
-            "--quiet",
-            "--force",
-            "origin",
-            &format!("{head}:{to}"),
-        ],
-    );
-    git(work, &["reset", "--quiet", "--hard", "origin/main"]);
-    head
 }

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::path::Path;
 
-use super::{DEV_BRANCH, DEV_FILE, lib_repo, push_theirs};
+use super::{DEV_BRANCH, DEV_FILE, commit_as_someone, lib_repo, push_theirs};
 use spokekeeper::repo::{Beside, Repo, RepoError, Untrusted};
 use support::git::{git, verifies_with};
 
@@ -129,22 +129,12 @@ impl Pusher<'_> {
         git(work, &["checkout", "--quiet", "--detach", self.ours]);
         edit(work);
         git(work, &["add", "-A"]);
-        let k = format!("user.signingkey={}", self.key.display());
-        let mut args = vec![
-            "-c",
-            "user.name=m",
-            "-c",
-            "user.email=m@m",
-            "-c",
-            "gpg.format=ssh",
-        ];
-        args.extend(["-c", &k, "commit", "-S", "--quiet", "--allow-empty"]);
-        if amend {
-            args.extend(["--amend", "--no-edit"]);
+        let tail: &[&str] = if amend {
+            &["--amend", "--no-edit"]
         } else {
-            args.extend(["-m", "later"]);
-        }
-        git(work, &args);
+            &["-m", "later"]
+        };
+        commit_as_someone(work, Some(self.key), tail);
         let head = git(work, &["rev-parse", "HEAD"]).trim().to_string();
         let spec = format!("+{head}:refs/heads/{to}");
         git(work, &["push", "--quiet", "origin", &spec]);
