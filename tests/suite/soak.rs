@@ -151,6 +151,226 @@ fn push_race(racer: &Path, n: u64) -> bool {
         && run(&["push", "--quiet", "origin", "HEAD:main"])
 }
 
+/// What the chaos loop left broken: spoke i, its fault, until when.
+type Broken = BTreeMap<usize, (Fault, Instant)>;
+
+/// Brings spoke i back from `fault`.
+fn heal(fleet: &mut Fleet, i: usize, fault: Fault) {
+    match fault {
+        Fault::ApiDown => fleet.nodes[i].start_api(),
+        Fault::SshdDown => fleet.nodes[i].start_sshd(),
+        Fault::SshdWedged => fleet.nodes[i].sigcont(),
+    }
+}
+
+/// The soak's fleet while the daemon runs: what it broke, every admin key a node had,
+/// and the racer's clone.
+struct Chaos {
+    fleet: Fleet,
+    rng: Rng,
+    broken: Broken,
+    needles: Needles,
+    racer: std::path::PathBuf,
+}
+
+impl Chaos {
+    /// Heals what is due.
+    fn heal_due(&mut self) {
+        let now = Instant::now();
+        let due: Vec<usize> = self
+            .broken
+            .iter()
+            .filter(|(_, (_, until))| *until <= now)
+            .map(|(i, _)| *i)
+            .collect();
+        for i in due {
+            heal(&mut self.fleet, i, self.broken.remove(&i).unwrap().0);
+        }
+    }
+
+    /// Breaks spoke i for `hold`: its API or sshd stopped, or sshd wedged.
+    fn break_one(&mut self, i: usize, hold: Duration) -> &'static str {
+        let node = &mut self.fleet.nodes[i];
+        let fault = match self.rng.below(3) {
+            0 => {
+                node.stop_api();
+                Fault::ApiDown
+            }
+            1 => {
+                node.stop_sshd();
+                Fault::SshdDown
+            }
+            _ => {
+                node.sigstop();
+                Fault::SshdWedged
+            }
+        };
+        self.broken.insert(i, (fault, Instant::now() + hold));
+        match fault {
+            Fault::ApiDown => "API outage",
+            Fault::SshdDown => "sshd outage",
+            Fault::SshdWedged => "sshd wedged",
+        }
+    }
+
+    /// One random action (the `n`th) on a random spoke: a rebuild, a renewed client
+    /// certificate, an outage, or a push racing the daemon's.
+    fn act(&mut self, n: u64) -> &'static str {
+        let spokes = self.fleet.nodes.len();
+        let i = self.rng.below(spokes as u64) as usize;
+        let hold = Duration::from_secs(5 + self.rng.below(40));
+        match self.rng.below(100) {
+            0..30 => {
+                self.fleet.nodes[i].rebuild();
+                self.needles
+                    .add_key(&self.fleet.nodes[i].parts().client_key_pem);
+                "rebuild"
+            }
+            30..45 => {
+                self.fleet.nodes[i].renew_client_cert(365);
+                "client cert renewed"
+            }
+            45..75 if !self.broken.contains_key(&i) && self.broken.len() < spokes / 10 + 1 => {
+                self.break_one(i, hold)
+            }
+            45..75 => "skipped (node already broken)",
+            _ => {
+                if push_race(&self.racer, n) {
+                    "push race"
+                } else {
+                    "push race (racer lost)"
+                }
+            }
+        }
+    }
+
+    /// Acts until `end`, sampling the daemon's RSS every 10 s; what it did, and the
+    /// samples (seconds since the start, KiB). Then heals everything.
+    fn run(
+        &mut self,
+        daemon: &Daemon,
+        end: Instant,
+    ) -> (BTreeMap<&'static str, usize>, Vec<(f64, u64)>) {
+        let mut actions = BTreeMap::new();
+        let mut rss: Vec<(f64, u64)> = Vec::new();
+        let chaos_start = Instant::now();
+        let mut next_sample = Instant::now();
+        let mut n = 0u64;
+        while Instant::now() < end {
+            n += 1;
+            self.heal_due();
+            *actions.entry(self.act(n)).or_insert(0) += 1;
+            if Instant::now() >= next_sample {
+                if let Some(kib) = daemon.rss_kib() {
+                    rss.push((chaos_start.elapsed().as_secs_f64(), kib));
+                }
+                next_sample += Duration::from_secs(10);
+            }
+            std::thread::sleep(Duration::from_millis(500 + self.rng.below(2500)));
+        }
+        for (i, (fault, _)) in std::mem::take(&mut self.broken) {
+            heal(&mut self.fleet, i, fault);
+        }
+        (actions, rss)
+    }
+
+    /// No key in plaintext anywhere: every key any node ever had and every minted key
+    /// committed (in any object of the remote or a clone, the racer's included), looked
+    /// for in the daemon's log, the fleet directory (the remote, the clones, both
+    /// TMPDIRs) and every git object. (admin keys, sealed kubeconfigs read.)
+    fn assert_no_key_leaked(&mut self, log: &str) -> (usize, usize) {
+        let recovery = vectors_recovery_keys();
+        let admin_keys = self.needles.keys();
+        let fleet = &self.fleet;
+        let sealed: usize = [&fleet.remote, &fleet.clone, &self.racer]
+            .iter()
+            .map(|repo| {
+                sealed_keys(
+                    &mut self.needles,
+                    repo,
+                    &Openers {
+                        recovery: &recovery,
+                        age: None,
+                    },
+                )
+            })
+            .sum();
+        let needles = &self.needles;
+        assert!(
+            needles.keys() > admin_keys + fleet.nodes.len(),
+            "{} keys, {admin_keys} of them admin keys: the minted keys were not all read",
+            needles.keys()
+        );
+        needles.assert_absent("the daemon's log", log.as_bytes());
+        fleet.assert_no_plaintext_of(needles);
+        let racer_hits = needles.git_objects_containing(&self.racer);
+        assert!(
+            racer_hits.is_empty(),
+            "plaintext key material in the racer's clone: {racer_hits:?}"
+        );
+        (admin_keys, sealed)
+    }
+}
+
+/// The median KiB of the first and of the last quarter of the samples, and the largest.
+fn rss_quarters(rss: &[(f64, u64)]) -> (u64, u64, u64) {
+    let q = (rss.len() / 4).max(1);
+    let median = |s: &[(f64, u64)]| {
+        let mut v: Vec<u64> = s.iter().map(|(_, k)| *k).collect();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let max = rss.iter().map(|(_, k)| *k).max().unwrap_or(0);
+    (median(&rss[..q]), median(&rss[rss.len() - q..]), max)
+}
+
+/// The remote's commits on main by author, and in all.
+fn commits_by_author(remote: &Path) -> BTreeMap<&'static str, usize> {
+    let authors = git(remote, &["log", "--format=%an", "main"]);
+    let by = |who: &str| authors.lines().filter(|a| *a == who).count();
+    let mut commits = BTreeMap::new();
+    for who in ["spokekeeper", "racer", "t"] {
+        commits.insert(who, by(who));
+    }
+    commits.insert("total", authors.lines().count());
+    commits
+}
+
+/// The final `rotate --all`'s actions, counted.
+fn final_actions(fleet: &Fleet) -> BTreeMap<String, usize> {
+    let (code, report, err) = fleet.rotate_json(&["--all"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let mut final_actions: BTreeMap<String, usize> = BTreeMap::new();
+    for s in report["spokes"].as_array().unwrap() {
+        *final_actions
+            .entry(s["action"].as_str().unwrap().to_string())
+            .or_insert(0) += 1;
+    }
+    final_actions
+}
+
+/// A fleet of `spokes` with minted credentials, the racer's clone beside it, and each
+/// node's first admin key.
+fn soak_fleet(spokes: usize, seed: u64) -> Chaos {
+    let fleet = Fleet::with(
+        &vec![NodeOptions::default(); spokes],
+        &format!("verify_every: 5m\nrenew_before: 30d\n{MINTED}"),
+    );
+    let mut needles = Needles::new();
+    for node in &fleet.nodes {
+        needles.add_key(&node.parts().client_key_pem);
+    }
+    let racer = fleet.dir.path().join("racer");
+    clone(&fleet.remote, &racer);
+    Chaos {
+        fleet,
+        rng: Rng(seed),
+        broken: BTreeMap::new(),
+        needles,
+        racer,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 #[ignore = "soak: minutes long; run scripts/soak"]
 async fn soak() {
@@ -168,19 +388,10 @@ async fn soak() {
     );
     println!("soak: {spokes} spokes, {minutes} min, a tick every {tick_secs}s, SOAK_SEED={seed}");
     let started = Instant::now();
-    let mut fleet = Fleet::with(
-        &vec![NodeOptions::default(); spokes],
-        &format!("verify_every: 5m\nrenew_before: 30d\n{MINTED}"),
-    );
+    let mut chaos = soak_fleet(spokes, seed);
     println!("soak: lab up in {:.0}s", started.elapsed().as_secs_f64());
-    let mut needles = Needles::new();
-    for node in &fleet.nodes {
-        needles.add_key(&node.parts().client_key_pem);
-    }
-    let racer = fleet.dir.path().join("racer");
-    clone(&fleet.remote, &racer);
 
-    let daemon = Daemon::start(&fleet, tick_secs);
+    let daemon = Daemon::start(&chaos.fleet, tick_secs);
     assert!(
         daemon.wait_ticks(1, Duration::from_secs(600)),
         "the first tick never finished"
@@ -189,92 +400,10 @@ async fn soak() {
         "soak: first tick (every spoke rotated) done at {:.0}s",
         started.elapsed().as_secs_f64()
     );
+    let end = Instant::now() + Duration::from_secs(minutes * 60);
+    let (actions, rss) = chaos.run(&daemon, end);
 
-    let mut rng = Rng(seed);
-    let mut broken: BTreeMap<usize, (Fault, Instant)> = BTreeMap::new();
-    let mut actions: BTreeMap<&str, usize> = BTreeMap::new();
-    let mut rss: Vec<(f64, u64)> = Vec::new();
-    let chaos_start = Instant::now();
-    let end = chaos_start + Duration::from_secs(minutes * 60);
-    let mut next_sample = Instant::now();
-    let mut n = 0u64;
-    while Instant::now() < end {
-        n += 1;
-        // Heal what is due.
-        let now = Instant::now();
-        let due: Vec<usize> = broken
-            .iter()
-            .filter(|(_, (_, until))| *until <= now)
-            .map(|(i, _)| *i)
-            .collect();
-        for i in due {
-            match broken.remove(&i).unwrap().0 {
-                Fault::ApiDown => fleet.nodes[i].start_api(),
-                Fault::SshdDown => fleet.nodes[i].start_sshd(),
-                Fault::SshdWedged => fleet.nodes[i].sigcont(),
-            }
-        }
-        let i = rng.below(spokes as u64) as usize;
-        let hold = Duration::from_secs(5 + rng.below(40));
-        let action = match rng.below(100) {
-            0..30 => {
-                fleet.nodes[i].rebuild();
-                needles.add_key(&fleet.nodes[i].parts().client_key_pem);
-                "rebuild"
-            }
-            30..45 => {
-                fleet.nodes[i].renew_client_cert(365);
-                "client cert renewed"
-            }
-            45..75 if !broken.contains_key(&i) && broken.len() < spokes / 10 + 1 => {
-                let fault = match rng.below(3) {
-                    0 => {
-                        fleet.nodes[i].stop_api();
-                        Fault::ApiDown
-                    }
-                    1 => {
-                        fleet.nodes[i].stop_sshd();
-                        Fault::SshdDown
-                    }
-                    _ => {
-                        fleet.nodes[i].sigstop();
-                        Fault::SshdWedged
-                    }
-                };
-                broken.insert(i, (fault, Instant::now() + hold));
-                match fault {
-                    Fault::ApiDown => "API outage",
-                    Fault::SshdDown => "sshd outage",
-                    Fault::SshdWedged => "sshd wedged",
-                }
-            }
-            45..75 => "skipped (node already broken)",
-            _ => {
-                if push_race(&racer, n) {
-                    "push race"
-                } else {
-                    "push race (racer lost)"
-                }
-            }
-        };
-        *actions.entry(action).or_insert(0) += 1;
-        if Instant::now() >= next_sample {
-            if let Some(kib) = daemon.rss_kib() {
-                rss.push((chaos_start.elapsed().as_secs_f64(), kib));
-            }
-            next_sample += Duration::from_secs(10);
-        }
-        std::thread::sleep(Duration::from_millis(500 + rng.below(2500)));
-    }
-
-    // Heal everything and let the daemon catch up.
-    for (i, (fault, _)) in std::mem::take(&mut broken) {
-        match fault {
-            Fault::ApiDown => fleet.nodes[i].start_api(),
-            Fault::SshdDown => fleet.nodes[i].start_sshd(),
-            Fault::SshdWedged => fleet.nodes[i].sigcont(),
-        }
-    }
+    // Let the daemon catch up.
     assert!(
         daemon.wait_ticks(2, Duration::from_secs(600)),
         "the daemon stopped ticking"
@@ -294,65 +423,14 @@ async fn soak() {
     assert!(debug_lines > 0, "the daemon did not log at debug");
 
     // The next run finds nothing left to do, and every credential works.
-    let (code, report, err) = fleet.rotate_json(&["--all"]);
-    assert_eq!(code, 0, "{report}\n{err}");
-    let mut final_actions: BTreeMap<String, usize> = BTreeMap::new();
-    for s in report["spokes"].as_array().unwrap() {
-        *final_actions
-            .entry(s["action"].as_str().unwrap().to_string())
-            .or_insert(0) += 1;
-    }
+    let final_actions = final_actions(&chaos.fleet);
     for i in 0..spokes {
-        authenticates(&fleet.unsealed(i)).await;
+        authenticates(&chaos.fleet.unsealed(i)).await;
     }
-    // Every key any node ever had and every minted key committed (in any object of the
-    // remote or a clone, the racer's included): the daemon's log, the final run's output,
-    // the fleet directory (the remote, the clones, both TMPDIRs) and every git object.
-    let recovery = vectors_recovery_keys();
-    let admin_keys = needles.keys();
-    let sealed: usize = [&fleet.remote, &fleet.clone, &racer]
-        .iter()
-        .map(|repo| {
-            sealed_keys(
-                &mut needles,
-                repo,
-                &Openers {
-                    recovery: &recovery,
-                    age: None,
-                },
-            )
-        })
-        .sum();
-    assert!(
-        needles.keys() > admin_keys + spokes,
-        "{} keys, {admin_keys} of them admin keys: the minted keys were not all read",
-        needles.keys()
-    );
-    needles.assert_absent("the daemon's log", log.as_bytes());
-    fleet.assert_no_plaintext_of(&needles);
-    let racer_hits = needles.git_objects_containing(&racer);
-    assert!(
-        racer_hits.is_empty(),
-        "plaintext key material in the racer's clone: {racer_hits:?}"
-    );
+    let (admin_keys, sealed) = chaos.assert_no_key_leaked(&log);
 
-    // RSS: the first and the last quarter of the samples.
-    let q = (rss.len() / 4).max(1);
-    let median = |s: &[(f64, u64)]| {
-        let mut v: Vec<u64> = s.iter().map(|(_, k)| *k).collect();
-        v.sort();
-        v[v.len() / 2]
-    };
-    let first = median(&rss[..q]);
-    let last = median(&rss[rss.len() - q..]);
-    let max = rss.iter().map(|(_, k)| *k).max().unwrap_or(0);
-    let authors = git(&fleet.remote, &["log", "--format=%an", "main"]);
-    let by = |who: &str| authors.lines().filter(|a| *a == who).count();
-    let mut commits = BTreeMap::new();
-    for who in ["spokekeeper", "racer", "t"] {
-        commits.insert(who, by(who));
-    }
-    commits.insert("total", authors.lines().count());
+    let (first, last, max) = rss_quarters(&rss);
+    let commits = commits_by_author(&chaos.fleet.remote);
     println!("soak summary");
     println!("  spokes {spokes}, chaos for {minutes} min, seed {seed}");
     println!(
@@ -364,8 +442,8 @@ async fn soak() {
     println!("  all {spokes} committed credentials unseal and authenticate");
     println!(
         "  plaintext scan: {} distinct needles from {} client keys ({admin_keys} admin, the rest minted, from {sealed} sealed kubeconfigs); daemon log ({debug_lines} lines at debug), final run's output, fleet directory (repos, clones, TMPDIRs), git objects: none found",
-        needles.len(),
-        needles.keys()
+        chaos.needles.len(),
+        chaos.needles.keys()
     );
     println!(
         "  daemon RSS: first quarter median {:.1} MiB, last quarter median {:.1} MiB, max {:.1} MiB ({} samples)",

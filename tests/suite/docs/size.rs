@@ -24,11 +24,6 @@ const NOT_YET: &[&str] = &[
     "lab/src/objects.rs",
     "src/config/check.rs",
     "src/metrics/tests.rs",
-    "tests/suite/publish/review.rs",
-    "tests/suite/realstack/conformance.rs",
-    "tests/suite/realstack/flux_add.rs",
-    "tests/suite/realstack/real_hub.rs",
-    "tests/suite/soak.rs",
 ];
 
 pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {

@@ -1,4 +1,4 @@
-//! SOPS output on the real-Flux lab (RealFlux, flux_real.rs): the real kustomize-controller
+//! SOPS output on the real-Flux lab (RealFlux, flux_real/): the real kustomize-controller
 //! decrypts a Secret spokekeeper encrypted for the hub's age key (`spec.decryption:
 //! {provider: sops, secretRef}`), and a Kustomization whose `kubeConfig.secretRef` names
 //! the decrypted Secret applies its ConfigMap to the real spoke through it. An altered

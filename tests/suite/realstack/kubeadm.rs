@@ -21,6 +21,8 @@ use support::realstack::kubeadm::{
 use support::realstack::{list_namespaces, wait_until};
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use super::our_bindings;
+
 const PINNED: &str = "keys/sealed-secrets.pem";
 const READ_ADMIN_CONF: &str = "cat /etc/kubernetes/admin.conf";
 
@@ -370,23 +372,6 @@ fn recovery_keys(hub: &RealHub) -> Vec<spokekeeper::seal::RecoveryKey> {
         .collect()
 }
 
-/// The ClusterRoleBindings spokekeeper made on the spoke.
-fn our_bindings(stack: &Stack) -> Vec<String> {
-    let list = stack.spoke.api.get_json(&[
-        "clusterrolebindings",
-        "-l",
-        "app.kubernetes.io/managed-by=spokekeeper",
-    ]);
-    let mut names: Vec<String> = list["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|b| b["metadata"]["name"].as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    names
-}
-
 fn minted_user(v: &Value, generation: u32) -> bool {
     v.as_str()
         .is_some_and(|u| u.starts_with(&format!("spokekeeper:hub:spoke0:{generation}:")))
@@ -432,7 +417,10 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
         client_cert_der(&stack.spoke.read(ADMIN_CONF)),
         "admin.conf is not committed"
     );
-    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g1"]);
+    assert_eq!(
+        our_bindings(&stack.spoke.api),
+        ["spokekeeper.hub.spoke0.g1"]
+    );
     list_namespaces(&gen1).expect("generation 1 works");
     stack.assert_read_admin_conf_only();
 
@@ -455,7 +443,10 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
     assert!(minted_user(&stack.flux_whoami()["username"], 2));
     let refused = list_namespaces(&gen1).expect_err("generation 1 is revoked");
     assert!(refused.to_lowercase().contains("forbidden"), "{refused}");
-    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g2"]);
+    assert_eq!(
+        our_bindings(&stack.spoke.api),
+        ["spokekeeper.hub.spoke0.g2"]
+    );
     let gen2 = stack.committed_kubeconfig("gen2.yaml");
 
     // kubeadm reset and a new init: generation 3 on the new CA; generation 2 is refused.
@@ -478,7 +469,10 @@ fn kubeadm_minted_credentials_are_signed_by_the_cluster_ca_renewed_and_rebuilt()
     assert!(signed_by(&gen3_der, &new_ca));
     list_namespaces(&gen3).expect("generation 3 works");
     list_namespaces(&gen2).expect_err("generation 2 is of the old cluster");
-    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g3"]);
+    assert_eq!(
+        our_bindings(&stack.spoke.api),
+        ["spokekeeper.hub.spoke0.g3"]
+    );
     stack.assert_read_admin_conf_only();
     stack.fleet.assert_no_plaintext_of(
         &stack
@@ -511,10 +505,16 @@ fn a_kubeadm_reinstall_over_kept_etcd_revokes_the_old_generation() {
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
     assert_eq!(spoke["credential"]["generation"], 1, "{spoke:#}");
-    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g1"]);
+    assert_eq!(
+        our_bindings(&stack.spoke.api),
+        ["spokekeeper.hub.spoke0.g1"]
+    );
 
     stack.spoke.reset_and_init(&stack.hub.etcd);
-    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g1"]);
+    assert_eq!(
+        our_bindings(&stack.spoke.api),
+        ["spokekeeper.hub.spoke0.g1"]
+    );
     let (report, err) = stack.rotate_json(&["--all"]);
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["action"], "rotated", "{spoke:#}\n{err}");
@@ -526,6 +526,9 @@ fn a_kubeadm_reinstall_over_kept_etcd_revokes_the_old_generation() {
         "{spoke:#}"
     );
     assert!(minted_user(&stack.flux_whoami()["username"], 2));
-    assert_eq!(our_bindings(&stack), ["spokekeeper.hub.spoke0.g2"]);
+    assert_eq!(
+        our_bindings(&stack.spoke.api),
+        ["spokekeeper.hub.spoke0.g2"]
+    );
     stack.assert_read_admin_conf_only();
 }

@@ -1,7 +1,7 @@
 //! `spokekeeper add` on the lab's spoke nodes: the spoke is appended to spokekeeper.yaml,
 //! rotated, and its credential committed with the Flux objects that deploy to it in one
 //! commit and one push; what exists is never overwritten, and a failure writes nothing.
-//! The real controllers judge the objects in realstack/flux_add.rs.
+//! The real controllers judge the objects in realstack/flux_add/.
 
 use crate::support;
 

@@ -10,7 +10,7 @@
 //! them); what spokekeeper reads from them is exactly those status fields. As the
 //! controllers do, a suspended object echoes the request and keeps its status. Every
 //! shape it writes is held to the real controllers' in the same situation by
-//! realstack::conformance::the_played_flux_writes_what_the_real_controllers_write; a
+//! realstack::conformance::flux::the_played_flux_writes_what_the_real_controllers_write; a
 //! situation it does not play (a build failure, DependencyNotReady and its retry) is
 //! tested on the real controllers only.
 
@@ -212,7 +212,7 @@ fn reconcile(ctx: &Ctx, kind: &str, item: &Value, requested: &str) {
 
 /// The Ready (status, reason) one unscripted run of `kind` (plural) writes: succeeded, or
 /// failed calling the spoke. Held to what the real controllers write in the same run by
-/// realstack::conformance::the_played_flux_writes_what_the_real_controllers_write.
+/// realstack::conformance::flux::the_played_flux_writes_what_the_real_controllers_write.
 pub fn played_ready(kind: &str, ok: bool) -> (&'static str, &'static str) {
     match (kind, ok) {
         // helm-controller's Ready names its last action: a release the spoke does not
