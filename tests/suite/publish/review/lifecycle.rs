@@ -379,7 +379,7 @@ async fn a_failed_reviewer_request_still_reports_the_open_pull_request() {
 /// the same credential); once merged, the spoke is healthy.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sops_credential_is_proposed_for_review_and_healthy_once_merged() {
-    crate::support::requires!(ROOT);
+    crate::support::requires!(ROOT, REAL_STACK);
     use crate::seal::sops_tick::{age_key, real_sops_decrypt};
     let r = review(Kind::Github, 1, "");
     let keys = tempfile::tempdir().unwrap();
