@@ -20,7 +20,6 @@ const NOT_YET: &[&str] = &[
     "lab/src/api.rs",
     "lab/src/forge.rs",
     "lab/src/hub/mod.rs",
-    "lab/src/lease.rs",
     "lab/src/objects.rs",
     "src/config/check.rs",
     "src/metrics/tests.rs",
