@@ -1,12 +1,11 @@
 //! Gitea's and Forgejo's pull requests: https://gitea.com/api/swagger
 
-use axum::http::Method;
 use serde_json::{Value, json};
 
 use super::pulls::{
     branch_exists, edit, head_sha, listed, new_pull, open_for, param, strings, with_pull,
 };
-use super::{OWNER, Pull, REPO, Shared};
+use super::{Call, OWNER, Pull, REPO, Shared};
 
 const GITEA_LABELS: [(u64, &str); 2] = [(3, "spokekeeper"), (4, "security")];
 
@@ -27,14 +26,8 @@ fn gt_pull(s: &Shared, p: &Pull) -> Value {
     })
 }
 
-pub(super) fn gitea(
-    s: &Shared,
-    m: &Method,
-    path: &str,
-    q: &[(String, String)],
-    body: &Value,
-    hide: bool,
-) -> (u16, Value) {
+pub(super) fn gitea(s: &Shared, call: &Call) -> (u16, Value) {
+    let (path, body) = (call.path, call.body);
     let not_found = (
         404,
         json!({"errors": null, "message": "The target couldn't be found.", "url": "https://gitea.example.org/api/swagger"}),
@@ -43,7 +36,7 @@ pub(super) fn gitea(
         return not_found;
     };
     let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
-    match (m.as_str(), parts.as_slice()) {
+    match (call.method.as_str(), parts.as_slice()) {
         ("GET", ["labels"]) => (
             200,
             Value::Array(
@@ -53,7 +46,7 @@ pub(super) fn gitea(
                     .collect(),
             ),
         ),
-        ("GET", ["pulls"]) => (200, list(s, q, hide)),
+        ("GET", ["pulls"]) => (200, list(s, call)),
         ("POST", ["pulls"]) => create(s, body).unwrap_or(not_found),
         ("PATCH", ["pulls", n]) => {
             let Ok(n) = n.parse() else { return not_found };
@@ -75,13 +68,14 @@ pub(super) fn gitea(
 }
 
 /// One page of the pull requests in a state.
-fn list(s: &Shared, q: &[(String, String)], hide: bool) -> Value {
+fn list(s: &Shared, call: &Call) -> Value {
+    let q = &call.query;
     let state = param(q, "state").unwrap_or("open").to_string();
     let limit: usize = param(q, "limit").and_then(|l| l.parse().ok()).unwrap_or(30);
     let page: usize = param(q, "page").and_then(|l| l.parse().ok()).unwrap_or(1);
     let all = listed(
         s,
-        hide,
+        call.hide,
         |p| {
             let st = if p.state == "open" { "open" } else { "closed" };
             state == "all" || st == state

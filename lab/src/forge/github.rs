@@ -1,12 +1,11 @@
 //! GitHub's pull requests: https://docs.github.com/en/rest/pulls/pulls
 
-use axum::http::Method;
 use serde_json::{Value, json};
 
 use super::pulls::{
     branch_exists, edit, head_sha, listed, new_pull, open_for, param, strings, with_pull,
 };
-use super::{OWNER, Pull, REPO, Shared};
+use super::{Call, OWNER, Pull, REPO, Shared};
 
 fn gh_pull(s: &Shared, p: &Pull) -> Value {
     let state = if p.state == "open" { "open" } else { "closed" };
@@ -38,14 +37,8 @@ fn gh_invalid(field: &str, code: &str, message: Option<String>) -> (u16, Value) 
     )
 }
 
-pub(super) fn github(
-    s: &Shared,
-    m: &Method,
-    path: &str,
-    q: &[(String, String)],
-    body: &Value,
-    hide: bool,
-) -> (u16, Value) {
+pub(super) fn github(s: &Shared, call: &Call) -> (u16, Value) {
+    let (path, body) = (call.path, call.body);
     let not_found = (
         404,
         json!({"message": "Not Found", "documentation_url": "https://docs.github.com/rest", "status": "404"}),
@@ -54,8 +47,8 @@ pub(super) fn github(
         return not_found;
     };
     let parts: Vec<&str> = rest.trim_start_matches('/').split('/').collect();
-    match (m.as_str(), parts.as_slice()) {
-        ("GET", ["pulls"]) => (200, list(s, q, hide)),
+    match (call.method.as_str(), parts.as_slice()) {
+        ("GET", ["pulls"]) => (200, list(s, call)),
         ("POST", ["pulls"]) => create(s, body),
         ("PATCH", ["pulls", n]) => {
             let Ok(n) = n.parse() else { return not_found };
@@ -83,13 +76,14 @@ pub(super) fn github(
     }
 }
 
-fn list(s: &Shared, q: &[(String, String)], hide: bool) -> Value {
+fn list(s: &Shared, call: &Call) -> Value {
+    let q = &call.query;
     let state = param(q, "state").unwrap_or("open").to_string();
     let head = param(q, "head").map(str::to_string);
     let base = param(q, "base").map(str::to_string);
     listed(
         s,
-        hide,
+        call.hide,
         |p| {
             let st = if p.state == "open" { "open" } else { "closed" };
             (state == "all" || st == state)

@@ -1,10 +1,9 @@
 //! GitLab's merge requests: https://docs.gitlab.com/api/merge_requests/
 
-use axum::http::Method;
 use serde_json::{Value, json};
 
 use super::pulls::{branch_exists, edit, head_sha, listed, new_pull, open_for, param, strings};
-use super::{GITLAB_PROJECT_ID, OWNER, Pull, REPO, Shared};
+use super::{Call, GITLAB_PROJECT_ID, OWNER, Pull, REPO, Shared};
 
 fn gl_mr(s: &Shared, p: &Pull) -> Value {
     let state = match p.state.as_str() {
@@ -28,14 +27,8 @@ fn gl_mr(s: &Shared, p: &Pull) -> Value {
     })
 }
 
-pub(super) fn gitlab(
-    s: &Shared,
-    m: &Method,
-    path: &str,
-    q: &[(String, String)],
-    body: &Value,
-    hide: bool,
-) -> (u16, Value) {
+pub(super) fn gitlab(s: &Shared, call: &Call) -> (u16, Value) {
+    let (path, body) = (call.path, call.body);
     let not_found = (404, json!({"message": "404 Project Not Found"}));
     let prefixes = [
         format!("/api/v4/projects/{OWNER}%2F{REPO}/merge_requests"),
@@ -44,8 +37,8 @@ pub(super) fn gitlab(
     let Some(rest) = prefixes.iter().find_map(|p| path.strip_prefix(p.as_str())) else {
         return not_found;
     };
-    match (m.as_str(), rest.trim_start_matches('/')) {
-        ("GET", "") => (200, list(s, q, hide)),
+    match (call.method.as_str(), rest.trim_start_matches('/')) {
+        ("GET", "") => (200, list(s, call)),
         ("POST", "") => create(s, body),
         ("PUT", iid) => {
             let Ok(n) = iid.parse() else { return not_found };
@@ -56,13 +49,14 @@ pub(super) fn gitlab(
     }
 }
 
-fn list(s: &Shared, q: &[(String, String)], hide: bool) -> Value {
+fn list(s: &Shared, call: &Call) -> Value {
+    let q = &call.query;
     let state = param(q, "state").unwrap_or("all").to_string();
     let src = param(q, "source_branch").map(str::to_string);
     let dst = param(q, "target_branch").map(str::to_string);
     listed(
         s,
-        hide,
+        call.hide,
         |p| {
             let st = if p.state == "open" {
                 "opened"

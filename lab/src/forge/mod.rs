@@ -292,13 +292,29 @@ async fn handle(State(s): State<Shared>, req: Request) -> Response {
     if let Some(r) = check_auth(s.kind, &headers) {
         return r;
     }
-    let q = pulls::parse_query(&query);
+    let call = Call {
+        method: &method,
+        path: &path,
+        query: pulls::parse_query(&query),
+        body: &body,
+        hide,
+    };
     let (status, value) = match s.kind {
-        Kind::Github => github::github(&s, &method, &path, &q, &body, hide),
-        Kind::Gitlab => gitlab::gitlab(&s, &method, &path, &q, &body, hide),
-        Kind::Gitea => gitea::gitea(&s, &method, &path, &q, &body, hide),
+        Kind::Github => github::github(&s, &call),
+        Kind::Gitlab => gitlab::gitlab(&s, &call),
+        Kind::Gitea => gitea::gitea(&s, &call),
     };
     answer(status, &[], &value)
+}
+
+/// A request past the faults and the token check, as a forge's routes read it.
+struct Call<'a> {
+    method: &'a Method,
+    path: &'a str,
+    query: Vec<(String, String)>,
+    body: &'a Value,
+    /// A [`Fault::HideList`] hides every pull request from a list.
+    hide: bool,
 }
 
 /// The real APIs' answers to a missing or wrong token.
