@@ -5,8 +5,7 @@ use http_body_util::Full;
 use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 
-use super::routes::status;
-use super::{SSAR_PATH, SSR_BETA_PATH, SSR_PATH};
+use super::{SSAR_PATH, SSR_BETA_PATH, SSR_PATH, status};
 
 /// The review endpoints a version serves: SelfSubjectReview v1 from 1.28, v1beta1 from
 /// 1.27 until its removal in 1.33 (upstream's prerelease lifecycle; a real 1.37 serves no

@@ -15,6 +15,9 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use rustls::crypto::ring;
 use rustls::pki_types::{CertificateDer, UnixTime};
@@ -259,6 +262,40 @@ fn authenticate(
         .collect();
     groups.push("system:authenticated".into());
     Some(User { name, groups })
+}
+
+/// A metav1.Status failure, as the API server writes it.
+fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
+    let body = crate::status::failure(code.as_u16(), reason, message, None);
+    json(code, &body, false)
+}
+
+fn json(code: StatusCode, body: &serde_json::Value, pretty: bool) -> Response<Full<Bytes>> {
+    let mut text = if pretty {
+        serde_json::to_string_pretty(body)
+    } else {
+        serde_json::to_string(body)
+    }
+    .expect("JSON serializes");
+    text.push('\n');
+    Response::builder()
+        .status(code)
+        .header("Audit-Id", audit_id())
+        .header("Cache-Control", "no-cache, private")
+        .header("Content-Type", "application/json")
+        .header(
+            "X-Kubernetes-Pf-Flowschema-Uid",
+            "00000000-0000-0000-0000-000000000000",
+        )
+        .body(Full::new(Bytes::from(text)))
+        .expect("valid response")
+}
+
+fn audit_id() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(1);
+    let n = N.fetch_add(1, Ordering::Relaxed);
+    format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), n)
 }
 
 /// Requests a client certificate and checks the handshake signature (so the client

@@ -8,7 +8,7 @@ use hyper::{Method, Request, Response, StatusCode};
 use super::discovery::{
     NAMESPACES, discovery, namespaces, not_found, not_found_at, serves, version,
 };
-use super::{ANONYMOUS, ApiIdentity, SSAR_PATH, SSR_BETA_PATH, SSR_PATH, User};
+use super::{ANONYMOUS, ApiIdentity, SSAR_PATH, SSR_BETA_PATH, SSR_PATH, User, json, status};
 use crate::objects::{self, Attributes, Caller, Objects};
 
 pub(super) async fn respond(
@@ -261,38 +261,4 @@ fn review(
         "metadata": {"creationTimestamp": null},
         "status": {"userInfo": {"username": user.name, "groups": user.groups}},
     })
-}
-
-/// A metav1.Status failure, as the API server writes it.
-pub(super) fn status(code: StatusCode, reason: &str, message: &str) -> Response<Full<Bytes>> {
-    let body = crate::status::failure(code.as_u16(), reason, message, None);
-    json(code, &body, false)
-}
-
-fn json(code: StatusCode, body: &serde_json::Value, pretty: bool) -> Response<Full<Bytes>> {
-    let mut text = if pretty {
-        serde_json::to_string_pretty(body)
-    } else {
-        serde_json::to_string(body)
-    }
-    .expect("JSON serializes");
-    text.push('\n');
-    Response::builder()
-        .status(code)
-        .header("Audit-Id", audit_id())
-        .header("Cache-Control", "no-cache, private")
-        .header("Content-Type", "application/json")
-        .header(
-            "X-Kubernetes-Pf-Flowschema-Uid",
-            "00000000-0000-0000-0000-000000000000",
-        )
-        .body(Full::new(Bytes::from(text)))
-        .expect("valid response")
-}
-
-fn audit_id() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(1);
-    let n = N.fetch_add(1, Ordering::Relaxed);
-    format!("{:08x}-0000-4000-8000-{:012x}", std::process::id(), n)
 }

@@ -8,8 +8,7 @@ use hyper::body::Bytes;
 use hyper::{Response, StatusCode};
 use serde_json::{Value, json};
 
-use super::routes::{json_response, status};
-use super::{ConsumerKey, Flux, Kind, REQUESTED_AT, RESET_AT, State, sops};
+use super::{ConsumerKey, Flux, Kind, REQUESTED_AT, RESET_AT, State, json_response, sops, status};
 
 /// A requested reconcile: one read in progress, then done as `flux` says.
 pub(super) fn reconcile(st: &mut State, key: &ConsumerKey) {

@@ -29,6 +29,9 @@ use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::{Response, StatusCode};
 use hyper_util::rt::TokioIo;
 use serde_json::Value;
 use tokio::net::TcpListener;
@@ -387,4 +390,23 @@ async fn serve(listener: TcpListener, state: Arc<Mutex<State>>, mut stop: onesho
     }
     drop(listener);
     conns.shutdown().await;
+}
+
+fn status(
+    code: StatusCode,
+    reason: &str,
+    message: &str,
+    details: Option<Value>,
+) -> Response<Full<Bytes>> {
+    let body = crate::status::failure(code.as_u16(), reason, message, details);
+    json_response(code, &body)
+}
+
+fn json_response(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
+    Response::builder()
+        .status(code)
+        .header("Content-Type", "application/json")
+        .header("Cache-Control", "no-cache, private")
+        .body(Full::new(Bytes::from(format!("{body}\n"))))
+        .expect("response")
 }

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use super::flux::{fetch, list, merge, patch, reconcile};
 use super::sealed::{apply, unseal};
-use super::{Controller, Kind, Seen, State};
+use super::{Controller, Kind, Seen, State, json_response, status};
 
 /// The RBAC request attributes (group, resource[/subresource], verb) the API server's
 /// authorizer derives from a namespaced request: on a named object GET is get, PATCH
@@ -444,23 +444,4 @@ fn not_allowed() -> Response<Full<Bytes>> {
         "the server does not allow this method on the requested resource",
         None,
     )
-}
-
-pub(super) fn status(
-    code: StatusCode,
-    reason: &str,
-    message: &str,
-    details: Option<Value>,
-) -> Response<Full<Bytes>> {
-    let body = crate::status::failure(code.as_u16(), reason, message, details);
-    json_response(code, &body)
-}
-
-pub(super) fn json_response(code: StatusCode, body: &Value) -> Response<Full<Bytes>> {
-    Response::builder()
-        .status(code)
-        .header("Content-Type", "application/json")
-        .header("Cache-Control", "no-cache, private")
-        .body(Full::new(Bytes::from(format!("{body}\n"))))
-        .expect("response")
 }
