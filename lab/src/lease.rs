@@ -1,6 +1,6 @@
 //! A Kubernetes API that serves coordination.k8s.io/v1 Leases with real optimistic
 //! concurrency (one revision counter, 409 on a stale resourceVersion), for the lease
-//! tests; tests/suite/realstack/conformance.rs holds it to a real kube-apiserver.
+//! tests; tests/suite/realstack/conformance/ holds it to a real kube-apiserver.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -241,25 +241,13 @@ async fn handle(
         .unwrap()
         .push((req.method().to_string(), path.clone()));
     let Some(rest) = path.strip_prefix(PREFIX) else {
-        return status(
-            StatusCode::NOT_FOUND,
-            "NotFound",
-            "the server could not find the requested resource",
-            "",
-        );
+        return no_route();
     };
     let parts: Vec<&str> = rest.split('/').collect();
     let (ns, name) = match parts.as_slice() {
         [ns, "leases"] => (ns.to_string(), None),
         [ns, "leases", name] => (ns.to_string(), Some(name.to_string())),
-        _ => {
-            return status(
-                StatusCode::NOT_FOUND,
-                "NotFound",
-                "the server could not find the requested resource",
-                "",
-            );
-        }
+        _ => return no_route(),
     };
     let method = req.method().clone();
     let body = req
@@ -269,117 +257,9 @@ async fn handle(
         .map(|b| b.to_bytes())
         .unwrap_or_default();
     match (method, name) {
-        (Method::GET, Some(name)) => {
-            let found = shared
-                .store
-                .lock()
-                .unwrap()
-                .leases
-                .get(&(ns, name.clone()))
-                .cloned();
-            // Read, then wait: contenders that read within the delay saw the same version.
-            let delay = shared.get_delay_ms.load(Ordering::SeqCst);
-            tokio::time::sleep(Duration::from_millis(delay)).await;
-            match found {
-                Some(obj) => respond(StatusCode::OK, &obj),
-                None => not_found(&name),
-            }
-        }
-        (Method::POST, None) => {
-            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
-                return status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the body of the request was in an unknown format",
-                    "",
-                );
-            };
-            let name = obj["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let mut store = shared.store.lock().unwrap();
-            let key = (ns.clone(), name.clone());
-            if store.leases.contains_key(&key) {
-                return status(
-                    StatusCode::CONFLICT,
-                    "AlreadyExists",
-                    &format!("leases.coordination.k8s.io \"{name}\" already exists"),
-                    &name,
-                );
-            }
-            store.stamp(&mut obj, &ns);
-            store.leases.insert(key, obj.clone());
-            respond(StatusCode::CREATED, &obj)
-        }
-        (Method::PUT, Some(name)) => {
-            let Ok(mut obj) = serde_json::from_slice::<Value>(&body) else {
-                return status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the body of the request was in an unknown format",
-                    "",
-                );
-            };
-            if obj["metadata"]["name"].as_str() != Some(name.as_str()) {
-                return status(
-                    StatusCode::BAD_REQUEST,
-                    "BadRequest",
-                    "the name of the object does not match the name on the URL",
-                    &name,
-                );
-            }
-            let mut store = shared.store.lock().unwrap();
-            let key = (ns.clone(), name.clone());
-            let fault = {
-                let mut faults = shared.put_faults.lock().unwrap();
-                (!faults.is_empty()).then(|| faults.remove(0))
-            };
-            match fault {
-                Some(StatusCode::CONFLICT) => {
-                    if let Some(mut other) = store.leases.get(&key).cloned() {
-                        store.stamp(&mut other, &ns);
-                        store.leases.insert(key.clone(), other);
-                    }
-                    return status(
-                        StatusCode::CONFLICT,
-                        "Conflict",
-                        "the object has been modified",
-                        &name,
-                    );
-                }
-                Some(code) => return status(code, "InternalError", "injected fault", &name),
-                None => {}
-            }
-            let Some(current) = store.leases.get(&key) else {
-                return not_found(&name);
-            };
-            let Some(sent) = obj["metadata"]["resourceVersion"].as_str() else {
-                return status(
-                    StatusCode::UNPROCESSABLE_ENTITY,
-                    "Invalid",
-                    &format!(
-                        "Lease.coordination.k8s.io \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
-                    ),
-                    &name,
-                );
-            };
-            if Some(sent) != current["metadata"]["resourceVersion"].as_str() {
-                return status(
-                    StatusCode::CONFLICT,
-                    "Conflict",
-                    &format!(
-                        "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
-                    ),
-                    &name,
-                );
-            }
-            obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
-            obj["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
-            store.stamp(&mut obj, &ns);
-            store.leases.insert(key, obj.clone());
-            respond(StatusCode::OK, &obj)
-        }
+        (Method::GET, Some(name)) => get(shared, ns, name).await,
+        (Method::POST, None) => create(shared, ns, &body),
+        (Method::PUT, Some(name)) => replace(shared, ns, name, &body),
         _ => status(
             StatusCode::METHOD_NOT_ALLOWED,
             "MethodNotAllowed",
@@ -387,6 +267,129 @@ async fn handle(
             "",
         ),
     }
+}
+
+async fn get(shared: &Shared, ns: String, name: String) -> Response<Full<Bytes>> {
+    let found = shared
+        .store
+        .lock()
+        .unwrap()
+        .leases
+        .get(&(ns, name.clone()))
+        .cloned();
+    // Read, then wait: contenders that read within the delay saw the same version.
+    let delay = shared.get_delay_ms.load(Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(delay)).await;
+    match found {
+        Some(obj) => respond(StatusCode::OK, &obj),
+        None => not_found(&name),
+    }
+}
+
+fn create(shared: &Shared, ns: String, body: &[u8]) -> Response<Full<Bytes>> {
+    let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
+        return bad_body();
+    };
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let mut store = shared.store.lock().unwrap();
+    let key = (ns.clone(), name.clone());
+    if store.leases.contains_key(&key) {
+        return status(
+            StatusCode::CONFLICT,
+            "AlreadyExists",
+            &format!("leases.coordination.k8s.io \"{name}\" already exists"),
+            &name,
+        );
+    }
+    store.stamp(&mut obj, &ns);
+    store.leases.insert(key, obj.clone());
+    respond(StatusCode::CREATED, &obj)
+}
+
+/// A PUT: the next injected fault first, then the optimistic-concurrency check.
+fn replace(shared: &Shared, ns: String, name: String, body: &[u8]) -> Response<Full<Bytes>> {
+    let Ok(mut obj) = serde_json::from_slice::<Value>(body) else {
+        return bad_body();
+    };
+    if obj["metadata"]["name"].as_str() != Some(name.as_str()) {
+        return status(
+            StatusCode::BAD_REQUEST,
+            "BadRequest",
+            "the name of the object does not match the name on the URL",
+            &name,
+        );
+    }
+    let mut store = shared.store.lock().unwrap();
+    let key = (ns.clone(), name.clone());
+    let fault = {
+        let mut faults = shared.put_faults.lock().unwrap();
+        (!faults.is_empty()).then(|| faults.remove(0))
+    };
+    match fault {
+        Some(StatusCode::CONFLICT) => {
+            if let Some(mut other) = store.leases.get(&key).cloned() {
+                store.stamp(&mut other, &ns);
+                store.leases.insert(key.clone(), other);
+            }
+            return status(
+                StatusCode::CONFLICT,
+                "Conflict",
+                "the object has been modified",
+                &name,
+            );
+        }
+        Some(code) => return status(code, "InternalError", "injected fault", &name),
+        None => {}
+    }
+    let Some(current) = store.leases.get(&key) else {
+        return not_found(&name);
+    };
+    let Some(sent) = obj["metadata"]["resourceVersion"].as_str() else {
+        return status(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid",
+            &format!(
+                "Lease.coordination.k8s.io \"{name}\" is invalid: metadata.resourceVersion: Invalid value: 0x0: must be specified for an update"
+            ),
+            &name,
+        );
+    };
+    if Some(sent) != current["metadata"]["resourceVersion"].as_str() {
+        return status(
+            StatusCode::CONFLICT,
+            "Conflict",
+            &format!(
+                "Operation cannot be fulfilled on leases.coordination.k8s.io \"{name}\": the object has been modified; please apply your changes to the latest version and try again"
+            ),
+            &name,
+        );
+    }
+    obj["metadata"]["uid"] = current["metadata"]["uid"].clone();
+    obj["metadata"]["creationTimestamp"] = current["metadata"]["creationTimestamp"].clone();
+    store.stamp(&mut obj, &ns);
+    store.leases.insert(key, obj.clone());
+    respond(StatusCode::OK, &obj)
+}
+
+fn no_route() -> Response<Full<Bytes>> {
+    status(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        "the server could not find the requested resource",
+        "",
+    )
+}
+
+fn bad_body() -> Response<Full<Bytes>> {
+    status(
+        StatusCode::BAD_REQUEST,
+        "BadRequest",
+        "the body of the request was in an unknown format",
+        "",
+    )
 }
 
 fn not_found(name: &str) -> Response<Full<Bytes>> {

@@ -238,9 +238,9 @@ fn a_fleet_without_a_sealing_key_exports_no_sealing_series() {
     }
 }
 
-#[test]
-fn a_tick_report_becomes_series() {
-    let m = Metrics::new();
+/// A tick of three spokes (rotated, failed at probe, pending review) and a push that
+/// failed, 1.5 s long at 1,700,000,000 s, with the sealing certificate known.
+fn three_spokes_ticked(m: &Metrics) {
     let report = TickReport {
         spokes: vec![
             spoke(
@@ -289,6 +289,12 @@ fn a_tick_report_becomes_series() {
         UNIX_EPOCH + Duration::from_secs(1_700_000_000),
     );
     m.set_sealing_not_after(Some(time::macros::datetime!(2031-01-01 00:00:00 UTC)));
+}
+
+#[test]
+fn a_tick_report_becomes_series() {
+    let m = Metrics::new();
+    three_spokes_ticked(&m);
     let text = m.encode().unwrap();
     for line in [
         "spokekeeper_certificate_not_after_timestamp_seconds{spoke=\"dev\",cert=\"client\"} 1893553445.0",
@@ -313,8 +319,12 @@ fn a_tick_report_becomes_series() {
         assert!(text.lines().any(|l| l == line), "want {line:?} in:\n{text}");
     }
     assert!(text.ends_with("# EOF\n"));
+}
 
-    // A later tick without "test": its gauges go, its counters stay.
+#[test]
+fn a_spoke_left_out_of_a_later_tick_loses_its_gauges_and_keeps_its_counters() {
+    let m = Metrics::new();
+    three_spokes_ticked(&m);
     let later = TickReport::of(vec![spoke("dev", Outcome::Healthy, None)]);
     m.observe_tick(&later, Duration::from_secs(1), SystemTime::now());
     let text = m.encode().unwrap();
@@ -328,8 +338,12 @@ fn a_tick_report_becomes_series() {
         text.contains("spokekeeper_last_rotation_timestamp_seconds{spoke=\"dev\",reason=\"initial\"} 1700000000.0"),
         "a tick without a rotation keeps the last one: {text}"
     );
+}
 
-    // Rotated again for another reason: one series, the new reason and time.
+#[test]
+fn a_rotation_for_another_reason_replaces_the_last_rotation_series() {
+    let m = Metrics::new();
+    three_spokes_ticked(&m);
     let forced = TickReport::of(vec![spoke(
         "dev",
         Outcome::Rotated {

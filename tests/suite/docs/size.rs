@@ -11,21 +11,6 @@ const MAX_FN_LINES: usize = 100;
 /// The folders measured, from the repository root.
 const MEASURED: &[&str] = &["src", "lab", "tests"];
 
-/// Over a limit in files others are reshaping today; the lead empties this list when
-/// they land.
-const OTHERS: &[&str] = &[];
-
-/// Over a limit and not split yet: each leaves when it is split.
-const NOT_YET: &[&str] = &[
-    "lab/src/api.rs",
-    "lab/src/forge.rs",
-    "lab/src/hub/mod.rs",
-    "lab/src/lease.rs",
-    "lab/src/objects.rs",
-    "src/config/check.rs",
-    "src/metrics/tests.rs",
-];
-
 pub(super) fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -175,29 +160,11 @@ fn no_file_or_function_is_over_its_limit() {
             .unwrap()
             .to_string_lossy()
             .replace('\\', "/");
-        if OTHERS.contains(&name.as_str()) || NOT_YET.contains(&name.as_str()) {
-            continue;
-        }
         for v in too_big(&std::fs::read_to_string(&f).unwrap()) {
             found.push(format!("{name}: {v}; split it by concern"));
         }
     }
     assert!(found.is_empty(), "{}", found.join("\n"));
-}
-
-/// Each listed file is still over a limit: a split one leaves the list.
-#[test]
-fn every_listed_file_is_still_over() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let split: Vec<&&str> = OTHERS
-        .iter()
-        .chain(NOT_YET)
-        .filter(|name| too_big(&std::fs::read_to_string(root.join(name)).unwrap()).is_empty())
-        .collect();
-    assert!(
-        split.is_empty(),
-        "within the limits now, take them off the list: {split:?}"
-    );
 }
 
 #[test]

@@ -1,6 +1,6 @@
 //! Review mode (`repo.mode: pull-request`) in the lab, through the binary: real sshd
 //! spokes, real TLS API servers, a real bare git remote, and an emulated forge per kind
-//! (lab/src/forge.rs) that checks paths, the token header and the JSON bodies; and the
+//! (lab/src/forge/) that checks paths, the token header and the JSON bodies; and the
 //! library's branch checks against a real remote. Here: the two fixtures.
 
 use crate::support;
