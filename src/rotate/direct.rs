@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::context::Spoke;
 use super::error::{PinError, SpokeError};
+use super::reconcile::Tick;
 use super::tick_report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
@@ -34,16 +35,16 @@ pub(super) trait Publish {
     async fn waiting(&self, ctx: &Context, spoke: &Spoke<'_>) -> Option<Outcome>;
 
     /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
-    /// review) published; the report's outcome says how it went. Called one spoke at a
-    /// time, in configuration order, while later spokes are still being reconciled.
+    /// review) published, and the spoke's outcome now (None: as reconcile left it).
+    /// Called one spoke at a time, in configuration order, while later spokes are still
+    /// being reconciled.
     async fn spoke(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
         spoke: &SpokeConfig,
-        report: &mut SpokeReport,
+        report: &SpokeReport,
         proposal: Option<&Proposal>,
-        opts: &Options,
-    );
+    ) -> Result<Option<Outcome>, SpokeError>;
 
     /// A renewed sealing certificate at `rel` in the clone, with its commit message:
     /// the commit made, if one was.
@@ -151,21 +152,16 @@ impl Publish for Direct {
 
     async fn spoke(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
         spoke: &SpokeConfig,
-        report: &mut SpokeReport,
+        _: &SpokeReport,
         proposal: Option<&Proposal>,
-        opts: &Options,
-    ) {
-        let Some(p) = proposal else { return };
-        let beside = opts.beside.get(&spoke.name).map(Vec::as_slice);
-        report.outcome = match commit(self, ctx, spoke, p, beside.unwrap_or_default()).await {
-            Ok(sha) => {
-                self.committed.fetch_add(1, Ordering::Relaxed);
-                Outcome::Rotated { commit: sha }
-            }
-            Err(e) => Outcome::Failed(e),
-        };
+    ) -> Result<Option<Outcome>, SpokeError> {
+        let Some(p) = proposal else { return Ok(None) };
+        let beside = tick.options.beside.get(&spoke.name).map(Vec::as_slice);
+        let sha = commit(self, tick.context, spoke, p, beside.unwrap_or_default()).await?;
+        self.committed.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Outcome::Rotated { commit: sha }))
     }
 
     async fn certificate(

@@ -44,7 +44,7 @@ use super::context::Spoke;
 use super::decide::{self, Decision, Observed, Policy};
 use super::error::{ForgeFailure, ReviewError, SpokeError};
 use super::state::Recorded;
-use super::{Context, Outcome, SpokeReport};
+use super::{Context, Outcome};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{Forge, ForgeError, PullRequest};
 use crate::repo::{BranchState, Untrusted};
@@ -187,7 +187,8 @@ pub(crate) fn branch_fixes(
     decide::decide(spoke, &seen, &policy) == Decision::Healthy
 }
 
-fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: ForgeFailure) {
+/// The forge failed for the spoke's branch: what was kept is said beside it.
+fn forge_failed(branch: &str, pushed: Option<&str>, error: ForgeFailure) -> SpokeError {
     let kept = match pushed {
         Some(sha) => format!(
             "branch {branch} pushed at {}",
@@ -195,7 +196,7 @@ fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: For
         ),
         None => format!("branch {branch} kept"),
     };
-    report.outcome = Outcome::Failed(SpokeError::Review(ReviewError::Forge { kept, error }));
+    SpokeError::Review(ReviewError::Forge { kept, error })
 }
 
 fn age(pr: &PullRequest, now: OffsetDateTime) -> u64 {

@@ -10,7 +10,8 @@ use crate::repo::BranchState;
 use crate::rotate::Outcome;
 use crate::rotate::context::Spoke;
 use crate::rotate::direct::{Finished, Landing, Publish};
-use crate::rotate::error::{ForgeFailure, PinError, ReviewError};
+use crate::rotate::error::{ForgeFailure, PinError, ReviewError, SpokeError};
+use crate::rotate::reconcile::Tick;
 use crate::rotate::sealing_key::CERT_BRANCH;
 use crate::rotate::tick_report::RepoFailure;
 use crate::rotate::{Context, Options, Proposal, SpokeReport};
@@ -26,17 +27,12 @@ impl Publish for Review {
 
     async fn spoke(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
         spoke: &SpokeConfig,
-        report: &mut SpokeReport,
+        report: &SpokeReport,
         proposal: Option<&Proposal>,
-        opts: &Options,
-    ) {
-        if let Some(why) = self.settle(ctx, spoke, report, proposal, opts).await
-            && let Ok(mut refused) = self.refused.lock()
-        {
-            *refused = Some(why);
-        }
+    ) -> Result<Option<Outcome>, SpokeError> {
+        self.settle(tick, spoke, report, proposal).await
     }
 
     /// The target branch is never pushed to, so the renewed certificate goes on its own
