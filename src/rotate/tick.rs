@@ -283,38 +283,23 @@ async fn verify_on_hub(
         .map(|s| s.clone())
         .unwrap_or_default();
     // Read again from the clone: what the hub should hold for a spoke it had not taken.
-    let mut again_manifests: Vec<Option<String>> = Vec::with_capacity(worked.len());
+    let mut again_manifests = Vec::with_capacity(worked.len());
     for w in worked.iter() {
         let fresh = pushed && w.committed().is_some();
-        let recheck = waiting.contains(&w.spoke.name) && !fresh && !w.report.failed();
-        let text = match recheck {
-            true => match ctx.repo.read(&w.spoke.output).await {
-                Ok(Some(bytes)) => String::from_utf8(bytes).ok(),
-                _ => None,
-            },
-            false => None,
-        };
-        again_manifests.push(text);
+        if waiting.contains(&w.spoke.name) && !fresh && !w.report.failed() {
+            let read = ctx.repo.read(&w.spoke.output).await.ok().flatten();
+            let text = read.and_then(|bytes| String::from_utf8(bytes).ok());
+            again_manifests.extend(text.map(|text| (w.spoke, text)));
+        }
     }
     let fresh: Vec<Committed> = worked
         .iter()
         .filter(|_| pushed)
-        .filter_map(|w| w.committed().map(|manifest| (w.spoke, manifest)))
-        .map(|(spoke, manifest)| Committed {
-            spoke,
-            manifest,
-            output: output_of(spoke),
-        })
+        .filter_map(|w| Some(to_verify(w.spoke, w.committed()?)))
         .collect();
-    let again: Vec<Committed> = worked
+    let again: Vec<Committed> = again_manifests
         .iter()
-        .zip(&again_manifests)
-        .filter_map(|(w, text)| text.as_deref().map(|manifest| (w.spoke, manifest)))
-        .map(|(spoke, manifest)| Committed {
-            spoke,
-            manifest,
-            output: output_of(spoke),
-        })
+        .map(|(spoke, text)| to_verify(spoke, text))
         .collect();
     let checks = verify::after_push(cfg, hub, &fresh, listed, Ask::Now).await;
     let brief = crate::config::HubConfig {
@@ -369,10 +354,15 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
     }
 }
 
-/// What the hub is given to take for a spoke: its sealing format decides.
-fn output_of(spoke: &SpokeConfig) -> Output {
-    match spoke.format {
+/// What the hub is given to take for a spoke: its sealing format decides the output.
+fn to_verify<'a>(spoke: &'a SpokeConfig, manifest: &'a str) -> Committed<'a> {
+    let output = match spoke.format {
         crate::config::SealingFormat::SealedSecrets => Output::SealedSecret,
         crate::config::SealingFormat::Sops => Output::Sops,
+    };
+    Committed {
+        spoke,
+        manifest,
+        output,
     }
 }
