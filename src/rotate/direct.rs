@@ -31,8 +31,10 @@ pub(super) trait Publish {
     fn landing(&self) -> Landing;
 
     /// The pending outcome when the spoke's fix already waits for review, so nothing is
-    /// extracted.
-    async fn waiting(&self, ctx: &Context, spoke: &Spoke<'_>) -> Option<Outcome>;
+    /// extracted (direct mode: never).
+    async fn waiting(&self, _: &Context, _: &Spoke<'_>) -> Option<Outcome> {
+        None
+    }
 
     /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
     /// review) published, and the spoke's outcome now (None: as reconcile left it).
@@ -144,10 +146,6 @@ impl Stream {
 impl Publish for Direct {
     fn landing(&self) -> Landing {
         Landing::AtPush
-    }
-
-    async fn waiting(&self, _: &Context, _: &Spoke<'_>) -> Option<Outcome> {
-        None
     }
 
     async fn spoke(
