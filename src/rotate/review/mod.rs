@@ -128,22 +128,15 @@ impl Review {
             return None;
         }
         // The target branch gave nothing to probe with: the branch's record may.
-        let own;
-        let probe = match &seen.probe {
-            Some(p) => Some(p),
-            None => {
-                own = match &branch.recorded {
-                    Some((_, r)) => match decide::expected_server(spoke, Some(r)) {
-                        Some(server) => Some(crate::spoke::probe(&server, ctx.probe_timeout).await),
-                        None => None,
-                    },
-                    None => None,
-                };
-                own.as_ref()
-            }
+        let recorded = branch.recorded.as_ref().map(|(_, r)| r);
+        let server = recorded.and_then(|r| decide::expected_server(spoke, Some(r)));
+        let own = match (&seen.probe, server) {
+            (None, Some(server)) => Some(crate::spoke::probe(&server, ctx.probe_timeout).await),
+            _ => None,
         };
-        let ca = match (probe, &branch.recorded) {
-            (Some(Ok(p)), Some((_, r))) => super::observe::judged(p, r).await,
+        let probe = seen.probe.as_ref().or(own.as_ref());
+        let ca = match (probe, recorded) {
+            (Some(Ok(p)), Some(r)) => super::observe::judged(p, r).await,
             _ => None,
         };
         branch_fixes(spoke, &branch, probe, ca.as_ref(), &s.policy).then(|| Outcome::Pending {

@@ -1,4 +1,5 @@
-//! Settling a spoke's review branch and pull request after reconcile.
+//! Settling a spoke's review branch and pull request after reconcile: the steps of
+//! review mode's [`crate::rotate::direct::Publish::spoke`].
 
 use time::OffsetDateTime;
 
@@ -6,67 +7,15 @@ use crate::config::SpokeConfig;
 use crate::forge::{self, Action, Forge, ForgeError, Open};
 use crate::rotate::context::Closed;
 use crate::rotate::error::{ForgeFailure, ReviewError, SpokeError};
-use crate::rotate::reconcile::Tick;
-use crate::rotate::{Beside, Context, Outcome, Proposal, Reason, SpokeReport};
+use crate::rotate::{Beside, Context, Outcome, Proposal, Reason};
 
 use super::pr_text::{describe, same_text, signed_line, unverified};
 use super::push_branch::{Pushed, push};
 use super::{Review, age, branch_name, forge_failed};
 
 impl Review {
-    /// After reconcile: push the proposal to the spoke's branch and open or update its
-    /// pull request; for a pending spoke, find (or reopen) its pull request. The gate is
-    /// asked before the push and again before the forge is written to: a refusal leaves
-    /// the rest to the next tick here or the new leader, and is kept for the tick report.
-    pub(super) async fn settle(
-        &self,
-        tick: &Tick<'_>,
-        spoke: &SpokeConfig,
-        report: &SpokeReport,
-        proposal: Option<&Proposal>,
-    ) -> Result<Option<Outcome>, SpokeError> {
-        let (ctx, opts) = (tick.context, tick.options);
-        let (dry_run, gate) = (opts.dry_run, &opts.gate);
-        let beside = opts.beside.get(&spoke.name).map_or(&[][..], Vec::as_slice);
-        let pending = matches!(report.outcome, Outcome::Pending { .. });
-        if proposal.is_none() && !pending {
-            return Ok(None);
-        }
-        let name = branch_name(spoke);
-        if !dry_run && let Err(why) = gate.check() {
-            let why = self.refused(why);
-            return match proposal {
-                Some(_) => Err(SpokeError::NotPushed { branch: name, why }),
-                None => Ok(None),
-            };
-        }
-        let done = branch_head(ctx, spoke, &name, proposal, beside).await?;
-        let pushed = done.commit.as_deref();
-        let forge = match &self.forge {
-            Ok(f) => f,
-            Err(e) => return Err(forge_failed(&name, pushed, ForgeFailure::Setup(e.clone()))),
-        };
-        if !dry_run && let Err(why) = gate.check() {
-            let why = self.refused(why);
-            return match pushed {
-                Some(_) => Err(forge_failed(&name, pushed, ForgeFailure::NotSent(why))),
-                None => Ok(None),
-            };
-        }
-        let now = OffsetDateTime::now_utc();
-        let result = if dry_run {
-            let base = ctx.repo.target_branch();
-            let found = forge.find_open(&name, base).await;
-            found.map(|pr| pr.map(|pr| (pr, None)))
-        } else {
-            let reason = report.reason.as_ref();
-            open_or_update(forge, ctx, spoke, reason, proposal, &done).await
-        };
-        record(spoke, name, done, result, now).map(Some)
-    }
-
     /// Keeps why the gate refused, for the tick report.
-    fn refused(&self, why: Closed) -> String {
+    pub(super) fn refused(&self, why: Closed) -> String {
         let why = why.to_string();
         if let Ok(mut refused) = self.refused.lock() {
             *refused = Some(why.clone());
@@ -77,7 +26,7 @@ impl Review {
 
 /// The branch's head to hold the pull request to: the proposal pushed, or (pending) the
 /// branch as it is when it is still provably ours.
-async fn branch_head(
+pub(super) async fn branch_head(
     ctx: &Context,
     spoke: &SpokeConfig,
     name: &str,
@@ -119,7 +68,7 @@ async fn branch_head(
 
 /// Opens the pull request for `done.head`, or gives an open one (ours or adopted)
 /// spokekeeper's title and body; one that already has them is not written again.
-async fn open_or_update(
+pub(super) async fn open_or_update(
     forge: &Forge,
     ctx: &Context,
     spoke: &SpokeConfig,
@@ -161,7 +110,7 @@ async fn open_or_update(
 
 /// The outcome for what the forge answered: pending on an endorsed pull request (or
 /// none yet); failed when it shows another head or the forge failed.
-fn record(
+pub(super) fn record(
     spoke: &SpokeConfig,
     name: String,
     done: Pushed,
