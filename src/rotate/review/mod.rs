@@ -104,13 +104,7 @@ impl Review {
             BranchState::Merged => return None,
             BranchState::Open(proven) => proven.err(),
         };
-        let recorded = match ctx.repo.show(&head, &spoke.output).await {
-            Ok(Some(bytes)) => Output::parse(&bytes).ok().and_then(|s| {
-                let r = Recorded::from_annotations(s.annotations()).ok()?;
-                Some((s, r))
-            }),
-            _ => None,
-        };
+        let recorded = held(ctx, &head, spoke).await;
         Some(Branch {
             head,
             untrusted,
@@ -147,6 +141,14 @@ impl Review {
             pending_seconds: None,
         })
     }
+}
+
+/// The spoke's manifest at `head` and what it records, when it holds a readable one.
+async fn held(ctx: &Context, head: &str, spoke: &SpokeConfig) -> Option<(Output, Recorded)> {
+    let bytes = ctx.repo.show(head, &spoke.output).await.ok()??;
+    let sealed = Output::parse(&bytes).ok()?;
+    let recorded = Recorded::from_annotations(sealed.annotations()).ok()?;
+    Some((sealed, recorded))
 }
 
 /// Whether the branch's manifest would be healthy: the fix is waiting for review.
