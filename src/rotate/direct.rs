@@ -15,15 +15,8 @@ use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::{Commits, Pushed, RepoError};
 
-/// When a published change can reach the hub, which decides when superseded minted
-/// generations may be revoked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Landing {
-    /// Direct mode: the push is on the target branch.
-    AtPush,
-    /// Review mode: nothing reaches the target branch before a person merges it.
-    AtMerge,
-}
+// Where minted.rs reads it.
+pub(super) use super::context::Landing;
 
 /// How the tick's changes are published.
 pub(super) trait Publish {

@@ -5,9 +5,8 @@ use std::ops::ControlFlow;
 
 use time::OffsetDateTime;
 
-use super::context::{SeenRoots, Spoke};
+use super::context::{Landing, SeenRoots, Spoke};
 use super::decide::{Decision, Extracted, Policy, Reason};
-use super::direct::Landing;
 use super::error::SpokeError;
 use super::message::commit_message;
 use super::observe::{Committed, Observation};
