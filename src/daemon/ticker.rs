@@ -44,14 +44,16 @@ pub(super) struct Ticker {
     pub events: alerts::Events,
 }
 
+/// The schedule's period now (15 minutes when it names none).
+fn period(loaded: &Loaded) -> Duration {
+    let period = loaded.schedule.period_at(SystemTime::now());
+    period.unwrap_or(Duration::from_secs(15 * 60))
+}
+
 /// The sinks for a configuration: active alerts stay valid for a few schedule periods.
 pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, DaemonError> {
-    let period = loaded
-        .schedule
-        .period_at(SystemTime::now())
-        .unwrap_or(Duration::from_secs(15 * 60));
     let opts = NotifyOptions {
-        evaluation_period: period,
+        evaluation_period: period(loaded),
         ..NotifyOptions::default()
     };
     Notifier::new(&loaded.config().alerts, opts).map_err(|e| DaemonError::Alerts(Box::new(e)))
@@ -60,15 +62,11 @@ pub(super) fn notifier(loaded: &Loaded) -> Result<Notifier, DaemonError> {
 /// The Event sinks: a series stays open for two schedule periods and the jitter, so a
 /// finding repeated every tick aggregates into one Event.
 pub(super) fn events(loaded: &Loaded, jitter: Duration) -> Result<alerts::Events, DaemonError> {
-    let period = loaded
-        .schedule
-        .period_at(SystemTime::now())
-        .unwrap_or(Duration::from_secs(15 * 60));
     let instance = super::lease::default_identity().unwrap_or_else(|_| "spokekeeper".into());
     alerts::Events::new(
         loaded.config(),
         &instance,
-        period.saturating_mul(2) + jitter,
+        period(loaded).saturating_mul(2) + jitter,
         NotifyOptions::default(),
     )
     .map_err(|e| DaemonError::Alerts(Box::new(e)))

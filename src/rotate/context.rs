@@ -177,6 +177,16 @@ impl std::fmt::Debug for Gate {
     }
 }
 
+/// When a published change can reach the hub, which decides when superseded minted
+/// generations may be revoked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Landing {
+    /// Direct mode: the push is on the target branch.
+    AtPush,
+    /// Review mode: nothing reaches the target branch before a person merges it.
+    AtMerge,
+}
+
 /// One spoke as its tick holds it, built once and read by every stage: its
 /// configuration, what was observed, the policy it is weighed by, and its sealer.
 pub(super) struct Spoke<'a> {

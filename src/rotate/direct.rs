@@ -9,20 +9,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use super::context::Spoke;
 use super::error::{PinError, SpokeError};
+use super::reconcile::Tick;
 use super::tick_report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::{Commits, Pushed, RepoError};
 
-/// When a published change can reach the hub, which decides when superseded minted
-/// generations may be revoked.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Landing {
-    /// Direct mode: the push is on the target branch.
-    AtPush,
-    /// Review mode: nothing reaches the target branch before a person merges it.
-    AtMerge,
-}
+// Where minted.rs reads it.
+pub(super) use super::context::Landing;
 
 /// How the tick's changes are published.
 pub(super) trait Publish {
@@ -30,20 +24,22 @@ pub(super) trait Publish {
     fn landing(&self) -> Landing;
 
     /// The pending outcome when the spoke's fix already waits for review, so nothing is
-    /// extracted.
-    async fn waiting(&self, ctx: &Context, spoke: &Spoke<'_>) -> Option<Outcome>;
+    /// extracted (direct mode: never).
+    async fn waiting(&self, _: &Context, _: &Spoke<'_>) -> Option<Outcome> {
+        None
+    }
 
     /// After the spoke's reconcile: its proposal (or, when pending, the fix waiting for
-    /// review) published; the report's outcome says how it went. Called one spoke at a
-    /// time, in configuration order, while later spokes are still being reconciled.
+    /// review) published, and the spoke's outcome now (None: as reconcile left it).
+    /// Called one spoke at a time, in configuration order, while later spokes are still
+    /// being reconciled.
     async fn spoke(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
         spoke: &SpokeConfig,
-        report: &mut SpokeReport,
+        report: &SpokeReport,
         proposal: Option<&Proposal>,
-        opts: &Options,
-    );
+    ) -> Result<Option<Outcome>, SpokeError>;
 
     /// A renewed sealing certificate at `rel` in the clone, with its commit message:
     /// the commit made, if one was.
@@ -145,27 +141,18 @@ impl Publish for Direct {
         Landing::AtPush
     }
 
-    async fn waiting(&self, _: &Context, _: &Spoke<'_>) -> Option<Outcome> {
-        None
-    }
-
     async fn spoke(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
         spoke: &SpokeConfig,
-        report: &mut SpokeReport,
+        _: &SpokeReport,
         proposal: Option<&Proposal>,
-        opts: &Options,
-    ) {
-        let Some(p) = proposal else { return };
-        let beside = opts.beside.get(&spoke.name).map(Vec::as_slice);
-        report.outcome = match commit(self, ctx, spoke, p, beside.unwrap_or_default()).await {
-            Ok(sha) => {
-                self.committed.fetch_add(1, Ordering::Relaxed);
-                Outcome::Rotated { commit: sha }
-            }
-            Err(e) => Outcome::Failed(e),
-        };
+    ) -> Result<Option<Outcome>, SpokeError> {
+        let Some(p) = proposal else { return Ok(None) };
+        let beside = tick.options.beside.get(&spoke.name).map(Vec::as_slice);
+        let sha = commit(self, tick.context, spoke, p, beside.unwrap_or_default()).await?;
+        self.committed.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(Outcome::Rotated { commit: sha }))
     }
 
     async fn certificate(

@@ -5,9 +5,8 @@ use std::ops::ControlFlow;
 
 use time::OffsetDateTime;
 
-use super::context::{SeenRoots, Spoke};
+use super::context::{Landing, SeenRoots, Spoke};
 use super::decide::{Decision, Extracted, Policy, Reason};
-use super::direct::{Landing, Publish};
 use super::error::SpokeError;
 use super::message::commit_message;
 use super::observe::{Committed, Observation};
@@ -25,7 +24,7 @@ use crate::secret::SecretBytes;
 /// The one context a spoke's reconcile takes: the tick as every spoke sees it. It borrows
 /// the process's [`Context`] and the caller's [`Options`], and adds what the tick settled
 /// before working on any spoke (docs/ARCHITECTURE.md says why these stay apart).
-pub(super) struct Tick<'a, P> {
+pub(super) struct Tick<'a> {
     /// Lives as long as the process: configuration, repo, timeouts, memories across ticks.
     pub context: &'a Context,
     /// What the caller asked of this tick.
@@ -36,7 +35,8 @@ pub(super) struct Tick<'a, P> {
     /// `untrusted` set nothing may be sealed to it.
     pub sealing: Option<&'a SealingKey>,
     pub untrusted: Option<&'a Untrusted>,
-    pub publish: &'a P,
+    /// When what the tick publishes can reach the hub.
+    pub landing: Landing,
     /// The tick's listing of the hub's consumers (empty without a hub).
     pub listed: &'a crate::hub::consumers::Listed,
 }
@@ -93,6 +93,14 @@ impl Reached {
         report.revoked = self.revoked;
         report
     }
+
+    /// The spoke's tick ending with nothing to publish.
+    fn end(self, seen: &Observation, outcome: Outcome) -> Reconciled {
+        Reconciled {
+            report: self.report(seen, outcome),
+            proposal: None,
+        }
+    }
 }
 
 /// A stage's value, or the spoke's tick ending there with nothing failed (healthy,
@@ -101,8 +109,8 @@ type Next<T> = Result<ControlFlow<Outcome, T>, SpokeError>;
 
 /// What the rule table weighs a spoke's observation against this tick (`sealer`: what
 /// the spoke's output is encrypted to).
-pub(super) fn policy<P>(
-    tick: &Tick<'_, P>,
+pub(super) fn policy(
+    tick: &Tick<'_>,
     spoke: &SpokeConfig,
     seen: &Observation,
     sealer: &Sealer<'_>,
@@ -166,43 +174,98 @@ fn remember_roots(context: &Context, spoke: &SpokeConfig, seen: &Observation) {
     }
 }
 
-/// The spoke's sealer, then [`reconcile`]: age recipients that cannot be read or are
-/// not trusted fail the spoke at `seal` before anything else, every tick, so the
+/// decide, for one spoke as observed: its record and why it is to rotate, or its
+/// reconcile ended there (healthy, or failed). Age recipients that cannot be read or
+/// are not trusted fail the spoke at `seal` before anything else, every tick, so the
 /// problem is seen even while the committed credential needs nothing.
-pub(super) async fn spoke<P: Publish>(
-    tick: &Tick<'_, P>,
-    config: &SpokeConfig,
-    seen: &Observation,
-) -> Reconciled {
-    let all = &tick.context.config;
+pub(super) fn decide<'a>(
+    tick: &Tick<'a>,
+    config: &'a SpokeConfig,
+    seen: &'a Observation,
+) -> ControlFlow<Reconciled, (Spoke<'a>, Reason)> {
     let committed = match seen.committed.record().map(|r| &r.sealed) {
         Some(super::output::Output::Sops(file)) => Some(file.recipients.as_slice()),
         _ => None,
     };
-    let sealer = Sealer::for_spoke(all, config, tick.sealing, committed);
-    match sealer {
-        Ok(sealer) => {
-            let policy = policy(tick, config, seen, &sealer);
-            let spoke = Spoke {
-                config,
-                seen,
-                policy,
-                sealer,
-            };
-            reconcile(tick, &spoke).await
-        }
-        Err(e) => Reconciled {
-            report: Reached::default().report(seen, Outcome::Failed(e.into())),
-            proposal: None,
-        },
+    let all = &tick.context.config;
+    let ended = |outcome| ControlFlow::Break(Reached::default().end(seen, outcome));
+    let sealer = match Sealer::for_spoke(all, config, tick.sealing, committed) {
+        Ok(sealer) => sealer,
+        Err(e) => return ended(Outcome::Failed(e.into())),
+    };
+    let policy = policy(tick, config, seen, &sealer);
+    let spoke = Spoke {
+        config,
+        seen,
+        policy,
+        sealer,
+    };
+    match decided(&spoke) {
+        Ok(Some(reason)) => ControlFlow::Continue((spoke, reason)),
+        Ok(None) => ended(Outcome::Healthy),
+        Err(e) => ended(Outcome::Failed(e)),
     }
 }
 
-/// decide -> (extract -> validate -> [mint] -> seal) for one spoke as observed. With an
+/// A spoke to rotate whose fix already waits for review: nothing is extracted.
+pub(super) fn waits(s: &Spoke<'_>, reason: Reason, pending: Outcome) -> Reconciled {
+    let reached = Reached {
+        reason: Some(reason),
+        ..Reached::default()
+    };
+    reached.end(s.seen, pending)
+}
+
+/// extract -> validate -> [mint] -> seal for a spoke decide said to rotate, each stage
+/// returning its value; what the report says of how far it got is kept here. With an
 /// untrusted sealing key nothing is sealed: a rotation fails at `seal`.
-pub(super) async fn reconcile<P: Publish>(tick: &Tick<'_, P>, s: &Spoke<'_>) -> Reconciled {
-    let mut reached = Reached::default();
-    let (outcome, proposal) = match rotate(tick, s, &mut reached).await {
+pub(super) async fn rotate(tick: &Tick<'_>, s: &Spoke<'_>, reason: Reason) -> Reconciled {
+    let mut reached = Reached {
+        reason: Some(reason.clone()),
+        ..Reached::default()
+    };
+    let next: Next<Proposal> = async {
+        let admin = extract(tick, s.config).await?;
+        let (reason, candidate) = match s.config.credential.mode {
+            CredentialMode::Minted => {
+                let (reason, revoked, step) = minted(tick, s, admin, reason).await;
+                reached.reason = Some(reason.clone());
+                reached.revoked = revoked;
+                match step? {
+                    ControlFlow::Continue(c) => (reason, c),
+                    ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
+                }
+            }
+            CredentialMode::Extracted => (reason, extracted(tick, s, admin)?),
+        };
+        impersonation(tick, s.config, &candidate).await?;
+        let recorded = record(tick, s, &candidate);
+        reached.validated = Some(validated(&candidate, &recorded));
+        let previous = s.seen.committed.recorded();
+        let mode = s.config.credential.mode;
+        let reason = match decide::after_extraction(reason, previous, &recorded, mode) {
+            Extracted::Commit(reason) => reason,
+            Extracted::Unchanged | Extracted::RootUnheld => {
+                return Ok(ControlFlow::Break(Outcome::Unchanged));
+            }
+            Extracted::NotRenewed => return Ok(ControlFlow::Break(Outcome::NotRenewed)),
+        };
+        reached.reason = Some(reason.clone());
+        let recorded = reached.committing.insert(recorded);
+        let Some(manifest) = seal(tick, s, &candidate, recorded)? else {
+            return Ok(ControlFlow::Break(Outcome::WouldRotate));
+        };
+        let live = &candidate.fresh.live;
+        Ok(ControlFlow::Continue(Proposal {
+            manifest,
+            message: commit_message(s.config, &reason, previous, recorded, live),
+            content_sha256: recorded.content_sha256,
+            sealed_to: s.sealer.sealed_to(),
+            revocation: candidate.revocation,
+        }))
+    }
+    .await;
+    let (outcome, proposal) = match next {
         Ok(ControlFlow::Continue(p)) => (Outcome::Healthy, Some(p)),
         Ok(ControlFlow::Break(end)) => (end, None),
         Err(e) => (Outcome::Failed(e), None),
@@ -216,64 +279,7 @@ pub(super) async fn reconcile<P: Publish>(tick: &Tick<'_, P>, s: &Spoke<'_>) -> 
     }
 }
 
-/// The pipeline, each stage returning its value; `reached` is what the report says of
-/// how far it got.
-async fn rotate<P: Publish>(
-    tick: &Tick<'_, P>,
-    s: &Spoke<'_>,
-    reached: &mut Reached,
-) -> Next<Proposal> {
-    let Some(reason) = decided(s)? else {
-        return Ok(ControlFlow::Break(Outcome::Healthy));
-    };
-    reached.reason = Some(reason.clone());
-    let asked = tick.options;
-    if !(asked.force || asked.revoke)
-        && let Some(pending) = tick.publish.waiting(tick.context, s).await
-    {
-        return Ok(ControlFlow::Break(pending));
-    }
-    let admin = extract(tick, s.config).await?;
-    let (reason, candidate) = match s.config.credential.mode {
-        CredentialMode::Minted => {
-            let (reason, revoked, step) = minted(tick, s, admin, reason).await;
-            reached.reason = Some(reason.clone());
-            reached.revoked = revoked;
-            match step? {
-                ControlFlow::Continue(c) => (reason, c),
-                ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
-            }
-        }
-        CredentialMode::Extracted => (reason, extracted(tick, s, admin)?),
-    };
-    impersonation(tick, s.config, &candidate).await?;
-    let recorded = record(tick, s, &candidate);
-    reached.validated = Some(validated(&candidate, &recorded));
-    let previous = s.seen.committed.recorded();
-    let mode = s.config.credential.mode;
-    let reason = match decide::after_extraction(reason, previous, &recorded, mode) {
-        Extracted::Commit(reason) => reason,
-        Extracted::Unchanged | Extracted::RootUnheld => {
-            return Ok(ControlFlow::Break(Outcome::Unchanged));
-        }
-        Extracted::NotRenewed => return Ok(ControlFlow::Break(Outcome::NotRenewed)),
-    };
-    reached.reason = Some(reason.clone());
-    let recorded = reached.committing.insert(recorded);
-    let Some(manifest) = seal(tick, s, &candidate, recorded)? else {
-        return Ok(ControlFlow::Break(Outcome::WouldRotate));
-    };
-    let live = &candidate.fresh.live;
-    Ok(ControlFlow::Continue(Proposal {
-        manifest,
-        message: commit_message(s.config, &reason, previous, recorded, live),
-        content_sha256: recorded.content_sha256,
-        sealed_to: s.sealer.sealed_to(),
-        revocation: candidate.revocation,
-    }))
-}
-
-fn stage<P>(tick: &Tick<'_, P>, spoke: &SpokeConfig, stage: &'static str) {
+fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {
     tick.options.progress.emit(Step::Stage {
         spoke: &spoke.name,
         stage,
@@ -293,7 +299,7 @@ fn decided(s: &Spoke<'_>) -> Result<Option<Reason>, SpokeError> {
 }
 
 /// extract -> validate: the node's admin credential, proven against the live API.
-async fn extract<P>(tick: &Tick<'_, P>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
+async fn extract(tick: &Tick<'_>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
     stage(tick, spoke, "extract and validate");
     let fresh = refresh::extract_and_validate(spoke, tick.now, tick.context.live_timeout).await?;
     if let Ok(mut m) = tick.context.verified.lock() {
@@ -315,14 +321,14 @@ struct Candidate {
 
 /// [mint]: the hub's own credential, minted with the admin one just validated. Returns
 /// the reason as the step left it and the bindings it deleted, whatever the step's end.
-async fn minted<P: Publish>(
-    tick: &Tick<'_, P>,
+async fn minted(
+    tick: &Tick<'_>,
     s: &Spoke<'_>,
     admin: Fresh,
     mut reason: Reason,
 ) -> (Reason, Vec<String>, Next<Candidate>) {
     stage(tick, s.config, "mint");
-    let landing = tick.publish.landing();
+    let landing = tick.landing;
     let how = minted::Mint {
         revoke: tick.options.revoke,
         landing,
@@ -367,11 +373,7 @@ async fn minted<P: Publish>(
 }
 
 /// Extracted: the admin credential itself is what the hub gets.
-fn extracted<P: Publish>(
-    tick: &Tick<'_, P>,
-    s: &Spoke<'_>,
-    fresh: Fresh,
-) -> Result<Candidate, SpokeError> {
+fn extracted(tick: &Tick<'_>, s: &Spoke<'_>, fresh: Fresh) -> Result<Candidate, SpokeError> {
     let spoke = s.config;
     if tick.options.revoke {
         return Err(SpokeError::RevokeExtracted {
@@ -385,7 +387,7 @@ fn extracted<P: Publish>(
         .map(|r| r.credential.clone())
         .unwrap_or_default();
     // Back from minted: every minted generation goes once the hub has this one.
-    let lands_at_push = tick.publish.landing() == Landing::AtPush;
+    let lands_at_push = tick.landing == Landing::AtPush;
     let revocation = (had.mode == CredentialMode::Minted && lands_at_push && !tick.options.dry_run)
         .then(|| crate::mint::Revocation {
             admin: fresh.yaml.clone(),
@@ -409,8 +411,8 @@ fn extracted<P: Publish>(
 
 /// validate, for Flux: the ServiceAccounts its consumers impersonate with the credential.
 /// A generation minted for nothing is withdrawn.
-async fn impersonation<P>(
-    tick: &Tick<'_, P>,
+async fn impersonation(
+    tick: &Tick<'_>,
     spoke: &SpokeConfig,
     c: &Candidate,
 ) -> Result<(), SpokeError> {
@@ -427,7 +429,7 @@ async fn impersonation<P>(
 }
 
 /// What the annotations will record.
-fn record<P>(tick: &Tick<'_, P>, s: &Spoke<'_>, c: &Candidate) -> Recorded {
+fn record(tick: &Tick<'_>, s: &Spoke<'_>, c: &Candidate) -> Recorded {
     let fresh = &c.fresh;
     let sealed_to = s.sealer.sealed_to();
     let mut recorded = refresh::record(
@@ -454,8 +456,8 @@ fn validated(c: &Candidate, recorded: &Recorded) -> (String, CredentialReport) {
 }
 
 /// seal, unless the sealing key is untrusted (Sealed Secrets); None on a dry tick.
-fn seal<P>(
-    tick: &Tick<'_, P>,
+fn seal(
+    tick: &Tick<'_>,
     s: &Spoke<'_>,
     c: &Candidate,
     recorded: &Recorded,

@@ -3,6 +3,7 @@
 //! spokes are still worked on (direct.rs: direct commits and one push, or review
 //! branches); then the push, and the hub's verification.
 
+use std::ops::ControlFlow;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -82,10 +83,10 @@ async fn run<P: Publish>(
         now,
         sealing,
         untrusted: cert.and_then(|c| c.untrusted.as_ref()),
-        publish: &publish,
+        landing: publish.landing(),
         listed: &listed,
     };
-    let mut worked = work(&tick, &spokes, files).await;
+    let mut worked = work(&tick, &publish, &spokes, files).await;
     let published = publish.finish(ctx, opts).await;
     if let Some((spokes, why)) = &published.lost {
         for w in worked.iter_mut().filter(|w| spokes.contains(&w.spoke.name)) {
@@ -132,8 +133,9 @@ async fn run<P: Publish>(
 /// Each spoke observed and reconciled, concurrently up to the bound, and published in
 /// configuration order as soon as it and every spoke before it are done: the commits run
 /// while later spokes are still being extracted, not after the last one.
-async fn work<'a, P: Publish>(
-    tick: &Tick<'_, P>,
+async fn work<'a>(
+    tick: &Tick<'_>,
+    publish: &impl Publish,
     spokes: &[&'a SpokeConfig],
     files: Snapshot<'_>,
 ) -> Vec<Worked<'a>> {
@@ -147,7 +149,7 @@ async fn work<'a, P: Publish>(
                 stage: "probe",
             });
             let seen = observe::spoke(spoke, snapshot, ctx.probe_timeout).await;
-            let result = reconcile::spoke(tick, spoke, &seen).await;
+            let result = reconciled(tick, publish, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what the alerts read.
             (order, Worked::new(spoke, seen.without_ciphertext(), result))
@@ -170,7 +172,7 @@ async fn work<'a, P: Publish>(
                 *slot = Some(w);
             }
             while let Some(Some(w)) = slots.get_mut(next) {
-                publish_one(tick, w).await;
+                publish_one(tick, publish, w).await;
                 next += 1;
             }
         }
@@ -184,8 +186,30 @@ async fn work<'a, P: Publish>(
     slots.into_iter().filter_map(|w| w).collect()
 }
 
-/// One spoke's proposal (or, in review mode, its waiting fix) published.
-async fn publish_one<P: Publish>(tick: &Tick<'_, P>, w: &mut Worked<'_>) {
+/// decide, then extract -> validate -> [mint] -> seal, unless the spoke's fix already
+/// waits for review (--force and --revoke extract all the same).
+async fn reconciled(
+    tick: &Tick<'_>,
+    publish: &impl Publish,
+    spoke: &SpokeConfig,
+    seen: &Observation,
+) -> Reconciled {
+    let (s, reason) = match reconcile::decide(tick, spoke, seen) {
+        ControlFlow::Break(done) => return done,
+        ControlFlow::Continue(decided) => decided,
+    };
+    let asked = tick.options;
+    if !(asked.force || asked.revoke)
+        && let Some(pending) = publish.waiting(tick.context, &s).await
+    {
+        return reconcile::waits(&s, reason, pending);
+    }
+    reconcile::rotate(tick, &s, reason).await
+}
+
+/// One spoke's proposal (or, in review mode, its waiting fix) published: the outcome
+/// publishing gave replaces the one reconcile gave.
+async fn publish_one(tick: &Tick<'_>, publish: &impl Publish, w: &mut Worked<'_>) {
     if w.proposal.is_some() {
         tick.options.progress.emit(Step::Stage {
             spoke: &w.spoke.name,
@@ -194,9 +218,11 @@ async fn publish_one<P: Publish>(tick: &Tick<'_, P>, w: &mut Worked<'_>) {
         warn_wrong_keys(w.spoke, tick.listed);
     }
     let proposal = w.proposal.as_deref();
-    tick.publish
-        .spoke(tick.context, w.spoke, &mut w.report, proposal, tick.options)
-        .await;
+    match publish.spoke(tick, w.spoke, &w.report, proposal).await {
+        Ok(Some(outcome)) => w.report.outcome = outcome,
+        Ok(None) => {}
+        Err(e) => w.report.outcome = Outcome::Failed(e),
+    }
 }
 
 /// One spoke through the tick: what was observed, its report, and what it proposed.
@@ -257,38 +283,23 @@ async fn verify_on_hub(
         .map(|s| s.clone())
         .unwrap_or_default();
     // Read again from the clone: what the hub should hold for a spoke it had not taken.
-    let mut again_manifests: Vec<Option<String>> = Vec::with_capacity(worked.len());
+    let mut again_manifests = Vec::with_capacity(worked.len());
     for w in worked.iter() {
         let fresh = pushed && w.committed().is_some();
-        let recheck = waiting.contains(&w.spoke.name) && !fresh && !w.report.failed();
-        let text = match recheck {
-            true => match ctx.repo.read(&w.spoke.output).await {
-                Ok(Some(bytes)) => String::from_utf8(bytes).ok(),
-                _ => None,
-            },
-            false => None,
-        };
-        again_manifests.push(text);
+        if waiting.contains(&w.spoke.name) && !fresh && !w.report.failed() {
+            let read = ctx.repo.read(&w.spoke.output).await.ok().flatten();
+            let text = read.and_then(|bytes| String::from_utf8(bytes).ok());
+            again_manifests.extend(text.map(|text| (w.spoke, text)));
+        }
     }
     let fresh: Vec<Committed> = worked
         .iter()
         .filter(|_| pushed)
-        .filter_map(|w| w.committed().map(|manifest| (w.spoke, manifest)))
-        .map(|(spoke, manifest)| Committed {
-            spoke,
-            manifest,
-            output: output_of(spoke),
-        })
+        .filter_map(|w| Some(to_verify(w.spoke, w.committed()?)))
         .collect();
-    let again: Vec<Committed> = worked
+    let again: Vec<Committed> = again_manifests
         .iter()
-        .zip(&again_manifests)
-        .filter_map(|(w, text)| text.as_deref().map(|manifest| (w.spoke, manifest)))
-        .map(|(spoke, manifest)| Committed {
-            spoke,
-            manifest,
-            output: output_of(spoke),
-        })
+        .map(|(spoke, text)| to_verify(spoke, text))
         .collect();
     let checks = verify::after_push(cfg, hub, &fresh, listed, Ask::Now).await;
     let brief = crate::config::HubConfig {
@@ -343,10 +354,15 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
     }
 }
 
-/// What the hub is given to take for a spoke: its sealing format decides.
-fn output_of(spoke: &SpokeConfig) -> Output {
-    match spoke.format {
+/// What the hub is given to take for a spoke: its sealing format decides the output.
+fn to_verify<'a>(spoke: &'a SpokeConfig, manifest: &'a str) -> Committed<'a> {
+    let output = match spoke.format {
         crate::config::SealingFormat::SealedSecrets => Output::SealedSecret,
         crate::config::SealingFormat::Sops => Output::Sops,
+    };
+    Committed {
+        spoke,
+        manifest,
+        output,
     }
 }

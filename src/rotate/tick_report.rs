@@ -14,10 +14,11 @@ use crate::repo::RepoError;
 use crate::seal::SealingKey;
 
 /// What happened to one spoke.
-#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
 pub enum Outcome {
     /// Nothing needed doing (no SSH).
+    #[default]
     Healthy,
     /// Re-extracted on schedule; the same credential: nothing to commit.
     Unchanged,
@@ -43,7 +44,7 @@ pub enum Outcome {
     },
 }
 
-#[derive(Clone, Debug, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize)]
 pub struct SpokeReport {
     pub spoke: String,
     #[serde(flatten)]
@@ -113,16 +114,7 @@ impl SpokeReport {
         SpokeReport {
             spoke: spoke.to_string(),
             outcome,
-            reason: None,
-            ca_sha256: None,
-            ca_not_after: None,
-            client_not_after: None,
-            rotated_at: None,
-            user: None,
-            hub: None,
-            credential: None,
-            revoked: Vec::new(),
-            revoke_error: None,
+            ..SpokeReport::default()
         }
     }
 
@@ -131,7 +123,7 @@ impl SpokeReport {
     }
 }
 
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, Default, serde::Serialize)]
 pub struct TickReport {
     pub spokes: Vec<SpokeReport>,
     /// Whether commits were pushed this tick (false when nothing was ahead).
@@ -156,11 +148,7 @@ impl TickReport {
     pub fn of(spokes: Vec<SpokeReport>) -> TickReport {
         TickReport {
             spokes,
-            pushed: false,
-            repo_error: None,
-            sealing: None,
-            sealing_key: None,
-            observed: Vec::new(),
+            ..TickReport::default()
         }
     }
 

@@ -44,7 +44,7 @@ use super::context::Spoke;
 use super::decide::{self, Decision, Observed, Policy};
 use super::error::{ForgeFailure, ReviewError, SpokeError};
 use super::state::Recorded;
-use super::{Context, Outcome, SpokeReport};
+use super::{Context, Outcome};
 use crate::config::{RepoMode, SpokeConfig};
 use crate::forge::{Forge, ForgeError, PullRequest};
 use crate::repo::{BranchState, Untrusted};
@@ -104,13 +104,7 @@ impl Review {
             BranchState::Merged => return None,
             BranchState::Open(proven) => proven.err(),
         };
-        let recorded = match ctx.repo.show(&head, &spoke.output).await {
-            Ok(Some(bytes)) => Output::parse(&bytes).ok().and_then(|s| {
-                let r = Recorded::from_annotations(s.annotations()).ok()?;
-                Some((s, r))
-            }),
-            _ => None,
-        };
+        let recorded = held(ctx, &head, spoke).await;
         Some(Branch {
             head,
             untrusted,
@@ -128,22 +122,15 @@ impl Review {
             return None;
         }
         // The target branch gave nothing to probe with: the branch's record may.
-        let own;
-        let probe = match &seen.probe {
-            Some(p) => Some(p),
-            None => {
-                own = match &branch.recorded {
-                    Some((_, r)) => match decide::expected_server(spoke, Some(r)) {
-                        Some(server) => Some(crate::spoke::probe(&server, ctx.probe_timeout).await),
-                        None => None,
-                    },
-                    None => None,
-                };
-                own.as_ref()
-            }
+        let recorded = branch.recorded.as_ref().map(|(_, r)| r);
+        let server = recorded.and_then(|r| decide::expected_server(spoke, Some(r)));
+        let own = match (&seen.probe, server) {
+            (None, Some(server)) => Some(crate::spoke::probe(&server, ctx.probe_timeout).await),
+            _ => None,
         };
-        let ca = match (probe, &branch.recorded) {
-            (Some(Ok(p)), Some((_, r))) => super::observe::judged(p, r).await,
+        let probe = seen.probe.as_ref().or(own.as_ref());
+        let ca = match (probe, recorded) {
+            (Some(Ok(p)), Some(r)) => super::observe::judged(p, r).await,
             _ => None,
         };
         branch_fixes(spoke, &branch, probe, ca.as_ref(), &s.policy).then(|| Outcome::Pending {
@@ -154,6 +141,14 @@ impl Review {
             pending_seconds: None,
         })
     }
+}
+
+/// The spoke's manifest at `head` and what it records, when it holds a readable one.
+async fn held(ctx: &Context, head: &str, spoke: &SpokeConfig) -> Option<(Output, Recorded)> {
+    let bytes = ctx.repo.show(head, &spoke.output).await.ok()??;
+    let sealed = Output::parse(&bytes).ok()?;
+    let recorded = Recorded::from_annotations(sealed.annotations()).ok()?;
+    Some((sealed, recorded))
 }
 
 /// Whether the branch's manifest would be healthy: the fix is waiting for review.
@@ -187,7 +182,8 @@ pub(crate) fn branch_fixes(
     decide::decide(spoke, &seen, &policy) == Decision::Healthy
 }
 
-fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: ForgeFailure) {
+/// The forge failed for the spoke's branch: what was kept is said beside it.
+fn forge_failed(branch: &str, pushed: Option<&str>, error: ForgeFailure) -> SpokeError {
     let kept = match pushed {
         Some(sha) => format!(
             "branch {branch} pushed at {}",
@@ -195,7 +191,7 @@ fn fail(report: &mut SpokeReport, branch: &str, pushed: Option<&str>, error: For
         ),
         None => format!("branch {branch} kept"),
     };
-    report.outcome = Outcome::Failed(SpokeError::Review(ReviewError::Forge { kept, error }));
+    SpokeError::Review(ReviewError::Forge { kept, error })
 }
 
 fn age(pr: &PullRequest, now: OffsetDateTime) -> u64 {

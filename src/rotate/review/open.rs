@@ -33,7 +33,6 @@ pub async fn open_reviews(
     let now = OffsetDateTime::now_utc();
     for spoke in config.spokes.iter().filter(|s| spokes.contains(&s.name)) {
         let branch = branch_name(spoke);
-        let mut report = SpokeReport::new(&spoke.name, Outcome::Healthy);
         let found = match &forge {
             Ok(f) => f
                 .find_open(&branch, &config.repo.branch)
@@ -41,30 +40,27 @@ pub async fn open_reviews(
                 .map_err(|e| ForgeFailure::Forge(e.into())),
             Err(e) => Err(ForgeFailure::Setup(e.clone())),
         };
-        match found {
+        let outcome = match found {
             Ok(None) => continue,
-            Ok(Some(open)) => {
-                report.outcome = match endorsed(repo, spoke, &branch, &open).await {
-                    Ok(()) => Outcome::Pending {
-                        branch,
-                        commit: None,
-                        pending_seconds: Some(age(&open.pr, now)),
-                        pull_request: Some(open.pr),
-                        change: None,
-                    },
-                    Err(why) => Outcome::Failed(SpokeError::Review(ReviewError::NotEndorsed {
-                        url: open.pr.url.clone(),
-                        why,
-                        spoke: spoke.name.clone(),
-                    })),
-                }
+            Ok(Some(open)) => match endorsed(repo, spoke, &branch, &open).await {
+                Ok(()) => Outcome::Pending {
+                    branch,
+                    commit: None,
+                    pending_seconds: Some(age(&open.pr, now)),
+                    pull_request: Some(open.pr),
+                    change: None,
+                },
+                Err(why) => Outcome::Failed(SpokeError::Review(ReviewError::NotEndorsed {
+                    url: open.pr.url.clone(),
+                    why,
+                    spoke: spoke.name.clone(),
+                })),
+            },
+            Err(error) => {
+                Outcome::Failed(SpokeError::Review(ReviewError::Lookup { branch, error }))
             }
-            Err(e) => {
-                report.outcome =
-                    Outcome::Failed(SpokeError::Review(ReviewError::Lookup { branch, error: e }))
-            }
-        }
-        out.push(report);
+        };
+        out.push(SpokeReport::new(&spoke.name, outcome));
     }
     crate::rotate::TickReport::of(out)
 }

@@ -3,14 +3,18 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use super::Review;
+use time::OffsetDateTime;
+
 use super::pr_text::{same_text, signed_line, unverified};
+use super::settle::{branch_head, open_or_update, record};
+use super::{Review, branch_name, forge_failed};
 use crate::config::SpokeConfig;
 use crate::repo::BranchState;
 use crate::rotate::Outcome;
-use crate::rotate::context::Spoke;
-use crate::rotate::direct::{Finished, Landing, Publish};
-use crate::rotate::error::{ForgeFailure, PinError, ReviewError};
+use crate::rotate::context::{Landing, Spoke};
+use crate::rotate::direct::{Finished, Publish};
+use crate::rotate::error::{ForgeFailure, PinError, ReviewError, SpokeError};
+use crate::rotate::reconcile::Tick;
 use crate::rotate::sealing_key::CERT_BRANCH;
 use crate::rotate::tick_report::RepoFailure;
 use crate::rotate::{Context, Options, Proposal, SpokeReport};
@@ -24,19 +28,55 @@ impl Publish for Review {
         self.waiting_on_branch(ctx, spoke).await
     }
 
+    /// After reconcile: push the proposal to the spoke's branch and open or update its
+    /// pull request; for a pending spoke, find (or reopen) its pull request. The gate is
+    /// asked before the push and again before the forge is written to: a refusal leaves
+    /// the rest to the next tick here or the new leader, and is kept for the tick report.
     async fn spoke(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
         spoke: &SpokeConfig,
-        report: &mut SpokeReport,
+        report: &SpokeReport,
         proposal: Option<&Proposal>,
-        opts: &Options,
-    ) {
-        if let Some(why) = self.settle(ctx, spoke, report, proposal, opts).await
-            && let Ok(mut refused) = self.refused.lock()
-        {
-            *refused = Some(why);
+    ) -> Result<Option<Outcome>, SpokeError> {
+        let (ctx, opts) = (tick.context, tick.options);
+        let (dry_run, gate) = (opts.dry_run, &opts.gate);
+        let beside = opts.beside.get(&spoke.name).map_or(&[][..], Vec::as_slice);
+        let pending = matches!(report.outcome, Outcome::Pending { .. });
+        if proposal.is_none() && !pending {
+            return Ok(None);
         }
+        let name = branch_name(spoke);
+        if !dry_run && let Err(why) = gate.check() {
+            let why = self.refused(why);
+            return match proposal {
+                Some(_) => Err(SpokeError::NotPushed { branch: name, why }),
+                None => Ok(None),
+            };
+        }
+        let done = branch_head(ctx, spoke, &name, proposal, beside).await?;
+        let pushed = done.commit.as_deref();
+        let forge = match &self.forge {
+            Ok(f) => f,
+            Err(e) => return Err(forge_failed(&name, pushed, ForgeFailure::Setup(e.clone()))),
+        };
+        if !dry_run && let Err(why) = gate.check() {
+            let why = self.refused(why);
+            return match pushed {
+                Some(_) => Err(forge_failed(&name, pushed, ForgeFailure::NotSent(why))),
+                None => Ok(None),
+            };
+        }
+        let now = OffsetDateTime::now_utc();
+        let result = if dry_run {
+            let base = ctx.repo.target_branch();
+            let found = forge.find_open(&name, base).await;
+            found.map(|pr| pr.map(|pr| (pr, None)))
+        } else {
+            let reason = report.reason.as_ref();
+            open_or_update(forge, ctx, spoke, reason, proposal, &done).await
+        };
+        record(spoke, name, done, result, now).map(Some)
     }
 
     /// The target branch is never pushed to, so the renewed certificate goes on its own

@@ -2,8 +2,6 @@
 
 use crate::config::SpokeConfig;
 use crate::repo::{BranchState, RepoError};
-use crate::rotate::observe::Output;
-use crate::rotate::state::Recorded;
 use crate::rotate::{Context, Proposal};
 
 /// What [`push`] did.
@@ -100,11 +98,6 @@ pub(super) async fn push(
 /// Whether the branch at `head` holds a credential with the proposal's content, sealed
 /// to the same key.
 async fn same_content(ctx: &Context, spoke: &SpokeConfig, head: &str, p: &Proposal) -> bool {
-    let Ok(Some(bytes)) = ctx.repo.show(head, &spoke.output).await else {
-        return false;
-    };
-    Output::parse(&bytes)
-        .ok()
-        .and_then(|s| Recorded::from_annotations(s.annotations()).ok())
-        .is_some_and(|r| r.content_sha256 == p.content_sha256 && r.sealed_to == p.sealed_to)
+    let held = super::held(ctx, head, spoke).await;
+    held.is_some_and(|(_, r)| r.content_sha256 == p.content_sha256 && r.sealed_to == p.sealed_to)
 }

@@ -17,7 +17,8 @@ use std::path::Path;
 use time::OffsetDateTime;
 
 use super::Context;
-use super::direct::{Landing, Publish};
+use super::context::Landing;
+use super::direct::Publish;
 use super::error::PinError;
 use crate::fingerprint::{Fingerprint, Sealing};
 use crate::fsutil::inside;
