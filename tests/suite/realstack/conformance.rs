@@ -629,7 +629,7 @@ fn the_simulated_hub_answers_as_the_real_hub() {
         CONTROLLER_NS,
         CONTROLLER,
         &real.cert_pem(),
-        keys.into_iter().map(support::hub_key::HubKey),
+        keys,
         Arc::new(move |path: &str| (path == "fluxcd/conform.yaml").then(|| file.clone())),
     )
     .unwrap();
