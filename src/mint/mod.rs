@@ -77,7 +77,8 @@ pub struct Request<'a> {
     pub(crate) sign_timeout: Duration,
 }
 
-/// A minted credential, validated live.
+/// A minted credential, validated live; not Debug: it holds the minted key, and nothing
+/// prints it.
 pub struct Minted {
     pub kubeconfig: Sanitized,
     pub yaml: SecretBytes,
@@ -87,14 +88,6 @@ pub struct Minted {
     pub credential: RecordedCredential,
     /// The spoke issued less than `credential.ttl` (but more than `renew_before`).
     pub shortened: Option<Shortfall>,
-}
-
-impl std::fmt::Debug for Minted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Minted")
-            .field("credential", &self.credential)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Mints with the (validated, sanitized) admin credential `admin`: key, CSR, approval,
