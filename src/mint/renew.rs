@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
-use super::bindings::{binding_fits, bound, revoke};
+use super::bindings::{binding_fits, revoke};
 use super::generation::{self, GenerationError};
 use super::{Bound, MintError, Minted, RecordedCredential, Request, Revocation, Scope};
-use super::{binding_name, mint, shown};
+use super::{Spoke, binding_name, mint, shown};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::fingerprint::{Ca, Fingerprint};
 use crate::kubeconfig::Sanitized;
@@ -252,14 +252,17 @@ impl Run<'_> {
         Ok(compared(recorded, &seen, present, binding))
     }
 
-    /// The generation to mint: above the recorded one, the bindings on the spoke and those
-    /// deleted this tick (`gone`).
+    /// The generation to mint: above the recorded one, this hub's bindings for the spoke
+    /// entry and those deleted this tick (`gone`). The recorded counter comes from the
+    /// fleet repo, and one wound back there must not reuse a generation.
     async fn next_generation(&self, gone: &[Bound], call: Duration) -> Result<u64, MintError> {
         let had = &self.held.credential;
-        let listed = bound(&self.yaml, &self.scope, call).await?;
-        legacy_warnings(self.spoke, &listed.legacy, had.user.as_deref());
-        let ours = listed.ours.iter();
-        let bound = ours.chain(gone.iter().filter(|b| b.labels.hub.is_some()));
+        let api = Spoke::admin(&self.yaml, call).await?;
+        let ours = api.list_bindings(&self.scope).await?;
+        legacy_warnings(self.spoke, &api.list_legacy().await?, had.user.as_deref());
+        let bound = ours
+            .iter()
+            .chain(gone.iter().filter(|b| b.labels.hub.is_some()));
         let file = self.spoke.output.display().to_string();
         let generation = generation::next(&self.spoke.name, &file, had.generation, bound)
             .map_err(|e| self.refused(e))?;
