@@ -123,29 +123,6 @@ pub(crate) async fn withdraw(
     }
 }
 
-/// The bindings on the spoke a mint looks at.
-#[derive(Debug, Default)]
-pub(crate) struct Bindings {
-    /// This hub's for this spoke entry: the next generation is above all of them as well
-    /// as above the recorded one (the recorded counter comes from the fleet repo, and one
-    /// wound back there must not reuse a generation).
-    pub ours: Vec<Bound>,
-    /// An earlier version's, not scoped to a hub or spoke.
-    pub legacy: Vec<Bound>,
-}
-
-pub(crate) async fn bound(
-    admin: &SecretBytes,
-    scope: &Scope<'_>,
-    limit: Duration,
-) -> Result<Bindings, MintError> {
-    let spoke = Spoke::admin(admin, limit).await?;
-    Ok(Bindings {
-        ours: spoke.list_bindings(scope).await?,
-        legacy: spoke.list_legacy().await?,
-    })
-}
-
 /// The unscoped bindings an earlier version made for `user` (the spoke's recorded user):
 /// since users are not shared, a binding of exactly that user is this spoke entry's.
 fn adopted(legacy: Vec<Bound>, user: Option<&str>) -> impl Iterator<Item = Bound> {

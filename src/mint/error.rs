@@ -1,5 +1,7 @@
 //! What can stop a mint, each saying what is missing on the spoke and how to fix it.
 
+use super::GenerationError;
+use crate::config::CredentialMode;
 use crate::spoke::LiveError;
 
 /// How to give a spoke a signer for kubernetes.io/kube-apiserver-client. The file names
@@ -110,6 +112,14 @@ pub enum MintError {
         step: &'static str,
         error: LiveError,
     },
+    /// `spokekeeper revoke` on a spoke whose committed credential is not minted.
+    #[error(
+        "{spoke} holds no minted credential to revoke (its committed credential is {had}): set credential.mode: minted and rotate"
+    )]
+    NotMinted { spoke: String, had: CredentialMode },
+    /// No generation above the recorded and the bound ones may be minted.
+    #[error("{0}")]
+    Refused(GenerationError),
 }
 
 impl From<KeyError> for MintError {

@@ -8,8 +8,10 @@ mod api;
 mod bindings;
 mod csr;
 mod error;
+mod generation;
 mod issuer;
 mod lifetime;
+mod renew;
 
 use std::time::Duration;
 
@@ -18,19 +20,21 @@ use base64::engine::general_purpose::STANDARD as B64;
 use serde_json::{Value, json};
 use time::OffsetDateTime;
 
-pub(crate) use api::shown;
 pub use api::{Answer, Bound, Scope, Spoke};
-pub(crate) use bindings::{Revocation, binding_fits, bound, revoke, withdraw};
+pub(crate) use bindings::{Revocation, withdraw};
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
+pub(crate) use generation::MAX_GENERATION;
+pub use generation::{GenerationError, RecordedCredential};
 pub use lifetime::{Limit, Shortfall};
+pub(crate) use renew::{Allowed, Check, Held, Renewed, Why, renew};
 
 use crate::certs::{self, CertInfo};
 use crate::config::CredentialPolicy;
 use crate::kubeconfig::Sanitized;
 use crate::secret::SecretBytes;
 use crate::spoke::{self, LiveReport};
-use api::{CSRS, MANAGED_BY, SIGNER};
+use api::{CSRS, MANAGED_BY, SIGNER, shown};
 use bindings::ensure_binding;
 use lifetime::Lifetime;
 
@@ -73,28 +77,17 @@ pub struct Request<'a> {
     pub(crate) sign_timeout: Duration,
 }
 
-/// A minted credential, validated live.
+/// A minted credential, validated live; not Debug: it holds the minted key, and nothing
+/// prints it.
 pub struct Minted {
     pub kubeconfig: Sanitized,
     pub yaml: SecretBytes,
     pub content_sha256: crate::fingerprint::Fingerprint<crate::fingerprint::Content>,
     pub live: LiveReport,
-    pub user: String,
-    pub generation: u64,
-    pub binding: String,
-    pub not_after: OffsetDateTime,
+    /// Minted, its user and generation.
+    pub credential: RecordedCredential,
     /// The spoke issued less than `credential.ttl` (but more than `renew_before`).
     pub shortened: Option<Shortfall>,
-}
-
-impl std::fmt::Debug for Minted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Minted")
-            .field("user", &self.user)
-            .field("generation", &self.generation)
-            .field("not_after", &self.not_after)
-            .finish_non_exhaustive()
-    }
 }
 
 /// Mints with the (validated, sanitized) admin credential `admin`: key, CSR, approval,
@@ -179,10 +172,11 @@ pub async fn mint(admin: &Sanitized, req: &Request<'_>) -> Result<Minted, MintEr
         yaml,
         content_sha256,
         live,
-        user,
-        generation: req.generation,
-        binding,
-        not_after: leaf.not_after,
+        credential: RecordedCredential {
+            mode: crate::config::CredentialMode::Minted,
+            user: Some(user),
+            generation: req.generation,
+        },
         shortened,
     })
 }

@@ -7,16 +7,13 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use super::context::Spoke;
+use super::context::{Landing, Spoke};
 use super::error::{PinError, SpokeError};
 use super::reconcile::Tick;
 use super::tick_report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;
 use crate::repo::{Commits, Pushed, RepoError};
-
-// Where minted.rs reads it.
-pub(super) use super::context::Landing;
 
 /// How the tick's changes are published.
 pub(super) trait Publish {

@@ -7,7 +7,6 @@
 
 use std::sync::Arc;
 
-use crate::config::CredentialMode;
 use crate::forge::ForgeError;
 use crate::kubeconfig::KubeconfigError;
 use crate::mint::MintError;
@@ -93,7 +92,8 @@ pub enum SpokeError {
         service_account: String,
         consumer: String,
     },
-    /// Minting (or, for a validation failure of the admin credential, validating).
+    /// Minting (or, for a validation failure of the admin credential, validating), and
+    /// revoking or refusing to mint.
     #[error("{0}")]
     Mint(Arc<MintError>),
     /// `spokekeeper revoke` on a spoke whose configuration extracts.
@@ -101,14 +101,6 @@ pub enum SpokeError {
         "{spoke} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)"
     )]
     RevokeExtracted { spoke: String },
-    /// `spokekeeper revoke` on a spoke whose committed credential is not minted.
-    #[error(
-        "{spoke} holds no minted credential to revoke (its committed credential is {had}): set credential.mode: minted and rotate"
-    )]
-    NotMinted { spoke: String, had: CredentialMode },
-    /// Minted: no generation above the recorded and the bound ones may be minted.
-    #[error("{0}")]
-    Generation(super::generation::GenerationError),
     /// The tick's sealing certificate is not trusted: nothing is sealed to it.
     #[error("{0}")]
     Untrusted(String),
@@ -230,7 +222,6 @@ impl SpokeError {
             SpokeError::Impersonate { .. } => Stage::Validate,
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
-            SpokeError::NotMinted { .. } | SpokeError::Generation(_) => Stage::Mint,
             SpokeError::Untrusted(_) | SpokeError::Seal(_) => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit
@@ -243,6 +234,12 @@ impl SpokeError {
     /// The `stage` label of `spokekeeper_errors_total`: from a fixed set.
     pub(crate) fn metric_label(&self) -> &'static str {
         self.stage().metric_label()
+    }
+}
+
+impl From<MintError> for SpokeError {
+    fn from(e: MintError) -> SpokeError {
+        SpokeError::Mint(Arc::new(e))
     }
 }
 

@@ -9,15 +9,17 @@ use super::context::{Landing, SeenRoots, Spoke};
 use super::decide::{Decision, Extracted, Policy, Reason};
 use super::error::SpokeError;
 use super::message::commit_message;
-use super::observe::{Committed, Observation};
+use super::observe::{Committed, Invalid, InvalidKind, Observation};
 use super::progress::Step;
 use super::refresh::Fresh;
+use super::state::AnnotationError;
 use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
 use super::tick_report::{CredentialReport, Outcome, SpokeReport};
-use super::{Context, Options, decide, minted, refresh};
+use super::{Context, Options, decide, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
 use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::cert::Untrusted;
+use crate::mint::{self, GenerationError};
 use crate::seal::{Sealer, SealingKey};
 use crate::secret::SecretBytes;
 
@@ -320,18 +322,17 @@ struct Candidate {
 }
 
 /// [mint]: the hub's own credential, minted with the admin one just validated. Returns
-/// the reason as the step left it and the bindings it deleted, whatever the step's end.
+/// the reason as the renewal left it and the bindings it deleted, whatever its end.
 async fn minted(
     tick: &Tick<'_>,
     s: &Spoke<'_>,
     admin: Fresh,
-    mut reason: Reason,
+    reason: Reason,
 ) -> (Reason, Vec<String>, Next<Candidate>) {
     stage(tick, s.config, "mint");
-    let landing = tick.landing;
-    let how = minted::Mint {
+    let allowed = mint::Allowed {
         revoke: tick.options.revoke,
-        landing,
+        after_push: tick.landing == Landing::AtPush,
         dry_run: tick.options.dry_run,
         call: tick.context.live_timeout,
         sign: tick.context.sign_timeout,
@@ -340,36 +341,63 @@ async fn minted(
             _ => s.sealer.can_seal(s.config).err().map(SpokeError::from),
         },
     };
-    let mut revoked = Vec::new();
-    let committed = &s.seen.committed;
-    let step = minted::step(s.config, admin, committed, &mut reason, &mut revoked, &how).await;
-    let next = step.map(|step| match step {
-        minted::Step::Minted {
-            fresh,
-            credential,
-            admin,
-            shortened,
-        } => {
-            let had = committed.recorded().map(|r| &r.credential);
-            let revocation = (landing == Landing::AtPush).then(|| crate::mint::Revocation {
-                admin: admin.clone(),
-                below: credential.generation,
-                legacy_user: had.and_then(|h| h.user.clone()),
-                hub: s.config.credential.hub_id.clone(),
-                spoke: s.config.name.clone(),
-            });
+    let held = held(s, &reason);
+    let renewal = mint::renew(s.config, &admin.kubeconfig, &held, allowed).await;
+    let next = renewal.end.map(|renewed| match renewed {
+        mint::Renewed::Minted { minted, revocation } => {
+            let m = *minted;
             ControlFlow::Continue(Candidate {
-                fresh: *fresh,
-                minted_now: Some((admin, credential.generation)),
-                credential,
+                minted_now: Some((admin.yaml, m.credential.generation)),
+                credential: m.credential,
+                fresh: Fresh {
+                    kubeconfig: m.kubeconfig,
+                    yaml: m.yaml,
+                    content_sha256: m.content_sha256,
+                    live: m.live,
+                },
                 revocation,
-                shortened,
+                shortened: m.shortened,
             })
         }
-        minted::Step::Unchanged => ControlFlow::Break(Outcome::Unchanged),
-        minted::Step::WouldMint => ControlFlow::Break(Outcome::WouldRotate),
+        mint::Renewed::Unchanged => ControlFlow::Break(Outcome::Unchanged),
+        mint::Renewed::WouldMint => ControlFlow::Break(Outcome::WouldRotate),
     });
-    (reason, revoked, next)
+    (
+        renewal.why.map_or(reason, Reason::from),
+        renewal.revoked,
+        next,
+    )
+}
+
+/// The committed credential as mint reads it. A credential annotation that is there but
+/// malformed (e.g. a generation above MAX_GENERATION, which would freeze the counter)
+/// leaves the counter unknown; one removed reads as none minted, and the next generation
+/// is above the spoke's bindings.
+fn held<'a>(s: &'a Spoke<'_>, reason: &Reason) -> mint::Held<'a> {
+    let recorded = s.seen.committed.recorded();
+    let periodic = matches!(reason, Reason::Periodic | Reason::RootChanged { .. });
+    let unknown = match &s.seen.committed {
+        Committed::Invalid(Invalid {
+            path,
+            kind: InvalidKind::Annotations(e @ AnnotationError::Malformed { key, .. }),
+        }) if key.starts_with("spokekeeper.io/credential-") => Some(GenerationError::Annotation {
+            spoke: s.config.name.clone(),
+            file: path.display().to_string(),
+            detail: e.to_string(),
+        }),
+        _ => None,
+    };
+    mint::Held {
+        credential: recorded.map(|r| r.credential.clone()).unwrap_or_default(),
+        unknown,
+        check: recorded
+            .filter(|r| periodic && r.credential.mode == CredentialMode::Minted)
+            .map(|r| mint::Check {
+                ca_sha256: r.ca_sha256,
+                ca_bundle: &r.ca_bundle,
+                server: &r.server,
+            }),
+    }
 }
 
 /// Extracted: the admin credential itself is what the hub gets.

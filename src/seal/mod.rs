@@ -60,6 +60,15 @@ impl Scope {
     }
 }
 
+/// The lab's emulated Sealed Secrets controller (the demo's hub, the tests') holds
+/// recovery keys: what one opens is spokekeeper's own unsealing.
+#[cfg(feature = "demo")]
+impl spokekeeper_lab::hub::Key for RecoveryKey {
+    fn opens(&self, sealed: &[u8]) -> bool {
+        SealedSecret::parse(sealed).is_ok_and(|s| s.unseal(std::slice::from_ref(self)).is_ok())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,8 +10,8 @@ use spokekeeper_lab::hub::{HubSim, Kind, SopsKey, Source};
 use super::fleet::git;
 use super::sim::SimSpoke;
 use super::{DemoError, SOPS_DIR, io, output, part};
+use spokekeeper::seal::RecoveryKey;
 use spokekeeper::seal::sops::{self, AgeIdentities};
-use spokekeeper::seal::{RecoveryKey, SealedSecret};
 use spokekeeper::secret::SecretBytes;
 
 /// The controller's private keys, as the hub's operator would load them.
@@ -48,7 +48,7 @@ pub(super) fn start(
         "kube-system",
         "sealed-secrets-controller",
         &pair.cert_pem,
-        keys.into_iter().map(ControllerKey),
+        keys,
         source,
     )
     .map_err(io("the simulated hub"))?;
@@ -82,16 +82,4 @@ pub(super) fn start(
         );
     }
     Ok(hub)
-}
-
-/// One of the controller's keys, as the lab's hub holds it (a newtype: the binary may not
-/// implement the lab's trait for the library's type).
-struct ControllerKey(RecoveryKey);
-
-/// The lab's hub emulates the Sealed Secrets controller; what one of its keys opens is
-/// spokekeeper's own unsealing.
-impl spokekeeper_lab::hub::Key for ControllerKey {
-    fn opens(&self, sealed: &[u8]) -> bool {
-        SealedSecret::parse(sealed).is_ok_and(|s| s.unseal(std::slice::from_ref(&self.0)).is_ok())
-    }
 }

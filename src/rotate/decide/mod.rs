@@ -295,38 +295,25 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
     Decision::Healthy
 }
 
-/// What a periodic check of a minted spoke found with the admin credential it extracted.
-pub(crate) struct MintedCheck<'a> {
-    /// The admin kubeconfig's first CA, its whole bundle and server (the minted one
-    /// carries the same).
-    pub ca_sha256: Fingerprint<Ca>,
-    pub ca_bundle: &'a [Vec<u8>],
-    pub server: &'a str,
-    /// Whether the committed generation's ClusterRoleBinding exists and binds the
-    /// committed user to the configured cluster role.
-    pub(crate) binding_present: bool,
-    /// The name of that binding.
-    pub(crate) binding: &'a str,
-}
-
-/// After a periodic re-extraction of a minted spoke: why to mint again, or None (the
-/// committed credential still fits). The admin kubeconfig's own content is never
-/// compared: it is not what the hub holds.
-pub(crate) fn after_check(recorded: &Recorded, seen: &MintedCheck<'_>) -> Option<Reason> {
-    if !seen.binding_present {
-        return Some(Reason::BindingMissing {
-            binding: seen.binding.to_string(),
-        });
+/// What a minted spoke's renewal found that the tick's reason did not say.
+impl From<crate::mint::Why> for Reason {
+    fn from(why: crate::mint::Why) -> Reason {
+        use crate::mint::Why;
+        match why {
+            Why::Revoked {
+                generation,
+                found,
+                users,
+            } => Reason::Revoked {
+                generation,
+                found,
+                users,
+            },
+            Why::BindingMissing { binding } => Reason::BindingMissing { binding },
+            Why::CaChanged { old } => Reason::CaChanged { old },
+            Why::ContentChanged => Reason::ContentChanged,
+        }
     }
-    if seen.ca_sha256 != recorded.ca_sha256 || seen.ca_bundle != recorded.ca_bundle {
-        return Some(Reason::CaChanged {
-            old: recorded.ca_sha256,
-        });
-    }
-    if seen.server != recorded.server {
-        return Some(Reason::ContentChanged);
-    }
-    None
 }
 
 /// A difference between the configuration and what was committed.

@@ -12,6 +12,7 @@ use x509_parser::prelude::{FromDer, X509Certificate};
 
 use crate::config::CredentialMode;
 use crate::fingerprint::{Ca, CaBundle, ClientCert, Content, Fingerprint, Kind};
+use crate::mint::MAX_GENERATION;
 use crate::spoke::{CaCheck, ProbeReport};
 
 pub const SPOKE: &str = "spokekeeper.io/spoke";
@@ -41,10 +42,6 @@ pub(crate) const CREDENTIAL_USER: &str = "spokekeeper.io/credential-user";
 /// The last minted generation (kept after a switch back to extracted, so a user name is
 /// never reused); absent: 0, none minted yet.
 pub(crate) const CREDENTIAL_GENERATION: &str = "spokekeeper.io/credential-generation";
-/// The highest generation spokekeeper records or mints (2^32 - 1: one mint a minute for
-/// 8000 years). A larger one was written by hand: saturating it would freeze the counter,
-/// so every later mint would bind the same user again (docs/minted.md).
-pub(crate) const MAX_GENERATION: u64 = u32::MAX as u64;
 const MAX_USER: usize = 200;
 
 /// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
@@ -73,25 +70,8 @@ pub struct Recorded {
     pub credential: RecordedCredential,
 }
 
+pub use crate::mint::RecordedCredential;
 pub use crate::seal::SealedTo;
-
-/// How the committed credential was made.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RecordedCredential {
-    pub mode: CredentialMode,
-    /// Minted: the user the certificate was signed for.
-    pub user: Option<String>,
-    /// The last generation minted for this spoke (0: none).
-    pub generation: u64,
-}
-
-impl RecordedCredential {
-    /// The generation after the recorded one (a switch back to extracted revokes every
-    /// generation below it). Recorded generations are at most [`MAX_GENERATION`].
-    pub(crate) fn next_generation(&self) -> u64 {
-        self.generation.saturating_add(1)
-    }
-}
 
 /// A recorded annotation that is missing or malformed. Read back from the fleet repo it
 /// is untrusted input: the value is not shown, only its length.

@@ -57,7 +57,7 @@ fn start() -> SopsHub {
         "kube-system",
         "sealed-secrets-controller",
         spokekeeper_lab::DEMO_CERT_PEM,
-        Vec::<support::hub_key::HubKey>::new(),
+        Vec::<spokekeeper::seal::RecoveryKey>::new(),
         Arc::new(move |file: &str| read.lock().unwrap().get(file).cloned()),
     )
     .unwrap();

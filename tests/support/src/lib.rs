@@ -25,7 +25,6 @@ pub mod daemon;
 pub mod fleet;
 pub mod git;
 pub mod helm;
-pub mod hub_key;
 pub mod leak;
 pub mod lease;
 pub mod logs;

@@ -182,64 +182,6 @@ fn switching_mode_or_user_is_a_configuration_change() {
     );
 }
 
-#[test]
-fn a_periodic_check_of_a_minted_spoke() {
-    let r = minted(3);
-    let fits = MintedCheck {
-        ca_sha256: r.ca_sha256,
-        ca_bundle: &r.ca_bundle,
-        server: &r.server,
-        binding_present: true,
-        binding: "spokekeeper.hub.dev.g3",
-    };
-    assert_eq!(after_check(&r, &fits), None);
-    assert_eq!(
-        after_check(
-            &r,
-            &MintedCheck {
-                binding_present: false,
-                ca_sha256: Fingerprint::from_digest([9; 32]),
-                ..fits
-            }
-        ),
-        Some(Reason::BindingMissing {
-            binding: "spokekeeper.hub.dev.g3".into()
-        })
-    );
-    assert_eq!(
-        after_check(
-            &r,
-            &MintedCheck {
-                ca_sha256: Fingerprint::from_digest([9; 32]),
-                ..fits
-            }
-        ),
-        Some(Reason::CaChanged { old: r.ca_sha256 })
-    );
-    assert_eq!(
-        after_check(
-            &r,
-            &MintedCheck {
-                server: "https://10.0.0.9:6443",
-                ..fits
-            }
-        ),
-        Some(Reason::ContentChanged)
-    );
-    // The node's bundle gained a CA (a rotation under the same first CA): minted again.
-    let grown = [b"first".to_vec(), b"new root".to_vec()];
-    assert_eq!(
-        after_check(
-            &r,
-            &MintedCheck {
-                ca_bundle: &grown,
-                ..fits
-            }
-        ),
-        Some(Reason::CaChanged { old: r.ca_sha256 })
-    );
-}
-
 fn probe_report() -> Result<ProbeReport, ProbeError> {
     Ok(ProbeReport {
         server: "10.0.0.1:6443".into(),

@@ -136,7 +136,7 @@ fn hub_sim_as_real(real: &RealHub, rt: &tokio::runtime::Runtime) -> HubSim {
         CONTROLLER_NS,
         CONTROLLER,
         &real.cert_pem(),
-        keys.into_iter().map(support::hub_key::HubKey),
+        keys,
         Arc::new(move |path: &str| (path == "fluxcd/conform.yaml").then(|| file.clone())),
     )
     .unwrap();

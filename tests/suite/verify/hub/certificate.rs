@@ -9,7 +9,7 @@ async fn renewed_certificate_reseals_every_spoke_in_one_tick() {
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before: Vec<String> = (0..2).map(|i| l.fleet.remote_file(i)).collect();
     // The controller renews its key; it keeps the old one to decrypt older secrets.
-    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     let renewed = &report["sealing"]["renewed"];
@@ -156,7 +156,7 @@ async fn a_pushed_certificate_is_sealed_to_only_once_the_hub_serves_it() {
 
     // The controller really has that key: it serves it, and every spoke is re-sealed.
     l.hub.set_controller(Controller::Up);
-    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(report["sealing"]["trusted"], true, "{report}");
@@ -175,7 +175,7 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     let demo =
         std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("keys/demo/tls.crt"))
             .unwrap();
-    l.hub.renew_key(&demo, hub_key("other-key"));
+    l.hub.renew_key(&demo, key("other-key"));
     // The pinned copy, which the hub served last, is still trusted.
     let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -197,7 +197,7 @@ async fn a_demo_or_broken_certificate_from_the_hub_is_refused() {
     );
     l.hub.renew_key(
         "-----BEGIN CERTIFICATE-----\nbm90IGEgY2VydA==\n-----END CERTIFICATE-----\n",
-        hub_key("other-key"),
+        key("other-key"),
     );
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
@@ -229,7 +229,7 @@ async fn in_review_mode_a_renewed_certificate_is_proposed_not_pushed() {
         .write(&l.fleet.config)
         .unwrap();
 
-    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 0, "{report}\n{err}");
     assert_eq!(
@@ -355,7 +355,7 @@ async fn a_renewal_that_cannot_be_pinned_seals_nothing_until_it_is() {
     let l = lab(1, "  verify_timeout: 10s\n");
     assert_eq!(l.fleet.rotate(&["--all"]).0, 0);
     let before = l.fleet.remote_file(0);
-    l.hub.renew_key(&cert("other-key"), hub_key("other-key"));
+    l.hub.renew_key(&cert("other-key"), key("other-key"));
     let policy = l.fleet.clone.join(".git/info/attributes");
     std::fs::write(&policy, format!("/{PINNED} refused-by-policy\n")).unwrap();
 

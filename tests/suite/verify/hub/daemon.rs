@@ -38,7 +38,7 @@ async fn status_without_a_hub_reports_the_commit_and_the_probe() {
 fn the_daemon_exports_hub_metrics_and_alerts_on_a_stuck_sealed_secret() {
     crate::support::requires!(ROOT);
     let l = lab(1, "  verify_timeout: 3s\n");
-    l.hub.set_keys(vec![hub_key("other-key")]);
+    l.hub.set_keys(vec![key("other-key")]);
     let daemon = support::daemon::Daemon::start(&l.fleet.config, &[]);
     let text = daemon.wait_for("tick finished", std::time::Duration::from_secs(60));
     assert!(text.contains("SpokekeeperHubNotReady"), "{text}");

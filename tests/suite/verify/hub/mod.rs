@@ -18,7 +18,6 @@ use spokekeeper_lab::hub::{Controller, Flux, HubSim, Kind, SimSpoke, rbac_attrib
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates, vectors};
 use support::git::{clone, commit, git};
-use support::hub_key::HubKey;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
 
@@ -46,11 +45,6 @@ fn key(dir: &str) -> RecoveryKey {
     )
     .unwrap()
     .remove(0)
-}
-
-/// The controller's key as the simulated hub holds it.
-fn hub_key(dir: &str) -> HubKey {
-    HubKey(key(dir))
 }
 
 fn cert(dir: &str) -> String {
@@ -89,7 +83,7 @@ pub(crate) fn lab(n: usize, hub_extra: &str) -> HubLab {
         "kube-system",
         "sealed-secrets-controller",
         &cert("key"),
-        vec![hub_key("key")],
+        vec![key("key")],
         source,
     )
     .unwrap();

@@ -186,7 +186,7 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
     let l = lab(1, "  verify_timeout: 5s\n");
     // The controller lost its key (reinstalled without the backup): it serves the old
     // certificate's copy from the cache, but cannot decrypt.
-    l.hub.set_keys(vec![hub_key("other-key")]);
+    l.hub.set_keys(vec![key("other-key")]);
     let (code, report, err) = l.fleet.rotate_json(&["--all"]);
     assert_eq!(code, 1, "{report}\n{err}");
     assert_eq!(action(&report, 0), "rotated", "{report}");
@@ -213,7 +213,7 @@ async fn stuck_sealed_secret_is_reported_and_the_commit_kept() {
     );
 
     // A controller that never gets to it: timed out, bounded by verify_timeout.
-    l.hub.set_keys(vec![hub_key("key")]);
+    l.hub.set_keys(vec![key("key")]);
     l.hub.set_controller(Controller::Stalled);
     let started = std::time::Instant::now();
     let (code, report, err) = l.fleet.rotate_json(&["--all", "--force"]);

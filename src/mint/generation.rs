@@ -3,10 +3,31 @@
 //! hostile, so nothing saturates: a counter that cannot go up refuses the mint rather
 //! than bind a user again whose certificate may have leaked.
 
-use super::state::MAX_GENERATION;
+use super::Bound;
+use crate::config::CredentialMode;
 
-/// A binding of this hub's for the spoke entry: its name and its generation label.
-pub(crate) type Bound = (String, Option<u64>);
+/// The highest generation spokekeeper records or mints (2^32 - 1: one mint a minute for
+/// 8000 years). A larger one was written by hand: saturating it would freeze the counter,
+/// so every later mint would bind the same user again (docs/minted.md).
+pub(crate) const MAX_GENERATION: u64 = u32::MAX as u64;
+
+/// How the committed credential was made, as its annotations record it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordedCredential {
+    pub mode: CredentialMode,
+    /// Minted: the user the certificate was signed for.
+    pub user: Option<String>,
+    /// The last generation minted for this spoke (0: none).
+    pub generation: u64,
+}
+
+impl RecordedCredential {
+    /// The generation after the recorded one (a switch back to extracted revokes every
+    /// generation below it). Recorded generations are at most [`MAX_GENERATION`].
+    pub(crate) fn next_generation(&self) -> u64 {
+        self.generation.saturating_add(1)
+    }
+}
 
 /// Why no generation may be minted for a spoke; each names what to change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -42,16 +63,17 @@ pub enum GenerationError {
     },
 }
 
-/// The generation after `recorded` and every generation in `bound`.
-pub(crate) fn next(
+/// The generation after `recorded` and every generation in `bound` (this hub's bindings
+/// for the spoke entry).
+pub(crate) fn next<'a>(
     spoke: &str,
     file: &str,
     recorded: u64,
-    bound: &[Bound],
+    bound: impl IntoIterator<Item = &'a Bound>,
 ) -> Result<u64, GenerationError> {
     let top = bound
-        .iter()
-        .filter_map(|(name, g)| g.map(|g| (g, name)))
+        .into_iter()
+        .filter_map(|b| b.generation.map(|g| (g, &b.name)))
         .max_by_key(|(g, _)| *g);
     let highest = top.map_or(0, |(g, _)| g);
     recorded
@@ -73,9 +95,18 @@ pub(crate) fn next(
 mod tests {
     use super::*;
 
+    fn one(name: &str, generation: Option<u64>) -> Bound {
+        Bound {
+            name: name.into(),
+            generation,
+            user: None,
+            labels: Default::default(),
+        }
+    }
+
     fn bound(gs: &[u64]) -> Vec<Bound> {
         gs.iter()
-            .map(|g| (format!("spokekeeper-hub-g{g}"), Some(*g)))
+            .map(|g| one(&format!("spokekeeper-hub-g{g}"), Some(*g)))
             .collect()
     }
 
@@ -86,7 +117,7 @@ mod tests {
         // Wound back in the fleet repo: still above what the spoke binds.
         assert_eq!(next("s", "f", 2, &bound(&[5, 4])), Ok(6));
         // A binding without a readable label says nothing about the counter.
-        assert_eq!(next("s", "f", 2, &[("x".into(), None)]), Ok(3));
+        assert_eq!(next("s", "f", 2, &[one("x", None)]), Ok(3));
         assert_eq!(next("s", "f", MAX_GENERATION - 1, &[]), Ok(MAX_GENERATION));
     }
 
@@ -102,13 +133,7 @@ mod tests {
         ] {
             assert!(text.contains(needle), "{needle:?} not in {text}");
         }
-        let e = next(
-            "edge",
-            "f",
-            3,
-            &[("spokekeeper-hub-g9".into(), Some(u64::MAX))],
-        )
-        .unwrap_err();
+        let e = next("edge", "f", 3, &[one("spokekeeper-hub-g9", Some(u64::MAX))]).unwrap_err();
         assert!(
             e.to_string()
                 .contains("is 18446744073709551615 (ClusterRoleBinding spokekeeper-hub-g9)"),
