@@ -136,13 +136,14 @@ impl Observation {
     /// What a tick keeps for the alerts once the spoke is decided: the committed output
     /// without its ciphertext and raw annotations, and neither the presented chain nor
     /// the recorded bundle's DER (most of its memory; what they say is in the record and
-    /// in `ca`, the one judged against the other, already).
-    pub(crate) fn without_ciphertext(mut self) -> Observation {
-        self.trim();
+    /// in `ca`, the one judged against the other, already). A spoke about to commit keeps
+    /// the chain until [`Observation::committed_now`] judges it against the new bundle.
+    pub(crate) fn without_ciphertext(mut self, committing: bool) -> Observation {
+        self.trim(!committing);
         self
     }
 
-    fn trim(&mut self) {
+    fn trim(&mut self, chain: bool) {
         if let Committed::Recorded(r) = &mut self.committed {
             match &mut r.sealed {
                 Output::SealedSecret(s) => {
@@ -153,7 +154,9 @@ impl Observation {
             }
             r.recorded.ca_bundle = Vec::new();
         }
-        if let Some(Ok(probe)) = &mut self.probe {
+        if let Some(Ok(probe)) = &mut self.probe
+            && chain
+        {
             probe.chain = Vec::new();
         }
     }
@@ -163,7 +166,7 @@ impl Observation {
     pub(super) async fn committed_now(&mut self, spoke: &SpokeConfig, manifest: &str) {
         self.committed = Committed::parse(&spoke.output, manifest.as_bytes());
         self.judge().await;
-        self.trim();
+        self.trim(true);
     }
 
     /// What [`super::decide::decide`] is given: the committed pair, or why it is unusable.

@@ -152,7 +152,11 @@ async fn work<'a>(
             let result = reconciled(tick, publish, spoke, &seen).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what the alerts read.
-            (order, Worked::new(spoke, seen.without_ciphertext(), result))
+            let committing = result.proposal.is_some();
+            (
+                order,
+                Worked::new(spoke, seen.without_ciphertext(committing), result),
+            )
         })
         .buffer_unordered(opts.concurrency.max(1))
         // The sender is the closure's: it drops with this future once the last spoke is

@@ -408,7 +408,7 @@ fn observations_without_ciphertext_and_a_reordered_tick_grade_as_the_whole_ones(
     );
     let lean: Vec<Observation> = whole()
         .into_iter()
-        .map(Observation::without_ciphertext)
+        .map(|o| o.without_ciphertext(false))
         .collect();
     let graded = evaluate(
         &cfg(),

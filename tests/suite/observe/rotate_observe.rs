@@ -228,7 +228,7 @@ async fn a_1_26_spoke_is_rotated_with_its_user_unknown() {
 /// The daemon grades what its tick observed: the tick's report holds each spoke's
 /// observation, its probe the tick's own (with the API stopped after the tick, it still
 /// holds it); a spoke the tick rotated is held as its commit left it (what the clone
-/// reads now), judged against the tick's probe.
+/// reads now, without the DER already judged), judged against the tick's probe.
 #[tokio::test(flavor = "multi_thread")]
 async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
     crate::support::requires!(ROOT);
@@ -249,6 +249,11 @@ async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
         force: true,
         ..Options::default()
     };
+    // The record differs from the first rotation's by its time alone, in whole seconds.
+    let first = time::OffsetDateTime::now_utc().unix_timestamp();
+    while time::OffsetDateTime::now_utc().unix_timestamp() == first {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     let rotated = rotate::tick(&ctx, &force).await.unwrap();
     assert!(
         matches!(rotated.spokes[0].outcome, Outcome::Rotated { .. }),
@@ -261,8 +266,13 @@ async fn the_ticks_report_holds_what_it_observed_and_what_its_commits_left() {
     let held = &rotated.observed[0];
     let now_committed = after[0].committed.recorded().expect("committed");
     assert_ne!(before[0].committed.recorded(), Some(now_committed));
-    assert_eq!(held.committed.recorded(), Some(now_committed));
+    // Held without the bundle's DER and the presented chain: judged already, in `ca`.
+    let mut lean = now_committed.clone();
+    lean.ca_bundle = Vec::new();
+    assert_eq!(held.committed.recorded(), Some(&lean));
     assert_eq!(held.ca.as_ref().map(|j| j.check), Some(CaCheck::Verified));
+    let held_probe = held.probe.as_ref().and_then(|p| p.as_ref().ok());
+    assert!(held_probe.expect("the tick's probe").chain.is_empty());
 
     let healthy = rotate::tick(&ctx, &Options::default()).await.unwrap();
     fleet.nodes[0].stop_api();
