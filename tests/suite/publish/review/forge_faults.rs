@@ -195,13 +195,10 @@ async fn a_hung_forge_times_out_and_the_branch_stays() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_hung_forge_costs_one_timeout_per_tick_not_one_per_spoke() {
     crate::support::requires!(ROOT);
-    let _quiet = support::timing::exclusive();
     let r = review(Kind::Github, 3, "");
     r.forge
         .fault(Method::GET, Fault::Delay(Duration::from_secs(8)));
-    let started = std::time::Instant::now();
     let (code, report, err) = r.rotate();
-    let took = started.elapsed();
     assert_eq!(code, 1, "{report}\n{err}");
     let errors: Vec<&str> = (0..3)
         .map(|i| spoke(&report, i)["error"].as_str().unwrap())
@@ -213,10 +210,9 @@ async fn a_hung_forge_costs_one_timeout_per_tick_not_one_per_spoke() {
             "{e}"
         );
     }
-    assert!(
-        took < Duration::from_secs(6),
-        "one 2s timeout, not three: {took:?}"
-    );
+    // One request timed out (it would have been answered after 8 s) and no spoke after
+    // it asked the forge again: one timeout, not three.
+    assert_eq!(r.forge.count("GET"), 1, "{:?}", r.forge.seen());
     for i in 0..3 {
         assert!(r.branch_head(i).is_some(), "spoke{i}'s branch is pushed");
     }
