@@ -20,6 +20,7 @@ mod error;
 pub mod recorder;
 pub mod root;
 pub mod source;
+pub mod token;
 pub mod verify;
 
 use std::collections::BTreeMap;
