@@ -48,10 +48,10 @@ pub enum ExtractError {
          the handshake): is the node overloaded, or sshd stopped?"
     )]
     ConnectTimeout { target: String, secs: f64 },
-    #[error("{target}: reading {path} did not finish within {secs}s; the session was cut off")]
+    #[error("{target}: `{command}` did not finish within {secs}s; the session was cut off")]
     CommandTimeout {
         target: String,
-        path: String,
+        command: String,
         secs: f64,
     },
     #[error(
