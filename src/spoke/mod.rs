@@ -3,7 +3,8 @@
 //! - [`extract`]: read the kubeconfig from the node (SSH, or a local file), into memory only;
 //! - [`probe`]: the serving chain of the spoke API, taken without trusting it;
 //! - [`live`]: call the spoke API with a kubeconfig and report who it authenticates as;
-//! - [`recipe`]: what the operator installs on a node.
+//! - [`recipe`]: what the operator installs on a node; [`write_authentication_config`]
+//!   replaces a node's AuthenticationConfiguration through it.
 //!
 //! Everything read from a spoke is hostile input: sizes are capped, every step is bounded
 //! by a timeout, errors say what failed and what to do, and never carry secret bytes.
@@ -12,6 +13,7 @@ pub mod chain;
 mod error;
 pub mod extract;
 pub mod live;
+mod node;
 pub mod probe;
 mod read;
 pub mod recipe;
@@ -22,6 +24,7 @@ pub use chain::{CaCheck, Judged};
 pub use error::ExtractError;
 pub use extract::{Source, extract, read_local, read_over_ssh};
 pub use live::{LiveError, LiveReport, check_live, may_impersonate};
+pub use node::{read_with_script, write_authentication_config};
 pub use probe::{ProbeError, ProbeReport, probe};
 pub use recipe::{
     MAX_AUTHENTICATION_CONFIG_BYTES, NODE_RECIPE, NODE_SCRIPT, authentication_config_path,
