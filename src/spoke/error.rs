@@ -48,10 +48,10 @@ pub enum ExtractError {
          the handshake): is the node overloaded, or sshd stopped?"
     )]
     ConnectTimeout { target: String, secs: f64 },
-    #[error("{target}: reading {path} did not finish within {secs}s; the session was cut off")]
+    #[error("{target}: `{command}` did not finish within {secs}s; the session was cut off")]
     CommandTimeout {
         target: String,
-        path: String,
+        command: String,
         secs: f64,
     },
     #[error(
@@ -91,6 +91,33 @@ pub enum ExtractError {
     TooLarge { origin: String, limit: usize },
     #[error("{origin}: the kubeconfig is empty")]
     Empty { origin: String },
+    #[error("{target}: `{command}` on the node: {problem}. Fix: {fix}")]
+    NodeScript {
+        target: String,
+        command: String,
+        problem: String,
+        fix: String,
+    },
+    #[error(
+        "{target}: the node answered `{verb}` with {printed} bytes that are not the federated \
+         script's acknowledgement, so the hub's key there does not run that script (the older recipe's \
+         `sudo -n cat` prints the kubeconfig whatever is asked), and the AuthenticationConfiguration is not known to be written. Fix: \
+         install the federated node recipe on the node (its script, forced command and sudoers rule)"
+    )]
+    NotFederated {
+        target: String,
+        verb: String,
+        printed: usize,
+    },
+    #[error(
+        "{target}: the AuthenticationConfiguration to write is {len} bytes; the node's script takes 1 \
+         to {limit} bytes, so nothing was sent"
+    )]
+    AuthenticationConfigSize {
+        target: String,
+        len: usize,
+        limit: usize,
+    },
     #[error("ssh to {target} failed: {detail}")]
     Ssh { target: String, detail: String },
     #[error("cannot read {path}: {reason}")]

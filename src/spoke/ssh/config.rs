@@ -12,7 +12,7 @@ use super::super::sanitize_remote_text;
 use crate::config::SshSettings;
 
 /// Refuses settings that ssh or the remote shell would interpret rather than take literally.
-pub(super) fn validate(address: &str, s: &SshSettings, path: &str) -> Result<(), SettingsError> {
+pub(super) fn validate(address: &str, s: &SshSettings) -> Result<(), SettingsError> {
     let host_ok = !address.is_empty()
         && !address.starts_with('-')
         && address
@@ -32,11 +32,6 @@ pub(super) fn validate(address: &str, s: &SshSettings, path: &str) -> Result<(),
     if s.port == 0 {
         return Err(SettingsError::PortZero);
     }
-    if !path.starts_with('/') || path.len() > 4096 || path.chars().any(char::is_control) {
-        return Err(SettingsError::KubeconfigPath(sanitize_remote_text(
-            path, 100,
-        )));
-    }
     for (what, p) in [("identity", &s.identity), ("known_hosts", &s.known_hosts)] {
         config_path(p).map_err(|reason| SettingsError::FilePath {
             what,
@@ -49,6 +44,16 @@ pub(super) fn validate(address: &str, s: &SshSettings, path: &str) -> Result<(),
                 path: p.clone(),
             });
         }
+    }
+    Ok(())
+}
+
+/// Refuses a kubeconfig path the remote shell could not be handed literally.
+pub(super) fn validate_path(path: &str) -> Result<(), SettingsError> {
+    if !path.starts_with('/') || path.len() > 4096 || path.chars().any(char::is_control) {
+        return Err(SettingsError::KubeconfigPath(sanitize_remote_text(
+            path, 100,
+        )));
     }
     Ok(())
 }
@@ -223,28 +228,30 @@ mod tests {
     #[test]
     fn validate_refuses_what_ssh_or_a_shell_would_interpret() {
         let s = settings();
-        assert!(validate("127.0.0.5", &s, "/etc/rancher/k3s/k3s.yaml").is_ok());
-        assert!(validate("node-1.example.org", &s, "/etc/x y.yaml").is_ok());
+        assert!(validate("127.0.0.5", &s).is_ok());
+        assert!(validate("node-1.example.org", &s).is_ok());
+        assert!(validate_path("/etc/rancher/k3s/k3s.yaml").is_ok());
+        assert!(validate_path("/etc/x y.yaml").is_ok());
         assert!(
-            validate("-oProxyCommand=sh", &s, "/x")
+            validate("-oProxyCommand=sh", &s)
                 .unwrap_err()
                 .to_string()
                 .contains("not a host name")
         );
-        assert!(validate("a b", &s, "/x").is_err());
+        assert!(validate("a b", &s).is_err());
         assert!(
-            validate("h", &s, "relative.yaml")
+            validate_path("relative.yaml")
                 .unwrap_err()
                 .to_string()
                 .contains("absolute")
         );
-        assert!(validate("h", &s, "/x\n/y").is_err());
+        assert!(validate_path("/x\n/y").is_err());
         let bad_user = SshSettings {
             user: "-lroot".into(),
             ..settings()
         };
         assert!(
-            validate("h", &bad_user, "/x")
+            validate("h", &bad_user)
                 .unwrap_err()
                 .to_string()
                 .contains("user")
@@ -254,7 +261,7 @@ mod tests {
             ..settings()
         };
         assert!(
-            validate("h", &pct, "/x")
+            validate("h", &pct)
                 .unwrap_err()
                 .to_string()
                 .contains("would interpret")
@@ -264,7 +271,7 @@ mod tests {
             ..settings()
         };
         assert!(
-            validate("h", &rel, "/x")
+            validate("h", &rel)
                 .unwrap_err()
                 .to_string()
                 .contains("absolute")
@@ -274,7 +281,7 @@ mod tests {
             ..settings()
         };
         assert!(
-            validate("h", &missing, "/x")
+            validate("h", &missing)
                 .unwrap_err()
                 .to_string()
                 .contains("ssh-keyscan")
