@@ -31,6 +31,7 @@ pub mod alerts;
 pub mod certs;
 pub mod config;
 pub mod daemon;
+pub mod federate;
 pub mod fingerprint;
 pub mod flux;
 pub mod forge;

@@ -17,6 +17,9 @@ pub enum CredentialMode {
     /// A short-lived client certificate signed through the spoke's CSR API for a
     /// revocable user bound by a ClusterRoleBinding.
     Minted,
+    /// No credential at all: the spoke trusts the hub's ServiceAccount issuer, and git
+    /// holds a ConfigMap with its address and CA (docs/federated.md).
+    Federated,
 }
 
 impl CredentialMode {
@@ -24,6 +27,7 @@ impl CredentialMode {
         match self {
             CredentialMode::Extracted => "extracted",
             CredentialMode::Minted => "minted",
+            CredentialMode::Federated => "federated",
         }
     }
 }
@@ -60,6 +64,7 @@ pub(crate) struct RawCredential {
     pub(crate) cluster_role: Option<String>,
     /// Global only: names this spokekeeper deployment on the spokes it mints on.
     pub(crate) hub_id: Option<String>,
+    pub(crate) federated: Option<super::federated::RawFederated>,
 }
 
 /// A spoke's resolved credential settings.
@@ -75,6 +80,8 @@ pub struct CredentialPolicy {
     pub(crate) cluster_role: String,
     /// `credential.hub_id`: this deployment's label on the spoke's bindings.
     pub hub_id: String,
+    /// `credential.federated`, for a federated spoke (None for the other modes).
+    pub federated: Option<super::federated::FederatedPolicy>,
 }
 
 impl Default for CredentialPolicy {
@@ -86,6 +93,7 @@ impl Default for CredentialPolicy {
             user: DEFAULT_USER.into(),
             cluster_role: DEFAULT_CLUSTER_ROLE.into(),
             hub_id: DEFAULT_HUB_ID.into(),
+            federated: None,
         }
     }
 }
@@ -188,6 +196,16 @@ pub(super) fn resolve(
         .unwrap_or_else(|| DEFAULT_CLUSTER_ROLE.into());
     cluster_role_name(&cluster_role)
         .map_err(|why| refuse("cluster_role", role_own, why.to_string()))?;
+    let federated = (mode == CredentialMode::Federated)
+        .then(|| {
+            super::federated::resolve(
+                global.federated.as_ref(),
+                spoke.federated.as_ref(),
+                at,
+                &hub_id,
+            )
+        })
+        .transpose()?;
     Ok(CredentialPolicy {
         mode,
         ttl,
@@ -195,6 +213,7 @@ pub(super) fn resolve(
         user,
         cluster_role,
         hub_id,
+        federated,
     })
 }
 

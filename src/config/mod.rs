@@ -13,7 +13,8 @@
 //! - `alerts.rs`: `alerts:`;
 //! - `hub.rs`: `hub:` (the hub's API and its Sealed Secrets controller);
 //! - `ssh.rs`: `ssh:` and `spokes[].ssh:`, merged into each spoke's [`SshSettings`];
-//! - `credential.rs`: `credential:` and `spokes[].credential:`;
+//! - `credential.rs`: `credential:` and `spokes[].credential:`; `federated.rs`: its
+//!   `federated:` block;
 //! - `spokes.rs`: `spokes:`;
 //! - `types.rs`: [`Span`], and the value types the layers above use as they are
 //!   ([`Scope`], [`Distro`]).
@@ -40,6 +41,7 @@ mod check;
 mod credential;
 mod daemon;
 mod edit;
+mod federated;
 mod hub;
 mod lines;
 mod repo;
@@ -52,6 +54,7 @@ mod types;
 pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
 pub use edit::{NewSpoke, add_spoke, spoke_entry};
+pub use federated::{FederatedPolicy, ServiceAccount};
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
     HubConfig,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::credential::{self, CredentialPolicy, RawCredential};
+use super::credential::{self, CredentialMode, CredentialPolicy, RawCredential};
 use super::sealing::{OneOrMany, age_pins};
 use super::ssh::{self, SshOverrides, SshSettings};
 use super::{ConfigError, Distro, Loading, Scope, SealingFormat, check, is_dns_subdomain};
@@ -167,15 +167,20 @@ fn spoke(
             .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.into()),
         key: secret.key.unwrap_or_else(|| DEFAULT_SECRET_KEY.into()),
     };
-    let output = s
-        .output
-        .unwrap_or_else(|| PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)));
+    let mut credential = credential::resolve(global_credential, &s.credential, &at, &s.name)
+        .map_err(|r| l.bad(&r.key, r.message))?;
+    if let Some(f) = credential.federated.as_mut() {
+        f.issuer_ca = f.issuer_ca.as_deref().map(|p| l.resolve(p));
+    }
+    // A federated spoke's file is a ConfigMap, nothing sealed: named for what it is.
+    let output = s.output.unwrap_or_else(|| match credential.mode {
+        CredentialMode::Federated => PathBuf::from(format!("fluxcd/{}.yaml", secret.name)),
+        _ => PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)),
+    });
     let kustomization = s
         .kustomization
         .map(|k| kustomization(&at, &s.name, k, l))
         .transpose()?;
-    let credential = credential::resolve(global_credential, &s.credential, &at, &s.name)
-        .map_err(|r| l.bad(&r.key, r.message))?;
     let sealing = s.sealing.unwrap_or_default();
     let age_sha256 = age_pins(sealing.age_sha256, &format!("{at}.sealing.age_sha256"), l)?;
     Ok(SpokeConfig {

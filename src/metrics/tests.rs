@@ -416,6 +416,10 @@ fn failing_at(stage: Stage, text: &str) -> crate::rotate::SpokeError {
             }))
         }
         Stage::Mint => SpokeError::RevokeExtracted { spoke: text.into() },
+        Stage::Trust => SpokeError::RevokeFederated {
+            spoke: text.into(),
+            binding: text.into(),
+        },
         Stage::Seal => SpokeError::Untrusted(text.into()),
         Stage::Commit => SpokeError::Commit(repo()),
         Stage::Push => SpokeError::NotPushed {
@@ -464,8 +468,8 @@ fn error_texts_never_become_label_values() {
     let text = m.encode().unwrap();
     // The set docs/metrics.md documents, written out: not derived from the code under test.
     let allowed = [
-        "observe", "probe", "extract", "validate", "mint", "seal", "commit", "push", "review",
-        "hub", "sync", "unpushed", "tick", "alert", "reload",
+        "observe", "probe", "extract", "validate", "mint", "trust", "seal", "commit", "push",
+        "review", "hub", "sync", "unpushed", "tick", "alert", "reload",
     ];
     let mut seen = 0;
     for part in text.split("stage=\"").skip(1) {

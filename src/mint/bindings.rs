@@ -175,8 +175,14 @@ pub(crate) async fn binding_fits(
         .is_some_and(|b| scoped(&b, scope) && fits(&b, user, &policy.cluster_role)))
 }
 
+/// The labels that make a binding this hub's for this spoke entry (a minted one adds
+/// its generation).
+pub(crate) fn labels(scope: &Scope<'_>) -> Value {
+    json!({MANAGED_BY: "spokekeeper", HUB: scope.hub, SPOKE: scope.spoke})
+}
+
 /// Labelled as this hub's binding for this spoke entry.
-fn scoped(binding: &Value, scope: &Scope<'_>) -> bool {
+pub(crate) fn scoped(binding: &Value, scope: &Scope<'_>) -> bool {
     let labels = &binding["metadata"]["labels"];
     labels[MANAGED_BY] == "spokekeeper" && labels[HUB] == scope.hub && labels[SPOKE] == scope.spoke
 }

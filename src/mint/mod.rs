@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use time::OffsetDateTime;
 
 pub use api::{Answer, Bound, Scope, Spoke};
-pub(crate) use bindings::{Revocation, withdraw};
+pub(crate) use bindings::{Revocation, labels, scoped, withdraw};
 pub use csr::{MintKey, csr_name, request};
 pub use error::{BuildError, KeyError, MintError};
 pub(crate) use generation::MAX_GENERATION;

@@ -24,6 +24,8 @@ pub enum Stage {
     Validate,
     /// Minting the credential with the admin one (credential.mode: minted).
     Mint,
+    /// Writing and proving the spoke's trust of the hub (credential.mode: federated).
+    Trust,
     Seal,
     Commit,
     Push,
@@ -32,12 +34,13 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 9] = [
+    pub const ALL: [Stage; 10] = [
         Stage::Observe,
         Stage::Probe,
         Stage::Extract,
         Stage::Validate,
         Stage::Mint,
+        Stage::Trust,
         Stage::Seal,
         Stage::Commit,
         Stage::Push,
@@ -52,6 +55,7 @@ impl Stage {
             Stage::Extract => "extract",
             Stage::Validate => "validate",
             Stage::Mint => "mint",
+            Stage::Trust => "trust",
             Stage::Seal => "seal",
             Stage::Commit => "commit",
             Stage::Push => "push",
@@ -96,6 +100,14 @@ pub enum SpokeError {
     /// revoking or refusing to mint.
     #[error("{0}")]
     Mint(Arc<MintError>),
+    /// A federated spoke does not trust the hub, or its trust could not be written or proven.
+    #[error("{0}")]
+    Federate(Arc<crate::federate::FederateError>),
+    /// `spokekeeper revoke` on a federated spoke: there is no credential to replace.
+    #[error(
+        "{spoke} is configured with credential.mode: federated: it holds no credential to revoke; to cut the hub off at once, delete the binding {binding} on the spoke (the next rotation makes it again: rotate the hub's service-account signing key first)"
+    )]
+    RevokeFederated { spoke: String, binding: String },
     /// `spokekeeper revoke` on a spoke whose configuration extracts.
     #[error(
         "{spoke} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)"
@@ -222,6 +234,7 @@ impl SpokeError {
             SpokeError::Impersonate { .. } => Stage::Validate,
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
+            SpokeError::Federate(_) | SpokeError::RevokeFederated { .. } => Stage::Trust,
             SpokeError::Untrusted(_) | SpokeError::Seal(_) => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit

@@ -67,7 +67,44 @@ pub(super) fn commit_message(
             "encrypted with sops for age recipients {age} ({}/{})\n",
             spoke.secret.namespace, spoke.secret.name
         ),
+        SealedTo::Nothing => String::new(),
     });
+    msg
+}
+
+/// A federated spoke's commit: the ConfigMap Flux reaches it through, and what was proven.
+pub(super) fn federated_message(
+    spoke: &SpokeConfig,
+    reason: &Reason,
+    previous: Option<&Recorded>,
+    new: &Recorded,
+) -> String {
+    use crate::text::one_line;
+    let why = match (reason, previous) {
+        (Reason::CaChanged { old }, _) => {
+            format!("CA changed {} -> {}", old.short(), new.ca_sha256.short())
+        }
+        _ => reason.to_string(),
+    };
+    let mut msg = one_line(
+        &format!("{}: trust the hub (federated): {why}", spoke.name),
+        200,
+    );
+    msg.push_str("\n\n");
+    msg.push_str(&format!(
+        "ConfigMap {}/{}: the spoke's address and CA for Flux (provider: generic); nothing secret\n",
+        spoke.secret.namespace, spoke.secret.name
+    ));
+    msg.push_str(&format!("server: {}\n", one_line(&new.server, 200)));
+    msg.push_str(&format!(
+        "CA: {} (valid until {})\n",
+        new.ca_sha256,
+        rfc3339(new.ca_not_after)
+    ));
+    msg.push_str(&format!(
+        "trust: the spoke's authentication configuration written and loaded, a hub token accepted, ClusterRoleBinding {} checked\n",
+        crate::federate::binding::name(&crate::mint::Scope::of(spoke))
+    ));
     msg
 }
 
@@ -102,6 +139,7 @@ mod tests {
             sealed_to: SealedTo::Cert(crate::fingerprint::Fingerprint::from_digest([4; 32])),
             rotated_at: now,
             credential: Default::default(),
+            trust_sha256: None,
         };
         let live = spoke::LiveReport {
             server: "https://10.0.0.1:6443".into(),

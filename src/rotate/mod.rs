@@ -11,6 +11,7 @@ mod context;
 pub mod decide;
 mod direct;
 mod error;
+mod federated;
 mod message;
 pub mod observe;
 mod output;

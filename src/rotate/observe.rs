@@ -151,6 +151,10 @@ impl Observation {
                     s.annotations = Default::default();
                 }
                 Output::Sops(s) => s.annotations = Default::default(),
+                Output::ConfigMap(c) => {
+                    c.annotations = Default::default();
+                    c.data = Default::default();
+                }
             }
             r.recorded.ca_bundle = Vec::new();
         }

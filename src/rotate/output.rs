@@ -1,8 +1,9 @@
 //! The committed file as observe reads it: a SealedSecret, or a Secret encrypted with
-//! sops, whichever `sealing.format` wrote.
+//! sops, whichever `sealing.format` wrote; or a federated spoke's ConfigMap.
 
 use super::state::AnnotationError;
 use crate::config::SealingFormat;
+use crate::federate::Remote;
 use crate::seal::sops::{self, SopsSecret};
 use crate::seal::{ManifestError, SealedSecret};
 
@@ -12,12 +13,19 @@ use crate::seal::{ManifestError, SealedSecret};
 pub enum Output {
     SealedSecret(SealedSecret),
     Sops(SopsSecret),
+    /// A federated spoke's: nothing secret, its data Flux's generic provider's keys.
+    ConfigMap(Remote),
 }
 
 impl Output {
     /// A file with a top-level `sops:` entry is a sops file; anything else must be a
     /// SealedSecret.
     pub fn parse(bytes: &[u8]) -> Result<Output, InvalidKind> {
+        if !sops::is_sops(bytes) && is_config_map(bytes) {
+            return Remote::parse(bytes)
+                .map(Output::ConfigMap)
+                .map_err(InvalidKind::ConfigMap);
+        }
         if !sops::is_sops(bytes) {
             return Ok(Output::SealedSecret(SealedSecret::parse(bytes)?));
         }
@@ -26,10 +34,12 @@ impl Output {
             .map_err(InvalidKind::Sops)
     }
 
-    pub fn format(&self) -> SealingFormat {
+    /// The sealing format; None for a ConfigMap (nothing sealed).
+    pub fn format(&self) -> Option<SealingFormat> {
         match self {
-            Output::SealedSecret(_) => SealingFormat::SealedSecrets,
-            Output::Sops(_) => SealingFormat::Sops,
+            Output::SealedSecret(_) => Some(SealingFormat::SealedSecrets),
+            Output::Sops(_) => Some(SealingFormat::Sops),
+            Output::ConfigMap(_) => None,
         }
     }
 
@@ -37,6 +47,7 @@ impl Output {
         match self {
             Output::SealedSecret(s) => &s.name,
             Output::Sops(s) => &s.name,
+            Output::ConfigMap(c) => &c.name,
         }
     }
 
@@ -44,6 +55,7 @@ impl Output {
         match self {
             Output::SealedSecret(s) => &s.namespace,
             Output::Sops(s) => &s.namespace,
+            Output::ConfigMap(c) => &c.namespace,
         }
     }
 
@@ -51,6 +63,7 @@ impl Output {
         match self {
             Output::SealedSecret(s) => &s.annotations,
             Output::Sops(s) => &s.annotations,
+            Output::ConfigMap(c) => &c.annotations,
         }
     }
 
@@ -59,6 +72,7 @@ impl Output {
         match self {
             Output::SealedSecret(s) => s.encrypted_data.keys().map(String::as_str).collect(),
             Output::Sops(s) => s.keys.iter().map(String::as_str).collect(),
+            Output::ConfigMap(c) => c.data.keys().map(String::as_str).collect(),
         }
     }
 
@@ -67,9 +81,17 @@ impl Output {
     pub fn sealed_value(&self, key: &str) -> Option<&str> {
         match self {
             Output::SealedSecret(s) => s.encrypted_data.get(key).map(String::as_str),
-            Output::Sops(_) => None,
+            Output::Sops(_) | Output::ConfigMap(_) => None,
         }
     }
+}
+
+/// A top-level `kind: ConfigMap` line: the file is a federated spoke's (anything else is
+/// read as before, and a Secret is never taken for one).
+fn is_config_map(bytes: &[u8]) -> bool {
+    String::from_utf8_lossy(&bytes[..bytes.len().min(crate::federate::config_map::MAX_BYTES)])
+        .lines()
+        .any(|l| l.trim_end() == "kind: ConfigMap")
 }
 
 /// Why a committed file is not a credential spokekeeper can read.
@@ -81,6 +103,8 @@ pub enum InvalidKind {
     Annotations(#[from] AnnotationError),
     #[error(transparent)]
     Sops(sops::SopsError),
+    #[error(transparent)]
+    ConfigMap(crate::federate::config_map::RemoteError),
 }
 
 #[cfg(test)]

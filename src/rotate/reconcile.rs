@@ -13,7 +13,7 @@ use super::observe::{Committed, Invalid, InvalidKind, Observation};
 use super::progress::Step;
 use super::refresh::Fresh;
 use super::state::AnnotationError;
-use super::state::{Recorded, RecordedCredential, bundle_fingerprint};
+use super::state::{Recorded, RecordedCredential, SealedTo, bundle_fingerprint};
 use super::tick_report::{CredentialReport, Outcome, SpokeReport};
 use super::{Context, Options, decide, refresh};
 use crate::config::{CredentialMode, SpokeConfig};
@@ -41,6 +41,8 @@ pub(super) struct Tick<'a> {
     pub landing: Landing,
     /// The tick's listing of the hub's consumers (empty without a hub).
     pub listed: &'a crate::hub::consumers::Listed,
+    /// The tick's hub client, when `hub:` is configured and it connected.
+    pub hub: Option<&'a crate::hub::Hub>,
 }
 
 /// A credential ready to commit.
@@ -228,6 +230,9 @@ pub(super) async fn rotate(tick: &Tick<'_>, s: &Spoke<'_>, reason: Reason) -> Re
     };
     let next: Next<Proposal> = async {
         let admin = extract(tick, s.config).await?;
+        if s.config.credential.mode == CredentialMode::Federated {
+            return federated(tick, s, admin, reason, &mut reached).await;
+        }
         let (reason, candidate) = match s.config.credential.mode {
             CredentialMode::Minted => {
                 let (reason, revoked, step) = minted(tick, s, admin, reason).await;
@@ -238,7 +243,9 @@ pub(super) async fn rotate(tick: &Tick<'_>, s: &Spoke<'_>, reason: Reason) -> Re
                     ControlFlow::Break(end) => return Ok(ControlFlow::Break(end)),
                 }
             }
-            CredentialMode::Extracted => (reason, extracted(tick, s, admin)?),
+            CredentialMode::Extracted | CredentialMode::Federated => {
+                (reason, extracted(tick, s, admin)?)
+            }
         };
         impersonation(tick, s.config, &candidate).await?;
         let recorded = record(tick, s, &candidate);
@@ -279,6 +286,49 @@ pub(super) async fn rotate(tick: &Tick<'_>, s: &Spoke<'_>, reason: Reason) -> Re
         report: reached.report(s.seen, outcome),
         proposal,
     }
+}
+
+/// [trust] for a federated spoke: its trust of the hub written and proven, then the
+/// ConfigMap proposed (committed only when something changed).
+async fn federated(
+    tick: &Tick<'_>,
+    s: &Spoke<'_>,
+    admin: Fresh,
+    reason: Reason,
+    reached: &mut Reached,
+) -> Next<Proposal> {
+    if tick.options.revoke {
+        return Err(SpokeError::RevokeFederated {
+            spoke: s.config.name.clone(),
+            binding: crate::federate::binding::name(&crate::mint::Scope::of(s.config)),
+        });
+    }
+    let trusted = super::federated::trust(tick, s, &admin).await?;
+    drop(admin);
+    let mut credential = CredentialReport::of(&trusted.recorded);
+    credential.user = Some(trusted.user.clone());
+    reached.validated = Some((trusted.user, credential));
+    let previous = s.seen.committed.recorded();
+    let mode = CredentialMode::Federated;
+    let reason = match decide::after_extraction(reason, previous, &trusted.recorded, mode) {
+        Extracted::Commit(reason) => reason,
+        Extracted::Unchanged | Extracted::RootUnheld => {
+            return Ok(ControlFlow::Break(Outcome::Unchanged));
+        }
+        Extracted::NotRenewed => return Ok(ControlFlow::Break(Outcome::NotRenewed)),
+    };
+    reached.reason = Some(reason.clone());
+    let recorded = reached.committing.insert(trusted.recorded);
+    if tick.options.dry_run {
+        return Ok(ControlFlow::Break(Outcome::WouldRotate));
+    }
+    Ok(ControlFlow::Continue(Proposal {
+        manifest: trusted.remote.to_yaml(),
+        message: super::message::federated_message(s.config, &reason, previous, recorded),
+        content_sha256: recorded.content_sha256,
+        sealed_to: SealedTo::Nothing,
+        revocation: None,
+    }))
 }
 
 fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {

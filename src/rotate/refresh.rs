@@ -7,7 +7,7 @@ use time::OffsetDateTime;
 
 use super::error::SpokeError;
 use super::state::{Recorded, SealedTo};
-use crate::config::{SourceKind, SpokeConfig};
+use crate::config::{CredentialMode, SourceKind, SpokeConfig};
 use crate::fingerprint::{Content, Fingerprint};
 use crate::kubeconfig::{self, Sanitized};
 use crate::secret::SecretBytes;
@@ -23,6 +23,11 @@ pub(crate) struct Fresh {
 
 pub fn source(spoke: &SpokeConfig) -> Source {
     match spoke.source {
+        // The federated recipe's forced command runs its script: it takes verbs, not paths.
+        SourceKind::Ssh if spoke.credential.mode == CredentialMode::Federated => Source::Script {
+            address: spoke.address.clone(),
+            ssh: spoke.ssh.clone(),
+        },
         SourceKind::Ssh => Source::Ssh {
             address: spoke.address.clone(),
             ssh: spoke.ssh.clone(),
@@ -114,5 +119,6 @@ pub fn record(
         sealed_to,
         rotated_at: now,
         credential: Default::default(),
+        trust_sha256: None,
     }
 }

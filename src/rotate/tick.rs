@@ -85,6 +85,7 @@ async fn run<P: Publish>(
         untrusted: cert.and_then(|c| c.untrusted.as_ref()),
         landing: publish.landing(),
         listed: &listed,
+        hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
     };
     let mut worked = work(&tick, &publish, &spokes, files).await;
     let published = publish.finish(ctx, opts).await;

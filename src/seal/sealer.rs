@@ -18,13 +18,17 @@ use crate::secret::SecretBytes;
 pub enum Sealer<'a> {
     SealedSecrets(&'a SealingKey),
     Sops(AgeRecipients),
+    /// A federated spoke: its ConfigMap holds nothing secret, so nothing is sealed.
+    Nothing,
 }
 
-/// What a credential is encrypted to: a sealing certificate, or a set of age recipients.
+/// What a credential is encrypted to: a sealing certificate, or a set of age recipients;
+/// `Nothing` for a federated spoke's ConfigMap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SealedTo {
     Cert(Fingerprint<Sealing>),
     Age(Fingerprint<fingerprint::AgeRecipients>),
+    Nothing,
 }
 
 impl SealedTo {
@@ -32,7 +36,7 @@ impl SealedTo {
     pub fn cert(self) -> Option<Fingerprint<Sealing>> {
         match self {
             SealedTo::Cert(c) => Some(c),
-            SealedTo::Age(_) => None,
+            SealedTo::Age(_) | SealedTo::Nothing => None,
         }
     }
 }
@@ -57,6 +61,9 @@ pub enum SealingError {
     /// A sops output could not be encrypted, or did not read back as encrypted.
     #[error("{spoke}: {error}")]
     Sops { spoke: String, error: SopsError },
+    /// A federated spoke's output is a ConfigMap: a credential for it is never sealed.
+    #[error("{spoke}: credential.mode is federated: there is no credential to seal")]
+    Federated { spoke: String },
 }
 
 /// The label Flux's kustomize-controller (v1.7+) and helm-controller watch a Secret for:
@@ -88,6 +95,9 @@ impl<'a> Sealer<'a> {
         key: Option<&'a SealingKey>,
         committed: Option<&[String]>,
     ) -> Result<Sealer<'a>, SealingError> {
+        if spoke.credential.mode == crate::config::CredentialMode::Federated {
+            return Ok(Sealer::Nothing);
+        }
         let r = match (spoke.format, key) {
             (SealingFormat::SealedSecrets, Some(key)) => return Ok(Sealer::SealedSecrets(key)),
             (SealingFormat::SealedSecrets, None) => {
@@ -112,6 +122,7 @@ impl<'a> Sealer<'a> {
         match self {
             Sealer::SealedSecrets(key) => SealedTo::Cert(key.fingerprint()),
             Sealer::Sops(r) => SealedTo::Age(r.fingerprint()),
+            Sealer::Nothing => SealedTo::Nothing,
         }
     }
 
@@ -155,6 +166,9 @@ impl<'a> Sealer<'a> {
                 secret.annotations = annotations.clone();
                 seal_sops(spoke, &secret, r, now)
             }
+            Sealer::Nothing => Err(SealingError::Federated {
+                spoke: spoke.name.clone(),
+            }),
         }
     }
 }

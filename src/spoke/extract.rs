@@ -27,6 +27,8 @@ pub enum Source {
     },
     /// A file on this host: running on the node itself, and the demo.
     Local { path: PathBuf },
+    /// `read` through the federated node recipe's script, which knows its kubeconfig.
+    Script { address: String, ssh: SshSettings },
 }
 
 /// Reads the kubeconfig from `source`, into memory only.
@@ -34,6 +36,7 @@ pub async fn extract(source: &Source) -> Result<SecretBytes, ExtractError> {
     match source {
         Source::Ssh { address, ssh, path } => read_over_ssh(address, ssh, path).await,
         Source::Local { path } => read_local(path).await,
+        Source::Script { address, ssh } => super::node::read_with_script(address, ssh).await,
     }
 }
 

@@ -79,6 +79,7 @@ fn recorded(
         sealed_to: crate::rotate::state::SealedTo::Cert(Fingerprint::of(b"sealing")),
         rotated_at: at(-DAY),
         credential: Default::default(),
+        trust_sha256: None,
     }
 }
 

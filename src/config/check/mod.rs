@@ -155,6 +155,7 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
     sops(c)?;
     sealing_cert(c)?;
     flux_objects(c)?;
+    super::federated::check(c)?;
     fleet(&c.spokes)
 }
 

@@ -267,7 +267,8 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
     // A minted certificate renews on its own schedule (credential.renew_before).
     let renew_before = match recorded.credential.mode {
         CredentialMode::Minted => spoke.credential.renew_before,
-        CredentialMode::Extracted => policy.renew_before,
+        // Federated: no client certificate is recorded, so nothing expires here.
+        CredentialMode::Extracted | CredentialMode::Federated => policy.renew_before,
     };
     if let Some(not_after) = recorded.client_not_after
         && not_after - policy.now < renew_before
@@ -325,7 +326,7 @@ fn sealed_to_changed(output: &Output, recorded: &Recorded, want: SealedTo) -> Op
         (Output::SealedSecret(_), SealedTo::Cert(new)) => match recorded.sealed_to {
             SealedTo::Cert(old) if old == new => None,
             SealedTo::Cert(old) => Some(Reason::SealingKeyChanged { old, new }),
-            SealedTo::Age(_) => Some(Reason::Unreadable {
+            SealedTo::Age(_) | SealedTo::Nothing => Some(Reason::Unreadable {
                 detail: format!(
                     "a SealedSecret without annotation {}",
                     super::state::SEALING_CERT_SHA256
@@ -341,8 +342,12 @@ fn sealed_to_changed(output: &Output, recorded: &Recorded, want: SealedTo) -> Op
 }
 
 fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Option<String> {
-    if sealed.format() != spoke.format {
-        return Some(format!("format {} -> {}", sealed.format(), spoke.format));
+    let federated = spoke.credential.mode == CredentialMode::Federated;
+    if let Some(format) = sealed.format()
+        && !federated
+        && format != spoke.format
+    {
+        return Some(format!("format {format} -> {}", spoke.format));
     }
     if sealed.name() != spoke.secret.name || sealed.namespace() != spoke.secret.namespace {
         return Some(format!(
@@ -359,12 +364,17 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     {
         return Some(format!("scope {} -> {}", sealed.scope(), spoke.scope));
     }
-    if sealed.keys() != [spoke.secret.key.as_str()] {
+    if !federated && sealed.keys() != [spoke.secret.key.as_str()] {
         return Some(format!("key -> {}", spoke.secret.key));
     }
     let (had, want) = (&recorded.credential, &spoke.credential);
     if had.mode != want.mode {
         return Some(format!("credential.mode {} -> {}", had.mode, want.mode));
+    }
+    if let Some(policy) = &want.federated
+        && recorded.trust_sha256 != Some(crate::federate::trust_fingerprint(policy))
+    {
+        return Some("credential.federated".into());
     }
     if want.mode == CredentialMode::Minted
         && !had

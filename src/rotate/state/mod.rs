@@ -42,6 +42,9 @@ pub(crate) const CREDENTIAL_USER: &str = "spokekeeper.io/credential-user";
 /// The last minted generation (kept after a switch back to extracted, so a user name is
 /// never reused); absent: 0, none minted yet.
 pub(crate) const CREDENTIAL_GENERATION: &str = "spokekeeper.io/credential-generation";
+/// Federated: what the spoke's authentication configuration says of the hub (issuer,
+/// accounts, prefix), fingerprinted, so a change of it rewrites the file.
+pub(crate) const TRUST_SHA256: &str = "spokekeeper.io/trust-sha256";
 const MAX_USER: usize = 200;
 
 /// Longest accepted `ca-data` (base64): a few CAs are a few KiB; Kubernetes caps all of
@@ -68,6 +71,8 @@ pub struct Recorded {
     pub sealed_to: SealedTo,
     pub rotated_at: OffsetDateTime,
     pub credential: RecordedCredential,
+    /// Federated only: [`TRUST_SHA256`].
+    pub trust_sha256: Option<Fingerprint<Content>>,
 }
 
 pub use crate::mint::RecordedCredential;
@@ -147,6 +152,7 @@ impl Recorded {
             content_sha256: fingerprint(CONTENT_SHA256, get(CONTENT_SHA256)?)?,
             sealed_to: match (opt(SEALING_CERT_SHA256), opt(AGE_RECIPIENTS_SHA256)) {
                 (None, Some(v)) => SealedTo::Age(fingerprint(AGE_RECIPIENTS_SHA256, v)?),
+                (None, None) if opt(CREDENTIAL_MODE) == Some("federated") => SealedTo::Nothing,
                 _ => SealedTo::Cert(fingerprint(SEALING_CERT_SHA256, get(SEALING_CERT_SHA256)?)?),
             },
             rotated_at: date(ROTATED_AT, get(ROTATED_AT)?)?,
@@ -155,6 +161,9 @@ impl Recorded {
                 opt(CREDENTIAL_USER),
                 opt(CREDENTIAL_GENERATION),
             )?,
+            trust_sha256: opt(TRUST_SHA256)
+                .map(|v| fingerprint(TRUST_SHA256, v))
+                .transpose()?,
         })
     }
 
@@ -183,11 +192,15 @@ impl Recorded {
         match self.sealed_to {
             SealedTo::Cert(c) => put(SEALING_CERT_SHA256, c.to_string()),
             SealedTo::Age(a) => put(AGE_RECIPIENTS_SHA256, a.to_string()),
+            SealedTo::Nothing => {}
         }
         put(ROTATED_AT, rfc3339(self.rotated_at));
         let c = &self.credential;
-        if c.mode == CredentialMode::Minted {
+        if c.mode != CredentialMode::Extracted {
             put(CREDENTIAL_MODE, c.mode.as_str().into());
+        }
+        if let Some(t) = &self.trust_sha256 {
+            put(TRUST_SHA256, t.to_string());
         }
         if let Some(u) = &c.user {
             put(CREDENTIAL_USER, u.clone());
@@ -245,7 +258,14 @@ fn credential(
     let mode = match mode {
         None => CredentialMode::Extracted,
         Some("minted") => CredentialMode::Minted,
-        Some(v) => return Err(malformed(CREDENTIAL_MODE, "minted (or absent)", v)),
+        Some("federated") => CredentialMode::Federated,
+        Some(v) => {
+            return Err(malformed(
+                CREDENTIAL_MODE,
+                "minted or federated (or absent)",
+                v,
+            ));
+        }
     };
     let generation = match generation {
         None => 0,

@@ -16,6 +16,7 @@ fn sample() -> Recorded {
         sealed_to: SealedTo::Cert(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
         rotated_at: OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap(),
         credential: RecordedCredential::default(),
+        trust_sha256: None,
     }
 }
 

@@ -60,6 +60,7 @@ static GOOD: LazyLock<Recorded> = LazyLock::new(|| {
         sealed_to: SealedTo::Cert(Fingerprint::parse(&format!("sha256:{HEX}")).unwrap()),
         rotated_at: now() - time::Duration::days(1),
         credential: spokekeeper::rotate::state::RecordedCredential::default(),
+        trust_sha256: None,
     }
 });
 

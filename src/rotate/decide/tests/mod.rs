@@ -33,6 +33,7 @@ fn recorded() -> Recorded {
         sealed_to: SealedTo::Cert(SEAL),
         rotated_at: now() - time::Duration::days(1),
         credential: Default::default(),
+        trust_sha256: None,
     }
 }
 

@@ -1,0 +1,273 @@
+//! `credential.federated:`: whom a federated spoke trusts (the hub's ServiceAccount
+//! issuer) and whom it lets in (the hub's Flux controllers), merged field by field, the
+//! spoke's over the global one. docs/federated.md explains each field.
+
+use std::path::PathBuf;
+
+use serde::Deserialize;
+
+use super::credential::Refused;
+
+/// The hub's Flux controllers: Flux's generic provider presents a token of the
+/// controller's own ServiceAccount (fluxcd/pkg auth/generic/provider.go).
+pub(crate) const DEFAULT_ACCOUNTS: &[&str] = &[
+    "flux-system/kustomize-controller",
+    "flux-system/helm-controller",
+];
+/// Whose token spokekeeper checks a spoke with: its own, never a controller's.
+pub(crate) const DEFAULT_CHECK_AS: &str = "spokekeeper/spokekeeper";
+pub(crate) const DEFAULT_PREFIX: &str = "{hub}:";
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFederated {
+    issuer: Option<String>,
+    discovery_url: Option<String>,
+    issuer_ca: Option<PathBuf>,
+    service_accounts: Option<Vec<String>>,
+    check_as: Option<String>,
+    username_prefix: Option<String>,
+}
+
+/// A hub ServiceAccount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceAccount {
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ServiceAccount {
+    /// Its tokens' `sub`.
+    pub fn subject(&self) -> String {
+        format!("system:serviceaccount:{}:{}", self.namespace, self.name)
+    }
+
+    fn parse(s: &str) -> Option<ServiceAccount> {
+        let (namespace, name) = s.split_once('/')?;
+        (super::is_dns_label(namespace) && super::is_dns_subdomain(name)).then(|| ServiceAccount {
+            namespace: namespace.into(),
+            name: name.into(),
+        })
+    }
+}
+
+impl std::fmt::Display for ServiceAccount {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A federated spoke's resolved trust.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FederatedPolicy {
+    /// The hub's `--service-account-issuer` (the tokens' `iss`).
+    pub issuer: String,
+    /// Where spokes fetch the issuer's discovery document (None: under `issuer`).
+    pub discovery_url: Option<String>,
+    /// PEM file of the CAs that verify the discovery and JWKS endpoints (None: the
+    /// spokes' system roots). Resolved against the configuration file's directory.
+    pub issuer_ca: Option<PathBuf>,
+    /// The hub identities a spoke lets in, each bound to `credential.cluster_role`.
+    pub service_accounts: Vec<ServiceAccount>,
+    /// Whose token spokekeeper proves a spoke with before committing.
+    pub check_as: ServiceAccount,
+    /// Before every hub identity's user on the spoke; `{hub}` filled in.
+    pub username_prefix: String,
+}
+
+impl FederatedPolicy {
+    /// The discovery document's URL as the spoke fetches it.
+    pub fn discovery(&self) -> String {
+        self.discovery_url.clone().unwrap_or_else(|| {
+            format!(
+                "{}/.well-known/openid-configuration",
+                self.issuer.trim_end_matches('/')
+            )
+        })
+    }
+}
+
+/// Merges the spoke's `credential.federated` over the global one and checks it.
+pub(super) fn resolve(
+    global: Option<&RawFederated>,
+    spoke: Option<&RawFederated>,
+    at: &str,
+    hub_id: &str,
+) -> Result<FederatedPolicy, Refused> {
+    let none = RawFederated::default();
+    let (g, s) = (global.unwrap_or(&none), spoke.unwrap_or(&none));
+    let key = |field: &str, own: bool| {
+        if own {
+            format!("{at}.credential.federated.{field}")
+        } else {
+            format!("credential.federated.{field}")
+        }
+    };
+    let refuse = |field: &str, own: bool, why: String| {
+        let key = key(field, own);
+        Refused {
+            message: format!("{key} {why}"),
+            key,
+        }
+    };
+    let pick = |a: &Option<String>, b: &Option<String>| {
+        a.clone()
+            .map(|v| (v, true))
+            .or(b.clone().map(|v| (v, false)))
+    };
+    let Some((issuer, own)) = pick(&s.issuer, &g.issuer) else {
+        return Err(Refused {
+            key: format!("{at}.credential.mode"),
+            message: format!(
+                "{at}.credential.mode is federated but credential.federated.issuer is not set: set it to the hub's --service-account-issuer (an https URL the spokes can reach, not the spokes' own issuer)"
+            ),
+        });
+    };
+    https_url(&issuer).map_err(|why| refuse("issuer", own, why))?;
+    let discovery_url = pick(&s.discovery_url, &g.discovery_url);
+    if let Some((d, own)) = &discovery_url {
+        https_url(d).map_err(|why| refuse("discovery_url", *own, why))?;
+        if d.trim_end_matches('/') == issuer.trim_end_matches('/') {
+            return Err(refuse(
+                "discovery_url",
+                *own,
+                "is the issuer itself: leave it unset to fetch {issuer}/.well-known/openid-configuration, or give the full URL of the discovery document".into(),
+            ));
+        }
+    }
+    let accounts_own = s.service_accounts.is_some();
+    let accounts: Vec<String> = s
+        .service_accounts
+        .clone()
+        .or(g.service_accounts.clone())
+        .unwrap_or_else(|| DEFAULT_ACCOUNTS.iter().map(|a| a.to_string()).collect());
+    if accounts.is_empty() || accounts.len() > 16 {
+        return Err(refuse(
+            "service_accounts",
+            accounts_own,
+            "must list 1 to 16 hub ServiceAccounts as NAMESPACE/NAME (default: flux-system/kustomize-controller and flux-system/helm-controller)".into(),
+        ));
+    }
+    let service_accounts = accounts
+        .iter()
+        .map(|a| {
+            ServiceAccount::parse(a)
+                .ok_or_else(|| refuse("service_accounts", accounts_own, account_format(a)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let (check_as, check_own) =
+        pick(&s.check_as, &g.check_as).unwrap_or((DEFAULT_CHECK_AS.into(), false));
+    let check_as = ServiceAccount::parse(&check_as)
+        .ok_or_else(|| refuse("check_as", check_own, account_format(&check_as)))?;
+    if service_accounts.contains(&check_as) {
+        return Err(refuse(
+            "check_as",
+            check_own,
+            format!(
+                "is {check_as}, one of credential.federated.service_accounts: spokekeeper checks with a token of its own ServiceAccount, never a controller's (asking for a controller's token is asking for hub admin)"
+            ),
+        ));
+    }
+    let (prefix, prefix_own) =
+        pick(&s.username_prefix, &g.username_prefix).unwrap_or((DEFAULT_PREFIX.into(), false));
+    let username_prefix = prefix.replace("{hub}", hub_id);
+    prefix_name(&username_prefix).map_err(|why| refuse("username_prefix", prefix_own, why))?;
+    Ok(FederatedPolicy {
+        issuer,
+        discovery_url: discovery_url.map(|(d, _)| d),
+        issuer_ca: s.issuer_ca.clone().or(g.issuer_ca.clone()),
+        service_accounts,
+        check_as,
+        username_prefix,
+    })
+}
+
+fn account_format(a: &str) -> String {
+    format!(
+        "{:?} is not NAMESPACE/NAME of a ServiceAccount (e.g. flux-system/kustomize-controller)",
+        crate::text::one_line(a, 80)
+    )
+}
+
+/// An https URL without user, query or fragment (what the API server accepts as an issuer).
+fn https_url(u: &str) -> Result<(), String> {
+    let shown = crate::text::one_line(u, 120);
+    let parsed = url::Url::parse(u).map_err(|e| format!("{shown:?} is not a URL ({e})"))?;
+    if parsed.scheme() != "https" {
+        return Err(format!(
+            "{shown:?} is not https: a spoke fetches the issuer's keys over TLS only"
+        ));
+    }
+    if !parsed.username().is_empty()
+        || parsed.password().is_some()
+        || parsed.query().is_some()
+        || parsed.fragment().is_some()
+        || parsed.host_str().is_none()
+    {
+        return Err(format!(
+            "{shown:?} may not hold a user, password, query or fragment"
+        ));
+    }
+    if u.len() > 2048 {
+        return Err("is longer than 2048 characters".into());
+    }
+    Ok(())
+}
+
+/// A prefix that keeps the hub's users apart from the spoke's own.
+fn prefix_name(p: &str) -> Result<(), String> {
+    let shown = crate::text::one_line(p, 80);
+    if p.is_empty() {
+        return Err("is empty: a hub ServiceAccount would then be the spoke's own user of that name; e.g. \"hub:\"".into());
+    }
+    if p.starts_with("system:") {
+        return Err(format!(
+            "{shown:?} starts with system:, which Kubernetes reserves for its own identities; e.g. \"hub:\""
+        ));
+    }
+    let ok = p.len() <= 100
+        && p.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_.:@".contains(&b));
+    if !ok {
+        return Err(format!(
+            "{shown:?} may hold only letters, digits and - _ . : @ (at most 100)"
+        ));
+    }
+    Ok(())
+}
+
+/// What a federated spoke needs beyond its own block: the hub (spokekeeper asks it for the
+/// token it proves the spoke with), and SSH (the trust is written on the node).
+pub(super) fn check(c: &super::Config) -> Result<(), super::check::Invalid> {
+    let federated = |s: &&super::SpokeConfig| s.credential.mode == super::CredentialMode::Federated;
+    let Some((i, s)) = c.spokes.iter().enumerate().find(|(_, s)| federated(s)) else {
+        return Ok(());
+    };
+    if c.hub.is_none() {
+        return Err(super::check::Invalid {
+            key: format!("spokes[{i}].credential"),
+            message: format!(
+                "spokes[{i}].credential.mode is federated ({}), but there is no hub: section: spokekeeper asks the hub for a ServiceAccount token to prove the spoke trusts it; add hub: (its kubeconfig, or in-cluster)",
+                s.name
+            ),
+        });
+    }
+    if let Some((i, s)) = c
+        .spokes
+        .iter()
+        .enumerate()
+        .find(|(_, s)| federated(s) && s.source != super::SourceKind::Ssh)
+    {
+        return Err(super::check::Invalid {
+            key: format!("spokes[{i}].source"),
+            message: format!(
+                "spokes[{i}].source is local, but {} is federated: its trust of the hub is written on the node over SSH through the federated node recipe; use source: ssh",
+                s.name
+            ),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;

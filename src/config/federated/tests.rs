@@ -1,0 +1,152 @@
+use crate::config::{Config, CredentialMode};
+
+const HEAD: &str = "repo: {path: f}\nsealing: {cert: c}\nhub: {}\n";
+
+fn parse(text: &str) -> Result<Config, String> {
+    Config::parse(text, "t.yaml", std::path::Path::new("/etc/sk")).map_err(|e| e.to_string())
+}
+
+fn spoke(credential: &str) -> String {
+    format!("{HEAD}spokes:\n- name: dev\n  address: 10.0.0.5\n  credential: {credential}\n")
+}
+
+fn refused(text: &str, needles: &[&str]) {
+    let e = parse(text).expect_err(text);
+    for n in needles {
+        assert!(e.contains(n), "{e:?} lacks {n:?}");
+    }
+}
+
+#[test]
+fn a_federated_spoke_gets_the_documented_defaults_and_a_configmap_output() {
+    let c = parse(&spoke(
+        "{mode: federated, federated: {issuer: \"https://hub.example:6443\"}}",
+    ))
+    .unwrap();
+    let s = &c.spokes[0];
+    assert_eq!(s.credential.mode, CredentialMode::Federated);
+    let f = s.credential.federated.as_ref().unwrap();
+    assert_eq!(f.issuer, "https://hub.example:6443");
+    assert_eq!(
+        f.discovery(),
+        "https://hub.example:6443/.well-known/openid-configuration"
+    );
+    let accounts: Vec<String> = f.service_accounts.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        accounts,
+        [
+            "flux-system/kustomize-controller",
+            "flux-system/helm-controller"
+        ]
+    );
+    assert_eq!(f.check_as.to_string(), "spokekeeper/spokekeeper");
+    assert_eq!(f.username_prefix, "hub:");
+    assert_eq!(
+        s.output,
+        std::path::PathBuf::from("fluxcd/dev-kubeconfig.yaml")
+    );
+    // The other modes carry no federated policy, and keep their sealed file.
+    let minted = parse(&spoke("{mode: minted}")).unwrap();
+    assert!(minted.spokes[0].credential.federated.is_none());
+    assert_eq!(
+        minted.spokes[0].output,
+        std::path::PathBuf::from("fluxcd/dev-kubeconfig-sealed.yaml")
+    );
+}
+
+#[test]
+fn the_spokes_federated_fields_win_one_by_one_and_paths_resolve_against_the_file() {
+    let text = format!(
+        "{HEAD}credential:\n  hub_id: eu\n  federated: {{issuer: \"https://a.example\", issuer_ca: ca.pem, username_prefix: \"{{hub}}.fleet:\"}}\n\
+         spokes:\n- name: dev\n  address: 10.0.0.5\n  credential: {{mode: federated, federated: {{service_accounts: [tenants/deployer], discovery_url: \"https://10.0.0.1:6443/.well-known/openid-configuration\"}}}}\n"
+    );
+    let c = parse(&text).unwrap();
+    let f = c.spokes[0].credential.federated.clone().unwrap();
+    assert_eq!(f.issuer, "https://a.example");
+    assert_eq!(f.issuer_ca, Some("/etc/sk/ca.pem".into()));
+    assert_eq!(f.username_prefix, "eu.fleet:");
+    assert_eq!(
+        f.service_accounts[0].subject(),
+        "system:serviceaccount:tenants:deployer"
+    );
+    assert_eq!(
+        f.discovery(),
+        "https://10.0.0.1:6443/.well-known/openid-configuration"
+    );
+}
+
+#[test]
+fn bad_federated_values_are_refused_naming_the_key_and_the_fix() {
+    refused(
+        &spoke("{mode: federated}"),
+        &[
+            "spokes[0].credential.mode is federated",
+            "credential.federated.issuer is not set",
+            "--service-account-issuer",
+        ],
+    );
+    refused(
+        &spoke("{mode: federated, federated: {issuer: \"http://hub\"}}"),
+        &["spokes[0].credential.federated.issuer", "is not https"],
+    );
+    refused(
+        &spoke("{mode: federated, federated: {issuer: \"https://u:p@hub\"}}"),
+        &["user, password, query or fragment"],
+    );
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", discovery_url: \"https://hub/\"}}",
+        ),
+        &["discovery_url is the issuer itself"],
+    );
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", service_accounts: [kustomize-controller]}}",
+        ),
+        &["service_accounts", "NAMESPACE/NAME"],
+    );
+    refused(
+        &spoke("{mode: federated, federated: {issuer: \"https://hub\", service_accounts: []}}"),
+        &["must list 1 to 16"],
+    );
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", check_as: flux-system/kustomize-controller}}",
+        ),
+        &["check_as", "never a controller's"],
+    );
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", username_prefix: \"system:hub:\"}}",
+        ),
+        &["username_prefix", "starts with system:"],
+    );
+    refused(
+        &spoke("{mode: federated, federated: {issuer: \"https://hub\", username_prefix: \"\"}}"),
+        &["username_prefix is empty"],
+    );
+    refused(
+        &spoke("{mode: federated, federated: {issuer: \"https://hub\", username_prefix: \"a b\"}}"),
+        &["may hold only letters"],
+    );
+    refused(
+        &spoke("{mode: federated, federated: {issuer: \"https://hub\", audience: x}}"),
+        &["unknown field", "audience"],
+    );
+}
+
+#[test]
+fn a_federated_spoke_needs_the_hub_and_ssh() {
+    let body = "spokes:\n- name: dev\n  address: 10.0.0.5\n  credential: {mode: federated, federated: {issuer: \"https://hub\"}}\n";
+    refused(
+        &format!("repo: {{path: f}}\nsealing: {{cert: c}}\n{body}"),
+        &[
+            "spokes[0].credential.mode is federated (dev), but there is no hub: section",
+            "add hub:",
+        ],
+    );
+    let local = format!(
+        "{HEAD}spokes:\n- name: dev\n  address: 10.0.0.5\n  source: local\n  kubeconfig_path: /k\n  credential: {{mode: federated, federated: {{issuer: \"https://hub\"}}}}\n"
+    );
+    refused(&local, &["spokes[0].source", "use source: ssh"]);
+}

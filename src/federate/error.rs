@@ -1,0 +1,80 @@
+//! Why a federated spoke is not trusting the hub, each with its own fix.
+
+use crate::spoke::LiveError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum FederateError {
+    /// A spoke reached the federated path without a federated policy (the configuration
+    /// makes one for every federated spoke).
+    #[error(
+        "credential.federated is not resolved for this spoke: set credential.mode: federated with credential.federated.issuer"
+    )]
+    NotFederated,
+    #[error(
+        "the spoke's /version says {0:?}, not vMAJOR.MINOR: its Kubernetes version decides the file's apiVersion"
+    )]
+    Version(String),
+    #[error(
+        "a federated spoke needs hub: in spokekeeper.yaml: spokekeeper asks the hub for a token to prove the spoke trusts it"
+    )]
+    NoHub,
+    #[error("credential.federated.issuer_ca {path}: {why}")]
+    IssuerCa { path: String, why: String },
+    #[error(transparent)]
+    TooOld(#[from] super::authn::TooOld),
+    /// The hub refused or failed the TokenRequest.
+    #[error(
+        "the hub did not issue a token for ServiceAccount {account} ({code}: {message}): {fix}"
+    )]
+    Token {
+        account: String,
+        code: u16,
+        message: String,
+        fix: &'static str,
+    },
+    #[error("the hub's token for {account} cannot be read: {why}")]
+    TokenUnreadable { account: String, why: &'static str },
+    #[error(
+        "the hub issues tokens as {found} but credential.federated.issuer is {configured}: set it to {found} (the hub's --service-account-issuer)"
+    )]
+    WrongIssuer { found: String, configured: String },
+    #[error(
+        "{server} does not read an authentication configuration (its /metrics has no apiserver_authentication_config_controller_last_config_info): add the API server flag from the node recipe (`spokekeeper init --credential federated` prints it for the distribution) and restart it"
+    )]
+    NotConfigured { server: String },
+    #[error(
+        "{server} did not load the authentication configuration spokekeeper wrote within {secs}s ({failures} failed reloads on its /metrics; its log says why): it reloads the file within a minute, and keeps the last good one when a new one fails"
+    )]
+    NotLoaded {
+        server: String,
+        secs: u64,
+        failures: u64,
+    },
+    #[error(
+        "{server} loaded the configuration but refuses the hub's token (401): it cannot fetch the issuer's discovery document or keys from {discovery} (a spoke that cannot reach the hub: see docs/federated.md, one-way networks), or credential.federated.issuer_ca does not verify them"
+    )]
+    NotTrusted { server: String, discovery: String },
+    #[error(
+        "{server} took the hub's token as {found}, not {expected}: another authenticator took it first (check the API server's other --authentication-config or --oidc flags)"
+    )]
+    WrongUser {
+        server: String,
+        expected: String,
+        found: String,
+    },
+    #[error(
+        "{server} authenticates the hub as {user} but does not let it {verb} {resource} (ClusterRole {role}): the binding spokekeeper made was removed or changed; the next rotation makes it again"
+    )]
+    NotBound {
+        server: String,
+        user: String,
+        role: String,
+        verb: String,
+        resource: String,
+    },
+    #[error("{step}: {error}")]
+    Call {
+        step: &'static str,
+        error: LiveError,
+    },
+}

@@ -1,0 +1,230 @@
+//! [trust] for a federated spoke, with the admin credential just validated: the spoke's
+//! trust of the hub written on its node, the hub's controllers bound, and both proven
+//! before anything is committed; then the ConfigMap Flux reaches the spoke with.
+
+use std::time::Duration;
+
+use super::context::Spoke;
+use super::error::SpokeError;
+use super::reconcile::Tick;
+use super::refresh::Fresh;
+use super::state::{Recorded, SealedTo};
+use crate::config::{CredentialMode, FederatedPolicy, SpokeConfig};
+use crate::federate::{self, FederateError, Reach, Remote, Trust, Version, check};
+use crate::fingerprint::{Content, Fingerprint};
+use crate::hub::token::TokenError;
+use crate::spoke::live;
+
+/// How long a spoke's API server may take to load a rewritten file: it watches the file
+/// and polls it every minute (pkg/kubeapiserver/options/authentication.go).
+pub(crate) const RELOAD_WAIT: Duration = Duration::from_secs(75);
+/// The largest credential.federated.issuer_ca read.
+const MAX_ISSUER_CA: u64 = 256 * 1024;
+
+/// What a federated spoke's rotation made: its record and the ConfigMap to commit.
+pub(super) struct Trusted {
+    pub recorded: Recorded,
+    pub remote: Remote,
+    /// The user the check's token authenticated as.
+    pub user: String,
+}
+
+/// trust, from the admin credential `admin` (validated against the live API).
+pub(super) async fn trust(
+    tick: &Tick<'_>,
+    s: &Spoke<'_>,
+    admin: &Fresh,
+) -> Result<Trusted, SpokeError> {
+    let spoke = s.config;
+    let policy = spoke
+        .credential
+        .federated
+        .as_ref()
+        .ok_or_else(|| fed(FederateError::NotFederated))?;
+    let limit = tick.context.live_timeout;
+    let server = admin.kubeconfig.server_string();
+    let ca_pem = crate::certs::to_pem(
+        &admin
+            .kubeconfig
+            .ca_certs()
+            .iter()
+            .map(|c| c.der.clone())
+            .collect::<Vec<_>>(),
+    );
+    let version = Version::parse(&admin.live.git_version)
+        .ok_or_else(|| fed(FederateError::Version(admin.live.git_version.clone())))?;
+    let trust = trust_of(policy, &server)?;
+    let content =
+        federate::authn::render(&trust, spoke.distro, version).map_err(|e| fed(e.into()))?;
+    let hub = tick.hub.ok_or_else(|| fed(FederateError::NoHub))?;
+    stage(tick, spoke, "trust");
+    crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
+        .await
+        .map_err(|e| SpokeError::Extract(e.into()))?;
+    let (client, _) = live::client(&admin.yaml, limit)
+        .await
+        .map_err(|e| SpokeError::Live(e.into()))?;
+    let users: Vec<String> = policy
+        .service_accounts
+        .iter()
+        .map(|a| trust.username(&a.subject()))
+        .collect();
+    let grant = federate::binding::ensure(&admin.yaml, spoke, &users, limit)
+        .await
+        .map_err(|e| SpokeError::Mint(e.into()))?;
+    check::wait_loaded(&client, &server, &content, RELOAD_WAIT)
+        .await
+        .map_err(fed)?;
+    let token = hub
+        .service_account_token(
+            &policy.check_as.namespace,
+            &policy.check_as.name,
+            &trust.audience,
+        )
+        .await
+        .map_err(|e| fed(token_refused(&policy.check_as, &e)))?;
+    let claims = check::Claims::of(&token).map_err(|why| {
+        fed(FederateError::TokenUnreadable {
+            account: policy.check_as.to_string(),
+            why,
+        })
+    })?;
+    if claims.issuer != policy.issuer {
+        return Err(fed(FederateError::WrongIssuer {
+            found: claims.issuer,
+            configured: policy.issuer.clone(),
+        }));
+    }
+    let user = trust.username(&policy.check_as.subject());
+    check::accepts(
+        &server,
+        &ca_pem,
+        &token,
+        (&user, &policy.discovery()),
+        limit,
+    )
+    .await
+    .map_err(fed)?;
+    drop(token);
+    for u in &users {
+        check::bound(&client, &server, u, &grant.as_grant(), limit)
+            .await
+            .map_err(fed)?;
+    }
+    let reach = Reach {
+        address: server.clone(),
+        ca_pem,
+        audiences: vec![trust.audience.clone()],
+        service_account: None,
+    };
+    let data = reach.data();
+    let mut recorded = super::refresh::record(
+        spoke,
+        &admin.kubeconfig,
+        content_of(&data),
+        SealedTo::Nothing,
+        tick.now,
+    );
+    recorded.client_sha256 = None;
+    recorded.client_not_after = None;
+    recorded.credential = crate::mint::RecordedCredential {
+        mode: CredentialMode::Federated,
+        user: None,
+        generation: s
+            .seen
+            .committed
+            .recorded()
+            .map_or(0, |r| r.credential.generation),
+    };
+    recorded.trust_sha256 = Some(federate::trust_fingerprint(policy));
+    let remote = Remote {
+        name: spoke.secret.name.clone(),
+        namespace: spoke.secret.namespace.clone(),
+        labels: [(
+            crate::seal::WATCH_LABEL.0.to_string(),
+            crate::seal::WATCH_LABEL.1.to_string(),
+        )]
+        .into(),
+        annotations: recorded.to_annotations(),
+        data,
+    };
+    Ok(Trusted {
+        recorded,
+        remote,
+        user,
+    })
+}
+
+/// The spoke's trust of the hub for this spoke: its audience is its own API server URL
+/// (what Flux's generic provider asks for when `audiences` is absent).
+fn trust_of(policy: &FederatedPolicy, server: &str) -> Result<Trust, SpokeError> {
+    let issuer_ca = match &policy.issuer_ca {
+        None => None,
+        Some(path) => Some(read_issuer_ca(path).map_err(|why| {
+            fed(FederateError::IssuerCa {
+                path: path.display().to_string(),
+                why,
+            })
+        })?),
+    };
+    let mut subjects: Vec<String> = policy
+        .service_accounts
+        .iter()
+        .map(|a| a.subject())
+        .collect();
+    subjects.push(policy.check_as.subject());
+    Ok(Trust {
+        issuer: policy.issuer.clone(),
+        discovery_url: policy.discovery_url.clone(),
+        issuer_ca,
+        audience: server.to_string(),
+        subjects,
+        username_prefix: policy.username_prefix.clone(),
+    })
+}
+
+fn read_issuer_ca(path: &std::path::Path) -> Result<String, String> {
+    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+    if size > MAX_ISSUER_CA {
+        return Err(format!(
+            "is {size} bytes, more than a CA bundle ({MAX_ISSUER_CA})"
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let ders = crate::certs::certificates_der(&bytes).map_err(|e| e.to_string())?;
+    if ders.is_empty() {
+        return Err("holds no certificate".into());
+    }
+    Ok(crate::certs::to_pem(&ders))
+}
+
+/// What the ConfigMap says, fingerprinted: a periodic check commits only a change.
+fn content_of(data: &std::collections::BTreeMap<String, String>) -> Fingerprint<Content> {
+    let canonical = serde_json::to_vec(data).unwrap_or_default();
+    Fingerprint::of(&canonical)
+}
+
+/// The hub's refusal of a TokenRequest for `account`.
+fn token_refused(account: &crate::config::ServiceAccount, e: &TokenError) -> FederateError {
+    let (code, message) = match e {
+        TokenError::Refused { code, message } => (*code, message.clone()),
+        other => (0, other.to_string()),
+    };
+    FederateError::Token {
+        account: account.to_string(),
+        code,
+        message,
+        fix: e.fix(),
+    }
+}
+
+fn fed(e: FederateError) -> SpokeError {
+    SpokeError::Federate(std::sync::Arc::new(e))
+}
+
+fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {
+    tick.options.progress.emit(super::progress::Step::Stage {
+        spoke: &spoke.name,
+        stage,
+    });
+}
