@@ -359,11 +359,12 @@ async fn revoke_superseded(ctx: &Context, worked: &mut [Worked<'_>]) {
     }
 }
 
-/// What the hub is given to take for a spoke: its sealing format decides the output.
+/// What the hub is given to take for a spoke: its mode and sealing format decide the output.
 fn to_verify<'a>(spoke: &'a SpokeConfig, manifest: &'a str) -> Committed<'a> {
-    let output = match spoke.format {
-        crate::config::SealingFormat::SealedSecrets => Output::SealedSecret,
-        crate::config::SealingFormat::Sops => Output::Sops,
+    let output = match (spoke.credential.mode, spoke.format) {
+        (crate::config::CredentialMode::Federated, _) => Output::ConfigMap,
+        (_, crate::config::SealingFormat::SealedSecrets) => Output::SealedSecret,
+        (_, crate::config::SealingFormat::Sops) => Output::Sops,
     };
     Committed {
         spoke,

@@ -48,6 +48,7 @@ fn listing(consumers: Option<&[&str]>) -> Listed {
             .iter()
             .map(|n| Listing {
                 secret: format!("{n}-kubeconfig"),
+                config_map: false,
                 consumer: Consumer {
                     kind: Kind::Kustomization,
                     namespace: "flux-system".into(),

@@ -91,8 +91,11 @@ pub fn found_by(spoke: &SpokeConfig) -> FoundBy {
 /// One listed consumer of a Secret, with what Flux reads through it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub struct Listing {
-    /// The Secret's name (spec.kubeConfig.secretRef.name).
+    /// The Secret's name (spec.kubeConfig.secretRef.name), or a federated spoke's
+    /// ConfigMap's (spec.kubeConfig.configMapRef.name).
     pub secret: String,
+    /// Through spec.kubeConfig.configMapRef: a federated spoke's consumer.
+    pub config_map: bool,
     pub consumer: Consumer,
     /// spec.kubeConfig.secretRef.key as the hub has it ("" when unset).
     pub key: String,
@@ -125,7 +128,7 @@ pub fn impersonated(
         return Vec::new();
     }
     let mut out: Vec<Impersonated> = Vec::new();
-    for l in all.iter().filter(|l| l.secret == spoke.secret.name) {
+    for l in all.iter().filter(|l| uses(l, spoke)) {
         let name = match (l.service_account.as_str(), default) {
             ("", Some(d)) => d,
             ("", None) => continue,
@@ -184,7 +187,7 @@ pub fn wrong_keys(spoke: &SpokeConfig, listed: &Listed) -> Vec<(Consumer, String
         return Vec::new();
     };
     all.iter()
-        .filter(|l| &l.secret == name)
+        .filter(|l| &l.secret == name && !l.config_map)
         .filter_map(|l| {
             let reads = misread(&l.key, written)?;
             let why = format!(
@@ -206,11 +209,11 @@ pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer
         };
         return (FoundBy::Configured, Ok(vec![c]));
     }
-    let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
+    let ns = &spoke.secret.namespace;
     let found = match listed.get(ns) {
         Some(Ok(all)) => Ok(all
             .iter()
-            .filter(|l| &l.secret == name)
+            .filter(|l| uses(l, spoke))
             .map(|l| l.consumer.clone())
             .collect()),
         Some(Err(e)) => Err(e.clone()),
@@ -219,6 +222,13 @@ pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer
         })),
     };
     (FoundBy::Listed, found)
+}
+
+/// Whether a listed consumer reaches the spoke through what it commits: its Secret, or a
+/// federated spoke's ConfigMap of that name.
+fn uses(l: &Listing, spoke: &SpokeConfig) -> bool {
+    let federated = spoke.credential.mode == crate::config::CredentialMode::Federated;
+    l.secret == spoke.secret.name && l.config_map == federated
 }
 
 /// A list response, reduced to what is used (serde skips the rest without keeping it).
@@ -267,6 +277,13 @@ struct Decryption {
 struct KubeConfigRef {
     #[serde(default, rename = "secretRef")]
     secret_ref: Option<SecretRef>,
+    #[serde(default, rename = "configMapRef")]
+    config_map_ref: Option<ConfigMapRef>,
+}
+
+#[derive(Deserialize)]
+struct ConfigMapRef {
+    name: String,
 }
 
 #[derive(Deserialize)]
@@ -465,12 +482,22 @@ fn matching(
         let Some(spec) = item.spec else {
             continue;
         };
-        let Some(secret_ref) = spec
-            .kube_config
-            .and_then(|k| k.secret_ref)
-            .filter(|r| secrets.contains(&r.name))
-        else {
-            continue;
+        let (secret_ref, config_map) = match spec.kube_config {
+            Some(KubeConfigRef {
+                secret_ref: Some(r),
+                ..
+            }) if secrets.contains(&r.name) => (r, false),
+            Some(KubeConfigRef {
+                config_map_ref: Some(r),
+                ..
+            }) if secrets.contains(&r.name) => (
+                SecretRef {
+                    name: r.name,
+                    key: None,
+                },
+                true,
+            ),
+            _ => continue,
         };
         let service_account = spec.service_account_name.unwrap_or_default();
         if !service_account.is_empty() && !is_dns_subdomain(&service_account) {
@@ -495,6 +522,7 @@ fn matching(
         }
         out.push(Listing {
             secret,
+            config_map,
             consumer: Consumer {
                 kind,
                 namespace: namespace.to_string(),

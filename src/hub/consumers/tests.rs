@@ -29,6 +29,7 @@ fn only_objects_in_the_namespace_that_use_the_secret() {
         found,
         [Listing {
             secret: "dev-kubeconfig".to_string(),
+            config_map: false,
             consumer: Consumer {
                 kind: Kind::Kustomization,
                 namespace: "flux-system".into(),
@@ -155,4 +156,43 @@ fn a_failed_call_is_one_bounded_line() {
         api_error(hyper::http::StatusCode::BAD_GATEWAY, b"<html>"),
         "502 Bad Gateway"
     );
+}
+
+#[test]
+fn a_federated_spokes_consumers_reach_it_through_its_configmap_and_a_sealed_spokes_through_its_secret()
+ {
+    let p = page(serde_json::json!({"items": [
+        {"metadata": {"name": "by-secret", "namespace": "flux-system"},
+         "spec": {"kubeConfig": {"secretRef": {"name": "dev-kubeconfig"}}}},
+        {"metadata": {"name": "by-configmap", "namespace": "flux-system"},
+         "spec": {"kubeConfig": {"configMapRef": {"name": "dev-kubeconfig"}}}},
+        {"metadata": {"name": "other-configmap", "namespace": "flux-system"},
+         "spec": {"kubeConfig": {"configMapRef": {"name": "prod-kubeconfig"}}}}
+    ]}));
+    let secrets = BTreeSet::from(["dev-kubeconfig".to_string()]);
+    let found = matching(Kind::Kustomization, "flux-system", p.items, &secrets).unwrap();
+    assert_eq!(
+        found
+            .iter()
+            .map(|l| (l.consumer.name.as_str(), l.config_map))
+            .collect::<Vec<_>>(),
+        [("by-secret", false), ("by-configmap", true)]
+    );
+    let listed = Listed::from([("flux-system".to_string(), Ok(found))]);
+    let names = |text: &str| {
+        let cfg =
+            crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let (_, found) = of(&cfg.spokes[0], &listed);
+        found
+            .unwrap()
+            .into_iter()
+            .map(|c| c.name)
+            .collect::<Vec<_>>()
+    };
+    let sealed =
+        "repo: {path: f}\nsealing: {cert: c.pem}\nspokes:\n  - {name: dev, address: 10.0.0.1}\n";
+    assert_eq!(names(sealed), ["by-secret"]);
+    let federated = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\nspokes:\n  - {name: dev, address: 10.0.0.1, credential: {mode: federated, federated: {issuer: \"https://hub\"}}}\n";
+    assert_eq!(names(federated), ["by-configmap"]);
 }

@@ -5,6 +5,7 @@
 //! and alerted, and never undoes the commit (the credential was validated against the
 //! spoke before it).
 
+mod applied;
 mod decrypted;
 mod ready;
 mod report;
@@ -59,6 +60,8 @@ pub enum Output {
     SealedSecret,
     /// A sops-encrypted Secret kustomize-controller decrypts.
     Sops,
+    /// A federated spoke's ConfigMap, applied as it is.
+    ConfigMap,
 }
 
 impl Output {
@@ -66,6 +69,7 @@ impl Output {
         match self {
             Output::SealedSecret => Delivery::Synced(check),
             Output::Sops => Delivery::Decrypted(check),
+            Output::ConfigMap => Delivery::Applied(check),
         }
     }
 }
@@ -140,6 +144,9 @@ pub(crate) async fn after_push(
                     verify(hub, spoke, &ciphertext, consumers, root, timeout, ask).await
                 }
                 Output::Sops => verify_sops(hub, spoke, consumers, timeout, ask).await,
+                Output::ConfigMap => {
+                    applied::verify_config_map(hub, spoke, manifest, consumers, timeout, ask).await
+                }
             };
             if report.delivery.check().ok && report.list_error.is_none() {
                 report

@@ -56,7 +56,7 @@ pub struct ConsumerCheck {
 }
 
 /// How the committed credential became the spoke's Secret on the hub, written in the
-/// report as `synced` or `decrypted`.
+/// report as `synced`, `decrypted` or `applied`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub enum Delivery {
     /// A SealedSecret: its Synced condition, for the committed ciphertext.
@@ -66,12 +66,15 @@ pub enum Delivery {
     /// it, for this request (`DecryptionFailed` when kustomize-controller could not).
     #[serde(rename = "decrypted")]
     Decrypted(Check),
+    /// A federated spoke's ConfigMap: its data on the hub is the commit's.
+    #[serde(rename = "applied")]
+    Applied(Check),
 }
 
 impl Delivery {
     pub fn check(&self) -> &Check {
         match self {
-            Delivery::Synced(c) | Delivery::Decrypted(c) => c,
+            Delivery::Synced(c) | Delivery::Decrypted(c) | Delivery::Applied(c) => c,
         }
     }
 
@@ -80,6 +83,7 @@ impl Delivery {
         match self {
             Delivery::Synced(_) => "synced",
             Delivery::Decrypted(_) => "decrypted",
+            Delivery::Applied(_) => "applied",
         }
     }
 }
