@@ -204,6 +204,10 @@ pub(super) fn resolve(
                 at,
                 &hub_id,
             )
+            .map_err(|b| Refused {
+                key: b.key,
+                message: b.message,
+            })
         })
         .transpose()?;
     Ok(CredentialPolicy {

@@ -3,17 +3,16 @@
 //! AuthenticationConfiguration spokekeeper writes on its server nodes, [`authn`]); the
 //! hub's Flux controllers present short-lived tokens of their own ServiceAccounts, which
 //! a binding on the spoke authorizes; git holds a ConfigMap with the spoke's address and
-//! CA, nothing secret ([`config_map`]). docs/federated.md says what this removes and what
+//! CA, nothing secret ([`crate::flux::remote`]). docs/federated.md says what this removes and what
 //! it keeps.
 
 pub mod authn;
 pub mod binding;
 pub mod check;
-pub mod config_map;
 mod error;
 
 pub use authn::{Trust, Version};
-pub use config_map::{Reach, Remote};
+pub use crate::flux::remote::{Reach, Remote};
 pub use error::FederateError;
 
 /// What the spoke's file says of the hub, as configured: a change rewrites it.

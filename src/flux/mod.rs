@@ -6,6 +6,7 @@
 mod confine;
 pub mod layout;
 mod onboard;
+pub mod remote;
 mod traps;
 
 use crate::config::SpokeConfig;

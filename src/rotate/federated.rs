@@ -160,12 +160,7 @@ pub(super) async fn trust(
 fn trust_of(policy: &FederatedPolicy, server: &str) -> Result<Trust, SpokeError> {
     let issuer_ca = match &policy.issuer_ca {
         None => None,
-        Some(path) => Some(read_issuer_ca(path).map_err(|why| {
-            fed(FederateError::IssuerCa {
-                path: path.display().to_string(),
-                why,
-            })
-        })?),
+        Some(path) => Some(read_issuer_ca(path).map_err(fed)?),
     };
     let mut subjects: Vec<String> = policy
         .service_accounts
@@ -183,17 +178,22 @@ fn trust_of(policy: &FederatedPolicy, server: &str) -> Result<Trust, SpokeError>
     })
 }
 
-fn read_issuer_ca(path: &std::path::Path) -> Result<String, String> {
-    let size = std::fs::metadata(path).map_err(|e| e.to_string())?.len();
+/// credential.federated.issuer_ca: a file of the host's, beside spokekeeper.yaml.
+fn read_issuer_ca(path: &std::path::Path) -> Result<String, FederateError> {
+    let bad = |why: String| FederateError::IssuerCa {
+        path: path.display().to_string(),
+        why,
+    };
+    let size = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
     if size > MAX_ISSUER_CA {
-        return Err(format!(
+        return Err(bad(format!(
             "is {size} bytes, more than a CA bundle ({MAX_ISSUER_CA})"
-        ));
+        )));
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    let ders = crate::certs::certificates_der(&bytes).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let ders = crate::certs::certificates_der(&bytes).map_err(|e| bad(e.to_string()))?;
     if ders.is_empty() {
-        return Err("holds no certificate".into());
+        return Err(bad("holds no certificate".into()));
     }
     Ok(crate::certs::to_pem(&ders))
 }

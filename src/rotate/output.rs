@@ -3,7 +3,7 @@
 
 use super::state::AnnotationError;
 use crate::config::SealingFormat;
-use crate::federate::Remote;
+use crate::flux::remote::Remote;
 use crate::seal::sops::{self, SopsSecret};
 use crate::seal::{ManifestError, SealedSecret};
 
@@ -89,7 +89,7 @@ impl Output {
 /// A top-level `kind: ConfigMap` line: the file is a federated spoke's (anything else is
 /// read as before, and a Secret is never taken for one).
 fn is_config_map(bytes: &[u8]) -> bool {
-    String::from_utf8_lossy(&bytes[..bytes.len().min(crate::federate::config_map::MAX_BYTES)])
+    String::from_utf8_lossy(&bytes[..bytes.len().min(crate::flux::remote::MAX_BYTES)])
         .lines()
         .any(|l| l.trim_end() == "kind: ConfigMap")
 }
@@ -104,7 +104,7 @@ pub enum InvalidKind {
     #[error(transparent)]
     Sops(sops::SopsError),
     #[error(transparent)]
-    ConfigMap(crate::federate::config_map::RemoteError),
+    ConfigMap(crate::flux::remote::RemoteError),
 }
 
 #[cfg(test)]

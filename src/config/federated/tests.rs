@@ -2,8 +2,8 @@ use crate::config::{Config, CredentialMode};
 
 const HEAD: &str = "repo: {path: f}\nsealing: {cert: c}\nhub: {}\n";
 
-fn parse(text: &str) -> Result<Config, String> {
-    Config::parse(text, "t.yaml", std::path::Path::new("/etc/sk")).map_err(|e| e.to_string())
+fn parse(text: &str) -> Result<Config, crate::config::ConfigError> {
+    Config::parse(text, "t.yaml", std::path::Path::new("/etc/sk"))
 }
 
 fn spoke(credential: &str) -> String {
@@ -11,7 +11,7 @@ fn spoke(credential: &str) -> String {
 }
 
 fn refused(text: &str, needles: &[&str]) {
-    let e = parse(text).expect_err(text);
+    let e = parse(text).expect_err(text).to_string();
     for n in needles {
         assert!(e.contains(n), "{e:?} lacks {n:?}");
     }

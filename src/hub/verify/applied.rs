@@ -12,7 +12,7 @@ use tokio::time::Instant;
 use super::spoke::ask_consumers;
 use super::{Ask, Check, Delivery, HubReport, POLL};
 use crate::config::SpokeConfig;
-use crate::federate::Remote;
+use crate::flux::remote::Remote;
 use crate::hub::{Consumer, Hub, HubError};
 
 /// Waits for the hub's ConfigMap to hold the data of `manifest`, then asks `consumers`.

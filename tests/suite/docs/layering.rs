@@ -18,6 +18,8 @@ const LAYERS: &[&[&str]] = &[
     &["metrics", "alerts"],
     // The tick: observe, decide, extract, validate, seal, publish, verify.
     &["rotate"],
+    // Federated spokes: their trust of the hub, written, bound and proven.
+    &["federate"],
     // What a tick talks to besides the spokes: the hub's API, forges, the spokes' CSR API.
     &["hub", "forge", "mint"],
     // Reaching a spoke; Sealed Secrets; the fleet repo; its Flux layout.

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-use super::credential::Refused;
 
 /// The hub's Flux controllers: Flux's generic provider presents a token of the
 /// controller's own ServiceAccount (fluxcd/pkg auth/generic/provider.go).
@@ -27,6 +26,13 @@ pub(crate) struct RawFederated {
     service_accounts: Option<Vec<String>>,
     check_as: Option<String>,
     username_prefix: Option<String>,
+}
+
+/// A refused value: its key (for the line) and the message, which starts with it.
+#[derive(Debug)]
+pub(super) struct Bad {
+    pub key: String,
+    pub message: String,
 }
 
 /// A hub ServiceAccount.
@@ -93,7 +99,7 @@ pub(super) fn resolve(
     spoke: Option<&RawFederated>,
     at: &str,
     hub_id: &str,
-) -> Result<FederatedPolicy, Refused> {
+) -> Result<FederatedPolicy, Bad> {
     let none = RawFederated::default();
     let (g, s) = (global.unwrap_or(&none), spoke.unwrap_or(&none));
     let key = |field: &str, own: bool| {
@@ -105,7 +111,7 @@ pub(super) fn resolve(
     };
     let refuse = |field: &str, own: bool, why: String| {
         let key = key(field, own);
-        Refused {
+        Bad {
             message: format!("{key} {why}"),
             key,
         }
@@ -116,17 +122,21 @@ pub(super) fn resolve(
             .or(b.clone().map(|v| (v, false)))
     };
     let Some((issuer, own)) = pick(&s.issuer, &g.issuer) else {
-        return Err(Refused {
+        return Err(Bad {
             key: format!("{at}.credential.mode"),
             message: format!(
                 "{at}.credential.mode is federated but credential.federated.issuer is not set: set it to the hub's --service-account-issuer (an https URL the spokes can reach, not the spokes' own issuer)"
             ),
         });
     };
-    https_url(&issuer).map_err(|why| refuse("issuer", own, why))?;
+    if let Some(why) = https_problem(&issuer) {
+        return Err(refuse("issuer", own, why));
+    }
     let discovery_url = pick(&s.discovery_url, &g.discovery_url);
     if let Some((d, own)) = &discovery_url {
-        https_url(d).map_err(|why| refuse("discovery_url", *own, why))?;
+        if let Some(why) = https_problem(d) {
+            return Err(refuse("discovery_url", *own, why));
+        }
         if d.trim_end_matches('/') == issuer.trim_end_matches('/') {
             return Err(refuse(
                 "discovery_url",
@@ -171,7 +181,9 @@ pub(super) fn resolve(
     let (prefix, prefix_own) =
         pick(&s.username_prefix, &g.username_prefix).unwrap_or((DEFAULT_PREFIX.into(), false));
     let username_prefix = prefix.replace("{hub}", hub_id);
-    prefix_name(&username_prefix).map_err(|why| refuse("username_prefix", prefix_own, why))?;
+    if let Some(why) = prefix_problem(&username_prefix) {
+        return Err(refuse("username_prefix", prefix_own, why));
+    }
     Ok(FederatedPolicy {
         issuer,
         discovery_url: discovery_url.map(|(d, _)| d),
@@ -189,62 +201,56 @@ fn account_format(a: &str) -> String {
     )
 }
 
-/// An https URL without user, query or fragment (what the API server accepts as an issuer).
-fn https_url(u: &str) -> Result<(), String> {
+/// What keeps `u` from being an https URL without user, query or fragment (what the API
+/// server accepts as an issuer), if anything.
+fn https_problem(u: &str) -> Option<String> {
     let shown = crate::text::one_line(u, 120);
-    let parsed = url::Url::parse(u).map_err(|e| format!("{shown:?} is not a URL ({e})"))?;
+    let parsed = match url::Url::parse(u) {
+        Ok(p) => p,
+        Err(e) => return Some(format!("{shown:?} is not a URL ({e})")),
+    };
     if parsed.scheme() != "https" {
-        return Err(format!(
+        return Some(format!(
             "{shown:?} is not https: a spoke fetches the issuer's keys over TLS only"
         ));
     }
-    if !parsed.username().is_empty()
+    let extra = !parsed.username().is_empty()
         || parsed.password().is_some()
         || parsed.query().is_some()
         || parsed.fragment().is_some()
-        || parsed.host_str().is_none()
-    {
-        return Err(format!(
+        || parsed.host_str().is_none();
+    if extra {
+        return Some(format!(
             "{shown:?} may not hold a user, password, query or fragment"
         ));
     }
-    if u.len() > 2048 {
-        return Err("is longer than 2048 characters".into());
-    }
-    Ok(())
+    (u.len() > 2048).then(|| "is longer than 2048 characters".to_string())
 }
 
-/// A prefix that keeps the hub's users apart from the spoke's own.
-fn prefix_name(p: &str) -> Result<(), String> {
+/// What keeps `p` from keeping the hub's users apart from the spoke's own, if anything.
+fn prefix_problem(p: &str) -> Option<String> {
     let shown = crate::text::one_line(p, 80);
     if p.is_empty() {
-        return Err("is empty: a hub ServiceAccount would then be the spoke's own user of that name; e.g. \"hub:\"".into());
+        return Some("is empty: a hub ServiceAccount would then be the spoke's own user of that name; e.g. \"hub:\"".into());
     }
     if p.starts_with("system:") {
-        return Err(format!(
-            "{shown:?} starts with system:, which Kubernetes reserves for its own identities; e.g. \"hub:\""
-        ));
+        return Some(format!("{shown:?} starts with system:, which Kubernetes reserves for its own identities; e.g. \"hub:\""));
     }
     let ok = p.len() <= 100
         && p.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"-_.:@".contains(&b));
-    if !ok {
-        return Err(format!(
-            "{shown:?} may hold only letters, digits and - _ . : @ (at most 100)"
-        ));
-    }
-    Ok(())
+    (!ok).then(|| format!("{shown:?} may hold only letters, digits and - _ . : @ (at most 100)"))
 }
 
 /// What a federated spoke needs beyond its own block: the hub (spokekeeper asks it for the
 /// token it proves the spoke with), and SSH (the trust is written on the node).
-pub(super) fn check(c: &super::Config) -> Result<(), super::check::Invalid> {
+pub(super) fn check(c: &super::Config) -> Result<(), Bad> {
     let federated = |s: &&super::SpokeConfig| s.credential.mode == super::CredentialMode::Federated;
     let Some((i, s)) = c.spokes.iter().enumerate().find(|(_, s)| federated(s)) else {
         return Ok(());
     };
     if c.hub.is_none() {
-        return Err(super::check::Invalid {
+        return Err(Bad {
             key: format!("spokes[{i}].credential"),
             message: format!(
                 "spokes[{i}].credential.mode is federated ({}), but there is no hub: section: spokekeeper asks the hub for a ServiceAccount token to prove the spoke trusts it; add hub: (its kubeconfig, or in-cluster)",
@@ -258,7 +264,7 @@ pub(super) fn check(c: &super::Config) -> Result<(), super::check::Invalid> {
         .enumerate()
         .find(|(_, s)| federated(s) && s.source != super::SourceKind::Ssh)
     {
-        return Err(super::check::Invalid {
+        return Err(Bad {
             key: format!("spokes[{i}].source"),
             message: format!(
                 "spokes[{i}].source is local, but {} is federated: its trust of the hub is written on the node over SSH through the federated node recipe; use source: ssh",
