@@ -191,6 +191,21 @@ pub fn loaded_config_hash(api: &KubeApi) -> Result<String, String> {
         .ok_or_else(|| format!("no hash label: {line}"))
 }
 
+/// How many automatic reloads of the file `api` counted as failed (a file that does not
+/// parse or validate, an issuer that did not answer within a minute).
+pub fn reload_failures(api: &KubeApi) -> Result<u64, String> {
+    let metrics = api.try_kubectl(&["get", "--raw", "/metrics"])?;
+    Ok(metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("apiserver_authentication_config_controller_automatic_reloads_total{")
+                && l.contains("status=\"failure\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .map(|n| n as u64)
+        .sum())
+}
+
 /// Waits until `api` runs the configuration `text` (its metric's hash), and returns how
 /// long that took from the call.
 pub fn wait_config_loaded(api: &KubeApi, text: &str, within: Duration) -> Duration {
