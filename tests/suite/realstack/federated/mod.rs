@@ -22,6 +22,7 @@ use support::realstack::federated::{Trust, authentication_config, hub_token, sta
 use support::realstack::kube::{Etcd, KubeApi};
 use support::realstack::spoke::{RealSpoke, SpokeOptions};
 
+mod flux;
 mod tokens;
 
 const NS: &str = "flux-system";
