@@ -70,7 +70,7 @@ fn app_repo(root: &std::path::Path) {
 }
 
 /// The ConfigMap a federated spoke is reached through and the GitRepository `app`.
-fn reach_objects(git_url: &str, spoke: &RealSpoke) -> String {
+fn reach_objects(git_url: &str, spoke: &RealSpoke, extra: &str) -> String {
     let ca = spoke
         .node
         .pki()
@@ -81,7 +81,7 @@ fn reach_objects(git_url: &str, spoke: &RealSpoke) -> String {
         .collect::<String>();
     format!(
         "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: spoke-federated\n  namespace: {NS}\n\
-         data:\n  provider: generic\n  address: {address}\n  audiences: {AUDIENCE}\n  ca.crt: |\n{ca}---\n\
+         data:\n  provider: generic\n  address: {address}\n  audiences: {AUDIENCE}\n{extra}  ca.crt: |\n{ca}---\n\
          apiVersion: source.toolkit.fluxcd.io/v1\nkind: GitRepository\nmetadata:\n  name: app\n  \
          namespace: {NS}\nspec:\n  interval: 10m\n  timeout: 20s\n  url: {git_url}\n  ref:\n    \
          branch: main\n",
@@ -117,7 +117,9 @@ struct FluxFederation {
 }
 
 impl FluxFederation {
-    fn start(controller: &str) -> FluxFederation {
+    /// The spoke trusting the hub's ServiceAccount `sa`, the controllers run with `opts`
+    /// (pod_identity set here), the ConfigMap with `extra` data lines.
+    fn start(sa: &str, opts: FluxOptions, extra: &str) -> FluxFederation {
         let lab = Lab::new();
         let hub = RealHub::start(&HubOptions {
             own_issuer: true,
@@ -125,7 +127,7 @@ impl FluxFederation {
         });
         let spoke = federated_spoke(&lab, &hub.etcd, hub.dir());
         let trust = Trust {
-            subject: format!("system:serviceaccount:{NS}:{controller}"),
+            subject: format!("system:serviceaccount:{NS}:{sa}"),
             ..Trust::kustomize_controller(&hub.api, &hub.pki.parts.ca_pem, AUDIENCE)
         };
         spoke.write_authentication_config(&authentication_config(std::slice::from_ref(&trust)));
@@ -143,11 +145,11 @@ impl FluxFederation {
             &hub,
             &FluxOptions {
                 pod_identity: true,
-                ..FluxOptions::default()
+                ..opts
             },
         );
         hub.api
-            .apply(&reach_objects(&git_http.url("app.git"), &spoke));
+            .apply(&reach_objects(&git_http.url("app.git"), &spoke, extra));
         FluxFederation {
             controllers,
             _git: git_http,
@@ -202,7 +204,7 @@ fn kustomize_controller_deploys_through_a_generic_configmap_and_gets_the_spokes_
  {
     crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
-    let fed = FluxFederation::start(KUSTOMIZE);
+    let fed = FluxFederation::start(KUSTOMIZE, FluxOptions::default(), "");
     fed.hub.api.apply(KUSTOMIZATION);
     fed.wait("kustomization", "Ready=True", |r| r.status == "True");
     let app = fed
@@ -225,7 +227,7 @@ fn helm_controller_installs_through_a_generic_configmap_and_gets_the_spokes_403_
  {
     crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
-    let fed = FluxFederation::start("helm-controller");
+    let fed = FluxFederation::start("helm-controller", FluxOptions::default(), "");
     fed.hub.api.apply(HELM_RELEASE);
     fed.wait("helmrelease", "Ready=True", |r| r.status == "True");
     let chart = fed
@@ -241,4 +243,35 @@ fn helm_controller_installs_through_a_generic_configmap_and_gets_the_spokes_403_
     let failed = fed.unbound_reconcile("helmrelease");
     let forbidden = format!("is forbidden: User \"{}\"", fed.user);
     assert!(failed.message.contains(&forbidden), "{failed:?}");
+}
+
+/// With `serviceAccountName` in the ConfigMap and the gate on, the token is that
+/// ServiceAccount's (the spoke trusts only it), not the controller's.
+#[test]
+fn with_the_gate_on_kustomize_controller_deploys_as_the_configmaps_service_account() {
+    crate::support::requires!(ROOT, REAL_STACK);
+    let _heavy = support::timing::heavy();
+    let opts = FluxOptions {
+        args: vec!["--feature-gates=ObjectLevelWorkloadIdentity=true".into()],
+        ..FluxOptions::default()
+    };
+    let fed = FluxFederation::start(
+        "spoke-a-deployer",
+        opts,
+        "  serviceAccountName: spoke-a-deployer\n",
+    );
+    fed.hub.api.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: spoke-a-deployer\n  namespace: {NS}\n"
+    ));
+    fed.hub.api.apply(KUSTOMIZATION);
+    fed.wait("kustomization", "Ready=True", |r| r.status == "True");
+    let app = fed
+        .spoke
+        .api
+        .get_json(&["configmap", "federated-app", "-n", "default"]);
+    assert_eq!(app["data"]["through"], "configmap-ref", "{app:#}");
+    assert_eq!(
+        fed.managers("configmap", "federated-app"),
+        ["kustomize-controller"]
+    );
 }
