@@ -6,7 +6,8 @@ use super::*;
 use std::time::Duration;
 
 use support::realstack::federated::{
-    NO_ISSUERS, config_hash, loaded_config_hash, reload_failures, wait_config_loaded, write_config,
+    DISCOVERY_BINDING, NO_ISSUERS, anonymous_discovery, config_hash, loaded_config_hash,
+    reload_failures, wait_config_loaded, write_config,
 };
 use support::realstack::spoke::authentication_config_path;
 use support::realstack::wait_until;
@@ -166,5 +167,55 @@ fn a_file_that_changes_the_anonymous_block_is_refused_and_the_previous_one_kept(
     assert_eq!(
         fed.hub.client(KUSTOMIZE, "spoke-a", spoke).whoami(),
         Ok(USER.to_string())
+    );
+}
+
+/// The spoke fetches the issuer's discovery document and JWKS without credentials: from a
+/// hub that does not grant them to anyone, the file naming it is never run (a failed
+/// reload after the minute's timeout) and the file before it stays in force.
+#[test]
+fn a_file_naming_an_issuer_without_anonymous_discovery_fails_to_load_and_the_previous_one_stays() {
+    crate::support::requires!(ROOT, REAL_STACK);
+    let _heavy = support::timing::heavy();
+    let fed = Federation::start(&["spoke-a"]);
+    let spoke = &fed.spokes[0];
+    let closed = Hub::start("closed-hub", fed.dir.path(), &fed.etcd);
+    let open = anonymous_discovery(&closed.api, &closed.pki.parts.ca_pem);
+    assert!(open.is_ok(), "{open:?}");
+    closed
+        .api
+        .kubectl(&["delete", "clusterrolebinding", DISCOVERY_BINDING]);
+    wait_until(
+        "discovery refused to anyone",
+        Duration::from_secs(30),
+        || match anonymous_discovery(&closed.api, &closed.pki.parts.ca_pem) {
+            Err(e) if e.contains("Forbidden") => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    let kept = authentication_config(&[fed.hub.trust("spoke-a")]);
+    let before = reload_failures(&spoke.api).expect("the reload metrics");
+    let mut other = closed.trust("spoke-a");
+    other.prefix = "closed:".into();
+    write_config(
+        &authentication_config_path(&spoke.node),
+        &authentication_config(&[fed.hub.trust("spoke-a"), other]),
+    );
+    wait_until(
+        "a failed reload",
+        Duration::from_secs(150),
+        || match reload_failures(&spoke.api)? {
+            n if n > before => Ok(()),
+            n => Err(format!("{n} failed reloads")),
+        },
+    );
+    assert_eq!(loaded_config_hash(&spoke.api), Ok(config_hash(&kept)));
+    assert_eq!(
+        fed.hub.client(KUSTOMIZE, "spoke-a", spoke).whoami(),
+        Ok(USER.to_string())
+    );
+    assert_eq!(
+        closed.client(KUSTOMIZE, "spoke-a", spoke).whoami(),
+        Err(401)
     );
 }

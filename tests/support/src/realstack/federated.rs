@@ -56,16 +56,40 @@ pub fn issuer_flags(url: &str) -> Vec<String> {
     ]
 }
 
+/// The ClusterRoleBinding of [`grant_anonymous_discovery`].
+pub const DISCOVERY_BINDING: &str = "lab-anonymous-issuer-discovery";
+
 /// The discovery document and JWKS to anyone (no credentials), nothing else: the
 /// bootstrap ClusterRole system:service-account-issuer-discovery, which the API server
 /// binds only to system:serviceaccounts, bound to system:unauthenticated too.
 pub fn grant_anonymous_discovery(api: &KubeApi) {
-    api.apply(
+    api.apply(&format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  \
-         name: lab-anonymous-issuer-discovery\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
+         name: {DISCOVERY_BINDING}\nroleRef:\n  apiGroup: rbac.authorization.k8s.io\n  \
          kind: ClusterRole\n  name: system:service-account-issuer-discovery\nsubjects:\n\
          - apiGroup: rbac.authorization.k8s.io\n  kind: Group\n  name: system:unauthenticated\n",
-    );
+    ));
+}
+
+/// The hub's discovery document as a client without credentials gets it (the spoke's
+/// fetch), trusting `ca_pem` (written beside the hub's files: public).
+pub fn anonymous_discovery(api: &KubeApi, ca_pem: &str) -> Result<String, String> {
+    let ca = api.dir.join("discovery-ca.crt");
+    std::fs::write(&ca, ca_pem).map_err(|e| format!("{}: {e}", ca.display()))?;
+    // curl: kubectl without credentials asks for a username.
+    super::run(
+        std::process::Command::new("curl")
+            .args([
+                "--silent",
+                "--show-error",
+                "--fail-with-body",
+                "--max-time",
+                "10",
+            ])
+            .arg("--cacert")
+            .arg(&ca)
+            .arg(format!("{}/.well-known/openid-configuration", api.url)),
+    )
 }
 
 /// An API server named `name` on `addr` whose issuer is its own URL, discovery granted to
