@@ -5,6 +5,7 @@ use crate::support::realstack::kube::KubeApi;
 
 mod conformance;
 mod distros;
+mod federated;
 mod flux_add;
 mod flux_real;
 mod flux_sops;

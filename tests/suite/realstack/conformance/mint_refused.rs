@@ -41,7 +41,10 @@ fn without_a_signer_neither_the_mock_nor_a_real_spoke_signs() {
         &lab,
         &etcd,
         dir.path(),
-        &support::realstack::spoke::SpokeOptions { signer: false },
+        &support::realstack::spoke::SpokeOptions {
+            signer: false,
+            ..Default::default()
+        },
     );
     let rt = tokio::runtime::Runtime::new().unwrap();
     let pki = spoke.node.pki();

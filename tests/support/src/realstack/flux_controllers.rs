@@ -14,6 +14,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::Value;
+use zeroize::Zeroizing;
 
 use super::hub::RealHub;
 use super::kube::START;
@@ -117,14 +118,65 @@ subjects:
 pub struct FluxOptions {
     /// `--requeue-dependency` of every controller (Flux's default is 30s).
     pub requeue_dependency: Duration,
+    /// Give each controller its ServiceAccount token where a Pod has it,
+    /// /var/run/secrets/kubernetes.io/serviceaccount/token (a tmpfs over /run in a mount
+    /// namespace of its own): Flux's generic provider reads its own identity there
+    /// (fluxcd/pkg/auth v0.54.3 generic/provider.go 60).
+    pub pod_identity: bool,
+    /// More arguments for kustomize- and helm-controller (e.g. `--feature-gates=...`).
+    pub args: Vec<String>,
 }
 
 impl Default for FluxOptions {
     fn default() -> Self {
         FluxOptions {
             requeue_dependency: Duration::from_secs(2),
+            pod_identity: false,
+            args: Vec::new(),
         }
     }
+}
+
+/// The command that runs controller `name`, with its own TMPDIR and, with
+/// [`FluxOptions::pod_identity`], its `token` mounted as a Pod's; the caller adds the
+/// kubeconfig and listeners.
+fn controller_command(hub: &RealHub, name: &str, opts: &FluxOptions, token: &str) -> Command {
+    // Its own TMPDIR: kustomize-controller builds in a temporary directory, and one
+    // under the shared /tmp was seen gone mid-build under load (BuildFailed,
+    // "evalsymlink failure"); this one goes with the hub.
+    let tmp = hub.dir().join(format!("{name}-tmp"));
+    std::fs::create_dir_all(&tmp).expect("controller TMPDIR");
+    let mut cmd = if opts.pod_identity {
+        // The token goes through the environment into the tmpfs, never to a disk file,
+        // and is unset before the controller starts.
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+            .arg(
+                "mount -t tmpfs -o mode=755 lab /run \
+                 && mkdir -p /run/secrets/kubernetes.io/serviceaccount \
+                 && printf %s \"$LAB_SA_TOKEN\" > /run/secrets/kubernetes.io/serviceaccount/token \
+                 && printf %s \"$RUNTIME_NAMESPACE\" > /run/secrets/kubernetes.io/serviceaccount/namespace \
+                 && unset LAB_SA_TOKEN && exec \"$@\"",
+            )
+            .arg("sh")
+            .arg(bin(name));
+        cmd.env_clear().env("LAB_SA_TOKEN", token);
+        cmd
+    } else {
+        let mut cmd = Command::new(bin(name));
+        cmd.env_clear();
+        cmd
+    };
+    cmd.env("TMPDIR", &tmp)
+        .env("RUNTIME_NAMESPACE", NS)
+        .env("HOME", hub.dir())
+        .env("PATH", "/usr/bin:/bin")
+        .arg("--enable-leader-election=false")
+        .arg("--events-addr=")
+        .arg("--watch-all-namespaces=true")
+        .arg("--log-level=debug")
+        .arg("--log-encoding=json");
+    cmd
 }
 
 pub struct FluxControllers {
@@ -168,28 +220,18 @@ impl FluxControllers {
             hub.api.apply(&format!(
                 "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {name}\n  namespace: {NS}\n"
             ));
-            let token = hub
-                .api
-                .kubectl(&["create", "token", name, "-n", NS, "--duration=24h"]);
+            let token = Zeroizing::new(hub.api.kubectl(&[
+                "create",
+                "token",
+                name,
+                "-n",
+                NS,
+                "--duration=24h",
+            ]));
             let kubeconfig = hub.token_kubeconfig(name, token.trim());
             let health = free_port(lo);
-            // Its own TMPDIR: kustomize-controller builds in a temporary directory, and one
-            // under the shared /tmp was seen gone mid-build under load (BuildFailed,
-            // "evalsymlink failure"); this one goes with the hub.
-            let tmp = hub.dir().join(format!("{name}-tmp"));
-            std::fs::create_dir_all(&tmp).expect("controller TMPDIR");
-            let mut cmd = Command::new(bin(name));
-            cmd.env_clear()
-                .env("KUBECONFIG", &kubeconfig)
-                .env("TMPDIR", &tmp)
-                .env("RUNTIME_NAMESPACE", NS)
-                .env("HOME", hub.dir())
-                .env("PATH", "/usr/bin:/bin")
-                .arg("--enable-leader-election=false")
-                .arg("--events-addr=")
-                .arg("--watch-all-namespaces=true")
-                .arg("--log-level=debug")
-                .arg("--log-encoding=json")
+            let mut cmd = controller_command(hub, name, opts, token.trim());
+            cmd.env("KUBECONFIG", &kubeconfig)
                 .arg(format!("--metrics-addr=127.0.0.1:{}", free_port(lo)))
                 .arg(format!("--health-addr=127.0.0.1:{health}"))
                 .arg(&requeue);
@@ -197,6 +239,8 @@ impl FluxControllers {
                 cmd.arg(format!("--storage-path={}", storage_dir.display()))
                     .arg(format!("--storage-addr=127.0.0.1:{storage}"))
                     .arg(format!("--storage-adv-addr=127.0.0.1:{storage}"));
+            } else {
+                cmd.args(&opts.args);
             }
             let mut proc = Proc::spawn(name, hub.dir(), cmd);
             wait_until(&format!("{name} is ready"), START, || {

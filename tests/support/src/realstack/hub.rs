@@ -36,6 +36,10 @@ pub struct HubOptions {
     /// The controller Service's port unnamed, as upstream controller.yaml installs it
     /// (the chart names it http).
     pub unnamed_port: bool,
+    /// The API server its own issuer, `https://HOST:PORT`, its discovery document and
+    /// JWKS readable by anyone (federated::start_issuer), instead of the issuer every lab
+    /// API server shares: what federated spokes trust.
+    pub own_issuer: bool,
 }
 
 pub struct RealHub {
@@ -48,6 +52,8 @@ pub struct RealHub {
     /// The controller's arguments, as the chart's Deployment gives them.
     controller_args: Vec<String>,
     cert_path: String,
+    /// The hub's own issuer, when started with one.
+    pub issuer: Option<String>,
     pub dir: tempfile::TempDir,
 }
 
@@ -56,7 +62,11 @@ impl RealHub {
         let dir = crate::scratch_dir();
         let netns = Netns::create();
         let host = IpAddr::V4(netns.host);
-        let (pki, etcd, api) = control_plane(dir.path(), host);
+        let (pki, etcd, api) = if opts.own_issuer {
+            super::federated::issuer_control_plane(dir.path(), host)
+        } else {
+            control_plane(dir.path(), host)
+        };
         let crds = tools().join("crds");
         for crd in [
             "sealedsecrets.yaml",
@@ -81,6 +91,7 @@ impl RealHub {
             ]);
         }
         api.apply("apiVersion: v1\nkind: Namespace\nmetadata:\n  name: flux-system\n");
+        let issuer = opts.own_issuer.then(|| api.url.clone());
         let mut hub = RealHub {
             controller: None,
             api,
@@ -89,6 +100,7 @@ impl RealHub {
             pki,
             controller_args: Vec::new(),
             cert_path: cert_path(opts.unnamed_port),
+            issuer,
             dir,
         };
         hub.install_controller(opts);

@@ -15,6 +15,10 @@ use super::{bin, free_port, run, wait_until};
 /// Debian's etcd-server.
 pub const ETCD: &str = "/usr/bin/etcd";
 
+/// The issuer every lab API server shares unless started with its own, as in-cluster
+/// clusters name theirs.
+pub const SHARED_ISSUER: &str = "https://kubernetes.default.svc.cluster.local";
+
 /// How long a component may take to come up on a busy two-core machine.
 pub const START: Duration = Duration::from_secs(120);
 
@@ -83,7 +87,9 @@ pub fn control_plane(dir: &Path, host: IpAddr) -> (Pki, Etcd, KubeApi) {
 
 impl KubeApi {
     /// Starts an API server named `name` on `addr:port` over `etcd` (keys under
-    /// `/name`), its files in `dir/name`, and waits until /readyz answers.
+    /// `/name`), its files in `dir/name`, and waits until /readyz answers. Its issuer is
+    /// [`SHARED_ISSUER`] unless `extra` names one (federated::issuer_flags): the first
+    /// `--service-account-issuer` signs, so the shared one is then left out.
     pub fn start(
         name: &str,
         dir: &Path,
@@ -135,7 +141,12 @@ impl KubeApi {
             .arg(format!("--tls-private-key-file={}", tls_key.display()))
             .arg(format!("--client-ca-file={}", client_ca.display()))
             .arg("--authorization-mode=RBAC")
-            .arg("--service-account-issuer=https://kubernetes.default.svc.cluster.local")
+            .args(
+                (!extra
+                    .iter()
+                    .any(|a| a.starts_with("--service-account-issuer=")))
+                .then(|| format!("--service-account-issuer={SHARED_ISSUER}")),
+            )
             .arg(format!("--service-account-key-file={}", sa_pub.display()))
             .arg(format!(
                 "--service-account-signing-key-file={}",

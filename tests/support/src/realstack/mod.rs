@@ -13,8 +13,10 @@
 
 pub mod access;
 pub mod api;
+pub mod bearer;
 pub mod controller_manager;
 pub mod distro;
+pub mod federated;
 pub mod flux;
 pub mod flux_controllers;
 pub mod git_http;

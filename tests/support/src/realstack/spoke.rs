@@ -7,18 +7,51 @@
 //! distro.rs lays a node out file for file as k3s and RKE2 do (CA bundles, nochain
 //! files, k3s's API server behind 6443); this one keeps the hub scenarios' simpler shape.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::{Lab, Node, NodeOptions};
 
 use super::controller_manager::ControllerManager;
+use super::federated::{NO_ISSUERS, wait_config_loaded, write_config};
 use super::kube::{Etcd, KubeApi};
 
 /// A real API server for `node` (one without the emulated API) on its address and API
 /// port, with its PKI; `generation` counts rebuilds, each over fresh storage, as a
 /// reinstalled k3s starts.
 pub fn real_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeApi {
+    real_api_with(node, etcd, dir, generation, false)
+}
+
+/// Where a lab node keeps the AuthenticationConfiguration spokekeeper writes: a directory
+/// of its own in the node's directory, as k3s's
+/// /etc/rancher/k3s/spokekeeper/authentication-config.yaml.
+pub fn authentication_config_path(node: &Node) -> PathBuf {
+    node.dir.join("spokekeeper/authentication-config.yaml")
+}
+
+/// [`real_api`], started with `--authentication-config` on the node's file when
+/// `federated` (written as [`NO_ISSUERS`] first if missing), and then without
+/// `--anonymous-auth=false`, as k3s leaves it out: the flag and the file's `anonymous`
+/// block together stop the server (k8s pkg/kubeapiserver/options/authentication.go
+/// 588-592); the file turns anonymous requests off instead.
+pub fn real_api_with(
+    node: &Node,
+    etcd: &Etcd,
+    dir: &Path,
+    generation: u32,
+    federated: bool,
+) -> KubeApi {
     let name = format!("spoke-{}-{generation}", node.address);
+    let flag = if federated {
+        let path = authentication_config_path(node);
+        if !path.exists() {
+            write_config(&path, NO_ISSUERS);
+        }
+        format!("--authentication-config={}", path.display())
+    } else {
+        "--anonymous-auth=false".to_string()
+    };
     KubeApi::start(
         &name,
         dir,
@@ -26,7 +59,7 @@ pub fn real_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeAp
         node.address,
         node.api_port,
         node.pki(),
-        &["--anonymous-auth=false".to_string()],
+        &[flag],
     )
 }
 
@@ -56,11 +89,17 @@ pub struct SpokeOptions {
     /// server). Without it an approved CSR is never signed and never gets a condition:
     /// the "signer missing" case.
     pub signer: bool,
+    /// Start the API server with `--authentication-config` on the node's file
+    /// ([`authentication_config_path`]), trusting no issuer until one is written.
+    pub federated: bool,
 }
 
 impl Default for SpokeOptions {
     fn default() -> Self {
-        SpokeOptions { signer: true }
+        SpokeOptions {
+            signer: true,
+            federated: false,
+        }
     }
 }
 
@@ -70,6 +109,7 @@ pub struct RealSpoke {
     pub api: KubeApi,
     pub node: Node,
     generation: u32,
+    federated: bool,
 }
 
 impl RealSpoke {
@@ -85,7 +125,7 @@ impl RealSpoke {
             api: false,
             ..NodeOptions::default()
         });
-        let api = real_api(&node, etcd, dir, 0);
+        let api = real_api_with(&node, etcd, dir, 0, opts.federated);
         let signer = opts
             .signer
             .then(|| ControllerManager::start(&api, node.pki(), dir));
@@ -94,6 +134,7 @@ impl RealSpoke {
             api,
             node,
             generation: 0,
+            federated: opts.federated,
         }
     }
 
@@ -104,9 +145,16 @@ impl RealSpoke {
         self.api.stop();
         self.node.rebuild();
         self.generation += 1;
-        self.api = real_api(&self.node, etcd, dir, self.generation);
+        self.api = real_api_with(&self.node, etcd, dir, self.generation, self.federated);
         if signer {
             self.signer = Some(ControllerManager::start(&self.api, self.node.pki(), dir));
         }
+    }
+
+    /// Writes the node's AuthenticationConfiguration as spokekeeper does (a rename over
+    /// the file) and waits until the API server runs it: how long that took.
+    pub fn write_authentication_config(&self, text: &str) -> Duration {
+        write_config(&authentication_config_path(&self.node), text);
+        wait_config_loaded(&self.api, text, Duration::from_secs(150))
     }
 }
