@@ -180,6 +180,7 @@ impl Config {
             spokes,
         };
         check::config(&config).map_err(|i| l.invalid(i))?;
+        federated::check(&config).map_err(|b| l.bad(&b.key, b.message))?;
         Ok(config)
     }
 }

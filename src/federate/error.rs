@@ -43,12 +43,13 @@ pub enum FederateError {
     )]
     NotConfigured { server: String },
     #[error(
-        "{server} did not load the authentication configuration spokekeeper wrote within {secs}s ({failures} failed reloads on its /metrics; its log says why): it reloads the file within a minute, and keeps the last good one when a new one fails"
+        "{server} did not load the authentication configuration spokekeeper wrote within {secs}s ({failures} failed reloads on its /metrics; its log says why): it swaps a file in only once it can fetch the issuer's discovery document and keys, here from {discovery} (a spoke that cannot reach the hub: see docs/federated.md, one-way networks), and keeps the last good one meanwhile"
     )]
     NotLoaded {
         server: String,
         secs: u64,
         failures: u64,
+        discovery: String,
     },
     #[error(
         "{server} loaded the configuration but refuses the hub's token (401): it cannot fetch the issuer's discovery document or keys from {discovery} (a spoke that cannot reach the hub: see docs/federated.md, one-way networks), or credential.federated.issuer_ca does not verify them"

@@ -11,8 +11,8 @@ pub mod binding;
 pub mod check;
 mod error;
 
-pub use authn::{Trust, Version};
 pub use crate::flux::remote::{Reach, Remote};
+pub use authn::{Trust, Version};
 pub use error::FederateError;
 
 /// What the spoke's file says of the hub, as configured: a change rewrites it.

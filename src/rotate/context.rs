@@ -203,3 +203,25 @@ pub(super) struct SeenRoots {
     pub bundle: Fingerprint<CaBundle>,
     pub roots: Vec<Fingerprint<Ca>>,
 }
+
+/// The one context a spoke's reconcile takes: the tick as every spoke sees it. It borrows
+/// the process's [`Context`] and the caller's [`Options`], and adds what the tick settled
+/// before working on any spoke (docs/ARCHITECTURE.md says why these stay apart).
+pub(super) struct Tick<'a> {
+    /// Lives as long as the process: configuration, repo, timeouts, memories across ticks.
+    pub context: &'a Context,
+    /// What the caller asked of this tick.
+    pub options: &'a Options,
+    /// The tick's clock, one for every spoke.
+    pub now: OffsetDateTime,
+    /// The tick's sealing key (None: no sealing.cert, every spoke is sops); with
+    /// `untrusted` set nothing may be sealed to it.
+    pub sealing: Option<&'a SealingKey>,
+    pub untrusted: Option<&'a crate::hub::cert::Untrusted>,
+    /// When what the tick publishes can reach the hub.
+    pub landing: Landing,
+    /// The tick's listing of the hub's consumers (empty without a hub).
+    pub listed: &'a crate::hub::consumers::Listed,
+    /// The tick's hub client, when `hub:` is configured and it connected.
+    pub hub: Option<&'a crate::hub::Hub>,
+}

@@ -7,9 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use super::context::Tick;
 use super::context::{Landing, Spoke};
 use super::error::{PinError, SpokeError};
-use super::reconcile::Tick;
 use super::tick_report::{Outcome, RepoFailure, SpokeReport};
 use super::{Beside, Context, Options, Proposal};
 use crate::config::SpokeConfig;

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use super::context::Spoke;
+use super::context::Tick;
 use super::error::SpokeError;
-use super::reconcile::Tick;
 use super::refresh::Fresh;
 use super::state::{Recorded, SealedTo};
 use crate::config::{CredentialMode, FederatedPolicy, SpokeConfig};
@@ -29,7 +29,8 @@ pub(super) struct Trusted {
     pub user: String,
 }
 
-/// trust, from the admin credential `admin` (validated against the live API).
+/// trust, from the admin credential `admin` (validated against the live API): written,
+/// bound, loaded and proven, then the ConfigMap.
 pub(super) async fn trust(
     tick: &Tick<'_>,
     s: &Spoke<'_>,
@@ -41,16 +42,7 @@ pub(super) async fn trust(
         .federated
         .as_ref()
         .ok_or_else(|| fed(FederateError::NotFederated))?;
-    let limit = tick.context.live_timeout;
     let server = admin.kubeconfig.server_string();
-    let ca_pem = crate::certs::to_pem(
-        &admin
-            .kubeconfig
-            .ca_certs()
-            .iter()
-            .map(|c| c.der.clone())
-            .collect::<Vec<_>>(),
-    );
     let version = Version::parse(&admin.live.git_version)
         .ok_or_else(|| fed(FederateError::Version(admin.live.git_version.clone())))?;
     let trust = trust_of(policy, &server)?;
@@ -61,6 +53,7 @@ pub(super) async fn trust(
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
+    let limit = tick.context.live_timeout;
     let (client, _) = live::client(&admin.yaml, limit)
         .await
         .map_err(|e| SpokeError::Live(e.into()))?;
@@ -72,20 +65,47 @@ pub(super) async fn trust(
     let grant = federate::binding::ensure(&admin.yaml, spoke, &users, limit)
         .await
         .map_err(|e| SpokeError::Mint(e.into()))?;
-    check::wait_loaded(&client, &server, &content, RELOAD_WAIT)
-        .await
-        .map_err(fed)?;
+    check::wait_loaded(
+        &client,
+        (&server, &policy.discovery()),
+        &content,
+        RELOAD_WAIT,
+    )
+    .await
+    .map_err(fed)?;
+    let ca_pem = ca_pem(admin);
+    let user = prove(hub, policy, &trust, (&server, &ca_pem), limit).await?;
+    for u in &users {
+        check::bound(&client, &server, u, &grant.as_grant(), limit)
+            .await
+            .map_err(fed)?;
+    }
+    let reach = Reach {
+        address: server,
+        ca_pem,
+        audiences: vec![trust.audience],
+        service_account: None,
+    };
+    Ok(committing(tick, s, admin, policy, reach, user))
+}
+
+/// A token of the check account from the hub, for the spoke's audience, authenticates
+/// there as its prefixed user (returned).
+async fn prove(
+    hub: &crate::hub::Hub,
+    policy: &FederatedPolicy,
+    trust: &Trust,
+    (server, ca_pem): (&str, &str),
+    limit: std::time::Duration,
+) -> Result<String, SpokeError> {
+    let account = &policy.check_as;
     let token = hub
-        .service_account_token(
-            &policy.check_as.namespace,
-            &policy.check_as.name,
-            &trust.audience,
-        )
+        .service_account_token(&account.namespace, &account.name, &trust.audience)
         .await
-        .map_err(|e| fed(token_refused(&policy.check_as, &e)))?;
+        .map_err(|e| fed(token_refused(account, &e)))?;
     let claims = check::Claims::of(&token).map_err(|why| {
         fed(FederateError::TokenUnreadable {
-            account: policy.check_as.to_string(),
+            account: account.to_string(),
             why,
         })
     })?;
@@ -95,28 +115,34 @@ pub(super) async fn trust(
             configured: policy.issuer.clone(),
         }));
     }
-    let user = trust.username(&policy.check_as.subject());
-    check::accepts(
-        &server,
-        &ca_pem,
-        &token,
-        (&user, &policy.discovery()),
-        limit,
-    )
-    .await
-    .map_err(fed)?;
-    drop(token);
-    for u in &users {
-        check::bound(&client, &server, u, &grant.as_grant(), limit)
-            .await
-            .map_err(fed)?;
-    }
-    let reach = Reach {
-        address: server.clone(),
-        ca_pem,
-        audiences: vec![trust.audience.clone()],
-        service_account: None,
-    };
+    let user = trust.username(&account.subject());
+    check::accepts(server, ca_pem, &token, (&user, &policy.discovery()), limit)
+        .await
+        .map_err(fed)?;
+    Ok(user)
+}
+
+/// Every CA of the admin kubeconfig (the spoke's serving CAs), as PEM.
+fn ca_pem(admin: &Fresh) -> String {
+    let ders: Vec<Vec<u8>> = admin
+        .kubeconfig
+        .ca_certs()
+        .iter()
+        .map(|c| c.der.clone())
+        .collect();
+    crate::certs::to_pem(&ders)
+}
+
+/// The record and the ConfigMap of a proven spoke.
+fn committing(
+    tick: &Tick<'_>,
+    s: &Spoke<'_>,
+    admin: &Fresh,
+    policy: &FederatedPolicy,
+    reach: Reach,
+    user: String,
+) -> Trusted {
+    let spoke = s.config;
     let data = reach.data();
     let mut recorded = super::refresh::record(
         spoke,
@@ -137,22 +163,19 @@ pub(super) async fn trust(
             .map_or(0, |r| r.credential.generation),
     };
     recorded.trust_sha256 = Some(federate::trust_fingerprint(policy));
+    let watch = crate::seal::WATCH_LABEL;
     let remote = Remote {
         name: spoke.secret.name.clone(),
         namespace: spoke.secret.namespace.clone(),
-        labels: [(
-            crate::seal::WATCH_LABEL.0.to_string(),
-            crate::seal::WATCH_LABEL.1.to_string(),
-        )]
-        .into(),
+        labels: [(watch.0.to_string(), watch.1.to_string())].into(),
         annotations: recorded.to_annotations(),
         data,
     };
-    Ok(Trusted {
+    Trusted {
         recorded,
         remote,
         user,
-    })
+    }
 }
 
 /// The spoke's trust of the hub for this spoke: its audience is its own API server URL
@@ -184,7 +207,9 @@ fn read_issuer_ca(path: &std::path::Path) -> Result<String, FederateError> {
         path: path.display().to_string(),
         why,
     };
-    let size = std::fs::metadata(path).map_err(|e| bad(e.to_string()))?.len();
+    let size = std::fs::metadata(path)
+        .map_err(|e| bad(e.to_string()))?
+        .len();
     if size > MAX_ISSUER_CA {
         return Err(bad(format!(
             "is {size} bytes, more than a CA bundle ({MAX_ISSUER_CA})"

@@ -9,10 +9,11 @@ use std::time::Duration;
 use futures::StreamExt;
 use time::OffsetDateTime;
 
+use super::context::Tick;
 use super::direct::{Direct, Publish};
 use super::observe::{self, Observation};
 use super::progress::Step;
-use super::reconcile::{self, Reconciled, Tick};
+use super::reconcile::{self, Reconciled};
 use super::tick_report::{Outcome, RepoFailure, SpokeReport, TickReport};
 use super::{Context, Options, Proposal, review, sealing_key};
 use crate::config::SpokeConfig;

@@ -155,10 +155,6 @@ pub(super) fn config(c: &Config) -> Result<(), Invalid> {
     sops(c)?;
     sealing_cert(c)?;
     flux_objects(c)?;
-    super::federated::check(c).map_err(|b| Invalid {
-        key: b.key,
-        message: b.message,
-    })?;
     fleet(&c.spokes)
 }
 

@@ -6,7 +6,6 @@ use std::path::PathBuf;
 
 use serde::Deserialize;
 
-
 /// The hub's Flux controllers: Flux's generic provider presents a token of the
 /// controller's own ServiceAccount (fluxcd/pkg auth/generic/provider.go).
 pub(crate) const DEFAULT_ACCOUNTS: &[&str] = &[
@@ -234,7 +233,9 @@ fn prefix_problem(p: &str) -> Option<String> {
         return Some("is empty: a hub ServiceAccount would then be the spoke's own user of that name; e.g. \"hub:\"".into());
     }
     if p.starts_with("system:") {
-        return Some(format!("{shown:?} starts with system:, which Kubernetes reserves for its own identities; e.g. \"hub:\""));
+        return Some(format!(
+            "{shown:?} starts with system:, which Kubernetes reserves for its own identities; e.g. \"hub:\""
+        ));
     }
     let ok = p.len() <= 100
         && p.bytes()

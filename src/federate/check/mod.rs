@@ -85,10 +85,11 @@ fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
     Some(&rest[..rest.find('"')?])
 }
 
-/// Waits until the spoke's API server (through `admin`) runs on `content`, for at most `wait`.
+/// Waits until the spoke's API server (through `admin`) runs on `content`, for at most
+/// `wait`; `discovery` is named when it does not.
 pub async fn wait_loaded(
     admin: &Client,
-    server: &str,
+    (server, discovery): (&str, &str),
     content: &str,
     wait: Duration,
 ) -> Result<(), FederateError> {
@@ -108,6 +109,7 @@ pub async fn wait_loaded(
                 server: server.to_string(),
                 secs: wait.as_secs(),
                 failures: loaded.failures,
+                discovery: discovery.to_string(),
             });
         }
         sleep(POLL).await;
