@@ -30,6 +30,7 @@ pub mod lease;
 pub mod logs;
 pub mod peers;
 pub mod realstack;
+pub mod recipe;
 pub mod requires;
 mod sshd;
 pub mod trust;

@@ -542,5 +542,6 @@ fn the_watch_label_reconciles_a_kustomization_whose_request_is_refused() {
 const MINTED_DEPLOYER: &str =
     "credential:\n  mode: minted\n  ttl: 1h\n  cluster_role: spoke-deployer\n";
 
+mod federated;
 mod minted;
 mod ready;

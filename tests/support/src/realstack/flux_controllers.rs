@@ -366,6 +366,13 @@ pub fn request_reconcile(hub: &RealHub, kind: &str, name: &str) -> String {
 /// the chart the HelmRelease installs (a ConfigMap, no pods: the spokes have no kubelet).
 /// `interval` is the consumers' interval (Flux's usual is 10m).
 pub fn write_layout(dir: &Path, spokes: usize, interval: &str) {
+    write_layout_via(dir, spokes, interval, "secretRef");
+}
+
+/// [`write_layout`], the consumers reaching each spoke through `reference`
+/// (`secretRef`, or `configMapRef` for federated spokes), both named
+/// `spokeN-kubeconfig`.
+pub fn write_layout_via(dir: &Path, spokes: usize, interval: &str, reference: &str) {
     let write = |rel: &str, text: &str| {
         let path = dir.join(rel);
         std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
@@ -395,13 +402,13 @@ pub fn write_layout(dir: &Path, spokes: usize, interval: &str) {
                  name: spoke{i}\n  namespace: {NS}\nspec:\n  interval: {interval}\n  \
                  retryInterval: 5s\n  path: ./apps/spoke{i}\n  prune: true\n  timeout: 30s\n  \
                  sourceRef:\n    kind: GitRepository\n    name: fleet\n  kubeConfig:\n    \
-                 secretRef:\n      name: spoke{i}-kubeconfig\n---\n\
+                 {reference}:\n      name: spoke{i}-kubeconfig\n---\n\
                  apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata:\n  \
                  name: spoke{i}\n  namespace: {NS}\nspec:\n  interval: {interval}\n  \
                  timeout: 30s\n  releaseName: spoke-config\n  targetNamespace: default\n  \
                  storageNamespace: default\n  chart:\n    spec:\n      chart: ./charts/spoke-config\n      \
                  interval: {interval}\n      sourceRef:\n        kind: GitRepository\n        \
-                 name: fleet\n  values:\n    spoke: spoke{i}\n  kubeConfig:\n    secretRef:\n      \
+                 name: fleet\n  values:\n    spoke: spoke{i}\n  kubeConfig:\n    {reference}:\n      \
                  name: spoke{i}-kubeconfig\n"
             ),
         );

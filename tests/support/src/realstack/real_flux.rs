@@ -17,7 +17,7 @@ use super::flux_controllers::{self as flux, FluxControllers, FluxOptions, Ready,
 use super::git_http::GitHttp;
 use super::hub::{HubOptions, RealHub};
 use super::kube::KubeApi;
-use super::spoke::real_api;
+use super::spoke::real_api_with;
 use super::wait_until;
 
 const PINNED: &str = "keys/sealed-secrets.pem";
@@ -61,7 +61,15 @@ pub enum Format {
     /// `sealing.format: sops` for the hub's age key (made for the run, in memory), which
     /// the root Kustomization decrypts (`spec.decryption`, the key in [`AGE_SECRET`]).
     Sops,
+    /// `credential.mode: federated`: the hub is its own ServiceAccount issuer, each spoke's
+    /// API server reads the file spokekeeper writes through the federated node recipe
+    /// (installed for the lab's user), the controllers present their own tokens
+    /// (`FluxOptions::pod_identity`) through each spoke's committed ConfigMap.
+    Federated,
 }
+
+/// The hub ServiceAccount spokekeeper checks federated spokes with.
+pub const CHECK_ACCOUNT: &str = "spokekeeper-check";
 
 /// A real hub with Flux's controllers, real spokes, and the fleet repo in Flux's layout.
 pub struct RealFlux {
@@ -74,6 +82,7 @@ pub struct RealFlux {
     pub hub: RealHub,
     /// With [`Format::Sops`], the hub's age recipient the fleet encrypts to.
     pub age_recipient: Option<String>,
+    pub format: Format,
 }
 
 impl RealFlux {
@@ -113,17 +122,21 @@ impl RealFlux {
         format: Format,
         edit: impl FnOnce(&Path),
     ) -> RealFlux {
-        let hub = RealHub::start(&HubOptions::default());
+        let federated = format == Format::Federated;
+        let hub = RealHub::start(&HubOptions {
+            own_issuer: federated,
+            ..HubOptions::default()
+        });
         let node = NodeOptions {
             api: false,
             api_port: 6443,
             ..NodeOptions::default()
         };
-        let fleet = Fleet::new(&vec![node; n]);
+        let mut fleet = Fleet::new(&vec![node; n]);
         let spoke_apis: Vec<KubeApi> = fleet
             .nodes
             .iter()
-            .map(|n| real_api(n, &hub.etcd, hub.dir(), 0))
+            .map(|n| real_api_with(n, &hub.etcd, hub.dir(), 0, federated))
             .collect();
         let signers = spoke_apis
             .iter()
@@ -138,10 +151,16 @@ impl RealFlux {
             .as_ref()
             .map(|r| format!("  format: sops\n  age_recipients: [{r}]\n"))
             .unwrap_or_default();
+        let trust = if federated {
+            federation(&hub, &mut fleet)
+        } else {
+            String::new()
+        };
         let mut text = fleet
             .builder()
             .sealing_cert(fleet.clone.join(PINNED))
             .sealing(&sealing)
+            .top(&trust)
             .yaml();
         // After the spokes, where the tests that edit spokes look for it.
         text.push_str(&format!(
@@ -152,14 +171,25 @@ impl RealFlux {
 
         // The layout, pushed from the seed clone as a person would.
         let seed = fleet.dir.path().join("seed");
-        flux::write_layout(&seed, n, intervals.consumers);
+        let reference = if federated {
+            "configMapRef"
+        } else {
+            "secretRef"
+        };
+        flux::write_layout_via(&seed, n, intervals.consumers, reference);
         edit(&seed);
         git(&seed, &["add", "-A"]);
         commit(&seed, "flux: the spokes' Kustomizations and HelmReleases");
         git(&seed, &["push", "--quiet", "origin", "HEAD:main"]);
 
         let git_http = GitHttp::serve(fleet.dir.path());
-        let controllers = FluxControllers::start(&hub, &FluxOptions::default());
+        let controllers = FluxControllers::start(
+            &hub,
+            &FluxOptions {
+                pod_identity: federated,
+                ..FluxOptions::default()
+            },
+        );
         if let Some(identity) = &age {
             flux::age_secret(&hub, AGE_SECRET, identity);
         }
@@ -178,6 +208,7 @@ impl RealFlux {
             fleet,
             hub,
             age_recipient,
+            format,
         };
         stack.wait_ready("gitrepository", "fleet", None);
         stack.wait_ready("kustomization", "flux-system", None);
@@ -187,9 +218,10 @@ impl RealFlux {
     /// What a spoke's hub report calls the delivery of its Secret: `synced` (a
     /// SealedSecret unsealed) or `decrypted` (a sops file applied).
     pub fn delivery(&self) -> &'static str {
-        match self.age_recipient {
-            Some(_) => "decrypted",
-            None => "synced",
+        match self.format {
+            Format::Sops => "decrypted",
+            Format::SealedSecrets => "synced",
+            Format::Federated => "applied",
         }
     }
 
@@ -246,6 +278,16 @@ impl RealFlux {
     /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
     /// restarted.
     pub fn rebuild(&mut self, i: usize, generation: u32) {
+        if self.format == Format::Federated {
+            // A reinstall leaves no trust of the hub behind: the file is gone.
+            let api = &mut self.spoke_apis[i];
+            api.stop();
+            let node = &mut self.fleet.nodes[i];
+            node.rebuild();
+            let _ = std::fs::remove_file(super::spoke::authentication_config_path(node));
+            *api = real_api_with(node, &self.hub.etcd, self.hub.dir(), generation, true);
+            return;
+        }
         super::spoke::rebuild(
             &mut self.fleet.nodes[i],
             &mut self.spoke_apis[i],
@@ -333,4 +375,25 @@ impl RealFlux {
         }
         requested
     }
+}
+
+/// A federated fleet's trust: the federated recipe on every node, spokekeeper's check
+/// ServiceAccount on the hub, the hub's CA beside the configuration; the top-level lines
+/// of spokekeeper.yaml that use them.
+fn federation(hub: &RealHub, fleet: &mut Fleet) -> String {
+    for node in &mut fleet.nodes {
+        crate::recipe::install_federated(node);
+    }
+    hub.api.apply(&format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {CHECK_ACCOUNT}\n  namespace: flux-system\n"
+    ));
+    let ca = fleet.dir.path().join("hub-ca.pem");
+    std::fs::write(&ca, &hub.pki.parts.ca_pem).expect("write the hub's CA");
+    let issuer = hub.issuer.clone().expect("the hub is its own issuer");
+    format!(
+        "ssh:\n  user: {user}\ncredential:\n  mode: federated\n  federated:\n    issuer: \"{issuer}\"\n    \
+         issuer_ca: {ca}\n    check_as: flux-system/{CHECK_ACCOUNT}\n",
+        user = crate::LAB_USER,
+        ca = ca.display(),
+    )
 }

@@ -1,0 +1,128 @@
+//! Issue 42, federated credentials, end to end on the real components: a hub kube-apiserver
+//! that is its own ServiceAccount issuer, a spoke kube-apiserver reading the
+//! AuthenticationConfiguration spokekeeper writes through the federated node recipe (its
+//! script, forced command and sudoers rule as printed, on the node's real sshd), and Flux's
+//! real kustomize-controller and helm-controller reaching the spoke with their own
+//! ServiceAccount tokens through the ConfigMap spokekeeper commits. Every Ready is the
+//! controllers' own.
+
+use super::*;
+
+use support::realstack::real_flux::{CHECK_ACCOUNT, Format};
+use support::realstack::spoke::authentication_config_path;
+
+/// The spoke's user for a hub ServiceAccount in flux-system.
+fn hub_user(account: &str) -> String {
+    format!("hub:system:serviceaccount:flux-system:{account}")
+}
+
+/// The committed ConfigMap says how to reach spoke 0 now: Flux's generic provider, its
+/// address as audience, its CA (the node's, after a rebuild the new one); nothing else.
+fn assert_committed_reach(stack: &RealFlux) {
+    let text = git(
+        &stack.fleet.remote,
+        &["show", "main:fluxcd/spoke0-kubeconfig.yaml"],
+    );
+    let file: Value = serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    assert_eq!(file["kind"], "ConfigMap", "{text}");
+    let data = file["data"].as_object().unwrap_or_else(|| panic!("{text}"));
+    let mut keys: Vec<&String> = data.keys().collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        ["address", "audiences", "ca.crt", "provider"],
+        "{text}"
+    );
+    assert_eq!(data["provider"], "generic", "{text}");
+    let address = &stack.spoke_apis[0].url;
+    assert_eq!(data["address"], address.as_str(), "{text}");
+    assert_eq!(data["audiences"], address.as_str(), "{text}");
+    let ca = stack.fleet.nodes[0].pki().parts.ca_pem.clone();
+    assert_eq!(
+        data["ca.crt"].as_str().map(str::trim),
+        Some(ca.trim()),
+        "{text}"
+    );
+    let labels = &file["metadata"]["labels"];
+    assert_eq!(labels["reconcile.fluxcd.io/watch"], "Enabled", "{text}");
+    let annotations = &file["metadata"]["annotations"];
+    assert_eq!(
+        annotations["spokekeeper.io/credential-mode"], "federated",
+        "{text}"
+    );
+}
+
+/// The spoke's one binding of this hub binds the two controllers, and its file names
+/// the hub's issuer and the spoke's own audience.
+fn assert_spoke_trusts_the_hub(stack: &RealFlux) {
+    let binding =
+        stack.spoke_apis[0].get_json(&["clusterrolebinding", "spokekeeper.hub.spoke0.federated"]);
+    let users: Vec<&str> = binding["subjects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["name"].as_str())
+        .collect();
+    assert_eq!(
+        users,
+        [
+            hub_user("kustomize-controller"),
+            hub_user("helm-controller")
+        ],
+        "{binding:#}"
+    );
+    assert_eq!(binding["roleRef"]["name"], "cluster-admin", "{binding:#}");
+    let file = std::fs::read_to_string(authentication_config_path(&stack.fleet.nodes[0]))
+        .expect("the file spokekeeper wrote");
+    let issuer = stack.hub.issuer.clone().expect("the hub's issuer");
+    assert!(file.contains(&format!("url: \"{issuer}\"")), "{file}");
+    assert!(
+        file.contains(&format!("- \"{}\"", stack.spoke_apis[0].url)),
+        "{file}"
+    );
+    assert!(file.contains(&hub_user(CHECK_ACCOUNT)[4..]), "{file}");
+}
+
+/// A federated spoke on the real controllers: the first tick writes its trust, binds the
+/// controllers, proves it with a hub token and commits a ConfigMap Flux deploys through;
+/// a rebuilt spoke (new CAs, its file and binding gone) is deployed to again after one
+/// tick. No credential for the spoke is anywhere: not in the fleet repo or its remote,
+/// not in the hub's Secrets, not in what spokekeeper printed.
+#[test]
+fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_in_one_tick() {
+    crate::support::requires!(ROOT, REAL_STACK);
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_format(1, false, "", Format::Federated);
+    let admin_key_before = stack.fleet.nodes[0].parts().client_key_pem.clone();
+    let (stack, report) = rebuild_and_tick(stack);
+    let spoke = &report["spokes"][0];
+    assert_eq!(spoke["credential"]["mode"], "federated", "{spoke:#}");
+    assert_eq!(spoke["user"], hub_user(CHECK_ACCOUNT), "{spoke:#}");
+    assert_committed_reach(&stack);
+    assert_spoke_trusts_the_hub(&stack);
+
+    // The next tick finds nothing to do: nothing is committed.
+    let commits = stack.fleet.remote_log().len();
+    let (code, again, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{again:#}\n{err}");
+    assert_eq!(again["spokes"][0]["action"], "healthy", "{again:#}");
+    assert_eq!(stack.fleet.remote_log().len(), commits);
+
+    // The hub holds no Secret for the spoke, and the fleet's files and outputs no key.
+    let secrets = stack.hub.api.get_json(&["secrets", "-n", flux::NS]);
+    let names: Vec<&str> = secrets["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| s["metadata"]["name"].as_str())
+        .collect();
+    assert!(!names.iter().any(|n| n.contains("spoke0")), "{names:?}");
+    let mut needles = Needles::new();
+    needles.add_key(&admin_key_before);
+    needles.add_key(&stack.fleet.nodes[0].parts().client_key_pem);
+    assert_eq!(
+        needles.add_kubeconfig(&stack.fleet.nodes[0].kubeconfig_bytes()),
+        1
+    );
+    stack.fleet.assert_no_plaintext_of(&needles);
+}
