@@ -50,6 +50,8 @@ pub(super) async fn trust(
         federate::authn::render(&trust, spoke.distro, version).map_err(|e| fed(e.into()))?;
     let hub = tick.hub.ok_or_else(|| fed(FederateError::NoHub))?;
     stage(tick, spoke, "trust");
+    // The hub's token first: a misconfigured issuer or a refused request touches no node.
+    let token = hub_token(hub, policy, &trust).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
@@ -74,7 +76,17 @@ pub(super) async fn trust(
     .await
     .map_err(fed)?;
     let ca_pem = ca_pem(admin);
-    let user = prove(hub, policy, &trust, (&server, &ca_pem), limit).await?;
+    let user = trust.username(&policy.check_as.subject());
+    check::accepts(
+        &server,
+        &ca_pem,
+        &token,
+        (&user, &policy.discovery()),
+        limit,
+    )
+    .await
+    .map_err(fed)?;
+    drop(token);
     for u in &users {
         check::bound(&client, &server, u, &grant.as_grant(), limit)
             .await
@@ -89,15 +101,13 @@ pub(super) async fn trust(
     Ok(committing(tick, s, admin, policy, reach, user))
 }
 
-/// A token of the check account from the hub, for the spoke's audience, authenticates
-/// there as its prefixed user (returned).
-async fn prove(
+/// A token of the check account from the hub for the spoke's audience, issued by the
+/// configured issuer.
+async fn hub_token(
     hub: &crate::hub::Hub,
     policy: &FederatedPolicy,
     trust: &Trust,
-    (server, ca_pem): (&str, &str),
-    limit: std::time::Duration,
-) -> Result<String, SpokeError> {
+) -> Result<crate::secret::SecretBytes, SpokeError> {
     let account = &policy.check_as;
     let token = hub
         .service_account_token(&account.namespace, &account.name, &trust.audience)
@@ -115,11 +125,7 @@ async fn prove(
             configured: policy.issuer.clone(),
         }));
     }
-    let user = trust.username(&account.subject());
-    check::accepts(server, ca_pem, &token, (&user, &policy.discovery()), limit)
-        .await
-        .map_err(fed)?;
-    Ok(user)
+    Ok(token)
 }
 
 /// Every CA of the admin kubeconfig (the spoke's serving CAs), as PEM.
