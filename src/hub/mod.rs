@@ -66,10 +66,13 @@ pub const ACCESS: &[Access] = &[
     // GET .../services/http:<name>:<port>/proxy/v1/cert.pem, as kubeseal --fetch-cert.
     rule("", "services/proxy", &["get"]),
     rule("bitnami.com", "sealedsecrets", &["get"]),
-    // A federated spoke's ConfigMap, as Flux applied it (hub::verify::applied). The token
-    // of spokekeeper's own check ServiceAccount (hub::token) is not here: it is granted
-    // on that one ServiceAccount by name, never namespace-wide (docs/federated.md).
+    // A federated spoke's ConfigMap, as Flux applied it (hub::verify::applied); the chart
+    // grants it by name, in place of that spoke's SealedSecret.
     rule("", "configmaps", &["get"]),
+    // A token of spokekeeper's own check ServiceAccount (hub::token), to prove a federated
+    // spoke trusts the hub. Granted on that one ServiceAccount by name, never
+    // namespace-wide: a Flux controller's token is hub admin.
+    rule("", "serviceaccounts/token", &["create"]),
     // list: the consumers of a spoke's Secret, in its namespace; patch: the
     // reconcile.fluxcd.io/requestedAt annotation (what `flux reconcile` sets).
     rule(

@@ -80,18 +80,31 @@ fn requested_at_is_go_rfc3339_nano() {
 }
 
 #[test]
-fn access_lists_only_reads_the_annotation_patch_and_events() {
+fn access_lists_only_reads_the_annotation_patch_events_and_the_check_token() {
+    let created: Vec<(&str, &str)> = ACCESS
+        .iter()
+        .filter(|a| a.verbs.contains(&"create"))
+        .map(|a| (a.group, a.resource))
+        .collect();
+    assert_eq!(
+        created,
+        [("", "serviceaccounts/token"), ("events.k8s.io", "events")],
+        "only Events and a ServiceAccount token are created"
+    );
     for a in ACCESS {
         for v in a.verbs {
             assert!(["get", "list", "patch", "create"].contains(v), "{a:?}");
         }
-        if a.verbs.contains(&"create") {
-            assert_eq!(
-                (a.group, a.resource, a.verbs),
-                ("events.k8s.io", "events", &["create", "patch"][..]),
-                "only Events are created"
-            );
+        match (a.group, a.resource) {
+            ("events.k8s.io", "events") => assert_eq!(a.verbs, ["create", "patch"]),
+            // The TokenRequest subresource only: nothing reads or changes ServiceAccounts.
+            ("", "serviceaccounts/token") => assert_eq!(a.verbs, ["create"]),
+            _ => assert!(!a.verbs.contains(&"create"), "{a:?}"),
         }
+        assert!(
+            !a.resource.starts_with("serviceaccounts") || a.resource == "serviceaccounts/token",
+            "{a:?}"
+        );
         if a.verbs.contains(&"list") {
             assert!(
                 ["kustomizations", "helmreleases"].contains(&a.resource),

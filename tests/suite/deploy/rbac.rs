@@ -139,8 +139,13 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
     .chain(event_grants("flux-system"))
     .collect();
     assert_eq!(g, expected);
+    assert_bindings(&objects, "sk-spokekeeper");
+    // A federated spoke's calls (its ConfigMap, the check token) are granted only when
+    // one is configured: the defaults and a federated render together are everything.
+    let federated = grants(&read_all(&render_with(FEDERATED), "chart (federated)"));
     let used: BTreeSet<(String, String, String)> = g
         .into_iter()
+        .chain(federated)
         .map(|(_, group, res, verb, _)| (group, res, verb))
         .collect();
     // The chart always writes hub.controller.port; the Service is still read, by name,
@@ -150,7 +155,159 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
         used, calls,
         "the chart grants what the code calls, no more, no less"
     );
+}
+
+/// One sealed spoke in flux-system, one federated in its own namespace, which sets no
+/// check_as (so the chart's own ServiceAccount is used), under a global federated block.
+const FEDERATED: &str = r#"
+config:
+  credential:
+    federated: {issuer: "https://hub.example.org"}
+  spokes:
+    - {name: dev, address: 10.0.0.1}
+    - name: edge
+      address: 10.0.0.2
+      secret: {namespace: edge-secrets}
+      credential: {mode: federated}
+"#;
+
+#[test]
+fn chart_grants_a_federated_spoke_its_config_map_and_the_check_token_only() {
+    crate::support::requires!(HELM);
+    let objects = read_all(&render_with(FEDERATED), "chart (federated)");
+    let spokes: BTreeSet<Grant> = grants(&objects)
+        .into_iter()
+        .filter(|g| g.0 != "kube-system" && g.2 != "leases")
+        .collect();
+    let expected: BTreeSet<Grant> = [
+        grant(
+            "flux-system",
+            "bitnami.com",
+            "sealedsecrets",
+            "get",
+            &["dev-kubeconfig"],
+        ),
+        // Its ConfigMap, by name, in place of a SealedSecret.
+        grant(
+            "edge-secrets",
+            "",
+            "configmaps",
+            "get",
+            &["edge-kubeconfig"],
+        ),
+        // The chart's own ServiceAccount's token, and no other's.
+        grant(
+            RELEASE_NS,
+            "",
+            "serviceaccounts/token",
+            "create",
+            &["sk-spokekeeper"],
+        ),
+    ]
+    .into_iter()
+    .chain(
+        ["flux-system", "edge-secrets"]
+            .into_iter()
+            .flat_map(|ns| consumer_grants(ns).into_iter().chain(event_grants(ns))),
+    )
+    .collect();
+    assert_eq!(spokes, expected);
     assert_bindings(&objects, "sk-spokekeeper");
+    let text = config_text(&objects);
+    let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
+        .unwrap_or_else(|e| panic!("the chart's spokekeeper.yaml is refused: {e}\n{text}"));
+    let policy = config.spokes[1].credential.federated.as_ref().unwrap();
+    assert_eq!(
+        policy.check_as.to_string(),
+        format!("{RELEASE_NS}/sk-spokekeeper"),
+        "the chart writes its own ServiceAccount as check_as: the one it grants"
+    );
+    assert_eq!(
+        policy.issuer, "https://hub.example.org",
+        "the global block is kept"
+    );
+    assert!(config.spokes[0].credential.federated.is_none());
+}
+
+/// A check_as of the configuration's own, per spoke, is granted where it is, and kept.
+#[test]
+fn chart_grants_the_token_of_a_configured_check_as() {
+    crate::support::requires!(HELM);
+    let values = "config:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: checks/prober}}\n  spokes:\n    - {name: dev, address: 10.0.0.1}\n    - {name: lab, address: 10.0.0.2, credential: {federated: {check_as: lab-checks/lab-prober}}}\n";
+    let objects = read_all(&render_with(values), "chart (check_as)");
+    let tokens: Vec<Grant> = grants(&objects)
+        .into_iter()
+        .filter(|g| g.2.starts_with("serviceaccounts"))
+        .collect();
+    assert_eq!(
+        tokens,
+        [
+            grant("checks", "", "serviceaccounts/token", "create", &["prober"]),
+            grant(
+                "lab-checks",
+                "",
+                "serviceaccounts/token",
+                "create",
+                &["lab-prober"]
+            ),
+        ]
+    );
+    let configmaps: Vec<Grant> = grants(&objects)
+        .into_iter()
+        .filter(|g| g.2 == "configmaps" || g.2 == "sealedsecrets")
+        .collect();
+    assert_eq!(
+        configmaps,
+        [grant(
+            "flux-system",
+            "",
+            "configmaps",
+            "get",
+            &["dev-kubeconfig", "lab-kubeconfig"]
+        )],
+        "the global mode makes every spoke federated"
+    );
+    let text = config_text(&objects);
+    let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
+        .unwrap_or_else(|e| panic!("the chart's spokekeeper.yaml is refused: {e}\n{text}"));
+    let check_as = |i: usize| {
+        let policy = config.spokes[i].credential.federated.as_ref().unwrap();
+        policy.check_as.to_string()
+    };
+    assert_eq!(
+        (check_as(0), check_as(1)),
+        ("checks/prober".into(), "lab-checks/lab-prober".into())
+    );
+}
+
+/// A Flux controller's token is hub admin: the chart refuses to grant it, as the daemon
+/// refuses to ask for it.
+#[test]
+fn chart_refuses_a_controller_as_check_as() {
+    crate::support::requires!(HELM);
+    let values = "config:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: flux-system/kustomize-controller}}\n";
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values).unwrap();
+    let out = helm_command(&[
+        "template",
+        "sk",
+        CHART,
+        "--namespace",
+        RELEASE_NS,
+        "--values",
+    ])
+    .arg(&file)
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "granted a controller's token");
+    assert!(
+        err.contains("check_as")
+            && err.contains("hub admin")
+            && err.contains("spokekeeper/sk-spokekeeper"),
+        "{err}"
+    );
 }
 
 #[test]

@@ -64,6 +64,15 @@ A relative sealing.cert is taken inside the fleet repo.
 {{- fail "signingKeySecret: review mode (config.repo.mode: pull-request) signs its branches: create the Secret (ssh-keygen -t ed25519 -N '' -C spokekeeper -f signing-key; kubectl create secret generic spokekeeper-signing --from-file=signing-key) and set signingKeySecret: spokekeeper-signing" -}}
 {{- end -}}
 {{- end -}}
+{{- if include "spokekeeper.checkTokens" . | fromJson -}}
+{{- $cred := $c.credential | default dict -}}
+{{- $fed := $cred.federated | default dict -}}
+{{- if not $fed.check_as -}}
+{{- $_ := set $fed "check_as" (printf "%s/%s" .Release.Namespace (include "spokekeeper.serviceAccountName" .)) -}}
+{{- end -}}
+{{- $_ := set $cred "federated" $fed -}}
+{{- $_ := set $c "credential" $cred -}}
+{{- end -}}
 {{- if .Values.hub.enabled -}}
 {{- $ctl := .Values.hub.controller -}}
 {{- $_ := set $c "hub" (dict "controller" (dict "namespace" $ctl.namespace "name" $ctl.name "port" (toString $ctl.port)) "verify_timeout" .Values.hub.verifyTimeout) -}}
@@ -74,29 +83,66 @@ A relative sealing.cert is taken inside the fleet repo.
 {{/*
 What the hub code reads per namespace, from config.spokes with the daemon's defaults
 (secret NAME-kubeconfig in flux-system), as JSON:
-{"NS": {"sealedsecrets": [names], "kustomizations": [names], "consumers": bool}}.
+{"NS": {"sealedsecrets": [names], "configmaps": [names], "kustomizations": [names], "consumers": bool}}.
+A federated spoke (its credential.mode, else config.credential.mode) commits a ConfigMap
+under its secret's name and namespace: it is read instead of a SealedSecret.
 A spoke without `kustomization:` has every Flux consumer of its Secret found by listing the
 Kustomizations and HelmReleases of the Secret's namespace ("consumers": true); one with it
 (even `{}`: name NAME, namespace flux-system) has only that Kustomization, by name.
 */}}
 {{- define "spokekeeper.spokeAccess" -}}
 {{- $byNs := dict -}}
+{{- $global := $.Values.config.credential | default dict -}}
+{{- $empty := dict "sealedsecrets" list "configmaps" list "kustomizations" list "consumers" false -}}
 {{- range .Values.config.spokes -}}
 {{- $secret := .secret | default dict -}}
 {{- $sns := $secret.namespace | default "flux-system" -}}
 {{- $sname := $secret.name | default (printf "%s-kubeconfig" .name) -}}
-{{- $e := get $byNs $sns | default (dict "sealedsecrets" list "kustomizations" list "consumers" false) -}}
-{{- $_ := set $e "sealedsecrets" (append $e.sealedsecrets $sname | uniq | sortAlpha) -}}
+{{- $own := .credential | default dict -}}
+{{- $kind := eq ($own.mode | default $global.mode | default "extracted") "federated" | ternary "configmaps" "sealedsecrets" -}}
+{{- $e := get $byNs $sns | default (deepCopy $empty) -}}
+{{- $_ := set $e $kind (append (get $e $kind) $sname | uniq | sortAlpha) -}}
 {{- $_ := set $byNs $sns $e -}}
 {{- if and (hasKey . "kustomization") (not (kindIs "invalid" .kustomization)) -}}
 {{- $kust := .kustomization -}}
 {{- $kns := $kust.namespace | default "flux-system" -}}
 {{- $kname := $kust.name | default .name -}}
-{{- $e := get $byNs $kns | default (dict "sealedsecrets" list "kustomizations" list "consumers" false) -}}
+{{- $e := get $byNs $kns | default (deepCopy $empty) -}}
 {{- $_ := set $e "kustomizations" (append $e.kustomizations $kname | uniq | sortAlpha) -}}
 {{- $_ := set $byNs $kns $e -}}
 {{- else -}}
 {{- $_ := set $e "consumers" true -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $byNs -}}
+{{- end -}}
+
+{{/*
+The ServiceAccounts whose tokens spokekeeper asks for (hub::token), by namespace, as JSON
+{"NS": [names]}: each federated spoke's credential.federated.check_as (its own, else the
+global one, else the chart's own ServiceAccount, which spokekeeper.config writes). Never a
+Flux controller's: its token is hub admin, so that is refused here as the daemon refuses it.
+*/}}
+{{- define "spokekeeper.checkTokens" -}}
+{{- $global := .Values.config.credential | default dict -}}
+{{- $globalFed := $global.federated | default dict -}}
+{{- $ownSa := printf "%s/%s" .Release.Namespace (include "spokekeeper.serviceAccountName" .) -}}
+{{- $byNs := dict -}}
+{{- range .Values.config.spokes -}}
+{{- $own := .credential | default dict -}}
+{{- if eq ($own.mode | default $global.mode | default "extracted") "federated" -}}
+{{- $fed := $own.federated | default dict -}}
+{{- $as := $fed.check_as | default $globalFed.check_as | default $ownSa -}}
+{{- $accounts := $fed.service_accounts | default $globalFed.service_accounts | default (list "flux-system/kustomize-controller" "flux-system/helm-controller") -}}
+{{- $parts := splitList "/" (toString $as) -}}
+{{- if or (ne (len $parts) 2) (not (index $parts 0)) (not (index $parts 1)) -}}
+{{- fail (printf "credential.federated.check_as of spoke %s: %q is not NAMESPACE/NAME of a hub ServiceAccount; leave it unset for the chart's own (%s)" .name $as $ownSa) -}}
+{{- end -}}
+{{- if has $as $accounts -}}
+{{- fail (printf "credential.federated.check_as of spoke %s: %s is one of its service_accounts (the Flux controllers): granting its token is granting hub admin; leave check_as unset for the chart's own ServiceAccount (%s)" .name $as $ownSa) -}}
+{{- end -}}
+{{- $ns := index $parts 0 -}}
+{{- $_ := set $byNs $ns (append (get $byNs $ns | default list) (index $parts 1) | uniq | sortAlpha) -}}
 {{- end -}}
 {{- end -}}
 {{- toJson $byNs -}}
