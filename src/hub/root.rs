@@ -1,4 +1,5 @@
-//! The root: the Kustomization that applies a spoke's SealedSecret, found from the
+//! The root: the Kustomization that applies a spoke's SealedSecret (a federated spoke's
+//! ConfigMap), found from the
 //! `kustomize.toolkit.fluxcd.io/{namespace,name}` labels kustomize-controller writes on
 //! what it applies, and the GitRepository it applies from. After a push both are asked to
 //! reconcile in turn, as `flux reconcile kustomization --with-source` does: the
@@ -94,9 +95,21 @@ pub(crate) async fn roots<'a>(
     let mut of: BTreeMap<Consumer, Vec<String>> = BTreeMap::new();
     for s in spokes {
         let (ns, name) = (&s.secret.namespace, &s.secret.name);
-        if let Ok(Some(obj)) = hub.sealed_secret(ns, name).await
-            && let Some(k) = obj.applied_by
-        {
+        // A federated spoke's file is a ConfigMap, applied by its root as a SealedSecret is.
+        let applied_by = if s.credential.mode == crate::config::CredentialMode::Federated {
+            hub.config_map(ns, name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.applied_by)
+        } else {
+            hub.sealed_secret(ns, name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|o| o.applied_by)
+        };
+        if let Some(k) = applied_by {
             of.entry(k).or_default().push(s.name.clone());
         }
     }

@@ -42,8 +42,8 @@ async fn wait_applied(
         return Check::failed("Error", "the committed ConfigMap does not read back".into());
     };
     loop {
-        let exists = match hub.config_map_data(ns, name).await {
-            Ok(Some(have)) if have == want => {
+        let exists = match hub.config_map(ns, name).await {
+            Ok(Some(have)) if have.data == want => {
                 return Check {
                     ok: true,
                     status: "True".into(),
@@ -71,17 +71,31 @@ async fn wait_applied(
     }
 }
 
+/// What is read of a federated spoke's ConfigMap on the hub.
+pub(crate) struct Applied {
+    pub data: BTreeMap<String, String>,
+    /// The Kustomization that applied it (its kustomize-controller labels): the root.
+    pub applied_by: Option<Consumer>,
+}
+
 impl Hub {
-    /// A ConfigMap's data, or None when there is none of that name.
-    pub(crate) async fn config_map_data(
+    /// A ConfigMap, or None when there is none of that name.
+    pub(crate) async fn config_map(
         &self,
         namespace: &str,
         name: &str,
-    ) -> Result<Option<BTreeMap<String, String>>, HubError> {
+    ) -> Result<Option<Applied>, HubError> {
         #[derive(serde::Deserialize)]
         struct ConfigMap {
             #[serde(default)]
             data: BTreeMap<String, String>,
+            #[serde(default)]
+            metadata: Meta,
+        }
+        #[derive(Default, serde::Deserialize)]
+        struct Meta {
+            #[serde(default)]
+            labels: BTreeMap<String, String>,
         }
         let path = format!("/api/v1/namespaces/{namespace}/configmaps/{name}");
         let req = hyper::http::Request::get(&path)
@@ -97,7 +111,12 @@ impl Hub {
             return Err(crate::hub::consumers::refused(path, status, &body));
         }
         serde_json::from_slice::<ConfigMap>(&body)
-            .map(|c| Some(c.data))
+            .map(|c| {
+                Some(Applied {
+                    applied_by: crate::hub::root::applied_by(&c.metadata.labels),
+                    data: c.data,
+                })
+            })
             .map_err(|e| HubError::NotList {
                 what: path,
                 error: e,

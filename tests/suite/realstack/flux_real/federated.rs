@@ -126,3 +126,87 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
     );
     stack.fleet.assert_no_plaintext_of(&needles);
 }
+
+/// Whether the fleet's remote holds spoke 0's file.
+fn committed(stack: &RealFlux) -> bool {
+    std::process::Command::new("git")
+        .arg("-C")
+        .arg(&stack.fleet.remote)
+        .args(["cat-file", "-e", "main:fluxcd/spoke0-kubeconfig.yaml"])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Spoke 0 refused at `trust` with `needle` in its error, nothing committed for it, its
+/// file on the node still `file`.
+fn assert_refused_at_trust(stack: &RealFlux, needle: &str, file: &str) {
+    let (code, report, err) = stack.rotate_json();
+    let spoke = &report["spokes"][0];
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    assert_eq!(spoke["action"], "failed", "{spoke:#}");
+    assert_eq!(spoke["stage"], "trust", "{spoke:#}");
+    let error = spoke["error"].as_str().unwrap_or_default();
+    assert!(error.contains(needle), "{error}");
+    assert!(!committed(stack), "{report:#}");
+    let path = authentication_config_path(&stack.fleet.nodes[0]);
+    assert_eq!(std::fs::read_to_string(path).unwrap(), file);
+}
+
+/// What stops a federated rotation says what to fix, and changes nothing it should not:
+/// an issuer the hub does not issue as is refused before the node is touched; a spoke
+/// whose API server reads no authentication configuration is refused once the file is
+/// written, naming the flag; with the flag, the next tick commits.
+#[test]
+fn a_wrong_issuer_and_an_api_server_without_the_flag_are_refused_each_with_its_fix() {
+    crate::support::requires!(ROOT, REAL_STACK);
+    let _heavy = support::timing::heavy();
+    let mut stack = RealFlux::start_format(1, false, "", Format::Federated);
+    let issuer = stack.hub.issuer.clone().expect("the hub's issuer");
+    let config = std::fs::read_to_string(&stack.fleet.config).unwrap();
+    let wrong = config.replace(
+        &format!("issuer: \"{issuer}\""),
+        "issuer: \"https://wrong.example\"",
+    );
+    assert_ne!(wrong, config);
+    std::fs::write(&stack.fleet.config, &wrong).unwrap();
+    let untouched =
+        std::fs::read_to_string(authentication_config_path(&stack.fleet.nodes[0])).unwrap();
+    assert_refused_at_trust(
+        &stack,
+        &format!(
+            "the hub issues tokens as {issuer} but credential.federated.issuer is https://wrong.example"
+        ),
+        &untouched,
+    );
+
+    std::fs::write(&stack.fleet.config, &config).unwrap();
+    let (node, api) = (&stack.fleet.nodes[0], &mut stack.spoke_apis[0]);
+    api.stop();
+    *api =
+        support::realstack::spoke::real_api_with(node, &stack.hub.etcd, stack.hub.dir(), 1, false);
+    let written = {
+        let (_, report, _) = stack.rotate_json();
+        let error = report["spokes"][0]["error"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        assert!(
+            error.contains("does not read an authentication configuration")
+                && error.contains("node recipe"),
+            "{report:#}"
+        );
+        assert!(!committed(&stack), "{report:#}");
+        std::fs::read_to_string(authentication_config_path(node)).unwrap()
+    };
+    assert!(written.contains(&issuer), "the file was written: {written}");
+
+    let (node, api) = (&stack.fleet.nodes[0], &mut stack.spoke_apis[0]);
+    api.stop();
+    *api =
+        support::realstack::spoke::real_api_with(node, &stack.hub.etcd, stack.hub.dir(), 2, true);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    assert_eq!(report["spokes"][0]["action"], "rotated", "{report:#}");
+    stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+}
