@@ -163,7 +163,7 @@ pub enum Extracted {
     RootUnheld,
 }
 
-/// The rules after extraction (extracted mode compares with what is committed; a
+/// The rules after extraction (extracted and federated compare with what is committed; a
 /// periodic check that found anything new commits it as a content change; a root
 /// outside the bundle is committed only with a new bundle, so it settles).
 pub fn after_extraction(
@@ -172,7 +172,8 @@ pub fn after_extraction(
     fresh: &Recorded,
     mode: CredentialMode,
 ) -> Extracted {
-    let compared = previous.filter(|_| mode == CredentialMode::Extracted);
+    // Minted mints anew each time: nothing to compare. Federated compares its ConfigMap.
+    let compared = previous.filter(|_| mode != CredentialMode::Minted);
     let same_bundle = previous.is_some_and(|p| p.ca_bundle == fresh.ca_bundle);
     match (&reason, compared) {
         (Reason::Periodic, Some(prev)) if prev.content_sha256 == fresh.content_sha256 => {
@@ -364,7 +365,8 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     {
         return Some(format!("scope {} -> {}", sealed.scope(), spoke.scope));
     }
-    if !federated && sealed.keys() != [spoke.secret.key.as_str()] {
+    let config_map = matches!(sealed, Output::ConfigMap(_));
+    if !federated && !config_map && sealed.keys() != [spoke.secret.key.as_str()] {
         return Some(format!("key -> {}", spoke.secret.key));
     }
     let (had, want) = (&recorded.credential, &spoke.credential);

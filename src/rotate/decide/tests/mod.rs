@@ -278,4 +278,5 @@ fn reasons_read_well() {
 }
 
 /// Minted and sops spokes, and roots outside the bundle.
+mod federated;
 mod modes;
