@@ -14,6 +14,8 @@
 //! - [`rotate`]: the tick: each spoke through observe to seal (`rotate::reconcile`), the
 //!   spokes concurrently, then one commit and push, or a pull request per spoke in review
 //!   mode, and the hub's verification (`rotate::tick`);
+//! - [`federate`]: a federated spoke's trust of the hub (its AuthenticationConfiguration,
+//!   the controllers' binding, the proof before commit);
 //! - [`hub`], [`forge`], [`mint`]: the hub's API (the controller's certificate, verification
 //!   after a push, Flux consumers), pull requests, credentials minted through the spokes'
 //!   CSR API;
