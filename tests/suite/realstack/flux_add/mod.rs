@@ -113,14 +113,25 @@ fn push(stack: &RealFlux, seed: &Path, message: &str) {
 }
 
 /// Whether `api` holds the Helm release `name` (its storage Secret, deployed) and the
-/// chart's ConfigMap of that name.
+/// chart's ConfigMap of that name; both or neither, once settled.
 fn has_release(api: &support::realstack::kube::KubeApi, name: &str) -> bool {
+    let (stored, configmap) = release_parts(api, name);
+    assert_eq!(
+        stored, configmap,
+        "{name}: stored {stored}, ConfigMap {configmap}"
+    );
+    stored
+}
+
+/// The release `name`'s storage Secret (deployed) and chart ConfigMap on `api`, each
+/// there or not: an uninstall deletes the ConfigMap before the Secret, so a wait sees one
+/// without the other for a moment.
+fn release_parts(api: &support::realstack::kube::KubeApi, name: &str) -> (bool, bool) {
     let selector = format!("owner=helm,name={name},status=deployed");
     let secrets = api.get_json(&["secrets", "-n", "default", "-l", &selector]);
     let stored = secrets["items"].as_array().is_some_and(|i| !i.is_empty());
     let configmap = api
         .try_kubectl(&["get", "configmap", name, "-n", "default"])
         .is_ok();
-    assert_eq!(stored, configmap, "{name}: {secrets:#}");
-    stored
+    (stored, configmap)
 }

@@ -5,7 +5,7 @@ use crate::support;
 
 use std::path::Path;
 
-use super::{add, forget, has_release, push, release_for, write};
+use super::{add, forget, has_release, push, release_for, release_parts, write};
 use support::git::git;
 use support::realstack::flux_controllers as flux;
 use support::realstack::real_flux::{RealFlux, WAIT};
@@ -244,13 +244,15 @@ fn removing_spoke1s_releases_uninstalls_only_its_own(stack: &RealFlux, seed: &Pa
         "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: []\n",
     );
     push(stack, seed, "spoke1: no releases");
-    support::realstack::wait_until("spoke 1's release uninstalled", WAIT, || match has_release(
-        &stack.spoke_apis[1],
-        "spoke-config",
-    ) {
-        false => Ok(()),
-        true => Err(stack.controllers.tail(15)),
-    });
+    support::realstack::wait_until(
+        "spoke 1's release uninstalled",
+        WAIT,
+        || match release_parts(&stack.spoke_apis[1], "spoke-config") {
+            (false, false) => Ok(()),
+            _ => Err(stack.controllers.tail(15)),
+        },
+    );
+    assert!(!has_release(&stack.spoke_apis[1], "spoke-config"));
     assert!(
         stack
             .hub
