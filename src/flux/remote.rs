@@ -114,8 +114,15 @@ impl Remote {
         }
         let text =
             std::str::from_utf8(bytes).map_err(|_| RemoteError::Parse("not UTF-8".into()))?;
-        let raw: Raw = serde_saphyr::from_str(text)
-            .map_err(|e| RemoteError::Parse(crate::text::one_line(&e.to_string(), 200)))?;
+        // As seal::input::parse_doc reads a manifest: no snippet (the lines around an error
+        // are fleet-repo text), its quotes dropped, YAML 1.2 booleans.
+        let mut options = serde_saphyr::Options::default();
+        options.with_snippet = false;
+        options.strict_booleans = true;
+        let raw: Raw = serde_saphyr::from_str_with_options(text, options).map_err(|e| {
+            let said = crate::text::unquoted(&e.to_string());
+            RemoteError::Parse(crate::text::one_line(&said, 200))
+        })?;
         if raw.kind != "ConfigMap" || raw.api_version != "v1" {
             let shown = crate::text::one_line(&format!("{} ({})", raw.kind, raw.api_version), 80);
             return Err(RemoteError::WrongKind(shown));
@@ -219,6 +226,13 @@ mod tests {
         assert_eq!(
             Remote::parse(&big),
             Err(RemoteError::TooLarge(MAX_BYTES + 1))
+        );
+        // A parse error says where, never what the file held there.
+        let broken = "apiVersion: v1\nkind: ConfigMap\ndata:\n  a: 's3cr3t\n";
+        let e = Remote::parse(broken.as_bytes()).unwrap_err().to_string();
+        assert!(
+            e.starts_with("it does not parse") && !e.contains("s3cr3t"),
+            "{e}"
         );
         let nameless = "apiVersion: v1\nkind: ConfigMap\nmetadata: {namespace: a}\n";
         assert_eq!(
