@@ -7,8 +7,9 @@ use std::time::Duration;
 use super::context::Spoke;
 use super::context::Tick;
 use super::error::SpokeError;
+use super::output::InvalidKind;
 use super::refresh::Fresh;
-use super::state::{Recorded, SealedTo};
+use super::state::{AnnotationError, Recorded, SealedTo};
 use crate::config::{CredentialMode, FederatedPolicy, SpokeConfig};
 use crate::federate::{self, FederateError, Reach, Remote, Trust, Version, check};
 use crate::fingerprint::{Content, Fingerprint};
@@ -92,12 +93,7 @@ pub(super) async fn trust(
             .await
             .map_err(fed)?;
     }
-    let reach = Reach {
-        address: server,
-        ca_pem,
-        audiences: vec![trust.audience],
-        service_account: None,
-    };
+    let reach = reach(server, ca_pem);
     Ok(committing(tick, s, admin, policy, reach, user))
 }
 
@@ -229,6 +225,36 @@ fn read_issuer_ca(path: &std::path::Path) -> Result<String, FederateError> {
     Ok(crate::certs::to_pem(&ders))
 }
 
+/// What the ConfigMap tells Flux for the spoke at `server`: the spoke's audience is its
+/// URL, as [trust_of] writes it on the node.
+fn reach(server: String, ca_pem: String) -> Reach {
+    Reach {
+        audiences: vec![server.clone()],
+        address: server,
+        ca_pem,
+        service_account: None,
+    }
+}
+
+/// Whether a committed ConfigMap says what spokekeeper wrote with the record beside it.
+/// Anyone who can push can edit both; this catches an edit of the data alone (an
+/// address or audience of someone else's), and the record's own fields are judged as
+/// every spoke's are (the server against the configuration, the CAs against the probe).
+pub(super) fn written(remote: &Remote, recorded: &Recorded) -> Result<(), InvalidKind> {
+    let want = reach(
+        recorded.server.clone(),
+        crate::certs::to_pem(&recorded.ca_bundle),
+    );
+    remote.holds(&want).map_err(InvalidKind::ConfigMap)?;
+    if content_of(&remote.data) != recorded.content_sha256 {
+        return Err(InvalidKind::Annotations(AnnotationError::Disagree {
+            key: super::state::CONTENT_SHA256,
+            other: "data",
+        }));
+    }
+    Ok(())
+}
+
 /// What the ConfigMap says, fingerprinted: a periodic check commits only a change.
 fn content_of(data: &std::collections::BTreeMap<String, String>) -> Fingerprint<Content> {
     let canonical = serde_json::to_vec(data).unwrap_or_default();
@@ -258,4 +284,113 @@ fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {
         spoke: &spoke.name,
         stage,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A federated spoke's record and the ConfigMap a tick commits with it.
+    fn committed() -> (Recorded, Remote) {
+        let now = time::OffsetDateTime::from_unix_timestamp(1_800_000_000).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        let ca = params.self_signed(&key).unwrap().der().to_vec();
+        let server = "https://10.0.0.1:6443".to_string();
+        let data = reach(
+            server.clone(),
+            crate::certs::to_pem(std::slice::from_ref(&ca)),
+        )
+        .data();
+        let recorded = Recorded {
+            spoke: "dev".into(),
+            server,
+            ca_sha256: Fingerprint::of(&ca),
+            ca_bundle: vec![ca],
+            ca_not_after: now + time::Duration::days(3000),
+            client_sha256: None,
+            client_not_after: None,
+            content_sha256: content_of(&data),
+            sealed_to: SealedTo::Nothing,
+            rotated_at: now,
+            credential: crate::mint::RecordedCredential {
+                mode: CredentialMode::Federated,
+                user: None,
+                generation: 0,
+            },
+            trust_sha256: Some(Fingerprint::from_digest([7; 32])),
+        };
+        let remote = Remote {
+            name: "dev-kubeconfig".into(),
+            namespace: "dev".into(),
+            labels: Default::default(),
+            annotations: recorded.to_annotations(),
+            data,
+        };
+        (recorded, remote)
+    }
+
+    /// What observe reads of the committed file (its own test is the real-stack one).
+    fn read(remote: &Remote) -> Result<Recorded, String> {
+        let back = Remote::parse(remote.to_yaml().as_bytes()).map_err(|e| e.to_string())?;
+        let recorded = Recorded::from_annotations(&back.annotations).map_err(|e| e.to_string())?;
+        written(&back, &recorded).map_err(|e| e.to_string())?;
+        Ok(recorded)
+    }
+
+    #[test]
+    fn a_configmap_as_written_reads_back_as_its_record() {
+        let (recorded, remote) = committed();
+        assert_eq!(read(&remote), Ok(recorded));
+    }
+
+    #[test]
+    fn a_configmap_whose_data_was_edited_is_unreadable_naming_the_key() {
+        let (_, remote) = committed();
+        let edits: [(&str, Option<&str>); 5] = [
+            // The hub's own audience: its token for this spoke would work on the hub.
+            (
+                "audiences",
+                Some("https://kubernetes.default.svc.cluster.local"),
+            ),
+            // The spoke's audience and another server's: Flux asks for both.
+            (
+                "audiences",
+                Some("https://10.0.0.1:6443\nhttps://evil.example"),
+            ),
+            ("address", Some("https://evil.example:6443")),
+            ("ca.crt", None),
+            // Object-level identity: a token of another hub ServiceAccount.
+            ("serviceAccountName", Some("default")),
+        ];
+        for (key, value) in edits {
+            let mut edited = remote.clone();
+            match value {
+                Some(v) => edited.data.insert(key.into(), v.into()),
+                None => edited.data.remove(key),
+            };
+            // The attacker recomputes the fingerprint too: the data is still judged.
+            let mut record = Recorded::from_annotations(&edited.annotations).unwrap();
+            record.content_sha256 = content_of(&edited.data);
+            edited.annotations = record.to_annotations();
+            let e = read(&edited).unwrap_err();
+            assert!(
+                e.contains(&format!("data.{key} is not what spokekeeper wrote")),
+                "{key}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_configmap_whose_content_fingerprint_was_edited_is_unreadable() {
+        let (_, mut remote) = committed();
+        let mut record = Recorded::from_annotations(&remote.annotations).unwrap();
+        record.content_sha256 = Fingerprint::from_digest([1; 32]);
+        remote.annotations = record.to_annotations();
+        let e = read(&remote).unwrap_err();
+        assert!(
+            e.contains("spokekeeper.io/content-sha256 and data disagree"),
+            "{e}"
+        );
+    }
 }

@@ -108,6 +108,30 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
     assert_eq!(again["spokes"][0]["action"], "healthy", "{again:#}");
     assert_eq!(stack.fleet.remote_log().len(), commits);
 
+    // A push that points the controllers' token at the hub's own audience: the next tick
+    // finds the data not what it wrote and writes it back, naming the key.
+    let issuer = stack.hub.issuer.clone().expect("the hub's issuer");
+    let spoke_url = stack.spoke_apis[0].url.clone();
+    stack
+        .fleet
+        .push_edit("fluxcd/spoke0-kubeconfig.yaml", |text| {
+            text.replace(
+                &format!("\"audiences\": \"{spoke_url}\""),
+                &format!("\"audiences\": \"{issuer}\""),
+            )
+        });
+    let (code, repaired, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{repaired:#}\n{err}");
+    let spoke = &repaired["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "unreadable", "{spoke:#}");
+    let detail = spoke["reason"]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("data.audiences is not what spokekeeper wrote"),
+        "{spoke:#}"
+    );
+    assert_committed_reach(&stack);
+
     // The hub holds no Secret for the spoke, and the fleet's files and outputs no key.
     let secrets = stack.hub.api.get_json(&["secrets", "-n", flux::NS]);
     let names: Vec<&str> = secrets["items"]
