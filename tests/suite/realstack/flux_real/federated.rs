@@ -52,6 +52,34 @@ fn assert_committed_reach(stack: &RealFlux) {
     );
 }
 
+/// `status` reads the hub's ConfigMap (no SealedSecret) and finds it the commit's, its
+/// consumers Ready, nothing wrong.
+fn assert_status_applied(stack: &RealFlux) {
+    let (code, out, err) = stack.fleet.run(&["status", "-o", "json"]);
+    let status: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let s = &status["spokes"][0];
+    assert_eq!(
+        (code, &s["ok"]),
+        (0, &Value::Bool(true)),
+        "{status:#}\n{err}"
+    );
+    assert_eq!(s.get("sealed_secret"), None, "{status:#}");
+    let cm = &s["config_map"];
+    assert_eq!(cm["name"], "spoke0-kubeconfig", "{status:#}");
+    assert_eq!(
+        (&cm["exists"], &cm["matches_commit"]),
+        (&Value::Bool(true), &Value::Bool(true)),
+        "{status:#}"
+    );
+    let items = s["consumers"]["items"].as_array().map_or(0, Vec::len);
+    assert!(items > 0, "{status:#}");
+    for c in s["consumers"]["items"].as_array().into_iter().flatten() {
+        assert_eq!(c["condition"]["status"], "True", "{status:#}");
+    }
+    let (_, table, _) = stack.fleet.run(&["status"]);
+    assert!(table.contains("applied"), "{table}");
+}
+
 /// The spoke's one binding of this hub binds the two controllers, and its file names
 /// the hub's issuer and the spoke's own audience.
 fn assert_spoke_trusts_the_hub(stack: &RealFlux) {
@@ -107,6 +135,7 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
     assert_eq!(code, 0, "{again:#}\n{err}");
     assert_eq!(again["spokes"][0]["action"], "healthy", "{again:#}");
     assert_eq!(stack.fleet.remote_log().len(), commits);
+    assert_status_applied(&stack);
 
     // A push that points the controllers' token at the hub's own audience: the next tick
     // finds the data not what it wrote and writes it back, naming the key.
