@@ -275,6 +275,21 @@ impl RealFlux {
         )
     }
 
+    /// Spoke i's API server restarted on its node's PKI as it is now (after a change of
+    /// its CAs or serving chain), on the storage of `generation`.
+    pub fn restart_spoke(&mut self, i: usize, generation: u32) {
+        let federated = self.format == Format::Federated;
+        let api = &mut self.spoke_apis[i];
+        api.stop();
+        *api = real_api_with(
+            &self.fleet.nodes[i],
+            &self.hub.etcd,
+            self.hub.dir(),
+            generation,
+            federated,
+        );
+    }
+
     /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)
     /// restarted.
     pub fn rebuild(&mut self, i: usize, generation: u32) {
