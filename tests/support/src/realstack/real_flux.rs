@@ -114,7 +114,9 @@ impl RealFlux {
         RealFlux::launch(n, signers, extra, intervals, Format::SealedSecrets, edit)
     }
 
-    fn launch(
+    /// The stack in `format`, the layout reconciling every `intervals`, `edit` run on the
+    /// seed clone before the layout is pushed.
+    pub fn launch(
         n: usize,
         signers: bool,
         extra: &str,
