@@ -97,6 +97,56 @@ pub(super) async fn trust(
     Ok(committing(tick, s, admin, policy, reach, user))
 }
 
+/// Why a federated spoke whose certificate is as recorded (`recorded`, just probed) refuses a hub token of the
+/// check account now (None: it accepts it, or this is no such spoke, or the hub or the
+/// spoke could not be asked: their own errors are the hub's and the probe's to report).
+/// One TokenRequest and one SelfSubjectReview, no SSH: the spoke verifies the token
+/// with the keys it fetched from the hub's issuer, so a refusal is a trust that is gone
+/// (file reverted, API server restarted without the flag) or broken (keys it cannot
+/// fetch).
+pub(super) async fn refused(
+    tick: &Tick<'_>,
+    spoke: &SpokeConfig,
+    recorded: &Recorded,
+) -> Option<String> {
+    let policy = spoke.credential.federated.as_ref()?;
+    let hub = tick.hub?;
+    if spoke.credential.mode != CredentialMode::Federated
+        || recorded.credential.mode != CredentialMode::Federated
+    {
+        return None;
+    }
+    let trust = trust_of(policy, &recorded.server).ok()?;
+    let token = match hub_token(hub, policy, &trust).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(spoke = %spoke.name, error = %e, "cannot get the hub's token to check the spoke's trust");
+            return None;
+        }
+    };
+    let ca_pem = crate::certs::to_pem(&recorded.ca_bundle);
+    let user = trust.username(&policy.check_as.subject());
+    let limit = tick.context.live_timeout;
+    match check::accepts(
+        &recorded.server,
+        &ca_pem,
+        &token,
+        (&user, &policy.discovery()),
+        limit,
+    )
+    .await
+    {
+        Ok(()) => None,
+        Err(e @ (FederateError::NotTrusted { .. } | FederateError::WrongUser { .. })) => {
+            Some(crate::text::one_line(&e.to_string(), 300))
+        }
+        Err(e) => {
+            tracing::warn!(spoke = %spoke.name, error = %e, "cannot check the spoke's trust of the hub");
+            None
+        }
+    }
+}
+
 /// A token of the check account from the hub for the spoke's audience, issued by the
 /// configured issuer.
 async fn hub_token(

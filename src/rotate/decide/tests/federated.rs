@@ -125,3 +125,37 @@ fn a_periodic_check_of_a_federated_spoke_commits_only_a_changed_configmap() {
         Extracted::Commit(Reason::CaChanged { old })
     );
 }
+
+#[test]
+fn a_refused_hub_token_rotates_a_healthy_federated_spoke_and_is_committed_as_such() {
+    let sp = federated_spoke();
+    let refused = Policy {
+        trust_refused: Some("401".into()),
+        ..federated_policy()
+    };
+    let why = Reason::TrustRefused {
+        detail: "401".into(),
+    };
+    assert_eq!(
+        run(&sp, &config_map(), &trusted(&sp), &refused),
+        Decision::Rotate(why.clone())
+    );
+    // Before a periodic check: its reason is the refusal.
+    let due = Policy {
+        verify_due: true,
+        ..refused
+    };
+    assert_eq!(
+        run(&sp, &config_map(), &trusted(&sp), &due),
+        Decision::Rotate(why.clone())
+    );
+    assert_eq!(why.kind(), "trust-refused");
+    // The repair is committed even with the same ConfigMap: the hub is asked to
+    // reconcile, and the commit says why.
+    let had = trusted(&sp);
+    let mode = CredentialMode::Federated;
+    assert_eq!(
+        after_extraction(why.clone(), Some(&had), &had, mode),
+        Extracted::Commit(why)
+    );
+}

@@ -122,7 +122,7 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_format(1, false, "", Format::Federated);
     let admin_key_before = stack.fleet.nodes[0].parts().client_key_pem.clone();
-    let (stack, report) = rebuild_and_tick(stack);
+    let (mut stack, report) = rebuild_and_tick(stack);
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["credential"]["mode"], "federated", "{spoke:#}");
     assert_eq!(spoke["user"], hub_user(CHECK_ACCOUNT), "{spoke:#}");
@@ -160,6 +160,18 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
         "{spoke:#}"
     );
     assert_committed_reach(&stack);
+
+    // The spoke's API server restarted on a reverted file (it trusts no issuer), its
+    // certificate unchanged: the next tick finds the hub's token refused and repairs it.
+    std::fs::remove_file(authentication_config_path(&stack.fleet.nodes[0])).expect("the file");
+    stack.restart_spoke(0, 1);
+    let (code, repaired, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{repaired:#}\n{err}");
+    let spoke = &repaired["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "trust-refused", "{spoke:#}");
+    stack.assert_consumers_ready(&repaired, 0);
+    assert_spoke_trusts_the_hub(&stack);
 
     // The hub holds no Secret for the spoke, and the fleet's files and outputs no key.
     let secrets = stack.hub.api.get_json(&["secrets", "-n", flux::NS]);
