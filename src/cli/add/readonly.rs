@@ -27,6 +27,14 @@ pub(super) fn configured(args: &AddArgs, config_path: &Path) -> Result<Config, A
                 file: config_path.to_path_buf(),
             });
         }
+        if let Some(given) = args.credential.filter(|m| *m != spoke.credential.mode) {
+            return Err(AddError::OtherCredential {
+                spoke: spoke.name.clone(),
+                given,
+                configured: spoke.credential.mode,
+                file: config_path.to_path_buf(),
+            });
+        }
         super::checked(args, configured)?;
         return Ok(config);
     }
