@@ -90,15 +90,22 @@ impl Layout {
              # own hub namespace {ns}, which holds its Secret and no other spoke's.\n\
              apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n\
              ---\n{}---\n{}",
-            self.account(ns, &helm_name),
+            self.account(
+                ns,
+                &helm_name,
+                spoke.credential.mode == CredentialMode::Federated
+            ),
             self.kustomizations(spoke, &helm_name),
         )
     }
 
     /// The ServiceAccount the hub-side Kustomization applies as, its Role and binding.
-    fn account(&self, ns: &str, sa: &str) -> String {
+    /// A federated spoke's grants no ConfigMaps: its kubeConfig ConfigMap is in that
+    /// namespace, and one written over it would send Flux's tokens for the spoke elsewhere.
+    fn account(&self, ns: &str, sa: &str, federated: bool) -> String {
         let rules: String = HUB_KINDS
             .iter()
+            .filter(|(_, resources)| !(federated && *resources == "configmaps"))
             .map(|(group, resources)| {
                 format!(
                     "  - apiGroups: [{group}]\n    resources: [{resources}]\n    \
@@ -391,6 +398,19 @@ pub(crate) mod tests {
         assert_eq!(
             ops,
             serde_json::json!([{"op": "add", "path": "/spec/kubeConfig", "value": configmap}])
+        );
+        // Nor may the hub-side account write a ConfigMap over it.
+        let role = &docs[2];
+        assert_eq!(role["kind"], "Role");
+        let resources: Vec<&serde_json::Value> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["resources"].as_array().unwrap())
+            .collect();
+        assert_eq!(
+            resources,
+            ["helmreleases", "helmrepositories", "ocirepositories"]
         );
         // The sealed modes keep the Secret's key.
         let sealed = tests::for_tests(&spoke());
