@@ -1,7 +1,8 @@
 //! `spokekeeper add --credential federated` on the lab's nodes: the spoke is refused,
 //! naming what is missing, until the configuration or the flags give its issuer; then add
 //! prints the federated node recipe of its distribution and commits nothing until the
-//! the spoke's node and the hub are set up for it.
+//! the spoke's node and the hub are set up for it. The real components onboard one:
+//! realstack/flux_add/federated.rs.
 
 use super::{add, fleet, ssh_to_node1};
 use support::git::git;
