@@ -108,6 +108,13 @@ enum AddError {
         configured: CredentialMode,
         file: PathBuf,
     },
+    #[error("--issuer {given:?} is not {spoke}'s credential.federated.issuer {configured:?} in {}, which add cannot write: drop the flag, or change the entry there", file.display())]
+    OtherIssuer {
+        spoke: String,
+        given: String,
+        configured: String,
+        file: PathBuf,
+    },
     #[error("the spoke is not in the edited configuration")]
     NotInConfig,
     #[error("cannot start the runtime: {0}")]
