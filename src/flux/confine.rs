@@ -8,7 +8,8 @@
 //!   in a namespace holding another spoke's Secret a HelmRelease can read that Secret
 //!   through valuesFrom; and any kind but [`BELONGS`] under its path is named;
 //! - a federated spoke's kubeConfig ConfigMap applied from another file than the one
-//!   spokekeeper commits: Flux's tokens for the spoke go where that one says;
+//!   spokekeeper commits: that one says where the controllers send their tokens and for
+//!   which audience (any federated spoke's);
 //! - a HelmRelease sent to a spoke without spec.targetNamespace or spec.storageNamespace
 //!   installs into, or stores in, its hub namespace's name on the spoke;
 //! - two spokes' objects that resolve to one hub object: one spoke's release is then
@@ -41,8 +42,9 @@ fn belongs(spoke: &SpokeConfig) -> &'static [&'static str] {
 }
 
 /// A ConfigMap applied on the hub as a federated spoke's kubeConfig ConfigMap from a file
-/// other than the one spokekeeper commits: whoever writes it sends Flux's tokens for
-/// that spoke (their audience is the ConfigMap's too) to the address it names.
+/// other than the one spokekeeper commits: its writer chooses the address the controllers
+/// send their tokens to and the audience they are minted for, so they can take a token
+/// valid on any federated spoke.
 fn replaced(
     kind: &str,
     ns: &str,
@@ -62,7 +64,7 @@ fn replaced(
     Some(Trap {
         spoke: spoke.name.clone(),
         detail: format!(
-            "{object} ({file}), applied on the hub by Kustomization {}/{} ({}), is spoke {}'s kubeConfig ConfigMap, which spokekeeper commits in {}: Flux's controllers send their tokens for the spoke to the address it names, so whoever writes {file} can take them; remove it",
+            "{object} ({file}), applied on the hub by Kustomization {}/{} ({}), is spoke {}'s kubeConfig ConfigMap, which spokekeeper commits in {}: Flux's controllers send their tokens to the address it names, minted for the audience it names (any federated spoke's), so whoever writes {file} can take a token valid on any of them; remove it",
             k.namespace,
             k.name,
             k.file,
@@ -186,7 +188,7 @@ fn unconfined(k: &Kustomization, spoke: &SpokeConfig, spokes: &[SpokeConfig]) ->
         .filter(|o| o.name != spoke.name && o.secret.namespace == k.namespace)
     {
         let risk = if is_federated(other) {
-            "a ConfigMap written there replaces it, and a HelmRelease there can name it: either sends Flux's tokens for that spoke where the writer says"
+            "a ConfigMap written there replaces it, and a HelmRelease there can name it: either lets its writer choose where the controllers send their tokens and for which spoke's audience"
         } else {
             "a HelmRelease there can read it through valuesFrom"
         };

@@ -101,7 +101,8 @@ impl Layout {
 
     /// The ServiceAccount the hub-side Kustomization applies as, its Role and binding.
     /// A federated spoke's grants no ConfigMaps: its kubeConfig ConfigMap is in that
-    /// namespace, and one written over it would send Flux's tokens for the spoke elsewhere.
+    /// namespace, and one written over it would choose where the controllers send their
+    /// tokens and for which audience (any federated spoke's).
     fn account(&self, ns: &str, sa: &str, federated: bool) -> String {
         let rules: String = HUB_KINDS
             .iter()
