@@ -1,10 +1,13 @@
-//! `spokekeeper init`: scaffold a spokekeeper.yaml and print the node recipe.
+//! `spokekeeper init`: scaffold a spokekeeper.yaml and print the node recipe: the
+//! kubeconfig one by default, the federated one (per distribution) where the flags or the
+//! configuration ask for `credential.mode: federated`.
 
 use std::path::Path;
 use std::process::ExitCode;
 
 use super::fail;
-use spokekeeper::spoke::NODE_RECIPE;
+use spokekeeper::config::{Config, CredentialMode, Distro, SpokeConfig};
+use spokekeeper::spoke::{NODE_RECIPE, federated_recipe};
 
 /// A starting configuration: every key of the contract, with its default or an example.
 pub(crate) const TEMPLATE: &str = r#"# spokekeeper.yaml: keeps the hub's kubeconfigs for its spokes valid.
@@ -67,6 +70,84 @@ pub struct InitArgs {
     /// Overwrite an existing configuration file.
     #[arg(long)]
     pub force: bool,
+    /// The credential.mode to scaffold and print the node recipe for [default: the
+    /// template's (minted), or an existing file's spokes'].
+    #[arg(long, value_enum)]
+    pub credential: Option<CredentialMode>,
+    /// The distribution whose federated recipe is printed [default: the configuration's
+    /// federated spokes', else k3s].
+    #[arg(long, value_enum)]
+    pub distro: Option<Distro>,
+}
+
+/// The template for `mode`: a federated one scaffolds the mode, its issuer (an example
+/// to replace) and the hub section it needs.
+pub(crate) fn template(mode: Option<CredentialMode>) -> String {
+    match mode {
+        Some(CredentialMode::Federated) => TEMPLATE
+            .replace(
+                "  mode: minted                         # minted:",
+                "  mode: federated                      # docs/federated.md; minted:",
+            )
+            .replace(
+                "  # ttl: 30d",
+                "  federated:\n    issuer: https://hub.example.org:6443   # the hub's --service-account-issuer, reachable from the spokes\n  # ttl: 30d",
+            )
+            .replace(
+                "# hub:                                 # optional:",
+                "hub:                                   # required by federated spokes:",
+            )
+            .replace("#   verify_timeout: 2m", "  verify_timeout: 2m"),
+        Some(CredentialMode::Extracted) => TEMPLATE.replace(
+            "  mode: minted                         # minted:",
+            "  mode: extracted                      # minted:",
+        ),
+        _ => TEMPLATE.to_string(),
+    }
+}
+
+/// The node recipes to print: with `--credential`, that mode's (federated: for
+/// `--distro`, else the configuration's federated spokes' distributions, else k3s);
+/// without it, the federated one for each distribution the configuration's federated
+/// spokes run and the kubeconfig one for its other spokes (or when it has none).
+fn recipes(args: &InitArgs, config: Option<&Config>) -> String {
+    let spokes = config.map(|c| c.spokes.as_slice()).unwrap_or_default();
+    let is_federated = |s: &SpokeConfig| s.credential.mode == CredentialMode::Federated;
+    let (sealed, federated) = match args.credential {
+        Some(CredentialMode::Federated) => (false, true),
+        Some(_) => (true, false),
+        None => (
+            spokes.is_empty() || !spokes.iter().all(is_federated),
+            spokes.iter().any(is_federated),
+        ),
+    };
+    let mut out = if sealed {
+        NODE_RECIPE.to_string()
+    } else {
+        String::new()
+    };
+    if !federated {
+        return out;
+    }
+    let configured = |d: &Distro| spokes.iter().any(|s| is_federated(s) && s.distro == *d);
+    let distros: Vec<Distro> = match args.distro {
+        Some(d) => vec![d],
+        None => [Distro::K3s, Distro::Rke2, Distro::Kubeadm]
+            .into_iter()
+            .filter(configured)
+            .collect(),
+    };
+    for d in if distros.is_empty() {
+        vec![Distro::K3s]
+    } else {
+        distros
+    } {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        out.push_str(&federated_recipe(d));
+    }
+    out
 }
 
 pub(super) fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
@@ -76,18 +157,26 @@ pub(super) fn run(args: &InitArgs, config_path: &Path) -> ExitCode {
             config_path.display()
         );
     } else {
-        if let Err(e) = spokekeeper::fsutil::write_atomic(config_path, TEMPLATE.as_bytes()) {
+        let template = template(args.credential);
+        if let Err(e) = spokekeeper::fsutil::write_atomic(config_path, template.as_bytes()) {
             return fail(
                 "init",
                 format!("cannot write {}: {e}", config_path.display()),
             );
         }
         eprintln!(
-            "wrote {}: edit repo, sealing and spokes. The node recipe follows.\n",
-            config_path.display()
+            "wrote {}: edit repo, sealing{} and spokes. The node recipe follows.\n",
+            config_path.display(),
+            if args.credential == Some(CredentialMode::Federated) {
+                ", credential.federated.issuer"
+            } else {
+                ""
+            }
         );
     }
-    super::out(NODE_RECIPE);
+    // A file that does not load (yet) asks for nothing: the flags alone choose.
+    let config = Config::load(config_path).ok();
+    super::out(&recipes(args, config.as_ref()));
     ExitCode::SUCCESS
 }
 
@@ -127,5 +216,75 @@ mod tests {
         assert_eq!(hub.controller.name, "sealed-secrets-controller");
         assert_eq!(hub.verify_timeout, std::time::Duration::from_secs(120));
         assert_eq!(c.spokes[0].kustomization.as_ref().unwrap().name, "dev");
+    }
+
+    fn init(flags: &[&str]) -> InitArgs {
+        use clap::Parser;
+        let argv = ["spokekeeper", "init"]
+            .into_iter()
+            .chain(flags.iter().copied());
+        match super::super::Cli::parse_from(argv).command {
+            super::super::Command::Init(a) => a,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn parse(text: &str) -> Config {
+        Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper")).unwrap()
+    }
+
+    #[test]
+    fn the_default_recipe_is_the_kubeconfig_one_and_a_federated_scaffold_asks_for_its_own() {
+        let sealed = recipes(&init(&[]), Some(&parse(TEMPLATE)));
+        assert_eq!(sealed, NODE_RECIPE);
+        assert_eq!(recipes(&init(&[]), None), NODE_RECIPE);
+        // The federated scaffold loads as federated, and its recipe is the federated one.
+        let scaffold = parse(&template(Some(CredentialMode::Federated)));
+        let dev = &scaffold.spokes[0];
+        assert_eq!(dev.credential.mode, CredentialMode::Federated);
+        assert_eq!(
+            dev.credential.federated.as_ref().map(|f| f.issuer.as_str()),
+            Some("https://hub.example.org:6443")
+        );
+        assert_eq!(
+            recipes(&init(&[]), Some(&scaffold)),
+            federated_recipe(Distro::K3s)
+        );
+        let extracted = parse(&template(Some(CredentialMode::Extracted)));
+        assert_eq!(
+            extracted.spokes[0].credential.mode,
+            CredentialMode::Extracted
+        );
+    }
+
+    #[test]
+    fn the_flags_or_the_federated_spokes_choose_the_distributions() {
+        let flags = init(&["--credential", "federated", "--distro", "kubeadm"]);
+        assert_eq!(
+            recipes(&flags, Some(&parse(TEMPLATE))),
+            federated_recipe(Distro::Kubeadm)
+        );
+        let flags = init(&["--credential", "federated"]);
+        assert_eq!(recipes(&flags, None), federated_recipe(Distro::K3s));
+        // A mixed fleet: the kubeconfig recipe, then one per federated distribution.
+        let mixed = template(Some(CredentialMode::Federated)).replace(
+            "    distro: k3s ",
+            "    distro: rke2\n  - {name: old, address: 10.0.0.2, credential: {mode: minted}}\n  - {name: new, address: 10.0.0.3, distro: kubeadm}\n    # ",
+        );
+        let mixed = parse(&mixed);
+        assert_eq!(mixed.spokes.len(), 3, "{:?}", mixed.spokes);
+        let all = recipes(&init(&[]), Some(&mixed));
+        assert_eq!(
+            all,
+            format!(
+                "{NODE_RECIPE}\n{}\n{}",
+                federated_recipe(Distro::Rke2),
+                federated_recipe(Distro::Kubeadm)
+            )
+        );
+        assert_eq!(
+            recipes(&init(&["--credential", "minted"]), Some(&mixed)),
+            NODE_RECIPE
+        );
     }
 }

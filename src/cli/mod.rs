@@ -125,15 +125,19 @@ pub enum Command {
     /// and commit beside its credential the Flux objects that deploy to it.
     #[command(after_help = "Examples:\n  \
         spokekeeper add edge-1 --address 192.168.1.30 --distro k3s\n  \
-        spokekeeper add edge-2 --address 10.0.0.7 --distro rke2 --ssh-host bastion.example.org --source flux-system\n\n\
-        In the same commit as the sealed credential: ROOT/NAME.yaml with a Kustomization that applies\n\
-        spokes/NAME/apps on the spoke and one that applies spokes/NAME/helmreleases on the hub with\n\
-        spec.kubeConfig patched into each HelmRelease, listed in ROOT/kustomization.yaml when it exists.")]
+        spokekeeper add edge-2 --address 10.0.0.7 --distro rke2 --ssh-host bastion.example.org --source flux-system\n  \
+        spokekeeper add edge-3 --address 10.0.0.8 --distro k3s --credential federated --issuer https://hub.example.org:6443\n\n\
+        In the same commit as the sealed credential (a federated spoke's ConfigMap): ROOT/NAME.yaml with a\n\
+        Kustomization that applies spokes/NAME/apps on the spoke and one that applies spokes/NAME/helmreleases\n\
+        on the hub with spec.kubeConfig (secretRef; configMapRef when federated) patched into each HelmRelease,\n\
+        listed in ROOT/kustomization.yaml when it exists.")]
     Add(add::AddArgs),
-    /// Scaffold a spokekeeper.yaml and print the least-privilege node recipe.
+    /// Scaffold a spokekeeper.yaml and print the least-privilege node recipe (the federated one
+    /// where the flags or the configuration's spokes ask for it).
     #[command(after_help = "Examples:\n  \
         spokekeeper init\n  \
-        spokekeeper --config fleet/spokekeeper.yaml init --force")]
+        spokekeeper --config fleet/spokekeeper.yaml init --force\n  \
+        spokekeeper init --credential federated --distro rke2")]
     Init(init::InitArgs),
     /// The whole loop against an embedded simulated fleet.
     #[command(after_help = "Example:\n  \

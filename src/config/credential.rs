@@ -8,7 +8,9 @@ use serde::Deserialize;
 use super::Span;
 
 /// Where the committed credential comes from.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, serde::Serialize, clap::ValueEnum,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum CredentialMode {
     /// The node's own admin kubeconfig (today's behaviour, the default).

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::{Config, ConfigError, Distro, check, lines::Lines};
+use super::{Config, ConfigError, CredentialMode, Distro, check, lines::Lines};
 use crate::text::BlockListError;
 
 /// The spoke `add` writes: only what its flags say; everything else takes the defaults
@@ -20,6 +20,10 @@ pub struct NewSpoke {
     /// The hub namespace of its Secret and Flux objects (`secret.namespace`): one that
     /// holds no other spoke's Secret.
     pub namespace: String,
+    /// `credential.mode`, when given (else the global `credential:` applies).
+    pub credential: Option<CredentialMode>,
+    /// `credential.federated.issuer`, when given (else the global one applies).
+    pub issuer: Option<String>,
 }
 
 /// `text` (the file `file`, relative paths against `base`) with `spoke` appended to its
@@ -122,6 +126,18 @@ fn entry_in(spoke: &NewSpoke, indent: usize, gap: usize, eol: &str) -> String {
         "{keys}secret: {{namespace: {}}}{eol}",
         quoted(&spoke.namespace)
     ));
+    let mode = spoke.credential.map(|m| format!("mode: {m}"));
+    let issuer = spoke
+        .issuer
+        .as_ref()
+        .map(|i| format!("federated: {{issuer: {}}}", quoted(i)));
+    let credential: Vec<String> = mode.into_iter().chain(issuer).collect();
+    if !credential.is_empty() {
+        entry.push_str(&format!(
+            "{keys}credential: {{{}}}{eol}",
+            credential.join(", ")
+        ));
+    }
     entry
 }
 
@@ -143,6 +159,8 @@ mod tests {
             kubeconfig_path: None,
             api_server: None,
             namespace: name.into(),
+            credential: None,
+            issuer: None,
         }
     }
 
@@ -266,5 +284,41 @@ mod tests {
         let by_hand = Config::parse(&format!("{text}{nested}"), "f", Path::new("/")).unwrap();
         let (_, added) = add(text, &s).unwrap();
         assert_eq!(by_hand.spokes, added.spokes);
+    }
+
+    #[test]
+    fn a_credential_mode_and_issuer_given_are_written_as_the_spokes_own() {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\nspokes:\n  - {name: dev, address: a}\n";
+        let mut s = spoke("edge-1");
+        s.credential = Some(CredentialMode::Federated);
+        s.issuer = Some("https://hub.example:6443".into());
+        let (out, config) = add(text, &s).unwrap();
+        assert!(
+            out.ends_with("  secret: {namespace: \"edge-1\"}\n    credential: {mode: federated, federated: {issuer: \"https://hub.example:6443\"}}\n"),
+            "{out}"
+        );
+        let edge = &config.spokes[1];
+        assert_eq!(edge.credential.mode, CredentialMode::Federated);
+        assert_eq!(
+            edge.credential
+                .federated
+                .as_ref()
+                .map(|f| f.issuer.as_str()),
+            Some("https://hub.example:6443")
+        );
+        assert_eq!(edge.output, Path::new("fluxcd/edge-1-kubeconfig.yaml"));
+        // The mode alone, and nowhere an issuer: refused, naming what is missing.
+        s.issuer = None;
+        let e = add(text, &s).unwrap_err().to_string();
+        assert!(
+            e.contains(
+                "spokes[1].credential.mode is federated but credential.federated.issuer is not set"
+            ),
+            "{e}"
+        );
+        s.credential = Some(CredentialMode::Extracted);
+        let (_, config) = add(text, &s).unwrap();
+        assert_eq!(config.spokes[1].credential.mode, CredentialMode::Extracted);
+        assert!(spoke_entry(&s).ends_with("  credential: {mode: extracted}\n"));
     }
 }

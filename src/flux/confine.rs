@@ -2,10 +2,14 @@
 //! writes avoids each):
 //!
 //! - a Kustomization that applies a spoke's HelmReleases on the hub (no spec.kubeConfig,
-//!   a HelmRelease patch naming the spoke's Secret) applies as kustomize-controller
+//!   a HelmRelease patch naming the spoke's Secret, or a federated spoke's ConfigMap:
+//!   `secretRef` and `configMapRef` alike) applies as kustomize-controller
 //!   (cluster-admin in a `flux bootstrap` install) unless it has spec.serviceAccountName;
 //!   in a namespace holding another spoke's Secret a HelmRelease can read that Secret
 //!   through valuesFrom; and any kind but [`BELONGS`] under its path is named;
+//! - a federated spoke's kubeConfig ConfigMap applied from another file than the one
+//!   spokekeeper commits: that one says where the controllers send their tokens and for
+//!   which audience (any federated spoke's);
 //! - a HelmRelease sent to a spoke without spec.targetNamespace or spec.storageNamespace
 //!   installs into, or stores in, its hub namespace's name on the spoke;
 //! - two spokes' objects that resolve to one hub object: one spoke's release is then
@@ -15,6 +19,7 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
+use super::reference::{Ref, is_federated, kind_of, patched};
 use super::traps::{self, Kustomization, Trap, Tree, Walks};
 use crate::config::SpokeConfig;
 
@@ -25,6 +30,49 @@ const BELONGS: [&str; 4] = [
     "OCIRepository",
     "ConfigMap",
 ];
+
+/// What a spoke's hub-side directory may hold: a federated spoke's no ConfigMap, since
+/// one there could replace its kubeConfig ConfigMap (add's Role grants none).
+fn belongs(spoke: &SpokeConfig) -> &'static [&'static str] {
+    if is_federated(spoke) {
+        &BELONGS[..3]
+    } else {
+        &BELONGS
+    }
+}
+
+/// A ConfigMap applied on the hub as a federated spoke's kubeConfig ConfigMap from a file
+/// other than the one spokekeeper commits: its writer chooses the address the controllers
+/// send their tokens to and the audience they are minted for, so they can take a token
+/// valid on any federated spoke.
+fn replaced(
+    kind: &str,
+    ns: &str,
+    name: &str,
+    object: &str,
+    file: &str,
+    k: &Kustomization,
+    spokes: &[SpokeConfig],
+) -> Option<Trap> {
+    let spoke = spokes.iter().find(|s| {
+        kind == "ConfigMap"
+            && is_federated(s)
+            && s.secret.namespace == ns
+            && s.secret.name == name
+            && super::slash_path(&s.output) != file
+    })?;
+    Some(Trap {
+        spoke: spoke.name.clone(),
+        detail: format!(
+            "{object} ({file}), applied on the hub by Kustomization {}/{} ({}), is spoke {}'s kubeConfig ConfigMap, which spokekeeper commits in {}: Flux's controllers send their tokens to the address it names, minted for the audience it names (any federated spoke's), so whoever writes {file} can take a token valid on any of them; remove it",
+            k.namespace,
+            k.name,
+            k.file,
+            spoke.name,
+            super::slash_path(&spoke.output)
+        ),
+    })
+}
 
 /// One object applied on the hub for a spoke, from a file.
 struct Applied<'a> {
@@ -42,7 +90,7 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     for k in files
         .values()
         .flat_map(|s| &s.kustomizations)
-        .filter(|k| k.secret.is_none())
+        .filter(|k| k.kube_config.is_none())
     {
         let Some(path) = &k.path else { continue };
         let patched = patched_for(k, spokes);
@@ -60,13 +108,15 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
                     .as_deref()
                     .or(d["metadata"]["namespace"].as_str())
                     .unwrap_or(k.namespace.as_str());
-                let Some(spoke) = patched.or_else(|| released_to(d, ns, spokes)) else {
-                    continue;
-                };
                 let kind = crate::text::one_line(d["kind"].as_str().unwrap_or("?"), 63);
                 let name = d["metadata"]["name"].as_str().unwrap_or("?");
                 let object = crate::text::one_line(&format!("{kind} {ns}/{name}"), 160);
-                if patched.is_some() && !BELONGS.contains(&kind.as_str()) {
+                out.extend(replaced(&kind, ns, name, &object, file, k, spokes));
+                let Some(spoke) = patched.or_else(|| released_to(d, ns, spokes)) else {
+                    continue;
+                };
+                let belongs = belongs(spoke);
+                if patched.is_some() && !belongs.contains(&kind.as_str()) {
                     out.push(Trap {
                         spoke: spoke.name.clone(),
                         detail: format!(
@@ -75,7 +125,7 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
                             k.name,
                             k.file,
                             spoke.name,
-                            BELONGS.join(", ")
+                            belongs.join(", ")
                         ),
                     });
                 }
@@ -96,34 +146,14 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     out
 }
 
-/// The spoke whose Secret a hub-side Kustomization's HelmRelease patch names, in the
-/// Kustomization's namespace (where helm-controller reads it).
+/// The spoke whose credential (Secret, or federated ConfigMap) a hub-side
+/// Kustomization's HelmRelease patch names, in the Kustomization's namespace (where
+/// helm-controller reads it).
 fn patched_for<'a>(k: &Kustomization, spokes: &'a [SpokeConfig]) -> Option<&'a SpokeConfig> {
-    let secrets: Vec<String> = k
-        .helm_patches
-        .iter()
-        .filter_map(|p| patched_secret(p))
-        .collect();
+    let refs: Vec<Ref> = k.helm_patches.iter().filter_map(|p| patched(p)).collect();
     spokes
         .iter()
-        .find(|s| s.secret.namespace == k.namespace && secrets.contains(&s.secret.name))
-}
-
-/// The Secret a patch's spec.kubeConfig names: a JSON 6902 `add` or a strategic merge.
-pub(super) fn patched_secret(patch: &str) -> Option<String> {
-    let max = usize::try_from(super::traps::MAX_FILE_BYTES).unwrap_or(usize::MAX);
-    let v: Value =
-        serde_saphyr::from_str_with_options(patch, crate::text::hostile_yaml(max)).ok()?;
-    let name = match &v {
-        Value::Array(ops) => ops
-            .iter()
-            .find(|op| op["path"].as_str() == Some("/spec/kubeConfig"))
-            .and_then(|op| op["value"]["secretRef"]["name"].as_str()),
-        _ => v
-            .pointer("/spec/kubeConfig/secretRef/name")
-            .and_then(Value::as_str),
-    };
-    name.map(str::to_string)
+        .find(|s| s.secret.namespace == k.namespace && refs.iter().any(|r| r.names(s)))
 }
 
 /// The spoke a HelmRelease in namespace `ns` names with its own spec.kubeConfig.
@@ -131,10 +161,10 @@ fn released_to<'a>(d: &Value, ns: &str, spokes: &'a [SpokeConfig]) -> Option<&'a
     if !traps::is_helm_release(d) {
         return None;
     }
-    let secret = d.pointer("/spec/kubeConfig/secretRef/name")?.as_str()?;
+    let r = Ref::of(d.pointer("/spec/kubeConfig")?)?;
     spokes
         .iter()
-        .find(|s| s.secret.name == secret && s.secret.namespace == ns)
+        .find(|s| r.names(s) && s.secret.namespace == ns)
 }
 
 /// A hub-side Kustomization for `spoke` that applies as kustomize-controller, or in a
@@ -157,11 +187,19 @@ fn unconfined(k: &Kustomization, spoke: &SpokeConfig, spokes: &[SpokeConfig]) ->
         .iter()
         .filter(|o| o.name != spoke.name && o.secret.namespace == k.namespace)
     {
+        let risk = if is_federated(other) {
+            "a ConfigMap written there replaces it, and a HelmRelease there can name it: either lets its writer choose where the controllers send their tokens and for which spoke's audience"
+        } else {
+            "a HelmRelease there can read it through valuesFrom"
+        };
         out.push(Trap {
             spoke: spoke.name.clone(),
             detail: format!(
-                "{at} in namespace {}, which holds spoke {}'s Secret {}: a HelmRelease there can read it through valuesFrom; give each spoke a hub namespace of its own (spokekeeper add --namespace)",
-                k.namespace, other.name, other.secret.name
+                "{at} in namespace {}, which holds spoke {}'s {} {}: {risk}; give each spoke a hub namespace of its own (spokekeeper add --namespace)",
+                k.namespace,
+                other.name,
+                kind_of(other),
+                other.secret.name
             ),
         });
     }
@@ -468,18 +506,5 @@ pub(super) mod tests {
             &s,
         );
         assert_eq!(found, []);
-    }
-
-    #[test]
-    fn a_strategic_merge_patch_names_the_spoke_too() {
-        assert_eq!(
-            patched_secret("apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: any}\nspec:\n  kubeConfig:\n    secretRef: {name: edge-kubeconfig}\n").as_deref(),
-            Some("edge-kubeconfig")
-        );
-        assert_eq!(
-            patched_secret("- op: add\n  path: /spec/suspend\n  value: true\n"),
-            None
-        );
-        assert_eq!(patched_secret("[: not yaml"), None);
     }
 }

@@ -7,7 +7,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::config::SpokeConfig;
+use crate::config::{CredentialMode, SpokeConfig};
 
 /// Where the new spoke's Flux objects go and what they deploy from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -75,8 +75,8 @@ impl Layout {
         format!("{}-helmreleases", spoke.name)
     }
 
-    /// Everything in the spoke's own hub namespace (the Secret's: Flux reads a
-    /// kubeConfig Secret from the consumer's namespace), as Flux's hub-and-spoke example
+    /// Everything in the spoke's own hub namespace (the Secret's, or a federated spoke's
+    /// ConfigMap's: Flux reads either from the consumer's namespace), as Flux's hub-and-spoke example
     /// lays a spoke out: the Namespace; a Kustomization that applies `apps/` on the spoke
     /// with its kubeconfig; and one that applies `helmreleases/` on the hub, where
     /// helm-controller runs, as a ServiceAccount that may write only [`HUB_KINDS`] in that
@@ -90,15 +90,23 @@ impl Layout {
              # own hub namespace {ns}, which holds its Secret and no other spoke's.\n\
              apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n\
              ---\n{}---\n{}",
-            self.account(ns, &helm_name),
+            self.account(
+                ns,
+                &helm_name,
+                spoke.credential.mode == CredentialMode::Federated
+            ),
             self.kustomizations(spoke, &helm_name),
         )
     }
 
     /// The ServiceAccount the hub-side Kustomization applies as, its Role and binding.
-    fn account(&self, ns: &str, sa: &str) -> String {
+    /// A federated spoke's grants no ConfigMaps: its kubeConfig ConfigMap is in that
+    /// namespace, and one written over it would choose where the controllers send their
+    /// tokens and for which audience (any federated spoke's).
+    fn account(&self, ns: &str, sa: &str, federated: bool) -> String {
         let rules: String = HUB_KINDS
             .iter()
+            .filter(|(_, resources)| !(federated && *resources == "configmaps"))
             .map(|(group, resources)| {
                 format!(
                     "  - apiGroups: [{group}]\n    resources: [{resources}]\n    \
@@ -123,7 +131,7 @@ impl Layout {
     /// The spoke's two Kustomizations.
     fn kustomizations(&self, spoke: &SpokeConfig, helm_name: &str) -> String {
         let (name, ns) = (&spoke.name, &spoke.secret.namespace);
-        let (secret, key) = (&spoke.secret.name, &spoke.secret.key);
+        let (on_spoke_ref, patch_ref) = (reference(spoke, 4), reference(spoke, 12));
         let source = format!(
             "  sourceRef:\n    kind: GitRepository\n    name: {}\n    namespace: {}\n",
             self.source.name, self.source.namespace
@@ -146,7 +154,7 @@ impl Layout {
              metadata:\n  name: {name}\n  namespace: {ns}\n\
              spec:\n  interval: 10m\n  retryInterval: 1m\n  timeout: 5m\n  path: ./{apps}\n  prune: true\n\
              {source}{on_spoke}\
-             \x20 kubeConfig:\n    secretRef:\n      name: {secret}\n      key: {key}\n\
+             \x20 kubeConfig:\n{on_spoke_ref}\
              ---\n\
              # HelmReleases in {helm} are applied on the hub, where helm-controller runs, as\n\
              # {helm_name}; each gets spec.kubeConfig, so its release is installed on the\n\
@@ -161,9 +169,21 @@ impl Layout {
              {source}\
              \x20 patches:\n    - target:\n        kind: HelmRelease\n      patch: |\n\
              \x20       - op: add\n          path: /spec/kubeConfig\n          value:\n\
-             \x20           secretRef:\n              name: {secret}\n              key: {key}\n\
-             {impersonate}"
+             {patch_ref}{impersonate}"
         )
+    }
+}
+
+/// spec.kubeConfig's reference to the spoke's credential, at column `indent`: a
+/// federated spoke's ConfigMap (`configMapRef`, no key: Flux reads its generic
+/// provider's keys), else its Secret's key. Both are read from the consumer's namespace.
+fn reference(spoke: &SpokeConfig, indent: usize) -> String {
+    let (pad, name) = (" ".repeat(indent), &spoke.secret.name);
+    if spoke.credential.mode == CredentialMode::Federated {
+        format!("{pad}configMapRef:\n{pad}  name: {name}\n")
+    } else {
+        let key = &spoke.secret.key;
+        format!("{pad}secretRef:\n{pad}  name: {name}\n{pad}  key: {key}\n")
     }
 }
 
@@ -356,6 +376,47 @@ pub(crate) mod tests {
             serde_json::json!([{"op": "add", "path": "/spec/kubeConfig",
                 "value": {"secretRef": {"name": "edge-1-kubeconfig", "key": "value"}}}])
         );
+    }
+
+    #[test]
+    fn a_federated_spokes_objects_name_its_configmap_without_a_key() {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\ncredential: {federated: {issuer: \"https://hub.example:6443\"}}\nspokes:\n  - {name: edge-1, address: 10.0.0.1, secret: {namespace: edge-1}, credential: {mode: federated}}\n";
+        let s = crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+            .unwrap()
+            .spokes
+            .remove(0);
+        let text = tests::for_tests(&s);
+        assert!(!text.contains("secretRef"), "{text}");
+        let docs = documents(&text);
+        let [.., apps, helm] = docs.as_slice() else {
+            panic!("{text}")
+        };
+        let configmap = serde_json::json!({"configMapRef": {"name": "edge-1-kubeconfig"}});
+        assert_eq!(apps["spec"]["kubeConfig"], configmap);
+        assert_eq!(apps["metadata"]["namespace"], "edge-1");
+        let ops: serde_json::Value =
+            serde_saphyr::from_str(helm["spec"]["patches"][0]["patch"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            ops,
+            serde_json::json!([{"op": "add", "path": "/spec/kubeConfig", "value": configmap}])
+        );
+        // Nor may the hub-side account write a ConfigMap over it.
+        let role = &docs[2];
+        assert_eq!(role["kind"], "Role");
+        let resources: Vec<&serde_json::Value> = role["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| r["resources"].as_array().unwrap())
+            .collect();
+        assert_eq!(
+            resources,
+            ["helmreleases", "helmrepositories", "ocirepositories"]
+        );
+        // The sealed modes keep the Secret's key.
+        let sealed = tests::for_tests(&spoke());
+        assert_eq!(sealed.matches("configMapRef").count(), 0, "{sealed}");
+        assert_eq!(sealed.matches("key: value").count(), 2, "{sealed}");
     }
 
     #[test]

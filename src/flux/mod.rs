@@ -4,8 +4,11 @@
 //! tree; `check` prints what this finds, the daemon can grade it alike.
 
 mod confine;
+#[cfg(test)]
+mod federated_tests;
 pub mod layout;
 mod onboard;
+mod reference;
 pub mod remote;
 mod traps;
 
@@ -14,11 +17,13 @@ pub use layout::slash_path;
 pub use traps::{MAX_TOTAL_BYTES, Trap, Tree, read_tree};
 
 /// The layout's traps in the clone's `tree`: what the hub applies for a spoke
-/// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to
+/// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to and
+/// consumers on the other kind of reference, `secretRef` to a federated spoke
 /// (onboard.rs).
 pub fn layout_traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     let mut out = confine::traps(tree, spokes);
     out.extend(traps::traps(tree, spokes));
     out.extend(onboard::traps(tree, spokes));
+    out.extend(onboard::other_kind(tree, spokes));
     out
 }

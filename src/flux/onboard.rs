@@ -1,25 +1,30 @@
-//! A spoke onboarded with its credential alone: its sealed credential
-//! is in the clone, but no Flux object there reads its Secret (a Kustomization or
-//! HelmRelease with spec.kubeConfig naming it, or a HelmRelease patch adding it), so
-//! nothing deploys to the spoke. `rotate`, or a chart entry rolled out before `add`
-//! could write the Flux objects, leaves that. Judged only in a fleet repo where Flux
-//! objects read another spoke's Secret: one with none keeps them elsewhere.
+//! Who reads a spoke's credential in the fleet repo (a Kustomization or HelmRelease with
+//! spec.kubeConfig naming it, or a HelmRelease patch adding it): the spoke's Secret,
+//! or a federated spoke's ConfigMap (`configMapRef`).
+//!
+//! - A spoke onboarded with its credential alone: it is in the clone, but nothing there
+//!   reads it, so nothing deploys to the spoke. `rotate`, or a chart entry rolled out
+//!   before `add` could write the Flux objects, leaves that. Judged only in a fleet repo
+//!   where Flux objects read another spoke's credential: one with none keeps them
+//!   elsewhere.
+//! - A consumer still on the other kind: a federated spoke's Kustomization or
+//!   HelmRelease on `secretRef` to its old Secret (the migration step), or a sealed
+//!   spoke's on `configMapRef`; each named with the fix.
 
 use std::collections::BTreeMap;
 
-use serde_json::Value;
-
-use super::confine::patched_secret;
+use super::reference::{Ref, field_of, kind_of, patched};
 use super::slash_path;
 use super::traps::{self, Summary, Trap, Tree};
 use crate::config::SpokeConfig;
 
 /// One trap per spoke of `spokes` whose credential is in `files` (see traps::read_tree)
-/// and whose Secret nothing there reads, when something there reads another's.
+/// and which nothing there reads, when something there reads another's.
 pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     let files = &tree.files;
-    let (read, unread): (Vec<&SpokeConfig>, Vec<&SpokeConfig>) =
-        spokes.iter().partition(|s| read(s, files));
+    let (read, unread): (Vec<&SpokeConfig>, Vec<&SpokeConfig>) = spokes
+        .iter()
+        .partition(|s| !consumers(s, files, Ref::reads).is_empty());
     if read.is_empty() {
         return Vec::new();
     }
@@ -31,8 +36,10 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
             Trap {
                 spoke: s.name.clone(),
                 detail: format!(
-                    "onboarded with its credential alone: {} is committed, but no Flux object in the fleet repo reads Secret {ns}/{name} (spec.kubeConfig.secretRef), so nothing deploys to {}; commit its Kustomizations beside it as `spokekeeper add` lays them out (docs/operations.md, \"Adding a spoke\")",
+                    "onboarded with its credential alone: {} is committed, but no Flux object in the fleet repo reads {} {ns}/{name} (spec.kubeConfig.{}), so nothing deploys to {}; commit its Kustomizations beside it as `spokekeeper add` lays them out (docs/operations.md, \"Adding a spoke\")",
                     slash_path(&s.output),
+                    kind_of(s),
+                    field_of(s),
                     s.name
                 ),
             }
@@ -40,26 +47,63 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
         .collect()
 }
 
-/// Whether a Kustomization, a HelmRelease or a HelmRelease patch reads the spoke's Secret.
-fn read(s: &SpokeConfig, files: &BTreeMap<String, Summary>) -> bool {
-    let (ns, name) = (&s.secret.namespace, &s.secret.name);
-    let mut ks = files.values().flat_map(|f| &f.kustomizations);
-    let by_kustomization = ks.by_ref().filter(|k| &k.namespace == ns).any(|k| {
-        k.secret.as_ref() == Some(name)
-            || k.helm_patches
-                .iter()
-                .any(|p| patched_secret(p).as_ref() == Some(name))
-    });
-    by_kustomization
-        || files.values().flat_map(|f| &f.objects).any(|d| {
-            traps::is_helm_release(d)
-                && d.pointer("/spec/kubeConfig/secretRef/name")
-                    .and_then(Value::as_str)
-                    == Some(name.as_str())
-                && d["metadata"]["namespace"]
-                    .as_str()
-                    .is_none_or(|n| n == ns.as_str())
-        })
+/// One trap per consumer of a spoke's credential that names it under the other kind.
+pub(super) fn other_kind(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
+    let mut out = Vec::new();
+    for s in spokes {
+        let (name, field) = (&s.secret.name, field_of(s));
+        let (was, fix) = if field == "configMapRef" {
+            (
+                "secretRef",
+                format!(
+                    "configMapRef: {{name: {name}}} (no key; spokekeeper commits the ConfigMap, no Secret)"
+                ),
+            )
+        } else {
+            (
+                "configMapRef",
+                format!("secretRef: {{name: {name}, key: {}}}", s.secret.key),
+            )
+        };
+        for consumer in consumers(s, &tree.files, |r, s| r.names(s) && !r.reads(s)) {
+            out.push(Trap {
+                spoke: s.name.clone(),
+                detail: format!(
+                    "{consumer} reads spoke {}'s credential with spec.kubeConfig.{was}, but its credential.mode is {}: set spec.kubeConfig to {fix}",
+                    s.name, s.credential.mode
+                ),
+            });
+        }
+    }
+    out
+}
+
+/// Each Kustomization (its own spec.kubeConfig or a HelmRelease patch) and HelmRelease in
+/// the spoke's namespace whose reference `matches` the spoke, as `KIND NS/NAME (FILE)`.
+fn consumers(
+    s: &SpokeConfig,
+    files: &BTreeMap<String, Summary>,
+    matches: fn(&Ref, &SpokeConfig) -> bool,
+) -> Vec<String> {
+    let ns = &s.secret.namespace;
+    let hit = |r: Option<Ref>| r.is_some_and(|r| matches(&r, s));
+    let mut out = Vec::new();
+    for (file, summary) in files {
+        for k in summary.kustomizations.iter().filter(|k| &k.namespace == ns) {
+            if hit(k.kube_config.clone()) || k.helm_patches.iter().any(|p| hit(patched(p))) {
+                out.push(format!("Kustomization {ns}/{} ({file})", k.name));
+            }
+        }
+        for d in summary.objects.iter().filter(|d| traps::is_helm_release(d)) {
+            let in_ns = d["metadata"]["namespace"].as_str().is_none_or(|n| n == ns);
+            if in_ns && hit(d.pointer("/spec/kubeConfig").and_then(Ref::of)) {
+                let name = d["metadata"]["name"].as_str().unwrap_or("?");
+                let hr = crate::text::one_line(&format!("HelmRelease {ns}/{name}"), 160);
+                out.push(format!("{hr} ({file})"));
+            }
+        }
+    }
+    out
 }
 
 #[cfg(test)]

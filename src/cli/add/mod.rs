@@ -14,12 +14,13 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use super::{Chain, Format, fail, out};
-use spokekeeper::config::{Config, Distro, NewSpoke, RepoMode, SpokeConfig};
+use spokekeeper::config::{Config, CredentialMode, Distro, NewSpoke, RepoMode};
 use spokekeeper::repo::Repo;
 use spokekeeper::rotate::{Options, Outcome};
 
 mod flux;
 mod readonly;
+mod steps;
 
 /// Namespaces a spoke's Flux objects may not share: flux-system holds Flux's own
 /// Secrets (the fleet repo's deploy key among them), which a HelmRelease there could
@@ -66,6 +67,15 @@ pub struct AddArgs {
     /// --default-service-account (Flux's multi-tenancy lockdown); the steps create it.
     #[arg(long)]
     pub service_account: Option<String>,
+    /// The spoke's credential.mode [default: the configuration's credential.mode]:
+    /// federated commits no credential, only a ConfigMap Flux reads with
+    /// spec.kubeConfig.configMapRef (docs/federated.md).
+    #[arg(long, value_enum)]
+    pub credential: Option<CredentialMode>,
+    /// The hub's --service-account-issuer, as the spoke's credential.federated.issuer
+    /// [default: the configuration's credential.federated.issuer].
+    #[arg(long)]
+    pub issuer: Option<String>,
 }
 
 pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
@@ -85,6 +95,26 @@ enum AddError {
     },
     #[error(transparent)]
     Config(#[from] spokekeeper::config::ConfigError),
+    #[error("{0}; or pass --issuer URL (the hub's --service-account-issuer) for this spoke")]
+    NoIssuer(spokekeeper::config::ConfigError),
+    #[error(
+        "--issuer is credential.federated.issuer, but {spoke}'s credential.mode is {mode}: pass --credential federated, or drop --issuer"
+    )]
+    NotFederated { spoke: String, mode: CredentialMode },
+    #[error("--credential {given} is not {spoke}'s credential.mode {configured} in {}, which add cannot write: drop the flag, or change the entry there", file.display())]
+    OtherCredential {
+        spoke: String,
+        given: CredentialMode,
+        configured: CredentialMode,
+        file: PathBuf,
+    },
+    #[error("--issuer {given:?} is not {spoke}'s credential.federated.issuer {configured:?} in {}, which add cannot write: drop the flag, or change the entry there", file.display())]
+    OtherIssuer {
+        spoke: String,
+        given: String,
+        configured: String,
+        file: PathBuf,
+    },
     #[error("the spoke is not in the edited configuration")]
     NotInConfig,
     #[error("cannot start the runtime: {0}")]
@@ -164,7 +194,13 @@ fn add(args: &AddArgs, config_path: &Path, format: Format) -> Result<ExitCode, A
     let Some(spoke) = config.spokes.iter().find(|s| s.name == args.name).cloned() else {
         return Err(AddError::NotInConfig);
     };
-    let steps = node_steps(&spoke, args.service_account.as_deref());
+    if args.issuer.is_some() && spoke.credential.mode != CredentialMode::Federated {
+        return Err(AddError::NotFederated {
+            spoke: spoke.name,
+            mode: spoke.credential.mode,
+        });
+    }
+    let steps = steps::node_steps(&spoke, args.service_account.as_deref());
     if format == Format::Table {
         out(&steps);
     } else {
@@ -252,7 +288,13 @@ fn edit(args: &AddArgs, config_path: &Path) -> Result<(String, Config), AddError
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    Ok(spokekeeper::config::add_spoke(&text, &file, &base, &spoke)?)
+    spokekeeper::config::add_spoke(&text, &file, &base, &spoke).map_err(|e| {
+        if args.issuer.is_none() && e.message.contains(spokekeeper::config::NO_ISSUER) {
+            AddError::NoIssuer(e)
+        } else {
+            AddError::Config(e)
+        }
+    })
 }
 
 /// The flags add checks itself, with the spoke's hub namespace.
@@ -301,53 +343,9 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
         kubeconfig_path: args.kubeconfig_path.clone(),
         api_server,
         namespace: args.namespace.clone().unwrap_or_else(|| args.name.clone()),
+        credential: args.credential,
+        issuer: args.issuer.clone(),
     }
-}
-
-/// The node recipe for this spoke's kubeconfig path, then the host-key step: strict
-/// known_hosts, so the key is compared with the node's own before it is trusted. Then the
-/// account Flux acts as on the spoke: created when `account` is given, else a warning.
-fn node_steps(spoke: &SpokeConfig, account: Option<&str>) -> String {
-    // Steps 1 to 3, for this spoke's kubeconfig; the host-key step follows, for its node.
-    let recipe = spokekeeper::spoke::NODE_RECIPE;
-    let recipe = recipe[..recipe.find("# 4. On the hub").unwrap_or(recipe.len())].replace(
-        Distro::K3s.kubeconfig_path(),
-        spoke.kubeconfig_path.as_str(),
-    );
-    let ssh = &spoke.ssh;
-    let key = format!("{}.hostkey", spoke.name);
-    let ns = &spoke.secret.namespace;
-    let lockdown = match account {
-        Some(sa) => format!(
-            "# 5. On the spoke, as its admin: the account Flux acts as there (serviceAccountName\n\
-             #    {sa}, in namespace {ns}); narrow its role to what the spoke's manifests need.\n\
-             kubectl create namespace {ns}\n\
-             kubectl -n {ns} create serviceaccount {sa}\n\
-             kubectl create clusterrolebinding {ns}-{sa} --clusterrole=cluster-admin --serviceaccount={ns}:{sa}\n\n"
-        ),
-        None => format!(
-            "# Flux's controllers on the hub run with --default-service-account (the multi-tenancy\n\
-             # lockdown)? Then they act on spoke {} as that account in namespace {ns}, which the\n\
-             # spoke lacks: pass --service-account NAME, and add prints the step creating it.\n\n",
-            spoke.name
-        ),
-    };
-    format!(
-        "# spoke {name}: on the node {address} ({distro}, kubeconfig {path})\n{recipe}\
-         # 4. On the hub: the node's host key. ssh.known_hosts is strict (an unknown key is\n\
-         #    refused; none is trusted on first use): fetch it, compare its fingerprint with\n\
-         #    the node's own, and only then add it. spokekeeper connects as {user} (ssh.user).\n\
-         ssh-keyscan -p {port} -t ed25519 {address} > {key}\n\
-         ssh-keygen -lf {key}    # must equal, on the node: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub\n\
-         cat {key} >> {known_hosts} && rm {key}\n\n{lockdown}",
-        name = spoke.name,
-        address = spoke.address,
-        distro = spoke.distro,
-        path = spoke.kubeconfig_path,
-        port = ssh.port,
-        user = ssh.user,
-        known_hosts = ssh.known_hosts.display(),
-    )
 }
 
 /// The commit this clone last pushed to `branch` (review mode), if any.
@@ -394,7 +392,7 @@ mod tests {
         )
         .unwrap();
         assert!(text.starts_with(super::super::init::TEMPLATE), "{text}");
-        let steps = node_steps(&config.spokes[1], None);
+        let steps = steps::node_steps(&config.spokes[1], None);
         for want in [
             "NOPASSWD: /usr/bin/cat /etc/rancher/rke2/rke2.yaml",
             "ssh-keyscan -p 22 -t ed25519 10.0.0.9 > edge-1.hostkey",
@@ -422,7 +420,7 @@ mod tests {
         .unwrap();
         let spoke = &config.spokes[1];
         assert_eq!(spoke.secret.namespace, "edge-1");
-        let steps = node_steps(spoke, a.service_account.as_deref());
+        let steps = steps::node_steps(spoke, a.service_account.as_deref());
         for want in [
             "kubectl create namespace edge-1\n",
             "kubectl -n edge-1 create serviceaccount flux-applier\n",
@@ -475,5 +473,28 @@ mod tests {
         }
         let e = add_error(&["--distro", "k3s", "--namespace", "Edge"]);
         assert!(e.contains("spokes[1].secret.namespace"), "{e}");
+    }
+
+    #[test]
+    fn a_federated_spoke_without_an_issuer_anywhere_is_refused_naming_it_and_the_flag() {
+        let e = add_error(&["--distro", "k3s", "--credential", "federated"]);
+        assert!(
+            e.contains(
+                "spokes[1].credential.mode is federated but credential.federated.issuer is not set"
+            ) && e.ends_with(
+                "; or pass --issuer URL (the hub's --service-account-issuer) for this spoke"
+            ),
+            "{e}"
+        );
+        // With the issuer, the next thing missing is named: the template has no hub.
+        let e = add_error(&[
+            "--distro",
+            "k3s",
+            "--credential",
+            "federated",
+            "--issuer",
+            "https://hub.example:6443",
+        ]);
+        assert!(e.contains("there is no hub: section"), "{e}");
     }
 }

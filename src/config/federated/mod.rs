@@ -15,6 +15,8 @@ pub(crate) const DEFAULT_ACCOUNTS: &[&str] = &[
 /// Whose token spokekeeper checks a spoke with: its own, never a controller's.
 pub(crate) const DEFAULT_CHECK_AS: &str = "spokekeeper/spokekeeper";
 pub(crate) const DEFAULT_PREFIX: &str = "{hub}:";
+/// How a federated spoke without an issuer is refused (`add` offers its flag then).
+pub const NO_ISSUER: &str = "credential.federated.issuer is not set";
 
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -124,7 +126,7 @@ pub(super) fn resolve(
         return Err(Bad {
             key: format!("{at}.credential.mode"),
             message: format!(
-                "{at}.credential.mode is federated but credential.federated.issuer is not set: set it to the hub's --service-account-issuer (an https URL the spokes can reach, not the spokes' own issuer)"
+                "{at}.credential.mode is federated but {NO_ISSUER}: set it to the hub's --service-account-issuer (an https URL the spokes can reach, not the spokes' own issuer)"
             ),
         });
     };

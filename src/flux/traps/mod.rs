@@ -16,6 +16,7 @@ use std::path::{Component, Path, PathBuf};
 
 use serde_json::Value;
 
+use super::reference::Ref;
 use crate::config::SpokeConfig;
 
 /// Files read from the clone, at most: a fleet repo is YAML of a few KiB per file.
@@ -177,8 +178,8 @@ pub(super) struct Kustomization {
     pub name: String,
     /// spec.path, normalized ("" is the repo root); None when it leaves the repo.
     pub path: Option<String>,
-    /// spec.kubeConfig.secretRef.name.
-    pub secret: Option<String>,
+    /// What spec.kubeConfig reads (a Secret or a federated spoke's ConfigMap).
+    pub kube_config: Option<Ref>,
     /// Whether a patch targeting HelmReleases sets spec.kubeConfig.
     pub patches_helm_kubeconfig: bool,
     /// The patches targeting HelmReleases that set spec.kubeConfig, as written.
@@ -207,10 +208,10 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
                 .flat_map(|s| &s.releases)
                 .map(move |r| (f, r))
         });
-        let target = k.secret.as_ref().and_then(|secret| {
+        let target = k.kube_config.as_ref().and_then(|r| {
             spokes
                 .iter()
-                .find(|s| &s.secret.name == secret && s.secret.namespace == k.namespace)
+                .find(|s| r.names(s) && s.secret.namespace == k.namespace)
         });
         for (file, release) in releases {
             let hr = release_name(release, &k.namespace);
@@ -224,7 +225,7 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
                 });
                 continue;
             }
-            if k.secret.is_some() || k.patches_helm_kubeconfig || release.has_kubeconfig {
+            if k.kube_config.is_some() || k.patches_helm_kubeconfig || release.has_kubeconfig {
                 continue;
             }
             let Some(spoke) = spokes.iter().find(|s| file.split('/').any(|c| c == s.name)) else {
@@ -233,8 +234,14 @@ pub(super) fn traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
             push(Trap {
                 spoke: spoke.name.clone(),
                 detail: format!(
-                    "HelmRelease {hr} ({file}) has no spec.kubeConfig and Kustomization {}/{} ({}) applies it on the hub: helm-controller installs it on the hub, not on spoke {}; set its spec.kubeConfig.secretRef to {}, or apply it with a Kustomization that patches it in (spokekeeper add's {}-helmreleases)",
-                    k.namespace, k.name, k.file, spoke.name, spoke.secret.name, spoke.name
+                    "HelmRelease {hr} ({file}) has no spec.kubeConfig and Kustomization {}/{} ({}) applies it on the hub: helm-controller installs it on the hub, not on spoke {}; set its spec.kubeConfig.{} to {}, or apply it with a Kustomization that patches it in (spokekeeper add's {}-helmreleases)",
+                    k.namespace,
+                    k.name,
+                    k.file,
+                    spoke.name,
+                    super::reference::field_of(spoke),
+                    spoke.secret.name,
+                    spoke.name
                 ),
             });
         }
@@ -294,9 +301,7 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         ),
         name: crate::text::one_line(d["metadata"]["name"].as_str().unwrap_or("?"), 63),
         path: normalize("", spec["path"].as_str().unwrap_or("")),
-        secret: spec["kubeConfig"]["secretRef"]["name"]
-            .as_str()
-            .map(str::to_string),
+        kube_config: Ref::of(&spec["kubeConfig"]),
     })
 }
 

@@ -457,4 +457,5 @@ fn check_names_a_spoke_onboarded_with_its_credential_alone() {
     );
 }
 
+mod federated;
 mod review;

@@ -15,6 +15,7 @@ use support::git::{commit, git};
 use support::realstack::flux_controllers as flux;
 use support::realstack::real_flux::RealFlux;
 
+mod federated;
 mod one_spoke;
 mod two_spokes;
 

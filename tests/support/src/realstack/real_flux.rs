@@ -103,6 +103,17 @@ impl RealFlux {
         RealFlux::launch(n, signers, extra, Intervals::TESTS, format, |_| {})
     }
 
+    /// [`RealFlux::start_format`], with `edit` applied to the seed's work tree as
+    /// [`RealFlux::start_with`] does.
+    pub fn start_format_with(
+        n: usize,
+        extra: &str,
+        format: Format,
+        edit: impl FnOnce(&Path),
+    ) -> RealFlux {
+        RealFlux::launch(n, false, extra, Intervals::TESTS, format, edit)
+    }
+
     /// [`RealFlux::start_with`], the layout reconciling every `intervals`.
     pub fn start_layout(
         n: usize,
