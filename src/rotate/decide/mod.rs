@@ -378,6 +378,11 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     {
         return Some("credential.federated".into());
     }
+    if let Output::ConfigMap(remote) = sealed
+        && let Some(detail) = audience_drift(remote, recorded)
+    {
+        return Some(detail);
+    }
     if want.mode == CredentialMode::Minted
         && !had
             .user
@@ -404,6 +409,17 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
         }
         _ => None,
     }
+}
+
+/// A committed ConfigMap whose `audiences` is not the one its recorded generation names
+/// (the annotation or the data edited, or an earlier version's file): Flux asks the hub
+/// for tokens of what `audiences` says, so it is rewritten from the generation.
+fn audience_drift(remote: &crate::flux::remote::Remote, recorded: &Recorded) -> Option<String> {
+    let generation = recorded.credential.generation;
+    let want = crate::federate::audience(&recorded.server, generation);
+    let have = remote.data.get(crate::flux::remote::AUDIENCES);
+    (have.map(String::as_str) != Some(want.as_str()))
+        .then(|| format!("audiences: not generation {generation}'s {want}"))
 }
 
 #[cfg(test)]

@@ -29,88 +29,177 @@ pub(super) struct Trusted {
     pub user: String,
 }
 
+mod revoke;
+
+pub(super) use revoke::revoke;
+
 /// trust, from the admin credential `admin` (validated against the live API): written,
-/// bound, loaded and proven, then the ConfigMap.
+/// bound, loaded and proven, then the ConfigMap. The audience generation is the recorded
+/// one, or the binding's when a revoke raised it and did not commit.
 pub(super) async fn trust(
     tick: &Tick<'_>,
     s: &Spoke<'_>,
     admin: &Fresh,
 ) -> Result<Trusted, SpokeError> {
     let spoke = s.config;
-    let policy = spoke
-        .credential
-        .federated
-        .as_ref()
-        .ok_or_else(|| fed(FederateError::NotFederated))?;
-    let server = admin.kubeconfig.server_string();
-    let version = Version::parse(&admin.live.git_version)
-        .ok_or_else(|| fed(FederateError::Version(admin.live.git_version.clone())))?;
-    let trust = trust_of(policy, &server)?;
-    let content =
-        federate::authn::render(&trust, spoke.distro, version).map_err(|e| fed(e.into()))?;
-    let hub = tick.hub.ok_or_else(|| fed(FederateError::NoHub))?;
+    let at = Target::of(tick, s, admin)?;
     stage(tick, spoke, "trust");
+    let limit = tick.context.live_timeout;
+    let found = federate::binding::found(&admin.yaml, spoke, limit)
+        .await
+        .map_err(|e| SpokeError::Mint(e.into()))?;
+    let recorded = recorded_generation(s);
+    let generation = found.as_ref().map_or(0, |f| f.generation).max(recorded);
+    if generation > recorded {
+        tracing::warn!(
+            spoke = %spoke.name,
+            recorded,
+            generation,
+            "the spoke's binding is at a later audience generation than the fleet repo records (a revoke that was not committed): going on from it"
+        );
+    }
+    let (trust, content) = at.render(generation)?;
     // The hub's token first: a misconfigured issuer or a refused request touches no node.
-    let token = hub_token(hub, policy, &trust).await?;
+    let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
-    let limit = tick.context.live_timeout;
+    let client = admin_client(admin, limit).await?;
+    let users = at.users(&trust);
+    let grant = federate::binding::ensure(&admin.yaml, spoke, &users, generation, limit)
+        .await
+        .map_err(|e| SpokeError::Mint(e.into()))?;
+    at.wait_loaded(&client, &content).await?;
+    let proven = at
+        .prove(&client, &trust, token, (&users, &grant), limit)
+        .await?;
+    Ok(committing(tick, s, admin, at.policy, proven, generation))
+}
+
+/// What a federated rotation works from: the policy, the hub, the spoke's API server URL
+/// and its Kubernetes version (the file's apiVersion).
+struct Target<'a> {
+    spoke: &'a SpokeConfig,
+    policy: &'a FederatedPolicy,
+    hub: &'a crate::hub::Hub,
+    server: String,
+    version: Version,
+    ca_pem: String,
+}
+
+impl<'a> Target<'a> {
+    fn of(tick: &Tick<'a>, s: &Spoke<'a>, admin: &Fresh) -> Result<Target<'a>, SpokeError> {
+        let spoke = s.config;
+        let policy = spoke
+            .credential
+            .federated
+            .as_ref()
+            .ok_or_else(|| fed(FederateError::NotFederated))?;
+        let version = Version::parse(&admin.live.git_version)
+            .ok_or_else(|| fed(FederateError::Version(admin.live.git_version.clone())))?;
+        let hub = tick.hub.ok_or_else(|| fed(FederateError::NoHub))?;
+        Ok(Target {
+            spoke,
+            policy,
+            hub,
+            server: admin.kubeconfig.server_string(),
+            version,
+            ca_pem: ca_pem(admin),
+        })
+    }
+
+    /// The spoke's trust at audience `generation`, and the file that says it.
+    fn render(&self, generation: u64) -> Result<(Trust, String), SpokeError> {
+        let trust = trust_of(self.policy, &self.server, generation)?;
+        let content = federate::authn::render(&trust, self.spoke.distro, self.version)
+            .map_err(|e| fed(e.into()))?;
+        Ok((trust, content))
+    }
+
+    /// The spoke's users of the configured hub ServiceAccounts.
+    fn users(&self, trust: &Trust) -> Vec<String> {
+        self.policy
+            .service_accounts
+            .iter()
+            .map(|a| trust.username(&a.subject()))
+            .collect()
+    }
+
+    async fn wait_loaded(&self, client: &kube::Client, content: &str) -> Result<(), SpokeError> {
+        let at = (self.server.as_str(), self.policy.discovery());
+        check::wait_loaded(client, (at.0, &at.1), content, RELOAD_WAIT)
+            .await
+            .map_err(fed)
+    }
+
+    /// The hub's token is accepted as the check account, and each bound user may do what
+    /// the cluster role grants first: the ConfigMap to commit says how to reach the spoke.
+    async fn prove(
+        &self,
+        client: &kube::Client,
+        trust: &Trust,
+        token: crate::secret::SecretBytes,
+        (users, grant): (&[String], &federate::binding::Granted),
+        limit: Duration,
+    ) -> Result<Proven, SpokeError> {
+        let user = trust.username(&self.policy.check_as.subject());
+        let discovery = self.policy.discovery();
+        check::accepts(
+            &self.server,
+            &self.ca_pem,
+            &token,
+            (&user, &discovery),
+            limit,
+        )
+        .await
+        .map_err(fed)?;
+        drop(token);
+        for u in users {
+            check::bound(client, &self.server, u, &grant.as_grant(), limit)
+                .await
+                .map_err(fed)?;
+        }
+        let reach = Reach {
+            address: self.server.clone(),
+            ca_pem: self.ca_pem.clone(),
+            audiences: vec![trust.audience.clone()],
+            service_account: None,
+        };
+        Ok(Proven { reach, user })
+    }
+}
+
+/// A spoke whose trust was proven: how Flux reaches it, and who the check's token was.
+struct Proven {
+    reach: Reach,
+    user: String,
+}
+
+/// The audience generation the fleet repo records for the spoke (0: none).
+fn recorded_generation(s: &Spoke<'_>) -> u64 {
+    s.seen
+        .committed
+        .recorded()
+        .map_or(0, |r| r.credential.generation)
+}
+
+async fn admin_client(admin: &Fresh, limit: Duration) -> Result<kube::Client, SpokeError> {
     let (client, _) = live::client(&admin.yaml, limit)
         .await
         .map_err(|e| SpokeError::Live(e.into()))?;
-    let users: Vec<String> = policy
-        .service_accounts
-        .iter()
-        .map(|a| trust.username(&a.subject()))
-        .collect();
-    let grant = federate::binding::ensure(&admin.yaml, spoke, &users, limit)
-        .await
-        .map_err(|e| SpokeError::Mint(e.into()))?;
-    check::wait_loaded(
-        &client,
-        (&server, &policy.discovery()),
-        &content,
-        RELOAD_WAIT,
-    )
-    .await
-    .map_err(fed)?;
-    let ca_pem = ca_pem(admin);
-    let user = trust.username(&policy.check_as.subject());
-    check::accepts(
-        &server,
-        &ca_pem,
-        &token,
-        (&user, &policy.discovery()),
-        limit,
-    )
-    .await
-    .map_err(fed)?;
-    drop(token);
-    for u in &users {
-        check::bound(&client, &server, u, &grant.as_grant(), limit)
-            .await
-            .map_err(fed)?;
-    }
-    let reach = Reach {
-        address: server,
-        ca_pem,
-        audiences: vec![trust.audience],
-        service_account: None,
-    };
-    Ok(committing(tick, s, admin, policy, reach, user))
+    Ok(client)
 }
 
-/// A token of the check account from the hub for the spoke's audience, issued by the
-/// configured issuer.
+/// A token of the check account from the hub for `audience`, issued by the configured
+/// issuer.
 async fn hub_token(
     hub: &crate::hub::Hub,
     policy: &FederatedPolicy,
-    trust: &Trust,
+    audience: &str,
 ) -> Result<crate::secret::SecretBytes, SpokeError> {
     let account = &policy.check_as;
     let token = hub
-        .service_account_token(&account.namespace, &account.name, &trust.audience)
+        .service_account_token(&account.namespace, &account.name, audience)
         .await
         .map_err(|e| fed(token_refused(account, &e)))?;
     let claims = check::Claims::of(&token).map_err(|why| {
@@ -145,11 +234,11 @@ fn committing(
     s: &Spoke<'_>,
     admin: &Fresh,
     policy: &FederatedPolicy,
-    reach: Reach,
-    user: String,
+    proven: Proven,
+    generation: u64,
 ) -> Trusted {
     let spoke = s.config;
-    let data = reach.data();
+    let data = proven.reach.data();
     let mut recorded = super::refresh::record(
         spoke,
         &admin.kubeconfig,
@@ -162,11 +251,7 @@ fn committing(
     recorded.credential = crate::mint::RecordedCredential {
         mode: CredentialMode::Federated,
         user: None,
-        generation: s
-            .seen
-            .committed
-            .recorded()
-            .map_or(0, |r| r.credential.generation),
+        generation,
     };
     recorded.trust_sha256 = Some(federate::trust_fingerprint(policy));
     let watch = crate::seal::WATCH_LABEL;
@@ -180,13 +265,13 @@ fn committing(
     Trusted {
         recorded,
         remote,
-        user,
+        user: proven.user,
     }
 }
 
-/// The spoke's trust of the hub for this spoke: its audience is its own API server URL
-/// (what Flux's generic provider asks for when `audiences` is absent).
-fn trust_of(policy: &FederatedPolicy, server: &str) -> Result<Trust, SpokeError> {
+/// The spoke's trust of the hub for this spoke: its audience is its own API server URL at
+/// audience `generation` ([`federate::audience`]).
+fn trust_of(policy: &FederatedPolicy, server: &str, generation: u64) -> Result<Trust, SpokeError> {
     let issuer_ca = match &policy.issuer_ca {
         None => None,
         Some(path) => Some(read_issuer_ca(path).map_err(fed)?),
@@ -201,7 +286,7 @@ fn trust_of(policy: &FederatedPolicy, server: &str) -> Result<Trust, SpokeError>
         issuer: policy.issuer.clone(),
         discovery_url: policy.discovery_url.clone(),
         issuer_ca,
-        audience: server.to_string(),
+        audience: federate::audience(server, generation),
         subjects,
         username_prefix: policy.username_prefix.clone(),
     })
