@@ -116,6 +116,16 @@ pub enum SpokeError {
         spoke: String,
         had: Option<crate::config::CredentialMode>,
     },
+    /// `spokekeeper revoke` on a federated spoke whose committed ConfigMap cannot be read:
+    /// the hub was cut off; the move to a new audience waits for the file.
+    #[error(
+        "{why}: its audience generation is unknown, so {spoke} stays cut off (ClusterRoleBinding {binding} binds nobody: every hub token is refused) and no new audience is trusted; restore the file spokekeeper wrote (git log -p), then spokekeeper revoke {spoke} again"
+    )]
+    RevokeUnreadable {
+        spoke: String,
+        binding: String,
+        why: String,
+    },
     /// `spokekeeper revoke` on a spoke whose configuration extracts.
     #[error(
         "{spoke} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)"
@@ -242,7 +252,9 @@ impl SpokeError {
             SpokeError::Impersonate { .. } => Stage::Validate,
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
-            SpokeError::Federate(_) | SpokeError::RevokeFederated { .. } => Stage::Trust,
+            SpokeError::Federate(_)
+            | SpokeError::RevokeFederated { .. }
+            | SpokeError::RevokeUnreadable { .. } => Stage::Trust,
             SpokeError::Untrusted(_) | SpokeError::Seal(_) => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit

@@ -15,6 +15,7 @@
 use super::*;
 use crate::mint::Scope;
 use crate::rotate::decide::Reason;
+use crate::rotate::observe::Committed;
 
 /// What a revoke did, whatever its end: once the binding was cut, why (a
 /// [`Reason::Revoked`]) and the binding's name.
@@ -39,13 +40,22 @@ async fn revoked(
     cut: &mut Option<(Reason, String)>,
 ) -> Result<Trusted, SpokeError> {
     let spoke = s.config;
-    let had = s.seen.committed.recorded().map(|r| r.credential.mode);
-    if had != Some(CredentialMode::Federated) {
-        return Err(SpokeError::RevokeFederated {
-            spoke: spoke.name.clone(),
-            had,
-        });
-    }
+    // A committed file that cannot be read (edited?) does not stop the cut, only the move
+    // to a new audience: the recorded generation is unknown, and a guess could trust a
+    // revoked audience again.
+    let unreadable = match &s.seen.committed {
+        Committed::Invalid(e) => Some(e.to_string()),
+        committed => {
+            let had = committed.recorded().map(|r| r.credential.mode);
+            if had != Some(CredentialMode::Federated) {
+                return Err(SpokeError::RevokeFederated {
+                    spoke: spoke.name.clone(),
+                    had,
+                });
+            }
+            None
+        }
+    };
     let at = Target::of(tick, s, admin)?;
     let limit = tick.context.live_timeout;
     let binding = federate::binding::name(&Scope::of(spoke));
@@ -58,7 +68,10 @@ async fn revoked(
         .as_ref()
         .map_or(0, |f| f.generation)
         .max(recorded_generation(s));
-    let new = next_generation(spoke, old, &binding)?;
+    let new = match unreadable {
+        Some(_) => old,
+        None => next_generation(spoke, old, &binding)?,
+    };
     // At once: the binding binds nobody (every hub token gets 403) and says the new
     // generation, before anything else can fail.
     federate::binding::ensure(&admin.yaml, spoke, &[], new, limit)
@@ -69,7 +82,14 @@ async fn revoked(
         found: found.iter().map(|f| f.generation).collect(),
         users: found.map(|f| f.users).unwrap_or_default(),
     };
-    *cut = Some((reason, binding));
+    *cut = Some((reason, binding.clone()));
+    if let Some(why) = unreadable {
+        return Err(SpokeError::RevokeUnreadable {
+            spoke: spoke.name.clone(),
+            binding,
+            why,
+        });
+    }
     let (trust, content) = at.render(new)?;
     let old_audience = federate::audience(&at.server, old);
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
