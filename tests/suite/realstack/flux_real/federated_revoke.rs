@@ -26,7 +26,8 @@ fn whoami(stack: &RealFlux, token: &str) -> Result<String, u16> {
 /// A leaked token of kustomize-controller's (issued before the revoke, for the audience
 /// the spoke trusted) is refused by the spoke's API server once `spokekeeper revoke` ran,
 /// a fresh one for the new audience works, the committed ConfigMap names the new
-/// audience and its generation (a later tick finds nothing to do), and the real
+/// audience and its generation (a later tick finds nothing to do; a revoke interrupted
+/// after its cut is finished by the next rotation, never undone), and the real
 /// kustomize-controller, never restarted, deploys through it again. Nothing secret is in
 /// the fleet repo, the tokens included.
 #[test]
@@ -68,7 +69,16 @@ fn a_federated_revoke_refuses_a_leaked_hub_token_and_flux_deploys_through_the_ne
         binding["metadata"]["labels"]["spokekeeper.io/audience-generation"], "1",
         "{binding:#}"
     );
-    assert_committed_audience(&stack, &new);
+    assert_committed_audience(&stack, &new, 1);
+    let subject = git(&stack.fleet.remote, &["log", "-1", "--format=%B", "main"]);
+    assert!(
+        subject.starts_with("spoke0: trust the hub (federated): generation 0 revoked"),
+        "{subject}"
+    );
+    assert!(
+        subject.contains(&format!("audience {new} only")),
+        "{subject}"
+    );
 
     // A later tick renders the recorded generation: nothing to commit.
     let commits = stack.fleet.remote_log().len();
@@ -76,6 +86,32 @@ fn a_federated_revoke_refuses_a_leaked_hub_token_and_flux_deploys_through_the_ne
     assert_eq!(code, 0, "{again:#}\n{err}");
     assert_eq!(again["spokes"][0]["action"], "healthy", "{again:#}");
     assert_eq!(stack.fleet.remote_log().len(), commits);
+
+    // A revoke interrupted after its cut (the binding at generation 2 binding nobody,
+    // nothing committed) is finished by the next rotation, never undone.
+    let api = &stack.spoke_apis[0];
+    let empty = r#"[{"op": "remove", "path": "/subjects"}]"#;
+    api.kubectl(&[
+        "patch",
+        "clusterrolebinding",
+        BINDING,
+        "--type=json",
+        "-p",
+        empty,
+    ]);
+    let label = "spokekeeper.io/audience-generation=2";
+    api.kubectl(&["label", "--overwrite", "clusterrolebinding", BINDING, label]);
+    let (code, report, err) = stack.fleet.rotate_json(&["--force", "spoke0"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let third = format!("{url}#generation-2");
+    assert_eq!(
+        report["spokes"][0]["credential"]["audience"],
+        third.as_str(),
+        "{report:#}"
+    );
+    assert_committed_audience(&stack, &third, 2);
+    let refused = whoami(&stack, &fresh).expect_err("generation 1 is no longer trusted");
+    assert!(refused == 401 || refused == 403, "{refused}");
 
     // kustomize-controller asks the hub for a token of the new audience (a new cache key)
     // and puts back what was removed from the spoke.
@@ -105,8 +141,8 @@ fn a_federated_revoke_refuses_a_leaked_hub_token_and_flux_deploys_through_the_ne
     }
 }
 
-/// The committed ConfigMap asks Flux for tokens of `audience`, and records generation 1.
-fn assert_committed_audience(stack: &RealFlux, audience: &str) {
+/// The committed ConfigMap asks Flux for tokens of `audience`, and records `generation`.
+fn assert_committed_audience(stack: &RealFlux, audience: &str, generation: u64) {
     let text = git(
         &stack.fleet.remote,
         &["show", "main:fluxcd/spoke0-kubeconfig.yaml"],
@@ -119,17 +155,10 @@ fn assert_committed_audience(stack: &RealFlux, audience: &str) {
         "{text}"
     );
     let annotations = &file["metadata"]["annotations"];
+    let recorded = generation.to_string();
     assert_eq!(
-        annotations["spokekeeper.io/credential-generation"], "1",
+        annotations["spokekeeper.io/credential-generation"],
+        recorded.as_str(),
         "{text}"
-    );
-    let subject = git(&stack.fleet.remote, &["log", "-1", "--format=%B", "main"]);
-    assert!(
-        subject.starts_with("spoke0: trust the hub (federated): generation 0 revoked"),
-        "{subject}"
-    );
-    assert!(
-        subject.contains(&format!("audience {audience} only")),
-        "{subject}"
     );
 }
