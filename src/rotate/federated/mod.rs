@@ -15,6 +15,10 @@ use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::token::TokenError;
 use crate::spoke::live;
 
+mod revoke;
+
+pub(super) use revoke::revoke;
+
 /// How long a spoke's API server may take to load a rewritten file: it watches the file
 /// and polls it every minute (pkg/kubeapiserver/options/authentication.go).
 pub(crate) const RELOAD_WAIT: Duration = Duration::from_secs(75);
@@ -28,10 +32,6 @@ pub(super) struct Trusted {
     /// The user the check's token authenticated as.
     pub user: String,
 }
-
-mod revoke;
-
-pub(super) use revoke::revoke;
 
 /// trust, from the admin credential `admin` (validated against the live API): written,
 /// bound, loaded and proven, then the ConfigMap. The audience generation is the recorded
@@ -66,10 +66,15 @@ pub(super) async fn trust(
         .map_err(|e| SpokeError::Extract(e.into()))?;
     let client = admin_client(admin, limit).await?;
     let users = at.users(&trust);
-    let grant = federate::binding::ensure(&admin.yaml, spoke, &users, generation, limit)
-        .await
-        .map_err(|e| SpokeError::Mint(e.into()))?;
-    at.wait_loaded(&client, &content).await?;
+    let grant = if generation > recorded {
+        // Finishing a revoke: the node may still run the revoked audience.
+        at.bind_once_loaded(admin, &client, &content, (&users, generation))
+            .await?
+    } else {
+        let grant = at.bind(admin, &users, generation).await?;
+        at.wait_loaded(&client, &content).await?;
+        grant
+    };
     let proven = at
         .prove(&client, &trust, token, (&users, &grant), limit)
         .await?;
@@ -85,6 +90,8 @@ struct Target<'a> {
     server: String,
     version: Version,
     ca_pem: String,
+    /// Per call to the spoke's API.
+    limit: Duration,
 }
 
 impl<'a> Target<'a> {
@@ -105,6 +112,7 @@ impl<'a> Target<'a> {
             server: admin.kubeconfig.server_string(),
             version,
             ca_pem: ca_pem(admin),
+            limit: tick.context.live_timeout,
         })
     }
 
@@ -130,6 +138,33 @@ impl<'a> Target<'a> {
         check::wait_loaded(client, (at.0, &at.1), content, RELOAD_WAIT)
             .await
             .map_err(fed)
+    }
+
+    /// Makes the spoke's binding bind `users` at audience `generation`.
+    async fn bind(
+        &self,
+        admin: &Fresh,
+        users: &[String],
+        generation: u64,
+    ) -> Result<federate::binding::Granted, SpokeError> {
+        federate::binding::ensure(&admin.yaml, self.spoke, users, generation, self.limit)
+            .await
+            .map_err(|e| SpokeError::Mint(e.into()))
+    }
+
+    /// [`Target::bind`] once the API server runs on `content` and its cache of tokens
+    /// authenticated under the previous file expired ([`revoke::TOKEN_CACHE`]): a token
+    /// for an audience it no longer trusts is never let through by the new binding.
+    async fn bind_once_loaded(
+        &self,
+        admin: &Fresh,
+        client: &kube::Client,
+        content: &str,
+        (users, generation): (&[String], u64),
+    ) -> Result<federate::binding::Granted, SpokeError> {
+        self.wait_loaded(client, content).await?;
+        tokio::time::sleep(revoke::TOKEN_CACHE).await;
+        self.bind(admin, users, generation).await
     }
 
     /// The hub's token is accepted as the check account, and each bound user may do what

@@ -17,6 +17,15 @@ use crate::mint::Scope;
 use crate::rotate::decide::Reason;
 use crate::rotate::observe::Committed;
 
+/// How long a spoke's API server keeps a token it authenticated: kube-apiserver caches
+/// every successful bearer-token authentication, the JWT authenticators' included, for
+/// 10 s, with no flag to change it (k8s.io/kubernetes v1.37.2
+/// pkg/kubeapiserver/options/authentication.go `TokenSuccessCacheTTL: 10 * time.Second`,
+/// pkg/kubeapiserver/authenticator/config.go `tokencache.New`). A leaked token presented
+/// during the cut is authenticated (then refused by RBAC); binding again sooner than this
+/// after the new file loaded would let its cached authentication through.
+pub(super) const TOKEN_CACHE: Duration = Duration::from_secs(11);
+
 /// What a revoke did, whatever its end: once the binding was cut, why (a
 /// [`Reason::Revoked`]) and the binding's name.
 pub(in crate::rotate) struct Revoking {
@@ -74,9 +83,7 @@ async fn revoked(
     };
     // At once: the binding binds nobody (every hub token gets 403) and says the new
     // generation, before anything else can fail.
-    federate::binding::ensure(&admin.yaml, spoke, &[], new, limit)
-        .await
-        .map_err(mint)?;
+    at.bind(admin, &[], new).await?;
     let reason = Reason::Revoked {
         generation: old,
         found: found.iter().map(|f| f.generation).collect(),
@@ -98,12 +105,10 @@ async fn revoked(
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
     let client = admin_client(admin, limit).await?;
-    // Only once the file names the new audience alone is anyone bound again.
-    at.wait_loaded(&client, &content).await?;
     let users = at.users(&trust);
-    let grant = federate::binding::ensure(&admin.yaml, spoke, &users, new, limit)
-        .await
-        .map_err(mint)?;
+    let grant = at
+        .bind_once_loaded(admin, &client, &content, (&users, new))
+        .await?;
     let proven = at
         .prove(&client, &trust, token, (&users, &grant), limit)
         .await?;
