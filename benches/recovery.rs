@@ -9,6 +9,11 @@
 //! - unassisted: the spoke rebuilt again, then one `rotate --all` without `hub:` (it
 //!   commits and pushes, and asks nothing), the layout left to its intervals.
 //!
+//! - federated: a second stack whose spoke is `credential.mode: federated` (the spoke
+//!   trusts the hub's ServiceAccount issuer; git holds a ConfigMap), rebuilt, then one
+//!   `rotate --all` (`hub:` is required: the check token comes from the hub), which writes
+//!   the spoke's trust, waits for its API server to load it and proves it before the push.
+//!
 //! A consumer is recovered when what it deploys is back on the rebuilt spoke (the
 //! Kustomization's ConfigMap, the Helm release's deployed record) and its Ready is True
 //! at its generation: both polled every 500 ms from the start of the tick. The push's
@@ -25,7 +30,7 @@ use std::path::Path;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use support::realstack::flux_controllers::ready;
-use support::realstack::real_flux::{Intervals, RealFlux};
+use support::realstack::real_flux::{Format, Intervals, RealFlux};
 
 /// Spoke 0's consumers: (kind, what is back on the rebuilt spoke when it recovered).
 const CONSUMERS: [(&str, &[&str]); 2] = [
@@ -171,22 +176,7 @@ fn main() {
         Intervals::FLUX,
         cap.as_secs()
     );
-    let mut stack = RealFlux::start_layout(1, false, "", Intervals::FLUX, |_| {});
-    let push_log = stack.fleet.dir.path().join("pushes");
-    let hook = stack.fleet.remote.join("hooks/post-receive");
-    std::fs::write(
-        &hook,
-        format!("#!/bin/sh\ndate +%s.%N >> {}\n", push_log.display()),
-    )
-    .expect("the post-receive hook");
-    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-
-    // The first rotation, so that both rounds start from a spoke served by the hub.
-    let (code, report, err) = stack.rotate_json();
-    assert_eq!(code, 0, "{report:#}\n{err}");
-    stack.assert_consumers_ready(&report, 0);
-    stack.assert_deployed(0);
-
+    let (mut stack, push_log) = served(Format::SealedSecrets);
     let assisted = round(&mut stack, "assisted (hub: configured)", 1, &push_log, cap);
     // Unassisted: the same tick without `hub:`, so nothing asks Flux to reconcile.
     let text = std::fs::read_to_string(&stack.fleet.config).expect("config");
@@ -200,11 +190,16 @@ fn main() {
         cap,
     );
 
+    drop(stack);
+    let (mut stack, push_log) = served(Format::Federated);
+    let federated = round(&mut stack, "federated (hub: configured)", 1, &push_log, cap);
+    drop(stack);
+
     println!(
         "\n| round | tick (s) | push after tick start | Kustomization recovered | HelmRelease recovered | all recovered | all, after the push |"
     );
     println!("|---|---|---|---|---|---|---|");
-    for r in [&assisted, &unassisted] {
+    for r in [&assisted, &unassisted, &federated] {
         let all = all(r);
         let after_push = all.zip(r.push).map(|(a, p)| a.saturating_sub(p));
         println!(
@@ -230,12 +225,39 @@ fn main() {
         ),
         _ => println!("\nunassisted / assisted: the assisted round did not recover within the cap"),
     }
+    let after_push = |r: &Round| all(r).zip(r.push).map(|(a, p)| a.saturating_sub(p));
+    if let (Some(f), Some(a)) = (after_push(&federated), after_push(&assisted)) {
+        println!(
+            "federated / sealed (assisted), all recovered after the push: {:.2}x",
+            f.as_secs_f64() / a.as_secs_f64()
+        );
+    }
     let goal = Duration::from_secs(30);
-    let met = a
-        .zip(assisted.push)
-        .is_some_and(|(a, p)| a.saturating_sub(p) <= goal);
-    println!(
-        "\ngoal (assisted, every consumer Ready within 30 s of the push): {}",
-        if met { "met" } else { "NOT met" }
-    );
+    for r in [&assisted, &federated] {
+        let met = after_push(r).is_some_and(|d| d <= goal);
+        println!(
+            "goal ({}, every consumer Ready within 30 s of the push): {}",
+            r.name,
+            if met { "met" } else { "NOT met" }
+        );
+    }
+}
+
+/// A stack in `format` with Flux's intervals, its remote's pushes logged, after a first
+/// rotation: its spoke served by the hub, ready for the rounds.
+fn served(format: Format) -> (RealFlux, std::path::PathBuf) {
+    let stack = RealFlux::launch(1, false, "", Intervals::FLUX, format, |_| {});
+    let push_log = stack.fleet.dir.path().join("pushes");
+    let hook = stack.fleet.remote.join("hooks/post-receive");
+    std::fs::write(
+        &hook,
+        format!("#!/bin/sh\ndate +%s.%N >> {}\n", push_log.display()),
+    )
+    .expect("the post-receive hook");
+    std::fs::set_permissions(&hook, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    stack.assert_consumers_ready(&report, 0);
+    stack.assert_deployed(0);
+    (stack, push_log)
 }

@@ -139,6 +139,23 @@ impl Pki {
         self.serving_chain = vec![cert.der().clone(), issuer.der().clone()];
     }
 
+    /// The rotation finished: the new CA is the only one the kubeconfig trusts and the
+    /// one that issues the serving certificate. Nothing when no rotation was started.
+    pub fn finish_server_ca_rotation(&mut self) {
+        let Some(next) = self.next_server_ca.take() else {
+            return;
+        };
+        self.server_ca = next;
+        self.server_ca_der = self.server_ca.der().to_vec();
+        self.parts.ca_pem = self.server_ca.pem();
+        let cert = self
+            .serving_params
+            .clone()
+            .signed_by(&self.serving_key, &self.server_ca)
+            .expect("sign serving");
+        self.serving_chain = vec![cert.der().clone(), self.server_ca.der().clone()];
+    }
+
     /// What k3s does on restart within 120 days of expiry: a new admin certificate from
     /// the same client CA, for the same key, valid `days` from now.
     pub fn renew_client(&mut self, days: i64) {

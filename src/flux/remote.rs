@@ -44,6 +44,13 @@ pub enum RemoteError {
     WrongKind(String),
     #[error("metadata.{0} is missing")]
     Missing(&'static str),
+    /// Its data is not what spokekeeper wrote with the record beside it: an edit in the
+    /// fleet repo, which could send the hub's token elsewhere (address) or ask the hub
+    /// for a token another server accepts (audiences).
+    #[error(
+        "data.{0} is not what spokekeeper wrote beside its annotations (edited in the fleet repo?): it is rewritten, and Flux reads the edited one until then"
+    )]
+    NotOurs(String),
 }
 
 impl Remote {
@@ -137,6 +144,21 @@ impl Remote {
             annotations: raw.metadata.annotations,
             data: raw.data,
         })
+    }
+}
+
+impl Remote {
+    /// Whether its data is exactly `want`'s: the first key that differs, is missing or is
+    /// extra is named (a key from the file shortened to one line; no value is shown).
+    pub fn holds(&self, want: &Reach) -> Result<(), RemoteError> {
+        let want = want.data();
+        let keys = want.keys().chain(self.data.keys());
+        for key in keys {
+            if self.data.get(key) != want.get(key) {
+                return Err(RemoteError::NotOurs(crate::text::one_line(key, 64)));
+            }
+        }
+        Ok(())
     }
 }
 

@@ -67,10 +67,16 @@ impl Committed {
             Ok(s) => s,
             Err(e) => return invalid(e),
         };
-        match Recorded::from_annotations(sealed.annotations()) {
-            Ok(recorded) => Committed::Recorded(Box::new(Record { sealed, recorded })),
-            Err(e) => invalid(e.into()),
+        let recorded = match Recorded::from_annotations(sealed.annotations()) {
+            Ok(r) => r,
+            Err(e) => return invalid(e.into()),
+        };
+        if let Output::ConfigMap(remote) = &sealed
+            && let Err(e) = super::federated::written(remote, &recorded)
+        {
+            return invalid(e);
         }
+        Committed::Recorded(Box::new(Record { sealed, recorded }))
     }
 
     pub fn record(&self) -> Option<&Record> {

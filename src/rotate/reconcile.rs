@@ -117,6 +117,7 @@ pub(super) fn policy(
         force: tick.options.force || tick.options.revoke,
         verify_due,
         roots_seen: roots_seen(context, spoke, seen),
+        trust_refused: None,
     }
 }
 
@@ -161,6 +162,7 @@ pub(super) fn decide<'a>(
     tick: &Tick<'a>,
     config: &'a SpokeConfig,
     seen: &'a Observation,
+    trust_refused: Option<String>,
 ) -> ControlFlow<Reconciled, (Spoke<'a>, Reason)> {
     let committed = match seen.committed.record().map(|r| &r.sealed) {
         Some(super::output::Output::Sops(file)) => Some(file.recipients.as_slice()),
@@ -172,7 +174,10 @@ pub(super) fn decide<'a>(
         Ok(sealer) => sealer,
         Err(e) => return ended(Outcome::Failed(e.into())),
     };
-    let policy = policy(tick, config, seen, &sealer);
+    let policy = Policy {
+        trust_refused,
+        ..policy(tick, config, seen, &sealer)
+    };
     let spoke = Spoke {
         config,
         seen,

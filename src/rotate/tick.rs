@@ -200,7 +200,18 @@ async fn reconciled(
     spoke: &SpokeConfig,
     seen: &Observation,
 ) -> Reconciled {
-    let (s, reason) = match reconcile::decide(tick, spoke, seen) {
+    let mut decided = reconcile::decide(tick, spoke, seen, None);
+    // A healthy federated spoke must still take the hub's token: its certificate says
+    // nothing of its trust.
+    if let ControlFlow::Break(done) = &decided
+        && matches!(done.report.outcome, Outcome::Healthy)
+        && matches!(seen.probe, Some(Ok(_)))
+        && let Some(recorded) = seen.committed.recorded()
+        && let Some(why) = super::federated::refused(tick, spoke, recorded).await
+    {
+        decided = reconcile::decide(tick, spoke, seen, Some(why));
+    }
+    let (s, reason) = match decided {
         ControlFlow::Break(done) => return done,
         ControlFlow::Continue(decided) => decided,
     };

@@ -1,11 +1,12 @@
 //! Each spoke graded: the committed state and the probe as `check` grades them
-//! (`alerts::evaluate`), the hub's SealedSecret and its consumers.
+//! (`alerts::evaluate`), the hub's SealedSecret (a federated spoke's ConfigMap) and its
+//! consumers.
 
 use time::OffsetDateTime;
 
 use super::{Committed, Consumers, Probe, Seen, SpokeStatus};
 use spokekeeper::alerts::{self, Subject};
-use spokekeeper::config::{Config, SpokeConfig};
+use spokekeeper::config::{Config, CredentialMode, SpokeConfig};
 use spokekeeper::hub::Kind;
 use spokekeeper::hub::consumers::FoundBy;
 use spokekeeper::rotate::observe::{Committed as Held, Observation};
@@ -21,14 +22,27 @@ pub(super) fn spoke_status(
 ) -> SpokeStatus {
     let not_ok = || findings.iter().filter(|f| f.status != alerts::Status::Ok);
     let (state, rest): (Vec<_>, Vec<_>) = not_ok().partition(|f| f.subject == Subject::State);
-    let mut problems: Vec<String> = state.iter().map(|f| problem(f, obs)).collect();
+    let federated = spoke.credential.mode == CredentialMode::Federated;
+    let (sealed, config_map) = match sealed {
+        Some(s) if federated => (None, Some(s)),
+        other => (other, None),
+    };
+    let kind = if federated {
+        "ConfigMap"
+    } else {
+        "SealedSecret"
+    };
+    let mut problems: Vec<String> = state.iter().map(|f| problem(f, obs, kind)).collect();
     if let Some(s) = &sealed {
         sealed_problems(s, &mut problems);
+    }
+    if let Some(s) = &config_map {
+        config_map_problems(s, &mut problems);
     }
     if let Some(cs) = &consumers {
         consumer_problems(spoke, cs, &mut problems);
     }
-    problems.extend(rest.iter().map(|f| problem(f, obs)));
+    problems.extend(rest.iter().map(|f| problem(f, obs, kind)));
     // Not an alert (the old root still trusts the server), but not fine either.
     if ca_check(obs) == Some(CaCheck::RootChanged) {
         problems.push(
@@ -42,6 +56,7 @@ pub(super) fn spoke_status(
         ok: problems.is_empty(),
         committed: committed(obs),
         sealed_secret: sealed,
+        config_map,
         consumers,
         probe: probe(obs),
         problems,
@@ -61,12 +76,12 @@ pub(super) fn graded(
 
 /// A finding that is not ok, in one phrase: the state, the probe and a changed CA in the
 /// words status has always used, the rest (expiry, an unusable CA) as `check` says it.
-fn problem(f: &alerts::Finding, obs: &Observation) -> String {
+fn problem(f: &alerts::Finding, obs: &Observation, kind: &str) -> String {
     match f.subject {
         Subject::State => match &obs.committed {
             Held::Missing => "nothing committed (run `spokekeeper rotate`)".into(),
             other => format!(
-                "committed SealedSecret unreadable: {}",
+                "committed {kind} unreadable: {}",
                 other.unreadable().unwrap_or_default()
             ),
         },
@@ -110,6 +125,20 @@ fn committed(obs: &Observation) -> Committed {
         }
     }
     committed
+}
+
+/// The hub's ConfigMap missing or not the commit's.
+fn config_map_problems(s: &Seen, problems: &mut Vec<String>) {
+    match (&s.error, s.exists, s.matches_commit) {
+        (Some(_), _, _) => {}
+        (None, false, _) => problems.push(format!(
+            "ConfigMap {}/{} is not on the hub",
+            s.namespace, s.name
+        )),
+        (None, true, Some(false)) => problems
+            .push("the hub's ConfigMap is not the committed one (Flux has not applied it)".into()),
+        (None, true, _) => {}
+    }
 }
 
 /// The hub's SealedSecret missing, not the commit, not synced or not processed.

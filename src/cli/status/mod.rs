@@ -1,6 +1,7 @@
 //! `spokekeeper status [-o json]`: per spoke, what is committed, what the hub made of it
-//! (the SealedSecret's Synced condition, and the Ready condition of every Flux consumer of
-//! the Secret: hub::verify finds them the same way) and a TLS probe.
+//! (the SealedSecret's Synced condition, or whether a federated spoke's ConfigMap holds the
+//! committed data; and the Ready condition of every Flux consumer of either:
+//! hub::verify finds them the same way) and a TLS probe.
 //!
 //! Reads the fleet clone as it is and only reads the hub (no reconcile request). Exit
 //! codes: 0 everything fine, 1 a warning (not committed, not synced, the hub's copy is
@@ -10,6 +11,7 @@
 mod grade;
 mod print;
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -21,12 +23,12 @@ use super::Format;
 use grade::{graded, spoke_status};
 use print::print;
 use spokekeeper::alerts;
-use spokekeeper::config::{Config, SpokeConfig};
+use spokekeeper::config::{Config, CredentialMode, SpokeConfig};
 use spokekeeper::fingerprint::{Ca, Fingerprint, Sealing};
 use spokekeeper::hub::consumers::{self, FoundBy, Listed};
 use spokekeeper::hub::{Condition, Hub, HubError, HubObject, Kind};
 use spokekeeper::repo::Repo;
-use spokekeeper::rotate::observe;
+use spokekeeper::rotate::observe::{self, Observation, Output};
 use spokekeeper::text::one_line;
 
 #[derive(Debug, Serialize)]
@@ -53,6 +55,9 @@ struct SpokeStatus {
     committed: Committed,
     #[serde(skip_serializing_if = "Option::is_none")]
     sealed_secret: Option<Seen>,
+    /// A federated spoke's: the ConfigMap Flux reaches it through.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    config_map: Option<Seen>,
     #[serde(skip_serializing_if = "Option::is_none")]
     consumers: Option<Consumers>,
     probe: Probe,
@@ -100,7 +105,7 @@ struct Seen {
     condition: Option<Condition>,
     generation: Option<i64>,
     observed_generation: Option<i64>,
-    /// SealedSecret: whether it holds the committed ciphertext.
+    /// SealedSecret: whether it holds the committed ciphertext; ConfigMap: the committed data.
     #[serde(skip_serializing_if = "Option::is_none")]
     matches_commit: Option<bool>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -162,14 +167,9 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
     let now = OffsetDateTime::now_utc();
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
-        // The committed ciphertext, to tell whether the hub's copy is this commit's.
-        let committed_ct = obs
-            .committed
-            .record()
-            .and_then(|r| r.sealed.sealed_value(&spoke.secret.key));
         let (sealed, consumers) = match &hub {
             Some(Ok(h)) => {
-                let (s, c) = hub_view(h, spoke, committed_ct, &listed).await;
+                let (s, c) = hub_view(h, spoke, &obs, &listed).await;
                 let errors = std::iter::once(&s.error)
                     .chain(std::iter::once(&c.error))
                     .chain(c.items.iter().map(|i| &i.error));
@@ -205,14 +205,27 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
 async fn hub_view(
     hub: &Hub,
     spoke: &SpokeConfig,
-    committed: Option<&str>,
+    obs: &Observation,
     listed: &Listed,
 ) -> (Seen, Consumers) {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
-    let got = hub.sealed_secret(ns, name).await;
-    let sealed = seen(ns, name, got, "Synced", |o| {
-        committed.map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
-    });
+    let sealed = match obs.committed.record().map(|r| &r.sealed) {
+        Some(Output::ConfigMap(committed)) => {
+            config_map(hub, ns, name, Some(&committed.data)).await
+        }
+        _ if spoke.credential.mode == CredentialMode::Federated => {
+            config_map(hub, ns, name, None).await
+        }
+        committed => {
+            // The committed ciphertext, to tell whether the hub's copy is this commit's.
+            let committed = committed.and_then(|c| c.sealed_value(&spoke.secret.key));
+            let got = hub.sealed_secret(ns, name).await;
+            seen(ns, name, got, "Synced", |o| {
+                committed
+                    .map(|c| o.encrypted_data.get(&spoke.secret.key).map(String::as_str) == Some(c))
+            })
+        }
+    };
     let (found_by, found) = consumers::of(spoke, listed);
     let mut consumers = Consumers {
         found_by,
@@ -242,6 +255,26 @@ async fn hub_view(
         Err(e) => consumers.error = Some(one_line(&e.to_string(), 300)),
     }
     (sealed, consumers)
+}
+
+/// A federated spoke's ConfigMap on the hub: it has no condition; it is the commit's
+/// when its data is.
+async fn config_map(
+    hub: &Hub,
+    ns: &str,
+    name: &str,
+    committed: Option<&BTreeMap<String, String>>,
+) -> Seen {
+    let got = hub.config_map(ns, name).await;
+    let exists = matches!(got, Ok(Some(_)));
+    let mut s = seen(ns, name, Ok(None), "", |_| None);
+    match got {
+        Ok(Some(have)) => s.matches_commit = committed.map(|c| *c == have.data),
+        Ok(None) => {}
+        Err(e) => s.error = Some(one_line(&e.to_string(), 300)),
+    }
+    s.exists = exists;
+    s
 }
 
 fn seen(

@@ -73,7 +73,16 @@ pub(super) fn print(report: &Report, format: Format) {
                         .unwrap_or_else(|| s.committed.state.into()),
                     credential_column(s.committed.credential.as_ref()),
                     s.committed.ca_sha256.map(|f| f.short()).unwrap_or_default(),
-                    cond(&s.sealed_secret),
+                    match &s.config_map {
+                        // No condition: applied when its data is the commit's.
+                        Some(c) if c.error.is_none() && c.exists => match c.matches_commit {
+                            Some(true) => "applied".into(),
+                            Some(false) => "stale".into(),
+                            None => "-".into(),
+                        },
+                        c @ Some(_) => cond(c),
+                        None => cond(&s.sealed_secret),
+                    },
                     ready_column(&s.consumers),
                     s.probe.state.into(),
                 ]);

@@ -72,7 +72,7 @@ async fn wait_applied(
 }
 
 /// What is read of a federated spoke's ConfigMap on the hub.
-pub(crate) struct Applied {
+pub struct Applied {
     pub data: BTreeMap<String, String>,
     /// The Kustomization that applied it (its kustomize-controller labels): the root.
     pub applied_by: Option<Consumer>,
@@ -80,7 +80,7 @@ pub(crate) struct Applied {
 
 impl Hub {
     /// A ConfigMap, or None when there is none of that name.
-    pub(crate) async fn config_map(
+    pub async fn config_map(
         &self,
         namespace: &str,
         name: &str,

@@ -62,6 +62,12 @@ pub enum Reason {
     BindingMissing {
         binding: String,
     },
+    /// Federated: the spoke refused a hub token of the check account this tick (its trust
+    /// of the hub is gone or broken: a file reverted, a restart without the flag, keys
+    /// it cannot fetch), though its certificate is as recorded.
+    TrustRefused {
+        detail: String,
+    },
     /// `spokekeeper revoke`: every binding of this hub's for the spoke entry was deleted
     /// (and an earlier version's binding of the recorded user); `generation` is the
     /// committed one, `found` the generations those bindings carried (they differ when the
@@ -89,6 +95,7 @@ impl Reason {
             Reason::Periodic => "periodic",
             Reason::ContentChanged => "content-changed",
             Reason::BindingMissing { .. } => "binding-missing",
+            Reason::TrustRefused { .. } => "trust-refused",
             Reason::Revoked { .. } => "revoked",
         }
     }
@@ -126,6 +133,9 @@ impl fmt::Display for Reason {
                     f,
                     "ClusterRoleBinding {binding} of the minted user is missing or binds another role"
                 )
+            }
+            Reason::TrustRefused { detail } => {
+                write!(f, "the spoke refused the hub's token ({detail})")
             }
             Reason::Revoked {
                 generation, found, ..
@@ -215,6 +225,8 @@ pub struct Policy {
     /// Every root the chain presents outside the recorded bundle was seen before, with
     /// this bundle, and the node's kubeconfig did not hold it: no reason to extract.
     pub roots_seen: bool,
+    /// Federated: why the spoke refused the hub's token this tick, if it did.
+    pub trust_refused: Option<String>,
 }
 
 /// The server a spoke's kubeconfig should carry, as the configuration implies it:
@@ -286,6 +298,11 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
         return Decision::Rotate(Reason::Forced);
     }
     // After the rules above: any of them re-extracts, and commits the node's bundle.
+    if let Some(detail) = &policy.trust_refused {
+        return Decision::Rotate(Reason::TrustRefused {
+            detail: detail.clone(),
+        });
+    }
     if root_changed {
         return Decision::Rotate(Reason::RootChanged {
             old: recorded.ca_sha256,
@@ -378,11 +395,6 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     {
         return Some("credential.federated".into());
     }
-    if let Output::ConfigMap(remote) = sealed
-        && let Some(detail) = audience_drift(remote, recorded)
-    {
-        return Some(detail);
-    }
     if want.mode == CredentialMode::Minted
         && !had
             .user
@@ -409,17 +421,6 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
         }
         _ => None,
     }
-}
-
-/// A committed ConfigMap whose `audiences` is not the one its recorded generation names
-/// (the annotation or the data edited, or an earlier version's file): Flux asks the hub
-/// for tokens of what `audiences` says, so it is rewritten from the generation.
-fn audience_drift(remote: &crate::flux::remote::Remote, recorded: &Recorded) -> Option<String> {
-    let generation = recorded.credential.generation;
-    let want = crate::federate::audience(&recorded.server, generation);
-    let have = remote.data.get(crate::flux::remote::AUDIENCES);
-    (have.map(String::as_str) != Some(want.as_str()))
-        .then(|| format!("audiences: not generation {generation}'s {want}"))
 }
 
 #[cfg(test)]

@@ -15,8 +15,10 @@ use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::token::TokenError;
 use crate::spoke::live;
 
+mod judged;
 mod revoke;
 
+pub(super) use judged::{refused, written};
 pub(super) use revoke::revoke;
 
 /// How long a spoke's API server may take to load a rewritten file: it watches the file

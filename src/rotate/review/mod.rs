@@ -178,6 +178,7 @@ pub(crate) fn branch_fixes(
         force: false,
         verify_due: false,
         roots_seen: false,
+        trust_refused: None,
     };
     decide::decide(spoke, &seen, &policy) == Decision::Healthy
 }

@@ -90,6 +90,7 @@ fn policy() -> Policy {
         force: false,
         verify_due: false,
         roots_seen: false,
+        trust_refused: None,
     }
 }
 

@@ -9,6 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use k8s_openapi::api::admissionregistration::v1::{
+    ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     ConfigMap, Container, Namespace, PodSpec, SecretVolumeSource, Service, ServiceAccount,
@@ -259,6 +262,8 @@ enum Object {
     Role(Role),
     RoleBinding(RoleBinding),
     NetworkPolicy(NetworkPolicy),
+    AdmissionPolicy(ValidatingAdmissionPolicy),
+    AdmissionPolicyBinding(ValidatingAdmissionPolicyBinding),
     ServiceMonitor(Crd<ServiceMonitorSpec>),
     PrometheusRule(Crd<PrometheusRuleSpec>),
     HelmRelease(Crd<HelmReleaseSpec>),
@@ -280,6 +285,12 @@ fn read_object(doc: &Value, origin: &str) -> Object {
         ("rbac.authorization.k8s.io/v1", "Role") => Object::Role(strict(doc, &what)),
         ("rbac.authorization.k8s.io/v1", "RoleBinding") => Object::RoleBinding(strict(doc, &what)),
         ("networking.k8s.io/v1", "NetworkPolicy") => Object::NetworkPolicy(strict(doc, &what)),
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy") => {
+            Object::AdmissionPolicy(strict(doc, &what))
+        }
+        ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding") => {
+            Object::AdmissionPolicyBinding(strict(doc, &what))
+        }
         ("monitoring.coreos.com/v1", "ServiceMonitor") => {
             Object::ServiceMonitor(strict(doc, &what))
         }

@@ -6,35 +6,11 @@ use crate::support;
 use serde_json::Value;
 use support::NodeOptions;
 use support::fleet::{Fleet, action, authenticates};
-use support::git::{clone, git};
+use support::git::git;
 
 /// Commits `edit` of spoke i's SealedSecret to the remote, as a person would.
 fn push_edit(fleet: &Fleet, i: usize, edit: impl Fn(&str) -> String) {
-    let other = fleet.dir.path().join("editor");
-    if !other.exists() {
-        clone(&fleet.remote, &other);
-    }
-    git(&other, &["pull", "--quiet", "--ff-only"]);
-    let file = other.join(format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"));
-    let text = std::fs::read_to_string(&file).unwrap();
-    let edited = edit(&text);
-    assert_ne!(edited, text, "the edit changed something");
-    std::fs::write(&file, edited).unwrap();
-    git(&other, &["add", "-A"]);
-    git(
-        &other,
-        &[
-            "-c",
-            "user.name=p",
-            "-c",
-            "user.email=p@p",
-            "commit",
-            "--quiet",
-            "-m",
-            "edited by hand",
-        ],
-    );
-    git(&other, &["push", "--quiet", "origin", "HEAD:main"]);
+    fleet.push_edit(&format!("fluxcd/spoke{i}-kubeconfig-sealed.yaml"), edit);
 }
 
 /// Replaces the value of annotation `key` (one line in the manifest).

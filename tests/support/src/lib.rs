@@ -385,6 +385,16 @@ impl Node {
         }
     }
 
+    /// The CA rotation finished: the node's kubeconfig trusts the new CA alone, and the
+    /// API (restarted, if it was running) serves from it.
+    pub fn finish_server_ca_rotation(&mut self) {
+        self.pki.finish_server_ca_rotation();
+        self.write_kubeconfig();
+        if self.api.take().is_some() {
+            self.start_api();
+        }
+    }
+
     /// The API (restarted, if it was running) presents `extra` (DER) after its
     /// certificate and CA, as a server whose --tls-cert-file carries more does (or a
     /// hostile one); the node's kubeconfig is unchanged.

@@ -173,3 +173,33 @@ capabilities:
   mountPath: /etc/spokekeeper/git
   readOnly: true
 {{- end -}}
+
+{{/*
+The hub ServiceAccounts (NAMESPACE/NAME) the token audience policy holds to when they ask
+for a token, of any account, as a JSON list: Flux's two controllers, which ask (for their
+own, or a ConfigMap's serviceAccountName), plus credential.federated.service_accounts,
+the global list and each federated spoke's own.
+*/}}
+{{- define "spokekeeper.tokenRequesters" -}}
+{{- $global := .Values.config.credential | default dict -}}
+{{- $globalFed := $global.federated | default dict -}}
+{{- $out := list "flux-system/kustomize-controller" "flux-system/helm-controller" -}}
+{{- $out = concat $out ($globalFed.service_accounts | default list) -}}
+{{- range .Values.config.spokes -}}
+{{- $own := .credential | default dict -}}
+{{- if eq ($own.mode | default $global.mode | default "extracted") "federated" -}}
+{{- $fed := $own.federated | default dict -}}
+{{- $out = concat $out ($fed.service_accounts | default list) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson ($out | uniq | sortAlpha) -}}
+{{- end -}}
+
+{{/* Whether any spoke is federated (its credential.mode, else config.credential.mode). */}}
+{{- define "spokekeeper.anyFederated" -}}
+{{- $global := .Values.config.credential | default dict -}}
+{{- range .Values.config.spokes -}}
+{{- $own := .credential | default dict -}}
+{{- if eq ($own.mode | default $global.mode | default "extracted") "federated" -}}true{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -8,19 +8,12 @@ fn federated_spoke() -> SpokeConfig {
         .remove(0)
 }
 
-/// The committed ConfigMap, its `audiences` as given.
-fn config_map_for(audiences: &str) -> Output {
+fn config_map() -> Output {
     Output::ConfigMap(crate::flux::remote::Remote {
         name: "dev-kubeconfig".into(),
         namespace: "flux-system".into(),
-        data: [("audiences".to_string(), audiences.to_string())].into(),
         ..Default::default()
     })
-}
-
-/// What a federated tick commits at audience generation 0: the server URL.
-fn config_map() -> Output {
-    config_map_for("https://10.0.0.1:6443")
 }
 
 /// What a federated tick recorded: no client certificate, nothing sealed, its trust.
@@ -134,45 +127,6 @@ fn a_periodic_check_of_a_federated_spoke_commits_only_a_changed_configmap() {
 }
 
 #[test]
-fn the_committed_audiences_must_be_the_recorded_generations() {
-    let sp = federated_spoke();
-    let p = federated_policy();
-    let mut revoked = trusted(&sp);
-    revoked.credential.generation = 2;
-    // After a revoke: generation 2's audience is committed with generation 2.
-    let second = config_map_for("https://10.0.0.1:6443#generation-2");
-    assert_eq!(run(&sp, &second, &revoked, &p), Decision::Healthy);
-    // The generation annotation wound back, or the data edited: rewritten.
-    let drift = |detail: &str| {
-        Decision::Rotate(Reason::ConfigChanged {
-            detail: detail.into(),
-        })
-    };
-    assert_eq!(
-        run(&sp, &second, &trusted(&sp), &p),
-        drift("audiences: not generation 0's https://10.0.0.1:6443")
-    );
-    assert_eq!(
-        run(&sp, &config_map(), &revoked, &p),
-        drift("audiences: not generation 2's https://10.0.0.1:6443#generation-2")
-    );
-    let edited = config_map_for("https://10.0.0.9:6443");
-    assert!(matches!(
-        run(&sp, &edited, &trusted(&sp), &p),
-        Decision::Rotate(Reason::ConfigChanged { .. })
-    ));
-    // No audiences at all: Flux would ask for its address, and is rewritten too.
-    let mut none = config_map();
-    if let Output::ConfigMap(c) = &mut none {
-        c.data.clear();
-    }
-    assert!(matches!(
-        run(&sp, &none, &trusted(&sp), &p),
-        Decision::Rotate(Reason::ConfigChanged { .. })
-    ));
-}
-
-#[test]
 fn a_revoke_commits_as_revoked_with_the_content_unchanged() {
     let sp = federated_spoke();
     let had = trusted(&sp);
@@ -185,5 +139,39 @@ fn a_revoke_commits_as_revoked_with_the_content_unchanged() {
     assert_eq!(
         after_extraction(revoked.clone(), Some(&had), &had, mode),
         Extracted::Commit(revoked)
+    );
+}
+
+#[test]
+fn a_refused_hub_token_rotates_a_healthy_federated_spoke_and_is_committed_as_such() {
+    let sp = federated_spoke();
+    let refused = Policy {
+        trust_refused: Some("401".into()),
+        ..federated_policy()
+    };
+    let why = Reason::TrustRefused {
+        detail: "401".into(),
+    };
+    assert_eq!(
+        run(&sp, &config_map(), &trusted(&sp), &refused),
+        Decision::Rotate(why.clone())
+    );
+    // Before a periodic check: its reason is the refusal.
+    let due = Policy {
+        verify_due: true,
+        ..refused
+    };
+    assert_eq!(
+        run(&sp, &config_map(), &trusted(&sp), &due),
+        Decision::Rotate(why.clone())
+    );
+    assert_eq!(why.kind(), "trust-refused");
+    // The repair is committed even with the same ConfigMap: the hub is asked to
+    // reconcile, and the commit says why.
+    let had = trusted(&sp);
+    let mode = CredentialMode::Federated;
+    assert_eq!(
+        after_extraction(why.clone(), Some(&had), &had, mode),
+        Extracted::Commit(why)
     );
 }

@@ -232,7 +232,8 @@ fn a_root_outside_the_bundle_is_a_reason_until_seen() {
     assert_eq!(at(CaCheck::RootChanged, &r, &settled), Decision::Healthy);
     let due = Policy {
         verify_due: true,
-        ..settled
+        roots_seen: true,
+        ..policy()
     };
     assert_eq!(
         at(CaCheck::RootChanged, &r, &due),

@@ -52,6 +52,34 @@ fn assert_committed_reach(stack: &RealFlux) {
     );
 }
 
+/// `status` reads the hub's ConfigMap (no SealedSecret) and finds it the commit's, its
+/// consumers Ready, nothing wrong.
+fn assert_status_applied(stack: &RealFlux) {
+    let (code, out, err) = stack.fleet.run(&["status", "-o", "json"]);
+    let status: Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    let s = &status["spokes"][0];
+    assert_eq!(
+        (code, &s["ok"]),
+        (0, &Value::Bool(true)),
+        "{status:#}\n{err}"
+    );
+    assert_eq!(s.get("sealed_secret"), None, "{status:#}");
+    let cm = &s["config_map"];
+    assert_eq!(cm["name"], "spoke0-kubeconfig", "{status:#}");
+    assert_eq!(
+        (&cm["exists"], &cm["matches_commit"]),
+        (&Value::Bool(true), &Value::Bool(true)),
+        "{status:#}"
+    );
+    let items = s["consumers"]["items"].as_array().map_or(0, Vec::len);
+    assert!(items > 0, "{status:#}");
+    for c in s["consumers"]["items"].as_array().into_iter().flatten() {
+        assert_eq!(c["condition"]["status"], "True", "{status:#}");
+    }
+    let (_, table, _) = stack.fleet.run(&["status"]);
+    assert!(table.contains("applied"), "{table}");
+}
+
 /// The spoke's one binding of this hub binds the two controllers, and its file names
 /// the hub's issuer and the spoke's own audience.
 fn assert_spoke_trusts_the_hub(stack: &RealFlux) {
@@ -94,7 +122,7 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
     let _heavy = support::timing::heavy();
     let stack = RealFlux::start_format(1, false, "", Format::Federated);
     let admin_key_before = stack.fleet.nodes[0].parts().client_key_pem.clone();
-    let (stack, report) = rebuild_and_tick(stack);
+    let (mut stack, report) = rebuild_and_tick(stack);
     let spoke = &report["spokes"][0];
     assert_eq!(spoke["credential"]["mode"], "federated", "{spoke:#}");
     assert_eq!(spoke["user"], hub_user(CHECK_ACCOUNT), "{spoke:#}");
@@ -107,6 +135,43 @@ fn a_federated_spoke_is_deployed_through_its_configmap_and_back_after_a_rebuild_
     assert_eq!(code, 0, "{again:#}\n{err}");
     assert_eq!(again["spokes"][0]["action"], "healthy", "{again:#}");
     assert_eq!(stack.fleet.remote_log().len(), commits);
+    assert_status_applied(&stack);
+
+    // A push that points the controllers' token at the hub's own audience: the next tick
+    // finds the data not what it wrote and writes it back, naming the key.
+    let issuer = stack.hub.issuer.clone().expect("the hub's issuer");
+    let spoke_url = stack.spoke_apis[0].url.clone();
+    stack
+        .fleet
+        .push_edit("fluxcd/spoke0-kubeconfig.yaml", |text| {
+            text.replace(
+                &format!("\"audiences\": \"{spoke_url}\""),
+                &format!("\"audiences\": \"{issuer}\""),
+            )
+        });
+    let (code, repaired, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{repaired:#}\n{err}");
+    let spoke = &repaired["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "unreadable", "{spoke:#}");
+    let detail = spoke["reason"]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail.contains("data.audiences is not what spokekeeper wrote"),
+        "{spoke:#}"
+    );
+    assert_committed_reach(&stack);
+
+    // The spoke's API server restarted on a reverted file (it trusts no issuer), its
+    // certificate unchanged: the next tick finds the hub's token refused and repairs it.
+    std::fs::remove_file(authentication_config_path(&stack.fleet.nodes[0])).expect("the file");
+    stack.restart_spoke(0, 1);
+    let (code, repaired, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{repaired:#}\n{err}");
+    let spoke = &repaired["spokes"][0];
+    assert_eq!(spoke["action"], "rotated", "{spoke:#}");
+    assert_eq!(spoke["reason"]["kind"], "trust-refused", "{spoke:#}");
+    stack.assert_consumers_ready(&repaired, 0);
+    assert_spoke_trusts_the_hub(&stack);
 
     // The hub holds no Secret for the spoke, and the fleet's files and outputs no key.
     let secrets = stack.hub.api.get_json(&["secrets", "-n", flux::NS]);

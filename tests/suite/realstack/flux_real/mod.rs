@@ -543,6 +543,7 @@ const MINTED_DEPLOYER: &str =
     "credential:\n  mode: minted\n  ttl: 1h\n  cluster_role: spoke-deployer\n";
 
 mod federated;
+mod federated_ca;
 mod federated_revoke;
 mod minted;
 mod ready;

@@ -114,7 +114,9 @@ impl RealFlux {
         RealFlux::launch(n, signers, extra, intervals, Format::SealedSecrets, edit)
     }
 
-    fn launch(
+    /// The stack in `format`, the layout reconciling every `intervals`, `edit` run on the
+    /// seed clone before the layout is pushed.
+    pub fn launch(
         n: usize,
         signers: bool,
         extra: &str,
@@ -273,6 +275,21 @@ impl RealFlux {
             report,
             format!("{err}\n{}", self.controllers.tail(20)),
         )
+    }
+
+    /// Spoke i's API server restarted on its node's PKI as it is now (after a change of
+    /// its CAs or serving chain), on the storage of `generation`.
+    pub fn restart_spoke(&mut self, i: usize, generation: u32) {
+        let federated = self.format == Format::Federated;
+        let api = &mut self.spoke_apis[i];
+        api.stop();
+        *api = real_api_with(
+            &self.fleet.nodes[i],
+            &self.hub.etcd,
+            self.hub.dir(),
+            generation,
+            federated,
+        );
     }
 
     /// Spoke i's reinstall: new CAs, empty storage, the API server (and its signer)

@@ -160,6 +160,7 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
 /// One sealed spoke in flux-system, one federated in its own namespace, which sets no
 /// check_as (so the chart's own ServiceAccount is used), under a global federated block.
 const FEDERATED: &str = r#"
+federated: {hubAudiences: ["https://hub.example.org"]}
 config:
   credential:
     federated: {issuer: "https://hub.example.org"}
@@ -233,7 +234,7 @@ fn chart_grants_a_federated_spoke_its_config_map_and_the_check_token_only() {
 #[test]
 fn chart_grants_the_token_of_a_configured_check_as() {
     crate::support::requires!(HELM);
-    let values = "config:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: checks/prober}}\n  spokes:\n    - {name: dev, address: 10.0.0.1}\n    - {name: lab, address: 10.0.0.2, credential: {federated: {check_as: lab-checks/lab-prober}}}\n";
+    let values = "federated: {hubAudiences: [\"https://hub\"]}\nconfig:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: checks/prober}}\n  spokes:\n    - {name: dev, address: 10.0.0.1}\n    - {name: lab, address: 10.0.0.2, credential: {federated: {check_as: lab-checks/lab-prober}}}\n";
     let objects = read_all(&render_with(values), "chart (check_as)");
     let tokens: Vec<Grant> = grants(&objects)
         .into_iter()
@@ -285,7 +286,7 @@ fn chart_grants_the_token_of_a_configured_check_as() {
 #[test]
 fn chart_refuses_a_controller_as_check_as() {
     crate::support::requires!(HELM);
-    let values = "config:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: flux-system/kustomize-controller}}\n";
+    let values = "federated: {hubAudiences: [\"https://hub\"]}\nconfig:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: flux-system/kustomize-controller}}\n";
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).unwrap();
@@ -444,3 +445,5 @@ fn chart_without_hub_or_lease_grants_nothing_and_runs_one_replica() {
     );
     assert_eq!(subcommand(&args), "run");
 }
+
+mod token_audiences;
