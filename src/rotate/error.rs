@@ -104,27 +104,17 @@ pub enum SpokeError {
     #[error("{0}")]
     Federate(Arc<crate::federate::FederateError>),
     /// `spokekeeper revoke` on a spoke configured federated whose committed output is not
-    /// (`had`: its credential.mode; None: nothing readable is committed).
+    /// (`had`: its credential.mode; None: nothing is committed).
     #[error(
         "{spoke} is configured with credential.mode: federated, but {}: there is no federated trust to revoke yet (spokekeeper rotate {spoke} commits one; to revoke a minted credential, set credential.mode: minted back and revoke)",
         match had {
             Some(mode) => format!("its committed credential is {mode}"),
-            None => "nothing readable is committed for it".to_string(),
+            None => "nothing is committed for it".to_string(),
         }
     )]
     RevokeFederated {
         spoke: String,
         had: Option<crate::config::CredentialMode>,
-    },
-    /// `spokekeeper revoke` on a federated spoke whose committed ConfigMap cannot be read:
-    /// the hub was cut off; the move to a new audience waits for the file.
-    #[error(
-        "{why}: its audience generation is unknown, so {spoke} stays cut off (ClusterRoleBinding {binding} binds nobody: every hub token is refused) and no new audience is trusted; restore the file spokekeeper wrote (git log -p), then spokekeeper revoke {spoke} again"
-    )]
-    RevokeUnreadable {
-        spoke: String,
-        binding: String,
-        why: String,
     },
     /// `spokekeeper revoke` on a spoke whose configuration extracts.
     #[error(
@@ -252,9 +242,7 @@ impl SpokeError {
             SpokeError::Impersonate { .. } => Stage::Validate,
             SpokeError::Mint(e) if e.is_validation() => Stage::Validate,
             SpokeError::Mint(_) | SpokeError::RevokeExtracted { .. } => Stage::Mint,
-            SpokeError::Federate(_)
-            | SpokeError::RevokeFederated { .. }
-            | SpokeError::RevokeUnreadable { .. } => Stage::Trust,
+            SpokeError::Federate(_) | SpokeError::RevokeFederated { .. } => Stage::Trust,
             SpokeError::Untrusted(_) | SpokeError::Seal(_) => Stage::Seal,
             SpokeError::Commit(_) | SpokeError::Unchanged | SpokeError::BesideMoved { .. } => {
                 Stage::Commit

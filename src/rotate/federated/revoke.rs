@@ -49,22 +49,16 @@ async fn revoked(
     cut: &mut Option<(Reason, String)>,
 ) -> Result<Trusted, SpokeError> {
     let spoke = s.config;
-    // A committed file that cannot be read (edited?) does not stop the cut, only the move
-    // to a new audience: the recorded generation is unknown, and a guess could trust a
-    // revoked audience again.
-    let unreadable = match &s.seen.committed {
-        Committed::Invalid(e) => Some(e.to_string()),
-        committed => {
-            let had = committed.recorded().map(|r| r.credential.mode);
-            if had != Some(CredentialMode::Federated) {
-                return Err(SpokeError::RevokeFederated {
-                    spoke: spoke.name.clone(),
-                    had,
-                });
-            }
-            None
-        }
-    };
+    // A committed file that cannot be read (edited?) does not stop a revoke: the
+    // binding's label says the generation the spoke trusts.
+    let had = s.seen.committed.recorded().map(|r| r.credential.mode);
+    let unreadable = matches!(s.seen.committed, Committed::Invalid(_));
+    if had != Some(CredentialMode::Federated) && !unreadable {
+        return Err(SpokeError::RevokeFederated {
+            spoke: spoke.name.clone(),
+            had,
+        });
+    }
     let at = Target::of(tick, s, admin)?;
     let limit = tick.context.live_timeout;
     let binding = federate::binding::name(&Scope::of(spoke));
@@ -77,10 +71,14 @@ async fn revoked(
         .as_ref()
         .map_or(0, |f| f.generation)
         .max(recorded_generation(s));
-    let new = match unreadable {
-        Some(_) => old,
-        None => next_generation(spoke, old, &binding)?,
-    };
+    if unreadable {
+        tracing::warn!(
+            spoke = %spoke.name,
+            generation = old,
+            "the committed ConfigMap cannot be read: revoking the audience generation the spoke's binding carries"
+        );
+    }
+    let new = next_generation(spoke, old, &binding)?;
     // At once: the binding binds nobody (every hub token gets 403) and says the new
     // generation, before anything else can fail.
     at.bind(admin, &[], new).await?;
@@ -89,14 +87,7 @@ async fn revoked(
         found: found.iter().map(|f| f.generation).collect(),
         users: found.map(|f| f.users).unwrap_or_default(),
     };
-    *cut = Some((reason, binding.clone()));
-    if let Some(why) = unreadable {
-        return Err(SpokeError::RevokeUnreadable {
-            spoke: spoke.name.clone(),
-            binding,
-            why,
-        });
-    }
+    *cut = Some((reason, binding));
     let (trust, content) = at.render(new)?;
     let old_audience = federate::audience(&at.server, old);
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
