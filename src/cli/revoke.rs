@@ -1,5 +1,7 @@
 //! `spokekeeper revoke SPOKE`: delete the committed minted generation's binding at once,
 //! then mint, validate, seal, commit and push the next one through the normal pipeline.
+//! A federated spoke's binding binds nobody at once, then its trust moves to the next
+//! audience generation and the ConfigMap that names it is committed (docs/federated.md).
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -7,11 +9,11 @@ use std::process::ExitCode;
 use super::rotate::{print_report, run_tick};
 use super::{Chain, Format, fail};
 use spokekeeper::config::{Config, CredentialMode};
-use spokekeeper::rotate::{Options, Outcome, Reason, TickReport};
+use spokekeeper::rotate::{Options, Outcome, Reason, SpokeReport, TickReport};
 
 #[derive(Debug, clap::Args)]
 pub struct RevokeArgs {
-    /// The spoke whose hub credential is revoked (credential.mode: minted).
+    /// The spoke whose hub credential is revoked (credential.mode: minted or federated).
     pub spoke: String,
 }
 
@@ -30,7 +32,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
             ),
         );
     };
-    if spoke.credential.mode != CredentialMode::Minted {
+    if spoke.credential.mode == CredentialMode::Extracted {
         return fail(
             "revoke",
             format!(
@@ -79,6 +81,10 @@ fn summary(report: &TickReport, policy: &spokekeeper::config::CredentialPolicy) 
             continue;
         };
         let name = &s.spoke;
+        if policy.mode == CredentialMode::Federated {
+            text.push_str(&federated(report, s, generation, policy));
+            continue;
+        }
         if s.revoked.is_empty() {
             text.push_str(&format!(
                 "{name}: no ClusterRoleBinding of spokekeeper's was on the spoke: generation {generation} had no access\n"
@@ -125,5 +131,52 @@ fn summary(report: &TickReport, policy: &spokekeeper::config::CredentialPolicy) 
                 .collect::<String>()
         ));
     }
+    text
+}
+
+/// What a federated revoke did, and the commands that show a token for the revoked
+/// audience is refused while one for the new audience works.
+fn federated(
+    report: &TickReport,
+    s: &SpokeReport,
+    revoked: u64,
+    policy: &spokekeeper::config::CredentialPolicy,
+) -> String {
+    let name = &s.spoke;
+    let mut text = String::new();
+    for binding in &s.revoked {
+        text.push_str(&format!(
+            "{name}: ClusterRoleBinding {binding} bound nobody at once: every hub token was refused (403) until the spoke trusted the new audience\n"
+        ));
+    }
+    let Some(audience) = s.credential.as_ref().and_then(|c| c.audience.clone()) else {
+        return text;
+    };
+    let old = spokekeeper::federate::audience_at(&audience, revoked);
+    match &s.outcome {
+        Outcome::Rotated { commit } => text.push_str(&format!(
+            "{name}: the spoke trusts hub tokens for audience {audience} only; a token for {old} is refused (401); ConfigMap with the new audiences committed ({}{})\n",
+            commit.chars().take(12).collect::<String>(),
+            if report.pushed { ", pushed" } else { ", not pushed" }
+        )),
+        Outcome::Failed(_) => text.push_str(&format!(
+            "{name}: no new ConfigMap was committed: the hub cannot reach {name} until a rotation succeeds \
+             (fix the error above, then spokekeeper rotate {name} --force: it goes on at the binding's audience generation, never back to {old})\n"
+        )),
+        _ => {}
+    }
+    let account = policy
+        .federated
+        .as_ref()
+        .and_then(|f| f.service_accounts.first())
+        .map_or(
+            "flux-system/kustomize-controller".to_string(),
+            ToString::to_string,
+        );
+    let (namespace, sa) = account.split_once('/').unwrap_or(("flux-system", &account));
+    let server = spokekeeper::federate::audience_at(&audience, 0);
+    text.push_str(&format!(
+        "check from the hub (SPOKE_CA: the ConfigMap's ca.crt): curl --cacert SPOKE_CA -H \"Authorization: Bearer $(kubectl create token {sa} -n {namespace} --audience '{old}')\" {server}/version (401 Unauthorized; with --audience '{audience}' it answers)\n"
+    ));
     text
 }

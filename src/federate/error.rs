@@ -73,6 +73,24 @@ pub enum FederateError {
         verb: String,
         resource: String,
     },
+    /// After a revoke's file loaded, a hub token for the revoked audience still works.
+    #[error(
+        "{server} still accepts a hub token for the revoked audience {audience} (as {user}) after loading the file that names only the new one: another authenticator trusts the hub's issuer for it (check the API server's other --authentication-config or --oidc flags)"
+    )]
+    StillAccepted {
+        server: String,
+        audience: String,
+        user: String,
+    },
+    /// The audience generation cannot go up.
+    #[error(
+        "the audience generation of {spoke} is already {generation}, the highest there is (the fleet repo's annotation spokekeeper.io/credential-generation, or the label spokekeeper.io/audience-generation of ClusterRoleBinding {binding}): was one of them edited? Set it back to what spokekeeper wrote (git log -p) and revoke again"
+    )]
+    Exhausted {
+        spoke: String,
+        generation: u64,
+        binding: String,
+    },
     #[error("{step}: {error}")]
     Call {
         step: &'static str,

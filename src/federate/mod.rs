@@ -15,6 +15,28 @@ pub use crate::flux::remote::{Reach, Remote};
 pub use authn::{Trust, Version};
 pub use error::FederateError;
 
+/// The audience a spoke trusts hub tokens for, per audience generation: generation 0 is
+/// the spoke's API server URL (what Flux's generic provider asks for when `audiences` is
+/// absent, and what every spoke had before `spokekeeper revoke`); each revoke moves to the
+/// next, `URL#generation-N`. A recorded server has no fragment, so no generation's
+/// audience is another's or another spoke's; no comma or newline either (Flux splits its
+/// `audiences` on newlines and joins them with commas in its token cache key).
+pub fn audience(server: &str, generation: u64) -> String {
+    match generation {
+        0 => server.to_string(),
+        n => format!("{server}#generation-{n}"),
+    }
+}
+
+/// The same spoke's audience at another `generation` (its server is what precedes the
+/// generation's suffix).
+pub fn audience_at(audience: &str, generation: u64) -> String {
+    let server = audience
+        .split_once("#generation-")
+        .map_or(audience, |(server, _)| server);
+    self::audience(server, generation)
+}
+
 /// What the spoke's file says of the hub, as configured: a change rewrites it.
 pub fn trust_fingerprint(
     policy: &crate::config::FederatedPolicy,
@@ -33,4 +55,30 @@ pub fn trust_fingerprint(
         "prefix": policy.username_prefix,
     });
     crate::fingerprint::Fingerprint::of(canonical.to_string().as_bytes())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn each_audience_generation_is_its_own_audience_and_generation_0_is_the_url() {
+        let url = "https://10.0.0.5:6443";
+        assert_eq!(super::audience(url, 0), url);
+        assert_eq!(
+            super::audience(url, 1),
+            "https://10.0.0.5:6443#generation-1"
+        );
+        assert_eq!(
+            super::audience(url, 4_294_967_295),
+            "https://10.0.0.5:6443#generation-4294967295"
+        );
+        let all: std::collections::BTreeSet<String> =
+            (0..50).map(|g| super::audience(url, g)).collect();
+        assert_eq!(all.len(), 50);
+        assert!(all.iter().all(|a| !a.contains([',', '\n', ' '])));
+        for g in [0, 1, 7] {
+            let a = super::audience(url, g);
+            assert_eq!(super::audience_at(&a, 3), super::audience(url, 3));
+            assert_eq!(super::audience_at(&a, 0), url);
+        }
+    }
 }

@@ -165,6 +165,7 @@ fn the_credential_of_each_spoke_is_one_series_that_follows_the_generation() {
             mode,
             user: user.map(String::from),
             generation,
+            audience: None,
             not_after: None,
             shortened: None,
         });
@@ -418,7 +419,7 @@ fn failing_at(stage: Stage, text: &str) -> crate::rotate::SpokeError {
         Stage::Mint => SpokeError::RevokeExtracted { spoke: text.into() },
         Stage::Trust => SpokeError::RevokeFederated {
             spoke: text.into(),
-            binding: text.into(),
+            had: None,
         },
         Stage::Seal => SpokeError::Untrusted(text.into()),
         Stage::Commit => SpokeError::Commit(repo()),

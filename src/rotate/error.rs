@@ -103,11 +103,19 @@ pub enum SpokeError {
     /// A federated spoke does not trust the hub, or its trust could not be written or proven.
     #[error("{0}")]
     Federate(Arc<crate::federate::FederateError>),
-    /// `spokekeeper revoke` on a federated spoke: there is no credential to replace.
+    /// `spokekeeper revoke` on a spoke configured federated whose committed output is not
+    /// (`had`: its credential.mode; None: nothing is committed).
     #[error(
-        "{spoke} is configured with credential.mode: federated: it holds no credential to revoke; to cut the hub off at once, delete the binding {binding} on the spoke (the next rotation makes it again: rotate the hub's service-account signing key first)"
+        "{spoke} is configured with credential.mode: federated, but {}: there is no federated trust to revoke yet (spokekeeper rotate {spoke} commits one; to revoke a minted credential, set credential.mode: minted back and revoke)",
+        match had {
+            Some(mode) => format!("its committed credential is {mode}"),
+            None => "nothing is committed for it".to_string(),
+        }
     )]
-    RevokeFederated { spoke: String, binding: String },
+    RevokeFederated {
+        spoke: String,
+        had: Option<crate::config::CredentialMode>,
+    },
     /// `spokekeeper revoke` on a spoke whose configuration extracts.
     #[error(
         "{spoke} is configured with credential.mode: extracted: there is no minted credential to revoke (set credential.mode: minted)"

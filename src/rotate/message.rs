@@ -101,10 +101,19 @@ pub(super) fn federated_message(
         new.ca_sha256,
         rfc3339(new.ca_not_after)
     ));
+    let binding = crate::federate::binding::name(&crate::mint::Scope::of(spoke));
     msg.push_str(&format!(
-        "trust: the spoke's authentication configuration written and loaded, a hub token accepted, ClusterRoleBinding {} checked\n",
-        crate::federate::binding::name(&crate::mint::Scope::of(spoke))
+        "trust: the spoke's authentication configuration written and loaded, a hub token accepted, ClusterRoleBinding {binding} checked\n",
     ));
+    if let Reason::Revoked { generation, .. } = reason {
+        let audience = |g| one_line(&crate::federate::audience(&new.server, g), 240);
+        msg.push_str(&format!(
+            "revoked: ClusterRoleBinding {binding} emptied at once; the spoke trusts hub tokens for audience {} only (generation {}), one for {} is refused (401)\n",
+            audience(new.credential.generation),
+            new.credential.generation,
+            audience(*generation),
+        ));
+    }
     msg
 }
 

@@ -277,19 +277,26 @@ async fn federated(
     reason: Reason,
     reached: &mut Reached,
 ) -> Next<Proposal> {
-    if tick.options.revoke {
-        return Err(SpokeError::RevokeFederated {
-            spoke: s.config.name.clone(),
-            binding: crate::federate::binding::name(&crate::mint::Scope::of(s.config)),
-        });
-    }
-    let trusted = super::federated::trust(tick, s, &admin).await?;
+    let trusted = if tick.options.revoke {
+        if tick.options.dry_run {
+            return Ok(ControlFlow::Break(Outcome::WouldRotate));
+        }
+        let revoking = super::federated::revoke(tick, s, &admin).await;
+        if let Some((reason, binding)) = revoking.cut {
+            reached.reason = Some(reason);
+            reached.revoked = vec![binding];
+        }
+        revoking.end?
+    } else {
+        super::federated::trust(tick, s, &admin).await?
+    };
     drop(admin);
     let mut credential = CredentialReport::of(&trusted.recorded);
     credential.user = Some(trusted.user.clone());
     reached.validated = Some((trusted.user, credential));
     let previous = s.seen.committed.recorded();
     let mode = CredentialMode::Federated;
+    let reason = reached.reason.clone().unwrap_or(reason);
     let reason = match decide::after_extraction(reason, previous, &trusted.recorded, mode) {
         Extracted::Commit(reason) => reason,
         Extracted::Unchanged | Extracted::RootUnheld => {

@@ -69,7 +69,8 @@ pub struct SpokeReport {
     /// The hub's credential for this spoke after this tick, when known.
     pub credential: Option<CredentialReport>,
     /// Minted: the ClusterRoleBindings deleted this tick (older generations, or the
-    /// revoked one), so those credentials no longer work.
+    /// revoked one), so those credentials no longer work. Federated (`spokekeeper
+    /// revoke`): the binding emptied at once, made again for the new audience.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub revoked: Vec<String>,
     /// Why superseded generations could not be revoked (they stay valid until they
@@ -84,8 +85,12 @@ pub struct CredentialReport {
     pub mode: crate::config::CredentialMode,
     /// Minted: the user the certificate was signed for. Extracted: who it authenticated as.
     pub user: Option<String>,
-    /// Minted only: the generation counter (the user and its binding carry it).
+    /// Minted: the generation counter (the user and its binding carry it). Federated:
+    /// the audience generation (each `spokekeeper revoke` moves to the next).
     pub generation: Option<u64>,
+    /// Federated: the audience the spoke trusts hub tokens for, as the ConfigMap says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
     /// The client certificate's notAfter (minted: the signed certificate's).
     #[serde(with = "time::serde::rfc3339::option")]
     pub not_after: Option<OffsetDateTime>,
@@ -97,11 +102,15 @@ pub struct CredentialReport {
 impl CredentialReport {
     /// What the recorded annotations say.
     pub fn of(r: &Recorded) -> CredentialReport {
-        let minted = r.credential.mode == crate::config::CredentialMode::Minted;
+        use crate::config::CredentialMode;
+        let federated = r.credential.mode == CredentialMode::Federated;
+        let counted = r.credential.mode != CredentialMode::Extracted;
         CredentialReport {
             mode: r.credential.mode,
             user: r.credential.user.clone(),
-            generation: minted.then_some(r.credential.generation),
+            generation: counted.then_some(r.credential.generation),
+            audience: federated
+                .then(|| crate::federate::audience(&r.server, r.credential.generation)),
             not_after: r.client_not_after,
             shortened: None,
         }

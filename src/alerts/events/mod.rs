@@ -84,12 +84,20 @@ pub(crate) fn noted(report: &TickReport, findings: &[Finding]) -> Vec<Noted> {
         }
         if !s.revoked.is_empty() {
             let names: Vec<String> = s.revoked.iter().map(|b| one_line(b, 100)).collect();
+            let federated = s.credential.as_ref().and_then(|c| c.audience.as_deref());
             note(
                 Reason::CredentialRevoked,
-                format!(
-                    "spoke {spoke}: superseded minted credentials revoked (ClusterRoleBindings deleted: {})",
-                    names.join(", ")
-                ),
+                match federated {
+                    Some(audience) => format!(
+                        "spoke {spoke}: hub tokens for the revoked audience refused (ClusterRoleBinding {} bound nobody at once); the spoke trusts audience {} only",
+                        names.join(", "),
+                        one_line(audience, 300)
+                    ),
+                    None => format!(
+                        "spoke {spoke}: superseded minted credentials revoked (ClusterRoleBindings deleted: {})",
+                        names.join(", ")
+                    ),
+                },
             );
         }
         if let Some(e) = &s.revoke_error {

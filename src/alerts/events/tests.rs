@@ -222,6 +222,31 @@ fn rotations_failures_and_revocations_are_noted_and_healthy_spokes_are_not() {
 }
 
 #[test]
+fn a_federated_revoke_is_noted_with_the_audience_now_trusted() {
+    let mut revoked = SpokeReport::new(
+        "edge",
+        Outcome::Rotated {
+            commit: "0123456789abcdef0123".into(),
+        },
+    );
+    revoked.revoked = vec!["spokekeeper.hub.edge.federated".into()];
+    revoked.credential = Some(crate::rotate::CredentialReport {
+        mode: crate::config::CredentialMode::Federated,
+        user: None,
+        generation: Some(1),
+        audience: Some("https://10.0.0.5:6443#generation-1".into()),
+        not_after: None,
+        shortened: None,
+    });
+    let n = noted(&TickReport::of(vec![revoked]), &[]);
+    assert_eq!(n[1].reason, Reason::CredentialRevoked);
+    assert_eq!(
+        n[1].note,
+        "spoke edge: hub tokens for the revoked audience refused (ClusterRoleBinding spokekeeper.hub.edge.federated bound nobody at once); the spoke trusts audience https://10.0.0.5:6443#generation-1 only"
+    );
+}
+
+#[test]
 fn expiry_of_the_hubs_credential_is_noted_by_date_and_nothing_else_is() {
     let findings = [
         finding(

@@ -224,6 +224,30 @@ pub async fn accepts(
     Ok(())
 }
 
+/// The token, for an audience the spoke's file no longer names, is refused there (401):
+/// what a revoke proves of the revoked audience once the new file runs.
+pub async fn refuses(
+    server: &str,
+    ca_pem: &str,
+    token: &SecretBytes,
+    audience: &str,
+    limit: Duration,
+) -> Result<(), FederateError> {
+    let kubeconfig = bearer_kubeconfig(server, ca_pem, token)?;
+    match live::check_live(&kubeconfig, limit).await {
+        Err(live::LiveError::Unauthorized { .. } | live::LiveError::Anonymous { .. }) => Ok(()),
+        Ok(who) => Err(FederateError::StillAccepted {
+            server: who.server,
+            audience: audience.to_string(),
+            user: crate::text::one_line(&who.username, 200),
+        }),
+        Err(error) => Err(FederateError::Call {
+            step: "present a token for the revoked audience",
+            error,
+        }),
+    }
+}
+
 /// What a hub identity must be allowed on the spoke: the cluster role's first rule.
 pub struct Grant<'a> {
     pub role: &'a str,

@@ -127,6 +127,22 @@ fn a_periodic_check_of_a_federated_spoke_commits_only_a_changed_configmap() {
 }
 
 #[test]
+fn a_revoke_commits_as_revoked_with_the_content_unchanged() {
+    let sp = federated_spoke();
+    let had = trusted(&sp);
+    let revoked = Reason::Revoked {
+        generation: 0,
+        found: vec![0],
+        users: vec!["hub:system:serviceaccount:flux-system:kustomize-controller".into()],
+    };
+    let mode = CredentialMode::Federated;
+    assert_eq!(
+        after_extraction(revoked.clone(), Some(&had), &had, mode),
+        Extracted::Commit(revoked)
+    );
+}
+
+#[test]
 fn a_refused_hub_token_rotates_a_healthy_federated_spoke_and_is_committed_as_such() {
     let sp = federated_spoke();
     let refused = Policy {

@@ -544,5 +544,6 @@ const MINTED_DEPLOYER: &str =
 
 mod federated;
 mod federated_ca;
+mod federated_revoke;
 mod minted;
 mod ready;

@@ -1,0 +1,383 @@
+//! [trust] for a federated spoke, with the admin credential just validated: the spoke's
+//! trust of the hub written on its node, the hub's controllers bound, and both proven
+//! before anything is committed; then the ConfigMap Flux reaches the spoke with.
+
+use std::time::Duration;
+
+use super::context::Spoke;
+use super::context::Tick;
+use super::error::SpokeError;
+use super::refresh::Fresh;
+use super::state::{Recorded, SealedTo};
+use crate::config::{CredentialMode, FederatedPolicy, SpokeConfig};
+use crate::federate::{self, FederateError, Reach, Remote, Trust, Version, check};
+use crate::fingerprint::{Content, Fingerprint};
+use crate::hub::token::TokenError;
+use crate::spoke::live;
+
+mod judged;
+mod revoke;
+
+pub(super) use judged::{refused, written};
+pub(super) use revoke::revoke;
+
+/// How long a spoke's API server may take to load a rewritten file: it watches the file
+/// and polls it every minute (pkg/kubeapiserver/options/authentication.go).
+pub(crate) const RELOAD_WAIT: Duration = Duration::from_secs(75);
+/// The largest credential.federated.issuer_ca read.
+const MAX_ISSUER_CA: u64 = 256 * 1024;
+
+/// What a federated spoke's rotation made: its record and the ConfigMap to commit.
+pub(super) struct Trusted {
+    pub recorded: Recorded,
+    pub remote: Remote,
+    /// The user the check's token authenticated as.
+    pub user: String,
+}
+
+/// trust, from the admin credential `admin` (validated against the live API): written,
+/// bound, loaded and proven, then the ConfigMap. The audience generation is the recorded
+/// one, or the binding's when a revoke raised it and did not commit.
+pub(super) async fn trust(
+    tick: &Tick<'_>,
+    s: &Spoke<'_>,
+    admin: &Fresh,
+) -> Result<Trusted, SpokeError> {
+    let spoke = s.config;
+    let at = Target::of(tick, s, admin)?;
+    stage(tick, spoke, "trust");
+    let limit = tick.context.live_timeout;
+    let found = federate::binding::found(&admin.yaml, spoke, limit)
+        .await
+        .map_err(|e| SpokeError::Mint(e.into()))?;
+    let recorded = recorded_generation(s);
+    let generation = found.as_ref().map_or(0, |f| f.generation).max(recorded);
+    if generation > recorded {
+        tracing::warn!(
+            spoke = %spoke.name,
+            recorded,
+            generation,
+            "the spoke's binding is at a later audience generation than the fleet repo records (a revoke that was not committed): going on from it"
+        );
+    }
+    let (trust, content) = at.render(generation)?;
+    // The hub's token first: a misconfigured issuer or a refused request touches no node.
+    let token = hub_token(at.hub, at.policy, &trust.audience).await?;
+    crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
+        .await
+        .map_err(|e| SpokeError::Extract(e.into()))?;
+    let client = admin_client(admin, limit).await?;
+    let users = at.users(&trust);
+    let grant = if generation > recorded {
+        // Finishing a revoke: the node may still run the revoked audience.
+        at.bind_once_loaded(admin, &client, &content, (&users, generation))
+            .await?
+    } else {
+        let grant = at.bind(admin, &users, generation).await?;
+        at.wait_loaded(&client, &content).await?;
+        grant
+    };
+    let proven = at
+        .prove(&client, &trust, token, (&users, &grant), limit)
+        .await?;
+    Ok(committing(tick, s, admin, at.policy, proven, generation))
+}
+
+/// What a federated rotation works from: the policy, the hub, the spoke's API server URL
+/// and its Kubernetes version (the file's apiVersion).
+struct Target<'a> {
+    spoke: &'a SpokeConfig,
+    policy: &'a FederatedPolicy,
+    hub: &'a crate::hub::Hub,
+    server: String,
+    version: Version,
+    ca_pem: String,
+    /// Per call to the spoke's API.
+    limit: Duration,
+}
+
+impl<'a> Target<'a> {
+    fn of(tick: &Tick<'a>, s: &Spoke<'a>, admin: &Fresh) -> Result<Target<'a>, SpokeError> {
+        let spoke = s.config;
+        let policy = spoke
+            .credential
+            .federated
+            .as_ref()
+            .ok_or_else(|| fed(FederateError::NotFederated))?;
+        let version = Version::parse(&admin.live.git_version)
+            .ok_or_else(|| fed(FederateError::Version(admin.live.git_version.clone())))?;
+        let hub = tick.hub.ok_or_else(|| fed(FederateError::NoHub))?;
+        Ok(Target {
+            spoke,
+            policy,
+            hub,
+            server: admin.kubeconfig.server_string(),
+            version,
+            ca_pem: ca_pem(admin),
+            limit: tick.context.live_timeout,
+        })
+    }
+
+    /// The spoke's trust at audience `generation`, and the file that says it.
+    fn render(&self, generation: u64) -> Result<(Trust, String), SpokeError> {
+        let trust = trust_of(self.policy, &self.server, generation)?;
+        let content = federate::authn::render(&trust, self.spoke.distro, self.version)
+            .map_err(|e| fed(e.into()))?;
+        Ok((trust, content))
+    }
+
+    /// The spoke's users of the configured hub ServiceAccounts.
+    fn users(&self, trust: &Trust) -> Vec<String> {
+        self.policy
+            .service_accounts
+            .iter()
+            .map(|a| trust.username(&a.subject()))
+            .collect()
+    }
+
+    async fn wait_loaded(&self, client: &kube::Client, content: &str) -> Result<(), SpokeError> {
+        let at = (self.server.as_str(), self.policy.discovery());
+        check::wait_loaded(client, (at.0, &at.1), content, RELOAD_WAIT)
+            .await
+            .map_err(fed)
+    }
+
+    /// Makes the spoke's binding bind `users` at audience `generation`.
+    async fn bind(
+        &self,
+        admin: &Fresh,
+        users: &[String],
+        generation: u64,
+    ) -> Result<federate::binding::Granted, SpokeError> {
+        federate::binding::ensure(&admin.yaml, self.spoke, users, generation, self.limit)
+            .await
+            .map_err(|e| SpokeError::Mint(e.into()))
+    }
+
+    /// [`Target::bind`] once the API server runs on `content` and its cache of tokens
+    /// authenticated under the previous file expired ([`revoke::TOKEN_CACHE`]): a token
+    /// for an audience it no longer trusts is never let through by the new binding.
+    async fn bind_once_loaded(
+        &self,
+        admin: &Fresh,
+        client: &kube::Client,
+        content: &str,
+        (users, generation): (&[String], u64),
+    ) -> Result<federate::binding::Granted, SpokeError> {
+        self.wait_loaded(client, content).await?;
+        tokio::time::sleep(revoke::TOKEN_CACHE).await;
+        self.bind(admin, users, generation).await
+    }
+
+    /// The hub's token is accepted as the check account, and each bound user may do what
+    /// the cluster role grants first: the ConfigMap to commit says how to reach the spoke.
+    async fn prove(
+        &self,
+        client: &kube::Client,
+        trust: &Trust,
+        token: crate::secret::SecretBytes,
+        (users, grant): (&[String], &federate::binding::Granted),
+        limit: Duration,
+    ) -> Result<Proven, SpokeError> {
+        let user = trust.username(&self.policy.check_as.subject());
+        let discovery = self.policy.discovery();
+        check::accepts(
+            &self.server,
+            &self.ca_pem,
+            &token,
+            (&user, &discovery),
+            limit,
+        )
+        .await
+        .map_err(fed)?;
+        drop(token);
+        for u in users {
+            check::bound(client, &self.server, u, &grant.as_grant(), limit)
+                .await
+                .map_err(fed)?;
+        }
+        let reach = Reach {
+            address: self.server.clone(),
+            ca_pem: self.ca_pem.clone(),
+            audiences: vec![trust.audience.clone()],
+            service_account: None,
+        };
+        Ok(Proven { reach, user })
+    }
+}
+
+/// A spoke whose trust was proven: how Flux reaches it, and who the check's token was.
+struct Proven {
+    reach: Reach,
+    user: String,
+}
+
+/// The audience generation the fleet repo records for the spoke (0: none).
+fn recorded_generation(s: &Spoke<'_>) -> u64 {
+    s.seen
+        .committed
+        .recorded()
+        .map_or(0, |r| r.credential.generation)
+}
+
+async fn admin_client(admin: &Fresh, limit: Duration) -> Result<kube::Client, SpokeError> {
+    let (client, _) = live::client(&admin.yaml, limit)
+        .await
+        .map_err(|e| SpokeError::Live(e.into()))?;
+    Ok(client)
+}
+
+/// A token of the check account from the hub for `audience`, issued by the configured
+/// issuer.
+async fn hub_token(
+    hub: &crate::hub::Hub,
+    policy: &FederatedPolicy,
+    audience: &str,
+) -> Result<crate::secret::SecretBytes, SpokeError> {
+    let account = &policy.check_as;
+    let token = hub
+        .service_account_token(&account.namespace, &account.name, audience)
+        .await
+        .map_err(|e| fed(token_refused(account, &e)))?;
+    let claims = check::Claims::of(&token).map_err(|why| {
+        fed(FederateError::TokenUnreadable {
+            account: account.to_string(),
+            why,
+        })
+    })?;
+    if claims.issuer != policy.issuer {
+        return Err(fed(FederateError::WrongIssuer {
+            found: claims.issuer,
+            configured: policy.issuer.clone(),
+        }));
+    }
+    Ok(token)
+}
+
+/// Every CA of the admin kubeconfig (the spoke's serving CAs), as PEM.
+fn ca_pem(admin: &Fresh) -> String {
+    let ders: Vec<Vec<u8>> = admin
+        .kubeconfig
+        .ca_certs()
+        .iter()
+        .map(|c| c.der.clone())
+        .collect();
+    crate::certs::to_pem(&ders)
+}
+
+/// The record and the ConfigMap of a proven spoke.
+fn committing(
+    tick: &Tick<'_>,
+    s: &Spoke<'_>,
+    admin: &Fresh,
+    policy: &FederatedPolicy,
+    proven: Proven,
+    generation: u64,
+) -> Trusted {
+    let spoke = s.config;
+    let data = proven.reach.data();
+    let mut recorded = super::refresh::record(
+        spoke,
+        &admin.kubeconfig,
+        content_of(&data),
+        SealedTo::Nothing,
+        tick.now,
+    );
+    recorded.client_sha256 = None;
+    recorded.client_not_after = None;
+    recorded.credential = crate::mint::RecordedCredential {
+        mode: CredentialMode::Federated,
+        user: None,
+        generation,
+    };
+    recorded.trust_sha256 = Some(federate::trust_fingerprint(policy));
+    let watch = crate::seal::WATCH_LABEL;
+    let remote = Remote {
+        name: spoke.secret.name.clone(),
+        namespace: spoke.secret.namespace.clone(),
+        labels: [(watch.0.to_string(), watch.1.to_string())].into(),
+        annotations: recorded.to_annotations(),
+        data,
+    };
+    Trusted {
+        recorded,
+        remote,
+        user: proven.user,
+    }
+}
+
+/// The spoke's trust of the hub for this spoke: its audience is its own API server URL at
+/// audience `generation` ([`federate::audience`]).
+fn trust_of(policy: &FederatedPolicy, server: &str, generation: u64) -> Result<Trust, SpokeError> {
+    let issuer_ca = match &policy.issuer_ca {
+        None => None,
+        Some(path) => Some(read_issuer_ca(path).map_err(fed)?),
+    };
+    let mut subjects: Vec<String> = policy
+        .service_accounts
+        .iter()
+        .map(|a| a.subject())
+        .collect();
+    subjects.push(policy.check_as.subject());
+    Ok(Trust {
+        issuer: policy.issuer.clone(),
+        discovery_url: policy.discovery_url.clone(),
+        issuer_ca,
+        audience: federate::audience(server, generation),
+        subjects,
+        username_prefix: policy.username_prefix.clone(),
+    })
+}
+
+/// credential.federated.issuer_ca: a file of the host's, beside spokekeeper.yaml.
+fn read_issuer_ca(path: &std::path::Path) -> Result<String, FederateError> {
+    let bad = |why: String| FederateError::IssuerCa {
+        path: path.display().to_string(),
+        why,
+    };
+    let size = std::fs::metadata(path)
+        .map_err(|e| bad(e.to_string()))?
+        .len();
+    if size > MAX_ISSUER_CA {
+        return Err(bad(format!(
+            "is {size} bytes, more than a CA bundle ({MAX_ISSUER_CA})"
+        )));
+    }
+    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
+    let ders = crate::certs::certificates_der(&bytes).map_err(|e| bad(e.to_string()))?;
+    if ders.is_empty() {
+        return Err(bad("holds no certificate".into()));
+    }
+    Ok(crate::certs::to_pem(&ders))
+}
+
+/// What the ConfigMap says, fingerprinted: a periodic check commits only a change.
+fn content_of(data: &std::collections::BTreeMap<String, String>) -> Fingerprint<Content> {
+    let canonical = serde_json::to_vec(data).unwrap_or_default();
+    Fingerprint::of(&canonical)
+}
+
+/// The hub's refusal of a TokenRequest for `account`.
+fn token_refused(account: &crate::config::ServiceAccount, e: &TokenError) -> FederateError {
+    let (code, message) = match e {
+        TokenError::Refused { code, message } => (*code, message.clone()),
+        other => (0, other.to_string()),
+    };
+    FederateError::Token {
+        account: account.to_string(),
+        code,
+        message,
+        fix: e.fix(),
+    }
+}
+
+fn fed(e: FederateError) -> SpokeError {
+    SpokeError::Federate(std::sync::Arc::new(e))
+}
+
+fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {
+    tick.options.progress.emit(super::progress::Step::Stage {
+        spoke: &spoke.name,
+        stage,
+    });
+}
