@@ -26,21 +26,29 @@ pub(crate) struct Change {
     pub description: String,
 }
 
-/// The last delivered status of every finding.
+/// The last delivered status of every finding that was not fine (a finding absent here
+/// was ok with no alert: at 10 000 spokes the fine ones are nearly all of them, and the
+/// daemon keeps this between ticks).
 #[derive(Debug, Default)]
 pub(crate) struct WebhookState {
     last: BTreeMap<Key, (Status, Option<AlertName>)>,
 }
 
+/// What a finding is taken to have been when nothing is remembered of it.
+const FINE: (Status, Option<AlertName>) = (Status::Ok, None);
+
 impl WebhookState {
     pub(super) fn changes(&self, findings: &[Finding]) -> Vec<Change> {
         let mut out = Vec::new();
+        // Only the remembered keys can vanish: the set holds no others.
         let mut seen = BTreeSet::new();
         for f in findings {
             let key = (f.spoke.clone(), f.subject);
             let now = (f.status, f.alert);
-            seen.insert(key.clone());
-            let before = self.last.get(&key).copied().unwrap_or((Status::Ok, None));
+            let before = self.last.get(&key).copied().unwrap_or(FINE);
+            if self.last.contains_key(&key) {
+                seen.insert(key);
+            }
             if before != now {
                 out.push(Change {
                     spoke: f.spoke.clone(),
@@ -78,6 +86,7 @@ impl WebhookState {
     pub(crate) fn remember(&mut self, findings: &[Finding]) {
         self.last = findings
             .iter()
+            .filter(|f| (f.status, f.alert) != FINE)
             .map(|f| ((f.spoke.clone(), f.subject), (f.status, f.alert)))
             .collect();
     }
@@ -139,6 +148,9 @@ mod tests {
         );
         st.remember(&worse);
 
+        // Only what is not fine is kept between sends.
+        assert_eq!(st.last.len(), 1, "{:?}", st.last);
+
         let fixed = [
             f("dev", Subject::Client, Status::Ok),
             f("dev", Subject::Ca, Status::Ok),
@@ -149,6 +161,11 @@ mod tests {
             (c[0].previous, c[0].severity),
             (Status::Critical, Status::Ok)
         );
+        st.remember(&fixed);
+        assert!(st.last.is_empty(), "{:?}", st.last);
+        assert!(st.changes(&fixed).is_empty());
+        // A fine finding that vanishes is no change; a bad one that vanishes resolves.
+        assert!(st.changes(&[]).is_empty());
     }
 
     #[test]
