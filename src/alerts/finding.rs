@@ -170,7 +170,9 @@ pub struct Finding {
     /// The client certificate's finding: how the committed credential was made.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub credential: Option<CredentialFacts>,
-    /// Alert annotations: one line, and the full story with exact dates and what to do.
+    /// Alert annotations: one line, and the full story with exact dates and what to do
+    /// (none when ok: nothing to do, and the daemon holds a finding of every spoke's
+    /// every certificate while it tells the sinks).
     #[serde(skip)]
     pub summary: String,
     #[serde(skip)]

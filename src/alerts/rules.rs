@@ -99,7 +99,10 @@ pub(super) fn plain(spoke: &str, subject: Subject, status: Status, detail: Strin
         not_after: None,
         days_left: None,
         summary: format!("spoke {spoke}: {}: {detail}", subject.title()),
-        description: detail.clone(),
+        description: match status {
+            Status::Ok => String::new(),
+            _ => detail.clone(),
+        },
         detail,
         credential: None,
         alert: None,
@@ -144,12 +147,15 @@ pub(super) fn expiry(
             _ => None,
         },
         summary: format!("spoke {spoke}: the {title} {when}"),
-        description: format!(
-            "The {title} of spoke {spoke} {when} (spokekeeper warns below {}, critical below {}). {}",
-            span(cfg.warn_before),
-            span(cfg.critical_before),
-            advice(subject, spoke)
-        ),
+        description: match status {
+            Status::Ok => String::new(),
+            _ => format!(
+                "The {title} of spoke {spoke} {when} (spokekeeper warns below {}, critical below {}). {}",
+                span(cfg.warn_before),
+                span(cfg.critical_before),
+                advice(subject, spoke)
+            ),
+        },
         ..plain(spoke, subject, status, detail)
     }
 }

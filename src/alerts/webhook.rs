@@ -58,7 +58,10 @@ impl WebhookState {
                     alertname: f.alert,
                     not_after: f.not_after,
                     summary: f.summary.clone(),
-                    description: f.description.clone(),
+                    description: match f.description.is_empty() {
+                        true => f.summary.clone(),
+                        false => f.description.clone(),
+                    },
                 });
             }
         }

@@ -226,6 +226,25 @@ fn days_left_round_down_and_descriptions_carry_the_exact_date() {
 }
 
 #[test]
+fn a_fine_finding_has_a_summary_and_no_description_to_hold() {
+    let fs = eval(Spoke::default());
+    for f in &fs {
+        assert_eq!(f.status, Status::Ok, "{f:?}");
+        assert!(f.description.is_empty(), "{f:?}");
+        assert!(f.summary.starts_with("spoke "), "{f:?}");
+    }
+    // Its resolution, told to a webhook, still says something.
+    let mut st = crate::alerts::webhook::WebhookState::default();
+    let mut bad = find(&fs, Subject::Client).clone();
+    bad.status = Status::Warning;
+    st.remember(std::slice::from_ref(&bad));
+    let changes = st.changes(&fs);
+    assert_eq!(changes.len(), 1, "{changes:?}");
+    assert_eq!(changes[0].description, changes[0].summary);
+    assert!(!changes[0].description.is_empty());
+}
+
+#[test]
 fn a_serving_certificate_from_another_ca_is_a_ca_mismatch() {
     let recorded_ca = ca();
     let other = ca();
