@@ -169,7 +169,7 @@ pub struct Finding {
     pub alert: Option<AlertName>,
     /// The client certificate's finding: how the committed credential was made.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub credential: Option<CredentialFacts>,
+    pub credential: Option<Box<CredentialFacts>>,
     /// Alert annotations: one line, and the full story with exact dates and what to do
     /// (none when ok: nothing to do, and the daemon holds a finding of every spoke's
     /// every certificate while it tells the sinks).

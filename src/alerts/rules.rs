@@ -176,7 +176,7 @@ pub(super) fn name_credential(f: &mut Finding, facts: CredentialFacts) {
             f.detail = format!("{} ({minted})", f.detail);
         }
     }
-    f.credential = Some(facts);
+    f.credential = Some(Box::new(facts));
 }
 
 fn minted_advice(spoke: &str) -> String {

@@ -128,7 +128,7 @@ fn expiry(f: &Finding) -> Option<Noted> {
     let date = crate::rotate::state::rfc3339(na);
     let what = match f
         .credential
-        .as_ref()
+        .as_deref()
         .and_then(super::CredentialFacts::describe)
     {
         Some(minted) => format!("{} {minted}", f.subject.title()),
