@@ -46,6 +46,24 @@ fn render_with(values_yaml: &str) -> Vec<Value> {
     render(&[&file])
 }
 
+/// `helm template` with `values_yaml`, which must fail: its stderr, the chart's message.
+fn refused_with(values_yaml: &str, why: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("values.yaml");
+    std::fs::write(&file, values_yaml).unwrap();
+    let args = [
+        "template",
+        "sk",
+        CHART,
+        "--namespace",
+        RELEASE_NS,
+        "--values",
+    ];
+    let out = helm_command(&args).arg(&file).output().unwrap();
+    assert!(!out.status.success(), "rendered {why}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 fn documents(text: &str, what: &str) -> Vec<Value> {
     let docs: Vec<Value> =
         serde_saphyr::from_multiple(text).unwrap_or_else(|e| panic!("{what}: not YAML: {e}"));

@@ -306,22 +306,7 @@ fn chart_mounts_the_forge_token_for_review_mode() {
 fn chart_refuses_review_mode_without_a_signing_key() {
     crate::support::requires!(HELM);
     let values = "forgeTokenSecret: fleet-forge\nconfig:\n  repo:\n    mode: pull-request\n    forge:\n      kind: github\n      url: https://api.github.com\n      repository: org/fleet\n  sealing:\n    cert: keys/sealed-secrets-infra.pem\n  spokes:\n    - name: dev\n      address: 10.0.0.1\n";
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values).unwrap();
-    let out = helm_command(&[
-        "template",
-        "sk",
-        CHART,
-        "--namespace",
-        RELEASE_NS,
-        "--values",
-    ])
-    .arg(&file)
-    .output()
-    .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "rendered without a signing key");
+    let err = refused_with(values, "without a signing key");
     assert!(
         err.contains("signingKeySecret") && err.contains("ssh-keygen"),
         "{err}"

@@ -287,22 +287,7 @@ fn chart_grants_the_token_of_a_configured_check_as() {
 fn chart_refuses_a_controller_as_check_as() {
     crate::support::requires!(HELM);
     let values = "federated: {hubAudiences: [\"https://hub\"]}\nconfig:\n  credential: {mode: federated, federated: {issuer: \"https://hub\", check_as: flux-system/kustomize-controller}}\n";
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values).unwrap();
-    let out = helm_command(&[
-        "template",
-        "sk",
-        CHART,
-        "--namespace",
-        RELEASE_NS,
-        "--values",
-    ])
-    .arg(&file)
-    .output()
-    .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "granted a controller's token");
+    let err = refused_with(values, "granting a controller's token");
     assert!(
         err.contains("check_as")
             && err.contains("hub admin")

@@ -134,25 +134,7 @@ fn chart_policy_holds_flux_controllers_and_the_federated_accounts_to_non_hub_aud
 fn chart_with_a_federated_spoke_and_no_hub_audiences_refuses_naming_the_value() {
     crate::support::requires!(HELM);
     let values = "config:\n  credential: {mode: federated, federated: {issuer: \"https://hub\"}}\n";
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("values.yaml");
-    std::fs::write(&file, values).unwrap();
-    let out = helm_command(&[
-        "template",
-        "sk",
-        CHART,
-        "--namespace",
-        RELEASE_NS,
-        "--values",
-    ])
-    .arg(&file)
-    .output()
-    .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success(),
-        "rendered without the hub's audiences"
-    );
+    let err = refused_with(values, "without the hub's audiences");
     assert!(
         err.contains("federated.hubAudiences")
             && err.contains("--api-audiences")
