@@ -260,6 +260,17 @@ impl Fleet {
         spokekeeper::rotate::Context::new(config, sealing, repo).unwrap()
     }
 
+    /// `spokekeeper add spoke{i}` for node i (a k3s node at its address, its kubeconfig
+    /// path), then `extra`.
+    pub fn add(&self, i: usize, extra: &[&str]) -> (i32, String, String) {
+        let node = &self.nodes[i];
+        let (name, address) = (format!("spoke{i}"), node.address_string());
+        let mut args = vec!["add", &name, "--address", &address, "--distro", "k3s"];
+        args.extend(["--kubeconfig-path", node.kubeconfig_path_str()]);
+        args.extend_from_slice(extra);
+        self.run(&args)
+    }
+
     /// Commits `edit` of the file at `path` to the remote from a clone of its own, as a
     /// person with push access would.
     pub fn push_edit(&self, path: &str, edit: impl Fn(&str) -> String) {

@@ -39,20 +39,7 @@ fn ssh_to_node1(fleet: &Fleet, known_hosts: &std::path::Path) -> String {
 }
 
 fn add(fleet: &Fleet, extra: &[&str]) -> (i32, String, String) {
-    let n1 = &fleet.nodes[1];
-    let address = n1.address_string();
-    let mut args = vec![
-        "add",
-        "spoke1",
-        "--address",
-        &address,
-        "--distro",
-        "k3s",
-        "--kubeconfig-path",
-        n1.kubeconfig_path_str(),
-    ];
-    args.extend_from_slice(extra);
-    fleet.run(&args)
+    fleet.add(1, extra)
 }
 
 /// Pushes `files` to the remote's main from the seed clone, as a person would.

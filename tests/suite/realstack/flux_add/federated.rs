@@ -72,22 +72,8 @@ fn add_credential_federated_onboards_a_spoke_the_real_controllers_deploy_to_thro
 /// spokekeeper.yaml with the spoke's own mode.
 fn add_spoke1(stack: &RealFlux) {
     let before = stack.fleet.remote_log().len();
-    let n1 = &stack.fleet.nodes[1];
-    let address = n1.address_string();
-    let (code, out, err) = stack.fleet.run(&[
-        "add",
-        "spoke1",
-        "--address",
-        &address,
-        "--distro",
-        "k3s",
-        "--kubeconfig-path",
-        n1.kubeconfig_path_str(),
-        "--source",
-        "fleet",
-        "--credential",
-        "federated",
-    ]);
+    let extra = ["--source", "fleet", "--credential", "federated"];
+    let (code, out, err) = stack.fleet.add(1, &extra);
     assert_eq!(code, 0, "{out}\n{err}\n{}", stack.controllers.tail(30));
     assert!(
         out.contains("credential federated)") && out.contains("write-authentication-config"),

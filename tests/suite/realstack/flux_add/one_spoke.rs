@@ -80,20 +80,7 @@ fn after_add_the_real_controllers_deploy_to_the_new_spoke_and_the_traps_land_whe
 /// `spokekeeper add spoke1`: it says where the credential goes and lists spoke 1's files
 /// in the root kustomization.yaml.
 fn add_spoke1(stack: &RealFlux) {
-    let n1 = &stack.fleet.nodes[1];
-    let address = n1.address_string();
-    let (code, out, err) = stack.fleet.run(&[
-        "add",
-        "spoke1",
-        "--address",
-        &address,
-        "--distro",
-        "k3s",
-        "--kubeconfig-path",
-        n1.kubeconfig_path_str(),
-        "--source",
-        "fleet",
-    ]);
+    let (code, out, err) = stack.fleet.add(1, &["--source", "fleet"]);
     assert_eq!(code, 0, "{out}\n{err}\n{}", stack.controllers.tail(30));
     // No spoke's SealedSecret is on the hub yet: ROOT is the credential's directory.
     assert!(
