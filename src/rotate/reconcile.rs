@@ -287,6 +287,9 @@ async fn federated(
             reached.revoked = vec![binding];
         }
         revoking.end?
+    } else if tick.options.dry_run {
+        // A dry run writes nothing on the node and binds nothing: what it would commit.
+        super::federated::planned(tick, s, &admin)?
     } else {
         super::federated::trust(tick, s, &admin).await?
     };

@@ -83,6 +83,29 @@ pub(super) async fn trust(
     Ok(committing(tick, s, admin, at.policy, proven, generation))
 }
 
+/// What [trust] would commit, with nothing written on the node, bound or asked of the hub
+/// (a dry run): the ConfigMap at the recorded audience generation, its file rendered so
+/// that a spoke too old for one is refused as it would be.
+pub(super) fn planned(
+    tick: &Tick<'_>,
+    s: &Spoke<'_>,
+    admin: &Fresh,
+) -> Result<Trusted, SpokeError> {
+    let at = Target::of(tick, s, admin)?;
+    let generation = recorded_generation(s);
+    let (trust, _) = at.render(generation)?;
+    let proven = Proven {
+        user: trust.username(&at.policy.check_as.subject()),
+        reach: Reach {
+            address: at.server.clone(),
+            ca_pem: at.ca_pem.clone(),
+            audiences: vec![trust.audience],
+            service_account: None,
+        },
+    };
+    Ok(committing(tick, s, admin, at.policy, proven, generation))
+}
+
 /// What a federated rotation works from: the policy, the hub, the spoke's API server URL
 /// and its Kubernetes version (the file's apiVersion).
 struct Target<'a> {

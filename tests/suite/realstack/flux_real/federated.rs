@@ -218,14 +218,31 @@ fn assert_refused_at_trust(stack: &RealFlux, needle: &str, file: &str) {
 }
 
 /// What stops a federated rotation says what to fix, and changes nothing it should not:
-/// an issuer the hub does not issue as is refused before the node is touched; a spoke
+/// a dry run writes nothing on the node and binds nothing; an issuer the hub does not issue as is refused before the node is touched; a spoke
 /// whose API server reads no authentication configuration is refused once the file is
 /// written, naming the flag; with the flag, the next tick commits.
 #[test]
-fn a_wrong_issuer_and_an_api_server_without_the_flag_are_refused_each_with_its_fix() {
+fn a_dry_run_touches_no_node_and_a_wrong_issuer_or_a_missing_flag_is_refused_with_its_fix() {
     crate::support::requires!(ROOT, REAL_STACK);
     let _heavy = support::timing::heavy();
     let mut stack = RealFlux::start_format(1, false, "", Format::Federated);
+    // A dry run reads the node and says what it would do: no file written, no binding,
+    // no commit.
+    let before =
+        std::fs::read_to_string(authentication_config_path(&stack.fleet.nodes[0])).unwrap();
+    let (code, dry, err) = stack.fleet.rotate_json(&["--all", "--dry-run"]);
+    assert_eq!(code, 0, "{dry:#}\n{err}");
+    assert_eq!(dry["spokes"][0]["action"], "would-rotate", "{dry:#}");
+    let after = std::fs::read_to_string(authentication_config_path(&stack.fleet.nodes[0])).unwrap();
+    assert_eq!(after, before);
+    let binding = stack.spoke_apis[0].try_kubectl(&[
+        "get",
+        "clusterrolebinding",
+        "spokekeeper.hub.spoke0.federated",
+    ]);
+    assert!(binding.is_err(), "{binding:?}");
+    assert!(!committed(&stack), "{dry:#}");
+
     let issuer = stack.hub.issuer.clone().expect("the hub's issuer");
     let config = std::fs::read_to_string(&stack.fleet.config).unwrap();
     let wrong = config.replace(
