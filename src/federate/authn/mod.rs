@@ -54,8 +54,13 @@ pub struct Trust {
 impl Trust {
     /// The user a subject authenticates as on the spoke.
     pub fn username(&self, subject: &str) -> String {
-        format!("{}{subject}", self.username_prefix)
+        username(&self.username_prefix, subject)
     }
+}
+
+/// The user `subject` authenticates as on a spoke whose file names `prefix`.
+pub fn username(prefix: &str, subject: &str) -> String {
+    format!("{prefix}{subject}")
 }
 
 /// A spoke's Kubernetes version, from its `/version` (`v1.33.1+k3s1`).

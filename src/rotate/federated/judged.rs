@@ -6,13 +6,13 @@ use super::*;
 use crate::rotate::output::InvalidKind;
 use crate::rotate::state::AnnotationError;
 
-/// Why a federated spoke whose certificate is as recorded (`recorded`, just probed) refuses a hub token of the
-/// check account now (None: it accepts it, or this is no such spoke, or the hub or the
-/// spoke could not be asked: their own errors are the hub's and the probe's to report).
-/// One TokenRequest and one SelfSubjectReview, no SSH: the spoke verifies the token
-/// with the keys it fetched from the hub's issuer, so a refusal is a trust that is gone
-/// (file reverted, API server restarted without the flag) or broken (keys it cannot
-/// fetch).
+/// Why a federated spoke whose certificate is as `recorded` (just probed) refuses a hub
+/// token of the check account now (None: it accepts it, or this is no such spoke, or the
+/// hub or the spoke could not be asked: their own errors are the hub's and the probe's
+/// to report). One TokenRequest and one SelfSubjectReview, no SSH and no file read: the
+/// spoke verifies the token with the keys it fetched from the hub's issuer, so a refusal
+/// is a trust that is gone (file reverted, API server restarted without the flag) or
+/// broken (keys it cannot fetch).
 pub(in crate::rotate) async fn refused(
     tick: &Tick<'_>,
     spoke: &SpokeConfig,
@@ -25,9 +25,8 @@ pub(in crate::rotate) async fn refused(
     {
         return None;
     }
-    let generation = recorded.credential.generation;
-    let trust = trust_of(policy, &recorded.server, generation).ok()?;
-    let token = match hub_token(hub, policy, &trust.audience).await {
+    let audience = federate::audience(&recorded.server, recorded.credential.generation);
+    let token = match hub_token(hub, policy, &audience).await {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(spoke = %spoke.name, error = %e, "cannot get the hub's token to check the spoke's trust");
@@ -35,7 +34,7 @@ pub(in crate::rotate) async fn refused(
         }
     };
     let ca_pem = crate::certs::to_pem(&recorded.ca_bundle);
-    let user = trust.username(&policy.check_as.subject());
+    let user = federate::authn::username(&policy.username_prefix, &policy.check_as.subject());
     let limit = tick.context.live_timeout;
     match check::accepts(
         &recorded.server,
@@ -57,11 +56,11 @@ pub(in crate::rotate) async fn refused(
     }
 }
 
-/// What the ConfigMap tells Flux for the spoke at `server`: the spoke's audience is its
-/// URL at audience `generation`, as [`trust_of`] writes it on the node.
-pub(super) fn reach(server: String, ca_pem: String, generation: u64) -> Reach {
+/// What the ConfigMap tells Flux for the spoke at `server`: its one audience is the one
+/// [`trust_of`] writes on the node.
+pub(super) fn reach(server: String, ca_pem: String, audience: String) -> Reach {
     Reach {
-        audiences: vec![federate::audience(&server, generation)],
+        audiences: vec![audience],
         address: server,
         ca_pem,
         service_account: None,
@@ -73,10 +72,11 @@ pub(super) fn reach(server: String, ca_pem: String, generation: u64) -> Reach {
 /// address or audience of someone else's), and the record's own fields are judged as
 /// every spoke's are (the server against the configuration, the CAs against the probe).
 pub(in crate::rotate) fn written(remote: &Remote, recorded: &Recorded) -> Result<(), InvalidKind> {
+    let audience = federate::audience(&recorded.server, recorded.credential.generation);
     let want = reach(
         recorded.server.clone(),
         crate::certs::to_pem(&recorded.ca_bundle),
-        recorded.credential.generation,
+        audience,
     );
     remote.holds(&want).map_err(InvalidKind::ConfigMap)?;
     if content_of(&remote.data) != recorded.content_sha256 {
@@ -102,7 +102,7 @@ mod tests {
         let data = reach(
             server.clone(),
             crate::certs::to_pem(std::slice::from_ref(&ca)),
-            0,
+            federate::audience(&server, 0),
         )
         .data();
         let recorded = Recorded {
@@ -192,7 +192,7 @@ mod tests {
         let data = reach(
             record.server.clone(),
             crate::certs::to_pem(&record.ca_bundle),
-            2,
+            federate::audience(&record.server, 2),
         )
         .data();
         assert_eq!(data["audiences"], "https://10.0.0.1:6443#generation-2");

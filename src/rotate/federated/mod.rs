@@ -96,12 +96,7 @@ pub(super) fn planned(
     let (trust, _) = at.render(generation)?;
     let proven = Proven {
         user: trust.username(&at.policy.check_as.subject()),
-        reach: Reach {
-            address: at.server.clone(),
-            ca_pem: at.ca_pem.clone(),
-            audiences: vec![trust.audience],
-            service_account: None,
-        },
+        reach: judged::reach(at.server.clone(), at.ca_pem.clone(), trust.audience),
     };
     Ok(committing(tick, s, admin, at.policy, proven, generation))
 }
@@ -219,12 +214,11 @@ impl<'a> Target<'a> {
                 .await
                 .map_err(fed)?;
         }
-        let reach = Reach {
-            address: self.server.clone(),
-            ca_pem: self.ca_pem.clone(),
-            audiences: vec![trust.audience.clone()],
-            service_account: None,
-        };
+        let reach = judged::reach(
+            self.server.clone(),
+            self.ca_pem.clone(),
+            trust.audience.clone(),
+        );
         Ok(Proven { reach, user })
     }
 }
