@@ -4,7 +4,7 @@
 //! the spoke's node and the hub are set up for it. The real components onboard one:
 //! realstack/flux_add/federated.rs.
 
-use super::{add, fleet, ssh_to_node1};
+use super::{add, fleet, left_as_it_was, ssh_to_node1};
 use support::git::git;
 
 use crate::support;
@@ -80,11 +80,7 @@ fn a_federated_add_needs_an_issuer_prints_the_federated_recipe_and_commits_nothi
             && err.contains("spoke1 was not added"),
         "{err}"
     );
-    assert_eq!(fleet.remote_log(), before);
-    assert_eq!(
-        std::fs::read_to_string(&fleet.config).unwrap(),
-        config_before
-    );
+    left_as_it_was(&fleet, &before, &config_before);
     let status = git(&fleet.clone, &["status", "--porcelain"]);
     assert_eq!(status, "", "the clone is as the remote has it");
 }

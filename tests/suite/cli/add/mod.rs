@@ -42,6 +42,12 @@ fn add(fleet: &Fleet, extra: &[&str]) -> (i32, String, String) {
     fleet.add(1, extra)
 }
 
+/// A failed add committed nothing and left spokekeeper.yaml as it was.
+fn left_as_it_was(fleet: &Fleet, remote_log: &[String], config: &str) {
+    assert_eq!(fleet.remote_log(), remote_log);
+    assert_eq!(std::fs::read_to_string(&fleet.config).unwrap(), config);
+}
+
 /// Pushes `files` to the remote's main from the seed clone, as a person would.
 fn push_to_remote(fleet: &Fleet, files: &[(&str, &str)]) {
     let seed = fleet.dir.path().join("seed");
@@ -161,11 +167,7 @@ fn add_overwrites_nothing_and_a_failure_leaves_the_configuration_as_it_was() {
         err.contains("fluxcd/spoke1.yaml exists in the fleet repo: add overwrites nothing"),
         "{err}"
     );
-    assert_eq!(fleet.remote_log(), before);
-    assert_eq!(
-        std::fs::read_to_string(&fleet.config).unwrap(),
-        config_before
-    );
+    left_as_it_was(&fleet, &before, &config_before);
 
     // A node that cannot be reached: the rotation fails, nothing is committed or written.
     let (code, _, err) = add(
@@ -174,11 +176,7 @@ fn add_overwrites_nothing_and_a_failure_leaves_the_configuration_as_it_was() {
     );
     assert_ne!(code, 0);
     assert!(err.contains("spoke1 was not added"), "{err}");
-    assert_eq!(fleet.remote_log(), before);
-    assert_eq!(
-        std::fs::read_to_string(&fleet.config).unwrap(),
-        config_before
-    );
+    left_as_it_was(&fleet, &before, &config_before);
     let status = git(&fleet.clone, &["status", "--porcelain"]);
     assert_eq!(status, "", "the clone is as the remote has it");
 }
@@ -207,11 +205,7 @@ fn add_trusts_no_host_key_on_first_use() {
     );
     assert!(err.contains("spoke1 was not added"), "{err}");
     assert_eq!(std::fs::read_to_string(&known_hosts).unwrap(), "");
-    assert_eq!(fleet.remote_log(), before);
-    assert_eq!(
-        std::fs::read_to_string(&fleet.config).unwrap(),
-        config_before
-    );
+    left_as_it_was(&fleet, &before, &config_before);
 }
 
 /// What add commits beside a credential is checked against the target branch at commit
@@ -389,11 +383,7 @@ fn a_read_only_configuration_gets_the_entry_printed_and_nothing_committed_until_
         err.contains("spoke1 was not added") && err.contains("nothing was committed"),
         "{err}"
     );
-    assert_eq!(fleet.remote_log(), before);
-    assert_eq!(
-        std::fs::read_to_string(&fleet.config).unwrap(),
-        config_before
-    );
+    left_as_it_was(&fleet, &before, &config_before);
 
     // The entry rolled out (nested under spokes:, as the chart renders its values).
     let nested: String = entry.lines().map(|l| format!("  {l}\n")).collect();
