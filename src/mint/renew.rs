@@ -135,19 +135,27 @@ impl Run<'_> {
         // Generations deleted this tick: the next one is above them too.
         let mut gone = Vec::new();
         if how.revoke {
-            // A malformed annotation does not stop a revocation, only the mint after it.
-            if had.mode != CredentialMode::Minted && held.unknown.is_none() {
-                let spoke = self.spoke.name.clone();
-                return Err(MintError::NotMinted {
-                    spoke,
-                    had: had.mode,
-                }
-                .into());
-            }
+            // The spoke's bindings decide, not the fleet repo: a malformed annotation, or
+            // a file a pusher deleted or broke, does not stop a revocation, only the mint
+            // after it. Only a spoke with neither a minted commit nor a binding of the
+            // entry has nothing to revoke.
+            let not_minted =
+                (had.mode != CredentialMode::Minted && held.unknown.is_none()).then(|| {
+                    MintError::NotMinted {
+                        spoke: self.spoke.name.clone(),
+                        had: had.mode,
+                    }
+                });
             if how.dry_run {
-                return Ok(Renewed::WouldMint);
+                return match not_minted {
+                    Some(e) => Err(e.into()),
+                    None => Ok(Renewed::WouldMint),
+                };
             }
             gone = self.revoke_all(how.call).await?;
+            if let (true, Some(e)) = (gone.is_empty(), not_minted) {
+                return Err(e.into());
+            }
         } else if let Some(recorded) = &held.check {
             self.why = self.check(recorded, how.call).await?;
             if self.why.is_none() {

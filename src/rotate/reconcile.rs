@@ -184,7 +184,7 @@ pub(super) fn decide<'a>(
         policy,
         sealer,
     };
-    match decided(&spoke) {
+    match decided(&spoke, tick.options.revoke) {
         Ok(Some(reason)) => ControlFlow::Continue((spoke, reason)),
         Ok(None) => ended(Outcome::Healthy),
         Err(e) => ended(Outcome::Failed(e)),
@@ -329,15 +329,23 @@ fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {
 }
 
 /// decide: what is committed and the probe, weighed by the rule table (None: healthy).
-fn decided(s: &Spoke<'_>) -> Result<Option<Reason>, SpokeError> {
-    if let Committed::Unreadable(e) = &s.seen.committed {
-        return Err(SpokeError::Read(e.clone()));
+/// A revoke goes on past an unreadable commit or a failed probe: what it cuts is on
+/// the spoke, reached over SSH at the configured address, and the fleet repo (a symlink
+/// or a recorded port of a pusher's) must not keep a leaked credential working.
+fn decided(s: &Spoke<'_>, revoke: bool) -> Result<Option<Reason>, SpokeError> {
+    let stopped = match &s.seen.committed {
+        Committed::Unreadable(e) => SpokeError::Read(e.clone()),
+        _ => match decide::decide(s.config, &s.seen.observed(), &s.policy) {
+            Decision::Healthy => return Ok(None),
+            Decision::Unreachable(e) => SpokeError::Unreachable(e),
+            Decision::Rotate(reason) => return Ok(Some(reason)),
+        },
+    };
+    if !revoke {
+        return Err(stopped);
     }
-    match decide::decide(s.config, &s.seen.observed(), &s.policy) {
-        Decision::Healthy => Ok(None),
-        Decision::Unreachable(e) => Err(SpokeError::Unreachable(e)),
-        Decision::Rotate(reason) => Ok(Some(reason)),
-    }
+    tracing::warn!(spoke = %s.config.name, error = %stopped, "revoking all the same");
+    Ok(Some(Reason::Forced))
 }
 
 /// extract -> validate: the node's admin credential, proven against the live API.
