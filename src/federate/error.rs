@@ -84,7 +84,7 @@ pub enum FederateError {
     },
     /// The audience generation cannot go up.
     #[error(
-        "the audience generation of {spoke} is already {generation}, the highest there is (the fleet repo's annotation spokekeeper.io/credential-generation, or the label spokekeeper.io/audience-generation of ClusterRoleBinding {binding}): was one of them edited? Set it back to what spokekeeper wrote (git log -p) and revoke again"
+        "the audience generation of {spoke} is already {generation}, the highest there is (the label spokekeeper.io/audience-generation of ClusterRoleBinding {binding}, or without the binding the fleet repo's annotation spokekeeper.io/credential-generation): ClusterRoleBinding {binding} binds nobody now; was the label or the annotation edited? Set it back to what spokekeeper wrote (git log -p) and revoke again"
     )]
     Exhausted {
         spoke: String,

@@ -51,7 +51,7 @@ pub(super) async fn trust(
         .await
         .map_err(|e| SpokeError::Mint(e.into()))?;
     let recorded = recorded_generation(s);
-    let generation = found.as_ref().map_or(0, |f| f.generation).max(recorded);
+    let generation = spoke_generation(spoke, found.as_ref().map(|f| f.generation), s);
     if generation > recorded {
         tracing::warn!(
             spoke = %spoke.name,
@@ -227,6 +227,27 @@ impl<'a> Target<'a> {
 struct Proven {
     reach: Reach,
     user: String,
+}
+
+/// The audience generation the spoke is at: its binding's (every rotation labels it, and
+/// a revoke raises it first), else the fleet repo's record (a rebuilt spoke, or one moved
+/// from another mode). A record above the binding's is an edit of the fleet repo, not a
+/// revoke (one at the last generation would leave revoke nothing to move to): ignored.
+fn spoke_generation(spoke: &SpokeConfig, bound: Option<u64>, s: &Spoke<'_>) -> u64 {
+    let recorded = recorded_generation(s);
+    match bound {
+        Some(bound) if recorded > bound => {
+            tracing::warn!(
+                spoke = %spoke.name,
+                recorded,
+                bound,
+                "the fleet repo records a later audience generation than the spoke's binding carries (edited?): going on from the binding's"
+            );
+            bound
+        }
+        Some(bound) => bound,
+        None => recorded,
+    }
 }
 
 /// The audience generation the fleet repo records for the spoke (0: none).

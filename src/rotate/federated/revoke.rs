@@ -49,16 +49,6 @@ async fn revoked(
     cut: &mut Option<(Reason, String)>,
 ) -> Result<Trusted, SpokeError> {
     let spoke = s.config;
-    // A committed file that cannot be read (edited?) does not stop a revoke: the
-    // binding's label says the generation the spoke trusts.
-    let had = s.seen.committed.recorded().map(|r| r.credential.mode);
-    let unreadable = matches!(s.seen.committed, Committed::Invalid(_));
-    if had != Some(CredentialMode::Federated) && !unreadable {
-        return Err(SpokeError::RevokeFederated {
-            spoke: spoke.name.clone(),
-            had,
-        });
-    }
     let at = Target::of(tick, s, admin)?;
     let limit = tick.context.live_timeout;
     let binding = federate::binding::name(&Scope::of(spoke));
@@ -67,27 +57,41 @@ async fn revoked(
     let found = federate::binding::found(&admin.yaml, spoke, limit)
         .await
         .map_err(mint)?;
-    let old = found
-        .as_ref()
-        .map_or(0, |f| f.generation)
-        .max(recorded_generation(s));
-    if unreadable {
+    // The spoke's binding decides, not the fleet repo: a pusher who deletes the
+    // ConfigMap, strips its mode or makes it unreadable must not keep a leaked token
+    // working. Only a spoke with neither a binding nor a federated commit has nothing
+    // to revoke.
+    let had = s.seen.committed.recorded().map(|r| r.credential.mode);
+    let unreadable = matches!(
+        s.seen.committed,
+        Committed::Invalid(_) | Committed::Unreadable(_)
+    );
+    if found.is_none() && had != Some(CredentialMode::Federated) && !unreadable {
+        return Err(SpokeError::RevokeFederated {
+            spoke: spoke.name.clone(),
+            had,
+        });
+    }
+    let old = spoke_generation(spoke, found.as_ref().map(|f| f.generation), s);
+    if had != Some(CredentialMode::Federated) {
         tracing::warn!(
             spoke = %spoke.name,
             generation = old,
-            "the committed ConfigMap cannot be read: revoking the audience generation the spoke's binding carries"
+            "the committed ConfigMap cannot be read as federated: revoking the audience generation the spoke's binding carries"
         );
     }
-    let new = next_generation(spoke, old, &binding)?;
     // At once: the binding binds nobody (every hub token gets 403) and says the new
-    // generation, before anything else can fail.
-    at.bind(admin, &[], new).await?;
+    // generation, before anything else can fail. With no generation left it still binds
+    // nobody, at the old one, and the revoke fails naming the counter.
+    let new = next_generation(spoke, old, &binding);
+    at.bind(admin, &[], *new.as_ref().unwrap_or(&old)).await?;
     let reason = Reason::Revoked {
         generation: old,
         found: found.iter().map(|f| f.generation).collect(),
         users: found.map(|f| f.users).unwrap_or_default(),
     };
     *cut = Some((reason, binding));
+    let new = new?;
     let (trust, content) = at.render(new)?;
     let old_audience = federate::audience(&at.server, old);
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;

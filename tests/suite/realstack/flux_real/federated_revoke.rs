@@ -162,3 +162,66 @@ fn assert_committed_audience(stack: &RealFlux, audience: &str, generation: u64) 
         "{text}"
     );
 }
+
+/// Someone with push access tries to keep a leaked hub token working by making `revoke`
+/// stop before its cut. The spoke's binding decides, not the fleet repo: with the
+/// ConfigMap deleted the revoke still moves the spoke to the next generation (it used to
+/// say there was no federated trust to revoke), and at the last generation (a label a
+/// rotation carried on from) it still binds nobody before it fails naming the counter
+/// (it used to fail first and leave the token working).
+#[test]
+fn a_federated_revoke_cuts_the_hub_off_whatever_the_fleet_repo_holds() {
+    crate::support::requires!(ROOT, REAL_STACK);
+    let _heavy = support::timing::heavy();
+    let stack = RealFlux::start_format(1, false, "", Format::Federated);
+    let (code, report, err) = stack.rotate_json();
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let url = stack.spoke_apis[0].url.clone();
+    let theirs = stack.fleet.dir.path().join("theirs");
+    support::git::clone(&stack.fleet.remote, &theirs);
+    git(&theirs, &["rm", "--quiet", "fluxcd/spoke0-kubeconfig.yaml"]);
+    support::git::commit(&theirs, "tidy");
+    git(&theirs, &["push", "--quiet", "origin", "main"]);
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains(&format!(
+            "spoke0: ClusterRoleBinding {BINDING} bound nobody at once"
+        )),
+        "{err}"
+    );
+    assert_committed_audience(&stack, &format!("{url}#generation-1"), 1);
+
+    let api = &stack.spoke_apis[0];
+    let last = "spokekeeper.io/audience-generation=4294967295";
+    api.kubectl(&["label", "--overwrite", "clusterrolebinding", BINDING, last]);
+    let (code, report, err) = stack.fleet.rotate_json(&["--force", "spoke0"]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+    let token = hub_token(
+        &stack.hub.api,
+        flux::NS,
+        "kustomize-controller",
+        &format!("{url}#generation-4294967295"),
+    );
+    assert_eq!(whoami(&stack, &token), Ok(hub_user("kustomize-controller")));
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_ne!(code, 0, "{out}\n{err}");
+    assert!(
+        err.contains("is already 4294967295, the highest there is"),
+        "{err}"
+    );
+    let binding = api.get_json(&["clusterrolebinding", BINDING]);
+    assert!(
+        binding["subjects"].as_array().is_none_or(|s| s.is_empty()),
+        "{binding:#}"
+    );
+    // Still authenticated (the audience is trusted), authorized for nothing.
+    let ca = stack.fleet.nodes[0].pki().parts.ca_pem.clone();
+    let bearer = Bearer::new(&url, &ca, &token);
+    wait_until("the hub cut off", Duration::from_secs(5), || {
+        match bearer.may("create", "configmaps", "default") {
+            Ok(false) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
+}
