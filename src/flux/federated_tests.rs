@@ -227,3 +227,94 @@ fn a_federated_spokes_configmap_nothing_reads_and_its_consumers_left_on_secret_r
     );
     assert_eq!(found, []);
 }
+
+/// A Flux Kustomization applying `fluxcd/` on the hub, with `patches` (YAML, indented 2).
+fn credentials(patches: &str) -> String {
+    format!(
+        "apiVersion: kustomize.toolkit.fluxcd.io/v1\nkind: Kustomization\nmetadata:\n  name: credentials\n  namespace: flux-system\nspec:\n  path: ./fluxcd\n  sourceRef: {{kind: GitRepository, name: flux-system}}\n{patches}"
+    )
+}
+
+#[test]
+fn a_kustomization_yaml_that_can_change_a_federated_spokes_configmap_is_named_with_its_fields() {
+    let s = spokes(("edge", "federated"), ("dev", "minted"));
+    let cases = [
+        (
+            "fluxcd/kustomization.yaml",
+            "resources: [edge-kubeconfig.yaml]\npatches:\n  - target: {kind: ConfigMap, name: edge-kubeconfig}\n    patch: '[{\"op\": \"replace\", \"path\": \"/data/address\", \"value\": \"https://x\"}]'\n",
+            "passes through fluxcd/kustomization.yaml, whose patches can change it",
+        ),
+        (
+            "fluxcd/kustomization.yaml",
+            "resources: [edge-kubeconfig.yaml]\nconfigMapGenerator:\n  - name: edge-kubeconfig\n    namespace: edge\n    behavior: merge\n    literals: [address=https://x]\nnameSuffix: -x\n",
+            "whose configMapGenerator, nameSuffix can change it",
+        ),
+    ];
+    for (file, text, needle) in cases {
+        let found = details(
+            &[
+                ("clusters/hub/credentials.yaml", &credentials("")),
+                ("fluxcd/edge-kubeconfig.yaml", CONFIGMAP),
+                (file, text),
+            ],
+            &s,
+        );
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(found[0].0, "edge");
+        assert!(found[0].1.contains(needle), "{needle:?} not in {found:?}");
+        assert!(
+            found[0].1.contains("spoke edge's kubeConfig ConfigMap (fluxcd/edge-kubeconfig.yaml), applied on the hub by Kustomization flux-system/credentials (clusters/hub/credentials.yaml)"),
+            "{found:?}"
+        );
+    }
+}
+
+#[test]
+fn flux_patches_that_can_reach_a_federated_spokes_configmap_are_named_and_others_are_not() {
+    let s = spokes(("edge", "federated"), ("dev", "minted"));
+    let reach = [
+        "  patches:\n    - target: {kind: ConfigMap}\n      patch: '[]'\n",
+        "  patches:\n    - target: {name: edge-kubeconfig}\n      patch: '[]'\n",
+        "  patches:\n    - patch: |\n        apiVersion: v1\n        kind: ConfigMap\n        metadata: {name: edge-kubeconfig, namespace: edge}\n        data: {address: https://x}\n",
+    ];
+    for patches in reach {
+        let found = details(
+            &[
+                ("clusters/hub/credentials.yaml", &credentials(patches)),
+                ("fluxcd/edge-kubeconfig.yaml", CONFIGMAP),
+            ],
+            &s,
+        );
+        assert_eq!(found.len(), 1, "{patches}: {found:?}");
+        assert!(
+            found[0].1.contains("passes through its spec.patches"),
+            "{found:?}"
+        );
+    }
+    // Patches for other kinds, a kustomization.yaml that does not apply the ConfigMap
+    // (flux bootstrap's own), and a sealed spoke's Secret passing through patches.
+    let found = details(
+        &[
+            (
+                "clusters/hub/credentials.yaml",
+                &credentials("  patches:\n    - target: {kind: Deployment}\n      patch: '[]'\n"),
+            ),
+            ("fluxcd/edge-kubeconfig.yaml", CONFIGMAP),
+            (
+                "fluxcd/kustomization.yaml",
+                "resources: [edge-kubeconfig.yaml, dev-kubeconfig-sealed.yaml, other]\n",
+            ),
+            ("fluxcd/dev-kubeconfig-sealed.yaml", "kind: SealedSecret\n"),
+            (
+                "fluxcd/other/kustomization.yaml",
+                "resources: [dev-kubeconfig-sealed.yaml]\npatches: [{path: p.yaml}]\n",
+            ),
+            (
+                "fluxcd/other/dev-kubeconfig-sealed.yaml",
+                "kind: SealedSecret\n",
+            ),
+        ],
+        &s,
+    );
+    assert_eq!(found, []);
+}

@@ -10,6 +10,7 @@ pub mod layout;
 mod onboard;
 mod reference;
 pub mod remote;
+mod transforms;
 mod traps;
 
 use crate::config::SpokeConfig;
@@ -19,11 +20,13 @@ pub use traps::{MAX_TOTAL_BYTES, Trap, Tree, read_tree};
 /// The layout's traps in the clone's `tree`: what the hub applies for a spoke
 /// (confine.rs), where HelmReleases land (traps.rs), then a spoke nothing deploys to and
 /// consumers on the other kind of reference, `secretRef` to a federated spoke
-/// (onboard.rs).
+/// (onboard.rs), and a federated spoke's ConfigMap changed on its way to the hub
+/// (transforms.rs).
 pub fn layout_traps(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     let mut out = confine::traps(tree, spokes);
     out.extend(traps::traps(tree, spokes));
     out.extend(onboard::traps(tree, spokes));
     out.extend(onboard::other_kind(tree, spokes));
+    out.extend(transforms::traps(tree, spokes));
     out
 }

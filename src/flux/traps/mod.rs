@@ -26,7 +26,8 @@ pub(super) const MAX_FILE_BYTES: u64 = 1 << 20;
 /// pusher nothing), `check` reads this much and parses one file at a time.
 pub const MAX_TOTAL_BYTES: u64 = 32 << 20;
 const MAX_DEPTH: usize = 16;
-const KUSTOMIZATION_FILES: [&str; 3] = ["kustomization.yaml", "kustomization.yml", "Kustomization"];
+pub(super) const KUSTOMIZATION_FILES: [&str; 3] =
+    ["kustomization.yaml", "kustomization.yml", "Kustomization"];
 
 /// One trap: the spoke it concerns and what to do, as one line.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -52,7 +53,24 @@ pub(super) struct Summary {
     pub objects: Vec<Value>,
     /// The first document's `resources` (a kustomization.yaml's).
     resources: Vec<String>,
+    /// A kustomization.yaml's fields that change what it applies ([`TRANSFORMS`]).
+    pub transforms: Vec<&'static str>,
 }
+
+/// The fields of a kustomization.yaml that can change an object it applies (its data, its
+/// name) or put another in its place.
+const TRANSFORMS: [&str; 10] = [
+    "patches",
+    "patchesStrategicMerge",
+    "patchesJson6902",
+    "configMapGenerator",
+    "replacements",
+    "transformers",
+    "generators",
+    "components",
+    "namePrefix",
+    "nameSuffix",
+];
 
 /// A HelmRelease found in the repo.
 struct Release {
@@ -119,7 +137,16 @@ fn read_tree_within(root: &Path, mut budget: u64) -> Tree {
 /// The file's Kustomizations, HelmReleases and `resources`.
 fn summarize(file: &str, text: &str) -> Summary {
     let docs = documents(text);
+    let base = file.rsplit('/').next().unwrap_or(file);
+    let transforms = match docs.first() {
+        Some(d) if KUSTOMIZATION_FILES.contains(&base) => TRANSFORMS
+            .into_iter()
+            .filter(|key| d.get(*key).is_some_and(|v| !v.is_null()))
+            .collect(),
+        _ => Vec::new(),
+    };
     Summary {
+        transforms,
         kustomizations: docs.iter().filter_map(|d| kustomization(file, d)).collect(),
         objects: docs.iter().map(skeleton).collect(),
         releases: docs
@@ -186,6 +213,9 @@ pub(super) struct Kustomization {
     pub helm_patches: Vec<String>,
     pub service_account: Option<String>,
     pub target_namespace: Option<String>,
+    /// Whether one of spec.patches can reach a ConfigMap: its target names that kind or
+    /// none (then a strategic merge patch names its own).
+    pub patches_config_maps: bool,
 }
 
 /// The traps in `tree` (see the module docs) for `spokes`, each once, in file order.
@@ -288,8 +318,18 @@ fn kustomization(file: &str, d: &Value) -> Option<Kustomization> {
         .filter(|t| t.contains("kubeConfig"))
         .map(str::to_string)
         .collect();
+    let patches_config_maps = spec["patches"].as_array().into_iter().flatten().any(|p| {
+        match p["target"]["kind"].as_str() {
+            Some(kind) => kind == "ConfigMap",
+            None => {
+                p["target"].is_object()
+                    || p["patch"].as_str().is_some_and(|t| t.contains("ConfigMap"))
+            }
+        }
+    });
     let name_of = |v: &Value| v.as_str().map(|s| crate::text::one_line(s, 63));
     Some(Kustomization {
+        patches_config_maps,
         patches_helm_kubeconfig: !helm_patches.is_empty(),
         helm_patches,
         service_account: name_of(&spec["serviceAccountName"]),
@@ -332,7 +372,14 @@ fn normalize(dir: &str, rel: &str) -> Option<String> {
 /// (a push can add thousands naming one path).
 #[derive(Default)]
 pub(super) struct Walks {
-    done: BTreeMap<String, BTreeSet<String>>,
+    done: BTreeMap<String, Walked>,
+}
+
+/// A walk from a spec.path: the files it applies, and the directories it went through.
+#[derive(Clone)]
+pub(super) struct Walked {
+    pub applied: BTreeSet<String>,
+    pub dirs: BTreeSet<String>,
 }
 
 impl Walks {
@@ -342,10 +389,15 @@ impl Walks {
         files: &BTreeMap<String, Summary>,
         dir: &str,
     ) -> &BTreeSet<String> {
+        &self.walked(files, dir).applied
+    }
+
+    /// The walk from spec.path `dir`.
+    pub(super) fn walked(&mut self, files: &BTreeMap<String, Summary>, dir: &str) -> &Walked {
         self.done.entry(dir.to_string()).or_insert_with(|| {
-            let mut out = BTreeSet::new();
-            walk(files, dir, &mut out, &mut BTreeSet::new());
-            out
+            let (mut applied, mut dirs) = (BTreeSet::new(), BTreeSet::new());
+            walk(files, dir, &mut applied, &mut dirs);
+            Walked { applied, dirs }
         })
     }
 }
