@@ -102,8 +102,9 @@ fn deployments(stack: &RealFlux, gate: Option<&str>) {
     }
 }
 
-/// Spoke i's committed ConfigMap: in its namespace, naming its own account.
-fn assert_names_its_account(stack: &RealFlux, i: usize) {
+/// Spoke i's committed ConfigMap: in its namespace, naming its own account and
+/// `audience`.
+fn assert_names_its_account(stack: &RealFlux, i: usize, audience: &str) {
     let text = git(
         &stack.fleet.remote,
         &["show", &format!("main:fluxcd/spoke{i}-kubeconfig.yaml")],
@@ -112,11 +113,7 @@ fn assert_names_its_account(stack: &RealFlux, i: usize) {
     assert_eq!(file["metadata"]["namespace"], format!("spoke{i}"), "{text}");
     let data = &file["data"];
     assert_eq!(data["serviceAccountName"], account(i), "{text}");
-    assert_eq!(
-        data["audiences"],
-        stack.spoke_apis[i].url.as_str(),
-        "{text}"
-    );
+    assert_eq!(data["audiences"], audience, "{text}");
 }
 
 /// Whether the fleet's remote holds spoke i's ConfigMap.
@@ -140,11 +137,56 @@ fn whoami(stack: &RealFlux, (i, j): (usize, usize), audience: &str) -> Result<St
     Bearer::new(&stack.spoke_apis[j].url, &ca, &token).whoami()
 }
 
+/// `spokekeeper revoke spoke0`: a token of its own account for the old audience is
+/// refused, one for the new audience taken as that account, the ConfigMap names the new
+/// audience and still the account, and the real kustomize-controller, not restarted,
+/// deploys through it again.
+fn revoke_spoke0(stack: &RealFlux) {
+    let url = stack.spoke_apis[0].url.clone();
+    let leaked = hub_token(&stack.hub.api, "spoke0", &account(0), &url);
+    let (code, out, err) = stack.fleet.run(&["revoke", "spoke0"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let ca = stack.fleet.nodes[0].pki().parts.ca_pem.clone();
+    let refused = Bearer::new(&url, &ca, &leaked).whoami();
+    assert!(matches!(refused, Err(401 | 403)), "{refused:?}");
+    let new = format!("{url}#generation-1");
+    let own = format!("hub:system:serviceaccount:spoke0:{}", account(0));
+    assert_eq!(whoami(stack, (0, 0), &new), Ok(own));
+    assert_names_its_account(stack, 0, &new);
+
+    stack.spoke_apis[0].kubectl(&["delete", "configmap", "spoke-app", "-n", "default"]);
+    let at = time::OffsetDateTime::now_utc()
+        .format(&time::format_description::well_known::Rfc3339)
+        .unwrap();
+    let requested = format!("reconcile.fluxcd.io/requestedAt={at}");
+    let annotate = [
+        "annotate",
+        "--overwrite",
+        "kustomization",
+        "spoke0",
+        "-n",
+        "spoke0",
+    ];
+    stack
+        .hub
+        .api
+        .kubectl(&[&annotate[..], &[requested.as_str()]].concat());
+    stack.wait_for_in(
+        "spoke0",
+        "kustomization",
+        "spoke0",
+        "Ready at the request",
+        |r| r.last_handled == at && r.status == "True",
+    );
+    stack.assert_deployed(0);
+}
+
 /// Two spokes, each with its own hub account: refused at `trust` with the fix while the
 /// hub's controllers run without the feature gate (nothing committed, no node touched);
 /// with it, one tick commits both ConfigMaps, each naming its spoke's account, and the
 /// real controllers deploy through each. A token of spoke 0's account is refused by
-/// spoke 1 even for spoke 1's own audience: by identity, not only by audience.
+/// spoke 1 even for spoke 1's own audience: by identity, not only by audience. A revoke
+/// of spoke 0 moves its account to the next audience.
 #[test]
 fn each_spoke_lets_in_its_own_hub_account_which_flux_deploys_as_and_another_spoke_refuses() {
     crate::support::requires!(ROOT, REAL_STACK);
@@ -195,7 +237,7 @@ fn each_spoke_lets_in_its_own_hub_account_which_flux_deploys_as_and_another_spok
         let spoke = &report["spokes"][i];
         assert_eq!(spoke["action"], "rotated", "{spoke:#}");
         assert_eq!(spoke["hub"]["applied"]["ok"], true, "{spoke:#}");
-        assert_names_its_account(&stack, i);
+        assert_names_its_account(&stack, i, &stack.spoke_apis[i].url);
         let ns = format!("spoke{i}");
         stack.wait_ready_in(&ns, "kustomization", &ns);
         stack.wait_ready_in(&ns, "helmrelease", &ns);
@@ -232,4 +274,5 @@ fn each_spoke_lets_in_its_own_hub_account_which_flux_deploys_as_and_another_spok
         assert_eq!(again["spokes"][i]["action"], "healthy", "{again:#}");
     }
     assert_eq!(stack.fleet.remote_log().len(), commits);
+    revoke_spoke0(&stack);
 }
