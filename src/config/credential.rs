@@ -131,12 +131,12 @@ pub(super) struct Refused {
 
 /// Merges a spoke's `credential:` over the global one (field by field) and checks the
 /// result; `at` is the spoke's key (`spokes[2]`), so an error names where the bad value
-/// was written.
+/// was written. `namespace` is the spoke's Secret's (or ConfigMap's) on the hub.
 pub(super) fn resolve(
     global: &RawCredential,
     spoke: &RawCredential,
     at: &str,
-    name: &str,
+    (name, namespace): (&str, &str),
 ) -> Result<CredentialPolicy, Refused> {
     let key = |field: &str, own: bool| {
         if own {
@@ -204,7 +204,7 @@ pub(super) fn resolve(
                 global.federated.as_ref(),
                 spoke.federated.as_ref(),
                 at,
-                &hub_id,
+                (&hub_id, name, namespace),
             )
             .map_err(|b| Refused {
                 key: b.key,

@@ -167,8 +167,13 @@ fn spoke(
             .unwrap_or_else(|| DEFAULT_SECRET_NAMESPACE.into()),
         key: secret.key.unwrap_or_else(|| DEFAULT_SECRET_KEY.into()),
     };
-    let mut credential = credential::resolve(global_credential, &s.credential, &at, &s.name)
-        .map_err(|r| l.bad(&r.key, r.message))?;
+    let mut credential = credential::resolve(
+        global_credential,
+        &s.credential,
+        &at,
+        (&s.name, &secret.namespace),
+    )
+    .map_err(|r| l.bad(&r.key, r.message))?;
     if let Some(f) = credential.federated.as_mut() {
         f.issuer_ca = f.issuer_ca.as_deref().map(|p| l.resolve(p));
     }

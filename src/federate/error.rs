@@ -91,6 +91,19 @@ pub enum FederateError {
         generation: u64,
         binding: String,
     },
+    /// The spoke names its own hub ServiceAccount, and a Flux controller on the hub runs
+    /// without the feature gate that lets it ask for that account's tokens.
+    #[error(
+        "the spoke's ConfigMap would name its own hub ServiceAccount {account} (credential.federated.service_account_name), whose tokens Flux's controllers ask for only with their ObjectLevelWorkloadIdentity feature gate, and {deployments} without it: add --feature-gates=ObjectLevelWorkloadIdentity=true to the args of flux-system's kustomize-controller and helm-controller (docs/federated.md), or drop service_account_name; nothing is committed until then"
+    )]
+    GateOff {
+        account: String,
+        deployments: String,
+    },
+    #[error(
+        "cannot tell whether Flux's controllers on the hub run with the ObjectLevelWorkloadIdentity feature gate, which the spoke's own hub ServiceAccount {account} (credential.federated.service_account_name) needs: {why}. spokekeeper reads the Deployments flux-system/kustomize-controller and flux-system/helm-controller (get, by name: the chart's Role grants it); nothing is committed until it can"
+    )]
+    GateUnseen { account: String, why: String },
     #[error("{step}: {error}")]
     Call {
         step: &'static str,

@@ -67,6 +67,31 @@ fn adds_federated_layout_has_no_trap_beside_a_sealed_spoke() {
 }
 
 #[test]
+fn adds_layout_of_a_spoke_with_its_own_hub_account_holds_the_account_and_has_no_trap() {
+    let text = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\ncredential: {federated: {issuer: \"https://hub.example:6443\", service_account_name: \"{spoke}-flux\"}}\nspokes:\n  - {name: edge, address: 10.0.0.1, secret: {namespace: edge}, credential: {mode: federated}}\n";
+    let s = crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+        .unwrap()
+        .spokes;
+    let edge = super::layout::tests::for_tests(&s[0]);
+    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&edge).unwrap();
+    // After the Namespace, the spoke's own account in it.
+    assert_eq!(docs[1]["kind"], "ServiceAccount", "{edge}");
+    assert_eq!(
+        docs[1]["metadata"],
+        serde_json::json!({"name": "edge-flux", "namespace": "edge"})
+    );
+    let found = details(
+        &[
+            ("clusters/hub/edge.yaml", &edge),
+            ("fluxcd/edge-kubeconfig.yaml", CONFIGMAP),
+            ("spokes/edge/helmreleases/web.yaml", RELEASE),
+        ],
+        &s,
+    );
+    assert_eq!(found, []);
+}
+
+#[test]
 fn a_patch_naming_another_spokes_configmap_in_a_shared_namespace_is_caught_in_either_shape() {
     // dev is federated; edge's Secret and dev's ConfigMap share flux-system.
     let s = spokes(("flux-system", "minted"), ("flux-system", "federated"));

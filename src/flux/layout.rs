@@ -89,7 +89,8 @@ impl Layout {
             "# Written by `spokekeeper add {name}`: what Flux deploys to spoke {name}, from its\n\
              # own hub namespace {ns}, which holds its Secret and no other spoke's.\n\
              apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n\
-             ---\n{}---\n{}",
+             ---\n{}{}---\n{}",
+            own_account(spoke),
             self.account(
                 ns,
                 &helm_name,
@@ -172,6 +173,23 @@ impl Layout {
              {patch_ref}{impersonate}"
         )
     }
+}
+
+/// A federated spoke's own hub ServiceAccount (credential.federated.service_account_name,
+/// in this namespace), whose tokens the controllers present to it; none otherwise.
+fn own_account(spoke: &SpokeConfig) -> String {
+    let policy = spoke.credential.federated.as_ref();
+    let Some(a) = policy.and_then(|p| p.own_account.as_ref()) else {
+        return String::new();
+    };
+    format!(
+        "# {name}'s own hub account: the controllers present its tokens to the spoke\n\
+         # (the ConfigMap's serviceAccountName; their ObjectLevelWorkloadIdentity gate).\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata:\n  name: {}\n  namespace: {}\n---\n",
+        a.name,
+        a.namespace,
+        name = spoke.name
+    )
 }
 
 /// spec.kubeConfig's reference to the spoke's credential, at column `indent`: a
@@ -380,8 +398,8 @@ pub(crate) mod tests {
 
     #[test]
     fn a_federated_spokes_objects_name_its_configmap_without_a_key() {
-        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\ncredential: {federated: {issuer: \"https://hub.example:6443\"}}\nspokes:\n  - {name: edge-1, address: 10.0.0.1, secret: {namespace: edge-1}, credential: {mode: federated}}\n";
-        let s = crate::config::Config::parse(text, "spokekeeper.yaml", Path::new("/x"))
+        let config = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\ncredential: {federated: {issuer: \"https://hub.example:6443\"}}\nspokes:\n  - {name: edge-1, address: 10.0.0.1, secret: {namespace: edge-1}, credential: {mode: federated}}\n";
+        let s = crate::config::Config::parse(config, "spokekeeper.yaml", Path::new("/x"))
             .unwrap()
             .spokes
             .remove(0);

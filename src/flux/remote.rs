@@ -51,6 +51,12 @@ pub enum RemoteError {
         "data.{0} is not what spokekeeper wrote beside its annotations (edited in the fleet repo?): it is rewritten, and Flux reads the edited one until then"
     )]
     NotOurs(String),
+    /// Its `serviceAccountName` is not the spoke's own hub ServiceAccount as configured
+    /// (or there is one and none is configured): a token of another account.
+    #[error(
+        "data.serviceAccountName is not what spokekeeper wrote for credential.federated.service_account_name (edited in the fleet repo, or the setting changed since): it is rewritten, and Flux reads the committed one until then"
+    )]
+    NotOwnAccount,
 }
 
 impl Remote {

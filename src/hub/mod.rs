@@ -17,6 +17,7 @@
 pub mod cert;
 pub mod consumers;
 mod error;
+pub mod gate;
 pub mod recorder;
 pub mod root;
 pub mod source;
@@ -73,6 +74,10 @@ pub const ACCESS: &[Access] = &[
     // spoke trusts the hub. Granted on that one ServiceAccount by name, never
     // namespace-wide: a Flux controller's token is hub admin.
     rule("", "serviceaccounts/token", &["create"]),
+    // Flux's kustomize-controller and helm-controller Deployments, by name, for their
+    // --feature-gates (hub::gate): a spoke with its own hub ServiceAccount needs
+    // ObjectLevelWorkloadIdentity.
+    rule("apps", "deployments", &["get"]),
     // list: the consumers of a spoke's Secret, in its namespace; patch: the
     // reconcile.fluxcd.io/requestedAt annotation (what `flux reconcile` sets).
     rule(

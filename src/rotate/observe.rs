@@ -51,15 +51,17 @@ impl Committed {
     pub async fn read(spoke: &SpokeConfig, files: &Snapshot<'_>) -> Committed {
         match files.read(&spoke.output).await {
             Ok(None) => Committed::Missing,
-            Ok(Some(bytes)) => Committed::parse(&spoke.output, &bytes),
+            Ok(Some(bytes)) => Committed::parse(spoke, &bytes),
             Err(e) => Committed::Unreadable(Arc::new(e)),
         }
     }
 
-    pub fn parse(path: &std::path::Path, bytes: &[u8]) -> Committed {
+    /// Reads `bytes` as committed at `spoke.output`, a ConfigMap judged against the
+    /// spoke's configuration too (its own hub ServiceAccount).
+    pub fn parse(spoke: &SpokeConfig, bytes: &[u8]) -> Committed {
         let invalid = |kind: InvalidKind| {
             Committed::Invalid(Invalid {
-                path: path.to_path_buf(),
+                path: spoke.output.clone(),
                 kind,
             })
         };
@@ -72,7 +74,7 @@ impl Committed {
             Err(e) => return invalid(e.into()),
         };
         if let Output::ConfigMap(remote) = &sealed
-            && let Err(e) = super::federated::written(remote, &recorded)
+            && let Err(e) = super::federated::written(remote, &recorded, own_account(spoke))
         {
             return invalid(e);
         }
@@ -174,7 +176,7 @@ impl Observation {
     /// What the tick's commit of `manifest` left committed, the tick's probe judged
     /// against it (kept as [`Observation::without_ciphertext`] keeps it).
     pub(super) async fn committed_now(&mut self, spoke: &SpokeConfig, manifest: &str) {
-        self.committed = Committed::parse(&spoke.output, manifest.as_bytes());
+        self.committed = Committed::parse(spoke, manifest.as_bytes());
         self.judge().await;
         self.trim(true);
     }
@@ -191,6 +193,12 @@ impl Observation {
             ca: self.ca.as_ref(),
         }
     }
+}
+
+/// The spoke's own hub ServiceAccount, if it is federated with one.
+fn own_account(spoke: &SpokeConfig) -> Option<&crate::config::ServiceAccount> {
+    let policy = spoke.credential.federated.as_ref()?;
+    policy.own_account.as_ref()
 }
 
 /// Reads what is committed for `spoke` from a snapshot of the clone's HEAD (many spokes:

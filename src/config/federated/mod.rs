@@ -25,6 +25,7 @@ pub(crate) struct RawFederated {
     discovery_url: Option<String>,
     issuer_ca: Option<PathBuf>,
     service_accounts: Option<Vec<String>>,
+    service_account_name: Option<String>,
     check_as: Option<String>,
     username_prefix: Option<String>,
 }
@@ -37,7 +38,7 @@ pub(super) struct Bad {
 }
 
 /// A hub ServiceAccount.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ServiceAccount {
     pub namespace: String,
     pub name: String,
@@ -74,8 +75,14 @@ pub struct FederatedPolicy {
     /// PEM file of the CAs that verify the discovery and JWKS endpoints (None: the
     /// spokes' system roots). Resolved against the configuration file's directory.
     pub issuer_ca: Option<PathBuf>,
-    /// The hub identities a spoke lets in, each bound to `credential.cluster_role`.
+    /// The hub identities a spoke lets in, each bound to `credential.cluster_role`: the
+    /// spoke's own account alone when it has one.
     pub service_accounts: Vec<ServiceAccount>,
+    /// The spoke's own hub ServiceAccount (`service_account_name`, in the namespace of the
+    /// spoke's ConfigMap, where Flux looks it up): the ConfigMap's `serviceAccountName`,
+    /// whose tokens Flux's controllers ask for instead of their own (their
+    /// ObjectLevelWorkloadIdentity feature gate). None: the controllers' own.
+    pub own_account: Option<ServiceAccount>,
     /// Whose token spokekeeper proves a spoke with before committing.
     pub check_as: ServiceAccount,
     /// Before every hub identity's user on the spoke; `{hub}` filled in.
@@ -99,7 +106,7 @@ pub(super) fn resolve(
     global: Option<&RawFederated>,
     spoke: Option<&RawFederated>,
     at: &str,
-    hub_id: &str,
+    (hub_id, spoke_name, namespace): (&str, &str, &str),
 ) -> Result<FederatedPolicy, Bad> {
     let none = RawFederated::default();
     let (g, s) = (global.unwrap_or(&none), spoke.unwrap_or(&none));
@@ -146,6 +153,78 @@ pub(super) fn resolve(
             ));
         }
     }
+    let (service_accounts, own_account) = accounts(s, g, (spoke_name, namespace), &refuse)?;
+    let (check_as, check_own) =
+        pick(&s.check_as, &g.check_as).unwrap_or((DEFAULT_CHECK_AS.into(), false));
+    let check_as = ServiceAccount::parse(&check_as)
+        .ok_or_else(|| refuse("check_as", check_own, account_format(&check_as)))?;
+    if service_accounts.contains(&check_as) {
+        return Err(refuse(
+            "check_as",
+            check_own,
+            format!(
+                "is {check_as}, one of the accounts the spoke lets in (credential.federated.service_accounts or service_account_name): spokekeeper checks with a token of its own ServiceAccount, never a controller's or the spoke's (asking for a controller's token is asking for hub admin)"
+            ),
+        ));
+    }
+    let (prefix, prefix_own) =
+        pick(&s.username_prefix, &g.username_prefix).unwrap_or((DEFAULT_PREFIX.into(), false));
+    let username_prefix = prefix.replace("{hub}", hub_id);
+    if let Some(why) = prefix_problem(&username_prefix) {
+        return Err(refuse("username_prefix", prefix_own, why));
+    }
+    Ok(FederatedPolicy {
+        issuer,
+        discovery_url: discovery_url.map(|(d, _)| d),
+        issuer_ca: s.issuer_ca.clone().or(g.issuer_ca.clone()),
+        service_accounts,
+        own_account,
+        check_as,
+        username_prefix,
+    })
+}
+
+/// Whom the spoke lets in: its own account (`service_account_name`, `{spoke}` filled in,
+/// in `namespace`) alone, else `service_accounts` (default: Flux's two controllers). The
+/// spoke's own setting wins over the global one; both fields at one level are refused.
+fn accounts(
+    s: &RawFederated,
+    g: &RawFederated,
+    (spoke_name, namespace): (&str, &str),
+    refuse: &dyn Fn(&str, bool, String) -> Bad,
+) -> Result<(Vec<ServiceAccount>, Option<ServiceAccount>), Bad> {
+    for (raw, own) in [(s, true), (g, false)] {
+        if raw.service_account_name.is_some() && raw.service_accounts.is_some() {
+            return Err(refuse(
+                "service_account_name",
+                own,
+                "is set beside service_accounts: a spoke with its own hub ServiceAccount lets in that account alone; drop one of them".into(),
+            ));
+        }
+    }
+    let name = match (&s.service_account_name, &s.service_accounts) {
+        (Some(n), _) => Some((n, true)),
+        (None, Some(_)) => None,
+        (None, None) => g.service_account_name.as_ref().map(|n| (n, false)),
+    };
+    if let Some((template, own)) = name {
+        let name = template.replace("{spoke}", spoke_name);
+        if !super::is_dns_subdomain(&name) {
+            return Err(refuse(
+                "service_account_name",
+                own,
+                format!(
+                    "{:?} is not a ServiceAccount name (a DNS subdomain; {{spoke}} is the spoke's name), e.g. \"{{spoke}}-flux\"",
+                    crate::text::one_line(template, 80)
+                ),
+            ));
+        }
+        let account = ServiceAccount {
+            namespace: namespace.into(),
+            name,
+        };
+        return Ok((vec![account.clone()], Some(account)));
+    }
     let accounts_own = s.service_accounts.is_some();
     let accounts: Vec<String> = s
         .service_accounts
@@ -166,33 +245,7 @@ pub(super) fn resolve(
                 .ok_or_else(|| refuse("service_accounts", accounts_own, account_format(a)))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let (check_as, check_own) =
-        pick(&s.check_as, &g.check_as).unwrap_or((DEFAULT_CHECK_AS.into(), false));
-    let check_as = ServiceAccount::parse(&check_as)
-        .ok_or_else(|| refuse("check_as", check_own, account_format(&check_as)))?;
-    if service_accounts.contains(&check_as) {
-        return Err(refuse(
-            "check_as",
-            check_own,
-            format!(
-                "is {check_as}, one of credential.federated.service_accounts: spokekeeper checks with a token of its own ServiceAccount, never a controller's (asking for a controller's token is asking for hub admin)"
-            ),
-        ));
-    }
-    let (prefix, prefix_own) =
-        pick(&s.username_prefix, &g.username_prefix).unwrap_or((DEFAULT_PREFIX.into(), false));
-    let username_prefix = prefix.replace("{hub}", hub_id);
-    if let Some(why) = prefix_problem(&username_prefix) {
-        return Err(refuse("username_prefix", prefix_own, why));
-    }
-    Ok(FederatedPolicy {
-        issuer,
-        discovery_url: discovery_url.map(|(d, _)| d),
-        issuer_ca: s.issuer_ca.clone().or(g.issuer_ca.clone()),
-        service_accounts,
-        check_as,
-        username_prefix,
-    })
+    Ok((service_accounts, None))
 }
 
 fn account_format(a: &str) -> String {
@@ -274,6 +327,29 @@ pub(super) fn check(c: &super::Config) -> Result<(), Bad> {
                 s.name
             ),
         });
+    }
+    own_accounts_apart(c)
+}
+
+/// No two spokes share their own hub ServiceAccount: a token of it would be good on both.
+fn own_accounts_apart(c: &super::Config) -> Result<(), Bad> {
+    let mut seen: std::collections::HashMap<&ServiceAccount, &str> = Default::default();
+    for (i, s) in c.spokes.iter().enumerate() {
+        let own = s
+            .credential
+            .federated
+            .as_ref()
+            .and_then(|f| f.own_account.as_ref());
+        let Some(account) = own else { continue };
+        if let Some(other) = seen.insert(account, &s.name) {
+            return Err(Bad {
+                key: format!("spokes[{i}].credential"),
+                message: format!(
+                    "spokes[{i}] ({}) and {other} both use the hub ServiceAccount {account} (credential.federated.service_account_name in namespace secret.namespace): a token of it would be accepted by both; give each spoke its own (a name with {{spoke}}, or each spoke's own secret.namespace)",
+                    s.name
+                ),
+            });
+        }
     }
     Ok(())
 }

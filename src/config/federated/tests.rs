@@ -150,3 +150,75 @@ fn a_federated_spoke_needs_the_hub_and_ssh() {
     );
     refused(&local, &["spokes[0].source", "use source: ssh"]);
 }
+
+#[test]
+fn a_spokes_own_hub_account_is_in_its_secrets_namespace_and_the_only_one_it_lets_in() {
+    let text = format!(
+        "{HEAD}credential:\n  federated: {{issuer: \"https://hub\", service_account_name: \"{{spoke}}-flux\"}}\n\
+         spokes:\n- name: dev\n  address: 10.0.0.5\n  secret: {{namespace: dev}}\n  credential: {{mode: federated}}\n\
+         - name: lab\n  address: 10.0.0.6\n  secret: {{namespace: lab}}\n  credential: {{mode: federated, federated: {{service_account_name: deployer}}}}\n\
+         - name: old\n  address: 10.0.0.7\n  credential: {{mode: federated, federated: {{service_accounts: [tenants/deployer]}}}}\n"
+    );
+    let c = parse(&text).unwrap();
+    let policy = |i: usize| c.spokes[i].credential.federated.clone().unwrap();
+    let accounts = |i: usize| -> Vec<String> {
+        policy(i)
+            .service_accounts
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    };
+    // The global template, {spoke} filled in, in the spoke's namespace.
+    assert_eq!(policy(0).own_account.unwrap().to_string(), "dev/dev-flux");
+    assert_eq!(accounts(0), ["dev/dev-flux"]);
+    // The spoke's own name wins over the global one.
+    assert_eq!(policy(1).own_account.unwrap().to_string(), "lab/deployer");
+    assert_eq!(accounts(1), ["lab/deployer"]);
+    // The spoke's own list wins over the global name: no account of its own.
+    assert_eq!(policy(2).own_account, None);
+    assert_eq!(accounts(2), ["tenants/deployer"]);
+}
+
+#[test]
+fn an_own_hub_account_beside_a_list_shared_or_badly_named_is_refused() {
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", service_account_name: a, service_accounts: [x/y]}}",
+        ),
+        &[
+            "spokes[0].credential.federated.service_account_name is set beside service_accounts",
+            "drop one",
+        ],
+    );
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", service_account_name: \"Not_A_Name\"}}",
+        ),
+        &[
+            "service_account_name",
+            "is not a ServiceAccount name",
+            "{spoke}-flux",
+        ],
+    );
+    refused(
+        &spoke(
+            "{mode: federated, federated: {issuer: \"https://hub\", service_account_name: checker, check_as: flux-system/checker}}",
+        ),
+        &[
+            "check_as is flux-system/checker",
+            "never a controller's or the spoke's",
+        ],
+    );
+    let shared = format!(
+        "{HEAD}credential:\n  federated: {{issuer: \"https://hub\", service_account_name: flux}}\n\
+         spokes:\n- name: dev\n  address: 10.0.0.5\n  credential: {{mode: federated}}\n\
+         - name: lab\n  address: 10.0.0.6\n  credential: {{mode: federated}}\n"
+    );
+    refused(
+        &shared,
+        &[
+            "spokes[1] (lab) and dev both use the hub ServiceAccount flux-system/flux",
+            "give each spoke its own",
+        ],
+    );
+}

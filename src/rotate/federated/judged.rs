@@ -3,6 +3,8 @@
 //! a tick asks of a healthy spoke).
 
 use super::*;
+use crate::config::ServiceAccount;
+use crate::flux::remote::RemoteError;
 use crate::rotate::output::InvalidKind;
 use crate::rotate::state::AnnotationError;
 
@@ -57,27 +59,44 @@ pub(in crate::rotate) async fn refused(
 }
 
 /// What the ConfigMap tells Flux for the spoke at `server`: its one audience is the one
-/// [`trust_of`] writes on the node.
-pub(super) fn reach(server: String, ca_pem: String, audience: String) -> Reach {
+/// [`trust_of`] writes on the node; with the spoke's own hub ServiceAccount, its name
+/// (Flux looks it up in the ConfigMap's namespace, which is the account's).
+pub(super) fn reach(
+    server: String,
+    ca_pem: String,
+    audience: String,
+    own_account: Option<&ServiceAccount>,
+) -> Reach {
     Reach {
         audiences: vec![audience],
         address: server,
         ca_pem,
-        service_account: None,
+        service_account: own_account.map(|a| a.name.clone()),
     }
 }
 
-/// Whether a committed ConfigMap says what spokekeeper wrote with the record beside it.
-/// Anyone who can push can edit both; this catches an edit of the data alone (an
-/// address or audience of someone else's), and the record's own fields are judged as
-/// every spoke's are (the server against the configuration, the CAs against the probe).
-pub(in crate::rotate) fn written(remote: &Remote, recorded: &Recorded) -> Result<(), InvalidKind> {
+/// Whether a committed ConfigMap says what spokekeeper wrote with the record beside it
+/// and the spoke's own hub ServiceAccount as configured (`own_account`; the record does
+/// not say it, so an edit of both cannot choose it). Anyone who can push can edit both;
+/// this catches an edit of the data alone (an address, audience or account of someone
+/// else's), and the record's own fields are judged as every spoke's are (the server
+/// against the configuration, the CAs against the probe).
+pub(in crate::rotate) fn written(
+    remote: &Remote,
+    recorded: &Recorded,
+    own_account: Option<&ServiceAccount>,
+) -> Result<(), InvalidKind> {
     let audience = federate::audience(&recorded.server, recorded.credential.generation);
     let want = reach(
         recorded.server.clone(),
         crate::certs::to_pem(&recorded.ca_bundle),
         audience,
+        own_account,
     );
+    let named = remote.data.get(crate::flux::remote::SERVICE_ACCOUNT);
+    if named != want.service_account.as_ref() {
+        return Err(InvalidKind::ConfigMap(RemoteError::NotOwnAccount));
+    }
     remote.holds(&want).map_err(InvalidKind::ConfigMap)?;
     if content_of(&remote.data) != recorded.content_sha256 {
         return Err(InvalidKind::Annotations(AnnotationError::Disagree {
@@ -103,6 +122,7 @@ mod tests {
             server.clone(),
             crate::certs::to_pem(std::slice::from_ref(&ca)),
             federate::audience(&server, 0),
+            None,
         )
         .data();
         let recorded = Recorded {
@@ -135,10 +155,61 @@ mod tests {
 
     /// What observe reads of the committed file (its own test is the real-stack one).
     fn read(remote: &Remote) -> Result<Recorded, String> {
+        read_for(remote, None)
+    }
+
+    /// [`read`] for a spoke configured with its own hub ServiceAccount `own`.
+    fn read_for(remote: &Remote, own: Option<&ServiceAccount>) -> Result<Recorded, String> {
         let back = Remote::parse(remote.to_yaml().as_bytes()).map_err(|e| e.to_string())?;
         let recorded = Recorded::from_annotations(&back.annotations).map_err(|e| e.to_string())?;
-        written(&back, &recorded).map_err(|e| e.to_string())?;
+        written(&back, &recorded, own).map_err(|e| e.to_string())?;
         Ok(recorded)
+    }
+
+    #[test]
+    fn a_configmap_names_exactly_the_spokes_own_account_as_configured() {
+        let (recorded, remote) = committed();
+        let own = ServiceAccount {
+            namespace: "dev".into(),
+            name: "dev-flux".into(),
+        };
+        let data = reach(
+            recorded.server.clone(),
+            crate::certs::to_pem(&recorded.ca_bundle),
+            federate::audience(&recorded.server, 0),
+            Some(&own),
+        )
+        .data();
+        // Its name alone: Flux looks it up in the ConfigMap's namespace.
+        assert_eq!(data["serviceAccountName"], "dev-flux");
+        let mut record = recorded.clone();
+        record.content_sha256 = content_of(&data);
+        let named = Remote {
+            annotations: record.to_annotations(),
+            data,
+            ..remote.clone()
+        };
+        assert_eq!(read_for(&named, Some(&own)), Ok(record));
+        let account_refused = |remote: &Remote, own: Option<&ServiceAccount>| {
+            let e = read_for(remote, own).unwrap_err();
+            assert!(
+                e.contains("data.serviceAccountName is not what spokekeeper wrote for credential.federated.service_account_name"),
+                "{e}"
+            );
+        };
+        // Configured, not committed (the setting is new, or an edit dropped it).
+        account_refused(&remote, Some(&own));
+        // Committed, not configured (the setting was dropped, or an edit added it).
+        account_refused(&named, None);
+        // Another spoke's account, its fingerprint recomputed.
+        let mut other = named.clone();
+        other
+            .data
+            .insert("serviceAccountName".into(), "lab-flux".into());
+        let mut record = Recorded::from_annotations(&other.annotations).unwrap();
+        record.content_sha256 = content_of(&other.data);
+        other.annotations = record.to_annotations();
+        account_refused(&other, Some(&own));
     }
 
     #[test]
@@ -193,6 +264,7 @@ mod tests {
             record.server.clone(),
             crate::certs::to_pem(&record.ca_bundle),
             federate::audience(&record.server, 2),
+            None,
         )
         .data();
         assert_eq!(data["audiences"], "https://10.0.0.1:6443#generation-2");

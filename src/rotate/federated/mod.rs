@@ -15,6 +15,7 @@ use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::token::TokenError;
 use crate::spoke::live;
 
+mod gate;
 mod judged;
 mod revoke;
 
@@ -63,6 +64,7 @@ pub(super) async fn trust(
     let (trust, content) = at.render(generation)?;
     // The hub's token first: a misconfigured issuer or a refused request touches no node.
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
+    gate::open(at.hub, at.policy).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
@@ -96,7 +98,12 @@ pub(super) fn planned(
     let (trust, _) = at.render(generation)?;
     let proven = Proven {
         user: trust.username(&at.policy.check_as.subject()),
-        reach: judged::reach(at.server.clone(), at.ca_pem.clone(), trust.audience),
+        reach: judged::reach(
+            at.server.clone(),
+            at.ca_pem.clone(),
+            trust.audience,
+            at.policy.own_account.as_ref(),
+        ),
     };
     Ok(committing(tick, s, admin, at.policy, proven, generation))
 }
@@ -218,6 +225,7 @@ impl<'a> Target<'a> {
             self.server.clone(),
             self.ca_pem.clone(),
             trust.audience.clone(),
+            self.policy.own_account.as_ref(),
         );
         Ok(Proven { reach, user })
     }
@@ -418,4 +426,31 @@ fn stage(tick: &Tick<'_>, spoke: &SpokeConfig, stage: &'static str) {
         spoke: &spoke.name,
         stage,
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::federate::{Version, authn};
+
+    #[test]
+    fn a_spoke_with_its_own_hub_account_trusts_it_and_the_check_account_alone() {
+        let text = "repo: {path: f}\nsealing: {cert: c}\nhub: {}\nspokes:\n- name: dev\n  address: 10.0.0.5\n  secret: {namespace: dev}\n  credential: {mode: federated, federated: {issuer: \"https://hub\", service_account_name: \"{spoke}-flux\"}}\n";
+        let config = crate::config::Config::parse(text, "t.yaml", std::path::Path::new("/x"))
+            .expect("the configuration");
+        let policy = config.spokes[0].credential.federated.as_ref().unwrap();
+        let trust = super::trust_of(policy, "https://10.0.0.5:6443", 0).unwrap();
+        let (own, check) = (
+            "system:serviceaccount:dev:dev-flux",
+            "system:serviceaccount:spokekeeper:spokekeeper",
+        );
+        assert_eq!(trust.subjects, [own, check]);
+        let version = Version {
+            major: 1,
+            minor: 34,
+        };
+        let file = authn::render(&trust, crate::config::Distro::K3s, version).unwrap();
+        let rule = format!("expression: \"claims.sub in [\\\"{own}\\\", \\\"{check}\\\"]\"");
+        assert!(file.contains(&rule), "{file}");
+        assert!(!file.contains("kustomize-controller"), "{file}");
+    }
 }

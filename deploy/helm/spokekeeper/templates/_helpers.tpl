@@ -195,6 +195,30 @@ the global list and each federated spoke's own.
 {{- toJson ($out | uniq | sortAlpha) -}}
 {{- end -}}
 
+{{/*
+Each federated spoke's own hub ServiceAccount (credential.federated.service_account_name,
+{spoke} filled in, in its secret's namespace), by namespace, as JSON {"NS": [names]}: the
+spoke's own name, else none when it lists service_accounts, else the global name.
+*/}}
+{{- define "spokekeeper.ownAccounts" -}}
+{{- $global := .Values.config.credential | default dict -}}
+{{- $globalFed := $global.federated | default dict -}}
+{{- $byNs := dict -}}
+{{- range .Values.config.spokes -}}
+{{- $own := .credential | default dict -}}
+{{- if eq ($own.mode | default $global.mode | default "extracted") "federated" -}}
+{{- $fed := $own.federated | default dict -}}
+{{- $name := $fed.service_account_name | default (ternary "" ($globalFed.service_account_name | default "") (hasKey $fed "service_accounts")) -}}
+{{- if $name -}}
+{{- $secret := .secret | default dict -}}
+{{- $ns := $secret.namespace | default "flux-system" -}}
+{{- $_ := set $byNs $ns (append (get $byNs $ns | default list) (replace "{spoke}" .name (toString $name)) | uniq | sortAlpha) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $byNs -}}
+{{- end -}}
+
 {{/* Whether any spoke is federated (its credential.mode, else config.credential.mode). */}}
 {{- define "spokekeeper.anyFederated" -}}
 {{- $global := .Values.config.credential | default dict -}}

@@ -143,9 +143,14 @@ fn chart_rbac_grants_exactly_what_the_code_calls() {
     // A federated spoke's calls (its ConfigMap, the check token) are granted only when
     // one is configured: the defaults and a federated render together are everything.
     let federated = grants(&read_all(&render_with(FEDERATED), "chart (federated)"));
+    let own = grants(&read_all(
+        &render_with(OWN_ACCOUNTS),
+        "chart (own accounts)",
+    ));
     let used: BTreeSet<(String, String, String)> = g
         .into_iter()
         .chain(federated)
+        .chain(own)
         .map(|(_, group, res, verb, _)| (group, res, verb))
         .collect();
     // The chart always writes hub.controller.port; the Service is still read, by name,
@@ -228,6 +233,69 @@ fn chart_grants_a_federated_spoke_its_config_map_and_the_check_token_only() {
         "the global block is kept"
     );
     assert!(config.spokes[0].credential.federated.is_none());
+}
+
+/// Two federated spokes with their own hub ServiceAccounts (the global template, and one
+/// of the spoke's own), one without, each in its own namespace.
+const OWN_ACCOUNTS: &str = r#"
+federated: {hubAudiences: ["https://hub.example.org"]}
+config:
+  credential:
+    mode: federated
+    federated: {issuer: "https://hub.example.org", service_account_name: "{spoke}-flux"}
+  spokes:
+    - {name: dev, address: 10.0.0.1, secret: {namespace: dev}}
+    - name: lab
+      address: 10.0.0.2
+      secret: {namespace: lab}
+      credential: {federated: {service_account_name: deployer}}
+    - name: old
+      address: 10.0.0.3
+      secret: {namespace: old}
+      credential: {federated: {service_accounts: [flux-system/kustomize-controller]}}
+"#;
+
+/// A spoke with its own hub ServiceAccount: spokekeeper may read Flux's two controllers'
+/// Deployments, by name, for their feature gates; without one, nothing of them.
+#[test]
+fn chart_grants_the_flux_deployments_for_the_feature_gate_only_with_an_own_account() {
+    crate::support::requires!(HELM);
+    let objects = read_all(&render_with(OWN_ACCOUNTS), "chart (own accounts)");
+    let deployments: Vec<Grant> = grants(&objects)
+        .into_iter()
+        .filter(|g| g.2 == "deployments")
+        .collect();
+    assert_eq!(
+        deployments,
+        [grant(
+            "flux-system",
+            "apps",
+            "deployments",
+            "get",
+            &["helm-controller", "kustomize-controller"]
+        )]
+    );
+    assert_bindings(&objects, "sk-spokekeeper");
+    let text = config_text(&objects);
+    let config = Config::parse(text, "spokekeeper.yaml", Path::new("/etc/spokekeeper"))
+        .unwrap_or_else(|e| panic!("the chart's spokekeeper.yaml is refused: {e}\n{text}"));
+    let own = |i: usize| {
+        let policy = config.spokes[i].credential.federated.as_ref().unwrap();
+        policy.own_account.as_ref().map(ToString::to_string)
+    };
+    assert_eq!(
+        [own(0), own(1), own(2)],
+        [
+            Some("dev/dev-flux".into()),
+            Some("lab/deployer".into()),
+            None
+        ]
+    );
+    let without = read_all(&render_with(FEDERATED), "chart (federated)");
+    assert!(
+        grants(&without).iter().all(|g| g.2 != "deployments"),
+        "no spoke of FEDERATED has its own account"
+    );
 }
 
 /// A check_as of the configuration's own, per spoke, is granted where it is, and kept.

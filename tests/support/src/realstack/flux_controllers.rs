@@ -113,6 +113,10 @@ subjects:
 - {kind: ServiceAccount, name: helm-controller, namespace: flux-system}
 "#;
 
+/// The flag that lets kustomize- and helm-controller ask for a token of a kubeConfig
+/// ConfigMap's `serviceAccountName` (object-level workload identity, off by default).
+pub const OBJECT_LEVEL_IDENTITY: &str = "--feature-gates=ObjectLevelWorkloadIdentity=true";
+
 /// How the controllers run.
 #[derive(Clone, Debug)]
 pub struct FluxOptions {

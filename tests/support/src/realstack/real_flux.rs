@@ -135,6 +135,18 @@ impl RealFlux {
         format: Format,
         edit: impl FnOnce(&Path),
     ) -> RealFlux {
+        RealFlux::launch_args(n, (signers, extra), intervals, (format, &[]), edit)
+    }
+
+    /// [`RealFlux::launch`], kustomize- and helm-controller started with `args` too
+    /// (e.g. [`flux::OBJECT_LEVEL_IDENTITY`]).
+    pub fn launch_args(
+        n: usize,
+        (signers, extra): (bool, &str),
+        intervals: Intervals,
+        (format, args): (Format, &[&str]),
+        edit: impl FnOnce(&Path),
+    ) -> RealFlux {
         let federated = format == Format::Federated;
         let hub = RealHub::start(&HubOptions {
             own_issuer: federated,
@@ -200,6 +212,7 @@ impl RealFlux {
             &hub,
             &FluxOptions {
                 pod_identity: federated,
+                args: args.iter().map(ToString::to_string).collect(),
                 ..FluxOptions::default()
             },
         );
