@@ -12,11 +12,21 @@ use super::node::{self, NodeSshd};
 use super::sim::SimSpoke;
 use super::{DemoError, FEDERATED, output, part};
 
-/// The federated spoke's node sshd; without one, the spoke is left out (its trust is
-/// written over SSH), and the demo says why.
-pub(super) fn node(spokes: &mut Vec<SimSpoke>) -> Option<NodeSshd> {
+/// The federated spoke's node sshd, once the hub's key ran the script through it;
+/// without one, the spoke is left out (its trust is written over SSH), and the demo says
+/// why.
+pub(super) fn node(spokes: &mut Vec<SimSpoke>, rt: &tokio::runtime::Runtime) -> Option<NodeSshd> {
     let edge = spokes.get(FEDERATED)?;
-    match node::start(&edge.dir, &edge.k3s_yaml()) {
+    let ready = node::start(&edge.dir, &edge.k3s_yaml()).and_then(|sshd| {
+        // A login the node refuses (a user without a shell, a policy) shows here.
+        let reached = rt.block_on(spokekeeper::spoke::read_with_script(
+            "127.0.0.1",
+            &settings(&sshd),
+        ));
+        reached.map(drop).map_err(node::NodeError::from)?;
+        Ok(sshd)
+    });
+    match ready {
         Ok(sshd) => {
             say!(
                 "   {:<5} its node's sshd on 127.0.0.1:{}: the hub's key may run the federated recipe's script, nothing else",
@@ -27,12 +37,23 @@ pub(super) fn node(spokes: &mut Vec<SimSpoke>) -> Option<NodeSshd> {
         }
         Err(why) => {
             say!(
-                "   {} left out: its trust of the hub is written on its node over SSH, and no sshd runs here ({why})",
+                "   {} left out: its trust of the hub is written on its node over SSH, and no sshd for its node could be used here ({why})",
                 edge.name
             );
             spokes.truncate(FEDERATED);
             None
         }
+    }
+}
+
+/// How spokekeeper reaches the node (what the demo's spokekeeper.yaml says).
+fn settings(sshd: &NodeSshd) -> spokekeeper::spoke::SshSettings {
+    spokekeeper::spoke::SshSettings {
+        user: sshd.user.clone(),
+        port: sshd.port,
+        identity: sshd.identity.clone(),
+        known_hosts: sshd.known_hosts.clone(),
+        ..Default::default()
     }
 }
 

@@ -157,7 +157,7 @@ pub(super) fn run() -> Result<(), DemoError> {
     let repos = fleet::Repos::create(root_path)?;
     let issuer = std::sync::Arc::new(Issuer::new(ISSUER));
     let mut spokes = sim::start_all(root_path, sim.handle(), &Reachable::of(&issuer))?;
-    let node = federated::node(&mut spokes);
+    let node = federated::node(&mut spokes, &hub);
     // The hub: the Sealed Secrets controller (holding a key made for this run) and Flux,
     // applying what the fleet repo's main holds.
     let pair = SealingPair::generate().map_err(DemoError::Pair)?;

@@ -3,8 +3,9 @@
 //! the AuthenticationConfiguration the spoke's API server reads. As the operator installs
 //! it, less the dedicated user and sudo: the demo's own user owns the node's directory.
 //!
-//! sshd is the system's (OpenSSH, /usr/sbin/sshd); where it is missing or will not start
-//! the demo goes on without its federated spoke and says why.
+//! sshd is the system's (OpenSSH, /usr/sbin/sshd); where it is missing, will not start or
+//! will not let the demo's user in, the demo goes on without its federated spoke and says
+//! why.
 
 use std::net::{Ipv4Addr, TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -24,6 +25,14 @@ pub(super) enum NodeError {
     Io { what: String, error: std::io::Error },
     #[error("{program}: {said}")]
     Failed { program: &'static str, said: String },
+    #[error("the node's script over SSH: {0}")]
+    Unreached(String),
+}
+
+impl From<spokekeeper::spoke::ExtractError> for NodeError {
+    fn from(e: spokekeeper::spoke::ExtractError) -> NodeError {
+        NodeError::Unreached(e.to_string())
+    }
 }
 
 fn io(what: impl std::fmt::Display) -> impl FnOnce(std::io::Error) -> NodeError {
