@@ -18,6 +18,12 @@
 //! `cargo bench --bench fleet` runs N = 10, 100, 1000; `cargo test` runs a smoke round.
 //! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes,
 //! FLEET_BENCH_CONCURRENCY=8,32 the `--concurrency` values tried for each tick.
+//! FLEET_BENCH_FEDERATED=K makes the last K spokes of each SSH fleet federated
+//! (`credential.mode: federated`, on the lab's emulated issuer and trust; K at most N):
+//! the fleet then has an emulated hub, which every tick's pushes are verified on, sealed
+//! spokes' too, so compare such rows with each other, not with a hub-less run's. A
+//! federated spoke's healthy tick is one TokenRequest and one SelfSubjectReview (no SSH);
+//! its rebuilt tick writes its trust through the recipe's script, binds, and proves.
 //! FLEET_BENCH_BASELINE another build of spokekeeper (e.g. the commit before a change),
 //! run on the same rebuilt fleet right before each `--concurrency 8` rebuilt tick, its
 //! row and its ratio to (b) printed beside (side by side: the load is the same for both).
@@ -32,6 +38,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use spokekeeper_lab::config::{ConfigBuilder, Spoke};
+use support::federation::LabHub;
 use support::fleet::{config_yaml, vectors};
 use support::git::{fleet_remote, git};
 use support::{Lab, Node, NodeOptions};
@@ -53,6 +60,8 @@ fn ssh_logins(nodes: &[Node]) -> usize {
 
 struct Fleet {
     nodes: Vec<Node>,
+    /// The emulated hub, when some spokes are federated (dropped before the directory).
+    _hub: Option<LabHub>,
     _dir: tempfile::TempDir,
     remote: PathBuf,
     config: PathBuf,
@@ -60,15 +69,36 @@ struct Fleet {
 
 impl Fleet {
     fn new(lab: &Lab, n: usize, sshd: bool) -> Fleet {
+        Self::mixed(lab, n, sshd, 0)
+    }
+
+    /// N spokes, the last `federated` of them federated (SSH nodes only).
+    fn mixed(lab: &Lab, n: usize, sshd: bool, federated: usize) -> Fleet {
         let opts = NodeOptions {
             sshd,
             ..NodeOptions::default()
         };
-        let nodes = lab.add_nodes(n, &opts);
         let dir = support::scratch_dir();
         let (remote, mut clones) = fleet_remote(dir.path(), 1);
         let clone = clones.remove(0);
         let config = dir.path().join("spokekeeper.yaml");
+        let federated = federated.min(n);
+        if federated > 0 {
+            assert!(sshd, "federated spokes need their sshd");
+            let hub = LabHub::start(dir.path(), &remote);
+            let mut nodes = lab.add_nodes(n - federated, &opts);
+            nodes.extend(lab.add_nodes(federated, &hub.node_options()));
+            let yaml = federated_config(&clone, &mut nodes, &hub, n - federated);
+            std::fs::write(&config, yaml).expect("write config");
+            return Fleet {
+                nodes,
+                _hub: Some(hub),
+                _dir: dir,
+                remote,
+                config,
+            };
+        }
+        let nodes = lab.add_nodes(n, &opts);
         let yaml = if sshd {
             config_yaml(&clone, &nodes, "")
         } else {
@@ -77,6 +107,7 @@ impl Fleet {
         std::fs::write(&config, yaml).expect("write config");
         Fleet {
             nodes,
+            _hub: None,
             _dir: dir,
             remote,
             config,
@@ -102,6 +133,25 @@ impl Fleet {
             .parse()
             .expect("count")
     }
+}
+
+/// The first `sealed` nodes sealed (read over SSH as root), the rest federated; every
+/// spoke known to `hub`, which the configuration names.
+fn federated_config(clone: &Path, nodes: &mut [Node], hub: &LabHub, sealed: usize) -> String {
+    let mut spokes = Vec::new();
+    for (i, node) in nodes.iter_mut().enumerate() {
+        let name = format!("spoke{i}");
+        if i < sealed {
+            hub.add_sealed(&name);
+            spokes.push(node.spoke(&name, "5s"));
+        } else {
+            spokes.push(hub.add_federated(node, &name));
+        }
+    }
+    ConfigBuilder::new(clone, vectors().join("key/cert.pem"))
+        .top(&hub.top())
+        .spokes(spokes)
+        .yaml()
 }
 
 /// TLS-only nodes: the kubeconfig is read on this host (`source: local`).
@@ -298,15 +348,23 @@ fn main() {
     let mut rows = Vec::new();
     let mut ratios = Vec::new();
     let baseline_bin = std::env::var("FLEET_BENCH_BASELINE").ok();
+    let federated: usize = std::env::var("FLEET_BENCH_FEDERATED")
+        .map(|v| {
+            v.trim()
+                .parse()
+                .unwrap_or_else(|_| panic!("FLEET_BENCH_FEDERATED={v}: not a number"))
+        })
+        .unwrap_or(0);
 
     for &n in &ssh_sizes {
         let setup = Instant::now();
-        let mut fleet = Fleet::new(&lab, n, true);
+        let mut fleet = Fleet::mixed(&lab, n, true, federated);
         let first = fleet.rotate(&[]);
         assert_eq!(first.code, 0, "first tick: {}", first.stderr);
         assert_eq!(actions(&first).get("rotated"), Some(&n));
         eprintln!(
-            "N={n}: lab and first tick in {:.1}s",
+            "N={n} ({} federated): lab and first tick in {:.1}s",
+            federated.min(n),
             setup.elapsed().as_secs_f64()
         );
 
@@ -317,8 +375,13 @@ fn main() {
         assert_eq!(actions(&healthy).get("healthy"), Some(&n));
         let ssh = ssh_logins(&fleet.nodes) - logins;
         assert_eq!(ssh, 0, "a healthy tick opens no SSH session");
+        // The rows of a mixed fleet say how many of its spokes are federated.
+        let fed = match federated.min(n) {
+            0 => String::new(),
+            k => format!(", {k} fed"),
+        };
         rows.push(Row {
-            what: "healthy tick".into(),
+            what: format!("healthy tick{fed}"),
             n,
             wall: healthy.wall,
             cpu: healthy.cpu,
@@ -342,7 +405,7 @@ fn main() {
             assert_eq!(rebuilt.code, 0, "rebuilt tick: {}", rebuilt.stderr);
             assert_eq!(actions(&rebuilt).get("rotated"), Some(&n));
             rows.push(Row {
-                what: format!("all rebuilt tick, c={c}"),
+                what: format!("all rebuilt tick, c={c}{fed}"),
                 n,
                 wall: rebuilt.wall,
                 cpu: rebuilt.cpu,
@@ -475,12 +538,12 @@ fn rebuilt_by(fleet: &mut Fleet, bin: &str, n: usize, rows: &mut Vec<Row>) -> Du
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<28} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8}",
+        "{:<34} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8}",
         "run", "N", "wall s", "per spoke", "CPU s", "peak MiB", "SSH", "commits"
     );
     for r in rows {
         println!(
-            "{:<28} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8}",
+            "{:<34} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8}",
             r.what,
             r.n,
             r.wall.as_secs_f64(),

@@ -18,6 +18,13 @@
 //! SCALE_BENCH_BASELINE another build of spokekeeper (e.g. the commit before a change)
 //! run on the same fleet right before each healthy tick, its figures and the ratios
 //! printed beside (side by side in one run: the load is the same for both).
+//! SCALE_BENCH_FEDERATED=K makes the last K spokes of every fleet federated: lab nodes
+//! with a real sshd (run as root) whose emulated API server trusts an emulated hub's
+//! issuer (tests/support/src/federation.rs); a first `rotate --all` writes their trust
+//! through the recipe's script and commits their ConfigMaps before anything is measured.
+//! The fleet then has that hub in its configuration, and each healthy federated spoke
+//! costs one TokenRequest there and one SelfSubjectReview on the spoke: compare such runs
+//! with each other.
 
 #[path = "lab/measure.rs"]
 mod measure;
@@ -33,13 +40,17 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use scale_lab::{ScaleLab, ScaleSpoke};
-use spokekeeper::config::Config;
+use spokekeeper::config::{Config, CredentialMode};
 use spokekeeper::rotate::refresh;
 use spokekeeper::seal::SealingKey;
 use spokekeeper_lab::config::{ConfigBuilder, Spoke};
+use spokekeeper_lab::federation::Issuer;
+use std::sync::Arc;
 use support::daemon::Daemon;
+use support::federation::LabHub;
 use support::fleet::vectors;
 use support::git::{commit, fleet_remote, git};
+use support::{Lab, Node};
 use time::OffsetDateTime;
 
 const BIN: &str = env!("CARGO_BIN_EXE_spokekeeper");
@@ -57,14 +68,23 @@ fn env_usize(var: &str, full: bool, full_n: usize, smoke: usize) -> usize {
 
 /// A fleet repo and config over the lab, in the state a rotating tick leaves.
 struct Fleet {
+    /// The emulated hub of a fleet with federated spokes.
+    _hub: Option<LabHub>,
     dir: tempfile::TempDir,
     config: PathBuf,
 }
 
+/// The federated spokes of every fleet: their nodes, and the issuer they trust.
+struct Federated {
+    nodes: Vec<Node>,
+    issuer: Arc<Issuer>,
+}
+
 impl Fleet {
-    fn new(spokes: &[ScaleSpoke]) -> Fleet {
+    /// `spokes` sealed, then `federated`'s nodes federated (spoke names go on counting).
+    fn new(spokes: &[ScaleSpoke], federated: Option<&mut Federated>) -> Fleet {
         let dir = support::scratch_dir();
-        let (_remote, mut clones) = fleet_remote(dir.path(), 1);
+        let (remote, mut clones) = fleet_remote(dir.path(), 1);
         let clone = clones.remove(0);
         let nodes = dir.path().join("nodes");
         std::fs::create_dir_all(&nodes).expect("nodes dir");
@@ -79,10 +99,42 @@ impl Fleet {
                     .local(&path),
             );
         }
+        let mut hub = None;
+        if let Some(f) = federated {
+            let lab_hub = LabHub::with_issuer(dir.path(), &remote, f.issuer.clone());
+            for (j, node) in f.nodes.iter_mut().enumerate() {
+                let name = format!("spoke{}", spokes.len() + j);
+                yaml = yaml.spoke(lab_hub.add_federated(node, &name));
+            }
+            yaml = yaml.top(&lab_hub.top());
+            hub = Some((lab_hub, f.nodes.len()));
+        }
         let config = dir.path().join("spokekeeper.yaml");
         yaml.write(&config).expect("write config");
         commit_state(&config, &clone);
-        Fleet { dir, config }
+        if let Some((_, k)) = &hub {
+            // What only a rotation makes: the trust on each node, bound, proven, committed.
+            let mut cmd = Command::new(BIN);
+            cmd.arg("--config")
+                .arg(&config)
+                .args(["rotate", "--all", "-o", "json"]);
+            let m = measure(cmd);
+            assert_eq!(m.code, 0, "the federated spokes' first tick: {}", m.stderr);
+            let report: serde_json::Value = serde_json::from_str(&m.stdout)
+                .unwrap_or_else(|e| panic!("{e}: {}\n{}", m.stdout, m.stderr));
+            let rotated = report["spokes"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|s| s["action"] == "rotated")
+                .count();
+            assert_eq!(rotated, *k, "{}", m.stdout);
+        }
+        Fleet {
+            _hub: hub.map(|(h, _)| h),
+            dir,
+            config,
+        }
     }
 }
 
@@ -93,6 +145,9 @@ fn commit_state(config_path: &Path, clone: &Path) {
     let pem = std::fs::read(vectors().join("key/cert.pem")).expect("sealing cert");
     let key = SealingKey::from_pem(&pem, "cert.pem", now).expect("sealing key");
     for spoke in &config.spokes {
+        if spoke.credential.mode == CredentialMode::Federated {
+            continue;
+        }
         let bytes = std::fs::read(&spoke.kubeconfig_path).expect("read kubeconfig");
         let parsed = spokekeeper::kubeconfig::parse(&bytes).expect("parse kubeconfig");
         let mut kc = spokekeeper::kubeconfig::sanitize(&parsed, &spoke.name).expect("sanitize");
@@ -294,12 +349,26 @@ fn main() {
         .map(str::to_owned)
         .collect();
     let baseline = std::env::var("SCALE_BENCH_BASELINE").ok();
+    let k = env_usize("SCALE_BENCH_FEDERATED", false, 0, 0);
+    assert!(
+        sizes.iter().chain([&daemon_n]).all(|&n| n >= k),
+        "SCALE_BENCH_FEDERATED={k} is more than a fleet's N"
+    );
+    let node_lab = (k > 0).then(Lab::new);
+    let mut federated = node_lab.as_ref().map(|l| {
+        let issuer = Arc::new(Issuer::new(support::federation::ISSUER));
+        let opts = support::federation::node_options(&issuer);
+        Federated {
+            nodes: l.add_nodes(k, &opts),
+            issuer,
+        }
+    });
     let mut rows = Vec::new();
     for &n in &sizes {
         let setup = Instant::now();
-        let fleet = Fleet::new(&lab.spokes[..n]);
+        let fleet = Fleet::new(&lab.spokes[..n - k], federated.as_mut());
         eprintln!(
-            "N={n}: fleet repo and config in {:.1} s",
+            "N={n} ({k} federated): fleet repo and config in {:.1} s",
             setup.elapsed().as_secs_f64()
         );
         for c in &concurrency {
@@ -372,7 +441,7 @@ fn main() {
         );
     }
 
-    let dfleet = Fleet::new(&lab.spokes[..daemon_n]);
+    let dfleet = Fleet::new(&lab.spokes[..daemon_n - k], federated.as_mut());
     daemon(&dfleet, daemon_n, ticks);
     let _ = dfleet.dir.path();
 }

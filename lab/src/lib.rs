@@ -9,6 +9,9 @@
 //! and ClusterRoleBinding calls of minted credentials, kept in [`objects`]); it is not an
 //! API server.
 //!
+//! [`federation`]: a hub ServiceAccount issuer's signed tokens, and a spoke API server
+//! that trusts them through its AuthenticationConfiguration file (federated credentials).
+//!
 //! [`hub`] emulates the hub's API (the controller's certificate through the service
 //! proxy, SealedSecret, Kustomization and HelmRelease status, listing them, the
 //! reconcile annotation).
@@ -24,6 +27,7 @@
 
 pub mod api;
 pub mod config;
+pub mod federation;
 pub mod forge;
 pub mod hub;
 pub mod lease;

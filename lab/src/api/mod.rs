@@ -2,7 +2,9 @@
 //! wire behaviour of kube-apiserver for GET /version, POST selfsubjectreviews (v1 from
 //! 1.28, v1beta1 in 1.27 to 1.32, by the gitVersion it plays) and selfsubjectaccessreviews;
 //! and, through [`Objects`], the CSR and ClusterRoleBinding calls of minted credentials
-//! (with the node's CSR signer, or without one). tests/suite/realstack/conformance/ holds
+//! (with the node's CSR signer, or without one). Started with a [`SpokeTrust`]
+//! (`--authentication-config`), it also takes the hub's bearer tokens, serves /metrics
+//! and SubjectAccessReviews (federated credentials). tests/suite/realstack/conformance/ holds
 //! it to a real kube-apiserver and kube-controller-manager.
 //!
 //! Like kube-apiserver, client certificates are requested but optional at the TLS layer
@@ -33,16 +35,19 @@ use tokio::task::JoinSet;
 use tokio_rustls::TlsAcceptor;
 use x509_parser::prelude::{FromDer, X509Certificate};
 
+use super::federation::authn::SpokeTrust;
 use super::objects::{Objects, Signer};
 use super::pki::Pki;
 use routes::respond;
 
 mod discovery;
+mod federated;
 mod routes;
 
 pub const SSR_PATH: &str = "/apis/authentication.k8s.io/v1/selfsubjectreviews";
 pub const SSR_BETA_PATH: &str = "/apis/authentication.k8s.io/v1beta1/selfsubjectreviews";
 pub const SSAR_PATH: &str = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews";
+pub const SAR_PATH: &str = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
 
 /// What one API server instance serves; rebuilt with the node.
 pub struct ApiIdentity {
@@ -56,6 +61,8 @@ pub struct ApiIdentity {
     anonymous: bool,
     /// CSRs and ClusterRoleBindings, shared by whoever holds the handle.
     objects: Arc<Mutex<Objects>>,
+    /// `--authentication-config`: the hub issuers whose bearer tokens it lets in.
+    trust: Option<Arc<SpokeTrust>>,
 }
 
 impl ApiIdentity {
@@ -83,6 +90,16 @@ impl ApiIdentity {
             prefix: String::new(),
             anonymous: false,
             objects: Arc::new(Mutex::new(Objects::new(Signer::client_ca(pki)))),
+            trust: None,
+        }
+    }
+
+    /// Started with `--authentication-config`: bearer tokens are authenticated by the
+    /// file `trust` reads, and /metrics says which file it runs.
+    pub fn with_trust(self, trust: SpokeTrust) -> ApiIdentity {
+        ApiIdentity {
+            trust: Some(Arc::new(trust)),
+            ..self
         }
     }
 
@@ -209,18 +226,12 @@ async fn connection(tcp: tokio::net::TcpStream, identity: Arc<ApiIdentity>) {
     else {
         return;
     };
-    let user = authenticate(
+    let certified = authenticate(
         tls.get_ref().1.peer_certificates(),
         identity.authenticator.as_ref(),
     );
-    let user = user.or_else(|| {
-        identity.anonymous.then(|| User {
-            name: ANONYMOUS.into(),
-            groups: vec!["system:unauthenticated".into()],
-        })
-    });
     let service = hyper::service::service_fn(move |req| {
-        let user = user.clone();
+        let user = who(&req, certified.as_ref(), &identity);
         let identity = identity.clone();
         async move { Ok::<_, Infallible>(respond(req, user.as_ref(), &identity).await) }
     });
@@ -235,6 +246,35 @@ const ANONYMOUS: &str = "system:anonymous";
 struct User {
     name: String,
     groups: Vec<String>,
+}
+
+/// The request's user: its client certificate's (the x509 authenticator comes first),
+/// else its bearer token's, else `system:anonymous` when allowed. A bearer token that is
+/// refused is a 401, never anonymous (kube-apiserver's union fails on it).
+fn who(
+    req: &hyper::Request<hyper::body::Incoming>,
+    certified: Option<&User>,
+    identity: &ApiIdentity,
+) -> Option<User> {
+    if let Some(user) = certified {
+        return Some(user.clone());
+    }
+    let bearer = req
+        .headers()
+        .get(hyper::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    if let Some(token) = bearer {
+        let name = identity.trust.as_ref()?.authenticate(token.trim())?;
+        return Some(User {
+            name,
+            groups: vec!["system:authenticated".into()],
+        });
+    }
+    identity.anonymous.then(|| User {
+        name: ANONYMOUS.into(),
+        groups: vec!["system:unauthenticated".into()],
+    })
 }
 
 /// The x509 authenticator: chain to the client CA, valid now, clientAuth; the user is

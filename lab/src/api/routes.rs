@@ -1,5 +1,5 @@
 //! Answering one authenticated request: authorization first, then the route (the
-//! objects' store, discovery, /version, the reviews).
+//! objects' store, discovery, /version, the reviews, /metrics).
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -8,7 +8,10 @@ use hyper::{Method, Request, Response, StatusCode};
 use super::discovery::{
     NAMESPACES, discovery, namespaces, not_found, not_found_at, serves, version,
 };
-use super::{ANONYMOUS, ApiIdentity, SSAR_PATH, SSR_BETA_PATH, SSR_PATH, User, json, status};
+use super::federated;
+use super::{
+    ANONYMOUS, ApiIdentity, SAR_PATH, SSAR_PATH, SSR_BETA_PATH, SSR_PATH, User, json, status,
+};
 use crate::objects::{self, Attributes, Caller, Objects};
 
 pub(super) async fn respond(
@@ -34,6 +37,13 @@ pub(super) async fn respond(
     };
     if let Some(refused) = refused(&req, user, identity, kind, path) {
         return refused;
+    }
+    match (req.method(), path) {
+        (&Method::GET, federated::METRICS) => return federated::metrics(user, identity),
+        (&Method::POST, SAR_PATH) => {
+            return federated::subject_access_review(req, identity).await;
+        }
+        _ => {}
     }
     let git_version = identity.git_version.as_str();
     if !serves(git_version, path) {

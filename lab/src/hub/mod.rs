@@ -19,6 +19,10 @@
 //!   with its age identity (a [`SopsKey`], injected) and writes Ready False
 //!   `BuildFailed` "decryption failed for ..." on one it cannot decrypt.
 //!
+//! - a federated spoke's ConfigMap, applied as the SealedSecrets are, its consumers
+//!   through `configMapRef`; TokenRequests for the hub's ServiceAccounts, signed by its
+//!   issuer ([`crate::federation::Issuer`]).
+//!
 //! Errors are metav1 Status objects. Plain HTTP on loopback, no authentication. Every
 //! request is recorded, so tests can hold the client to its RBAC contract.
 
@@ -42,6 +46,7 @@ use tokio::task::JoinSet;
 use flux::git_repository;
 use routes::handle;
 
+mod federated;
 mod flux;
 mod routes;
 mod sealed;
@@ -205,6 +210,14 @@ struct State {
     seen: Vec<Seen>,
     /// events.k8s.io/v1 Events: (namespace, name) -> object, as created and patched.
     events: BTreeMap<(String, String), Value>,
+    /// The ServiceAccount issuer TokenRequests are signed by (None: tokens for no one).
+    issuer: Option<Arc<crate::federation::Issuer>>,
+    /// (namespace, name) -> uid of the ServiceAccounts tokens may be requested for.
+    service_accounts: BTreeMap<(String, String), String>,
+    /// Federated spokes: their ConfigMap instead of a SealedSecret.
+    federated: Vec<SimSpoke>,
+    /// (namespace, name) -> ConfigMap, as Flux applied it.
+    config_maps: BTreeMap<(String, String), Value>,
 }
 
 struct FluxObject {
@@ -268,6 +281,10 @@ impl HubSim {
             revision: 100,
             seen: Vec::new(),
             events: BTreeMap::new(),
+            issuer: None,
+            service_accounts: BTreeMap::new(),
+            federated: Vec::new(),
+            config_maps: BTreeMap::new(),
         }));
         let (ready_tx, ready_rx) = std_mpsc::channel();
         let (stop_tx, stop_rx) = oneshot::channel();

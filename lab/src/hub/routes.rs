@@ -1,5 +1,6 @@
 //! The hub's API on the wire: each request recorded, then routed to the Service and its
-//! proxy, SealedSecrets, Events, Flux sources and the Kustomizations and HelmReleases.
+//! proxy, SealedSecrets, Events, Flux sources and the Kustomizations and HelmReleases,
+//! federated spokes' ConfigMaps and the ServiceAccounts' TokenRequests.
 
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::{Bytes, Incoming};
@@ -143,6 +144,18 @@ fn route(st: &mut State, path: &str, call: &Call) -> Response<Full<Bytes>> {
                 return not_allowed();
             }
             proxy(st, ns, target, &rest.join("/"))
+        }
+        [
+            "api",
+            "v1",
+            "namespaces",
+            ns,
+            "serviceaccounts",
+            name,
+            "token",
+        ] => super::federated::token_request(st, call.method, (ns, name), call.body),
+        ["api", "v1", "namespaces", ns, "configmaps", name] => {
+            super::federated::config_map(st, call.method, ns, name)
         }
         [
             "apis",
@@ -428,7 +441,7 @@ pub(super) fn no_route() -> Response<Full<Bytes>> {
     )
 }
 
-fn bad_body() -> Response<Full<Bytes>> {
+pub(super) fn bad_body() -> Response<Full<Bytes>> {
     status(
         StatusCode::BAD_REQUEST,
         "BadRequest",
@@ -437,7 +450,7 @@ fn bad_body() -> Response<Full<Bytes>> {
     )
 }
 
-fn not_allowed() -> Response<Full<Bytes>> {
+pub(super) fn not_allowed() -> Response<Full<Bytes>> {
     status(
         StatusCode::METHOD_NOT_ALLOWED,
         "MethodNotAllowed",

@@ -23,6 +23,7 @@ use super::pki::Pki;
 use authz::{Route, attributes, builtin_role, role_allows, route};
 pub use authz::{attributes_of, forbidden};
 use csr::{invalid_csr, sign};
+pub(crate) use replies::uid as new_uid;
 use replies::{
     already_exists, conflict, details, failure, get, invalid, label_selector, method_not_allowed,
     not_found, not_found_path, now_text, qualified, stamp_metadata,
@@ -156,6 +157,11 @@ impl Objects {
     /// Names of the ClusterRoleBindings stored now.
     pub fn binding_names(&self) -> Vec<String> {
         self.bindings.keys().cloned().collect()
+    }
+
+    /// The ClusterRoleBinding `name` as stored.
+    pub fn binding(&self, name: &str) -> Option<Value> {
+        self.bindings.get(name).cloned()
     }
 
     /// Whether this store's routes cover `path`.

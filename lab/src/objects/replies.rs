@@ -44,7 +44,7 @@ pub(super) fn now_text() -> String {
         .expect("RFC 3339 formats")
 }
 
-pub(super) fn uid() -> String {
+pub(crate) fn uid() -> String {
     let mut b = [0u8; 16];
     getrandom::fill(&mut b).expect("OS randomness");
     let h: String = b.iter().map(|x| format!("{x:02x}")).collect();

@@ -7,8 +7,9 @@ use std::process::Command;
 use time::OffsetDateTime;
 use tokio::runtime::Runtime;
 
+use super::node::NodeSshd;
 use super::sim::SimSpoke;
-use super::{DemoError, MINTED, SOPS, io, output, part};
+use super::{DemoError, FEDERATED, ISSUER, MINTED, SOPS, io, output, part};
 use spokekeeper::config::Config;
 use spokekeeper::repo::Repo;
 use spokekeeper::rotate::Context;
@@ -96,12 +97,12 @@ impl Repos {
 
 /// spokekeeper.yaml for the simulated fleet: the clone, the sealing certificate and the
 /// age recipient, each spoke read with the `local` source (prod minted, dev in sops
-/// format), and the hub.
+/// format) but the federated one, read over SSH, and the hub.
 fn config_yaml(
     repos: &Repos,
     cert: &Path,
     recipient: &str,
-    spokes: &[SimSpoke],
+    (spokes, node): (&[SimSpoke], Option<&NodeSshd>),
     hub_kubeconfig: &Path,
 ) -> String {
     let mut yaml = format!(
@@ -110,6 +111,10 @@ fn config_yaml(
         cert.display()
     );
     for (i, s) in spokes.iter().enumerate() {
+        if let (FEDERATED, Some(node)) = (i, node) {
+            yaml.push_str(&federated_yaml(s, node));
+            continue;
+        }
         yaml.push_str(&format!(
             "  - name: {}\n    address: 127.0.0.1\n    source: local\n    kubeconfig_path: {}\n",
             s.name,
@@ -132,11 +137,28 @@ fn config_yaml(
     yaml
 }
 
+/// The federated spoke's entry: read and written over SSH through its node's script,
+/// trusting the hub's issuer.
+fn federated_yaml(s: &SimSpoke, node: &NodeSshd) -> String {
+    let q = |p: &Path| serde_json::Value::from(p.display().to_string()).to_string();
+    format!(
+        "  - name: {}\n    address: 127.0.0.1\n    kubeconfig_path: {}\n    \
+         ssh: {{user: {}, port: {}, identity: {}, known_hosts: {}}}\n    \
+         credential: {{mode: federated, federated: {{issuer: {ISSUER:?}}}}}\n",
+        s.name,
+        q(&s.k3s_yaml()),
+        node.user,
+        node.port,
+        q(&node.identity),
+        q(&node.known_hosts),
+    )
+}
+
 /// Writes the sealing certificate and spokekeeper.yaml (with the age `recipient`), and
 /// loads them as spokekeeper does: the context every tick of the demo runs in.
 pub(super) fn context(
     repos: &Repos,
-    spokes: &[SimSpoke],
+    spokes: (&[SimSpoke], Option<&NodeSshd>),
     hub_kubeconfig: &Path,
     cert_pem: &str,
     recipient: &str,

@@ -1,6 +1,7 @@
 //! The simulated hub: the Sealed Secrets controller holding a key made for this run, and
 //! Flux applying what the fleet repo's main holds, its kustomize-controller decrypting
-//! sops files with an age identity made for this run.
+//! sops files with an age identity made for this run; its ServiceAccount issuer signing
+//! the tokens Flux presents to the federated spoke.
 
 use std::path::Path;
 
@@ -9,7 +10,11 @@ use spokekeeper_lab::hub::{HubSim, Kind, SopsKey, Source};
 
 use super::fleet::git;
 use super::sim::SimSpoke;
-use super::{DemoError, SOPS_DIR, io, output, part};
+use std::sync::Arc;
+
+use spokekeeper_lab::federation::Issuer;
+
+use super::{DemoError, FEDERATED, SOPS_DIR, io, output, part};
 use spokekeeper::seal::RecoveryKey;
 use spokekeeper::seal::sops::{self, AgeIdentities};
 use spokekeeper::secret::SecretBytes;
@@ -66,20 +71,45 @@ pub(super) fn start(
         decrypt,
     );
     for (i, s) in spokes.iter().enumerate() {
-        hub.add_spoke(spokekeeper_lab::hub::SimSpoke {
+        let spoke = spokekeeper_lab::hub::SimSpoke {
             secret_namespace: "flux-system".into(),
             secret_name: format!("{}-kubeconfig", s.name),
             kustomization_namespace: "flux-system".into(),
             kustomization_name: s.name.into(),
             file: output(i, s.name),
-        });
-        // A second consumer of the same Secret: apps deployed with Helm.
+        };
+        let apps = format!("{}-apps", s.name);
+        // A second consumer of the same Secret (or the federated spoke's ConfigMap):
+        // apps deployed with Helm.
+        if i == FEDERATED {
+            let config_map = spoke.secret_name.clone();
+            hub.add_federated_spoke(spoke);
+            hub.add_config_map_consumer(Kind::HelmRelease, "flux-system", &apps, &config_map);
+            continue;
+        }
+        hub.add_spoke(spoke);
         hub.add_consumer(
             Kind::HelmRelease,
             "flux-system",
-            &format!("{}-apps", s.name),
+            &apps,
             Some(&format!("{}-kubeconfig", s.name)),
         );
     }
     Ok(hub)
 }
+
+/// The hub's ServiceAccount issuer and the accounts tokens are asked for: Flux's
+/// controllers and spokekeeper's own check account.
+pub(super) fn federate(hub: &HubSim, issuer: &Arc<Issuer>) {
+    hub.set_issuer(issuer.clone());
+    for (namespace, name) in ACCOUNTS {
+        hub.add_service_account(namespace, name);
+    }
+}
+
+/// Flux's controllers (the users a federated spoke binds) and spokekeeper's check account.
+pub(super) const ACCOUNTS: [(&str, &str); 3] = [
+    ("flux-system", "kustomize-controller"),
+    ("flux-system", "helm-controller"),
+    ("spokekeeper", "spokekeeper"),
+];

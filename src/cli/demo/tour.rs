@@ -8,7 +8,7 @@ use tokio::runtime::Runtime;
 use super::fleet::git;
 use super::hub::{age_identities, controller_keys};
 use super::sim::{SimSpoke, refused_now};
-use super::{DemoError, MINTED, REBUILT, SOPS, output, part, step};
+use super::{DemoError, FEDERATED, MINTED, REBUILT, SOPS, output, part, step};
 use crate::cli::Format;
 use crate::cli::rotate::print_report;
 use spokekeeper::rotate::{self, Context, Options, TickReport};
@@ -24,6 +24,8 @@ pub(super) struct Tour<'a> {
     pub(super) remote: &'a Path,
     pub(super) key_pem: &'a str,
     pub(super) age_key: &'a age::x25519::Identity,
+    /// The hub's ServiceAccount issuer (the federated spoke trusts it).
+    pub(super) issuer: &'a spokekeeper_lab::federation::Issuer,
 }
 
 impl Tour<'_> {
@@ -38,6 +40,9 @@ impl Tour<'_> {
         );
         self.tick("first tick")?;
         self.sops_file(spokes[SOPS].name)?;
+        if let Some(edge) = spokes.get(FEDERATED) {
+            super::federated::show(self.remote, edge)?;
+        }
         step(
             3,
             "second tick: nothing changed, so nothing is committed (and no extraction happens)",
@@ -58,9 +63,18 @@ impl Tour<'_> {
         self.tick("third tick")?;
         step(
             6,
-            "the hub's view: unseal the rebuilt spoke's new commit and prod's minted one with the controller's key, and call each spoke with it",
+            "the hub's view: unseal the rebuilt spoke's new commit and prod's minted one with the controller's key, and call each spoke with it; present a hub token to the federated one",
         );
         self.hubs_view(spokes[REBUILT].name)?;
+        if let Some(edge) = spokes.get(FEDERATED) {
+            let who = self
+                .hub
+                .block_on(super::federated::presented(self.issuer, edge))?;
+            say!(
+                "   {}: the hub stores no credential; a token of Flux's kustomize-controller for its audience, as the hub issues it, authenticates as {who}",
+                edge.name
+            );
+        }
         let minted = spokes[MINTED].name;
         let old_minted = self.hubs_view(minted)?;
         self.revoke(minted, &old_minted)?;

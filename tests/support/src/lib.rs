@@ -22,6 +22,7 @@
 
 mod addr;
 pub mod daemon;
+pub mod federation;
 pub mod fleet;
 pub mod git;
 pub mod helm;
@@ -56,9 +57,14 @@ use spokekeeper_lab::config::{Spoke, Ssh};
 pub use spokekeeper_lab::{Hostile, KubeconfigParts, kubeconfig_yaml};
 
 use addr::AddressLease;
+use spokekeeper_lab::federation::authn::SpokeTrust;
 use spokekeeper_lab::objects::{Objects, Signer};
 use spokekeeper_lab::{ApiIdentity, ApiServer, Pki, PkiOptions};
 use sshd::Sshd;
+
+/// Where a federated node's API server reads its AuthenticationConfiguration, under the
+/// node's directory (the recipe's k3s directory, moved there by [`recipe::localize`]).
+pub(crate) const FEDERATED_FILE: &str = "spokekeeper/authentication-config.yaml";
 
 /// The unprivileged node user, allowed `sudo cat` of its node's k3s.yaml only.
 pub const LAB_USER: &str = "spokelab";
@@ -90,6 +96,10 @@ pub struct NodeOptions {
     /// The emulated API signs approved client CSRs with the node's client CA (false:
     /// no signer, an approved CSR is never signed).
     pub csr_signer: bool,
+    /// Started with `--authentication-config` on the node's file
+    /// ([`realstack::spoke::authentication_config_path`], trusting no issuer until one is
+    /// written), able to reach these hub issuers (a federated spoke).
+    pub trust: Option<spokekeeper_lab::federation::Reachable>,
 }
 
 impl Default for NodeOptions {
@@ -106,6 +116,7 @@ impl Default for NodeOptions {
             kubeconfig_port: None,
             anonymous: false,
             csr_signer: true,
+            trust: None,
         }
     }
 }
@@ -213,6 +224,11 @@ impl Node {
             client_cert_days: opts.client_cert_days,
         });
         let objects = fresh_objects(&pki, &opts);
+        if opts.trust.is_some() {
+            // The flag's file must exist before the API server starts.
+            let path = dir.join(FEDERATED_FILE);
+            realstack::federated::write_config(&path, realstack::federated::NO_ISSUERS);
+        }
         let mut node = Node {
             address: IpAddr::V4(addr),
             ssh_port: 0,
@@ -518,6 +534,10 @@ impl Node {
                 .with_objects(self.objects.clone());
             if self.opts.anonymous {
                 identity = identity.with_anonymous();
+            }
+            if let Some(reachable) = &self.opts.trust {
+                let path = self.dir.join(FEDERATED_FILE);
+                identity = identity.with_trust(SpokeTrust::new(path, reachable.clone()));
             }
             match ApiServer::start(self.rt.handle(), addr, identity) {
                 Ok(server) => return server,

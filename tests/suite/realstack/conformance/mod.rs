@@ -11,7 +11,11 @@
 //! - the mock spoke API's CSRs, approvals, signing and ClusterRoleBindings (minted
 //!   credentials) against a real spoke with its kube-controller-manager: signed only
 //!   after approval, the CN and notAfter, no signer, a denial, the minted user's access
-//!   before, with and after its binding, approval without the right.
+//!   before, with and after its binding, approval without the right;
+//! - the lab's federated trust (the emulated hub's TokenRequest and issuer, the mock
+//!   spoke API with an AuthenticationConfiguration: bearer tokens, /metrics,
+//!   SubjectAccessReviews) against a real hub issuer and a real spoke started with
+//!   `--authentication-config`.
 //!
 //! Here: one HTTP client for both sides (kube's, as spokekeeper uses it) and the comparison.
 
@@ -20,6 +24,7 @@ use crate::support;
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
+mod federated;
 mod flux;
 mod hub;
 mod hub_calls;

@@ -27,7 +27,7 @@ pub fn real_api(node: &Node, etcd: &Etcd, dir: &Path, generation: u32) -> KubeAp
 /// of its own in the node's directory, as k3s's
 /// /etc/rancher/k3s/spokekeeper/authentication-config.yaml.
 pub fn authentication_config_path(node: &Node) -> PathBuf {
-    node.dir.join("spokekeeper/authentication-config.yaml")
+    node.dir.join(crate::FEDERATED_FILE)
 }
 
 /// [`real_api`], started with `--authentication-config` on the node's file when
