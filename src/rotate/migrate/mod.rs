@@ -59,39 +59,44 @@ pub(super) struct Old {
 }
 
 /// The old Secret of a federated spoke in `files` (None: not federated, or none there).
-/// The file must be this spoke's SealedSecret or sops Secret (its name, namespace and
-/// `spokekeeper.io/spoke`), at a path no spoke of `all` commits to: anything else is left
-/// alone, and said.
+/// The file must be this spoke's SealedSecret or sops Secret ([`judged`]), at a path no
+/// spoke of `all` commits to ([`old_path`]): anything else is left alone, and said.
 pub(super) async fn old(
     spoke: &SpokeConfig,
     all: &[SpokeConfig],
     files: &crate::repo::Snapshot<'_>,
 ) -> Option<Result<Old, Migration>> {
+    let path = old_path(spoke, all)?;
+    match files.read(&path).await {
+        Ok(None) => None,
+        Ok(Some(bytes)) => Some(judged(spoke, path, &bytes)),
+        Err(e) => Some(Err(left(&path, format!("cannot be read: {e}")))),
+    }
+}
+
+/// Where a federated spoke's old Secret would be: its sealed default path, unless a
+/// spoke of `all` commits there (two spokes may share a Secret name in two namespaces).
+fn old_path(spoke: &SpokeConfig, all: &[SpokeConfig]) -> Option<PathBuf> {
     if spoke.credential.mode != CredentialMode::Federated {
         return None;
     }
     let path = spoke.secret.sealed_output();
-    if all.iter().any(|s| s.output == path) {
-        return None;
-    }
-    let failed = |why: String| {
-        Some(Err(Migration {
-            file: path.display().to_string(),
-            state: MigrationState::Failed { why },
-        }))
-    };
-    let bytes = match files.read(&path).await {
-        Ok(None) => return None,
-        Ok(Some(bytes)) => bytes,
-        Err(e) => return failed(format!("cannot be read: {e}")),
-    };
+    (!all.iter().any(|s| s.output == path)).then_some(path)
+}
+
+/// The file at `path` as the spoke's old Secret: its SealedSecret or sops Secret, with its
+/// Secret's name and namespace and `spokekeeper.io/spoke`; anything else is left alone.
+fn judged(spoke: &SpokeConfig, path: PathBuf, bytes: &[u8]) -> Result<Old, Migration> {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
-    let record = match Committed::parse(&path, &bytes) {
+    let record = match Committed::parse(&path, bytes) {
         Committed::Recorded(r) => r,
         other => {
             let why = other.unreadable().unwrap_or_default();
-            return failed(format!(
-                "is not a Secret spokekeeper wrote ({why}): left alone; remove it yourself once nothing reads Secret {ns}/{name}"
+            return Err(left(
+                &path,
+                format!(
+                    "is not a Secret spokekeeper wrote ({why}): left alone; remove it yourself once nothing reads Secret {ns}/{name}"
+                ),
             ));
         }
     };
@@ -100,7 +105,7 @@ pub(super) async fn old(
         && record.sealed.namespace() == ns
         && record.recorded.spoke == spoke.name;
     if !ours {
-        return failed(one_line(
+        let why = one_line(
             &format!(
                 "holds {} {}/{} of spoke {:?}, not spoke {}'s old Secret {ns}/{name}: left alone",
                 kind(&record.sealed),
@@ -110,12 +115,21 @@ pub(super) async fn old(
                 spoke.name
             ),
             300,
-        ));
+        );
+        return Err(left(&path, why));
     }
-    Some(Ok(Old {
+    Ok(Old {
         path,
         credential: record.recorded.credential.clone(),
-    }))
+    })
+}
+
+/// The file at `path` left as it is, and why.
+fn left(path: &std::path::Path, why: String) -> Migration {
+    Migration {
+        file: path.display().to_string(),
+        state: MigrationState::Failed { why },
+    }
 }
 
 fn kind(o: &Output) -> &'static str {
@@ -355,3 +369,6 @@ fn message(spoke: &SpokeConfig, old: &Old, ready: &[String]) -> String {
     }
     msg
 }
+
+#[cfg(test)]
+mod tests;
