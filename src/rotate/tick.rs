@@ -112,10 +112,10 @@ async fn run<P: Publish>(
     }
     if pushed {
         revoke_superseded(ctx, &mut worked).await;
-        for w in &mut worked {
-            if let Some(Ok(old)) = w.old.as_deref() {
-                super::migrate::after_push(&tick, w.spoke, old, &mut w.report).await;
-            }
+    }
+    for w in &mut worked {
+        if let Some(Ok(old)) = w.old.as_deref() {
+            super::migrate::after_push(&tick, w.spoke, old, pushed, &mut w.report).await;
         }
     }
     // The reports in place, the observations beside: unzip would copy every report

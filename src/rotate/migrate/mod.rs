@@ -218,13 +218,15 @@ pub(super) async fn step(
     done(state)
 }
 
-/// After the push that carried a removal: the hub and the fleet repo asked again (a
-/// consumer on the old Secret pushed meanwhile keeps the bindings), then a spoke that was
-/// minted has every minted generation's binding deleted (the federated binding stays).
+/// After the push that carried a removal (`pushed`: the tick pushed): the hub and the
+/// fleet repo asked again (a consumer on the old Secret pushed meanwhile keeps the
+/// bindings), then a spoke that was minted has every minted generation's binding deleted
+/// (the federated binding stays). Not pushed, nothing is deleted, and that is said.
 pub(super) async fn after_push(
     tick: &Tick<'_>,
     spoke: &SpokeConfig,
     old: &Old,
+    pushed: bool,
     report: &mut SpokeReport,
 ) {
     let Some(MigrationState::Removed { problem, .. }) =
@@ -232,6 +234,17 @@ pub(super) async fn after_push(
     else {
         return;
     };
+    if !pushed {
+        let why = "the removal was not pushed this tick (the fleet repo's error says why): nothing is deleted on the spoke";
+        *problem = Some(match old.credential.mode {
+            CredentialMode::Minted => format!(
+                "{why}; once it is, delete the minted bindings ({})",
+                delete_bindings(spoke)
+            ),
+            _ => why.to_string(),
+        });
+        return;
+    }
     let still = match tick.hub {
         None => Step::Waits(vec!["the hub could not be reached".into()]),
         Some(hub) => {
@@ -264,13 +277,22 @@ pub(super) async fn after_push(
         Ok(names) => report.revoked.extend(names),
         Err(e) => {
             let why = format!(
-                "the minted bindings could not be deleted ({e}): delete them (kubectl delete clusterrolebinding -l spokekeeper.io/hub={},spokekeeper.io/spoke={},spokekeeper.io/generation)",
-                spoke.credential.hub_id, spoke.name
+                "the minted bindings could not be deleted ({e}): delete them ({})",
+                delete_bindings(spoke)
             );
             tracing::warn!(spoke = %spoke.name, "the old Secret was removed, but {why}");
             *problem = Some(why);
         }
     }
+}
+
+/// The command that deletes this hub's minted bindings for the spoke entry (each
+/// carries a generation label; the federated binding carries none).
+fn delete_bindings(spoke: &SpokeConfig) -> String {
+    format!(
+        "kubectl delete clusterrolebinding -l spokekeeper.io/hub={},spokekeeper.io/spoke={},spokekeeper.io/generation",
+        spoke.credential.hub_id, spoke.name
+    )
 }
 
 /// Every minted generation's binding of this hub's spoke entry (and an earlier version's
