@@ -199,8 +199,43 @@ pub(crate) fn print_report(report: &TickReport, format: Format) {
                 if let Some(h) = &s.hub {
                     eprintln!("{}: hub: {}", s.spoke, h.summary());
                 }
+                if let Some(m) = &s.migration {
+                    print_migration(&s.spoke, m);
+                }
             }
         }
+    }
+}
+
+/// A federated spoke's old Secret: kept (each reason), removed, or left alone.
+fn print_migration(spoke: &str, m: &rotate::Migration) {
+    use rotate::MigrationState as S;
+    let file = &m.file;
+    match &m.state {
+        S::Waits { remaining } => {
+            for why in remaining {
+                eprintln!("{spoke}: old Secret {file} stays: {why}");
+            }
+        }
+        S::WouldRemove { ready } => eprintln!(
+            "{spoke}: would remove the old Secret {file}: Ready through the ConfigMap: {}",
+            ready.join(", ")
+        ),
+        S::Removed {
+            commit,
+            ready,
+            problem,
+        } => {
+            eprintln!(
+                "{spoke}: removed the old Secret {file} in {}: Ready through the ConfigMap: {}",
+                commit.chars().take(12).collect::<String>(),
+                ready.join(", ")
+            );
+            if let Some(p) = problem {
+                eprintln!("{spoke}: {p}");
+            }
+        }
+        S::Failed { why } => eprintln!("{spoke}: old Secret {file}: {why}"),
     }
 }
 

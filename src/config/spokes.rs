@@ -77,6 +77,14 @@ pub struct SecretRef {
     pub key: String,
 }
 
+impl SecretRef {
+    /// Where a sealed spoke's file is committed unless `spokes[].output` says otherwise;
+    /// after a switch to federated, where its old Secret stays beside the ConfigMap.
+    pub fn sealed_output(&self) -> PathBuf {
+        PathBuf::from(format!("fluxcd/{}-sealed.yaml", self.name))
+    }
+}
+
 /// `spokes[].kustomization`: the one Flux Kustomization verified after a push, instead
 /// of every consumer of the spoke's Secret found on the hub.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -180,7 +188,7 @@ fn spoke(
     // A federated spoke's file is a ConfigMap, nothing sealed: named for what it is.
     let output = s.output.unwrap_or_else(|| match credential.mode {
         CredentialMode::Federated => PathBuf::from(format!("fluxcd/{}.yaml", secret.name)),
-        _ => PathBuf::from(format!("fluxcd/{}-sealed.yaml", secret.name)),
+        _ => secret.sealed_output(),
     });
     let kustomization = s
         .kustomization

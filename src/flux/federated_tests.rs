@@ -343,3 +343,38 @@ fn flux_patches_that_can_reach_a_federated_spokes_configmap_are_named_and_others
     );
     assert_eq!(found, []);
 }
+
+#[test]
+fn the_consumers_that_keep_a_federated_spokes_old_secret_are_each_named() {
+    let s = spokes(("edge", "federated"), ("dev", "minted"));
+    let dev = super::layout::tests::for_tests(&s[1]);
+    let sealed_edge =
+        super::layout::tests::for_tests(&spokes(("edge", "minted"), ("dev", "minted"))[0]);
+    let release = "apiVersion: helm.toolkit.fluxcd.io/v2\nkind: HelmRelease\nmetadata: {name: ingress, namespace: edge}\nspec:\n  kubeConfig: {secretRef: {name: edge-kubeconfig}}\n";
+    let tree = |edge: &str, release: Option<&str>| {
+        let mut files = vec![
+            ("clusters/hub/dev.yaml", dev.as_str()),
+            ("clusters/hub/edge.yaml", edge),
+        ];
+        files.extend(release.map(|r| ("spokes/edge/release.yaml", r)));
+        super::traps::tests::tree(&files)
+    };
+    assert_eq!(
+        super::on_secret_ref(&tree(&sealed_edge, Some(release)), &s[0]),
+        [
+            "Kustomization edge/edge (clusters/hub/edge.yaml)",
+            "Kustomization edge/edge-helmreleases (clusters/hub/edge.yaml)",
+            "HelmRelease edge/ingress (spokes/edge/release.yaml)",
+        ]
+    );
+    // Moved to configMapRef, one release left behind, then none.
+    let edge = super::layout::tests::for_tests(&s[0]);
+    assert_eq!(
+        super::on_secret_ref(&tree(&edge, Some(release)), &s[0]),
+        ["HelmRelease edge/ingress (spokes/edge/release.yaml)"]
+    );
+    assert!(super::on_secret_ref(&tree(&edge, None), &s[0]).is_empty());
+    // In another namespace the same name is another spoke's Secret.
+    let elsewhere = release.replace("namespace: edge", "namespace: dev");
+    assert!(super::on_secret_ref(&tree(&edge, Some(&elsewhere)), &s[0]).is_empty());
+}

@@ -15,6 +15,7 @@ mod traps;
 
 use crate::config::SpokeConfig;
 pub use layout::slash_path;
+pub use onboard::on_secret_ref;
 pub use traps::{MAX_TOTAL_BYTES, Trap, Tree, read_tree};
 
 /// The layout's traps in the clone's `tree`: what the hub applies for a spoke

@@ -78,6 +78,12 @@ pub(super) fn other_kind(tree: &Tree, spokes: &[SpokeConfig]) -> Vec<Trap> {
     out
 }
 
+/// Each Flux object in the fleet repo that reads `spoke`'s credential with
+/// `spec.kubeConfig.secretRef` (a federated spoke's old Secret), as `KIND NS/NAME (FILE)`.
+pub fn on_secret_ref(tree: &Tree, spoke: &SpokeConfig) -> Vec<String> {
+    consumers(spoke, &tree.files, |r, s| r.names(s) && !r.config_map)
+}
+
 /// Each Kustomization (its own spec.kubeConfig or a HelmRelease patch) and HelmRelease in
 /// the spoke's namespace whose reference `matches` the spoke, as `KIND NS/NAME (FILE)`.
 fn consumers(

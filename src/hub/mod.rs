@@ -491,6 +491,10 @@ pub struct HubObject {
     /// Kustomization: spec.path, as written (hub text, unchecked).
     #[serde(skip)]
     pub(crate) path: Option<String>,
+    /// status.lastAttemptedRevision and status.lastAppliedRevision: the same when the
+    /// last run applied what it attempted.
+    #[serde(skip)]
+    pub(crate) revisions: (Option<String>, Option<String>),
 }
 
 impl HubObject {
@@ -541,6 +545,10 @@ impl HubObject {
             source: source::SourceRef::of(v, v["metadata"]["namespace"].as_str().unwrap_or("")),
             applied_by: None,
             path: v["spec"]["path"].as_str().map(str::to_string),
+            revisions: (
+                status["lastAttemptedRevision"].as_str().map(str::to_string),
+                status["lastAppliedRevision"].as_str().map(str::to_string),
+            ),
         }
     }
 

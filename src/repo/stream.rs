@@ -184,6 +184,47 @@ impl Commits {
         Ok(Some(id))
     }
 
+    /// Commits the removal of the files at `rels` with `message`: the new commit's id, or
+    /// None when the last commit holds none of them. Their copies in the working tree go
+    /// too; when the stream breaks, [`Commits::finish`] puts them back.
+    pub async fn remove(
+        &mut self,
+        repo: &Repo,
+        rels: &[&Path],
+        message: &str,
+    ) -> Result<Option<String>, RepoError> {
+        let mut held = Vec::new();
+        for rel in rels {
+            let name = rel.to_string_lossy().into_owned();
+            if self.blob(&name).await?.is_some() {
+                held.push((repo.no_links(rel)?, name));
+            }
+        }
+        if held.is_empty() {
+            return Ok(None);
+        }
+        self.mark += 1;
+        let mut cmd = self.header(message);
+        for (_, name) in &held {
+            cmd.extend_from_slice(b"D ");
+            cmd.extend(quoted(name));
+            cmd.push(b'\n');
+        }
+        cmd.extend(format!("get-mark :{}\n", self.mark).into_bytes());
+        self.send(&cmd).await?;
+        let id = self.line().await?;
+        self.tip = Some(format!(":{}", self.mark));
+        for (path, name) in held {
+            if let Err(e) = std::fs::remove_file(&path)
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                tracing::warn!(file = %name, error = %e, "removed in the commit, but not from the clone's working tree");
+            }
+            self.committed.push(name);
+        }
+        Ok(Some(id))
+    }
+
     /// Whether the stream broke: its commits are lost, and [`Commits::finish`] says why.
     pub fn broken(&self) -> bool {
         self.broken.is_some()
@@ -262,21 +303,8 @@ impl Commits {
 
     /// Whether the last commit holds exactly `bytes` at `name` (asked of fast-import).
     async fn holds(&mut self, name: &str, bytes: &[u8]) -> Result<bool, RepoError> {
-        let Some(tip) = self.tip.clone() else {
+        let Some(id) = self.blob(name).await? else {
             return Ok(false);
-        };
-        let mut ask = format!("ls {tip} ").into_bytes();
-        ask.extend(quoted(name));
-        ask.push(b'\n');
-        self.send(&ask).await?;
-        let entry = self.line().await?;
-        let meta: Vec<&str> = entry
-            .split_once('\t')
-            .map(|(meta, _)| meta.split(' ').collect())
-            .unwrap_or_default();
-        let id = match meta.as_slice() {
-            ["100644", "blob", id] => id.to_string(),
-            _ => return Ok(false),
         };
         self.send(format!("cat-blob {id}\n").as_bytes()).await?;
         let header = self.line().await?;
@@ -298,6 +326,26 @@ impl Commits {
             at += n;
         }
         Ok(same)
+    }
+
+    /// The id of the regular file the last commit holds at `name` (asked of fast-import).
+    async fn blob(&mut self, name: &str) -> Result<Option<String>, RepoError> {
+        let Some(tip) = self.tip.clone() else {
+            return Ok(None);
+        };
+        let mut ask = format!("ls {tip} ").into_bytes();
+        ask.extend(quoted(name));
+        ask.push(b'\n');
+        self.send(&ask).await?;
+        let entry = self.line().await?;
+        let meta: Vec<&str> = entry
+            .split_once('\t')
+            .map(|(meta, _)| meta.split(' ').collect())
+            .unwrap_or_default();
+        Ok(match meta.as_slice() {
+            ["100644", "blob", id] => Some(id.to_string()),
+            _ => None,
+        })
     }
 
     /// `commit`, `mark`, idents, the message and the parent.

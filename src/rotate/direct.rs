@@ -48,8 +48,27 @@ pub(super) trait Publish {
         message: &str,
     ) -> Result<Option<String>, PinError>;
 
+    /// Removes `rel` in a commit of its own (a federated spoke's old Secret, once nothing
+    /// reads it): the commit, or None when HEAD does not hold it.
+    async fn remove(
+        &self,
+        ctx: &Context,
+        rel: &Path,
+        message: &str,
+    ) -> Result<Option<String>, RemoveError>;
+
     /// After every spoke: push, or say why nothing was.
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished;
+}
+
+/// Why a file was not removed.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum RemoveError {
+    #[error(transparent)]
+    Repo(#[from] RepoError),
+    /// This publisher does not remove files: `why` says what to do instead.
+    #[error("{why}")]
+    Review { why: String },
 }
 
 /// What publishing left for the tick report.
@@ -81,13 +100,14 @@ struct Stream {
 
 impl Direct {
     /// Commits `rels` in the tick's stream (for `spoke`, when one): the paths the tick
-    /// may commit are checked for attributes once, when the stream opens.
+    /// may commit are checked for attributes once, when the stream opens. `remove`: their
+    /// removal, not their contents.
     async fn commit(
         &self,
         ctx: &Context,
         rels: &[&Path],
         message: &str,
-        spoke: Option<&str>,
+        (spoke, remove): (Option<&str>, bool),
     ) -> Result<Option<String>, RepoError> {
         let mut stream = self.stream.lock().await;
         let commits = match &mut stream.open {
@@ -103,7 +123,10 @@ impl Direct {
                 open.insert(ctx.repo.commits(&expected).await?)
             }
         };
-        let made = commits.commit(&ctx.repo, rels, message).await;
+        let made = match remove {
+            true => commits.remove(&ctx.repo, rels, message).await,
+            false => commits.commit(&ctx.repo, rels, message).await,
+        };
         if commits.broken() {
             stream.end(ctx).await;
         } else if let (Ok(Some(_)), Some(name)) = (&made, spoke) {
@@ -160,11 +183,24 @@ impl Publish for Direct {
         message: &str,
     ) -> Result<Option<String>, PinError> {
         ctx.repo.write_atomic(rel, pem)?;
-        let committed = self.commit(ctx, &[rel], message, None).await;
+        let committed = self.commit(ctx, &[rel], message, (None, false)).await;
         if committed.is_err() {
             ctx.repo.discard(rel).await;
         }
         Ok(committed?)
+    }
+
+    async fn remove(
+        &self,
+        ctx: &Context,
+        rel: &Path,
+        message: &str,
+    ) -> Result<Option<String>, RemoveError> {
+        let made = self.commit(ctx, &[rel], message, (None, true)).await?;
+        if made.is_some() {
+            self.committed.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(made)
     }
 
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished {
@@ -242,7 +278,7 @@ async fn commit(
             ctx.repo.write_atomic(&b.rel, &b.bytes).map_err(failed)?;
         }
         match direct
-            .commit(ctx, &rels, &p.message, Some(&spoke.name))
+            .commit(ctx, &rels, &p.message, (Some(&spoke.name), false))
             .await
         {
             Ok(Some(sha)) => Ok(sha),

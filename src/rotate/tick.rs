@@ -89,6 +89,7 @@ async fn run<P: Publish>(
         hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
     };
     let mut worked = work(&tick, &publish, &spokes, files).await;
+    migrate(&tick, &publish, &mut worked).await;
     let published = publish.finish(ctx, opts).await;
     if let Some((spokes, why)) = &published.lost {
         for w in worked.iter_mut().filter(|w| spokes.contains(&w.spoke.name)) {
@@ -111,6 +112,11 @@ async fn run<P: Publish>(
     }
     if pushed {
         revoke_superseded(ctx, &mut worked).await;
+    }
+    for w in &mut worked {
+        if let Some(Ok(old)) = w.old.as_deref() {
+            super::migrate::after_push(&tick, w.spoke, old, pushed, &mut w.report).await;
+        }
     }
     // The reports in place, the observations beside: unzip would copy every report
     // into a second buffer while the first is still held.
@@ -152,13 +158,13 @@ async fn work<'a>(
             });
             let seen = observe::spoke(spoke, snapshot, ctx.probe_timeout).await;
             let result = reconciled(tick, publish, spoke, &seen).await;
+            let old = super::migrate::old(spoke, &ctx.config.spokes, snapshot).await;
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what the alerts read.
             let committing = result.proposal.is_some();
-            (
-                order,
-                Worked::new(spoke, seen.without_ciphertext(committing), result),
-            )
+            let mut w = Worked::new(spoke, seen.without_ciphertext(committing), result);
+            w.old = old.map(Box::new);
+            (order, w)
         })
         .buffer_unordered(opts.concurrency.max(1))
         // The sender is the closure's: it drops with this future once the last spoke is
@@ -250,6 +256,9 @@ struct Worked<'a> {
     report: SpokeReport,
     /// Boxed: most spokes propose nothing, and every slot is as large as the largest.
     proposal: Option<Box<Proposal>>,
+    /// Federated: its old Secret, still committed (or why that file is left alone).
+    /// Boxed, as the proposal.
+    old: Option<Box<Result<super::migrate::Old, super::migrate::Migration>>>,
 }
 
 impl<'a> Worked<'a> {
@@ -259,6 +268,7 @@ impl<'a> Worked<'a> {
             seen: Box::new(seen),
             report: done.report,
             proposal: done.proposal.map(Box::new),
+            old: None,
         }
     }
 
@@ -272,6 +282,22 @@ fn committed<'p>(report: &SpokeReport, proposal: &'p Option<Box<Proposal>>) -> O
     match (&report.outcome, proposal) {
         (Outcome::Rotated { .. }, Some(p)) => Some(&p.manifest),
         _ => None,
+    }
+}
+
+/// Each federated spoke's old Secret judged, and removed where the rule allows, in
+/// configuration order after every spoke's own commit and before the push.
+async fn migrate(tick: &Tick<'_>, publish: &impl Publish, worked: &mut [Worked<'_>]) {
+    let mut tree = None;
+    for w in worked.iter_mut() {
+        let migration = match w.old.as_deref() {
+            None => continue,
+            Some(Err(left)) => left.clone(),
+            Some(Ok(old)) => {
+                super::migrate::step(tick, publish, w.spoke, &w.report, old, &mut tree).await
+            }
+        };
+        w.report.migration = Some(Box::new(migration));
     }
 }
 

@@ -77,6 +77,9 @@ pub struct SpokeReport {
     /// expire, or until the next minted rotation deletes them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub revoke_error: Option<String>,
+    /// Federated, its old Secret still committed: where its removal stands.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub migration: Option<Box<super::migrate::Migration>>,
 }
 
 /// What kind of credential the hub holds for a spoke (`credential` in -o json).

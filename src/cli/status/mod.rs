@@ -184,7 +184,15 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
             _ => (None, None),
         };
         let findings = graded(config, &obs, now);
-        spokes.push(spoke_status(spoke, &obs, &findings, sealed, consumers));
+        let mut status = spoke_status(spoke, &obs, &findings, sealed, consumers);
+        let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
+        for c in consumers::on_old_secret(spoke, &listed) {
+            status.ok = false;
+            status.problems.push(format!(
+                "{c} still reads the old Secret {ns}/{name} (spec.kubeConfig.secretRef): set its spec.kubeConfig to configMapRef: {{name: {name}}}; the Secret goes once none does (docs/federated.md, Migration)"
+            ));
+        }
+        spokes.push(status);
     }
     let hub_down = hub_state.as_ref().is_some_and(|h| !h.reachable);
     let exit_code = if hub_down {

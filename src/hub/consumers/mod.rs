@@ -199,6 +199,21 @@ pub fn wrong_keys(spoke: &SpokeConfig, listed: &Listed) -> Vec<(Consumer, String
         .collect()
 }
 
+/// A federated spoke's listed consumers still on `secretRef` to its name: they read its
+/// old Secret, which goes once none does (docs/federated.md, "Migration").
+pub fn on_old_secret(spoke: &SpokeConfig, listed: &Listed) -> Vec<Consumer> {
+    if spoke.credential.mode != crate::config::CredentialMode::Federated {
+        return Vec::new();
+    }
+    let Some(Ok(all)) = listed.get(&spoke.secret.namespace) else {
+        return Vec::new();
+    };
+    all.iter()
+        .filter(|l| l.secret == spoke.secret.name && !l.config_map)
+        .map(|l| l.consumer.clone())
+        .collect()
+}
+
 /// A spoke's consumers: the configured Kustomization, or those `listed`.
 pub fn of(spoke: &SpokeConfig, listed: &Listed) -> (FoundBy, Result<Vec<Consumer>, Arc<HubError>>) {
     if let Some(k) = &spoke.kustomization {

@@ -195,4 +195,16 @@ fn a_federated_spokes_consumers_reach_it_through_its_configmap_and_a_sealed_spok
     assert_eq!(names(sealed), ["by-secret"]);
     let federated = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\nspokes:\n  - {name: dev, address: 10.0.0.1, credential: {mode: federated, federated: {issuer: \"https://hub\"}}}\n";
     assert_eq!(names(federated), ["by-configmap"]);
+    // What still reads a federated spoke's old Secret; a sealed spoke has none.
+    let old = |text: &str| {
+        let cfg =
+            crate::config::Config::parse(text, "spokekeeper.yaml", std::path::Path::new("/x"))
+                .unwrap_or_else(|e| panic!("{e}"));
+        on_old_secret(&cfg.spokes[0], &listed)
+            .into_iter()
+            .map(|c| c.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(old(federated), ["by-secret"]);
+    assert!(old(sealed).is_empty());
 }

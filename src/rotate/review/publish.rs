@@ -13,7 +13,7 @@ use crate::repo::BranchState;
 use crate::rotate::Outcome;
 use crate::rotate::context::Tick;
 use crate::rotate::context::{Landing, Spoke};
-use crate::rotate::direct::{Finished, Publish};
+use crate::rotate::direct::{Finished, Publish, RemoveError};
 use crate::rotate::error::{ForgeFailure, PinError, ReviewError, SpokeError};
 use crate::rotate::sealing_key::CERT_BRANCH;
 use crate::rotate::tick_report::RepoFailure;
@@ -160,6 +160,21 @@ impl Publish for Review {
             return Err(ReviewError::Unverified(why).into());
         }
         Ok(pushed)
+    }
+
+    /// Not proposed for review yet: said, with what to do instead.
+    async fn remove(
+        &self,
+        _: &Context,
+        rel: &Path,
+        _: &str,
+    ) -> Result<Option<String>, RemoveError> {
+        Err(RemoveError::Review {
+            why: format!(
+                "repo.mode: pull-request: spokekeeper does not propose a file's removal for review yet; every consumer is Ready through the ConfigMap, so remove {} in a pull request of your own",
+                rel.display()
+            ),
+        })
     }
 
     async fn finish(&mut self, ctx: &Context, _: &Options) -> Finished {

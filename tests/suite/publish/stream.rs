@@ -178,3 +178,60 @@ async fn a_refused_file_is_put_back_and_the_stream_goes_on() {
     assert_eq!(files.trim(), "good.yaml");
     consistent(&clones[0]);
 }
+
+/// A federated spoke's old Secret goes in a commit of its own, after the commit that
+/// wrote another file in the same stream: the clone's index and working tree follow, a
+/// second removal makes none, and a stream that broke puts the file back.
+#[tokio::test]
+async fn a_removal_is_a_commit_of_its_own_and_the_clone_follows_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_remote, clones) = fleet_remote(dir.path(), 1);
+    let repo = open(&clones[0]).await;
+    let (old, new) = (
+        Path::new("fluxcd/edge-kubeconfig-sealed.yaml"),
+        Path::new("fluxcd/a.yaml"),
+    );
+    repo.write_atomic(old, SEALED).unwrap();
+    repo.commit(old, "sealed").await.unwrap().unwrap();
+
+    let mut commits = repo.commits(&[old, new]).await.unwrap();
+    repo.write_atomic(new, SEALED).unwrap();
+    let wrote = commits.commit(&repo, &[new], "a").await.unwrap().unwrap();
+    let removed = commits
+        .remove(&repo, &[old], "edge: remove the old Secret")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!clones[0].join(old).exists(), "gone from the working tree");
+    assert_eq!(
+        commits.remove(&repo, &[old], "again").await.unwrap(),
+        None,
+        "the stream's last commit no longer holds it"
+    );
+    commits.finish(&repo).await.unwrap();
+    consistent(&clones[0]);
+    assert_eq!(git(&clones[0], &["rev-parse", "HEAD"]).trim(), removed);
+    assert_eq!(git(&clones[0], &["rev-parse", "HEAD^"]).trim(), wrote);
+    let changed = git(
+        &clones[0],
+        &["show", "--name-status", "--format=%s", "HEAD"],
+    );
+    assert_eq!(
+        changed.trim(),
+        "edge: remove the old Secret\n\nD\tfluxcd/edge-kubeconfig-sealed.yaml"
+    );
+    let listed = git(&clones[0], &["ls-files", "fluxcd"]);
+    assert_eq!(listed.trim(), "fluxcd/a.yaml");
+
+    // A stream dropped after a removal moves nothing; the next sync puts the file back.
+    repo.write_atomic(old, SEALED).unwrap();
+    repo.commit(old, "sealed again").await.unwrap().unwrap();
+    let before = git(&clones[0], &["rev-parse", "HEAD"]);
+    let mut commits = repo.commits(&[old]).await.unwrap();
+    commits.remove(&repo, &[old], "cut").await.unwrap().unwrap();
+    drop(commits);
+    assert_eq!(git(&clones[0], &["rev-parse", "HEAD"]), before);
+    repo.sync().await.unwrap();
+    assert_eq!(std::fs::read(clones[0].join(old)).unwrap(), SEALED);
+    consistent(&clones[0]);
+}
