@@ -59,9 +59,19 @@ impl Committed {
     /// Reads `bytes` as committed at `spoke.output`, a ConfigMap judged against the
     /// spoke's configuration too (its own hub ServiceAccount).
     pub fn parse(spoke: &SpokeConfig, bytes: &[u8]) -> Committed {
+        Committed::parse_at(&spoke.output, own_account(spoke), bytes)
+    }
+
+    /// Reads `bytes` as committed at `path`; a ConfigMap must name `account` as its
+    /// serviceAccountName (None: none).
+    pub fn parse_at(
+        path: &std::path::Path,
+        account: Option<&crate::config::ServiceAccount>,
+        bytes: &[u8],
+    ) -> Committed {
         let invalid = |kind: InvalidKind| {
             Committed::Invalid(Invalid {
-                path: spoke.output.clone(),
+                path: path.to_path_buf(),
                 kind,
             })
         };
@@ -74,7 +84,7 @@ impl Committed {
             Err(e) => return invalid(e.into()),
         };
         if let Output::ConfigMap(remote) = &sealed
-            && let Err(e) = super::federated::written(remote, &recorded, own_account(spoke))
+            && let Err(e) = super::federated::written(remote, &recorded, account)
         {
             return invalid(e);
         }

@@ -88,7 +88,7 @@ fn old_path(spoke: &SpokeConfig, all: &[SpokeConfig]) -> Option<PathBuf> {
 /// Secret's name and namespace and `spokekeeper.io/spoke`; anything else is left alone.
 fn judged(spoke: &SpokeConfig, path: PathBuf, bytes: &[u8]) -> Result<Old, Migration> {
     let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
-    let record = match Committed::parse(&path, bytes) {
+    let record = match Committed::parse_at(&path, None, bytes) {
         Committed::Recorded(r) => r,
         other => {
             let why = other.unreadable().unwrap_or_default();
