@@ -544,8 +544,8 @@ const MINTED_DEPLOYER: &str =
 
 mod federated;
 mod federated_ca;
-mod federated_own;
 mod federated_migrate;
+mod federated_own;
 mod federated_revoke;
 mod minted;
 mod ready;
