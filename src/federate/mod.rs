@@ -10,10 +10,12 @@ pub mod authn;
 pub mod binding;
 pub mod check;
 mod error;
+pub mod issuer;
 
 pub use crate::flux::remote::{Reach, Remote};
 pub use authn::{Trust, Version};
 pub use error::FederateError;
+pub use issuer::IssuerCas;
 
 /// The audience a spoke trusts hub tokens for, per audience generation: generation 0 is
 /// the spoke's API server URL (what Flux's generic provider asks for when `audiences` is
@@ -37,23 +39,39 @@ pub fn audience_at(audience: &str, generation: u64) -> String {
     self::audience(server, generation)
 }
 
-/// What the spoke's file says of the hub, as configured: a change rewrites it.
+/// What the spoke's file says of the hub, as configured, with the content of its issuer
+/// CA files as `cas` read them: a change of either rewrites it.
 pub fn trust_fingerprint(
     policy: &crate::config::FederatedPolicy,
+    cas: &IssuerCas,
 ) -> crate::fingerprint::Fingerprint<crate::fingerprint::Content> {
     let accounts: Vec<String> = policy
         .service_accounts
         .iter()
         .map(ToString::to_string)
         .collect();
-    let canonical = serde_json::json!({
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let content = |p: &Option<std::path::PathBuf>| p.as_deref().map(|p| cas.content(p));
+    let mut canonical = serde_json::json!({
         "issuer": policy.issuer,
         "discovery": policy.discovery(),
-        "issuer_ca": policy.issuer_ca.as_ref().map(|p| p.display().to_string()),
+        "issuer_ca": path(&policy.issuer_ca),
         "accounts": accounts,
         "check_as": policy.check_as.to_string(),
         "prefix": policy.username_prefix,
     });
+    // Added only when there is one: a spoke without either keeps its fingerprint.
+    if policy.issuer_ca.is_some() {
+        canonical["issuer_ca_content"] = content(&policy.issuer_ca).into();
+    }
+    if let Some(n) = &policy.next {
+        canonical["next"] = serde_json::json!({
+            "issuer": n.issuer,
+            "discovery": n.discovery(),
+            "issuer_ca": path(&n.issuer_ca),
+            "issuer_ca_content": content(&n.issuer_ca),
+        });
+    }
     crate::fingerprint::Fingerprint::of(canonical.to_string().as_bytes())
 }
 

@@ -77,6 +77,13 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
+    // Each issuer CA file read once, whatever the spokes.
+    let federated = || {
+        spokes
+            .iter()
+            .filter_map(|s| s.credential.federated.as_ref())
+    };
+    let issuer_cas = crate::federate::IssuerCas::read(federated());
     let now = OffsetDateTime::now_utc();
     let tick = Tick {
         context: ctx,
@@ -87,6 +94,7 @@ async fn run<P: Publish>(
         landing: publish.landing(),
         listed: &listed,
         hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
+        issuer_cas: &issuer_cas,
     };
     let mut worked = work(&tick, &publish, &spokes, files).await;
     let published = publish.finish(ctx, opts).await;
