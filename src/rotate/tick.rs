@@ -77,7 +77,7 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
-    // Each issuer CA file read once, whatever the spokes.
+    // Each issuer CA file read once, each issuer looked at once, whatever the spokes.
     let federated = || {
         spokes
             .iter()
@@ -96,7 +96,8 @@ async fn run<P: Publish>(
         hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
         issuer_cas: &issuer_cas,
     };
-    let mut worked = work(&tick, &publish, &spokes, files).await;
+    let looked = crate::federate::issuer::look_all(federated(), &issuer_cas, ctx.live_timeout);
+    let (mut worked, issuers) = futures::join!(work(&tick, &publish, &spokes, files), looked);
     let published = publish.finish(ctx, opts).await;
     if let Some((spokes, why)) = &published.lost {
         for w in worked.iter_mut().filter(|w| spokes.contains(&w.spoke.name)) {
@@ -137,6 +138,10 @@ async fn run<P: Publish>(
         sealing: cert.cloned(),
         sealing_key: sealing.cloned(),
         observed,
+        issuers: crate::federate::issuer::Looked {
+            cas: issuer_cas,
+            seen: issuers,
+        },
     })
 }
 

@@ -89,7 +89,7 @@ fn a_next_issuer_changes_the_fingerprint_and_a_policy_without_one_keeps_its_old_
 }
 
 #[test]
-fn each_ca_file_is_read_once_and_a_missing_one_is_named() {
+fn each_ca_file_is_read_once_and_the_probe_is_aimed_at_the_discovery_urls_origin() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.pem"), ca_pem()).unwrap();
     let p = policy(
@@ -102,4 +102,13 @@ fn each_ca_file_is_read_once_and_a_missing_one_is_named() {
     // b.pem is missing: the next issuer's trust cannot be written, saying which file.
     let e = cas.pem(&dir.path().join("b.pem")).unwrap_err().to_string();
     assert!(e.contains("b.pem"), "{e}");
+    assert_eq!(
+        origin("https://hub.example/.well-known/openid-configuration").as_deref(),
+        Some("https://hub.example:443")
+    );
+    assert_eq!(
+        origin("https://[fd00::1]:6443/x").as_deref(),
+        Some("https://[fd00::1]:6443")
+    );
+    assert_eq!(origin("not a url"), None);
 }
