@@ -125,6 +125,13 @@ impl RealFlux {
         RealFlux::launch(n, signers, extra, intervals, Format::SealedSecrets, edit)
     }
 
+    /// [`Format::Federated`], kustomize- and helm-controller run with `flux_args` too.
+    pub fn start_federated_with(n: usize, extra: &str, flux_args: &[&str]) -> RealFlux {
+        let args = flux_args.iter().map(|a| a.to_string()).collect();
+        let format = Format::Federated;
+        RealFlux::launch_with(n, false, extra, Intervals::TESTS, format, |_| {}, args)
+    }
+
     /// The stack in `format`, the layout reconciling every `intervals`, `edit` run on the
     /// seed clone before the layout is pushed.
     pub fn launch(
@@ -134,6 +141,19 @@ impl RealFlux {
         intervals: Intervals,
         format: Format,
         edit: impl FnOnce(&Path),
+    ) -> RealFlux {
+        RealFlux::launch_with(n, signers, extra, intervals, format, edit, Vec::new())
+    }
+
+    /// [`RealFlux::launch`], kustomize- and helm-controller run with `flux_args` too.
+    fn launch_with(
+        n: usize,
+        signers: bool,
+        extra: &str,
+        intervals: Intervals,
+        format: Format,
+        edit: impl FnOnce(&Path),
+        flux_args: Vec<String>,
     ) -> RealFlux {
         let federated = format == Format::Federated;
         let hub = RealHub::start(&HubOptions {
@@ -200,6 +220,7 @@ impl RealFlux {
             &hub,
             &FluxOptions {
                 pod_identity: federated,
+                args: flux_args,
                 ..FluxOptions::default()
             },
         );
