@@ -71,6 +71,12 @@ pub enum Subject {
     Review,
     /// How the fleet repo's Flux objects deploy to the spoke (`check` only).
     Flux,
+    /// Federated: the hub's issuer the spoke trusts, as fetched from spokekeeper (the
+    /// certificate serving its discovery URL, its document and keys).
+    Issuer,
+    /// Federated: `credential.federated.next`, and whether the spoke's file trusts it.
+    #[serde(rename = "next-issuer")]
+    NextIssuer,
 }
 
 impl Subject {
@@ -86,13 +92,20 @@ impl Subject {
             Subject::Hub => "hub",
             Subject::Review => "review",
             Subject::Flux => "flux",
+            Subject::Issuer => "issuer",
+            Subject::NextIssuer => "next-issuer",
         }
     }
 
     pub(crate) fn is_cert(self) -> bool {
         matches!(
             self,
-            Subject::Client | Subject::Ca | Subject::Serving | Subject::Sealing
+            Subject::Client
+                | Subject::Ca
+                | Subject::Serving
+                | Subject::Sealing
+                | Subject::Issuer
+                | Subject::NextIssuer
         )
     }
 
@@ -108,6 +121,8 @@ impl Subject {
             Subject::Hub => "hub",
             Subject::Review => "pull request",
             Subject::Flux => "Flux layout",
+            Subject::Issuer => "issuer",
+            Subject::NextIssuer => "next issuer",
         }
     }
 }
@@ -133,6 +148,10 @@ pub enum AlertName {
     SealingCertUntrusted,
     #[serde(rename = "SpokekeeperRecipientsChanged")]
     RecipientsChanged,
+    #[serde(rename = "SpokekeeperIssuerUnreachable")]
+    IssuerUnreachable,
+    #[serde(rename = "SpokekeeperNextIssuerNotTrusted")]
+    NextIssuerNotTrusted,
 }
 
 impl AlertName {
@@ -147,6 +166,8 @@ impl AlertName {
             AlertName::ReviewPending => "SpokekeeperReviewPending",
             AlertName::SealingCertUntrusted => "SpokekeeperSealingCertUntrusted",
             AlertName::RecipientsChanged => "SpokekeeperRecipientsChanged",
+            AlertName::IssuerUnreachable => "SpokekeeperIssuerUnreachable",
+            AlertName::NextIssuerNotTrusted => "SpokekeeperNextIssuerNotTrusted",
         }
     }
 }

@@ -194,6 +194,7 @@ fn advice(subject: Subject, spoke: &str) -> String {
             "Rotate the cluster CA on the spoke (k3s: `k3s certificate rotate-ca`); spokekeeper sees the new CA and commits a fresh kubeconfig for {spoke}."
         ),
         Subject::Serving => "Renew the API server's serving certificate on the node (k3s renews it on restart within 120 days of expiry).".into(),
+        Subject::Issuer | Subject::NextIssuer => "Renew the certificate serving the hub issuer's discovery URL (and keep credential.federated.issuer_ca verifying it): once it expires, the spoke's API server cannot fetch the issuer's keys, and refuses the hub's tokens when the keys change or it restarts.".into(),
         _ => "Fetch the controller's current certificate (`kubeseal --fetch-cert`) into sealing.cert; spokekeeper then re-seals every spoke to it.".into(),
     }
 }

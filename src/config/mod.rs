@@ -54,7 +54,7 @@ mod types;
 pub use alerts::AlertsConfig;
 pub use credential::{CredentialMode, CredentialPolicy};
 pub use edit::{NewSpoke, add_spoke, spoke_entry};
-pub use federated::{FederatedPolicy, NO_ISSUER, ServiceAccount};
+pub use federated::{FederatedPolicy, NO_ISSUER, NextIssuer, ServiceAccount};
 pub use hub::{
     ControllerRef, DEFAULT_CONTROLLER_NAME, DEFAULT_CONTROLLER_NAMESPACE, DEFAULT_VERIFY_TIMEOUT,
     HubConfig,

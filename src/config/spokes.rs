@@ -184,6 +184,9 @@ fn spoke(
     .map_err(|r| l.bad(&r.key, r.message))?;
     if let Some(f) = credential.federated.as_mut() {
         f.issuer_ca = f.issuer_ca.as_deref().map(|p| l.resolve(p));
+        if let Some(n) = f.next.as_mut() {
+            n.issuer_ca = n.issuer_ca.as_deref().map(|p| l.resolve(p));
+        }
     }
     // A federated spoke's file is a ConfigMap, nothing sealed: named for what it is.
     let output = s.output.unwrap_or_else(|| match credential.mode {

@@ -227,6 +227,7 @@ impl Ticker {
                 let now = SystemTime::now();
                 // Together, with no await between: a scrape sees one tick's series.
                 self.metrics.observe_tick(&report, took, now);
+                self.issuers(&ctx, &report);
                 if let Some(key) = &report.sealing_key {
                     self.metrics.set_sealing_not_after(key.not_after());
                 }
@@ -264,6 +265,17 @@ impl Ticker {
         }
     }
 
+    /// The hub's issuers as the tick fetched them, and how many spokes trust the next
+    /// one: said in the log each tick, and as metrics.
+    fn issuers(&self, ctx: &rotate::Context, report: &TickReport) {
+        let spokes = &ctx.config.spokes;
+        let next = alerts::next_trust(spokes, &report.observed, &report.issuers);
+        for n in &next {
+            tracing::info!(issuer = %n.issuer, trusting = n.trusting, of = n.of, "{}", n.line());
+        }
+        self.metrics.observe_issuers(&report.issuers.seen, &next);
+    }
+
     /// Grades every spoke's certificates and tells the sinks. A failing sink is logged,
     /// never fails the tick.
     async fn alert(&mut self, ctx: &rotate::Context, report: &TickReport) -> Vec<alerts::Finding> {
@@ -278,13 +290,20 @@ impl Ticker {
             _ => None,
         };
         let now = time::OffsetDateTime::now_utc();
-        let findings = alerts::evaluate(
+        let mut findings = alerts::evaluate(
             &ctx.config.alerts,
             &report.observed,
             sealing.as_ref(),
             now,
             Some(report),
         );
+        findings.extend(alerts::issuers(
+            &ctx.config.alerts,
+            &ctx.config.spokes,
+            &report.observed,
+            &report.issuers,
+            now,
+        ));
         // The new leader tells them; two replicas must not contradict each other. The
         // gate is asked before each sink, and the sends end with the tenure.
         let gate = self.gate.clone();

@@ -20,6 +20,9 @@ pub enum FederateError {
     NoHub,
     #[error("credential.federated.issuer_ca {path}: {why}")]
     IssuerCa { path: String, why: String },
+    /// An [`FederateError::IssuerCa`] the tick read, as it said it.
+    #[error("{0}")]
+    IssuerCaRead(String),
     #[error(transparent)]
     TooOld(#[from] super::authn::TooOld),
     /// The hub refused or failed the TokenRequest.
@@ -35,7 +38,7 @@ pub enum FederateError {
     #[error("the hub's token for {account} cannot be read: {why}")]
     TokenUnreadable { account: String, why: &'static str },
     #[error(
-        "the hub issues tokens as {found} but credential.federated.issuer is {configured}: set it to {found} (the hub's --service-account-issuer)"
+        "the hub issues tokens as {found} but credential.federated.issuer is {configured}: set it to {found} (the hub's first --service-account-issuer)"
     )]
     WrongIssuer { found: String, configured: String },
     #[error(

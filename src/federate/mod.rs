@@ -10,10 +10,12 @@ pub mod authn;
 pub mod binding;
 pub mod check;
 mod error;
+pub mod issuer;
 
 pub use crate::flux::remote::{Reach, Remote};
 pub use authn::{Trust, Version};
 pub use error::FederateError;
+pub use issuer::IssuerCas;
 
 /// The audience a spoke trusts hub tokens for, per audience generation: generation 0 is
 /// the spoke's API server URL (what Flux's generic provider asks for when `audiences` is
@@ -37,19 +39,23 @@ pub fn audience_at(audience: &str, generation: u64) -> String {
     self::audience(server, generation)
 }
 
-/// What the spoke's file says of the hub, as configured: a change rewrites it.
+/// What the spoke's file says of the hub, as configured, with the content of its issuer
+/// CA files as `cas` read them: a change of either rewrites it.
 pub fn trust_fingerprint(
     policy: &crate::config::FederatedPolicy,
+    cas: &IssuerCas,
 ) -> crate::fingerprint::Fingerprint<crate::fingerprint::Content> {
     let accounts: Vec<String> = policy
         .service_accounts
         .iter()
         .map(ToString::to_string)
         .collect();
+    let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.display().to_string());
+    let content = |p: &Option<std::path::PathBuf>| p.as_deref().map(|p| cas.content(p));
     let mut canonical = serde_json::json!({
         "issuer": policy.issuer,
         "discovery": policy.discovery(),
-        "issuer_ca": policy.issuer_ca.as_ref().map(|p| p.display().to_string()),
+        "issuer_ca": path(&policy.issuer_ca),
         "accounts": accounts,
         "check_as": policy.check_as.to_string(),
         "prefix": policy.username_prefix,
@@ -57,6 +63,18 @@ pub fn trust_fingerprint(
     // Only when set: every spoke without one keeps the fingerprint it was committed with.
     if let Some(own) = &policy.own_account {
         canonical["own_account"] = own.to_string().into();
+    }
+    // Added only when there is one: a spoke without either keeps its fingerprint.
+    if policy.issuer_ca.is_some() {
+        canonical["issuer_ca_content"] = content(&policy.issuer_ca).into();
+    }
+    if let Some(n) = &policy.next {
+        canonical["next"] = serde_json::json!({
+            "issuer": n.issuer,
+            "discovery": n.discovery(),
+            "issuer_ca": path(&n.issuer_ca),
+            "issuer_ca_content": content(&n.issuer_ca),
+        });
     }
     crate::fingerprint::Fingerprint::of(canonical.to_string().as_bytes())
 }
@@ -69,7 +87,8 @@ mod tests {
         let config = crate::config::Config::parse(text, "t.yaml", std::path::Path::new("/x"))
             .expect("the configuration");
         let mut policy = config.spokes[0].credential.federated.clone().unwrap();
-        let before = super::trust_fingerprint(&policy);
+        let cas = super::issuer::IssuerCas::read([&policy]);
+        let before = super::trust_fingerprint(&policy, &cas);
         // What every spoke committed before own accounts existed is still what it is.
         let canonical = serde_json::json!({
             "issuer": "https://hub",
@@ -82,7 +101,7 @@ mod tests {
         let unchanged = crate::fingerprint::Fingerprint::of(canonical.to_string().as_bytes());
         assert_eq!(before, unchanged);
         policy.own_account = Some(policy.service_accounts[0].clone());
-        assert_ne!(super::trust_fingerprint(&policy), before);
+        assert_ne!(super::trust_fingerprint(&policy, &cas), before);
     }
 
     #[test]

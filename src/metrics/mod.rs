@@ -20,6 +20,8 @@ use time::OffsetDateTime;
 
 use crate::rotate::{Outcome, Reason, TickReport};
 
+mod issuer;
+
 /// What `/metrics` answers with (prometheus-client writes OpenMetrics text).
 pub(crate) const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
@@ -152,6 +154,7 @@ pub struct Metrics {
     hub_ready: Family<SpokeLabels, Gauge>,
     pending_review: Family<SpokeLabels, Gauge>,
     pending_review_age: Family<SpokeLabels, Gauge>,
+    issuers: issuer::IssuerMetrics,
 }
 
 impl Default for Metrics {
@@ -182,10 +185,12 @@ impl Metrics {
             hub_ready: Family::default(),
             pending_review: Family::default(),
             pending_review_age: Family::default(),
+            issuers: issuer::IssuerMetrics::default(),
             registry: Registry::default(),
         };
         m.register_credentials(&mut registry);
         m.register_ticks_and_hub(&mut registry);
+        m.issuers.register(&mut registry);
         Metrics { registry, ..m }
     }
 
@@ -295,6 +300,7 @@ impl Metrics {
         self.pending_review_age.clear();
         self.hub_synced.clear();
         self.hub_ready.clear();
+        self.issuers.clear();
         self.last_rotation.clear();
         self.last_reason
             .lock()
@@ -450,6 +456,16 @@ impl Metrics {
                 stage,
             })
             .inc();
+    }
+
+    /// The hub's issuers as the last tick fetched them, and how many spokes trust the
+    /// next one.
+    pub fn observe_issuers(
+        &self,
+        seen: &[crate::federate::issuer::Seen],
+        next: &[crate::federate::issuer::NextTrust],
+    ) {
+        self.issuers.observe(seen, next);
     }
 
     /// A certificate's notAfter that the tick report does not carry (the serving

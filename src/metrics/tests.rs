@@ -137,6 +137,7 @@ fn hub_verification_becomes_series() {
         }),
         sealing_key: None,
         observed: Vec::new(),
+        issuers: Default::default(),
     };
     m.observe_tick(&report, Duration::from_secs(1), SystemTime::now());
     let text = m.encode().unwrap();
@@ -283,6 +284,7 @@ fn three_spokes_ticked(m: &Metrics) {
         }),
         sealing_key: None,
         observed: Vec::new(),
+        issuers: Default::default(),
     };
     m.observe_tick(
         &report,

@@ -224,4 +224,6 @@ pub(super) struct Tick<'a> {
     pub listed: &'a crate::hub::consumers::Listed,
     /// The tick's hub client, when `hub:` is configured and it connected.
     pub hub: Option<&'a crate::hub::Hub>,
+    /// The issuer CA files of federated spokes, read once this tick.
+    pub issuer_cas: &'a crate::federate::IssuerCas,
 }

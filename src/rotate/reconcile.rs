@@ -118,6 +118,11 @@ pub(super) fn policy(
         verify_due,
         roots_seen: roots_seen(context, spoke, seen),
         trust_refused: None,
+        trust_sha256: spoke
+            .credential
+            .federated
+            .as_ref()
+            .map(|p| crate::federate::trust_fingerprint(p, tick.issuer_cas)),
     }
 }
 

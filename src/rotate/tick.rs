@@ -39,6 +39,15 @@ pub async fn tick(ctx: &Context, opts: &Options) -> Result<TickReport, crate::re
     }
 }
 
+/// The spokes a tick is for: every one, or those named.
+fn chosen<'a>(ctx: &'a Context, opts: &Options) -> Vec<&'a SpokeConfig> {
+    ctx.config
+        .spokes
+        .iter()
+        .filter(|s| opts.only.is_empty() || opts.only.contains(&s.name))
+        .collect()
+}
+
 async fn run<P: Publish>(
     ctx: &Context,
     opts: &Options,
@@ -60,12 +69,7 @@ async fn run<P: Publish>(
         Some((key, cert)) => (Some(key), Some(cert)),
         None => (None, None),
     };
-    let spokes: Vec<&SpokeConfig> = ctx
-        .config
-        .spokes
-        .iter()
-        .filter(|s| opts.only.is_empty() || opts.only.contains(&s.name))
-        .collect();
+    let spokes = chosen(ctx, opts);
     opts.progress.emit(Step::Start {
         total: spokes.len(),
     });
@@ -77,6 +81,13 @@ async fn run<P: Publish>(
         }
         _ => Listed::new(),
     };
+    // Each issuer CA file read once, each issuer looked at once, whatever the spokes.
+    let federated = || {
+        spokes
+            .iter()
+            .filter_map(|s| s.credential.federated.as_ref())
+    };
+    let issuer_cas = crate::federate::IssuerCas::read(federated());
     let now = OffsetDateTime::now_utc();
     let tick = Tick {
         context: ctx,
@@ -87,8 +98,10 @@ async fn run<P: Publish>(
         landing: publish.landing(),
         listed: &listed,
         hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
+        issuer_cas: &issuer_cas,
     };
-    let mut worked = work(&tick, &publish, &spokes, files).await;
+    let looked = crate::federate::issuer::look_all(federated(), &issuer_cas, ctx.live_timeout);
+    let (mut worked, issuers) = futures::join!(work(&tick, &publish, &spokes, files), looked);
     migrate(&tick, &publish, &mut worked).await;
     let published = publish.finish(ctx, opts).await;
     if let Some((spokes, why)) = &published.lost {
@@ -135,6 +148,10 @@ async fn run<P: Publish>(
         sealing: cert.cloned(),
         sealing_key: sealing.cloned(),
         observed,
+        issuers: crate::federate::issuer::Looked {
+            cas: issuer_cas,
+            seen: issuers,
+        },
     })
 }
 

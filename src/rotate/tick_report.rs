@@ -153,6 +153,10 @@ pub struct TickReport {
     /// them), without ciphertext.
     #[serde(skip)]
     pub observed: Vec<Observation>,
+    /// Each issuer federated spokes trust, as fetched from here this tick (the alerts
+    /// grade them).
+    #[serde(skip)]
+    pub issuers: crate::federate::issuer::Looked,
 }
 
 impl TickReport {

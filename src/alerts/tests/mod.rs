@@ -395,6 +395,7 @@ fn a_failed_tick_is_rotation_failing_and_a_good_one_is_ok() {
         sealing: None,
         sealing_key: None,
         observed: Vec::new(),
+        issuers: Default::default(),
     };
     let fs = evaluate(
         &cfg(),

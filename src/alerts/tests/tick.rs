@@ -45,6 +45,7 @@ fn a_stuck_sealed_secret_raises_hub_not_ready() {
         sealing: None,
         sealing_key: None,
         observed: Vec::new(),
+        issuers: Default::default(),
     };
     let findings = with_tick(&[obs], &tick);
     let hub: Vec<_> = findings
@@ -231,6 +232,7 @@ fn a_pending_review_warns_and_alerts_once_a_broken_credential_waited_too_long() 
         sealing: None,
         sealing_key: None,
         observed: Vec::new(),
+        issuers: Default::default(),
     };
     let review = |obs: &Observation, secs| {
         evaluate(

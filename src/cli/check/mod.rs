@@ -92,15 +92,16 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
             .await
             .map_err(|e| format!("repo.path: {e}"))?;
         let untrusted = untrusted_sealing(&config, &repo, now).await;
+        let issuers = issuers(&config, &args.spokes, args.probe_timeout.0).await;
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();
         let reviews = match config.repo.mode {
             RepoMode::PullRequest => Some(review::open_reviews(&config, &repo, &names).await),
             RepoMode::Direct => None,
         };
-        Ok::<_, String>((seen, reviews, untrusted))
+        Ok::<_, String>((seen, reviews, untrusted, issuers))
     });
-    let (seen, reviews, untrusted) = match seen {
+    let (seen, reviews, untrusted, issuers) = match seen {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };
@@ -111,6 +112,7 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         now,
         reviews.as_ref(),
     );
+    findings.extend(federated(&config, &seen, &issuers, now));
     if let Some(u) = &untrusted {
         // The table's line is short; the whole story and the fix go to stderr.
         eprintln!("spokekeeper check: CRITICAL: {}", u.error);
@@ -153,6 +155,38 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
     };
     print(format, &report, &table(&report, seen.len()));
     ExitCode::from(status.exit_code())
+}
+
+/// The issuers the selected federated spokes trust, each fetched once.
+async fn issuers(
+    config: &Config,
+    only: &[String],
+    limit: std::time::Duration,
+) -> spokekeeper::federate::issuer::Looked {
+    let policies = || {
+        config
+            .spokes
+            .iter()
+            .filter(|s| only.is_empty() || only.contains(&s.name))
+            .filter_map(|s| s.credential.federated.as_ref())
+    };
+    let cas = spokekeeper::federate::IssuerCas::read(policies());
+    let seen = spokekeeper::federate::issuer::look_all(policies(), &cas, limit).await;
+    spokekeeper::federate::issuer::Looked { cas, seen }
+}
+
+/// The federated spokes' issuer findings, as the daemon grades them; how many spokes
+/// trust a next issuer, on stderr.
+fn federated(
+    config: &Config,
+    seen: &[observe::Observation],
+    issuers: &spokekeeper::federate::issuer::Looked,
+    now: OffsetDateTime,
+) -> Vec<Finding> {
+    for n in alerts::next_trust(&config.spokes, seen, issuers) {
+        eprintln!("spokekeeper check: {}", n.line());
+    }
+    alerts::issuers(&config.alerts, &config.spokes, seen, issuers, now)
 }
 
 /// Whether a tick would refuse to seal to sealing.cert, judged offline by the daemon's

@@ -28,6 +28,17 @@ pub(crate) struct RawFederated {
     service_account_name: Option<String>,
     check_as: Option<String>,
     username_prefix: Option<String>,
+    next: Option<RawNext>,
+}
+
+/// `credential.federated.next:`, the issuer the hub will sign as next, as a whole (the
+/// spoke's over the global one).
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawNext {
+    issuer: Option<String>,
+    discovery_url: Option<String>,
+    issuer_ca: Option<PathBuf>,
 }
 
 /// A refused value: its key (for the line) and the message, which starts with it.
@@ -87,17 +98,48 @@ pub struct FederatedPolicy {
     pub check_as: ServiceAccount,
     /// Before every hub identity's user on the spoke; `{hub}` filled in.
     pub username_prefix: String,
+    /// The issuer the hub will sign as next, trusted beside `issuer` while it is set.
+    pub next: Option<NextIssuer>,
+}
+
+/// `credential.federated.next`: a second issuer every spoke's file trusts alike (same
+/// audience, claim rule and prefix), so the hub can switch to it without a gap.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NextIssuer {
+    pub issuer: String,
+    pub discovery_url: Option<String>,
+    /// PEM file verifying its discovery and JWKS (None: the spokes' system roots);
+    /// `credential.federated.issuer_ca` unless set.
+    pub issuer_ca: Option<PathBuf>,
+}
+
+impl NextIssuer {
+    /// Its discovery document's URL as the spoke fetches it.
+    pub fn discovery(&self) -> String {
+        discovery(&self.issuer, self.discovery_url.as_deref())
+    }
+}
+
+fn discovery(issuer: &str, discovery_url: Option<&str>) -> String {
+    discovery_url.map(str::to_string).unwrap_or_else(|| {
+        format!(
+            "{}/.well-known/openid-configuration",
+            issuer.trim_end_matches('/')
+        )
+    })
 }
 
 impl FederatedPolicy {
     /// The discovery document's URL as the spoke fetches it.
     pub fn discovery(&self) -> String {
-        self.discovery_url.clone().unwrap_or_else(|| {
-            format!(
-                "{}/.well-known/openid-configuration",
-                self.issuer.trim_end_matches('/')
-            )
-        })
+        discovery(&self.issuer, self.discovery_url.as_deref())
+    }
+
+    /// Every issuer the spoke's file trusts: `issuer`, then `next` if set.
+    pub fn issuers(&self) -> Vec<&str> {
+        let mut all = vec![self.issuer.as_str()];
+        all.extend(self.next.as_ref().map(|n| n.issuer.as_str()));
+        all
     }
 }
 
@@ -173,14 +215,27 @@ pub(super) fn resolve(
     if let Some(why) = prefix_problem(&username_prefix) {
         return Err(refuse("username_prefix", prefix_own, why));
     }
+    let issuer_ca = s.issuer_ca.clone().or(g.issuer_ca.clone());
+    let discovery_url = discovery_url.map(|(d, _)| d);
+    let after = (issuer.as_str(), discovery_url.as_deref());
+    let next = match s
+        .next
+        .as_ref()
+        .map(|n| (n, true))
+        .or(g.next.as_ref().map(|n| (n, false)))
+    {
+        Some((n, own)) => Some(next(n, after, issuer_ca.as_ref(), &key("next", own))?),
+        None => None,
+    };
     Ok(FederatedPolicy {
         issuer,
-        discovery_url: discovery_url.map(|(d, _)| d),
-        issuer_ca: s.issuer_ca.clone().or(g.issuer_ca.clone()),
+        discovery_url,
+        issuer_ca,
         service_accounts,
         own_account,
         check_as,
         username_prefix,
+        next,
     })
 }
 
@@ -225,6 +280,70 @@ fn accounts(
         };
         return Ok((vec![account.clone()], Some(account)));
     }
+    Ok((service_accounts(s, g, refuse)?, None))
+}
+
+/// `next` (written at `at`), checked against the `issuer` (and its `discovery_url`) it
+/// is to follow: the API server refuses a file naming either twice.
+fn next(
+    raw: &RawNext,
+    (issuer, discovery_url): (&str, Option<&str>),
+    issuer_ca: Option<&PathBuf>,
+    at: &str,
+) -> Result<NextIssuer, Bad> {
+    let refuse = |field: &str, why: String| Bad {
+        key: format!("{at}.{field}"),
+        message: format!("{at}.{field} {why}"),
+    };
+    let Some(next) = raw.issuer.clone() else {
+        return Err(Bad {
+            key: at.to_string(),
+            message: format!(
+                "{at} has no issuer: set {at}.issuer to the issuer the hub will sign as next, or remove {at}"
+            ),
+        });
+    };
+    if let Some(why) = https_problem(&next) {
+        return Err(refuse("issuer", why));
+    }
+    if next.trim_end_matches('/') == issuer.trim_end_matches('/') {
+        return Err(refuse(
+            "issuer",
+            format!(
+                "is the issuer itself ({issuer}): once the hub signs as it and it is promoted to issuer, remove {at}"
+            ),
+        ));
+    }
+    if let Some(d) = &raw.discovery_url {
+        if let Some(why) = https_problem(d) {
+            return Err(refuse("discovery_url", why));
+        }
+        if d.trim_end_matches('/') == next.trim_end_matches('/') {
+            return Err(refuse(
+                "discovery_url",
+                "is the issuer itself: leave it unset to fetch {issuer}/.well-known/openid-configuration, or give the full URL of the discovery document".into(),
+            ));
+        }
+        if discovery_url == Some(d.as_str()) {
+            return Err(refuse(
+                "discovery_url",
+                "is credential.federated.discovery_url too: one discovery document names one issuer, and the API server refuses a file naming a discovery URL twice; serve the next issuer's document at a URL of its own".into(),
+            ));
+        }
+    }
+    Ok(NextIssuer {
+        issuer: next,
+        discovery_url: raw.discovery_url.clone(),
+        issuer_ca: raw.issuer_ca.clone().or(issuer_ca.cloned()),
+    })
+}
+
+/// `service_accounts`, the spoke's or the global one or the default, parsed.
+fn service_accounts(
+    s: &RawFederated,
+    g: &RawFederated,
+    refuse: &dyn Fn(&str, bool, String) -> Bad,
+) -> Result<Vec<ServiceAccount>, Bad> {
     let accounts_own = s.service_accounts.is_some();
     let accounts: Vec<String> = s
         .service_accounts
@@ -238,14 +357,13 @@ fn accounts(
             "must list 1 to 16 hub ServiceAccounts as NAMESPACE/NAME (default: flux-system/kustomize-controller and flux-system/helm-controller)".into(),
         ));
     }
-    let service_accounts = accounts
+    accounts
         .iter()
         .map(|a| {
             ServiceAccount::parse(a)
                 .ok_or_else(|| refuse("service_accounts", accounts_own, account_format(a)))
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok((service_accounts, None))
+        .collect()
 }
 
 fn account_format(a: &str) -> String {

@@ -222,3 +222,79 @@ fn an_own_hub_account_beside_a_list_shared_or_badly_named_is_refused() {
         ],
     );
 }
+
+#[test]
+fn a_next_issuer_is_trusted_beside_the_issuer_with_the_issuers_ca_unless_its_own() {
+    let text = format!(
+        "{HEAD}credential:\n  federated:\n    issuer: \"https://old.example\"\n    issuer_ca: ca.pem\n    next: {{issuer: \"https://new.example\"}}\n\
+         spokes:\n- name: dev\n  address: 10.0.0.5\n  credential: {{mode: federated}}\n\
+         - name: own\n  address: 10.0.0.6\n  credential: {{mode: federated, federated: {{next: {{issuer: \"https://other.example\", discovery_url: \"https://10.0.0.1/doc\", issuer_ca: other.pem}}}}}}\n"
+    );
+    let c = parse(&text).unwrap();
+    let f = c.spokes[0].credential.federated.clone().unwrap();
+    let next = f.next.clone().unwrap();
+    assert_eq!(next.issuer, "https://new.example");
+    assert_eq!(next.issuer_ca, Some("/etc/sk/ca.pem".into()));
+    assert_eq!(
+        next.discovery(),
+        "https://new.example/.well-known/openid-configuration"
+    );
+    assert_eq!(f.issuers(), ["https://old.example", "https://new.example"]);
+    // The spoke's next replaces the global one whole.
+    let own = c.spokes[1]
+        .credential
+        .federated
+        .clone()
+        .unwrap()
+        .next
+        .unwrap();
+    assert_eq!(own.issuer, "https://other.example");
+    assert_eq!(own.discovery(), "https://10.0.0.1/doc");
+    assert_eq!(own.issuer_ca, Some("/etc/sk/other.pem".into()));
+    // Without next, the file trusts the issuer alone.
+    let one = parse(&spoke(
+        "{mode: federated, federated: {issuer: \"https://hub\"}}",
+    ))
+    .unwrap();
+    let one = one.spokes[0].credential.federated.clone().unwrap();
+    assert_eq!((&one.next, one.issuers()), (&None, vec!["https://hub"]));
+}
+
+#[test]
+fn a_bad_next_issuer_is_refused_naming_the_key_and_the_fix() {
+    let with = |next: &str| {
+        spoke(&format!(
+            "{{mode: federated, federated: {{issuer: \"https://hub\", discovery_url: \"https://10.0.0.1/doc\", next: {next}}}}}"
+        ))
+    };
+    refused(
+        &with("{discovery_url: \"https://10.0.0.2/doc\"}"),
+        &[
+            "spokes[0].credential.federated.next has no issuer",
+            "or remove spokes[0].credential.federated.next",
+        ],
+    );
+    refused(
+        &with("{issuer: \"http://new\"}"),
+        &["spokes[0].credential.federated.next.issuer", "is not https"],
+    );
+    refused(
+        &with("{issuer: \"https://hub/\"}"),
+        &[
+            "next.issuer is the issuer itself",
+            "remove spokes[0].credential.federated.next",
+        ],
+    );
+    refused(
+        &with("{issuer: \"https://new\", discovery_url: \"https://10.0.0.1/doc\"}"),
+        &["next.discovery_url is credential.federated.discovery_url too"],
+    );
+    refused(
+        &with("{issuer: \"https://new\", discovery_url: \"https://new\"}"),
+        &["next.discovery_url is the issuer itself"],
+    );
+    refused(
+        &with("{issuer: \"https://new\", audience: x}"),
+        &["unknown field", "audience"],
+    );
+}

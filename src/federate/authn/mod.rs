@@ -49,6 +49,17 @@ pub struct Trust {
     pub subjects: Vec<String>,
     /// Put before every accepted subject: the user the spoke authorizes.
     pub username_prefix: String,
+    /// A second issuer trusted alike (same audience, rule and prefix): the hub's next.
+    pub next: Option<Issuer>,
+}
+
+/// An issuer the file trusts beside [`Trust::issuer`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Issuer {
+    pub issuer: String,
+    pub discovery_url: Option<String>,
+    /// PEM (None: the spoke's system roots).
+    pub issuer_ca: Option<String>,
 }
 
 impl Trust {
@@ -115,7 +126,6 @@ pub fn render(trust: &Trust, distro: Distro, version: Version) -> Result<String,
     } else {
         "v1beta1"
     };
-    let q = |s: &str| serde_json::Value::from(s).to_string();
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -123,14 +133,30 @@ pub fn render(trust: &Trust, distro: Distro, version: Version) -> Result<String,
          # this spoke alone. Rewritten by each rotation; changes made here are replaced.\n\
          apiVersion: apiserver.config.k8s.io/{api}\n\
          kind: AuthenticationConfiguration\n\
-         jwt:\n\
-         - issuer:\n    url: {}",
-        q(&trust.issuer)
+         jwt:"
     );
-    if let Some(d) = &trust.discovery_url {
+    let first = Issuer {
+        issuer: trust.issuer.clone(),
+        discovery_url: trust.discovery_url.clone(),
+        issuer_ca: trust.issuer_ca.clone(),
+    };
+    for issuer in std::iter::once(&first).chain(trust.next.as_ref()) {
+        jwt(&mut out, trust, issuer);
+    }
+    if version.at_least(ANONYMOUS_MINOR) {
+        out.push_str(&anonymous(distro));
+    }
+    Ok(out)
+}
+
+/// One `jwt` entry: `issuer`, for the trust's audience, subjects and prefix.
+fn jwt(out: &mut String, trust: &Trust, issuer: &Issuer) {
+    let q = |s: &str| serde_json::Value::from(s).to_string();
+    let _ = writeln!(out, "- issuer:\n    url: {}", q(&issuer.issuer));
+    if let Some(d) = &issuer.discovery_url {
         let _ = writeln!(out, "    discoveryURL: {}", q(d));
     }
-    if let Some(pem) = &trust.issuer_ca {
+    if let Some(pem) = &issuer.issuer_ca {
         out.push_str("    certificateAuthority: |\n");
         for line in pem.lines().filter(|l| !l.trim().is_empty()) {
             let _ = writeln!(out, "      {}", line.trim());
@@ -146,10 +172,6 @@ pub fn render(trust: &Trust, distro: Distro, version: Version) -> Result<String,
         q("only the hub's accepted ServiceAccounts may authenticate (spokekeeper)"),
         q(&trust.username_prefix),
     );
-    if version.at_least(ANONYMOUS_MINOR) {
-        out.push_str(&anonymous(distro));
-    }
-    Ok(out)
 }
 
 /// What anonymous requests the distribution needs once the file replaces

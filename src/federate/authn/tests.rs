@@ -13,6 +13,7 @@ fn trust() -> Trust {
             "system:serviceaccount:flux-system:helm-controller".into(),
         ],
         username_prefix: "hub:".into(),
+        next: None,
     }
 }
 
@@ -130,5 +131,49 @@ fn the_api_version_follows_the_spoke_and_spokes_before_1_30_are_refused() {
         e.to_string()
             .contains("keep credential.mode extracted or minted"),
         "{e}"
+    );
+}
+
+#[test]
+fn a_next_issuer_is_a_second_jwt_entry_with_the_same_audience_rule_and_prefix() {
+    let one = render(&trust(), Distro::K3s, V137).unwrap();
+    let mut t = trust();
+    t.discovery_url = Some("https://10.0.0.1:6443/.well-known/openid-configuration".into());
+    t.issuer_ca = Some("-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n".into());
+    t.next = Some(Issuer {
+        issuer: "https://next.example".into(),
+        discovery_url: Some("https://10.0.0.2/openid".into()),
+        issuer_ca: Some("-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n".into()),
+    });
+    let doc = parsed(&render(&t, Distro::K3s, V137).unwrap());
+    let jwt = doc["jwt"].as_array().unwrap();
+    assert_eq!(jwt.len(), 2);
+    assert_eq!(jwt[0]["issuer"]["url"], "https://hub.example:6443");
+    assert_eq!(
+        jwt[0]["issuer"]["certificateAuthority"],
+        "-----BEGIN CERTIFICATE-----\nAAAA\n-----END CERTIFICATE-----\n"
+    );
+    assert_eq!(
+        jwt[1]["issuer"],
+        json!({
+            "url": "https://next.example",
+            "discoveryURL": "https://10.0.0.2/openid",
+            "certificateAuthority": "-----BEGIN CERTIFICATE-----\nBBBB\n-----END CERTIFICATE-----\n",
+            "audiences": ["https://10.0.0.5:6443"],
+        })
+    );
+    // The user names do not change with the issuer.
+    for key in ["claimValidationRules", "claimMappings"] {
+        assert_eq!(jwt[0][key], jwt[1][key], "{key}");
+    }
+    assert_eq!(doc["anonymous"], json!({"enabled": false}));
+    // Without a next issuer the file is what it was: one entry, the same bytes.
+    let mut back = t.clone();
+    back.next = None;
+    let alone = parsed(&render(&back, Distro::K3s, V137).unwrap());
+    assert_eq!(alone["jwt"].as_array().unwrap().len(), 1);
+    assert!(
+        one.contains("jwt:\n- issuer:\n    url: \"https://hub.example:6443\"\n"),
+        "{one}"
     );
 }

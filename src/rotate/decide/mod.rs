@@ -9,7 +9,7 @@ use time::OffsetDateTime;
 use super::output::Output;
 use super::state::{Recorded, SealedTo, rfc3339};
 use crate::config::{CredentialMode, SpokeConfig};
-use crate::fingerprint::{AgeRecipients, Ca, Fingerprint, Sealing};
+use crate::fingerprint::{AgeRecipients, Ca, Content, Fingerprint, Sealing};
 use crate::spoke::{CaCheck, Judged, ProbeError, ProbeReport};
 
 /// Why a spoke is rotated. The first that applies names the commit.
@@ -227,6 +227,9 @@ pub struct Policy {
     pub roots_seen: bool,
     /// Federated: why the spoke refused the hub's token this tick, if it did.
     pub trust_refused: Option<String>,
+    /// Federated: what the spoke's file would say of the hub this tick
+    /// ([`crate::federate::trust_fingerprint`], with the tick's issuer CA files).
+    pub trust_sha256: Option<Fingerprint<Content>>,
 }
 
 /// The server a spoke's kubeconfig should carry, as the configuration implies it:
@@ -291,7 +294,7 @@ pub fn decide(spoke: &SpokeConfig, seen: &Observed<'_>, policy: &Policy) -> Deci
     if let Some(reason) = sealed_to_changed(sealed, recorded, policy.sealed_to) {
         return Decision::Rotate(reason);
     }
-    if let Some(detail) = config_drift(spoke, sealed, recorded) {
+    if let Some(detail) = config_drift(spoke, sealed, recorded, policy.trust_sha256) {
         return Decision::Rotate(Reason::ConfigChanged { detail });
     }
     if policy.force {
@@ -359,7 +362,12 @@ fn sealed_to_changed(output: &Output, recorded: &Recorded, want: SealedTo) -> Op
     }
 }
 
-fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Option<String> {
+fn config_drift(
+    spoke: &SpokeConfig,
+    sealed: &Output,
+    recorded: &Recorded,
+    trust: Option<Fingerprint<Content>>,
+) -> Option<String> {
     let federated = spoke.credential.mode == CredentialMode::Federated;
     if let Some(format) = sealed.format()
         && !federated
@@ -390,8 +398,9 @@ fn config_drift(spoke: &SpokeConfig, sealed: &Output, recorded: &Recorded) -> Op
     if had.mode != want.mode {
         return Some(format!("credential.mode {} -> {}", had.mode, want.mode));
     }
-    if let Some(policy) = &want.federated
-        && recorded.trust_sha256 != Some(crate::federate::trust_fingerprint(policy))
+    if want.federated.is_some()
+        && let Some(trust) = trust
+        && recorded.trust_sha256 != Some(trust)
     {
         return Some("credential.federated".into());
     }

@@ -25,8 +25,6 @@ pub(super) use revoke::revoke;
 /// How long a spoke's API server may take to load a rewritten file: it watches the file
 /// and polls it every minute (pkg/kubeapiserver/options/authentication.go).
 pub(crate) const RELOAD_WAIT: Duration = Duration::from_secs(75);
-/// The largest credential.federated.issuer_ca read.
-const MAX_ISSUER_CA: u64 = 256 * 1024;
 
 /// What a federated spoke's rotation made: its record and the ConfigMap to commit.
 pub(super) struct Trusted {
@@ -119,6 +117,8 @@ struct Target<'a> {
     ca_pem: String,
     /// Per call to the spoke's API.
     limit: Duration,
+    /// The tick's issuer CA files.
+    cas: &'a federate::IssuerCas,
 }
 
 impl<'a> Target<'a> {
@@ -140,12 +140,13 @@ impl<'a> Target<'a> {
             version,
             ca_pem: ca_pem(admin),
             limit: tick.context.live_timeout,
+            cas: tick.issuer_cas,
         })
     }
 
     /// The spoke's trust at audience `generation`, and the file that says it.
     fn render(&self, generation: u64) -> Result<(Trust, String), SpokeError> {
-        let trust = trust_of(self.policy, &self.server, generation)?;
+        let trust = trust_of(self.policy, self.cas, &self.server, generation)?;
         let content = federate::authn::render(&trust, self.spoke.distro, self.version)
             .map_err(|e| fed(e.into()))?;
         Ok((trust, content))
@@ -161,7 +162,12 @@ impl<'a> Target<'a> {
     }
 
     async fn wait_loaded(&self, client: &kube::Client, content: &str) -> Result<(), SpokeError> {
-        let at = (self.server.as_str(), self.policy.discovery());
+        let mut discovery = self.policy.discovery();
+        if let Some(n) = &self.policy.next {
+            // The file loads only once both answer: either may be the one that does not.
+            discovery = format!("{discovery} and {}", n.discovery());
+        }
+        let at = (self.server.as_str(), discovery);
         check::wait_loaded(client, (at.0, &at.1), content, RELOAD_WAIT)
             .await
             .map_err(fed)
@@ -274,7 +280,7 @@ async fn admin_client(admin: &Fresh, limit: Duration) -> Result<kube::Client, Sp
 }
 
 /// A token of the check account from the hub for `audience`, issued by the configured
-/// issuer.
+/// issuer or the next one (the hub may have switched to it already).
 async fn hub_token(
     hub: &crate::hub::Hub,
     policy: &FederatedPolicy,
@@ -291,10 +297,14 @@ async fn hub_token(
             why,
         })
     })?;
-    if claims.issuer != policy.issuer {
+    if !policy.issuers().contains(&claims.issuer.as_str()) {
+        let configured = match &policy.next {
+            None => policy.issuer.clone(),
+            Some(n) => format!("{} and next.issuer {}", policy.issuer, n.issuer),
+        };
         return Err(fed(FederateError::WrongIssuer {
             found: claims.issuer,
-            configured: policy.issuer.clone(),
+            configured,
         }));
     }
     Ok(token)
@@ -336,7 +346,7 @@ fn committing(
         user: None,
         generation,
     };
-    recorded.trust_sha256 = Some(federate::trust_fingerprint(policy));
+    recorded.trust_sha256 = Some(federate::trust_fingerprint(policy, tick.issuer_cas));
     let watch = crate::seal::WATCH_LABEL;
     let remote = Remote {
         name: spoke.secret.name.clone(),
@@ -353,11 +363,15 @@ fn committing(
 }
 
 /// The spoke's trust of the hub for this spoke: its audience is its own API server URL at
-/// audience `generation` ([`federate::audience`]).
-fn trust_of(policy: &FederatedPolicy, server: &str, generation: u64) -> Result<Trust, SpokeError> {
-    let issuer_ca = match &policy.issuer_ca {
-        None => None,
-        Some(path) => Some(read_issuer_ca(path).map_err(fed)?),
+/// audience `generation` ([`federate::audience`]); its issuer CAs as the tick read them.
+fn trust_of(
+    policy: &FederatedPolicy,
+    cas: &federate::IssuerCas,
+    server: &str,
+    generation: u64,
+) -> Result<Trust, SpokeError> {
+    let pem = |path: &Option<std::path::PathBuf>| {
+        path.as_deref().map(|p| cas.pem(p)).transpose().map_err(fed)
     };
     let mut subjects: Vec<String> = policy
         .service_accounts
@@ -365,36 +379,23 @@ fn trust_of(policy: &FederatedPolicy, server: &str, generation: u64) -> Result<T
         .map(|a| a.subject())
         .collect();
     subjects.push(policy.check_as.subject());
+    let next = match &policy.next {
+        Some(n) => Some(federate::authn::Issuer {
+            issuer: n.issuer.clone(),
+            discovery_url: n.discovery_url.clone(),
+            issuer_ca: pem(&n.issuer_ca)?,
+        }),
+        None => None,
+    };
     Ok(Trust {
         issuer: policy.issuer.clone(),
         discovery_url: policy.discovery_url.clone(),
-        issuer_ca,
+        issuer_ca: pem(&policy.issuer_ca)?,
         audience: federate::audience(server, generation),
         subjects,
         username_prefix: policy.username_prefix.clone(),
+        next,
     })
-}
-
-/// credential.federated.issuer_ca: a file of the host's, beside spokekeeper.yaml.
-fn read_issuer_ca(path: &std::path::Path) -> Result<String, FederateError> {
-    let bad = |why: String| FederateError::IssuerCa {
-        path: path.display().to_string(),
-        why,
-    };
-    let size = std::fs::metadata(path)
-        .map_err(|e| bad(e.to_string()))?
-        .len();
-    if size > MAX_ISSUER_CA {
-        return Err(bad(format!(
-            "is {size} bytes, more than a CA bundle ({MAX_ISSUER_CA})"
-        )));
-    }
-    let bytes = std::fs::read(path).map_err(|e| bad(e.to_string()))?;
-    let ders = crate::certs::certificates_der(&bytes).map_err(|e| bad(e.to_string()))?;
-    if ders.is_empty() {
-        return Err(bad("holds no certificate".into()));
-    }
-    Ok(crate::certs::to_pem(&ders))
 }
 
 /// What the ConfigMap says, fingerprinted: a periodic check commits only a change.
@@ -438,7 +439,8 @@ mod tests {
         let config = crate::config::Config::parse(text, "t.yaml", std::path::Path::new("/x"))
             .expect("the configuration");
         let policy = config.spokes[0].credential.federated.as_ref().unwrap();
-        let trust = super::trust_of(policy, "https://10.0.0.5:6443", 0).unwrap();
+        let cas = crate::federate::IssuerCas::read([policy]);
+        let trust = super::trust_of(policy, &cas, "https://10.0.0.5:6443", 0).unwrap();
         let (own, check) = (
             "system:serviceaccount:dev:dev-flux",
             "system:serviceaccount:spokekeeper:spokekeeper",

@@ -179,6 +179,7 @@ pub(crate) fn branch_fixes(
         verify_due: false,
         roots_seen: false,
         trust_refused: None,
+        trust_sha256: policy.trust_sha256,
     };
     decide::decide(spoke, &seen, &policy) == Decision::Healthy
 }

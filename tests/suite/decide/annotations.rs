@@ -91,6 +91,7 @@ fn policy() -> Policy {
         verify_due: false,
         roots_seen: false,
         trust_refused: None,
+        trust_sha256: None,
     }
 }
 

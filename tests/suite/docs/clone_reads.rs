@@ -91,7 +91,7 @@ const ALLOWED: [(&str, &str, &str); 19] = [
         "a file named on its command line, capped",
     ),
     (
-        "rotate/federated/mod.rs",
+        "federate/issuer/mod.rs",
         "fs::read(",
         "credential.federated.issuer_ca, the host's file beside spokekeeper.yaml",
     ),

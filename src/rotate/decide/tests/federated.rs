@@ -27,18 +27,25 @@ fn trusted(spoke: &SpokeConfig) -> Recorded {
             user: None,
             generation: 0,
         },
-        trust_sha256: spoke
-            .credential
-            .federated
-            .as_ref()
-            .map(crate::federate::trust_fingerprint),
+        trust_sha256: trust(spoke),
         ..recorded()
     }
+}
+
+/// What the spoke's file says of the hub, its issuer CA files unread.
+fn trust(spoke: &SpokeConfig) -> Option<Fingerprint<crate::fingerprint::Content>> {
+    let cas = crate::federate::IssuerCas::default();
+    spoke
+        .credential
+        .federated
+        .as_ref()
+        .map(|p| crate::federate::trust_fingerprint(p, &cas))
 }
 
 fn federated_policy() -> Policy {
     Policy {
         sealed_to: SealedTo::Nothing,
+        trust_sha256: trust(&federated_spoke()),
         ..policy()
     }
 }
@@ -78,6 +85,17 @@ fn a_changed_trust_or_mode_rewrites_the_spokes_file() {
     other.trust_sha256 = Some(Fingerprint::from_digest([9; 32]));
     assert_eq!(
         run(&sp, &config_map(), &other, &p),
+        Decision::Rotate(Reason::ConfigChanged {
+            detail: "credential.federated".into()
+        })
+    );
+    // The tick's trust moved (a next issuer, an edited issuer CA file): rewritten.
+    let moved = Policy {
+        trust_sha256: Some(Fingerprint::from_digest([5; 32])),
+        ..federated_policy()
+    };
+    assert_eq!(
+        run(&sp, &config_map(), &trusted(&sp), &moved),
         Decision::Rotate(Reason::ConfigChanged {
             detail: "credential.federated".into()
         })

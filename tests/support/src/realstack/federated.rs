@@ -260,3 +260,98 @@ pub fn hub_token(hub: &KubeApi, namespace: &str, sa: &str, audience: &str) -> Ze
     ]));
     Zeroizing::new(out.trim().to_string())
 }
+
+/// The discovery server of [`StaticIssuer`]: one document at the well-known path.
+const DISCOVERY_SERVER: &str = r#"
+import http.server, ssl, sys
+host, port, cert, key, path = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
+doc = open(path, 'rb').read()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != '/.well-known/openid-configuration':
+            self.send_error(404)
+            return
+        self.send_response(200)
+        self.send_header('Content-Type', 'application/json')
+        self.send_header('Content-Length', str(len(doc)))
+        self.end_headers()
+        self.wfile.write(doc)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(cert, key)
+server = http.server.ThreadingHTTPServer((host, port), Handler)
+server.socket = ctx.wrap_socket(server.socket, server_side=True)
+server.serve_forever()
+"#;
+
+/// An issuer the hub will sign as next, its discovery document served on its own port of
+/// the hub's address with the hub's serving certificate (so the hub's CA verifies it),
+/// naming the hub's JWKS: a static copy, as an operator publishes one for an issuer the
+/// hub does not sign as yet (its own document names only the issuer it signs as).
+pub struct StaticIssuer {
+    /// The issuer: `https://HUB_ADDRESS:PORT`.
+    pub url: String,
+    _server: super::proc::Proc,
+}
+
+impl StaticIssuer {
+    pub fn serve(hub: &super::hub::RealHub) -> StaticIssuer {
+        let api = &hub.api;
+        let port = free_port(api.addr);
+        let url = format!("https://{}:{port}", api.addr);
+        let dir = hub.dir().join("static-issuer");
+        std::fs::create_dir_all(&dir).expect("the static issuer's directory");
+        let doc = json!({
+            "issuer": url,
+            "jwks_uri": format!("{}/openid/v1/jwks", api.url),
+            "response_types_supported": ["id_token"],
+            "subject_types_supported": ["public"],
+            "id_token_signing_alg_values_supported": ["ES256", "RS256"],
+        });
+        let path = dir.join("openid-configuration.json");
+        std::fs::write(&path, doc.to_string()).expect("write the discovery document");
+        let mut cmd = std::process::Command::new(crate::requires::PYTHON_BIN.path());
+        cmd.args([
+            "-c",
+            DISCOVERY_SERVER,
+            &api.addr.to_string(),
+            &port.to_string(),
+        ])
+        .arg(api.dir.join("serving.crt"))
+        .arg(api.dir.join("serving.key"))
+        .arg(&path);
+        let mut server = super::proc::Proc::spawn("static-issuer", &dir, cmd);
+        let ca = dir.join("ca.crt");
+        std::fs::write(&ca, &hub.pki.parts.ca_pem).expect("write the hub's CA");
+        super::wait_until(
+            "the static issuer serves its document",
+            super::kube::START,
+            || {
+                if !server.running() {
+                    panic!("the static issuer exited: {}", server.tail(20));
+                }
+                super::run(
+                    std::process::Command::new("curl")
+                        .args(["--silent", "--show-error", "--fail", "--max-time", "5"])
+                        .arg("--cacert")
+                        .arg(&ca)
+                        .arg(format!("{url}/.well-known/openid-configuration")),
+                )
+            },
+        );
+        StaticIssuer {
+            url,
+            _server: server,
+        }
+    }
+}
+
+/// The `iss` of a JWT (read, not verified: the lab's own tokens).
+pub fn token_issuer(token: &str) -> String {
+    use base64::Engine as _;
+    let payload = token.split('.').nth(1).expect("a JWT");
+    let json = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload.trim_end_matches('='))
+        .expect("base64url");
+    let claims: Value = serde_json::from_slice(&json).expect("JSON claims");
+    claims["iss"].as_str().expect("iss").to_string()
+}

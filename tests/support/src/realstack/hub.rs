@@ -112,6 +112,23 @@ impl RealHub {
         self.dir.path()
     }
 
+    /// The hub's API server restarted (same address, PKI, signing key and storage) with
+    /// `--service-account-issuer` each of `issuers` in order: the first signs, all are
+    /// accepted (an issuer change without a gap). Its JWKS stays named at its URL.
+    pub fn restart_with_issuers(&mut self, issuers: &[&str]) {
+        let mut flags: Vec<String> = issuers
+            .iter()
+            .map(|i| format!("--service-account-issuer={i}"))
+            .collect();
+        flags.push(format!(
+            "--service-account-jwks-uri={}/openid/v1/jwks",
+            self.api.url
+        ));
+        self.api.stop();
+        let (addr, port) = (self.api.addr, self.api.port);
+        self.api = KubeApi::start("hub", self.dir(), &self.etcd, addr, port, &self.pki, &flags);
+    }
+
     /// The admin's kubeconfig (system:masters).
     pub fn admin_kubeconfig(&self) -> &Path {
         &self.api.admin_kubeconfig

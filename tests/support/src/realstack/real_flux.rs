@@ -125,6 +125,12 @@ impl RealFlux {
         RealFlux::launch(n, signers, extra, intervals, Format::SealedSecrets, edit)
     }
 
+    /// [`Format::Federated`], kustomize- and helm-controller run with `flux_args` too.
+    pub fn start_federated_with(n: usize, extra: &str, flux_args: &[&str]) -> RealFlux {
+        let format = (Format::Federated, flux_args);
+        RealFlux::launch_args(n, (false, extra), Intervals::TESTS, format, |_| {})
+    }
+
     /// The stack in `format`, the layout reconciling every `intervals`, `edit` run on the
     /// seed clone before the layout is pushed.
     pub fn launch(
