@@ -89,15 +89,7 @@ pub(super) async fn subject_access_review(
         return json(StatusCode::UNPROCESSABLE_ENTITY, &body, false);
     }
     let ra = &spec["resourceAttributes"];
-    let field = |k: &str| ra[k].as_str().unwrap_or_default().to_owned();
-    let attrs = Attributes {
-        verb: field("verb"),
-        group: field("group"),
-        resource: field("resource"),
-        subresource: field("subresource"),
-        name: field("name"),
-        namespace: field("namespace"),
-    };
+    let attrs = Attributes::of_review(ra);
     let caller = Caller {
         name,
         groups: &groups,

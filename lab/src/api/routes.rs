@@ -190,15 +190,7 @@ async fn create_review(
 /// system:masters or a binding to cluster-admin (see [`Objects::allows`]).
 fn access_allowed(user: &User, identity: &ApiIdentity, request: &serde_json::Value) -> bool {
     let ra = &request["spec"]["resourceAttributes"];
-    let field = |k: &str| ra[k].as_str().unwrap_or_default().to_owned();
-    let attrs = Attributes {
-        verb: field("verb"),
-        group: field("group"),
-        resource: field("resource"),
-        subresource: field("subresource"),
-        name: field("name"),
-        namespace: field("namespace"),
-    };
+    let attrs = Attributes::of_review(ra);
     let caller = Caller {
         name: &user.name,
         groups: &user.groups,

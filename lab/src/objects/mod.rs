@@ -74,6 +74,21 @@ pub struct Attributes {
     pub namespace: String,
 }
 
+impl Attributes {
+    /// An access review's `spec.resourceAttributes` (absent fields empty).
+    pub fn of_review(ra: &Value) -> Attributes {
+        let field = |k: &str| ra[k].as_str().unwrap_or_default().to_owned();
+        Attributes {
+            verb: field("verb"),
+            group: field("group"),
+            resource: field("resource"),
+            subresource: field("subresource"),
+            name: field("name"),
+            namespace: field("namespace"),
+        }
+    }
+}
+
 /// The CSR signer the node's controller manager runs, or not.
 pub enum Signer {
     /// Signs approved `kubernetes.io/kube-apiserver-client` CSRs with this CA.
