@@ -14,6 +14,9 @@
 //!   child subreaper, which would also wait for detached processes (spokekeeper starts one
 //!   ssh per spoke, its own child; the mux masters of earlier versions were detached);
 //! - SSH key exchange: the client's cost of a handshake per KexAlgorithms choice.
+//! - lab CPU: this process's own CPU during each run, the lab's API servers (the server
+//!   side of every probe and live validation; the manual loops never reach them) and the
+//!   peak sampler.
 //!
 //! `cargo bench --bench fleet` runs N = 10, 100, 1000; `cargo test` runs a smoke round.
 //! FLEET_BENCH_SSH=10,100 and FLEET_BENCH_TLS=1000 override the sizes,
@@ -301,6 +304,9 @@ struct Row {
     peak_kib: Option<u64>,
     ssh: Option<usize>,
     commits: Option<usize>,
+    /// This process's CPU meanwhile: the lab's API servers (the server side of every
+    /// probe and live validation) and the 2 ms peak sampler.
+    lab_cpu: Duration,
 }
 
 fn sizes(var: &str, full: bool, full_sizes: &[usize], smoke: &[usize]) -> Vec<usize> {
@@ -370,7 +376,9 @@ fn main() {
 
         let logins = ssh_logins(&fleet.nodes);
         let commits = fleet.commits();
+        let lab0 = measure::self_cpu();
         let healthy = fleet.rotate(&[]);
+        let lab_cpu = measure::self_cpu().saturating_sub(lab0);
         assert_eq!(healthy.code, 0, "healthy tick: {}", healthy.stderr);
         assert_eq!(actions(&healthy).get("healthy"), Some(&n));
         let ssh = ssh_logins(&fleet.nodes) - logins;
@@ -388,6 +396,7 @@ fn main() {
             peak_kib: Some(healthy.peak_kib),
             ssh: Some(ssh),
             commits: Some(fleet.commits() - commits),
+            lab_cpu,
         });
 
         let mut rebuilt_wall = Duration::MAX;
@@ -401,7 +410,9 @@ fn main() {
             }
             let logins = ssh_logins(&fleet.nodes);
             let commits = fleet.commits();
+            let lab0 = measure::self_cpu();
             let rebuilt = fleet.rotate(&["--concurrency", &c.to_string()]);
+            let lab_cpu = measure::self_cpu().saturating_sub(lab0);
             assert_eq!(rebuilt.code, 0, "rebuilt tick: {}", rebuilt.stderr);
             assert_eq!(actions(&rebuilt).get("rotated"), Some(&n));
             rows.push(Row {
@@ -412,6 +423,7 @@ fn main() {
                 peak_kib: Some(rebuilt.peak_kib),
                 ssh: Some(ssh_logins(&fleet.nodes) - logins),
                 commits: Some(fleet.commits() - commits),
+                lab_cpu,
             });
             if c == 8 {
                 rebuilt_wall = rebuilt.wall;
@@ -424,7 +436,9 @@ fn main() {
             ("(b) xargs -P 8 sh loop", PARALLEL),
         ] {
             let logins = ssh_logins(&fleet.nodes);
+            let lab0 = measure::self_cpu();
             let (m, commits) = baseline(&fleet.nodes, script);
+            let lab_cpu = measure::self_cpu().saturating_sub(lab0);
             rows.push(Row {
                 what: what.into(),
                 n,
@@ -433,6 +447,7 @@ fn main() {
                 peak_kib: None,
                 ssh: Some(ssh_logins(&fleet.nodes) - logins),
                 commits: Some(commits),
+                lab_cpu,
             });
             manual.push(m.wall);
         }
@@ -451,7 +466,9 @@ fn main() {
         );
         for &c in &concurrency {
             let commits = fleet.commits();
+            let lab0 = measure::self_cpu();
             let healthy = fleet.rotate(&["--concurrency", &c.to_string()]);
+            let lab_cpu = measure::self_cpu().saturating_sub(lab0);
             assert_eq!(healthy.code, 0, "healthy tick: {}", healthy.stderr);
             assert_eq!(actions(&healthy).get("healthy"), Some(&n));
             rows.push(Row {
@@ -462,6 +479,7 @@ fn main() {
                 peak_kib: Some(healthy.peak_kib),
                 ssh: Some(0),
                 commits: Some(fleet.commits() - commits),
+                lab_cpu,
             });
         }
     }
@@ -521,7 +539,9 @@ fn rebuilt_by(fleet: &mut Fleet, bin: &str, n: usize, rows: &mut Vec<Row>) -> Du
     }
     let logins = ssh_logins(&fleet.nodes);
     let commits = fleet.commits();
+    let lab0 = measure::self_cpu();
     let m = fleet.rotate_with(bin, &["--concurrency", "8"]);
+    let lab_cpu = measure::self_cpu().saturating_sub(lab0);
     assert_eq!(m.code, 0, "baseline rebuilt tick: {}", m.stderr);
     assert_eq!(actions(&m).get("rotated"), Some(&n));
     rows.push(Row {
@@ -532,18 +552,19 @@ fn rebuilt_by(fleet: &mut Fleet, bin: &str, n: usize, rows: &mut Vec<Row>) -> Du
         peak_kib: Some(m.peak_kib),
         ssh: Some(ssh_logins(&fleet.nodes) - logins),
         commits: Some(fleet.commits() - commits),
+        lab_cpu,
     });
     m.wall
 }
 
 fn print(rows: &[Row]) {
     println!(
-        "{:<34} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8}",
-        "run", "N", "wall s", "per spoke", "CPU s", "peak MiB", "SSH", "commits"
+        "{:<34} {:>5} {:>9} {:>11} {:>9} {:>10} {:>5} {:>8} {:>9}",
+        "run", "N", "wall s", "per spoke", "CPU s", "peak MiB", "SSH", "commits", "lab CPU s"
     );
     for r in rows {
         println!(
-            "{:<34} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8}",
+            "{:<34} {:>5} {:>9.2} {:>8.1} ms {:>9.2} {:>10} {:>5} {:>8} {:>9.2}",
             r.what,
             r.n,
             r.wall.as_secs_f64(),
@@ -553,6 +574,7 @@ fn print(rows: &[Row]) {
                 .map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
             r.ssh.map_or("-".into(), |s| s.to_string()),
             r.commits.map_or("-".into(), |c| c.to_string()),
+            r.lab_cpu.as_secs_f64(),
         );
     }
 }
