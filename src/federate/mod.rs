@@ -82,29 +82,6 @@ pub fn trust_fingerprint(
 #[cfg(test)]
 mod tests {
     #[test]
-    fn the_trust_fingerprint_changes_with_an_own_account_and_not_without_one() {
-        let text = "repo: {path: f}\nsealing: {cert: c}\nhub: {}\nspokes:\n- name: dev\n  address: 10.0.0.5\n  credential: {mode: federated, federated: {issuer: \"https://hub\"}}\n";
-        let config = crate::config::Config::parse(text, "t.yaml", std::path::Path::new("/x"))
-            .expect("the configuration");
-        let mut policy = config.spokes[0].credential.federated.clone().unwrap();
-        let cas = super::issuer::IssuerCas::read([&policy]);
-        let before = super::trust_fingerprint(&policy, &cas);
-        // What every spoke committed before own accounts existed is still what it is.
-        let canonical = serde_json::json!({
-            "issuer": "https://hub",
-            "discovery": "https://hub/.well-known/openid-configuration",
-            "issuer_ca": null,
-            "accounts": ["flux-system/kustomize-controller", "flux-system/helm-controller"],
-            "check_as": "spokekeeper/spokekeeper",
-            "prefix": "hub:",
-        });
-        let unchanged = crate::fingerprint::Fingerprint::of(canonical.to_string().as_bytes());
-        assert_eq!(before, unchanged);
-        policy.own_account = Some(policy.service_accounts[0].clone());
-        assert_ne!(super::trust_fingerprint(&policy, &cas), before);
-    }
-
-    #[test]
     fn each_audience_generation_is_its_own_audience_and_generation_0_is_the_url() {
         let url = "https://10.0.0.5:6443";
         assert_eq!(super::audience(url, 0), url);

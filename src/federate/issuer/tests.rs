@@ -52,7 +52,8 @@ fn an_edit_of_the_issuer_ca_files_content_changes_the_fingerprint_once_per_read(
 }
 
 #[test]
-fn a_next_issuer_changes_the_fingerprint_and_a_policy_without_one_keeps_its_old_one() {
+fn a_next_issuer_or_an_own_account_changes_the_fingerprint_and_a_policy_without_either_keeps_its_old_one()
+ {
     let dir = tempfile::tempdir().unwrap();
     let p = policy(dir.path(), "{issuer: \"https://hub\"}");
     let cas = IssuerCas::read([&p]);
@@ -69,6 +70,10 @@ fn a_next_issuer_changes_the_fingerprint_and_a_policy_without_one_keeps_its_old_
         trust_fingerprint(&p, &cas),
         crate::fingerprint::Fingerprint::of(legacy.to_string().as_bytes())
     );
+    // A spoke's own hub account changes it too, and only when set (the legacy above).
+    let mut own = p.clone();
+    own.own_account = Some(p.service_accounts[0].clone());
+    assert_ne!(trust_fingerprint(&own, &cas), trust_fingerprint(&p, &cas));
     let next = policy(
         dir.path(),
         "{issuer: \"https://hub\", next: {issuer: \"https://new\"}}",
