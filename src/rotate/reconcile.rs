@@ -356,7 +356,8 @@ fn decided(s: &Spoke<'_>, revoke: bool) -> Result<Option<Reason>, SpokeError> {
 /// extract -> validate: the node's admin credential, proven against the live API.
 async fn extract(tick: &Tick<'_>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
     stage(tick, spoke, "extract and validate");
-    let fresh = refresh::extract_and_validate(spoke, tick.now, tick.context.live_timeout).await?;
+    let limit = tick.context.live_timeout;
+    let fresh = refresh::extract_and_validate(spoke, tick.now, limit, tick.sessions).await?;
     if let Ok(mut m) = tick.context.verified.lock() {
         m.insert(spoke.name.clone(), tick.now);
     }

@@ -99,6 +99,7 @@ async fn run<P: Publish>(
         listed: &listed,
         hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
         issuer_cas: &issuer_cas,
+        sessions: &tokio::sync::Semaphore::new(opts.concurrency.max(1)),
     };
     let looked = crate::federate::issuer::look_all(federated(), &issuer_cas, ctx.live_timeout);
     let (mut worked, issuers) = futures::join!(work(&tick, &publish, &spokes, files), looked);
@@ -155,7 +156,8 @@ async fn run<P: Publish>(
     })
 }
 
-/// Each spoke observed and reconciled, concurrently up to the bound, and published in
+/// Each spoke observed and reconciled, concurrently up to the bounds (SSH sessions, and
+/// [`PIPELINED`](super::context::PIPELINED) times as many spokes), and published in
 /// configuration order as soon as it and every spoke before it are done: the commits run
 /// while later spokes are still being extracted, not after the last one.
 async fn work<'a>(
@@ -183,7 +185,7 @@ async fn work<'a>(
             w.old = old.map(Box::new);
             (order, w)
         })
-        .buffer_unordered(opts.concurrency.max(1))
+        .buffer_unordered(opts.concurrency.max(1) * super::context::PIPELINED)
         // The sender is the closure's: it drops with this future once the last spoke is
         // in, which ends the publishing loop. The receiver lives until both are done.
         .for_each(move |arrival| {

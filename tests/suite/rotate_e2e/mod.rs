@@ -552,3 +552,4 @@ async fn each_commit_is_made_in_configuration_order_while_later_spokes_are_extra
 
 mod minted;
 mod revoke_pushed;
+mod sessions;
