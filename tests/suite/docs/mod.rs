@@ -4,4 +4,5 @@ mod clone_reads;
 mod doc_links;
 mod errors;
 mod layering;
+mod promises;
 mod size;
