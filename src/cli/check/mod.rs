@@ -95,13 +95,16 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         let issuers = issuers(&config, &args.spokes, args.probe_timeout.0).await;
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();
-        let reviews = match config.repo.mode {
-            RepoMode::PullRequest => Some(review::open_reviews(&config, &repo, &names).await),
-            RepoMode::Direct => None,
+        let (reviews, removals) = match config.repo.mode {
+            RepoMode::PullRequest => (
+                Some(review::open_reviews(&config, &repo, &names).await),
+                review::open_removals(&config, &repo, &names).await,
+            ),
+            RepoMode::Direct => (None, Vec::new()),
         };
-        Ok::<_, String>((seen, reviews, untrusted, issuers))
+        Ok::<_, String>((seen, (reviews, removals), untrusted, issuers))
     });
-    let (seen, reviews, untrusted, issuers) = match seen {
+    let (seen, (reviews, removals), untrusted, issuers) = match seen {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };
@@ -113,6 +116,9 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         reviews.as_ref(),
     );
     findings.extend(federated(&config, &seen, &issuers, now));
+    for (spoke, file, pr) in &removals {
+        findings.push(alerts::removal_pending(spoke, file, &pr.url));
+    }
     if let Some(u) = &untrusted {
         // The table's line is short; the whole story and the fix go to stderr.
         eprintln!("spokekeeper check: CRITICAL: {}", u.error);

@@ -23,7 +23,7 @@ use super::Format;
 use grade::{graded, spoke_status};
 use print::print;
 use spokekeeper::alerts;
-use spokekeeper::config::{Config, CredentialMode, SpokeConfig};
+use spokekeeper::config::{Config, CredentialMode, RepoMode, SpokeConfig};
 use spokekeeper::fingerprint::{Ca, Fingerprint, Sealing};
 use spokekeeper::hub::consumers::{self, FoundBy, Listed};
 use spokekeeper::hub::{Condition, Hub, HubError, HubObject, Kind};
@@ -61,8 +61,19 @@ struct SpokeStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     consumers: Option<Consumers>,
     probe: Probe,
+    /// Review mode: the old Secret's removal waiting for review (federated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removal: Option<Removal>,
     /// What is not fine, one phrase each.
     problems: Vec<String>,
+}
+
+/// A federated spoke's old Secret, its removal proposed by pull request.
+#[derive(Debug, Serialize)]
+struct Removal {
+    file: String,
+    state: &'static str,
+    pull_request: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -165,6 +176,13 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
         _ => Listed::new(),
     };
     let now = OffsetDateTime::now_utc();
+    let mut removals = match config.repo.mode {
+        RepoMode::PullRequest => {
+            let all: Vec<String> = config.spokes.iter().map(|s| s.name.clone()).collect();
+            spokekeeper::rotate::review::open_removals(config, &repo, &all).await
+        }
+        RepoMode::Direct => Vec::new(),
+    };
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
         let (sealed, consumers) = match &hub {
@@ -186,6 +204,14 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
         let findings = graded(config, &obs, now);
         let mut status = spoke_status(spoke, &obs, &findings, sealed, consumers);
         let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
+        if let Some(i) = removals.iter().position(|(s, _, _)| *s == spoke.name) {
+            let (_, file, pr) = removals.swap_remove(i);
+            status.removal = Some(Removal {
+                file,
+                state: "pending-review",
+                pull_request: pr.url,
+            });
+        }
         for c in consumers::on_old_secret(spoke, &listed) {
             status.ok = false;
             status.problems.push(format!(
