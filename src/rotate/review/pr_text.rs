@@ -121,6 +121,28 @@ mod tests {
     }
 
     #[test]
+    fn a_removal_is_described_without_its_trailer_and_with_its_head() {
+        let msg = "edge: remove the old Secret edge/kc: migrated to federated\n\nReady: Kustomization edge/*x*\n\nSpokekeeper-Removes: fluxcd/kc-sealed.yaml\n";
+        let (title, body) =
+            removal_text(msg, Some("replaced branch head 99: unsigned"), "0123abcd");
+        assert_eq!(
+            title,
+            "edge: remove the old Secret edge/kc: migrated to federated"
+        );
+        assert!(
+            body.starts_with(
+                "replaced branch head 99: unsigned\n\nReady: Kustomization edge/\\*x\\*\n"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("Spokekeeper-Removes"), "{body}");
+        assert!(
+            body.ends_with("\nhead 0123abcd, signed by spokekeeper\n"),
+            "{body}"
+        );
+    }
+
+    #[test]
     fn description_carries_both_fingerprints() {
         let old = crate::fingerprint::Fingerprint::from_digest([0xaa; 32]);
         let msg = "dev: rotate kubeconfig: CA changed sha256:aaaa.. -> sha256:bbbb..\n\nCA: sha256:bbbbfull (valid until 2036-01-01T00:00:00Z)\nvalidated: authenticated as system:admin\n";
