@@ -3,10 +3,12 @@
 //! committed data; and the Ready condition of every Flux consumer of either:
 //! hub::verify finds them the same way) and a TLS probe.
 //!
-//! Reads the fleet clone as it is and only reads the hub (no reconcile request). Exit
-//! codes: 0 everything fine, 1 a warning (not committed, not synced, the hub's copy is
-//! not the committed one, a consumer not ready or none at all, probe failed or CA
-//! changed), 2 the configuration, the repo or the hub API cannot be read.
+//! Reads the fleet clone as it is and only reads the hub (no reconcile request); in
+//! review mode the forge too, for a federated spoke's old Secret's removal waiting for
+//! review (its pull request, in `removal`). Exit codes: 0 everything fine, 1 a warning
+//! (not committed, not synced, the hub's copy is not the committed one, a consumer not
+//! ready or none at all, probe failed or CA changed), 2 the configuration, the repo or
+//! the hub API cannot be read.
 
 mod grade;
 mod print;

@@ -119,6 +119,30 @@ fn assert_proposed(spoke: &Value) {
     );
 }
 
+/// `status` and `check` name the removal's pull request `url`.
+fn assert_pending_in_status_and_check(stack: &RealFlux, url: &str) {
+    let json = |args: &[&str]| {
+        let (_, out, err) = stack.fleet.run(args);
+        serde_json::from_str::<Value>(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"))
+    };
+    let status = json(&["status", "-o", "json"]);
+    let removal = &status["spokes"][0]["removal"];
+    assert_eq!(
+        (removal["state"].as_str(), removal["pull_request"].as_str()),
+        (Some("pending-review"), Some(url)),
+        "{status:#}"
+    );
+    let check = json(&["check", "-o", "json"]);
+    let said = format!("the removal of the old Secret {SEALED} waits for review: {url}");
+    let findings = check["findings"].as_array().unwrap();
+    assert!(
+        findings
+            .iter()
+            .any(|f| f["detail"].as_str() == Some(said.as_str())),
+        "{check:#}"
+    );
+}
+
 #[test]
 fn in_review_mode_the_old_secret_goes_by_pull_request_and_the_minted_binding_after_the_merge() {
     crate::support::requires!(ROOT, REAL_STACK);
@@ -172,6 +196,8 @@ fn in_review_mode_the_old_secret_goes_by_pull_request_and_the_minted_binding_aft
         bindings(&stack).contains(MINTED),
         "before the merge nothing is deleted"
     );
+    let url = spoke["migration"]["pull_request"]["url"].as_str().unwrap();
+    assert_pending_in_status_and_check(&stack, url);
     // Kept as it is on the next tick: nothing pushed again.
     let spoke = tick(&stack);
     assert_proposed(&spoke);
