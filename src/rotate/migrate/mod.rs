@@ -49,7 +49,7 @@ pub enum MigrationState {
         branch: String,
         #[serde(skip_serializing_if = "Option::is_none")]
         commit: Option<String>,
-        pull_request: crate::forge::PullRequest,
+        pull_request: Box<crate::forge::PullRequest>,
         ready: Vec<String>,
     },
     /// Removed in `commit` (review mode: the merged removal), these consumers being Ready
@@ -270,7 +270,7 @@ pub(super) async fn step(
                 })) => MigrationState::Proposed {
                     branch,
                     commit,
-                    pull_request,
+                    pull_request: Box::new(pull_request),
                     ready,
                 },
                 Ok(None) => MigrationState::Failed {
