@@ -143,24 +143,34 @@ fn assert_pending_in_status_and_check(stack: &RealFlux, url: &str) {
     );
 }
 
-#[test]
-fn in_review_mode_the_old_secret_goes_by_pull_request_and_the_minted_binding_after_the_merge() {
-    crate::support::requires!(ROOT, REAL_STACK);
-    let _heavy = support::timing::heavy();
+/// Spoke 0 minted, then federated (its ConfigMap beside the SealedSecret) in direct
+/// mode, its consumers moved to the ConfigMap; then review mode against a GitHub forge.
+fn moved_from_minted_then_review_mode() -> (RealFlux, ForgeSim) {
     let mut stack = on_secret_ref(true);
     plain_recipe(&mut stack);
     set_mode(&stack, "federated", "minted");
     assert_eq!(tick(&stack)["action"], "rotated");
     support::recipe::install_federated(&mut stack.fleet.nodes[0]);
     set_mode(&stack, "minted", "federated");
-    assert_eq!(
-        tick(&stack)["action"],
-        "rotated",
-        "the ConfigMap beside the Secret"
-    );
+    let spoke = tick(&stack);
+    assert_eq!(spoke["action"], "rotated", "the ConfigMap: {spoke:#}");
     moved(&stack);
     let forge = ForgeSim::start(Kind::Github, stack.fleet.remote.clone());
     review_mode(&stack, &forge);
+    (stack, forge)
+}
+
+/// The files `commit` changes on the remote, as `git diff-tree --name-status` says.
+fn changed(stack: &RealFlux, commit: &str) -> String {
+    let args = ["diff-tree", "--no-commit-id", "--name-status", "-r", commit];
+    git(&stack.fleet.remote, &args)
+}
+
+#[test]
+fn in_review_mode_the_old_secret_goes_by_pull_request_and_the_minted_binding_after_the_merge() {
+    crate::support::requires!(ROOT, REAL_STACK);
+    let _heavy = support::timing::heavy();
+    let (stack, forge) = moved_from_minted_then_review_mode();
 
     // Proposed: one signed commit deleting the old file alone, and its pull request.
     let spoke = tick(&stack);
@@ -171,11 +181,7 @@ fn in_review_mode_the_old_secret_goes_by_pull_request_and_the_minted_binding_aft
         Some(head.as_str()),
         "{spoke:#}"
     );
-    let changed = git(
-        &stack.fleet.remote,
-        &["diff-tree", "--no-commit-id", "--name-status", "-r", &head],
-    );
-    assert_eq!(changed, format!("D\t{SEALED}\n"));
+    assert_eq!(changed(&stack, &head), format!("D\t{SEALED}\n"));
     let parent = git(&stack.fleet.remote, &["rev-parse", &format!("{head}^")]);
     assert_eq!(
         parent.trim(),
@@ -215,17 +221,7 @@ fn in_review_mode_the_old_secret_goes_by_pull_request_and_the_minted_binding_aft
         Some(replaced.as_str()),
         "{spoke:#}"
     );
-    let changed = git(
-        &stack.fleet.remote,
-        &[
-            "diff-tree",
-            "--no-commit-id",
-            "--name-status",
-            "-r",
-            &replaced,
-        ],
-    );
-    assert_eq!(changed, format!("D\t{SEALED}\n"));
+    assert_eq!(changed(&stack, &replaced), format!("D\t{SEALED}\n"));
     let pulls = forge.open_pulls();
     assert_eq!(pulls.len(), 1, "the same pull request: {pulls:#?}");
     assert!(
