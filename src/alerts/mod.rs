@@ -40,7 +40,7 @@ pub use events::{EventError, Events};
 pub use finding::{AlertName, CredentialFacts, Finding, Status, Subject};
 pub use issuer::{issuers, next_trust};
 pub use notify::{Notifier, NotifyOptions, Sink, SinkError};
-pub use rules::{flux_layout, sops_recipients, untrusted_sealing};
+pub use rules::{flux_layout, removal_pending, sops_recipients, untrusted_sealing};
 pub use sealing_cert::SealingCert;
 
 /// Where a certificate stands: expired once `now` is past notAfter (notAfter itself is

@@ -91,6 +91,12 @@ pub fn flux_layout(spoke: &str, detail: String) -> Finding {
     plain(spoke, Subject::Flux, Status::Warning, detail)
 }
 
+/// Review mode: a federated spoke's old Secret's removal waits for review (`check`).
+pub fn removal_pending(spoke: &str, file: &str, url: &str) -> Finding {
+    let detail = format!("the removal of the old Secret {file} waits for review: {url}");
+    plain(spoke, Subject::Review, Status::Ok, detail)
+}
+
 pub(super) fn plain(spoke: &str, subject: Subject, status: Status, detail: String) -> Finding {
     Finding {
         spoke: spoke.into(),

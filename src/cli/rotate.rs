@@ -222,6 +222,16 @@ fn print_migration(spoke: &str, m: &rotate::Migration) {
             "{spoke}: would remove the old Secret {file}: Ready through the ConfigMap: {}",
             ready.join(", ")
         ),
+        S::Proposed {
+            branch,
+            pull_request,
+            ready,
+            ..
+        } => eprintln!(
+            "{spoke}: the removal of the old Secret {file} waits for review on {branch}: {} (Ready through the ConfigMap: {})",
+            pull_request.url,
+            ready.join(", ")
+        ),
         S::Removed {
             commit,
             ready,

@@ -19,7 +19,7 @@ mod snapshot;
 mod stage;
 mod stream;
 pub use branch::onboard::{Beside, OnboardingError};
-pub use branch::{BRANCH_PREFIX, BranchState, Untrusted};
+pub use branch::{BRANCH_PREFIX, BranchState, REMOVES, Untrusted};
 pub use snapshot::Snapshot;
 pub use stream::Commits;
 
@@ -98,6 +98,10 @@ pub enum RepoError {
         "refusing to commit the onboarding branch: {0}; a review branch may add new regular YAML files and list them in a kustomization.yaml, nothing else"
     )]
     NotOnboarding(OnboardingError),
+    #[error(
+        "refusing to commit the removal of {file}: {detail}; a removal branch deletes that one file, nothing else"
+    )]
+    NotRemoval { file: String, detail: String },
 }
 
 /// What `push` did.

@@ -48,17 +48,45 @@ pub(super) trait Publish {
         message: &str,
     ) -> Result<Option<String>, PinError>;
 
-    /// Removes `rel` in a commit of its own (a federated spoke's old Secret, once nothing
-    /// reads it): the commit, or None when HEAD does not hold it.
+    /// Removes `rel` in a commit of its own (`spoke`'s old Secret, once nothing reads
+    /// it): committed, or proposed for review; None when the target does not hold it.
     async fn remove(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
+        spoke: &SpokeConfig,
         rel: &Path,
         message: &str,
-    ) -> Result<Option<String>, RemoveError>;
+    ) -> Result<Option<Removal>, RemoveError>;
+
+    /// A removal of `spoke`'s `rel` proposed on an earlier tick that has landed since
+    /// (review mode: merged, the file gone from the target branch): its commit. Direct
+    /// mode: never, its removal lands with the tick's push.
+    async fn landed(&self, _: &Context, _: &SpokeConfig, _: &Path) -> Option<String> {
+        None
+    }
+
+    /// The landed removal of `spoke`'s old Secret is done with (the spoke's bindings
+    /// deleted, or none to delete): no later tick takes it up again.
+    async fn forget(&self, _: &Context, _: &SpokeConfig) -> Result<(), RepoError> {
+        Ok(())
+    }
 
     /// After every spoke: push, or say why nothing was.
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished;
+}
+
+/// What [`Publish::remove`] did.
+#[derive(Debug)]
+pub(super) enum Removal {
+    /// Committed on the target branch (direct mode), pushed at the tick's end.
+    Committed(String),
+    /// Proposed for review on `branch` (review mode): `commit` pushed this tick (None:
+    /// the branch already held it), the pull request the forge shows with it.
+    Proposed {
+        branch: String,
+        commit: Option<String>,
+        pull_request: crate::forge::PullRequest,
+    },
 }
 
 /// Why a file was not removed.
@@ -66,9 +94,12 @@ pub(super) trait Publish {
 pub(super) enum RemoveError {
     #[error(transparent)]
     Repo(#[from] RepoError),
-    /// This publisher does not remove files: `why` says what to do instead.
+    /// Review mode: the branch or its pull request failed; `why` says what was kept.
     #[error("{why}")]
     Review { why: String },
+    /// The gate refused a side effect this tick: a tick that may act proposes it.
+    #[error("{why}")]
+    Refused { why: String },
 }
 
 /// What publishing left for the tick report.
@@ -192,15 +223,18 @@ impl Publish for Direct {
 
     async fn remove(
         &self,
-        ctx: &Context,
+        tick: &Tick<'_>,
+        _: &SpokeConfig,
         rel: &Path,
         message: &str,
-    ) -> Result<Option<String>, RemoveError> {
-        let made = self.commit(ctx, &[rel], message, (None, true)).await?;
+    ) -> Result<Option<Removal>, RemoveError> {
+        let made = self
+            .commit(tick.context, &[rel], message, (None, true))
+            .await?;
         if made.is_some() {
             self.committed.fetch_add(1, Ordering::Relaxed);
         }
-        Ok(made)
+        Ok(made.map(Removal::Committed))
     }
 
     async fn finish(&mut self, ctx: &Context, opts: &Options) -> Finished {

@@ -129,7 +129,7 @@ async fn run<P: Publish>(
     }
     for w in &mut worked {
         if let Some(Ok(old)) = w.old.as_deref() {
-            super::migrate::after_push(&tick, w.spoke, old, pushed, &mut w.report).await;
+            super::migrate::after_push(&tick, &publish, w.spoke, old, pushed, &mut w.report).await;
         }
     }
     // The reports in place, the observations beside: unzip would copy every report
@@ -177,7 +177,11 @@ async fn work<'a>(
             });
             let seen = observe::spoke(spoke, snapshot, ctx.probe_timeout).await;
             let result = reconciled(tick, publish, spoke, &seen).await;
-            let old = super::migrate::old(spoke, &ctx.config.spokes, snapshot).await;
+            let all = &ctx.config.spokes;
+            let old = match super::migrate::old(spoke, all, snapshot).await {
+                None => super::migrate::landed(ctx, publish, spoke, all).await,
+                old => old,
+            };
             opts.progress.emit(Step::Done { spoke: &spoke.name });
             // Kept until the tick ends for every spoke: only what the alerts read.
             let committing = result.proposal.is_some();

@@ -95,13 +95,10 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         let issuers = issuers(&config, &args.spokes, args.probe_timeout.0).await;
         // Review mode: open pull requests are part of the picture.
         let names: Vec<String> = seen.iter().map(|o| o.spoke.clone()).collect();
-        let reviews = match config.repo.mode {
-            RepoMode::PullRequest => Some(review::open_reviews(&config, &repo, &names).await),
-            RepoMode::Direct => None,
-        };
+        let reviews = reviews(&config, &repo, &names).await;
         Ok::<_, String>((seen, reviews, untrusted, issuers))
     });
-    let (seen, reviews, untrusted, issuers) = match seen {
+    let (seen, (reviews, removals), untrusted, issuers) = match seen {
         Ok(s) => s,
         Err(e) => return cannot_check(format, now, &e),
     };
@@ -113,6 +110,9 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
         reviews.as_ref(),
     );
     findings.extend(federated(&config, &seen, &issuers, now));
+    for (spoke, file, pr) in &removals {
+        findings.push(alerts::removal_pending(spoke, file, &pr.url));
+    }
     if let Some(u) = &untrusted {
         // The table's line is short; the whole story and the fix go to stderr.
         eprintln!("spokekeeper check: CRITICAL: {}", u.error);
@@ -155,6 +155,25 @@ pub(super) fn run(args: &CheckArgs, config_path: &Path, format: Option<Format>) 
     };
     print(format, &report, &table(&report, seen.len()));
     ExitCode::from(status.exit_code())
+}
+
+/// Review mode: the open pull requests of the named spokes' credentials, and those of
+/// their old Secrets' removals (spoke, file, pull request).
+async fn reviews(
+    config: &Config,
+    repo: &Repo,
+    names: &[String],
+) -> (
+    Option<spokekeeper::rotate::TickReport>,
+    Vec<(String, String, spokekeeper::forge::PullRequest)>,
+) {
+    match config.repo.mode {
+        RepoMode::PullRequest => (
+            Some(review::open_reviews(config, repo, names).await),
+            review::open_removals(config, repo, names).await,
+        ),
+        RepoMode::Direct => (None, Vec::new()),
+    }
 }
 
 /// The issuers the selected federated spokes trust, each fetched once.

@@ -59,6 +59,7 @@ pub(super) fn spoke_status(
         config_map,
         consumers,
         probe: probe(obs),
+        removal: None,
         problems,
     }
 }

@@ -3,10 +3,12 @@
 //! committed data; and the Ready condition of every Flux consumer of either:
 //! hub::verify finds them the same way) and a TLS probe.
 //!
-//! Reads the fleet clone as it is and only reads the hub (no reconcile request). Exit
-//! codes: 0 everything fine, 1 a warning (not committed, not synced, the hub's copy is
-//! not the committed one, a consumer not ready or none at all, probe failed or CA
-//! changed), 2 the configuration, the repo or the hub API cannot be read.
+//! Reads the fleet clone as it is and only reads the hub (no reconcile request); in
+//! review mode the forge too, for a federated spoke's old Secret's removal waiting for
+//! review (its pull request, in `removal`). Exit codes: 0 everything fine, 1 a warning
+//! (not committed, not synced, the hub's copy is not the committed one, a consumer not
+//! ready or none at all, probe failed or CA changed), 2 the configuration, the repo or
+//! the hub API cannot be read.
 
 mod grade;
 mod print;
@@ -23,7 +25,7 @@ use super::Format;
 use grade::{graded, spoke_status};
 use print::print;
 use spokekeeper::alerts;
-use spokekeeper::config::{Config, CredentialMode, SpokeConfig};
+use spokekeeper::config::{Config, CredentialMode, RepoMode, SpokeConfig};
 use spokekeeper::fingerprint::{Ca, Fingerprint, Sealing};
 use spokekeeper::hub::consumers::{self, FoundBy, Listed};
 use spokekeeper::hub::{Condition, Hub, HubError, HubObject, Kind};
@@ -61,8 +63,19 @@ struct SpokeStatus {
     #[serde(skip_serializing_if = "Option::is_none")]
     consumers: Option<Consumers>,
     probe: Probe,
+    /// Review mode: the old Secret's removal waiting for review (federated).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    removal: Option<Removal>,
     /// What is not fine, one phrase each.
     problems: Vec<String>,
+}
+
+/// A federated spoke's old Secret, its removal proposed by pull request.
+#[derive(Debug, Serialize)]
+struct Removal {
+    file: String,
+    state: &'static str,
+    pull_request: String,
 }
 
 #[derive(Debug, Serialize)]
@@ -165,6 +178,13 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
         _ => Listed::new(),
     };
     let now = OffsetDateTime::now_utc();
+    let mut removals = match config.repo.mode {
+        RepoMode::PullRequest => {
+            let all: Vec<String> = config.spokes.iter().map(|s| s.name.clone()).collect();
+            spokekeeper::rotate::review::open_removals(config, &repo, &all).await
+        }
+        RepoMode::Direct => Vec::new(),
+    };
     let mut spokes = Vec::new();
     for (spoke, obs) in config.spokes.iter().zip(seen) {
         let (sealed, consumers) = match &hub {
@@ -186,6 +206,14 @@ async fn gather(config: &Config) -> Result<Report, spokekeeper::repo::RepoError>
         let findings = graded(config, &obs, now);
         let mut status = spoke_status(spoke, &obs, &findings, sealed, consumers);
         let (ns, name) = (&spoke.secret.namespace, &spoke.secret.name);
+        if let Some(i) = removals.iter().position(|(s, _, _)| *s == spoke.name) {
+            let (_, file, pr) = removals.swap_remove(i);
+            status.removal = Some(Removal {
+                file,
+                state: "pending-review",
+                pull_request: pr.url,
+            });
+        }
         for c in consumers::on_old_secret(spoke, &listed) {
             status.ok = false;
             status.problems.push(format!(

@@ -94,6 +94,12 @@ pub(super) fn print(report: &Report, format: Format) {
                 eprintln!("hub: {e}");
             }
             for s in &report.spokes {
+                if let Some(r) = &s.removal {
+                    eprintln!(
+                        "{}: the removal of the old Secret {} waits for review: {}",
+                        s.spoke, r.file, r.pull_request
+                    );
+                }
                 for p in &s.problems {
                     eprintln!("{}: {p}", s.spoke);
                 }

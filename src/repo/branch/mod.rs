@@ -7,6 +7,9 @@ use std::path::Path;
 use super::{Repo, RepoError};
 
 pub(super) mod onboard;
+mod removal;
+
+pub use removal::REMOVES;
 
 use onboard::{Beside, Onboarding, OnboardingError};
 
@@ -54,6 +57,8 @@ pub enum Untrusted {
     NoRecord,
     #[error("not an onboarding commit spokekeeper makes: {0}")]
     Onboarding(OnboardingError),
+    #[error("not a removal commit spokekeeper makes: its message does not end with {trailer:?}")]
+    NoRemovalTrailer { trailer: String },
 }
 
 impl Repo {
@@ -339,6 +344,33 @@ impl Repo {
     /// extra header, has another id). Anything a pusher could copy (annotations,
     /// fingerprints, names, signatures) is not evidence.
     pub async fn provenance(&self, branch: &str, head: &str, rel: &Path) -> Result<(), Untrusted> {
+        let (full, parent) = self.signed_on_target(head).await?;
+        let raw = self
+            .raw_diff(&parent, head)
+            .await
+            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
+        let rel_s = rel.to_string_lossy();
+        let message = self
+            .commit_message(&full)
+            .await
+            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
+        match Onboarding::parse(&message) {
+            // `add` in review mode: new files beside the credential, as the trailer says.
+            Some(o) => {
+                let spoke = branch.strip_prefix(BRANCH_PREFIX).unwrap_or(branch);
+                onboard::check(&raw, &rel_s, spoke, &o).map_err(Untrusted::Onboarding)?;
+                self.lines_added(&parent, &full, &o.lists)
+                    .await
+                    .map_err(Untrusted::Onboarding)?;
+            }
+            None => only_writes(&raw, &rel_s)?,
+        }
+        self.last_pushed(branch, &full).await
+    }
+
+    /// `head` verified against repo.signing_key, with one parent, in the remote target
+    /// branch: (its full id, that parent).
+    async fn signed_on_target(&self, head: &str) -> Result<(String, String), Untrusted> {
         let signer = self.signer.as_ref().ok_or(Untrusted::NoKey)?;
         let args = signer.verify_args();
         let mut verify: Vec<String> = args.clone().into();
@@ -366,26 +398,11 @@ impl Repo {
         {
             return Err(Untrusted::OffTarget { parent, upstream });
         }
-        let raw = self
-            .raw_diff(&parent, head)
-            .await
-            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
-        let rel_s = rel.to_string_lossy();
-        let message = self
-            .commit_message(&full)
-            .await
-            .map_err(|e| Untrusted::Unreadable(e.to_string()))?;
-        match Onboarding::parse(&message) {
-            // `add` in review mode: new files beside the credential, as the trailer says.
-            Some(o) => {
-                let spoke = branch.strip_prefix(BRANCH_PREFIX).unwrap_or(branch);
-                onboard::check(&raw, &rel_s, spoke, &o).map_err(Untrusted::Onboarding)?;
-                self.lines_added(&parent, &full, &o.lists)
-                    .await
-                    .map_err(Untrusted::Onboarding)?;
-            }
-            None => only_writes(&raw, &rel_s)?,
-        }
+        Ok((full, parent))
+    }
+
+    /// Whether `full` is exactly the commit this clone last pushed to `branch`.
+    async fn last_pushed(&self, branch: &str, full: &str) -> Result<(), Untrusted> {
         match self.pushed(branch).await {
             Some(recorded) if recorded == full => Ok(()),
             Some(recorded) => Err(Untrusted::NotPushed { recorded }),

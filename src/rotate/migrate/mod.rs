@@ -5,15 +5,19 @@
 //! the ConfigMap is Ready through it ([`rule`]), the old file is removed in a commit of
 //! its own. After the push, with the hub and the fleet repo checked again, a spoke that
 //! was minted has its minted bindings deleted, with the admin credential read over SSH.
+//! In review mode the removal is a pull request; once it is merged ([`landed`]), a later
+//! tick checks again and deletes the bindings the same way.
 
+mod after;
 mod rule;
+
+pub(super) use after::after_push;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use super::context::Tick;
-use super::direct::{Publish, RemoveError};
-use super::error::SpokeError;
+use super::direct::{Publish, Removal, RemoveError};
 use super::observe::{Committed, Output};
 use super::state::RecordedCredential;
 use super::tick_report::SpokeReport;
@@ -39,8 +43,18 @@ pub enum MigrationState {
     Waits { remaining: Vec<String> },
     /// A dry run: it would be removed, these consumers being Ready through the ConfigMap.
     WouldRemove { ready: Vec<String> },
-    /// Removed in `commit`, these consumers being Ready through the ConfigMap. `problem`:
-    /// what kept the minted bindings after the push (None: nothing did).
+    /// Review mode: the removal waits for review on `branch` in `pull_request` (its URL
+    /// the one to merge); `commit`: pushed this tick (None: the branch held it already).
+    Proposed {
+        branch: String,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        commit: Option<String>,
+        pull_request: Box<crate::forge::PullRequest>,
+        ready: Vec<String>,
+    },
+    /// Removed in `commit` (review mode: the merged removal), these consumers being Ready
+    /// through the ConfigMap. `problem`: what kept the minted bindings after the push
+    /// (None: nothing did).
     Removed {
         commit: String,
         ready: Vec<String>,
@@ -56,6 +70,9 @@ pub(super) struct Old {
     path: PathBuf,
     /// What it recorded: a minted spoke's bindings go once it is removed.
     credential: RecordedCredential,
+    /// Review mode: the removal merged since an earlier tick proposed it, in this
+    /// commit; the file is gone from the target branch, its bindings not yet deleted.
+    landed: Option<String>,
 }
 
 /// The old Secret of a federated spoke in `files` (None: not federated, or none there).
@@ -121,7 +138,36 @@ fn judged(spoke: &SpokeConfig, path: PathBuf, bytes: &[u8]) -> Result<Old, Migra
     Ok(Old {
         path,
         credential: record.recorded.credential.clone(),
+        landed: None,
     })
+}
+
+/// Review mode, the old Secret gone from the target branch: the removal an earlier tick
+/// proposed, once merged, with what the file held (read from the removal's parent).
+/// None: no such removal recorded in this clone, or not landed.
+pub(super) async fn landed(
+    ctx: &super::Context,
+    publish: &impl Publish,
+    spoke: &SpokeConfig,
+    all: &[SpokeConfig],
+) -> Option<Result<Old, Migration>> {
+    let path = old_path(spoke, all)?;
+    let commit = publish.landed(ctx, spoke, &path).await?;
+    let old = match ctx.repo.removed_file(&commit, &path).await {
+        Ok(Some(bytes)) => judged(spoke, path, &bytes),
+        Ok(None) => Err(left(
+            &path,
+            format!("the removal {commit} did not remove it"),
+        )),
+        Err(e) => Err(left(
+            &path,
+            format!("the removal {commit} cannot be read: {e}"),
+        )),
+    };
+    Some(old.map(|o| Old {
+        landed: Some(commit),
+        ..o
+    }))
 }
 
 /// The file at `path` left as it is, and why.
@@ -158,6 +204,18 @@ pub(super) async fn step(
         file: file.clone(),
         state,
     };
+    if let Some(commit) = &old.landed {
+        // Merged: nothing to remove; after_push checks again and deletes the bindings.
+        let problem = tick
+            .options
+            .dry_run
+            .then(|| "a dry run: nothing is deleted on the spoke".to_string());
+        return done(MigrationState::Removed {
+            commit: commit.clone(),
+            ready: Vec::new(),
+            problem,
+        });
+    }
     let Some(hub) = tick.hub else {
         let why =
             "the hub could not be reached this tick (hub:): nothing is known of the consumers";
@@ -196,8 +254,8 @@ pub(super) async fn step(
         Step::Remove(ready) => {
             let ready = names(&ready);
             let message = message(spoke, old, &ready);
-            match publish.remove(tick.context, &old.path, &message).await {
-                Ok(Some(commit)) => {
+            match publish.remove(tick, spoke, &old.path, &message).await {
+                Ok(Some(Removal::Committed(commit))) => {
                     tracing::info!(spoke = %spoke.name, %file, %commit, "removed the old Secret: every consumer is Ready through the ConfigMap");
                     MigrationState::Removed {
                         commit,
@@ -205,10 +263,20 @@ pub(super) async fn step(
                         problem: None,
                     }
                 }
-                Ok(None) => MigrationState::Failed {
-                    why: "HEAD no longer holds it".into(),
+                Ok(Some(Removal::Proposed {
+                    branch,
+                    commit,
+                    pull_request,
+                })) => MigrationState::Proposed {
+                    branch,
+                    commit,
+                    pull_request: Box::new(pull_request),
+                    ready,
                 },
-                Err(RemoveError::Review { why }) => MigrationState::Waits {
+                Ok(None) => MigrationState::Failed {
+                    why: "the target branch no longer holds it".into(),
+                },
+                Err(RemoveError::Refused { why }) => MigrationState::Waits {
                     remaining: vec![why],
                 },
                 Err(e) => MigrationState::Failed { why: e.to_string() },
@@ -216,103 +284,6 @@ pub(super) async fn step(
         }
     };
     done(state)
-}
-
-/// After the push that carried a removal (`pushed`: the tick pushed): the hub and the
-/// fleet repo asked again (a consumer on the old Secret pushed meanwhile keeps the
-/// bindings), then a spoke that was minted has every minted generation's binding deleted
-/// (the federated binding stays). Not pushed, nothing is deleted, and that is said.
-pub(super) async fn after_push(
-    tick: &Tick<'_>,
-    spoke: &SpokeConfig,
-    old: &Old,
-    pushed: bool,
-    report: &mut SpokeReport,
-) {
-    let Some(MigrationState::Removed { problem, .. }) =
-        report.migration.as_deref_mut().map(|m| &mut m.state)
-    else {
-        return;
-    };
-    if !pushed {
-        let why = "the removal was not pushed this tick (the fleet repo's error says why): nothing is deleted on the spoke";
-        *problem = Some(match old.credential.mode {
-            CredentialMode::Minted => format!(
-                "{why}; once it is, delete the minted bindings ({})",
-                delete_bindings(spoke)
-            ),
-            _ => why.to_string(),
-        });
-        return;
-    }
-    let still = match tick.hub {
-        None => Step::Waits(vec!["the hub could not be reached".into()]),
-        Some(hub) => {
-            let seen = Seen {
-                namespace: &spoke.secret.namespace,
-                name: &spoke.secret.name,
-                healthy: true,
-                dry_run: false,
-                listed: listed(hub, spoke).await,
-                unapplied: None,
-            };
-            let mut fresh = None;
-            let on_hub = rule::on_hub(&seen);
-            rule::with_repo(on_hub, &spoke.secret.name, in_repo(tick, &mut fresh, spoke))
-        }
-    };
-    if let Step::Waits(why) = still {
-        let why = format!(
-            "after the push: {}; nothing is deleted on the spoke",
-            why.join("; ")
-        );
-        tracing::warn!(spoke = %spoke.name, "the old Secret was removed, but {why}");
-        *problem = Some(why);
-        return;
-    }
-    if old.credential.mode != CredentialMode::Minted {
-        return;
-    }
-    match minted_gone(tick, spoke, old).await {
-        Ok(names) => report.revoked.extend(names),
-        Err(e) => {
-            let why = format!(
-                "the minted bindings could not be deleted ({e}): delete them ({})",
-                delete_bindings(spoke)
-            );
-            tracing::warn!(spoke = %spoke.name, "the old Secret was removed, but {why}");
-            *problem = Some(why);
-        }
-    }
-}
-
-/// The command that deletes this hub's minted bindings for the spoke entry (each
-/// carries a generation label; the federated binding carries none).
-fn delete_bindings(spoke: &SpokeConfig) -> String {
-    format!(
-        "kubectl delete clusterrolebinding -l spokekeeper.io/hub={},spokekeeper.io/spoke={},spokekeeper.io/generation",
-        spoke.credential.hub_id, spoke.name
-    )
-}
-
-/// Every minted generation's binding of this hub's spoke entry (and an earlier version's
-/// binding of the recorded user), with the admin credential read over SSH.
-async fn minted_gone(
-    tick: &Tick<'_>,
-    spoke: &SpokeConfig,
-    old: &Old,
-) -> Result<Vec<String>, SpokeError> {
-    let limit = tick.context.live_timeout;
-    let admin = super::refresh::extract_and_validate(spoke, tick.now, limit, tick.sessions).await?;
-    let revocation = crate::mint::Revocation {
-        admin: admin.yaml,
-        // Every generation: the federated binding carries none, so it stays.
-        below: crate::mint::MAX_GENERATION + 1,
-        legacy_user: old.credential.user.clone(),
-        hub: spoke.credential.hub_id.clone(),
-        spoke: spoke.name.clone(),
-    };
-    Ok(revocation.revoke(limit).await?)
 }
 
 /// The consumers in the spoke's namespace that name its credential, listed now; those on

@@ -34,6 +34,7 @@ mod open;
 mod pr_text;
 mod publish;
 mod push_branch;
+mod removal;
 mod settle;
 
 use time::OffsetDateTime;
@@ -51,8 +52,9 @@ use crate::repo::{BranchState, Untrusted};
 use crate::rotate::observe::Output;
 use crate::spoke::{Judged, ProbeError, ProbeReport};
 
-pub use open::open_reviews;
+pub use open::{open_removals, open_reviews};
 pub use pr_text::human;
+pub use removal::removal_branch;
 // For message.rs's tests, which check a commit message makes a good pull request.
 #[cfg(test)]
 pub(crate) use pr_text::describe;
@@ -62,6 +64,9 @@ pub struct Review {
     forge: Result<Forge, Arc<ForgeError>>,
     /// Why the gate refused a side effect this tick (the rest waits for a tick that may).
     refused: std::sync::Mutex<Option<String>>,
+    /// The removal branches this clone recorded a push to, listed once a tick: only
+    /// those spokes are asked whether their removal landed.
+    removals: std::collections::BTreeSet<String>,
 }
 
 /// The unmerged review branch of a spoke.
@@ -90,9 +95,17 @@ impl Review {
         if let Err(e) = ctx.repo.fetch_review_branches().await {
             tracing::warn!(error = %e, "cannot fetch the review branches; using the last fetched");
         }
+        let removals = match ctx.repo.pushed_branches().await {
+            Ok(all) => all.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot list the clone's push records: no merged removal is taken up this tick");
+                Default::default()
+            }
+        };
         Some(Review {
             forge: Forge::new(cfg).map_err(Arc::new),
             refused: std::sync::Mutex::new(None),
+            removals,
         })
     }
 

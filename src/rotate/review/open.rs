@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{age, branch_name};
 use crate::config::SpokeConfig;
-use crate::forge::{self, Forge};
+use crate::forge::{self, Forge, PullRequest};
 use crate::rotate::error::{ForgeFailure, ReviewError, SpokeError, Unendorsed};
 use crate::rotate::{Outcome, SpokeReport};
 
@@ -94,4 +94,29 @@ async fn endorsed(
             head: recorded,
             why: Box::new(why),
         })
+}
+
+/// For `check`: each named federated spoke whose old Secret's removal waits for review
+/// (the forge shows the removal this clone pushed, and it is provably ours): (spoke, the
+/// old Secret's file, the pull request). Reads the forge and the clone; fetches nothing.
+pub async fn open_removals(
+    config: &crate::config::Config,
+    repo: &crate::repo::Repo,
+    spokes: &[String],
+) -> Vec<(String, String, PullRequest)> {
+    let Some(Ok(forge)) = config.repo.forge.as_ref().map(Forge::new) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let federated = config.spokes.iter().filter(|s| {
+        spokes.contains(&s.name) && s.credential.mode == crate::config::CredentialMode::Federated
+    });
+    for spoke in federated {
+        let base = &config.repo.branch;
+        if let Some(pr) = super::removal::open_removal(&forge, repo, spoke, base).await {
+            let file = spoke.secret.sealed_output().display().to_string();
+            out.push((spoke.name.clone(), file, pr));
+        }
+    }
+    out
 }

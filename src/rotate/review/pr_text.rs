@@ -67,6 +67,31 @@ pub(crate) fn describe(
     (text::one_line(title, 200), body)
 }
 
+/// A removal's title (the commit's subject) and body (the rest of its message but the
+/// trailer, what merging does, the verified head; and, when an untrusted branch head
+/// was replaced, which and why). Consumer names come from the hub: quoted escaped.
+pub(crate) fn removal_text(message: &str, replaced: Option<&str>, head: &str) -> (String, String) {
+    let (title, rest) = message.split_once('\n').unwrap_or((message, ""));
+    let mut body = String::new();
+    if let Some(why) = replaced {
+        body.push_str(&text::markdown(&text::one_line(why, 400)));
+        body.push_str("\n\n");
+    }
+    let trailer = crate::repo::REMOVES.trim_end();
+    for line in rest.trim().lines().filter(|l| !l.starts_with(trailer)) {
+        body.push_str(&text::markdown(&text::one_line(line, 1000)));
+        body.push('\n');
+    }
+    body.push_str(
+        "\nOpened by spokekeeper: this commit deletes the old Secret's file and nothing else. \
+         Once it is merged, the next tick checks the hub and the fleet repo again and, for a \
+         spoke that was minted, deletes the minted bindings on the spoke.\n",
+    );
+    body.push('\n');
+    body.push_str(&signed_line(head));
+    (text::one_line(title, 200), body)
+}
+
 /// The line a reviewer compares with the head commit the forge shows.
 pub(crate) fn signed_line(head: &str) -> String {
     format!("head {}, signed by spokekeeper\n", text::markdown(head))
@@ -93,6 +118,28 @@ mod tests {
         assert_eq!(human(12 * 60 + 5), "12m");
         assert_eq!(human(3 * 3600 + 27 * 60), "3h 27m");
         assert_eq!(human(2 * 86_400 + 4 * 3600 + 59), "2d 4h");
+    }
+
+    #[test]
+    fn a_removal_is_described_without_its_trailer_and_with_its_head() {
+        let msg = "edge: remove the old Secret edge/kc: migrated to federated\n\nReady: Kustomization edge/*x*\n\nSpokekeeper-Removes: fluxcd/kc-sealed.yaml\n";
+        let (title, body) =
+            removal_text(msg, Some("replaced branch head 99: unsigned"), "0123abcd");
+        assert_eq!(
+            title,
+            "edge: remove the old Secret edge/kc: migrated to federated"
+        );
+        assert!(
+            body.starts_with(
+                "replaced branch head 99: unsigned\n\nReady: Kustomization edge/\\*x\\*\n"
+            ),
+            "{body}"
+        );
+        assert!(!body.contains("Spokekeeper-Removes"), "{body}");
+        assert!(
+            body.ends_with("\nhead 0123abcd, signed by spokekeeper\n"),
+            "{body}"
+        );
     }
 
     #[test]

@@ -9,11 +9,11 @@ use super::pr_text::{same_text, signed_line, unverified};
 use super::settle::{branch_head, open_or_update, record};
 use super::{Review, branch_name, forge_failed};
 use crate::config::SpokeConfig;
-use crate::repo::BranchState;
+use crate::repo::{BranchState, RepoError};
 use crate::rotate::Outcome;
 use crate::rotate::context::Tick;
 use crate::rotate::context::{Landing, Spoke};
-use crate::rotate::direct::{Finished, Publish, RemoveError};
+use crate::rotate::direct::{Finished, Publish, Removal, RemoveError};
 use crate::rotate::error::{ForgeFailure, PinError, ReviewError, SpokeError};
 use crate::rotate::sealing_key::CERT_BRANCH;
 use crate::rotate::tick_report::RepoFailure;
@@ -162,19 +162,27 @@ impl Publish for Review {
         Ok(pushed)
     }
 
-    /// Not proposed for review yet: said, with what to do instead.
+    /// Proposed on the spoke's removal branch, with a pull request (removal.rs).
     async fn remove(
         &self,
-        _: &Context,
+        tick: &Tick<'_>,
+        spoke: &SpokeConfig,
         rel: &Path,
-        _: &str,
-    ) -> Result<Option<String>, RemoveError> {
-        Err(RemoveError::Review {
-            why: format!(
-                "repo.mode: pull-request: spokekeeper does not propose a file's removal for review yet; every consumer is Ready through the ConfigMap, so remove {} in a pull request of your own",
-                rel.display()
-            ),
-        })
+        message: &str,
+    ) -> Result<Option<Removal>, RemoveError> {
+        self.propose_removal(tick, spoke, rel, message).await
+    }
+
+    async fn landed(&self, ctx: &Context, spoke: &SpokeConfig, rel: &Path) -> Option<String> {
+        let branch = super::removal_branch(spoke);
+        if !self.removals.contains(&branch) {
+            return None;
+        }
+        super::removal::landed(ctx, spoke, rel).await
+    }
+
+    async fn forget(&self, ctx: &Context, spoke: &SpokeConfig) -> Result<(), RepoError> {
+        super::removal::forget(ctx, spoke).await
     }
 
     async fn finish(&mut self, ctx: &Context, _: &Options) -> Finished {

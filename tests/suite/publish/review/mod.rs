@@ -19,6 +19,7 @@ mod forge_faults;
 mod lifecycle;
 mod onboarding;
 mod provenance;
+mod removal;
 mod reported;
 mod withheld;
 

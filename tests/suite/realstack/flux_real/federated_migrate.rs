@@ -11,15 +11,15 @@ use std::process::{Child, Stdio};
 
 use support::realstack::real_flux::Intervals;
 
-const SEALED: &str = "fluxcd/spoke0-kubeconfig-sealed.yaml";
-const CONFIG_MAP: &str = "fluxcd/spoke0-kubeconfig.yaml";
-const CONSUMERS: [&str; 2] = [
+pub(super) const SEALED: &str = "fluxcd/spoke0-kubeconfig-sealed.yaml";
+pub(super) const CONFIG_MAP: &str = "fluxcd/spoke0-kubeconfig.yaml";
+pub(super) const CONSUMERS: [&str; 2] = [
     "HelmRelease flux-system/spoke0",
     "Kustomization flux-system/spoke0",
 ];
 
 /// Whether the remote's main holds `rel`.
-fn on_remote(stack: &RealFlux, rel: &str) -> bool {
+pub(super) fn on_remote(stack: &RealFlux, rel: &str) -> bool {
     !git(
         &stack.fleet.remote,
         &["ls-tree", "--name-only", "main", "--", rel],
@@ -29,7 +29,7 @@ fn on_remote(stack: &RealFlux, rel: &str) -> bool {
 }
 
 /// spokekeeper.yaml's credential.mode `from` made `to` (the federated stack's is global).
-fn set_mode(stack: &RealFlux, from: &str, to: &str) {
+pub(super) fn set_mode(stack: &RealFlux, from: &str, to: &str) {
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
     let edited = text.replacen(&format!("  mode: {from}\n"), &format!("  mode: {to}\n"), 1);
     assert_ne!(edited, text, "{text}");
@@ -61,7 +61,7 @@ fn move_consumers(stack: &RealFlux) {
 /// Node 0 as the plain node recipe leaves it (the lab's: `sudo cat` of its kubeconfig,
 /// no forced command), before any federated recipe, and `ssh.sudo` set for it (the
 /// federated recipe's forced command ignores it).
-fn plain_recipe(stack: &mut RealFlux) {
+pub(super) fn plain_recipe(stack: &mut RealFlux) {
     let text = std::fs::read_to_string(&stack.fleet.config).unwrap();
     let user = format!("ssh:\n  user: {}\n", support::LAB_USER);
     let edited = text.replacen(&user, &format!("{user}  sudo: true\n"), 1);
@@ -78,7 +78,7 @@ fn plain_recipe(stack: &mut RealFlux) {
 }
 
 /// The tick's migration of spoke 0, asserting the tick itself went well.
-fn tick(stack: &RealFlux) -> Value {
+pub(super) fn tick(stack: &RealFlux) -> Value {
     let (code, report, err) = stack.rotate_json();
     assert_eq!(code, 0, "{report:#}\n{err}");
     report["spokes"][0].clone()
@@ -250,31 +250,7 @@ fn moved_from(stack: &mut RealFlux, mode: &str) -> Value {
     named.sort();
     assert_eq!((code, named), (1, CONSUMERS.to_vec()), "{problems:#?}");
 
-    // The operator's commit; the controllers reconcile the new spec through the ConfigMap.
-    let generation = |kind| {
-        flux::ready(&stack.hub, kind, "spoke0")
-            .expect("Ready")
-            .generation
-    };
-    let before = ["kustomization", "helmrelease"].map(|kind| (kind, generation(kind)));
-    move_consumers(stack);
-    for (kind, was) in before {
-        let reads = || {
-            let path = "jsonpath={.spec.kubeConfig.configMapRef.name}";
-            let got =
-                stack
-                    .hub
-                    .api
-                    .try_kubectl(&["get", kind, "spoke0", "-n", flux::NS, "-o", path]);
-            got.is_ok_and(|n| n == "spoke0-kubeconfig")
-        };
-        stack.wait_for(kind, "spoke0", "Ready=True on configMapRef", |r| {
-            r.status == "True"
-                && r.generation > was
-                && r.observed_generation == r.generation
-                && reads()
-        });
-    }
+    moved(stack);
 
     // The next tick removes the Secret's file in a commit of its own.
     let removed = tick(stack);
@@ -308,9 +284,38 @@ fn moved_from(stack: &mut RealFlux, mode: &str) -> Value {
     removed
 }
 
+/// The operator's commit moving spoke 0's consumers to configMapRef, and the controllers
+/// reconciling the new spec through the ConfigMap, Ready.
+pub(super) fn moved(stack: &RealFlux) {
+    let generation = |kind| {
+        flux::ready(&stack.hub, kind, "spoke0")
+            .expect("Ready")
+            .generation
+    };
+    let before = ["kustomization", "helmrelease"].map(|kind| (kind, generation(kind)));
+    move_consumers(stack);
+    for (kind, was) in before {
+        let reads = || {
+            let path = "jsonpath={.spec.kubeConfig.configMapRef.name}";
+            let got =
+                stack
+                    .hub
+                    .api
+                    .try_kubectl(&["get", kind, "spoke0", "-n", flux::NS, "-o", path]);
+            got.is_ok_and(|n| n == "spoke0-kubeconfig")
+        };
+        stack.wait_for(kind, "spoke0", "Ready=True on configMapRef", |r| {
+            r.status == "True"
+                && r.generation > was
+                && r.observed_generation == r.generation
+                && reads()
+        });
+    }
+}
+
 /// The federated stack (the hub its own issuer, the federated node recipe, the
 /// controllers' own tokens), spoke 0's consumers on secretRef.
-fn on_secret_ref(signers: bool) -> RealFlux {
+pub(super) fn on_secret_ref(signers: bool) -> RealFlux {
     RealFlux::launch(
         1,
         signers,

@@ -546,6 +546,7 @@ mod federated;
 mod federated_ca;
 mod federated_issuer;
 mod federated_migrate;
+mod federated_migrate_review;
 mod federated_own;
 mod federated_revoke;
 mod minted;
