@@ -76,6 +76,10 @@ pub struct AddArgs {
     /// [default: the configuration's credential.federated.issuer].
     #[arg(long)]
     pub issuer: Option<String>,
+    /// Another control-plane node of a federated spoke, as spokes[].servers (repeat for
+    /// each): its trust is written there over SSH and its own API server proven.
+    #[arg(long = "server", value_name = "ADDRESS")]
+    pub servers: Vec<String>,
 }
 
 pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
@@ -345,6 +349,7 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
         namespace: args.namespace.clone().unwrap_or_else(|| args.name.clone()),
         credential: args.credential,
         issuer: args.issuer.clone(),
+        servers: args.servers.clone(),
     }
 }
 
