@@ -355,6 +355,12 @@ impl Node {
         &self.pki
     }
 
+    /// Another server at `address` in this node's control plane: its serving certificate
+    /// names that address too (for a real API server started there on [`Node::pki`]).
+    pub fn serve_at_too(&mut self, address: IpAddr) {
+        self.pki.serve_also(address);
+    }
+
     pub fn parts(&self) -> KubeconfigParts {
         self.pki.parts.clone()
     }

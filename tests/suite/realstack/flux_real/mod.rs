@@ -548,5 +548,6 @@ mod federated_issuer;
 mod federated_migrate;
 mod federated_own;
 mod federated_revoke;
+mod federated_servers;
 mod minted;
 mod ready;
