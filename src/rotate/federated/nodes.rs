@@ -69,12 +69,15 @@ pub(super) async fn each(
 ) -> Result<Vec<Node>, SpokeError> {
     let mut nodes = Vec::new();
     for url in urls(spoke, &admin.kubeconfig.server_string())? {
+        // No copy of the credential for a spoke reached through its one server.
+        let pointed;
         let yaml = if spoke.servers.is_empty() {
-            admin.yaml.clone()
+            &admin.yaml
         } else {
-            admin.kubeconfig.at_server(&url).to_yaml()
+            pointed = admin.kubeconfig.at_server(&url).to_yaml();
+            &pointed
         };
-        let (client, _) = live::client(&yaml, limit)
+        let (client, _) = live::client(yaml, limit)
             .await
             .map_err(|e| SpokeError::Live(e.into()))?;
         nodes.push(Node {
