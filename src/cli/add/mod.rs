@@ -119,6 +119,13 @@ enum AddError {
         configured: String,
         file: PathBuf,
     },
+    #[error("--server {given:?} is not {spoke}'s servers {configured:?} in {}, which add cannot write: drop the flags, or change the entry there", file.display())]
+    OtherServers {
+        spoke: String,
+        given: Vec<String>,
+        configured: Vec<String>,
+        file: PathBuf,
+    },
     #[error("the spoke is not in the edited configuration")]
     NotInConfig,
     #[error("cannot start the runtime: {0}")]
