@@ -156,6 +156,21 @@ impl Pki {
         self.serving_chain = vec![cert.der().clone(), self.server_ca.der().clone()];
     }
 
+    /// Another server of the same control plane at `address`: the serving certificate
+    /// names it too (the same CA, as every server of a control plane is issued by).
+    pub fn serve_also(&mut self, address: IpAddr) {
+        let san = SanType::IpAddress(address);
+        if !self.serving_params.subject_alt_names.contains(&san) {
+            self.serving_params.subject_alt_names.push(san);
+        }
+        let cert = self
+            .serving_params
+            .clone()
+            .signed_by(&self.serving_key, &self.server_ca)
+            .expect("sign serving");
+        self.serving_chain = vec![cert.der().clone(), self.server_ca.der().clone()];
+    }
+
     /// What k3s does on restart within 120 days of expiry: a new admin certificate from
     /// the same client CA, for the same key, valid `days` from now.
     pub fn renew_client(&mut self, days: i64) {

@@ -97,7 +97,11 @@ pub(crate) fn template(mode: Option<CredentialMode>) -> String {
                 "# hub:                                 # optional:",
                 "hub:                                   # required by federated spokes:",
             )
-            .replace("#   verify_timeout: 2m", "  verify_timeout: 2m"),
+            .replace("#   verify_timeout: 2m", "  verify_timeout: 2m")
+            .replace(
+                "    # api_server: https://192.168.1.20:6443\n",
+                "    # api_server: https://192.168.1.20:6443\n    # servers: [192.168.1.21, 192.168.1.22]   # the other control-plane nodes: each is written and proven\n",
+            ),
         Some(CredentialMode::Extracted) => TEMPLATE.replace(
             "  mode: minted                         # minted:",
             "  mode: extracted                      # minted:",
@@ -250,6 +254,10 @@ mod tests {
             recipes(&init(&[]), Some(&scaffold)),
             federated_recipe(Distro::K3s)
         );
+        // Its other server nodes, once uncommented, are the spoke's.
+        let ha =
+            parse(&template(Some(CredentialMode::Federated)).replace("# servers:", "servers:"));
+        assert_eq!(ha.spokes[0].servers, ["192.168.1.21", "192.168.1.22"]);
         let extracted = parse(&template(Some(CredentialMode::Extracted)));
         assert_eq!(
             extracted.spokes[0].credential.mode,

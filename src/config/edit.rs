@@ -17,6 +17,8 @@ pub struct NewSpoke {
     pub distro: Distro,
     pub kubeconfig_path: Option<String>,
     pub api_server: Option<String>,
+    /// A federated spoke's other server nodes (`servers`), each written and proven.
+    pub servers: Vec<String>,
     /// The hub namespace of its Secret and Flux objects (`secret.namespace`): one that
     /// holds no other spoke's Secret.
     pub namespace: String,
@@ -122,6 +124,10 @@ fn entry_in(spoke: &NewSpoke, indent: usize, gap: usize, eol: &str) -> String {
             entry.push_str(&format!("{keys}{k}: {}{eol}", quoted(v)));
         }
     }
+    if !spoke.servers.is_empty() {
+        let servers: Vec<String> = spoke.servers.iter().map(|s| quoted(s)).collect();
+        entry.push_str(&format!("{keys}servers: [{}]{eol}", servers.join(", ")));
+    }
     entry.push_str(&format!(
         "{keys}secret: {{namespace: {}}}{eol}",
         quoted(&spoke.namespace)
@@ -158,6 +164,7 @@ mod tests {
             distro: Distro::Rke2,
             kubeconfig_path: None,
             api_server: None,
+            servers: Vec::new(),
             namespace: name.into(),
             credential: None,
             issuer: None,
@@ -320,5 +327,27 @@ mod tests {
         let (_, config) = add(text, &s).unwrap();
         assert_eq!(config.spokes[1].credential.mode, CredentialMode::Extracted);
         assert!(spoke_entry(&s).ends_with("  credential: {mode: extracted}\n"));
+    }
+
+    #[test]
+    fn servers_given_are_written_for_a_federated_spoke_and_refused_for_a_sealed_one() {
+        let text = "repo: {path: f}\nsealing: {cert: c.pem}\nhub: {}\nspokes:\n  - {name: dev, address: a}\n";
+        let mut s = spoke("edge-1");
+        s.credential = Some(CredentialMode::Federated);
+        s.issuer = Some("https://hub.example:6443".into());
+        s.servers = vec!["192.168.1.31".into(), "cp3.example.org".into()];
+        let (out, config) = add(text, &s).unwrap();
+        assert!(
+            out.contains("    servers: [\"192.168.1.31\", \"cp3.example.org\"]\n"),
+            "{out}"
+        );
+        assert_eq!(config.spokes[1].servers, s.servers);
+        s.credential = Some(CredentialMode::Minted);
+        s.issuer = None;
+        let e = add(text, &s).unwrap_err().to_string();
+        assert!(
+            e.contains("spokes[1].servers is for federated spokes only"),
+            "{e}"
+        );
     }
 }

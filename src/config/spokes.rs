@@ -25,6 +25,8 @@ pub(super) struct RawSpoke {
     kubeconfig_path: Option<String>,
     api_server: Option<String>,
     #[serde(default)]
+    servers: Vec<String>,
+    #[serde(default)]
     ssh: SshOverrides,
     secret: Option<RawSecretRef>,
     scope: Option<Scope>,
@@ -103,6 +105,10 @@ pub struct SpokeConfig {
     pub kubeconfig_path: String,
     /// None: https://ADDRESS:PORT-from-the-extracted-kubeconfig.
     pub api_server: Option<url::Url>,
+    /// A federated spoke's other control-plane nodes, beside `address`: each is written
+    /// its trust over SSH (the spoke's `ssh:`) and its own API server, at
+    /// https://NODE:PORT with the port of the spoke's server, proven by itself.
+    pub servers: Vec<String>,
     pub ssh: SshSettings,
     pub secret: SecretRef,
     pub scope: Scope,
@@ -193,6 +199,7 @@ fn spoke(
         CredentialMode::Federated => PathBuf::from(format!("fluxcd/{}.yaml", secret.name)),
         _ => secret.sealed_output(),
     });
+    servers(&at, &s.address, &s.servers, credential.mode, l)?;
     let kustomization = s
         .kustomization
         .map(|k| kustomization(&at, &s.name, k, l))
@@ -206,6 +213,7 @@ fn spoke(
         source: s.source.unwrap_or_default(),
         kubeconfig_path,
         api_server,
+        servers: s.servers,
         ssh,
         secret,
         scope: s.scope.unwrap_or_default(),
@@ -215,6 +223,44 @@ fn spoke(
         format: sealing.format.unwrap_or(global_format),
         age_sha256,
     })
+}
+
+/// `spokes[i].servers`: hosts as `address` is, none twice nor `address` again, and only
+/// on a federated spoke (a sealed one's credential, read from `address`, is the cluster's
+/// and works through any server).
+fn servers(
+    at: &str,
+    address: &str,
+    servers: &[String],
+    mode: CredentialMode,
+    l: &Loading,
+) -> Result<(), ConfigError> {
+    if !servers.is_empty() && mode != CredentialMode::Federated {
+        return Err(l.bad(
+            &format!("{at}.servers"),
+            format!(
+                "{at}.servers is for federated spokes only (credential.mode: federated), whose trust is written on each server node: a {} spoke's credential, read from `address`, works through every server. Fix: remove {at}.servers",
+                mode.as_str()
+            ),
+        ));
+    }
+    for (j, host) in servers.iter().enumerate() {
+        let key = format!("{at}.servers[{j}]");
+        check::host(host).map_err(|why| l.bad(&key, format!("{key} {why}")))?;
+        if host == address {
+            return Err(l.bad(
+                &key,
+                format!("{key} {host:?} is the spoke's address, always written: list only the other server nodes"),
+            ));
+        }
+        if let Some(k) = servers[..j].iter().position(|h| h == host) {
+            return Err(l.bad(
+                &key,
+                format!("{key} {host:?} is also {at}.servers[{k}]: list each server node once"),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `spokes[i].kustomization`: named after the spoke and in flux-system unless written.
@@ -245,7 +291,58 @@ fn kustomization(
 
 #[cfg(test)]
 mod tests {
-    use super::super::tests::{MIN, refused};
+    use super::super::tests::{MIN, parse, refused};
+
+    /// A federated spoke with `servers: LIST` (the hub's issuer set).
+    fn federated(servers: &str) -> String {
+        format!(
+            "repo: {{path: f}}\nsealing: {{cert: c.pem}}\nhub: {{}}\nspokes:\n- name: dev\n  address: 10.0.0.1\n  servers: {servers}\n  credential: {{mode: federated, federated: {{issuer: \"https://hub\"}}}}\n"
+        )
+    }
+
+    #[test]
+    fn a_federated_spoke_lists_its_other_server_nodes() {
+        let c = parse(&federated("[10.0.0.2, cp3.example.org]")).unwrap();
+        assert_eq!(c.spokes[0].servers, ["10.0.0.2", "cp3.example.org"]);
+        assert!(parse(MIN).unwrap().spokes[0].servers.is_empty());
+    }
+
+    #[test]
+    fn server_mistakes_name_the_field_the_line_and_the_fix() {
+        refused(
+            &federated("[10.0.0.2, 10.0.0.2]"),
+            &[
+                "line 7: spokes[0].servers[1]",
+                "spokes[0].servers[0]",
+                "once",
+            ],
+        );
+        refused(
+            &federated("[10.0.0.1]"),
+            &[
+                "line 7: spokes[0].servers[0]",
+                "the spoke's address",
+                "other server nodes",
+            ],
+        );
+        refused(
+            &federated("[\"10.0.0.2:6443\"]"),
+            &[
+                "line 7: spokes[0].servers[0]",
+                "a port goes in",
+                "host name or IP address alone",
+            ],
+        );
+        refused(
+            &MIN.replace("10.0.0.1", "10.0.0.1, servers: [10.0.0.2]"),
+            &[
+                "line 4: spokes[0].servers",
+                "federated spokes only",
+                "extracted",
+                "remove spokes[0].servers",
+            ],
+        );
+    }
 
     #[test]
     fn spoke_mistakes_name_the_field_and_the_fix() {

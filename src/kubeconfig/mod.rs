@@ -326,6 +326,20 @@ impl Sanitized {
         }
     }
 
+    /// The same credential for the API server at `url`: one server node of a control
+    /// plane, reached by itself rather than through the balancer the kubeconfig names.
+    pub(crate) fn at_server(&self, url: &Url) -> Sanitized {
+        Sanitized {
+            name: self.name.clone(),
+            server: url.clone(),
+            tls_server_name: self.tls_server_name.clone(),
+            ca: self.ca.clone(),
+            client: self.client.clone(),
+            key: self.key.clone(),
+            token: self.token.clone(),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

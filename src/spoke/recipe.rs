@@ -26,7 +26,7 @@ spokekeeper ALL=(root) NOPASSWD: /usr/bin/cat /etc/rancher/k3s/k3s.yaml
 
 # 4. On the hub: add the node's host key to spokekeeper's known_hosts after comparing its
 #    fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` run on the node:
-#      ssh-keyscan -t ed25519 NODE >> /etc/spokekeeper/ssh/known_hosts
+#      ssh-keyscan -t ed25519 NODE >> /etc/spokekeeper/ssh/known_hosts   # each server node
 #    and in spokekeeper.yaml for this spoke:  ssh: { user: spokekeeper }
 "#;
 
@@ -156,7 +156,8 @@ pub fn federated_recipe(distro: Distro) -> String {
     let script = node_script(distro);
     format!(
         r#"# Federated credentials (credential.mode: federated) on each SERVER node of a {distro}
-# spoke. Run as root on the node. The hub's key may run one script, which does two things:
+# spoke: its `address` and each node its spokes[].servers lists, as every API server reads
+# its own file. Run as root on the node. The hub's key may run one script, which does two things:
 # `read` prints {kubeconfig}, and `write-authentication-config` replaces
 # {file}
 # (the API server's AuthenticationConfiguration) with what the hub sends.

@@ -76,6 +76,10 @@ pub struct AddArgs {
     /// [default: the configuration's credential.federated.issuer].
     #[arg(long)]
     pub issuer: Option<String>,
+    /// Another control-plane node of a federated spoke, as spokes[].servers (repeat for
+    /// each): its trust is written there over SSH and its own API server proven.
+    #[arg(long = "server", value_name = "ADDRESS")]
+    pub servers: Vec<String>,
 }
 
 pub(super) fn run(args: &AddArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
@@ -113,6 +117,13 @@ enum AddError {
         spoke: String,
         given: String,
         configured: String,
+        file: PathBuf,
+    },
+    #[error("--server {given:?} is not {spoke}'s servers {configured:?} in {}, which add cannot write: drop the flags, or change the entry there", file.display())]
+    OtherServers {
+        spoke: String,
+        given: Vec<String>,
+        configured: Vec<String>,
         file: PathBuf,
     },
     #[error("the spoke is not in the edited configuration")]
@@ -345,6 +356,7 @@ fn new_spoke(args: &AddArgs) -> NewSpoke {
         namespace: args.namespace.clone().unwrap_or_else(|| args.name.clone()),
         credential: args.credential,
         issuer: args.issuer.clone(),
+        servers: args.servers.clone(),
     }
 }
 

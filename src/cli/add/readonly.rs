@@ -70,6 +70,14 @@ fn flags_agree(args: &AddArgs, spoke: &SpokeConfig, file: &Path) -> Result<(), A
             file: file.to_path_buf(),
         });
     }
+    if !args.servers.is_empty() && args.servers != spoke.servers {
+        return Err(AddError::OtherServers {
+            spoke: spoke.name.clone(),
+            given: args.servers.clone(),
+            configured: spoke.servers.clone(),
+            file: file.to_path_buf(),
+        });
+    }
     Ok(())
 }
 
@@ -113,6 +121,11 @@ mod tests {
         let e = agree(&["--issuer", "https://other.example"]).unwrap_err();
         assert!(
             e.starts_with("--issuer \"https://other.example\" is not edge-1's credential.federated.issuer \"https://hub.example:6443\""),
+            "{e}"
+        );
+        let e = agree(&["--server", "10.0.0.10"]).unwrap_err();
+        assert!(
+            e.starts_with("--server [\"10.0.0.10\"] is not edge-1's servers [] in /x/spokekeeper.yaml, which add cannot write"),
             "{e}"
         );
     }

@@ -30,22 +30,38 @@ pub(super) fn node_steps(spoke: &SpokeConfig, account: Option<&str>) -> String {
             spoke.name
         ),
     };
+    // A federated spoke's trust is written on each server node: every one gets the recipe.
+    let nodes: Vec<&str> = std::iter::once(spoke.address.as_str())
+        .chain(spoke.servers.iter().map(String::as_str))
+        .collect();
+    let on = if nodes.len() > 1 {
+        format!("on each of its server nodes {}", nodes.join(", "))
+    } else {
+        format!("on the node {}", spoke.address)
+    };
+    let scans: String = nodes
+        .iter()
+        .map(|address| {
+            format!(
+                "ssh-keyscan -p {port} -t ed25519 {address} > {key}\n\
+                 ssh-keygen -lf {key}    # must equal, on {address}: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub\n\
+                 cat {key} >> {known_hosts} && rm {key}\n",
+                port = ssh.port,
+                known_hosts = ssh.known_hosts.display(),
+            )
+        })
+        .collect();
     format!(
-        "# spoke {name}: on the node {address} ({distro}, kubeconfig {path}, credential {mode})\n{recipe}\
+        "# spoke {name}: {on} ({distro}, kubeconfig {path}, credential {mode})\n{recipe}\
          # {host_step}. On the hub: the node's host key. ssh.known_hosts is strict (an unknown key is\n\
          #    refused; none is trusted on first use): fetch it, compare its fingerprint with\n\
          #    the node's own, and only then add it. spokekeeper connects as {user} (ssh.user).\n\
-         ssh-keyscan -p {port} -t ed25519 {address} > {key}\n\
-         ssh-keygen -lf {key}    # must equal, on the node: ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub\n\
-         cat {key} >> {known_hosts} && rm {key}\n\n{api_server}{lockdown}",
+         {scans}\n{api_server}{lockdown}",
         name = spoke.name,
-        address = spoke.address,
         distro = spoke.distro,
         path = spoke.kubeconfig_path,
         mode = spoke.credential.mode,
-        port = ssh.port,
         user = ssh.user,
-        known_hosts = ssh.known_hosts.display(),
     )
 }
 
@@ -117,6 +133,28 @@ mod tests {
             steps.find("# 5. On the hub") < steps.find("# 6. The API server"),
             "{steps}"
         );
+    }
+
+    #[test]
+    fn each_server_node_of_a_federated_spoke_gets_the_recipe_and_its_host_key_step() {
+        let mut spoke = spoke("k3s", "{mode: federated}");
+        spoke.servers = vec!["10.0.0.10".into(), "10.0.0.11".into()];
+        let steps = node_steps(&spoke, None);
+        assert!(
+            steps.starts_with(
+                "# spoke edge-1: on each of its server nodes 10.0.0.9, 10.0.0.10, 10.0.0.11 (k3s,"
+            ),
+            "{steps}"
+        );
+        for node in ["10.0.0.9", "10.0.0.10", "10.0.0.11"] {
+            let scan = format!("ssh-keyscan -p 22 -t ed25519 {node} > edge-1.hostkey\n");
+            assert!(steps.contains(&scan), "{scan:?} in {steps}");
+            assert!(
+                steps.contains(&format!("must equal, on {node}:")),
+                "{steps}"
+            );
+        }
+        assert_eq!(steps.matches("ssh-keyscan").count(), 3, "{steps}");
     }
 
     #[test]

@@ -13,8 +13,9 @@ use crate::rotate::state::AnnotationError;
 /// hub or the spoke could not be asked: their own errors are the hub's and the probe's
 /// to report). One TokenRequest and one SelfSubjectReview, no SSH and no file read: the
 /// spoke verifies the token with the keys it fetched from the hub's issuer, so a refusal
-/// is a trust that is gone (file reverted, API server restarted without the flag) or
-/// broken (keys it cannot fetch).
+/// is a trust that is gone (file reverted, API server restarted without the flag, a
+/// server node rebuilt) or broken (keys it cannot fetch). A spoke with `servers` is asked
+/// on each node's own API server.
 pub(in crate::rotate) async fn refused(
     tick: &Tick<'_>,
     spoke: &SpokeConfig,
@@ -38,24 +39,28 @@ pub(in crate::rotate) async fn refused(
     let ca_pem = crate::certs::to_pem(&recorded.ca_bundle);
     let user = federate::authn::username(&policy.username_prefix, &policy.check_as.subject());
     let limit = tick.context.live_timeout;
-    match check::accepts(
-        &recorded.server,
-        &ca_pem,
-        &token,
-        (&user, &policy.discovery()),
-        limit,
-    )
-    .await
-    {
-        Ok(()) => None,
-        Err(e @ (FederateError::NotTrusted { .. } | FederateError::WrongUser { .. })) => {
-            Some(crate::text::one_line(&e.to_string(), 300))
-        }
+    // Each server node by itself: a rebuilt one refuses even when the others take it.
+    let urls = match nodes::urls(spoke, &recorded.server) {
+        Ok(urls) => urls,
         Err(e) => {
-            tracing::warn!(spoke = %spoke.name, error = %e, "cannot check the spoke's trust of the hub");
-            None
+            tracing::warn!(spoke = %spoke.name, error = %e, "cannot reach the spoke's server nodes to check its trust");
+            return None;
+        }
+    };
+    for url in urls {
+        let server = crate::kubeconfig::server_string(&url);
+        let discovery = policy.discovery();
+        match check::accepts(&server, &ca_pem, &token, (&user, &discovery), limit).await {
+            Ok(()) => {}
+            Err(e @ (FederateError::NotTrusted { .. } | FederateError::WrongUser { .. })) => {
+                return Some(crate::text::one_line(&e.to_string(), 300));
+            }
+            Err(e) => {
+                tracing::warn!(spoke = %spoke.name, server, error = %e, "cannot check the spoke's trust of the hub");
+            }
         }
     }
+    None
 }
 
 /// What the ConfigMap tells Flux for the spoke at `server`: its one audience is the one

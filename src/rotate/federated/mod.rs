@@ -17,6 +17,7 @@ use crate::spoke::live;
 
 mod gate;
 mod judged;
+mod nodes;
 mod revoke;
 
 pub(super) use judged::{refused, written};
@@ -63,22 +64,20 @@ pub(super) async fn trust(
     // The hub's token first: a misconfigured issuer or a refused request touches no node.
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     gate::open(at.hub, at.policy).await?;
-    crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
-        .await
-        .map_err(|e| SpokeError::Extract(e.into()))?;
-    let client = admin_client(admin, limit).await?;
+    nodes::write_on_each(spoke, content.as_bytes()).await?;
+    let nodes = nodes::each(spoke, admin, limit).await?;
     let users = at.users(&trust);
     let grant = if generation > recorded {
-        // Finishing a revoke: the node may still run the revoked audience.
-        at.bind_once_loaded(admin, &client, &content, (&users, generation))
+        // Finishing a revoke: a node may still run the revoked audience.
+        at.bind_once_loaded(admin, &nodes, &content, (&users, generation))
             .await?
     } else {
         let grant = at.bind(admin, &users, generation).await?;
-        at.wait_loaded(&client, &content).await?;
+        at.wait_loaded(&nodes, &content).await?;
         grant
     };
     let proven = at
-        .prove(&client, &trust, token, (&users, &grant), limit)
+        .prove(&nodes, &trust, token, (&users, &grant), limit)
         .await?;
     Ok(committing(tick, s, admin, at.policy, proven, generation))
 }
@@ -161,16 +160,22 @@ impl<'a> Target<'a> {
             .collect()
     }
 
-    async fn wait_loaded(&self, client: &kube::Client, content: &str) -> Result<(), SpokeError> {
+    /// Waits until every node's API server runs on `content`.
+    async fn wait_loaded(&self, nodes: &[nodes::Node], content: &str) -> Result<(), SpokeError> {
         let mut discovery = self.policy.discovery();
         if let Some(n) = &self.policy.next {
             // The file loads only once both answer: either may be the one that does not.
             discovery = format!("{discovery} and {}", n.discovery());
         }
-        let at = (self.server.as_str(), discovery);
-        check::wait_loaded(client, (at.0, &at.1), content, RELOAD_WAIT)
-            .await
-            .map_err(fed)
+        nodes::on_each(nodes, |node| {
+            check::wait_loaded(
+                &node.client,
+                (&node.server, &discovery),
+                content,
+                RELOAD_WAIT,
+            )
+        })
+        .await
     }
 
     /// Makes the spoke's binding bind `users` at audience `generation`.
@@ -185,26 +190,28 @@ impl<'a> Target<'a> {
             .map_err(|e| SpokeError::Mint(e.into()))
     }
 
-    /// [`Target::bind`] once the API server runs on `content` and its cache of tokens
-    /// authenticated under the previous file expired ([`revoke::TOKEN_CACHE`]): a token
-    /// for an audience it no longer trusts is never let through by the new binding.
+    /// [`Target::bind`] once every node's API server runs on `content` and its cache of
+    /// tokens authenticated under the previous file expired ([`revoke::TOKEN_CACHE`]): a
+    /// token for an audience it no longer trusts is never let through by the new binding,
+    /// whichever server it is presented to.
     async fn bind_once_loaded(
         &self,
         admin: &Fresh,
-        client: &kube::Client,
+        nodes: &[nodes::Node],
         content: &str,
         (users, generation): (&[String], u64),
     ) -> Result<federate::binding::Granted, SpokeError> {
-        self.wait_loaded(client, content).await?;
+        self.wait_loaded(nodes, content).await?;
         tokio::time::sleep(revoke::TOKEN_CACHE).await;
         self.bind(admin, users, generation).await
     }
 
-    /// The hub's token is accepted as the check account, and each bound user may do what
-    /// the cluster role grants first: the ConfigMap to commit says how to reach the spoke.
+    /// On every node, the hub's token is accepted as the check account and each bound
+    /// user may do what the cluster role grants first: the ConfigMap to commit says how to
+    /// reach the spoke.
     async fn prove(
         &self,
-        client: &kube::Client,
+        nodes: &[nodes::Node],
         trust: &Trust,
         token: crate::secret::SecretBytes,
         (users, grant): (&[String], &federate::binding::Granted),
@@ -212,21 +219,16 @@ impl<'a> Target<'a> {
     ) -> Result<Proven, SpokeError> {
         let user = trust.username(&self.policy.check_as.subject());
         let discovery = self.policy.discovery();
-        check::accepts(
-            &self.server,
-            &self.ca_pem,
-            &token,
-            (&user, &discovery),
-            limit,
-        )
-        .await
-        .map_err(fed)?;
+        let (ca_pem, hub, who) = (&self.ca_pem, &token, (user.as_str(), discovery.as_str()));
+        nodes::on_each(nodes, |node| async move {
+            check::accepts(&node.server, ca_pem, hub, who, limit).await?;
+            for u in users {
+                check::bound(&node.client, &node.server, u, &grant.as_grant(), limit).await?;
+            }
+            Ok(())
+        })
+        .await?;
         drop(token);
-        for u in users {
-            check::bound(client, &self.server, u, &grant.as_grant(), limit)
-                .await
-                .map_err(fed)?;
-        }
         let reach = judged::reach(
             self.server.clone(),
             self.ca_pem.clone(),
@@ -270,13 +272,6 @@ fn recorded_generation(s: &Spoke<'_>) -> u64 {
         .committed
         .recorded()
         .map_or(0, |r| r.credential.generation)
-}
-
-async fn admin_client(admin: &Fresh, limit: Duration) -> Result<kube::Client, SpokeError> {
-    let (client, _) = live::client(&admin.yaml, limit)
-        .await
-        .map_err(|e| SpokeError::Live(e.into()))?;
-    Ok(client)
 }
 
 /// A token of the check account from the hub for `audience`, issued by the configured

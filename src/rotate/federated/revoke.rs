@@ -97,20 +97,21 @@ async fn revoked(
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     let old_token = hub_token(at.hub, at.policy, &old_audience).await?;
     super::gate::open(at.hub, at.policy).await?;
-    crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
-        .await
-        .map_err(|e| SpokeError::Extract(e.into()))?;
-    let client = admin_client(admin, limit).await?;
+    nodes::write_on_each(spoke, content.as_bytes()).await?;
+    let nodes = nodes::each(spoke, admin, limit).await?;
     let users = at.users(&trust);
     let grant = at
-        .bind_once_loaded(admin, &client, &content, (&users, new))
+        .bind_once_loaded(admin, &nodes, &content, (&users, new))
         .await?;
     let proven = at
-        .prove(&client, &trust, token, (&users, &grant), limit)
+        .prove(&nodes, &trust, token, (&users, &grant), limit)
         .await?;
-    check::refuses(&at.server, &at.ca_pem, &old_token, &old_audience, limit)
-        .await
-        .map_err(fed)?;
+    // Every server refuses the revoked audience: a leaked token works on none of them.
+    let ca_pem = &at.ca_pem;
+    nodes::on_each(&nodes, |node| {
+        check::refuses(&node.server, ca_pem, &old_token, &old_audience, limit)
+    })
+    .await?;
     Ok(committing(tick, s, admin, at.policy, proven, new))
 }
 

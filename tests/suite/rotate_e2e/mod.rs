@@ -550,6 +550,7 @@ async fn each_commit_is_made_in_configuration_order_while_later_spokes_are_extra
     assert_eq!(pushed, ["spoke0", "spoke1", "spoke2"]);
 }
 
+mod federated_servers;
 mod minted;
 mod revoke_pushed;
 mod sessions;

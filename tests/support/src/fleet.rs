@@ -225,6 +225,11 @@ impl Fleet {
         }
     }
 
+    /// The lab the nodes run on, to add one beside them.
+    pub fn lab(&self) -> &Lab {
+        &self._lab
+    }
+
     /// Any command: (exit code, stdout, stderr).
     pub fn run(&self, args: &[&str]) -> (i32, String, String) {
         let (code, out, err) = spokekeeper_in(&self.config, args, &self.tmp, self.path.as_deref());

@@ -100,6 +100,9 @@ pub struct NodeOptions {
     /// ([`realstack::spoke::authentication_config_path`], trusting no issuer until one is
     /// written), able to reach these hub issuers (a federated spoke).
     pub trust: Option<spokekeeper_lab::federation::Reachable>,
+    /// The sshd's port (0: any free one), e.g. another server node's, as a spoke's
+    /// `ssh:` settings reach every one of its `servers` on one port.
+    pub ssh_port: u16,
 }
 
 impl Default for NodeOptions {
@@ -117,6 +120,7 @@ impl Default for NodeOptions {
             anonymous: false,
             csr_signer: true,
             trust: None,
+            ssh_port: 0,
         }
     }
 }
@@ -274,7 +278,7 @@ impl Node {
         );
         self.set_sudoers(&rule)
             .expect("the lab's own sudoers rule is valid");
-        let sshd = Sshd::start(&self.dir, self.lease.addr, 0);
+        let sshd = Sshd::start(&self.dir, self.lease.addr, self.opts.ssh_port);
         self.ssh_port = sshd.port;
         self.lease
             .record_sshd(sshd.pid().as_raw_nonzero().get() as u32, &sshd.config);
@@ -349,6 +353,12 @@ impl Node {
 
     pub fn pki(&self) -> &Pki {
         &self.pki
+    }
+
+    /// Another server at `address` in this node's control plane: its serving certificate
+    /// names that address too (for a real API server started there on [`Node::pki`]).
+    pub fn serve_at_too(&mut self, address: IpAddr) {
+        self.pki.serve_also(address);
     }
 
     pub fn parts(&self) -> KubeconfigParts {
@@ -437,6 +447,31 @@ impl Node {
 
     pub fn stop_api(&mut self) {
         self.api = None;
+    }
+
+    /// `peer` as another server node of this node's control plane: an API server on its
+    /// address and this node's API port, with this node's CAs and objects (one etcd),
+    /// reading `peer`'s own AuthenticationConfiguration. Dropped, it is down.
+    pub fn serve_peer(&mut self, peer: &Node) -> ApiServer {
+        self.pki.serve_also(peer.address);
+        let addr = SocketAddr::new(peer.address, self.api_port);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        loop {
+            let mut identity = ApiIdentity::new(&self.pki, &self.opts.git_version)
+                .with_objects(self.objects.clone());
+            if let Some(reachable) = &self.opts.trust {
+                let path = peer.dir.join(FEDERATED_FILE);
+                identity = identity.with_trust(SpokeTrust::new(path, reachable.clone()));
+            }
+            match ApiServer::start(self.rt.handle(), addr, identity) {
+                Ok(server) => return server,
+                // As start_api_on: a restarted peer's old listener frees in moments.
+                Err(e) if std::time::Instant::now() >= deadline => {
+                    panic!("the peer's API server on {addr} did not start: {e}")
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
     }
 
     pub fn start_api(&mut self) {

@@ -549,5 +549,6 @@ mod federated_migrate;
 mod federated_migrate_review;
 mod federated_own;
 mod federated_revoke;
+mod federated_servers;
 mod minted;
 mod ready;
