@@ -15,10 +15,12 @@ use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::token::TokenError;
 use crate::spoke::live;
 
+mod drop;
 mod gate;
 mod judged;
 mod revoke;
 
+pub(super) use drop::drop_issuer;
 pub(super) use judged::{refused, written};
 pub(super) use revoke::revoke;
 
@@ -63,6 +65,7 @@ pub(super) async fn trust(
     // The hub's token first: a misconfigured issuer or a refused request touches no node.
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     gate::open(at.hub, at.policy).await?;
+    drop::not_dropped(tick, spoke).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;

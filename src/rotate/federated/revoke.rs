@@ -97,6 +97,7 @@ async fn revoked(
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     let old_token = hub_token(at.hub, at.policy, &old_audience).await?;
     super::gate::open(at.hub, at.policy).await?;
+    super::drop::not_dropped(tick, spoke).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
