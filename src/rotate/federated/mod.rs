@@ -62,10 +62,11 @@ pub(super) async fn trust(
         );
     }
     let (trust, content) = at.render(generation)?;
-    // The hub's token first: a misconfigured issuer or a refused request touches no node.
+    // A dropped issuer first (a read of the node): its hub may well be unreachable.
+    drop::not_dropped(tick, spoke).await?;
+    // The hub's token next: a misconfigured issuer or a refused request writes nothing.
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     gate::open(at.hub, at.policy).await?;
-    drop::not_dropped(tick, spoke).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;

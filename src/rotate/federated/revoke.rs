@@ -92,12 +92,12 @@ async fn revoked(
     };
     *cut = Some((reason, binding));
     let new = new?;
+    super::drop::not_dropped(tick, spoke).await?;
     let (trust, content) = at.render(new)?;
     let old_audience = federate::audience(&at.server, old);
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     let old_token = hub_token(at.hub, at.policy, &old_audience).await?;
     super::gate::open(at.hub, at.policy).await?;
-    super::drop::not_dropped(tick, spoke).await?;
     crate::spoke::write_authentication_config(&spoke.address, &spoke.ssh, content.as_bytes())
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
