@@ -152,6 +152,8 @@ pub enum AlertName {
     IssuerUnreachable,
     #[serde(rename = "SpokekeeperNextIssuerNotTrusted")]
     NextIssuerNotTrusted,
+    #[serde(rename = "SpokekeeperIssuerDropped")]
+    IssuerDropped,
 }
 
 impl AlertName {
@@ -168,6 +170,7 @@ impl AlertName {
             AlertName::RecipientsChanged => "SpokekeeperRecipientsChanged",
             AlertName::IssuerUnreachable => "SpokekeeperIssuerUnreachable",
             AlertName::NextIssuerNotTrusted => "SpokekeeperNextIssuerNotTrusted",
+            AlertName::IssuerDropped => "SpokekeeperIssuerDropped",
         }
     }
 }

@@ -238,6 +238,9 @@ pub(super) fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Find
     {
         return recipients_changed(spoke, commit, old, new);
     }
+    if let Some(finding) = dropped(spoke, report) {
+        return finding;
+    }
     match &report.outcome {
         Outcome::Failed(error) => {
             let stage = error.stage();
@@ -259,6 +262,32 @@ pub(super) fn rotation(spoke: &str, report: &crate::rotate::SpokeReport) -> Find
             plain(spoke, Subject::Rotation, Status::Ok, what)
         }
     }
+}
+
+/// A federated spoke whose file trusts no issuer (`revoke --drop-issuer`): this tick
+/// dropped it, or refused to trust the hub again. Flux fails against the spoke until
+/// `rotate SPOKE --force`, which is wanted; the alert keeps it from being forgotten.
+fn dropped(spoke: &str, report: &crate::rotate::SpokeReport) -> Option<Finding> {
+    use crate::federate::FederateError;
+    use crate::rotate::{Outcome, Reason, SpokeError};
+    let at = match (&report.outcome, &report.reason) {
+        (Outcome::Failed(SpokeError::Federate(e)), _) => match &**e {
+            FederateError::IssuerDropped { at, .. } => at.clone(),
+            _ => return None,
+        },
+        (Outcome::Failed(_), _) => return None,
+        (_, Some(Reason::IssuerDropped { at, .. })) => at.clone(),
+        _ => return None,
+    };
+    Some(rotation_warning(
+        spoke,
+        AlertName::IssuerDropped,
+        format!("spoke {spoke}: trusts no hub token since {at} (revoke --drop-issuer)"),
+        format!(
+            "`spokekeeper revoke {spoke} --drop-issuer` dropped the hub's issuer from the spoke's AuthenticationConfiguration at {at}: its API server refuses every hub token and Flux cannot deploy to it. No tick trusts the hub again by itself. Once the hub is safe again (its service-account signing key rotated), run `spokekeeper rotate {spoke} --force`."
+        ),
+        format!("the hub's issuer dropped at {at}: rotate {spoke} --force trusts it again"),
+    ))
 }
 
 /// A commit that encrypted the spoke's credential for other age recipients: every one

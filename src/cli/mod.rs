@@ -88,9 +88,12 @@ pub enum Command {
     /// Revoke a spoke's minted hub credential now and mint, commit and push the next.
     #[command(after_help = "Examples:\n  \
         spokekeeper revoke edge-1\n  \
-        spokekeeper revoke edge-1 -o json\n\n\
+        spokekeeper revoke edge-1 -o json\n  \
+        spokekeeper revoke edge-2 --drop-issuer\n\n\
         Deletes the committed generation's ClusterRoleBinding on the spoke at once (that user is refused\n\
-        from then on), then mints the next generation through the normal pipeline (reason: revoked).")]
+        from then on), then mints the next generation through the normal pipeline (reason: revoked).\n\
+        A federated spoke moves to a new audience instead; with --drop-issuer it trusts no hub token\n\
+        until `spokekeeper rotate SPOKE --force` (docs/federated.md).")]
     Revoke(revoke::RevokeArgs),
     /// Expiry and health report (exit 0 ok, 1 warning, 2 critical or expired, 3 unknown).
     #[command(after_help = "Examples:\n  \

@@ -2,6 +2,8 @@
 //! then mint, validate, seal, commit and push the next one through the normal pipeline.
 //! A federated spoke's binding binds nobody at once, then its trust moves to the next
 //! audience generation and the ConfigMap that names it is committed (docs/federated.md).
+//! With `--drop-issuer` the federated spoke's file trusts no issuer at all, and stays so
+//! until `rotate SPOKE --force`; nothing is committed.
 
 use std::path::Path;
 use std::process::ExitCode;
@@ -15,6 +17,12 @@ use spokekeeper::rotate::{Options, Outcome, Reason, SpokeReport, TickReport};
 pub struct RevokeArgs {
     /// The spoke whose hub credential is revoked (credential.mode: minted or federated).
     pub spoke: String,
+    /// Federated spokes: drop the hub's issuer from the spoke's AuthenticationConfiguration
+    /// (a compromised hub can mint tokens for any audience). The spoke refuses every hub
+    /// token and Flux fails against it until `spokekeeper rotate SPOKE --force`; no tick
+    /// trusts the hub again by itself, and nothing is committed.
+    #[arg(long)]
+    pub drop_issuer: bool,
 }
 
 pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>) -> ExitCode {
@@ -32,6 +40,15 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
             ),
         );
     };
+    if args.drop_issuer && spoke.credential.mode != CredentialMode::Federated {
+        return fail(
+            "revoke",
+            format!(
+                "--drop-issuer is for federated spokes (credential.mode: federated), and {} uses credential.mode: {}: it trusts no hub issuer to drop (revoke it without --drop-issuer)",
+                spoke.name, spoke.credential.mode
+            ),
+        );
+    }
     if spoke.credential.mode == CredentialMode::Extracted {
         return fail(
             "revoke",
@@ -48,6 +65,7 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
     };
     let opts = Options {
         revoke: true,
+        drop_issuer: args.drop_issuer,
         only: vec![args.spoke.clone()],
         concurrency: 1,
         ..Options::default()
@@ -72,6 +90,15 @@ pub(super) fn run(args: &RevokeArgs, config_path: &Path, format: Option<Format>)
 fn summary(report: &TickReport, policy: &spokekeeper::config::CredentialPolicy) -> String {
     let mut text = String::new();
     for s in &report.spokes {
+        if let Some(Reason::IssuerDropped {
+            ref at,
+            ref audience,
+            ..
+        }) = s.reason
+        {
+            text.push_str(&dropped(s, at, audience, policy));
+            continue;
+        }
         let Some(Reason::Revoked {
             generation,
             ref found,
@@ -177,6 +204,48 @@ fn federated(
     let server = spokekeeper::federate::audience_at(&audience, 0);
     text.push_str(&format!(
         "check from the hub (SPOKE_CA: the ConfigMap's ca.crt): curl --cacert SPOKE_CA -H \"Authorization: Bearer $(kubectl create token {sa} -n {namespace} --audience '{old}')\" {server}/version (401 Unauthorized; with --audience '{audience}' it answers)\n"
+    ));
+    text
+}
+
+/// What `--drop-issuer` did, and the commands that show a hub token is refused and how
+/// to trust the hub again.
+fn dropped(
+    s: &SpokeReport,
+    at: &str,
+    audience: &str,
+    policy: &spokekeeper::config::CredentialPolicy,
+) -> String {
+    let name = &s.spoke;
+    let mut text = String::new();
+    for binding in &s.revoked {
+        text.push_str(&format!(
+            "{name}: ClusterRoleBinding {binding} binds nobody: every hub token was refused (403) at once\n"
+        ));
+    }
+    match &s.outcome {
+        Outcome::Failed(_) => text.push_str(&format!(
+            "{name}: the drop did not finish (the error above); fix it and run spokekeeper revoke {name} --drop-issuer again\n"
+        )),
+        _ => text.push_str(&format!(
+            "{name}: the spoke's AuthenticationConfiguration trusts no issuer since {at} (its first line says so); \
+             a fresh hub token for {audience} was refused (401). Nothing was committed: Flux fails against {name} \
+             until it trusts the hub again. No tick writes the trust back by itself (each fails naming the drop); \
+             once the hub is safe (its service-account signing key rotated): spokekeeper rotate {name} --force\n"
+        )),
+    }
+    let account = policy
+        .federated
+        .as_ref()
+        .and_then(|f| f.service_accounts.first())
+        .map_or(
+            "flux-system/kustomize-controller".to_string(),
+            ToString::to_string,
+        );
+    let (namespace, sa) = account.split_once('/').unwrap_or(("flux-system", &account));
+    let server = spokekeeper::federate::audience_at(audience, 0);
+    text.push_str(&format!(
+        "check from the hub (SPOKE_CA: the ConfigMap's ca.crt): curl --cacert SPOKE_CA -H \"Authorization: Bearer $(kubectl create token {sa} -n {namespace} --audience '{audience}')\" {server}/version (401 Unauthorized)\n"
     ));
     text
 }

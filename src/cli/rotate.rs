@@ -62,6 +62,7 @@ pub(crate) fn run(args: &RotateArgs, config_path: &Path, format: Option<Format>)
     let opts = Options {
         force: args.force,
         revoke: false,
+        drop_issuer: false,
         dry_run: args.dry_run,
         only: args.spokes.clone(),
         concurrency: args.concurrency,

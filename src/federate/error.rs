@@ -107,6 +107,34 @@ pub enum FederateError {
         "cannot tell whether Flux's controllers on the hub run with the ObjectLevelWorkloadIdentity feature gate, which the spoke's own hub ServiceAccount {account} (credential.federated.service_account_name) needs: {why}. spokekeeper reads the Deployments flux-system/kustomize-controller and flux-system/helm-controller (get, by name: the chart's Role grants it); nothing is committed until it can"
     )]
     GateUnseen { account: String, why: String },
+    /// `spokekeeper revoke --drop-issuer` left its marker in the spoke's file: no tick
+    /// writes the hub's trust back by itself.
+    #[error(
+        "the hub's issuer was dropped from {spoke}'s AuthenticationConfiguration by `spokekeeper revoke --drop-issuer` at {at} (the marker on the file's first line on the node): its API server trusts no hub token, and spokekeeper does not trust the hub again by itself. Once the hub is safe again (its service-account signing key rotated), run `spokekeeper rotate {spoke} --force` to trust it again"
+    )]
+    IssuerDropped { spoke: String, at: String },
+    #[error(
+        "{spoke}'s AuthenticationConfiguration starts with the drop marker of `spokekeeper revoke --drop-issuer`, but {why}: nothing is written over it. Run `spokekeeper rotate {spoke} --force` to trust the hub again, or `spokekeeper revoke {spoke} --drop-issuer` to write the marker again"
+    )]
+    BadMarker { spoke: String, why: String },
+    /// The node's recipe cannot read the marker back, so a drop would not stick.
+    #[error(
+        "the node's federated recipe cannot print its file's first line ({why}), so the next rotation could not see the drop and would trust the hub again: nothing was written on the node. ClusterRoleBinding {binding} binds nobody now (every hub token is refused, 403). Install this version's federated recipe on the node (the script and its sudoers rule with read-authentication-config-header: `spokekeeper init --credential federated` prints it) and run `spokekeeper revoke {spoke} --drop-issuer` again"
+    )]
+    DropUnsupported {
+        spoke: String,
+        binding: String,
+        why: String,
+    },
+    /// After the file without the hub's issuer loaded, a fresh hub token still works.
+    #[error(
+        "{server} still accepts a fresh hub token for {audience} (as {user}) after loading the file that trusts no issuer: another authenticator trusts the hub's issuer (check the API server's other --authentication-config, --oidc or --service-account-issuer flags)"
+    )]
+    StillTrusted {
+        server: String,
+        audience: String,
+        user: String,
+    },
     #[error("{step}: {error}")]
     Call {
         step: &'static str,

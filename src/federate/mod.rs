@@ -9,6 +9,7 @@
 pub mod authn;
 pub mod binding;
 pub mod check;
+pub mod dropped;
 mod error;
 pub mod issuer;
 

@@ -94,6 +94,9 @@ pub struct Options {
     /// `spokekeeper revoke`: delete the committed generation's binding at once, then mint
     /// the next (implies force; minted spokes only).
     pub revoke: bool,
+    /// With `revoke`, of a federated spoke: its file trusts no issuer from now on, and no
+    /// tick writes the trust back until `rotate SPOKE --force` (nothing is committed).
+    pub drop_issuer: bool,
     /// Decide and validate, but write, commit and push nothing.
     pub dry_run: bool,
     /// Only these spokes (empty: all).

@@ -282,6 +282,16 @@ async fn federated(
     reason: Reason,
     reached: &mut Reached,
 ) -> Next<Proposal> {
+    if tick.options.revoke && tick.options.drop_issuer && !tick.options.dry_run {
+        // Nothing to commit: the ConfigMap stays, and Flux is refused until trust is back.
+        let dropping = super::federated::drop_issuer(tick, s, &admin).await;
+        if let Some((reason, binding)) = dropping.cut {
+            reached.reason = Some(reason);
+            reached.revoked = vec![binding];
+        }
+        dropping.end?;
+        return Ok(ControlFlow::Break(Outcome::Unchanged));
+    }
     let trusted = if tick.options.revoke {
         if tick.options.dry_run {
             return Ok(ControlFlow::Break(Outcome::WouldRotate));

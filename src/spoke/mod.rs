@@ -24,7 +24,9 @@ pub use chain::{CaCheck, Judged};
 pub use error::ExtractError;
 pub use extract::{Source, extract, read_local, read_over_ssh};
 pub use live::{LiveError, LiveReport, check_live, may_impersonate};
-pub use node::{read_with_script, write_authentication_config};
+pub use node::{
+    Header, read_authentication_config_header, read_with_script, write_authentication_config,
+};
 pub use probe::{ProbeError, ProbeReport, probe};
 pub use recipe::{
     MAX_AUTHENTICATION_CONFIG_BYTES, NODE_RECIPE, NODE_SCRIPT, authentication_config_path,

@@ -9,8 +9,9 @@
 
 use super::error::ExtractError;
 use super::recipe::{
-    EXIT_CANTCREAT, EXIT_DATAERR, EXIT_USAGE, MAX_AUTHENTICATION_CONFIG_BYTES, NODE_SCRIPT,
-    SCRIPT_PREFIX, VERB_READ, VERB_WRITE_AUTHENTICATION_CONFIG, acknowledgement,
+    EXIT_CANTCREAT, EXIT_DATAERR, EXIT_NOINPUT, EXIT_USAGE, MAX_AUTHENTICATION_CONFIG_BYTES,
+    MAX_AUTHENTICATION_CONFIG_HEADER_BYTES, NODE_SCRIPT, SCRIPT_PREFIX, VERB_READ,
+    VERB_READ_AUTHENTICATION_CONFIG_HEADER, VERB_WRITE_AUTHENTICATION_CONFIG, acknowledgement,
 };
 use super::sanitize_remote_text;
 use super::ssh::{self, Remote};
@@ -80,6 +81,50 @@ pub async fn write_authentication_config(
     Ok(())
 }
 
+/// What the node's script printed of its AuthenticationConfiguration's first line.
+#[derive(Debug)]
+pub enum Header {
+    /// The line as printed (at most the script's cap; empty: no file).
+    Line(Vec<u8>),
+    /// The node's recipe predates the verb: its sudoers rule or script does not take it.
+    Unsupported(ExtractError),
+}
+
+/// The first line of the node's AuthenticationConfiguration
+/// (`read-authentication-config-header`). More than the script prints is not its answer
+/// (the older recipe's `sudo -n cat` prints the kubeconfig whatever is asked): refused,
+/// and never quoted.
+pub async fn read_authentication_config_header(
+    address: &str,
+    ssh: &SshSettings,
+) -> Result<Header, ExtractError> {
+    let target = ssh::target(address, ssh);
+    let verb = VERB_READ_AUTHENTICATION_CONFIG_HEADER;
+    let remote = Remote {
+        words: &[verb],
+        stdin: None,
+        origin: format!("{target} ({NODE_SCRIPT} {verb})"),
+    };
+    let done = ssh::run(address, ssh, remote).await?;
+    if done.code != 0 {
+        let unknown = done.code == EXIT_USAGE && done.stderr.contains("unknown command");
+        let sudo = SUDO_REFUSALS.iter().any(|m| done.stderr.contains(m));
+        let error = script_error(&target, ssh, verb, done.code, &done.stderr);
+        if unknown || sudo {
+            return Ok(Header::Unsupported(error));
+        }
+        return Err(error);
+    }
+    if done.stdout.len() > MAX_AUTHENTICATION_CONFIG_HEADER_BYTES {
+        return Err(ExtractError::NotFederated {
+            target,
+            verb: verb.into(),
+            printed: done.stdout.len(),
+        });
+    }
+    Ok(Header::Line(done.stdout.expose().to_vec()))
+}
+
 /// What sudo says when it will not run a command.
 const SUDO_REFUSALS: [&str; 5] = [
     "a password is required",
@@ -108,7 +153,10 @@ fn script_error(
         .map(str::trim)
         .rfind(|l| l.starts_with(SCRIPT_PREFIX));
     if let Some(line) = own_line
-        && matches!(code, EXIT_USAGE | EXIT_DATAERR | EXIT_CANTCREAT)
+        && matches!(
+            code,
+            EXIT_USAGE | EXIT_DATAERR | EXIT_CANTCREAT | EXIT_NOINPUT
+        )
     {
         let said = sanitize_remote_text(line, 200);
         return match code {
@@ -121,6 +169,11 @@ fn script_error(
                 &format!(
                     "nothing changed on the node; send 1 to {MAX_AUTHENTICATION_CONFIG_BYTES} bytes"
                 ),
+            ),
+            EXIT_NOINPUT => fail(
+                format!("the script would not read the file ({said})"),
+                "the directory the recipe names and its authentication-config.yaml must be \
+                 a directory and a file owned by root, not symlinks",
             ),
             _ => fail(
                 format!("the script could not write the file ({said})"),

@@ -36,12 +36,19 @@ pub const NODE_SCRIPT: &str = "/usr/local/sbin/spokekeeper-node";
 pub const VERB_READ: &str = "read";
 /// The script's verb that replaces the AuthenticationConfiguration with its stdin.
 pub const VERB_WRITE_AUTHENTICATION_CONFIG: &str = "write-authentication-config";
+/// The script's verb that prints the first line of the AuthenticationConfiguration (at
+/// most [`MAX_AUTHENTICATION_CONFIG_HEADER_BYTES`]; nothing when there is no file):
+/// where `spokekeeper revoke --drop-issuer` leaves its marker.
+pub const VERB_READ_AUTHENTICATION_CONFIG_HEADER: &str = "read-authentication-config-header";
+/// The most `read-authentication-config-header` prints of the file's first line.
+pub const MAX_AUTHENTICATION_CONFIG_HEADER_BYTES: usize = 256;
 /// Largest AuthenticationConfiguration the script accepts; more is refused, not cut.
 pub const MAX_AUTHENTICATION_CONFIG_BYTES: usize = 64 * 1024;
 /// The script's exit codes (sysexits.h names): an unknown command or argument count,
-/// refused input (empty or too large), a file or directory it cannot create.
+/// refused input (empty or too large), a file it will not read (a symlink), a file or directory it cannot create.
 pub const EXIT_USAGE: i32 = 64;
 pub const EXIT_DATAERR: i32 = 65;
+pub const EXIT_NOINPUT: i32 = 66;
 pub const EXIT_CANTCREAT: i32 = 73;
 /// The start of every line the script itself writes on stderr.
 pub const SCRIPT_PREFIX: &str = "spokekeeper-node: ";
@@ -77,6 +84,9 @@ const SCRIPT: &str = r#"#!/bin/sh
 #   read                         print the admin kubeconfig
 #   write-authentication-config  replace the API server's AuthenticationConfiguration
 #                                with stdin (1 to @MAX@ bytes), atomically
+#   read-authentication-config-header
+#                                print its first line (at most @HEADER@ bytes; nothing
+#                                when there is none): spokekeeper's drop marker
 set -eu
 umask 077
 PATH=/usr/sbin:/usr/bin:/sbin:/bin
@@ -122,11 +132,22 @@ write() {
     printf 'spokekeeper-node: wrote %s bytes\n' "$size"
 }
 
+header() {
+    # Only that one file: never through a symlink, never anything but a regular file.
+    if [ -L "$dir" ] || [ -L "$file" ]; then
+        refuse @NOINPUT@ "$dir or its file is a symlink; nothing read"
+    fi
+    [ -e "$file" ] || exit 0
+    [ -f "$file" ] || refuse @NOINPUT@ "$file is not a regular file; nothing read"
+    head -n 1 -- "$file" | head -c @HEADER@
+}
+
 [ "$#" -eq 1 ] || refuse @USAGE@ "takes exactly one argument"
 case "$1" in
 read) exec cat -- "$kubeconfig" ;;
 write-authentication-config) write ;;
-*) refuse @USAGE@ "unknown command (only 'read' and 'write-authentication-config')" ;;
+read-authentication-config-header) header ;;
+*) refuse @USAGE@ "unknown command (only 'read', 'write-authentication-config' and 'read-authentication-config-header')" ;;
 esac
 "#;
 
@@ -136,13 +157,18 @@ pub fn node_script(distro: Distro) -> String {
         .replace("@KUBECONFIG@", distro.kubeconfig_path())
         .replace("@DIR@", authentication_config_dir(distro))
         .replace("@MAX@", &MAX_AUTHENTICATION_CONFIG_BYTES.to_string())
+        .replace(
+            "@HEADER@",
+            &MAX_AUTHENTICATION_CONFIG_HEADER_BYTES.to_string(),
+        )
+        .replace("@NOINPUT@", &EXIT_NOINPUT.to_string())
         .replace("@USAGE@", &EXIT_USAGE.to_string())
         .replace("@DATAERR@", &EXIT_DATAERR.to_string())
         .replace("@CANTCREAT@", &EXIT_CANTCREAT.to_string())
 }
 
 /// The federated setup for a server node of a `distro` spoke: the script, the forced
-/// command and the sudoers rule that let the hub's key run its two verbs and nothing
+/// command and the sudoers rule that let the hub's key run its three verbs and nothing
 /// else, then the API server's flag (text for the operator).
 ///
 /// The forced command hands the client's whole command to the script as ONE argument:
@@ -157,10 +183,12 @@ pub fn federated_recipe(distro: Distro) -> String {
     format!(
         r#"# Federated credentials (credential.mode: federated) on each SERVER node of a {distro}
 # spoke: its `address` and each node its spokes[].servers lists, as every API server reads
-# its own file. Run as root on the node. The hub's key may run one script, which does two things:
-# `read` prints {kubeconfig}, and `write-authentication-config` replaces
+# its own file. Run as root on the node. The hub's key may run one script, which does three
+# things: `read` prints {kubeconfig}, `write-authentication-config` replaces
 # {file}
-# (the API server's AuthenticationConfiguration) with what the hub sends.
+# (the API server's AuthenticationConfiguration) with what the hub sends, and
+# `read-authentication-config-header` prints that file's first line (where
+# `spokekeeper revoke --drop-issuer` marks that the hub is no longer trusted).
 
 # 1. A dedicated user with no password (`*` is "no password", not "locked": public-key
 #    login then works whether or not sshd uses PAM).
@@ -178,8 +206,8 @@ chmod 755 {NODE_SCRIPT}
 command="sudo -n {NODE_SCRIPT} \"$SSH_ORIGINAL_COMMAND\"",no-pty,no-port-forwarding,no-agent-forwarding,no-X11-forwarding ssh-ed25519 AAAA...the-hub-key... spokekeeper@hub
 
 # 4. /etc/sudoers.d/spokekeeper (mode 440; check it with `visudo -cf` before installing):
-#    root runs the script for that user with exactly one of its two arguments.
-spokekeeper ALL=(root) NOPASSWD: {NODE_SCRIPT} {VERB_READ}, {NODE_SCRIPT} {VERB_WRITE_AUTHENTICATION_CONFIG}
+#    root runs the script for that user with exactly one of its three arguments.
+spokekeeper ALL=(root) NOPASSWD: {NODE_SCRIPT} {VERB_READ}, {NODE_SCRIPT} {VERB_WRITE_AUTHENTICATION_CONFIG}, {NODE_SCRIPT} {VERB_READ_AUTHENTICATION_CONFIG_HEADER}
 
 # 5. On the hub: add the node's host key to spokekeeper's known_hosts after comparing its
 #    fingerprint with `ssh-keygen -lf /etc/ssh/ssh_host_ed25519_key.pub` run on the node:
@@ -308,13 +336,13 @@ mod tests {
     }
 
     #[test]
-    fn the_forced_command_passes_the_request_as_one_argument_to_two_allowed_commands() {
+    fn the_forced_command_passes_the_request_as_one_argument_to_three_allowed_commands() {
         let recipe = federated_recipe(Distro::Rke2);
         assert!(recipe.contains(
             "\ncommand=\"sudo -n /usr/local/sbin/spokekeeper-node \\\"$SSH_ORIGINAL_COMMAND\\\"\",no-pty,no-port-forwarding,no-agent-forwarding,no-X11-forwarding ssh-ed25519 "
         ));
         assert!(recipe.contains(
-            "\nspokekeeper ALL=(root) NOPASSWD: /usr/local/sbin/spokekeeper-node read, /usr/local/sbin/spokekeeper-node write-authentication-config\n"
+            "\nspokekeeper ALL=(root) NOPASSWD: /usr/local/sbin/spokekeeper-node read, /usr/local/sbin/spokekeeper-node write-authentication-config, /usr/local/sbin/spokekeeper-node read-authentication-config-header\n"
         ));
     }
 

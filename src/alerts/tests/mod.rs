@@ -491,5 +491,6 @@ fn committed(r: Recorded) -> Committed {
     }))
 }
 
+mod dropped;
 /// What the tick reported: the hub, reviews, the sealing key, minted credentials.
 mod tick;

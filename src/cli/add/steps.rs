@@ -115,7 +115,7 @@ mod tests {
         for want in [
             "credential federated)\n",
             "cat > /usr/local/sbin/spokekeeper-node <<'EOF'\n",
-            "NOPASSWD: /usr/local/sbin/spokekeeper-node read, /usr/local/sbin/spokekeeper-node write-authentication-config\n",
+            "NOPASSWD: /usr/local/sbin/spokekeeper-node read, /usr/local/sbin/spokekeeper-node write-authentication-config, /usr/local/sbin/spokekeeper-node read-authentication-config-header\n",
             "/etc/rancher/rke2/rke2.yaml",
             "# 5. On the hub: the node's host key.",
             "ssh-keyscan -p 22 -t ed25519 10.0.0.9 > edge-1.hostkey\n",

@@ -115,17 +115,7 @@ pub struct TooOld {
 
 /// The file for a spoke of `distro` running `version`.
 pub fn render(trust: &Trust, distro: Distro, version: Version) -> Result<String, TooOld> {
-    if !version.at_least(OLDEST_MINOR) {
-        return Err(TooOld {
-            major: version.major,
-            minor: version.minor,
-        });
-    }
-    let api = if version.at_least(V1_MINOR) {
-        "v1"
-    } else {
-        "v1beta1"
-    };
+    let api = api_version(version)?;
     let mut out = String::new();
     let _ = writeln!(
         out,
@@ -143,10 +133,32 @@ pub fn render(trust: &Trust, distro: Distro, version: Version) -> Result<String,
     for issuer in std::iter::once(&first).chain(trust.next.as_ref()) {
         jwt(&mut out, trust, issuer);
     }
-    if version.at_least(ANONYMOUS_MINOR) {
-        out.push_str(&anonymous(distro));
-    }
+    out.push_str(&anonymous_block(distro, version));
     Ok(out)
+}
+
+/// The file's `apiVersion` suffix on `version`, or why the spoke cannot read one.
+pub(super) fn api_version(version: Version) -> Result<&'static str, TooOld> {
+    if !version.at_least(OLDEST_MINOR) {
+        return Err(TooOld {
+            major: version.major,
+            minor: version.minor,
+        });
+    }
+    Ok(if version.at_least(V1_MINOR) {
+        "v1"
+    } else {
+        "v1beta1"
+    })
+}
+
+/// The `anonymous` block for `distro` on `version` (none before it exists).
+pub(super) fn anonymous_block(distro: Distro, version: Version) -> String {
+    if version.at_least(ANONYMOUS_MINOR) {
+        anonymous(distro)
+    } else {
+        String::new()
+    }
 }
 
 /// One `jwt` entry: `issuer`, for the trust's audience, subjects and prefix.

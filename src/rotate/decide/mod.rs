@@ -77,6 +77,14 @@ pub enum Reason {
         found: Vec<u64>,
         users: Vec<String>,
     },
+    /// `spokekeeper revoke --drop-issuer`: the spoke's binding binds nobody (it keeps the
+    /// audience `generation`) and its file trusts no issuer since `at`: a fresh hub
+    /// token for `audience` was refused.
+    IssuerDropped {
+        at: String,
+        generation: u64,
+        audience: String,
+    },
 }
 
 impl Reason {
@@ -97,6 +105,7 @@ impl Reason {
             Reason::BindingMissing { .. } => "binding-missing",
             Reason::TrustRefused { .. } => "trust-refused",
             Reason::Revoked { .. } => "revoked",
+            Reason::IssuerDropped { .. } => "issuer-dropped",
         }
     }
 }
@@ -137,6 +146,7 @@ impl fmt::Display for Reason {
             Reason::TrustRefused { detail } => {
                 write!(f, "the spoke refused the hub's token ({detail})")
             }
+            Reason::IssuerDropped { at, .. } => write!(f, "the hub's issuer dropped at {at}"),
             Reason::Revoked {
                 generation, found, ..
             } => {

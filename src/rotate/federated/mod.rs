@@ -15,11 +15,13 @@ use crate::fingerprint::{Content, Fingerprint};
 use crate::hub::token::TokenError;
 use crate::spoke::live;
 
+mod drop;
 mod gate;
 mod judged;
 mod nodes;
 mod revoke;
 
+pub(super) use drop::drop_issuer;
 pub(super) use judged::{refused, written};
 pub(super) use revoke::revoke;
 
@@ -61,7 +63,9 @@ pub(super) async fn trust(
         );
     }
     let (trust, content) = at.render(generation)?;
-    // The hub's token first: a misconfigured issuer or a refused request touches no node.
+    // A dropped issuer first (a read of the node): its hub may well be unreachable.
+    drop::not_dropped(tick, spoke).await?;
+    // The hub's token next: a misconfigured issuer or a refused request writes nothing.
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     gate::open(at.hub, at.policy).await?;
     nodes::write_on_each(spoke, content.as_bytes(), tick.sessions).await?;

@@ -36,7 +36,7 @@ pub(super) async fn write_on_each(
 }
 
 /// The SSH addresses of the spoke's server nodes: `address` first.
-fn hosts(spoke: &SpokeConfig) -> impl Iterator<Item = &str> {
+pub(super) fn hosts(spoke: &SpokeConfig) -> impl Iterator<Item = &str> {
     std::iter::once(spoke.address.as_str()).chain(spoke.servers.iter().map(String::as_str))
 }
 

@@ -92,6 +92,7 @@ async fn revoked(
     };
     *cut = Some((reason, binding));
     let new = new?;
+    super::drop::not_dropped(tick, spoke).await?;
     let (trust, content) = at.render(new)?;
     let old_audience = federate::audience(&at.server, old);
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;

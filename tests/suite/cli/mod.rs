@@ -3,3 +3,4 @@
 mod add;
 mod commands;
 mod demo;
+mod drop_issuer;

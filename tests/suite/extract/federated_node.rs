@@ -8,8 +8,8 @@ use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 
 use spokekeeper::spoke::{
-    Distro, ExtractError, NODE_RECIPE, federated_recipe, read_with_script,
-    write_authentication_config,
+    Distro, ExtractError, Header, NODE_RECIPE, federated_recipe, read_authentication_config_header,
+    read_with_script, write_authentication_config,
 };
 use support::{LAB_USER, Lab, Node, NodeOptions};
 
@@ -239,4 +239,49 @@ async fn a_node_without_the_federated_recipe_is_named_with_the_fix_and_not_echoe
         "{err}"
     );
     assert!(!at.file.exists(), "nothing written");
+}
+
+/// The header verb over the recipe as printed: the file's first line (nothing before the
+/// first write); a node whose sudoers rule predates the verb is told apart (a drop is
+/// refused there, and a rotation goes on), not taken for a node with no drop.
+#[tokio::test]
+async fn the_header_verb_reads_the_first_line_and_an_older_rule_is_told_apart() {
+    crate::support::requires!(ROOT);
+    let lab = Lab::new();
+    let mut node = lab_node(&lab);
+    install(&mut node);
+    let address = node.address_string();
+    let ssh = node.ssh_settings(LAB_USER);
+    let line = |h: Header| match h {
+        Header::Line(l) => l,
+        Header::Unsupported(e) => panic!("{e}"),
+    };
+    let got = read_authentication_config_header(&address, &ssh)
+        .await
+        .unwrap();
+    assert_eq!(line(got), b"");
+    write_authentication_config(&address, &ssh, b"# first\nkind: x\n")
+        .await
+        .unwrap();
+    let got = read_authentication_config_header(&address, &ssh)
+        .await
+        .unwrap();
+    assert_eq!(line(got), b"# first\n");
+
+    let recipe = federated_recipe(Distro::K3s);
+    let rule = recipe_line(&node, &recipe, "spokekeeper ALL=");
+    let older = rule
+        .split(", ")
+        .filter(|c| !c.ends_with("read-authentication-config-header"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    assert_ne!(older, rule);
+    node.set_sudoers(&format!("{older}\n")).unwrap();
+    match read_authentication_config_header(&address, &ssh)
+        .await
+        .unwrap()
+    {
+        Header::Unsupported(e) => assert!(e.to_string().contains("sudo refused"), "{e}"),
+        Header::Line(l) => panic!("an older rule printed {l:?}"),
+    }
 }

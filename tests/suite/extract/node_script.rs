@@ -42,7 +42,7 @@ fn stderr(out: &Output) -> String {
 }
 
 #[test]
-fn anything_but_the_two_commands_is_refused_in_one_line_with_its_own_exit_code() {
+fn anything_but_the_three_commands_is_refused_in_one_line_with_its_own_exit_code() {
     let scratch = support::scratch_dir();
     std::fs::write(scratch.path().join("k3s.yaml"), b"kind: Config\n").unwrap();
     let read = run(scratch.path(), &["read"], b"");
@@ -101,4 +101,68 @@ fn odd_targets_are_replaced_or_refused_never_written_through() {
     assert_eq!(out.status.code(), Some(73), "{}", stderr(&out));
     assert!(stderr(&out).contains("is a symlink"), "{}", stderr(&out));
     assert_eq!(std::fs::read_dir(&elsewhere).unwrap().count(), 0);
+}
+
+/// `read-authentication-config-header` prints the first line of that one file, capped,
+/// nothing when there is none, and reads through no symlink and nothing but a file.
+#[test]
+fn the_header_verb_prints_the_files_first_line_capped_and_reads_nothing_else() {
+    let scratch = support::scratch_dir();
+    let dir = scratch.path().join("sk");
+    let file = dir.join("authentication-config.yaml");
+    let header = || run(scratch.path(), &["read-authentication-config-header"], b"");
+    let out = header();
+    assert_eq!((out.status.code(), &out.stdout[..]), (Some(0), &b""[..]));
+
+    let write = run(
+        scratch.path(),
+        &["write-authentication-config"],
+        b"# first\nsecond\n",
+    );
+    assert_eq!(write.status.code(), Some(0), "{}", stderr(&write));
+    let out = header();
+    assert_eq!(
+        (out.status.code(), &out.stdout[..]),
+        (Some(0), &b"# first\n"[..])
+    );
+    let long = format!("{}\nsecond\n", "x".repeat(1000));
+    run(
+        scratch.path(),
+        &["write-authentication-config"],
+        long.as_bytes(),
+    );
+    let out = header();
+    assert_eq!(out.stdout, "x".repeat(256).as_bytes(), "{}", stderr(&out));
+
+    // A symlink in the file's place, or the directory's, is not followed.
+    let secret = scratch.path().join("secret");
+    std::fs::write(&secret, b"root:hash\n").unwrap();
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&secret, &file).unwrap();
+    let out = header();
+    assert_eq!(out.status.code(), Some(66), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
+    assert!(
+        stderr(&out).contains("is a symlink; nothing read"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_file(&file).unwrap();
+    std::fs::create_dir(&file).unwrap();
+    let out = header();
+    assert_eq!(out.status.code(), Some(66), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("is not a regular file"),
+        "{}",
+        stderr(&out)
+    );
+    std::fs::remove_dir(&file).unwrap();
+    std::fs::remove_dir(&dir).unwrap();
+    let elsewhere = scratch.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::fs::write(elsewhere.join("authentication-config.yaml"), b"theirs\n").unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+    let out = header();
+    assert_eq!(out.status.code(), Some(66), "{}", stderr(&out));
+    assert!(out.stdout.is_empty());
 }

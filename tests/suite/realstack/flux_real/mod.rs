@@ -544,6 +544,7 @@ const MINTED_DEPLOYER: &str =
 
 mod federated;
 mod federated_ca;
+mod federated_drop;
 mod federated_issuer;
 mod federated_migrate;
 mod federated_migrate_review;
