@@ -63,9 +63,21 @@ fn second_server(a: &Node, b: &mut Node) {
 /// it again; a revoke makes a leaked token of the old audience refused on each node,
 /// presented to each directly; a node that is down fails the spoke, naming it, with
 /// nothing committed.
-#[test]
-fn a_federated_spoke_with_two_servers_is_written_proven_repaired_and_revoked_on_each() {
-    crate::support::requires!(ROOT);
+/// A federated spoke `spoke0` of two lab server nodes, `a` (its `address`) and `b` (its
+/// `servers`), configured and not yet rotated.
+struct TwoServers {
+    lab: Lab,
+    dir: tempfile::TempDir,
+    remote: PathBuf,
+    hub: LabHub,
+    a: Node,
+    b: Node,
+    /// `b`'s API server: dropped, the node is down.
+    peer: spokekeeper_lab::ApiServer,
+    config: PathBuf,
+}
+
+fn two_servers() -> TwoServers {
     let lab = Lab::new();
     let dir = support::scratch_dir();
     let (remote, mut clones) = support::git::fleet_remote(dir.path(), 1);
@@ -80,7 +92,7 @@ fn a_federated_spoke_with_two_servers_is_written_proven_repaired_and_revoked_on_
     let spoke = hub
         .add_federated(&mut a, "spoke0")
         .field("servers", &format!("[{:?}]", b.address.to_string()));
-    let mut peer = a.serve_peer(&b);
+    let peer = a.serve_peer(&b);
     let config = dir.path().join("spokekeeper.yaml");
     let yaml = spokekeeper_lab::config::ConfigBuilder::new(
         clones.remove(0),
@@ -90,14 +102,42 @@ fn a_federated_spoke_with_two_servers_is_written_proven_repaired_and_revoked_on_
     .spokes([spoke])
     .yaml();
     std::fs::write(&config, yaml).unwrap();
-    let rotate = |extra: &[&str]| {
-        let mut args = vec!["-o", "json", "rotate", "--all"];
-        args.extend_from_slice(extra);
-        let (code, out, err) = spokekeeper(&config, &args);
-        let json: serde_json::Value =
-            serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
-        (code, json, err)
-    };
+    TwoServers {
+        lab,
+        dir,
+        remote,
+        hub,
+        a,
+        b,
+        peer,
+        config,
+    }
+}
+
+/// `rotate --all` with `extra`, its exit code, JSON report and stderr.
+fn rotate(config: &std::path::Path, extra: &[&str]) -> (i32, serde_json::Value, String) {
+    let mut args = vec!["-o", "json", "rotate", "--all"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = spokekeeper(config, &args);
+    let json: serde_json::Value =
+        serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}\n{err}"));
+    (code, json, err)
+}
+
+#[test]
+fn a_federated_spoke_with_two_servers_is_written_proven_repaired_and_revoked_on_each() {
+    crate::support::requires!(ROOT);
+    let TwoServers {
+        lab: _lab,
+        dir: _dir,
+        remote,
+        hub,
+        mut a,
+        b,
+        mut peer,
+        config,
+    } = two_servers();
+    let rotate = |extra: &[&str]| rotate(&config, extra);
     let commits = || support::git::git(&remote, &["rev-list", "--count", "main"]);
     let (code, report, err) = rotate(&[]);
     assert_eq!(
@@ -153,4 +193,63 @@ fn a_federated_spoke_with_two_servers_is_written_proven_repaired_and_revoked_on_
     let error = report["spokes"][0]["error"].to_string();
     assert!(error.contains(&b.address.to_string()), "{report:#}");
     assert_eq!(commits(), before);
+}
+
+/// `revoke --drop-issuer` on a spoke of two servers writes the file that trusts no issuer
+/// on both, and a fresh hub token is refused by each node's API server; once trust is
+/// back (`rotate spoke0 --force`), a drop marker on the second node alone holds the spoke,
+/// naming that node, and its file is left as it is.
+#[test]
+fn a_dropped_issuer_is_written_on_each_server_and_a_drop_on_either_holds_the_spoke() {
+    crate::support::requires!(ROOT);
+    let TwoServers {
+        lab: _lab,
+        dir: _dir,
+        hub,
+        a,
+        b,
+        peer: _peer,
+        config,
+        ..
+    } = two_servers();
+    let (code, report, err) = rotate(&config, &[]);
+    assert_eq!(code, 0, "{report:#}\n{err}");
+
+    let (code, out, err) = spokekeeper(&config, &["revoke", "spoke0", "--drop-issuer"]);
+    assert_eq!(code, 0, "{out}\n{err}");
+    let (dropped_a, dropped_b) = files(&a, &b);
+    assert_eq!(dropped_a, dropped_b);
+    assert!(
+        dropped_a.starts_with("# spokekeeper-issuer-dropped: ")
+            && dropped_a.contains("\njwt: []\n"),
+        "{dropped_a}"
+    );
+    let port = a.api_port;
+    let servers = [a.address, b.address].map(|ip| format!("https://{ip}:{port}"));
+    let ca = a.pki().parts.ca_pem.clone();
+    let account = ("flux-system", "kustomize-controller", "uid-2");
+    let fresh = hub.issuer.token(account, &[servers[0].clone()], 3600);
+    for server in &servers {
+        assert!(!accepted(server, &ca, &fresh), "{server} after the drop");
+    }
+
+    let (code, report, err) = spokekeeper(&config, &["-o", "json", "rotate", "spoke0", "--force"]);
+    assert_eq!(code, 0, "{report}\n{err}");
+    let trusting = files(&a, &b).0;
+    assert_eq!(files(&a, &b).1, trusting);
+    assert!(
+        !trusting.contains("spokekeeper-issuer-dropped"),
+        "{trusting}"
+    );
+    // The second node alone says its issuer was dropped.
+    std::fs::write(authentication_config_path(&b), &dropped_b).unwrap();
+    let (code, report, err) = rotate(&config, &["--force"]);
+    assert_ne!(code, 0, "{report:#}\n{err}");
+    let error = report["spokes"][0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains("by `spokekeeper revoke --drop-issuer` at")
+            && error.contains(&format!("node {}", b.address)),
+        "{report:#}"
+    );
+    assert_eq!(files(&a, &b), (trusting, dropped_b));
 }
