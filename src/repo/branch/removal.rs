@@ -153,44 +153,9 @@ fn trailer_names(message: &str, rel: &str) -> bool {
 /// Whether `git diff-tree -r --no-renames --raw -z` output deletes exactly `rel`, a
 /// regular file, and changes nothing else.
 fn only_deletes(raw: &str, rel: &str) -> Result<(), Untrusted> {
-    let fields: Vec<&str> = raw.split('\0').filter(|f| !f.is_empty()).collect();
-    let changes = |detail: String| Untrusted::Changes {
-        rel: rel.to_string(),
-        detail,
-    };
-    let mut others = Vec::new();
-    let mut deleted = false;
-    for pair in fields.chunks(2) {
-        let [meta, path] = pair else {
-            return Err(changes("unreadable diff".into()));
-        };
-        // `:OLDMODE NEWMODE OLDSHA NEWSHA STATUS`
-        let meta: Vec<&str> = meta.trim_start_matches(':').split(' ').collect();
-        if *path != rel {
-            others.push(path.to_string());
-            continue;
-        }
-        match meta.as_slice() {
-            ["100644", "000000", _, _, "D"] => deleted = true,
-            [mode, _, _, _, status] => {
-                return Err(changes(format!(
-                    "{rel} is not deleted as a regular file (mode {mode}, status {status})"
-                )));
-            }
-            _ => return Err(changes("unreadable diff".into())),
-        }
-    }
-    if !others.is_empty() {
-        others.truncate(5);
-        return Err(changes(format!(
-            "also {}",
-            crate::text::one_line(&others.join(", "), 300)
-        )));
-    }
-    if !deleted {
-        return Err(changes(format!("{rel} is not deleted")));
-    }
-    Ok(())
+    super::only_changes(raw, rel, "deleted as a regular file", |meta| {
+        matches!(meta, ["100644", "000000", _, _, "D"])
+    })
 }
 
 #[cfg(test)]
@@ -253,7 +218,7 @@ mod tests {
             );
         }
         let e = only_deletes("", REL).unwrap_err();
-        assert!(e.to_string().contains("is not deleted"), "{e}");
+        assert!(e.to_string().contains("is not changed"), "{e}");
     }
 
     #[test]
