@@ -192,6 +192,24 @@ fn federated(
         )),
         _ => {}
     }
+    text.push_str(&curl(
+        policy,
+        &audience,
+        &old,
+        &format!("401 Unauthorized; with --audience '{audience}' it answers"),
+    ));
+    text
+}
+
+/// The command that shows, from the hub, what the spoke says of a token of the first
+/// accepted account for `refused` (`server_of`: an audience of the spoke, generation 0 is
+/// its API server URL).
+fn curl(
+    policy: &spokekeeper::config::CredentialPolicy,
+    server_of: &str,
+    refused: &str,
+    says: &str,
+) -> String {
     let account = policy
         .federated
         .as_ref()
@@ -201,11 +219,10 @@ fn federated(
             ToString::to_string,
         );
     let (namespace, sa) = account.split_once('/').unwrap_or(("flux-system", &account));
-    let server = spokekeeper::federate::audience_at(&audience, 0);
-    text.push_str(&format!(
-        "check from the hub (SPOKE_CA: the ConfigMap's ca.crt): curl --cacert SPOKE_CA -H \"Authorization: Bearer $(kubectl create token {sa} -n {namespace} --audience '{old}')\" {server}/version (401 Unauthorized; with --audience '{audience}' it answers)\n"
-    ));
-    text
+    let server = spokekeeper::federate::audience_at(server_of, 0);
+    format!(
+        "check from the hub (SPOKE_CA: the ConfigMap's ca.crt): curl --cacert SPOKE_CA -H \"Authorization: Bearer $(kubectl create token {sa} -n {namespace} --audience '{refused}')\" {server}/version ({says})\n"
+    )
 }
 
 /// What `--drop-issuer` did, and the commands that show a hub token is refused and how
@@ -234,18 +251,6 @@ fn dropped(
              once the hub is safe (its service-account signing key rotated): spokekeeper rotate {name} --force\n"
         )),
     }
-    let account = policy
-        .federated
-        .as_ref()
-        .and_then(|f| f.service_accounts.first())
-        .map_or(
-            "flux-system/kustomize-controller".to_string(),
-            ToString::to_string,
-        );
-    let (namespace, sa) = account.split_once('/').unwrap_or(("flux-system", &account));
-    let server = spokekeeper::federate::audience_at(audience, 0);
-    text.push_str(&format!(
-        "check from the hub (SPOKE_CA: the ConfigMap's ca.crt): curl --cacert SPOKE_CA -H \"Authorization: Bearer $(kubectl create token {sa} -n {namespace} --audience '{audience}')\" {server}/version (401 Unauthorized)\n"
-    ));
+    text.push_str(&curl(policy, audience, audience, "401 Unauthorized"));
     text
 }
