@@ -22,8 +22,7 @@ pub struct RotateArgs {
     /// Decide, extract and validate, but write, commit and push nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// How many SSH sessions to spokes are open at once (up to 4x as many spokes are
-    /// probed and validated meanwhile).
+    /// How many spokes are worked on at once.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
 }

@@ -20,8 +20,7 @@ pub struct RunArgs {
     /// Tick once at start (with --leader-elect: on becoming the leader), then on the schedule.
     #[arg(long)]
     pub now: bool,
-    /// How many SSH sessions to spokes are open at once (up to 4x as many spokes are
-    /// probed and validated meanwhile).
+    /// How many spokes are worked on at once.
     #[arg(long, default_value_t = 8)]
     pub concurrency: usize,
     /// Tick only while holding a coordination.k8s.io Lease on the hub (replicas in Kubernetes).

@@ -82,11 +82,6 @@ impl Context {
     }
 }
 
-/// Spokes worked on per SSH session allowed: a spoke's probe before its session and its
-/// live validation after it run outside the session's slot, so the sessions (what
-/// `--concurrency` protects: the nodes' sshd, the hub's CPU for key exchange) stay busy.
-pub(crate) const PIPELINED: usize = 4;
-
 #[derive(Clone, Debug, Default)]
 pub struct Options {
     /// Rotate even when nothing says so.
@@ -101,8 +96,7 @@ pub struct Options {
     pub dry_run: bool,
     /// Only these spokes (empty: all).
     pub only: Vec<String>,
-    /// How many SSH sessions are open at once; up to [`PIPELINED`] times as many spokes
-    /// are probed and validated meanwhile.
+    /// How many spokes are worked on at once.
     pub concurrency: usize,
     /// Told where the tick is (`rotate` on a terminal); nothing by default.
     pub progress: progress::Progress,
@@ -235,6 +229,4 @@ pub(super) struct Tick<'a> {
     pub hub: Option<&'a crate::hub::Hub>,
     /// The issuer CA files of federated spokes, read once this tick.
     pub issuer_cas: &'a crate::federate::IssuerCas,
-    /// One permit per SSH session the tick may hold at once (`--concurrency`).
-    pub sessions: &'a tokio::sync::Semaphore,
 }

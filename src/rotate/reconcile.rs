@@ -367,7 +367,7 @@ fn decided(s: &Spoke<'_>, revoke: bool) -> Result<Option<Reason>, SpokeError> {
 async fn extract(tick: &Tick<'_>, spoke: &SpokeConfig) -> Result<Fresh, SpokeError> {
     stage(tick, spoke, "extract and validate");
     let limit = tick.context.live_timeout;
-    let fresh = refresh::extract_and_validate(spoke, tick.now, limit, tick.sessions).await?;
+    let fresh = refresh::extract_and_validate(spoke, tick.now, limit).await?;
     if let Ok(mut m) = tick.context.verified.lock() {
         m.insert(spoke.name.clone(), tick.now);
     }

@@ -44,14 +44,10 @@ pub(crate) async fn extract_and_validate(
     spoke: &SpokeConfig,
     now: OffsetDateTime,
     live_timeout: Duration,
-    sessions: &tokio::sync::Semaphore,
 ) -> Result<Fresh, SpokeError> {
-    // The permit is the session's alone: validation below runs outside it. Never closed.
-    let session = sessions.acquire().await.ok();
     let bytes = spoke::extract(&source(spoke))
         .await
         .map_err(|e| SpokeError::Extract(e.into()))?;
-    drop(session);
     let invalid = |e: kubeconfig::KubeconfigError| SpokeError::Kubeconfig(e.into());
     let parsed = kubeconfig::parse(bytes.expose()).map_err(invalid)?;
     drop(bytes);

@@ -99,7 +99,6 @@ async fn run<P: Publish>(
         listed: &listed,
         hub: hub.as_ref().and_then(|h| h.as_ref().ok()),
         issuer_cas: &issuer_cas,
-        sessions: &tokio::sync::Semaphore::new(opts.concurrency.max(1)),
     };
     let looked = crate::federate::issuer::look_all(federated(), &issuer_cas, ctx.live_timeout);
     let (mut worked, issuers) = futures::join!(work(&tick, &publish, &spokes, files), looked);
@@ -156,8 +155,7 @@ async fn run<P: Publish>(
     })
 }
 
-/// Each spoke observed and reconciled, concurrently up to the bounds (SSH sessions, and
-/// [`PIPELINED`](super::context::PIPELINED) times as many spokes), and published in
+/// Each spoke observed and reconciled, concurrently up to the bound, and published in
 /// configuration order as soon as it and every spoke before it are done: the commits run
 /// while later spokes are still being extracted, not after the last one.
 async fn work<'a>(
@@ -189,7 +187,7 @@ async fn work<'a>(
             w.old = old.map(Box::new);
             (order, w)
         })
-        .buffer_unordered(opts.concurrency.max(1) * super::context::PIPELINED)
+        .buffer_unordered(opts.concurrency.max(1))
         // The sender is the closure's: it drops with this future once the last spoke is
         // in, which ends the publishing loop. The receiver lives until both are done.
         .for_each(move |arrival| {

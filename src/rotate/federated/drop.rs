@@ -60,7 +60,7 @@ async fn dropped(
     *cut = Some((reason, binding.clone()));
     // The marker must be readable back on every node, or the next rotation would trust
     // the hub again there.
-    for (host, read) in headers(tick, spoke).await? {
+    for (host, read) in headers(spoke).await? {
         if let Header::Unsupported(e) = read {
             return Err(fed(FederateError::DropUnsupported {
                 spoke: on_node(spoke, host),
@@ -70,7 +70,7 @@ async fn dropped(
         }
     }
     let content = dropped::render(spoke.distro, at.version, tick.now).map_err(|e| fed(e.into()))?;
-    nodes::write_on_each(spoke, content.as_bytes(), tick.sessions).await?;
+    nodes::write_on_each(spoke, content.as_bytes()).await?;
     let nodes = nodes::each(spoke, admin, limit).await?;
     at.wait_loaded(&nodes, &content).await?;
     // A token minted now, never presented before (no cached authentication), to each
@@ -105,7 +105,7 @@ pub(super) async fn not_dropped(tick: &Tick<'_>, spoke: &SpokeConfig) -> Result<
     let named = tick.options.only.contains(&spoke.name);
     let restore = tick.options.force && named && !tick.options.revoke;
     // A drop on any node holds the spoke: its file there trusts no issuer.
-    for (host, read) in headers(tick, spoke).await? {
+    for (host, read) in headers(spoke).await? {
         let line = match read {
             Header::Line(line) => line,
             Header::Unsupported(e) => {
@@ -147,14 +147,9 @@ fn on_node(spoke: &SpokeConfig, host: &str) -> String {
     }
 }
 
-/// The first line of every server node's file, in node order, each read in an SSH
-/// session of the tick's.
-async fn headers<'s>(
-    tick: &Tick<'_>,
-    spoke: &'s SpokeConfig,
-) -> Result<Vec<(&'s str, Header)>, SpokeError> {
+/// The first line of every server node's file, in node order.
+async fn headers(spoke: &SpokeConfig) -> Result<Vec<(&str, Header)>, SpokeError> {
     let reads = nodes::hosts(spoke).map(|host| async move {
-        let _session = tick.sessions.acquire().await.ok();
         let read = crate::spoke::read_authentication_config_header(host, &spoke.ssh).await;
         (host, read)
     });

@@ -68,7 +68,7 @@ pub(super) async fn trust(
     // The hub's token next: a misconfigured issuer or a refused request writes nothing.
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     gate::open(at.hub, at.policy).await?;
-    nodes::write_on_each(spoke, content.as_bytes(), tick.sessions).await?;
+    nodes::write_on_each(spoke, content.as_bytes()).await?;
     let nodes = nodes::each(spoke, admin, limit).await?;
     let users = at.users(&trust);
     let grant = if generation > recorded {

@@ -19,16 +19,9 @@ pub(super) struct Node {
 /// Writes the spoke's AuthenticationConfiguration `bytes` on every server node at once
 /// (each write keeps its SSH timeouts); the first node that fails, in the configured
 /// order, is the error, and names itself.
-pub(super) async fn write_on_each(
-    spoke: &SpokeConfig,
-    bytes: &[u8],
-    sessions: &tokio::sync::Semaphore,
-) -> Result<(), SpokeError> {
-    // Each write is an SSH session: it takes one of the tick's permits (never closed).
-    let writes = hosts(spoke).map(|host| async move {
-        let _session = sessions.acquire().await.ok();
-        crate::spoke::write_authentication_config(host, &spoke.ssh, bytes).await
-    });
+pub(super) async fn write_on_each(spoke: &SpokeConfig, bytes: &[u8]) -> Result<(), SpokeError> {
+    let writes =
+        hosts(spoke).map(|host| crate::spoke::write_authentication_config(host, &spoke.ssh, bytes));
     for written in join_all(writes).await {
         written.map_err(|e| SpokeError::Extract(e.into()))?;
     }

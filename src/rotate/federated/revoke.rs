@@ -98,7 +98,7 @@ async fn revoked(
     let token = hub_token(at.hub, at.policy, &trust.audience).await?;
     let old_token = hub_token(at.hub, at.policy, &old_audience).await?;
     super::gate::open(at.hub, at.policy).await?;
-    nodes::write_on_each(spoke, content.as_bytes(), tick.sessions).await?;
+    nodes::write_on_each(spoke, content.as_bytes()).await?;
     let nodes = nodes::each(spoke, admin, limit).await?;
     let users = at.users(&trust);
     let grant = at

@@ -125,8 +125,7 @@ async fn minted_gone(
     old: &Old,
 ) -> Result<Vec<String>, SpokeError> {
     let limit = tick.context.live_timeout;
-    let admin =
-        crate::rotate::refresh::extract_and_validate(spoke, tick.now, limit, tick.sessions).await?;
+    let admin = crate::rotate::refresh::extract_and_validate(spoke, tick.now, limit).await?;
     let revocation = crate::mint::Revocation {
         admin: admin.yaml,
         // Every generation: the federated binding carries none, so it stays.
