@@ -153,7 +153,7 @@ fn trailer_names(message: &str, rel: &str) -> bool {
 /// Whether `git diff-tree -r --no-renames --raw -z` output deletes exactly `rel`, a
 /// regular file, and changes nothing else.
 fn only_deletes(raw: &str, rel: &str) -> Result<(), Untrusted> {
-    super::only_changes(raw, rel, "deleted as a regular file", |meta| {
+    super::diff::only_changes(raw, rel, "deleted as a regular file", |meta| {
         matches!(meta, ["100644", "000000", _, _, "D"])
     })
 }
